@@ -1,0 +1,624 @@
+//! The lock actor: one per lock name in this process, for as long as that name is busy here.
+//!
+//! It owns the name's local **waiters** (queued as reply senders, never as blocked handlers), the
+//! **holds** this process has on it, and its unlock-channel subscription. Every Redis round trip
+//! it makes runs under `ctx.wait`, so attempts and releases of one name never interleave; waiting
+//! happens between round trips, so a holder's release is never stuck behind a waiter.
+//!
+//! It stops itself when idle: while it has a hold or a waiter it keeps a strong address to itself
+//! (`keepalive`); when both are gone it drops it, and actix stops an actor once no strong address
+//! is left and its mailbox is empty. Anyone still holding an address (a guard, an actix user)
+//! keeps it alive, so no message is ever sent to a stopped actor by mistake; a sender that loses
+//! the race with the stop gets `MailboxError::Closed` for a message that was never handled, and
+//! resolves the name again.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use actix::dev::{MessageResponse, OneshotSender};
+use actix::WeakAddr;
+use actix::prelude::*;
+use tokio::sync::watch;
+
+use super::messages::*;
+use super::{Registry, Services};
+use crate::scripts::{Attempt, Released};
+use crate::{LockError, LockGuard, keys};
+
+/// Every hold gets a number no other hold in this process had, so a stale guard can never
+/// release a later hold of the same holder.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// The longest lease accepted (about 285 years): PEXPIRE must not overflow.
+const MAX_LEASE: Duration = Duration::from_millis(1 << 53);
+
+/// Retry delays after a retryable Redis error, for a waiter that may still wait.
+const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The actor of one lock name. Reach it through [`LockManager::lock_actor`](crate::LockManager::lock_actor)
+/// and send it [`Acquire`] and [`Release`].
+pub struct LockActor {
+    /// Tells this actor apart from earlier and later actors of the same name.
+    id: u64,
+    name: Arc<str>,
+    channel: String,
+    svc: Services,
+    registry: WeakAddr<Registry>,
+    /// Holds of this process, by holder: from the first grant to the final release or the loss.
+    holds: HashMap<Arc<str>, Hold>,
+    /// Local callers waiting for the lock, oldest first: from a busy attempt to a grant, the end of
+    /// their wait, an error, or the caller going away.
+    waiters: VecDeque<Waiter>,
+    /// The next attempt for the head waiter, when the holder's TTL runs out (or after an error).
+    retry: Option<SpawnHandle>,
+    /// Consecutive retryable errors, for the backoff; reset by any answer from Redis.
+    failures: u32,
+    /// Whether the PubSubActor routes this name's unlock channel here: while there are waiters.
+    subscribed: bool,
+    /// A strong address to itself while busy (see the module doc).
+    keepalive: Option<Addr<Self>>,
+    /// Set by `StopLock`: new requests fail with `Shutdown`.
+    stopping: bool,
+    next_waiter: u64,
+}
+
+struct Hold {
+    count: u32,
+    epoch: u64,
+    /// Renewed by the watchdog (taken without a lease), or expiring by itself.
+    watchdog: bool,
+    /// The lease restored when one of several holds is released.
+    lease: Duration,
+    /// Tells this hold's guards that it is lost; dropped (also read as lost) when the actor stops.
+    lost: watch::Sender<bool>,
+    /// A lease hold: fires when its lease runs out.
+    expiry: Option<SpawnHandle>,
+}
+
+struct Waiter {
+    id: u64,
+    holder: Arc<str>,
+    lease: Option<Duration>,
+    wait: Wait,
+    reply: OneshotSender<Result<Option<LockGuard>, LockError>>,
+    deadline: Option<SpawnHandle>,
+}
+
+impl LockActor {
+    pub(crate) fn new(id: u64, name: Arc<str>, svc: Services, registry: WeakAddr<Registry>) -> Self {
+        Self {
+            id,
+            channel: keys::unlock_channel(&name),
+            name,
+            svc,
+            registry,
+            holds: HashMap::new(),
+            waiters: VecDeque::new(),
+            retry: None,
+            failures: 0,
+            subscribed: false,
+            keepalive: None,
+            stopping: false,
+            next_waiter: 0,
+        }
+    }
+
+    /// A new request: queue it as a waiter and make one attempt at once.
+    fn enqueue(
+        &mut self,
+        msg: Acquire,
+        reply: OneshotSender<Result<Option<LockGuard>, LockError>>,
+        ctx: &mut Context<Self>,
+    ) {
+        if self.stopping {
+            let _ = reply.send(Err(LockError::Shutdown));
+            return;
+        }
+        if let Err(e) = validate(&msg) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let wait = match msg.wait {
+            Wait::Up(d) if d.is_zero() => Wait::No,
+            other => other,
+        };
+        self.next_waiter += 1;
+        let id = self.next_waiter;
+        let deadline = match wait {
+            Wait::Up(d) => Some(ctx.run_later(d, move |act, ctx| act.give_up(id, ctx))),
+            _ => None,
+        };
+        self.waiters.push_back(Waiter {
+            id,
+            holder: msg.holder.into(),
+            lease: msg.lease,
+            wait,
+            reply,
+            deadline,
+        });
+        self.busy(ctx);
+        ctx.spawn(CallerGone { id });
+        self.attempt(id, ctx);
+    }
+
+    /// One acquire round trip for waiter `id`.
+    fn attempt(&mut self, id: u64, ctx: &mut Context<Self>) {
+        let Some(w) = self.waiters.iter().find(|w| w.id == id) else {
+            return;
+        };
+        let (holder, lease) = (w.holder.clone(), w.lease);
+        let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
+        let ttl = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
+        let started = Instant::now();
+        let call = {
+            let holder = holder.clone();
+            async move { cmds.acquire(&name, &holder, ttl).await }
+        };
+        ctx.wait(call.into_actor(self).map(move |res, act, ctx| {
+            act.attempted(id, holder, lease, started, res, ctx)
+        }));
+    }
+
+    fn attempted(
+        &mut self,
+        id: u64,
+        holder: Arc<str>,
+        lease: Option<Duration>,
+        started: Instant,
+        res: Result<Attempt, LockError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let pos = self.waiters.iter().position(|w| w.id == id);
+        match res {
+            Ok(Attempt::Acquired) => {
+                self.failures = 0;
+                let guard = self.grant(holder, lease, started, ctx);
+                if let Some(pos) = pos {
+                    let w = self.remove_waiter(pos, ctx);
+                    tracing::debug!(lock = %self.name, holder = %w.holder, "acquired");
+                    // A caller that went away meanwhile gets nothing: the guard comes back and
+                    // its drop releases the hold.
+                    let _ = w.reply.send(Ok(Some(guard)));
+                }
+                // Else the caller left during the round trip: `guard` drops here and releases.
+                if !self.waiters.is_empty() {
+                    // We hold it now: the others wake at our release, or when our lease ends.
+                    let lease = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
+                    self.schedule_retry(lease, ctx);
+                }
+            }
+            Ok(Attempt::Busy { ttl }) => {
+                self.failures = 0;
+                let Some(pos) = pos else { return self.maybe_idle(ctx) };
+                if self.waiters[pos].wait == Wait::No {
+                    let w = self.remove_waiter(pos, ctx);
+                    let _ = w.reply.send(Ok(None));
+                    return self.maybe_idle(ctx);
+                }
+                self.subscribe(ctx);
+                // No TTL (a key without expiry): only the unlock message can wake us.
+                if let Some(ttl) = ttl {
+                    self.schedule_retry(ttl, ctx);
+                }
+            }
+            Err(e) => {
+                let Some(pos) = pos else { return self.maybe_idle(ctx) };
+                if e.is_retryable() && self.waiters[pos].wait != Wait::No {
+                    self.failures = self.failures.saturating_add(1);
+                    let backoff = ERROR_BACKOFF_MIN
+                        .saturating_mul(1 << self.failures.min(6))
+                        .min(ERROR_BACKOFF_MAX);
+                    tracing::warn!(lock = %self.name, error = %e, ?backoff, "acquire failed, waiter retries");
+                    self.subscribe(ctx);
+                    self.schedule_retry(backoff, ctx);
+                } else {
+                    let w = self.remove_waiter(pos, ctx);
+                    let _ = w.reply.send(Err(e));
+                    self.maybe_idle(ctx);
+                }
+            }
+        }
+    }
+
+    /// Records a hold granted by Redis and returns its guard.
+    fn grant(
+        &mut self,
+        holder: Arc<str>,
+        lease: Option<Duration>,
+        started: Instant,
+        ctx: &mut Context<Self>,
+    ) -> LockGuard {
+        let watchdog = lease.is_none();
+        let lease = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
+        let epoch = match self.holds.get_mut(&holder) {
+            Some(hold) => {
+                hold.count += 1;
+                hold.epoch
+            }
+            None => {
+                let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
+                let (lost, _) = watch::channel(false);
+                let hold = Hold { count: 1, epoch, watchdog: false, lease, lost, expiry: None };
+                self.holds.insert(holder.clone(), hold);
+                epoch
+            }
+        };
+        if watchdog {
+            self.watch(&holder, ctx);
+        } else {
+            // The script just set the PTTL to this lease (it started no earlier than `started`).
+            self.expire_at(&holder, lease, started + lease, ctx);
+        }
+        self.busy(ctx);
+        let lost = self.holds.get(&holder).map(|h| h.lost.subscribe());
+        let lost = lost.unwrap_or_else(|| watch::channel(true).1);
+        LockGuard::new(ctx.address(), self.name.clone(), holder, epoch, lost)
+    }
+
+    /// Puts a hold under the watchdog (for good: it renews until the hold ends).
+    fn watch(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(holder) else { return };
+        if let Some(h) = hold.expiry.take() {
+            ctx.cancel_future(h);
+        }
+        hold.lease = self.svc.config.get_watchdog_timeout();
+        if !hold.watchdog {
+            hold.watchdog = true;
+            self.svc.watchdog.do_send(Track {
+                name: self.name.clone(),
+                holder: holder.clone(),
+                epoch: hold.epoch,
+                actor: ctx.address().downgrade(),
+            });
+        }
+    }
+
+    /// A lease hold is lost when its lease runs out, since nobody renews it.
+    fn expire_at(&mut self, holder: &Arc<str>, lease: Duration, at: Instant, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(holder) else { return };
+        if hold.watchdog {
+            return;
+        }
+        hold.lease = lease;
+        if let Some(h) = hold.expiry.take() {
+            ctx.cancel_future(h);
+        }
+        let (holder, epoch) = (holder.clone(), hold.epoch);
+        let after = at.saturating_duration_since(Instant::now());
+        hold.expiry = Some(ctx.run_later(after, move |act, ctx| {
+            act.lose(&holder, epoch, "its lease ran out", ctx)
+        }));
+    }
+
+    /// The hold is gone from Redis: tell its guards, stop renewing it.
+    fn lose(&mut self, holder: &Arc<str>, epoch: u64, why: &str, ctx: &mut Context<Self>) {
+        if self.holds.get(holder).is_none_or(|h| h.epoch != epoch) {
+            return;
+        }
+        if let Some(hold) = self.end_hold(holder, ctx) {
+            if hold.watchdog {
+                tracing::warn!(lock = %self.name, %holder, why, "lock lost");
+            } else {
+                tracing::debug!(lock = %self.name, %holder, why, "lease hold ended");
+            }
+            hold.lost.send_replace(true);
+        }
+        self.maybe_idle(ctx);
+    }
+
+    /// Removes a hold (released or lost) and its schedules.
+    fn end_hold(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) -> Option<Hold> {
+        let mut hold = self.holds.remove(holder)?;
+        if let Some(h) = hold.expiry.take() {
+            ctx.cancel_future(h);
+        }
+        if hold.watchdog {
+            self.svc.watchdog.do_send(Untrack {
+                name: self.name.clone(),
+                holder: holder.clone(),
+                epoch: hold.epoch,
+            });
+        }
+        Some(hold)
+    }
+
+    /// One release round trip for a guard's hold.
+    fn release(
+        &mut self,
+        holder: Arc<str>,
+        epoch: u64,
+    ) -> AtomicResponse<Self, Result<(), LockError>> {
+        let not_held = || LockError::NotHeld { name: self.name.to_string(), holder: holder.to_string() };
+        let Some(hold) = self.holds.get(&holder).filter(|h| h.epoch == epoch) else {
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(not_held()))));
+        };
+        let not_held = not_held();
+        let (cmds, name, lease) = (self.svc.commands.clone(), self.name.clone(), hold.lease);
+        let call = {
+            let holder = holder.clone();
+            async move { cmds.release(&name, &holder, lease).await }
+        };
+        let started = Instant::now();
+        AtomicResponse::new(Box::pin(call.into_actor(self).map(move |res, act, ctx| {
+            let res = match res {
+                Ok(Released::StillHeld) => {
+                    if let Some(hold) = act.holds.get_mut(&holder).filter(|h| h.epoch == epoch) {
+                        hold.count = hold.count.saturating_sub(1).max(1);
+                    }
+                    act.expire_at(&holder, lease, started + lease, ctx);
+                    Ok(())
+                }
+                Ok(Released::Unlocked) => {
+                    act.end_hold(&holder, ctx);
+                    Ok(())
+                }
+                Ok(Released::NotHeld) => {
+                    act.lose(&holder, epoch, "release found it gone", ctx);
+                    Err(not_held)
+                }
+                Err(e) => Err(e),
+            };
+            tracing::debug!(lock = %act.name, %holder, ok = res.is_ok(), "release");
+            act.maybe_idle(ctx);
+            res
+        })))
+    }
+
+    /// A waiter's wait ran out.
+    fn give_up(&mut self, id: u64, ctx: &mut Context<Self>) {
+        if let Some(pos) = self.waiters.iter().position(|w| w.id == id) {
+            let mut w = self.remove_waiter(pos, ctx);
+            w.deadline = None;
+            let _ = w.reply.send(Ok(None));
+        }
+        self.maybe_idle(ctx);
+    }
+
+    fn remove_waiter(&mut self, pos: usize, ctx: &mut Context<Self>) -> Waiter {
+        let mut w = self.waiters.remove(pos).expect("position is in the queue");
+        if let Some(h) = w.deadline.take() {
+            ctx.cancel_future(h);
+        }
+        if self.waiters.is_empty() {
+            self.unsubscribe();
+            if let Some(h) = self.retry.take() {
+                ctx.cancel_future(h);
+            }
+        }
+        w
+    }
+
+    /// One wake-up (unlock message, TTL run out, reconnection): one attempt for the head waiter.
+    fn wake_one(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.retry.take() {
+            ctx.cancel_future(h);
+        }
+        if let Some(id) = self.waiters.front().map(|w| w.id) {
+            self.attempt(id, ctx);
+        }
+    }
+
+    fn schedule_retry(&mut self, after: Duration, ctx: &mut Context<Self>) {
+        if let Some(h) = self.retry.take() {
+            ctx.cancel_future(h);
+        }
+        self.retry = Some(ctx.run_later(after, |act, ctx| {
+            act.retry = None;
+            act.wake_one(ctx);
+        }));
+    }
+
+    /// Subscribes the unlock channel, then tries once more: a release published before the
+    /// subscription took effect would otherwise go unseen.
+    fn subscribe(&mut self, ctx: &mut Context<Self>) {
+        if self.subscribed {
+            return;
+        }
+        self.subscribed = true;
+        let request = self.svc.pubsub.send(Subscribe {
+            channel: self.channel.clone(),
+            id: self.id,
+            actor: ctx.address().downgrade(),
+        });
+        ctx.spawn(request.into_actor(self).map(|res, act, ctx| {
+            if let Ok(Err(e)) = res {
+                tracing::warn!(lock = %act.name, error = %e, "subscribe failed; waiting on the TTL");
+            }
+            if act.subscribed {
+                act.wake_one(ctx);
+            }
+        }));
+    }
+
+    fn unsubscribe(&mut self) {
+        if std::mem::take(&mut self.subscribed) {
+            self.svc.pubsub.do_send(Unsubscribe { channel: self.channel.clone(), id: self.id });
+        }
+    }
+
+    fn busy(&mut self, ctx: &mut Context<Self>) {
+        if self.keepalive.is_none() {
+            self.keepalive = Some(ctx.address());
+        }
+    }
+
+    fn maybe_idle(&mut self, ctx: &mut Context<Self>) {
+        if self.holds.is_empty() && self.waiters.is_empty() {
+            if let Some(h) = self.retry.take() {
+                ctx.cancel_future(h);
+            }
+            self.unsubscribe();
+            self.keepalive = None;
+        }
+    }
+}
+
+fn validate(msg: &Acquire) -> Result<(), LockError> {
+    if msg.holder.is_empty() {
+        return Err(LockError::invalid("holder", "must not be empty"));
+    }
+    match msg.lease {
+        Some(lease) if lease < Duration::from_millis(1) => {
+            Err(LockError::invalid("lease", format!("{lease:?} is below 1 ms")))
+        }
+        Some(lease) if lease > MAX_LEASE => {
+            Err(LockError::invalid("lease", format!("{lease:?} is above {MAX_LEASE:?}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl Actor for LockActor {
+    type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if let Some(registry) = self.registry.upgrade() {
+            registry.do_send(Forget { name: self.name.clone(), id: self.id });
+        }
+        self.unsubscribe();
+        for w in self.waiters.drain(..) {
+            let _ = w.reply.send(Err(LockError::Shutdown));
+        }
+        for (holder, hold) in self.holds.drain() {
+            if hold.watchdog {
+                self.svc.watchdog.do_send(Untrack { name: self.name.clone(), holder, epoch: hold.epoch });
+            }
+        }
+        tracing::trace!(lock = %self.name, id = self.id, "lock actor stopped");
+    }
+}
+
+/// The reply to an [`Acquire`]: delivered when the lock is granted, the wait ends or it fails.
+/// It queues the caller's reply sender as a waiter, so nothing blocks the actor meanwhile.
+pub struct AcquireReply(Acquire);
+
+impl Handler<Acquire> for LockActor {
+    type Result = AcquireReply;
+
+    fn handle(&mut self, msg: Acquire, _: &mut Context<Self>) -> AcquireReply {
+        AcquireReply(msg)
+    }
+}
+
+impl MessageResponse<LockActor, Acquire> for AcquireReply {
+    fn handle(
+        self,
+        ctx: &mut Context<LockActor>,
+        tx: Option<OneshotSender<Result<Option<LockGuard>, LockError>>>,
+    ) {
+        // `do_send` leaves nobody to hand a guard to: taking the lock would only release it again.
+        let Some(tx) = tx else { return };
+        // Runs before the next message, with the actor at hand.
+        ctx.wait(actix::fut::ready(()).map(move |(), act: &mut LockActor, ctx| act.enqueue(self.0, tx, ctx)));
+    }
+}
+
+impl Handler<Release> for LockActor {
+    type Result = AtomicResponse<Self, Result<(), LockError>>;
+
+    fn handle(&mut self, Release(mut guard): Release, _: &mut Context<Self>) -> Self::Result {
+        let (holder, epoch) = guard.disarm();
+        self.release(holder, epoch)
+    }
+}
+
+impl Handler<ReleaseHold> for LockActor {
+    type Result = AtomicResponse<Self, Result<(), LockError>>;
+
+    fn handle(&mut self, msg: ReleaseHold, _: &mut Context<Self>) -> Self::Result {
+        self.release(msg.holder, msg.epoch)
+    }
+}
+
+impl Handler<Unlocked> for LockActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Unlocked, ctx: &mut Context<Self>) {
+        self.wake_one(ctx);
+    }
+}
+
+impl Handler<Resubscribed> for LockActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Resubscribed, ctx: &mut Context<Self>) {
+        self.wake_one(ctx);
+    }
+}
+
+impl Handler<HoldLost> for LockActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: HoldLost, ctx: &mut Context<Self>) {
+        self.lose(&msg.holder, msg.epoch, "renewal found it gone or failed too long", ctx);
+    }
+}
+
+impl Handler<StopLock> for LockActor {
+    type Result = AtomicResponse<Self, ()>;
+
+    fn handle(&mut self, msg: StopLock, _: &mut Context<Self>) -> Self::Result {
+        self.stopping = true;
+        for w in self.waiters.drain(..) {
+            let _ = w.reply.send(Err(LockError::Shutdown));
+        }
+        // Release each hold as often as it was taken (the hash has only this holder's field).
+        let releases: Vec<_> = if msg.release {
+            self.holds.iter().map(|(holder, h)| (holder.clone(), h.count, h.lease)).collect()
+        } else {
+            Vec::new()
+        };
+        let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
+        let work = async move {
+            for (holder, count, lease) in releases {
+                for _ in 0..count {
+                    match cmds.release(&name, &holder, lease).await {
+                        Ok(Released::StillHeld) => {}
+                        Ok(_) => break,
+                        Err(e) => {
+                            tracing::warn!(lock = %name, %holder, error = %e, "release at shutdown failed");
+                            break;
+                        }
+                    }
+                }
+            }
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(|(), _, ctx| ctx.stop())))
+    }
+}
+
+/// Resolves when waiter `id`'s caller drops its request (removing the waiter), or when the
+/// waiter has left the queue for any other reason.
+struct CallerGone {
+    id: u64,
+}
+
+impl ActorFuture<LockActor> for CallerGone {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut LockActor,
+        ctx: &mut Context<LockActor>,
+        task: &mut std::task::Context<'_>,
+    ) -> Poll<()> {
+        let id = self.id;
+        let Some(pos) = act.waiters.iter().position(|w| w.id == id) else {
+            return Poll::Ready(());
+        };
+        match act.waiters[pos].reply.poll_closed(task) {
+            Poll::Ready(()) => {
+                act.remove_waiter(pos, ctx);
+                tracing::debug!(lock = %act.name, "waiter left");
+                act.maybe_idle(ctx);
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

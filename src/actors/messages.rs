@@ -1,0 +1,147 @@
+//! Every message the actors exchange, in one place. [`Acquire`] and [`Release`] are public: the
+//! handles send exactly these, and an actix user may send them to a
+//! [`LockActor`](super::LockActor) directly (see `examples/messages.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Addr, Message, WeakAddr};
+
+use super::LockActor;
+use crate::{LockError, LockGuard};
+
+/// How long an [`Acquire`] may wait while the lock is held by someone else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Wait {
+    /// One attempt; `None` when the lock is busy.
+    No,
+    /// Wait up to this long, then `None`.
+    Up(Duration),
+    /// Wait until the lock is acquired.
+    Forever,
+}
+
+/// Take the lock for `holder`: the reply is a guard, or `None` when the wait ran out.
+///
+/// A lock taken with `lease: None` is renewed by the watchdog while held; one taken with a lease
+/// expires by itself after it. Dropping the reply (or the request) never leaks a hold: a guard
+/// that reaches nobody releases the lock.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<Option<LockGuard>, LockError>")]
+pub struct Acquire {
+    /// The holder, `<client id>:<n>` (see [`Lock::holder_id`](crate::Lock::holder_id)).
+    pub holder: String,
+    /// The lease; `None` for the watchdog.
+    pub lease: Option<Duration>,
+    /// How long to wait while the lock is busy.
+    pub wait: Wait,
+}
+
+/// Release the hold of one guard. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), LockError>")]
+pub struct Release(pub LockGuard);
+
+/// A guard was dropped: release its hold in the background.
+#[derive(Message)]
+#[rtype(result = "Result<(), LockError>")]
+pub(crate) struct ReleaseHold {
+    pub holder: Arc<str>,
+    pub epoch: u64,
+}
+
+/// The PubSubActor saw the unlock message on the lock's channel.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Unlocked;
+
+/// The pub/sub connection came back (messages may have been lost): waiters should retry.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Resubscribed;
+
+/// The watchdog found a hold gone, or could not renew it within the watchdog timeout.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct HoldLost {
+    pub holder: Arc<str>,
+    pub epoch: u64,
+}
+
+/// Stop the lock actor: fail its waiters with `Shutdown`, release its holds when `release`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopLock {
+    pub release: bool,
+}
+
+/// Registry: the live lock actor of `name`, started when there is none.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<LockActor>, LockError>")]
+pub(crate) struct Resolve {
+    pub name: Arc<str>,
+}
+
+/// Registry: the lock actor `id` of `name` has stopped.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Forget {
+    pub name: Arc<str>,
+    pub id: u64,
+}
+
+/// Registry: how many lock actors are alive.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub(crate) struct CountLive;
+
+/// Registry: stop everything; release what is held when `release`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Shutdown {
+    pub release: bool,
+}
+
+/// PubSubActor: route `channel` to lock actor `id` and subscribe it. Replies once subscribed
+/// (or once it will be, at the next connection).
+#[derive(Message)]
+#[rtype(result = "Result<(), LockError>")]
+pub(crate) struct Subscribe {
+    pub channel: String,
+    pub id: u64,
+    pub actor: WeakAddr<LockActor>,
+}
+
+/// PubSubActor: lock actor `id` no longer waits on `channel`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Unsubscribe {
+    pub channel: String,
+    pub id: u64,
+}
+
+/// Watchdog: renew `holder`'s hold on `name` until [`Untrack`] or loss.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Track {
+    pub name: Arc<str>,
+    pub holder: Arc<str>,
+    pub epoch: u64,
+    pub actor: WeakAddr<LockActor>,
+}
+
+/// Watchdog: stop renewing that hold.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Untrack {
+    pub name: Arc<str>,
+    pub holder: Arc<str>,
+    pub epoch: u64,
+}
+
+/// PubSubActor, Watchdog: drop connections and schedules for good (they are supervised, so
+/// they stay as inert actors until their last address goes).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Halt;

@@ -1,0 +1,49 @@
+//! The actor system of one [`LockManager`](crate::LockManager):
+//!
+//! - [`Registry`]: lock name → its [`LockActor`], started on demand;
+//! - [`LockActor`]: one per busy name; waiters, holds, subscription; stops itself when idle;
+//! - [`PubSubActor`]: the pub/sub connection, routing unlock messages (supervised);
+//! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised).
+//!
+//! [`messages`] lists everything they say to each other.
+
+mod lock_actor;
+pub(crate) mod messages;
+mod pubsub;
+mod registry;
+mod watchdog;
+
+use std::sync::Arc;
+
+use actix::{Actor, Addr, Supervisor};
+
+pub use lock_actor::{AcquireReply, LockActor};
+pub use pubsub::PubSubActor;
+pub use registry::Registry;
+pub use watchdog::Watchdog;
+
+use crate::scripts::Commands;
+use crate::{Config, LockError};
+
+/// What every lock actor needs: the command connection, the settings, and the two services.
+#[derive(Clone)]
+pub(crate) struct Services {
+    pub commands: Commands,
+    pub config: Arc<Config>,
+    pub pubsub: Addr<PubSubActor>,
+    pub watchdog: Addr<Watchdog>,
+}
+
+/// Connects and starts the actors on the current arbiter; returns the registry.
+pub(crate) async fn start(
+    client: redis::Client,
+    config: Arc<Config>,
+) -> Result<(Addr<Registry>, Commands), LockError> {
+    let commands = Commands::connect(client.clone(), &config).await?;
+    let connect_timeout = config.get_connect_timeout();
+    let pubsub = Supervisor::start(move |_| PubSubActor::new(client, connect_timeout));
+    let watchdog = Watchdog::new(commands.clone(), &config);
+    let watchdog = Supervisor::start(move |_| watchdog);
+    let svc = Services { commands: commands.clone(), config, pubsub, watchdog };
+    Ok((Registry::new(svc).start(), commands))
+}

@@ -1,0 +1,208 @@
+//! The PubSubActor: owns the one pub/sub connection of a manager and routes each unlock message
+//! to the lock actor waiting on that channel.
+//!
+//! It runs under an actix `Supervisor`. When the connection drops, the message stream ends, the
+//! actor stops and is restarted; it reconnects with backoff, subscribes every routed channel again
+//! and tells each routed lock actor to retry, since messages sent in the gap are gone.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actix::WeakAddr;
+use actix::prelude::*;
+use redis::aio::PubSubSink;
+
+use super::LockActor;
+use super::messages::*;
+use crate::LockError;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The actor that owns the pub/sub connection.
+pub struct PubSubActor {
+    client: redis::Client,
+    connect_timeout: Duration,
+    /// Channel → the lock actor waiting on it: from `Subscribe` to `Unsubscribe` (or that actor's
+    /// death). Kept across restarts: it is what gets resubscribed.
+    routes: HashMap<String, Route>,
+    /// The subscribing half of the connection: `Some` while connected.
+    sink: Option<PubSubSink>,
+    /// The delay before the next connection attempt.
+    backoff: Duration,
+    /// Whether a connection was ever made (a later one is a reconnection).
+    connected_before: bool,
+    /// Set by `Halt`: no more connections.
+    halted: bool,
+}
+
+struct Route {
+    id: u64,
+    actor: WeakAddr<LockActor>,
+}
+
+impl PubSubActor {
+    pub(crate) fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+        Self {
+            client,
+            connect_timeout,
+            routes: HashMap::new(),
+            sink: None,
+            backoff: BACKOFF_MIN,
+            connected_before: false,
+            halted: false,
+        }
+    }
+
+    fn connect(&mut self, ctx: &mut Context<Self>) {
+        if self.halted {
+            return;
+        }
+        let (client, limit) = (self.client.clone(), self.connect_timeout);
+        let channels: Vec<String> = self.routes.keys().cloned().collect();
+        let work = async move {
+            let pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
+                .await
+                .map_err(|_| "connect timed out".to_owned())?
+                .map_err(|e| e.to_string())?;
+            let (mut sink, stream) = pubsub.split();
+            if !channels.is_empty() {
+                sink.subscribe(&channels).await.map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>((sink, stream, channels))
+        };
+        ctx.wait(work.into_actor(self).map(|res, act, ctx| match res {
+            Ok(_) if act.halted => {}
+            Ok((sink, stream, channels)) => {
+                act.sink = Some(sink);
+                act.backoff = BACKOFF_MIN;
+                ctx.add_stream(stream);
+                // Routes added while connecting are subscribed now.
+                let late: Vec<String> =
+                    act.routes.keys().filter(|c| !channels.contains(c)).cloned().collect();
+                if !late.is_empty() {
+                    act.subscribe_now(late, ctx);
+                }
+                if std::mem::replace(&mut act.connected_before, true) {
+                    tracing::info!(channels = act.routes.len(), "pub/sub reconnected, waiters retry");
+                    for route in act.routes.values() {
+                        if let Some(actor) = route.actor.upgrade() {
+                            actor.do_send(Resubscribed);
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, retry_in = ?act.backoff, "pub/sub connection failed");
+                ctx.run_later(act.backoff, |act, ctx| act.connect(ctx));
+                act.backoff = (act.backoff * 2).min(BACKOFF_MAX);
+            }
+        }));
+    }
+
+    fn subscribe_now(&mut self, channels: Vec<String>, ctx: &mut Context<Self>) {
+        if let Some(mut sink) = self.sink.clone() {
+            ctx.spawn(
+                async move { sink.subscribe(&channels).await }
+                    .into_actor(self)
+                    .map(|res, _, _| {
+                        if let Err(error) = res {
+                            tracing::warn!(%error, "subscribe failed");
+                        }
+                    }),
+            );
+        }
+    }
+}
+
+impl Actor for PubSubActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.connected_before {
+            // A restart after a lost connection: give the server a moment.
+            ctx.run_later(self.backoff, |act, ctx| act.connect(ctx));
+        } else {
+            self.connect(ctx);
+        }
+    }
+}
+
+impl Supervised for PubSubActor {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.sink = None;
+        // Drop routes whose lock actor is gone.
+        self.routes.retain(|_, r| r.actor.upgrade().is_some());
+    }
+}
+
+impl StreamHandler<redis::Msg> for PubSubActor {
+    fn handle(&mut self, msg: redis::Msg, _: &mut Context<Self>) {
+        let channel = msg.get_channel_name();
+        match self.routes.get(channel).map(|r| r.actor.upgrade()) {
+            Some(Some(actor)) => actor.do_send(Unlocked),
+            Some(None) => {
+                self.routes.remove(channel);
+            }
+            None => {}
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Context<Self>) {
+        if !self.halted {
+            tracing::warn!("pub/sub connection lost; restarting");
+            self.sink = None;
+            ctx.stop();
+        }
+    }
+}
+
+impl Handler<Subscribe> for PubSubActor {
+    type Result = ResponseFuture<Result<(), LockError>>;
+
+    fn handle(&mut self, msg: Subscribe, _: &mut Context<Self>) -> Self::Result {
+        if self.halted {
+            return Box::pin(async { Err(LockError::Shutdown) });
+        }
+        self.routes.insert(msg.channel.clone(), Route { id: msg.id, actor: msg.actor });
+        match self.sink.clone() {
+            Some(mut sink) => Box::pin(async move {
+                sink.subscribe(&msg.channel)
+                    .await
+                    .map_err(|source| LockError::Redis { op: "subscribe", source })
+            }),
+            // Not connected: the channel is subscribed with the others at the next connection.
+            None => Box::pin(async { Ok(()) }),
+        }
+    }
+}
+
+impl Handler<Unsubscribe> for PubSubActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unsubscribe, ctx: &mut Context<Self>) {
+        if self.routes.get(&msg.channel).is_some_and(|r| r.id == msg.id) {
+            self.routes.remove(&msg.channel);
+            if let Some(mut sink) = self.sink.clone() {
+                ctx.spawn(
+                    async move {
+                        let _ = sink.unsubscribe(&msg.channel).await;
+                    }
+                    .into_actor(self),
+                );
+            }
+        }
+    }
+}
+
+impl Handler<Halt> for PubSubActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Halt, ctx: &mut Context<Self>) {
+        self.halted = true;
+        self.routes.clear();
+        self.sink = None;
+        // Drops the stream (and so the connection); the supervisor restarts an inert actor.
+        ctx.stop();
+    }
+}

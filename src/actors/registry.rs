@@ -1,0 +1,91 @@
+//! The Registry: resolves a lock name to its live lock actor, starting one when there is none.
+//!
+//! It keeps only weak addresses, so it never keeps an idle lock actor alive; a lock actor tells it
+//! when it stops. Resolving and stopping cannot race into a lost request: a resolved address is
+//! strong (the actor cannot stop while it is held), and a message that reaches an actor already
+//! stopping comes back `Closed`, unhandled, for the sender to resolve again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::WeakAddr;
+use actix::prelude::*;
+use futures_util::future::join_all;
+
+use super::messages::*;
+use super::{LockActor, Services};
+use crate::LockError;
+
+/// The actor that maps lock names to lock actors.
+pub struct Registry {
+    svc: Services,
+    /// Name → (actor id, its address): from the first request for the name until that actor stops.
+    actors: HashMap<Arc<str>, (u64, WeakAddr<LockActor>)>,
+    next_id: u64,
+    /// Set by `Shutdown`: no new lock actors.
+    shut: bool,
+}
+
+impl Registry {
+    pub(crate) fn new(svc: Services) -> Self {
+        Self { svc, actors: HashMap::new(), next_id: 0, shut: false }
+    }
+}
+
+impl Actor for Registry {
+    type Context = Context<Self>;
+}
+
+impl Handler<Resolve> for Registry {
+    type Result = Result<Addr<LockActor>, LockError>;
+
+    fn handle(&mut self, msg: Resolve, ctx: &mut Context<Self>) -> Self::Result {
+        if self.shut {
+            return Err(LockError::Shutdown);
+        }
+        crate::keys::validate_name(&msg.name)?;
+        let live = self.actors.get(&msg.name).and_then(|(_, weak)| weak.upgrade());
+        if let Some(addr) = live.filter(|a| a.connected()) {
+            return Ok(addr);
+        }
+        self.next_id += 1;
+        let (id, svc, me) = (self.next_id, self.svc.clone(), ctx.address().downgrade());
+        let addr = LockActor::new(id, msg.name.clone(), svc, me).start();
+        self.actors.insert(msg.name, (id, addr.downgrade()));
+        Ok(addr)
+    }
+}
+
+impl Handler<Forget> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
+        if self.actors.get(&msg.name).is_some_and(|(id, _)| *id == msg.id) {
+            self.actors.remove(&msg.name);
+        }
+    }
+}
+
+impl Handler<CountLive> for Registry {
+    type Result = usize;
+
+    fn handle(&mut self, _: CountLive, _: &mut Context<Self>) -> usize {
+        self.actors.values().filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected())).count()
+    }
+}
+
+impl Handler<Shutdown> for Registry {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, msg: Shutdown, _: &mut Context<Self>) -> Self::Result {
+        self.shut = true;
+        let live: Vec<_> = self.actors.drain().filter_map(|(_, (_, w))| w.upgrade()).collect();
+        let stops = join_all(live.into_iter().map(|a| a.send(StopLock { release: msg.release })));
+        Box::pin(stops.into_actor(self).map(|_, act, ctx| {
+            act.svc.watchdog.do_send(Halt);
+            act.svc.pubsub.do_send(Halt);
+            tracing::info!("lock manager shut down");
+            ctx.stop();
+        }))
+    }
+}

@@ -1,0 +1,172 @@
+//! The Watchdog: renews every hold this manager has without a lease, on one schedule every
+//! third of the watchdog timeout, up to [`RENEW_BATCH`] holds per script call.
+//!
+//! A hold is lost when a renewal finds its field gone, or when no renewal has succeeded for a
+//! whole watchdog timeout (Redis unreachable): its lock actor is told, and renewal for it stops.
+//! It runs under a `Supervisor`: if it ever stops it is restarted with its holds and schedule.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::WeakAddr;
+use actix::prelude::*;
+use futures_util::future::join_all;
+
+use super::LockActor;
+use super::messages::*;
+use crate::Config;
+use crate::scripts::{Commands, RENEW_BATCH};
+
+/// The actor that owns renewal.
+pub struct Watchdog {
+    commands: Commands,
+    timeout: Duration,
+    interval: Duration,
+    /// Holds to renew, by (name, holder): from `Track` to `Untrack` or loss.
+    tracked: HashMap<(Arc<str>, Arc<str>), Tracked>,
+    /// Whether a tick's renewals are still under way (a slow Redis must not pile them up).
+    ticking: bool,
+    /// Set by `Halt`: no more renewals.
+    halted: bool,
+}
+
+struct Tracked {
+    epoch: u64,
+    /// When Redis last confirmed the hold (the grant, or a renewal).
+    confirmed: Instant,
+    actor: WeakAddr<LockActor>,
+}
+
+impl Watchdog {
+    pub(crate) fn new(commands: Commands, config: &Config) -> Self {
+        let (timeout, interval) = (config.get_watchdog_timeout(), config.renewal_interval());
+        Self { commands, timeout, interval, tracked: HashMap::new(), ticking: false, halted: false }
+    }
+
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        if self.ticking || self.halted || self.tracked.is_empty() {
+            return;
+        }
+        self.ticking = true;
+        let holds: Vec<(Arc<str>, Arc<str>, u64)> = self
+            .tracked
+            .iter()
+            .map(|((name, holder), t)| (name.clone(), holder.clone(), t.epoch))
+            .collect();
+        let (commands, timeout) = (self.commands.clone(), self.timeout);
+        let started = Instant::now();
+        let work = async move {
+            let batches = holds.chunks(RENEW_BATCH).map(|batch| {
+                let commands = commands.clone();
+                async move {
+                    let pairs: Vec<(&str, &str)> =
+                        batch.iter().map(|(n, h, _)| (&**n, &**h)).collect();
+                    (batch, commands.renew(&pairs, timeout).await)
+                }
+            });
+            join_all(batches)
+                .await
+                .into_iter()
+                .map(|(batch, res)| (batch.to_vec(), res))
+                .collect::<Vec<_>>()
+        };
+        ctx.spawn(work.into_actor(self).map(move |results, act, _| {
+            act.ticking = false;
+            let (mut renewed, mut lost, mut failed) = (0usize, 0usize, 0usize);
+            for (batch, res) in results {
+                match res {
+                    Ok(flags) => {
+                        for ((name, holder, epoch), ok) in batch.into_iter().zip(flags) {
+                            if ok {
+                                renewed += 1;
+                                if let Some(t) = act.tracked.get_mut(&(name, holder)) {
+                                    t.confirmed = started.max(t.confirmed);
+                                }
+                            } else {
+                                lost += 1;
+                                act.lost(name, holder, epoch);
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        failed += batch.len();
+                        tracing::warn!(%error, holds = batch.len(), "renewal failed");
+                        let now = Instant::now();
+                        for (name, holder, epoch) in batch {
+                            let expired = act
+                                .tracked
+                                .get(&(name.clone(), holder.clone()))
+                                .is_some_and(|t| now.duration_since(t.confirmed) >= act.timeout);
+                            if expired {
+                                lost += 1;
+                                act.lost(name, holder, epoch);
+                            }
+                        }
+                    }
+                }
+            }
+            tracing::debug!(renewed, lost, failed, took = ?started.elapsed(), "renewal tick");
+        }));
+    }
+
+    fn lost(&mut self, name: Arc<str>, holder: Arc<str>, epoch: u64) {
+        let key = (name, holder);
+        if self.tracked.get(&key).is_some_and(|t| t.epoch == epoch) {
+            if let Some(t) = self.tracked.remove(&key) {
+                if let Some(actor) = t.actor.upgrade() {
+                    actor.do_send(HoldLost { holder: key.1, epoch });
+                }
+            }
+        }
+    }
+}
+
+impl Actor for Watchdog {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if !self.halted {
+            ctx.run_interval(self.interval, |act, ctx| act.tick(ctx));
+        }
+    }
+}
+
+impl Supervised for Watchdog {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.ticking = false;
+    }
+}
+
+impl Handler<Track> for Watchdog {
+    type Result = ();
+
+    fn handle(&mut self, msg: Track, _: &mut Context<Self>) {
+        if self.halted {
+            return;
+        }
+        let tracked = Tracked { epoch: msg.epoch, confirmed: Instant::now(), actor: msg.actor };
+        self.tracked.insert((msg.name, msg.holder), tracked);
+    }
+}
+
+impl Handler<Untrack> for Watchdog {
+    type Result = ();
+
+    fn handle(&mut self, msg: Untrack, _: &mut Context<Self>) {
+        let key = (msg.name, msg.holder);
+        if self.tracked.get(&key).is_some_and(|t| t.epoch == msg.epoch) {
+            self.tracked.remove(&key);
+        }
+    }
+}
+
+impl Handler<Halt> for Watchdog {
+    type Result = ();
+
+    fn handle(&mut self, _: Halt, ctx: &mut Context<Self>) {
+        self.halted = true;
+        self.tracked.clear();
+        ctx.stop();
+    }
+}

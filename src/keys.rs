@@ -1,0 +1,67 @@
+//! Names of the Redis keys and channels of a lock, exactly as `protocol.md` (and Redisson) lays
+//! them out. Pure functions: no I/O, no actix.
+
+/// The message published on a lock's unlock channel at its final release.
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
+
+/// `prefix:{name}`, or `prefix:name` when the name already carries a `{`, so that the name's own
+/// hash tag decides the Redis Cluster slot and every key of one lock lands in one slot.
+pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// Checks a lock name: any bytes Redis accepts, but not the empty string.
+pub(crate) fn validate_name(name: &str) -> Result<(), crate::LockError> {
+    if name.is_empty() {
+        return Err(crate::LockError::invalid("lock name", "must not be empty"));
+    }
+    Ok(())
+}
+
+/// The hash that holds a reentrant lock: the name itself.
+pub(crate) fn lock_key(name: &str) -> &str {
+    name
+}
+
+/// The channel on which a reentrant lock's final release is published.
+pub(crate) fn unlock_channel(name: &str) -> String {
+    prefixed("redisson_lock__channel", name)
+}
+
+/// The holder field of a lock handle: `<client id>:<n>`.
+pub(crate) fn holder(client_id: &uuid::Uuid, n: u64) -> String {
+    format!("{}:{n}", client_id.hyphenated())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_wraps_plain_names_in_a_hash_tag() {
+        assert_eq!(unlock_channel("orders"), "redisson_lock__channel:{orders}");
+        assert_eq!(unlock_channel("a b:c"), "redisson_lock__channel:{a b:c}");
+    }
+
+    #[test]
+    fn channel_keeps_a_name_that_has_its_own_tag() {
+        assert_eq!(unlock_channel("{user}:1"), "redisson_lock__channel:{user}:1");
+        assert_eq!(unlock_channel("x{"), "redisson_lock__channel:x{");
+    }
+
+    #[test]
+    fn lock_key_is_the_name_unchanged() {
+        assert_eq!(lock_key("orders"), "orders");
+        assert_eq!(lock_key("{user}:1"), "{user}:1");
+    }
+
+    #[test]
+    fn holder_is_lowercase_hyphenated_uuid_and_number() {
+        let id = uuid::Uuid::parse_str("9F1C0D2E-5B7A-4C1E-8D3F-2A6B1C9E0F11").unwrap();
+        assert_eq!(holder(&id, 7), "9f1c0d2e-5b7a-4c1e-8d3f-2a6b1c9e0f11:7");
+    }
+}

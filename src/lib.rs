@@ -1,0 +1,75 @@
+//! # lockman
+//!
+//! Distributed locks on Redis for Rust services, built as an [actix] actor system and
+//! compatible on the wire with [Redisson]: a Rust service and a Java service can lock the same
+//! names, exclude each other and wake each other.
+//!
+//! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
+//! how many times that holder took it (**reentrant**); the key's PTTL is the **lease**. A lock taken
+//! without a lease is renewed by the **watchdog** every third of the watchdog timeout (30 s by
+//! default) for as long as it is held, and expires within that timeout when its process dies. A
+//! caller that finds the lock taken **waits** on the lock's unlock channel and retries when the
+//! holder releases or its TTL runs out: no polling.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lockman::LockError> {
+//! use std::time::Duration;
+//! use lockman::LockManager;
+//!
+//! let manager = LockManager::connect("redis://127.0.0.1:6379/0").await?;
+//! let lock = manager.lock("orders:42");
+//!
+//! let guard = lock.acquire().await?;          // waits; renewed by the watchdog
+//! // ... the critical section ...
+//! guard.release().await?;
+//!
+//! if let Some(guard) = lock.try_acquire_for(Duration::from_millis(200)).await? {
+//!     assert!(!guard.is_lost());
+//! }                                            // dropping a guard releases it
+//! manager.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! `LockManager::start` works inside an actix System (actix-web, `#[actix_rt::main]`), where
+//! the actors run on the current arbiter, and from a plain `#[tokio::main]` program, where lockman
+//! runs them on an actix System of its own, on a background thread.
+//!
+//! ## Architecture
+//!
+//! | piece | what it owns |
+//! |---|---|
+//! | [`LockManager`], [`Lock`], [`LockGuard`] (`manager`, `lock`) | nothing but addresses: thin handles that send messages |
+//! | [`Acquire`], [`Release`] (`actors::messages`) | the public messages; actix users may send them to a [`LockActor`] |
+//! | `Registry` (`actors::registry`) | lock name → its lock actor, started on demand |
+//! | [`LockActor`] (`actors::lock_actor`) | one per busy name: local waiters, holds, subscription; stops when idle |
+//! | `PubSubActor` (`actors::pubsub`) | the pub/sub connection; routes unlock messages; supervised |
+//! | `Watchdog` (`actors::watchdog`) | batched renewal of every hold without a lease; supervised |
+//! | `scripts` (`*.lua`, `scripts/mod.rs`) | the protocol: one Lua script per operation, by EVALSHA |
+//! | `keys` | the names of keys and channels (Redisson's layout) |
+//!
+//! [actix]: https://docs.rs/actix
+//! [Redisson]: https://redisson.org
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, clippy::unwrap_used)]
+
+mod actors;
+mod config;
+mod error;
+mod keys;
+mod lock;
+mod manager;
+mod runtime;
+mod scripts;
+
+pub use actors::messages::{Acquire, Release, Wait};
+pub use actors::{AcquireReply, LockActor};
+pub use config::{
+    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+    MIN_WATCHDOG_TIMEOUT,
+};
+pub use error::LockError;
+pub use lock::{Lock, LockGuard};
+pub use manager::LockManager;

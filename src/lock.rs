@@ -1,0 +1,264 @@
+//! [`Lock`], the handle on one reentrant lock, and [`LockGuard`], one hold of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::{Addr, MailboxError};
+use tokio::sync::watch;
+
+use crate::actors::LockActor;
+use crate::actors::messages::{Acquire, Release, ReleaseHold, Resolve, Wait};
+use crate::manager::Inner;
+use crate::{LockError, keys};
+
+/// How often a request is re-sent when the lock actor it resolved stopped at that very moment.
+const RESOLVE_ATTEMPTS: usize = 8;
+
+/// A handle on the reentrant lock of one name, with one **holder** identity
+/// (`<client id>:<n>`, see [`holder_id`](Self::holder_id)).
+///
+/// Clones share the holder, so acquiring through a clone re-enters: the lock is free again after
+/// as many releases as acquisitions. Each successful acquire returns a [`LockGuard`].
+#[derive(Clone)]
+pub struct Lock {
+    mgr: Arc<Inner>,
+    name: Arc<str>,
+    holder: Arc<str>,
+}
+
+impl Lock {
+    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>) -> Self {
+        Self { mgr, name, holder }
+    }
+
+    /// The lock name: the Redis key of its hash.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This handle's holder: `<client uuid>:<n>`, the hash field Redis keeps its count in.
+    pub fn holder_id(&self) -> String {
+        self.holder.to_string()
+    }
+
+    /// Takes the lock, waiting as long as it takes; the watchdog renews it while the guard lives.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
+    /// not a lock, [`LockError::Shutdown`] after shutdown. Redis errors are retried while waiting.
+    ///
+    /// # Cancel safety
+    /// Dropping the future removes the waiter; a grant that arrives after that is released.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        self.request(None, Wait::Forever).await?.ok_or(LockError::Shutdown)
+    }
+
+    /// Takes the lock for `lease`, waiting as long as it takes. No renewal: the lock expires by
+    /// itself after `lease`, and the guard then reports it lost.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`LockError::InvalidArgument`] for a lease under 1 ms.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<LockGuard, LockError> {
+        self.request(Some(lease), Wait::Forever).await?.ok_or(LockError::Shutdown)
+    }
+
+    /// One attempt: the guard, or `None` when someone else holds the lock.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and any Redis error (nothing is retried).
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        self.request(None, Wait::No).await
+    }
+
+    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<LockGuard>, LockError> {
+        self.request(None, Wait::Up(wait)).await
+    }
+
+    /// Waits up to `wait` for the lock, taken for `lease`; `None` once `wait` has passed.
+    ///
+    /// # Errors
+    /// As [`acquire_with_lease`](Self::acquire_with_lease).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.request(Some(lease), Wait::Up(wait)).await
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters. `Ok(false)` when it was not locked.
+    /// The holder's guards learn of it at their next renewal.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`] (the key is left alone), Redis errors.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        keys::validate_name(&self.name)?;
+        self.mgr.commands.force_unlock(&self.name).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn is_locked(&self) -> Result<bool, LockError> {
+        Ok(self.inspect().await?.locked)
+    }
+
+    /// Whether this handle's holder holds the lock.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn is_held(&self) -> Result<bool, LockError> {
+        Ok(self.inspect().await?.count > 0)
+    }
+
+    /// How many times this handle's holder holds the lock (0 when it does not).
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn hold_count(&self) -> Result<u32, LockError> {
+        Ok(self.inspect().await?.count)
+    }
+
+    /// How long the lock stays held without renewal; `None` when nobody holds it.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
+        Ok(self.inspect().await?.ttl)
+    }
+
+    async fn inspect(&self) -> Result<crate::scripts::Inspection, LockError> {
+        keys::validate_name(&self.name)?;
+        self.mgr.commands.inspect(&self.name, &self.holder).await
+    }
+
+    /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.
+    async fn request(
+        &self,
+        lease: Option<Duration>,
+        wait: Wait,
+    ) -> Result<Option<LockGuard>, LockError> {
+        keys::validate_name(&self.name)?;
+        for _ in 0..RESOLVE_ATTEMPTS {
+            let resolve = Resolve { name: self.name.clone() };
+            let actor = self.mgr.registry.send(resolve).await.map_err(|_| LockError::Shutdown)??;
+            let acquire = Acquire { holder: self.holder.to_string(), lease, wait };
+            match actor.send(acquire).await {
+                Ok(reply) => return reply.map(|g| g.map(|g| g.keeping(self.mgr.clone()))),
+                // The actor stopped before handling it: nothing happened, resolve again.
+                Err(MailboxError::Closed) => continue,
+                Err(MailboxError::Timeout) => break,
+            }
+        }
+        Err(LockError::Shutdown)
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("name", &self.name).field("holder", &self.holder).finish()
+    }
+}
+
+/// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping
+/// it releases in the background. It knows when the lock was lost (expired, deleted, force
+/// unlocked, not renewable for a whole watchdog timeout): see [`is_lost`](Self::is_lost).
+#[must_use = "dropping a guard releases the lock at once"]
+pub struct LockGuard {
+    actor: Addr<LockActor>,
+    name: Arc<str>,
+    holder: Arc<str>,
+    epoch: u64,
+    lost: watch::Receiver<bool>,
+    /// Whether dropping the guard still has to release its hold.
+    armed: bool,
+    /// Keeps the manager (and its renewals) running while the guard lives.
+    manager: Option<Arc<Inner>>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        actor: Addr<LockActor>,
+        name: Arc<str>,
+        holder: Arc<str>,
+        epoch: u64,
+        lost: watch::Receiver<bool>,
+    ) -> Self {
+        Self { actor, name, holder, epoch, lost, armed: true, manager: None }
+    }
+
+    fn keeping(mut self, manager: Arc<Inner>) -> Self {
+        self.manager = Some(manager);
+        self
+    }
+
+    /// Takes the hold out of the guard: the caller releases it.
+    pub(crate) fn disarm(&mut self) -> (Arc<str>, u64) {
+        self.armed = false;
+        (self.holder.clone(), self.epoch)
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The holder that holds it.
+    pub fn holder_id(&self) -> &str {
+        &self.holder
+    }
+
+    /// Releases this hold: the lock is free once every hold of its holder is released.
+    ///
+    /// # Errors
+    /// [`LockError::NotHeld`] when the lock was lost meanwhile; Redis errors (the outcome is then
+    /// unknown: a lock not released expires after its lease or watchdog timeout).
+    pub async fn release(self) -> Result<(), LockError> {
+        let actor = self.actor.clone();
+        actor.send(Release(self)).await.map_err(|_| LockError::Shutdown)?
+    }
+
+    /// Whether the lock is known to be lost (or the manager stopped renewing it).
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow() || self.lost.has_changed().is_err()
+    }
+
+    /// Resolves once the lock is known to be lost; never, while it is held.
+    pub async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        let _ = lost.wait_for(|lost| *lost).await;
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let (holder, epoch) = self.disarm();
+            self.actor.do_send(ReleaseHold { holder, epoch });
+        }
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

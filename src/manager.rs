@@ -1,0 +1,120 @@
+//! The public façade: [`LockManager`] connects and hands out [`Lock`] handles.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix::Addr;
+use uuid::Uuid;
+
+use crate::actors::messages::{CountLive, Resolve, Shutdown};
+use crate::actors::{self, LockActor, Registry};
+use crate::runtime::Host;
+use crate::scripts::Commands;
+use crate::{Config, Lock, LockError, keys};
+
+/// The entry point: one connection to one Redis server, one **client id**, and the actors that
+/// serve every lock taken through it. Cheap to clone; clones share everything.
+///
+/// Dropping the last handle (manager, lock or guard) stops renewals without releasing: locks still
+/// held then expire within the watchdog timeout. Call [`shutdown`](Self::shutdown) to release.
+#[derive(Clone)]
+pub struct LockManager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub client_id: Uuid,
+    pub registry: Addr<Registry>,
+    pub commands: Commands,
+    next_holder: AtomicU64,
+    host: Host,
+}
+
+impl LockManager {
+    /// Connects to Redis and starts the actors: on the current actix arbiter if there is one,
+    /// otherwise on an actix System of lockman's own, on a background thread.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a bad setting or URL; [`LockError::Connect`] or
+    /// [`LockError::Timeout`] when Redis cannot be reached within the connect timeout.
+    pub async fn start(config: Config) -> Result<Self, LockError> {
+        let client = config.validate()?;
+        let config = Arc::new(config);
+        let host = Host::current_or_spawn().await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        host.arbiter.spawn(async move {
+            let _ = tx.send(actors::start(client, config).await);
+        });
+        let (registry, commands) = rx.await.map_err(|_| LockError::Shutdown)??;
+        let client_id = Uuid::new_v4();
+        tracing::info!(%client_id, own_system = host.owned.is_some(), "lock manager started");
+        let next_holder = AtomicU64::new(0);
+        Ok(Self { inner: Arc::new(Inner { client_id, registry, commands, next_holder, host }) })
+    }
+
+    /// [`start`](Self::start) with the default settings.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::start(Config::new(url)).await
+    }
+
+    /// This manager's client id: the first part of every holder it creates.
+    pub fn client_id(&self) -> Uuid {
+        self.inner.client_id
+    }
+
+    /// A handle on the reentrant lock `name`, with a new **holder** identity: two calls give two
+    /// holders that exclude each other; clones of one handle share its holder and re-enter.
+    /// The name is checked when the handle is used (an empty one is refused).
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
+        let holder = keys::holder(&self.inner.client_id, n);
+        Lock::new(self.inner.clone(), name.into().into(), holder.into())
+    }
+
+    /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
+    /// and [`Release`](crate::Release) themselves. Holding the address keeps that actor alive.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name; [`LockError::Shutdown`] after shutdown.
+    pub async fn lock_actor(&self, name: &str) -> Result<Addr<LockActor>, LockError> {
+        let resolve = Resolve { name: name.into() };
+        self.inner.registry.send(resolve).await.map_err(|_| LockError::Shutdown)?
+    }
+
+    /// How many lock actors are alive: one per name with a hold or a waiter in this process (or
+    /// whose address someone keeps). Idle names cost nothing; this is for diagnostics and tests.
+    pub async fn live_lock_actors(&self) -> usize {
+        self.inner.registry.send(CountLive).await.unwrap_or(0)
+    }
+
+    /// Stops renewals, releases every lock this manager holds, fails its waiters with
+    /// [`LockError::Shutdown`], and closes its connections. Later calls fail with `Shutdown`.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.registry.send(Shutdown { release: true }).await;
+    }
+}
+
+impl std::fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockManager").field("client_id", &self.inner.client_id).finish()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Releases already sent by dropped guards are queued before this stop, so they run first.
+        let (registry, own) = (self.registry.clone(), self.host.owned.is_some());
+        let spawned = self.host.arbiter.spawn(async move {
+            let _ = registry.send(Shutdown { release: false }).await;
+            if own {
+                actix_rt::System::current().stop();
+            }
+        });
+        if let (false, Some(system)) = (spawned, &self.host.owned) {
+            system.stop();
+        }
+    }
+}

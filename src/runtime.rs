@@ -1,0 +1,36 @@
+//! Where the actors run: on the caller's actix arbiter when there is one (actix-web,
+//! `#[actix_rt::main]`), otherwise on an actix System of lockman's own, on a background thread,
+//! so that a plain `#[tokio::main]` program works too (actix actors need a System).
+
+use actix_rt::{Arbiter, ArbiterHandle, System};
+
+use crate::LockError;
+
+/// The arbiter that hosts a manager's actors, and the System lockman started, if it did.
+pub(crate) struct Host {
+    pub arbiter: ArbiterHandle,
+    /// `Some` when lockman runs its own System: stopped when the manager is dropped.
+    pub owned: Option<System>,
+}
+
+impl Host {
+    /// The current arbiter, or a new System on a thread named `lockman`.
+    pub(crate) async fn current_or_spawn() -> Result<Self, LockError> {
+        if let Some(arbiter) = Arbiter::try_current() {
+            return Ok(Self { arbiter, owned: None });
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("lockman".into())
+            .spawn(move || {
+                let runner = System::new();
+                let _ = tx.send((System::current(), Arbiter::current()));
+                if let Err(error) = runner.run() {
+                    tracing::error!(%error, "lockman's actix system failed");
+                }
+            })
+            .map_err(|e| LockError::invalid("runtime", format!("cannot start a thread: {e}")))?;
+        let (system, arbiter) = rx.await.map_err(|_| LockError::Shutdown)?;
+        Ok(Self { arbiter, owned: Some(system) })
+    }
+}

@@ -1,0 +1,232 @@
+//! The protocol layer: the Lua scripts of `protocol.md`, run by EVALSHA, and their replies decoded
+//! into types. No actix here: actors call these, and so do the handles for read-only queries.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use crate::keys::{self, UNLOCK_MESSAGE};
+use crate::{Config, LockError};
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
+
+/// The most holds one renewal script call carries.
+pub(crate) const RENEW_BATCH: usize = 100;
+
+/// The outcome of one acquire attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The holder's count was incremented and the lease set.
+    Acquired,
+    /// Another holder has it, for `ttl` more (`None`: the key has no expiry).
+    Busy { ttl: Option<Duration> },
+}
+
+/// The outcome of one release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The holder had no field: nothing changed.
+    NotHeld,
+    /// The count went down and is still above zero.
+    StillHeld,
+    /// The key was deleted and the unlock message published.
+    Unlocked,
+}
+
+/// A lock's state as seen by one holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Inspection {
+    pub locked: bool,
+    pub count: u32,
+    pub ttl: Option<Duration>,
+}
+
+/// The command connection (redis-rs's `ConnectionManager`, which reconnects by itself) and the
+/// scripts run on it. Cheap to clone: clones share one multiplexed connection.
+#[derive(Clone)]
+pub(crate) struct Commands {
+    conn: ConnectionManager,
+    response_timeout: Duration,
+}
+
+impl Commands {
+    /// Connects, failing within the config's connect timeout when Redis is unreachable.
+    pub(crate) async fn connect(client: redis::Client, config: &Config) -> Result<Self, LockError> {
+        let connect_timeout = config.get_connect_timeout();
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(config.get_response_timeout()))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let url = redacted(config.url());
+        let conn = match tokio::time::timeout(
+            connect_timeout,
+            ConnectionManager::new_with_config(client, settings),
+        )
+        .await
+        {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(source)) => return Err(LockError::Connect { url, source }),
+            Err(_) => return Err(LockError::Timeout { op: "connect", after: connect_timeout }),
+        };
+        Ok(Self { conn, response_timeout: config.get_response_timeout() })
+    }
+
+    /// Runs one script call, bounded by the response timeout even while reconnecting.
+    async fn run(
+        &self,
+        op: &'static str,
+        key: &str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.response_timeout, invocation.invoke_async(&mut conn)).await
+        {
+            Ok(reply) => reply.map_err(|e| LockError::redis(op, key, e)),
+            Err(_) => Err(LockError::Timeout { op, after: self.response_timeout }),
+        }
+    }
+
+    /// One acquire attempt (`acquire.lua`).
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<Attempt, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = ACQUIRE.key(key);
+        call.arg(millis(lease)).arg(holder);
+        match self.run("acquire", key, call).await? {
+            Value::Nil => Ok(Attempt::Acquired),
+            Value::Int(ttl) => Ok(Attempt::Busy { ttl: ttl_of(ttl) }),
+            other => Err(unexpected("acquire", other)),
+        }
+    }
+
+    /// Releases one hold (`release.lua`), restoring `lease` when holds remain.
+    pub(crate) async fn release(
+        &self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+    ) -> Result<Released, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = RELEASE.key(key);
+        call.key(keys::unlock_channel(name))
+            .arg(UNLOCK_MESSAGE)
+            .arg(millis(lease))
+            .arg(holder);
+        match self.run("release", key, call).await? {
+            Value::Nil => Ok(Released::NotHeld),
+            Value::Int(0) => Ok(Released::StillHeld),
+            Value::Int(1) => Ok(Released::Unlocked),
+            other => Err(unexpected("release", other)),
+        }
+    }
+
+    /// Deletes the lock whoever holds it (`force_unlock.lua`); true when there was one.
+    pub(crate) async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = FORCE_UNLOCK.key(key);
+        call.key(keys::unlock_channel(name)).arg(UNLOCK_MESSAGE);
+        match self.run("force unlock", key, call).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("force unlock", other)),
+        }
+    }
+
+    /// Reads the lock's state for `holder` (`inspect.lua`), changing nothing.
+    pub(crate) async fn inspect(&self, name: &str, holder: &str) -> Result<Inspection, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = INSPECT.key(key);
+        call.arg(holder);
+        match self.run("inspect", key, call).await? {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(exists), Value::Int(count), Value::Int(ttl)] => Ok(Inspection {
+                    locked: *exists == 1,
+                    count: u32::try_from(*count).unwrap_or(0),
+                    ttl: if *exists == 1 { ttl_of(*ttl) } else { None },
+                }),
+                _ => Err(unexpected("inspect", Value::Array(items))),
+            },
+            other => Err(unexpected("inspect", other)),
+        }
+    }
+
+    /// Renews up to [`RENEW_BATCH`] holds (`renew.lua`): `true` for each hold still in place.
+    pub(crate) async fn renew(
+        &self,
+        holds: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        let mut call = RENEW.prepare_invoke();
+        call.arg(millis(timeout));
+        for (name, holder) in holds {
+            call.key(keys::lock_key(name)).arg(*holder);
+        }
+        match self.run("renew", "", call).await? {
+            Value::Array(items) if items.len() == holds.len() => Ok(items
+                .iter()
+                .map(|v| matches!(v, Value::Int(1)))
+                .collect()),
+            other => Err(unexpected("renew", other)),
+        }
+    }
+}
+
+/// A duration as whole milliseconds, at least 1 (PEXPIRE 0 would delete the key).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// A PTTL reply: `None` for "no expiry" (-1); a missing key (-2) counts as already expired.
+fn ttl_of(ms: i64) -> Option<Duration> {
+    match ms {
+        -1 => None,
+        ms => Some(Duration::from_millis(ms.max(0).unsigned_abs())),
+    }
+}
+
+fn unexpected(op: &'static str, reply: Value) -> LockError {
+    LockError::UnexpectedReply { op, detail: format!("{reply:?}") }
+}
+
+/// The URL without its password, for error messages.
+pub(crate) fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_replies_decode() {
+        assert_eq!(ttl_of(-1), None);
+        assert_eq!(ttl_of(-2), Some(Duration::ZERO));
+        assert_eq!(ttl_of(1500), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn millis_never_rounds_to_zero() {
+        assert_eq!(millis(Duration::from_micros(10)), 1);
+        assert_eq!(millis(Duration::from_secs(30)), 30_000);
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redacted("redis://:secret@host:1/0"), "redis://***@host:1/0");
+        assert_eq!(redacted("redis://host:1/0"), "redis://host:1/0");
+    }
+}

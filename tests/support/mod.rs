@@ -1,0 +1,166 @@
+//! Throwaway `redis-server` processes for tests, examples and benches.
+//!
+//! Each [`RedisServer`] runs the binary from `REDIS_SERVER_BIN` (default: `redis-server` on the
+//! PATH) on a free loopback port, in a temporary folder of its own with nothing saved to disk,
+//! waits until it answers PING, and is killed when dropped. It can be stopped and restarted on
+//! the same port, to test what happens while Redis is away. Nothing here touches any other server.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer its first PING.
+const STARTUP_LIMIT: Duration = Duration::from_secs(10);
+
+/// One redis-server process on 127.0.0.1.
+pub struct RedisServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port; panics (failing the test) when none can be started.
+    pub fn start() -> Self {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let mut server = Self { port: free_port(), dir, child: None };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+
+    /// `redis://127.0.0.1:<port>/0`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A redis-rs client for checking the server's state directly.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("valid url")
+    }
+
+    /// A blocking connection, for raw checks (HGETALL, PTTL, INFO …).
+    pub fn conn(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect to test redis")
+    }
+
+    /// Kills the server (SIGKILL: what a crash looks like) and waits for it to go.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        let mut last_error = String::new();
+        for _ in 0..20 {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) => last_error = e,
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not restart redis-server on {}: {last_error}", self.port);
+    }
+
+    /// Whether the process is running.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+        let log = self.dir.path().join("redis.log");
+        let child = Command::new(&bin)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot run {bin:?} ({e}); install it (Debian: apt-get install redis-server) \
+                     or set REDIS_SERVER_BIN"
+                )
+            })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("exited with {status}: {}", read_log(&log)));
+                }
+            }
+            if let Ok(mut conn) = self.client().get_connection() {
+                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stop();
+        Err(format!("no PING answer within {STARTUP_LIMIT:?}: {}", read_log(&log)))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").port()
+}
+
+fn read_log(path: &PathBuf) -> String {
+    std::fs::read_to_string(path).unwrap_or_default().lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+}
+
+/// Number of calls of `command` (lowercase, e.g. `evalsha`, `publish`) since the last
+/// CONFIG RESETSTAT, from INFO commandstats.
+pub fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
