@@ -89,6 +89,7 @@ impl RedisServer {
         let child = Command::new(&bin)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
