@@ -99,7 +99,10 @@ impl Config {
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
             return Err(LockError::invalid(
                 "watchdog timeout",
-                format!("{:?} is below the minimum {MIN_WATCHDOG_TIMEOUT:?}", self.watchdog_timeout),
+                format!(
+                    "{:?} is below the minimum {MIN_WATCHDOG_TIMEOUT:?}",
+                    self.watchdog_timeout
+                ),
             ));
         }
         for (what, value) in [
@@ -138,7 +141,10 @@ mod tests {
         ];
         for c in bad {
             let err = c.validate().unwrap_err();
-            assert!(matches!(err, LockError::InvalidArgument { .. }), "{c:?}: {err:?}");
+            assert!(
+                matches!(err, LockError::InvalidArgument { .. }),
+                "{c:?}: {err:?}"
+            );
         }
         assert!(Config::new("redis://127.0.0.1:1/3").validate().is_ok());
     }

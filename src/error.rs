@@ -85,15 +85,20 @@ impl LockError {
     }
 
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
-        Self::InvalidArgument { what, reason: reason.into() }
+        Self::InvalidArgument {
+            what,
+            reason: reason.into(),
+        }
     }
 
     /// Classifies a redis-rs error of step `op` on `key`.
     pub(crate) fn redis(op: &'static str, key: &str, source: redis::RedisError) -> Self {
-        let wrong_type = source.code() == Some("WRONGTYPE")
-            || source.to_string().contains("WRONGTYPE");
+        let wrong_type =
+            source.code() == Some("WRONGTYPE") || source.to_string().contains("WRONGTYPE");
         if wrong_type {
-            Self::WrongType { key: key.to_owned() }
+            Self::WrongType {
+                key: key.to_owned(),
+            }
         } else {
             Self::Redis { op, source }
         }

@@ -49,7 +49,10 @@ mod tests {
 
     #[test]
     fn channel_keeps_a_name_that_has_its_own_tag() {
-        assert_eq!(unlock_channel("{user}:1"), "redisson_lock__channel:{user}:1");
+        assert_eq!(
+            unlock_channel("{user}:1"),
+            "redisson_lock__channel:{user}:1"
+        );
         assert_eq!(unlock_channel("x{"), "redisson_lock__channel:x{");
     }
 

@@ -53,7 +53,8 @@
 //! [Redisson]: https://redisson.org
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs, clippy::unwrap_used)]
+#![warn(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod actors;
 mod config;

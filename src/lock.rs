@@ -50,7 +50,9 @@ impl Lock {
     /// # Cancel safety
     /// Dropping the future removes the waiter; a grant that arrives after that is released.
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        self.request(None, Wait::Forever).await?.ok_or(LockError::Shutdown)
+        self.request(None, Wait::Forever)
+            .await?
+            .ok_or(LockError::Shutdown)
     }
 
     /// Takes the lock for `lease`, waiting as long as it takes. No renewal: the lock expires by
@@ -62,7 +64,9 @@ impl Lock {
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
     pub async fn acquire_with_lease(&self, lease: Duration) -> Result<LockGuard, LockError> {
-        self.request(Some(lease), Wait::Forever).await?.ok_or(LockError::Shutdown)
+        self.request(Some(lease), Wait::Forever)
+            .await?
+            .ok_or(LockError::Shutdown)
     }
 
     /// One attempt: the guard, or `None` when someone else holds the lock.
@@ -154,9 +158,20 @@ impl Lock {
     ) -> Result<Option<LockGuard>, LockError> {
         keys::validate_name(&self.name)?;
         for _ in 0..RESOLVE_ATTEMPTS {
-            let resolve = Resolve { name: self.name.clone() };
-            let actor = self.mgr.registry.send(resolve).await.map_err(|_| LockError::Shutdown)??;
-            let acquire = Acquire { holder: self.holder.to_string(), lease, wait };
+            let resolve = Resolve {
+                name: self.name.clone(),
+            };
+            let actor = self
+                .mgr
+                .registry
+                .send(resolve)
+                .await
+                .map_err(|_| LockError::Shutdown)??;
+            let acquire = Acquire {
+                holder: self.holder.to_string(),
+                lease,
+                wait,
+            };
             match actor.send(acquire).await {
                 Ok(reply) => return reply.map(|g| g.map(|g| g.keeping(self.mgr.clone()))),
                 // The actor stopped before handling it: nothing happened, resolve again.
@@ -170,7 +185,10 @@ impl Lock {
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name).field("holder", &self.holder).finish()
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .finish()
     }
 }
 
@@ -198,7 +216,15 @@ impl LockGuard {
         epoch: u64,
         lost: watch::Receiver<bool>,
     ) -> Self {
-        Self { actor, name, holder, epoch, lost, armed: true, manager: None }
+        Self {
+            actor,
+            name,
+            holder,
+            epoch,
+            lost,
+            armed: true,
+            manager: None,
+        }
     }
 
     fn keeping(mut self, manager: Arc<Inner>) -> Self {
@@ -229,7 +255,10 @@ impl LockGuard {
     /// unknown: a lock not released expires after its lease or watchdog timeout).
     pub async fn release(self) -> Result<(), LockError> {
         let actor = self.actor.clone();
-        actor.send(Release(self)).await.map_err(|_| LockError::Shutdown)?
+        actor
+            .send(Release(self))
+            .await
+            .map_err(|_| LockError::Shutdown)?
     }
 
     /// Whether the lock is known to be lost (or the manager stopped renewing it).

@@ -49,7 +49,15 @@ impl LockManager {
         let client_id = Uuid::new_v4();
         tracing::info!(%client_id, own_system = host.owned.is_some(), "lock manager started");
         let next_holder = AtomicU64::new(0);
-        Ok(Self { inner: Arc::new(Inner { client_id, registry, commands, next_holder, host }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client_id,
+                registry,
+                commands,
+                next_holder,
+                host,
+            }),
+        })
     }
 
     /// [`start`](Self::start) with the default settings.
@@ -81,7 +89,11 @@ impl LockManager {
     /// [`LockError::InvalidArgument`] for an empty name; [`LockError::Shutdown`] after shutdown.
     pub async fn lock_actor(&self, name: &str) -> Result<Addr<LockActor>, LockError> {
         let resolve = Resolve { name: name.into() };
-        self.inner.registry.send(resolve).await.map_err(|_| LockError::Shutdown)?
+        self.inner
+            .registry
+            .send(resolve)
+            .await
+            .map_err(|_| LockError::Shutdown)?
     }
 
     /// How many lock actors are alive: one per name with a hold or a waiter in this process (or
@@ -99,7 +111,9 @@ impl LockManager {
 
 impl std::fmt::Debug for LockManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockManager").field("client_id", &self.inner.client_id).finish()
+        f.debug_struct("LockManager")
+            .field("client_id", &self.inner.client_id)
+            .finish()
     }
 }
 

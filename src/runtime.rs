@@ -17,7 +17,10 @@ impl Host {
     /// The current arbiter, or a new System on a thread named `lockman`.
     pub(crate) async fn current_or_spawn() -> Result<Self, LockError> {
         if let Some(arbiter) = Arbiter::try_current() {
-            return Ok(Self { arbiter, owned: None });
+            return Ok(Self {
+                arbiter,
+                owned: None,
+            });
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
@@ -31,6 +34,9 @@ impl Host {
             })
             .map_err(|e| LockError::invalid("runtime", format!("cannot start a thread: {e}")))?;
         let (system, arbiter) = rx.await.map_err(|_| LockError::Shutdown)?;
-        Ok(Self { arbiter, owned: Some(system) })
+        Ok(Self {
+            arbiter,
+            owned: Some(system),
+        })
     }
 }

@@ -12,7 +12,9 @@ use redis::Commands;
 use support::{RedisServer, command_calls, eventually};
 
 async fn manager(server: &RedisServer) -> LockManager {
-    LockManager::start(Config::new(server.url())).await.expect("manager starts")
+    LockManager::start(Config::new(server.url()))
+        .await
+        .expect("manager starts")
 }
 
 #[tokio::test]
@@ -22,17 +24,35 @@ async fn waiter_gets_an_expired_lease_lock_right_after_its_ttl() {
     let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
     let lease = Duration::from_millis(600);
     let t0 = Instant::now();
-    let held = holder_mgr.lock("lease").acquire_with_lease(lease).await.unwrap();
+    let held = holder_mgr
+        .lock("lease")
+        .acquire_with_lease(lease)
+        .await
+        .unwrap();
     let t1 = Instant::now();
     let _ = redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut raw);
 
     let guard = waiter_mgr.lock("lease").acquire().await.unwrap();
     let got = Instant::now();
-    assert!(got >= t0 + lease, "acquired {:?} before the lease ran out", t0 + lease - got);
+    assert!(
+        got >= t0 + lease,
+        "acquired {:?} before the lease ran out",
+        t0 + lease - got
+    );
     let late = got.saturating_duration_since(t1 + lease);
-    assert!(late <= Duration::from_millis(100), "acquired {late:?} after the TTL ran out");
-    assert_eq!(command_calls(&mut raw, "publish"), 0, "nobody published: the TTL woke the waiter");
-    assert!(held.is_lost(), "the lease holder's guard knows its lease ran out");
+    assert!(
+        late <= Duration::from_millis(100),
+        "acquired {late:?} after the TTL ran out"
+    );
+    assert_eq!(
+        command_calls(&mut raw, "publish"),
+        0,
+        "nobody published: the TTL woke the waiter"
+    );
+    assert!(
+        held.is_lost(),
+        "the lease holder's guard knows its lease ran out"
+    );
     guard.release().await.unwrap();
 }
 
@@ -47,7 +67,10 @@ async fn try_acquire_for_gives_up_after_about_the_wait() {
         let took = started.elapsed();
         assert!(got.is_none());
         assert!(took >= wait, "gave up early: {took:?} < {wait:?}");
-        assert!(took <= wait + Duration::from_millis(50), "gave up late: {took:?} for {wait:?}");
+        assert!(
+            took <= wait + Duration::from_millis(50),
+            "gave up late: {took:?} for {wait:?}"
+        );
     }
 }
 
@@ -59,14 +82,20 @@ async fn try_acquire_for_gets_the_lock_when_released_within_the_wait() {
     let waiter = mgr.lock("soon");
     let task = tokio::spawn(async move {
         let started = Instant::now();
-        let got = waiter.try_acquire_for(Duration::from_secs(5)).await.unwrap();
+        let got = waiter
+            .try_acquire_for(Duration::from_secs(5))
+            .await
+            .unwrap();
         (got.is_some(), started.elapsed())
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     held.release().await.unwrap();
     let (got, took) = task.await.unwrap();
     assert!(got);
-    assert!(took < Duration::from_secs(1), "woken by the release, not the 30 s TTL: {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "woken by the release, not the 30 s TTL: {took:?}"
+    );
 }
 
 #[tokio::test]
@@ -91,7 +120,10 @@ async fn one_unlock_message_wakes_one_local_waiter() {
     // Every waiter has made its first attempt (and the post-subscribe one) by now.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(acquired.load(Ordering::SeqCst), 0);
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut raw).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut raw)
+        .unwrap();
 
     held.release().await.unwrap();
     for t in tasks {
@@ -100,12 +132,23 @@ async fn one_unlock_message_wakes_one_local_waiter() {
     assert_eq!(acquired.load(Ordering::SeqCst), WAITERS);
     let evalsha = command_calls(&mut raw, "evalsha");
     let published = command_calls(&mut raw, "publish");
-    assert_eq!(published, WAITERS as u64 + 1, "one unlock message per final release");
+    assert_eq!(
+        published,
+        WAITERS as u64 + 1,
+        "one unlock message per final release"
+    );
     // 1 release by the holder, then per waiter one acquire and one release. Waking every waiter
     // at each message would cost about WAITERS²/2 attempts instead.
     let ideal = 1 + 2 * WAITERS as u64;
-    assert!(evalsha <= ideal + 4, "{evalsha} script calls for {WAITERS} hand-offs (ideal {ideal})");
-    assert!(eventually(Duration::from_secs(2), || raw.exists::<_, bool>("hot") == Ok(false)).await);
+    assert!(
+        evalsha <= ideal + 4,
+        "{evalsha} script calls for {WAITERS} hand-offs (ideal {ideal})"
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || raw.exists::<_, bool>("hot")
+            == Ok(false))
+        .await
+    );
 }
 
 #[tokio::test]
@@ -116,7 +159,10 @@ async fn dropping_a_waiting_acquire_removes_the_waiter() {
     let held = holder_mgr.lock("w").acquire().await.unwrap();
     let waiter = waiter_mgr.lock("w");
     let attempt = tokio::time::timeout(Duration::from_millis(200), waiter.acquire()).await;
-    assert!(attempt.is_err(), "still waiting when the timeout dropped it");
+    assert!(
+        attempt.is_err(),
+        "still waiting when the timeout dropped it"
+    );
     let live = waiter_mgr.clone();
     let mut idle = false;
     for _ in 0..100 {
@@ -126,11 +172,17 @@ async fn dropping_a_waiting_acquire_removes_the_waiter() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(idle, "the waiter's lock actor stopped once its only waiter left");
+    assert!(
+        idle,
+        "the waiter's lock actor stopped once its only waiter left"
+    );
     held.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let exists: bool = raw.exists("w").unwrap();
-    assert!(!exists, "nobody took the lock on behalf of the dropped waiter");
+    assert!(
+        !exists,
+        "nobody took the lock on behalf of the dropped waiter"
+    );
 }
 
 #[tokio::test]
@@ -140,22 +192,42 @@ async fn a_grant_that_arrives_after_the_caller_left_is_released() {
     let mgr = manager(&server).await;
     let lock = mgr.lock("orphan");
     // Load the scripts first: on a fresh server each first EVALSHA is a NOSCRIPT miss.
-    lock.try_acquire().await.unwrap().unwrap().release().await.unwrap();
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut raw).unwrap();
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut raw)
+        .unwrap();
     // Stall the server so that the acquire is in flight when its caller gives up.
     let mut sleeper = server.conn();
     let stall = std::thread::spawn(move || {
-        redis::cmd("DEBUG").arg("SLEEP").arg("0.4").query::<()>(&mut sleeper).unwrap()
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.4")
+            .query::<()>(&mut sleeper)
+            .unwrap()
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     let gave_up = tokio::time::timeout(Duration::from_millis(100), lock.try_acquire()).await;
     assert!(gave_up.is_err(), "the caller left while Redis was stalled");
     stall.join().unwrap();
     assert!(
-        eventually(Duration::from_secs(2), || raw.exists::<_, bool>("orphan") == Ok(false)).await
+        eventually(Duration::from_secs(2), || raw.exists::<_, bool>("orphan")
+            == Ok(false))
+        .await
     );
     // Redis granted it (one acquire) and lockman released it (one release, one message).
-    assert!(eventually(Duration::from_secs(2), || command_calls(&mut raw, "publish") == 1).await);
+    assert!(
+        eventually(Duration::from_secs(2), || command_calls(
+            &mut raw, "publish"
+        ) == 1)
+        .await
+    );
     assert_eq!(command_calls(&mut raw, "evalsha"), 2);
     let mut idle = false;
     for _ in 0..100 {
@@ -166,7 +238,10 @@ async fn a_grant_that_arrives_after_the_caller_left_is_released() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(idle, "no actor lingers");
-    assert!(lock.try_acquire().await.unwrap().is_some(), "the lock is free");
+    assert!(
+        lock.try_acquire().await.unwrap().is_some(),
+        "the lock is free"
+    );
 }
 
 #[tokio::test]
@@ -194,7 +269,9 @@ async fn random_cancellation_under_contention_leaks_nothing() {
         t.await.unwrap();
     }
     assert!(
-        eventually(Duration::from_secs(3), || raw.exists::<_, bool>("churn") == Ok(false)).await,
+        eventually(Duration::from_secs(3), || raw.exists::<_, bool>("churn")
+            == Ok(false))
+        .await,
         "a hold leaked: {:?}",
         raw.hgetall::<_, Vec<String>>("churn")
     );

@@ -11,7 +11,9 @@ use redis::Commands;
 use support::RedisServer;
 
 async fn manager(server: &RedisServer) -> LockManager {
-    LockManager::start(Config::new(server.url())).await.expect("manager starts")
+    LockManager::start(Config::new(server.url()))
+        .await
+        .expect("manager starts")
 }
 
 fn hash(conn: &mut redis::Connection, key: &str) -> HashMap<String, String> {
@@ -33,9 +35,15 @@ async fn acquire_writes_holder_field_count_and_watchdog_ttl() {
     assert_eq!(holder.len(), 36 + 2);
 
     let guard = lock.acquire().await.unwrap();
-    assert_eq!(hash(&mut raw, "orders"), HashMap::from([(holder.clone(), "1".to_owned())]));
+    assert_eq!(
+        hash(&mut raw, "orders"),
+        HashMap::from([(holder.clone(), "1".to_owned())])
+    );
     let ttl = pttl(&mut raw, "orders");
-    assert!((29_000..=30_000).contains(&ttl), "watchdog lease is 30 s, PTTL {ttl}");
+    assert!(
+        (29_000..=30_000).contains(&ttl),
+        "watchdog lease is 30 s, PTTL {ttl}"
+    );
 
     guard.release().await.unwrap();
     let exists: bool = raw.exists("orders").unwrap();
@@ -49,11 +57,17 @@ async fn lease_sets_pttl_to_the_lease() {
     let mut raw = server.conn();
     let mgr = manager(&server).await;
     let lock = mgr.lock("leased");
-    let _guard = lock.acquire_with_lease(Duration::from_millis(5_000)).await.unwrap();
+    let _guard = lock
+        .acquire_with_lease(Duration::from_millis(5_000))
+        .await
+        .unwrap();
     let ttl = pttl(&mut raw, "leased");
     assert!((4_000..=5_000).contains(&ttl), "PTTL {ttl}");
     let ttl = lock.remaining_ttl().await.unwrap().unwrap();
-    assert!(ttl <= Duration::from_millis(5_000) && ttl >= Duration::from_millis(4_000), "{ttl:?}");
+    assert!(
+        ttl <= Duration::from_millis(5_000) && ttl >= Duration::from_millis(4_000),
+        "{ttl:?}"
+    );
 }
 
 #[tokio::test]
@@ -63,7 +77,8 @@ async fn reentrant_counts_go_0_1_0_2_1_0() {
     let mgr = manager(&server).await;
     let lock = mgr.lock("re");
     let holder = lock.holder_id();
-    let count = |raw: &mut redis::Connection| -> Option<String> { raw.hget("re", &holder).unwrap() };
+    let count =
+        |raw: &mut redis::Connection| -> Option<String> { raw.hget("re", &holder).unwrap() };
 
     assert_eq!(lock.hold_count().await.unwrap(), 0);
     assert_eq!(count(&mut raw), None);
@@ -108,7 +123,9 @@ async fn final_release_publishes_zero_on_the_unlock_channel() {
     let mut sub = server.client().get_connection().unwrap();
     let mut pubsub = sub.as_pubsub();
     pubsub.subscribe("redisson_lock__channel:{jobs}").unwrap();
-    pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
 
     let lock = mgr.lock("jobs");
     let g1 = lock.acquire().await.unwrap();
@@ -118,8 +135,13 @@ async fn final_release_publishes_zero_on_the_unlock_channel() {
     let msg = pubsub.get_message().expect("a message within 5 s");
     assert_eq!(msg.get_channel_name(), "redisson_lock__channel:{jobs}");
     assert_eq!(msg.get_payload::<String>().unwrap(), "0");
-    pubsub.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-    assert!(pubsub.get_message().is_err(), "exactly one message for the final release");
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        pubsub.get_message().is_err(),
+        "exactly one message for the final release"
+    );
 }
 
 #[tokio::test]
@@ -128,7 +150,10 @@ async fn force_unlock_deletes_publishes_and_reports() {
     let mut raw = server.conn();
     let mgr = manager(&server).await;
     let lock = mgr.lock("forced");
-    assert!(!lock.force_unlock().await.unwrap(), "nobody holds it: Ok(false)");
+    assert!(
+        !lock.force_unlock().await.unwrap(),
+        "nobody holds it: Ok(false)"
+    );
     let guard = lock.acquire().await.unwrap();
     let other = mgr.lock("forced");
     assert!(other.force_unlock().await.unwrap());
@@ -143,13 +168,19 @@ async fn a_redisson_style_holder_excludes_lockman() {
     // A hold written the way Redisson writes it (another client id, thread 1) is respected.
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let _: () = raw.hset("shared", "5b2e8f43-0c0e-4d43-9a38-6c1f9b1f6c11:1", 1).unwrap();
+    let _: () = raw
+        .hset("shared", "5b2e8f43-0c0e-4d43-9a38-6c1f9b1f6c11:1", 1)
+        .unwrap();
     let _: () = raw.pexpire("shared", 400).unwrap();
     let mgr = manager(&server).await;
     let lock = mgr.lock("shared");
     assert!(lock.try_acquire().await.unwrap().is_none());
     let started = std::time::Instant::now();
     let guard = lock.acquire().await.unwrap();
-    assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
     guard.release().await.unwrap();
 }

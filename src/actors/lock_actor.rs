@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use actix::dev::{MessageResponse, OneshotSender};
 use actix::WeakAddr;
+use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 use tokio::sync::watch;
 
@@ -87,10 +87,17 @@ struct Waiter {
     wait: Wait,
     reply: OneshotSender<Result<Option<LockGuard>, LockError>>,
     deadline: Option<SpawnHandle>,
+    /// When the request arrived, for the time waited.
+    since: Instant,
 }
 
 impl LockActor {
-    pub(crate) fn new(id: u64, name: Arc<str>, svc: Services, registry: WeakAddr<Registry>) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        name: Arc<str>,
+        svc: Services,
+        registry: WeakAddr<Registry>,
+    ) -> Self {
         Self {
             id,
             channel: keys::unlock_channel(&name),
@@ -140,6 +147,7 @@ impl LockActor {
             wait,
             reply,
             deadline,
+            since: Instant::now(),
         });
         self.busy(ctx);
         ctx.spawn(CallerGone { id });
@@ -159,9 +167,10 @@ impl LockActor {
             let holder = holder.clone();
             async move { cmds.acquire(&name, &holder, ttl).await }
         };
-        ctx.wait(call.into_actor(self).map(move |res, act, ctx| {
-            act.attempted(id, holder, lease, started, res, ctx)
-        }));
+        ctx.wait(
+            call.into_actor(self)
+                .map(move |res, act, ctx| act.attempted(id, holder, lease, started, res, ctx)),
+        );
     }
 
     fn attempted(
@@ -178,9 +187,9 @@ impl LockActor {
             Ok(Attempt::Acquired) => {
                 self.failures = 0;
                 let guard = self.grant(holder, lease, started, ctx);
-                if let Some(pos) = pos {
-                    let w = self.remove_waiter(pos, ctx);
-                    tracing::debug!(lock = %self.name, holder = %w.holder, "acquired");
+                if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
+                    let waited = started.saturating_duration_since(w.since);
+                    tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
                     // A caller that went away meanwhile gets nothing: the guard comes back and
                     // its drop releases the hold.
                     let _ = w.reply.send(Ok(Some(guard)));
@@ -194,10 +203,13 @@ impl LockActor {
             }
             Ok(Attempt::Busy { ttl }) => {
                 self.failures = 0;
-                let Some(pos) = pos else { return self.maybe_idle(ctx) };
+                let Some(pos) = pos else {
+                    return self.maybe_idle(ctx);
+                };
                 if self.waiters[pos].wait == Wait::No {
-                    let w = self.remove_waiter(pos, ctx);
-                    let _ = w.reply.send(Ok(None));
+                    if let Some(w) = self.remove_waiter(pos, ctx) {
+                        let _ = w.reply.send(Ok(None));
+                    }
                     return self.maybe_idle(ctx);
                 }
                 self.subscribe(ctx);
@@ -207,7 +219,9 @@ impl LockActor {
                 }
             }
             Err(e) => {
-                let Some(pos) = pos else { return self.maybe_idle(ctx) };
+                let Some(pos) = pos else {
+                    return self.maybe_idle(ctx);
+                };
                 if e.is_retryable() && self.waiters[pos].wait != Wait::No {
                     self.failures = self.failures.saturating_add(1);
                     let backoff = ERROR_BACKOFF_MIN
@@ -217,8 +231,9 @@ impl LockActor {
                     self.subscribe(ctx);
                     self.schedule_retry(backoff, ctx);
                 } else {
-                    let w = self.remove_waiter(pos, ctx);
-                    let _ = w.reply.send(Err(e));
+                    if let Some(w) = self.remove_waiter(pos, ctx) {
+                        let _ = w.reply.send(Err(e));
+                    }
                     self.maybe_idle(ctx);
                 }
             }
@@ -243,7 +258,14 @@ impl LockActor {
             None => {
                 let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
                 let (lost, _) = watch::channel(false);
-                let hold = Hold { count: 1, epoch, watchdog: false, lease, lost, expiry: None };
+                let hold = Hold {
+                    count: 1,
+                    epoch,
+                    watchdog: false,
+                    lease,
+                    lost,
+                    expiry: None,
+                };
                 self.holds.insert(holder.clone(), hold);
                 epoch
             }
@@ -262,7 +284,9 @@ impl LockActor {
 
     /// Puts a hold under the watchdog (for good: it renews until the hold ends).
     fn watch(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) {
-        let Some(hold) = self.holds.get_mut(holder) else { return };
+        let Some(hold) = self.holds.get_mut(holder) else {
+            return;
+        };
         if let Some(h) = hold.expiry.take() {
             ctx.cancel_future(h);
         }
@@ -279,8 +303,16 @@ impl LockActor {
     }
 
     /// A lease hold is lost when its lease runs out, since nobody renews it.
-    fn expire_at(&mut self, holder: &Arc<str>, lease: Duration, at: Instant, ctx: &mut Context<Self>) {
-        let Some(hold) = self.holds.get_mut(holder) else { return };
+    fn expire_at(
+        &mut self,
+        holder: &Arc<str>,
+        lease: Duration,
+        at: Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(hold) = self.holds.get_mut(holder) else {
+            return;
+        };
         if hold.watchdog {
             return;
         }
@@ -333,7 +365,10 @@ impl LockActor {
         holder: Arc<str>,
         epoch: u64,
     ) -> AtomicResponse<Self, Result<(), LockError>> {
-        let not_held = || LockError::NotHeld { name: self.name.to_string(), holder: holder.to_string() };
+        let not_held = || LockError::NotHeld {
+            name: self.name.to_string(),
+            holder: holder.to_string(),
+        };
         let Some(hold) = self.holds.get(&holder).filter(|h| h.epoch == epoch) else {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(not_held()))));
         };
@@ -371,16 +406,16 @@ impl LockActor {
 
     /// A waiter's wait ran out.
     fn give_up(&mut self, id: u64, ctx: &mut Context<Self>) {
-        if let Some(pos) = self.waiters.iter().position(|w| w.id == id) {
-            let mut w = self.remove_waiter(pos, ctx);
-            w.deadline = None;
+        let pos = self.waiters.iter().position(|w| w.id == id);
+        if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
             let _ = w.reply.send(Ok(None));
         }
         self.maybe_idle(ctx);
     }
 
-    fn remove_waiter(&mut self, pos: usize, ctx: &mut Context<Self>) -> Waiter {
-        let mut w = self.waiters.remove(pos).expect("position is in the queue");
+    /// Removes the waiter at `pos` (a position just found in the queue) and its deadline.
+    fn remove_waiter(&mut self, pos: usize, ctx: &mut Context<Self>) -> Option<Waiter> {
+        let mut w = self.waiters.remove(pos)?;
         if let Some(h) = w.deadline.take() {
             ctx.cancel_future(h);
         }
@@ -390,7 +425,7 @@ impl LockActor {
                 ctx.cancel_future(h);
             }
         }
-        w
+        Some(w)
     }
 
     /// One wake-up (unlock message, TTL run out, reconnection): one attempt for the head waiter.
@@ -437,7 +472,10 @@ impl LockActor {
 
     fn unsubscribe(&mut self) {
         if std::mem::take(&mut self.subscribed) {
-            self.svc.pubsub.do_send(Unsubscribe { channel: self.channel.clone(), id: self.id });
+            self.svc.pubsub.do_send(Unsubscribe {
+                channel: self.channel.clone(),
+                id: self.id,
+            });
         }
     }
 
@@ -463,12 +501,14 @@ fn validate(msg: &Acquire) -> Result<(), LockError> {
         return Err(LockError::invalid("holder", "must not be empty"));
     }
     match msg.lease {
-        Some(lease) if lease < Duration::from_millis(1) => {
-            Err(LockError::invalid("lease", format!("{lease:?} is below 1 ms")))
-        }
-        Some(lease) if lease > MAX_LEASE => {
-            Err(LockError::invalid("lease", format!("{lease:?} is above {MAX_LEASE:?}")))
-        }
+        Some(lease) if lease < Duration::from_millis(1) => Err(LockError::invalid(
+            "lease",
+            format!("{lease:?} is below 1 ms"),
+        )),
+        Some(lease) if lease > MAX_LEASE => Err(LockError::invalid(
+            "lease",
+            format!("{lease:?} is above {MAX_LEASE:?}"),
+        )),
         _ => Ok(()),
     }
 }
@@ -478,7 +518,10 @@ impl Actor for LockActor {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         if let Some(registry) = self.registry.upgrade() {
-            registry.do_send(Forget { name: self.name.clone(), id: self.id });
+            registry.do_send(Forget {
+                name: self.name.clone(),
+                id: self.id,
+            });
         }
         self.unsubscribe();
         for w in self.waiters.drain(..) {
@@ -486,7 +529,11 @@ impl Actor for LockActor {
         }
         for (holder, hold) in self.holds.drain() {
             if hold.watchdog {
-                self.svc.watchdog.do_send(Untrack { name: self.name.clone(), holder, epoch: hold.epoch });
+                self.svc.watchdog.do_send(Untrack {
+                    name: self.name.clone(),
+                    holder,
+                    epoch: hold.epoch,
+                });
             }
         }
         tracing::trace!(lock = %self.name, id = self.id, "lock actor stopped");
@@ -514,7 +561,10 @@ impl MessageResponse<LockActor, Acquire> for AcquireReply {
         // `do_send` leaves nobody to hand a guard to: taking the lock would only release it again.
         let Some(tx) = tx else { return };
         // Runs before the next message, with the actor at hand.
-        ctx.wait(actix::fut::ready(()).map(move |(), act: &mut LockActor, ctx| act.enqueue(self.0, tx, ctx)));
+        ctx.wait(
+            actix::fut::ready(())
+                .map(move |(), act: &mut LockActor, ctx| act.enqueue(self.0, tx, ctx)),
+        );
     }
 }
 
@@ -555,7 +605,12 @@ impl Handler<HoldLost> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: HoldLost, ctx: &mut Context<Self>) {
-        self.lose(&msg.holder, msg.epoch, "renewal found it gone or failed too long", ctx);
+        self.lose(
+            &msg.holder,
+            msg.epoch,
+            "renewal found it gone or failed too long",
+            ctx,
+        );
     }
 }
 
@@ -569,7 +624,10 @@ impl Handler<StopLock> for LockActor {
         }
         // Release each hold as often as it was taken (the hash has only this holder's field).
         let releases: Vec<_> = if msg.release {
-            self.holds.iter().map(|(holder, h)| (holder.clone(), h.count, h.lease)).collect()
+            self.holds
+                .iter()
+                .map(|(holder, h)| (holder.clone(), h.count, h.lease))
+                .collect()
         } else {
             Vec::new()
         };

@@ -44,6 +44,11 @@ pub(crate) async fn start(
     let pubsub = Supervisor::start(move |_| PubSubActor::new(client, connect_timeout));
     let watchdog = Watchdog::new(commands.clone(), &config);
     let watchdog = Supervisor::start(move |_| watchdog);
-    let svc = Services { commands: commands.clone(), config, pubsub, watchdog };
+    let svc = Services {
+        commands: commands.clone(),
+        config,
+        pubsub,
+        watchdog,
+    };
     Ok((Registry::new(svc).start(), commands))
 }

@@ -78,13 +78,20 @@ impl PubSubActor {
                 act.backoff = BACKOFF_MIN;
                 ctx.add_stream(stream);
                 // Routes added while connecting are subscribed now.
-                let late: Vec<String> =
-                    act.routes.keys().filter(|c| !channels.contains(c)).cloned().collect();
+                let late: Vec<String> = act
+                    .routes
+                    .keys()
+                    .filter(|c| !channels.contains(c))
+                    .cloned()
+                    .collect();
                 if !late.is_empty() {
                     act.subscribe_now(late, ctx);
                 }
                 if std::mem::replace(&mut act.connected_before, true) {
-                    tracing::info!(channels = act.routes.len(), "pub/sub reconnected, waiters retry");
+                    tracing::info!(
+                        channels = act.routes.len(),
+                        "pub/sub reconnected, waiters retry"
+                    );
                     for route in act.routes.values() {
                         if let Some(actor) = route.actor.upgrade() {
                             actor.do_send(Resubscribed);
@@ -164,12 +171,21 @@ impl Handler<Subscribe> for PubSubActor {
         if self.halted {
             return Box::pin(async { Err(LockError::Shutdown) });
         }
-        self.routes.insert(msg.channel.clone(), Route { id: msg.id, actor: msg.actor });
+        self.routes.insert(
+            msg.channel.clone(),
+            Route {
+                id: msg.id,
+                actor: msg.actor,
+            },
+        );
         match self.sink.clone() {
             Some(mut sink) => Box::pin(async move {
                 sink.subscribe(&msg.channel)
                     .await
-                    .map_err(|source| LockError::Redis { op: "subscribe", source })
+                    .map_err(|source| LockError::Redis {
+                        op: "subscribe",
+                        source,
+                    })
             }),
             // Not connected: the channel is subscribed with the others at the next connection.
             None => Box::pin(async { Ok(()) }),
@@ -181,7 +197,11 @@ impl Handler<Unsubscribe> for PubSubActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unsubscribe, ctx: &mut Context<Self>) {
-        if self.routes.get(&msg.channel).is_some_and(|r| r.id == msg.id) {
+        if self
+            .routes
+            .get(&msg.channel)
+            .is_some_and(|r| r.id == msg.id)
+        {
             self.routes.remove(&msg.channel);
             if let Some(mut sink) = self.sink.clone() {
                 ctx.spawn(

@@ -28,7 +28,12 @@ pub struct Registry {
 
 impl Registry {
     pub(crate) fn new(svc: Services) -> Self {
-        Self { svc, actors: HashMap::new(), next_id: 0, shut: false }
+        Self {
+            svc,
+            actors: HashMap::new(),
+            next_id: 0,
+            shut: false,
+        }
     }
 }
 
@@ -44,7 +49,10 @@ impl Handler<Resolve> for Registry {
             return Err(LockError::Shutdown);
         }
         crate::keys::validate_name(&msg.name)?;
-        let live = self.actors.get(&msg.name).and_then(|(_, weak)| weak.upgrade());
+        let live = self
+            .actors
+            .get(&msg.name)
+            .and_then(|(_, weak)| weak.upgrade());
         if let Some(addr) = live.filter(|a| a.connected()) {
             return Ok(addr);
         }
@@ -60,7 +68,11 @@ impl Handler<Forget> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
-        if self.actors.get(&msg.name).is_some_and(|(id, _)| *id == msg.id) {
+        if self
+            .actors
+            .get(&msg.name)
+            .is_some_and(|(id, _)| *id == msg.id)
+        {
             self.actors.remove(&msg.name);
         }
     }
@@ -70,7 +82,10 @@ impl Handler<CountLive> for Registry {
     type Result = usize;
 
     fn handle(&mut self, _: CountLive, _: &mut Context<Self>) -> usize {
-        self.actors.values().filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected())).count()
+        self.actors
+            .values()
+            .filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()))
+            .count()
     }
 }
 
@@ -79,8 +94,16 @@ impl Handler<Shutdown> for Registry {
 
     fn handle(&mut self, msg: Shutdown, _: &mut Context<Self>) -> Self::Result {
         self.shut = true;
-        let live: Vec<_> = self.actors.drain().filter_map(|(_, (_, w))| w.upgrade()).collect();
-        let stops = join_all(live.into_iter().map(|a| a.send(StopLock { release: msg.release })));
+        let live: Vec<_> = self
+            .actors
+            .drain()
+            .filter_map(|(_, (_, w))| w.upgrade())
+            .collect();
+        let stops = join_all(live.into_iter().map(|a| {
+            a.send(StopLock {
+                release: msg.release,
+            })
+        }));
         Box::pin(stops.into_actor(self).map(|_, act, ctx| {
             act.svc.watchdog.do_send(Halt);
             act.svc.pubsub.do_send(Halt);

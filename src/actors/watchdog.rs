@@ -41,7 +41,14 @@ struct Tracked {
 impl Watchdog {
     pub(crate) fn new(commands: Commands, config: &Config) -> Self {
         let (timeout, interval) = (config.get_watchdog_timeout(), config.renewal_interval());
-        Self { commands, timeout, interval, tracked: HashMap::new(), ticking: false, halted: false }
+        Self {
+            commands,
+            timeout,
+            interval,
+            tracked: HashMap::new(),
+            ticking: false,
+            halted: false,
+        }
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
@@ -112,12 +119,15 @@ impl Watchdog {
 
     fn lost(&mut self, name: Arc<str>, holder: Arc<str>, epoch: u64) {
         let key = (name, holder);
-        if self.tracked.get(&key).is_some_and(|t| t.epoch == epoch) {
-            if let Some(t) = self.tracked.remove(&key) {
-                if let Some(actor) = t.actor.upgrade() {
-                    actor.do_send(HoldLost { holder: key.1, epoch });
-                }
-            }
+        if self.tracked.get(&key).is_none_or(|t| t.epoch != epoch) {
+            return;
+        }
+        let actor = self.tracked.remove(&key).and_then(|t| t.actor.upgrade());
+        if let Some(actor) = actor {
+            actor.do_send(HoldLost {
+                holder: key.1,
+                epoch,
+            });
         }
     }
 }
@@ -145,7 +155,11 @@ impl Handler<Track> for Watchdog {
         if self.halted {
             return;
         }
-        let tracked = Tracked { epoch: msg.epoch, confirmed: Instant::now(), actor: msg.actor };
+        let tracked = Tracked {
+            epoch: msg.epoch,
+            confirmed: Instant::now(),
+            actor: msg.actor,
+        };
         self.tracked.insert((msg.name, msg.holder), tracked);
     }
 }

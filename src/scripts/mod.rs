@@ -74,9 +74,17 @@ impl Commands {
         {
             Ok(Ok(conn)) => conn,
             Ok(Err(source)) => return Err(LockError::Connect { url, source }),
-            Err(_) => return Err(LockError::Timeout { op: "connect", after: connect_timeout }),
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    op: "connect",
+                    after: connect_timeout,
+                });
+            }
         };
-        Ok(Self { conn, response_timeout: config.get_response_timeout() })
+        Ok(Self {
+            conn,
+            response_timeout: config.get_response_timeout(),
+        })
     }
 
     /// Runs one script call, bounded by the response timeout even while reconnecting.
@@ -90,7 +98,10 @@ impl Commands {
         match tokio::time::timeout(self.response_timeout, invocation.invoke_async(&mut conn)).await
         {
             Ok(reply) => reply.map_err(|e| LockError::redis(op, key, e)),
-            Err(_) => Err(LockError::Timeout { op, after: self.response_timeout }),
+            Err(_) => Err(LockError::Timeout {
+                op,
+                after: self.response_timeout,
+            }),
         }
     }
 
@@ -173,10 +184,9 @@ impl Commands {
             call.key(keys::lock_key(name)).arg(*holder);
         }
         match self.run("renew", "", call).await? {
-            Value::Array(items) if items.len() == holds.len() => Ok(items
-                .iter()
-                .map(|v| matches!(v, Value::Int(1)))
-                .collect()),
+            Value::Array(items) if items.len() == holds.len() => {
+                Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
+            }
             other => Err(unexpected("renew", other)),
         }
     }
@@ -196,13 +206,18 @@ fn ttl_of(ms: i64) -> Option<Duration> {
 }
 
 fn unexpected(op: &'static str, reply: Value) -> LockError {
-    LockError::UnexpectedReply { op, detail: format!("{reply:?}") }
+    LockError::UnexpectedReply {
+        op,
+        detail: format!("{reply:?}"),
+    }
 }
 
 /// The URL without its password, for error messages.
 pub(crate) fn redacted(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
         _ => url.to_owned(),
     }
 }

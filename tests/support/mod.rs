@@ -27,7 +27,11 @@ impl RedisServer {
         let mut last_error = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
-            let mut server = Self { port: free_port(), dir, child: None };
+            let mut server = Self {
+                port: free_port(),
+                dir,
+                child: None,
+            };
             match server.spawn() {
                 Ok(()) => return server,
                 Err(e) => last_error = e,
@@ -53,7 +57,9 @@ impl RedisServer {
 
     /// A blocking connection, for raw checks (HGETALL, PTTL, INFO …).
     pub fn conn(&self) -> redis::Connection {
-        self.client().get_connection().expect("connect to test redis")
+        self.client()
+            .get_connection()
+            .expect("connect to test redis")
     }
 
     /// Kills the server (SIGKILL: what a crash looks like) and waits for it to go.
@@ -75,7 +81,10 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("could not restart redis-server on {}: {last_error}", self.port);
+        panic!(
+            "could not restart redis-server on {}: {last_error}",
+            self.port
+        );
     }
 
     /// Whether the process is running.
@@ -107,21 +116,24 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + STARTUP_LIMIT;
         while Instant::now() < deadline {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(format!("exited with {status}: {}", read_log(&log)));
-                }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                self.child = None;
+                return Err(format!("exited with {status}: {}", read_log(&log)));
             }
-            if let Ok(mut conn) = self.client().get_connection() {
-                if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                    return Ok(());
-                }
+            if ping(&self.client(), Duration::from_millis(200)) {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         self.stop();
-        Err(format!("no PING answer within {STARTUP_LIMIT:?}: {}", read_log(&log)))
+        Err(format!(
+            "no PING answer within {STARTUP_LIMIT:?}: {}",
+            read_log(&log)
+        ))
     }
 }
 
@@ -131,19 +143,35 @@ impl Drop for RedisServer {
     }
 }
 
+/// Whether a server answers PING within `limit`.
+fn ping(client: &redis::Client, limit: Duration) -> bool {
+    client
+        .get_connection_with_timeout(limit)
+        .is_ok_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok())
+}
+
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr").port()
 }
 
 fn read_log(path: &PathBuf) -> String {
-    std::fs::read_to_string(path).unwrap_or_default().lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .rev()
+        .take(5)
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 /// Number of calls of `command` (lowercase, e.g. `evalsha`, `publish`) since the last
 /// CONFIG RESETSTAT, from INFO commandstats.
 pub fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).expect("INFO");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO");
     let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
         .find_map(|l| l.strip_prefix(&prefix))
@@ -164,4 +192,37 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// The Redis an example talks to: `REDIS_URL` when set; else the one answering on
+/// 127.0.0.1:6379; else a private redis-server started for this run (said on stderr). `Err` says
+/// how to get a redis-server when none is installed.
+pub fn redis_for_example() -> Result<(String, Option<RedisServer>), String> {
+    if let Some(url) = std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()) {
+        return Ok((url, None));
+    }
+    let local = "redis://127.0.0.1:6379/0";
+    if redis::Client::open(local).is_ok_and(|c| ping(&c, Duration::from_millis(300))) {
+        eprintln!("using the Redis on 127.0.0.1:6379 (set REDIS_URL to use another)");
+        return Ok((local.to_owned(), None));
+    }
+    let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+    let found = Command::new(&bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        return Err(format!(
+            "no Redis: REDIS_URL is unset, nothing answers on 127.0.0.1:6379, and {bin:?} is not \
+             installed.\nInstall one (Debian/Ubuntu: apt-get install redis-server; macOS: brew \
+             install redis), or set REDIS_URL=redis://host:port/db"
+        ));
+    }
+    let server = RedisServer::start();
+    eprintln!(
+        "started a private redis-server on {} for this run (stopped at exit)",
+        server.url()
+    );
+    Ok((server.url(), Some(server)))
 }

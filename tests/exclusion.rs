@@ -1,0 +1,149 @@
+//! Mutual exclusion, counted exactly: tasks of one manager, two managers (two client ids), and a
+//! holder process that crashes.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockManager};
+use redis::AsyncCommands;
+use support::RedisServer;
+
+/// Each round: lock → read the counter → yield → write counter + 1 → unlock. Without exclusion
+/// rounds overwrite each other and the total comes out short.
+async fn count_rounds(
+    lock: lockman::Lock,
+    mut redis: redis::aio::MultiplexedConnection,
+    rounds: u32,
+) {
+    for _ in 0..rounds {
+        let guard = lock.acquire().await.expect("acquire");
+        let n: u64 = redis
+            .get::<_, Option<u64>>("counter")
+            .await
+            .expect("GET")
+            .unwrap_or(0);
+        tokio::task::yield_now().await;
+        let _: () = redis.set("counter", n + 1).await.expect("SET");
+        guard.release().await.expect("release");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_tasks_times_a_hundred_rounds_count_exactly_1600() {
+    let server = RedisServer::start();
+    let mgr = LockManager::start(Config::new(server.url())).await.unwrap();
+    let conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| tokio::spawn(count_rounds(mgr.lock("counted"), conn.clone(), 100)))
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total: u64 = conn.clone().get("counter").await.unwrap();
+    assert_eq!(total, 1600);
+    let exists: bool = conn.clone().exists("counted").await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_managers_exclude_each_other() {
+    let server = RedisServer::start();
+    let a = LockManager::start(Config::new(server.url())).await.unwrap();
+    let b = LockManager::start(Config::new(server.url())).await.unwrap();
+    assert_ne!(a.client_id(), b.client_id());
+    let conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for mgr in [&a, &b] {
+        for _ in 0..4 {
+            tasks.push(tokio::spawn(count_rounds(
+                mgr.lock("shared"),
+                conn.clone(),
+                50,
+            )));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total: u64 = conn.clone().get("counter").await.unwrap();
+    assert_eq!(total, 400);
+}
+
+const CHILD_URL: &str = "LOCKMAN_TEST_CHILD_URL";
+const CHILD_WATCHDOG: Duration = Duration::from_millis(1500);
+
+/// Not a test of its own: the body of the child process that `holder_crash_frees_the_lock`
+/// starts (and kills). Run only with `--ignored` and the URL in the environment.
+#[tokio::test]
+#[ignore = "child process of holder_crash_frees_the_lock"]
+async fn child_holds_the_lock_until_killed() {
+    let url = std::env::var(CHILD_URL).expect("run by holder_crash_frees_the_lock");
+    let config = Config::new(url).watchdog_timeout(CHILD_WATCHDOG);
+    let mgr = LockManager::start(config).await.unwrap();
+    let lock = mgr.lock("crash");
+    let _guard = lock.acquire().await.unwrap();
+    println!("HELD {}", lock.holder_id());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+#[tokio::test]
+async fn holder_crash_frees_the_lock_within_the_watchdog_timeout() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_holds_the_lock_until_killed",
+            "--nocapture",
+        ])
+        .env(CHILD_URL, server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let holder = loop {
+        let line = lines.next().expect("child said HELD").unwrap();
+        if let Some(h) = line.strip_prefix("HELD ") {
+            break h.to_owned();
+        }
+    };
+    // Held past two watchdog timeouts: the child's watchdog renews it.
+    std::thread::sleep(CHILD_WATCHDOG * 2);
+    let count: Option<String> = redis::Commands::hget(&mut raw, "crash", &holder).unwrap();
+    assert_eq!(
+        count.as_deref(),
+        Some("1"),
+        "the child still holds the lock"
+    );
+
+    let mgr = LockManager::start(Config::new(server.url())).await.unwrap();
+    let lock = mgr.lock("crash");
+    assert!(lock.try_acquire().await.unwrap().is_none());
+    let killed = Instant::now();
+    child.kill().unwrap(); // SIGKILL: no release, no goodbye
+    child.wait().unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let took = killed.elapsed();
+    assert!(
+        took <= CHILD_WATCHDOG + Duration::from_secs(1),
+        "took {took:?}"
+    );
+    assert!(
+        took >= CHILD_WATCHDOG / 2,
+        "the dead holder's lease still had time left: {took:?}"
+    );
+    guard.release().await.unwrap();
+}

@@ -1,0 +1,176 @@
+//! Redis going away and coming back: bounded errors, waiters that keep waiting and then retry,
+//! the pub/sub side restarted by its supervisor, renewals resumed, lost holds reported.
+
+mod support;
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager};
+use support::RedisServer;
+
+const RESPONSE: Duration = Duration::from_millis(500);
+const WATCHDOG: Duration = Duration::from_millis(900);
+
+fn config(server: &RedisServer) -> Config {
+    Config::new(server.url())
+        .response_timeout(RESPONSE)
+        .watchdog_timeout(WATCHDOG)
+}
+
+#[tokio::test]
+async fn an_unreachable_server_fails_within_the_connect_timeout() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let config = Config::new(format!("redis://127.0.0.1:{port}/0"))
+        .connect_timeout(Duration::from_millis(500));
+    let err = LockManager::start(config).await.unwrap_err();
+    assert!(
+        started.elapsed() <= Duration::from_millis(1_000),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(err, LockError::Connect { .. } | LockError::Timeout { .. }),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn an_invalid_url_is_refused_before_connecting() {
+    for url in ["", "http://127.0.0.1/", "redis://[::1"] {
+        let err = LockManager::connect(url).await.unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidArgument { .. }),
+            "{url:?}: {err:?}"
+        );
+        assert!(!err.is_retryable());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_fails_calls_briefly_then_everything_recovers() {
+    let mut server = RedisServer::start();
+    let mgr = LockManager::start(config(&server)).await.unwrap();
+    let other = LockManager::start(config(&server)).await.unwrap();
+
+    // Before: `held` is ours (watchdog); `p` is taken by the other manager, and we wait for it.
+    let held = mgr.lock("held").acquire().await.unwrap();
+    let _p = other.lock("p").acquire().await.unwrap();
+    let waiter = {
+        let lock = mgr.lock("p");
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    server.stop();
+    let stopped = Instant::now();
+
+    // A call fails with a retryable error, within about the response timeout.
+    let err = mgr.lock("q").try_acquire().await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        stopped.elapsed() <= RESPONSE + Duration::from_millis(500),
+        "{:?}",
+        stopped.elapsed()
+    );
+    let err = mgr.lock("q").is_locked().await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+
+    // A hold that cannot be renewed for a whole watchdog timeout is reported lost.
+    tokio::time::timeout(WATCHDOG * 3, held.lost())
+        .await
+        .expect("reported lost");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter keeps waiting while Redis is away"
+    );
+
+    server.restart(); // empty: `p` is free now
+    let restarted = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter retried");
+    let p = got.unwrap().expect("the waiter acquires after the restart");
+    assert!(
+        restarted.elapsed() <= Duration::from_secs(5),
+        "{:?}",
+        restarted.elapsed()
+    );
+
+    // Pub/sub was resubscribed: a release wakes a local waiter by message (its TTL is ~0.9 s).
+    let second = {
+        let lock = mgr.lock("p");
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let g = lock.acquire().await.unwrap();
+            (started.elapsed(), g)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    p.release().await.unwrap();
+    let (_, g) = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .unwrap()
+        .unwrap();
+    let handoff = released.elapsed();
+    assert!(
+        handoff < Duration::from_millis(250),
+        "woken by the message: {handoff:?}"
+    );
+
+    // Renewal works again: a watchdog hold outlives several timeouts.
+    tokio::time::sleep(WATCHDOG * 2).await;
+    assert!(!g.is_lost());
+    assert!(mgr.lock("p").is_locked().await.unwrap());
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lock_lost_to_a_restart_is_reported() {
+    let mut server = RedisServer::start();
+    let mgr = LockManager::start(config(&server)).await.unwrap();
+    let guard = mgr.lock("volatile").acquire().await.unwrap();
+    server.restart(); // comes back empty at once: the next renewal finds the field gone
+    tokio::time::timeout(WATCHDOG * 2, guard.lost())
+        .await
+        .expect("reported lost");
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    // And the manager is usable again.
+    let g = mgr.lock("volatile").acquire().await.unwrap();
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_with_a_wait_time_gives_up_on_time_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let mgr = LockManager::start(config(&server)).await.unwrap();
+    let other = LockManager::start(config(&server)).await.unwrap();
+    let _held = other.lock("gone").acquire().await.unwrap();
+    let lock = mgr.lock("gone");
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        (
+            lock.try_acquire_for(Duration::from_millis(1_500)).await,
+            started.elapsed(),
+        )
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.stop();
+    let (res, took) = waiter.await.unwrap();
+    assert!(matches!(res, Ok(None)), "{res:?}");
+    assert!(took >= Duration::from_millis(1_500), "{took:?}");
+    assert!(
+        took <= Duration::from_millis(1_500) + RESPONSE + Duration::from_millis(200),
+        "{took:?}"
+    );
+}

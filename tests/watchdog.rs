@@ -1,0 +1,231 @@
+//! The watchdog: renewal while held, batched renewal, lost locks reported, shutdown.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager};
+use redis::Commands;
+use support::{RedisServer, command_calls, eventually};
+
+const WATCHDOG: Duration = Duration::from_millis(600);
+
+async fn manager(server: &RedisServer) -> LockManager {
+    let config = Config::new(server.url()).watchdog_timeout(WATCHDOG);
+    LockManager::start(config).await.expect("manager starts")
+}
+
+#[tokio::test]
+async fn a_lock_without_lease_stays_held_past_several_timeouts() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("kept");
+    let guard = lock.acquire().await.unwrap();
+    tokio::time::sleep(WATCHDOG * 4).await;
+    assert!(lock.is_held().await.unwrap());
+    let ttl: i64 = raw.pttl("kept").unwrap();
+    assert!(ttl > 0 && ttl <= WATCHDOG.as_millis() as i64, "PTTL {ttl}");
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_lock_is_never_renewed() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("leased");
+    let started = Instant::now();
+    let guard = lock
+        .acquire_with_lease(Duration::from_millis(900))
+        .await
+        .unwrap();
+    // Ticks at 200, 400, 600, 800 ms renew nothing: the key expires on time.
+    assert!(
+        eventually(Duration::from_secs(2), || raw.exists::<_, bool>("leased")
+            == Ok(false))
+        .await
+    );
+    let gone = started.elapsed();
+    assert!(
+        gone >= Duration::from_millis(890),
+        "expired early, after {gone:?}"
+    );
+    assert!(
+        gone <= Duration::from_millis(1100),
+        "expired late, after {gone:?}"
+    );
+    guard.lost().await;
+    assert!(guard.is_lost());
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+}
+
+#[tokio::test]
+async fn renewal_is_batched_a_hundred_locks_per_round_trip() {
+    const LOCKS: usize = 250;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(900));
+    let mgr = LockManager::start(config).await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..LOCKS {
+        guards.push(mgr.lock(format!("batch:{i}")).acquire().await.unwrap());
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut raw)
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await; // about 5 ticks of 300 ms
+    let calls = command_calls(&mut raw, "evalsha");
+    let pexpires = command_calls(&mut raw, "pexpire");
+    // 3 script calls per tick (100 + 100 + 50); one call per lock would be 250 per tick.
+    assert!(
+        (9..=21).contains(&calls),
+        "{calls} renewal calls in ~5 ticks"
+    );
+    assert_eq!(
+        pexpires % LOCKS as u64,
+        0,
+        "every lock renewed at each tick: {pexpires}"
+    );
+    for i in [0, 124, 249] {
+        let ttl: i64 = raw.pttl(format!("batch:{i}")).unwrap();
+        assert!(ttl > 0, "batch:{i} is still held");
+    }
+    drop(guards);
+}
+
+#[tokio::test]
+async fn a_deleted_lock_is_reported_lost_and_no_longer_renewed() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("deleted").acquire().await.unwrap();
+    let _: () = raw.del("deleted").unwrap();
+    let deleted = Instant::now();
+    tokio::time::timeout(WATCHDOG, guard.lost())
+        .await
+        .expect("lost within one renewal interval");
+    assert!(deleted.elapsed() <= WATCHDOG / 3 + Duration::from_millis(100));
+    assert!(guard.is_lost());
+    // Someone else takes it; the lost holder's renewals must not touch the new hold.
+    let other = mgr.lock("deleted");
+    let _g = other
+        .acquire_with_lease(Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(WATCHDOG).await;
+    let ttl: i64 = raw.pttl("deleted").unwrap();
+    assert!(
+        ttl > 9_000,
+        "the new lease was not overwritten by a stale renewal: {ttl}"
+    );
+    assert!(matches!(
+        guard.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+}
+
+#[tokio::test]
+async fn a_force_unlocked_lock_is_reported_lost() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("forced");
+    let guard = lock.acquire().await.unwrap();
+    assert!(mgr.lock("forced").force_unlock().await.unwrap());
+    tokio::time::timeout(WATCHDOG, guard.lost())
+        .await
+        .expect("lost at the next renewal");
+}
+
+#[tokio::test]
+async fn a_stale_guard_cannot_release_a_later_hold_of_the_same_holder() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("stale");
+    let old = lock
+        .acquire_with_lease(Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let new = lock.acquire().await.unwrap();
+    assert!(matches!(
+        old.release().await,
+        Err(LockError::NotHeld { .. })
+    ));
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the new hold is intact"
+    );
+    new.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_releases_held_locks_and_fails_waiters() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let other = manager(&server).await;
+    let lock = mgr.lock("down");
+    let g1 = lock.acquire().await.unwrap();
+    let _g2 = lock.acquire().await.unwrap();
+    let held = other.lock("elsewhere").acquire().await.unwrap();
+    let waiter = {
+        let lock = mgr.lock("elsewhere");
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    mgr.shutdown().await;
+    let exists: bool = raw.exists("down").unwrap();
+    assert!(!exists, "both holds released at shutdown");
+    let waited = tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(waited, Err(LockError::Shutdown)), "{waited:?}");
+    assert!(matches!(
+        mgr.lock("down").try_acquire().await,
+        Err(LockError::Shutdown)
+    ));
+    assert!(g1.is_lost());
+    assert!(matches!(g1.release().await, Err(LockError::Shutdown)));
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn dropping_the_manager_stops_renewal_and_the_lock_expires() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("abandoned");
+    // A guard taken with the message API does not keep the manager alive (one from
+    // `Lock::acquire` does); forgotten, it never releases.
+    let actor = mgr.lock_actor("abandoned").await.unwrap();
+    let acquire = lockman::Acquire {
+        holder: lock.holder_id(),
+        lease: None,
+        wait: lockman::Wait::No,
+    };
+    std::mem::forget(actor.send(acquire).await.unwrap().unwrap().unwrap());
+    drop((actor, lock));
+    drop(mgr);
+    let dropped = Instant::now();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let exists: bool = raw.exists("abandoned").unwrap();
+    assert!(exists, "not released by the drop");
+    assert!(
+        eventually(WATCHDOG * 2, || raw.exists::<_, bool>("abandoned")
+            == Ok(false))
+        .await
+    );
+    assert!(
+        dropped.elapsed() <= WATCHDOG + Duration::from_millis(200),
+        "{:?}",
+        dropped.elapsed()
+    );
+}
