@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use actix::Addr;
 use uuid::Uuid;
@@ -11,6 +12,9 @@ use crate::actors::{self, LockActor, Registry};
 use crate::runtime::Host;
 use crate::scripts::Commands;
 use crate::{Config, Lock, LockError, keys};
+
+/// How much longer than the connect timeout starting may take before it counts as stuck.
+const STARTUP_GRACE: Duration = Duration::from_secs(1);
 
 /// The entry point: one connection to one Redis server, one **client id**, and the actors that
 /// serve every lock taken through it. Cheap to clone; clones share everything.
@@ -40,12 +44,24 @@ impl LockManager {
     pub async fn start(config: Config) -> Result<Self, LockError> {
         let client = config.validate()?;
         let config = Arc::new(config);
+        let config_limit = config.get_connect_timeout();
         let host = Host::current_or_spawn().await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         host.arbiter.spawn(async move {
             let _ = tx.send(actors::start(client, config).await);
         });
-        let (registry, commands) = rx.await.map_err(|_| LockError::Shutdown)??;
+        // An arbiter that is not running (an actix System created on this thread but not driving
+        // it) never runs the setup: fail instead of hanging.
+        let limit = config_limit + STARTUP_GRACE;
+        let (registry, commands) = match tokio::time::timeout(limit, rx).await {
+            Ok(reply) => reply.map_err(|_| LockError::Shutdown)??,
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    op: "start",
+                    after: limit,
+                });
+            }
+        };
         let client_id = Uuid::new_v4();
         tracing::info!(%client_id, own_system = host.owned.is_some(), "lock manager started");
         let next_holder = AtomicU64::new(0);

@@ -1,0 +1,153 @@
+//! Uncontended acquire + release, one task, one name: lockman beside the floor, a raw redis-rs
+//! loop running the same two scripts by EVALSHA on the same kind of connection
+//! (`ConnectionManager`), against the same throwaway redis-server, in the same run.
+//!
+//! lockman is measured twice: called from plain tokio (its actors then run on a System of its
+//! own, on another thread), and from inside an actix System (actors on the caller's thread).
+//! Criterion reports each; the closing table gives medians and ratios to raw.
+//!
+//! Run: `cargo bench --bench uncontended` (starts its own redis-server).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use lockman::LockManager;
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+const BATCH: u32 = 200;
+const BATCHES: usize = 25;
+
+struct Raw {
+    conn: ConnectionManager,
+    acquire: Script,
+    release: Script,
+}
+
+impl Raw {
+    async fn new(url: &str) -> Self {
+        let client = redis::Client::open(url).expect("url");
+        let conn = ConnectionManager::new(client).await.expect("connect");
+        let acquire = Script::new(include_str!("../src/scripts/acquire.lua"));
+        let release = Script::new(include_str!("../src/scripts/release.lua"));
+        Self {
+            conn,
+            acquire,
+            release,
+        }
+    }
+
+    async fn once(&self) {
+        let mut conn = self.conn.clone();
+        let holder = "00000000-0000-4000-8000-000000000000:1";
+        let acquired: Option<i64> = self
+            .acquire
+            .key("raw")
+            .arg(30_000)
+            .arg(holder)
+            .invoke_async(&mut conn)
+            .await
+            .expect("acquire");
+        assert!(acquired.is_none());
+        let released: Option<i64> = self
+            .release
+            .key("raw")
+            .key("redisson_lock__channel:{raw}")
+            .arg("0")
+            .arg(30_000)
+            .arg(holder)
+            .invoke_async(&mut conn)
+            .await
+            .expect("release");
+        assert_eq!(released, Some(1));
+    }
+}
+
+async fn lockman_once(lock: &lockman::Lock) {
+    let guard = lock.acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+}
+
+/// Mean time per operation over `iters` runs of `op`.
+async fn timed<F: Future<Output = ()>>(iters: u64, mut op: impl FnMut() -> F) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        op().await;
+    }
+    start.elapsed()
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let server = support::RedisServer::start();
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let raw = rt.block_on(Raw::new(&url));
+    let tokio_lock = rt.block_on(async {
+        LockManager::connect(&url)
+            .await
+            .expect("manager")
+            .lock("tokio")
+    });
+    // Created after the tokio manager: an actix System makes this thread's arbiter its own.
+    let actix = actix_rt::System::new();
+    let actix_mgr = actix.block_on(LockManager::connect(&url)).expect("manager");
+    let actix_lock = actix_mgr.lock("actix");
+
+    let mut c = Criterion::default()
+        .configure_from_args()
+        .sample_size(30)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    {
+        let mut group = c.benchmark_group("uncontended acquire+release");
+        group.bench_function("raw evalsha x2", |b| {
+            b.iter_custom(|iters| rt.block_on(timed(iters, || raw.once())))
+        });
+        group.bench_function("lockman from tokio", |b| {
+            b.iter_custom(|iters| rt.block_on(timed(iters, || lockman_once(&tokio_lock))))
+        });
+        group.bench_function("lockman in actix system", |b| {
+            b.iter_custom(|iters| actix.block_on(timed(iters, || lockman_once(&actix_lock))))
+        });
+        group.finish();
+    }
+    c.final_summary();
+
+    // Interleaved batches, so that noise hits all three alike; medians of batch means.
+    let (mut r, mut t, mut a) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..BATCHES {
+        r.push(rt.block_on(timed(BATCH.into(), || raw.once())) / BATCH);
+        t.push(rt.block_on(timed(BATCH.into(), || lockman_once(&tokio_lock))) / BATCH);
+        a.push(actix.block_on(timed(BATCH.into(), || lockman_once(&actix_lock))) / BATCH);
+    }
+    let (r, t, a) = (median(r), median(t), median(a));
+    let ratio = |d: Duration| d.as_secs_f64() / r.as_secs_f64();
+    println!("\nuncontended acquire+release, median of {BATCHES} batches of {BATCH}:");
+    println!(
+        "  raw evalsha x2            {:>8.1} µs   1.00",
+        r.as_secs_f64() * 1e6
+    );
+    println!(
+        "  lockman from tokio        {:>8.1} µs   {:.2}",
+        t.as_secs_f64() * 1e6,
+        ratio(t)
+    );
+    println!(
+        "  lockman in actix system   {:>8.1} µs   {:.2}",
+        a.as_secs_f64() * 1e6,
+        ratio(a)
+    );
+    drop(server);
+}
