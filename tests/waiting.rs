@@ -286,3 +286,33 @@ async fn random_cancellation_under_contention_leaks_nothing() {
     assert!(idle, "a waiter leaked");
     assert!(granted.load(Ordering::SeqCst) > 0);
 }
+
+#[tokio::test]
+async fn a_waiter_arriving_as_another_leaves_is_still_woken_by_message() {
+    let server = RedisServer::start();
+    let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
+    for round in 0..20 {
+        let held = holder_mgr.lock("churned").acquire().await.unwrap();
+        // The first waiter gives up (its unsubscribe goes out) just as the next one subscribes.
+        let leaving = waiter_mgr
+            .lock("churned")
+            .try_acquire_for(Duration::from_millis(30))
+            .await;
+        assert!(leaving.unwrap().is_none());
+        let next = {
+            let lock = waiter_mgr.lock("churned");
+            tokio::spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let released = Instant::now();
+        held.release().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(2), next)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: not woken by the unlock message"))
+            .unwrap();
+        assert!(
+            released.elapsed() < Duration::from_millis(500),
+            "round {round}"
+        );
+    }
+}

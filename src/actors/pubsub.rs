@@ -164,12 +164,15 @@ impl StreamHandler<redis::Msg> for PubSubActor {
     }
 }
 
+// SUBSCRIBE and UNSUBSCRIBE run one at a time (`ctx.wait`), in the order the lock actors asked:
+// an unsubscribe overtaken by the next subscribe of the same channel would leave it deaf.
+
 impl Handler<Subscribe> for PubSubActor {
-    type Result = ResponseFuture<Result<(), LockError>>;
+    type Result = AtomicResponse<Self, Result<(), LockError>>;
 
     fn handle(&mut self, msg: Subscribe, _: &mut Context<Self>) -> Self::Result {
         if self.halted {
-            return Box::pin(async { Err(LockError::Shutdown) });
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Err(LockError::Shutdown))));
         }
         self.routes.insert(
             msg.channel.clone(),
@@ -178,18 +181,19 @@ impl Handler<Subscribe> for PubSubActor {
                 actor: msg.actor,
             },
         );
-        match self.sink.clone() {
-            Some(mut sink) => Box::pin(async move {
-                sink.subscribe(&msg.channel)
-                    .await
-                    .map_err(|source| LockError::Redis {
-                        op: "subscribe",
-                        source,
-                    })
-            }),
+        let Some(mut sink) = self.sink.clone() else {
             // Not connected: the channel is subscribed with the others at the next connection.
-            None => Box::pin(async { Ok(()) }),
-        }
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(()))));
+        };
+        let work = async move {
+            sink.subscribe(&msg.channel)
+                .await
+                .map_err(|source| LockError::Redis {
+                    op: "subscribe",
+                    source,
+                })
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self)))
     }
 }
 
@@ -197,20 +201,17 @@ impl Handler<Unsubscribe> for PubSubActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unsubscribe, ctx: &mut Context<Self>) {
-        if self
-            .routes
-            .get(&msg.channel)
-            .is_some_and(|r| r.id == msg.id)
-        {
-            self.routes.remove(&msg.channel);
-            if let Some(mut sink) = self.sink.clone() {
-                ctx.spawn(
-                    async move {
-                        let _ = sink.unsubscribe(&msg.channel).await;
-                    }
-                    .into_actor(self),
-                );
-            }
+        if self.routes.get(&msg.channel).is_none_or(|r| r.id != msg.id) {
+            return;
+        }
+        self.routes.remove(&msg.channel);
+        if let Some(mut sink) = self.sink.clone() {
+            let work = async move { sink.unsubscribe(&msg.channel).await };
+            ctx.wait(work.into_actor(self).map(|res, _, _| {
+                if let Err(error) = res {
+                    tracing::debug!(%error, "unsubscribe failed");
+                }
+            }));
         }
     }
 }
