@@ -84,6 +84,16 @@ impl LockError {
         }
     }
 
+    /// Whether the failed step may still have run on the server: its reply timed out or its
+    /// connection dropped after sending.
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        match self {
+            Self::Timeout { .. } => true,
+            Self::Redis { source, .. } => source.is_timeout() || source.is_connection_dropped(),
+            _ => false,
+        }
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             what,

@@ -174,3 +174,49 @@ async fn a_waiter_with_a_wait_time_gives_up_on_time_while_redis_is_down() {
         "{took:?}"
     );
 }
+
+#[tokio::test]
+async fn an_acquire_whose_reply_timed_out_is_undone() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("lockman=debug")
+        .try_init();
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    // The default 30 s watchdog lease: a leaked hold would outlive the test.
+    let config = Config::new(server.url()).response_timeout(RESPONSE);
+    let mgr = LockManager::start(config).await.unwrap();
+    let lock = mgr.lock("unknown");
+    // Scripts loaded first: on a fresh server the EVALSHA would only get NOSCRIPT.
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut sleeper = server.conn();
+    let stall = std::thread::spawn(move || {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.9")
+            .query::<()>(&mut sleeper)
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let err = lock.try_acquire().await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        started.elapsed() <= RESPONSE + Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    stall.join().unwrap();
+    // The acquire ran once the server woke up; lockman released what nobody was told about.
+    let gone = support::eventually(Duration::from_secs(1), || {
+        redis::Commands::exists::<_, bool>(&mut raw, "unknown") == Ok(false)
+    })
+    .await;
+    assert!(gone, "a hold nobody knows of was left behind");
+    assert!(lock.try_acquire().await.unwrap().is_some());
+}

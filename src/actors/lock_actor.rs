@@ -219,6 +219,9 @@ impl LockActor {
                 }
             }
             Err(e) => {
+                if e.outcome_unknown() && !self.holds.contains_key(&holder) {
+                    self.undo_acquire(holder, lease, ctx);
+                }
                 let Some(pos) = pos else {
                     return self.maybe_idle(ctx);
                 };
@@ -238,6 +241,23 @@ impl LockActor {
                 }
             }
         }
+    }
+
+    /// An acquire whose reply was lost may have gone through after all, leaving a hold nobody
+    /// knows of. With no local hold of that holder, any field it has in Redis is that one: one
+    /// release on the same connection, queued behind the acquire, takes it back. Runs under
+    /// `ctx.wait`, so the holder's next attempt is sent after it.
+    fn undo_acquire(&mut self, holder: Arc<str>, lease: Option<Duration>, ctx: &mut Context<Self>) {
+        let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
+        let lease = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
+        let call = async move { cmds.release(&name, &holder, lease).await };
+        ctx.wait(call.into_actor(self).map(|res, act, _| match res {
+            Ok(Released::NotHeld) => {}
+            Ok(_) => tracing::warn!(lock = %act.name, "an acquire whose reply was lost had gone through; released it"),
+            Err(error) => {
+                tracing::warn!(lock = %act.name, %error, "could not undo an acquire of unknown outcome; it expires after its lease")
+            }
+        }));
     }
 
     /// Records a hold granted by Redis and returns its guard.
