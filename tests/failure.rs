@@ -177,9 +177,6 @@ async fn a_waiter_with_a_wait_time_gives_up_on_time_while_redis_is_down() {
 
 #[tokio::test]
 async fn an_acquire_whose_reply_timed_out_is_undone() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("lockman=debug")
-        .try_init();
     let server = RedisServer::start();
     let mut raw = server.conn();
     // The default 30 s watchdog lease: a leaked hold would outlive the test.
@@ -219,4 +216,66 @@ async fn an_acquire_whose_reply_timed_out_is_undone() {
     .await;
     assert!(gone, "a hold nobody knows of was left behind");
     assert!(lock.try_acquire().await.unwrap().is_some());
+}
+
+/// Refuses (`-`) or allows (`+`) EVALSHA for the default user: releases then fail without running.
+fn evalsha(raw: &mut redis::Connection, rule: &str) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg(rule)
+        .query(raw)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_guard_whose_release_failed_is_released_later() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = LockManager::start(Config::new(server.url())).await.unwrap(); // 30 s watchdog
+    let guard = mgr.lock("sticky").acquire().await.unwrap();
+    evalsha(&mut raw, "-evalsha");
+    drop(guard); // the background release is refused
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let held: bool = redis::Commands::exists(&mut raw, "sticky").unwrap();
+    assert!(held, "the refused release did not run");
+    evalsha(&mut raw, "+evalsha");
+    let gone = support::eventually(Duration::from_secs(5), || {
+        redis::Commands::exists::<_, bool>(&mut raw, "sticky") == Ok(false)
+    })
+    .await;
+    assert!(gone, "a dropped guard's lock stayed held (and renewed)");
+    assert!(mgr.lock("sticky").try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_failed_release_is_not_applied_twice() {
+    // Two holds of one holder; the first release fails with an unknown outcome (it does run, late).
+    // Retried blindly it would also take the second hold away.
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).response_timeout(RESPONSE);
+    let mgr = LockManager::start(config).await.unwrap();
+    let lock = mgr.lock("twice");
+    let g1 = lock.acquire().await.unwrap();
+    let g2 = lock.acquire().await.unwrap();
+    let mut sleeper = server.conn();
+    let stall = std::thread::spawn(move || {
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.9")
+            .query::<()>(&mut sleeper)
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let err = g1.release().await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    stall.join().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let count: Option<String> = redis::Commands::hget(&mut raw, "twice", lock.holder_id()).unwrap();
+    assert_eq!(count.as_deref(), Some("1"), "exactly one release applied");
+    assert!(!g2.is_lost());
+    g2.release().await.unwrap();
+    let exists: bool = redis::Commands::exists(&mut raw, "twice").unwrap();
+    assert!(!exists);
 }

@@ -78,6 +78,13 @@ struct Hold {
     lost: watch::Sender<bool>,
     /// A lease hold: fires when its lease runs out.
     expiry: Option<SpawnHandle>,
+    /// Releases asked for but not confirmed by Redis (an error, or a reply that never came).
+    /// `count` still includes them until [`LockActor::reconcile`] learns what happened.
+    unreleased: u32,
+    /// The next reconciliation, while `unreleased > 0`.
+    reconcile: Option<SpawnHandle>,
+    /// Consecutive failed reconciliations, for the backoff.
+    reconcile_failures: u32,
 }
 
 struct Waiter {
@@ -285,6 +292,9 @@ impl LockActor {
                     lease,
                     lost,
                     expiry: None,
+                    unreleased: 0,
+                    reconcile: None,
+                    reconcile_failures: 0,
                 };
                 self.holds.insert(holder.clone(), hold);
                 epoch
@@ -366,7 +376,10 @@ impl LockActor {
     /// Removes a hold (released or lost) and its schedules.
     fn end_hold(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) -> Option<Hold> {
         let mut hold = self.holds.remove(holder)?;
-        if let Some(h) = hold.expiry.take() {
+        for h in [hold.expiry.take(), hold.reconcile.take()]
+            .into_iter()
+            .flatten()
+        {
             ctx.cancel_future(h);
         }
         if hold.watchdog {
@@ -389,9 +402,14 @@ impl LockActor {
             name: self.name.to_string(),
             holder: holder.to_string(),
         };
-        let Some(hold) = self.holds.get(&holder).filter(|h| h.epoch == epoch) else {
+        let Some(hold) = self.holds.get_mut(&holder).filter(|h| h.epoch == epoch) else {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(not_held()))));
         };
+        if hold.unreleased > 0 {
+            // Earlier releases are unconfirmed: this one joins them, reconciled in one go.
+            hold.unreleased += 1;
+            return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(()))));
+        }
         let not_held = not_held();
         let (cmds, name, lease) = (self.svc.commands.clone(), self.name.clone(), hold.lease);
         let call = {
@@ -416,12 +434,89 @@ impl LockActor {
                     act.lose(&holder, epoch, "release found it gone", ctx);
                     Err(not_held)
                 }
-                Err(e) => Err(e),
+                Err(e) => {
+                    // Did it run? Reconciliation finds out and finishes the job either way, so
+                    // a released (or dropped) guard never leaves a hold renewed forever.
+                    if let Some(hold) = act.holds.get_mut(&holder).filter(|h| h.epoch == epoch) {
+                        hold.unreleased += 1;
+                        act.schedule_reconcile(&holder, ctx);
+                    }
+                    Err(e)
+                }
             };
             tracing::debug!(lock = %act.name, %holder, ok = res.is_ok(), "release");
             act.maybe_idle(ctx);
             res
         })))
+    }
+
+    fn schedule_reconcile(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(holder) else {
+            return;
+        };
+        if hold.reconcile.is_some() {
+            return;
+        }
+        let delay = ERROR_BACKOFF_MIN
+            .saturating_mul(1 << hold.reconcile_failures.min(6))
+            .min(ERROR_BACKOFF_MAX);
+        let (holder, epoch) = (holder.clone(), hold.epoch);
+        hold.reconcile =
+            Some(ctx.run_later(delay, move |act, ctx| act.reconcile(holder, epoch, ctx)));
+    }
+
+    /// Settles unconfirmed releases: reads the holder's count in Redis, which only this actor
+    /// changes, to learn how many of them ran, then sends the rest.
+    fn reconcile(&mut self, holder: Arc<str>, epoch: u64, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(&holder).filter(|h| h.epoch == epoch) else {
+            return;
+        };
+        hold.reconcile = None;
+        let (count, pending, lease) = (hold.count, hold.unreleased, hold.lease);
+        let (cmds, name, who) = (self.svc.commands.clone(), self.name.clone(), holder.clone());
+        let work = async move {
+            let in_redis = cmds.inspect(&name, &who).await?.count;
+            let mut done = count.saturating_sub(in_redis).min(pending);
+            let mut gone = in_redis == 0;
+            while done < pending && !gone {
+                match cmds.release(&name, &who, lease).await {
+                    Ok(Released::StillHeld) => done += 1,
+                    Ok(Released::Unlocked) => (done, gone) = (done + 1, true),
+                    Ok(Released::NotHeld) => gone = true,
+                    Err(_) => break,
+                }
+            }
+            Ok::<_, LockError>((done, gone))
+        };
+        ctx.wait(work.into_actor(self).map(move |res, act, ctx| {
+            let Some(hold) = act.holds.get_mut(&holder).filter(|h| h.epoch == epoch) else {
+                return;
+            };
+            match res {
+                Ok((done, gone)) => {
+                    hold.count = hold.count.saturating_sub(done);
+                    hold.unreleased -= done;
+                    if gone && hold.count == hold.unreleased {
+                        tracing::debug!(lock = %act.name, %holder, "unconfirmed releases settled");
+                        act.end_hold(&holder, ctx);
+                    } else if gone {
+                        act.lose(&holder, epoch, "gone while releases were unconfirmed", ctx);
+                    } else if hold.unreleased > 0 {
+                        hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
+                        act.schedule_reconcile(&holder, ctx);
+                    } else {
+                        hold.reconcile_failures = 0;
+                        tracing::debug!(lock = %act.name, %holder, "unconfirmed releases settled");
+                    }
+                }
+                Err(error) => {
+                    hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
+                    tracing::warn!(lock = %act.name, %holder, %error, "cannot settle releases yet");
+                    act.schedule_reconcile(&holder, ctx);
+                }
+            }
+            act.maybe_idle(ctx);
+        }));
     }
 
     /// A waiter's wait ran out.
