@@ -77,7 +77,8 @@ impl Lock {
         self.request(None, Wait::No).await
     }
 
-    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed.
+    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed. While Redis
+    /// answers slowly, the answer can come up to one response timeout after `wait`.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
@@ -251,8 +252,10 @@ impl LockGuard {
     /// Releases this hold: the lock is free once every hold of its holder is released.
     ///
     /// # Errors
-    /// [`LockError::NotHeld`] when the lock was lost meanwhile; Redis errors (the outcome is then
-    /// unknown: a lock not released expires after its lease or watchdog timeout).
+    /// [`LockError::NotHeld`] when the lock was lost meanwhile. On a Redis error or time-out the
+    /// release may or may not have run: lockman settles it in the background (it reads the
+    /// holder's count, then releases what is still due, retrying with backoff), so the hold never
+    /// stays renewed. A guard dropped without `release` goes the same way.
     pub async fn release(self) -> Result<(), LockError> {
         let actor = self.actor.clone();
         actor

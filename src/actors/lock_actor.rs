@@ -234,9 +234,7 @@ impl LockActor {
                 };
                 if e.is_retryable() && self.waiters[pos].wait != Wait::No {
                     self.failures = self.failures.saturating_add(1);
-                    let backoff = ERROR_BACKOFF_MIN
-                        .saturating_mul(1 << self.failures.min(6))
-                        .min(ERROR_BACKOFF_MAX);
+                    let backoff = backoff(self.failures);
                     tracing::warn!(lock = %self.name, error = %e, ?backoff, "acquire failed, waiter retries");
                     self.subscribe(ctx);
                     self.schedule_retry(backoff, ctx);
@@ -457,9 +455,7 @@ impl LockActor {
         if hold.reconcile.is_some() {
             return;
         }
-        let delay = ERROR_BACKOFF_MIN
-            .saturating_mul(1 << hold.reconcile_failures.min(6))
-            .min(ERROR_BACKOFF_MAX);
+        let delay = backoff(hold.reconcile_failures);
         let (holder, epoch) = (holder.clone(), hold.epoch);
         hold.reconcile =
             Some(ctx.run_later(delay, move |act, ctx| act.reconcile(holder, epoch, ctx)));
@@ -609,6 +605,13 @@ impl LockActor {
             self.keepalive = None;
         }
     }
+}
+
+/// The delay before retrying after `failures` consecutive errors: doubling, capped.
+fn backoff(failures: u32) -> Duration {
+    ERROR_BACKOFF_MIN
+        .saturating_mul(1 << failures.min(6))
+        .min(ERROR_BACKOFF_MAX)
 }
 
 fn validate(msg: &Acquire) -> Result<(), LockError> {
