@@ -63,6 +63,21 @@ pub enum LockError {
         /// The reply.
         detail: String,
     },
+    /// A [`RedLock`](crate::RedLock) could not reach a majority of its members: too many of them
+    /// failed (unreachable, timed out) for `needed` holds to be possible.
+    #[error(
+        "quorum not reached: {acquired} of {members} members acquired, {needed} needed, {failed} failed"
+    )]
+    QuorumNotReached {
+        /// Members held at the last attempt.
+        acquired: usize,
+        /// Members that failed at the last attempt.
+        failed: usize,
+        /// The quorum, `members / 2 + 1`.
+        needed: usize,
+        /// How many members there are.
+        members: usize,
+    },
     /// The manager was shut down (or its actors are gone).
     #[error("the lock manager is shut down")]
     Shutdown,
@@ -73,7 +88,7 @@ impl LockError {
     /// are retryable; bad arguments, wrong types, `NotHeld` and shutdown are not.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Connect { .. } | Self::Timeout { .. } => true,
+            Self::Connect { .. } | Self::Timeout { .. } | Self::QuorumNotReached { .. } => true,
             Self::Redis { source, .. } => {
                 source.is_io_error()
                     || source.is_timeout()

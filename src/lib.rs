@@ -48,6 +48,7 @@
 //! | `Watchdog` (`actors::watchdog`) | batched renewal of every hold without a lease; supervised |
 //! | `scripts` (`*.lua`, `scripts/mod.rs`) | the protocol: one Lua script per operation, by EVALSHA |
 //! | `keys` | the names of keys and channels (Redisson's layout) |
+//! | [`MultiLock`], [`RedLock`] (`compose`) | all, or a majority, of several `Lock`s on several servers |
 //!
 //! [actix]: https://docs.rs/actix
 //! [Redisson]: https://redisson.org
@@ -57,6 +58,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod actors;
+mod compose;
 mod config;
 mod error;
 mod keys;
@@ -67,6 +69,10 @@ mod scripts;
 
 pub use actors::messages::{Acquire, Release, Wait};
 pub use actors::{AcquireReply, LockActor};
+pub use compose::{
+    CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,
+};
+
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
     MIN_WATCHDOG_TIMEOUT,

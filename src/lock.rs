@@ -146,6 +146,16 @@ impl Lock {
         Ok(self.inspect().await?.ttl)
     }
 
+    /// The Redis URL of this lock's manager: members on one URL are on one server.
+    pub(crate) fn server(&self) -> &str {
+        self.mgr.config.url()
+    }
+
+    /// The watchdog timeout of this lock's manager: the lease of a hold taken without one.
+    pub(crate) fn watchdog_timeout(&self) -> Duration {
+        self.mgr.config.get_watchdog_timeout()
+    }
+
     async fn inspect(&self) -> Result<crate::scripts::Inspection, LockError> {
         keys::validate_name(&self.name)?;
         self.mgr.commands.inspect(&self.name, &self.holder).await

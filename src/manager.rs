@@ -30,6 +30,7 @@ pub(crate) struct Inner {
     pub client_id: Uuid,
     pub registry: Addr<Registry>,
     pub commands: Commands,
+    pub config: Arc<Config>,
     next_holder: AtomicU64,
     host: Host,
 }
@@ -47,8 +48,9 @@ impl LockManager {
         let config_limit = config.get_connect_timeout();
         let host = Host::current_or_spawn().await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
+        let settings = config.clone();
         host.arbiter.spawn(async move {
-            let _ = tx.send(actors::start(client, config).await);
+            let _ = tx.send(actors::start(client, settings).await);
         });
         // An arbiter that is not running (an actix System created on this thread but not driving
         // it) never runs the setup: fail instead of hanging.
@@ -70,6 +72,7 @@ impl LockManager {
                 client_id,
                 registry,
                 commands,
+                config,
                 next_holder,
                 host,
             }),
