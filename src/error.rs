@@ -66,7 +66,7 @@ pub enum LockError {
     /// A [`RedLock`](crate::RedLock) could not reach a majority of its members: too many of them
     /// failed (unreachable, timed out) for `needed` holds to be possible.
     #[error(
-        "quorum not reached: {acquired} of {members} members acquired, {needed} needed, {failed} failed"
+        "quorum not reached: {needed} of {members} members needed; the last attempt took {acquired}, {failed} failed"
     )]
     QuorumNotReached {
         /// Members held at the last attempt.

@@ -356,3 +356,18 @@ async fn a_crashed_holder_releases_every_member_within_the_watchdog_timeout() {
         "a member of the crashed holder outlived the watchdog timeout"
     );
 }
+
+#[tokio::test]
+async fn multilock_with_a_server_down_gives_up_on_time_holding_nothing() {
+    let mut nodes = servers(3);
+    let mgrs = managers(&nodes, Duration::from_secs(5)).await;
+    let multi = MultiLock::new(mgrs.iter().map(|m| m.lock("m:down")).collect());
+    nodes[1].stop();
+    let wait = Duration::from_millis(600);
+    let started = Instant::now();
+    let got = multi.try_acquire_for(wait).await.unwrap();
+    let took = started.elapsed();
+    assert!(got.is_none());
+    assert!(took >= wait && took <= wait + Duration::from_millis(700), "{took:?}");
+    assert!(!exists(&nodes[0], "m:down") && !exists(&nodes[2], "m:down"), "nothing stays held");
+}

@@ -226,3 +226,37 @@ pub fn redis_for_example() -> Result<(String, Option<RedisServer>), String> {
     );
     Ok((server.url(), Some(server)))
 }
+
+/// `n` Redis servers for an example: the comma-separated `REDIS_URLS` when set (at least `n`
+/// of them), else `n` private redis-servers started for this run (said on stderr).
+pub fn servers_for_example(n: usize) -> Result<(Vec<String>, Vec<RedisServer>), String> {
+    if let Some(urls) = std::env::var("REDIS_URLS").ok().filter(|u| !u.is_empty()) {
+        let urls: Vec<String> = urls.split(',').map(|u| u.trim().to_owned()).collect();
+        if urls.len() < n {
+            return Err(format!(
+                "REDIS_URLS names {} servers; this example needs {n}",
+                urls.len()
+            ));
+        }
+        return Ok((urls, Vec::new()));
+    }
+    let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+    let found = Command::new(&bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        return Err(format!(
+            "REDIS_URLS is unset and {bin:?} is not installed: install one (Debian/Ubuntu: \
+             apt-get install redis-server) or set REDIS_URLS=redis://a:6379,redis://b:6379,…"
+        ));
+    }
+    let servers: Vec<RedisServer> = (0..n).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    eprintln!(
+        "started {n} private redis-servers for this run: {}",
+        urls.join(", ")
+    );
+    Ok((urls, servers))
+}
