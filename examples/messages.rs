@@ -13,13 +13,7 @@ use lockman::{Acquire, LockError, LockManager, Release, Wait};
 
 #[actix_rt::main]
 async fn main() {
-    let (url, _server) = match support::redis_for_example() {
-        Ok(found) => found,
-        Err(how) => {
-            eprintln!("{how}");
-            std::process::exit(1);
-        }
-    };
+    let (url, _server) = support::or_exit(support::redis_for_example());
     if let Err(e) = run(&url).await {
         eprintln!("messages example failed: {e}");
         std::process::exit(1);

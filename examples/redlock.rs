@@ -13,13 +13,7 @@ use lockman::{LockError, LockManager, RedLock};
 
 #[tokio::main]
 async fn main() {
-    let (urls, mut servers) = match support::servers_for_example(5) {
-        Ok(found) => found,
-        Err(how) => {
-            eprintln!("{how}");
-            std::process::exit(1);
-        }
-    };
+    let (urls, mut servers) = support::or_exit(support::servers_for_example(5));
     if let Err(e) = run(&urls, &mut servers).await {
         eprintln!("redlock example failed: {e}");
         std::process::exit(1);

@@ -191,15 +191,7 @@ async fn an_acquire_whose_reply_timed_out_is_undone() {
         .release()
         .await
         .unwrap();
-    let mut sleeper = server.conn();
-    let stall = std::thread::spawn(move || {
-        redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg("0.9")
-            .query::<()>(&mut sleeper)
-            .unwrap()
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stall = server.stall(0.9);
     let started = Instant::now();
     let err = lock.try_acquire().await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
@@ -259,15 +251,7 @@ async fn a_failed_release_is_not_applied_twice() {
     let lock = mgr.lock("twice");
     let g1 = lock.acquire().await.unwrap();
     let g2 = lock.acquire().await.unwrap();
-    let mut sleeper = server.conn();
-    let stall = std::thread::spawn(move || {
-        redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg("0.9")
-            .query::<()>(&mut sleeper)
-            .unwrap()
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stall = server.stall(0.9);
     let err = g1.release().await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
     stall.join().unwrap();

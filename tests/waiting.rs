@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, eventually};
+use support::{RedisServer, command_calls, eventually, lock_actors_stop, reset_stats};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -30,7 +30,7 @@ async fn waiter_gets_an_expired_lease_lock_right_after_its_ttl() {
         .await
         .unwrap();
     let t1 = Instant::now();
-    let _ = redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut raw);
+    reset_stats(&mut raw);
 
     let guard = waiter_mgr.lock("lease").acquire().await.unwrap();
     let got = Instant::now();
@@ -120,10 +120,7 @@ async fn one_unlock_message_wakes_one_local_waiter() {
     // Every waiter has made its first attempt (and the post-subscribe one) by now.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(acquired.load(Ordering::SeqCst), 0);
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut raw)
-        .unwrap();
+    reset_stats(&mut raw);
 
     held.release().await.unwrap();
     for t in tasks {
@@ -164,14 +161,7 @@ async fn dropping_a_waiting_acquire_removes_the_waiter() {
         "still waiting when the timeout dropped it"
     );
     let live = waiter_mgr.clone();
-    let mut idle = false;
-    for _ in 0..100 {
-        if live.live_lock_actors().await == 0 {
-            idle = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let idle = lock_actors_stop(&live, Duration::from_millis(1000)).await;
     assert!(
         idle,
         "the waiter's lock actor stopped once its only waiter left"
@@ -199,20 +189,9 @@ async fn a_grant_that_arrives_after_the_caller_left_is_released() {
         .release()
         .await
         .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut raw)
-        .unwrap();
+    reset_stats(&mut raw);
     // Stall the server so that the acquire is in flight when its caller gives up.
-    let mut sleeper = server.conn();
-    let stall = std::thread::spawn(move || {
-        redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg("0.4")
-            .query::<()>(&mut sleeper)
-            .unwrap()
-    });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stall = server.stall(0.4);
     let gave_up = tokio::time::timeout(Duration::from_millis(100), lock.try_acquire()).await;
     assert!(gave_up.is_err(), "the caller left while Redis was stalled");
     stall.join().unwrap();
@@ -229,14 +208,7 @@ async fn a_grant_that_arrives_after_the_caller_left_is_released() {
         .await
     );
     assert_eq!(command_calls(&mut raw, "evalsha"), 2);
-    let mut idle = false;
-    for _ in 0..100 {
-        if mgr.live_lock_actors().await == 0 {
-            idle = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let idle = lock_actors_stop(&mgr, Duration::from_millis(1000)).await;
     assert!(idle, "no actor lingers");
     assert!(
         lock.try_acquire().await.unwrap().is_some(),
@@ -275,14 +247,7 @@ async fn random_cancellation_under_contention_leaks_nothing() {
         "a hold leaked: {:?}",
         raw.hgetall::<_, Vec<String>>("churn")
     );
-    let mut idle = false;
-    for _ in 0..300 {
-        if mgr.live_lock_actors().await == 0 {
-            idle = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let idle = lock_actors_stop(&mgr, Duration::from_millis(3000)).await;
     assert!(idle, "a waiter leaked");
     assert!(granted.load(Ordering::SeqCst) > 0);
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, eventually};
+use support::{RedisServer, command_calls, eventually, reset_stats};
 
 const WATCHDOG: Duration = Duration::from_millis(600);
 
@@ -75,10 +75,7 @@ async fn renewal_is_batched_a_hundred_locks_per_round_trip() {
     for i in 0..LOCKS {
         guards.push(mgr.lock(format!("batch:{i}")).acquire().await.unwrap());
     }
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut raw)
-        .unwrap();
+    reset_stats(&mut raw);
     tokio::time::sleep(Duration::from_millis(1_500)).await; // about 5 ticks of 300 ms
     let calls = command_calls(&mut raw, "evalsha");
     let pexpires = command_calls(&mut raw, "pexpire");

@@ -87,6 +87,21 @@ impl RedisServer {
         );
     }
 
+    /// Blocks the server for `seconds` (DEBUG SLEEP, from a thread): it answers nothing meanwhile,
+    /// then runs what queued up. Join the handle to wait for the end.
+    pub fn stall(&self, seconds: f64) -> std::thread::JoinHandle<()> {
+        let mut conn = self.conn();
+        let stall = std::thread::spawn(move || {
+            redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(seconds)
+                .query::<()>(&mut conn)
+                .expect("DEBUG SLEEP")
+        });
+        std::thread::sleep(Duration::from_millis(50)); // it has begun
+        stall
+    }
+
     /// Whether the process is running.
     pub fn is_running(&self) -> bool {
         self.child.is_some()
@@ -180,6 +195,26 @@ pub fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// CONFIG RESETSTAT: command counts start again from zero.
+pub fn reset_stats(conn: &mut redis::Connection) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(conn)
+        .expect("CONFIG RESETSTAT");
+}
+
+/// Whether every lock actor of `manager` stops within `limit` (checked every 10 ms).
+pub async fn lock_actors_stop(manager: &lockman::LockManager, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while manager.live_lock_actors().await > 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
 /// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held.
 pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
@@ -194,6 +229,28 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     }
 }
 
+/// Ok when the redis-server binary runs; else its name.
+fn redis_server_installed() -> Result<(), std::ffi::OsString> {
+    let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+    let runs = Command::new(&bin)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status();
+    if runs.is_ok_and(|s| s.success()) {
+        Ok(())
+    } else {
+        Err(bin)
+    }
+}
+
+/// The value of `found`, or its message on stderr and exit code 1: for examples' `main`.
+pub fn or_exit<T>(found: Result<T, String>) -> T {
+    found.unwrap_or_else(|how| {
+        eprintln!("{how}");
+        std::process::exit(1)
+    })
+}
+
 /// The Redis an example talks to: `REDIS_URL` when set; else the one answering on
 /// 127.0.0.1:6379; else a private redis-server started for this run (said on stderr). `Err` says
 /// how to get a redis-server when none is installed.
@@ -206,19 +263,13 @@ pub fn redis_for_example() -> Result<(String, Option<RedisServer>), String> {
         eprintln!("using the Redis on 127.0.0.1:6379 (set REDIS_URL to use another)");
         return Ok((local.to_owned(), None));
     }
-    let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
-    let found = Command::new(&bin)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        return Err(format!(
+    redis_server_installed().map_err(|bin| {
+        format!(
             "no Redis: REDIS_URL is unset, nothing answers on 127.0.0.1:6379, and {bin:?} is not \
              installed.\nInstall one (Debian/Ubuntu: apt-get install redis-server; macOS: brew \
              install redis), or set REDIS_URL=redis://host:port/db"
-        ));
-    }
+        )
+    })?;
     let server = RedisServer::start();
     eprintln!(
         "started a private redis-server on {} for this run (stopped at exit)",
@@ -240,18 +291,12 @@ pub fn servers_for_example(n: usize) -> Result<(Vec<String>, Vec<RedisServer>), 
         }
         return Ok((urls, Vec::new()));
     }
-    let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
-    let found = Command::new(&bin)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        return Err(format!(
+    redis_server_installed().map_err(|bin| {
+        format!(
             "REDIS_URLS is unset and {bin:?} is not installed: install one (Debian/Ubuntu: \
              apt-get install redis-server) or set REDIS_URLS=redis://a:6379,redis://b:6379,…"
-        ));
-    }
+        )
+    })?;
     let servers: Vec<RedisServer> = (0..n).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
     eprintln!(
