@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockman::{Acquire, LockError, LockManager, Release, Wait};
+use lockman::{Acquire, LockError, LockKind, LockManager, Release, Wait};
 
 #[actix_rt::main]
 async fn main() {
@@ -31,6 +31,7 @@ async fn run(url: &str) -> Result<(), LockError> {
         holder: holder.clone(),
         lease: Some(Duration::from_secs(5)),
         wait: Wait::No,
+        kind: LockKind::Reentrant,
     };
     let guard = actor
         .send(acquire.clone())
@@ -56,6 +57,7 @@ async fn run(url: &str) -> Result<(), LockError> {
         holder: manager.lock("messages:example").holder_id(),
         lease: None,
         wait: Wait::No,
+        kind: LockKind::Reentrant,
     };
     let refused = actor.send(other).await.map_err(|_| LockError::Shutdown)??;
     println!("another holder got it: {}", refused.is_some());

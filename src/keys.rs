@@ -32,6 +32,43 @@ pub(crate) fn unlock_channel(name: &str) -> String {
     prefixed("redisson_lock__channel", name)
 }
 
+/// `{name}:suffix`, or `name:suffix` when the name already carries a `{`.
+pub(crate) fn suffixed(name: &str, suffix: &str) -> String {
+    format!("{}:{suffix}", tagged(name))
+}
+
+/// `{name}`, or the name itself when it already carries a `{`: the start of keys derived from it.
+pub(crate) fn tagged(name: &str) -> String {
+    if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    }
+}
+
+/// The counter whose value is a fenced lock's latest token.
+pub(crate) fn token_key(name: &str) -> String {
+    prefixed("redisson_lock_token", name)
+}
+
+/// The channel of a read-write lock: `0` wakes one waiter, `1` every waiter.
+pub(crate) fn rwlock_channel(name: &str) -> String {
+    prefixed("redisson_rwlock", name)
+}
+
+/// The message a write release publishes: every waiter may go (readers can all enter).
+pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
+
+/// The hash field of a writer: `<holder>:write`.
+pub(crate) fn write_field(holder: &str) -> String {
+    format!("{holder}:write")
+}
+
+/// The prefix of a reader's timeout keys: `{name}:<holder>:rwlock_timeout` (`:<i>` follows).
+pub(crate) fn read_timeout_prefix(name: &str, holder: &str) -> String {
+    suffixed(name, &format!("{holder}:rwlock_timeout"))
+}
+
 /// The holder field of a lock handle: `<client id>:<n>`.
 pub(crate) fn holder(client_id: &uuid::Uuid, n: u64) -> String {
     format!("{}:{n}", client_id.hyphenated())
@@ -54,6 +91,23 @@ mod tests {
             "redisson_lock__channel:{user}:1"
         );
         assert_eq!(unlock_channel("x{"), "redisson_lock__channel:x{");
+    }
+
+    #[test]
+    fn derived_keys_follow_redisson() {
+        assert_eq!(token_key("t"), "redisson_lock_token:{t}");
+        assert_eq!(rwlock_channel("rw"), "redisson_rwlock:{rw}");
+        assert_eq!(rwlock_channel("{u}:1"), "redisson_rwlock:{u}:1");
+        assert_eq!(write_field("id:3"), "id:3:write");
+        assert_eq!(
+            read_timeout_prefix("rw", "id:3"),
+            "{rw}:id:3:rwlock_timeout"
+        );
+        assert_eq!(
+            read_timeout_prefix("{u}:1", "id:3"),
+            "{u}:1:id:3:rwlock_timeout"
+        );
+        assert_eq!(tagged("a"), "{a}");
     }
 
     #[test]

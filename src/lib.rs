@@ -78,5 +78,6 @@ pub use config::{
     MIN_WATCHDOG_TIMEOUT,
 };
 pub use error::LockError;
-pub use lock::{Lock, LockGuard};
+pub use lock::{FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, WriteLock};
 pub use manager::LockManager;
+pub use scripts::LockKind;

@@ -11,7 +11,7 @@ use crate::actors::messages::{CountLive, Resolve, Shutdown};
 use crate::actors::{self, LockActor, Registry};
 use crate::runtime::Host;
 use crate::scripts::Commands;
-use crate::{Config, Lock, LockError, keys};
+use crate::{Config, FencedLock, Lock, LockError, LockKind, ReadWriteLock, keys};
 
 /// How much longer than the connect timeout starting may take before it counts as stuck.
 const STARTUP_GRACE: Duration = Duration::from_secs(1);
@@ -98,7 +98,26 @@ impl LockManager {
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
         let holder = keys::holder(&self.inner.client_id, n);
-        Lock::new(self.inner.clone(), name.into().into(), holder.into())
+        Lock::new(
+            self.inner.clone(),
+            name.into().into(),
+            holder.into(),
+            LockKind::Reentrant,
+        )
+    }
+
+    /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a
+    /// token greater than any handed out before for that name, by any client. New holder, as
+    /// [`lock`](Self::lock).
+    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
+        FencedLock::new(self.lock(name).as_kind(LockKind::Fenced))
+    }
+
+    /// A handle on the **read-write lock** `name`: many readers at once, or one writer. Its
+    /// [`read`](ReadWriteLock::read) and [`write`](ReadWriteLock::write) sides share one new
+    /// holder, so a writer can also take the read side (downgrade).
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.lock(name).as_kind(LockKind::Read))
     }
 
     /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
@@ -107,7 +126,23 @@ impl LockManager {
     /// # Errors
     /// [`LockError::InvalidArgument`] for an empty name; [`LockError::Shutdown`] after shutdown.
     pub async fn lock_actor(&self, name: &str) -> Result<Addr<LockActor>, LockError> {
-        let resolve = Resolve { name: name.into() };
+        self.lock_actor_of(LockKind::Reentrant, name).await
+    }
+
+    /// The lock actor serving the lock of `kind` named `name` (both sides of a read-write lock
+    /// share one). See [`lock_actor`](Self::lock_actor).
+    ///
+    /// # Errors
+    /// As [`lock_actor`](Self::lock_actor).
+    pub async fn lock_actor_of(
+        &self,
+        kind: LockKind,
+        name: &str,
+    ) -> Result<Addr<LockActor>, LockError> {
+        let resolve = Resolve {
+            kind,
+            name: name.into(),
+        };
         self.inner
             .registry
             .send(resolve)

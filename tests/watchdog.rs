@@ -207,6 +207,7 @@ async fn dropping_the_manager_stops_renewal_and_the_lock_expires() {
         holder: lock.holder_id(),
         lease: None,
         wait: lockman::Wait::No,
+        kind: lockman::LockKind::Reentrant,
     };
     std::mem::forget(actor.send(acquire).await.unwrap().unwrap().unwrap());
     drop((actor, lock));

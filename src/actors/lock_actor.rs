@@ -27,11 +27,14 @@ use tokio::sync::watch;
 use super::messages::*;
 use super::{Registry, Services};
 use crate::scripts::{Attempt, Released};
-use crate::{LockError, LockGuard, keys};
+use crate::{LockError, LockGuard, LockKind};
 
 /// Every hold gets a number no other hold in this process had, so a stale guard can never
 /// release a later hold of the same holder.
 static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// A hold's identity: its holder and its kind (a read-write holder may hold both sides).
+pub(crate) type HoldKey = (Arc<str>, LockKind);
 
 /// The longest lease accepted (about 285 years): PEXPIRE must not overflow.
 const MAX_LEASE: Duration = Duration::from_millis(1 << 53);
@@ -45,12 +48,15 @@ const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub struct LockActor {
     /// Tells this actor apart from earlier and later actors of the same name.
     id: u64,
+    /// The kinds it serves: one, or both sides of a read-write lock (they share a channel).
+    family: LockKind,
     name: Arc<str>,
     channel: String,
     svc: Services,
     registry: WeakAddr<Registry>,
-    /// Holds of this process, by holder: from the first grant to the final release or the loss.
-    holds: HashMap<Arc<str>, Hold>,
+    /// Holds of this process, by holder and kind: from the first grant to the final release or
+    /// the loss.
+    holds: HashMap<HoldKey, Hold>,
     /// Local callers waiting for the lock, oldest first: from a busy attempt to a grant, the end of
     /// their wait, an error, or the caller going away.
     waiters: VecDeque<Waiter>,
@@ -62,6 +68,8 @@ pub struct LockActor {
     subscribed: bool,
     /// A strong address to itself while busy (see the module doc).
     keepalive: Option<Addr<Self>>,
+    /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
+    pending_wakes: VecDeque<u64>,
     /// Set by `StopLock`: new requests fail with `Shutdown`.
     stopping: bool,
     next_waiter: u64,
@@ -90,6 +98,7 @@ struct Hold {
 struct Waiter {
     id: u64,
     holder: Arc<str>,
+    kind: LockKind,
     lease: Option<Duration>,
     wait: Wait,
     reply: OneshotSender<Result<Option<LockGuard>, LockError>>,
@@ -101,13 +110,15 @@ struct Waiter {
 impl LockActor {
     pub(crate) fn new(
         id: u64,
+        family: LockKind,
         name: Arc<str>,
         svc: Services,
         registry: WeakAddr<Registry>,
     ) -> Self {
         Self {
             id,
-            channel: keys::unlock_channel(&name),
+            family,
+            channel: family.channel(&name),
             name,
             svc,
             registry,
@@ -119,6 +130,7 @@ impl LockActor {
             keepalive: None,
             stopping: false,
             next_waiter: 0,
+            pending_wakes: VecDeque::new(),
         }
     }
 
@@ -133,7 +145,7 @@ impl LockActor {
             let _ = reply.send(Err(LockError::Shutdown));
             return;
         }
-        if let Err(e) = validate(&msg) {
+        if let Err(e) = validate(&msg, self.family) {
             let _ = reply.send(Err(e));
             return;
         }
@@ -150,6 +162,7 @@ impl LockActor {
         self.waiters.push_back(Waiter {
             id,
             holder: msg.holder.into(),
+            kind: msg.kind,
             lease: msg.lease,
             wait,
             reply,
@@ -166,24 +179,24 @@ impl LockActor {
         let Some(w) = self.waiters.iter().find(|w| w.id == id) else {
             return;
         };
-        let (holder, lease) = (w.holder.clone(), w.lease);
+        let (holder, kind, lease) = (w.holder.clone(), w.kind, w.lease);
         let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
         let ttl = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
         let started = Instant::now();
         let call = {
             let holder = holder.clone();
-            async move { cmds.acquire(&name, &holder, ttl).await }
+            async move { cmds.acquire(kind, &name, &holder, ttl).await }
         };
-        ctx.wait(
-            call.into_actor(self)
-                .map(move |res, act, ctx| act.attempted(id, holder, lease, started, res, ctx)),
-        );
+        ctx.wait(call.into_actor(self).map(move |res, act, ctx| {
+            act.attempted(id, (holder, kind), lease, started, res, ctx);
+            act.next_wake(ctx);
+        }));
     }
 
     fn attempted(
         &mut self,
         id: u64,
-        holder: Arc<str>,
+        key: HoldKey,
         lease: Option<Duration>,
         started: Instant,
         res: Result<Attempt, LockError>,
@@ -191,9 +204,9 @@ impl LockActor {
     ) {
         let pos = self.waiters.iter().position(|w| w.id == id);
         match res {
-            Ok(Attempt::Acquired) => {
+            Ok(Attempt::Acquired { token }) => {
                 self.failures = 0;
-                let guard = self.grant(holder, lease, started, ctx);
+                let guard = self.grant(key, lease, started, token, ctx);
                 if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
                     let waited = started.saturating_duration_since(w.since);
                     tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
@@ -226,8 +239,8 @@ impl LockActor {
                 }
             }
             Err(e) => {
-                if e.outcome_unknown() && !self.holds.contains_key(&holder) {
-                    self.undo_acquire(holder, lease, ctx);
+                if e.outcome_unknown() && !self.holds.contains_key(&key) {
+                    self.undo_acquire(key, lease, ctx);
                 }
                 let Some(pos) = pos else {
                     return self.maybe_idle(ctx);
@@ -252,10 +265,15 @@ impl LockActor {
     /// knows of. With no local hold of that holder, any field it has in Redis is that one: one
     /// release on the same connection, queued behind the acquire, takes it back. Runs under
     /// `ctx.wait`, so the holder's next attempt is sent after it.
-    fn undo_acquire(&mut self, holder: Arc<str>, lease: Option<Duration>, ctx: &mut Context<Self>) {
+    fn undo_acquire(
+        &mut self,
+        (holder, kind): HoldKey,
+        lease: Option<Duration>,
+        ctx: &mut Context<Self>,
+    ) {
         let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
         let lease = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
-        let call = async move { cmds.release(&name, &holder, lease).await };
+        let call = async move { cmds.release(kind, &name, &holder, lease).await };
         ctx.wait(call.into_actor(self).map(|res, act, _| match res {
             Ok(Released::NotHeld) => {}
             Ok(_) => tracing::warn!(lock = %act.name, "an acquire whose reply was lost had gone through; released it"),
@@ -268,14 +286,15 @@ impl LockActor {
     /// Records a hold granted by Redis and returns its guard.
     fn grant(
         &mut self,
-        holder: Arc<str>,
+        key: HoldKey,
         lease: Option<Duration>,
         started: Instant,
+        token: Option<u64>,
         ctx: &mut Context<Self>,
     ) -> LockGuard {
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
-        let epoch = match self.holds.get_mut(&holder) {
+        let epoch = match self.holds.get_mut(&key) {
             Some(hold) => {
                 hold.count += 1;
                 hold.epoch
@@ -294,25 +313,25 @@ impl LockActor {
                     reconcile: None,
                     reconcile_failures: 0,
                 };
-                self.holds.insert(holder.clone(), hold);
+                self.holds.insert(key.clone(), hold);
                 epoch
             }
         };
         if watchdog {
-            self.watch(&holder, ctx);
+            self.watch(&key, ctx);
         } else {
             // The script just set the PTTL to this lease (it started no earlier than `started`).
-            self.expire_at(&holder, lease, started + lease, ctx);
+            self.expire_at(&key, lease, started + lease, ctx);
         }
         self.busy(ctx);
-        let lost = self.holds.get(&holder).map(|h| h.lost.subscribe());
+        let lost = self.holds.get(&key).map(|h| h.lost.subscribe());
         let lost = lost.unwrap_or_else(|| watch::channel(true).1);
-        LockGuard::new(ctx.address(), self.name.clone(), holder, epoch, lost)
+        LockGuard::new(ctx.address(), self.name.clone(), key, epoch, lost, token)
     }
 
     /// Puts a hold under the watchdog (for good: it renews until the hold ends).
-    fn watch(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) {
-        let Some(hold) = self.holds.get_mut(holder) else {
+    fn watch(&mut self, key: &HoldKey, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(key) else {
             return;
         };
         if let Some(h) = hold.expiry.take() {
@@ -323,7 +342,8 @@ impl LockActor {
             hold.watchdog = true;
             self.svc.watchdog.do_send(Track {
                 name: self.name.clone(),
-                holder: holder.clone(),
+                holder: key.0.clone(),
+                kind: key.1,
                 epoch: hold.epoch,
                 actor: ctx.address().downgrade(),
             });
@@ -331,14 +351,8 @@ impl LockActor {
     }
 
     /// A lease hold is lost when its lease runs out, since nobody renews it.
-    fn expire_at(
-        &mut self,
-        holder: &Arc<str>,
-        lease: Duration,
-        at: Instant,
-        ctx: &mut Context<Self>,
-    ) {
-        let Some(hold) = self.holds.get_mut(holder) else {
+    fn expire_at(&mut self, key: &HoldKey, lease: Duration, at: Instant, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(key) else {
             return;
         };
         if hold.watchdog {
@@ -348,23 +362,24 @@ impl LockActor {
         if let Some(h) = hold.expiry.take() {
             ctx.cancel_future(h);
         }
-        let (holder, epoch) = (holder.clone(), hold.epoch);
+        let (key, epoch) = (key.clone(), hold.epoch);
         let after = at.saturating_duration_since(Instant::now());
         hold.expiry = Some(ctx.run_later(after, move |act, ctx| {
-            act.lose(&holder, epoch, "its lease ran out", ctx)
+            act.lose(&key, epoch, "its lease ran out", ctx)
         }));
     }
 
     /// The hold is gone from Redis: tell its guards, stop renewing it.
-    fn lose(&mut self, holder: &Arc<str>, epoch: u64, why: &str, ctx: &mut Context<Self>) {
-        if self.holds.get(holder).is_none_or(|h| h.epoch != epoch) {
+    fn lose(&mut self, key: &HoldKey, epoch: u64, why: &str, ctx: &mut Context<Self>) {
+        if self.holds.get(key).is_none_or(|h| h.epoch != epoch) {
             return;
         }
-        if let Some(hold) = self.end_hold(holder, ctx) {
+        if let Some(hold) = self.end_hold(key, ctx) {
+            let (holder, kind) = (&key.0, key.1);
             if hold.watchdog {
-                tracing::warn!(lock = %self.name, %holder, why, "lock lost");
+                tracing::warn!(lock = %self.name, %holder, ?kind, why, "lock lost");
             } else {
-                tracing::debug!(lock = %self.name, %holder, why, "lease hold ended");
+                tracing::debug!(lock = %self.name, %holder, ?kind, why, "lease hold ended");
             }
             hold.lost.send_replace(true);
         }
@@ -372,8 +387,8 @@ impl LockActor {
     }
 
     /// Removes a hold (released or lost) and its schedules.
-    fn end_hold(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) -> Option<Hold> {
-        let mut hold = self.holds.remove(holder)?;
+    fn end_hold(&mut self, key: &HoldKey, ctx: &mut Context<Self>) -> Option<Hold> {
+        let mut hold = self.holds.remove(key)?;
         for h in [hold.expiry.take(), hold.reconcile.take()]
             .into_iter()
             .flatten()
@@ -383,7 +398,8 @@ impl LockActor {
         if hold.watchdog {
             self.svc.watchdog.do_send(Untrack {
                 name: self.name.clone(),
-                holder: holder.clone(),
+                holder: key.0.clone(),
+                kind: key.1,
                 epoch: hold.epoch,
             });
         }
@@ -391,16 +407,12 @@ impl LockActor {
     }
 
     /// One release round trip for a guard's hold.
-    fn release(
-        &mut self,
-        holder: Arc<str>,
-        epoch: u64,
-    ) -> AtomicResponse<Self, Result<(), LockError>> {
+    fn release(&mut self, key: HoldKey, epoch: u64) -> AtomicResponse<Self, Result<(), LockError>> {
         let not_held = || LockError::NotHeld {
             name: self.name.to_string(),
-            holder: holder.to_string(),
+            holder: key.1.field(&key.0),
         };
-        let Some(hold) = self.holds.get_mut(&holder).filter(|h| h.epoch == epoch) else {
+        let Some(hold) = self.holds.get_mut(&key).filter(|h| h.epoch == epoch) else {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(not_held()))));
         };
         if hold.unreleased > 0 {
@@ -411,71 +423,70 @@ impl LockActor {
         let not_held = not_held();
         let (cmds, name, lease) = (self.svc.commands.clone(), self.name.clone(), hold.lease);
         let call = {
-            let holder = holder.clone();
-            async move { cmds.release(&name, &holder, lease).await }
+            let (holder, kind) = key.clone();
+            async move { cmds.release(kind, &name, &holder, lease).await }
         };
         let started = Instant::now();
         AtomicResponse::new(Box::pin(call.into_actor(self).map(move |res, act, ctx| {
             let res = match res {
                 Ok(Released::StillHeld) => {
-                    if let Some(hold) = act.holds.get_mut(&holder).filter(|h| h.epoch == epoch) {
+                    if let Some(hold) = act.holds.get_mut(&key).filter(|h| h.epoch == epoch) {
                         hold.count = hold.count.saturating_sub(1).max(1);
                     }
-                    act.expire_at(&holder, lease, started + lease, ctx);
+                    act.expire_at(&key, lease, started + lease, ctx);
                     Ok(())
                 }
                 Ok(Released::Unlocked) => {
-                    act.end_hold(&holder, ctx);
+                    act.end_hold(&key, ctx);
                     Ok(())
                 }
                 Ok(Released::NotHeld) => {
-                    act.lose(&holder, epoch, "release found it gone", ctx);
+                    act.lose(&key, epoch, "release found it gone", ctx);
                     Err(not_held)
                 }
                 Err(e) => {
                     // Did it run? Reconciliation finds out and finishes the job either way, so
                     // a released (or dropped) guard never leaves a hold renewed forever.
-                    if let Some(hold) = act.holds.get_mut(&holder).filter(|h| h.epoch == epoch) {
+                    if let Some(hold) = act.holds.get_mut(&key).filter(|h| h.epoch == epoch) {
                         hold.unreleased += 1;
-                        act.schedule_reconcile(&holder, ctx);
+                        act.schedule_reconcile(&key, ctx);
                     }
                     Err(e)
                 }
             };
-            tracing::debug!(lock = %act.name, %holder, ok = res.is_ok(), "release");
+            tracing::debug!(lock = %act.name, holder = %key.0, kind = ?key.1, ok = res.is_ok(), "release");
             act.maybe_idle(ctx);
             res
         })))
     }
 
-    fn schedule_reconcile(&mut self, holder: &Arc<str>, ctx: &mut Context<Self>) {
-        let Some(hold) = self.holds.get_mut(holder) else {
+    fn schedule_reconcile(&mut self, key: &HoldKey, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(key) else {
             return;
         };
         if hold.reconcile.is_some() {
             return;
         }
         let delay = backoff(hold.reconcile_failures);
-        let (holder, epoch) = (holder.clone(), hold.epoch);
-        hold.reconcile =
-            Some(ctx.run_later(delay, move |act, ctx| act.reconcile(holder, epoch, ctx)));
+        let (key, epoch) = (key.clone(), hold.epoch);
+        hold.reconcile = Some(ctx.run_later(delay, move |act, ctx| act.reconcile(key, epoch, ctx)));
     }
 
     /// Settles unconfirmed releases: reads the holder's count in Redis, which only this actor
     /// changes, to learn how many of them ran, then sends the rest.
-    fn reconcile(&mut self, holder: Arc<str>, epoch: u64, ctx: &mut Context<Self>) {
-        let Some(hold) = self.holds.get_mut(&holder).filter(|h| h.epoch == epoch) else {
+    fn reconcile(&mut self, key: HoldKey, epoch: u64, ctx: &mut Context<Self>) {
+        let Some(hold) = self.holds.get_mut(&key).filter(|h| h.epoch == epoch) else {
             return;
         };
         hold.reconcile = None;
         let (count, pending, lease) = (hold.count, hold.unreleased, hold.lease);
-        let (cmds, name, who) = (self.svc.commands.clone(), self.name.clone(), holder.clone());
+        let (cmds, name, (who, kind)) = (self.svc.commands.clone(), self.name.clone(), key.clone());
         let work = async move {
-            let in_redis = cmds.inspect(&name, &who).await?.count;
+            let in_redis = cmds.inspect(kind, &name, &who).await?.count;
             let mut done = count.saturating_sub(in_redis).min(pending);
             let mut gone = in_redis == 0;
             while done < pending && !gone {
-                match cmds.release(&name, &who, lease).await {
+                match cmds.release(kind, &name, &who, lease).await {
                     Ok(Released::StillHeld) => done += 1,
                     Ok(Released::Unlocked) => (done, gone) = (done + 1, true),
                     Ok(Released::NotHeld) => gone = true,
@@ -485,21 +496,22 @@ impl LockActor {
             Ok::<_, LockError>((done, gone))
         };
         ctx.wait(work.into_actor(self).map(move |res, act, ctx| {
-            let Some(hold) = act.holds.get_mut(&holder).filter(|h| h.epoch == epoch) else {
+            let Some(hold) = act.holds.get_mut(&key).filter(|h| h.epoch == epoch) else {
                 return;
             };
+            let holder = &key.0;
             match res {
                 Ok((done, gone)) => {
                     hold.count = hold.count.saturating_sub(done);
                     hold.unreleased -= done;
                     if gone && hold.count == hold.unreleased {
                         tracing::debug!(lock = %act.name, %holder, "unconfirmed releases settled");
-                        act.end_hold(&holder, ctx);
+                        act.end_hold(&key, ctx);
                     } else if gone {
-                        act.lose(&holder, epoch, "gone while releases were unconfirmed", ctx);
+                        act.lose(&key, epoch, "gone while releases were unconfirmed", ctx);
                     } else if hold.unreleased > 0 {
                         hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
-                        act.schedule_reconcile(&holder, ctx);
+                        act.schedule_reconcile(&key, ctx);
                     } else {
                         hold.reconcile_failures = 0;
                         tracing::debug!(lock = %act.name, %holder, "unconfirmed releases settled");
@@ -508,7 +520,7 @@ impl LockActor {
                 Err(error) => {
                     hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
                     tracing::warn!(lock = %act.name, %holder, %error, "cannot settle releases yet");
-                    act.schedule_reconcile(&holder, ctx);
+                    act.schedule_reconcile(&key, ctx);
                 }
             }
             act.maybe_idle(ctx);
@@ -545,6 +557,22 @@ impl LockActor {
             ctx.cancel_future(h);
         }
         if let Some(id) = self.waiters.front().map(|w| w.id) {
+            self.attempt(id, ctx);
+        }
+    }
+
+    /// A wake-all message (a write release): every waiter gets one attempt, oldest first, one
+    /// round trip at a time.
+    fn wake_all(&mut self, ctx: &mut Context<Self>) {
+        if let Some(h) = self.retry.take() {
+            ctx.cancel_future(h);
+        }
+        self.pending_wakes = self.waiters.iter().map(|w| w.id).collect();
+        self.next_wake(ctx);
+    }
+
+    fn next_wake(&mut self, ctx: &mut Context<Self>) {
+        if let Some(id) = self.pending_wakes.pop_front() {
             self.attempt(id, ctx);
         }
     }
@@ -614,9 +642,16 @@ fn backoff(failures: u32) -> Duration {
         .min(ERROR_BACKOFF_MAX)
 }
 
-fn validate(msg: &Acquire) -> Result<(), LockError> {
+fn validate(msg: &Acquire, family: LockKind) -> Result<(), LockError> {
     if msg.holder.is_empty() {
         return Err(LockError::invalid("holder", "must not be empty"));
+    }
+    if msg.kind.family() != family {
+        let why = format!(
+            "a {:?} request sent to the actor of a {family:?} lock",
+            msg.kind
+        );
+        return Err(LockError::invalid("kind", why));
     }
     match msg.lease {
         Some(lease) if lease < Duration::from_millis(1) => Err(LockError::invalid(
@@ -637,6 +672,7 @@ impl Actor for LockActor {
     fn stopped(&mut self, _: &mut Self::Context) {
         if let Some(registry) = self.registry.upgrade() {
             registry.do_send(Forget {
+                family: self.family,
                 name: self.name.clone(),
                 id: self.id,
             });
@@ -645,11 +681,12 @@ impl Actor for LockActor {
         for w in self.waiters.drain(..) {
             let _ = w.reply.send(Err(LockError::Shutdown));
         }
-        for (holder, hold) in self.holds.drain() {
+        for ((holder, kind), hold) in self.holds.drain() {
             if hold.watchdog {
                 self.svc.watchdog.do_send(Untrack {
                     name: self.name.clone(),
                     holder,
+                    kind,
                     epoch: hold.epoch,
                 });
             }
@@ -690,8 +727,8 @@ impl Handler<Release> for LockActor {
     type Result = AtomicResponse<Self, Result<(), LockError>>;
 
     fn handle(&mut self, Release(mut guard): Release, _: &mut Context<Self>) -> Self::Result {
-        let (holder, epoch) = guard.disarm();
-        self.release(holder, epoch)
+        let (key, epoch) = guard.disarm();
+        self.release(key, epoch)
     }
 }
 
@@ -699,15 +736,19 @@ impl Handler<ReleaseHold> for LockActor {
     type Result = AtomicResponse<Self, Result<(), LockError>>;
 
     fn handle(&mut self, msg: ReleaseHold, _: &mut Context<Self>) -> Self::Result {
-        self.release(msg.holder, msg.epoch)
+        self.release((msg.holder, msg.kind), msg.epoch)
     }
 }
 
 impl Handler<Unlocked> for LockActor {
     type Result = ();
 
-    fn handle(&mut self, _: Unlocked, ctx: &mut Context<Self>) {
-        self.wake_one(ctx);
+    fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
+        if msg.all {
+            self.wake_all(ctx);
+        } else {
+            self.wake_one(ctx);
+        }
     }
 }
 
@@ -724,7 +765,7 @@ impl Handler<HoldLost> for LockActor {
 
     fn handle(&mut self, msg: HoldLost, ctx: &mut Context<Self>) {
         self.lose(
-            &msg.holder,
+            &(msg.holder, msg.kind),
             msg.epoch,
             "renewal found it gone or failed too long",
             ctx,
@@ -744,16 +785,16 @@ impl Handler<StopLock> for LockActor {
         let releases: Vec<_> = if msg.release {
             self.holds
                 .iter()
-                .map(|(holder, h)| (holder.clone(), h.count, h.lease))
+                .map(|(key, h)| (key.clone(), h.count, h.lease))
                 .collect()
         } else {
             Vec::new()
         };
         let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
         let work = async move {
-            for (holder, count, lease) in releases {
+            for ((holder, kind), count, lease) in releases {
                 for _ in 0..count {
-                    match cmds.release(&name, &holder, lease).await {
+                    match cmds.release(kind, &name, &holder, lease).await {
                         Ok(Released::StillHeld) => {}
                         Ok(_) => break,
                         Err(e) => {

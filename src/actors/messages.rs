@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix::{Addr, Message, WeakAddr};
 
 use super::LockActor;
-use crate::{LockError, LockGuard};
+use crate::{LockError, LockGuard, LockKind};
 
 /// How long an [`Acquire`] may wait while the lock is held by someone else.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,6 +36,9 @@ pub struct Acquire {
     pub lease: Option<Duration>,
     /// How long to wait while the lock is busy.
     pub wait: Wait,
+    /// Which lock: [`LockKind::Reentrant`], or another kind served by the same actor family
+    /// (both sides of a read-write lock go to one actor).
+    pub kind: LockKind,
 }
 
 /// Release the hold of one guard. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.
@@ -48,13 +51,17 @@ pub struct Release(pub LockGuard);
 #[rtype(result = "Result<(), LockError>")]
 pub(crate) struct ReleaseHold {
     pub holder: Arc<str>,
+    pub kind: LockKind,
     pub epoch: u64,
 }
 
-/// The PubSubActor saw the unlock message on the lock's channel.
+/// The PubSubActor saw a release on the lock's channel: wake one waiter, or all (a write
+/// release of a read-write lock).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Unlocked;
+pub(crate) struct Unlocked {
+    pub all: bool,
+}
 
 /// The pub/sub connection came back (messages may have been lost): waiters should retry.
 #[derive(Message)]
@@ -66,6 +73,7 @@ pub(crate) struct Resubscribed;
 #[rtype(result = "()")]
 pub(crate) struct HoldLost {
     pub holder: Arc<str>,
+    pub kind: LockKind,
     pub epoch: u64,
 }
 
@@ -80,6 +88,7 @@ pub(crate) struct StopLock {
 #[derive(Message)]
 #[rtype(result = "Result<Addr<LockActor>, LockError>")]
 pub(crate) struct Resolve {
+    pub kind: LockKind,
     pub name: Arc<str>,
 }
 
@@ -87,6 +96,7 @@ pub(crate) struct Resolve {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Forget {
+    pub family: LockKind,
     pub name: Arc<str>,
     pub id: u64,
 }
@@ -127,6 +137,7 @@ pub(crate) struct Unsubscribe {
 pub(crate) struct Track {
     pub name: Arc<str>,
     pub holder: Arc<str>,
+    pub kind: LockKind,
     pub epoch: u64,
     pub actor: WeakAddr<LockActor>,
 }
@@ -137,6 +148,7 @@ pub(crate) struct Track {
 pub(crate) struct Untrack {
     pub name: Arc<str>,
     pub holder: Arc<str>,
+    pub kind: LockKind,
     pub epoch: u64,
 }
 

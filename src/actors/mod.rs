@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use actix::{Actor, Addr, Supervisor};
 
+pub(crate) use lock_actor::HoldKey;
 pub use lock_actor::{AcquireReply, LockActor};
 pub use pubsub::PubSubActor;
 pub use registry::Registry;

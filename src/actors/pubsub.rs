@@ -147,7 +147,10 @@ impl StreamHandler<redis::Msg> for PubSubActor {
     fn handle(&mut self, msg: redis::Msg, _: &mut Context<Self>) {
         let channel = msg.get_channel_name();
         match self.routes.get(channel).map(|r| r.actor.upgrade()) {
-            Some(Some(actor)) => actor.do_send(Unlocked),
+            Some(Some(actor)) => {
+                let all = msg.get_payload_bytes() == crate::keys::WAKE_ALL_MESSAGE.as_bytes();
+                actor.do_send(Unlocked { all });
+            }
             Some(None) => {
                 self.routes.remove(channel);
             }

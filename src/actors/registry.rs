@@ -14,13 +14,14 @@ use futures_util::future::join_all;
 
 use super::messages::*;
 use super::{LockActor, Services};
-use crate::LockError;
+use crate::{LockError, LockKind};
 
 /// The actor that maps lock names to lock actors.
 pub struct Registry {
     svc: Services,
-    /// Name → (actor id, its address): from the first request for the name until that actor stops.
-    actors: HashMap<Arc<str>, (u64, WeakAddr<LockActor>)>,
+    /// (Kind family, name) → (actor id, its address): from the first request for that lock until
+    /// its actor stops.
+    actors: HashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>,
     next_id: u64,
     /// Set by `Shutdown`: no new lock actors.
     shut: bool,
@@ -49,17 +50,15 @@ impl Handler<Resolve> for Registry {
             return Err(LockError::Shutdown);
         }
         crate::keys::validate_name(&msg.name)?;
-        let live = self
-            .actors
-            .get(&msg.name)
-            .and_then(|(_, weak)| weak.upgrade());
+        let key = (msg.kind.family(), msg.name);
+        let live = self.actors.get(&key).and_then(|(_, weak)| weak.upgrade());
         if let Some(addr) = live.filter(|a| a.connected()) {
             return Ok(addr);
         }
         self.next_id += 1;
         let (id, svc, me) = (self.next_id, self.svc.clone(), ctx.address().downgrade());
-        let addr = LockActor::new(id, msg.name.clone(), svc, me).start();
-        self.actors.insert(msg.name, (id, addr.downgrade()));
+        let addr = LockActor::new(id, key.0, key.1.clone(), svc, me).start();
+        self.actors.insert(key, (id, addr.downgrade()));
         Ok(addr)
     }
 }
@@ -68,12 +67,9 @@ impl Handler<Forget> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
-        if self
-            .actors
-            .get(&msg.name)
-            .is_some_and(|(id, _)| *id == msg.id)
-        {
-            self.actors.remove(&msg.name);
+        let key = (msg.family, msg.name);
+        if self.actors.get(&key).is_some_and(|(id, _)| *id == msg.id) {
+            self.actors.remove(&key);
         }
     }
 }

@@ -15,21 +15,23 @@ use futures_util::future::join_all;
 
 use super::LockActor;
 use super::messages::*;
-use crate::Config;
 use crate::scripts::{Commands, RENEW_BATCH};
+use crate::{Config, LockKind};
 
 /// The actor that owns renewal.
 pub struct Watchdog {
     commands: Commands,
     timeout: Duration,
     interval: Duration,
-    /// Holds to renew, by (name, holder): from `Track` to `Untrack` or loss.
-    tracked: HashMap<(Arc<str>, Arc<str>), Tracked>,
+    /// Holds to renew, by (name, holder, kind): from `Track` to `Untrack` or loss.
+    tracked: HashMap<HoldKey, Tracked>,
     /// Whether a tick's renewals are still under way (a slow Redis must not pile them up).
     ticking: bool,
     /// Set by `Halt`: no more renewals.
     halted: bool,
 }
+
+type HoldKey = (Arc<str>, Arc<str>, LockKind);
 
 struct Tracked {
     epoch: u64,
@@ -56,43 +58,50 @@ impl Watchdog {
             return;
         }
         self.ticking = true;
-        let holds: Vec<(Arc<str>, Arc<str>, u64)> = self
-            .tracked
-            .iter()
-            .map(|((name, holder), t)| (name.clone(), holder.clone(), t.epoch))
+        // One batch list per kind (each kind has its renewal script), 100 holds a batch.
+        let mut by_kind: HashMap<LockKind, Vec<(HoldKey, u64)>> = HashMap::new();
+        for (key, t) in &self.tracked {
+            by_kind
+                .entry(key.2)
+                .or_default()
+                .push((key.clone(), t.epoch));
+        }
+        let batches: Vec<Vec<(HoldKey, u64)>> = by_kind
+            .into_values()
+            .flat_map(|holds| {
+                holds
+                    .chunks(RENEW_BATCH)
+                    .map(<[_]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
             .collect();
         let (commands, timeout) = (self.commands.clone(), self.timeout);
         let started = Instant::now();
-        let work = async move {
-            let batches = holds.chunks(RENEW_BATCH).map(|batch| {
-                let commands = commands.clone();
-                async move {
-                    let pairs: Vec<(&str, &str)> =
-                        batch.iter().map(|(n, h, _)| (&**n, &**h)).collect();
-                    (batch, commands.renew(&pairs, timeout).await)
-                }
-            });
-            join_all(batches)
-                .await
-                .into_iter()
-                .map(|(batch, res)| (batch.to_vec(), res))
-                .collect::<Vec<_>>()
-        };
+        let work = join_all(batches.into_iter().map(move |batch| {
+            let commands = commands.clone();
+            async move {
+                let kind = batch[0].0.2;
+                let pairs: Vec<(&str, &str)> =
+                    batch.iter().map(|((n, h, _), _)| (&**n, &**h)).collect();
+                let res = commands.renew(kind, &pairs, timeout).await;
+                (batch, res)
+            }
+        }));
         ctx.spawn(work.into_actor(self).map(move |results, act, _| {
             act.ticking = false;
             let (mut renewed, mut lost, mut failed) = (0usize, 0usize, 0usize);
             for (batch, res) in results {
                 match res {
                     Ok(flags) => {
-                        for ((name, holder, epoch), ok) in batch.into_iter().zip(flags) {
+                        for ((key, epoch), ok) in batch.into_iter().zip(flags) {
                             if ok {
                                 renewed += 1;
-                                if let Some(t) = act.tracked.get_mut(&(name, holder)) {
+                                if let Some(t) = act.tracked.get_mut(&key) {
                                     t.confirmed = started.max(t.confirmed);
                                 }
                             } else {
                                 lost += 1;
-                                act.lost(name, holder, epoch);
+                                act.lost(key, epoch);
                             }
                         }
                     }
@@ -100,14 +109,14 @@ impl Watchdog {
                         failed += batch.len();
                         tracing::warn!(%error, holds = batch.len(), "renewal failed");
                         let now = Instant::now();
-                        for (name, holder, epoch) in batch {
+                        for (key, epoch) in batch {
                             let expired = act
                                 .tracked
-                                .get(&(name.clone(), holder.clone()))
+                                .get(&key)
                                 .is_some_and(|t| now.duration_since(t.confirmed) >= act.timeout);
                             if expired {
                                 lost += 1;
-                                act.lost(name, holder, epoch);
+                                act.lost(key, epoch);
                             }
                         }
                     }
@@ -117,8 +126,7 @@ impl Watchdog {
         }));
     }
 
-    fn lost(&mut self, name: Arc<str>, holder: Arc<str>, epoch: u64) {
-        let key = (name, holder);
+    fn lost(&mut self, key: HoldKey, epoch: u64) {
         if self.tracked.get(&key).is_none_or(|t| t.epoch != epoch) {
             return;
         }
@@ -126,6 +134,7 @@ impl Watchdog {
         if let Some(actor) = actor {
             actor.do_send(HoldLost {
                 holder: key.1,
+                kind: key.2,
                 epoch,
             });
         }
@@ -155,12 +164,13 @@ impl Handler<Track> for Watchdog {
         if self.halted {
             return;
         }
+        let key = (msg.name, msg.holder, msg.kind);
         let tracked = Tracked {
             epoch: msg.epoch,
             confirmed: Instant::now(),
             actor: msg.actor,
         };
-        self.tracked.insert((msg.name, msg.holder), tracked);
+        self.tracked.insert(key, tracked);
     }
 }
 
@@ -168,7 +178,7 @@ impl Handler<Untrack> for Watchdog {
     type Result = ();
 
     fn handle(&mut self, msg: Untrack, _: &mut Context<Self>) {
-        let key = (msg.name, msg.holder);
+        let key = (msg.name, msg.holder, msg.kind);
         if self.tracked.get(&key).is_some_and(|t| t.epoch == msg.epoch) {
             self.tracked.remove(&key);
         }

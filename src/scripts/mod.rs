@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
-use crate::keys::{self, UNLOCK_MESSAGE};
+use crate::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 use crate::{Config, LockError};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
@@ -16,6 +16,57 @@ static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
+static FENCED_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fenced_acquire.lua")));
+static READ_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("read_acquire.lua")));
+static READ_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("read_release.lua")));
+static WRITE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("write_acquire.lua")));
+static WRITE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("write_release.lua")));
+static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew_read.lua")));
+
+/// The kinds of lock: each has its own scripts, hash field and channel (protocol.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// The reentrant lock.
+    Reentrant,
+    /// The reentrant lock plus a token counter.
+    Fenced,
+    /// The read side of a read-write lock.
+    Read,
+    /// The write side of a read-write lock.
+    Write,
+}
+
+impl LockKind {
+    /// The hash field that holds `holder`'s count for this kind.
+    pub(crate) fn field(self, holder: &str) -> String {
+        match self {
+            LockKind::Write => keys::write_field(holder),
+            _ => holder.to_owned(),
+        }
+    }
+
+    /// The channel its releases are published on.
+    pub(crate) fn channel(self, name: &str) -> String {
+        match self {
+            LockKind::Read | LockKind::Write => keys::rwlock_channel(name),
+            LockKind::Reentrant | LockKind::Fenced => keys::unlock_channel(name),
+        }
+    }
+
+    /// Kinds that share a channel share a lock actor: both sides of a read-write lock.
+    pub(crate) fn family(self) -> LockKind {
+        match self {
+            LockKind::Write => LockKind::Read,
+            other => other,
+        }
+    }
+}
 
 /// The most holds one renewal script call carries.
 pub(crate) const RENEW_BATCH: usize = 100;
@@ -23,8 +74,8 @@ pub(crate) const RENEW_BATCH: usize = 100;
 /// The outcome of one acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The holder's count was incremented and the lease set.
-    Acquired,
+    /// The holder's count was incremented and the lease set; a fenced lock's token.
+    Acquired { token: Option<u64> },
     /// Another holder has it, for `ttl` more (`None`: the key has no expiry).
     Busy { ttl: Option<Duration> },
 }
@@ -105,36 +156,91 @@ impl Commands {
         }
     }
 
-    /// One acquire attempt (`acquire.lua`).
+    /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
+    /// `write_acquire.lua`).
     pub(crate) async fn acquire(
         &self,
+        kind: LockKind,
         name: &str,
         holder: &str,
         lease: Duration,
     ) -> Result<Attempt, LockError> {
         let key = keys::lock_key(name);
-        let mut call = ACQUIRE.key(key);
-        call.arg(millis(lease)).arg(holder);
+        let lease = millis(lease);
+        let call = match kind {
+            LockKind::Reentrant => {
+                let mut call = ACQUIRE.key(key);
+                call.arg(lease).arg(holder);
+                call
+            }
+            LockKind::Fenced => {
+                let mut call = FENCED_ACQUIRE.key(key);
+                call.key(keys::token_key(name)).arg(lease).arg(holder);
+                call
+            }
+            LockKind::Read => {
+                let mut call = READ_ACQUIRE.key(key);
+                call.key(keys::read_timeout_prefix(name, holder))
+                    .arg(lease)
+                    .arg(holder)
+                    .arg(keys::write_field(holder));
+                call
+            }
+            LockKind::Write => {
+                let mut call = WRITE_ACQUIRE.key(key);
+                call.arg(lease).arg(keys::write_field(holder));
+                call
+            }
+        };
         match self.run("acquire", key, call).await? {
-            Value::Nil => Ok(Attempt::Acquired),
+            Value::Nil => Ok(Attempt::Acquired { token: None }),
+            Value::Array(token) => match token.as_slice() {
+                [Value::Int(t)] => Ok(Attempt::Acquired {
+                    token: u64::try_from(*t).ok(),
+                }),
+                _ => Err(unexpected("acquire", Value::Array(token))),
+            },
             Value::Int(ttl) => Ok(Attempt::Busy { ttl: ttl_of(ttl) }),
             other => Err(unexpected("acquire", other)),
         }
     }
 
-    /// Releases one hold (`release.lua`), restoring `lease` when holds remain.
+    /// Releases one hold of `kind`, restoring `lease` when holds remain.
     pub(crate) async fn release(
         &self,
+        kind: LockKind,
         name: &str,
         holder: &str,
         lease: Duration,
     ) -> Result<Released, LockError> {
         let key = keys::lock_key(name);
-        let mut call = RELEASE.key(key);
-        call.key(keys::unlock_channel(name))
-            .arg(UNLOCK_MESSAGE)
-            .arg(millis(lease))
-            .arg(holder);
+        let call = match kind {
+            LockKind::Reentrant | LockKind::Fenced => {
+                let mut call = RELEASE.key(key);
+                call.key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder);
+                call
+            }
+            LockKind::Read => {
+                let mut call = READ_RELEASE.key(key);
+                call.key(keys::rwlock_channel(name))
+                    .key(keys::read_timeout_prefix(name, holder))
+                    .key(keys::tagged(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(holder);
+                call
+            }
+            LockKind::Write => {
+                let mut call = WRITE_RELEASE.key(key);
+                call.key(keys::rwlock_channel(name))
+                    .arg(WAKE_ALL_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(keys::write_field(holder));
+                call
+            }
+        };
         match self.run("release", key, call).await? {
             Value::Nil => Ok(Released::NotHeld),
             Value::Int(0) => Ok(Released::StillHeld),
@@ -144,10 +250,14 @@ impl Commands {
     }
 
     /// Deletes the lock whoever holds it (`force_unlock.lua`); true when there was one.
-    pub(crate) async fn force_unlock(&self, name: &str) -> Result<bool, LockError> {
+    pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
         let mut call = FORCE_UNLOCK.key(key);
-        call.key(keys::unlock_channel(name)).arg(UNLOCK_MESSAGE);
+        let message = match kind {
+            LockKind::Read | LockKind::Write => WAKE_ALL_MESSAGE,
+            LockKind::Reentrant | LockKind::Fenced => UNLOCK_MESSAGE,
+        };
+        call.key(kind.channel(name)).arg(message);
         match self.run("force unlock", key, call).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("force unlock", other)),
@@ -155,10 +265,15 @@ impl Commands {
     }
 
     /// Reads the lock's state for `holder` (`inspect.lua`), changing nothing.
-    pub(crate) async fn inspect(&self, name: &str, holder: &str) -> Result<Inspection, LockError> {
+    pub(crate) async fn inspect(
+        &self,
+        kind: LockKind,
+        name: &str,
+        holder: &str,
+    ) -> Result<Inspection, LockError> {
         let key = keys::lock_key(name);
         let mut call = INSPECT.key(key);
-        call.arg(holder);
+        call.arg(kind.field(holder));
         match self.run("inspect", key, call).await? {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(exists), Value::Int(count), Value::Int(ttl)] => Ok(Inspection {
@@ -172,16 +287,24 @@ impl Commands {
         }
     }
 
-    /// Renews up to [`RENEW_BATCH`] holds (`renew.lua`): `true` for each hold still in place.
+    /// Renews up to [`RENEW_BATCH`] holds of one kind (`renew.lua`; `renew_read.lua` for read
+    /// holds, which also renews the timeout keys): `true` for each hold still in place.
     pub(crate) async fn renew(
         &self,
+        kind: LockKind,
         holds: &[(&str, &str)],
         timeout: Duration,
     ) -> Result<Vec<bool>, LockError> {
-        let mut call = RENEW.prepare_invoke();
+        let mut call = match kind {
+            LockKind::Read => RENEW_READ.prepare_invoke(),
+            _ => RENEW.prepare_invoke(),
+        };
         call.arg(millis(timeout));
         for (name, holder) in holds {
-            call.key(keys::lock_key(name)).arg(*holder);
+            call.key(keys::lock_key(name)).arg(kind.field(holder));
+            if kind == LockKind::Read {
+                call.arg(keys::tagged(name));
+            }
         }
         match self.run("renew", "", call).await? {
             Value::Array(items) if items.len() == holds.len() => {

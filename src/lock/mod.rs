@@ -6,29 +6,57 @@ use std::time::Duration;
 use actix::{Addr, MailboxError};
 use tokio::sync::watch;
 
-use crate::actors::LockActor;
+mod fenced;
+mod read_write;
+
+pub use fenced::{FencedGuard, FencedLock};
+pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
+
 use crate::actors::messages::{Acquire, Release, ReleaseHold, Resolve, Wait};
+use crate::actors::{HoldKey, LockActor};
 use crate::manager::Inner;
-use crate::{LockError, keys};
+use crate::{LockError, LockKind, keys};
 
 /// How often a request is re-sent when the lock actor it resolved stopped at that very moment.
 const RESOLVE_ATTEMPTS: usize = 8;
 
-/// A handle on the reentrant lock of one name, with one **holder** identity
-/// (`<client id>:<n>`, see [`holder_id`](Self::holder_id)).
+/// A handle on one lock, with one **holder** identity (`<client id>:<n>`, see
+/// [`holder_id`](Self::holder_id)): the reentrant lock from [`LockManager::lock`], and the core
+/// that [`FencedLock`], [`ReadLock`] and [`WriteLock`] share (they dereference to it).
 ///
 /// Clones share the holder, so acquiring through a clone re-enters: the lock is free again after
 /// as many releases as acquisitions. Each successful acquire returns a [`LockGuard`].
+///
+/// [`LockManager::lock`]: crate::LockManager::lock
 #[derive(Clone)]
 pub struct Lock {
     mgr: Arc<Inner>,
     name: Arc<str>,
     holder: Arc<str>,
+    kind: LockKind,
 }
 
 impl Lock {
-    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>) -> Self {
-        Self { mgr, name, holder }
+    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>, kind: LockKind) -> Self {
+        Self {
+            mgr,
+            name,
+            holder,
+            kind,
+        }
+    }
+
+    /// The same holder on the same name, as another kind (the sides of a read-write lock).
+    pub(crate) fn as_kind(&self, kind: LockKind) -> Self {
+        Self {
+            kind,
+            ..self.clone()
+        }
+    }
+
+    /// Which kind of lock this handle takes.
+    pub fn kind(&self) -> LockKind {
+        self.kind
     }
 
     /// The lock name: the Redis key of its hash.
@@ -111,7 +139,7 @@ impl Lock {
     /// [`LockError::WrongType`] (the key is left alone), Redis errors.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         keys::validate_name(&self.name)?;
-        self.mgr.commands.force_unlock(&self.name).await
+        self.mgr.commands.force_unlock(self.kind, &self.name).await
     }
 
     /// Whether anyone holds the lock.
@@ -122,7 +150,7 @@ impl Lock {
         Ok(self.inspect().await?.locked)
     }
 
-    /// Whether this handle's holder holds the lock.
+    /// Whether this handle's holder holds the lock (for a read-write lock: this side of it).
     ///
     /// # Errors
     /// [`LockError::WrongType`], Redis errors.
@@ -158,7 +186,10 @@ impl Lock {
 
     async fn inspect(&self) -> Result<crate::scripts::Inspection, LockError> {
         keys::validate_name(&self.name)?;
-        self.mgr.commands.inspect(&self.name, &self.holder).await
+        self.mgr
+            .commands
+            .inspect(self.kind, &self.name, &self.holder)
+            .await
     }
 
     /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.
@@ -170,6 +201,7 @@ impl Lock {
         keys::validate_name(&self.name)?;
         for _ in 0..RESOLVE_ATTEMPTS {
             let resolve = Resolve {
+                kind: self.kind,
                 name: self.name.clone(),
             };
             let actor = self
@@ -182,6 +214,7 @@ impl Lock {
                 holder: self.holder.to_string(),
                 lease,
                 wait,
+                kind: self.kind,
             };
             match actor.send(acquire).await {
                 Ok(reply) => return reply.map(|g| g.map(|g| g.keeping(self.mgr.clone()))),
@@ -211,7 +244,10 @@ pub struct LockGuard {
     actor: Addr<LockActor>,
     name: Arc<str>,
     holder: Arc<str>,
+    kind: LockKind,
     epoch: u64,
+    /// A fenced lock's token for this acquisition.
+    token: Option<u64>,
     lost: watch::Receiver<bool>,
     /// Whether dropping the guard still has to release its hold.
     armed: bool,
@@ -223,15 +259,18 @@ impl LockGuard {
     pub(crate) fn new(
         actor: Addr<LockActor>,
         name: Arc<str>,
-        holder: Arc<str>,
+        (holder, kind): HoldKey,
         epoch: u64,
         lost: watch::Receiver<bool>,
+        token: Option<u64>,
     ) -> Self {
         Self {
             actor,
             name,
             holder,
+            kind,
             epoch,
+            token,
             lost,
             armed: true,
             manager: None,
@@ -244,9 +283,9 @@ impl LockGuard {
     }
 
     /// Takes the hold out of the guard: the caller releases it.
-    pub(crate) fn disarm(&mut self) -> (Arc<str>, u64) {
+    pub(crate) fn disarm(&mut self) -> (HoldKey, u64) {
         self.armed = false;
-        (self.holder.clone(), self.epoch)
+        ((self.holder.clone(), self.kind), self.epoch)
     }
 
     /// The lock name.
@@ -257,6 +296,16 @@ impl LockGuard {
     /// The holder that holds it.
     pub fn holder_id(&self) -> &str {
         &self.holder
+    }
+
+    /// Which kind of lock it holds.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
+    /// A fenced lock's token for this acquisition (`None` for other kinds): see [`FencedLock`].
+    pub fn token(&self) -> Option<u64> {
+        self.token
     }
 
     /// Releases this hold: the lock is free once every hold of its holder is released.
@@ -289,8 +338,12 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.armed {
-            let (holder, epoch) = self.disarm();
-            self.actor.do_send(ReleaseHold { holder, epoch });
+            let ((holder, kind), epoch) = self.disarm();
+            self.actor.do_send(ReleaseHold {
+                holder,
+                kind,
+                epoch,
+            });
         }
     }
 }
@@ -300,6 +353,7 @@ impl std::fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("name", &self.name)
             .field("holder", &self.holder)
+            .field("kind", &self.kind)
             .field("lost", &self.is_lost())
             .finish()
     }

@@ -1,0 +1,37 @@
+-- Read-write lock, read side: release one hold (protocol.md, "Read-write lock").
+-- KEYS[1]: the lock hash; KEYS[2]: the channel; KEYS[3]: this holder's timeout-key prefix;
+-- KEYS[4]: the name's key prefix ("{name}"), for the other holders' timeout keys.
+-- ARGV[1]: the message ("0": wake one); ARGV[2]: holder.
+-- Reply: nil when the holder has no read field; 0 when holders remain (the hash PTTL becomes the
+--        longest remaining read timeout); 1 when the key was deleted and the message published.
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+    return nil
+end
+local count = redis.call('hincrby', KEYS[1], ARGV[2], -1)
+if count == 0 then
+    redis.call('hdel', KEYS[1], ARGV[2])
+end
+redis.call('del', KEYS[3] .. ':' .. (count + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+    local longest = -3
+    for _, field in ipairs(redis.call('hkeys', KEYS[1])) do
+        local n = tonumber(redis.call('hget', KEYS[1], field))
+        if type(n) == 'number' then
+            for i = n, 1, -1 do
+                local ttl = redis.call('pttl', KEYS[4] .. ':' .. field .. ':rwlock_timeout:' .. i)
+                longest = math.max(ttl, longest)
+            end
+        end
+    end
+    if longest > 0 then
+        redis.call('pexpire', KEYS[1], longest)
+        return 0
+    end
+    if mode == 'write' then
+        return 0
+    end
+end
+redis.call('del', KEYS[1])
+redis.call('publish', KEYS[2], ARGV[1])
+return 1

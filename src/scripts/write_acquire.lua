@@ -1,0 +1,18 @@
+-- Read-write lock, write side: acquire (protocol.md, "Read-write lock").
+-- KEYS[1]: the lock hash. ARGV[1]: lease in ms; ARGV[2]: the write field ("<holder>:write").
+-- Allowed with no mode, or in write mode held by this holder (re-entry: the lease is added to
+-- the remaining PTTL). A reader cannot upgrade.
+-- Reply: nil when acquired; otherwise the key's PTTL in ms.
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'write')
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + tonumber(ARGV[1]))
+    return nil
+end
+return redis.call('pttl', KEYS[1])
