@@ -1,0 +1,350 @@
+//! The read-write lock: layout and messages, sharing, downgrade, no upgrade, per-hold read
+//! leases, write re-entry, wake-all on write release, exclusion counted exactly.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager};
+use redis::{AsyncCommands, Commands};
+use support::{RedisServer, command_calls, eventually, reset_stats};
+
+async fn manager(server: &RedisServer) -> LockManager {
+    LockManager::start(Config::new(server.url()))
+        .await
+        .expect("manager starts")
+}
+
+fn hash(raw: &mut redis::Connection, key: &str) -> HashMap<String, String> {
+    raw.hgetall(key).unwrap()
+}
+
+#[tokio::test]
+async fn layout_downgrade_and_messages() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let mut sub = server.client().get_connection().unwrap();
+    let mut messages = sub.as_pubsub();
+    messages.subscribe("redisson_rwlock:{doc}").unwrap();
+    messages
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+
+    let rw = mgr.read_write_lock("doc");
+    let h = rw.holder_id();
+    let w = rw.write().acquire().await.unwrap();
+    assert_eq!(
+        hash(&mut raw, "doc"),
+        HashMap::from([
+            ("mode".into(), "write".into()),
+            (format!("{h}:write"), "1".into())
+        ])
+    );
+    // Downgrade: the writer also reads.
+    let r = rw.read().acquire().await.unwrap();
+    assert_eq!(hash(&mut raw, "doc").get(&h).map(String::as_str), Some("1"));
+    let timeout_key = format!("{{doc}}:{h}:rwlock_timeout:1");
+    let ttl: i64 = raw.pttl(&timeout_key).unwrap();
+    assert!(
+        ttl > 29_000 && ttl <= 30_000,
+        "read hold's timeout key {ttl}"
+    );
+    assert_eq!(rw.write().hold_count().await.unwrap(), 1);
+    assert_eq!(rw.read().hold_count().await.unwrap(), 1);
+
+    // Releasing the write side keeps the read side: mode becomes read, nothing is published.
+    w.release().await.unwrap();
+    assert_eq!(
+        hash(&mut raw, "doc"),
+        HashMap::from([("mode".into(), "read".into()), (h.clone(), "1".into())])
+    );
+    // Another reader may enter now; a writer may not.
+    let other = mgr.read_write_lock("doc");
+    let r2 = other
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("readers share");
+    assert!(other.write().try_acquire().await.unwrap().is_none());
+    r2.release().await.unwrap();
+    r.release().await.unwrap();
+    assert!(!raw.exists::<_, bool>("doc").unwrap());
+    assert!(!raw.exists::<_, bool>(&timeout_key).unwrap());
+    let msg = messages.get_message().unwrap();
+    assert_eq!(
+        msg.get_payload::<String>().unwrap(),
+        "0",
+        "a reader's final release: wake one"
+    );
+
+    let w = rw.write().acquire().await.unwrap();
+    w.release().await.unwrap();
+    let msg = messages.get_message().unwrap();
+    assert_eq!(
+        msg.get_payload::<String>().unwrap(),
+        "1",
+        "a writer's final release: wake all"
+    );
+}
+
+#[tokio::test]
+async fn a_reader_cannot_upgrade_and_does_not_deadlock() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let rw = mgr.read_write_lock("up");
+    let r = rw.read().acquire().await.unwrap();
+    let started = Instant::now();
+    let w = rw
+        .write()
+        .try_acquire_for(Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert!(w.is_none(), "no upgrade");
+    assert!(started.elapsed() < Duration::from_millis(400));
+    r.release().await.unwrap();
+    let w = rw
+        .write()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free for the writer now");
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_ttl_follows_the_longest_remaining_read_lease() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let (a, b) = (mgr.read_write_lock("leases"), mgr.read_write_lock("leases"));
+    let ra = a
+        .read()
+        .acquire_with_lease(Duration::from_millis(3_000))
+        .await
+        .unwrap();
+    let rb = b
+        .read()
+        .acquire_with_lease(Duration::from_millis(10_000))
+        .await
+        .unwrap();
+    let ttl: i64 = raw.pttl("leases").unwrap();
+    assert!(
+        ttl > 9_000,
+        "the hash lives as long as the longest read hold: {ttl}"
+    );
+    rb.release().await.unwrap();
+    let ttl: i64 = raw.pttl("leases").unwrap();
+    assert!(
+        ttl > 2_000 && ttl <= 3_000,
+        "now the remaining reader's lease: {ttl}"
+    );
+    drop(ra);
+}
+
+#[tokio::test]
+async fn a_waiting_writer_enters_when_the_last_read_lease_runs_out() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let other = manager(&server).await;
+    let started = Instant::now();
+    let _r1 = other
+        .read_write_lock("expiring")
+        .read()
+        .acquire_with_lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let _r2 = other
+        .read_write_lock("expiring")
+        .read()
+        .acquire_with_lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    reset_stats(&mut raw);
+    let w = mgr
+        .read_write_lock("expiring")
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(500) && took <= Duration::from_millis(650),
+        "{took:?}"
+    );
+    assert_eq!(
+        command_calls(&mut raw, "publish"),
+        0,
+        "nobody published: the TTL woke the writer"
+    );
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn write_reentry_adds_the_lease() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let w = mgr.read_write_lock("re").write();
+    let g1 = w
+        .acquire_with_lease(Duration::from_millis(2_000))
+        .await
+        .unwrap();
+    let g2 = w
+        .acquire_with_lease(Duration::from_millis(3_000))
+        .await
+        .unwrap();
+    let ttl: i64 = raw.pttl("re").unwrap();
+    assert!(ttl > 4_800 && ttl <= 5_000, "2 s + 3 s: {ttl}");
+    assert_eq!(w.hold_count().await.unwrap(), 2);
+    g2.release().await.unwrap();
+    g1.release().await.unwrap();
+    assert!(!raw.exists::<_, bool>("re").unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_readers_enter_together_when_the_writer_releases() {
+    let server = RedisServer::start();
+    let (writer_mgr, readers_mgr) = (manager(&server).await, manager(&server).await);
+    let w = writer_mgr
+        .read_write_lock("crowd")
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut readers = Vec::new();
+    for _ in 0..20 {
+        let lock = readers_mgr.read_write_lock("crowd").read();
+        let (inside, most) = (inside.clone(), most.clone());
+        readers.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            g.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        0,
+        "no reader while the writer holds"
+    );
+    let released = Instant::now();
+    w.release().await.unwrap();
+    for r in readers {
+        r.await.unwrap();
+    }
+    let took = released.elapsed();
+    // One wake per message would let them in one after another: 20 × 100 ms.
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(
+        most.load(Ordering::SeqCst) >= 15,
+        "readers shared the lock: {}",
+        most.load(Ordering::SeqCst)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_readers_and_writers_keep_the_counter_exact() {
+    let server = RedisServer::start();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let writes = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16u64 {
+        let rw = if t % 2 == 0 { &a } else { &b }.read_write_lock("mixed");
+        let (mut conn, writes) = (conn.clone(), writes.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..100u64 {
+                if (t * 31 + round * 17) % 5 == 0 {
+                    let g = rw.write().acquire().await.unwrap();
+                    let n: u64 = conn
+                        .get::<_, Option<u64>>("counter")
+                        .await
+                        .unwrap()
+                        .unwrap_or(0);
+                    tokio::task::yield_now().await;
+                    let _: () = conn.set("counter", n + 1).await.unwrap();
+                    writes.fetch_add(1, Ordering::SeqCst);
+                    g.release().await.unwrap();
+                } else {
+                    let g = rw.read().acquire().await.unwrap();
+                    let before: Option<u64> = conn.get("counter").await.unwrap();
+                    tokio::task::yield_now().await;
+                    let after: Option<u64> = conn.get("counter").await.unwrap();
+                    assert_eq!(before, after, "a writer wrote while a reader held the lock");
+                    g.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total: u64 = conn.clone().get("counter").await.unwrap();
+    assert_eq!(total, writes.load(Ordering::SeqCst) as u64);
+    assert!(total >= 200, "{total} writes");
+    let exists: bool = conn.clone().exists("mixed").await.unwrap();
+    assert!(!exists);
+}
+
+#[tokio::test]
+async fn the_watchdog_renews_read_holds_and_their_timeout_keys() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(600));
+    let mgr = LockManager::start(config).await.unwrap();
+    let rw = mgr.read_write_lock("renewed");
+    let r = rw.read().acquire().await.unwrap();
+    let w = mgr
+        .read_write_lock("renewed-w")
+        .write()
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    let key = format!("{{renewed}}:{}:rwlock_timeout:1", rw.holder_id());
+    let ttl: i64 = raw.pttl(&key).unwrap();
+    assert!(ttl > 0 && ttl <= 600, "read timeout key renewed: {ttl}");
+    assert!(raw.exists::<_, bool>("renewed").unwrap());
+    assert!(
+        raw.exists::<_, bool>("renewed-w").unwrap(),
+        "write holds are renewed too"
+    );
+    assert!(!r.is_lost() && !w.is_lost());
+    r.release().await.unwrap();
+    w.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(1), || !raw
+            .exists::<_, bool>(&key)
+            .unwrap())
+        .await
+    );
+}
+
+#[tokio::test]
+async fn a_request_of_another_kind_is_refused_by_an_actor() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let actor = mgr.lock_actor("k").await.unwrap(); // the reentrant lock's actor
+    let acquire = lockman::Acquire {
+        holder: mgr.lock("k").holder_id(),
+        lease: None,
+        wait: lockman::Wait::No,
+        kind: lockman::LockKind::Write,
+    };
+    let err = actor.send(acquire).await.unwrap().unwrap_err();
+    assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");
+}
