@@ -348,3 +348,38 @@ async fn a_request_of_another_kind_is_refused_by_an_actor() {
     let err = actor.send(acquire).await.unwrap().unwrap_err();
     assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_lets_local_waiting_readers_in_at_once() {
+    // A write release that leaves its holder reading publishes nothing (protocol.md); the lock
+    // actor wakes its own waiters, and a reader let in brings the other readers with it.
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let editor = mgr.read_write_lock("down");
+    let w = editor.write().acquire().await.unwrap();
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let lock = mgr.read_write_lock("down").read();
+        readers.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            g.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let r = editor.read().acquire().await.unwrap();
+    let downgraded = Instant::now();
+    w.release().await.unwrap();
+    for reader in readers {
+        tokio::time::timeout(Duration::from_secs(2), reader)
+            .await
+            .expect("not left to the 30 s TTL")
+            .unwrap();
+    }
+    assert!(
+        downgraded.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        downgraded.elapsed()
+    );
+    r.release().await.unwrap();
+}

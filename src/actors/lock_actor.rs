@@ -206,7 +206,19 @@ impl LockActor {
         match res {
             Ok(Attempt::Acquired { token }) => {
                 self.failures = 0;
-                let guard = self.grant(key, lease, started, token, ctx);
+                if key.1 == LockKind::Read {
+                    // Readers share: every other reader waiting here may enter too.
+                    let readers = self
+                        .waiters
+                        .iter()
+                        .filter(|w| w.kind == LockKind::Read && w.id != id);
+                    let new: Vec<u64> = readers
+                        .map(|w| w.id)
+                        .filter(|id| !self.pending_wakes.contains(id))
+                        .collect();
+                    self.pending_wakes.extend(new);
+                }
+                let guard = self.grant(key.clone(), lease, started, token, ctx);
                 if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
                     let waited = started.saturating_duration_since(w.since);
                     tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
@@ -438,6 +450,11 @@ impl LockActor {
                 }
                 Ok(Released::Unlocked) => {
                     act.end_hold(&key, ctx);
+                    // A write release that leaves its holder reading publishes nothing
+                    // (protocol.md): wake this process's waiters here.
+                    if key.1 == LockKind::Write && act.holds.contains_key(&(key.0.clone(), LockKind::Read)) {
+                        act.wake_all(ctx);
+                    }
                     Ok(())
                 }
                 Ok(Released::NotHeld) => {
