@@ -10,6 +10,8 @@ pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default [`Config::response_timeout`].
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default [`Config::fair_lock_wait_timeout`]: Redisson's.
+pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The shortest [`Config::watchdog_timeout`] accepted: renewal runs every third of it.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
@@ -28,6 +30,7 @@ pub struct Config {
     watchdog_timeout: Duration,
     connect_timeout: Duration,
     response_timeout: Duration,
+    fair_lock_wait_timeout: Duration,
 }
 
 impl Config {
@@ -39,6 +42,7 @@ impl Config {
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
         }
     }
 
@@ -67,6 +71,21 @@ impl Config {
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
+    }
+
+    /// How long a fair-lock waiter keeps its place in the queue after its turn came without it
+    /// coming back (its process died, say): then the queue skips it. A waiter that gave a wait
+    /// time uses that instead.
+    ///
+    /// Default: [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`] (300 s, as Redisson).
+    pub fn fair_lock_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_lock_wait_timeout = timeout;
+        self
+    }
+
+    /// See [`Config::fair_lock_wait_timeout`](Self::fair_lock_wait_timeout()).
+    pub fn get_fair_lock_wait_timeout(&self) -> Duration {
+        self.fair_lock_wait_timeout
     }
 
     /// The Redis URL.
@@ -108,6 +127,7 @@ impl Config {
         for (what, value) in [
             ("connect timeout", self.connect_timeout),
             ("response timeout", self.response_timeout),
+            ("fair lock wait timeout", self.fair_lock_wait_timeout),
         ] {
             if value.is_zero() {
                 return Err(LockError::invalid(what, "must be greater than zero"));

@@ -51,6 +51,21 @@ pub(crate) fn token_key(name: &str) -> String {
     prefixed("redisson_lock_token", name)
 }
 
+/// The queue of a fair lock: waiting holders, oldest first.
+pub(crate) fn fair_queue(name: &str) -> String {
+    prefixed("redisson_lock_queue", name)
+}
+
+/// The deadlines of a fair lock's waiters (epoch ms on the client's clock).
+pub(crate) fn fair_deadlines(name: &str) -> String {
+    prefixed("redisson_lock_timeout", name)
+}
+
+/// A fair-lock waiter's own channel: only the head of the queue is woken.
+pub(crate) fn fair_channel(name: &str, holder: &str) -> String {
+    format!("{}:{holder}", unlock_channel(name))
+}
+
 /// The channel of a read-write lock: `0` wakes one waiter, `1` every waiter.
 pub(crate) fn rwlock_channel(name: &str) -> String {
     prefixed("redisson_rwlock", name)
@@ -108,6 +123,9 @@ mod tests {
             "{u}:1:id:3:rwlock_timeout"
         );
         assert_eq!(tagged("a"), "{a}");
+        assert_eq!(fair_queue("f"), "redisson_lock_queue:{f}");
+        assert_eq!(fair_deadlines("f"), "redisson_lock_timeout:{f}");
+        assert_eq!(fair_channel("f", "id:1"), "redisson_lock__channel:{f}:id:1");
     }
 
     #[test]

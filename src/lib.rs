@@ -74,10 +74,12 @@ pub use compose::{
 };
 
 pub use config::{
-    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
-    MIN_WATCHDOG_TIMEOUT,
+    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT,
 };
 pub use error::LockError;
-pub use lock::{FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, WriteLock};
+pub use lock::{
+    FairLock, FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, WriteLock,
+};
 pub use manager::LockManager;
 pub use scripts::LockKind;

@@ -11,7 +11,7 @@ use crate::actors::messages::{CountLive, Resolve, Shutdown};
 use crate::actors::{self, LockActor, Registry};
 use crate::runtime::Host;
 use crate::scripts::Commands;
-use crate::{Config, FencedLock, Lock, LockError, LockKind, ReadWriteLock, keys};
+use crate::{Config, FairLock, FencedLock, Lock, LockError, LockKind, ReadWriteLock, keys};
 
 /// How much longer than the connect timeout starting may take before it counts as stuck.
 const STARTUP_GRACE: Duration = Duration::from_secs(1);
@@ -104,6 +104,12 @@ impl LockManager {
             holder.into(),
             LockKind::Reentrant,
         )
+    }
+
+    /// A handle on the **fair lock** `name`: waiters, in every process, acquire in the order they
+    /// arrived (a FIFO queue in Redis). New holder, as [`lock`](Self::lock).
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.lock(name).as_kind(LockKind::Fair))
     }
 
     /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a

@@ -12,7 +12,7 @@
 //! the race with the stop gets `MailboxError::Closed` for a message that was never handled, and
 //! resolves the name again.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +26,7 @@ use tokio::sync::watch;
 
 use super::messages::*;
 use super::{Registry, Services};
-use crate::scripts::{Attempt, Released};
+use crate::scripts::{Attempt, FairArgs, Released};
 use crate::{LockError, LockGuard, LockKind};
 
 /// Every hold gets a number no other hold in this process had, so a stale guard can never
@@ -51,7 +51,6 @@ pub struct LockActor {
     /// The kinds it serves: one, or both sides of a read-write lock (they share a channel).
     family: LockKind,
     name: Arc<str>,
-    channel: String,
     svc: Services,
     registry: WeakAddr<Registry>,
     /// Holds of this process, by holder and kind: from the first grant to the final release or
@@ -64,8 +63,9 @@ pub struct LockActor {
     retry: Option<SpawnHandle>,
     /// Consecutive retryable errors, for the backoff; reset by any answer from Redis.
     failures: u32,
-    /// Whether the PubSubActor routes this name's unlock channel here: while there are waiters.
-    subscribed: bool,
+    /// The channels the PubSubActor routes here: while a waiter needs them (the lock's channel,
+    /// or a fair lock's per-waiter channels).
+    subscribed: HashSet<String>,
     /// A strong address to itself while busy (see the module doc).
     keepalive: Option<Addr<Self>>,
     /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
@@ -105,6 +105,9 @@ struct Waiter {
     deadline: Option<SpawnHandle>,
     /// When the request arrived, for the time waited.
     since: Instant,
+    /// Fair lock: the wait its queue place is kept for; and whether it is in the Redis queue.
+    fair_wait: Duration,
+    queued: bool,
 }
 
 impl LockActor {
@@ -118,7 +121,6 @@ impl LockActor {
         Self {
             id,
             family,
-            channel: family.channel(&name),
             name,
             svc,
             registry,
@@ -126,7 +128,7 @@ impl LockActor {
             waiters: VecDeque::new(),
             retry: None,
             failures: 0,
-            subscribed: false,
+            subscribed: HashSet::new(),
             keepalive: None,
             stopping: false,
             next_waiter: 0,
@@ -168,6 +170,11 @@ impl LockActor {
             reply,
             deadline,
             since: Instant::now(),
+            fair_wait: match wait {
+                Wait::Up(d) => d,
+                _ => self.svc.config.get_fair_lock_wait_timeout(),
+            },
+            queued: false,
         });
         self.busy(ctx);
         ctx.spawn(CallerGone { id });
@@ -180,12 +187,16 @@ impl LockActor {
             return;
         };
         let (holder, kind, lease) = (w.holder.clone(), w.kind, w.lease);
+        let fair = FairArgs {
+            wait: w.fair_wait,
+            once: w.wait == Wait::No,
+        };
         let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
         let ttl = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
         let started = Instant::now();
         let call = {
             let holder = holder.clone();
-            async move { cmds.acquire(kind, &name, &holder, ttl).await }
+            async move { cmds.acquire(kind, &name, &holder, ttl, fair).await }
         };
         ctx.wait(call.into_actor(self).map(move |res, act, ctx| {
             act.attempted(id, (holder, kind), lease, started, res, ctx);
@@ -244,7 +255,8 @@ impl LockActor {
                     }
                     return self.maybe_idle(ctx);
                 }
-                self.subscribe(ctx);
+                self.waiters[pos].queued |= key.1 == LockKind::Fair;
+                self.subscribe(pos, ctx);
                 // No TTL (a key without expiry): only the unlock message can wake us.
                 if let Some(ttl) = ttl {
                     self.schedule_retry(ttl, ctx);
@@ -261,10 +273,11 @@ impl LockActor {
                     self.failures = self.failures.saturating_add(1);
                     let backoff = backoff(self.failures);
                     tracing::warn!(lock = %self.name, error = %e, ?backoff, "acquire failed, waiter retries");
-                    self.subscribe(ctx);
+                    self.subscribe(pos, ctx);
                     self.schedule_retry(backoff, ctx);
                 } else {
                     if let Some(w) = self.remove_waiter(pos, ctx) {
+                        self.leave_queue(&w, ctx);
                         let _ = w.reply.send(Err(e));
                     }
                     self.maybe_idle(ctx);
@@ -548,6 +561,7 @@ impl LockActor {
     fn give_up(&mut self, id: u64, ctx: &mut Context<Self>) {
         let pos = self.waiters.iter().position(|w| w.id == id);
         if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
+            self.leave_queue(&w, ctx);
             let _ = w.reply.send(Ok(None));
         }
         self.maybe_idle(ctx);
@@ -559,13 +573,53 @@ impl LockActor {
         if let Some(h) = w.deadline.take() {
             ctx.cancel_future(h);
         }
-        if self.waiters.is_empty() {
-            self.unsubscribe();
-            if let Some(h) = self.retry.take() {
-                ctx.cancel_future(h);
-            }
+        self.unsubscribe_unneeded();
+        if self.waiters.is_empty()
+            && let Some(h) = self.retry.take()
+        {
+            ctx.cancel_future(h);
         }
         Some(w)
+    }
+
+    /// A fair-lock waiter that gives up leaves the Redis queue at once (unless another local
+    /// waiter of the same holder still needs the place), so it delays nobody behind it.
+    fn leave_queue(&mut self, w: &Waiter, ctx: &mut Context<Self>) {
+        if !w.queued || self.waiters.iter().any(|o| o.holder == w.holder) {
+            return;
+        }
+        let (cmds, name, holder, wait) = (
+            self.svc.commands.clone(),
+            self.name.clone(),
+            w.holder.clone(),
+            w.fair_wait,
+        );
+        let call = async move { cmds.leave_queue(&name, &holder, wait).await };
+        ctx.wait(call.into_actor(self).map(|res, act, _| {
+            if let Err(error) = res {
+                tracing::warn!(lock = %act.name, %error, "could not leave the fair queue; the place expires");
+            }
+        }));
+    }
+
+    /// The channel `waiter` is woken on.
+    fn channel_of(&self, waiter: &Waiter) -> String {
+        waiter.kind.waiter_channel(&self.name, &waiter.holder)
+    }
+
+    /// A message on `channel`: for a fair lock, the waiter whose turn it is; else one waiter.
+    fn wake_channel(&mut self, channel: &str, ctx: &mut Context<Self>) {
+        if self.family != LockKind::Fair {
+            return self.wake_one(ctx);
+        }
+        if let Some(id) = self
+            .waiters
+            .iter()
+            .find(|w| self.channel_of(w) == channel)
+            .map(|w| w.id)
+        {
+            self.attempt(id, ctx);
+        }
     }
 
     /// One wake-up (unlock message, TTL run out, reconnection): one attempt for the head waiter.
@@ -604,32 +658,36 @@ impl LockActor {
         }));
     }
 
-    /// Subscribes the unlock channel, then tries once more: a release published before the
-    /// subscription took effect would otherwise go unseen.
-    fn subscribe(&mut self, ctx: &mut Context<Self>) {
-        if self.subscribed {
+    /// Subscribes the channel of the waiter at `pos`, then tries once more: a release published
+    /// before the subscription took effect would otherwise go unseen.
+    fn subscribe(&mut self, pos: usize, ctx: &mut Context<Self>) {
+        let channel = self.channel_of(&self.waiters[pos]);
+        if !self.subscribed.insert(channel.clone()) {
             return;
         }
-        self.subscribed = true;
         let request = self.svc.pubsub.send(Subscribe {
-            channel: self.channel.clone(),
+            channel: channel.clone(),
             id: self.id,
             actor: ctx.address().downgrade(),
         });
-        ctx.spawn(request.into_actor(self).map(|res, act, ctx| {
+        ctx.spawn(request.into_actor(self).map(move |res, act, ctx| {
             if let Ok(Err(e)) = res {
                 tracing::warn!(lock = %act.name, error = %e, "subscribe failed; waiting on the TTL");
             }
-            if act.subscribed {
-                act.wake_one(ctx);
+            if act.subscribed.contains(&channel) {
+                act.wake_channel(&channel, ctx);
             }
         }));
     }
 
-    fn unsubscribe(&mut self) {
-        if std::mem::take(&mut self.subscribed) {
+    /// Unsubscribes every channel no waiter needs any more.
+    fn unsubscribe_unneeded(&mut self) {
+        let needed: HashSet<String> = self.waiters.iter().map(|w| self.channel_of(w)).collect();
+        let unneeded: Vec<String> = self.subscribed.difference(&needed).cloned().collect();
+        for channel in unneeded {
+            self.subscribed.remove(&channel);
             self.svc.pubsub.do_send(Unsubscribe {
-                channel: self.channel.clone(),
+                channel,
                 id: self.id,
             });
         }
@@ -646,7 +704,7 @@ impl LockActor {
             if let Some(h) = self.retry.take() {
                 ctx.cancel_future(h);
             }
-            self.unsubscribe();
+            self.unsubscribe_unneeded();
             self.keepalive = None;
         }
     }
@@ -694,10 +752,10 @@ impl Actor for LockActor {
                 id: self.id,
             });
         }
-        self.unsubscribe();
         for w in self.waiters.drain(..) {
             let _ = w.reply.send(Err(LockError::Shutdown));
         }
+        self.unsubscribe_unneeded();
         for ((holder, kind), hold) in self.holds.drain() {
             if hold.watchdog {
                 self.svc.watchdog.do_send(Untrack {
@@ -764,7 +822,7 @@ impl Handler<Unlocked> for LockActor {
         if msg.all {
             self.wake_all(ctx);
         } else {
-            self.wake_one(ctx);
+            self.wake_channel(&msg.channel, ctx);
         }
     }
 }
@@ -773,7 +831,12 @@ impl Handler<Resubscribed> for LockActor {
     type Result = ();
 
     fn handle(&mut self, _: Resubscribed, ctx: &mut Context<Self>) {
-        self.wake_one(ctx);
+        // Fair-lock waiters each have their own turn, and any of their messages may be lost.
+        if self.family == LockKind::Fair {
+            self.wake_all(ctx);
+        } else {
+            self.wake_one(ctx);
+        }
     }
 }
 
@@ -795,7 +858,12 @@ impl Handler<StopLock> for LockActor {
 
     fn handle(&mut self, msg: StopLock, _: &mut Context<Self>) -> Self::Result {
         self.stopping = true;
+        // Fair-lock waiters leave the Redis queue rather than block it until their place expires.
+        let mut leaving: Vec<(Arc<str>, Duration)> = Vec::new();
         for w in self.waiters.drain(..) {
+            if w.queued && !leaving.iter().any(|(h, _)| *h == w.holder) {
+                leaving.push((w.holder.clone(), w.fair_wait));
+            }
             let _ = w.reply.send(Err(LockError::Shutdown));
         }
         // Release each hold as often as it was taken (the hash has only this holder's field).
@@ -809,6 +877,11 @@ impl Handler<StopLock> for LockActor {
         };
         let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
         let work = async move {
+            for (holder, wait) in leaving {
+                if let Err(e) = cmds.leave_queue(&name, &holder, wait).await {
+                    tracing::warn!(lock = %name, %holder, error = %e, "leaving the fair queue at shutdown failed");
+                }
+            }
             for ((holder, kind), count, lease) in releases {
                 for _ in 0..count {
                     match cmds.release(kind, &name, &holder, lease).await {

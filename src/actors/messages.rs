@@ -61,6 +61,8 @@ pub(crate) struct ReleaseHold {
 #[rtype(result = "()")]
 pub(crate) struct Unlocked {
     pub all: bool,
+    /// The channel it came on (a fair lock has one per waiter).
+    pub channel: String,
 }
 
 /// The pub/sub connection came back (messages may have been lost): waiters should retry.

@@ -149,7 +149,10 @@ impl StreamHandler<redis::Msg> for PubSubActor {
         match self.routes.get(channel).map(|r| r.actor.upgrade()) {
             Some(Some(actor)) => {
                 let all = msg.get_payload_bytes() == crate::keys::WAKE_ALL_MESSAGE.as_bytes();
-                actor.do_send(Unlocked { all });
+                actor.do_send(Unlocked {
+                    all,
+                    channel: channel.to_owned(),
+                });
             }
             Some(None) => {
                 self.routes.remove(channel);

@@ -6,9 +6,11 @@ use std::time::Duration;
 use actix::{Addr, MailboxError};
 use tokio::sync::watch;
 
+mod fair;
 mod fenced;
 mod read_write;
 
+pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 

@@ -27,6 +27,19 @@ static WRITE_ACQUIRE: LazyLock<Script> =
 static WRITE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("write_release.lua")));
 static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew_read.lua")));
+static FAIR_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fair_acquire.lua")));
+static FAIR_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("fair_release.lua")));
+static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
+
+/// What a fair-lock attempt also needs: the waiter's wait (its place in the queue expires that
+/// long after its turn) and whether it may enqueue at all.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FairArgs {
+    pub wait: Duration,
+    pub once: bool,
+}
 
 /// The kinds of lock: each has its own scripts, hash field and channel (protocol.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,6 +53,8 @@ pub enum LockKind {
     Read,
     /// The write side of a read-write lock.
     Write,
+    /// The fair lock: a FIFO queue of waiters in Redis.
+    Fair,
 }
 
 impl LockKind {
@@ -55,7 +70,16 @@ impl LockKind {
     pub(crate) fn channel(self, name: &str) -> String {
         match self {
             LockKind::Read | LockKind::Write => keys::rwlock_channel(name),
-            LockKind::Reentrant | LockKind::Fenced => keys::unlock_channel(name),
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Fair => keys::unlock_channel(name),
+        }
+    }
+
+    /// The channel on which `holder`'s waiter is woken: the lock's, or for a fair lock the
+    /// waiter's own.
+    pub(crate) fn waiter_channel(self, name: &str, holder: &str) -> String {
+        match self {
+            LockKind::Fair => keys::fair_channel(name, holder),
+            _ => self.channel(name),
         }
     }
 
@@ -164,6 +188,7 @@ impl Commands {
         name: &str,
         holder: &str,
         lease: Duration,
+        fair: FairArgs,
     ) -> Result<Attempt, LockError> {
         let key = keys::lock_key(name);
         let lease = millis(lease);
@@ -189,6 +214,17 @@ impl Commands {
             LockKind::Write => {
                 let mut call = WRITE_ACQUIRE.key(key);
                 call.arg(lease).arg(keys::write_field(holder));
+                call
+            }
+            LockKind::Fair => {
+                let mut call = FAIR_ACQUIRE.key(key);
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_deadlines(name))
+                    .arg(lease)
+                    .arg(holder)
+                    .arg(millis(fair.wait))
+                    .arg(epoch_millis())
+                    .arg(if fair.once { "1" } else { "0" });
                 call
             }
         };
@@ -240,6 +276,17 @@ impl Commands {
                     .arg(keys::write_field(holder));
                 call
             }
+            LockKind::Fair => {
+                let mut call = FAIR_RELEASE.key(key);
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_deadlines(name))
+                    .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
+                    .arg(epoch_millis());
+                call
+            }
         };
         match self.run("release", key, call).await? {
             Value::Nil => Ok(Released::NotHeld),
@@ -249,13 +296,34 @@ impl Commands {
         }
     }
 
+    /// A fair-lock waiter gives up: it leaves the queue, and those behind it get `wait` back.
+    pub(crate) async fn leave_queue(
+        &self,
+        name: &str,
+        holder: &str,
+        wait: Duration,
+    ) -> Result<bool, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = FAIR_LEAVE.key(key);
+        call.key(keys::fair_queue(name))
+            .key(keys::fair_deadlines(name))
+            .key(keys::unlock_channel(name))
+            .arg(holder)
+            .arg(millis(wait))
+            .arg(UNLOCK_MESSAGE);
+        match self.run("leave queue", key, call).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("leave queue", other)),
+        }
+    }
+
     /// Deletes the lock whoever holds it (`force_unlock.lua`); true when there was one.
     pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
         let mut call = FORCE_UNLOCK.key(key);
         let message = match kind {
             LockKind::Read | LockKind::Write => WAKE_ALL_MESSAGE,
-            LockKind::Reentrant | LockKind::Fenced => UNLOCK_MESSAGE,
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Fair => UNLOCK_MESSAGE,
         };
         call.key(kind.channel(name)).arg(message);
         match self.run("force unlock", key, call).await? {
@@ -313,6 +381,12 @@ impl Commands {
             other => Err(unexpected("renew", other)),
         }
     }
+}
+
+/// Now, as epoch milliseconds on this client's clock (fair-lock deadlines).
+fn epoch_millis() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A duration as whole milliseconds, at least 1 (PEXPIRE 0 would delete the key).

@@ -1,0 +1,38 @@
+//! [`FairLock`]: first come, first served, across processes.
+
+use std::ops::Deref;
+
+use super::Lock;
+
+/// A reentrant lock that waiters acquire in the order they arrived, in every process: the queue
+/// lives in Redis (protocol.md, "Fair lock"). A release wakes only the head of the queue, on its
+/// own channel; the others stay asleep.
+///
+/// A waiter that gives up (its wait ran out, its future was dropped) leaves the queue at once and
+/// delays nobody behind it. A waiter whose process died keeps its place until the
+/// [fair-lock wait timeout](crate::Config::fair_lock_wait_timeout) after its turn came, then the
+/// queue skips it: nobody waits forever behind a dead entry. `try_acquire` never joins the queue.
+///
+/// All the verbs of [`Lock`], through `Deref`.
+#[derive(Clone, Debug)]
+pub struct FairLock(Lock);
+
+impl FairLock {
+    pub(crate) fn new(lock: Lock) -> Self {
+        Self(lock)
+    }
+}
+
+impl Deref for FairLock {
+    type Target = Lock;
+
+    fn deref(&self) -> &Lock {
+        &self.0
+    }
+}
+
+impl From<FairLock> for Lock {
+    fn from(lock: FairLock) -> Lock {
+        lock.0
+    }
+}

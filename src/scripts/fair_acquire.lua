@@ -1,0 +1,54 @@
+-- Fair lock: acquire (protocol.md, "Fair lock").
+-- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
+-- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: now, epoch ms;
+-- ARGV[5]: "1" for a try-once attempt, which never enqueues.
+-- Reply: nil when acquired; otherwise how long in ms until something changes: when enqueued,
+--        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
+--        back yet) the time until the head's deadline.
+local now = tonumber(ARGV[4])
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then break end
+    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+    if deadline ~= nil and deadline > now then break end
+    redis.call('zrem', KEYS[3], head)
+    redis.call('lpop', KEYS[2])
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false or head == ARGV[2] then
+        redis.call('lpop', KEYS[2])
+        redis.call('zrem', KEYS[3], ARGV[2])
+        for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+            redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), waiter)
+        end
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return nil
+    end
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+local function until_change()
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl >= 0 then return ttl end
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then return 0 end
+    return math.max(tonumber(redis.call('zscore', KEYS[3], head)) - now, 0)
+end
+if ARGV[5] == '1' or redis.call('zscore', KEYS[3], ARGV[2]) ~= false then
+    return until_change()
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last ~= false then
+    ttl = tonumber(redis.call('zscore', KEYS[3], last)) - now
+else
+    ttl = redis.call('pttl', KEYS[1])
+end
+redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + now, ARGV[2])
+redis.call('rpush', KEYS[2], ARGV[2])
+return ttl

@@ -1,0 +1,37 @@
+-- Fair lock: release one hold (protocol.md, "Fair lock").
+-- KEYS[1]: the lock hash; KEYS[2]: the queue; KEYS[3]: the deadlines;
+-- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
+-- ARGV[1]: the message ("0"); ARGV[2]: lease in ms to restore; ARGV[3]: holder; ARGV[4]: now.
+-- Reply: 1 when the key is gone (deleted now, or already: a release of a gone fair lock
+--        succeeds) and the head waiter was woken on its own channel; 0 when holds remain;
+--        nil when the holder has no field.
+local now = tonumber(ARGV[4])
+while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then break end
+    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+    if deadline ~= nil and deadline > now then break end
+    redis.call('zrem', KEYS[3], head)
+    redis.call('lpop', KEYS[2])
+end
+local function wake_head()
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head ~= false then
+        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    end
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    wake_head()
+    return 1
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local count = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if count > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return 0
+end
+redis.call('del', KEYS[1])
+wake_head()
+return 1
