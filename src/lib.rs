@@ -41,6 +41,7 @@
 //! | piece | what it owns |
 //! |---|---|
 //! | [`LockManager`], [`Lock`], [`LockGuard`] (`manager`, `lock`) | nothing but addresses: thin handles that send messages |
+//! | [`FairLock`], [`ReadWriteLock`], [`FencedLock`] (`lock/*`) | the other kinds: `Lock` with another [`LockKind`] |
 //! | [`Acquire`], [`Release`] (`actors::messages`) | the public messages; actix users may send them to a [`LockActor`] |
 //! | `Registry` (`actors::registry`) | lock name → its lock actor, started on demand |
 //! | [`LockActor`] (`actors::lock_actor`) | one per busy name: local waiters, holds, subscription; stops when idle |

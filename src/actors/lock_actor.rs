@@ -920,7 +920,9 @@ impl ActorFuture<LockActor> for CallerGone {
         };
         match act.waiters[pos].reply.poll_closed(task) {
             Poll::Ready(()) => {
-                act.remove_waiter(pos, ctx);
+                if let Some(w) = act.remove_waiter(pos, ctx) {
+                    act.leave_queue(&w, ctx);
+                }
                 tracing::debug!(lock = %act.name, "waiter left");
                 act.maybe_idle(ctx);
                 Poll::Ready(())

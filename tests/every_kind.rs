@@ -1,0 +1,158 @@
+//! One acceptance suite that every exclusive lock kind runs (reentrant, fenced, fair, and the
+//! write side of a read-write lock): exclusion counted exactly, bad input, lost-lock reporting,
+//! cancel safety. They share one core; this checks that each kind really gets its behaviour.
+
+mod support;
+
+use std::time::Duration;
+
+use lockman::{Config, Lock, LockError, LockManager};
+use redis::AsyncCommands;
+use support::{RedisServer, lock_actors_stop};
+
+const WATCHDOG: Duration = Duration::from_millis(600);
+
+fn kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
+    vec![
+        ("reentrant", mgr.lock(name)),
+        ("fenced", mgr.fenced_lock(name).into()),
+        ("fair", mgr.fair_lock(name).into()),
+        ("write", mgr.read_write_lock(name).write().into()),
+    ]
+}
+
+async fn manager(server: &RedisServer) -> LockManager {
+    LockManager::start(Config::new(server.url()).watchdog_timeout(WATCHDOG))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_excludes_exactly() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for (kind, _) in kinds(&mgr, "x") {
+        let name = format!("exclusive:{kind}");
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let lock = kinds(&mgr, &name)
+                .into_iter()
+                .find(|(k, _)| *k == kind)
+                .unwrap()
+                .1;
+            let mut conn = conn.clone();
+            let counter = format!("counter:{kind}");
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..50 {
+                    let g = lock.acquire().await.unwrap();
+                    let n: u64 = conn
+                        .get::<_, Option<u64>>(&counter)
+                        .await
+                        .unwrap()
+                        .unwrap_or(0);
+                    tokio::task::yield_now().await;
+                    let _: () = conn.set(&counter, n + 1).await.unwrap();
+                    g.release().await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let total: u64 = conn.clone().get(format!("counter:{kind}")).await.unwrap();
+        assert_eq!(total, 200, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn every_kind_refuses_bad_input_and_wrong_types() {
+    let server = RedisServer::start();
+    let mut raw = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = raw.set("text", "keep").await.unwrap();
+    let mgr = manager(&server).await;
+    for (kind, lock) in kinds(&mgr, "") {
+        assert!(
+            matches!(lock.acquire().await, Err(LockError::InvalidArgument { .. })),
+            "{kind}"
+        );
+    }
+    for (kind, lock) in kinds(&mgr, "text") {
+        let err = tokio::time::timeout(Duration::from_secs(2), lock.acquire())
+            .await
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(err, LockError::WrongType { .. }),
+            "{kind}: {err:?}"
+        );
+        let lease = lock.acquire_with_lease(Duration::ZERO).await;
+        assert!(
+            matches!(lease, Err(LockError::InvalidArgument { .. })),
+            "{kind}"
+        );
+    }
+    let kept: String = raw.get("text").await.unwrap();
+    assert_eq!(kept, "keep");
+}
+
+#[tokio::test]
+async fn every_kind_reports_a_lost_lock() {
+    let server = RedisServer::start();
+    let mut raw = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mgr = manager(&server).await;
+    for (kind, lock) in kinds(&mgr, "lost") {
+        let g = lock.acquire().await.unwrap();
+        let _: () = raw.del("lost").await.unwrap();
+        tokio::time::timeout(WATCHDOG, g.lost())
+            .await
+            .unwrap_or_else(|_| panic!("{kind} not reported lost"));
+        assert!(
+            matches!(g.release().await, Err(LockError::NotHeld { .. }) | Ok(())),
+            "{kind}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn every_kind_cleans_up_a_cancelled_waiter() {
+    let server = RedisServer::start();
+    let mut raw = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
+    for ((kind, holder), (_, waiter)) in kinds(&holder_mgr, "cancel")
+        .into_iter()
+        .zip(kinds(&waiter_mgr, "cancel"))
+    {
+        let g = holder.acquire().await.unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), waiter.acquire())
+                .await
+                .is_err()
+        );
+        assert!(
+            lock_actors_stop(&waiter_mgr, Duration::from_secs(1)).await,
+            "{kind}: a waiter lingers"
+        );
+        g.release().await.unwrap();
+        let exists: bool = raw.exists("cancel").await.unwrap();
+        assert!(!exists, "{kind}: nobody took it for the cancelled waiter");
+        let queue: u64 = raw.llen("redisson_lock_queue:{cancel}").await.unwrap();
+        assert_eq!(queue, 0, "{kind}: left in the fair queue");
+    }
+}

@@ -1,0 +1,278 @@
+//! The fair lock: FIFO across processes, the head alone woken, waiters that leave, dead waiters
+//! skipped, and queue keys that never grow without bound.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lockman::{Config, LockManager};
+use redis::Commands;
+use support::{RedisServer, eventually};
+
+async fn manager(server: &RedisServer) -> LockManager {
+    LockManager::start(Config::new(server.url()))
+        .await
+        .expect("manager starts")
+}
+
+fn queue(raw: &mut redis::Connection, name: &str) -> Vec<String> {
+    raw.lrange(format!("redisson_lock_queue:{{{name}}}"), 0, -1)
+        .unwrap()
+}
+
+fn deadlines(raw: &mut redis::Connection, name: &str) -> Vec<(String, i64)> {
+    raw.zrange_withscores(format!("redisson_lock_timeout:{{{name}}}"), 0, -1)
+        .unwrap()
+}
+
+fn epoch_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test]
+async fn waiters_queue_with_protocol_deadlines_and_only_the_head_is_woken() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let held = a.fair_lock("q").acquire().await.unwrap(); // 30 s watchdog lease
+    let (w1, w2, w3) = (b.fair_lock("q"), a.fair_lock("q"), b.fair_lock("q"));
+    let now = epoch_ms();
+    let mut tasks = Vec::new();
+    for w in [w1.clone(), w2.clone(), w3.clone()] {
+        tasks.push(tokio::spawn(async move {
+            w.try_acquire_for(Duration::from_secs(5)).await.unwrap()
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        queue(&mut raw, "q"),
+        vec![w1.holder_id(), w2.holder_id(), w3.holder_id()]
+    );
+    // protocol.md: with a 30 000 ms lease and wait 5 000, successive waiters get 30 000, 35 000,
+    // 40 000: deadlines 35 000, 40 000, 45 000 ms from now.
+    let d: Vec<i64> = deadlines(&mut raw, "q")
+        .into_iter()
+        .map(|(_, at)| at - now)
+        .collect();
+    for (got, want) in d.iter().zip([35_000, 40_000, 45_000]) {
+        assert!((want - 300..=want + 300).contains(got), "deadlines {d:?}");
+    }
+    // Only the head's channel hears the release.
+    let mut sub = server.client().get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.psubscribe("redisson_lock__channel:{q}*").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    held.release().await.unwrap();
+    let first = pubsub.get_message().unwrap();
+    assert_eq!(
+        first.get_channel_name(),
+        format!("redisson_lock__channel:{{q}}:{}", w1.holder_id())
+    );
+    let g1 = tasks.remove(0).await.unwrap().expect("the head got it");
+    assert_eq!(queue(&mut raw, "q"), vec![w2.holder_id(), w3.holder_id()]);
+    assert!(
+        !tasks[0].is_finished() && !tasks[1].is_finished(),
+        "the others stay asleep"
+    );
+    g1.release().await.unwrap();
+    let g2 = tasks.remove(0).await.unwrap().expect("next in line");
+    g2.release().await.unwrap();
+    tasks
+        .remove(0)
+        .await
+        .unwrap()
+        .expect("last")
+        .release()
+        .await
+        .unwrap();
+    assert!(queue(&mut raw, "q").is_empty() && deadlines(&mut raw, "q").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_in_several_managers_acquire_in_arrival_order() {
+    let server = RedisServer::start();
+    let managers = [
+        manager(&server).await,
+        manager(&server).await,
+        manager(&server).await,
+    ];
+    let held = managers[0].fair_lock("fifo").acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..9usize {
+        let (lock, order) = (managers[i % 3].fair_lock("fifo"), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            g.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..9).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_waiter_that_gives_up_leaves_at_once_and_delays_nobody() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let held = a.fair_lock("leave").acquire().await.unwrap();
+    let quitter = b.fair_lock("leave");
+    let quit = {
+        let q = quitter.clone();
+        tokio::spawn(async move { q.try_acquire_for(Duration::from_millis(300)).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let dropped = b.fair_lock("leave");
+    let _ = tokio::time::timeout(Duration::from_millis(100), dropped.acquire()).await; // cancelled
+    let stayer = a.fair_lock("leave");
+    let stay = {
+        let s = stayer.clone();
+        tokio::spawn(async move { s.try_acquire_for(Duration::from_secs(10)).await.unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        queue(&mut raw, "leave"),
+        vec![quitter.holder_id(), stayer.holder_id()],
+        "the dropped one left"
+    );
+    let before = deadlines(&mut raw, "leave")
+        .into_iter()
+        .find(|(h, _)| *h == stayer.holder_id())
+        .unwrap()
+        .1;
+    assert!(quit.await.unwrap().is_none());
+    assert_eq!(queue(&mut raw, "leave"), vec![stayer.holder_id()]);
+    let after = deadlines(&mut raw, "leave")[0].1;
+    assert_eq!(
+        before - after,
+        300,
+        "those behind get the leaver's wait back"
+    );
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let g = stay.await.unwrap().expect("the new head");
+    assert!(
+        released.elapsed() < Duration::from_millis(300),
+        "woken on its channel: {:?}",
+        released.elapsed()
+    );
+    g.release().await.unwrap();
+    // A single attempt never joins the queue.
+    let _g = a.fair_lock("leave").acquire().await.unwrap();
+    assert!(b.fair_lock("leave").try_acquire().await.unwrap().is_none());
+    assert!(queue(&mut raw, "leave").is_empty());
+}
+
+const CHILD_URL: &str = "LOCKMAN_TEST_FAIR_CHILD_URL";
+const WAIT: Duration = Duration::from_millis(1_000);
+
+/// The body of the child process of `a_dead_waiter_is_skipped_after_the_wait_timeout`.
+#[tokio::test]
+#[ignore = "child process of a_dead_waiter_is_skipped_after_the_wait_timeout"]
+async fn child_waits_in_the_fair_queue_until_killed() {
+    let url = std::env::var(CHILD_URL).expect("run by the parent test");
+    let mgr = LockManager::start(Config::new(url).fair_lock_wait_timeout(WAIT))
+        .await
+        .unwrap();
+    let lock = mgr.fair_lock("dead");
+    println!("WAITING {}", lock.holder_id());
+    let _ = lock.acquire().await;
+}
+
+#[tokio::test]
+async fn a_dead_waiter_is_skipped_after_the_wait_timeout() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = LockManager::start(Config::new(server.url()).fair_lock_wait_timeout(WAIT))
+        .await
+        .unwrap();
+    let held = mgr
+        .fair_lock("dead")
+        .acquire_with_lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "child_waits_in_the_fair_queue_until_killed",
+            "--nocapture",
+        ])
+        .env(CHILD_URL, server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let dead = loop {
+        let line = lines.next().expect("child said WAITING").unwrap();
+        if let Some(h) = line.strip_prefix("WAITING ") {
+            break h.to_owned();
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || queue(&mut raw, "dead")
+            == vec![dead.clone()])
+        .await
+    );
+    child.kill().unwrap(); // SIGKILL: it never leaves the queue
+    child.wait().unwrap();
+    let started = Instant::now();
+    let g = mgr.fair_lock("dead").acquire().await.unwrap();
+    let took = started.elapsed();
+    // Its turn came when the 500 ms lease ran out; its place expired a wait (1 s) later.
+    assert!(took <= Duration::from_secs(3), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(900),
+        "not before the dead waiter's place expired: {took:?}"
+    );
+    assert!(!queue(&mut raw, "dead").contains(&dead));
+    drop(held);
+    g.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_burst_of_500_waiters_the_queue_keys_are_empty() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let mut tasks = Vec::new();
+    for i in 0..500u64 {
+        let lock = if i % 2 == 0 { &a } else { &b }.fair_lock("burst");
+        tasks.push(tokio::spawn(async move {
+            if i % 3 == 0 {
+                // Gives up (or is served in time), after 1 to 40 ms.
+                let wait = Duration::from_millis(1 + (i * 7) % 40);
+                if let Some(g) = lock.try_acquire_for(wait).await.unwrap() {
+                    g.release().await.unwrap();
+                }
+            } else {
+                lock.acquire().await.unwrap().release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(
+        queue(&mut raw, "burst").is_empty(),
+        "queue left: {}",
+        queue(&mut raw, "burst").len()
+    );
+    assert!(deadlines(&mut raw, "burst").is_empty());
+    assert!(!raw.exists::<_, bool>("burst").unwrap());
+}
