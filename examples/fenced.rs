@@ -21,6 +21,27 @@ if tonumber(ARGV[1]) < seen then return 0 end
 redis.call('hset', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
 return 1";
 
+/// Writes `value` to `record` if `token` is not below the highest token the record has seen.
+async fn write(
+    storage: &mut redis::aio::MultiplexedConnection,
+    record: &str,
+    token: u64,
+    value: &str,
+) -> Result<bool, LockError> {
+    let script = redis::Script::new(FENCED_WRITE);
+    let written: i64 = script
+        .key(record)
+        .arg(token)
+        .arg(value)
+        .invoke_async(storage)
+        .await
+        .map_err(|source| LockError::Redis {
+            op: "fenced write",
+            source,
+        })?;
+    Ok(written == 1)
+}
+
 #[tokio::main]
 async fn main() {
     let (url, _server) = support::or_exit(support::redis_for_example());
@@ -43,7 +64,6 @@ async fn run(url: &str) -> Result<(), LockError> {
             op: "example",
             source: e,
         })?;
-    let write = redis::Script::new(FENCED_WRITE);
     let record = "example:fenced:record";
 
     let slow = manager
@@ -58,36 +78,12 @@ async fn run(url: &str) -> Result<(), LockError> {
     println!("slow holder's lock is lost: {}", slow.is_lost());
 
     let fast = manager.fenced_lock("example:fenced").acquire().await?;
-    let ok: i64 = write
-        .key(record)
-        .arg(fast.token())
-        .arg("from the new holder")
-        .invoke_async(&mut storage)
-        .await
-        .map_err(|e| LockError::Redis {
-            op: "example",
-            source: e,
-        })?;
+    let ok = write(&mut storage, record, fast.token(), "from the new holder").await?;
+    println!("new holder: token {}, write accepted: {ok}", fast.token());
+    let stale = write(&mut storage, record, slow.token(), "from the stale holder").await?;
     println!(
-        "new holder: token {}, write accepted: {}",
-        fast.token(),
-        ok == 1
-    );
-
-    let stale: i64 = write
-        .key(record)
-        .arg(slow.token())
-        .arg("from the stale holder")
-        .invoke_async(&mut storage)
-        .await
-        .map_err(|e| LockError::Redis {
-            op: "example",
-            source: e,
-        })?;
-    println!(
-        "slow holder wakes up and writes with token {}: accepted: {}",
-        slow.token(),
-        stale == 1
+        "slow holder wakes up and writes with token {}: accepted: {stale}",
+        slow.token()
     );
     fast.release().await?;
     manager.shutdown().await;

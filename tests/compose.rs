@@ -2,8 +2,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager, MultiLock, RedLock};
@@ -309,20 +307,12 @@ async fn child_holds_a_redlock_until_killed() {
 async fn a_crashed_holder_releases_every_member_within_the_watchdog_timeout() {
     let nodes = servers(3);
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "child_holds_a_redlock_until_killed",
-            "--nocapture",
-        ])
-        .env(CHILD_URLS, urls.join(","))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    while lines.next().expect("child said HELD").unwrap() != "HELD" {}
+    let urls = urls.join(",");
+    let (mut child, _) = support::spawn_child_test(
+        "child_holds_a_redlock_until_killed",
+        (CHILD_URLS, &urls),
+        "HELD",
+    );
     std::thread::sleep(CHILD_WATCHDOG * 2);
     assert!(
         nodes.iter().all(|n| exists(n, "red:crash")),

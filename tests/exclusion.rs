@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
@@ -101,25 +99,11 @@ async fn child_holds_the_lock_until_killed() {
 async fn holder_crash_frees_the_lock_within_the_watchdog_timeout() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "child_holds_the_lock_until_killed",
-            "--nocapture",
-        ])
-        .env(CHILD_URL, server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let holder = loop {
-        let line = lines.next().expect("child said HELD").unwrap();
-        if let Some(h) = line.strip_prefix("HELD ") {
-            break h.to_owned();
-        }
-    };
+    let (mut child, holder) = support::spawn_child_test(
+        "child_holds_the_lock_until_killed",
+        (CHILD_URL, &server.url()),
+        "HELD ",
+    );
     // Held past two watchdog timeouts: the child's watchdog renews it.
     std::thread::sleep(CHILD_WATCHDOG * 2);
     let count: Option<String> = redis::Commands::hget(&mut raw, "crash", &holder).unwrap();

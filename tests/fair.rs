@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -205,25 +203,11 @@ async fn a_dead_waiter_is_skipped_after_the_wait_timeout() {
         .acquire_with_lease(Duration::from_millis(500))
         .await
         .unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--ignored",
-            "--exact",
-            "child_waits_in_the_fair_queue_until_killed",
-            "--nocapture",
-        ])
-        .env(CHILD_URL, server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let dead = loop {
-        let line = lines.next().expect("child said WAITING").unwrap();
-        if let Some(h) = line.strip_prefix("WAITING ") {
-            break h.to_owned();
-        }
-    };
+    let (mut child, dead) = support::spawn_child_test(
+        "child_waits_in_the_fair_queue_until_killed",
+        (CHILD_URL, &server.url()),
+        "WAITING ",
+    );
     assert!(
         eventually(Duration::from_secs(5), || queue(&mut raw, "dead")
             == vec![dead.clone()])
