@@ -277,8 +277,7 @@ impl LockActor {
                     self.schedule_retry(backoff, ctx);
                 } else {
                     if let Some(w) = self.remove_waiter(pos, ctx) {
-                        self.leave_queue(&w, ctx);
-                        let _ = w.reply.send(Err(e));
+                        self.finish(w, Err(e), ctx);
                     }
                     self.maybe_idle(ctx);
                 }
@@ -561,8 +560,7 @@ impl LockActor {
     fn give_up(&mut self, id: u64, ctx: &mut Context<Self>) {
         let pos = self.waiters.iter().position(|w| w.id == id);
         if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
-            self.leave_queue(&w, ctx);
-            let _ = w.reply.send(Ok(None));
+            self.finish(w, Ok(None), ctx);
         }
         self.maybe_idle(ctx);
     }
@@ -582,23 +580,27 @@ impl LockActor {
         Some(w)
     }
 
-    /// A fair-lock waiter that gives up leaves the Redis queue at once (unless another local
-    /// waiter of the same holder still needs the place), so it delays nobody behind it.
-    fn leave_queue(&mut self, w: &Waiter, ctx: &mut Context<Self>) {
+    /// A waiter that ends without the lock gets `outcome`. A fair-lock waiter first leaves the
+    /// Redis queue (unless another local waiter of the same holder still needs the place), so it
+    /// delays nobody behind it, and its caller hears back only once it has left.
+    fn finish(
+        &mut self,
+        w: Waiter,
+        outcome: Result<Option<LockGuard>, LockError>,
+        ctx: &mut Context<Self>,
+    ) {
         if !w.queued || self.waiters.iter().any(|o| o.holder == w.holder) {
+            let _ = w.reply.send(outcome);
             return;
         }
-        let (cmds, name, holder, wait) = (
-            self.svc.commands.clone(),
-            self.name.clone(),
-            w.holder.clone(),
-            w.fair_wait,
-        );
+        let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
+        let (holder, wait) = (w.holder.clone(), w.fair_wait);
         let call = async move { cmds.leave_queue(&name, &holder, wait).await };
-        ctx.wait(call.into_actor(self).map(|res, act, _| {
+        ctx.wait(call.into_actor(self).map(move |res, act, _| {
             if let Err(error) = res {
                 tracing::warn!(lock = %act.name, %error, "could not leave the fair queue; the place expires");
             }
+            let _ = w.reply.send(outcome);
         }));
     }
 
@@ -921,7 +923,7 @@ impl ActorFuture<LockActor> for CallerGone {
         match act.waiters[pos].reply.poll_closed(task) {
             Poll::Ready(()) => {
                 if let Some(w) = act.remove_waiter(pos, ctx) {
-                    act.leave_queue(&w, ctx);
+                    act.finish(w, Ok(None), ctx); // nobody listens: this only leaves the queue
                 }
                 tracing::debug!(lock = %act.name, "waiter left");
                 act.maybe_idle(ctx);
