@@ -183,9 +183,12 @@ impl LockActor {
 
     /// One acquire round trip for waiter `id`.
     fn attempt(&mut self, id: u64, ctx: &mut Context<Self>) {
-        let Some(w) = self.waiters.iter().find(|w| w.id == id) else {
+        let Some(w) = self.waiters.iter_mut().find(|w| w.id == id) else {
             return;
         };
+        // A fair attempt that may wait can enqueue it, even one whose reply is lost: from now
+        // on, giving up must leave the queue (leaving when not queued changes nothing).
+        w.queued |= w.kind == LockKind::Fair && w.wait != Wait::No;
         let (holder, kind, lease) = (w.holder.clone(), w.kind, w.lease);
         let fair = FairArgs {
             wait: w.fair_wait,
@@ -255,7 +258,6 @@ impl LockActor {
                     }
                     return self.maybe_idle(ctx);
                 }
-                self.waiters[pos].queued |= key.1 == LockKind::Fair;
                 self.subscribe(pos, ctx);
                 // No TTL (a key without expiry): only the unlock message can wake us.
                 if let Some(ttl) = ttl {
@@ -300,7 +302,7 @@ impl LockActor {
         let call = async move { cmds.release(kind, &name, &holder, lease).await };
         ctx.wait(call.into_actor(self).map(|res, act, _| match res {
             Ok(Released::NotHeld) => {}
-            Ok(_) => tracing::warn!(lock = %act.name, "an acquire whose reply was lost had gone through; released it"),
+            Ok(_) => tracing::warn!(lock = %act.name, "released what an acquire of unknown outcome may have taken"),
             Err(error) => {
                 tracing::warn!(lock = %act.name, %error, "could not undo an acquire of unknown outcome; it expires after its lease")
             }
@@ -644,9 +646,13 @@ impl LockActor {
         self.next_wake(ctx);
     }
 
+    /// The next pending wake-up, skipping waiters that have left meanwhile (an attempt for one
+    /// of those would make no round trip, and nothing would call this again).
     fn next_wake(&mut self, ctx: &mut Context<Self>) {
-        if let Some(id) = self.pending_wakes.pop_front() {
-            self.attempt(id, ctx);
+        while let Some(id) = self.pending_wakes.pop_front() {
+            if self.waiters.iter().any(|w| w.id == id) {
+                return self.attempt(id, ctx);
+            }
         }
     }
 
