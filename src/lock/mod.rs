@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Addr, MailboxError};
+use std::sync::Mutex;
+
+use actix::{Addr, MailboxError, WeakAddr};
 use tokio::sync::watch;
 
 mod fair;
@@ -36,24 +38,32 @@ pub struct Lock {
     name: Arc<str>,
     holder: Arc<str>,
     kind: LockKind,
+    /// The actor this handle last reached, kept weakly so that an idle actor still stops; shared
+    /// by clones. It spares a round trip to the registry, which matters when that is a hop to
+    /// another thread (lockman's own System). A stale entry costs one `Closed` and a resolve.
+    actor: Arc<Mutex<Option<WeakAddr<LockActor>>>>,
 }
 
 impl Lock {
     pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>, kind: LockKind) -> Self {
+        let actor = Arc::default();
         Self {
             mgr,
             name,
             holder,
             kind,
+            actor,
         }
     }
 
     /// The same holder on the same name, as another kind (the sides of a read-write lock).
     pub(crate) fn as_kind(&self, kind: LockKind) -> Self {
-        Self {
+        Self::new(
+            self.mgr.clone(),
+            self.name.clone(),
+            self.holder.clone(),
             kind,
-            ..self.clone()
-        }
+        )
     }
 
     /// Which kind of lock this handle takes.
@@ -202,16 +212,25 @@ impl Lock {
     ) -> Result<Option<LockGuard>, LockError> {
         keys::validate_name(&self.name)?;
         for _ in 0..RESOLVE_ATTEMPTS {
-            let resolve = Resolve {
-                kind: self.kind,
-                name: self.name.clone(),
+            let actor = match self.cached_actor() {
+                Some(actor) => actor,
+                None => {
+                    let resolve = Resolve {
+                        kind: self.kind,
+                        name: self.name.clone(),
+                    };
+                    let actor = self
+                        .mgr
+                        .registry
+                        .send(resolve)
+                        .await
+                        .map_err(|_| LockError::Shutdown)??;
+                    if let Ok(mut slot) = self.actor.lock() {
+                        *slot = Some(actor.downgrade());
+                    }
+                    actor
+                }
             };
-            let actor = self
-                .mgr
-                .registry
-                .send(resolve)
-                .await
-                .map_err(|_| LockError::Shutdown)??;
             let acquire = Acquire {
                 holder: self.holder.to_string(),
                 lease,
@@ -221,11 +240,24 @@ impl Lock {
             match actor.send(acquire).await {
                 Ok(reply) => return reply.map(|g| g.map(|g| g.keeping(self.mgr.clone()))),
                 // The actor stopped before handling it: nothing happened, resolve again.
-                Err(MailboxError::Closed) => continue,
+                Err(MailboxError::Closed) => {
+                    if let Ok(mut slot) = self.actor.lock() {
+                        *slot = None;
+                    }
+                    continue;
+                }
                 Err(MailboxError::Timeout) => break,
             }
         }
         Err(LockError::Shutdown)
+    }
+}
+
+impl Lock {
+    /// The remembered actor, when it is still running.
+    fn cached_actor(&self) -> Option<Addr<LockActor>> {
+        let slot = self.actor.lock().ok()?;
+        slot.as_ref()?.upgrade().filter(Addr::connected)
     }
 }
 
