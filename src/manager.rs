@@ -123,7 +123,7 @@ impl LockManager {
     /// [`read`](ReadWriteLock::read) and [`write`](ReadWriteLock::write) sides share one new
     /// holder, so a writer can also take the read side (downgrade).
     pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
-        ReadWriteLock::new(self.lock(name).as_kind(LockKind::Read))
+        ReadWriteLock::new(self.lock(name))
     }
 
     /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)

@@ -105,6 +105,8 @@ struct Waiter {
     deadline: Option<SpawnHandle>,
     /// When the request arrived, for the time waited.
     since: Instant,
+    /// The channel it is woken on (the lock's, or a fair-lock waiter's own).
+    channel: String,
     /// Fair lock: the wait its queue place is kept for; and whether it is in the Redis queue.
     fair_wait: Duration,
     queued: bool,
@@ -161,8 +163,10 @@ impl LockActor {
             Wait::Up(d) => Some(ctx.run_later(d, move |act, ctx| act.give_up(id, ctx))),
             _ => None,
         };
+        let channel = msg.kind.waiter_channel(&self.name, &msg.holder);
         self.waiters.push_back(Waiter {
             id,
+            channel,
             holder: msg.holder.into(),
             kind: msg.kind,
             lease: msg.lease,
@@ -606,11 +610,6 @@ impl LockActor {
         }));
     }
 
-    /// The channel `waiter` is woken on.
-    fn channel_of(&self, waiter: &Waiter) -> String {
-        waiter.kind.waiter_channel(&self.name, &waiter.holder)
-    }
-
     /// A message on `channel`: for a fair lock, the waiter whose turn it is; else one waiter.
     fn wake_channel(&mut self, channel: &str, ctx: &mut Context<Self>) {
         if self.family != LockKind::Fair {
@@ -619,7 +618,7 @@ impl LockActor {
         if let Some(id) = self
             .waiters
             .iter()
-            .find(|w| self.channel_of(w) == channel)
+            .find(|w| w.channel == channel)
             .map(|w| w.id)
         {
             self.attempt(id, ctx);
@@ -669,7 +668,7 @@ impl LockActor {
     /// Subscribes the channel of the waiter at `pos`, then tries once more: a release published
     /// before the subscription took effect would otherwise go unseen.
     fn subscribe(&mut self, pos: usize, ctx: &mut Context<Self>) {
-        let channel = self.channel_of(&self.waiters[pos]);
+        let channel = self.waiters[pos].channel.clone();
         if !self.subscribed.insert(channel.clone()) {
             return;
         }
@@ -690,8 +689,13 @@ impl LockActor {
 
     /// Unsubscribes every channel no waiter needs any more.
     fn unsubscribe_unneeded(&mut self) {
-        let needed: HashSet<String> = self.waiters.iter().map(|w| self.channel_of(w)).collect();
-        let unneeded: Vec<String> = self.subscribed.difference(&needed).cloned().collect();
+        let needed: HashSet<&str> = self.waiters.iter().map(|w| w.channel.as_str()).collect();
+        let unneeded: Vec<String> = self
+            .subscribed
+            .iter()
+            .filter(|c| !needed.contains(c.as_str()))
+            .cloned()
+            .collect();
         for channel in unneeded {
             self.subscribed.remove(&channel);
             self.svc.pubsub.do_send(Unsubscribe {

@@ -14,22 +14,26 @@ use crate::LockKind;
 /// them. A writer's final release wakes every waiter in this process at once; a reader's wakes one.
 #[derive(Clone, Debug)]
 pub struct ReadWriteLock {
+    /// Both sides, made once: handles handed out are clones, so they share the holder and the
+    /// remembered actor.
     read: Lock,
+    write: Lock,
 }
 
 impl ReadWriteLock {
-    pub(crate) fn new(read: Lock) -> Self {
-        Self { read }
+    pub(crate) fn new(lock: Lock) -> Self {
+        let (read, write) = (lock.as_kind(LockKind::Read), lock.as_kind(LockKind::Write));
+        Self { read, write }
     }
 
     /// The read side: all the verbs of [`Lock`].
     pub fn read(&self) -> ReadLock {
-        ReadLock(self.read.as_kind(LockKind::Read))
+        ReadLock(self.read.clone())
     }
 
     /// The write side: all the verbs of [`Lock`].
     pub fn write(&self) -> WriteLock {
-        WriteLock(self.read.as_kind(LockKind::Write))
+        WriteLock(self.write.clone())
     }
 
     /// The lock name.
