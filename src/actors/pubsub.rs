@@ -60,6 +60,7 @@ impl PubSubActor {
         }
         let (client, limit) = (self.client.clone(), self.connect_timeout);
         let channels: Vec<String> = self.routes.keys().cloned().collect();
+        // Under `ctx.wait`: no Subscribe is handled while connecting, so `channels` is complete.
         let work = async move {
             let pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
                 .await
@@ -69,24 +70,14 @@ impl PubSubActor {
             if !channels.is_empty() {
                 sink.subscribe(&channels).await.map_err(|e| e.to_string())?;
             }
-            Ok::<_, String>((sink, stream, channels))
+            Ok::<_, String>((sink, stream))
         };
         ctx.wait(work.into_actor(self).map(|res, act, ctx| match res {
             Ok(_) if act.halted => {}
-            Ok((sink, stream, channels)) => {
+            Ok((sink, stream)) => {
                 act.sink = Some(sink);
                 act.backoff = BACKOFF_MIN;
                 ctx.add_stream(stream);
-                // Routes added while connecting are subscribed now.
-                let late: Vec<String> = act
-                    .routes
-                    .keys()
-                    .filter(|c| !channels.contains(c))
-                    .cloned()
-                    .collect();
-                if !late.is_empty() {
-                    act.subscribe_now(late, ctx);
-                }
                 if std::mem::replace(&mut act.connected_before, true) {
                     tracing::info!(
                         channels = act.routes.len(),
@@ -105,20 +96,6 @@ impl PubSubActor {
                 act.backoff = (act.backoff * 2).min(BACKOFF_MAX);
             }
         }));
-    }
-
-    fn subscribe_now(&mut self, channels: Vec<String>, ctx: &mut Context<Self>) {
-        if let Some(mut sink) = self.sink.clone() {
-            ctx.spawn(
-                async move { sink.subscribe(&channels).await }
-                    .into_actor(self)
-                    .map(|res, _, _| {
-                        if let Err(error) = res {
-                            tracing::warn!(%error, "subscribe failed");
-                        }
-                    }),
-            );
-        }
     }
 }
 
