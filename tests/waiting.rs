@@ -149,6 +149,97 @@ async fn one_unlock_message_wakes_one_local_waiter() {
 }
 
 #[tokio::test]
+async fn a_new_request_queues_behind_local_waiters_without_a_round_trip() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
+    // Both scripts loaded, so that only the calls of interest are counted.
+    let warm = holder_mgr.lock("warm").acquire().await.unwrap();
+    warm.release().await.unwrap();
+    let held = holder_mgr.lock("q").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = |who: usize| {
+        let (lock, order) = (waiter_mgr.lock("q"), order.clone());
+        tokio::spawn(async move {
+            let guard = lock.acquire().await.unwrap();
+            order.lock().unwrap().push(who);
+            guard.release().await.unwrap();
+        })
+    };
+    let first = waiter(1);
+    tokio::time::sleep(Duration::from_millis(200)).await; // its attempts are done: it waits
+    reset_stats(&mut raw);
+    let second = waiter(2);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        command_calls(&mut raw, "evalsha"),
+        0,
+        "the second waiter made an attempt that could only fail"
+    );
+
+    held.release().await.unwrap();
+    first.await.unwrap();
+    second.await.unwrap();
+    assert_eq!(*order.lock().unwrap(), [1, 2]);
+    // The holder's release, then an acquire and a release for each waiter: nothing wasted.
+    assert_eq!(command_calls(&mut raw, "evalsha"), 5);
+    assert!(!raw.exists::<_, bool>("q").unwrap());
+}
+
+#[tokio::test]
+async fn local_waiters_take_turns_in_arrival_order() {
+    const WAITERS: usize = 5;
+    const ROUNDS: usize = 4;
+    let server = RedisServer::start();
+    let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
+    let held = holder_mgr.lock("turns").acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for who in 0..WAITERS {
+        let (lock, order) = (waiter_mgr.lock("turns"), order.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                // Released and asked for again at once: it goes to the back of the queue rather
+                // than barging ahead of the others.
+                let guard = lock.acquire().await.unwrap();
+                order.lock().unwrap().push(who);
+                guard.release().await.unwrap();
+            }
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await; // arrives after the one before
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let expected: Vec<usize> = (0..ROUNDS).flat_map(|_| 0..WAITERS).collect();
+    assert_eq!(*order.lock().unwrap(), expected);
+}
+
+#[tokio::test]
+async fn a_holder_re_enters_at_once_while_others_wait() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("re");
+    let outer = lock.acquire().await.unwrap();
+    let other = mgr.lock("re");
+    let waiting = tokio::spawn(async move { other.acquire().await.unwrap().release().await });
+    tokio::time::sleep(Duration::from_millis(200)).await; // the other holder waits here
+    let inner = tokio::time::timeout(Duration::from_secs(2), lock.acquire())
+        .await
+        .expect("re-entering waited behind the other waiter")
+        .unwrap();
+    let field = lock.holder_id();
+    assert_eq!(raw.hget::<_, _, u32>("re", &field).unwrap(), 2);
+    inner.release().await.unwrap();
+    assert!(!waiting.is_finished(), "the lock is still held once");
+    outer.release().await.unwrap();
+    waiting.await.unwrap().unwrap();
+    assert!(!raw.exists::<_, bool>("re").unwrap());
+}
+
+#[tokio::test]
 async fn dropping_a_waiting_acquire_removes_the_waiter() {
     let server = RedisServer::start();
     let mut raw = server.conn();

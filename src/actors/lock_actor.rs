@@ -182,7 +182,33 @@ impl LockActor {
         });
         self.busy(ctx);
         ctx.spawn(CallerGone { id });
-        self.attempt(id, ctx);
+        if self.joins_queue(id) {
+            // Its turn comes at a wake-up, like the waiters ahead of it; the subscription is
+            // theirs already (subscribing again changes nothing).
+            let pos = self.waiters.len() - 1;
+            self.subscribe(pos, ctx);
+        } else {
+            self.attempt(id, ctx);
+        }
+    }
+
+    /// Whether new waiter `id` waits its turn behind the local waiters ahead of it, without an
+    /// attempt of its own. Their attempts found the lock taken and the next wake-up goes to the
+    /// oldest, so an attempt now could only fail (one wasted round trip per hand-off) or barge
+    /// ahead of them. Only for the exclusive, unfair kinds (a fair lock queues in Redis; readers
+    /// share), for a request that may wait, and never for a holder that holds the lock here
+    /// already (re-entering must not wait for itself).
+    fn joins_queue(&self, id: u64) -> bool {
+        let Some(new) = self.waiters.back().filter(|w| w.id == id) else {
+            return false;
+        };
+        matches!(new.kind, LockKind::Reentrant | LockKind::Fenced)
+            && new.wait != Wait::No
+            && !self.holds.contains_key(&(new.holder.clone(), new.kind))
+            && self
+                .waiters
+                .iter()
+                .any(|w| w.id != id && w.wait != Wait::No && w.holder != new.holder)
     }
 
     /// One acquire round trip for waiter `id`.
@@ -244,6 +270,7 @@ impl LockActor {
                     // its drop releases the hold.
                     let _ = w.reply.send(Ok(Some(guard)));
                 }
+                self.unsubscribe_unneeded();
                 // Else the caller left during the round trip: `guard` drops here and releases.
                 if !self.waiters.is_empty() {
                     // We hold it now: the others wake at our release, or when our lease ends.
@@ -254,12 +281,18 @@ impl LockActor {
             Ok(Attempt::Busy { ttl }) => {
                 self.failures = 0;
                 let Some(pos) = pos else {
+                    // Its caller left meanwhile. This wake-up was the others' too: they wait for
+                    // the next message, or this TTL.
+                    if let (false, Some(ttl)) = (self.waiters.is_empty(), ttl) {
+                        self.schedule_retry(ttl, ctx);
+                    }
                     return self.maybe_idle(ctx);
                 };
                 if self.waiters[pos].wait == Wait::No {
                     if let Some(w) = self.remove_waiter(pos, ctx) {
                         let _ = w.reply.send(Ok(None));
                     }
+                    self.unsubscribe_unneeded();
                     return self.maybe_idle(ctx);
                 }
                 self.subscribe(pos, ctx);
@@ -285,6 +318,7 @@ impl LockActor {
                     if let Some(w) = self.remove_waiter(pos, ctx) {
                         self.finish(w, Err(e), ctx);
                     }
+                    self.unsubscribe_unneeded();
                     self.maybe_idle(ctx);
                 }
             }
@@ -568,16 +602,19 @@ impl LockActor {
         if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
             self.finish(w, Ok(None), ctx);
         }
+        self.unsubscribe_unneeded();
         self.maybe_idle(ctx);
     }
 
-    /// Removes the waiter at `pos` (a position just found in the queue) and its deadline.
+    /// Removes the waiter at `pos` (a position just found in the queue) and its deadline. The
+    /// caller answers it first and then calls [`Self::unsubscribe_unneeded`]: the answer is what
+    /// someone waits for, so it is sent before the pub/sub traffic (an UNSUBSCRIBE runs on this
+    /// thread before the caller's task would otherwise wake).
     fn remove_waiter(&mut self, pos: usize, ctx: &mut Context<Self>) -> Option<Waiter> {
         let mut w = self.waiters.remove(pos)?;
         if let Some(h) = w.deadline.take() {
             ctx.cancel_future(h);
         }
-        self.unsubscribe_unneeded();
         if self.waiters.is_empty()
             && let Some(h) = self.retry.take()
         {
@@ -689,6 +726,11 @@ impl LockActor {
 
     /// Unsubscribes every channel no waiter needs any more.
     fn unsubscribe_unneeded(&mut self) {
+        // Only a fair lock's waiters have channels of their own; the others share the lock's.
+        if self.subscribed.is_empty() || (self.family != LockKind::Fair && !self.waiters.is_empty())
+        {
+            return;
+        }
         let needed: HashSet<&str> = self.waiters.iter().map(|w| w.channel.as_str()).collect();
         let unneeded: Vec<String> = self
             .subscribed
@@ -935,6 +977,7 @@ impl ActorFuture<LockActor> for CallerGone {
                 if let Some(w) = act.remove_waiter(pos, ctx) {
                     act.finish(w, Ok(None), ctx); // nobody listens: this only leaves the queue
                 }
+                act.unsubscribe_unneeded();
                 tracing::debug!(lock = %act.name, "waiter left");
                 act.maybe_idle(ctx);
                 Poll::Ready(())
