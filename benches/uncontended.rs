@@ -10,6 +10,8 @@
 //!
 //! Run: `cargo bench --bench uncontended` (starts its own redis-server).
 
+#[path = "common/raw.rs"]
+mod raw;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -18,55 +20,13 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use lockman::LockManager;
-use redis::Script;
 use redis::aio::ConnectionManager;
 
 const BATCH: u32 = 200;
 const BATCHES: usize = 25;
 
-struct Raw {
-    conn: ConnectionManager,
-    acquire: Script,
-    release: Script,
-}
-
-impl Raw {
-    async fn new(url: &str) -> Self {
-        let client = redis::Client::open(url).expect("url");
-        let conn = ConnectionManager::new(client).await.expect("connect");
-        let acquire = Script::new(include_str!("../src/scripts/acquire.lua"));
-        let release = Script::new(include_str!("../src/scripts/release.lua"));
-        Self {
-            conn,
-            acquire,
-            release,
-        }
-    }
-
-    async fn once(&self) {
-        let mut conn = self.conn.clone();
-        let holder = "00000000-0000-4000-8000-000000000000:1";
-        let acquired: Option<i64> = self
-            .acquire
-            .key("raw")
-            .arg(30_000)
-            .arg(holder)
-            .invoke_async(&mut conn)
-            .await
-            .expect("acquire");
-        assert!(acquired.is_none());
-        let released: Option<i64> = self
-            .release
-            .key("raw")
-            .key("redisson_lock__channel:{raw}")
-            .arg("0")
-            .arg(30_000)
-            .arg(holder)
-            .invoke_async(&mut conn)
-            .await
-            .expect("release");
-        assert_eq!(released, Some(1));
-    }
+async fn raw_once(conn: &ConnectionManager) {
+    raw::pair(conn, "raw", "00000000-0000-4000-8000-000000000000:1").await;
 }
 
 async fn lockman_once(lock: &lockman::Lock) {
@@ -95,7 +55,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let raw = rt.block_on(Raw::new(&url));
+    let raw = rt.block_on(raw::connect(&url));
     let tokio_lock = rt.block_on(async {
         LockManager::connect(&url)
             .await
@@ -104,7 +64,7 @@ fn main() {
     });
     // Created after the tokio manager: an actix System makes this thread's arbiter its own.
     let actix = actix_rt::System::new();
-    let raw_actix = actix.block_on(Raw::new(&url));
+    let raw_actix = actix.block_on(raw::connect(&url));
     let actix_mgr = actix.block_on(LockManager::connect(&url)).expect("manager");
     let actix_lock = actix_mgr.lock("actix");
 
@@ -116,13 +76,13 @@ fn main() {
     {
         let mut group = c.benchmark_group("uncontended acquire+release");
         group.bench_function("raw evalsha x2", |b| {
-            b.iter_custom(|iters| rt.block_on(timed(iters, || raw.once())))
+            b.iter_custom(|iters| rt.block_on(timed(iters, || raw_once(&raw))))
         });
         group.bench_function("lockman from tokio", |b| {
             b.iter_custom(|iters| rt.block_on(timed(iters, || lockman_once(&tokio_lock))))
         });
         group.bench_function("raw evalsha x2 in actix system", |b| {
-            b.iter_custom(|iters| actix.block_on(timed(iters, || raw_actix.once())))
+            b.iter_custom(|iters| actix.block_on(timed(iters, || raw_once(&raw_actix))))
         });
         group.bench_function("lockman in actix system", |b| {
             b.iter_custom(|iters| actix.block_on(timed(iters, || lockman_once(&actix_lock))))
@@ -134,8 +94,8 @@ fn main() {
     // Interleaved batches, so that noise hits all three alike; medians of batch means.
     let (mut r, mut t, mut ra, mut a) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..BATCHES {
-        r.push(rt.block_on(timed(BATCH.into(), || raw.once())) / BATCH);
-        ra.push(actix.block_on(timed(BATCH.into(), || raw_actix.once())) / BATCH);
+        r.push(rt.block_on(timed(BATCH.into(), || raw_once(&raw))) / BATCH);
+        ra.push(actix.block_on(timed(BATCH.into(), || raw_once(&raw_actix))) / BATCH);
         t.push(rt.block_on(timed(BATCH.into(), || lockman_once(&tokio_lock))) / BATCH);
         a.push(actix.block_on(timed(BATCH.into(), || lockman_once(&actix_lock))) / BATCH);
     }

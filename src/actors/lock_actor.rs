@@ -138,7 +138,8 @@ impl LockActor {
         }
     }
 
-    /// A new request: queue it as a waiter and make one attempt at once.
+    /// A new request: queue it as a waiter, and make one attempt at once unless it joins the
+    /// queue behind local waiters (see [`Self::joins_queue`]).
     fn enqueue(
         &mut self,
         msg: Acquire,

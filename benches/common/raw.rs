@@ -1,0 +1,61 @@
+//! The floor every benchmark compares with: redis-rs alone, running lockman's own acquire and
+//! release scripts by EVALSHA on a `ConnectionManager` (the connection kind lockman uses), with
+//! none of lockman's bookkeeping. Shared by the benches and the load generator.
+#![allow(dead_code)]
+
+use std::sync::LazyLock;
+
+use redis::Script;
+use redis::aio::ConnectionManager;
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../src/scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../src/scripts/release.lua")));
+
+/// The lease every raw hold is taken with (ms).
+const LEASE_MS: u64 = 30_000;
+
+/// A connection to `url`.
+pub async fn connect(url: &str) -> ConnectionManager {
+    let client = redis::Client::open(url).expect("valid url");
+    ConnectionManager::new(client).await.expect("connect")
+}
+
+/// One acquire attempt of `holder` on `name`: `None` when taken, else the holder's PTTL (ms).
+pub async fn acquire(conn: &ConnectionManager, name: &str, holder: &str) -> Option<u64> {
+    ACQUIRE
+        .key(name)
+        .arg(LEASE_MS)
+        .arg(holder)
+        .invoke_async(&mut conn.clone())
+        .await
+        .expect("acquire script")
+}
+
+/// One release of `holder` on `name`; `Some(1)` when it unlocked (and published `0`).
+pub async fn release(conn: &ConnectionManager, name: &str, holder: &str) -> Option<i64> {
+    RELEASE
+        .key(name)
+        .key(channel(name))
+        .arg("0")
+        .arg(LEASE_MS)
+        .arg(holder)
+        .invoke_async(&mut conn.clone())
+        .await
+        .expect("release script")
+}
+
+/// An uncontended acquire + release, checked.
+pub async fn pair(conn: &ConnectionManager, name: &str, holder: &str) {
+    assert!(
+        acquire(conn, name, holder).await.is_none(),
+        "raw lock taken"
+    );
+    assert_eq!(release(conn, name, holder).await, Some(1));
+}
+
+/// The unlock channel of `name` (protocol.md).
+pub fn channel(name: &str) -> String {
+    format!("redisson_lock__channel:{{{name}}}")
+}
