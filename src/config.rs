@@ -47,7 +47,8 @@ impl Config {
     }
 
     /// The lease of a lock taken without one. The **watchdog** renews such a lock every third of
-    /// this while it is held; when its holder dies, the lock expires after at most this long.
+    /// this while it is held (from when it has been held a sixth of it); when its holder dies,
+    /// the lock expires after at most this long.
     /// At least [`MIN_WATCHDOG_TIMEOUT`].
     ///
     /// Default: [`DEFAULT_WATCHDOG_TIMEOUT`] (30 s).

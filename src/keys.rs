@@ -7,11 +7,17 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// `prefix:{name}`, or `prefix:name` when the name already carries a `{`, so that the name's own
 /// hash tag decides the Redis Cluster slot and every key of one lock lands in one slot.
 pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
+    // Built by hand: this runs for every release and every waiter, and `format!` took about
+    // three times as many instructions here (callgrind, issue 5).
+    let tagged = !name.contains('{');
+    let mut key = String::with_capacity(prefix.len() + name.len() + 3);
+    key.push_str(prefix);
+    key.push_str(if tagged { ":{" } else { ":" });
+    key.push_str(name);
+    if tagged {
+        key.push('}');
     }
+    key
 }
 
 /// Checks a lock name: any bytes Redis accepts, but not the empty string.

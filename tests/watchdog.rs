@@ -75,6 +75,8 @@ async fn renewal_is_batched_a_hundred_locks_per_round_trip() {
     for i in 0..LOCKS {
         guards.push(mgr.lock(format!("batch:{i}")).acquire().await.unwrap());
     }
+    // Each hold goes to the watchdog once it has lived a sixth of the timeout (150 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     reset_stats(&mut raw);
     tokio::time::sleep(Duration::from_millis(1_500)).await; // about 5 ticks of 300 ms
     let calls = command_calls(&mut raw, "evalsha");
@@ -94,6 +96,39 @@ async fn renewal_is_batched_a_hundred_locks_per_round_trip() {
         assert!(ttl > 0, "batch:{i} is still held");
     }
     drop(guards);
+}
+
+#[tokio::test]
+async fn short_holds_cost_the_watchdog_nothing() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(900));
+    let mgr = LockManager::start(config).await.unwrap();
+    let lock = mgr.lock("short");
+    lock.acquire().await.unwrap().release().await.unwrap(); // scripts loaded
+    reset_stats(&mut raw);
+    let start = Instant::now();
+    let mut holds = 0u64;
+    // Held 10 ms of every ~11: over 4 ticks of 300 ms, most ticks find a hold. None lives the
+    // 150 ms after which the watchdog would renew it, so no tick renews any.
+    while start.elapsed() < Duration::from_millis(1_200) {
+        let guard = lock.acquire().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        guard.release().await.unwrap();
+        holds += 1;
+    }
+    assert_eq!(
+        command_calls(&mut raw, "evalsha"),
+        2 * holds,
+        "only the acquires and releases of {holds} holds"
+    );
+    // A hold that lives on is renewed.
+    let guard = lock.acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(!guard.is_lost());
+    let ttl: i64 = raw.pttl("short").unwrap();
+    assert!(ttl > 300, "renewed: PTTL {ttl} ms");
+    guard.release().await.unwrap();
 }
 
 #[tokio::test]

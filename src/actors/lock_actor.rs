@@ -39,6 +39,11 @@ pub(crate) type HoldKey = (Arc<str>, LockKind);
 /// The longest lease accepted (about 285 years): PEXPIRE must not overflow.
 const MAX_LEASE: Duration = Duration::from_millis(1 << 53);
 
+/// The share of the watchdog timeout a watchdog hold lives before the Watchdog renews it. Its
+/// first renewal then comes at most 1/6 + 1/3 = 1/2 of the timeout after the grant, and the next
+/// at 5/6: a renewal can still fail once without losing the lock (the PTTL ends at 6/6).
+const TRACK_AFTER: u32 = 6;
+
 /// Retry delays after a retryable Redis error, for a waiter that may still wait.
 const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
 const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -68,6 +73,8 @@ pub struct LockActor {
     subscribed: HashSet<String>,
     /// A strong address to itself while busy (see the module doc).
     keepalive: Option<Addr<Self>>,
+    /// The next hand-over of watchdog holds to the Watchdog, while some are not tracked yet.
+    track_timer: Option<SpawnHandle>,
     /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
     pending_wakes: VecDeque<u64>,
     /// Set by `StopLock`: new requests fail with `Shutdown`.
@@ -80,6 +87,11 @@ struct Hold {
     epoch: u64,
     /// Renewed by the watchdog (taken without a lease), or expiring by itself.
     watchdog: bool,
+    /// Whether the Watchdog renews it yet: a watchdog hold is handed over once it has lived
+    /// [`TRACK_AFTER`] of the timeout, so the many holds that end sooner cost it nothing.
+    tracked: bool,
+    /// When Redis last set its PTTL to the full lease (the latest grant, first or re-entrant).
+    granted: Instant,
     /// The lease restored when one of several holds is released.
     lease: Duration,
     /// Tells this hold's guards that it is lost; dropped (also read as lost) when the actor stops.
@@ -132,6 +144,7 @@ impl LockActor {
             failures: 0,
             subscribed: HashSet::new(),
             keepalive: None,
+            track_timer: None,
             stopping: false,
             next_waiter: 0,
             pending_wakes: VecDeque::new(),
@@ -362,6 +375,7 @@ impl LockActor {
         let epoch = match self.holds.get_mut(&key) {
             Some(hold) => {
                 hold.count += 1;
+                hold.granted = hold.granted.max(started);
                 hold.epoch
             }
             None => {
@@ -371,6 +385,8 @@ impl LockActor {
                     count: 1,
                     epoch,
                     watchdog: false,
+                    tracked: false,
+                    granted: started,
                     lease,
                     lost,
                     expiry: None,
@@ -403,15 +419,45 @@ impl LockActor {
             ctx.cancel_future(h);
         }
         hold.lease = self.svc.config.get_watchdog_timeout();
-        if !hold.watchdog {
-            hold.watchdog = true;
+        hold.watchdog = true;
+        if !hold.tracked && self.track_timer.is_none() {
+            let after = hold.lease / TRACK_AFTER;
+            self.track_timer = Some(ctx.run_later(after, |act, ctx| {
+                act.track_timer = None;
+                act.track_due(ctx);
+            }));
+        }
+    }
+
+    /// Hands the watchdog holds that have lived long enough to the Watchdog, and schedules the
+    /// next hand-over while others are still too young.
+    fn track_due(&mut self, ctx: &mut Context<Self>) {
+        let after = self.svc.config.get_watchdog_timeout() / TRACK_AFTER;
+        let mut next: Option<Duration> = None;
+        for ((holder, kind), hold) in &mut self.holds {
+            if !hold.watchdog || hold.tracked {
+                continue;
+            }
+            let age = hold.granted.elapsed();
+            if age < after {
+                next = Some(next.map_or(after - age, |n| n.min(after - age)));
+                continue;
+            }
+            hold.tracked = true;
             self.svc.watchdog.do_send(Track {
                 name: self.name.clone(),
-                holder: key.0.clone(),
-                kind: key.1,
+                holder: holder.clone(),
+                kind: *kind,
                 epoch: hold.epoch,
+                confirmed: hold.granted,
                 actor: ctx.address().downgrade(),
             });
+        }
+        if let Some(next) = next {
+            self.track_timer = Some(ctx.run_later(next, |act, ctx| {
+                act.track_timer = None;
+                act.track_due(ctx);
+            }));
         }
     }
 
@@ -460,7 +506,7 @@ impl LockActor {
         {
             ctx.cancel_future(h);
         }
-        if hold.watchdog {
+        if hold.tracked {
             self.svc.watchdog.do_send(Untrack {
                 name: self.name.clone(),
                 holder: key.0.clone(),
@@ -756,7 +802,11 @@ impl LockActor {
 
     fn maybe_idle(&mut self, ctx: &mut Context<Self>) {
         if self.holds.is_empty() && self.waiters.is_empty() {
-            if let Some(h) = self.retry.take() {
+            // A pending timer would keep the actor alive.
+            for h in [self.retry.take(), self.track_timer.take()]
+                .into_iter()
+                .flatten()
+            {
                 ctx.cancel_future(h);
             }
             self.unsubscribe_unneeded();
@@ -812,7 +862,7 @@ impl Actor for LockActor {
         }
         self.unsubscribe_unneeded();
         for ((holder, kind), hold) in self.holds.drain() {
-            if hold.watchdog {
+            if hold.tracked {
                 self.svc.watchdog.do_send(Untrack {
                     name: self.name.clone(),
                     holder,

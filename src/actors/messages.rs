@@ -141,6 +141,8 @@ pub(crate) struct Track {
     pub holder: Arc<str>,
     pub kind: LockKind,
     pub epoch: u64,
+    /// When Redis last set the hold's PTTL to the full timeout (its grant).
+    pub confirmed: std::time::Instant,
     pub actor: WeakAddr<LockActor>,
 }
 

@@ -1,5 +1,7 @@
 //! The Watchdog: renews every hold this manager has without a lease, on one schedule every
-//! third of the watchdog timeout, up to [`RENEW_BATCH`] holds per script call.
+//! third of the watchdog timeout, up to [`RENEW_BATCH`] holds per script call. Lock actors hand
+//! it a hold (`Track`) once the hold has lived a sixth of the timeout, so short holds cost
+//! nothing here.
 //!
 //! A hold is lost when a renewal finds its field gone, or when no renewal has succeeded for a
 //! whole watchdog timeout (Redis unreachable): its lock actor is told, and renewal for it stops.
@@ -167,7 +169,7 @@ impl Handler<Track> for Watchdog {
         let key = (msg.name, msg.holder, msg.kind);
         let tracked = Tracked {
             epoch: msg.epoch,
-            confirmed: Instant::now(),
+            confirmed: msg.confirmed,
             actor: msg.actor,
         };
         self.tracked.insert(key, tracked);
