@@ -12,7 +12,7 @@
 //! the race with the stop gets `MailboxError::Closed` for a message that was never handled, and
 //! resolves the name again.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use actix::WeakAddr;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
+use rustc_hash::FxHashMap;
 use tokio::sync::watch;
 
 use super::messages::*;
@@ -60,7 +61,7 @@ pub struct LockActor {
     registry: WeakAddr<Registry>,
     /// Holds of this process, by holder and kind: from the first grant to the final release or
     /// the loss.
-    holds: HashMap<HoldKey, Hold>,
+    holds: FxHashMap<HoldKey, Hold>,
     /// Local callers waiting for the lock, oldest first: from a busy attempt to a grant, the end of
     /// their wait, an error, or the caller going away.
     waiters: VecDeque<Waiter>,
@@ -138,7 +139,7 @@ impl LockActor {
             name,
             svc,
             registry,
-            holds: HashMap::new(),
+            holds: FxHashMap::default(),
             waiters: VecDeque::new(),
             retry: None,
             failures: 0,

@@ -5,12 +5,12 @@
 //! strong (the actor cannot stop while it is held), and a message that reaches an actor already
 //! stopping comes back `Closed`, unhandled, for the sender to resolve again.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::WeakAddr;
 use actix::prelude::*;
 use futures_util::future::join_all;
+use rustc_hash::FxHashMap;
 
 use super::messages::*;
 use super::{LockActor, Services};
@@ -21,7 +21,7 @@ pub struct Registry {
     svc: Services,
     /// (Kind family, name) → (actor id, its address): from the first request for that lock until
     /// its actor stops.
-    actors: HashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>,
+    actors: FxHashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>,
     next_id: u64,
     /// Set by `Shutdown`: no new lock actors.
     shut: bool,
@@ -31,7 +31,7 @@ impl Registry {
     pub(crate) fn new(svc: Services) -> Self {
         Self {
             svc,
-            actors: HashMap::new(),
+            actors: FxHashMap::default(),
             next_id: 0,
             shut: false,
         }

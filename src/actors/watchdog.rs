@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use actix::WeakAddr;
 use actix::prelude::*;
 use futures_util::future::join_all;
+use rustc_hash::FxHashMap;
 
 use super::LockActor;
 use super::messages::*;
@@ -26,7 +27,7 @@ pub struct Watchdog {
     timeout: Duration,
     interval: Duration,
     /// Holds to renew, by (name, holder, kind): from `Track` to `Untrack` or loss.
-    tracked: HashMap<HoldKey, Tracked>,
+    tracked: FxHashMap<HoldKey, Tracked>,
     /// Whether a tick's renewals are still under way (a slow Redis must not pile them up).
     ticking: bool,
     /// Set by `Halt`: no more renewals.
@@ -49,7 +50,7 @@ impl Watchdog {
             commands,
             timeout,
             interval,
-            tracked: HashMap::new(),
+            tracked: FxHashMap::default(),
             ticking: false,
             halted: false,
         }
