@@ -17,7 +17,12 @@
 //! Run: `cargo run --release --example loadgen -- [--quick] [--svg PATH]`
 //! (`--quick` shrinks every count, for a smoke run; the chart defaults to
 //! `target/handoff-latency.svg`). Internal roles, started by the run itself:
-//! `loadgen peer <lockman|rslock> URL NAME` and `loadgen memory URL COUNT`.
+//! `loadgen peer <lockman|rslock|raw> URL NAME` and `loadgen memory URL COUNT`.
+//!
+//! For instruction counts, which stay put on a noisy machine:
+//! `valgrind --tool=callgrind target/release/examples/loadgen pairs <lockman|raw> URL ITERS`
+//! runs 64 tasks on 64 names, ITERS acquire+release pairs each, in an actix System; the
+//! difference between two ITERS, divided by 64 × their difference, is the cost of one pair.
 
 #[path = "../benches/common/raw.rs"]
 mod raw;
@@ -101,6 +106,13 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("peer") => return peer(Impl::parse(&args[1]), &args[2], &args[3]),
         Some("memory") => return memory_role(&args[1], args[2].parse().expect("count")),
+        Some("pairs") => {
+            return pairs(
+                Impl::parse(&args[1]),
+                &args[2],
+                args[3].parse().expect("iters"),
+            );
+        }
         _ => {}
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -457,6 +469,33 @@ fn memory_role(url: &str, names: usize) {
         let live = manager.live_lock_actors().await;
         let after = rss_kb();
         println!("{before} {after} {live} {}", per_name.as_nanos());
+    });
+}
+
+/// 64 tasks on 64 names, `iters` uncontended acquire + release pairs each (for callgrind).
+fn pairs(imp: Impl, url: &str, iters: u64) {
+    actix_rt::System::new().block_on(async {
+        let clients = Clients::connect(url).await;
+        join_all((0..64).map(|t| {
+            let clients = &clients;
+            async move {
+                let (name, id) = (format!("pairs:{}:{t}", imp.name()), format!("pairs:{t}"));
+                let lock = clients.lockman.lock(name.as_str());
+                for _ in 0..iters {
+                    match imp {
+                        Impl::Raw => raw::pair(&clients.raw, &name, &id).await,
+                        _ => lock
+                            .acquire()
+                            .await
+                            .expect("acquire")
+                            .release()
+                            .await
+                            .expect("release"),
+                    }
+                }
+            }
+        }))
+        .await;
     });
 }
 
