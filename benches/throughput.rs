@@ -24,8 +24,8 @@ use redis::aio::ConnectionManager;
 
 const TASKS: usize = 64;
 /// Loops per task in one interleaved batch.
-const BATCH: u64 = 50;
-const BATCHES: usize = 15;
+const BATCH: u64 = 100;
+const BATCHES: usize = 31;
 
 /// 64 loops of `iters` raw acquire + release pairs, each on its own name.
 async fn raw_run(conn: &ConnectionManager, iters: u64) -> Duration {
