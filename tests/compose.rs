@@ -38,11 +38,7 @@ async fn exclusion_over(n: usize) {
         managers(&nodes, Duration::from_secs(5)).await,
         managers(&nodes, Duration::from_secs(5)).await,
     );
-    let conn = counter_server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = counter_server.async_conn().await;
     let mut tasks = Vec::new();
     for t in 0..8 {
         let red = redlock(if t % 2 == 0 { &a } else { &b }, "red:counter");

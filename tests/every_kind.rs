@@ -31,11 +31,7 @@ async fn manager(server: &RedisServer) -> LockManager {
 async fn every_kind_excludes_exactly() {
     let server = RedisServer::start();
     let mgr = manager(&server).await;
-    let conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = server.async_conn().await;
     for (kind, _) in kinds(&mgr, "x") {
         let name = format!("exclusive:{kind}");
         let mut tasks = Vec::new();
@@ -72,11 +68,7 @@ async fn every_kind_excludes_exactly() {
 #[tokio::test]
 async fn every_kind_refuses_bad_input_and_wrong_types() {
     let server = RedisServer::start();
-    let mut raw = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = server.async_conn().await;
     let _: () = raw.set("text", "keep").await.unwrap();
     let mgr = manager(&server).await;
     for (kind, lock) in kinds(&mgr, "") {
@@ -107,11 +99,7 @@ async fn every_kind_refuses_bad_input_and_wrong_types() {
 #[tokio::test]
 async fn every_kind_reports_a_lost_lock() {
     let server = RedisServer::start();
-    let mut raw = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = server.async_conn().await;
     let mgr = manager(&server).await;
     for (kind, lock) in kinds(&mgr, "lost") {
         let g = lock.acquire().await.unwrap();
@@ -129,11 +117,7 @@ async fn every_kind_reports_a_lost_lock() {
 #[tokio::test]
 async fn every_kind_cleans_up_a_cancelled_waiter() {
     let server = RedisServer::start();
-    let mut raw = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = server.async_conn().await;
     let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
     for ((kind, holder), (_, waiter)) in kinds(&holder_mgr, "cancel")
         .into_iter()

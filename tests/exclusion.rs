@@ -33,11 +33,7 @@ async fn count_rounds(
 async fn sixteen_tasks_times_a_hundred_rounds_count_exactly_1600() {
     let server = RedisServer::start();
     let mgr = LockManager::start(Config::new(server.url())).await.unwrap();
-    let conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = server.async_conn().await;
     let tasks: Vec<_> = (0..16)
         .map(|_| tokio::spawn(count_rounds(mgr.lock("counted"), conn.clone(), 100)))
         .collect();
@@ -56,11 +52,7 @@ async fn two_managers_exclude_each_other() {
     let a = LockManager::start(Config::new(server.url())).await.unwrap();
     let b = LockManager::start(Config::new(server.url())).await.unwrap();
     assert_ne!(a.client_id(), b.client_id());
-    let conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = server.async_conn().await;
     let mut tasks = Vec::new();
     for mgr in [&a, &b] {
         for _ in 0..4 {

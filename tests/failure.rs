@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
-use support::RedisServer;
+use support::{RedisServer, load_scripts};
 
 const RESPONSE: Duration = Duration::from_millis(500);
 const WATCHDOG: Duration = Duration::from_millis(900);
@@ -183,14 +183,7 @@ async fn an_acquire_whose_reply_timed_out_is_undone() {
     let config = Config::new(server.url()).response_timeout(RESPONSE);
     let mgr = LockManager::start(config).await.unwrap();
     let lock = mgr.lock("unknown");
-    // Scripts loaded first: on a fresh server the EVALSHA would only get NOSCRIPT.
-    lock.try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    load_scripts(&lock).await;
     let stall = server.stall(0.9);
     let started = Instant::now();
     let err = lock.try_acquire().await.unwrap_err();

@@ -256,11 +256,7 @@ async fn twenty_readers_enter_together_when_the_writer_releases() {
 async fn mixed_readers_and_writers_keep_the_counter_exact() {
     let server = RedisServer::start();
     let (a, b) = (manager(&server).await, manager(&server).await);
-    let conn = server
-        .client()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let conn = server.async_conn().await;
     let writes = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for t in 0..16u64 {

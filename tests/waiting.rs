@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, eventually, lock_actors_stop, reset_stats};
+use support::{
+    RedisServer, command_calls, eventually, load_scripts, lock_actors_stop, reset_stats,
+};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -153,9 +155,7 @@ async fn a_new_request_queues_behind_local_waiters_without_a_round_trip() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
-    // Both scripts loaded, so that only the calls of interest are counted.
-    let warm = holder_mgr.lock("warm").acquire().await.unwrap();
-    warm.release().await.unwrap();
+    load_scripts(&holder_mgr.lock("warm")).await;
     let held = holder_mgr.lock("q").acquire().await.unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let waiter = |who: usize| {
@@ -272,14 +272,7 @@ async fn a_grant_that_arrives_after_the_caller_left_is_released() {
     let mut raw = server.conn();
     let mgr = manager(&server).await;
     let lock = mgr.lock("orphan");
-    // Load the scripts first: on a fresh server each first EVALSHA is a NOSCRIPT miss.
-    lock.try_acquire()
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    load_scripts(&lock).await;
     reset_stats(&mut raw);
     // Stall the server so that the acquire is in flight when its caller gives up.
     let stall = server.stall(0.4);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, eventually, reset_stats};
+use support::{RedisServer, command_calls, eventually, load_scripts, reset_stats};
 
 const WATCHDOG: Duration = Duration::from_millis(600);
 
@@ -105,7 +105,7 @@ async fn short_holds_cost_the_watchdog_nothing() {
     let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(900));
     let mgr = LockManager::start(config).await.unwrap();
     let lock = mgr.lock("short");
-    lock.acquire().await.unwrap().release().await.unwrap(); // scripts loaded
+    load_scripts(&lock).await;
     reset_stats(&mut raw);
     let start = Instant::now();
     let mut holds = 0u64;

@@ -62,6 +62,14 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
+    /// A multiplexed async connection, for raw checks from async tests.
+    pub async fn async_conn(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to test redis")
+    }
+
     /// Kills the server (SIGKILL: what a crash looks like) and waits for it to go.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -201,6 +209,18 @@ pub fn reset_stats(conn: &mut redis::Connection) {
         .arg("RESETSTAT")
         .query::<()>(conn)
         .expect("CONFIG RESETSTAT");
+}
+
+/// Takes and releases `lock` once, so that its kind's acquire and release scripts are loaded: on
+/// a fresh server each first EVALSHA is a NOSCRIPT miss, which would skew counts and stalls.
+pub async fn load_scripts(lock: &lockman::Lock) {
+    lock.try_acquire()
+        .await
+        .expect("warm-up acquire")
+        .expect("warm-up lock is free")
+        .release()
+        .await
+        .expect("warm-up release");
 }
 
 /// Whether every lock actor of `manager` stops within `limit` (checked every 10 ms).
