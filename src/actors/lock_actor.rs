@@ -278,15 +278,17 @@ impl LockActor {
                     self.pending_wakes.extend(new);
                 }
                 let guard = self.grant(key.clone(), lease, started, token, ctx);
-                if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
-                    let waited = started.saturating_duration_since(w.since);
-                    tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
-                    // A caller that went away meanwhile gets nothing: the guard comes back and
-                    // its drop releases the hold.
-                    let _ = w.reply.send(Ok(Some(guard)));
+                // Without `pos` the caller left during the round trip: `guard` drops here and
+                // releases.
+                if let Some(pos) = pos {
+                    self.settle(pos, ctx, |act, w, _| {
+                        let waited = started.saturating_duration_since(w.since);
+                        tracing::debug!(lock = %act.name, holder = %w.holder, ?waited, "acquired");
+                        // A caller that went away meanwhile gets nothing: the guard comes back
+                        // and its drop releases the hold.
+                        let _ = w.reply.send(Ok(Some(guard)));
+                    });
                 }
-                self.unsubscribe_unneeded();
-                // Else the caller left during the round trip: `guard` drops here and releases.
                 if !self.waiters.is_empty() {
                     // We hold it now: the others wake at our release, or when our lease ends.
                     let lease = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
@@ -304,10 +306,9 @@ impl LockActor {
                     return self.maybe_idle(ctx);
                 };
                 if self.waiters[pos].wait == Wait::No {
-                    if let Some(w) = self.remove_waiter(pos, ctx) {
+                    self.settle(pos, ctx, |_, w, _| {
                         let _ = w.reply.send(Ok(None));
-                    }
-                    self.unsubscribe_unneeded();
+                    });
                     return self.maybe_idle(ctx);
                 }
                 self.subscribe(pos, ctx);
@@ -330,10 +331,7 @@ impl LockActor {
                     self.subscribe(pos, ctx);
                     self.schedule_retry(backoff, ctx);
                 } else {
-                    if let Some(w) = self.remove_waiter(pos, ctx) {
-                        self.finish(w, Err(e), ctx);
-                    }
-                    self.unsubscribe_unneeded();
+                    self.settle(pos, ctx, |act, w, ctx| act.finish(w, Err(e), ctx));
                     self.maybe_idle(ctx);
                 }
             }
@@ -646,29 +644,34 @@ impl LockActor {
 
     /// A waiter's wait ran out.
     fn give_up(&mut self, id: u64, ctx: &mut Context<Self>) {
-        let pos = self.waiters.iter().position(|w| w.id == id);
-        if let Some(w) = pos.and_then(|pos| self.remove_waiter(pos, ctx)) {
-            self.finish(w, Ok(None), ctx);
+        if let Some(pos) = self.waiters.iter().position(|w| w.id == id) {
+            self.settle(pos, ctx, |act, w, ctx| act.finish(w, Ok(None), ctx));
         }
-        self.unsubscribe_unneeded();
         self.maybe_idle(ctx);
     }
 
-    /// Removes the waiter at `pos` (a position just found in the queue) and its deadline. The
-    /// caller answers it first and then calls [`Self::unsubscribe_unneeded`]: the answer is what
-    /// someone waits for, so it is sent before the pub/sub traffic (an UNSUBSCRIBE runs on this
-    /// thread before the caller's task would otherwise wake).
-    fn remove_waiter(&mut self, pos: usize, ctx: &mut Context<Self>) -> Option<Waiter> {
-        let mut w = self.waiters.remove(pos)?;
-        if let Some(h) = w.deadline.take() {
-            ctx.cancel_future(h);
+    /// Removes the waiter at `pos` (a position just found in the queue) and its deadline, has
+    /// `answer` tell its caller, then unsubscribes what no waiter needs any more. The answer is
+    /// what someone waits for, so it goes out before the pub/sub traffic (an UNSUBSCRIBE would
+    /// otherwise run on this thread before the caller's task wakes).
+    fn settle(
+        &mut self,
+        pos: usize,
+        ctx: &mut Context<Self>,
+        answer: impl FnOnce(&mut Self, Waiter, &mut Context<Self>),
+    ) {
+        if let Some(mut w) = self.waiters.remove(pos) {
+            if let Some(h) = w.deadline.take() {
+                ctx.cancel_future(h);
+            }
+            if self.waiters.is_empty()
+                && let Some(h) = self.retry.take()
+            {
+                ctx.cancel_future(h);
+            }
+            answer(self, w, ctx);
         }
-        if self.waiters.is_empty()
-            && let Some(h) = self.retry.take()
-        {
-            ctx.cancel_future(h);
-        }
-        Some(w)
+        self.unsubscribe_unneeded();
     }
 
     /// A waiter that ends without the lock gets `outcome`. A fair-lock waiter first leaves the
@@ -1026,10 +1029,8 @@ impl ActorFuture<LockActor> for CallerGone {
         };
         match act.waiters[pos].reply.poll_closed(task) {
             Poll::Ready(()) => {
-                if let Some(w) = act.remove_waiter(pos, ctx) {
-                    act.finish(w, Ok(None), ctx); // nobody listens: this only leaves the queue
-                }
-                act.unsubscribe_unneeded();
+                // Nobody listens: this only leaves the queue.
+                act.settle(pos, ctx, |act, w, ctx| act.finish(w, Ok(None), ctx));
                 tracing::debug!(lock = %act.name, "waiter left");
                 act.maybe_idle(ctx);
                 Poll::Ready(())
