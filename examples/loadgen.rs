@@ -530,12 +530,15 @@ async fn take_turns(holders: &[Holder], more: impl Fn(u64) -> bool) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The two implementations behind one face
+// The implementations behind one face
 
-/// What a process's holders are made from.
+/// What a process's holders are made from: one client of each kind per process, shared by all
+/// its holders, as a service would.
 struct Clients {
     url: String,
     lockman: LockManager,
+    /// rslock with its defaults (one connection); clones share it, each lock gets its own value.
+    rslock: rslock::LockManager,
     raw: ConnectionManager,
 }
 
@@ -546,6 +549,7 @@ impl Clients {
         Self {
             url: url.to_owned(),
             lockman,
+            rslock: rslock::LockManager::new(vec![url]),
             raw,
         }
     }
@@ -578,15 +582,13 @@ struct RawHolder {
 }
 
 impl Holder {
-    /// A new holder identity on `name`: lockman, a handle of this process's one manager;
-    /// rslock, a manager of its own with rslock's defaults; raw, a pub/sub connection of its own.
+    /// A new holder identity on `name`: lockman, a handle of this process's one manager; rslock,
+    /// this process's one manager (every lock it takes has a value of its own); raw, a pub/sub
+    /// connection of its own.
     async fn new(imp: Impl, clients: &Clients, name: &str) -> Self {
         match imp {
             Impl::Lockman => Holder::Lockman(clients.lockman.lock(name)),
-            Impl::Rslock => Holder::Rslock(
-                rslock::LockManager::new(vec![clients.url.as_str()]),
-                name.to_owned(),
-            ),
+            Impl::Rslock => Holder::Rslock(clients.rslock.clone(), name.to_owned()),
             Impl::Raw => {
                 let client = redis::Client::open(clients.url.as_str()).expect("url");
                 let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
