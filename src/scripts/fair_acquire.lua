@@ -5,15 +5,7 @@
 -- Reply: nil when acquired; otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
 --        back yet) the time until the head's deadline.
-local now = tonumber(ARGV[4])
-while true do
-    local head = redis.call('lindex', KEYS[2], 0)
-    if head == false then break end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline ~= nil and deadline > now then break end
-    redis.call('zrem', KEYS[3], head)
-    redis.call('lpop', KEYS[2])
-end
+-- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 if redis.call('exists', KEYS[1]) == 0 then
     local head = redis.call('lindex', KEYS[2], 0)
     if head == false or head == ARGV[2] then

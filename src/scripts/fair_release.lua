@@ -5,15 +5,7 @@
 -- Reply: 1 when the key is gone (deleted now, or already: a release of a gone fair lock
 --        succeeds) and the head waiter was woken on its own channel; 0 when holds remain;
 --        nil when the holder has no field.
-local now = tonumber(ARGV[4])
-while true do
-    local head = redis.call('lindex', KEYS[2], 0)
-    if head == false then break end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline ~= nil and deadline > now then break end
-    redis.call('zrem', KEYS[3], head)
-    redis.call('lpop', KEYS[2])
-end
+-- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 local function wake_head()
     local head = redis.call('lindex', KEYS[2], 0)
     if head ~= false then

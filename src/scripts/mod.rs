@@ -27,10 +27,19 @@ static WRITE_ACQUIRE: LazyLock<Script> =
 static WRITE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("write_release.lua")));
 static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew_read.lua")));
-static FAIR_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("fair_acquire.lua")));
-static FAIR_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("fair_release.lua")));
+// The fair acquire and release scripts both begin by dropping stale queue heads.
+static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("fair_prune.lua"),
+        include_str!("fair_acquire.lua")
+    ))
+});
+static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("fair_prune.lua"),
+        include_str!("fair_release.lua")
+    ))
+});
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 
 /// What a fair-lock attempt also needs: the waiter's wait (its place in the queue expires that
