@@ -4,6 +4,8 @@
 //!
 //! Run: `cargo bench --bench redlock` (starts its own five redis-servers).
 
+#[path = "common/stats.rs"]
+mod stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -34,11 +36,6 @@ async fn concurrent(red: &RedLock) {
         .release()
         .await
         .expect("release");
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn main() {
@@ -104,7 +101,7 @@ fn main() {
             t.elapsed() / BATCH
         }));
     }
-    let (seq, con) = (median(seq), median(con));
+    let (seq, con) = (stats::median(seq), stats::median(con));
     println!(
         "\nredlock over 5 servers, try_acquire + release, median of {BATCHES} batches of {BATCH}:"
     );

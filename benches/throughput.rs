@@ -12,6 +12,8 @@
 
 #[path = "common/raw.rs"]
 mod raw;
+#[path = "common/stats.rs"]
+mod stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -64,18 +66,10 @@ fn rate(iters: u64, took: Duration) -> f64 {
     (iters * TASKS as u64) as f64 / took.as_secs_f64()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let server = support::RedisServer::start();
     let url = server.url();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = stats::tokio_runtime();
     let raw = rt.block_on(raw::connect(&url));
     let tokio_locks = rt.block_on(locks(&url, "tokio"));
     // Created after the tokio manager: an actix System makes this thread's arbiter its own.
@@ -118,7 +112,12 @@ fn main() {
         rt_.push(rate(BATCH, rt.block_on(raw_run(&raw, BATCH))));
         lt.push(rate(BATCH, rt.block_on(lockman_run(&tokio_locks, BATCH))));
     }
-    let (ra, la, rt_, lt) = (median(ra), median(la), median(rt_), median(lt));
+    let (ra, la, rt_, lt) = (
+        stats::median(ra),
+        stats::median(la),
+        stats::median(rt_),
+        stats::median(lt),
+    );
     println!(
         "\n{TASKS} tasks on {TASKS} names, acquire+release pairs per second, median of {BATCHES} \
          interleaved batches of {BATCH} loops per task:"

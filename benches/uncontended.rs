@@ -12,6 +12,8 @@
 
 #[path = "common/raw.rs"]
 mod raw;
+#[path = "common/stats.rs"]
+mod stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -43,18 +45,10 @@ async fn timed<F: Future<Output = ()>>(iters: u64, mut op: impl FnMut() -> F) ->
     start.elapsed()
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn main() {
     let server = support::RedisServer::start();
     let url = server.url();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = stats::tokio_runtime();
     let raw = rt.block_on(raw::connect(&url));
     let tokio_lock = rt.block_on(async {
         LockManager::connect(&url)
@@ -99,7 +93,12 @@ fn main() {
         t.push(rt.block_on(timed(BATCH.into(), || lockman_once(&tokio_lock))) / BATCH);
         a.push(actix.block_on(timed(BATCH.into(), || lockman_once(&actix_lock))) / BATCH);
     }
-    let (r, t, ra, a) = (median(r), median(t), median(ra), median(a));
+    let (r, t, ra, a) = (
+        stats::median(r),
+        stats::median(t),
+        stats::median(ra),
+        stats::median(a),
+    );
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!("\nuncontended acquire+release, median of {BATCHES} interleaved batches of {BATCH}:");
     println!(

@@ -1,0 +1,17 @@
+//! What the criterion benches share besides the raw floor: the tokio runtime they measure on,
+//! and the median of interleaved batches.
+#![allow(dead_code)]
+
+/// A tokio current-thread runtime, the plain-tokio side of every comparison.
+pub fn tokio_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The median of batch results (durations or rates).
+pub fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    v[v.len() / 2]
+}
