@@ -1,8 +1,10 @@
 //! How a [`LockManager`](crate::LockManager) reaches Redis and how long things may take.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::LockError;
+use crate::connect::redacted;
+use crate::error::LockError;
 
 /// Default [`Config::watchdog_timeout`]: Redisson's `lockWatchdogTimeout`.
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -15,35 +17,206 @@ pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The shortest [`Config::watchdog_timeout`] accepted: renewal runs every third of it.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
-/// Settings of a [`LockManager`](crate::LockManager), built from a Redis URL.
+/// Settings of a [`LockManager`](crate::LockManager): where Redis is, and how long things may
+/// take.
 ///
 /// ```
 /// use std::time::Duration;
-/// let config = lockman::Config::new("redis://127.0.0.1:6379/0")
+/// let config = lockman::Config::new("rediss://app:secret@redis.internal:6380/0")
 ///     .watchdog_timeout(Duration::from_secs(10))
 ///     .response_timeout(Duration::from_secs(1));
-/// assert_eq!(config.url(), "redis://127.0.0.1:6379/0");
+/// assert_eq!(config.url(), Some("rediss://app:secret@redis.internal:6380/0"));
+/// // Printing a config never shows the password.
+/// assert!(!format!("{config:?}").contains("secret"));
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
-    url: String,
+    deployment: Deployment,
+    tls: TlsSettings,
+    sync_replicas: Option<(u32, Duration)>,
     watchdog_timeout: Duration,
     connect_timeout: Duration,
     response_timeout: Duration,
     fair_lock_wait_timeout: Duration,
 }
 
+/// Where the Redis of a config is.
+#[derive(Clone)]
+pub(crate) enum Deployment {
+    /// One server, by URL.
+    Server { url: String },
+    /// The primary that Sentinel names.
+    Sentinel(SentinelSettings),
+}
+
+/// What [`Config::sentinel`] and its companions set.
+#[derive(Clone)]
+pub(crate) struct SentinelSettings {
+    pub master_name: String,
+    pub sentinels: Vec<String>,
+    pub master_user: Option<String>,
+    pub master_password: Option<String>,
+    pub master_db: i64,
+    pub master_tls: bool,
+}
+
+/// Certificates for `rediss://` connections.
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    pub ca_pem: Option<Arc<[u8]>>,
+    pub client_identity: Option<ClientIdentity>,
+}
+
+/// A client certificate chain and its private key, both PEM.
+pub(crate) type ClientIdentity = (Arc<[u8]>, Arc<[u8]>);
+
+impl Deployment {
+    /// The deployment as printed: URLs without passwords.
+    pub(crate) fn label(&self) -> String {
+        match self {
+            Deployment::Server { url } => redacted(url),
+            Deployment::Sentinel(s) => {
+                let sentinels: Vec<String> = s.sentinels.iter().map(|u| redacted(u)).collect();
+                format!(
+                    "sentinel master {:?} via {}",
+                    s.master_name,
+                    sentinels.join(",")
+                )
+            }
+        }
+    }
+}
+
 impl Config {
-    /// Settings for one Redis server, `redis://host:port/db` (also `rediss://`, `redis+unix://`).
-    /// The URL is checked by [`LockManager::start`](crate::LockManager::start).
+    /// Settings for one Redis server: `redis://[user:password@]host:port/db`, `rediss://…` for
+    /// TLS, or `redis+unix:///path/to/redis.sock?db=N` for a unix socket. A user and password in
+    /// the URL authenticate every connection (Redis ACL users; `redis://:password@…` for the
+    /// `default` user). The URL is checked by [`LockManager::start`](crate::LockManager::start).
+    ///
+    /// TLS checks the server's certificate against the webpki roots (or the CA given to
+    /// [`tls_ca_pem`](Self::tls_ca_pem)) and its host name. A URL ending in `#insecure` turns
+    /// both checks off: the connection is then encrypted but open to anyone in the middle; use
+    /// it only for a test server.
     pub fn new(url: impl Into<String>) -> Self {
+        Self::with(Deployment::Server { url: url.into() })
+    }
+
+    /// Settings for the primary of the Redis deployment `master_name` that these sentinels
+    /// watch (`redis://host:26379`, `rediss://…`; a user and password in a sentinel's URL are
+    /// the sentinels' own). lockman asks the sentinels for the primary at start, every second
+    /// after, and at once when a command meets a replica or a dropped connection; when the
+    /// primary moves, commands, subscriptions and renewals move with it.
+    ///
+    /// The primary's own credentials, database and TLS are set with
+    /// [`master_auth`](Self::master_auth), [`master_db`](Self::master_db) and
+    /// [`master_tls`](Self::master_tls).
+    ///
+    /// ```
+    /// let config = lockman::Config::sentinel(
+    ///     "mymaster",
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    /// )
+    /// .master_auth(Some("app"), "secret");
+    /// assert_eq!(config.url(), None);
+    /// ```
+    pub fn sentinel<I, S>(master_name: impl Into<String>, sentinel_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with(Deployment::Sentinel(SentinelSettings {
+            master_name: master_name.into(),
+            sentinels: sentinel_urls.into_iter().map(Into::into).collect(),
+            master_user: None,
+            master_password: None,
+            master_db: 0,
+            master_tls: false,
+        }))
+    }
+
+    fn with(deployment: Deployment) -> Self {
         Self {
-            url: url.into(),
+            deployment,
+            tls: TlsSettings::default(),
+            sync_replicas: None,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
         }
+    }
+
+    /// Sentinel only: the user (`None` for `default`) and password of the primary.
+    ///
+    /// Default: none.
+    pub fn master_auth(mut self, user: Option<&str>, password: impl Into<String>) -> Self {
+        if let Deployment::Sentinel(s) = &mut self.deployment {
+            s.master_user = user.map(str::to_owned);
+            s.master_password = Some(password.into());
+        }
+        self
+    }
+
+    /// Sentinel only: the database number on the primary.
+    ///
+    /// Default: 0.
+    pub fn master_db(mut self, db: u32) -> Self {
+        if let Deployment::Sentinel(s) = &mut self.deployment {
+            s.master_db = i64::from(db);
+        }
+        self
+    }
+
+    /// Sentinel only: reach the primary over TLS (the sentinels' own TLS follows their URLs).
+    ///
+    /// Default: off.
+    pub fn master_tls(mut self, tls: bool) -> Self {
+        if let Deployment::Sentinel(s) = &mut self.deployment {
+            s.master_tls = tls;
+        }
+        self
+    }
+
+    /// Trust the certificate authorities in this PEM (one or more certificates) for `rediss://`
+    /// connections, instead of the public webpki roots: for a private CA.
+    ///
+    /// Default: the webpki roots.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca_pem = Some(pem.into().into());
+        self
+    }
+
+    /// Present this client certificate (PEM chain) and private key (PEM) on `rediss://`
+    /// connections: mutual TLS, for a server started with `tls-auth-clients yes`.
+    ///
+    /// Default: none.
+    pub fn tls_client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_identity = Some((cert_pem.into().into(), key_pem.into().into()));
+        self
+    }
+
+    /// **Replica sync** (Redisson's `checkLockSyncedSlaves`): after every acquire and every
+    /// renewal, wait until at least `count` replicas have the write (`WAIT count timeout`). An
+    /// acquire that fewer replicas acknowledged within `timeout` is undone and fails with
+    /// [`LockError::ReplicaSync`](crate::LockError::ReplicaSync); a renewal that fewer
+    /// acknowledged does not count as a renewal.
+    ///
+    /// The trade-off: a lock then survives a failover to any of those replicas (the new primary
+    /// has it), at the price of one replication round trip per acquire, and acquires fail while
+    /// fewer than `count` replicas are up. Without it, a failover can lose a lock that was
+    /// granted just before it: two holders at once, which only a fencing token
+    /// ([`FencedLock`](crate::FencedLock)) lets storage detect. The waits run on a connection
+    /// of their own, so they never hold up other commands. `timeout` must be shorter than the
+    /// response timeout.
+    ///
+    /// Default: off.
+    pub fn sync_replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.sync_replicas = Some((count, timeout));
+        self
     }
 
     /// The lease of a lock taken without one. The **watchdog** renews such a lock every third of
@@ -89,9 +262,26 @@ impl Config {
         self.fair_lock_wait_timeout
     }
 
-    /// The Redis URL.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The URL of a one-server config; `None` for Sentinel.
+    pub fn url(&self) -> Option<&str> {
+        match &self.deployment {
+            Deployment::Server { url } => Some(url),
+            Deployment::Sentinel(_) => None,
+        }
+    }
+
+    /// See [`Config::sync_replicas`](Self::sync_replicas()): the count and the timeout.
+    pub fn get_sync_replicas(&self) -> Option<(u32, Duration)> {
+        self.sync_replicas
+    }
+
+    pub(crate) fn deployment(&self) -> &Deployment {
+        &self.deployment
+    }
+
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) fn tls(&self) -> &TlsSettings {
+        &self.tls
     }
 
     /// See [`Config::watchdog_timeout`](Self::watchdog_timeout()).
@@ -114,8 +304,8 @@ impl Config {
         self.watchdog_timeout / 3
     }
 
-    /// Checks every setting; the URL is parsed by redis-rs.
-    pub(crate) fn validate(&self) -> Result<redis::Client, LockError> {
+    /// Checks every setting but the URLs (parsed when connecting).
+    pub(crate) fn validate(&self) -> Result<(), LockError> {
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT {
             return Err(LockError::invalid(
                 "watchdog timeout",
@@ -134,8 +324,62 @@ impl Config {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
         }
-        redis::Client::open(self.url.as_str())
-            .map_err(|e| LockError::invalid("redis url", format!("{:?}: {e}", self.url)))
+        if let Some((count, timeout)) = self.sync_replicas {
+            if count == 0 {
+                return Err(LockError::invalid(
+                    "sync replicas",
+                    "count must be at least 1",
+                ));
+            }
+            if timeout.is_zero() || timeout >= self.response_timeout {
+                return Err(LockError::invalid(
+                    "sync replicas",
+                    format!(
+                        "timeout {timeout:?} must be above zero and below the response timeout {:?}",
+                        self.response_timeout
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            deployment,
+            tls,
+            sync_replicas,
+            watchdog_timeout,
+            connect_timeout,
+            response_timeout,
+            fair_lock_wait_timeout,
+        } = self;
+        let mut d = f.debug_struct("Config");
+        match deployment {
+            Deployment::Server { url } => d.field("url", &redacted(url)),
+            Deployment::Sentinel(s) => d
+                .field("sentinel", &deployment.label())
+                .field("master_user", &s.master_user)
+                .field(
+                    "master_password",
+                    &s.master_password.as_ref().map(|_| "***"),
+                )
+                .field("master_db", &s.master_db)
+                .field("master_tls", &s.master_tls),
+        };
+        d.field("tls_ca_pem", &tls.ca_pem.as_ref().map(|_| "<set>"))
+            .field(
+                "tls_client_identity",
+                &tls.client_identity.as_ref().map(|_| "<set>"),
+            )
+            .field("sync_replicas", sync_replicas)
+            .field("watchdog_timeout", watchdog_timeout)
+            .field("connect_timeout", connect_timeout)
+            .field("response_timeout", response_timeout)
+            .field("fair_lock_wait_timeout", fair_lock_wait_timeout)
+            .finish()
     }
 }
 
@@ -155,7 +399,8 @@ mod tests {
     #[test]
     fn rejects_bad_settings() {
         let bad = [
-            Config::new("not a url"),
+            Config::new("redis://127.0.0.1/").sync_replicas(0, Duration::from_millis(10)),
+            Config::new("redis://127.0.0.1/").sync_replicas(1, Duration::from_secs(3)),
             Config::new("redis://127.0.0.1/").watchdog_timeout(Duration::ZERO),
             Config::new("redis://127.0.0.1/").connect_timeout(Duration::ZERO),
             Config::new("redis://127.0.0.1/").response_timeout(Duration::ZERO),
@@ -168,5 +413,17 @@ mod tests {
             );
         }
         assert!(Config::new("redis://127.0.0.1:1/3").validate().is_ok());
+    }
+
+    #[test]
+    fn debug_never_shows_a_password() {
+        let c = Config::new("redis://app:hunter2@host:1/0");
+        let shown = format!("{c:?}");
+        assert!(shown.contains("redis://app:***@host:1/0"), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        let s = Config::sentinel("m", ["redis://sen:pw1@h:26379"]).master_auth(Some("u"), "pw2");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+        assert!(shown.contains("sen:***@h:26379"), "{shown}");
     }
 }

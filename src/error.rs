@@ -38,6 +38,42 @@ pub enum LockError {
         #[source]
         source: redis::RedisError,
     },
+    /// The TLS handshake failed; `failure` says how.
+    #[error("tls with {url} failed: {failure} ({detail})")]
+    Tls {
+        /// The URL (without its password).
+        url: String,
+        /// What went wrong.
+        failure: TlsFailure,
+        /// What the TLS library said.
+        detail: String,
+    },
+    /// Redis refused the user name or password.
+    #[error("redis at {url} refused the credentials: {source}")]
+    Auth {
+        /// The URL (without its password).
+        url: String,
+        /// What redis-rs said.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// The Redis ACL user lacks a permission lockman needs: a command, a key or a channel.
+    #[error("the redis user may not {what}: {detail}")]
+    NoPermission {
+        /// What lockman tried: `run EVALSHA`, `publish on redisson_lock__channel:*`, …
+        what: String,
+        /// What Redis said.
+        detail: String,
+    },
+    /// [`Config::sync_replicas`](crate::Config::sync_replicas): fewer replicas than asked
+    /// acknowledged an acquire in time, so it was undone.
+    #[error("only {acked} of {wanted} replicas acknowledged the acquire in time; it was undone")]
+    ReplicaSync {
+        /// Replicas that acknowledged.
+        acked: u32,
+        /// Replicas asked for.
+        wanted: u32,
+    },
     /// A Redis command failed; `op` says which step.
     #[error("redis failed during {op}: {source}")]
     Redis {
@@ -83,18 +119,76 @@ pub enum LockError {
     Shutdown,
 }
 
+/// How a TLS handshake failed ([`LockError::Tls`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The server's certificate is not signed by a trusted authority (or is expired, or
+    /// malformed): give its CA with [`Config::tls_ca_pem`](crate::Config::tls_ca_pem).
+    UntrustedCertificate,
+    /// The certificate is trusted but names another host than the URL's.
+    HostnameMismatch,
+    /// What answered is not TLS: a plain-TCP Redis behind a `rediss://` URL?
+    NotTls,
+    /// The server ended the handshake: it wants a client certificate, or rejected the one sent.
+    RejectedByServer,
+    /// Something else; the error's detail says what.
+    Other,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::UntrustedCertificate => "the server's certificate is not trusted",
+            Self::HostnameMismatch => "the server's certificate is for another host name",
+            Self::NotTls => "the server does not speak tls (a plain-tcp port?)",
+            Self::RejectedByServer => "the server rejected the handshake (client certificate?)",
+            Self::Other => "handshake failed",
+        })
+    }
+}
+
+/// Redis error codes that describe a passing state of the deployment: a replica that was the
+/// primary (failover), a server loading its data, a cluster slot moving.
+const TRANSIENT_CODES: [&str; 5] = [
+    "READONLY",
+    "LOADING",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+];
+
 impl LockError {
     /// Whether trying the same call again later may succeed: connection trouble and time-outs
     /// are retryable; bad arguments, wrong types, `NotHeld` and shutdown are not.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Connect { .. } | Self::Timeout { .. } | Self::QuorumNotReached { .. } => true,
+            Self::Connect { .. }
+            | Self::Timeout { .. }
+            | Self::QuorumNotReached { .. }
+            | Self::ReplicaSync { .. } => true,
             Self::Redis { source, .. } => {
                 source.is_io_error()
                     || source.is_timeout()
                     || source.is_connection_dropped()
                     || source.is_connection_refusal()
+                    || source.code().is_some_and(|c| TRANSIENT_CODES.contains(&c))
             }
+            _ => false,
+        }
+    }
+
+    /// Whether this error hints that the primary moved: a replica answered, or the connection
+    /// dropped or was refused.
+    pub(crate) fn hints_failover(&self) -> bool {
+        match self {
+            Self::Redis { source, .. } | Self::Connect { source, .. } => {
+                source.is_connection_dropped()
+                    || source.is_connection_refusal()
+                    || source.is_io_error()
+                    || matches!(source.code(), Some("READONLY" | "MASTERDOWN"))
+            }
+            Self::Timeout { .. } => true,
             _ => false,
         }
     }
@@ -121,11 +215,16 @@ impl LockError {
         let wrong_type =
             source.code() == Some("WRONGTYPE") || source.to_string().contains("WRONGTYPE");
         if wrong_type {
-            Self::WrongType {
+            return Self::WrongType {
                 key: key.to_owned(),
-            }
-        } else {
-            Self::Redis { op, source }
+            };
         }
+        if source.code() == Some("NOPERM") || source.to_string().contains("NOPERM") {
+            return Self::NoPermission {
+                what: format!("{op} on {key:?}"),
+                detail: source.to_string(),
+            };
+        }
+        Self::Redis { op, source }
     }
 }

@@ -63,6 +63,7 @@
 mod actors;
 mod compose;
 mod config;
+mod connect;
 mod error;
 mod keys;
 mod lock;
@@ -80,7 +81,7 @@ pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     DEFAULT_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT,
 };
-pub use error::LockError;
+pub use error::{LockError, TlsFailure};
 pub use lock::{
     FairLock, FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, WriteLock,
 };

@@ -41,16 +41,20 @@ impl LockManager {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for a bad setting or URL; [`LockError::Connect`] or
-    /// [`LockError::Timeout`] when Redis cannot be reached within the connect timeout.
+    /// [`LockError::Timeout`] when Redis cannot be reached within the connect timeout;
+    /// [`LockError::Tls`] when the TLS handshake fails (untrusted certificate, wrong host name,
+    /// not a TLS port); [`LockError::Auth`] for a wrong user or password;
+    /// [`LockError::NoPermission`] when the user's ACL refuses something every lock needs
+    /// (SCRIPT LOAD, EVALSHA, PUBLISH or SUBSCRIBE on the lock channels).
     pub async fn start(config: Config) -> Result<Self, LockError> {
-        let client = config.validate()?;
+        config.validate()?;
         let config = Arc::new(config);
         let config_limit = config.get_connect_timeout();
         let host = Host::current_or_spawn().await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let settings = config.clone();
         host.arbiter.spawn(async move {
-            let _ = tx.send(actors::start(client, settings).await);
+            let _ = tx.send(actors::start(settings).await);
         });
         // An arbiter that is not running (an actix System created on this thread but not driving
         // it) never runs the setup: fail instead of hanging.
@@ -65,7 +69,8 @@ impl LockManager {
             }
         };
         let client_id = Uuid::new_v4();
-        tracing::info!(%client_id, own_system = host.owned.is_some(), "lock manager started");
+        let deployment = config.deployment().label();
+        tracing::info!(%client_id, %deployment, own_system = host.owned.is_some(), "lock manager started");
         let next_holder = AtomicU64::new(0);
         Ok(Self {
             inner: Arc::new(Inner {

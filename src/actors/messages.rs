@@ -156,6 +156,18 @@ pub(crate) struct Untrack {
     pub epoch: u64,
 }
 
+/// PubSubActor: the primary moved (Sentinel failover): connect to the new one and subscribe
+/// again there.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Reconnect;
+
+/// Watchdog: renew every tracked hold now (after a failover, to find the holds that did not
+/// reach the new primary).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct RenewNow;
+
 /// PubSubActor, Watchdog: drop connections and schedules for good (they are supervised, so
 /// they stay as inert actors until their last address goes).
 #[derive(Message)]

@@ -3,10 +3,13 @@
 //! - [`Registry`]: lock name → its [`LockActor`], started on demand;
 //! - [`LockActor`]: one per busy name; waiters, holds, subscription; stops itself when idle;
 //! - [`PubSubActor`]: the pub/sub connection, routing unlock messages (supervised);
-//! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised).
+//! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised);
+//! - `FailoverWatch`: with Sentinel, follows the primary and moves the others with it
+//!   (supervised).
 //!
 //! [`messages`] lists everything they say to each other.
 
+mod failover;
 mod lock_actor;
 pub(crate) mod messages;
 mod pubsub;
@@ -23,8 +26,11 @@ pub use pubsub::PubSubActor;
 pub use registry::Registry;
 pub use watchdog::Watchdog;
 
+use crate::config::Config;
+use crate::connect::Endpoint;
+use crate::error::LockError;
 use crate::scripts::Commands;
-use crate::{Config, LockError};
+use failover::FailoverWatch;
 
 /// What every lock actor needs: the command connection, the settings, and the two services.
 #[derive(Clone)]
@@ -36,15 +42,19 @@ pub(crate) struct Services {
 }
 
 /// Connects and starts the actors on the current arbiter; returns the registry.
-pub(crate) async fn start(
-    client: redis::Client,
-    config: Arc<Config>,
-) -> Result<(Addr<Registry>, Commands), LockError> {
-    let commands = Commands::connect(client.clone(), &config).await?;
+pub(crate) async fn start(config: Arc<Config>) -> Result<(Addr<Registry>, Commands), LockError> {
+    let endpoint = Endpoint::open(&config).await?;
+    let commands = Commands::open(endpoint.clone(), &config).await?;
     let connect_timeout = config.get_connect_timeout();
-    let pubsub = Supervisor::start(move |_| PubSubActor::new(client, connect_timeout));
+    let pubsub_endpoint = endpoint.clone();
+    let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
     let watchdog = Watchdog::new(commands.clone(), &config);
     let watchdog = Supervisor::start(move |_| watchdog);
+    if endpoint.follows_failover() {
+        let watch = FailoverWatch::new(commands.clone(), pubsub.clone(), watchdog.clone(), &config);
+        // Lives as long as the services it moves: it stops when their addresses are gone.
+        Supervisor::start(move |_| watch);
+    }
     let svc = Services {
         commands: commands.clone(),
         config,

@@ -14,14 +14,16 @@ use redis::aio::PubSubSink;
 
 use super::LockActor;
 use super::messages::*;
-use crate::LockError;
+use crate::connect::Endpoint;
+use crate::error::LockError;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// The actor that owns the pub/sub connection.
 pub struct PubSubActor {
-    client: redis::Client,
+    /// Where the primary is; asked again at every connection (it moves with a failover).
+    endpoint: Endpoint,
     connect_timeout: Duration,
     /// Channel → the lock actor waiting on it: from `Subscribe` to `Unsubscribe` (or that actor's
     /// death). Kept across restarts: it is what gets resubscribed.
@@ -42,9 +44,9 @@ struct Route {
 }
 
 impl PubSubActor {
-    pub(crate) fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(endpoint: Endpoint, connect_timeout: Duration) -> Self {
         Self {
-            client,
+            endpoint,
             connect_timeout,
             routes: HashMap::new(),
             sink: None,
@@ -58,7 +60,7 @@ impl PubSubActor {
         if self.halted {
             return;
         }
-        let (client, limit) = (self.client.clone(), self.connect_timeout);
+        let (client, limit) = (self.endpoint.client(), self.connect_timeout);
         let channels: Vec<String> = self.routes.keys().cloned().collect();
         // Under `ctx.wait`: no Subscribe is handled while connecting, so `channels` is complete.
         let work = async move {
@@ -92,6 +94,7 @@ impl PubSubActor {
             }
             Err(error) => {
                 tracing::warn!(%error, retry_in = ?act.backoff, "pub/sub connection failed");
+                act.endpoint.suspect_failover();
                 ctx.run_later(act.backoff, |act, ctx| act.connect(ctx));
                 act.backoff = (act.backoff * 2).min(BACKOFF_MAX);
             }
@@ -196,6 +199,22 @@ impl Handler<Unsubscribe> for PubSubActor {
                 }
             }));
         }
+    }
+}
+
+impl Handler<Reconnect> for PubSubActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Reconnect, ctx: &mut Context<Self>) {
+        if self.halted {
+            return;
+        }
+        tracing::info!("the primary moved: pub/sub reconnects");
+        // As when the connection drops: the supervisor restarts this actor, which connects to
+        // the endpoint's current primary, subscribes again and makes every waiter retry.
+        self.sink = None;
+        self.connected_before = true;
+        ctx.stop();
     }
 }
 

@@ -188,6 +188,14 @@ impl Handler<Untrack> for Watchdog {
     }
 }
 
+impl Handler<RenewNow> for Watchdog {
+    type Result = ();
+
+    fn handle(&mut self, _: RenewNow, ctx: &mut Context<Self>) {
+        self.tick(ctx);
+    }
+}
+
 impl Handler<Halt> for Watchdog {
     type Result = ();
 

@@ -186,9 +186,9 @@ impl Lock {
         Ok(self.inspect().await?.ttl)
     }
 
-    /// The Redis URL of this lock's manager: members on one URL are on one server.
+    /// The deployment of this lock's manager: members with one label are on one server.
     pub(crate) fn server(&self) -> &str {
-        self.mgr.config.url()
+        self.mgr.commands.endpoint().label()
     }
 
     /// The watchdog timeout of this lock's manager: the lease of a hold taken without one.

@@ -1,14 +1,18 @@
 //! The protocol layer: the Lua scripts of `protocol.md`, run by EVALSHA, and their replies decoded
 //! into types. No actix here: actors call these, and so do the handles for read-only queries.
 
+mod conn;
+
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
+use crate::config::Config;
+use crate::connect::Endpoint;
+use crate::error::LockError;
 use crate::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
-use crate::{Config, LockError};
+use conn::Conn;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
@@ -41,6 +45,33 @@ static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
+static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
+
+/// Every script lockman runs: loaded at start, so that a missing permission shows then.
+fn all_scripts() -> [&'static Script; 14] {
+    [
+        &ACQUIRE,
+        &RELEASE,
+        &FORCE_UNLOCK,
+        &RENEW,
+        &INSPECT,
+        &FENCED_ACQUIRE,
+        &READ_ACQUIRE,
+        &READ_RELEASE,
+        &WRITE_ACQUIRE,
+        &WRITE_RELEASE,
+        &RENEW_READ,
+        &FAIR_ACQUIRE,
+        &FAIR_RELEASE,
+        &FAIR_LEAVE,
+    ]
+}
+
+/// One channel of each lock channel family, for the start-time permission check.
+fn probe_channels() -> [String; 2] {
+    const PROBE: &str = "lockman:acl-check";
+    [keys::unlock_channel(PROBE), keys::rwlock_channel(PROBE)]
+}
 
 /// What a fair-lock attempt also needs: the waiter's wait (its place in the queue expires that
 /// long after its turn) and whether it may enqueue at all.
@@ -132,61 +163,39 @@ pub(crate) struct Inspection {
     pub ttl: Option<Duration>,
 }
 
-/// The command connection (redis-rs's `ConnectionManager`, which reconnects by itself) and the
-/// scripts run on it. Cheap to clone: clones share one multiplexed connection.
+/// The command connections (see `conn.rs`) and the scripts run on them. Cheap to clone: clones
+/// share the connections.
 #[derive(Clone)]
 pub(crate) struct Commands {
-    conn: ConnectionManager,
-    response_timeout: Duration,
+    conn: Conn,
 }
 
 impl Commands {
-    /// Connects, failing within the config's connect timeout when Redis is unreachable.
-    pub(crate) async fn connect(client: redis::Client, config: &Config) -> Result<Self, LockError> {
-        let connect_timeout = config.get_connect_timeout();
-        let settings = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(config.get_response_timeout()))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(2));
-        let url = redacted(config.url());
-        let conn = match tokio::time::timeout(
-            connect_timeout,
-            ConnectionManager::new_with_config(client, settings),
-        )
-        .await
-        {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(source)) => return Err(LockError::Connect { url, source }),
-            Err(_) => {
-                return Err(LockError::Timeout {
-                    op: "connect",
-                    after: connect_timeout,
-                });
-            }
-        };
-        Ok(Self {
-            conn,
-            response_timeout: config.get_response_timeout(),
-        })
+    /// Connects to the endpoint's primary and checks the user's permissions, failing within
+    /// the config's connect timeout when Redis is unreachable.
+    pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
+        let conn = Conn::open(endpoint, config).await?;
+        conn.check_access(&all_scripts()).await?;
+        Ok(Self { conn })
     }
 
-    /// Runs one script call, bounded by the response timeout even while reconnecting.
+    /// Where the primary is.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        self.conn.endpoint()
+    }
+
+    /// After a failover: move every connection to the endpoint's current primary.
+    pub(crate) async fn switch_primary(&self) -> Result<(), LockError> {
+        self.conn.switch().await
+    }
+
     async fn run(
         &self,
         op: &'static str,
         key: &str,
         invocation: redis::ScriptInvocation<'_>,
     ) -> Result<Value, LockError> {
-        let mut conn = self.conn.clone();
-        match tokio::time::timeout(self.response_timeout, invocation.invoke_async(&mut conn)).await
-        {
-            Ok(reply) => reply.map_err(|e| LockError::redis(op, key, e)),
-            Err(_) => Err(LockError::Timeout {
-                op,
-                after: self.response_timeout,
-            }),
-        }
+        self.conn.run(op, key, invocation).await
     }
 
     /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
@@ -201,6 +210,13 @@ impl Commands {
     ) -> Result<Attempt, LockError> {
         let key = keys::lock_key(name);
         let lease = millis(lease);
+        let script: &Script = match kind {
+            LockKind::Reentrant => &ACQUIRE,
+            LockKind::Fenced => &FENCED_ACQUIRE,
+            LockKind::Read => &READ_ACQUIRE,
+            LockKind::Write => &WRITE_ACQUIRE,
+            LockKind::Fair => &FAIR_ACQUIRE,
+        };
         let call = match kind {
             LockKind::Reentrant => {
                 let mut call = ACQUIRE.key(key);
@@ -237,17 +253,18 @@ impl Commands {
                 call
             }
         };
-        match self.run("acquire", key, call).await? {
-            Value::Nil => Ok(Attempt::Acquired { token: None }),
-            Value::Array(token) => match token.as_slice() {
-                [Value::Int(t)] => Ok(Attempt::Acquired {
-                    token: u64::try_from(*t).ok(),
-                }),
-                _ => Err(unexpected("acquire", Value::Array(token))),
-            },
-            Value::Int(ttl) => Ok(Attempt::Busy { ttl: ttl_of(ttl) }),
-            other => Err(unexpected("acquire", other)),
+        let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
+        let attempt = decode_attempt(reply)?;
+        if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
+            (attempt, acked, self.conn.sync_wanted())
+            && acked < wanted
+        {
+            // Not on enough replicas to survive a failover: give it back.
+            self.release(kind, name, holder, Duration::from_millis(lease))
+                .await?;
+            return Err(LockError::ReplicaSync { acked, wanted });
         }
+        Ok(attempt)
     }
 
     /// Releases one hold of `kind`, restoring `lease` when holds remain.
@@ -383,12 +400,38 @@ impl Commands {
                 call.arg(keys::tagged(name));
             }
         }
-        match self.run("renew", "", call).await? {
+        let script: &Script = if kind == LockKind::Read {
+            &RENEW_READ
+        } else {
+            &RENEW
+        };
+        let (reply, acked) = self.conn.run_synced("renew", "", script, call).await?;
+        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
+            && acked < wanted
+        {
+            return Err(LockError::ReplicaSync { acked, wanted });
+        }
+        match reply {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
         }
+    }
+}
+
+/// An acquire script's reply: nil (acquired), `[token]` (a fenced lock acquired), or the PTTL.
+fn decode_attempt(reply: Value) -> Result<Attempt, LockError> {
+    match reply {
+        Value::Nil => Ok(Attempt::Acquired { token: None }),
+        Value::Array(token) => match token.as_slice() {
+            [Value::Int(t)] => Ok(Attempt::Acquired {
+                token: u64::try_from(*t).ok(),
+            }),
+            _ => Err(unexpected("acquire", Value::Array(token))),
+        },
+        Value::Int(ttl) => Ok(Attempt::Busy { ttl: ttl_of(ttl) }),
+        other => Err(unexpected("acquire", other)),
     }
 }
 
@@ -418,16 +461,6 @@ fn unexpected(op: &'static str, reply: Value) -> LockError {
     }
 }
 
-/// The URL without its password, for error messages.
-pub(crate) fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,11 +476,5 @@ mod tests {
     fn millis_never_rounds_to_zero() {
         assert_eq!(millis(Duration::from_micros(10)), 1);
         assert_eq!(millis(Duration::from_secs(30)), 30_000);
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redacted("redis://:secret@host:1/0"), "redis://***@host:1/0");
-        assert_eq!(redacted("redis://host:1/0"), "redis://host:1/0");
     }
 }

@@ -4,26 +4,53 @@
 //! PATH) on a free loopback port, in a temporary folder of its own with nothing saved to disk,
 //! waits until it answers PING, and is killed when dropped. It can be stopped and restarted on
 //! the same port, to test what happens while Redis is away. Nothing here touches any other server.
+//!
+//! [`Options`] make other kinds of server: TLS-only with certificates made at test time
+//! ([`certs`]), with a unix socket, with ACL users or any other setting; [`sentinel`] starts a
+//! primary, a replica and three sentinels.
 #![allow(dead_code)]
+
+pub mod certs;
+pub mod sentinel;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to answer its first PING.
 const STARTUP_LIMIT: Duration = Duration::from_secs(10);
+
+/// What kind of server [`RedisServer::start_with`] starts.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// TLS only (`--port 0`, `--tls-port`), with these certificates.
+    pub tls: Option<Arc<certs::TestCerts>>,
+    /// With TLS: require a client certificate.
+    pub tls_auth_clients: bool,
+    /// Also listen on a unix socket in the server's folder.
+    pub unix_socket: bool,
+    /// More arguments, e.g. `--user app on >pw ~* &* +@all`.
+    pub args: Vec<String>,
+}
 
 /// One redis-server process on 127.0.0.1.
 pub struct RedisServer {
     port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    options: Options,
 }
 
 impl RedisServer {
     /// Starts a server on a free port; panics (failing the test) when none can be started.
     pub fn start() -> Self {
+        Self::start_with(Options::default())
+    }
+
+    /// Starts a server of the given kind on a free port.
+    pub fn start_with(options: Options) -> Self {
         let mut last_error = String::new();
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
@@ -31,6 +58,7 @@ impl RedisServer {
                 port: free_port(),
                 dir,
                 child: None,
+                options: options.clone(),
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -40,9 +68,37 @@ impl RedisServer {
         panic!("could not start redis-server: {last_error}");
     }
 
-    /// `redis://127.0.0.1:<port>/0`
+    /// `redis://127.0.0.1:<port>/0`, or for TLS `rediss://localhost:<port>/0` (the name the
+    /// test certificate is for).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        match self.options.tls {
+            Some(_) => format!("rediss://localhost:{}/0", self.port),
+            None => format!("redis://127.0.0.1:{}/0", self.port),
+        }
+    }
+
+    /// `redis+unix:///…/redis.sock?db=0`, with [`Options::unix_socket`].
+    pub fn unix_url(&self) -> String {
+        format!("redis+unix://{}?db=0", self.socket_path().display())
+    }
+
+    fn socket_path(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// The process id, for signals (SIGSTOP, SIGCONT).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, …) to the server process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid.to_string())
+                .status();
+        }
     }
 
     /// The port.
@@ -50,9 +106,14 @@ impl RedisServer {
         self.port
     }
 
-    /// A redis-rs client for checking the server's state directly.
+    /// A redis-rs client for checking the server's state directly (as the `default` user; for
+    /// TLS, trusting the test CA and presenting the client certificate).
     pub fn client(&self) -> redis::Client {
-        redis::Client::open(self.url()).expect("valid url")
+        match &self.options.tls {
+            Some(certs) => redis::Client::build_with_tls(self.url(), certs.redis_certificates())
+                .expect("valid tls client"),
+            None => redis::Client::open(self.url()).expect("valid url"),
+        }
     }
 
     /// A blocking connection, for raw checks (HGETALL, PTTL, INFO …).
@@ -118,10 +179,28 @@ impl RedisServer {
     fn spawn(&mut self) -> Result<(), String> {
         let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
         let log = self.dir.path().join("redis.log");
+        let listen = match &self.options.tls {
+            Some(certs) => certs.server_args(self.port, self.options.tls_auth_clients),
+            None => vec!["--port".into(), self.port.to_string()],
+        };
+        let socket = match self.options.unix_socket {
+            true => vec![
+                "--unixsocket".into(),
+                self.socket_path().display().to_string(),
+                "--unixsocketperm".into(),
+                "700".into(),
+            ],
+            false => Vec::new(),
+        };
         let child = Command::new(&bin)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(listen)
+            .args(["--bind", "127.0.0.1"])
+            .args(socket)
+            .args(&self.options.args)
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .args(["--enable-debug-command", "local"])
+            // A replica gets its first copy at once, not after the default 5 s wait.
+            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")
@@ -246,6 +325,20 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
             return false;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// [`eventually`] for code that is not async: polls `check` every 20 ms up to `limit`.
+pub fn eventually_blocking(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

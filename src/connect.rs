@@ -1,0 +1,439 @@
+//! How lockman reaches Redis: one server named by a URL (TCP, TLS or a unix socket), or the
+//! primary that Sentinel names. Builds redis-rs clients with the config's TLS settings, follows
+//! the primary through a failover, keeps passwords out of every printed URL, and turns
+//! connection failures into typed errors. No actix here.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo};
+
+use crate::config::{Config, Deployment, SentinelSettings};
+use crate::error::{LockError, TlsFailure};
+
+/// Where the primary is: fixed for one server, looked up through Sentinel otherwise. Cheap to
+/// clone; clones share the current primary.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The client of the current primary: replaced when Sentinel names another.
+    current: RwLock<Client>,
+    /// `Some` for Sentinel: asked again whenever lockman suspects a failover.
+    sentinel: Option<tokio::sync::Mutex<SentinelClient>>,
+    /// The deployment, as printed in errors and logs (no password).
+    label: String,
+    /// Raised when a command saw a sign of a failover (READONLY, a dropped connection).
+    suspect: tokio::sync::Notify,
+}
+
+impl Endpoint {
+    /// Builds the clients of `config` and, for Sentinel, asks the sentinels for the primary.
+    pub(crate) async fn open(config: &Config) -> Result<Self, LockError> {
+        install_crypto_provider();
+        let label = config.deployment().label();
+        let (client, sentinel) = match config.deployment() {
+            Deployment::Server { url } => (server_client(url, config)?, None),
+            Deployment::Sentinel(settings) => {
+                let mut sentinel = sentinel_client(settings, config)?;
+                let limit = config.get_connect_timeout();
+                let client = match tokio::time::timeout(limit, sentinel.async_get_client()).await {
+                    Ok(Ok(client)) => client,
+                    Ok(Err(source)) => return Err(connect_error(&label, source)),
+                    Err(_) => {
+                        return Err(LockError::Timeout {
+                            op: "ask sentinel for the primary",
+                            after: limit,
+                        });
+                    }
+                };
+                (client, Some(tokio::sync::Mutex::new(sentinel)))
+            }
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                current: RwLock::new(client),
+                sentinel,
+                label,
+                suspect: tokio::sync::Notify::new(),
+            }),
+        })
+    }
+
+    /// The client of the current primary.
+    pub(crate) fn client(&self) -> Client {
+        match self.inner.current.read() {
+            Ok(client) => client.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The deployment, without passwords: for errors and logs.
+    pub(crate) fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// Whether the primary can move (Sentinel).
+    pub(crate) fn follows_failover(&self) -> bool {
+        self.inner.sentinel.is_some()
+    }
+
+    /// Asks Sentinel for the primary. `Ok(Some(client))` when it moved (the new one is current
+    /// from now on), `Ok(None)` when it did not or there is no Sentinel.
+    pub(crate) async fn locate(&self, limit: Duration) -> Result<Option<Client>, LockError> {
+        let Some(sentinel) = &self.inner.sentinel else {
+            return Ok(None);
+        };
+        let found = tokio::time::timeout(limit, async {
+            sentinel.lock().await.async_get_client().await
+        })
+        .await
+        .map_err(|_| LockError::Timeout {
+            op: "ask sentinel for the primary",
+            after: limit,
+        })?
+        .map_err(|source| LockError::Redis {
+            op: "ask sentinel for the primary",
+            source,
+        })?;
+        let moved =
+            self.client().get_connection_info().addr() != found.get_connection_info().addr();
+        if !moved {
+            return Ok(None);
+        }
+        match self.inner.current.write() {
+            Ok(mut current) => *current = found.clone(),
+            Err(poisoned) => *poisoned.into_inner() = found.clone(),
+        }
+        Ok(Some(found))
+    }
+
+    /// A command saw a sign that the primary may have moved: ask Sentinel soon.
+    pub(crate) fn suspect_failover(&self) {
+        if self.follows_failover() {
+            self.inner.suspect.notify_one();
+        }
+    }
+
+    /// Resolves when [`suspect_failover`](Self::suspect_failover) was called.
+    pub(crate) async fn suspected(&self) {
+        self.inner.suspect.notified().await;
+    }
+}
+
+/// The address of a client, for logs: `host:port` or the socket path.
+pub(crate) fn address(client: &Client) -> String {
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// rustls needs a process-wide crypto provider; lockman brings `ring`. An application that
+/// installed one already keeps its own.
+fn install_crypto_provider() {
+    #[cfg(feature = "tls")]
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// Whether `url` asks for TLS.
+fn is_tls_url(url: &str) -> bool {
+    url.trim_start()
+        .to_ascii_lowercase()
+        .starts_with("rediss://")
+}
+
+/// The client of one server URL, with the config's CA and client identity for `rediss://`.
+fn server_client(url: &str, config: &Config) -> Result<Client, LockError> {
+    let info = parse_url(url)?;
+    tls_client(info, config)
+}
+
+fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
+    if is_tls_url(url) && !cfg!(feature = "tls") {
+        return Err(LockError::invalid(
+            "redis url",
+            format!(
+                "{}: rediss:// needs lockman's `tls` cargo feature, which this build leaves out",
+                redacted(url)
+            ),
+        ));
+    }
+    url.into_connection_info()
+        .map_err(|e| LockError::invalid("redis url", format!("{}: {e}", redacted(url))))
+}
+
+#[cfg(feature = "tls")]
+fn certificates(config: &Config) -> Option<redis::TlsCertificates> {
+    let tls = config.tls();
+    if tls.ca_pem.is_none() && tls.client_identity.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: tls
+            .client_identity
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.to_vec(),
+                client_key: key.to_vec(),
+            }),
+        root_cert: tls.ca_pem.as_ref().map(|pem| pem.to_vec()),
+    })
+}
+
+fn tls_client(info: redis::ConnectionInfo, config: &Config) -> Result<Client, LockError> {
+    let bad = |e: redis::RedisError| LockError::invalid("tls settings", e.to_string());
+    #[cfg(feature = "tls")]
+    if matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+        && let Some(certs) = certificates(config)
+    {
+        return Client::build_with_tls(info, certs).map_err(bad);
+    }
+    let _ = config;
+    Client::open(info).map_err(bad)
+}
+
+fn sentinel_client(
+    settings: &SentinelSettings,
+    config: &Config,
+) -> Result<SentinelClient, LockError> {
+    if settings.sentinels.is_empty() {
+        return Err(LockError::invalid(
+            "sentinel urls",
+            "at least one sentinel is needed",
+        ));
+    }
+    if settings.master_name.is_empty() {
+        return Err(LockError::invalid(
+            "sentinel master name",
+            "must not be empty",
+        ));
+    }
+    let mut addrs = Vec::with_capacity(settings.sentinels.len());
+    let mut auth: Option<(Option<String>, String)> = None;
+    let mut tls = None;
+    for url in &settings.sentinels {
+        let info = parse_url(url)?;
+        let redis = info.redis_settings();
+        if let Some(password) = redis.password() {
+            auth = Some((redis.username().map(str::to_owned), password.to_owned()));
+        }
+        if let ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
+            tls = Some(*insecure);
+        }
+        addrs.push(info.addr().clone());
+    }
+    let mut builder = SentinelClientBuilder::new(
+        addrs,
+        settings.master_name.clone(),
+        SentinelServerType::Master,
+    )
+    .map_err(|e| LockError::invalid("sentinel urls", e.to_string()))?
+    .set_client_to_redis_db(settings.master_db);
+    if let Some((user, password)) = auth {
+        if let Some(user) = user {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(user) = &settings.master_user {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = &settings.master_password {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    if settings.master_tls {
+        if !cfg!(feature = "tls") {
+            return Err(LockError::invalid(
+                "sentinel master tls",
+                "TLS needs lockman's `tls` cargo feature, which this build leaves out",
+            ));
+        }
+        builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+    }
+    #[cfg(feature = "tls")]
+    if let Some(certs) = certificates(config) {
+        if settings.master_tls {
+            builder = builder.set_client_to_redis_certificates(certs.clone());
+        }
+        if tls.is_some() {
+            builder = builder.set_client_to_sentinel_certificates(certs);
+        }
+    }
+    let _ = (config, tls);
+    builder
+        .build()
+        .map_err(|e| LockError::invalid("sentinel settings", e.to_string()))
+}
+
+/// A URL without its password: `redis://user:***@host/0`.
+pub(crate) fn redacted(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    // The userinfo ends at the last '@' before the path (a password may contain '@' or '/').
+    let Some(at) = rest.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &rest[..at];
+    let Some(colon) = userinfo.find(':') else {
+        return url.to_owned(); // a user name alone
+    };
+    let user = &userinfo[..colon];
+    format!("{}://{user}:***@{}", &url[..scheme_end], &rest[at + 1..])
+}
+
+/// Classifies a failure to connect to `label`: TLS, authentication, ACL, or plain trouble.
+pub(crate) fn connect_error(label: &str, source: redis::RedisError) -> LockError {
+    let url = label.to_owned();
+    if let Some(failure) = tls_failure(&source) {
+        return LockError::Tls {
+            url,
+            failure,
+            detail: source.to_string(),
+        };
+    }
+    match source.code() {
+        Some("WRONGPASS") => return LockError::Auth { url, source },
+        Some("NOPERM") => {
+            return LockError::NoPermission {
+                what: "connect".into(),
+                detail: source.to_string(),
+            };
+        }
+        _ => {}
+    }
+    if source.kind() == redis::ErrorKind::AuthenticationFailed {
+        return LockError::Auth { url, source };
+    }
+    LockError::Connect { url, source }
+}
+
+/// How long [`diagnose_tls_timeout`] may take.
+const DIAGNOSIS: Duration = Duration::from_millis(300);
+
+/// A TLS connection timed out: if a plain Redis answers PING on that port, the URL said
+/// `rediss://` for a plain-TCP server (which waits for a newline that a TLS hello never sends,
+/// so the handshake hangs instead of failing). Takes at most [`DIAGNOSIS`].
+pub(crate) async fn diagnose_tls_timeout(client: &Client, label: &str) -> Option<LockError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ConnectionAddr::TcpTls { host, port, .. } = client.get_connection_info().addr() else {
+        return None;
+    };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect((host.as_str(), *port))
+            .await
+            .ok()?;
+        stream.write_all(b"PING\r\n").await.ok()?;
+        let mut reply = [0u8; 1];
+        stream.read_exact(&mut reply).await.ok()?;
+        // `+PONG`, or `-NOAUTH …`: RESP, in the clear.
+        matches!(reply[0], b'+' | b'-').then_some(())
+    };
+    tokio::time::timeout(DIAGNOSIS, probe)
+        .await
+        .ok()
+        .flatten()?;
+    Some(LockError::Tls {
+        url: label.to_owned(),
+        failure: TlsFailure::NotTls,
+        detail: "the TLS handshake got no answer, and the port answers plain-text RESP".into(),
+    })
+}
+
+/// What went wrong in a TLS handshake, when that is what failed. redis-rs keeps the rustls
+/// error behind an `Arc` whose `source()` skips it, so it cannot be downcast: rustls's own
+/// wording is read instead (its `Display` of each error kind).
+fn tls_failure(error: &redis::RedisError) -> Option<TlsFailure> {
+    if !cfg!(feature = "tls") {
+        return None;
+    }
+    let text = error.to_string();
+    let failure = if text.contains("not valid for name") || text.contains("NotValidForName") {
+        TlsFailure::HostnameMismatch
+    } else if text.contains("invalid peer certificate") {
+        TlsFailure::UntrustedCertificate
+    } else if text.contains("received corrupt message")
+        || text.contains("received unexpected message")
+    {
+        TlsFailure::NotTls
+    } else if text.contains("received fatal alert") {
+        TlsFailure::RejectedByServer
+    } else {
+        return None;
+    };
+    Some(failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redacted("redis://:secret@host:1/0"),
+            "redis://:***@host:1/0"
+        );
+        assert_eq!(
+            redacted("rediss://app:s3cr@t/x@host:1/0"),
+            "rediss://app:***@host:1/0"
+        );
+        assert_eq!(redacted("redis://host:1/0"), "redis://host:1/0");
+        assert_eq!(redacted("redis://app@host:1/0"), "redis://app@host:1/0");
+        assert_eq!(redacted("not a url"), "not a url");
+    }
+
+    #[test]
+    #[cfg(feature = "tls")]
+    fn rustls_failures_are_told_apart() {
+        let io = |text: &str| redis::RedisError::from(std::io::Error::other(text.to_owned()));
+        let cases = [
+            (
+                "invalid peer certificate: UnknownIssuer",
+                TlsFailure::UntrustedCertificate,
+            ),
+            (
+                "invalid peer certificate: certificate not valid for name \"127.0.0.1\"",
+                TlsFailure::HostnameMismatch,
+            ),
+            (
+                "received corrupt message of type InvalidContentType",
+                TlsFailure::NotTls,
+            ),
+            (
+                "received fatal alert: CertificateRequired",
+                TlsFailure::RejectedByServer,
+            ),
+        ];
+        for (text, failure) in cases {
+            assert_eq!(tls_failure(&io(text)), Some(failure), "{text}");
+        }
+        assert_eq!(tls_failure(&io("connection refused")), None);
+    }
+
+    #[test]
+    #[cfg(not(feature = "tls"))]
+    fn rediss_is_refused_without_the_tls_feature() {
+        let err = parse_url("rediss://app:pw@host:6380/0").unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("`tls` cargo feature"), "{shown}");
+        assert!(!shown.contains("pw@"), "{shown}");
+    }
+
+    #[test]
+    fn tls_urls_are_recognised() {
+        assert!(is_tls_url("rediss://h:1"));
+        assert!(is_tls_url("REDISS://h:1"));
+        assert!(!is_tls_url("redis://h:1"));
+    }
+}

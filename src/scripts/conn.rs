@@ -1,0 +1,267 @@
+//! The command connections of one manager: a multiplexed connection to the primary (redis-rs's
+//! `ConnectionManager`, which reconnects by itself), a second one for replica-synced writes
+//! when [`Config::sync_replicas`] is on, the switch of both to a new primary after a failover,
+//! and the access check made at start.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script, ScriptInvocation, Value};
+
+use crate::config::Config;
+use crate::connect::{Endpoint, connect_error, diagnose_tls_timeout};
+use crate::error::LockError;
+
+/// The connections, and how long a command may take. Cheap to clone; clones share them.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    slot: Arc<RwLock<Pair>>,
+    endpoint: Endpoint,
+    settings: ConnectionManagerConfig,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// `WAIT` after synced writes: replicas wanted, and for how long (ms).
+    sync: Option<(u32, u64)>,
+}
+
+#[derive(Clone)]
+struct Pair {
+    main: ConnectionManager,
+    /// `Some` with replica sync: `WAIT` blocks a connection, so it gets one of its own.
+    synced: Option<ConnectionManager>,
+}
+
+impl Conn {
+    /// Connects to the endpoint's primary, failing within the connect timeout.
+    pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.get_connect_timeout()))
+            .set_response_timeout(Some(config.get_response_timeout()))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let sync = config
+            .get_sync_replicas()
+            .map(|(count, timeout)| (count, super::millis(timeout)));
+        let connect_timeout = config.get_connect_timeout();
+        let pair = pair_for(&endpoint, &settings, connect_timeout, sync.is_some()).await?;
+        Ok(Self {
+            slot: Arc::new(RwLock::new(pair)),
+            endpoint,
+            settings,
+            connect_timeout,
+            response_timeout: config.get_response_timeout(),
+            sync,
+        })
+    }
+
+    /// After a failover: from now on every command goes to the endpoint's current primary.
+    pub(crate) async fn switch(&self) -> Result<(), LockError> {
+        let (settings, limit) = (&self.settings, self.connect_timeout);
+        let pair = pair_for(&self.endpoint, settings, limit, self.sync.is_some()).await?;
+        match self.slot.write() {
+            Ok(mut slot) => *slot = pair,
+            Err(poisoned) => *poisoned.into_inner() = pair,
+        }
+        Ok(())
+    }
+
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn pair(&self) -> Pair {
+        match self.slot.read() {
+            Ok(pair) => pair.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Runs one script call, bounded by the response timeout even while reconnecting.
+    pub(crate) async fn run(
+        &self,
+        op: &'static str,
+        key: &str,
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.pair().main;
+        let reply = self.bounded(op, invocation.invoke_async(&mut conn)).await;
+        self.classify(op, key, reply)
+    }
+
+    /// Runs one script call that writes, then (with replica sync) `WAIT`s on the same
+    /// connection: the reply and, with sync, how many replicas acknowledged it.
+    pub(crate) async fn run_synced(
+        &self,
+        op: &'static str,
+        key: &str,
+        script: &Script,
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<(Value, Option<u32>), LockError> {
+        let (Some((count, wait_ms)), Some(mut conn)) = (self.sync, self.pair().synced) else {
+            return Ok((self.run(op, key, invocation).await?, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&invocation)
+            .cmd("WAIT")
+            .arg(count)
+            .arg(wait_ms);
+        let mut reply = self
+            .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
+            .await;
+        if let Ok(Err(e)) = &reply
+            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        {
+            // A restarted server, or SCRIPT FLUSH: load it, then once more.
+            let loaded = self.bounded(op, script.load_async(&mut conn)).await;
+            self.classify(op, key, loaded)?;
+            reply = self
+                .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
+                .await;
+        }
+        let (value, acked) = self.classify(op, key, reply)?;
+        Ok((value, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
+    }
+
+    /// The number of replicas replica sync asks for.
+    pub(crate) fn sync_wanted(&self) -> Option<u32> {
+        self.sync.map(|(count, _)| count)
+    }
+
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        work: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<redis::RedisResult<T>, LockError> {
+        tokio::time::timeout(self.response_timeout, work)
+            .await
+            .map_err(|_| LockError::Timeout {
+                op,
+                after: self.response_timeout,
+            })
+    }
+
+    fn classify<T>(
+        &self,
+        op: &'static str,
+        key: &str,
+        reply: Result<redis::RedisResult<T>, LockError>,
+    ) -> Result<T, LockError> {
+        let result = match reply {
+            Ok(reply) => reply.map_err(|e| LockError::redis(op, key, e)),
+            Err(timeout) => Err(timeout),
+        };
+        if let Err(e) = &result
+            && e.hints_failover()
+        {
+            self.endpoint.suspect_failover();
+        }
+        result
+    }
+
+    /// Checks at start that the user may do what lockman does: load scripts, run them, publish
+    /// and subscribe on the lock channels. Fails with [`LockError::NoPermission`] naming what is
+    /// missing, or [`LockError::Auth`].
+    pub(crate) async fn check_access(&self, scripts: &[&Script]) -> Result<(), LockError> {
+        let mut conn = self.pair().main;
+        for script in scripts {
+            let loaded = self
+                .bounded("load scripts", script.load_async(&mut conn))
+                .await;
+            denied("run SCRIPT LOAD", loaded)?;
+        }
+        let probe = super::ACL_PROBE.prepare_invoke();
+        let mut call = probe;
+        for channel in super::probe_channels() {
+            call.arg(channel);
+        }
+        let reply = self
+            .bounded(
+                "check permissions",
+                call.invoke_async::<Vec<String>>(&mut conn),
+            )
+            .await;
+        let missing = denied("run EVALSHA", reply)?;
+        if let Some(first) = missing.first() {
+            return Err(LockError::NoPermission {
+                what: first.clone(),
+                detail: format!("the ACL of this user refuses: {}", missing.join("; ")),
+            });
+        }
+        self.check_subscribe().await
+    }
+
+    /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family.
+    async fn check_subscribe(&self) -> Result<(), LockError> {
+        let client = self.endpoint.client();
+        let limit = self.connect_timeout;
+        let mut pubsub = match tokio::time::timeout(limit, client.get_async_pubsub()).await {
+            Ok(Ok(pubsub)) => pubsub,
+            Ok(Err(source)) => return Err(connect_error(self.endpoint.label(), source)),
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    op: "connect pub/sub",
+                    after: limit,
+                });
+            }
+        };
+        for channel in super::probe_channels() {
+            let what = format!("subscribe to {channel}");
+            let done = self
+                .bounded("check permissions", pubsub.subscribe(&channel))
+                .await;
+            denied(&what, done)?;
+            let done = self
+                .bounded("check permissions", pubsub.unsubscribe(&channel))
+                .await;
+            denied(&what, done)?;
+        }
+        Ok(())
+    }
+}
+
+/// Connections to the endpoint's current primary: the main one, and one for synced writes.
+async fn pair_for(
+    endpoint: &Endpoint,
+    settings: &ConnectionManagerConfig,
+    limit: Duration,
+    synced: bool,
+) -> Result<Pair, LockError> {
+    let connect = |client: Client| async move {
+        let made = ConnectionManager::new_with_config(client.clone(), settings.clone());
+        match tokio::time::timeout(limit, made).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(source)) => Err(connect_error(endpoint.label(), source)),
+            Err(_) => match diagnose_tls_timeout(&client, endpoint.label()).await {
+                Some(not_tls) => Err(not_tls),
+                None => Err(LockError::Timeout {
+                    op: "connect",
+                    after: limit,
+                }),
+            },
+        }
+    };
+    let main = connect(endpoint.client()).await?;
+    let synced = match synced {
+        true => Some(connect(endpoint.client()).await?),
+        false => None,
+    };
+    Ok(Pair { main, synced })
+}
+
+/// A reply with NOPERM turned into [`LockError::NoPermission`] for `what`.
+fn denied<T>(what: &str, reply: Result<redis::RedisResult<T>, LockError>) -> Result<T, LockError> {
+    match reply? {
+        Ok(value) => Ok(value),
+        Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("NOPERM") => {
+            Err(LockError::NoPermission {
+                what: what.to_owned(),
+                detail: e.to_string(),
+            })
+        }
+        Err(source) => Err(LockError::Redis {
+            op: "check permissions",
+            source,
+        }),
+    }
+}

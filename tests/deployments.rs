@@ -1,0 +1,445 @@
+//! The Redis that users run: TLS (certificates made at test time), ACL users, unix sockets and
+//! replica sync, each against real servers; every way of failing to connect as a typed error
+//! within the connect timeout; passwords never printed.
+
+mod support;
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager, TlsFailure};
+use redis::AsyncCommands;
+use support::certs::TestCerts;
+use support::{Options, RedisServer};
+
+const CONNECT: Duration = Duration::from_secs(2);
+/// How much later than the connect timeout a failed start may end (two connection attempts,
+/// scheduling on a busy 2-core machine).
+const SLACK: Duration = Duration::from_millis(2500);
+
+/// Every tracing event of this test binary, at every level, in one buffer: what lockman logs
+/// anywhere in these tests must never show a password.
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || Capture(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        buffer
+    })
+    .clone()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// ACL users: `app` may do everything; each other one lacks one thing lockman needs.
+fn acl_users() -> Vec<String> {
+    let users = [
+        "app on >app-pw ~* &* +@all",
+        "noevalsha on >pw ~* &* +@all -evalsha",
+        "noscript on >pw ~* &* +@all -script",
+        "nochannels on >pw ~* resetchannels +@all",
+        "nopublish on >pw ~* &* +@all -publish",
+        "appkeys on >pw ~app:* ~redisson_lock* &* +@all",
+    ];
+    users
+        .iter()
+        .flat_map(|u| std::iter::once("--user".to_owned()).chain(u.split(' ').map(str::to_owned)))
+        .collect()
+}
+
+fn tls_server(certs: &Arc<TestCerts>, auth_clients: bool) -> RedisServer {
+    RedisServer::start_with(Options {
+        tls: Some(certs.clone()),
+        tls_auth_clients: auth_clients,
+        args: acl_users(),
+        ..Options::default()
+    })
+}
+
+/// `rediss://user:password@localhost:<port>/0`
+fn tls_url(server: &RedisServer, user: &str, password: &str) -> String {
+    format!("rediss://{user}:{password}@localhost:{}/0", server.port())
+}
+
+fn tls_config(url: String, certs: &TestCerts) -> Config {
+    Config::new(url)
+        .tls_ca_pem(certs.ca_pem.clone())
+        .connect_timeout(CONNECT)
+}
+
+/// Starts a manager expecting failure; returns the error and how long it took.
+async fn failed_start(config: Config) -> (LockError, Duration) {
+    let started = Instant::now();
+    let err = LockManager::start(config)
+        .await
+        .expect_err("start should fail");
+    (err, started.elapsed())
+}
+
+/// Starting with `config` fails with a [`LockError::Tls`] of `expected`, within the connect
+/// timeout.
+async fn fails_with(config: Config, expected: TlsFailure) {
+    let (err, took) = failed_start(config).await;
+    match &err {
+        LockError::Tls { failure, .. } => assert_eq!(*failure, expected, "{err:?}"),
+        other => panic!("expected {expected:?}: {other:?}"),
+    }
+    assert!(took < CONNECT + SLACK, "{expected:?} took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_an_acl_user_excludes_and_wakes_across_two_managers() {
+    logs();
+    let certs = Arc::new(TestCerts::generate());
+    let server = tls_server(&certs, false);
+    let url = tls_url(&server, "app", "app-pw");
+    let a = LockManager::start(tls_config(url.clone(), &certs))
+        .await
+        .unwrap();
+    let b = LockManager::start(tls_config(url, &certs)).await.unwrap();
+    let conn = server.async_conn().await;
+
+    // Exclusion, counted: read-yield-write rounds lose updates unless the lock excludes.
+    let mut tasks = Vec::new();
+    for mgr in [&a, &b] {
+        for _ in 0..3 {
+            let (lock, mut conn) = (mgr.lock("tls:counted"), conn.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..40 {
+                    let guard = lock.acquire().await.expect("acquire over tls");
+                    let n: u64 = conn
+                        .get::<_, Option<u64>>("tls:counter")
+                        .await
+                        .unwrap()
+                        .unwrap_or(0);
+                    tokio::task::yield_now().await;
+                    let _: () = conn.set("tls:counter", n + 1).await.unwrap();
+                    guard.release().await.expect("release over tls");
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total: u64 = conn.clone().get("tls:counter").await.unwrap();
+    assert_eq!(total, 240);
+    assert!(!conn.clone().exists::<_, bool>("tls:counted").await.unwrap());
+
+    // Wake-up across managers: B waits on A's lock and gets it as soon as A releases.
+    let held = a.lock("tls:wake").acquire().await.unwrap();
+    let waiter = b.lock("tls:wake");
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire().await.expect("wait over tls");
+        (Instant::now(), guard)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (woke, guard) = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter woke")
+        .unwrap();
+    // Woken by the unlock message, not by the 30 s lease running out.
+    assert!(
+        woke - released < Duration::from_secs(2),
+        "{:?}",
+        woke - released
+    );
+    let fields: Vec<String> = conn.clone().hkeys("tls:wake").await.unwrap();
+    assert_eq!(fields.len(), 1);
+    assert!(fields[0].starts_with(&b.client_id().to_string()));
+    guard.release().await.unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn mutual_tls_needs_the_client_identity() {
+    logs();
+    let certs = Arc::new(TestCerts::generate());
+    let server = tls_server(&certs, true);
+    let url = tls_url(&server, "app", "app-pw");
+
+    let (err, took) = failed_start(tls_config(url.clone(), &certs)).await;
+    assert!(took < CONNECT + SLACK, "{took:?}");
+    assert!(
+        matches!(
+            err,
+            LockError::Tls {
+                failure: TlsFailure::RejectedByServer,
+                ..
+            }
+        ),
+        "without a client certificate: {err:?}"
+    );
+
+    let config = tls_config(url, &certs)
+        .tls_client_identity(certs.client_cert_pem.clone(), certs.client_key_pem.clone());
+    let mgr = LockManager::start(config).await.expect("mutual tls");
+    let guard = mgr.lock("mtls").acquire().await.unwrap();
+    let count: u32 = server
+        .async_conn()
+        .await
+        .hget("mtls", guard.holder_id())
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_failures_say_which_within_the_connect_timeout() {
+    logs();
+    let certs = Arc::new(TestCerts::generate());
+    let server = tls_server(&certs, false);
+
+    // No CA given: the webpki roots do not know the test CA.
+    let no_ca = Config::new(tls_url(&server, "app", "app-pw")).connect_timeout(CONNECT);
+    fails_with(no_ca, TlsFailure::UntrustedCertificate).await;
+
+    // The certificate is for `localhost`, not for `127.0.0.1`.
+    let by_ip = format!("rediss://app:app-pw@127.0.0.1:{}/0", server.port());
+    fails_with(
+        tls_config(by_ip.clone(), &certs),
+        TlsFailure::HostnameMismatch,
+    )
+    .await;
+
+    // redis-rs's `#insecure` skips both checks (encrypted, unauthenticated: tests only).
+    let insecure = Config::new(format!("{by_ip}#insecure")).connect_timeout(CONNECT);
+    let insecure = LockManager::start(insecure)
+        .await
+        .expect("#insecure connects");
+    let guard = insecure.lock("insecure").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    insecure.shutdown().await;
+
+    // A plain-TCP server behind a rediss:// URL.
+    let plain = RedisServer::start();
+    let url = format!("rediss://localhost:{}/0", plain.port());
+    fails_with(tls_config(url, &certs), TlsFailure::NotTls).await;
+
+    // And a TLS server behind a redis:// URL.
+    let url = format!("redis://localhost:{}/0", server.port());
+    let (err, took) = failed_start(tls_config(url, &certs)).await;
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(took < CONNECT + SLACK, "{took:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_password_fails_at_start_without_showing_it() {
+    let logs = logs();
+    let server = RedisServer::start_with(Options {
+        args: acl_users(),
+        ..Options::default()
+    });
+    let url = format!("redis://app:not-the-pw-xyzzy@127.0.0.1:{}/0", server.port());
+    let (err, took) = failed_start(Config::new(url).connect_timeout(CONNECT)).await;
+    assert!(matches!(err, LockError::Auth { .. }), "{err:?}");
+    assert!(took < CONNECT + SLACK, "{took:?}");
+    let shown = format!("{err} | {err:?}");
+    assert!(!shown.contains("xyzzy"), "{shown}");
+    assert!(shown.contains("app:***@127.0.0.1"), "{shown}");
+    let logged = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(!logged.contains("xyzzy"), "a password reached the logs");
+}
+
+#[tokio::test]
+async fn a_user_lacking_a_permission_fails_at_start_naming_it() {
+    logs();
+    let server = RedisServer::start_with(Options {
+        args: acl_users(),
+        ..Options::default()
+    });
+    let cases = [
+        ("noevalsha", "EVALSHA"),
+        ("noscript", "SCRIPT LOAD"),
+        ("nochannels", "redisson_lock__channel"),
+        ("nopublish", "publish"),
+    ];
+    for (user, named) in cases {
+        let url = format!("redis://{user}:pw@127.0.0.1:{}/0", server.port());
+        let (err, took) = failed_start(Config::new(url).connect_timeout(CONNECT)).await;
+        match &err {
+            LockError::NoPermission { what, .. } => {
+                assert!(what.contains(named), "{user}: {what:?} should name {named}")
+            }
+            other => panic!("{user}: {other:?}"),
+        }
+        assert!(took < CONNECT + SLACK, "{user}: {took:?}");
+        assert!(!err.is_retryable());
+    }
+    // Key permissions depend on the names used: they show at the first call on a name.
+    let url = format!("redis://appkeys:pw@127.0.0.1:{}/0", server.port());
+    let mgr = LockManager::start(Config::new(url))
+        .await
+        .expect("channels and scripts allowed");
+    mgr.lock("app:ok")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let err = mgr
+        .lock("other:denied")
+        .try_acquire()
+        .await
+        .expect_err("key outside ~app:*");
+    assert!(matches!(err, LockError::NoPermission { .. }), "{err:?}");
+    let keys: Vec<String> = server.async_conn().await.keys("*").await.unwrap();
+    assert!(keys.is_empty(), "{keys:?}");
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_unix_socket_works_like_tcp() {
+    logs();
+    let server = RedisServer::start_with(Options {
+        unix_socket: true,
+        ..Options::default()
+    });
+    let a = LockManager::connect(&server.unix_url()).await.unwrap();
+    let b = LockManager::connect(&server.unix_url()).await.unwrap();
+    let held = a.lock("unix").acquire().await.unwrap();
+    assert!(b.lock("unix").try_acquire().await.unwrap().is_none());
+    let waiter = b.lock("unix");
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("woken over the socket")
+        .unwrap()
+        .unwrap();
+    let count: u32 = server
+        .async_conn()
+        .await
+        .hget("unix", guard.holder_id())
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_waits_for_the_replica_and_undoes_without_it() {
+    let logs = logs();
+    let primary = RedisServer::start();
+    let mut replica = RedisServer::start_with(Options {
+        args: vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port().to_string(),
+        ],
+        ..Options::default()
+    });
+    let mut raw = primary.conn();
+    let linked = support::eventually_blocking(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut raw)
+            .unwrap();
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    assert!(linked, "the replica never came online");
+
+    let config = Config::new(primary.url())
+        .sync_replicas(1, Duration::from_millis(300))
+        .response_timeout(Duration::from_secs(2));
+    let mgr = LockManager::start(config).await.unwrap();
+    let lock = mgr.lock("synced");
+    let guard = lock.acquire().await.expect("acquired with the replica up");
+    // The replica has it as soon as the acquire returns.
+    let on_replica: Vec<String> = replica.async_conn().await.hkeys("synced").await.unwrap();
+    assert_eq!(on_replica, vec![guard.holder_id().to_owned()]);
+    guard.release().await.unwrap();
+
+    replica.stop();
+    let started = Instant::now();
+    let err = lock
+        .try_acquire()
+        .await
+        .expect_err("no replica to acknowledge");
+    assert!(
+        matches!(
+            err,
+            LockError::ReplicaSync {
+                acked: 0,
+                wanted: 1
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let exists: bool = primary.async_conn().await.exists("synced").await.unwrap();
+    assert!(
+        !exists,
+        "an acquire the replicas did not acknowledge was left held"
+    );
+    drop(logs);
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn passwords_never_reach_debug_display_or_logs() {
+    let logs = logs();
+    let certs = Arc::new(TestCerts::generate());
+    let server = tls_server(&certs, false);
+    let url = tls_url(&server, "app", "app-pw");
+    let config = tls_config(url.clone(), &certs);
+    let shown = format!("{config:?}");
+    assert!(
+        !shown.contains("app-pw") && shown.contains("app:***@localhost"),
+        "{shown}"
+    );
+
+    // A manager that starts, locks and stops logs its deployment, redacted.
+    let mgr = LockManager::start(config).await.unwrap();
+    mgr.lock("quiet")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    mgr.shutdown().await;
+    // Errors of every connection step, shown every way.
+    let wrong = format!("rediss://app:bad-pw-plugh@localhost:{}/0", server.port());
+    let (err, _) = failed_start(tls_config(wrong, &certs)).await;
+    let shown = format!("{err} | {err:?}");
+    assert!(!shown.contains("plugh"), "{shown}");
+    let (err, _) = failed_start(Config::new("redis://u:pw-xyz@[not a host/0")).await;
+    assert!(!format!("{err} | {err:?}").contains("pw-xyz"), "{err:?}");
+
+    let logged = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert!(
+        logged.contains("app:***@localhost"),
+        "the deployment is logged"
+    );
+    for secret in ["app-pw", "bad-pw-plugh", "pw-xyz"] {
+        assert!(!logged.contains(secret), "{secret} reached the logs");
+    }
+}

@@ -1,0 +1,161 @@
+//! Sentinel: lockman finds the primary through the sentinels and follows it through a failover,
+//! first one forced with `SENTINEL FAILOVER`, then one after the primary dies. After each, new
+//! acquires succeed on the new primary, waiters wake there, held locks are renewed there, and a
+//! hold whose key did not reach it is reported lost through its guard.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockGuard, LockManager};
+use redis::AsyncCommands;
+use support::sentinel::{MASTER, SentinelGroup};
+
+/// Longer than a failover here (down after 1 s, then agreement and promotion), so that a hold
+/// whose key is on the new primary survives the gap in renewals.
+const WATCHDOG: Duration = Duration::from_secs(6);
+const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
+
+fn config(group: &SentinelGroup) -> Config {
+    Config::sentinel(MASTER, group.sentinel_urls())
+        .watchdog_timeout(WATCHDOG)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+}
+
+/// Acquires `name` as soon as the manager's commands reach a primary that takes writes.
+async fn acquire_soon(mgr: &LockManager, name: &str) -> LockGuard {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let lock = mgr.lock(name);
+    loop {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => return guard,
+            Ok(None) => panic!("{name} is free"),
+            Err(e) => {
+                assert!(e.is_retryable(), "{name}: {e:?}");
+                assert!(Instant::now() < deadline, "{name}: still failing: {e:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn conn_to(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/0"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
+    let mut group = SentinelGroup::start();
+    let a = LockManager::start(config(&group))
+        .await
+        .expect("start via sentinel");
+    let b = LockManager::start(config(&group))
+        .await
+        .expect("start via sentinel");
+    let first = group.primary_port();
+    let kept = a.lock("kept").acquire().await.unwrap();
+    assert!(
+        conn_to(first)
+            .await
+            .exists::<_, bool>("kept")
+            .await
+            .unwrap()
+    );
+
+    // ---- A forced failover, with a hold and a waiter in place.
+    let held = a.lock("wake").acquire().await.unwrap();
+    let waiter = b.lock("wake");
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER)
+        .query(&mut group.sentinel_conn())
+        .expect("SENTINEL FAILOVER");
+    let second = group.wait_for_new_primary(first, FAILOVER_LIMIT);
+    // Until the old primary is demoted it still takes writes, which its demotion then loses:
+    // Redis's window, for every client (a hold taken there is reported lost afterwards).
+    group.wait_until_replica(first, FAILOVER_LIMIT);
+
+    // New acquires succeed, on the new primary, from both managers.
+    let fresh_a = acquire_soon(&a, "fresh:a").await;
+    let fresh_b = acquire_soon(&b, "fresh:b").await;
+    let mut on_second = conn_to(second).await;
+    let holder: Vec<String> = on_second.hkeys("fresh:b").await.unwrap();
+    assert_eq!(holder, vec![fresh_b.holder_id().to_owned()]);
+    fresh_a.release().await.unwrap();
+    fresh_b.release().await.unwrap();
+
+    // The waiter subscribed again on the new primary: a release there wakes it at once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the waiter must still wait: A holds the lock"
+    );
+    let released = Instant::now();
+    held.release().await.expect("release on the new primary");
+    let woken = tokio::time::timeout(Duration::from_secs(4), waiting)
+        .await
+        .expect("the waiter woke on the new primary")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(4));
+    let holder: Vec<String> = on_second.hkeys("wake").await.unwrap();
+    assert_eq!(holder, vec![woken.holder_id().to_owned()]);
+    woken.release().await.unwrap();
+
+    // The watchdog renews the held lock on the new primary.
+    tokio::time::sleep(WATCHDOG / 2).await;
+    assert!(!kept.is_lost());
+    let ttl: i64 = on_second.pttl("kept").await.unwrap();
+    assert!(
+        ttl > (WATCHDOG / 3).as_millis() as i64,
+        "kept renewed on the new primary: {ttl}"
+    );
+
+    // ---- The primary dies; one hold's key never reached the replica that takes over.
+    let doomed = a.lock("doomed").acquire().await.unwrap();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query_async(&mut on_second)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "the replica has every hold so far");
+    {
+        // The replica forgets `doomed` (as if its write had not been replicated in time).
+        let mut replica = group.server(first).conn();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("replica-read-only")
+            .arg("no")
+            .query(&mut replica)
+            .unwrap();
+        let _: () = redis::cmd("DEL").arg("doomed").query(&mut replica).unwrap();
+    }
+    group.server(second).stop();
+    let third = group.wait_for_new_primary(second, FAILOVER_LIMIT);
+    assert_eq!(third, first);
+
+    // The lost hold is reported through its guard, the kept one is not.
+    tokio::time::timeout(Duration::from_secs(10), doomed.lost())
+        .await
+        .expect("a hold missing on the new primary is reported lost");
+    assert!(doomed.is_lost());
+    let fresh = acquire_soon(&b, "after:kill").await;
+    let mut on_third = conn_to(third).await;
+    assert!(on_third.exists::<_, bool>("after:kill").await.unwrap());
+    assert!(!kept.is_lost(), "a hold whose key survived is kept");
+    let count: u32 = on_third.hget("kept", kept.holder_id()).await.unwrap();
+    assert_eq!(count, 1);
+    fresh.release().await.unwrap();
+    kept.release().await.unwrap();
+    assert!(!on_third.exists::<_, bool>("kept").await.unwrap());
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -1,0 +1,231 @@
+//! A Sentinel deployment for tests: a primary, one replica of it, and three sentinels
+//! (`redis-server <conf> --sentinel`) watching it as `mymaster` with a quorum of 2, all on
+//! loopback, each in a temp folder of its own, all killed when dropped.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{Options, RedisServer, free_port, read_log};
+
+/// The name the sentinels know the primary by.
+pub const MASTER: &str = "mymaster";
+
+/// How long sentinels may take to find each other and the replica.
+const DISCOVERY_LIMIT: Duration = Duration::from_secs(30);
+
+/// A primary, its replica and three sentinels.
+pub struct SentinelGroup {
+    /// The two data servers; which one is the primary changes with failovers.
+    pub servers: Vec<RedisServer>,
+    sentinels: Vec<SentinelProcess>,
+}
+
+struct SentinelProcess {
+    port: u16,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl SentinelGroup {
+    /// Starts everything and waits until each sentinel knows the replica and the two other
+    /// sentinels (so that a failover can be agreed on).
+    pub fn start() -> Self {
+        let primary = RedisServer::start();
+        let replica = RedisServer::start_with(Options {
+            args: vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                primary.port().to_string(),
+            ],
+            ..Options::default()
+        });
+        let sentinels = (0..3)
+            .map(|_| SentinelProcess::start(primary.port()))
+            .collect();
+        let group = Self {
+            servers: vec![primary, replica],
+            sentinels,
+        };
+        let mut replica = group.servers[1].conn();
+        let synced = super::eventually_blocking(DISCOVERY_LIMIT, || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut replica)
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        });
+        assert!(synced, "the replica never synced");
+        group.wait_until_discovered();
+        group
+    }
+
+    /// `redis://127.0.0.1:<port>` of each sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .collect()
+    }
+
+    /// A blocking connection to the first sentinel.
+    pub fn sentinel_conn(&self) -> redis::Connection {
+        redis::Client::open(self.sentinel_urls()[0].as_str())
+            .and_then(|c| c.get_connection())
+            .expect("connect to a sentinel")
+    }
+
+    /// The port of the primary as the sentinels see it.
+    pub fn primary_port(&self) -> u16 {
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(MASTER)
+            .query(&mut self.sentinel_conn())
+            .expect("SENTINEL GET-MASTER-ADDR-BY-NAME");
+        port
+    }
+
+    /// The data server on `port`.
+    pub fn server(&mut self, port: u16) -> &mut RedisServer {
+        self.servers
+            .iter_mut()
+            .find(|s| s.port() == port)
+            .expect("a server of the group")
+    }
+
+    /// The data server that is not on `port`.
+    pub fn other(&mut self, port: u16) -> &mut RedisServer {
+        self.servers
+            .iter_mut()
+            .find(|s| s.port() != port)
+            .expect("a server of the group")
+    }
+
+    /// Waits until the sentinels name another primary than `old` and that server says it is
+    /// the primary; returns its port. Panics after `limit`.
+    pub fn wait_for_new_primary(&self, old: u16, limit: Duration) -> u16 {
+        let deadline = Instant::now() + limit;
+        loop {
+            let now = self.primary_port();
+            if now != old {
+                let role: Vec<redis::Value> =
+                    redis::Client::open(format!("redis://127.0.0.1:{now}"))
+                        .and_then(|c| c.get_connection())
+                        .and_then(|mut c| redis::cmd("ROLE").query(&mut c))
+                        .unwrap_or_default();
+                if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
+                    return now;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no failover within {limit:?}: {}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until the server on `port` says it is a replica (a demoted primary refuses
+    /// writes from then on). Panics after `limit`.
+    pub fn wait_until_replica(&self, port: u16, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let role: Vec<redis::Value> = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .and_then(|c| c.get_connection())
+                .and_then(|mut c| redis::cmd("ROLE").query(&mut c))
+                .unwrap_or_default();
+            if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"slave") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{port} was not demoted within {limit:?}: {}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_until_discovered(&self) {
+        let deadline = Instant::now() + DISCOVERY_LIMIT;
+        for s in &self.sentinels {
+            let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}", s.port))
+                .and_then(|c| c.get_connection())
+                .expect("connect to a sentinel");
+            loop {
+                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg(MASTER)
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                let sentinels: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("SENTINELS")
+                    .arg(MASTER)
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                if replicas.len() == 1 && sentinels.len() == 2 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "sentinels did not find each other within {DISCOVERY_LIMIT:?}: {}",
+                    self.logs()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    fn logs(&self) -> String {
+        self.sentinels
+            .iter()
+            .map(|s| read_log(&s.dir.path().join("sentinel.log")))
+            .collect::<Vec<_>>()
+            .join(" || ")
+    }
+}
+
+impl SentinelProcess {
+    fn start(primary: u16) -> Self {
+        let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let conf = dir.path().join("sentinel.conf");
+        let text = format!(
+            "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+             sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
+             sentinel down-after-milliseconds {MASTER} 1000\n\
+             sentinel failover-timeout {MASTER} 10000\n\
+             sentinel parallel-syncs {MASTER} 1\n",
+            dir = dir.path().display()
+        );
+        std::fs::write(&conf, text).expect("write sentinel.conf");
+        let child = Command::new(&bin)
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server --sentinel");
+        let process = Self { port, child, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
+        while !super::ping(&client, Duration::from_millis(200)) {
+            assert!(
+                Instant::now() < deadline,
+                "sentinel did not start: {}",
+                read_log(&process.dir.path().join("sentinel.log"))
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        process
+    }
+}
+
+impl Drop for SentinelProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
