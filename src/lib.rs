@@ -38,6 +38,37 @@
 //! every call stays on one thread, while from plain tokio each call crosses to lockman's thread and
 //! back (about 1.3× the latency, and two thirds of the throughput, in `BENCHMARKS.md`).
 //!
+//! ## Deployments
+//!
+//! A [`Config`] names one server by URL — `redis://`, `rediss://` (TLS, the default `tls`
+//! feature), `redis+unix://` — with an ACL user and password in the URL, or the primary of a
+//! Sentinel deployment ([`Config::sentinel`]), which lockman follows through failovers.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lockman::LockError> {
+//! use std::time::Duration;
+//! use lockman::{Config, LockManager};
+//!
+//! let tls = Config::new("rediss://app:s3cret@redis.internal:6380/0")
+//!     .tls_ca_pem(std::fs::read("/etc/redis/ca.pem").unwrap_or_default());
+//! let manager = LockManager::start(tls).await?;
+//!
+//! let sentinel = Config::sentinel("mymaster", ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"])
+//!     .master_auth(Some("app"), "s3cret")
+//!     .sync_replicas(1, Duration::from_millis(500));
+//! let manager = LockManager::start(sentinel).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! **Replica sync** ([`Config::sync_replicas`]) is the one choice with a real trade-off. Redis
+//! replicates asynchronously: a lock granted by a primary that dies a moment later may be missing
+//! on the replica that takes over, and a second client can then take it — two holders. lockman
+//! reports the first holder's loss through its guard, but only once the watchdog finds the key
+//! gone, after the second may already be inside. With replica sync every acquire waits until
+//! `count` replicas have it (one replication round trip more per acquire and per renewal),
+//! and fails with [`LockError::ReplicaSync`] while fewer replicas are up. Without it, use a
+//! [`FencedLock`] wherever a stale holder's write would do harm.
+//!
 //! ## Architecture
 //!
 //! | piece | what it owns |
@@ -49,8 +80,11 @@
 //! | [`LockActor`] (`actors::lock_actor`) | one per busy name: local waiters, holds, subscription; stops when idle |
 //! | `PubSubActor` (`actors::pubsub`) | the pub/sub connection; routes unlock messages; supervised |
 //! | `Watchdog` (`actors::watchdog`) | batched renewal of every hold without a lease; supervised |
+//! | `FailoverWatch` (`actors::failover`) | with Sentinel: follows the primary, moves the others; supervised |
 //! | `scripts` (`*.lua`, `scripts/mod.rs`) | the protocol: one Lua script per operation, by EVALSHA |
-//! | `keys` | the names of keys and channels (Redisson's layout) |
+//! | `scripts::conn` | the command connections; replica sync; the start-time ACL check |
+//! | `connect` | where Redis is (URL, TLS, Sentinel); typed connection failures; redaction |
+//! | `keys` | the names of keys and channels (Redisson's layout, `docs/protocol.md`) |
 //! | [`MultiLock`], [`RedLock`] (`compose`) | all, or a majority, of several `Lock`s on several servers |
 //!
 //! [actix]: https://docs.rs/actix

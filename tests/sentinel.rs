@@ -1,7 +1,8 @@
 //! Sentinel: lockman finds the primary through the sentinels and follows it through a failover,
 //! first one forced with `SENTINEL FAILOVER`, then one after the primary dies. After each, new
 //! acquires succeed on the new primary, waiters wake there, held locks are renewed there, and a
-//! hold whose key did not reach it is reported lost through its guard.
+//! hold whose key did not reach it is reported lost through its guard. The sentinels and the
+//! data servers each ask for a password of their own.
 
 mod support;
 
@@ -9,15 +10,17 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockGuard, LockManager};
 use redis::AsyncCommands;
-use support::sentinel::{MASTER, SentinelGroup};
+use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
 
 /// Longer than a failover here (down after 1 s, then agreement and promotion), so that a hold
 /// whose key is on the new primary survives the gap in renewals.
 const WATCHDOG: Duration = Duration::from_secs(6);
 const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 
+/// The sentinels' password is in their URLs; the primary's is given apart.
 fn config(group: &SentinelGroup) -> Config {
     Config::sentinel(MASTER, group.sentinel_urls())
+        .master_auth(None, DATA_PASSWORD)
         .watchdog_timeout(WATCHDOG)
         .connect_timeout(Duration::from_secs(1))
         .response_timeout(Duration::from_secs(1))
@@ -41,7 +44,7 @@ async fn acquire_soon(mgr: &LockManager, name: &str) -> LockGuard {
 }
 
 async fn conn_to(port: u16) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/0"))
+    redis::Client::open(format!("redis://:{DATA_PASSWORD}@127.0.0.1:{port}/0"))
         .unwrap()
         .get_multiplexed_async_connection()
         .await

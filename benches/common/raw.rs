@@ -18,7 +18,11 @@ const LEASE_MS: u64 = 30_000;
 
 /// A connection to `url`.
 pub async fn connect(url: &str) -> ConnectionManager {
-    let client = redis::Client::open(url).expect("valid url");
+    connect_client(redis::Client::open(url).expect("valid url")).await
+}
+
+/// A connection through `client` (one built for TLS, say).
+pub async fn connect_client(client: redis::Client) -> ConnectionManager {
     ConnectionManager::new(client).await.expect("connect")
 }
 

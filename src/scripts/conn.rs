@@ -16,7 +16,12 @@ use crate::error::LockError;
 /// The connections, and how long a command may take. Cheap to clone; clones share them.
 #[derive(Clone)]
 pub(crate) struct Conn {
-    slot: Arc<RwLock<Pair>>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The connections to the current primary: replaced whole after a failover.
+    slot: RwLock<Pair>,
     endpoint: Endpoint,
     settings: ConnectionManagerConfig,
     connect_timeout: Duration,
@@ -45,21 +50,25 @@ impl Conn {
             .map(|(count, timeout)| (count, super::millis(timeout)));
         let connect_timeout = config.get_connect_timeout();
         let pair = pair_for(&endpoint, &settings, connect_timeout, sync.is_some()).await?;
-        Ok(Self {
-            slot: Arc::new(RwLock::new(pair)),
+        let inner = Inner {
+            slot: RwLock::new(pair),
             endpoint,
             settings,
             connect_timeout,
             response_timeout: config.get_response_timeout(),
             sync,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
         })
     }
 
     /// After a failover: from now on every command goes to the endpoint's current primary.
     pub(crate) async fn switch(&self) -> Result<(), LockError> {
-        let (settings, limit) = (&self.settings, self.connect_timeout);
-        let pair = pair_for(&self.endpoint, settings, limit, self.sync.is_some()).await?;
-        match self.slot.write() {
+        let this = &*self.inner;
+        let (settings, limit) = (&this.settings, this.connect_timeout);
+        let pair = pair_for(&this.endpoint, settings, limit, this.sync.is_some()).await?;
+        match this.slot.write() {
             Ok(mut slot) => *slot = pair,
             Err(poisoned) => *poisoned.into_inner() = pair,
         }
@@ -67,11 +76,11 @@ impl Conn {
     }
 
     pub(crate) fn endpoint(&self) -> &Endpoint {
-        &self.endpoint
+        &self.inner.endpoint
     }
 
     fn pair(&self) -> Pair {
-        match self.slot.read() {
+        match self.inner.slot.read() {
             Ok(pair) => pair.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
@@ -98,7 +107,10 @@ impl Conn {
         script: &Script,
         invocation: ScriptInvocation<'_>,
     ) -> Result<(Value, Option<u32>), LockError> {
-        let (Some((count, wait_ms)), Some(mut conn)) = (self.sync, self.pair().synced) else {
+        let Some((count, wait_ms)) = self.inner.sync else {
+            return Ok((self.run(op, key, invocation).await?, None));
+        };
+        let Some(mut conn) = self.pair().synced else {
             return Ok((self.run(op, key, invocation).await?, None));
         };
         let mut pipe = redis::pipe();
@@ -125,7 +137,7 @@ impl Conn {
 
     /// The number of replicas replica sync asks for.
     pub(crate) fn sync_wanted(&self) -> Option<u32> {
-        self.sync.map(|(count, _)| count)
+        self.inner.sync.map(|(count, _)| count)
     }
 
     async fn bounded<T>(
@@ -133,12 +145,10 @@ impl Conn {
         op: &'static str,
         work: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<redis::RedisResult<T>, LockError> {
-        tokio::time::timeout(self.response_timeout, work)
+        let limit = self.inner.response_timeout;
+        tokio::time::timeout(limit, work)
             .await
-            .map_err(|_| LockError::Timeout {
-                op,
-                after: self.response_timeout,
-            })
+            .map_err(|_| LockError::Timeout { op, after: limit })
     }
 
     fn classify<T>(
@@ -154,7 +164,7 @@ impl Conn {
         if let Err(e) = &result
             && e.hints_failover()
         {
-            self.endpoint.suspect_failover();
+            self.inner.endpoint.suspect_failover();
         }
         result
     }
@@ -193,18 +203,19 @@ impl Conn {
 
     /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family.
     async fn check_subscribe(&self) -> Result<(), LockError> {
-        let client = self.endpoint.client();
-        let limit = self.connect_timeout;
-        let mut pubsub = match tokio::time::timeout(limit, client.get_async_pubsub()).await {
-            Ok(Ok(pubsub)) => pubsub,
-            Ok(Err(source)) => return Err(connect_error(self.endpoint.label(), source)),
-            Err(_) => {
-                return Err(LockError::Timeout {
-                    op: "connect pub/sub",
-                    after: limit,
-                });
-            }
-        };
+        let endpoint = &self.inner.endpoint;
+        let limit = self.inner.connect_timeout;
+        let mut pubsub =
+            match tokio::time::timeout(limit, endpoint.client().get_async_pubsub()).await {
+                Ok(Ok(pubsub)) => pubsub,
+                Ok(Err(source)) => return Err(connect_error(endpoint.label(), source)),
+                Err(_) => {
+                    return Err(LockError::Timeout {
+                        op: "connect pub/sub",
+                        after: limit,
+                    });
+                }
+            };
         for channel in super::probe_channels() {
             let what = format!("subscribe to {channel}");
             let done = self

@@ -33,6 +33,8 @@ pub struct Options {
     pub unix_socket: bool,
     /// More arguments, e.g. `--user app on >pw ~* &* +@all`.
     pub args: Vec<String>,
+    /// The `default` user's password (`--requirepass`), used by [`RedisServer::client`].
+    pub password: Option<String>,
 }
 
 /// One redis-server process on 127.0.0.1.
@@ -109,10 +111,14 @@ impl RedisServer {
     /// A redis-rs client for checking the server's state directly (as the `default` user; for
     /// TLS, trusting the test CA and presenting the client certificate).
     pub fn client(&self) -> redis::Client {
+        let url = match &self.options.password {
+            Some(pw) => self.url().replacen("://", &format!("://:{pw}@"), 1),
+            None => self.url(),
+        };
         match &self.options.tls {
-            Some(certs) => redis::Client::build_with_tls(self.url(), certs.redis_certificates())
+            Some(certs) => redis::Client::build_with_tls(url, certs.redis_certificates())
                 .expect("valid tls client"),
-            None => redis::Client::open(self.url()).expect("valid url"),
+            None => redis::Client::open(url).expect("valid url"),
         }
     }
 
@@ -197,6 +203,12 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1"])
             .args(socket)
             .args(&self.options.args)
+            .args(
+                self.options
+                    .password
+                    .iter()
+                    .flat_map(|pw| ["--requirepass", pw.as_str()]),
+            )
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .args(["--enable-debug-command", "local"])
             // A replica gets its first copy at once, not after the default 5 s wait.
@@ -262,7 +274,12 @@ fn read_log(path: &PathBuf) -> String {
         .unwrap_or_default()
         .lines()
         .rev()
-        .take(5)
+        .take(
+            std::env::var("LOG_LINES")
+                .ok()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(5),
+        )
         .collect::<Vec<_>>()
         .join(" | ")
 }

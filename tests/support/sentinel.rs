@@ -1,6 +1,7 @@
 //! A Sentinel deployment for tests: a primary, one replica of it, and three sentinels
 //! (`redis-server <conf> --sentinel`) watching it as `mymaster` with a quorum of 2, all on
-//! loopback, each in a temp folder of its own, all killed when dropped.
+//! loopback, each in a temp folder of its own, all killed when dropped. The data servers ask
+//! for [`DATA_PASSWORD`], the sentinels for [`SENTINEL_PASSWORD`]: clients must give both.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,6 +10,10 @@ use super::{Options, RedisServer, free_port, read_log};
 
 /// The name the sentinels know the primary by.
 pub const MASTER: &str = "mymaster";
+/// The password of the primary and the replica (`default` user).
+pub const DATA_PASSWORD: &str = "data-pw";
+/// The password of the sentinels.
+pub const SENTINEL_PASSWORD: &str = "sentinel-pw";
 
 /// How long sentinels may take to find each other and the replica.
 const DISCOVERY_LIMIT: Duration = Duration::from_secs(30);
@@ -30,15 +35,17 @@ impl SentinelGroup {
     /// Starts everything and waits until each sentinel knows the replica and the two other
     /// sentinels (so that a failover can be agreed on).
     pub fn start() -> Self {
-        let primary = RedisServer::start();
-        let replica = RedisServer::start_with(Options {
-            args: vec![
-                "--replicaof".into(),
-                "127.0.0.1".into(),
-                primary.port().to_string(),
-            ],
+        let data = |args: Vec<String>| Options {
+            args: [vec!["--masterauth".into(), DATA_PASSWORD.into()], args].concat(),
+            password: Some(DATA_PASSWORD.into()),
             ..Options::default()
-        });
+        };
+        let primary = RedisServer::start_with(data(Vec::new()));
+        let replica = RedisServer::start_with(data(vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port().to_string(),
+        ]));
         let sentinels = (0..3)
             .map(|_| SentinelProcess::start(primary.port()))
             .collect();
@@ -59,19 +66,21 @@ impl SentinelGroup {
         group
     }
 
-    /// `redis://127.0.0.1:<port>` of each sentinel.
+    /// `redis://:<sentinel password>@127.0.0.1:<port>` of each sentinel.
     pub fn sentinel_urls(&self) -> Vec<String> {
-        self.sentinels
-            .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port))
-            .collect()
+        self.sentinels.iter().map(|s| s.url()).collect()
     }
 
     /// A blocking connection to the first sentinel.
     pub fn sentinel_conn(&self) -> redis::Connection {
-        redis::Client::open(self.sentinel_urls()[0].as_str())
+        self.sentinels[0].conn()
+    }
+
+    /// A blocking connection to the data server on `port`.
+    pub fn data_conn(port: u16) -> Option<redis::Connection> {
+        redis::Client::open(format!("redis://:{DATA_PASSWORD}@127.0.0.1:{port}"))
             .and_then(|c| c.get_connection())
-            .expect("connect to a sentinel")
+            .ok()
     }
 
     /// The port of the primary as the sentinels see it.
@@ -107,11 +116,9 @@ impl SentinelGroup {
         loop {
             let now = self.primary_port();
             if now != old {
-                let role: Vec<redis::Value> =
-                    redis::Client::open(format!("redis://127.0.0.1:{now}"))
-                        .and_then(|c| c.get_connection())
-                        .and_then(|mut c| redis::cmd("ROLE").query(&mut c))
-                        .unwrap_or_default();
+                let role: Vec<redis::Value> = Self::data_conn(now)
+                    .and_then(|mut c| redis::cmd("ROLE").query(&mut c).ok())
+                    .unwrap_or_default();
                 if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master") {
                     return now;
                 }
@@ -130,9 +137,8 @@ impl SentinelGroup {
     pub fn wait_until_replica(&self, port: u16, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
-            let role: Vec<redis::Value> = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-                .and_then(|c| c.get_connection())
-                .and_then(|mut c| redis::cmd("ROLE").query(&mut c))
+            let role: Vec<redis::Value> = Self::data_conn(port)
+                .and_then(|mut c| redis::cmd("ROLE").query(&mut c).ok())
                 .unwrap_or_default();
             if matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"slave") {
                 return;
@@ -149,9 +155,7 @@ impl SentinelGroup {
     fn wait_until_discovered(&self) {
         let deadline = Instant::now() + DISCOVERY_LIMIT;
         for s in &self.sentinels {
-            let mut conn = redis::Client::open(format!("redis://127.0.0.1:{}", s.port))
-                .and_then(|c| c.get_connection())
-                .expect("connect to a sentinel");
+            let mut conn = s.conn();
             loop {
                 let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
                     .arg("REPLICAS")
@@ -195,8 +199,11 @@ impl SentinelProcess {
             "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
              sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
              sentinel down-after-milliseconds {MASTER} 1000\n\
-             sentinel failover-timeout {MASTER} 10000\n\
-             sentinel parallel-syncs {MASTER} 1\n",
+             sentinel failover-timeout {MASTER} 4000\n\
+             sentinel parallel-syncs {MASTER} 1\n\
+             sentinel auth-pass {MASTER} {DATA_PASSWORD}\n\
+             requirepass {SENTINEL_PASSWORD}\n\
+             sentinel sentinel-pass {SENTINEL_PASSWORD}\n",
             dir = dir.path().display()
         );
         std::fs::write(&conf, text).expect("write sentinel.conf");
@@ -210,7 +217,7 @@ impl SentinelProcess {
             .expect("start redis-server --sentinel");
         let process = Self { port, child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
+        let client = redis::Client::open(process.url()).expect("url");
         while !super::ping(&client, Duration::from_millis(200)) {
             assert!(
                 Instant::now() < deadline,
@@ -220,6 +227,18 @@ impl SentinelProcess {
             std::thread::sleep(Duration::from_millis(20));
         }
         process
+    }
+}
+
+impl SentinelProcess {
+    fn url(&self) -> String {
+        format!("redis://:{SENTINEL_PASSWORD}@127.0.0.1:{}", self.port)
+    }
+
+    fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .expect("connect to a sentinel")
     }
 }
 
