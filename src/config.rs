@@ -47,6 +47,29 @@ pub(crate) enum Deployment {
     Server { url: String },
     /// The primary that Sentinel names.
     Sentinel(SentinelSettings),
+    /// A Redis Cluster, found from these seed nodes.
+    Cluster {
+        nodes: Vec<String>,
+        subscription: ShardedSubscription,
+    },
+}
+
+/// How a cluster's lock channels are subscribed and published: sharded pub/sub (`SSUBSCRIBE`,
+/// `SPUBLISH`, Redis 7+: each channel lives on the shard that owns its slot) or classic pub/sub
+/// (`SUBSCRIBE`, `PUBLISH`: every message goes to every node). Both sides of every client on
+/// the same names must agree, so lockman decides as Redisson's `shardedSubscriptionMode` does.
+/// Only a cluster config has it; one server and Sentinel always use classic pub/sub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ShardedSubscription {
+    /// Sharded when the cluster supports it: decided once at start, by whether
+    /// `PUBSUB SHARDNUMSUB` succeeds (Redisson's default, `AUTO`).
+    #[default]
+    Auto,
+    /// Always sharded (Redisson's `ON`).
+    On,
+    /// Always classic (Redisson's `OFF`).
+    Off,
 }
 
 /// What [`Config::sentinel`] and its companions set.
@@ -82,6 +105,10 @@ impl Deployment {
                     s.master_name,
                     sentinels.join(",")
                 )
+            }
+            Deployment::Cluster { nodes, .. } => {
+                let nodes: Vec<String> = nodes.iter().map(|u| redacted(u)).collect();
+                format!("cluster via {}", nodes.join(","))
             }
         }
     }
@@ -132,6 +159,38 @@ impl Config {
             master_db: 0,
             master_tls: false,
         }))
+    }
+
+    /// Settings for a Redis Cluster, found from these seed nodes (`redis://host:port`,
+    /// `rediss://…`, with the ACL user and password in the URLs). Every key and channel of one
+    /// lock lives in one slot (the name is their hash tag), so each lock is served by one shard;
+    /// names whose braces would split them across slots are refused (see `docs/protocol.md`).
+    /// Unlock messages use sharded pub/sub when the cluster has it: see
+    /// [`sharded_subscription`](Self::sharded_subscription).
+    ///
+    /// ```
+    /// let config = lockman::Config::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]);
+    /// assert_eq!(config.url(), None);
+    /// ```
+    pub fn cluster<I, S>(nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::with(Deployment::Cluster {
+            nodes: nodes.into_iter().map(Into::into).collect(),
+            subscription: ShardedSubscription::Auto,
+        })
+    }
+
+    /// Cluster only: how unlock messages travel; match the Redisson clients on the same names.
+    ///
+    /// Default: [`ShardedSubscription::Auto`].
+    pub fn sharded_subscription(mut self, mode: ShardedSubscription) -> Self {
+        if let Deployment::Cluster { subscription, .. } = &mut self.deployment {
+            *subscription = mode;
+        }
+        self
     }
 
     fn with(deployment: Deployment) -> Self {
@@ -262,11 +321,11 @@ impl Config {
         self.fair_lock_wait_timeout
     }
 
-    /// The URL of a one-server config; `None` for Sentinel.
+    /// The URL of a one-server config; `None` for Sentinel and Cluster.
     pub fn url(&self) -> Option<&str> {
         match &self.deployment {
             Deployment::Server { url } => Some(url),
-            Deployment::Sentinel(_) => None,
+            Deployment::Sentinel(_) | Deployment::Cluster { .. } => None,
         }
     }
 
@@ -324,6 +383,12 @@ impl Config {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
         }
+        if let (Some(_), Deployment::Cluster { .. }) = (self.sync_replicas, &self.deployment) {
+            return Err(LockError::invalid(
+                "sync replicas",
+                "not supported with a cluster yet",
+            ));
+        }
         if let Some((count, timeout)) = self.sync_replicas {
             if count == 0 {
                 return Err(LockError::invalid(
@@ -359,6 +424,9 @@ impl std::fmt::Debug for Config {
         let mut d = f.debug_struct("Config");
         match deployment {
             Deployment::Server { url } => d.field("url", &redacted(url)),
+            Deployment::Cluster { subscription, .. } => d
+                .field("cluster", &deployment.label())
+                .field("sharded_subscription", subscription),
             Deployment::Sentinel(s) => d
                 .field("sentinel", &deployment.label())
                 .field("master_user", &s.master_user)

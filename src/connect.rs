@@ -1,5 +1,5 @@
-//! How lockman reaches Redis: one server named by a URL (TCP, TLS or a unix socket), or the
-//! primary that Sentinel names. Builds redis-rs clients with the config's TLS settings, follows
+//! How lockman reaches Redis: one server named by a URL (TCP, TLS or a unix socket), the
+//! primary that Sentinel names, or a cluster (`cluster.rs`). Builds redis-rs clients with the config's TLS settings, follows
 //! the primary through a failover, keeps passwords out of every printed URL, and turns
 //! connection failures into typed errors. No actix here.
 
@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 
+use crate::cluster::ClusterTarget;
 use crate::config::{Config, Deployment, SentinelSettings};
 use crate::error::{LockError, TlsFailure};
 
@@ -20,8 +21,11 @@ pub(crate) struct Endpoint {
 }
 
 struct Inner {
-    /// The client of the current primary: replaced when Sentinel names another.
+    /// The client of the current primary: replaced when Sentinel names another. (For a cluster,
+    /// the first seed node: not used for commands or pub/sub.)
     current: RwLock<Client>,
+    /// `Some` for a cluster: commands and pub/sub go through cluster connections.
+    cluster: Option<ClusterTarget>,
     /// `Some` for Sentinel: asked again whenever lockman suspects a failover.
     sentinel: Option<tokio::sync::Mutex<SentinelClient>>,
     /// The deployment, as printed in errors and logs (no password).
@@ -35,8 +39,17 @@ impl Endpoint {
     pub(crate) async fn open(config: &Config) -> Result<Self, LockError> {
         install_crypto_provider();
         let label = config.deployment().label();
+        let mut cluster = None;
         let (client, sentinel) = match config.deployment() {
             Deployment::Server { url } => (server_client(url, config)?, None),
+            Deployment::Cluster {
+                nodes,
+                subscription,
+            } => {
+                let target = ClusterTarget::open(nodes, *subscription, config, &label).await?;
+                cluster = Some(target);
+                (server_client(&nodes[0], config)?, None)
+            }
             Deployment::Sentinel(settings) => {
                 let mut sentinel = sentinel_client(settings, config)?;
                 let limit = config.get_connect_timeout();
@@ -56,6 +69,7 @@ impl Endpoint {
         Ok(Self {
             inner: Arc::new(Inner {
                 current: RwLock::new(client),
+                cluster,
                 sentinel,
                 label,
                 suspect: tokio::sync::Notify::new(),
@@ -68,6 +82,21 @@ impl Endpoint {
         match self.inner.current.read() {
             Ok(client) => client.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The cluster, when the deployment is one.
+    pub(crate) fn cluster(&self) -> Option<&ClusterTarget> {
+        self.inner.cluster.as_ref()
+    }
+
+    /// The command that publishes unlock messages: `spublish` on a cluster with sharded pub/sub,
+    /// `publish` everywhere else. The scripts get it as an argument, so that the publishing side
+    /// and the subscribing side (the PubSubActor) follow this one decision.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        match self.cluster() {
+            Some(cluster) if cluster.sharded() => "spublish",
+            _ => "publish",
         }
     }
 
@@ -157,7 +186,7 @@ fn server_client(url: &str, config: &Config) -> Result<Client, LockError> {
     tls_client(info, config)
 }
 
-fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
+pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
     if is_tls_url(url) && !cfg!(feature = "tls") {
         return Err(LockError::invalid(
             "redis url",
@@ -172,7 +201,7 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
 }
 
 #[cfg(feature = "tls")]
-fn certificates(config: &Config) -> Option<redis::TlsCertificates> {
+pub(crate) fn certificates(config: &Config) -> Option<redis::TlsCertificates> {
     let tls = config.tls();
     if tls.ca_pem.is_none() && tls.client_identity.is_none() {
         return None;

@@ -28,6 +28,56 @@ pub(crate) fn validate_name(name: &str) -> Result<(), crate::LockError> {
     Ok(())
 }
 
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag — the bytes between the first
+/// `{` and the next `}`, when there are any — or of the whole key, modulo 16384.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % 16384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// In Redis Cluster, every key and channel of a lock must share one slot (a script may only
+/// touch one). That holds for any name without braces, and for a name whose own non-empty
+/// `{tag}` decides every key; it fails for names such as `a{b`, `a}b` or `{}x{y}`, whose
+/// braces make the lock hash and the derived keys hash differently.
+pub(crate) fn check_cluster_name(name: &str) -> Result<(), crate::LockError> {
+    let lock = slot(lock_key(name).as_bytes());
+    let derived = [
+        slot(unlock_channel(name).as_bytes()),
+        slot(suffixed(name, "x").as_bytes()),
+    ];
+    if derived.iter().all(|&s| s == lock) {
+        return Ok(());
+    }
+    Err(crate::LockError::invalid(
+        "lock name",
+        format!(
+            "{name:?}: in Redis Cluster its braces would put the lock (slot {lock}) and its \
+             channel and queue keys (slot {}) in different slots; use a name without braces, \
+             or one with a non-empty {{tag}} that decides every key, like \"{{user42}}:orders\"",
+            derived[0]
+        ),
+    ))
+}
+
 /// The hash that holds a reentrant lock: the name itself.
 pub(crate) fn lock_key(name: &str) -> &str {
     name
@@ -132,6 +182,42 @@ mod tests {
         assert_eq!(fair_queue("f"), "redisson_lock_queue:{f}");
         assert_eq!(fair_deadlines("f"), "redisson_lock_timeout:{f}");
         assert_eq!(fair_channel("f", "id:1"), "redisson_lock__channel:{f}:id:1");
+    }
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from CLUSTER KEYSLOT on Redis 7.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"bar"), 5061);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}")); // empty tag: the whole key
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn cluster_names_keep_every_key_in_one_slot() {
+        for ok in ["orders", "a b:c", "{user42}:orders", "x}{y}", "\0nul"] {
+            assert!(check_cluster_name(ok).is_ok(), "{ok:?}");
+            assert_eq!(
+                slot(ok.as_bytes()),
+                slot(unlock_channel(ok).as_bytes()),
+                "{ok:?}"
+            );
+            assert_eq!(
+                slot(ok.as_bytes()),
+                slot(fair_queue(ok).as_bytes()),
+                "{ok:?}"
+            );
+            assert_eq!(
+                slot(ok.as_bytes()),
+                slot(read_timeout_prefix(ok, "h").as_bytes())
+            );
+        }
+        for bad in ["a{b", "a}b", "{}a{b}", "{}x"] {
+            let err = check_cluster_name(bad).expect_err(bad);
+            assert!(err.to_string().contains("slot"), "{err}");
+        }
     }
 
     #[test]

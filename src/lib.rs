@@ -41,8 +41,9 @@
 //! ## Deployments
 //!
 //! A [`Config`] names one server by URL — `redis://`, `rediss://` (TLS, the default `tls`
-//! feature), `redis+unix://` — with an ACL user and password in the URL, or the primary of a
-//! Sentinel deployment ([`Config::sentinel`]), which lockman follows through failovers.
+//! feature), `redis+unix://` — with an ACL user and password in the URL, the primary of a
+//! Sentinel deployment ([`Config::sentinel`]), which lockman follows through failovers, or a
+//! Redis Cluster ([`Config::cluster`]), with sharded pub/sub as Redisson uses it.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lockman::LockError> {
@@ -83,7 +84,8 @@
 //! | `FailoverWatch` (`actors::failover`) | with Sentinel: follows the primary, moves the others; supervised |
 //! | `scripts` (`*.lua`, `scripts/mod.rs`) | the protocol: one Lua script per operation, by EVALSHA |
 //! | `scripts::conn` | the command connections; replica sync; the start-time ACL check |
-//! | `connect` | where Redis is (URL, TLS, Sentinel); typed connection failures; redaction |
+//! | `connect`, `cluster` | where Redis is (URL, TLS, Sentinel, Cluster); typed connection failures; redaction |
+//! | `subscription` | the pub/sub connection of one server or a cluster (SUBSCRIBE or SSUBSCRIBE) |
 //! | `keys` | the names of keys and channels (Redisson's layout, `docs/protocol.md`) |
 //! | [`MultiLock`], [`RedLock`] (`compose`) | all, or a majority, of several `Lock`s on several servers |
 //!
@@ -95,6 +97,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod actors;
+mod cluster;
 mod compose;
 mod config;
 mod connect;
@@ -104,6 +107,7 @@ mod lock;
 mod manager;
 mod runtime;
 mod scripts;
+mod subscription;
 
 pub use actors::messages::{Acquire, Release, Wait};
 pub use actors::{AcquireReply, LockActor};
@@ -113,7 +117,7 @@ pub use compose::{
 
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT,
+    DEFAULT_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
 };
 pub use error::{LockError, TlsFailure};
 pub use lock::{

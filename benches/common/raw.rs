@@ -45,6 +45,7 @@ pub async fn release(conn: &ConnectionManager, name: &str, holder: &str) -> Opti
         .arg("0")
         .arg(LEASE_MS)
         .arg(holder)
+        .arg("publish")
         .invoke_async(&mut conn.clone())
         .await
         .expect("release script")

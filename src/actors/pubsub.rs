@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use actix::WeakAddr;
 use actix::prelude::*;
-use redis::aio::PubSubSink;
 
 use super::LockActor;
 use super::messages::*;
 use crate::connect::Endpoint;
 use crate::error::LockError;
+use crate::subscription::{self, Heard, Sink};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -29,7 +29,7 @@ pub struct PubSubActor {
     /// death). Kept across restarts: it is what gets resubscribed.
     routes: HashMap<String, Route>,
     /// The subscribing half of the connection: `Some` while connected.
-    sink: Option<PubSubSink>,
+    sink: Option<Sink>,
     /// The delay before the next connection attempt.
     backoff: Duration,
     /// Whether a connection was ever made (a later one is a reconnection).
@@ -60,20 +60,10 @@ impl PubSubActor {
         if self.halted {
             return;
         }
-        let (client, limit) = (self.endpoint.client(), self.connect_timeout);
+        let (endpoint, limit) = (self.endpoint.clone(), self.connect_timeout);
         let channels: Vec<String> = self.routes.keys().cloned().collect();
         // Under `ctx.wait`: no Subscribe is handled while connecting, so `channels` is complete.
-        let work = async move {
-            let pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
-                .await
-                .map_err(|_| "connect timed out".to_owned())?
-                .map_err(|e| e.to_string())?;
-            let (mut sink, stream) = pubsub.split();
-            if !channels.is_empty() {
-                sink.subscribe(&channels).await.map_err(|e| e.to_string())?;
-            }
-            Ok::<_, String>((sink, stream))
-        };
+        let work = async move { subscription::open(&endpoint, &channels, limit).await };
         ctx.wait(work.into_actor(self).map(|res, act, ctx| match res {
             Ok(_) if act.halted => {}
             Ok((sink, stream)) => {
@@ -85,11 +75,7 @@ impl PubSubActor {
                         channels = act.routes.len(),
                         "pub/sub reconnected, waiters retry"
                     );
-                    for route in act.routes.values() {
-                        if let Some(actor) = route.actor.upgrade() {
-                            actor.do_send(Resubscribed);
-                        }
-                    }
+                    act.all_retry();
                 }
             }
             Err(error) => {
@@ -97,6 +83,40 @@ impl PubSubActor {
                 act.endpoint.suspect_failover();
                 ctx.run_later(act.backoff, |act, ctx| act.connect(ctx));
                 act.backoff = (act.backoff * 2).min(BACKOFF_MAX);
+            }
+        }));
+    }
+}
+
+impl PubSubActor {
+    /// Messages may have been lost: every routed lock actor's waiters try again.
+    fn all_retry(&self) {
+        for route in self.routes.values() {
+            if let Some(actor) = route.actor.upgrade() {
+                actor.do_send(Resubscribed);
+            }
+        }
+    }
+}
+
+impl PubSubActor {
+    /// The server ended the sharded subscription of `channel` (its slot moved, as in Redisson's
+    /// handling of SUNSUBSCRIBE): subscribe again, which reaches the slot's new owner, and let
+    /// its waiters retry, since a message may have been lost meanwhile. A channel no longer
+    /// routed was our own unsubscribe.
+    fn subscribe_again(&mut self, channel: String, ctx: &mut Context<Self>) {
+        let (Some(route), Some(mut sink)) = (self.routes.get(&channel), self.sink.clone()) else {
+            return;
+        };
+        tracing::info!(%channel, "sharded subscription ended by the server; subscribing again");
+        let actor = route.actor.clone();
+        let work = async move { sink.subscribe(std::slice::from_ref(&channel)).await };
+        ctx.wait(work.into_actor(self).map(move |res, _, _| {
+            if let Err(error) = res {
+                tracing::warn!(%error, "subscribing again failed; waiters rely on the lock's TTL");
+            }
+            if let Some(actor) = actor.upgrade() {
+                actor.do_send(Resubscribed);
             }
         }));
     }
@@ -123,19 +143,32 @@ impl Supervised for PubSubActor {
     }
 }
 
-impl StreamHandler<redis::Msg> for PubSubActor {
-    fn handle(&mut self, msg: redis::Msg, _: &mut Context<Self>) {
-        let channel = msg.get_channel_name();
-        match self.routes.get(channel).map(|r| r.actor.upgrade()) {
+impl StreamHandler<Heard> for PubSubActor {
+    fn handle(&mut self, heard: Heard, ctx: &mut Context<Self>) {
+        let (channel, payload) = match heard {
+            Heard::Message { channel, payload } => (channel, payload),
+            Heard::Gap => {
+                // redis-rs would subscribe again on the same node, but its slots may have
+                // failed over to a replica: connect anew (subscribing each channel where its
+                // slot is now, with backoff until the cluster agrees), then waiters retry.
+                tracing::info!("a cluster node's pub/sub connection dropped; reconnecting");
+                self.sink = None;
+                self.connected_before = true;
+                ctx.stop();
+                return;
+            }
+            Heard::Ended { channel } => {
+                self.subscribe_again(channel, ctx);
+                return;
+            }
+        };
+        match self.routes.get(&channel).map(|r| r.actor.upgrade()) {
             Some(Some(actor)) => {
-                let all = msg.get_payload_bytes() == crate::keys::WAKE_ALL_MESSAGE.as_bytes();
-                actor.do_send(Unlocked {
-                    all,
-                    channel: channel.to_owned(),
-                });
+                let all = payload == crate::keys::WAKE_ALL_MESSAGE.as_bytes();
+                actor.do_send(Unlocked { all, channel });
             }
             Some(None) => {
-                self.routes.remove(channel);
+                self.routes.remove(&channel);
             }
             None => {}
         }
@@ -172,7 +205,7 @@ impl Handler<Subscribe> for PubSubActor {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(()))));
         };
         let work = async move {
-            sink.subscribe(&msg.channel)
+            sink.subscribe(std::slice::from_ref(&msg.channel))
                 .await
                 .map_err(|source| LockError::Redis {
                     op: "subscribe",

@@ -49,7 +49,7 @@ impl Handler<Resolve> for Registry {
         if self.shut {
             return Err(LockError::Shutdown);
         }
-        crate::keys::validate_name(&msg.name)?;
+        self.svc.commands.check_name(&msg.name)?;
         let key = (msg.kind.family(), msg.name);
         let live = self.actors.get(&key).and_then(|(_, weak)| weak.upgrade());
         if let Some(addr) = live.filter(|a| a.connected()) {

@@ -5,6 +5,7 @@
 //!
 //! A hold is lost when a renewal finds its field gone, or when no renewal has succeeded for a
 //! whole watchdog timeout (Redis unreachable): its lock actor is told, and renewal for it stops.
+//! A tick that failed is tried again after a quarter of the interval, not a whole one.
 //! It runs under a `Supervisor`: if it ever stops it is restarted with its holds and schedule.
 
 use std::collections::HashMap;
@@ -18,8 +19,12 @@ use rustc_hash::FxHashMap;
 
 use super::LockActor;
 use super::messages::*;
+use crate::keys;
 use crate::scripts::{Commands, RENEW_BATCH};
 use crate::{Config, LockKind};
+
+/// After a renewal tick with failures, how many retries fit into one renewal interval.
+const RETRIES_PER_INTERVAL: u32 = 4;
 
 /// The actor that owns renewal.
 pub struct Watchdog {
@@ -61,11 +66,19 @@ impl Watchdog {
             return;
         }
         self.ticking = true;
-        // One batch list per kind (each kind has its renewal script), 100 holds a batch.
-        let mut by_kind: HashMap<LockKind, Vec<(HoldKey, u64)>> = HashMap::new();
+        // One batch list per kind (each kind has its renewal script), 100 holds a batch; in a
+        // cluster also per slot, since one script call may only touch keys of one slot. The
+        // batches run concurrently: in a cluster each goes to the node of its slot.
+        let by_slot = self.commands.by_slot();
+        let mut by_kind: HashMap<(LockKind, u16), Vec<(HoldKey, u64)>> = HashMap::new();
         for (key, t) in &self.tracked {
+            let slot = if by_slot {
+                keys::slot(key.0.as_bytes())
+            } else {
+                0
+            };
             by_kind
-                .entry(key.2)
+                .entry((key.2, slot))
                 .or_default()
                 .push((key.clone(), t.epoch));
         }
@@ -90,7 +103,7 @@ impl Watchdog {
                 (batch, res)
             }
         }));
-        ctx.spawn(work.into_actor(self).map(move |results, act, _| {
+        ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
             act.ticking = false;
             let (mut renewed, mut lost, mut failed) = (0usize, 0usize, 0usize);
             for (batch, res) in results {
@@ -126,6 +139,14 @@ impl Watchdog {
                 }
             }
             tracing::debug!(renewed, lost, failed, took = ?started.elapsed(), "renewal tick");
+            if failed > 0 && !act.halted {
+                // Redis away, or a failover under way: try again soon rather than a whole
+                // interval later, so that a hold survives an outage of up to about two
+                // thirds of the watchdog timeout instead of one third.
+                ctx.run_later(act.interval / RETRIES_PER_INTERVAL, |act, ctx| {
+                    act.tick(ctx)
+                });
+            }
         }));
     }
 

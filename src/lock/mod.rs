@@ -19,7 +19,7 @@ pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 use crate::actors::messages::{Acquire, Release, ReleaseHold, Resolve, Wait};
 use crate::actors::{HoldKey, LockActor};
 use crate::manager::Inner;
-use crate::{LockError, LockKind, keys};
+use crate::{LockError, LockKind};
 
 /// How often a request is re-sent when the lock actor it resolved stopped at that very moment.
 const RESOLVE_ATTEMPTS: usize = 8;
@@ -150,7 +150,7 @@ impl Lock {
     /// # Errors
     /// [`LockError::WrongType`] (the key is left alone), Redis errors.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
-        keys::validate_name(&self.name)?;
+        self.mgr.commands.check_name(&self.name)?;
         self.mgr.commands.force_unlock(self.kind, &self.name).await
     }
 
@@ -197,7 +197,7 @@ impl Lock {
     }
 
     async fn inspect(&self) -> Result<crate::scripts::Inspection, LockError> {
-        keys::validate_name(&self.name)?;
+        self.mgr.commands.check_name(&self.name)?;
         self.mgr
             .commands
             .inspect(self.kind, &self.name, &self.holder)
@@ -210,7 +210,7 @@ impl Lock {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
-        keys::validate_name(&self.name)?;
+        self.mgr.commands.check_name(&self.name)?;
         for _ in 0..RESOLVE_ATTEMPTS {
             let actor = match self.cached_actor() {
                 Some(actor) => actor,

@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{Client, Script, ScriptInvocation, Value};
 
 use crate::config::Config;
@@ -32,7 +33,7 @@ struct Inner {
 
 #[derive(Clone)]
 struct Pair {
-    main: ConnectionManager,
+    main: Link,
     /// `Some` with replica sync: `WAIT` blocks a connection, so it gets one of its own.
     synced: Option<ConnectionManager>,
 }
@@ -201,8 +202,12 @@ impl Conn {
         self.check_subscribe().await
     }
 
-    /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family.
+    /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family (one server or Sentinel; a
+    /// cluster's pub/sub permissions show when the PubSubActor subscribes).
     async fn check_subscribe(&self) -> Result<(), LockError> {
+        if self.inner.endpoint.cluster().is_some() {
+            return Ok(());
+        }
         let endpoint = &self.inner.endpoint;
         let limit = self.inner.connect_timeout;
         let mut pubsub =
@@ -231,6 +236,43 @@ impl Conn {
     }
 }
 
+/// The command connection: to one server (redis-rs's `ConnectionManager`, which reconnects by
+/// itself), or to a cluster (redis-rs's cluster connection, which routes each script call by its
+/// first key and follows MOVED and ASK).
+#[derive(Clone)]
+enum Link {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Link::Server(conn) => conn.req_packed_command(cmd),
+            Link::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Server(conn) => conn.get_db(),
+            Link::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
 /// Connections to the endpoint's current primary: the main one, and one for synced writes.
 async fn pair_for(
     endpoint: &Endpoint,
@@ -252,7 +294,11 @@ async fn pair_for(
             },
         }
     };
-    let main = connect(endpoint.client()).await?;
+    if let Some(cluster) = endpoint.cluster() {
+        let main = Link::Cluster(cluster.connect(None, endpoint.label()).await?);
+        return Ok(Pair { main, synced: None });
+    }
+    let main = Link::Server(connect(endpoint.client()).await?);
     let synced = match synced {
         true => Some(connect(endpoint.client()).await?),
         false => None,

@@ -1,7 +1,8 @@
 -- Fair lock: release one hold (protocol.md, "Fair lock").
 -- KEYS[1]: the lock hash; KEYS[2]: the queue; KEYS[3]: the deadlines;
 -- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
--- ARGV[1]: the message ("0"); ARGV[2]: lease in ms to restore; ARGV[3]: holder; ARGV[4]: now.
+-- ARGV[1]: the message ("0"); ARGV[2]: lease in ms to restore; ARGV[3]: holder; ARGV[4]: now;
+-- ARGV[5]: the publish command.
 -- Reply: 1 when the key is gone (deleted now, or already: a release of a gone fair lock
 --        succeeds) and the head waiter was woken on its own channel; 0 when holds remain;
 --        nil when the holder has no field.
@@ -9,7 +10,7 @@
 local function wake_head()
     local head = redis.call('lindex', KEYS[2], 0)
     if head ~= false then
-        redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+        redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[1])
     end
 end
 if redis.call('exists', KEYS[1]) == 0 then

@@ -1,5 +1,6 @@
 -- Reentrant lock: force unlock, whoever holds it (protocol.md, "Reentrant lock").
--- KEYS[1]: the lock hash; KEYS[2]: the unlock channel. ARGV[1]: the unlock message ("0").
+-- KEYS[1]: the lock hash; KEYS[2]: the unlock channel. ARGV[1]: the unlock message ("0");
+-- ARGV[2]: the publish command ("publish" or "spublish").
 -- Reply: 1 when the key was deleted and the message published; 0 when there was no key.
 -- A key of another type is not a lock: it is left alone and WRONGTYPE is raised.
 local kind = redis.call('type', KEYS[1])['ok']
@@ -7,7 +8,7 @@ if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
 end
 if redis.call('del', KEYS[1]) == 1 then
-    redis.call('publish', KEYS[2], ARGV[1])
+    redis.call(ARGV[2], KEYS[2], ARGV[1])
     return 1
 end
 return 0

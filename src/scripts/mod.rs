@@ -189,6 +189,26 @@ impl Commands {
         self.conn.switch().await
     }
 
+    /// Checks a lock name before anything is sent: not empty, and in a cluster, braces that keep
+    /// all of its keys in one slot ([`keys::check_cluster_name`]).
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
+        keys::validate_name(name)?;
+        if self.endpoint().cluster().is_some() {
+            keys::check_cluster_name(name)?;
+        }
+        Ok(())
+    }
+
+    /// Whether renewal batches must be split by slot (a script's keys must share one).
+    pub(crate) fn by_slot(&self) -> bool {
+        self.endpoint().cluster().is_some()
+    }
+
+    /// `publish` or `spublish`: see [`Endpoint::publish_command`].
+    fn publish(&self) -> &'static str {
+        self.conn.endpoint().publish_command()
+    }
+
     async fn run(
         &self,
         op: &'static str,
@@ -282,7 +302,8 @@ impl Commands {
                 call.key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
                     .arg(millis(lease))
-                    .arg(holder);
+                    .arg(holder)
+                    .arg(self.publish());
                 call
             }
             LockKind::Read => {
@@ -291,7 +312,8 @@ impl Commands {
                     .key(keys::read_timeout_prefix(name, holder))
                     .key(keys::tagged(name))
                     .arg(UNLOCK_MESSAGE)
-                    .arg(holder);
+                    .arg(holder)
+                    .arg(self.publish());
                 call
             }
             LockKind::Write => {
@@ -299,7 +321,8 @@ impl Commands {
                 call.key(keys::rwlock_channel(name))
                     .arg(WAKE_ALL_MESSAGE)
                     .arg(millis(lease))
-                    .arg(keys::write_field(holder));
+                    .arg(keys::write_field(holder))
+                    .arg(self.publish());
                 call
             }
             LockKind::Fair => {
@@ -310,7 +333,8 @@ impl Commands {
                     .arg(UNLOCK_MESSAGE)
                     .arg(millis(lease))
                     .arg(holder)
-                    .arg(epoch_millis());
+                    .arg(epoch_millis())
+                    .arg(self.publish());
                 call
             }
         };
@@ -336,7 +360,8 @@ impl Commands {
             .key(keys::unlock_channel(name))
             .arg(holder)
             .arg(millis(wait))
-            .arg(UNLOCK_MESSAGE);
+            .arg(UNLOCK_MESSAGE)
+            .arg(self.publish());
         match self.run("leave queue", key, call).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("leave queue", other)),
@@ -351,7 +376,9 @@ impl Commands {
             LockKind::Read | LockKind::Write => WAKE_ALL_MESSAGE,
             LockKind::Reentrant | LockKind::Fenced | LockKind::Fair => UNLOCK_MESSAGE,
         };
-        call.key(kind.channel(name)).arg(message);
+        call.key(kind.channel(name))
+            .arg(message)
+            .arg(self.publish());
         match self.run("force unlock", key, call).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("force unlock", other)),

@@ -1,7 +1,7 @@
 -- Read-write lock, read side: release one hold (protocol.md, "Read-write lock").
 -- KEYS[1]: the lock hash; KEYS[2]: the channel; KEYS[3]: this holder's timeout-key prefix;
 -- KEYS[4]: the name's key prefix ("{name}"), for the other holders' timeout keys.
--- ARGV[1]: the message ("0": wake one); ARGV[2]: holder.
+-- ARGV[1]: the message ("0": wake one); ARGV[2]: holder; ARGV[3]: the publish command.
 -- Reply: nil when the holder has no read field; 0 when holders remain (the hash PTTL becomes the
 --        longest remaining read timeout); 1 when the key was deleted and the message published.
 local mode = redis.call('hget', KEYS[1], 'mode')
@@ -33,5 +33,5 @@ if redis.call('hlen', KEYS[1]) > 1 then
     end
 end
 redis.call('del', KEYS[1])
-redis.call('publish', KEYS[2], ARGV[1])
+redis.call(ARGV[3], KEYS[2], ARGV[1])
 return 1

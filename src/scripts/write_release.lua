@@ -1,6 +1,7 @@
 -- Read-write lock, write side: release one hold (protocol.md, "Read-write lock").
 -- KEYS[1]: the lock hash; KEYS[2]: the channel.
--- ARGV[1]: the message ("1": wake all); ARGV[2]: lease in ms to restore; ARGV[3]: the write field.
+-- ARGV[1]: the message ("1": wake all); ARGV[2]: lease in ms to restore; ARGV[3]: the write field;
+-- ARGV[4]: the publish command.
 -- Reply: nil when not held; 0 when holds remain; 1 when the write side was released: the key
 --        deleted and the message published, or (this holder still reads) mode switched to read.
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' or redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
@@ -14,7 +15,7 @@ end
 redis.call('hdel', KEYS[1], ARGV[3])
 if redis.call('hlen', KEYS[1]) == 1 then
     redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[2], ARGV[1])
+    redis.call(ARGV[4], KEYS[2], ARGV[1])
 else
     redis.call('hset', KEYS[1], 'mode', 'read')
 end

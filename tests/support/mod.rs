@@ -7,10 +7,11 @@
 //!
 //! [`Options`] make other kinds of server: TLS-only with certificates made at test time
 //! ([`certs`]), with a unix socket, with ACL users or any other setting; [`sentinel`] starts a
-//! primary, a replica and three sentinels.
+//! primary, a replica and three sentinels; [`cluster`] a local Redis Cluster.
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod cluster;
 pub mod sentinel;
 
 use std::net::TcpListener;
@@ -264,9 +265,17 @@ fn ping(client: &redis::Client, limit: Duration) -> bool {
         .is_ok_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok())
 }
 
+/// A free loopback port below 55536 whose port + 10000 is free too: a cluster node's bus
+/// listens there.
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
+    for _ in 0..1000 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().expect("local addr").port();
+        if port < 55536 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair below 55536");
 }
 
 fn read_log(path: &PathBuf) -> String {

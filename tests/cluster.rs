@@ -1,0 +1,333 @@
+//! Redis Cluster: locks on every master exclude and wake across managers; unlock messages travel
+//! by sharded pub/sub, both ways with a raw client standing in for Redisson; names whose braces
+//! would split a lock across slots are refused before anything is sent; every kind works, and
+//! holds spread over many slots are renewed. Each test starts a local cluster of three masters
+//! of its own, and stops it at its end.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager, MultiLock, RedLock, ShardedSubscription};
+use redis::AsyncCommands;
+use support::RedisServer;
+use support::cluster::Cluster;
+
+async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
+    let config = Config::cluster(cluster.urls()).watchdog_timeout(watchdog);
+    LockManager::start(config)
+        .await
+        .expect("start on the cluster")
+}
+
+/// One lock name per master, `prefix` plus a number: names spread over the shards.
+fn one_name_per_master(cluster: &Cluster, prefix: &str) -> Vec<(String, u16)> {
+    let mut found: HashMap<u16, String> = HashMap::new();
+    for i in 0..200 {
+        let name = format!("{prefix}{i}");
+        let owner = cluster.owner_of(&name);
+        found.entry(owner).or_insert(name);
+        if found.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(found.len(), 3, "names on every master");
+    found.into_iter().map(|(port, name)| (name, port)).collect()
+}
+
+async fn node_conn(cluster: &Cluster, port: u16) -> redis::aio::MultiplexedConnection {
+    cluster.node(port).async_conn().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_every_master_exclude_and_wake_across_two_managers() {
+    let cluster = Cluster::start(3, 0);
+    let a = manager(&cluster, Duration::from_secs(30)).await;
+    let b = manager(&cluster, Duration::from_secs(30)).await;
+    for (name, owner) in one_name_per_master(&cluster, "wake:") {
+        let held = a.lock(name.as_str()).acquire().await.unwrap();
+        let mut raw = node_conn(&cluster, owner).await;
+        let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
+        assert_eq!(
+            fields,
+            vec![held.holder_id().to_owned()],
+            "{name} on its master"
+        );
+        assert!(b.lock(name.as_str()).try_acquire().await.unwrap().is_none());
+
+        let waiter = b.lock(name.as_str());
+        let waiting = tokio::spawn(async move { waiter.acquire().await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("{name}: the waiter was not woken"))
+            .unwrap()
+            .unwrap();
+        // The unlock message woke it: the lease (30 s) was far from over.
+        assert!(released.elapsed() < Duration::from_secs(3), "{name}");
+        let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
+        assert_eq!(fields, vec![guard.holder_id().to_owned()]);
+        guard.release().await.unwrap();
+        assert!(!raw.exists::<_, bool>(&name).await.unwrap());
+    }
+
+    // Exclusion, counted: read-yield-write rounds on a shared counter of the same slot.
+    let mut tasks = Vec::new();
+    for mgr in [&a, &b] {
+        for _ in 0..2 {
+            let lock = mgr.lock("{counted}:lock");
+            let mut raw = node_conn(&cluster, cluster.owner_of("{counted}:n")).await;
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..25 {
+                    let guard = lock.acquire().await.unwrap();
+                    let n: u64 = raw
+                        .get::<_, Option<u64>>("{counted}:n")
+                        .await
+                        .unwrap()
+                        .unwrap_or(0);
+                    tokio::task::yield_now().await;
+                    let _: () = raw.set("{counted}:n", n + 1).await.unwrap();
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let owner = cluster.owner_of("{counted}:n");
+    let total: u64 = node_conn(&cluster, owner)
+        .await
+        .get("{counted}:n")
+        .await
+        .unwrap();
+    assert_eq!(total, 100);
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_messages_travel_by_sharded_pubsub_both_ways() {
+    let cluster = Cluster::start(3, 0);
+    let mgr = manager(&cluster, Duration::from_secs(30)).await;
+    let name = "sharded:wire";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let owner = cluster.owner_of(name);
+
+    // A "Redisson" holder (raw writes), and a raw SPUBLISH of its release, wake a lockman waiter.
+    let mut raw = node_conn(&cluster, owner).await;
+    let _: () = raw.hset(name, "redisson-holder:1", 1).await.unwrap();
+    let _: () = raw.pexpire(name, 60_000).await.unwrap();
+    let waiter = mgr.lock(name);
+    let waiting = tokio::spawn(async move { waiter.acquire().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = raw.del(name).await.unwrap();
+    let receivers: i64 = redis::cmd("SPUBLISH")
+        .arg(&channel)
+        .arg("0")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        receivers, 1,
+        "lockman listens by SSUBSCRIBE on the owning shard"
+    );
+    let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("a raw SPUBLISH woke the lockman waiter")
+        .unwrap()
+        .unwrap();
+
+    // A lockman release is heard by a raw SSUBSCRIBE on the shard that owns the channel.
+    let mut listener = cluster.node(owner).conn();
+    listener
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    redis::cmd("SSUBSCRIBE")
+        .arg(&channel)
+        .exec(&mut listener)
+        .unwrap();
+    guard.release().await.unwrap();
+    let heard = listener.recv_response().expect("a message within 3 s");
+    let parts: Vec<Vec<u8>> = redis::from_redis_value(heard).unwrap();
+    assert_eq!(
+        parts,
+        vec![b"smessage".to_vec(), channel.into_bytes(), b"0".to_vec()]
+    );
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn classic_mode_publishes_with_publish() {
+    let cluster = Cluster::start(3, 0);
+    let config = Config::cluster(cluster.urls()).sharded_subscription(ShardedSubscription::Off);
+    let mgr = LockManager::start(config).await.unwrap();
+    let name = "classic:wire";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let mut listener = cluster.nodes[0].conn();
+    listener
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    redis::cmd("SUBSCRIBE")
+        .arg(&channel)
+        .exec(&mut listener)
+        .unwrap();
+    mgr.lock(name)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // Classic messages reach every node's subscribers, wherever the lock lives.
+    let heard = listener.recv_response().expect("a message within 3 s");
+    let parts: Vec<Vec<u8>> = redis::from_redis_value(heard).unwrap();
+    assert_eq!(
+        parts,
+        vec![b"message".to_vec(), channel.into_bytes(), b"0".to_vec()]
+    );
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn names_whose_braces_split_a_lock_are_refused_before_anything_is_sent() {
+    let cluster = Cluster::start(3, 0);
+    let mgr = manager(&cluster, Duration::from_secs(30)).await;
+    let before = cluster.total_keys();
+    for name in ["a{b", "a}b", "{}a{b}", "{}x"] {
+        let err = mgr.lock(name).try_acquire().await.expect_err(name);
+        assert!(
+            matches!(
+                &err,
+                LockError::InvalidArgument {
+                    what: "lock name",
+                    ..
+                }
+            ),
+            "{name}: {err:?}"
+        );
+        assert!(err.to_string().contains("slot"), "{err}");
+        let err = mgr.fair_lock(name).force_unlock().await.expect_err(name);
+        assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");
+    }
+    assert_eq!(cluster.total_keys(), before, "nothing was written");
+    // A name with its own tag keeps every key in its slot.
+    mgr.lock("{user42}:orders")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    mgr.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_works_and_holds_over_many_slots_are_renewed() {
+    let cluster = Cluster::start(3, 0);
+    let watchdog = Duration::from_millis(900);
+    let mgr = manager(&cluster, watchdog).await;
+
+    let fair = mgr.fair_lock("kinds:fair").acquire().await.unwrap();
+    let rw = mgr.read_write_lock("kinds:rw");
+    let read = rw.read().acquire().await.unwrap();
+    assert!(rw.write().try_acquire().await.unwrap().is_none());
+    let fenced = mgr.fenced_lock("kinds:fenced");
+    let first = fenced.acquire().await.unwrap();
+    let t1 = first.token();
+    first.release().await.unwrap();
+    let second = fenced.acquire().await.unwrap();
+    assert!(second.token() > t1);
+
+    // Forty holds spread over the slots, renewed for three watchdog timeouts.
+    let mut held = Vec::new();
+    for i in 0..40 {
+        held.push(mgr.lock(format!("renewed:{i}")).acquire().await.unwrap());
+    }
+    let slots: std::collections::HashSet<u16> = (0..40)
+        .map(|i| cluster.owner_of(&format!("renewed:{i}")))
+        .collect();
+    assert_eq!(slots.len(), 3, "the holds are on every master");
+    tokio::time::sleep(watchdog * 3).await;
+    for guard in &held {
+        assert!(!guard.is_lost(), "{} lost", guard.name());
+        let owner = cluster.owner_of(guard.name());
+        let ttl: i64 = node_conn(&cluster, owner)
+            .await
+            .pttl(guard.name())
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{} renewed on its master", guard.name());
+    }
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+    assert!(!fair.is_lost() && !read.is_lost() && !second.is_lost());
+    fair.release().await.unwrap();
+    read.release().await.unwrap();
+    second.release().await.unwrap();
+    mgr.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multilock_over_shards_and_redlock_with_a_cluster_member() {
+    let cluster = Cluster::start(3, 0);
+    let a = manager(&cluster, Duration::from_secs(30)).await;
+    let b = manager(&cluster, Duration::from_secs(30)).await;
+    let names = one_name_per_master(&cluster, "multi:");
+
+    // A MultiLock whose members live on three shards: all or nothing.
+    let multi_a = MultiLock::new(names.iter().map(|(n, _)| a.lock(n.as_str())).collect());
+    let multi_b = MultiLock::new(names.iter().map(|(n, _)| b.lock(n.as_str())).collect());
+    let held = multi_a.acquire().await.unwrap();
+    for (name, owner) in &names {
+        assert!(
+            node_conn(&cluster, *owner)
+                .await
+                .exists::<_, bool>(name)
+                .await
+                .unwrap()
+        );
+    }
+    assert!(multi_b.try_acquire().await.unwrap().is_none());
+    held.release().await.unwrap();
+    let taken = multi_b.try_acquire().await.unwrap().expect("free again");
+    taken.release().await.unwrap();
+
+    // A RedLock of the cluster and two single servers: a majority of three.
+    let singles = [RedisServer::start(), RedisServer::start()];
+    let mut members = vec![a.lock("red")];
+    let mut single_managers = Vec::new();
+    for s in &singles {
+        let m = LockManager::connect(&s.url()).await.unwrap();
+        members.push(m.lock("red"));
+        single_managers.push(m);
+    }
+    let red = RedLock::new(members);
+    let guard = red
+        .acquire()
+        .await
+        .expect("quorum over a cluster and two servers");
+    assert_eq!(guard.members_held(), 3);
+    let owner = cluster.owner_of("red");
+    assert!(
+        node_conn(&cluster, owner)
+            .await
+            .exists::<_, bool>("red")
+            .await
+            .unwrap()
+    );
+    guard.release().await.unwrap();
+    assert!(
+        !node_conn(&cluster, owner)
+            .await
+            .exists::<_, bool>("red")
+            .await
+            .unwrap()
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}
