@@ -231,6 +231,46 @@ async fn every_kind_works_and_holds_over_many_slots_are_renewed() {
     let watchdog = Duration::from_millis(900);
     let mgr = manager(&cluster, watchdog).await;
 
+    // Waiters of the fair lock (woken on their own channel) and of the read-write lock (on its
+    // channel) are woken by a release, across managers.
+    let other = manager(&cluster, watchdog).await;
+    for kind in ["fair", "write"] {
+        let name = format!("kinds:wake-{kind}");
+        let held = match kind {
+            "fair" => {
+                mgr.fair_lock(name.as_str())
+                    .acquire_with_lease(Duration::from_secs(60))
+                    .await
+            }
+            _ => {
+                mgr.read_write_lock(name.as_str())
+                    .write()
+                    .acquire_with_lease(Duration::from_secs(60))
+                    .await
+            }
+        }
+        .unwrap();
+        let waiting = match kind {
+            "fair" => {
+                let lock = other.fair_lock(name.as_str());
+                tokio::spawn(async move { lock.acquire().await })
+            }
+            _ => {
+                let lock = other.read_write_lock(name.as_str());
+                tokio::spawn(async move { lock.read().acquire().await })
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
+            .await
+            .unwrap_or_else(|_| panic!("the {kind} waiter was not woken"))
+            .unwrap()
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    other.shutdown().await;
+
     let fair = mgr.fair_lock("kinds:fair").acquire().await.unwrap();
     let rw = mgr.read_write_lock("kinds:rw");
     let read = rw.read().acquire().await.unwrap();
