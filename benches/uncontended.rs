@@ -17,32 +17,18 @@ mod stats;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::Criterion;
 use lockman::LockManager;
 use redis::aio::ConnectionManager;
+use stats::{lockman_once, timed};
 
 const BATCH: u32 = 200;
 const BATCHES: usize = 25;
 
 async fn raw_once(conn: &ConnectionManager) {
     raw::pair(conn, "raw", "00000000-0000-4000-8000-000000000000:1").await;
-}
-
-async fn lockman_once(lock: &lockman::Lock) {
-    let guard = lock.acquire().await.expect("acquire");
-    guard.release().await.expect("release");
-}
-
-/// Mean time per operation over `iters` runs of `op`.
-async fn timed<F: Future<Output = ()>>(iters: u64, mut op: impl FnMut() -> F) -> Duration {
-    let start = Instant::now();
-    for _ in 0..iters {
-        op().await;
-    }
-    start.elapsed()
 }
 
 fn main() {

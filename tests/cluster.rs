@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager, MultiLock, RedLock, ShardedSubscription};
 use redis::AsyncCommands;
-use support::RedisServer;
 use support::cluster::Cluster;
+use support::{RedisServer, count_rounds, listen, next_message};
 
 async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     let config = Config::cluster(cluster.urls()).watchdog_timeout(watchdog);
@@ -79,20 +79,8 @@ async fn locks_on_every_master_exclude_and_wake_across_two_managers() {
     for mgr in [&a, &b] {
         for _ in 0..2 {
             let lock = mgr.lock("{counted}:lock");
-            let mut raw = node_conn(&cluster, cluster.owner_of("{counted}:n")).await;
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..25 {
-                    let guard = lock.acquire().await.unwrap();
-                    let n: u64 = raw
-                        .get::<_, Option<u64>>("{counted}:n")
-                        .await
-                        .unwrap()
-                        .unwrap_or(0);
-                    tokio::task::yield_now().await;
-                    let _: () = raw.set("{counted}:n", n + 1).await.unwrap();
-                    guard.release().await.unwrap();
-                }
-            }));
+            let raw = node_conn(&cluster, cluster.owner_of("{counted}:n")).await;
+            tasks.push(tokio::spawn(count_rounds(lock, raw, "{counted}:n", 25)));
         }
     }
     for t in tasks {
@@ -142,21 +130,9 @@ async fn unlock_messages_travel_by_sharded_pubsub_both_ways() {
         .unwrap();
 
     // A lockman release is heard by a raw SSUBSCRIBE on the shard that owns the channel.
-    let mut listener = cluster.node(owner).conn();
-    listener
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    redis::cmd("SSUBSCRIBE")
-        .arg(&channel)
-        .exec(&mut listener)
-        .unwrap();
+    let mut listener = listen(cluster.node(owner).conn(), "SSUBSCRIBE", &channel);
     guard.release().await.unwrap();
-    let heard = listener.recv_response().expect("a message within 3 s");
-    let parts: Vec<Vec<u8>> = redis::from_redis_value(heard).unwrap();
-    assert_eq!(
-        parts,
-        vec![b"smessage".to_vec(), channel.into_bytes(), b"0".to_vec()]
-    );
+    assert_eq!(next_message(&mut listener), ["smessage", &channel, "0"]);
     mgr.shutdown().await;
 }
 
@@ -167,14 +143,7 @@ async fn classic_mode_publishes_with_publish() {
     let mgr = LockManager::start(config).await.unwrap();
     let name = "classic:wire";
     let channel = format!("redisson_lock__channel:{{{name}}}");
-    let mut listener = cluster.nodes[0].conn();
-    listener
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    redis::cmd("SUBSCRIBE")
-        .arg(&channel)
-        .exec(&mut listener)
-        .unwrap();
+    let mut listener = listen(cluster.nodes[0].conn(), "SUBSCRIBE", &channel);
     mgr.lock(name)
         .acquire()
         .await
@@ -183,12 +152,7 @@ async fn classic_mode_publishes_with_publish() {
         .await
         .unwrap();
     // Classic messages reach every node's subscribers, wherever the lock lives.
-    let heard = listener.recv_response().expect("a message within 3 s");
-    let parts: Vec<Vec<u8>> = redis::from_redis_value(heard).unwrap();
-    assert_eq!(
-        parts,
-        vec![b"message".to_vec(), channel.into_bytes(), b"0".to_vec()]
-    );
+    assert_eq!(next_message(&mut listener), ["message", &channel, "0"]);
     mgr.shutdown().await;
 }
 

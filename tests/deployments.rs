@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockError, LockManager, TlsFailure};
 use redis::AsyncCommands;
 use support::certs::TestCerts;
-use support::{Options, RedisServer};
+use support::{Options, RedisServer, count_rounds};
 
 const CONNECT: Duration = Duration::from_secs(2);
 /// How much later than the connect timeout a failed start may end (two connection attempts,
@@ -119,20 +119,13 @@ async fn tls_with_an_acl_user_excludes_and_wakes_across_two_managers() {
     let mut tasks = Vec::new();
     for mgr in [&a, &b] {
         for _ in 0..3 {
-            let (lock, mut conn) = (mgr.lock("tls:counted"), conn.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..40 {
-                    let guard = lock.acquire().await.expect("acquire over tls");
-                    let n: u64 = conn
-                        .get::<_, Option<u64>>("tls:counter")
-                        .await
-                        .unwrap()
-                        .unwrap_or(0);
-                    tokio::task::yield_now().await;
-                    let _: () = conn.set("tls:counter", n + 1).await.unwrap();
-                    guard.release().await.expect("release over tls");
-                }
-            }));
+            let lock = mgr.lock("tls:counted");
+            tasks.push(tokio::spawn(count_rounds(
+                lock,
+                conn.clone(),
+                "tls:counter",
+                40,
+            )));
         }
     }
     for t in tasks {

@@ -9,24 +9,9 @@ use lockman::{Config, LockManager};
 use redis::AsyncCommands;
 use support::RedisServer;
 
-/// Each round: lock → read the counter → yield → write counter + 1 → unlock. Without exclusion
-/// rounds overwrite each other and the total comes out short.
-async fn count_rounds(
-    lock: lockman::Lock,
-    mut redis: redis::aio::MultiplexedConnection,
-    rounds: u32,
-) {
-    for _ in 0..rounds {
-        let guard = lock.acquire().await.expect("acquire");
-        let n: u64 = redis
-            .get::<_, Option<u64>>("counter")
-            .await
-            .expect("GET")
-            .unwrap_or(0);
-        tokio::task::yield_now().await;
-        let _: () = redis.set("counter", n + 1).await.expect("SET");
-        guard.release().await.expect("release");
-    }
+/// Rounds on the counter `counter`: see `support::count_rounds`.
+async fn count_rounds(lock: lockman::Lock, redis: redis::aio::MultiplexedConnection, rounds: u32) {
+    support::count_rounds(lock, redis, "counter", rounds).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

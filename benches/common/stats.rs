@@ -15,3 +15,21 @@ pub fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     v[v.len() / 2]
 }
+
+/// How long `iters` runs of `op`, one after another, take.
+pub async fn timed<F: std::future::Future<Output = ()>>(
+    iters: u64,
+    mut op: impl FnMut() -> F,
+) -> std::time::Duration {
+    let start = std::time::Instant::now();
+    for _ in 0..iters {
+        op().await;
+    }
+    start.elapsed()
+}
+
+/// One uncontended acquire + release through lockman.
+pub async fn lockman_once(lock: &lockman::Lock) {
+    let guard = lock.acquire().await.expect("acquire");
+    guard.release().await.expect("release");
+}

@@ -340,6 +340,46 @@ pub async fn lock_actors_stop(manager: &lockman::LockManager, limit: Duration) -
     true
 }
 
+/// Each round: lock → read the counter `key` → yield → write counter + 1 → unlock. Without
+/// exclusion, rounds overwrite each other and the total comes out short.
+pub async fn count_rounds(
+    lock: lockman::Lock,
+    mut conn: redis::aio::MultiplexedConnection,
+    key: &str,
+    rounds: u32,
+) {
+    use redis::AsyncCommands;
+    for _ in 0..rounds {
+        let guard = lock.acquire().await.expect("acquire");
+        let n: u64 = conn
+            .get::<_, Option<u64>>(key)
+            .await
+            .expect("GET")
+            .unwrap_or(0);
+        tokio::task::yield_now().await;
+        let _: () = conn.set(key, n + 1).await.expect("SET");
+        guard.release().await.expect("release");
+    }
+}
+
+/// A raw subscriber, standing in for another client: `command` (`SUBSCRIBE`, `SSUBSCRIBE`)
+/// on `channel` over a blocking connection that gives up reading after 3 s.
+pub fn listen(mut conn: redis::Connection, command: &str, channel: &str) -> redis::Connection {
+    conn.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("read timeout");
+    redis::cmd(command)
+        .arg(channel)
+        .exec(&mut conn)
+        .expect("subscribe");
+    conn
+}
+
+/// The next message a [`listen`] connection hears: `[kind, channel, payload]`.
+pub fn next_message(conn: &mut redis::Connection) -> Vec<String> {
+    let heard = conn.recv_response().expect("a message within 3 s");
+    redis::from_redis_value(heard).expect("a pub/sub message")
+}
+
 /// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held.
 pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
