@@ -341,7 +341,12 @@ pub(crate) fn connect_error(label: &str, source: redis::RedisError) -> LockError
         }
         _ => {}
     }
-    if source.kind() == redis::ErrorKind::AuthenticationFailed {
+    // The cluster client reports a refused password inside its own error, as text.
+    let text = source.to_string();
+    if source.kind() == redis::ErrorKind::AuthenticationFailed
+        || text.contains("AuthenticationFailed")
+        || text.contains("WRONGPASS")
+    {
         return LockError::Auth { url, source };
     }
     LockError::Connect { url, source }

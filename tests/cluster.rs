@@ -335,3 +335,33 @@ async fn multilock_over_shards_and_redlock_with_a_cluster_member() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_acl_user_reaches_every_node() {
+    let user: Vec<String> = "--user app on >app-pw ~* &* +@all"
+        .split(' ')
+        .map(str::to_owned)
+        .collect();
+    let cluster = Cluster::start_with(3, 0, &user);
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("redis://app:app-pw@127.0.0.1:{}", n.port()))
+        .collect();
+    let mgr = LockManager::start(Config::cluster(urls.clone()))
+        .await
+        .unwrap();
+    for (name, owner) in one_name_per_master(&cluster, "acl:") {
+        let guard = mgr.lock(name.as_str()).acquire().await.unwrap();
+        let fields: Vec<String> = node_conn(&cluster, owner).await.hkeys(&name).await.unwrap();
+        assert_eq!(fields, vec![guard.holder_id().to_owned()]);
+        guard.release().await.unwrap();
+    }
+    mgr.shutdown().await;
+    let wrong: Vec<String> = urls.iter().map(|u| u.replace("app-pw", "bad-pw")).collect();
+    let err = LockManager::start(Config::cluster(wrong))
+        .await
+        .expect_err("wrong password");
+    assert!(!format!("{err} {err:?}").contains("bad-pw"), "{err:?}");
+    assert!(matches!(err, LockError::Auth { .. }), "{err:?}");
+}

@@ -18,12 +18,20 @@ pub struct Cluster {
 impl Cluster {
     /// `masters` masters with `replicas` replicas each, every slot assigned.
     pub fn start(masters: usize, replicas: usize) -> Self {
+        Self::start_with(masters, replicas, &[])
+    }
+
+    /// As [`start`](Self::start), each node with more arguments (ACL users, say).
+    pub fn start_with(masters: usize, replicas: usize, args: &[String]) -> Self {
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
+                let cluster = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
                 RedisServer::start_with(Options {
-                    args: ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"]
-                        .map(str::to_owned)
-                        .to_vec(),
+                    args: cluster
+                        .iter()
+                        .map(|a| (*a).to_owned())
+                        .chain(args.iter().cloned())
+                        .collect(),
                     ..Options::default()
                 })
             })
