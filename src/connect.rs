@@ -110,11 +110,12 @@ impl Endpoint {
         self.inner.sentinel.is_some()
     }
 
-    /// Asks Sentinel for the primary. `Ok(Some(client))` when it moved (the new one is current
-    /// from now on), `Ok(None)` when it did not or there is no Sentinel.
-    pub(crate) async fn locate(&self, limit: Duration) -> Result<Option<Client>, LockError> {
+    /// Asks Sentinel for the primary and makes its client the current one (a no-op without
+    /// Sentinel). Whoever holds connections compares [`client`](Self::client)'s address with
+    /// theirs to learn that it moved.
+    pub(crate) async fn locate(&self, limit: Duration) -> Result<(), LockError> {
         let Some(sentinel) = &self.inner.sentinel else {
-            return Ok(None);
+            return Ok(());
         };
         let found = tokio::time::timeout(limit, async {
             sentinel.lock().await.async_get_client().await
@@ -128,16 +129,11 @@ impl Endpoint {
             op: "ask sentinel for the primary",
             source,
         })?;
-        let moved =
-            self.client().get_connection_info().addr() != found.get_connection_info().addr();
-        if !moved {
-            return Ok(None);
-        }
         match self.inner.current.write() {
-            Ok(mut current) => *current = found.clone(),
-            Err(poisoned) => *poisoned.into_inner() = found.clone(),
+            Ok(mut current) => *current = found,
+            Err(poisoned) => *poisoned.into_inner() = found,
         }
-        Ok(Some(found))
+        Ok(())
     }
 
     /// A command saw a sign that the primary may have moved: ask Sentinel soon.
@@ -248,16 +244,14 @@ fn sentinel_client(
     }
     let mut addrs = Vec::with_capacity(settings.sentinels.len());
     let mut auth: Option<(Option<String>, String)> = None;
-    let mut tls = None;
+    let mut sentinel_tls = false;
     for url in &settings.sentinels {
         let info = parse_url(url)?;
         let redis = info.redis_settings();
         if let Some(password) = redis.password() {
             auth = Some((redis.username().map(str::to_owned), password.to_owned()));
         }
-        if let ConnectionAddr::TcpTls { insecure, .. } = info.addr() {
-            tls = Some(*insecure);
-        }
+        sentinel_tls |= matches!(info.addr(), ConnectionAddr::TcpTls { .. });
         addrs.push(info.addr().clone());
     }
     let mut builder = SentinelClientBuilder::new(
@@ -293,11 +287,11 @@ fn sentinel_client(
         if settings.master_tls {
             builder = builder.set_client_to_redis_certificates(certs.clone());
         }
-        if tls.is_some() {
+        if sentinel_tls {
             builder = builder.set_client_to_sentinel_certificates(certs);
         }
     }
-    let _ = (config, tls);
+    let _ = (config, sentinel_tls);
     builder
         .build()
         .map_err(|e| LockError::invalid("sentinel settings", e.to_string()))
@@ -331,15 +325,11 @@ pub(crate) fn connect_error(label: &str, source: redis::RedisError) -> LockError
             detail: source.to_string(),
         };
     }
-    match source.code() {
-        Some("WRONGPASS") => return LockError::Auth { url, source },
-        Some("NOPERM") => {
-            return LockError::NoPermission {
-                what: "connect".into(),
-                detail: source.to_string(),
-            };
-        }
-        _ => {}
+    if source.code() == Some("NOPERM") {
+        return LockError::NoPermission {
+            what: "connect".into(),
+            detail: source.to_string(),
+        };
     }
     // The cluster client reports a refused password inside its own error, as text.
     let text = source.to_string();

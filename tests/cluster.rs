@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockError, LockManager, MultiLock, RedLock, ShardedSubscription};
 use redis::AsyncCommands;
 use support::cluster::Cluster;
-use support::{RedisServer, count_rounds, listen, next_message};
+use support::{RedisServer, count_rounds, listen, next_message, woken};
 
 async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     let config = Config::cluster(cluster.urls()).watchdog_timeout(watchdog);
@@ -61,11 +61,7 @@ async fn locks_on_every_master_exclude_and_wake_across_two_managers() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let released = Instant::now();
         held.release().await.unwrap();
-        let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
-            .await
-            .unwrap_or_else(|_| panic!("{name}: the waiter was not woken"))
-            .unwrap()
-            .unwrap();
+        let guard = woken(waiting, Duration::from_secs(5)).await;
         // The unlock message woke it: the lease (30 s) was far from over.
         assert!(released.elapsed() < Duration::from_secs(3), "{name}");
         let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
@@ -123,11 +119,7 @@ async fn unlock_messages_travel_by_sharded_pubsub_both_ways() {
         receivers, 1,
         "lockman listens by SSUBSCRIBE on the owning shard"
     );
-    let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("a raw SPUBLISH woke the lockman waiter")
-        .unwrap()
-        .unwrap();
+    let guard = woken(waiting, Duration::from_secs(3)).await;
 
     // A lockman release is heard by a raw SSUBSCRIBE on the shard that owns the channel.
     let mut listener = listen(cluster.node(owner).conn(), "SSUBSCRIBE", &channel);
@@ -226,11 +218,7 @@ async fn every_kind_works_and_holds_over_many_slots_are_renewed() {
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         held.release().await.unwrap();
-        let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
-            .await
-            .unwrap_or_else(|_| panic!("the {kind} waiter was not woken"))
-            .unwrap()
-            .unwrap();
+        let guard = woken(waiting, Duration::from_secs(3)).await;
         guard.release().await.unwrap();
     }
     other.shutdown().await;

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::AsyncCommands;
 use support::cluster::Cluster;
+use support::woken;
 
 async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     let config = Config::cluster(cluster.urls())
@@ -17,18 +18,6 @@ async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     LockManager::start(config)
         .await
         .expect("start on the cluster")
-}
-
-/// Waits for the spawned acquire at most `limit`; the time it took.
-async fn woken(
-    waiting: tokio::task::JoinHandle<Result<lockman::LockGuard, lockman::LockError>>,
-    limit: Duration,
-) -> lockman::LockGuard {
-    tokio::time::timeout(limit, waiting)
-        .await
-        .expect("the waiter was woken")
-        .unwrap()
-        .expect("acquired")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -318,11 +318,7 @@ async fn a_unix_socket_works_like_tcp() {
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     held.release().await.unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(3), waiting)
-        .await
-        .expect("woken over the socket")
-        .unwrap()
-        .unwrap();
+    let guard = support::woken(waiting, Duration::from_secs(3)).await;
     let count: u32 = server
         .async_conn()
         .await

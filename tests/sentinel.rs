@@ -102,11 +102,7 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
     );
     let released = Instant::now();
     held.release().await.expect("release on the new primary");
-    let woken = tokio::time::timeout(Duration::from_secs(4), waiting)
-        .await
-        .expect("the waiter woke on the new primary")
-        .unwrap()
-        .unwrap();
+    let woken = support::woken(waiting, Duration::from_secs(4)).await;
     assert!(released.elapsed() < Duration::from_secs(4));
     let holder: Vec<String> = on_second.hkeys("wake").await.unwrap();
     assert_eq!(holder, vec![woken.holder_id().to_owned()]);

@@ -89,6 +89,19 @@ impl PubSubActor {
 }
 
 impl PubSubActor {
+    /// Drops the connection and stops: the supervisor restarts this actor, which connects to
+    /// the endpoint's current primary (or cluster), subscribes every routed channel again and
+    /// makes every waiter retry, since messages of the gap are gone.
+    fn restart(&mut self, why: &str, ctx: &mut Context<Self>) {
+        if self.halted {
+            return;
+        }
+        tracing::info!(why, "pub/sub reconnects");
+        self.sink = None;
+        self.connected_before = true;
+        ctx.stop();
+    }
+
     /// Messages may have been lost: every routed lock actor's waiters try again.
     fn all_retry(&self) {
         for route in self.routes.values() {
@@ -97,9 +110,7 @@ impl PubSubActor {
             }
         }
     }
-}
 
-impl PubSubActor {
     /// The server ended the sharded subscription of `channel` (its slot moved, as in Redisson's
     /// handling of SUNSUBSCRIBE): subscribe again, which reaches the slot's new owner, and let
     /// its waiters retry, since a message may have been lost meanwhile. A channel no longer
@@ -149,12 +160,9 @@ impl StreamHandler<Heard> for PubSubActor {
             Heard::Message { channel, payload } => (channel, payload),
             Heard::Gap => {
                 // redis-rs would subscribe again on the same node, but its slots may have
-                // failed over to a replica: connect anew (subscribing each channel where its
-                // slot is now, with backoff until the cluster agrees), then waiters retry.
-                tracing::info!("a cluster node's pub/sub connection dropped; reconnecting");
-                self.sink = None;
-                self.connected_before = true;
-                ctx.stop();
+                // failed over to a replica: connect anew, subscribing each channel where its
+                // slot is now (with backoff until the cluster agrees).
+                self.restart("a cluster node's connection dropped", ctx);
                 return;
             }
             Heard::Ended { channel } => {
@@ -175,11 +183,7 @@ impl StreamHandler<Heard> for PubSubActor {
     }
 
     fn finished(&mut self, ctx: &mut Context<Self>) {
-        if !self.halted {
-            tracing::warn!("pub/sub connection lost; restarting");
-            self.sink = None;
-            ctx.stop();
-        }
+        self.restart("the connection was lost", ctx);
     }
 }
 
@@ -239,15 +243,7 @@ impl Handler<Reconnect> for PubSubActor {
     type Result = ();
 
     fn handle(&mut self, _: Reconnect, ctx: &mut Context<Self>) {
-        if self.halted {
-            return;
-        }
-        tracing::info!("the primary moved: pub/sub reconnects");
-        // As when the connection drops: the supervisor restarts this actor, which connects to
-        // the endpoint's current primary, subscribes again and makes every waiter retry.
-        self.sink = None;
-        self.connected_before = true;
-        ctx.stop();
+        self.restart("the primary moved", ctx);
     }
 }
 

@@ -19,7 +19,7 @@ pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 use crate::actors::messages::{Acquire, Release, ReleaseHold, Resolve, Wait};
 use crate::actors::{HoldKey, LockActor};
 use crate::manager::Inner;
-use crate::{LockError, LockKind};
+use crate::{LockError, LockKind, keys};
 
 /// How often a request is re-sent when the lock actor it resolved stopped at that very moment.
 const RESOLVE_ATTEMPTS: usize = 8;
@@ -210,7 +210,9 @@ impl Lock {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
-        self.mgr.commands.check_name(&self.name)?;
+        // Only the cheap check here, on every call: the registry checks the whole name (its
+        // slots, in a cluster) once, when it starts the name's actor.
+        keys::validate_name(&self.name)?;
         for _ in 0..RESOLVE_ATTEMPTS {
             let actor = match self.cached_actor() {
                 Some(actor) => actor,

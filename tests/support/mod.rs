@@ -362,6 +362,19 @@ pub async fn count_rounds(
     }
 }
 
+/// The guard a spawned `acquire` got, waiting for it at most `limit`: panics (failing the test)
+/// when the waiter was not woken in time or failed.
+pub async fn woken(
+    waiting: tokio::task::JoinHandle<Result<lockman::LockGuard, lockman::LockError>>,
+    limit: Duration,
+) -> lockman::LockGuard {
+    tokio::time::timeout(limit, waiting)
+        .await
+        .expect("the waiter was woken in time")
+        .expect("the waiter did not panic")
+        .expect("the waiter acquired")
+}
+
 /// A raw subscriber, standing in for another client: `command` (`SUBSCRIBE`, `SSUBSCRIBE`)
 /// on `channel` over a blocking connection that gives up reading after 3 s.
 pub fn listen(mut conn: redis::Connection, command: &str, channel: &str) -> redis::Connection {
