@@ -110,7 +110,7 @@ mod scripts;
 mod subscription;
 
 pub use actors::messages::{Acquire, Release, Wait};
-pub use actors::{AcquireReply, LockActor};
+pub use actors::{AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, ReleaseReply};
 pub use compose::{
     CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,
 };

@@ -260,3 +260,50 @@ async fn after_a_burst_of_500_waiters_the_queue_keys_are_empty() {
     assert!(deadlines(&mut raw, "burst").is_empty());
     assert!(!raw.exists::<_, bool>("burst").unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_keeps_its_place_however_long_the_holder_holds() {
+    // The first waiter's place is kept 300 ms after its turn; the holder holds for 3 s, renewed
+    // by a 1 s watchdog. The waiter comes back before its deadline each time and keeps its place,
+    // so the second waiter (with a long wait of its own) cannot get ahead of it.
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = |wait: Duration| {
+        Config::new(server.url())
+            .watchdog_timeout(Duration::from_secs(1))
+            .fair_lock_wait_timeout(wait)
+    };
+    let holder = LockManager::start(config(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let first = LockManager::start(config(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let second = LockManager::start(config(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let held = holder.fair_lock("place").acquire().await.unwrap();
+    let (l1, l2) = (first.fair_lock("place"), second.fair_lock("place"));
+    let w1 = tokio::spawn({
+        let l1 = l1.clone();
+        async move { l1.acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let w2 = tokio::spawn({
+        let l2 = l2.clone();
+        async move { l2.acquire().await }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        queue(&mut raw, "place"),
+        vec![l1.holder_id(), l2.holder_id()]
+    );
+    held.release().await.unwrap();
+    let g1 = support::woken(w1, Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!w2.is_finished(), "the second waiter got ahead");
+    g1.release().await.unwrap();
+    let g2 = support::woken(w2, Duration::from_secs(2)).await;
+    g2.release().await.unwrap();
+    assert!(queue(&mut raw, "place").is_empty());
+}

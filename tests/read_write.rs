@@ -379,3 +379,26 @@ async fn a_downgrade_lets_local_waiting_readers_in_at_once() {
     );
     r.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn force_unlock_of_one_side_leaves_the_other_mode_alone() {
+    // As Redisson's: a read lock's force unlock deletes the lock only in read mode, a write
+    // lock's only in write mode.
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let rw = mgr.read_write_lock("fm");
+    let w = rw.write().acquire().await.unwrap();
+    assert!(!rw.read().force_unlock().await.unwrap());
+    let mode: String = raw.hget("fm", "mode").unwrap();
+    assert_eq!(mode, "write");
+    assert!(rw.write().force_unlock().await.unwrap());
+    assert!(!raw.exists::<_, bool>("fm").unwrap());
+    drop(w);
+    let r = mgr.read_write_lock("fm").read().acquire().await.unwrap();
+    assert!(!rw.write().force_unlock().await.unwrap());
+    assert!(raw.exists::<_, bool>("fm").unwrap());
+    assert!(rw.read().force_unlock().await.unwrap());
+    assert!(!raw.exists::<_, bool>("fm").unwrap());
+    drop(r);
+}

@@ -2,33 +2,22 @@
 //! handles send exactly these, and an actix user may send them to a
 //! [`LockActor`](super::LockActor) directly (see `examples/messages.rs`).
 
+use actix::{Addr, Message, WeakAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use actix::{Addr, Message, WeakAddr};
+pub use super::lock_state::Wait;
+use super::{Grant, LockActor};
+use crate::error::LockError;
+use crate::scripts::LockKind;
 
-use super::LockActor;
-use crate::{LockError, LockGuard, LockKind};
-
-/// How long an [`Acquire`] may wait while the lock is held by someone else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Wait {
-    /// One attempt; `None` when the lock is busy.
-    No,
-    /// Wait up to this long, then `None`.
-    Up(Duration),
-    /// Wait until the lock is acquired.
-    Forever,
-}
-
-/// Take the lock for `holder`: the reply is a guard, or `None` when the wait ran out.
+/// Take the lock for `holder`: the reply is a [`Grant`], or `None` when the wait ran out.
 ///
 /// A lock taken with `lease: None` is renewed by the watchdog while held; one taken with a lease
-/// expires by itself after it. Dropping the reply (or the request) never leaks a hold: a guard
+/// expires by itself after it. Dropping the reply (or the request) never leaks a hold: a grant
 /// that reaches nobody releases the lock.
 #[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<Option<LockGuard>, LockError>")]
+#[rtype(result = "Result<Option<Grant>, LockError>")]
 pub struct Acquire {
     /// The holder, `<client id>:<n>` (see [`Lock::holder_id`](crate::Lock::holder_id)).
     pub holder: String,
@@ -41,10 +30,10 @@ pub struct Acquire {
     pub kind: LockKind,
 }
 
-/// Release the hold of one guard. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.
+/// Release the hold of one grant. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.
 #[derive(Debug, Message)]
 #[rtype(result = "Result<(), LockError>")]
-pub struct Release(pub LockGuard);
+pub struct Release(pub Grant);
 
 /// A guard was dropped: release its hold in the background.
 #[derive(Message)]

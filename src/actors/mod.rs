@@ -1,7 +1,8 @@
 //! The actor system of one [`LockManager`](crate::LockManager):
 //!
 //! - [`Registry`]: lock name → its [`LockActor`], started on demand;
-//! - [`LockActor`]: one per busy name; waiters, holds, subscription; stops itself when idle;
+//! - [`LockActor`]: one per busy name, the shell of its `LockState` (`lock_state`: the rules of
+//!   one name, pure); stops itself when idle;
 //! - [`PubSubActor`]: the pub/sub connection, routing unlock messages (supervised);
 //! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised);
 //! - `FailoverWatch`: with Sentinel, follows the primary and moves the others with it
@@ -10,7 +11,9 @@
 //! [`messages`] lists everything they say to each other.
 
 mod failover;
+mod grant;
 mod lock_actor;
+mod lock_state;
 pub(crate) mod messages;
 mod pubsub;
 mod registry;
@@ -20,8 +23,9 @@ use std::sync::Arc;
 
 use actix::{Actor, Addr, Supervisor};
 
-pub(crate) use lock_actor::HoldKey;
-pub use lock_actor::{AcquireReply, LockActor};
+pub use grant::Grant;
+pub use lock_actor::{AcquireReply, LockActor, ReleaseReply};
+pub use lock_state::MAX_HAND_OFF_STREAK;
 pub use pubsub::PubSubActor;
 pub use registry::Registry;
 pub use watchdog::Watchdog;

@@ -6,7 +6,6 @@ use std::time::Duration;
 use std::sync::Mutex;
 
 use actix::{Addr, MailboxError, WeakAddr};
-use tokio::sync::watch;
 
 mod fair;
 mod fenced;
@@ -16,8 +15,8 @@ pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
-use crate::actors::messages::{Acquire, Release, ReleaseHold, Resolve, Wait};
-use crate::actors::{HoldKey, LockActor};
+use crate::actors::messages::{Acquire, Release, Resolve, Wait};
+use crate::actors::{Grant, LockActor};
 use crate::manager::Inner;
 use crate::{LockError, LockKind, keys};
 
@@ -117,8 +116,8 @@ impl Lock {
         self.request(None, Wait::No).await
     }
 
-    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed. While Redis
-    /// answers slowly, the answer can come up to one response timeout after `wait`.
+    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed (a fair
+    /// waiter first leaves the Redis queue: one round trip more).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
@@ -240,7 +239,9 @@ impl Lock {
                 kind: self.kind,
             };
             match actor.send(acquire).await {
-                Ok(reply) => return reply.map(|g| g.map(|g| g.keeping(self.mgr.clone()))),
+                Ok(reply) => {
+                    return reply.map(|g| g.map(|g| LockGuard::from(g).keeping(self.mgr.clone())));
+                }
                 // The actor stopped before handling it: nothing happened, resolve again.
                 Err(MailboxError::Closed) => {
                     if let Ok(mut slot) = self.actor.lock() {
@@ -275,73 +276,53 @@ impl std::fmt::Debug for Lock {
 /// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping
 /// it releases in the background. It knows when the lock was lost (expired, deleted, force
 /// unlocked, not renewable for a whole watchdog timeout): see [`is_lost`](Self::is_lost).
+///
+/// It wraps the [`Grant`] its lock actor replied with (see [`From<Grant>`](#impl-From<Grant>-for-LockGuard)).
 #[must_use = "dropping a guard releases the lock at once"]
 pub struct LockGuard {
-    actor: Addr<LockActor>,
-    name: Arc<str>,
-    holder: Arc<str>,
-    kind: LockKind,
-    epoch: u64,
-    /// A fenced lock's token for this acquisition.
-    token: Option<u64>,
-    lost: watch::Receiver<bool>,
-    /// Whether dropping the guard still has to release its hold.
-    armed: bool,
+    grant: Grant,
     /// Keeps the manager (and its renewals) running while the guard lives.
     manager: Option<Arc<Inner>>,
 }
 
-impl LockGuard {
-    pub(crate) fn new(
-        actor: Addr<LockActor>,
-        name: Arc<str>,
-        (holder, kind): HoldKey,
-        epoch: u64,
-        lost: watch::Receiver<bool>,
-        token: Option<u64>,
-    ) -> Self {
+impl From<Grant> for LockGuard {
+    fn from(grant: Grant) -> Self {
         Self {
-            actor,
-            name,
-            holder,
-            kind,
-            epoch,
-            token,
-            lost,
-            armed: true,
+            grant,
             manager: None,
         }
     }
+}
 
+impl LockGuard {
     fn keeping(mut self, manager: Arc<Inner>) -> Self {
         self.manager = Some(manager);
         self
     }
 
-    /// Takes the hold out of the guard: the caller releases it.
-    pub(crate) fn disarm(&mut self) -> (HoldKey, u64) {
-        self.armed = false;
-        ((self.holder.clone(), self.kind), self.epoch)
+    /// The grant inside: what a [`Release`] message carries.
+    pub fn into_grant(self) -> Grant {
+        self.grant
     }
 
     /// The lock name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.grant.name()
     }
 
     /// The holder that holds it.
     pub fn holder_id(&self) -> &str {
-        &self.holder
+        self.grant.holder_id()
     }
 
     /// Which kind of lock it holds.
     pub fn kind(&self) -> LockKind {
-        self.kind
+        self.grant.kind()
     }
 
     /// A fenced lock's token for this acquisition (`None` for other kinds): see [`FencedLock`].
     pub fn token(&self) -> Option<u64> {
-        self.token
+        self.grant.token()
     }
 
     /// Releases this hold: the lock is free once every hold of its holder is released.
@@ -352,44 +333,33 @@ impl LockGuard {
     /// holder's count, then releases what is still due, retrying with backoff), so the hold never
     /// stays renewed. A guard dropped without `release` goes the same way.
     pub async fn release(self) -> Result<(), LockError> {
-        let actor = self.actor.clone();
-        actor
-            .send(Release(self))
+        let Self { grant, manager } = self;
+        let actor = grant.actor().clone();
+        let res = actor
+            .send(Release(grant))
             .await
-            .map_err(|_| LockError::Shutdown)?
+            .map_err(|_| LockError::Shutdown)?;
+        drop(manager);
+        res
     }
 
     /// Whether the lock is known to be lost (or the manager stopped renewing it).
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.lost.has_changed().is_err()
+        self.grant.is_lost()
     }
 
     /// Resolves once the lock is known to be lost; never, while it is held.
     pub async fn lost(&self) {
-        let mut lost = self.lost.clone();
-        let _ = lost.wait_for(|lost| *lost).await;
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            let ((holder, kind), epoch) = self.disarm();
-            self.actor.do_send(ReleaseHold {
-                holder,
-                kind,
-                epoch,
-            });
-        }
+        self.grant.lost().await;
     }
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.name)
-            .field("holder", &self.holder)
-            .field("kind", &self.kind)
+            .field("name", &self.name())
+            .field("holder", &self.holder_id())
+            .field("kind", &self.kind())
             .field("lost", &self.is_lost())
             .finish()
     }

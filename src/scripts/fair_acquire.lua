@@ -5,6 +5,7 @@
 -- Reply: nil when acquired; otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
 --        back yet) the time until the head's deadline.
+-- A queued waiter that comes back keeps its place: its deadline moves on (below).
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 if redis.call('exists', KEYS[1]) == 0 then
     local head = redis.call('lindex', KEYS[2], 0)
@@ -31,7 +32,23 @@ local function until_change()
     if head == false then return 0 end
     return math.max(tonumber(redis.call('zscore', KEYS[3], head)) - now, 0)
 end
-if ARGV[5] == '1' or redis.call('zscore', KEYS[3], ARGV[2]) ~= false then
+if ARGV[5] == '1' then
+    return until_change()
+end
+local mine = redis.call('zscore', KEYS[3], ARGV[2])
+if mine ~= false then
+    -- Queued, and back (lockman's rule, which keeps a place however long the holder holds):
+    -- its deadline moves to `wait` after that of the waiter ahead of it (or after the lock's
+    -- PTTL, for the head), if that is later. A waiter that does not come back still expires.
+    local at = redis.call('lpos', KEYS[2], ARGV[2])
+    local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+    if at ~= false and at > 0 then
+        base = tonumber(redis.call('zscore', KEYS[3], redis.call('lindex', KEYS[2], at - 1)))
+    end
+    local deadline = base + tonumber(ARGV[3])
+    if deadline > tonumber(mine) then
+        redis.call('zadd', KEYS[3], deadline, ARGV[2])
+    end
     return until_change()
 end
 local last = redis.call('lindex', KEYS[2], -1)

@@ -1,0 +1,131 @@
+//! What the state machine asks its shell to do, and what the shell reports back.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{HoldKey, ReplyId, WaiterId};
+use crate::error::LockError;
+use crate::scripts::{Attempt, FairArgs, HandedOff, LockKind, Released};
+
+/// One effect, carried out by the shell in the order given.
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Make this round trip to Redis and report its [`Outcome`] with `LockState::ran`. At most
+    /// one is under way at a time: round trips of one name never interleave.
+    Run(Op),
+    /// Tell waiter `id`'s caller how its request ended.
+    Answer(WaiterId, Answer),
+    /// Tell the sender of release request `id` how it went.
+    ReleaseDone(ReplyId, Result<(), LockError>),
+    /// Route this channel here and subscribe it; report with `LockState::subscribed`.
+    Subscribe(Arc<str>),
+    /// No waiter needs this channel any more.
+    Unsubscribe(Arc<str>),
+    /// Fire `timer` after this long (replacing the same timer if armed); report with
+    /// `LockState::fired`.
+    Arm(Timer, Duration),
+    /// Disarm `timer` (nothing when it is not armed).
+    Cancel(Timer),
+    /// Hand this hold to the Watchdog for renewal. `confirmed`: when Redis last set its PTTL.
+    Track {
+        key: HoldKey,
+        epoch: u64,
+        confirmed: Instant,
+    },
+    /// The Watchdog stops renewing this hold.
+    Untrack { key: HoldKey, epoch: u64 },
+    /// The hold of this epoch is gone from Redis: tell its guards.
+    Lost(u64),
+    /// The hold of this epoch ended by release: its guards are gone, forget its signal.
+    Ended(u64),
+    /// The first hold or waiter arrived: stay alive.
+    Busy,
+    /// No hold, no waiter and no round trip left: the actor may stop.
+    Idle,
+    /// A requested stop has done its last round trip.
+    Stopped,
+}
+
+/// How a request ended.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Granted: the hold's key, its epoch, and a fenced lock's token.
+    Granted {
+        key: HoldKey,
+        epoch: u64,
+        token: Option<u64>,
+    },
+    /// The wait ran out (or a single attempt found the lock busy).
+    TimedOut,
+    /// An error that ends the request.
+    Failed(LockError),
+}
+
+/// Timers the state machine arms.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Timer {
+    /// Waiter `id`'s wait runs out.
+    Deadline(WaiterId),
+    /// The head waiter's next attempt: the holder's TTL ran out, or an error's backoff passed.
+    Retry,
+    /// Hand the watchdog holds old enough to the Watchdog.
+    Track,
+    /// A lease hold's lease runs out.
+    Expiry(HoldKey, u64),
+    /// Settle a hold's unconfirmed releases.
+    Reconcile(HoldKey, u64),
+}
+
+/// One Redis round trip for the lock's name.
+#[derive(Debug)]
+pub(crate) enum Op {
+    /// One acquire attempt (`ttl`: the lease it sets).
+    Acquire {
+        kind: LockKind,
+        holder: Arc<str>,
+        ttl: Duration,
+        fair: FairArgs,
+    },
+    /// Release one hold, restoring `lease` when holds remain.
+    Release {
+        kind: LockKind,
+        holder: Arc<str>,
+        lease: Duration,
+    },
+    /// Release `from`'s hold and, when that frees the lock, grant it to `to` for `to_lease` in the
+    /// same script (no publish).
+    HandOff {
+        kind: LockKind,
+        from: Arc<str>,
+        lease: Duration,
+        to: Arc<str>,
+        to_lease: Duration,
+    },
+    /// A fair-lock waiter leaves the Redis queue.
+    LeaveQueue { holder: Arc<str>, wait: Duration },
+    /// Bring the holder's count in Redis down to `target` (releases or acquires of unknown
+    /// outcome left it unsure), by reading it and releasing what is over.
+    Settle {
+        kind: LockKind,
+        holder: Arc<str>,
+        target: u32,
+        lease: Duration,
+    },
+    /// Stopping: leave fair queues, then release each hold `count` times.
+    Shutdown {
+        leave: Vec<(Arc<str>, Duration)>,
+        release: Vec<(HoldKey, u32, Duration)>,
+    },
+}
+
+/// The result of an [`Op`], in the same order.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Acquire(Result<Attempt, LockError>),
+    Release(Result<Released, LockError>),
+    HandOff(Result<HandedOff, LockError>),
+    LeaveQueue(Result<bool, LockError>),
+    /// The holder's count in Redis afterwards.
+    Settle(Result<u32, LockError>),
+    Shutdown,
+}

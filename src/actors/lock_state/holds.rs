@@ -1,0 +1,197 @@
+//! The holds of one lock name in this process: grants, lease expiry, the hand-over to the
+//! Watchdog, loss and the end of a hold.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{Effect, HoldKey, LockState, Pending, Timer, backoff};
+
+/// Every hold gets a number no other hold in this process had, so a stale guard can never
+/// release a later hold of the same holder.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// The share of the watchdog timeout a watchdog hold lives before the Watchdog renews it. Its
+/// first renewal then comes at most 1/6 + 1/3 = 1/2 of the timeout after the grant, and the next
+/// at 5/6: a renewal can still fail once without losing the lock (the PTTL ends at 6/6).
+pub(super) const TRACK_AFTER: u32 = 6;
+
+/// One hold: from the first grant to the final release or the loss.
+#[derive(Debug)]
+pub(super) struct Hold {
+    pub count: u32,
+    pub epoch: u64,
+    /// Renewed by the watchdog (taken without a lease), or expiring by itself.
+    pub watchdog: bool,
+    /// Whether the Watchdog renews it yet: a watchdog hold is handed over once it has lived
+    /// [`TRACK_AFTER`] of the timeout, so the many holds that end sooner cost it nothing.
+    pub tracked: bool,
+    /// When Redis last set its PTTL to the full lease (the latest grant, first or re-entrant).
+    pub granted: Instant,
+    /// The lease restored when one of several holds is released.
+    pub lease: Duration,
+    /// Releases asked for but not confirmed by Redis (an error, or a reply that never came).
+    /// `count` still includes them until reconciliation learns what happened.
+    pub unreleased: u32,
+    pub reconcile_armed: bool,
+    /// Consecutive failed reconciliations, for the backoff.
+    pub reconcile_failures: u32,
+}
+
+impl LockState {
+    pub(super) fn hold_mut(&mut self, key: &HoldKey, epoch: u64) -> Option<&mut Hold> {
+        self.holds.get_mut(key).filter(|h| h.epoch == epoch)
+    }
+
+    /// Records a hold granted by Redis (a new one, or one more of a held one); its epoch.
+    pub(super) fn grant(&mut self, key: HoldKey, lease: Option<Duration>, started: Instant) -> u64 {
+        let watchdog = lease.is_none();
+        let lease = lease.unwrap_or(self.settings.watchdog_timeout);
+        let epoch = match self.holds.get_mut(&key) {
+            Some(hold) => {
+                hold.count += 1;
+                hold.granted = hold.granted.max(started);
+                hold.epoch
+            }
+            None => {
+                let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
+                let hold = Hold {
+                    count: 1,
+                    epoch,
+                    watchdog: false,
+                    tracked: false,
+                    granted: started,
+                    lease,
+                    unreleased: 0,
+                    reconcile_armed: false,
+                    reconcile_failures: 0,
+                };
+                self.holds.insert(key.clone(), hold);
+                epoch
+            }
+        };
+        if watchdog {
+            self.watch(&key);
+        } else {
+            // The script just set the PTTL to this lease (it started no earlier than `started`).
+            self.expire_at(&key, lease, started + lease);
+        }
+        self.set_busy();
+        epoch
+    }
+
+    /// Puts a hold under the watchdog (for good: it renews until the hold ends).
+    fn watch(&mut self, key: &HoldKey) {
+        let timeout = self.settings.watchdog_timeout;
+        let Some(hold) = self.holds.get_mut(key) else {
+            return;
+        };
+        if !hold.watchdog {
+            self.out
+                .push(Effect::Cancel(Timer::Expiry(key.clone(), hold.epoch)));
+        }
+        hold.lease = timeout;
+        hold.watchdog = true;
+        if !hold.tracked && !self.track_armed {
+            self.track_armed = true;
+            self.out
+                .push(Effect::Arm(Timer::Track, timeout / TRACK_AFTER));
+        }
+    }
+
+    /// Hands the watchdog holds that have lived long enough to the Watchdog, and schedules the
+    /// next hand-over while others are still too young.
+    pub(super) fn track_due(&mut self) {
+        let after = self.settings.watchdog_timeout / TRACK_AFTER;
+        let mut next: Option<Duration> = None;
+        for (key, hold) in &mut self.holds {
+            if !hold.watchdog || hold.tracked {
+                continue;
+            }
+            let age = self.now.saturating_duration_since(hold.granted);
+            if age < after {
+                next = Some(next.map_or(after - age, |n| n.min(after - age)));
+                continue;
+            }
+            hold.tracked = true;
+            self.out.push(Effect::Track {
+                key: key.clone(),
+                epoch: hold.epoch,
+                confirmed: hold.granted,
+            });
+        }
+        if let Some(next) = next {
+            self.track_armed = true;
+            self.out.push(Effect::Arm(Timer::Track, next));
+        }
+    }
+
+    /// A lease hold is lost when its lease runs out, since nobody renews it.
+    pub(super) fn expire_at(&mut self, key: &HoldKey, lease: Duration, at: Instant) {
+        let now = self.now;
+        let Some(hold) = self.holds.get_mut(key) else {
+            return;
+        };
+        if hold.watchdog {
+            return;
+        }
+        hold.lease = lease;
+        let after = at.saturating_duration_since(now);
+        self.out
+            .push(Effect::Arm(Timer::Expiry(key.clone(), hold.epoch), after));
+    }
+
+    /// The hold is gone from Redis: tell its guards, stop renewing it.
+    pub(super) fn lose(&mut self, key: &HoldKey, epoch: u64, why: &str) {
+        if let Some(hold) = self.end_hold(key, epoch, true) {
+            let (holder, kind) = (&key.0, key.1);
+            if hold.watchdog {
+                tracing::warn!(lock = %self.name, %holder, ?kind, why, "lock lost");
+            } else {
+                tracing::debug!(lock = %self.name, %holder, ?kind, why, "lease hold ended");
+            }
+        }
+        self.maybe_idle();
+    }
+
+    /// Removes a hold (released, or `lost`) and its schedules.
+    pub(super) fn end_hold(&mut self, key: &HoldKey, epoch: u64, lost: bool) -> Option<Hold> {
+        self.holds.get(key).filter(|h| h.epoch == epoch)?;
+        let hold = self.holds.remove(key)?;
+        self.out
+            .push(Effect::Cancel(Timer::Expiry(key.clone(), epoch)));
+        self.out
+            .push(Effect::Cancel(Timer::Reconcile(key.clone(), epoch)));
+        if hold.tracked {
+            self.out.push(Effect::Untrack {
+                key: key.clone(),
+                epoch,
+            });
+        }
+        self.out.push(if lost {
+            Effect::Lost(epoch)
+        } else {
+            Effect::Ended(epoch)
+        });
+        Some(hold)
+    }
+
+    pub(super) fn schedule_reconcile(&mut self, key: &HoldKey) {
+        let Some(hold) = self.holds.get_mut(key) else {
+            return;
+        };
+        if hold.reconcile_armed
+            || self
+                .todo
+                .iter()
+                .any(|p| matches!(p, Pending::Reconcile { key: k, .. } if k == key))
+        {
+            return;
+        }
+        hold.reconcile_armed = true;
+        let delay = backoff(hold.reconcile_failures);
+        self.out.push(Effect::Arm(
+            Timer::Reconcile(key.clone(), hold.epoch),
+            delay,
+        ));
+    }
+}

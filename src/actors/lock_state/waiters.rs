@@ -1,0 +1,148 @@
+//! The local waiters of one lock name: FIFO order with O(1) insertion and removal by id, and the
+//! counts that spare a scan of the queue (who shares a channel; who may wait, by holder).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+use super::{Wait, WaiterId};
+use crate::scripts::LockKind;
+
+/// One caller waiting for the lock: from its request to a grant, the end of its wait, an error or
+/// its going away.
+#[derive(Debug)]
+pub(super) struct Waiter {
+    pub id: WaiterId,
+    pub holder: Arc<str>,
+    pub kind: LockKind,
+    pub lease: Option<Duration>,
+    pub wait: Wait,
+    /// When the request arrived, for the time waited.
+    pub since: Instant,
+    /// The channel it is woken on (the lock's, or a fair-lock waiter's own).
+    pub channel: Arc<str>,
+    /// Fair lock: the wait its queue place is kept for; and whether it may be in the Redis queue.
+    pub fair_wait: Duration,
+    pub queued: bool,
+}
+
+impl Waiter {
+    pub fn may_wait(&self) -> bool {
+        self.wait != Wait::No
+    }
+}
+
+/// The queue. Removal leaves the id in `order` until it reaches the front, or until dead ids
+/// outnumber live ones and `order` is compacted: amortized O(1) per waiter either way.
+#[derive(Debug, Default)]
+pub(super) struct Waiters {
+    order: VecDeque<WaiterId>,
+    live: FxHashMap<WaiterId, Waiter>,
+    /// How many live waiters use each channel.
+    by_channel: FxHashMap<Arc<str>, usize>,
+    /// How many live waiters may wait, in all and per holder.
+    may_wait: usize,
+    may_wait_by_holder: FxHashMap<Arc<str>, usize>,
+}
+
+impl Waiters {
+    pub fn push(&mut self, w: Waiter) {
+        *self.by_channel.entry(w.channel.clone()).or_default() += 1;
+        if w.may_wait() {
+            self.may_wait += 1;
+            *self.may_wait_by_holder.entry(w.holder.clone()).or_default() += 1;
+        }
+        self.order.push_back(w.id);
+        self.live.insert(w.id, w);
+    }
+
+    /// Removes waiter `id`; the flag says whether no waiter uses its channel any more.
+    pub fn remove(&mut self, id: WaiterId) -> Option<(Waiter, bool)> {
+        let w = self.live.remove(&id)?;
+        let unused = decrement(&mut self.by_channel, &w.channel);
+        if w.may_wait() {
+            self.may_wait -= 1;
+            decrement(&mut self.may_wait_by_holder, &w.holder);
+        }
+        if self.order.len() > 2 * self.live.len() + 32 {
+            let live = &self.live;
+            self.order.retain(|id| live.contains_key(id));
+        }
+        Some((w, unused))
+    }
+
+    pub fn get(&self, id: WaiterId) -> Option<&Waiter> {
+        self.live.get(&id)
+    }
+
+    pub fn get_mut(&mut self, id: WaiterId) -> Option<&mut Waiter> {
+        self.live.get_mut(&id)
+    }
+
+    pub fn contains(&self, id: WaiterId) -> bool {
+        self.live.contains_key(&id)
+    }
+
+    /// The oldest waiter.
+    pub fn front(&mut self) -> Option<&Waiter> {
+        while let Some(id) = self.order.front() {
+            if self.live.contains_key(id) {
+                return self.live.get(id);
+            }
+            self.order.pop_front();
+        }
+        None
+    }
+
+    /// Every waiter, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.order.iter().filter_map(|id| self.live.get(id))
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.live.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
+    }
+
+    /// How many waiters that may wait belong to holders other than `holder`.
+    pub fn others_waiting(&self, holder: &str) -> usize {
+        self.may_wait - self.may_wait_by_holder.get(holder).copied().unwrap_or(0)
+    }
+
+    /// How many waiters use `channel`.
+    #[cfg(test)]
+    pub fn on_channel(&self, channel: &str) -> usize {
+        self.by_channel.get(channel).copied().unwrap_or(0)
+    }
+
+    /// Empties the queue, oldest first.
+    pub fn drain(&mut self) -> Vec<Waiter> {
+        let mut out = Vec::with_capacity(self.live.len());
+        for id in std::mem::take(&mut self.order) {
+            if let Some(w) = self.live.remove(&id) {
+                out.push(w);
+            }
+        }
+        *self = Self::default();
+        out
+    }
+}
+
+fn decrement(counts: &mut FxHashMap<Arc<str>, usize>, key: &Arc<str>) -> bool {
+    match counts.get_mut(key) {
+        Some(n) if *n > 1 => {
+            *n -= 1;
+            false
+        }
+        _ => {
+            counts.remove(key);
+            true
+        }
+    }
+}
