@@ -76,18 +76,24 @@
 //! |---|---|
 //! | [`LockManager`], [`Lock`], [`LockGuard`] (`manager`, `lock`) | nothing but addresses: thin handles that send messages |
 //! | [`FairLock`], [`ReadWriteLock`], [`FencedLock`] (`lock/*`) | the other kinds: `Lock` with another [`LockKind`] |
-//! | [`Acquire`], [`Release`] (`actors::messages`) | the public messages; actix users may send them to a [`LockActor`] |
+//! | [`Acquire`], [`Release`], [`Grant`] (`actors::messages`, `actors::grant`) | the public messages and the hold they grant; actix users may send them to a [`LockActor`] |
 //! | `Registry` (`actors::registry`) | lock name → its lock actor, started on demand |
-//! | [`LockActor`] (`actors::lock_actor`) | one per busy name: local waiters, holds, subscription; stops when idle |
+//! | [`LockActor`] (`actors::lock_actor`) | one per busy name: the shell that runs its `LockState`'s effects; stops when idle |
+//! | `LockState` (`actors::lock_state`) | the rules of one name, pure: waiters, holds, hand-offs, retries; events in, effects out |
 //! | `PubSubActor` (`actors::pubsub`) | the pub/sub connection; routes unlock messages; supervised |
 //! | `Watchdog` (`actors::watchdog`) | batched renewal of every hold without a lease; supervised |
 //! | `FailoverWatch` (`actors::failover`) | with Sentinel: follows the primary, moves the others; supervised |
-//! | `scripts` (`*.lua`, `scripts/mod.rs`) | the protocol: one Lua script per operation, by EVALSHA |
+//! | `scripts` (`*.lua`, `scripts::commands`, `scripts::kind`) | the protocol: one Lua script per operation, by EVALSHA |
 //! | `scripts::conn` | the command connections; replica sync; the start-time ACL check |
 //! | `connect`, `cluster` | where Redis is (URL, TLS, Sentinel, Cluster); typed connection failures; redaction |
 //! | `subscription` | the pub/sub connection of one server or a cluster (SUBSCRIBE or SSUBSCRIBE) |
 //! | `keys` | the names of keys and channels (Redisson's layout, `docs/protocol.md`) |
 //! | [`MultiLock`], [`RedLock`] (`compose`) | all, or a majority, of several `Lock`s on several servers |
+//!
+//! Dependencies point one way: handles (`manager`, `lock`, `compose`) → `actors` → protocol
+//! (`scripts`, `keys`) → connections (`connect`, `cluster`, `subscription`) → redis. Nothing under
+//! `actors` knows the handles: a lock actor replies a [`Grant`], which the handle wraps into a
+//! [`LockGuard`].
 //!
 //! [actix]: https://docs.rs/actix
 //! [Redisson]: https://redisson.org

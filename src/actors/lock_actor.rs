@@ -58,6 +58,8 @@ pub struct LockActor {
     keepalive: Option<Addr<Self>>,
     /// Who waits for a requested stop.
     stop_replies: Vec<oneshot::Sender<()>>,
+    /// The effects being carried out (a buffer kept between events).
+    effects: Vec<Effect>,
 }
 
 impl LockActor {
@@ -88,25 +90,92 @@ impl LockActor {
             lost: FxHashMap::default(),
             keepalive: None,
             stop_replies: Vec::new(),
+            effects: Vec::new(),
         }
     }
 
-    /// Carries out what the state asked for, in order.
+    /// Carries out what the state asked for, in order (into a buffer kept between calls).
     fn apply(&mut self, ctx: &mut Context<Self>) {
-        for effect in self.state.drain() {
+        let mut effects = std::mem::take(&mut self.effects);
+        self.state.drain_into(&mut effects);
+        for effect in effects.drain(..) {
             self.effect(effect, ctx);
         }
+        self.effects = effects;
+    }
+
+    /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a
+    /// future of its own size (the rare, large ones are not what every acquire pays for).
+    fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
+        let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
+        match op {
+            Op::Acquire {
+                kind,
+                holder,
+                ttl,
+                fair,
+            } => self.spawn_op(ctx, async move {
+                Outcome::Acquire(cmds.acquire(kind, &name, &holder, ttl, fair).await)
+            }),
+            Op::Release {
+                kind,
+                holder,
+                lease,
+            } => self.spawn_op(ctx, async move {
+                Outcome::Release(cmds.release(kind, &name, &holder, lease).await)
+            }),
+            Op::HandOff {
+                kind,
+                from,
+                lease,
+                to,
+                to_lease,
+            } => self.spawn_op(ctx, async move {
+                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease));
+                Outcome::HandOff(res.await)
+            }),
+            Op::LeaveQueue { holder, wait } => self.spawn_op(
+                ctx,
+                Box::pin(async move {
+                    Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await)
+                }),
+            ),
+            Op::Settle {
+                kind,
+                holder,
+                target,
+                lease,
+            } => self.spawn_op(
+                ctx,
+                Box::pin(async move {
+                    let res = cmds.settle_releases(kind, &name, &holder, target, lease);
+                    Outcome::Settle(res.await)
+                }),
+            ),
+            Op::Shutdown { leave, release } => self.spawn_op(
+                ctx,
+                Box::pin(async move {
+                    shut_down(&cmds, &name, leave, release).await;
+                    Outcome::Shutdown
+                }),
+            ),
+        }
+    }
+
+    fn spawn_op(
+        &mut self,
+        ctx: &mut Context<Self>,
+        op: impl std::future::Future<Output = Outcome> + 'static,
+    ) {
+        ctx.spawn(op.into_actor(self).map(|outcome, act, ctx| {
+            act.state.ran(outcome, Instant::now());
+            act.apply(ctx);
+        }));
     }
 
     fn effect(&mut self, effect: Effect, ctx: &mut Context<Self>) {
         match effect {
-            Effect::Run(op) => {
-                let run = run(self.svc.commands.clone(), self.name.clone(), op);
-                ctx.spawn(run.into_actor(self).map(|outcome, act, ctx| {
-                    act.state.ran(outcome, Instant::now());
-                    act.apply(ctx);
-                }));
-            }
+            Effect::Run(op) => self.run(op, ctx),
             Effect::Answer(id, answer) => self.answer(id, answer, ctx),
             Effect::ReleaseDone(id, res) => {
                 if let Some(tx) = self.releasing.remove(&id) {
@@ -244,49 +313,6 @@ impl LockActor {
     }
 }
 
-/// Makes one round trip for `name`.
-async fn run(cmds: Commands, name: Arc<str>, op: Op) -> Outcome {
-    match op {
-        Op::Acquire {
-            kind,
-            holder,
-            ttl,
-            fair,
-        } => Outcome::Acquire(cmds.acquire(kind, &name, &holder, ttl, fair).await),
-        Op::Release {
-            kind,
-            holder,
-            lease,
-        } => Outcome::Release(cmds.release(kind, &name, &holder, lease).await),
-        Op::HandOff {
-            kind,
-            from,
-            lease,
-            to,
-            to_lease,
-        } => Outcome::HandOff(
-            cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease))
-                .await,
-        ),
-        Op::LeaveQueue { holder, wait } => {
-            Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await)
-        }
-        Op::Settle {
-            kind,
-            holder,
-            target,
-            lease,
-        } => Outcome::Settle(
-            cmds.settle_releases(kind, &name, &holder, target, lease)
-                .await,
-        ),
-        Op::Shutdown { leave, release } => {
-            shut_down(&cmds, &name, leave, release).await;
-            Outcome::Shutdown
-        }
-    }
-}
-
 /// Leaves fair queues, then releases each hold as often as it was taken.
 async fn shut_down(
     cmds: &Commands,
@@ -325,7 +351,9 @@ impl Actor for LockActor {
             });
         }
         self.state.abandon();
-        for effect in self.state.drain() {
+        let mut effects = Vec::new();
+        self.state.drain_into(&mut effects);
+        for effect in effects {
             match effect {
                 Effect::Answer(id, answer) => self.answer(id, answer, ctx),
                 Effect::Unsubscribe(_) | Effect::Untrack { .. } => self.effect(effect, ctx),

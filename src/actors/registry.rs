@@ -14,7 +14,8 @@ use rustc_hash::FxHashMap;
 
 use super::messages::*;
 use super::{LockActor, Services};
-use crate::{LockError, LockKind};
+use crate::error::LockError;
+use crate::scripts::LockKind;
 
 /// The actor that maps lock names to lock actors.
 pub struct Registry {

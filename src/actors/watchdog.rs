@@ -19,9 +19,10 @@ use rustc_hash::FxHashMap;
 
 use super::LockActor;
 use super::messages::*;
+use crate::config::Config;
 use crate::keys;
+use crate::scripts::LockKind;
 use crate::scripts::{Commands, RENEW_BATCH};
-use crate::{Config, LockKind};
 
 /// After a renewal tick with failures, how many retries fit into one renewal interval.
 const RETRIES_PER_INTERVAL: u32 = 4;

@@ -6,6 +6,8 @@ use std::time::Duration;
 use crate::connect::redacted;
 use crate::error::LockError;
 
+mod debug;
+
 /// Default [`Config::watchdog_timeout`]: Redisson's `lockWatchdogTimeout`.
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`Config::connect_timeout`].
@@ -407,47 +409,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let Self {
-            deployment,
-            tls,
-            sync_replicas,
-            watchdog_timeout,
-            connect_timeout,
-            response_timeout,
-            fair_lock_wait_timeout,
-        } = self;
-        let mut d = f.debug_struct("Config");
-        match deployment {
-            Deployment::Server { url } => d.field("url", &redacted(url)),
-            Deployment::Cluster { subscription, .. } => d
-                .field("cluster", &deployment.label())
-                .field("sharded_subscription", subscription),
-            Deployment::Sentinel(s) => d
-                .field("sentinel", &deployment.label())
-                .field("master_user", &s.master_user)
-                .field(
-                    "master_password",
-                    &s.master_password.as_ref().map(|_| "***"),
-                )
-                .field("master_db", &s.master_db)
-                .field("master_tls", &s.master_tls),
-        };
-        d.field("tls_ca_pem", &tls.ca_pem.as_ref().map(|_| "<set>"))
-            .field(
-                "tls_client_identity",
-                &tls.client_identity.as_ref().map(|_| "<set>"),
-            )
-            .field("sync_replicas", sync_replicas)
-            .field("watchdog_timeout", watchdog_timeout)
-            .field("connect_timeout", connect_timeout)
-            .field("response_timeout", response_timeout)
-            .field("fair_lock_wait_timeout", fair_lock_wait_timeout)
-            .finish()
     }
 }
 

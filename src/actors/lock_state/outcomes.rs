@@ -1,0 +1,213 @@
+//! What a round trip's outcome does to the state.
+
+use std::time::{Duration, Instant};
+
+use super::round_trips::Pending;
+use super::*;
+
+impl LockState {
+    pub(super) fn attempted(
+        &mut self,
+        id: WaiterId,
+        key: HoldKey,
+        lease: Option<Duration>,
+        started: Instant,
+        res: Result<Attempt, LockError>,
+    ) {
+        match res {
+            Ok(Attempt::Acquired { token }) => {
+                self.failures = 0;
+                if key.1 == LockKind::Read {
+                    // Readers share: every other reader waiting here may enter too.
+                    let new: Vec<WaiterId> = self
+                        .waiters
+                        .iter()
+                        .filter(|w| w.kind == LockKind::Read && w.id != id)
+                        .map(|w| w.id)
+                        .filter(|id| !self.pending_wakes.contains(id))
+                        .collect();
+                    self.pending_wakes.extend(new);
+                }
+                self.granted(id, key, lease, started, token);
+            }
+            Ok(Attempt::Busy { ttl }) => {
+                self.failures = 0;
+                let Some(w) = self.waiters.get(id) else {
+                    // Its caller left meanwhile. This wake-up was the others' too: they wait for
+                    // the next message, or this TTL.
+                    if let (false, Some(ttl)) = (self.waiters.is_empty(), ttl) {
+                        self.schedule_retry(ttl);
+                    }
+                    return;
+                };
+                if !w.may_wait() {
+                    return self.settle(id, Answer::TimedOut);
+                }
+                self.subscribe(id);
+                // No TTL (a key without expiry): only the unlock message can wake us.
+                if let Some(ttl) = ttl {
+                    self.schedule_retry(ttl);
+                }
+            }
+            Err(e) => {
+                if e.outcome_unknown() && !self.holds.contains_key(&key) {
+                    // The acquire may have gone through: one release, sent next, takes back any
+                    // field this holder has (it has no other hold here).
+                    let lease = lease.unwrap_or(self.settings.watchdog_timeout);
+                    self.todo.push_front(Pending::Undo { key, lease });
+                } else if e.outcome_unknown() {
+                    // A re-entry that may have counted in Redis: settle the count.
+                    self.schedule_reconcile(&key);
+                }
+                let Some(w) = self.waiters.get(id) else {
+                    return;
+                };
+                if e.is_retryable() && w.may_wait() {
+                    self.failures = self.failures.saturating_add(1);
+                    let backoff = backoff(self.failures);
+                    tracing::warn!(lock = %self.name, error = %e, ?backoff, "acquire failed, waiter retries");
+                    self.subscribe(id);
+                    self.schedule_retry(backoff);
+                } else {
+                    self.settle(id, Answer::Failed(e));
+                }
+            }
+        }
+    }
+
+    /// Redis granted `key` for waiter `id`: record the hold and answer, or, when the waiter is
+    /// gone, release it again.
+    pub(super) fn granted(
+        &mut self,
+        id: WaiterId,
+        key: HoldKey,
+        lease: Option<Duration>,
+        started: Instant,
+        token: Option<u64>,
+    ) {
+        let epoch = self.grant(key.clone(), lease, started);
+        if let Some(w) = self.waiters.get(id) {
+            let waited = started.saturating_duration_since(w.since);
+            tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
+            self.settle(id, Answer::Granted { key, epoch, token });
+        } else {
+            self.todo.push_back(Pending::Release {
+                key,
+                epoch,
+                reply: None,
+            });
+        }
+        if !self.waiters.is_empty() {
+            // We hold it now: the others wake at our release, or when our lease ends.
+            self.schedule_retry(lease.unwrap_or(self.settings.watchdog_timeout));
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn released(
+        &mut self,
+        key: HoldKey,
+        epoch: u64,
+        lease: Duration,
+        reply: Option<ReplyId>,
+        started: Instant,
+        res: Result<HandedOff, LockError>,
+        to: Option<(WaiterId, HoldKey, Option<Duration>)>,
+    ) {
+        let res = match res {
+            Ok(HandedOff::No(Released::StillHeld)) => {
+                if let Some(hold) = self.hold_mut(&key, epoch) {
+                    if hold.count > 1 {
+                        hold.count -= 1;
+                    } else {
+                        // Redis counts a hold more than we do (a re-entry of unknown outcome
+                        // went through): settle down to none.
+                        hold.unreleased = 1;
+                        self.schedule_reconcile(&key);
+                    }
+                }
+                self.expire_at(&key, lease, started + lease);
+                Ok(())
+            }
+            Ok(HandedOff::No(Released::Unlocked)) => {
+                self.streak = 0;
+                self.end_hold(&key, epoch, false);
+                // A write release that leaves its holder reading publishes nothing
+                // (protocol.md): wake this process's waiters here.
+                if key.1 == LockKind::Write
+                    && self.holds.contains_key(&(key.0.clone(), LockKind::Read))
+                {
+                    self.wake_all();
+                }
+                Ok(())
+            }
+            Ok(HandedOff::No(Released::NotHeld)) => {
+                self.lose(&key, epoch, "release found it gone");
+                Err(not_held(&self.name, &key))
+            }
+            Ok(HandedOff::To { token }) => {
+                self.streak += 1;
+                self.end_hold(&key, epoch, false);
+                if let Some((id, to_key, to_lease)) = to {
+                    self.granted(id, to_key, to_lease, started, token);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if let (true, Some((_, to_key, to_lease))) = (e.outcome_unknown(), &to)
+                    && !self.holds.contains_key(to_key)
+                {
+                    let lease = to_lease.unwrap_or(self.settings.watchdog_timeout);
+                    self.todo.push_front(Pending::Undo {
+                        key: to_key.clone(),
+                        lease,
+                    });
+                }
+                // Did it run? Reconciliation finds out and finishes the job either way, so a
+                // released (or dropped) guard never leaves a hold renewed forever.
+                if let Some(hold) = self.hold_mut(&key, epoch) {
+                    hold.unreleased += 1;
+                    self.schedule_reconcile(&key);
+                }
+                Err(e)
+            }
+        };
+        tracing::debug!(lock = %self.name, holder = %key.0, kind = ?key.1, ok = res.is_ok(), "release");
+        if let Some(reply) = reply {
+            self.out.push(Effect::ReleaseDone(reply, res));
+        }
+    }
+
+    pub(super) fn reconciled(&mut self, key: HoldKey, epoch: u64, res: Result<u32, LockError>) {
+        let name = self.name.clone();
+        let Some(hold) = self.hold_mut(&key, epoch) else {
+            return;
+        };
+        let holder = &key.0;
+        let target = hold.count - hold.unreleased;
+        match res {
+            Ok(0) if target == 0 => {
+                tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
+                self.end_hold(&key, epoch, false);
+            }
+            Ok(0) => self.lose(&key, epoch, "gone while releases were unconfirmed"),
+            Ok(in_redis) if in_redis > target => {
+                hold.count = in_redis;
+                hold.unreleased = in_redis - target;
+                hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
+                self.schedule_reconcile(&key);
+            }
+            Ok(in_redis) => {
+                hold.count = in_redis;
+                hold.unreleased = 0;
+                hold.reconcile_failures = 0;
+                tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
+            }
+            Err(error) => {
+                hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
+                tracing::warn!(lock = %name, %holder, %error, "cannot settle releases yet");
+                self.schedule_reconcile(&key);
+            }
+        }
+    }
+}

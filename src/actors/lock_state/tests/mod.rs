@@ -1,0 +1,316 @@
+//! The state machine on its own: no Redis, no actix. A small model of Redis answers its round
+//! trips; the property test drives it with random event sequences and checks the invariants of
+//! the module doc after every step.
+
+mod property;
+
+use super::*;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn settings() -> Settings {
+    Settings {
+        watchdog_timeout: Duration::from_secs(30),
+        fair_wait_timeout: Duration::from_secs(300),
+        hand_off: true,
+    }
+}
+
+fn state(kind: LockKind) -> LockState {
+    LockState::new(kind, "name".into(), settings(), Instant::now())
+}
+
+fn req(holder: &str, wait: Wait) -> Request {
+    Request {
+        holder: holder.into(),
+        kind: LockKind::Reentrant,
+        lease: None,
+        wait,
+    }
+}
+
+fn runs(effects: &[Effect]) -> Vec<&Op> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Run(op) => Some(op),
+            _ => None,
+        })
+        .collect()
+}
+
+fn granted(effects: &[Effect], id: WaiterId) -> Option<(HoldKey, u64)> {
+    effects.iter().find_map(|e| match e {
+        Effect::Answer(i, Answer::Granted { key, epoch, .. }) if *i == id => {
+            Some((key.clone(), *epoch))
+        }
+        _ => None,
+    })
+}
+
+fn answered(effects: &[Effect], id: WaiterId) -> bool {
+    effects
+        .iter()
+        .any(|e| matches!(e, Effect::Answer(i, _) if *i == id))
+}
+
+fn acquired() -> Outcome {
+    Outcome::Acquire(Ok(Attempt::Acquired { token: None }))
+}
+
+fn busy() -> Outcome {
+    Outcome::Acquire(Ok(Attempt::Busy { ttl: Some(SECOND) }))
+}
+
+fn timeout() -> LockError {
+    LockError::Timeout {
+        op: "test",
+        after: SECOND,
+    }
+}
+
+#[test]
+fn uncontended_acquire_and_release() {
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Forever), Instant::now());
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]));
+    s.ran(acquired(), Instant::now());
+    let fx = s.drain();
+    let (key, epoch) = granted(&fx, id).expect("granted");
+    s.release(key, epoch, Some(7), Instant::now());
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Release { .. }]));
+    s.ran(Outcome::Release(Ok(Released::Unlocked)), Instant::now());
+    let fx = s.drain();
+    assert!(
+        matches!(fx[..], [Effect::Cancel(_), Effect::Cancel(_), Effect::Ended(e), Effect::ReleaseDone(7, Ok(())), ..] if e == epoch),
+        "{fx:?}"
+    );
+    assert!(matches!(fx.last(), Some(Effect::Idle)), "{fx:?}");
+}
+
+#[test]
+fn a_busy_attempt_subscribes_and_the_unlock_message_retries() {
+    let mut s = state(LockKind::Reentrant);
+    s.request(req("a", Wait::Forever), Instant::now());
+    s.drain();
+    s.ran(busy(), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Subscribe(c) if &**c == "redisson_lock__channel:{name}"))
+    );
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Retry, d) if *d == SECOND))
+    );
+    s.unlocked(false, "redisson_lock__channel:{name}", Instant::now());
+    assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+}
+
+#[test]
+fn a_second_holder_queues_behind_a_waiter_without_a_round_trip() {
+    let mut s = state(LockKind::Reentrant);
+    s.request(req("a", Wait::Forever), Instant::now());
+    s.ran(busy(), Instant::now());
+    s.drain();
+    s.request(req("b", Wait::Forever), Instant::now());
+    assert!(runs(&s.drain()).is_empty());
+}
+
+#[test]
+fn release_hands_the_lock_to_the_next_local_waiter_in_one_round_trip() {
+    let mut s = state(LockKind::Reentrant);
+    let a = s.request(req("a", Wait::Forever), Instant::now());
+    s.ran(acquired(), Instant::now());
+    let (key_a, epoch_a) = granted(&s.drain(), a).expect("a granted");
+    let b = s.request(req("b", Wait::Forever), Instant::now());
+    s.ran(busy(), Instant::now());
+    s.drain();
+    s.release(key_a, epoch_a, Some(1), Instant::now());
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::HandOff { from, to, .. }] if &**from == "a" && &**to == "b"),
+        "{fx:?}"
+    );
+    s.ran(
+        Outcome::HandOff(Ok(HandedOff::To { token: None })),
+        Instant::now(),
+    );
+    let fx = s.drain();
+    assert!(granted(&fx, b).is_some(), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Ended(e) if *e == epoch_a))
+    );
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::ReleaseDone(1, Ok(()))))
+    );
+    assert!(runs(&fx).is_empty(), "no second acquire: {fx:?}");
+}
+
+#[test]
+fn a_hand_off_streak_ends_with_a_release_that_publishes() {
+    let mut s = state(LockKind::Reentrant);
+    let mut current = s.request(req("h0", Wait::Forever), Instant::now());
+    s.ran(acquired(), Instant::now());
+    let mut hold = granted(&s.drain(), current).expect("granted");
+    for i in 1..=MAX_HAND_OFF_STREAK + 1 {
+        let next = s.request(req(&format!("h{i}"), Wait::Forever), Instant::now());
+        if !runs(&s.drain()).is_empty() {
+            s.ran(busy(), Instant::now());
+            s.drain();
+        }
+        s.release(hold.0.clone(), hold.1, None, Instant::now());
+        let fx = s.drain();
+        if i <= MAX_HAND_OFF_STREAK {
+            assert!(matches!(runs(&fx)[..], [Op::HandOff { .. }]), "{i}: {fx:?}");
+            s.ran(
+                Outcome::HandOff(Ok(HandedOff::To { token: None })),
+                Instant::now(),
+            );
+            hold = granted(&s.drain(), next).expect("handed off");
+            current = next;
+        } else {
+            assert!(matches!(runs(&fx)[..], [Op::Release { .. }]), "{i}: {fx:?}");
+        }
+    }
+    assert!(s.is_waiting(current + 1));
+}
+
+#[test]
+fn a_bounded_wait_ends_at_its_deadline_even_with_a_round_trip_under_way() {
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), Instant::now());
+    s.drain();
+    // The attempt is still under way when the deadline fires: the caller hears at once.
+    s.fired(Timer::Deadline(id), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Answer(i, Answer::TimedOut) if *i == id)),
+        "{fx:?}"
+    );
+    // The late grant goes to nobody: it is released.
+    s.ran(acquired(), Instant::now());
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Release { .. }]), "{fx:?}");
+}
+
+#[test]
+fn a_fair_waiter_that_gives_up_leaves_the_queue_before_its_answer() {
+    let mut s = state(LockKind::Fair);
+    let mut r = req("a", Wait::Up(SECOND));
+    r.kind = LockKind::Fair;
+    let id = s.request(r, Instant::now());
+    s.ran(busy(), Instant::now());
+    s.drain();
+    s.fired(Timer::Deadline(id), Instant::now());
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::LeaveQueue { .. }]), "{fx:?}");
+    assert!(!answered(&fx, id));
+    s.ran(Outcome::LeaveQueue(Ok(true)), Instant::now());
+    assert!(answered(&s.drain(), id));
+}
+
+#[test]
+fn an_acquire_of_unknown_outcome_is_undone_next() {
+    let mut s = state(LockKind::Reentrant);
+    s.request(req("a", Wait::Forever), Instant::now());
+    s.drain();
+    s.ran(Outcome::Acquire(Err(timeout())), Instant::now());
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Release { .. }]), "{fx:?}");
+    assert!(fx.iter().any(|e| matches!(e, Effect::Arm(Timer::Retry, _))));
+}
+
+#[test]
+fn an_unconfirmed_release_is_settled_and_later_releases_join_it() {
+    let mut s = state(LockKind::Reentrant);
+    let a = s.request(req("a", Wait::Forever), Instant::now());
+    s.ran(acquired(), Instant::now());
+    let (key, epoch) = granted(&s.drain(), a).expect("granted");
+    s.request(req("a", Wait::Forever), Instant::now());
+    s.ran(acquired(), Instant::now());
+    s.drain();
+    s.release(key.clone(), epoch, Some(1), Instant::now());
+    s.ran(Outcome::Release(Err(timeout())), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::ReleaseDone(1, Err(_))))
+    );
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Reconcile(..), _)))
+    );
+    s.release(key.clone(), epoch, Some(2), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::ReleaseDone(2, Ok(()))))
+    );
+    assert!(runs(&fx).is_empty());
+    s.fired(Timer::Reconcile(key, epoch), Instant::now());
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
+        "{fx:?}"
+    );
+    s.ran(Outcome::Settle(Ok(0)), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Ended(e) if *e == epoch))
+    );
+    assert!(matches!(fx.last(), Some(Effect::Idle)));
+}
+
+#[test]
+fn ten_thousand_waiters_leave_in_linear_time() {
+    let mut s = state(LockKind::Reentrant);
+    let first = s.request(req("h0", Wait::Forever), Instant::now());
+    s.ran(busy(), Instant::now());
+    let n = 10_000;
+    let ids: Vec<_> = (1..n)
+        .map(|i| s.request(req(&format!("h{i}"), Wait::Forever), Instant::now()))
+        .collect();
+    s.drain();
+    let started = std::time::Instant::now();
+    for id in std::iter::once(first).chain(ids) {
+        s.caller_gone(id, Instant::now());
+    }
+    let fx = s.drain();
+    let unsubscribes = fx
+        .iter()
+        .filter(|e| matches!(e, Effect::Unsubscribe(_)))
+        .count();
+    assert_eq!(unsubscribes, 1);
+    assert!(matches!(fx.last(), Some(Effect::Idle)));
+    // Quadratic removal took seconds here; linear takes milliseconds (generous bound).
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn bad_requests_are_refused_without_a_round_trip() {
+    let mut s = state(LockKind::Reentrant);
+    let mut r = req("", Wait::No);
+    let id = s.request(r.clone(), Instant::now());
+    r.holder = "a".into();
+    r.lease = Some(Duration::ZERO);
+    let id2 = s.request(r.clone(), Instant::now());
+    r.lease = None;
+    r.kind = LockKind::Read;
+    let id3 = s.request(r, Instant::now());
+    let fx = s.drain();
+    for id in [id, id2, id3] {
+        assert!(fx.iter().any(|e| matches!(e, Effect::Answer(i, Answer::Failed(LockError::InvalidArgument { .. })) if *i == id)));
+    }
+    assert!(runs(&fx).is_empty());
+}

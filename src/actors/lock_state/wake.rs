@@ -1,0 +1,155 @@
+//! The local waiters' side of the rules: who waits its turn, who is woken, how a waiter ends.
+
+use std::time::Duration;
+
+use super::round_trips::Pending;
+use super::*;
+
+impl LockState {
+    /// Whether new waiter `id` waits its turn behind the local waiters ahead of it, without an
+    /// attempt of its own. Their attempts found the lock taken and the next wake-up goes to the
+    /// oldest, so an attempt now could only fail (one wasted round trip per hand-off) or barge
+    /// ahead of them. Only for the exclusive, unfair kinds (a fair lock queues in Redis; readers
+    /// share), for a request that may wait, and never for a holder that holds the lock here
+    /// already (re-entering must not wait for itself).
+    pub(super) fn joins_queue(&self, id: WaiterId) -> bool {
+        let Some(new) = self.waiters.get(id) else {
+            return false;
+        };
+        matches!(new.kind, LockKind::Reentrant | LockKind::Fenced)
+            && new.may_wait()
+            && !self.holds.contains_key(&(new.holder.clone(), new.kind))
+            && self.waiters.others_waiting(&new.holder) > 0
+    }
+
+    pub(super) fn give_up(&mut self, id: WaiterId, why: &str) {
+        if self.waiters.contains(id) {
+            tracing::debug!(lock = %self.name, why, "waiter left");
+            self.settle(id, Answer::TimedOut);
+        }
+        self.maybe_idle();
+    }
+
+    /// Removes waiter `id` with its deadline and answers it, then unsubscribes its channel when
+    /// no other waiter needs it. The answer goes out before the pub/sub traffic. A fair waiter
+    /// that ends without the lock first leaves the Redis queue (unless another local waiter of
+    /// the same holder still needs the place), so it delays nobody behind it; its caller hears
+    /// back once it has left, with that round trip sent next.
+    pub(super) fn settle(&mut self, id: WaiterId, answer: Answer) {
+        let Some((w, unused)) = self.waiters.remove(id) else {
+            return;
+        };
+        if let Wait::Up(_) = w.wait {
+            self.out.push(Effect::Cancel(Timer::Deadline(id)));
+        }
+        if self.waiters.is_empty() && self.retry_armed {
+            self.retry_armed = false;
+            self.out.push(Effect::Cancel(Timer::Retry));
+        }
+        let leaves = w.queued && unused && !matches!(answer, Answer::Granted { .. });
+        if leaves {
+            self.todo.push_front(Pending::Leave {
+                holder: w.holder.clone(),
+                wait: w.fair_wait,
+                then: Some((id, answer)),
+            });
+            self.pump();
+        } else {
+            self.out.push(Effect::Answer(id, answer));
+        }
+        if unused && self.subscribed.remove(&w.channel) {
+            self.out.push(Effect::Unsubscribe(w.channel));
+        }
+    }
+
+    /// A message on `channel`: for a fair lock, the waiter whose turn it is; else one waiter.
+    pub(super) fn wake_channel(&mut self, channel: &str) {
+        if self.family != LockKind::Fair {
+            return self.wake_one();
+        }
+        let id = self
+            .waiters
+            .iter()
+            .find(|w| &*w.channel == channel)
+            .map(|w| w.id);
+        if let Some(id) = id {
+            self.attempt(id);
+        }
+    }
+
+    /// One wake-up (unlock message, TTL run out, reconnection): one attempt for the head waiter.
+    pub(super) fn wake_one(&mut self) {
+        if self.retry_armed {
+            self.retry_armed = false;
+            self.out.push(Effect::Cancel(Timer::Retry));
+        }
+        if let Some(id) = self.waiters.front().map(|w| w.id) {
+            self.attempt(id);
+        }
+    }
+
+    /// A wake-all message (a write release): every waiter gets one attempt, oldest first, one
+    /// round trip at a time.
+    pub(super) fn wake_all(&mut self) {
+        if self.retry_armed {
+            self.retry_armed = false;
+            self.out.push(Effect::Cancel(Timer::Retry));
+        }
+        self.pending_wakes = self.waiters.iter().map(|w| w.id).collect();
+        self.next_wake();
+    }
+
+    /// The next pending wake-up, skipping waiters that have left meanwhile.
+    pub(super) fn next_wake(&mut self) {
+        while let Some(id) = self.pending_wakes.pop_front() {
+            if self.waiters.contains(id) {
+                return self.attempt(id);
+            }
+        }
+    }
+
+    pub(super) fn schedule_retry(&mut self, after: Duration) {
+        self.retry_armed = true;
+        self.out.push(Effect::Arm(Timer::Retry, after));
+    }
+
+    /// Subscribes waiter `id`'s channel (then `subscribed` tries once more).
+    pub(super) fn subscribe(&mut self, id: WaiterId) {
+        let Some(w) = self.waiters.get(id) else {
+            return;
+        };
+        if self.subscribed.insert(w.channel.clone()) {
+            self.out.push(Effect::Subscribe(w.channel.clone()));
+        }
+    }
+
+    pub(super) fn set_busy(&mut self) {
+        if !self.busy {
+            self.busy = true;
+            self.out.push(Effect::Busy);
+        }
+    }
+
+    pub(super) fn maybe_idle(&mut self) {
+        let idle = self.holds.is_empty()
+            && self.waiters.is_empty()
+            && self.todo.is_empty()
+            && self.flight.is_none();
+        if !idle || !self.busy {
+            return;
+        }
+        for (armed, timer) in [
+            (&mut self.retry_armed, Timer::Retry),
+            (&mut self.track_armed, Timer::Track),
+        ] {
+            if std::mem::take(armed) {
+                self.out.push(Effect::Cancel(timer));
+            }
+        }
+        for channel in std::mem::take(&mut self.subscribed) {
+            self.out.push(Effect::Unsubscribe(channel));
+        }
+        self.busy = false;
+        self.out.push(Effect::Idle);
+    }
+}
