@@ -1,0 +1,191 @@
+//! Carrying out the state's effects: round trips (each [`Op`] a future of its own, spawned on the
+//! actor's context, its [`Outcome`] going back to the state), subscriptions, timers, words to the
+//! Watchdog, lost signals.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use super::LockActor;
+use crate::actors::lock_state::{Effect, Op, Outcome};
+use crate::actors::messages::{Subscribe, Track, Unsubscribe, Untrack};
+use crate::scripts::{Commands, LockKind, Released};
+
+impl LockActor {
+    /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a
+    /// future of its own size (the rare, large ones are not what every acquire pays for).
+    pub(super) fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
+        let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
+        match op {
+            Op::Acquire {
+                kind,
+                holder,
+                ttl,
+                fair,
+            } => self.spawn_op(ctx, async move {
+                Outcome::Acquire(cmds.acquire(kind, &name, &holder, ttl, fair).await)
+            }),
+            Op::Release {
+                kind,
+                holder,
+                lease,
+            } => self.spawn_op(ctx, async move {
+                Outcome::Release(cmds.release(kind, &name, &holder, lease).await)
+            }),
+            Op::HandOff {
+                kind,
+                from,
+                lease,
+                to,
+                to_lease,
+            } => self.spawn_op(ctx, async move {
+                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease));
+                Outcome::HandOff(res.await)
+            }),
+            Op::LeaveQueue { holder, wait } => self.spawn_op(
+                ctx,
+                Box::pin(async move {
+                    Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await)
+                }),
+            ),
+            Op::Settle {
+                kind,
+                holder,
+                target,
+                lease,
+            } => self.spawn_op(
+                ctx,
+                Box::pin(async move {
+                    let res = cmds.settle_releases(kind, &name, &holder, target, lease);
+                    Outcome::Settle(res.await)
+                }),
+            ),
+            Op::Shutdown { leave, release } => self.spawn_op(
+                ctx,
+                Box::pin(async move {
+                    shut_down(&cmds, &name, leave, release).await;
+                    Outcome::Shutdown
+                }),
+            ),
+        }
+    }
+
+    fn spawn_op(
+        &mut self,
+        ctx: &mut Context<Self>,
+        op: impl std::future::Future<Output = Outcome> + 'static,
+    ) {
+        ctx.spawn(op.into_actor(self).map(|outcome, act, ctx| {
+            act.state.ran(outcome, Instant::now());
+            act.apply(ctx);
+        }));
+    }
+
+    pub(super) fn effect(&mut self, effect: Effect, ctx: &mut Context<Self>) {
+        match effect {
+            Effect::Run(op) => self.run(op, ctx),
+            Effect::Answer(id, answer) => self.answer(id, answer, ctx),
+            Effect::ReleaseDone(id, res) => {
+                if let Some(tx) = self.releasing.remove(&id) {
+                    let _ = tx.send(res);
+                }
+            }
+            Effect::Subscribe(channel) => {
+                let request = self.svc.pubsub.send(Subscribe {
+                    channel: channel.to_string(),
+                    id: self.id,
+                    actor: ctx.address().downgrade(),
+                });
+                ctx.spawn(request.into_actor(self).map(move |res, act, ctx| {
+                    let ok = !matches!(res, Ok(Err(_)));
+                    act.state.subscribed(&channel, ok, Instant::now());
+                    act.apply(ctx);
+                }));
+            }
+            Effect::Unsubscribe(channel) => self.svc.pubsub.do_send(Unsubscribe {
+                channel: channel.to_string(),
+                id: self.id,
+            }),
+            Effect::Arm(timer, after) => {
+                let t = timer.clone();
+                let handle = ctx.run_later(after, move |act, ctx| {
+                    act.timers.remove(&t);
+                    act.state.fired(t, Instant::now());
+                    act.apply(ctx);
+                });
+                if let Some(old) = self.timers.insert(timer, handle) {
+                    ctx.cancel_future(old);
+                }
+            }
+            Effect::Cancel(timer) => {
+                if let Some(handle) = self.timers.remove(&timer) {
+                    ctx.cancel_future(handle);
+                }
+            }
+            Effect::Track {
+                key: (holder, kind),
+                epoch,
+                confirmed,
+            } => self.svc.watchdog.do_send(Track {
+                name: self.name.clone(),
+                holder,
+                kind,
+                epoch,
+                confirmed,
+                actor: ctx.address().downgrade(),
+            }),
+            Effect::Untrack {
+                key: (holder, kind),
+                epoch,
+            } => self.svc.watchdog.do_send(Untrack {
+                name: self.name.clone(),
+                holder,
+                kind,
+                epoch,
+            }),
+            Effect::Lost(epoch) => {
+                if let Some(lost) = self.lost.remove(&epoch) {
+                    lost.send_replace(true);
+                }
+            }
+            Effect::Ended(epoch) => {
+                self.lost.remove(&epoch);
+            }
+            Effect::Busy => self.keepalive = Some(ctx.address()),
+            Effect::Idle => self.keepalive = None,
+            Effect::Stopped => {
+                for tx in self.stop_replies.drain(..) {
+                    let _ = tx.send(());
+                }
+                ctx.stop();
+            }
+        }
+    }
+}
+
+/// Leaves fair queues, then releases each hold as often as it was taken.
+async fn shut_down(
+    cmds: &Commands,
+    name: &str,
+    leave: Vec<(Arc<str>, Duration)>,
+    release: Vec<((Arc<str>, LockKind), u32, Duration)>,
+) {
+    for (holder, wait) in leave {
+        if let Err(e) = cmds.leave_queue(name, &holder, wait).await {
+            tracing::warn!(lock = %name, %holder, error = %e, "leaving the fair queue at shutdown failed");
+        }
+    }
+    for ((holder, kind), count, lease) in release {
+        for _ in 0..count {
+            match cmds.release(kind, name, &holder, lease).await {
+                Ok(Released::StillHeld) => {}
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(lock = %name, %holder, error = %e, "release at shutdown failed");
+                    break;
+                }
+            }
+        }
+    }
+}

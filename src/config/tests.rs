@@ -1,0 +1,43 @@
+//! Config's checks and defaults.
+
+use super::*;
+
+#[test]
+fn defaults_match_redisson() {
+    let c = Config::new("redis://127.0.0.1/");
+    assert_eq!(c.get_watchdog_timeout(), Duration::from_secs(30));
+    assert_eq!(c.renewal_interval(), Duration::from_secs(10));
+    assert_eq!(c.get_connect_timeout(), Duration::from_secs(5));
+    assert_eq!(c.get_response_timeout(), Duration::from_secs(3));
+}
+
+#[test]
+fn rejects_bad_settings() {
+    let bad = [
+        Config::new("redis://127.0.0.1/").sync_replicas(0, Duration::from_millis(10)),
+        Config::new("redis://127.0.0.1/").sync_replicas(1, Duration::from_secs(3)),
+        Config::new("redis://127.0.0.1/").watchdog_timeout(Duration::ZERO),
+        Config::new("redis://127.0.0.1/").connect_timeout(Duration::ZERO),
+        Config::new("redis://127.0.0.1/").response_timeout(Duration::ZERO),
+    ];
+    for c in bad {
+        let err = c.validate().unwrap_err();
+        assert!(
+            matches!(err, LockError::InvalidArgument { .. }),
+            "{c:?}: {err:?}"
+        );
+    }
+    assert!(Config::new("redis://127.0.0.1:1/3").validate().is_ok());
+}
+
+#[test]
+fn debug_never_shows_a_password() {
+    let c = Config::new("redis://app:hunter2@host:1/0");
+    let shown = format!("{c:?}");
+    assert!(shown.contains("redis://app:***@host:1/0"), "{shown}");
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let s = Config::sentinel("m", ["redis://sen:pw1@h:26379"]).master_auth(Some("u"), "pw2");
+    let shown = format!("{s:?}");
+    assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
+    assert!(shown.contains("sen:***@h:26379"), "{shown}");
+}
