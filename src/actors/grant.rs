@@ -1,4 +1,4 @@
-//! [`Grant`]: what a lock actor replies to a granted [`Acquire`](super::Acquire): one hold, with
+//! [`Grant`]: what a lock actor replies to a granted [`Acquire`](crate::Acquire): one hold, with
 //! the address that releases it and the signal that tells when it is lost. The handles wrap it
 //! into a [`LockGuard`](crate::LockGuard); actix users may keep it as it is.
 
@@ -13,7 +13,7 @@ use super::messages::ReleaseHold;
 use crate::scripts::LockKind;
 
 /// One hold of a lock, as granted by its [`LockActor`]. Dropping it releases the hold in the
-/// background; send it back in a [`Release`](super::Release) to learn the outcome.
+/// background; send it back in a [`Release`](crate::Release) to learn the outcome.
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
     actor: Addr<LockActor>,

@@ -14,7 +14,7 @@ use crate::config::{Config, Deployment, SentinelSettings};
 use crate::error::LockError;
 
 mod failure;
-#[cfg(test)]
+#[cfg(all(test, feature = "tls"))]
 use failure::tls_failure;
 pub(crate) use failure::{connect_error, diagnose_tls_timeout, redacted};
 
@@ -305,6 +305,7 @@ fn sentinel_client(
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "tls")]
     use crate::error::TlsFailure;
 
     #[test]
