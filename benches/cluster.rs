@@ -33,8 +33,13 @@ const HELD: usize = 10_000;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../src/scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../src/scripts/release.lua")));
+// lockman's release script: its prologue, then its tail (src/scripts/mod.rs).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../src/scripts/release_prologue.lua"),
+        include_str!("../src/scripts/release.lua")
+    ))
+});
 
 /// The raw floor: one acquire + release of `name` by EVALSHA on the cluster connection.
 async fn raw_pair(conn: &ClusterConnection, name: &str, holder: &str) {

@@ -10,8 +10,13 @@ use redis::aio::ConnectionManager;
 
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../src/scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../src/scripts/release.lua")));
+// lockman's release script: its prologue, then its tail (src/scripts/mod.rs).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../../src/scripts/release_prologue.lua"),
+        include_str!("../../src/scripts/release.lua")
+    ))
+});
 
 /// The lease every raw hold is taken with (ms).
 const LEASE_MS: u64 = 30_000;

@@ -277,7 +277,8 @@ impl std::fmt::Debug for Lock {
 /// it releases in the background. It knows when the lock was lost (expired, deleted, force
 /// unlocked, not renewable for a whole watchdog timeout): see [`is_lost`](Self::is_lost).
 ///
-/// It wraps the [`Grant`] its lock actor replied with (see [`From<Grant>`](#impl-From<Grant>-for-LockGuard)).
+/// It wraps the [`Grant`] its lock actor replied with, and dereferences to it for the hold's
+/// name, holder, kind, token and lost signal.
 #[must_use = "dropping a guard releases the lock at once"]
 pub struct LockGuard {
     grant: Grant,
@@ -305,26 +306,6 @@ impl LockGuard {
         self.grant
     }
 
-    /// The lock name.
-    pub fn name(&self) -> &str {
-        self.grant.name()
-    }
-
-    /// The holder that holds it.
-    pub fn holder_id(&self) -> &str {
-        self.grant.holder_id()
-    }
-
-    /// Which kind of lock it holds.
-    pub fn kind(&self) -> LockKind {
-        self.grant.kind()
-    }
-
-    /// A fenced lock's token for this acquisition (`None` for other kinds): see [`FencedLock`].
-    pub fn token(&self) -> Option<u64> {
-        self.grant.token()
-    }
-
     /// Releases this hold: the lock is free once every hold of its holder is released.
     ///
     /// # Errors
@@ -342,15 +323,15 @@ impl LockGuard {
         drop(manager);
         res
     }
+}
 
-    /// Whether the lock is known to be lost (or the manager stopped renewing it).
-    pub fn is_lost(&self) -> bool {
-        self.grant.is_lost()
-    }
+/// The hold's name, holder, kind, token and lost signal: [`Grant::name`], [`Grant::is_lost`],
+/// [`Grant::lost`] and the rest.
+impl std::ops::Deref for LockGuard {
+    type Target = Grant;
 
-    /// Resolves once the lock is known to be lost; never, while it is held.
-    pub async fn lost(&self) {
-        self.grant.lost().await;
+    fn deref(&self) -> &Grant {
+        &self.grant
     }
 }
 

@@ -208,7 +208,8 @@ impl Commands {
         if kind == LockKind::Fenced {
             call.key(keys::token_key(name));
         }
-        call.arg(millis(lease))
+        call.arg(UNLOCK_MESSAGE)
+            .arg(millis(lease))
             .arg(from)
             .arg(to)
             .arg(millis(to_lease));

@@ -17,7 +17,13 @@ pub(crate) use commands::Commands;
 pub use kind::LockKind;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
+// The release and hand-off scripts both begin by releasing one hold.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("release_prologue.lua"),
+        include_str!("release.lua")
+    ))
+});
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
@@ -46,7 +52,12 @@ static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("fair_release.lua")
     ))
 });
-static HAND_OFF: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("hand_off.lua")));
+static HAND_OFF: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("release_prologue.lua"),
+        include_str!("hand_off.lua")
+    ))
+});
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
 

@@ -10,7 +10,7 @@ use actix::prelude::*;
 use super::LockActor;
 use crate::actors::lock_state::{Effect, Op, Outcome};
 use crate::actors::messages::{Subscribe, Track, Unsubscribe, Untrack};
-use crate::scripts::{Commands, LockKind, Released};
+use crate::scripts::{Commands, HandedOff, LockKind};
 
 impl LockActor {
     /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a
@@ -31,7 +31,8 @@ impl LockActor {
                 holder,
                 lease,
             } => self.spawn_op(ctx, async move {
-                Outcome::Release(cmds.release(kind, &name, &holder, lease).await)
+                let res = cmds.release(kind, &name, &holder, lease).await;
+                Outcome::Release(res.map(HandedOff::No))
             }),
             Op::HandOff {
                 kind,
@@ -41,7 +42,7 @@ impl LockActor {
                 to_lease,
             } => self.spawn_op(ctx, async move {
                 let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease));
-                Outcome::HandOff(res.await)
+                Outcome::Release(res.await)
             }),
             Op::LeaveQueue { holder, wait } => self.spawn_op(
                 ctx,
@@ -164,27 +165,24 @@ impl LockActor {
     }
 }
 
-/// Leaves fair queues, then releases each hold as often as it was taken.
+/// Leaves fair queues, then releases each hold entirely (whatever its count in Redis).
 async fn shut_down(
     cmds: &Commands,
     name: &str,
     leave: Vec<(Arc<str>, Duration)>,
-    release: Vec<((Arc<str>, LockKind), u32, Duration)>,
+    release: Vec<((Arc<str>, LockKind), Duration)>,
 ) {
     for (holder, wait) in leave {
         if let Err(e) = cmds.leave_queue(name, &holder, wait).await {
             tracing::warn!(lock = %name, %holder, error = %e, "leaving the fair queue at shutdown failed");
         }
     }
-    for ((holder, kind), count, lease) in release {
-        for _ in 0..count {
-            match cmds.release(kind, name, &holder, lease).await {
-                Ok(Released::StillHeld) => {}
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::warn!(lock = %name, %holder, error = %e, "release at shutdown failed");
-                    break;
-                }
+    for ((holder, kind), lease) in release {
+        match cmds.settle_releases(kind, name, &holder, 0, lease).await {
+            Ok(0) => {}
+            Ok(_) => tracing::warn!(lock = %name, %holder, "release at shutdown failed"),
+            Err(e) => {
+                tracing::warn!(lock = %name, %holder, error = %e, "release at shutdown failed")
             }
         }
     }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::{HoldKey, ReplyId, WaiterId};
 use crate::error::LockError;
-use crate::scripts::{Attempt, FairArgs, HandedOff, LockKind, Released};
+use crate::scripts::{Attempt, FairArgs, HandedOff, LockKind};
 
 /// One effect, carried out by the shell in the order given.
 #[derive(Debug)]
@@ -111,10 +111,10 @@ pub(crate) enum Op {
         target: u32,
         lease: Duration,
     },
-    /// Stopping: leave fair queues, then release each hold `count` times.
+    /// Stopping: leave fair queues, then release each hold entirely (as `Settle` to 0).
     Shutdown {
         leave: Vec<(Arc<str>, Duration)>,
-        release: Vec<(HoldKey, u32, Duration)>,
+        release: Vec<(HoldKey, Duration)>,
     },
 }
 
@@ -122,8 +122,8 @@ pub(crate) enum Op {
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Acquire(Result<Attempt, LockError>),
-    Release(Result<Released, LockError>),
-    HandOff(Result<HandedOff, LockError>),
+    /// A release or a hand-off (a plain release is `HandedOff::No`).
+    Release(Result<HandedOff, LockError>),
     LeaveQueue(Result<bool, LockError>),
     /// The holder's count in Redis afterwards.
     Settle(Result<u32, LockError>),

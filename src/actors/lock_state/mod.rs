@@ -89,6 +89,8 @@ const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub(crate) struct LockState {
     family: LockKind,
     name: Arc<str>,
+    /// The lock's unlock channel (a fair waiter's own channel derives from it).
+    channel: Arc<str>,
     settings: Settings,
     holds: FxHashMap<HoldKey, Hold>,
     waiters: Waiters,
@@ -115,6 +117,7 @@ impl LockState {
     pub(crate) fn new(family: LockKind, name: Arc<str>, settings: Settings, now: Instant) -> Self {
         Self {
             family,
+            channel: family.channel(&name).into(),
             name,
             settings,
             holds: FxHashMap::default(),
@@ -174,7 +177,6 @@ impl LockState {
         if let Wait::Up(d) = wait {
             self.out.push(Effect::Arm(Timer::Deadline(id), d));
         }
-        let channel = req.kind.waiter_channel(&self.name, &req.holder).into();
         self.waiters.push(Waiter {
             id,
             holder: req.holder,
@@ -182,7 +184,6 @@ impl LockState {
             lease: req.lease,
             wait,
             since: now,
-            channel,
             fair_wait: match wait {
                 Wait::Up(d) => d,
                 _ => self.settings.fair_wait_timeout,
@@ -242,28 +243,9 @@ impl LockState {
                     to,
                 },
                 Outcome::Release(res),
-            ) => self.released(
-                key,
-                epoch,
-                lease,
-                reply,
-                started,
-                res.map(HandedOff::No),
-                to,
-            ),
-            (
-                Flight::Release {
-                    key,
-                    epoch,
-                    lease,
-                    reply,
-                    started,
-                    to,
-                },
-                Outcome::HandOff(res),
             ) => self.released(key, epoch, lease, reply, started, res, to),
             (Flight::Undo, Outcome::Release(res)) => match res {
-                Ok(Released::NotHeld) => {}
+                Ok(HandedOff::No(Released::NotHeld)) => {}
                 Ok(_) => {
                     tracing::warn!(lock = %self.name, "released what an acquire of unknown outcome may have taken")
                 }
@@ -372,13 +354,8 @@ impl LockState {
     /// The actor is gone: everything it still had ends here (waiters fail, subscriptions and
     /// renewals go).
     pub(crate) fn abandon(&mut self) {
-        for w in self.waiters.drain() {
-            self.out
-                .push(Effect::Answer(w.id, Answer::Failed(LockError::Shutdown)));
-        }
-        for channel in std::mem::take(&mut self.subscribed) {
-            self.out.push(Effect::Unsubscribe(channel));
-        }
+        // Too late to leave fair queues: those places expire.
+        self.fail_waiters();
         for (key, hold) in std::mem::take(&mut self.holds) {
             if hold.tracked {
                 self.out.push(Effect::Untrack {

@@ -217,6 +217,21 @@ impl LockState {
     }
 
     fn shutdown_op(&mut self, release: bool) -> Op {
+        let leave = self.fail_waiters();
+        let release = if release {
+            self.holds
+                .iter()
+                .map(|(key, h)| (key.clone(), h.lease))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Op::Shutdown { leave, release }
+    }
+
+    /// Fails every waiter with `Shutdown` and drops every subscription. Returns the fair-queue
+    /// places to leave, one per holder.
+    pub(super) fn fail_waiters(&mut self) -> Vec<(Arc<str>, Duration)> {
         let mut leave: Vec<(Arc<str>, Duration)> = Vec::new();
         for w in self.waiters.drain() {
             if w.queued && !leave.iter().any(|(h, _)| *h == w.holder) {
@@ -231,15 +246,6 @@ impl LockState {
         for channel in std::mem::take(&mut self.subscribed) {
             self.out.push(Effect::Unsubscribe(channel));
         }
-        // Release each hold as often as it was taken (the hash has only this holder's field).
-        let release = if release {
-            self.holds
-                .iter()
-                .map(|(key, h)| (key.clone(), h.count, h.lease))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Op::Shutdown { leave, release }
+        leave
     }
 }

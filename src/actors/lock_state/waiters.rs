@@ -1,5 +1,5 @@
 //! The local waiters of one lock name: FIFO order with O(1) insertion and removal by id, and the
-//! counts that spare a scan of the queue (who shares a channel; who may wait, by holder).
+//! counts per holder that spare a scan of the queue.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,8 +21,6 @@ pub(super) struct Waiter {
     pub wait: Wait,
     /// When the request arrived, for the time waited.
     pub since: Instant,
-    /// The channel it is woken on (the lock's, or a fair-lock waiter's own).
-    pub channel: Arc<str>,
     /// Fair lock: the wait its queue place is kept for; and whether it may be in the Redis queue.
     pub fair_wait: Duration,
     pub queued: bool,
@@ -40,37 +38,50 @@ impl Waiter {
 pub(super) struct Waiters {
     order: VecDeque<WaiterId>,
     live: FxHashMap<WaiterId, Waiter>,
-    /// How many live waiters use each channel.
-    by_channel: FxHashMap<Arc<str>, usize>,
-    /// How many live waiters may wait, in all and per holder.
+    /// How many live waiters may wait.
     may_wait: usize,
-    may_wait_by_holder: FxHashMap<Arc<str>, usize>,
+    /// Per holder: how many live waiters, and how many of them may wait.
+    by_holder: FxHashMap<Arc<str>, Count>,
+}
+
+#[derive(Debug, Default)]
+struct Count {
+    all: usize,
+    may_wait: usize,
 }
 
 impl Waiters {
     pub fn push(&mut self, w: Waiter) {
-        *self.by_channel.entry(w.channel.clone()).or_default() += 1;
+        let count = self.by_holder.entry(w.holder.clone()).or_default();
+        count.all += 1;
         if w.may_wait() {
+            count.may_wait += 1;
             self.may_wait += 1;
-            *self.may_wait_by_holder.entry(w.holder.clone()).or_default() += 1;
         }
         self.order.push_back(w.id);
         self.live.insert(w.id, w);
     }
 
-    /// Removes waiter `id`; the flag says whether no waiter uses its channel any more.
+    /// Removes waiter `id`; the flag says whether it was its holder's last.
     pub fn remove(&mut self, id: WaiterId) -> Option<(Waiter, bool)> {
         let w = self.live.remove(&id)?;
-        let unused = decrement(&mut self.by_channel, &w.channel);
-        if w.may_wait() {
-            self.may_wait -= 1;
-            decrement(&mut self.may_wait_by_holder, &w.holder);
+        let mut last = true;
+        if let Some(count) = self.by_holder.get_mut(&w.holder) {
+            count.all -= 1;
+            if w.may_wait() {
+                count.may_wait -= 1;
+                self.may_wait -= 1;
+            }
+            last = count.all == 0;
+            if last {
+                self.by_holder.remove(&w.holder);
+            }
         }
         if self.order.len() > 2 * self.live.len() + 32 {
             let live = &self.live;
             self.order.retain(|id| live.contains_key(id));
         }
-        Some((w, unused))
+        Some((w, last))
     }
 
     pub fn get(&self, id: WaiterId) -> Option<&Waiter> {
@@ -112,13 +123,7 @@ impl Waiters {
 
     /// How many waiters that may wait belong to holders other than `holder`.
     pub fn others_waiting(&self, holder: &str) -> usize {
-        self.may_wait - self.may_wait_by_holder.get(holder).copied().unwrap_or(0)
-    }
-
-    /// How many waiters use `channel`.
-    #[cfg(test)]
-    pub fn on_channel(&self, channel: &str) -> usize {
-        self.by_channel.get(channel).copied().unwrap_or(0)
+        self.may_wait - self.by_holder.get(holder).map_or(0, |c| c.may_wait)
     }
 
     /// Empties the queue, oldest first.
@@ -131,18 +136,5 @@ impl Waiters {
         }
         *self = Self::default();
         out
-    }
-}
-
-fn decrement(counts: &mut FxHashMap<Arc<str>, usize>, key: &Arc<str>) -> bool {
-    match counts.get_mut(key) {
-        Some(n) if *n > 1 => {
-            *n -= 1;
-            false
-        }
-        _ => {
-            counts.remove(key);
-            true
-        }
     }
 }

@@ -1,5 +1,6 @@
 //! The local waiters' side of the rules: who waits its turn, who is woken, how a waiter ends.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::round_trips::Pending;
@@ -36,8 +37,13 @@ impl LockState {
     /// the same holder still needs the place), so it delays nobody behind it; its caller hears
     /// back once it has left, with that round trip sent next.
     pub(super) fn settle(&mut self, id: WaiterId, answer: Answer) {
-        let Some((w, unused)) = self.waiters.remove(id) else {
+        let Some((w, last_of_holder)) = self.waiters.remove(id) else {
             return;
+        };
+        // A fair waiter has a channel of its own holder's; the others share the lock's.
+        let unused = match self.family {
+            LockKind::Fair => last_of_holder,
+            _ => self.waiters.is_empty(),
         };
         if let Wait::Up(_) = w.wait {
             self.out.push(Effect::Cancel(Timer::Deadline(id)));
@@ -57,8 +63,11 @@ impl LockState {
         } else {
             self.out.push(Effect::Answer(id, answer));
         }
-        if unused && self.subscribed.remove(&w.channel) {
-            self.out.push(Effect::Unsubscribe(w.channel));
+        if unused && !self.subscribed.is_empty() {
+            let channel = self.channel_of(&w.holder);
+            if self.subscribed.remove(&channel) {
+                self.out.push(Effect::Unsubscribe(channel));
+            }
         }
     }
 
@@ -70,7 +79,7 @@ impl LockState {
         let id = self
             .waiters
             .iter()
-            .find(|w| &*w.channel == channel)
+            .find(|w| &*self.channel_of(&w.holder) == channel)
             .map(|w| w.id);
         if let Some(id) = id {
             self.attempt(id);
@@ -118,8 +127,17 @@ impl LockState {
         let Some(w) = self.waiters.get(id) else {
             return;
         };
-        if self.subscribed.insert(w.channel.clone()) {
-            self.out.push(Effect::Subscribe(w.channel.clone()));
+        let channel = self.channel_of(&w.holder);
+        if self.subscribed.insert(channel.clone()) {
+            self.out.push(Effect::Subscribe(channel));
+        }
+    }
+
+    /// The channel `holder`'s waiter is woken on: the lock's, or a fair waiter's own.
+    pub(super) fn channel_of(&self, holder: &str) -> Arc<str> {
+        match self.family {
+            LockKind::Fair => self.family.waiter_channel(&self.name, holder).into(),
+            _ => self.channel.clone(),
         }
     }
 

@@ -81,7 +81,10 @@ fn uncontended_acquire_and_release() {
     s.release(key, epoch, Some(7), Instant::now());
     let fx = s.drain();
     assert!(matches!(runs(&fx)[..], [Op::Release { .. }]));
-    s.ran(Outcome::Release(Ok(Released::Unlocked)), Instant::now());
+    s.ran(
+        Outcome::Release(Ok(HandedOff::No(Released::Unlocked))),
+        Instant::now(),
+    );
     let fx = s.drain();
     assert!(
         matches!(fx[..], [Effect::Cancel(_), Effect::Cancel(_), Effect::Ended(e), Effect::ReleaseDone(7, Ok(())), ..] if e == epoch),
@@ -135,7 +138,7 @@ fn release_hands_the_lock_to_the_next_local_waiter_in_one_round_trip() {
         "{fx:?}"
     );
     s.ran(
-        Outcome::HandOff(Ok(HandedOff::To { token: None })),
+        Outcome::Release(Ok(HandedOff::To { token: None })),
         Instant::now(),
     );
     let fx = s.drain();
@@ -168,7 +171,7 @@ fn a_hand_off_streak_ends_with_a_release_that_publishes() {
         if i <= MAX_HAND_OFF_STREAK {
             assert!(matches!(runs(&fx)[..], [Op::HandOff { .. }]), "{i}: {fx:?}");
             s.ran(
-                Outcome::HandOff(Ok(HandedOff::To { token: None })),
+                Outcome::Release(Ok(HandedOff::To { token: None })),
                 Instant::now(),
             );
             hold = granted(&s.drain(), next).expect("handed off");
