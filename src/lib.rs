@@ -36,7 +36,7 @@
 //! the actors run on the current arbiter, and from a plain `#[tokio::main]` program, where lockman
 //! runs them on an actix System of its own, on a background thread. The first is faster: there
 //! every call stays on one thread, while from plain tokio each call crosses to lockman's thread and
-//! back (1.3–1.5× the latency, and two thirds of the throughput, in `BENCHMARKS.md`).
+//! back (about 1.3× the latency, and 0.57× the throughput, of the actix case in `BENCHMARKS.md`).
 //!
 //! ## Deployments
 //!

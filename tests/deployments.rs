@@ -171,7 +171,11 @@ async fn mutual_tls_needs_the_client_identity() {
     let url = tls_url(&server, "app", "app-pw");
 
     // Without a client certificate.
-    fails_with(tls_config(url.clone(), &certs), TlsFailure::RejectedByServer).await;
+    fails_with(
+        tls_config(url.clone(), &certs),
+        TlsFailure::RejectedByServer,
+    )
+    .await;
 
     let config = tls_config(url, &certs)
         .tls_client_identity(certs.client_cert_pem.clone(), certs.client_key_pem.clone());
