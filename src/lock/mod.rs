@@ -275,7 +275,7 @@ impl std::fmt::Debug for Lock {
 
 /// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping
 /// it releases in the background. It knows when the lock was lost (expired, deleted, force
-/// unlocked, not renewable for a whole watchdog timeout): see [`is_lost`](Self::is_lost).
+/// unlocked, not renewable for a whole watchdog timeout): see [`is_lost`](Grant::is_lost).
 ///
 /// It wraps the [`Grant`] its lock actor replied with, and dereferences to it for the hold's
 /// name, holder, kind, token and lost signal.
