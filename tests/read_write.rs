@@ -402,3 +402,23 @@ async fn force_unlock_of_one_side_leaves_the_other_mode_alone() {
     assert!(!raw.exists::<_, bool>("fm").unwrap());
     drop(r);
 }
+
+#[tokio::test]
+async fn a_readers_last_release_ends_its_hold_while_others_still_read() {
+    // The read release script leaves the lock to the other readers; the releasing reader's hold
+    // must end here at once, so that its next acquire and release run at once too.
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let (ra, rb) = (a.read_write_lock("share"), b.read_write_lock("share"));
+    let held_b = rb.read().acquire().await.unwrap();
+    for _ in 0..3 {
+        ra.read().acquire().await.unwrap().release().await.unwrap();
+        let field: bool = raw.hexists("share", ra.read().holder_id()).unwrap();
+        assert!(!field, "the reader's field outlived its release");
+        assert!(!ra.read().is_held().await.unwrap());
+    }
+    assert!(rb.read().is_held().await.unwrap());
+    held_b.release().await.unwrap();
+    assert!(!raw.exists::<_, bool>("share").unwrap());
+}

@@ -115,7 +115,8 @@ pub(crate) enum Released {
     NotHeld,
     /// The count went down and is still above zero.
     StillHeld,
-    /// The key was deleted and the unlock message published.
+    /// The holder's last hold is gone: the key was deleted and the unlock message published,
+    /// unless other holders of a read-write lock remain.
     Unlocked,
 }
 

@@ -2,8 +2,9 @@
 -- KEYS[1]: the lock hash; KEYS[2]: the channel; KEYS[3]: this holder's timeout-key prefix;
 -- KEYS[4]: the name's key prefix ("{name}"), for the other holders' timeout keys.
 -- ARGV[1]: the message ("0": wake one); ARGV[2]: holder; ARGV[3]: the publish command.
--- Reply: nil when the holder has no read field; 0 when holders remain (the hash PTTL becomes the
---        longest remaining read timeout); 1 when the key was deleted and the message published.
+-- Reply: nil when the holder has no read field; 0 when this holder still reads; 1 when its last
+--        read hold is gone (the key deleted and the message published, unless other holders
+--        remain: then the hash PTTL becomes the longest remaining read timeout).
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
     return nil
@@ -24,12 +25,14 @@ if redis.call('hlen', KEYS[1]) > 1 then
             end
         end
     end
+    local reply = 0
+    if count == 0 then reply = 1 end
     if longest > 0 then
         redis.call('pexpire', KEYS[1], longest)
-        return 0
+        return reply
     end
     if mode == 'write' then
-        return 0
+        return reply
     end
 end
 redis.call('del', KEYS[1])
