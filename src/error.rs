@@ -74,6 +74,21 @@ pub enum LockError {
         /// Replicas asked for.
         wanted: u32,
     },
+    /// The server the URL names is a read-only replica: locks need its primary (name the
+    /// primary, or use [`Config::sentinel`](crate::Config::sentinel)). Found when the manager
+    /// starts; a primary that becomes a replica later is a failover, retried while waiting.
+    #[error("{url} is a read-only replica; lockman needs the primary")]
+    ReadOnly {
+        /// The URL (without its password, if any).
+        url: String,
+    },
+    /// Redis is out of memory (`maxmemory` reached under the `noeviction` policy) and refused a
+    /// write. Not retried: free memory, or choose an evicting policy that spares lock keys.
+    #[error("redis is out of memory (maxmemory, noeviction) and refused {op}")]
+    OutOfMemory {
+        /// The step.
+        op: &'static str,
+    },
     /// A Redis command failed; `op` says which step.
     #[error("redis failed during {op}: {source}")]
     Redis {
@@ -224,6 +239,9 @@ impl LockError {
                 what: format!("{op} on {key:?}"),
                 detail: source.to_string(),
             };
+        }
+        if source.code() == Some("OOM") {
+            return Self::OutOfMemory { op };
         }
         Self::Redis { op, source }
     }

@@ -111,6 +111,7 @@ mod error;
 mod keys;
 mod lock;
 mod manager;
+mod metrics;
 mod runtime;
 mod scripts;
 mod subscription;

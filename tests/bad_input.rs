@@ -1,153 +1,716 @@
-//! Bad input gets a typed error and changes nothing in Redis.
+//! The bad-input matrix: one table, each row a bad (or awkward) input, what lockman does with it
+//! and why. Every row runs against a fresh redis-server of its own, bounded in time (a hang
+//! fails the row), in a task of its own (a panic fails the row), and every refused call must
+//! leave that server exactly as it was (`DEBUG DIGEST` before and after).
+//!
+//! Releasing one guard twice is not a row: `release` takes the guard by value, so the second
+//! call does not compile (a `compile_fail` example on `LockGuard::release` shows it).
 
 mod support;
 
-use std::time::Duration;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
 
-use lockman::{Config, LockError, LockManager};
+use lockman::{Config, LockError, LockManager, MultiLock, RedLock, Release};
 use redis::Commands;
-use support::RedisServer;
+use support::{Options, RedisServer};
 
-async fn manager(server: &RedisServer) -> LockManager {
-    LockManager::start(Config::new(server.url()))
-        .await
-        .expect("manager starts")
+/// What a row must come to.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Outcome {
+    /// Handled: it works (binary-safe names, absurd but valid durations, recoveries).
+    Works,
+    Invalid,
+    WrongType,
+    Connect,
+    Auth,
+    NotHeld,
+    Shutdown,
+    ReadOnly,
+    OutOfMemory,
 }
 
-fn dbsize(raw: &mut redis::Connection) -> u64 {
-    redis::cmd("DBSIZE").query(raw).unwrap()
-}
-
-fn invalid<T: std::fmt::Debug>(res: Result<T, LockError>) -> bool {
-    matches!(res, Err(LockError::InvalidArgument { .. }))
-}
-
-#[tokio::test]
-async fn an_empty_name_is_refused_everywhere() {
-    let server = RedisServer::start();
-    let mut raw = server.conn();
-    let mgr = manager(&server).await;
-    let lock = mgr.lock("");
-    assert!(invalid(lock.acquire().await));
-    assert!(invalid(lock.try_acquire().await));
-    assert!(invalid(
-        lock.try_acquire_for(Duration::from_millis(10)).await
-    ));
-    assert!(invalid(lock.force_unlock().await));
-    assert!(invalid(lock.is_locked().await));
-    assert!(invalid(lock.hold_count().await));
-    assert!(invalid(lock.remaining_ttl().await));
-    assert!(invalid(mgr.lock_actor("").await));
-    assert_eq!(dbsize(&mut raw), 0);
-}
-
-#[tokio::test]
-async fn zero_and_sub_millisecond_leases_are_refused() {
-    let server = RedisServer::start();
-    let mut raw = server.conn();
-    let mgr = manager(&server).await;
-    let lock = mgr.lock("lease");
-    assert!(invalid(lock.acquire_with_lease(Duration::ZERO).await));
-    assert!(invalid(
-        lock.acquire_with_lease(Duration::from_micros(999)).await
-    ));
-    assert!(invalid(
-        lock.try_acquire_with_lease(Duration::from_millis(5), Duration::ZERO)
-            .await
-    ));
-    assert!(invalid(
-        lock.acquire_with_lease(Duration::from_secs(u64::MAX)).await
-    ));
-    assert_eq!(dbsize(&mut raw), 0);
-    // The handle still works afterwards.
-    drop(
-        lock.acquire_with_lease(Duration::from_millis(1))
-            .await
-            .unwrap(),
-    );
-}
-
-#[tokio::test]
-async fn settings_out_of_range_are_refused() {
-    let server = RedisServer::start();
-    for config in [
-        Config::new(server.url()).watchdog_timeout(Duration::ZERO),
-        Config::new(server.url()).watchdog_timeout(Duration::from_millis(29)),
-        Config::new(server.url()).connect_timeout(Duration::ZERO),
-        Config::new(server.url()).response_timeout(Duration::ZERO),
-    ] {
-        assert!(invalid(LockManager::start(config).await));
+impl Outcome {
+    fn of(res: &Result<(), LockError>) -> Option<Self> {
+        Some(match res {
+            Ok(()) => Self::Works,
+            Err(LockError::InvalidArgument { .. }) => Self::Invalid,
+            Err(LockError::WrongType { .. }) => Self::WrongType,
+            Err(LockError::Connect { .. }) => Self::Connect,
+            Err(LockError::Auth { .. }) => Self::Auth,
+            Err(LockError::NotHeld { .. }) => Self::NotHeld,
+            Err(LockError::Shutdown) => Self::Shutdown,
+            Err(LockError::ReadOnly { .. }) => Self::ReadOnly,
+            Err(LockError::OutOfMemory { .. }) => Self::OutOfMemory,
+            Err(_) => return None,
+        })
     }
 }
 
-#[tokio::test]
-async fn a_key_of_another_type_is_reported_and_left_alone() {
-    let server = RedisServer::start();
-    let mut raw = server.conn();
-    let _: () = raw.set("text", "keep me").unwrap();
-    let _: () = raw.rpush("list", "a").unwrap();
-    let mgr = manager(&server).await;
-    for name in ["text", "list"] {
-        let lock = mgr.lock(name);
-        let wrong = |e: &LockError| matches!(e, LockError::WrongType { key } if key == name);
-        // `acquire` waits forever for a busy lock, but not for something that is no lock.
-        let err = tokio::time::timeout(Duration::from_secs(2), lock.acquire())
-            .await
-            .unwrap()
-            .unwrap_err();
-        assert!(wrong(&err), "{err:?}");
-        assert!(!err.is_retryable());
-        assert!(wrong(&lock.try_acquire().await.unwrap_err()));
-        assert!(wrong(&lock.force_unlock().await.unwrap_err()));
-        assert!(wrong(&lock.is_locked().await.unwrap_err()));
-        assert!(wrong(&lock.hold_count().await.unwrap_err()));
-    }
-    assert_eq!(raw.get::<_, String>("text").unwrap(), "keep me");
-    assert_eq!(
-        raw.lrange::<_, Vec<String>>("list", 0, -1).unwrap(),
-        vec!["a"]
-    );
-    assert_eq!(
-        raw.ttl::<_, i64>("text").unwrap(),
-        -1,
-        "no expiry was set on it"
-    );
+/// The server a row runs against, and any it needs beside it (a replica's primary).
+struct Env {
+    server: RedisServer,
+    _others: Vec<RedisServer>,
 }
 
-#[tokio::test]
-async fn releasing_a_lost_lock_says_not_held() {
-    let server = RedisServer::start();
-    let mgr = manager(&server).await;
-    let guard = mgr
-        .lock("short")
-        .acquire_with_lease(Duration::from_millis(50))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    let err = guard.release().await.unwrap_err();
-    match err {
-        LockError::NotHeld { name, holder } => {
-            assert_eq!(name, "short");
-            assert!(holder.ends_with(":1"), "{holder}");
+impl Env {
+    fn plain() -> Self {
+        Self {
+            server: RedisServer::start(),
+            _others: Vec::new(),
         }
-        other => panic!("{other:?}"),
+    }
+
+    fn config(&self) -> Config {
+        Config::new(self.server.url())
+    }
+
+    async fn manager(&self) -> LockManager {
+        LockManager::start(self.config())
+            .await
+            .expect("manager starts")
+    }
+
+    fn raw(&self) -> redis::Connection {
+        self.server.conn()
     }
 }
 
-#[tokio::test]
-async fn force_unlocking_a_free_lock_is_ok_false() {
-    let server = RedisServer::start();
-    let mut raw = server.conn();
-    let mgr = manager(&server).await;
-    assert!(!mgr.lock("nobody").force_unlock().await.unwrap());
-    assert_eq!(dbsize(&mut raw), 0);
+type Run = for<'a> fn(&'a Env) -> Pin<Box<dyn Future<Output = Result<(), LockError>> + 'a>>;
+
+struct Row {
+    input: &'static str,
+    outcome: Outcome,
+    why: &'static str,
+    setup: fn() -> Env,
+    run: Run,
 }
 
+macro_rules! row {
+    ($input:expr, $outcome:ident, $why:expr, |$env:ident| $body:block) => {
+        row!($input, $outcome, $why, Env::plain, |$env| $body)
+    };
+    ($input:expr, $outcome:ident, $why:expr, $setup:expr, |$env:ident| $body:block) => {
+        Row {
+            input: $input,
+            outcome: Outcome::$outcome,
+            why: $why,
+            setup: $setup,
+            run: |$env| Box::pin(async move $body),
+        }
+    };
+}
+
+const WAIT: Duration = Duration::from_millis(200);
+
+fn table() -> Vec<Row> {
+    vec![
+        // Names.
+        row!("empty name", Invalid, "a lock needs a key", |env| {
+            env.manager().await.lock("").acquire().await.map(drop)
+        }),
+        row!(
+            "empty name, every other verb",
+            Invalid,
+            "checked before anything is sent",
+            |env| {
+                let mgr = env.manager().await;
+                let lock = mgr.lock("");
+                all_invalid([
+                    lock.try_acquire().await.map(drop),
+                    lock.try_acquire_for(WAIT).await.map(drop),
+                    lock.force_unlock().await.map(drop),
+                    lock.is_locked().await.map(drop),
+                    lock.hold_count().await.map(drop),
+                    lock.remaining_ttl().await.map(drop),
+                    mgr.lock_actor("").await.map(drop),
+                    mgr.fair_lock("").try_acquire().await.map(drop),
+                    mgr.read_write_lock("")
+                        .write()
+                        .try_acquire()
+                        .await
+                        .map(drop),
+                    mgr.fenced_lock("").try_acquire().await.map(drop),
+                ])
+            }
+        ),
+        row!(
+            "a 1 MB name",
+            Works,
+            "keys are binary-safe, up to 512 MB",
+            |env| {
+                let name = "n".repeat(1 << 20);
+                works_exactly(env, &name).await
+            }
+        ),
+        row!(
+            "a name with NUL bytes",
+            Works,
+            "keys are binary-safe",
+            |env| { works_exactly(env, "a\0b\0").await }
+        ),
+        // Leases and waits.
+        row!(
+            "zero lease",
+            Invalid,
+            "a lock that expires at once protects nothing",
+            |env| {
+                let mgr = env.manager().await;
+                mgr.lock("l")
+                    .acquire_with_lease(Duration::ZERO)
+                    .await
+                    .map(drop)
+            }
+        ),
+        row!(
+            "lease under 1 ms",
+            Invalid,
+            "PEXPIRE counts whole milliseconds",
+            |env| {
+                let mgr = env.manager().await;
+                mgr.lock("l")
+                    .acquire_with_lease(Duration::from_micros(999))
+                    .await
+                    .map(drop)
+            }
+        ),
+        row!(
+            "lease of Duration::MAX (overflows ms)",
+            Invalid,
+            "no Redis expiry is that long",
+            |env| {
+                let mgr = env.manager().await;
+                mgr.lock("l")
+                    .acquire_with_lease(Duration::MAX)
+                    .await
+                    .map(drop)
+            }
+        ),
+        row!(
+            "lease above 2^53 ms",
+            Invalid,
+            "beyond what Lua's numbers hold exactly",
+            |env| {
+                let mgr = env.manager().await;
+                let lease = Duration::from_millis((1 << 53) + 1);
+                mgr.lock("l")
+                    .try_acquire_with_lease(WAIT, lease)
+                    .await
+                    .map(drop)
+            }
+        ),
+        row!(
+            "lease of 10 years",
+            Works,
+            "absurd but valid: Redis keeps it",
+            |env| {
+                let mgr = env.manager().await;
+                let ten_years = Duration::from_secs(10 * 365 * 24 * 3600);
+                let guard = mgr.lock("l").acquire_with_lease(ten_years).await?;
+                let pttl: i64 = env.raw().pttl("l").expect("PTTL");
+                assert!(pttl > (ten_years.as_millis() as i64) - 60_000, "{pttl}");
+                guard.release().await?;
+                assert_eq!(dbsize(env), 0);
+                Ok(())
+            }
+        ),
+        row!(
+            "zero wait on a free lock",
+            Works,
+            "one attempt, which succeeds",
+            |env| {
+                let mgr = env.manager().await;
+                let guard = mgr.lock("w").try_acquire_for(Duration::ZERO).await?;
+                guard.expect("free, so taken").release().await
+            }
+        ),
+        row!(
+            "zero wait on a busy lock",
+            Works,
+            "one attempt, then None at once",
+            |env| {
+                let mgr = env.manager().await;
+                let _held = mgr.lock("w").acquire().await?;
+                let started = Instant::now();
+                let got = mgr.lock("w").try_acquire_for(Duration::ZERO).await?;
+                assert!(got.is_none() && started.elapsed() < Duration::from_secs(1));
+                Ok(())
+            }
+        ),
+        row!(
+            "wait of Duration::MAX on a busy lock",
+            Works,
+            "waits as long as it takes (no overflow)",
+            |env| {
+                let mgr = env.manager().await;
+                let held = mgr.lock("w").acquire().await?;
+                let waiter = mgr.lock("w");
+                let (got, ()) = tokio::join!(waiter.try_acquire_for(Duration::MAX), async {
+                    tokio::time::sleep(WAIT).await;
+                    held.release().await.expect("release");
+                });
+                got?.expect("taken once released").release().await
+            }
+        ),
+        // Settings.
+        row!(
+            "watchdog timeout zero",
+            Invalid,
+            "renewal every 0 ms",
+            |env| { start(env.config().watchdog_timeout(Duration::ZERO)).await }
+        ),
+        row!(
+            "watchdog timeout of Duration::MAX",
+            Invalid,
+            "no Redis expiry is that long",
+            |env| { start(env.config().watchdog_timeout(Duration::MAX)).await }
+        ),
+        row!(
+            "response timeout zero",
+            Invalid,
+            "every call would time out",
+            |env| { start(env.config().response_timeout(Duration::ZERO)).await }
+        ),
+        row!(
+            "connect timeout zero",
+            Invalid,
+            "no connection could be made",
+            |env| { start(env.config().connect_timeout(Duration::ZERO)).await }
+        ),
+        // Keys that are not locks.
+        row!(
+            "lock name holding a string",
+            WrongType,
+            "not a lock: left alone, not waited on",
+            with_other_types,
+            |env| {
+                let mgr = env.manager().await;
+                let lock = mgr.lock("text");
+                within(Duration::from_secs(2), lock.acquire())
+                    .await
+                    .map(drop)
+            }
+        ),
+        row!(
+            "lock name holding a list (fair lock)",
+            WrongType,
+            "not a lock",
+            with_other_types,
+            |env| {
+                env.manager()
+                    .await
+                    .fair_lock("list")
+                    .try_acquire()
+                    .await
+                    .map(drop)
+            }
+        ),
+        row!(
+            "lock name holding a set (write lock)",
+            WrongType,
+            "not a lock",
+            with_other_types,
+            |env| {
+                let mgr = env.manager().await;
+                mgr.read_write_lock("set")
+                    .write()
+                    .try_acquire_for(WAIT)
+                    .await
+                    .map(drop)
+            }
+        ),
+        // Where Redis is.
+        row!("malformed URL", Invalid, "cannot be parsed", |_env| {
+            start(Config::new("redis://[::1")).await
+        }),
+        row!(
+            "unknown scheme",
+            Invalid,
+            "only redis, rediss and redis+unix",
+            |_env| { start(Config::new(format!("http://127.0.0.1:{}/", closed_port()))).await }
+        ),
+        row!("closed port", Connect, "nothing listens there", |_env| {
+            start(Config::new(format!(
+                "redis://127.0.0.1:{}/0",
+                closed_port()
+            )))
+            .await
+        }),
+        row!(
+            "a server that answers HTTP",
+            Connect,
+            "it does not speak RESP",
+            |_env| {
+                let port = http_server();
+                start(
+                    Config::new(format!("redis://127.0.0.1:{port}/0"))
+                        .connect_timeout(Duration::from_secs(2)),
+                )
+                .await
+            }
+        ),
+        row!(
+            "wrong password",
+            Auth,
+            "the server refuses it",
+            with_password,
+            |env| {
+                start(Config::new(env.server.url().replacen(
+                    "://",
+                    "://:wrong@",
+                    1,
+                )))
+                .await
+            }
+        ),
+        // Redis in a state it should not be in.
+        row!(
+            "SCRIPT FLUSH while holding",
+            Works,
+            "EVALSHA's NOSCRIPT makes lockman load them again",
+            |env| {
+                let mgr = env.manager().await;
+                let guard = mgr.lock("s").acquire().await?;
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query(&mut env.raw())
+                    .expect("flush");
+                guard.release().await?;
+                let _: () = redis::cmd("SCRIPT")
+                    .arg("FLUSH")
+                    .query(&mut env.raw())
+                    .expect("flush");
+                mgr.lock("s").acquire().await?.release().await?;
+                assert_eq!(dbsize(env), 0);
+                Ok(())
+            }
+        ),
+        row!(
+            "a read-only replica behind the URL",
+            ReadOnly,
+            "found when the manager starts: locks need the primary",
+            replica,
+            |env| { start(env.config()).await }
+        ),
+        row!(
+            "maxmemory reached with noeviction",
+            OutOfMemory,
+            "Redis refuses the write",
+            full,
+            |env| {
+                let mgr = env.manager().await;
+                within(Duration::from_secs(5), mgr.lock("m").acquire())
+                    .await
+                    .map(drop)
+            }
+        ),
+        // Holds that are no longer held.
+        row!(
+            "release after the lease ran out",
+            NotHeld,
+            "the lock expired",
+            |env| {
+                let mgr = env.manager().await;
+                let guard = mgr
+                    .lock("e")
+                    .acquire_with_lease(Duration::from_millis(30))
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                guard.release().await
+            }
+        ),
+        row!(
+            "release of a hold someone else now has",
+            NotHeld,
+            "force-unlocked and taken by another",
+            |env| {
+                let mgr = env.manager().await;
+                let mine = mgr.lock("o").acquire().await?;
+                assert!(mgr.lock("o").force_unlock().await?);
+                let theirs = mgr.lock("o").acquire().await?;
+                let before = digest(env);
+                let res = mine.release().await;
+                assert_eq!(digest(env), before, "their hold is untouched");
+                theirs.release().await?;
+                res
+            }
+        ),
+        row!(
+            "force unlock of a free lock",
+            Works,
+            "Ok(false): nothing to do",
+            |env| {
+                let freed = env.manager().await.lock("f").force_unlock().await?;
+                assert!(!freed);
+                assert_eq!(dbsize(env), 0);
+                Ok(())
+            }
+        ),
+        // Managers and actors.
+        row!(
+            "a manager used after shutdown",
+            Shutdown,
+            "its actors are gone",
+            |env| {
+                let mgr = env.manager().await;
+                mgr.shutdown().await;
+                mgr.lock("x").acquire().await.map(drop)
+            }
+        ),
+        row!(
+            "a guard released after its manager shut down",
+            Shutdown,
+            "shutdown released every hold already",
+            |env| {
+                let mgr = env.manager().await;
+                let guard = mgr.lock("g").acquire().await?;
+                mgr.shutdown().await;
+                assert_eq!(dbsize(env), 0, "shutdown releases every hold");
+                guard.release().await
+            }
+        ),
+        row!(
+            "Release sent to the actor of another lock",
+            Invalid,
+            "a grant belongs to one lock actor",
+            |env| {
+                let mgr = env.manager().await;
+                let grant = mgr.lock("a").acquire().await?.into_grant();
+                let b = mgr.lock("b").acquire().await?;
+                let b_before: Vec<String> = env.raw().hgetall("b").expect("HGETALL");
+                let res = b
+                    .actor()
+                    .send(Release(grant))
+                    .await
+                    .map_err(|_| LockError::Shutdown)?;
+                let b_after: Vec<String> = env.raw().hgetall("b").expect("HGETALL");
+                assert_eq!(b_after, b_before, "b untouched by a's grant");
+                // The refused grant was dropped with the message: its hold is released the way
+                // of a dropped guard's, through its own actor.
+                assert!(
+                    support::eventually(Duration::from_secs(3), || dbsize(env) == 1).await,
+                    "a released"
+                );
+                b.release().await?;
+                res
+            }
+        ),
+        row!(
+            "RedLock with no members",
+            Invalid,
+            "no majority of nothing",
+            |env| {
+                let _mgr = env.manager().await;
+                RedLock::new(Vec::new()).try_acquire().await.map(drop)
+            }
+        ),
+        row!(
+            "RedLock naming one server twice",
+            Invalid,
+            "one server would count as two votes",
+            |env| {
+                let mgr = env.manager().await;
+                RedLock::new(vec![mgr.lock("r"), mgr.lock("r"), mgr.lock("r2")])
+                    .try_acquire()
+                    .await
+                    .map(drop)
+            }
+        ),
+        row!(
+            "MultiLock with no members",
+            Invalid,
+            "nothing to lock",
+            |env| {
+                let _mgr = env.manager().await;
+                MultiLock::new(Vec::new()).try_acquire().await.map(drop)
+            }
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bad_input_matrix() {
+    let rows = table();
+    assert!(rows.len() >= 25, "{} rows", rows.len());
+    let mut failures = Vec::new();
+    println!("| input | outcome | why |\n|---|---|---|");
+    for row in rows {
+        println!("| {} | {:?} | {} |", row.input, row.outcome, row.why);
+        let (setup, run) = (row.setup, row.run);
+        let result = tokio::task::spawn_blocking(move || {
+            let env = setup();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async {
+                let before = digest(&env);
+                let res = tokio::time::timeout(Duration::from_secs(20), run(&env)).await;
+                (res, before, digest(&env))
+            })
+        })
+        .await;
+        match result {
+            Err(panic) => failures.push(format!("{}: panicked: {panic:?}", row.input)),
+            Ok((Err(_), _, _)) => failures.push(format!("{}: hung (20 s)", row.input)),
+            Ok((Ok(res), before, after)) => {
+                let got = Outcome::of(&res);
+                if got != Some(row.outcome) {
+                    failures.push(format!(
+                        "{}: wanted {:?}, got {res:?}",
+                        row.input, row.outcome
+                    ));
+                } else if res.is_err() && before != after {
+                    failures.push(format!("{}: refused, yet Redis changed", row.input));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} rows failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The first result that is not `InvalidArgument`, else the last refusal.
+fn all_invalid<const N: usize>(results: [Result<(), LockError>; N]) -> Result<(), LockError> {
+    let mut last = Ok(());
+    for res in results {
+        match res {
+            Err(LockError::InvalidArgument { .. }) => last = res,
+            other => return other.and(Err(LockError::Shutdown)),
+        }
+    }
+    last
+}
+
+/// Takes `name`, checks the exact hash, releases, and checks nothing is left.
+async fn works_exactly(env: &Env, name: &str) -> Result<(), LockError> {
+    let mgr = env.manager().await;
+    let lock = mgr.lock(name);
+    let guard = lock.acquire().await?;
+    let field: Option<String> = env.raw().hget(name, lock.holder_id()).expect("HGET");
+    assert_eq!(field.as_deref(), Some("1"));
+    guard.release().await?;
+    assert_eq!(dbsize(env), 0);
+    Ok(())
+}
+
+async fn start(config: Config) -> Result<(), LockError> {
+    LockManager::start(config).await.map(drop)
+}
+
+async fn within<T>(
+    limit: Duration,
+    f: impl Future<Output = Result<T, LockError>>,
+) -> Result<T, LockError> {
+    tokio::time::timeout(limit, f)
+        .await
+        .unwrap_or_else(|_| panic!("no answer within {limit:?}"))
+}
+
+fn dbsize(env: &Env) -> u64 {
+    redis::cmd("DBSIZE").query(&mut env.raw()).expect("DBSIZE")
+}
+
+/// A digest of the whole data set, expiries included.
+fn digest(env: &Env) -> String {
+    redis::cmd("DEBUG")
+        .arg("DIGEST")
+        .query(&mut env.raw())
+        .expect("DEBUG DIGEST")
+}
+
+fn closed_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+/// A server that answers every connection with an HTTP error, as a web server on the wrong
+/// port would.
+fn http_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(20) {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = stream.read(&mut [0; 1024]);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+        }
+    });
+    port
+}
+
+fn with_other_types() -> Env {
+    let env = Env::plain();
+    let mut raw = env.raw();
+    let _: () = raw.set("text", "keep me").expect("SET");
+    let _: () = raw.rpush("list", "a").expect("RPUSH");
+    let _: () = raw.sadd("set", "a").expect("SADD");
+    env
+}
+
+fn with_password() -> Env {
+    Env {
+        server: RedisServer::start_with(Options {
+            password: Some("right".into()),
+            ..Options::default()
+        }),
+        _others: Vec::new(),
+    }
+}
+
+/// A replica of a primary that holds nothing: its URL is what the row connects to.
+fn replica() -> Env {
+    let primary = RedisServer::start();
+    let server = RedisServer::start_with(Options {
+        args: vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port().to_string(),
+        ],
+        ..Options::default()
+    });
+    Env {
+        server,
+        _others: vec![primary],
+    }
+}
+
+/// A server whose memory is full, with `noeviction`.
+fn full() -> Env {
+    let env = Env {
+        server: RedisServer::start_with(Options {
+            args: ["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]
+                .map(String::from)
+                .to_vec(),
+            ..Options::default()
+        }),
+        _others: Vec::new(),
+    };
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(20_000)
+        .arg("fill")
+        .arg(200)
+        .query(&mut env.raw())
+        .expect("DEBUG POPULATE");
+    env
+}
+
+/// Names with braces, quotes, spaces, non-ASCII, newlines, or that look like a channel: each
+/// locks the key of exactly that name, and its waiters are woken on that name's channel.
 #[tokio::test]
 async fn awkward_names_work() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mgr = manager(&server).await;
+    let mgr = LockManager::start(Config::new(server.url())).await.unwrap();
     let long = "k".repeat(64 * 1024);
     let names = [
         "{braced}",
@@ -185,5 +748,5 @@ async fn awkward_names_work() {
         );
         assert!(!lock.is_locked().await.unwrap());
     }
-    assert_eq!(dbsize(&mut raw), 0);
+    assert_eq!(redis::cmd("DBSIZE").query::<u64>(&mut raw).unwrap(), 0);
 }

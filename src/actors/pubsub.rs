@@ -75,6 +75,7 @@ impl PubSubActor {
                         channels = act.routes.len(),
                         "pub/sub reconnected, waiters retry"
                     );
+                    crate::metrics::reconnected("pubsub");
                     act.all_retry();
                 }
             }

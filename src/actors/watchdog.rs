@@ -93,6 +93,7 @@ impl Watchdog {
             })
             .collect();
         let (commands, timeout) = (self.commands.clone(), self.timeout);
+        let calls = batches.len();
         let started = Instant::now();
         let work = join_all(batches.into_iter().map(move |batch| {
             let commands = commands.clone();
@@ -140,6 +141,7 @@ impl Watchdog {
                 }
             }
             tracing::debug!(renewed, lost, failed, took = ?started.elapsed(), "renewal tick");
+            crate::metrics::renewals(calls, renewed, failed);
             if failed > 0 && !act.halted {
                 // Redis away, or a failover under way: try again soon rather than a whole
                 // interval later, so that a hold survives an outage of up to about two

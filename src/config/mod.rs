@@ -16,6 +16,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default [`Config::fair_lock_wait_timeout`]: Redisson's.
 pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest expiry lockman sets, for a lease or the watchdog timeout: 2^53 ms (about 285
+/// years), the largest whole number Lua's doubles hold exactly.
+pub(crate) const MAX_EXPIRY: Duration = Duration::from_millis(1 << 53);
 /// The shortest [`Config::watchdog_timeout`] accepted: renewal runs every third of it.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 
@@ -372,6 +375,15 @@ impl Config {
                 "watchdog timeout",
                 format!(
                     "{:?} is below the minimum {MIN_WATCHDOG_TIMEOUT:?}",
+                    self.watchdog_timeout
+                ),
+            ));
+        }
+        if self.watchdog_timeout > MAX_EXPIRY {
+            return Err(LockError::invalid(
+                "watchdog timeout",
+                format!(
+                    "{:?} is above {MAX_EXPIRY:?}, the longest expiry lockman sets",
                     self.watchdog_timeout
                 ),
             ));

@@ -313,6 +313,16 @@ impl LockGuard {
     /// release may or may not have run: lockman settles it in the background (it reads the
     /// holder's count, then releases what is still due, retrying with backoff), so the hold never
     /// stays renewed. A guard dropped without `release` goes the same way.
+    ///
+    /// A hold is released once: `release` takes the guard, so a second call does not compile.
+    ///
+    /// ```compile_fail
+    /// # async fn demo(lock: lockman::Lock) -> Result<(), lockman::LockError> {
+    /// let guard = lock.acquire().await?;
+    /// guard.release().await?;
+    /// guard.release().await?; // error[E0382]: use of moved value: `guard`
+    /// # Ok(()) }
+    /// ```
     pub async fn release(self) -> Result<(), LockError> {
         let Self { grant, manager } = self;
         let actor = grant.actor().clone();

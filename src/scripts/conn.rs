@@ -170,9 +170,10 @@ impl Conn {
         result
     }
 
-    /// Checks at start that the user may do what lockman does: load scripts, run them, publish
-    /// and subscribe on the lock channels. Fails with [`LockError::NoPermission`] naming what is
-    /// missing, or [`LockError::Auth`].
+    /// Checks at start that the server is writable and the user may do what lockman does: load
+    /// scripts, run them, publish and subscribe on the lock channels. Fails with
+    /// [`LockError::ReadOnly`] for a replica, [`LockError::NoPermission`] naming what is missing,
+    /// or [`LockError::Auth`].
     pub(crate) async fn check_access(&self, scripts: &[&Script]) -> Result<(), LockError> {
         let mut conn = self.pair().main;
         for script in scripts {
@@ -181,8 +182,8 @@ impl Conn {
                 .await;
             denied("run SCRIPT LOAD", loaded)?;
         }
-        let probe = super::ACL_PROBE.prepare_invoke();
-        let mut call = probe;
+        let mut call = super::ACL_PROBE.prepare_invoke();
+        call.key(super::PROBE_KEY);
         for channel in super::probe_channels() {
             call.arg(channel);
         }
@@ -193,6 +194,11 @@ impl Conn {
             )
             .await;
         let missing = denied("run EVALSHA", reply)?;
+        if missing.first().map(String::as_str) == Some("READONLY") {
+            return Err(LockError::ReadOnly {
+                url: self.inner.endpoint.label().to_owned(),
+            });
+        }
         if let Some(first) = missing.first() {
             return Err(LockError::NoPermission {
                 what: first.clone(),

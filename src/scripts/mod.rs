@@ -83,8 +83,12 @@ fn all_scripts() -> [&'static Script; 15] {
 }
 
 /// One channel of each lock channel family, for the start-time permission check.
+const PROBE: &str = "lockman:acl-check";
+
+/// The key the start-time probe deletes (it never exists): a replica refuses even that.
+const PROBE_KEY: &str = PROBE;
+
 fn probe_channels() -> [String; 2] {
-    const PROBE: &str = "lockman:acl-check";
     [keys::unlock_channel(PROBE), keys::rwlock_channel(PROBE)]
 }
 

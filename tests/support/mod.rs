@@ -146,7 +146,15 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port, empty.
+    /// Deletes what the server saved in its folder (its append-only files and snapshot), so that
+    /// the next [`restart`](Self::restart) starts empty: a server that lost its disk.
+    pub fn wipe_data(&self) {
+        let _ = std::fs::remove_dir_all(self.dir.path().join("appendonlydir"));
+        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
+    }
+
+    /// Starts the server again on the same port, with what it persisted: nothing, unless its
+    /// options turned persistence on (`--appendonly yes`).
     pub fn restart(&mut self) {
         self.stop();
         let mut last_error = String::new();
@@ -203,6 +211,11 @@ impl RedisServer {
             .args(listen)
             .args(["--bind", "127.0.0.1"])
             .args(socket)
+            // Defaults first: a setting in `options.args` comes later and wins (`--appendonly yes`).
+            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .args(["--enable-debug-command", "local"])
+            // A replica gets its first copy at once, not after the default 5 s wait.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(&self.options.args)
             .args(
                 self.options
@@ -210,10 +223,6 @@ impl RedisServer {
                     .iter()
                     .flat_map(|pw| ["--requirepass", pw.as_str()]),
             )
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .args(["--enable-debug-command", "local"])
-            // A replica gets its first copy at once, not after the default 5 s wait.
-            .args(["--repl-diskless-sync-delay", "0"])
             .arg("--dir")
             .arg(self.dir.path())
             .arg("--logfile")

@@ -10,6 +10,7 @@ use actix::prelude::*;
 use super::LockActor;
 use crate::actors::lock_state::{Effect, Op, Outcome};
 use crate::actors::messages::{Subscribe, Track, Unsubscribe, Untrack};
+use crate::metrics;
 use crate::scripts::{Commands, HandedOff, LockKind};
 
 impl LockActor {
@@ -145,13 +146,17 @@ impl LockActor {
                 kind,
                 epoch,
             }),
-            Effect::Lost(epoch) => {
-                if let Some(lost) = self.lost.remove(&epoch) {
+            Effect::Lost(epoch, loss) => {
+                if let Some((lost, kind)) = self.lost.remove(&epoch) {
                     lost.send_replace(true);
+                    metrics::holds(kind, -1.0);
+                    metrics::lost(kind, loss);
                 }
             }
             Effect::Ended(epoch) => {
-                self.lost.remove(&epoch);
+                if let Some((_, kind)) = self.lost.remove(&epoch) {
+                    metrics::holds(kind, -1.0);
+                }
             }
             Effect::Busy => self.keepalive = Some(ctx.address()),
             Effect::Idle => self.keepalive = None,

@@ -31,6 +31,7 @@ use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, T
 use super::messages::*;
 use super::{Grant, Registry, Services};
 use crate::error::LockError;
+use crate::metrics;
 use crate::scripts::LockKind;
 
 type AcquireTx = OneshotSender<Result<Option<Grant>, LockError>>;
@@ -46,14 +47,14 @@ pub struct LockActor {
     svc: Services,
     registry: WeakAddr<Registry>,
     state: LockState,
-    /// The callers of waiting requests, by waiter.
-    waiting: FxHashMap<WaiterId, AcquireTx>,
+    /// The callers of waiting requests, by waiter, with their kind and arrival (for metrics).
+    waiting: FxHashMap<WaiterId, (AcquireTx, LockKind, metrics::Since)>,
     /// The senders of releases under way.
     releasing: FxHashMap<ReplyId, ReleaseTx>,
     next_reply: ReplyId,
     timers: FxHashMap<Timer, SpawnHandle>,
-    /// Each hold's lost signal, by epoch; its guards hold the receivers.
-    lost: FxHashMap<u64, watch::Sender<bool>>,
+    /// Each hold's lost signal and kind, by epoch; its guards hold the receivers.
+    lost: FxHashMap<u64, (watch::Sender<bool>, LockKind)>,
     /// A strong address to itself while busy (see the module doc).
     keepalive: Option<Addr<Self>>,
     /// Who waits for a requested stop.
@@ -107,13 +108,22 @@ impl LockActor {
     /// Answers waiter `id`'s caller. A grant that reaches nobody comes back and its drop
     /// releases the hold.
     fn answer(&mut self, id: WaiterId, answer: Answer, ctx: &mut Context<Self>) {
-        let tx = self.waiting.remove(&id);
+        let caller = self.waiting.remove(&id);
+        let outcome = match &answer {
+            Answer::Granted { .. } => "acquired",
+            Answer::TimedOut => "timed_out",
+            Answer::Failed(_) => "failed",
+        };
+        if let Some((_, kind, since)) = &caller {
+            metrics::waiters(*kind, -1.0);
+            metrics::answered(*kind, outcome, *since);
+        }
         let reply = match answer {
             Answer::Granted { key, epoch, token } => {
-                let lost = self
-                    .lost
-                    .entry(epoch)
-                    .or_insert_with(|| watch::channel(false).0);
+                let (lost, _) = self.lost.entry(epoch).or_insert_with(|| {
+                    metrics::holds(key.1, 1.0);
+                    (watch::channel(false).0, key.1)
+                });
                 let lost = lost.subscribe();
                 Ok(Some(Grant::new(
                     ctx.address(),
@@ -127,20 +137,22 @@ impl LockActor {
             Answer::TimedOut => Ok(None),
             Answer::Failed(e) => Err(e),
         };
-        if let Some(tx) = tx {
+        if let Some((tx, _, _)) = caller {
             let _ = tx.send(reply);
         }
     }
 
     fn request(&mut self, msg: Acquire, tx: AcquireTx, ctx: &mut Context<Self>) {
+        let kind = msg.kind;
         let req = Request {
             holder: msg.holder.into(),
-            kind: msg.kind,
+            kind,
             lease: msg.lease,
             wait: msg.wait,
         };
         let id = self.state.request(req, Instant::now());
-        self.waiting.insert(id, tx);
+        metrics::waiters(kind, 1.0);
+        self.waiting.insert(id, (tx, kind, metrics::Since::now()));
         if self.state.is_waiting(id) {
             ctx.spawn(CallerGone { id });
         }
@@ -215,13 +227,24 @@ impl MessageResponse<LockActor, Acquire> for AcquireReply {
 }
 
 /// The reply to a [`Release`] (or a dropped grant's release): delivered once Redis answered.
-pub struct ReleaseReply((super::lock_state::HoldKey, u64));
+pub struct ReleaseReply(Result<(super::lock_state::HoldKey, u64), LockError>);
 
 impl Handler<Release> for LockActor {
     type Result = ReleaseReply;
 
-    fn handle(&mut self, Release(mut grant): Release, _: &mut Context<Self>) -> ReleaseReply {
-        ReleaseReply(grant.disarm())
+    fn handle(&mut self, Release(mut grant): Release, ctx: &mut Context<Self>) -> ReleaseReply {
+        // A grant sent to another lock's actor is refused; still armed, it releases its hold
+        // through its own actor when it is dropped here.
+        if *grant.actor() != ctx.address() {
+            return ReleaseReply(Err(LockError::invalid(
+                "release",
+                format!(
+                    "the grant of lock {:?} was sent to the actor of another lock",
+                    grant.name()
+                ),
+            )));
+        }
+        ReleaseReply(Ok(grant.disarm()))
     }
 }
 
@@ -229,7 +252,7 @@ impl Handler<ReleaseHold> for LockActor {
     type Result = ReleaseReply;
 
     fn handle(&mut self, msg: ReleaseHold, _: &mut Context<Self>) -> ReleaseReply {
-        ReleaseReply(((msg.holder, msg.kind), msg.epoch))
+        ReleaseReply(Ok(((msg.holder, msg.kind), msg.epoch)))
     }
 }
 
@@ -238,10 +261,17 @@ where
     M: Message<Result = Result<(), LockError>>,
 {
     fn handle(self, ctx: &mut Context<LockActor>, tx: Option<ReleaseTx>) {
-        ctx.wait(
-            actix::fut::ready(())
-                .map(move |(), act: &mut LockActor, ctx| act.release(self.0, tx, ctx)),
-        );
+        match self.0 {
+            Ok(hold) => ctx.wait(
+                actix::fut::ready(())
+                    .map(move |(), act: &mut LockActor, ctx| act.release(hold, tx, ctx)),
+            ),
+            Err(refused) => {
+                if let Some(tx) = tx {
+                    let _ = tx.send(Err(refused)); // the caller may have gone
+                }
+            }
+        }
     }
 }
 
@@ -303,7 +333,7 @@ impl ActorFuture<LockActor> for CallerGone {
         task: &mut std::task::Context<'_>,
     ) -> Poll<()> {
         let id = self.id;
-        let Some(tx) = act.waiting.get_mut(&id) else {
+        let Some((tx, _, _)) = act.waiting.get_mut(&id) else {
             return Poll::Ready(());
         };
         if !act.state.is_waiting(id) {
@@ -312,7 +342,10 @@ impl ActorFuture<LockActor> for CallerGone {
         }
         match tx.poll_closed(task) {
             Poll::Ready(()) => {
-                act.waiting.remove(&id);
+                if let Some((_, kind, since)) = act.waiting.remove(&id) {
+                    metrics::waiters(kind, -1.0);
+                    metrics::answered(kind, "abandoned", since);
+                }
                 act.state.caller_gone(id, Instant::now());
                 act.apply(ctx);
                 Poll::Ready(())

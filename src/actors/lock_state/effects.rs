@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::{HoldKey, ReplyId, WaiterId};
 use crate::error::LockError;
+pub(crate) use crate::metrics::Loss;
 use crate::scripts::{Attempt, FairArgs, HandedOff, LockKind};
 
 /// One effect, carried out by the shell in the order given.
@@ -35,7 +36,7 @@ pub(crate) enum Effect {
     /// The Watchdog stops renewing this hold.
     Untrack { key: HoldKey, epoch: u64 },
     /// The hold of this epoch is gone from Redis: tell its guards.
-    Lost(u64),
+    Lost(u64, Loss),
     /// The hold of this epoch ended by release: its guards are gone, forget its signal.
     Ended(u64),
     /// The first hold or waiter arrived: stay alive.

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Effect, HoldKey, LockState, Pending, Timer, backoff};
+use super::{Effect, HoldKey, LockState, Loss, Pending, Timer, backoff};
 
 /// Every hold gets a number no other hold in this process had, so a stale guard can never
 /// release a later hold of the same holder.
@@ -141,8 +141,9 @@ impl LockState {
     }
 
     /// The hold is gone from Redis: tell its guards, stop renewing it.
-    pub(super) fn lose(&mut self, key: &HoldKey, epoch: u64, why: &str) {
-        if let Some(hold) = self.end_hold(key, epoch, true) {
+    pub(super) fn lose(&mut self, key: &HoldKey, epoch: u64, loss: Loss) {
+        let why = loss.describe();
+        if let Some(hold) = self.end_hold(key, epoch, Some(loss)) {
             let (holder, kind) = (&key.0, key.1);
             if hold.watchdog {
                 tracing::warn!(lock = %self.name, %holder, ?kind, why, "lock lost");
@@ -154,7 +155,12 @@ impl LockState {
     }
 
     /// Removes a hold (released, or `lost`) and its schedules.
-    pub(super) fn end_hold(&mut self, key: &HoldKey, epoch: u64, lost: bool) -> Option<Hold> {
+    pub(super) fn end_hold(
+        &mut self,
+        key: &HoldKey,
+        epoch: u64,
+        lost: Option<Loss>,
+    ) -> Option<Hold> {
         self.holds.get(key).filter(|h| h.epoch == epoch)?;
         let hold = self.holds.remove(key)?;
         self.out
@@ -167,10 +173,9 @@ impl LockState {
                 epoch,
             });
         }
-        self.out.push(if lost {
-            Effect::Lost(epoch)
-        } else {
-            Effect::Ended(epoch)
+        self.out.push(match lost {
+            Some(loss) => Effect::Lost(epoch, loss),
+            None => Effect::Ended(epoch),
         });
         Some(hold)
     }

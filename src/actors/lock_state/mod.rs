@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub(crate) use effects::{Answer, Effect, Op, Outcome, Timer};
+pub(crate) use effects::{Answer, Effect, Loss, Op, Outcome, Timer};
 use holds::Hold;
 use round_trips::{Flight, Pending};
 use waiters::{Waiter, Waiters};
@@ -71,8 +71,8 @@ pub(crate) struct Settings {
     pub hand_off: bool,
 }
 
-/// The longest lease accepted (about 285 years): PEXPIRE must not overflow.
-pub(crate) const MAX_LEASE: Duration = Duration::from_millis(1 << 53);
+/// The longest lease accepted: PEXPIRE must not overflow.
+pub(crate) const MAX_LEASE: Duration = crate::config::MAX_EXPIRY;
 
 /// How many local hand-offs may follow each other: when a release frees a lock that a waiter of
 /// the same manager waits for, one script releases it and grants it to that waiter, with no
@@ -309,7 +309,7 @@ impl LockState {
     /// The Watchdog found a hold gone, or could not renew it within the watchdog timeout.
     pub(crate) fn hold_lost(&mut self, key: &HoldKey, epoch: u64, now: Instant) {
         self.now = now;
-        self.lose(key, epoch, "renewal found it gone or failed too long");
+        self.lose(key, epoch, Loss::Watchdog);
     }
 
     /// A timer armed earlier fired.
@@ -325,7 +325,7 @@ impl LockState {
                 self.track_armed = false;
                 self.track_due();
             }
-            Timer::Expiry(key, epoch) => self.lose(&key, epoch, "its lease ran out"),
+            Timer::Expiry(key, epoch) => self.lose(&key, epoch, Loss::Lease),
             Timer::Reconcile(key, epoch) => {
                 if let Some(hold) = self.hold_mut(&key, epoch) {
                     hold.reconcile_armed = false;

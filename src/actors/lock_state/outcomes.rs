@@ -131,7 +131,7 @@ impl LockState {
             }
             Ok(HandedOff::No(Released::Unlocked)) => {
                 self.streak = 0;
-                self.end_hold(&key, epoch, false);
+                self.end_hold(&key, epoch, None);
                 // A write release that leaves its holder reading publishes nothing
                 // (protocol.md): wake this process's waiters here.
                 if key.1 == LockKind::Write
@@ -142,12 +142,12 @@ impl LockState {
                 Ok(())
             }
             Ok(HandedOff::No(Released::NotHeld)) => {
-                self.lose(&key, epoch, "release found it gone");
+                self.lose(&key, epoch, Loss::Release);
                 Err(not_held(&self.name, &key))
             }
             Ok(HandedOff::To { token }) => {
                 self.streak += 1;
-                self.end_hold(&key, epoch, false);
+                self.end_hold(&key, epoch, None);
                 if let Some((id, to_key, to_lease)) = to {
                     self.granted(id, to_key, to_lease, started, token);
                 }
@@ -188,9 +188,9 @@ impl LockState {
         match res {
             Ok(0) if target == 0 => {
                 tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
-                self.end_hold(&key, epoch, false);
+                self.end_hold(&key, epoch, None);
             }
-            Ok(0) => self.lose(&key, epoch, "gone while releases were unconfirmed"),
+            Ok(0) => self.lose(&key, epoch, Loss::Unconfirmed),
             Ok(in_redis) if in_redis > target => {
                 hold.count = in_redis;
                 hold.unreleased = in_redis - target;

@@ -140,7 +140,7 @@ impl Shell {
                 Effect::Unsubscribe(c) => {
                     prop_assert!(self.subscribed.remove(&*c), "unsubscribed {c} twice");
                 }
-                Effect::Lost(epoch) | Effect::Ended(epoch) => {
+                Effect::Lost(epoch, _) | Effect::Ended(epoch) => {
                     self.lost.insert(epoch);
                     self.guards.retain(|(_, e)| *e != epoch);
                 }

@@ -1,0 +1,145 @@
+//! The checker: a redis-server of its own (never one that holds locks) where workers record each
+//! entry into and exit from a critical section, and the fenced store they write to. Its scripts
+//! run atomically there, so two entries are ordered however the workers' clocks disagree.
+//!
+//! Keys on the checker:
+//! - `occ:<name>`: who is inside `<name>` now: field = hold id, value = `mode|worker|epoch`.
+//! - `epoch:lock`, `epoch:redlock`: incremented by the runner before a server that lost its data
+//!   comes back; a hold taken at an older epoch may legitimately be doubled.
+//! - `paused:<worker>`: set by the runner while (and for a while after) that worker is frozen.
+//! - `fence:<name>`: the fenced store: `max` (newest token accepted) and `hold` (its writer);
+//!   `audit:<name>`: every accepted write, `token hold`, in order, checked at the end.
+//! - `counts`: every counter of the run (workers' and the runner's), `errors`: a sample of
+//!   error messages.
+
+/// Records an entry; counts a violation when someone incompatible is inside, and says which
+/// fault explains it. KEYS: the `occ:` keys of the names entered. ARGV: kind, hold, worker, mode
+/// (`x` exclusive, `r` read, `w` write), epoch key, the epoch read before acquiring, the fencing
+/// token (or -1), the fenced store's name (where a fenced holder writes its token on entry).
+/// Reply: {cause, fenced write accepted (1/0)}, cause
+/// 0 none, 1 pause, 2 restart, 3 unexplained.
+pub const ENTER: &str = r#"
+local kind, hold, worker, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local epoch = tonumber(redis.call('get', ARGV[5]) or '0')
+local mine = tonumber(ARGV[6])
+local cause = 0
+local i_paused = redis.call('exists', 'paused:' .. worker) == 1
+for _, occ in ipairs(KEYS) do
+    local inside = redis.call('hgetall', occ)
+    for j = 1, #inside, 2 do
+        local omode, oworker, oepoch = string.match(inside[j + 1], '^(%a)|([^|]*)|(%d+)$')
+        local clash = mode == 'x' or omode == 'x' or mode == 'w' or omode == 'w'
+        if clash then
+            local why = 3
+            if i_paused or redis.call('exists', 'paused:' .. oworker) == 1 then
+                why = 1
+            elseif tonumber(oepoch) < epoch or mine < epoch then
+                why = 2
+            end
+            if why == 3 then
+                redis.call('rpush', 'unexplained', kind .. ' ' .. hold .. ' met ' .. inside[j] .. ' ' .. inside[j + 1])
+            end
+            if cause == 0 or why == 3 then cause = why end
+        end
+    end
+    redis.call('hset', occ, hold, mode .. '|' .. worker .. '|' .. mine)
+end
+redis.call('hincrby', 'counts', 'acquired:' .. kind, 1)
+if cause == 1 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':pause', 1) end
+if cause == 2 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':restart', 1) end
+if cause == 3 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':unexplained', 1) end
+local accepted = 0
+local token = tonumber(ARGV[7])
+if token >= 0 then
+    local store = 'fence:' .. ARGV[8]
+    local max = tonumber(redis.call('hget', store, 'max') or '-1')
+    if token > max or (token == max and redis.call('hget', store, 'hold') == hold) then
+        redis.call('hset', store, 'max', token, 'hold', hold)
+        redis.call('rpush', 'audit:' .. ARGV[8], token .. ' ' .. hold)
+        redis.call('hincrby', 'counts', 'fenced_write:accepted', 1)
+        accepted = 1
+    elseif i_paused then
+        redis.call('hincrby', 'counts', 'fenced_write:refused_frozen', 1)
+    else
+        redis.call('hincrby', 'counts', 'fenced_write:refused_other', 1)
+    end
+end
+return {cause, accepted}
+"#;
+
+/// A write to the fenced store, as a holder makes before it leaves: refused when a newer token
+/// has written. KEYS: none. ARGV: store name, token, hold, worker. Reply: 1 accepted, 0 refused;
+/// a refusal is counted as `refused_frozen` when the writer was frozen (a stale holder the fence
+/// stopped), else `refused_other` (a token lower than one accepted before: the counter was lost).
+pub const FENCED_WRITE: &str = r#"
+local store = 'fence:' .. ARGV[1]
+local token = tonumber(ARGV[2])
+local max = tonumber(redis.call('hget', store, 'max') or '-1')
+if token > max or (token == max and redis.call('hget', store, 'hold') == ARGV[3]) then
+    redis.call('hset', store, 'max', token, 'hold', ARGV[3])
+    redis.call('rpush', 'audit:' .. ARGV[1], token .. ' ' .. ARGV[3])
+    redis.call('hincrby', 'counts', 'fenced_write:accepted', 1)
+    return 1
+end
+if redis.call('exists', 'paused:' .. ARGV[4]) == 1 then
+    redis.call('hincrby', 'counts', 'fenced_write:refused_frozen', 1)
+else
+    redis.call('hincrby', 'counts', 'fenced_write:refused_other', 1)
+end
+return 0
+"#;
+
+/// Records an exit. KEYS: the `occ:` keys. ARGV: the hold.
+pub const EXIT: &str = r#"
+for _, occ in ipairs(KEYS) do redis.call('hdel', occ, ARGV[1]) end
+return 0
+"#;
+
+/// Forgets every entry of a worker that was killed inside. ARGV: the worker. Reply: how many.
+pub const FORGET_WORKER: &str = r#"
+local n = 0
+for _, occ in ipairs(redis.call('keys', 'occ:*')) do
+    local inside = redis.call('hgetall', occ)
+    for j = 1, #inside, 2 do
+        if string.match(inside[j + 1], '^%a|([^|]*)|') == ARGV[1] then
+            redis.call('hdel', occ, inside[j])
+            n = n + 1
+        end
+    end
+end
+return n
+"#;
+
+/// The workers inside some critical section now. Reply: their ids (repeats possible).
+pub const INSIDE: &str = r#"
+local out = {}
+for _, occ in ipairs(redis.call('keys', 'occ:*')) do
+    for _, v in ipairs(redis.call('hvals', occ)) do
+        out[#out + 1] = string.match(v, '^%a|([^|]*)|')
+    end
+end
+return out
+"#;
+
+/// Stale writes the store accepted, from its audit lists: an accepted token lower than one
+/// accepted before it, or equal to one accepted for another hold. Must be 0.
+pub fn stale_accepted(conn: &mut redis::Connection) -> redis::RedisResult<u64> {
+    let lists: Vec<String> = redis::cmd("KEYS").arg("audit:*").query(conn)?;
+    let mut stale = 0;
+    for list in lists {
+        let writes: Vec<String> = redis::cmd("LRANGE").arg(&list).arg(0).arg(-1).query(conn)?;
+        let mut newest: Option<(u64, String)> = None;
+        for write in writes {
+            let Some((token, hold)) = write.split_once(' ') else {
+                stale += 1;
+                continue;
+            };
+            let token: u64 = token.parse().unwrap_or(0);
+            match &newest {
+                Some((max, by)) if token < *max || (token == *max && by != hold) => stale += 1,
+                _ => newest = Some((token, hold.to_owned())),
+            }
+        }
+    }
+    Ok(stale)
+}

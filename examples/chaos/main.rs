@@ -1,0 +1,137 @@
+//! The chaos runner: several worker processes compete for a few lock names of every kind while
+//! faults are injected, and every critical section is checked on a separate server. It counts
+//! acquisitions, exclusion violations (and the fault that explains each), stale fenced writes,
+//! lost holds, stuck waiters and locks left behind, and exits non-zero on anything that must
+//! never happen. RELIABILITY.md has its figures.
+//!
+//! Run: `cargo run --release --example chaos -- [options]`
+//!
+//! ```text
+//! --workers N        worker processes (default 4); each runs 3 tasks
+//! --duration SECS    how long the workers compete (default 30)
+//! --acquisitions N   stop earlier, once N acquisitions were counted
+//! --faults LIST      comma-separated, default all: kill-holder, stop-holder, restart-empty,
+//!                    restart-aof, client-kill, stall-redis, redlock-minority, redlock-majority
+//!                    ("none" for a run without faults)
+//! --fault-gap MS     pause between two faults (default 1000)
+//! --redlock N        RedLock servers, 3 or 5 (default 3)
+//! --lease MS         watchdog timeout of the workers' locks (default 2000)
+//! --seed N           the random seed (default: from the clock; printed)
+//! --json             print the summary as JSON instead of a table
+//! ```
+//!
+//! Servers: one holds the locks (with `appendonly yes`, `appendfsync always`, so that it can be
+//! restarted with its data or, its files wiped, without), `--redlock` more for RedLock, and the
+//! checker. All on loopback, in temporary folders, stopped at the end. Workers are this binary
+//! again (`chaos worker …`); a worker exits when the runner does (its stdin closes), and the
+//! runner kills every process it started on the way out, Ctrl-C included.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod checker;
+mod options;
+mod report;
+mod run;
+mod worker;
+
+use std::time::Duration;
+
+/// The lock kinds a worker takes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    Lock,
+    Fair,
+    Read,
+    Write,
+    Fenced,
+    Multi,
+    RedLock,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 7] = [
+        Kind::Lock,
+        Kind::Fair,
+        Kind::Read,
+        Kind::Write,
+        Kind::Fenced,
+        Kind::Multi,
+        Kind::RedLock,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::Fair => "fair",
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Fenced => "fenced",
+            Kind::Multi => "multi",
+            Kind::RedLock => "redlock",
+        }
+    }
+
+    /// `x` excludes everyone, `r` excludes writers, `w` excludes everyone.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Kind::Read => "r",
+            Kind::Write => "w",
+            _ => "x",
+        }
+    }
+}
+
+/// Timings shared by the runner and its workers.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// The watchdog timeout: how long a dead or frozen holder keeps a lock.
+    pub lease: Duration,
+    /// The workers' response timeout.
+    pub response: Duration,
+    /// How long a worker waits for a lock before giving up on that attempt.
+    pub wait: Duration,
+}
+
+/// xorshift64*: enough randomness for choosing kinds, names and faults, with no dependency.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("worker") {
+        match worker::Args::parse(&argv) {
+            Some(args) => worker::main(args),
+            None => {
+                eprintln!("chaos worker: bad arguments {argv:?}");
+                std::process::exit(2);
+            }
+        }
+        return;
+    }
+    let options = match options::Options::parse(&argv) {
+        Ok(options) => options,
+        Err(usage) => {
+            eprintln!("{usage}");
+            std::process::exit(2);
+        }
+    };
+    std::process::exit(run::main(options));
+}

@@ -1,0 +1,59 @@
+//! The summary as a table.
+
+use serde_json::{Value, json};
+
+pub fn print_table(s: &Value) {
+    let row = |label: &str, v: &Value| println!("| {label:<40} | {:>12} |", v.to_string());
+    println!("| {:<40} | {:>12} |", "chaos run", "");
+    println!("|{:-<42}|{:->14}|", "", "");
+    row("seed", &s["seed"]);
+    row("workers (× 3 tasks)", &s["workers"]);
+    row(
+        "seconds",
+        &json!((s["seconds"].as_f64().unwrap_or(0.0) * 10.0).round() / 10.0),
+    );
+    row("acquisitions", &s["acquired_total"]);
+    for (k, v) in s["acquired"].as_object().into_iter().flatten() {
+        row(&format!("  {k}"), v);
+    }
+    for (k, v) in s["faults"].as_object().into_iter().flatten() {
+        row(&format!("fault {k}"), v);
+    }
+    for (k, v) in s["violations"].as_object().into_iter().flatten() {
+        row(&format!("violations: {k}"), v);
+    }
+    row("fenced writes accepted", &s["fenced_writes"]["accepted"]);
+    row(
+        "fenced writes refused: frozen holder",
+        &s["fenced_writes"]["refused_frozen_holder"],
+    );
+    row(
+        "fenced writes refused: token behind",
+        &s["fenced_writes"]["refused_token_behind"],
+    );
+    row(
+        "stale fenced writes accepted",
+        &s["fenced_writes"]["stale_accepted"],
+    );
+    row(
+        "holds lost, guard said so first",
+        &s["lost"]["reported_by_guard"],
+    );
+    row(
+        "holds lost, found at release",
+        &s["lost"]["found_at_release"],
+    );
+    row(
+        "lost signal, yet release worked",
+        &s["lost"]["reported_but_released"],
+    );
+    row("stuck waiters", &s["stuck_waiters"]);
+    row("locks left behind", &s["leftover_locks"]);
+    row("worker crashes", &s["worker_crashes"]);
+    row("entries the checker could not record", &s["checker_errors"]);
+    row("workers hung", &s["workers_hung"]);
+    row("ok", &s["ok"]);
+    for line in s["unexplained_sample"].as_array().into_iter().flatten() {
+        println!("unexplained: {line}");
+    }
+}

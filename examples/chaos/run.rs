@@ -1,0 +1,511 @@
+//! The runner: servers, workers, faults, and the summary.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::options::{Fault, Options};
+use crate::report::print_table;
+use crate::support::{Options as ServerOptions, RedisServer};
+use crate::worker::Args;
+use crate::{Kind, Rng, Settings, checker};
+
+/// How long after its deadline a worker may take to finish its last attempt and shut down.
+const WORKER_GRACE: Duration = Duration::from_secs(20);
+
+struct Worker {
+    id: u64,
+    child: Child,
+}
+
+struct Runner {
+    options: Options,
+    settings: Settings,
+    lock: RedisServer,
+    red: Vec<RedisServer>,
+    checker: RedisServer,
+    workers: Vec<Worker>,
+    next_id: u64,
+    until_unix_ms: u128,
+    rng: Rng,
+    faults: BTreeMap<&'static str, u64>,
+    killed_inside: u64,
+    frozen_inside: u64,
+    worker_crashes: u64,
+    interrupted: Arc<AtomicBool>,
+}
+
+pub fn main(options: Options) -> i32 {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            });
+        });
+    }
+    let settings = Settings {
+        lease: options.lease,
+        response: Duration::from_millis(500),
+        wait: Duration::from_millis(1500),
+    };
+    let persistent = ServerOptions {
+        args: ["--appendonly", "yes", "--appendfsync", "always"]
+            .map(String::from)
+            .to_vec(),
+        ..ServerOptions::default()
+    };
+    let lock = RedisServer::start_with(persistent);
+    let red = (0..options.redlock).map(|_| RedisServer::start()).collect();
+    let checker = RedisServer::start();
+    eprintln!(
+        "chaos: seed {}, {} workers, {:?}, faults {:?}; locks on {}, checker on {}",
+        options.seed,
+        options.workers,
+        options.duration,
+        options.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        lock.url(),
+        checker.url()
+    );
+    let until_unix_ms = unix_ms() + options.duration.as_millis();
+    let mut runner = Runner {
+        rng: Rng::new(options.seed),
+        options,
+        settings,
+        lock,
+        red,
+        checker,
+        workers: Vec::new(),
+        next_id: 1,
+        until_unix_ms,
+        faults: BTreeMap::new(),
+        killed_inside: 0,
+        frozen_inside: 0,
+        worker_crashes: 0,
+        interrupted,
+    };
+    let code = runner.run();
+    for w in &mut runner.workers {
+        let _ = w.child.kill();
+        let _ = w.child.wait();
+    }
+    code
+}
+
+impl Runner {
+    fn run(&mut self) -> i32 {
+        let started = Instant::now();
+        for _ in 0..self.options.workers {
+            self.spawn_worker();
+        }
+        // Every enabled fault in turn, in a shuffled order, again and again: a short run still
+        // sees each of them once when it lasts long enough.
+        let mut order: Vec<Fault> = Vec::new();
+        let end = started + self.options.duration;
+        while Instant::now() < end && !self.interrupted() && !self.enough() {
+            self.sleep_watching(
+                self.options
+                    .fault_gap
+                    .min(end.saturating_duration_since(Instant::now())),
+            );
+            if Instant::now() >= end || self.interrupted() || self.options.faults.is_empty() {
+                continue;
+            }
+            if order.is_empty() {
+                order = self.options.faults.clone();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, self.rng.below(i as u64 + 1) as usize);
+                }
+            }
+            let fault = order.remove(0);
+            self.inject(fault);
+            *self.faults.entry(fault.name()).or_default() += 1;
+        }
+        // Workers stop at their deadline, or at once when told to.
+        let _: redis::RedisResult<()> = redis::cmd("SET")
+            .arg("stop")
+            .arg(1)
+            .query(&mut self.checker_conn());
+        let hung = self.wait_for_workers();
+        if self.interrupted() {
+            eprintln!("chaos: interrupted; servers and workers stopped");
+            return 130;
+        }
+        // Holds of killed or frozen workers run out within a lease.
+        std::thread::sleep(self.settings.lease + Duration::from_millis(500));
+        let summary = self.summary(started.elapsed(), hung);
+        let ok = summary["ok"].as_bool().unwrap_or(false);
+        if self.options.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary).unwrap_or_default()
+            );
+        } else {
+            print_table(&summary);
+        }
+        if ok { 0 } else { 1 }
+    }
+
+    /// Whether the acquisitions asked for were counted.
+    fn enough(&self) -> bool {
+        let Some(wanted) = self.options.acquisitions else {
+            return false;
+        };
+        let counts: BTreeMap<String, u64> = redis::cmd("HGETALL")
+            .arg("counts")
+            .query(&mut self.checker_conn())
+            .unwrap_or_default();
+        let acquired: u64 = counts
+            .iter()
+            .filter(|(k, _)| k.starts_with("acquired:"))
+            .map(|(_, n)| n)
+            .sum();
+        acquired >= wanted
+    }
+
+    fn interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst)
+    }
+
+    fn spawn_worker(&mut self) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let args = Args {
+            id,
+            lock_url: self.lock.url(),
+            redlock_urls: self.red.iter().map(RedisServer::url).collect(),
+            checker_url: self.checker.url(),
+            until_unix_ms: self.until_unix_ms,
+            seed: self.rng.next_u64(),
+            settings: self.settings,
+        };
+        let exe = std::env::current_exe().expect("own executable");
+        let child = Command::new(exe)
+            .args(args.to_argv())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn a worker");
+        self.workers.push(Worker { id, child });
+    }
+
+    /// Sleeps, replacing any worker that died on its own (counted: a crash is a bug).
+    fn sleep_watching(&mut self, total: Duration) {
+        let end = Instant::now() + total;
+        while Instant::now() < end && !self.interrupted() {
+            std::thread::sleep(
+                Duration::from_millis(50).min(end.saturating_duration_since(Instant::now())),
+            );
+            let mut crashed = 0;
+            self.workers.retain_mut(|w| match w.child.try_wait() {
+                Ok(Some(status)) if !status.success() => {
+                    eprintln!("chaos: worker {} exited with {status}", w.id);
+                    crashed += 1;
+                    false
+                }
+                _ => true,
+            });
+            self.worker_crashes += crashed;
+            for _ in 0..crashed {
+                self.spawn_worker();
+            }
+        }
+    }
+
+    /// Waits for the workers to finish on their own; kills and counts those that do not.
+    fn wait_for_workers(&mut self) -> u64 {
+        let limit = Instant::now()
+            + Duration::from_millis(self.until_unix_ms.saturating_sub(unix_ms()) as u64)
+            + WORKER_GRACE;
+        let mut hung = 0;
+        for w in &mut self.workers {
+            loop {
+                match w.child.try_wait() {
+                    Ok(Some(status)) => {
+                        if !status.success() {
+                            eprintln!("chaos: worker {} exited with {status}", w.id);
+                            self.worker_crashes += 1;
+                        }
+                        break;
+                    }
+                    _ if Instant::now() > limit || self.interrupted.load(Ordering::SeqCst) => {
+                        eprintln!("chaos: worker {} did not finish; killed", w.id);
+                        hung += 1;
+                        let _ = w.child.kill();
+                        let _ = w.child.wait();
+                        break;
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        }
+        self.workers.clear();
+        hung
+    }
+
+    fn checker_conn(&self) -> redis::Connection {
+        self.checker.conn()
+    }
+
+    /// A worker inside a critical section now, if any, else any worker.
+    fn pick_holder(&mut self) -> Option<(usize, bool)> {
+        let inside: Vec<String> = redis::Script::new(checker::INSIDE)
+            .invoke(&mut self.checker_conn())
+            .unwrap_or_default();
+        let inside: Vec<usize> = inside
+            .iter()
+            .filter_map(|id| id.parse::<u64>().ok())
+            .filter_map(|id| self.workers.iter().position(|w| w.id == id))
+            .collect();
+        if !inside.is_empty() {
+            return Some((inside[self.rng.below(inside.len() as u64) as usize], true));
+        }
+        match self.workers.len() {
+            0 => None,
+            n => Some((self.rng.below(n as u64) as usize, false)),
+        }
+    }
+
+    fn inject(&mut self, fault: Fault) {
+        let lease = self.settings.lease;
+        match fault {
+            Fault::KillHolder => {
+                let Some((i, inside)) = self.pick_holder() else {
+                    return;
+                };
+                let mut w = self.workers.remove(i);
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+                self.killed_inside += u64::from(inside);
+                // Its entries will never be left: forget them, then again in case its last
+                // bytes reached the checker after the first pass.
+                for _ in 0..2 {
+                    let _: redis::RedisResult<u64> = redis::Script::new(checker::FORGET_WORKER)
+                        .arg(w.id)
+                        .invoke(&mut self.checker_conn());
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                self.spawn_worker();
+            }
+            Fault::StopHolder => {
+                let Some((i, inside)) = self.pick_holder() else {
+                    return;
+                };
+                let (id, pid) = (self.workers[i].id, self.workers[i].child.id());
+                let frozen = lease + Duration::from_millis(1000);
+                // Marked before it freezes, and until well after it wakes and leaves.
+                let _: redis::RedisResult<()> = redis::cmd("SET")
+                    .arg(format!("paused:{id}"))
+                    .arg(1)
+                    .arg("PX")
+                    .arg((frozen + lease * 2 + Duration::from_secs(5)).as_millis() as u64)
+                    .query(&mut self.checker_conn());
+                signal(pid, "STOP");
+                self.frozen_inside += u64::from(inside);
+                std::thread::sleep(frozen);
+                signal(pid, "CONT");
+            }
+            Fault::RestartEmpty => {
+                self.lock.stop();
+                self.bump_epoch("epoch:lock");
+                self.lock.wipe_data();
+                self.lock.restart();
+            }
+            Fault::RestartAof => {
+                self.lock.stop();
+                self.lock.restart();
+            }
+            Fault::ClientKill => {
+                let mut conn = self.lock.conn();
+                for kind in ["normal", "pubsub"] {
+                    let _: redis::RedisResult<u64> = redis::cmd("CLIENT")
+                        .arg("KILL")
+                        .arg("TYPE")
+                        .arg(kind)
+                        .query(&mut conn);
+                }
+            }
+            Fault::StallRedis => {
+                // Longer than the response timeout, shorter than what is left of a renewed lease.
+                self.lock.signal("STOP");
+                std::thread::sleep(self.settings.response + Duration::from_millis(300));
+                self.lock.signal("CONT");
+            }
+            Fault::RedlockMinority | Fault::RedlockMajority => {
+                let n = self.red.len();
+                let down = match fault {
+                    Fault::RedlockMinority => (n - 1) / 2,
+                    _ => n / 2 + 1,
+                };
+                let first = self.rng.below(n as u64) as usize;
+                let chosen: Vec<usize> = (0..down).map(|k| (first + k) % n).collect();
+                for &i in &chosen {
+                    self.red[i].stop();
+                }
+                if fault == Fault::RedlockMajority {
+                    // A majority comes back empty: holds taken before may be doubled.
+                    self.bump_epoch("epoch:redlock");
+                }
+                // Down for longer than a lease (Redlock's delayed restart), then back empty.
+                std::thread::sleep(lease + Duration::from_millis(500));
+                for &i in &chosen {
+                    self.red[i].restart();
+                }
+            }
+        }
+    }
+
+    fn bump_epoch(&self, key: &str) {
+        let _: redis::RedisResult<u64> =
+            redis::cmd("INCR").arg(key).query(&mut self.checker_conn());
+    }
+
+    fn summary(&mut self, elapsed: Duration, hung: u64) -> Value {
+        let mut conn = self.checker_conn();
+        let counts: BTreeMap<String, u64> = redis::cmd("HGETALL")
+            .arg("counts")
+            .query(&mut conn)
+            .unwrap_or_default();
+        let get = |k: &str| counts.get(k).copied().unwrap_or(0);
+        let by_kind = |prefix: &str| -> BTreeMap<&'static str, u64> {
+            Kind::ALL
+                .iter()
+                .map(|k| (k.name(), get(&format!("{prefix}:{}", k.name()))))
+                .collect()
+        };
+        let sum = |m: &BTreeMap<&'static str, u64>| m.values().sum::<u64>();
+        let acquired = by_kind("acquired");
+        let mut violations = BTreeMap::new();
+        for cause in ["pause", "restart", "unexplained"] {
+            let n: u64 = Kind::ALL
+                .iter()
+                .map(|k| get(&format!("violation:{}:{cause}", k.name())))
+                .sum();
+            violations.insert(cause, n);
+        }
+        let stuck = sum(&by_kind("stuck")) + sum(&by_kind("stuck_release"));
+        let stale = checker::stale_accepted(&mut conn).unwrap_or(u64::MAX);
+        let (leftover, other_keys) = self.left_behind();
+        let unexplained: Vec<String> = redis::cmd("LRANGE")
+            .arg("unexplained")
+            .arg(0)
+            .arg(19)
+            .query(&mut conn)
+            .unwrap_or_default();
+        let errors: Vec<String> = redis::cmd("LRANGE")
+            .arg("errors")
+            .arg(-20)
+            .arg(-1)
+            .query(&mut conn)
+            .unwrap_or_default();
+        let ok = violations["unexplained"] == 0
+            && get("checker_error") == 0
+            && stale == 0
+            && stuck == 0
+            && leftover == 0
+            && self.worker_crashes == 0
+            && hung == 0;
+        json!({
+            "seed": self.options.seed,
+            "workers": self.options.workers,
+            "tasks_per_worker": 3,
+            "seconds": elapsed.as_secs_f64(),
+            "lease_ms": self.settings.lease.as_millis() as u64,
+            "redlock_servers": self.red.len(),
+            "acquired_total": sum(&acquired),
+            "acquired": acquired,
+            "timed_out": by_kind("timed_out"),
+            "acquire_errors": by_kind("acquire_error"),
+            "release_errors": by_kind("release_error"),
+            "stuck_waiters": stuck,
+            "violations": violations,
+            "violations_by_kind": Kind::ALL.iter().map(|k| {
+                let n: u64 = ["pause", "restart", "unexplained"]
+                    .iter()
+                    .map(|c| get(&format!("violation:{}:{c}", k.name())))
+                    .sum();
+                (k.name(), n)
+            }).collect::<BTreeMap<_, _>>(),
+            "fenced_writes": {
+                "accepted": get("fenced_write:accepted"),
+                "refused_frozen_holder": get("fenced_write:refused_frozen"),
+                "refused_token_behind": get("fenced_write:refused_other"),
+                "stale_accepted": stale,
+            },
+            "lost": {
+                "reported_by_guard": get("lost:reported"),
+                "found_at_release": get("lost:found_at_release"),
+                "reported_but_released": get("lost:reported_but_released"),
+            },
+            "faults": self.faults,
+            "kill_holder_inside": self.killed_inside,
+            "stop_holder_inside": self.frozen_inside,
+            "leftover_locks": leftover,
+            "other_keys_left": other_keys,
+            "worker_crashes": self.worker_crashes,
+            "checker_errors": get("checker_error"),
+            "workers_hung": hung,
+            "unexplained_sample": unexplained,
+            "errors_sample": errors,
+            "ok": ok,
+        })
+    }
+
+    /// Lock hashes still in any lock server (must be none once leases ran out), and the names of
+    /// other keys left (fence counters, by design; fair-queue entries of waiters that went away,
+    /// pruned by the next acquire of that name).
+    fn left_behind(&self) -> (u64, Vec<String>) {
+        let mut locks = 0;
+        let mut other = Vec::new();
+        for server in std::iter::once(&self.lock).chain(&self.red) {
+            let mut conn = server.conn();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg("*")
+                .query(&mut conn)
+                .unwrap_or_default();
+            for key in keys {
+                let kind: String = redis::cmd("TYPE")
+                    .arg(&key)
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                match kind.as_str() {
+                    "hash" => {
+                        eprintln!("chaos: lock left behind on {}: {key}", server.url());
+                        locks += 1;
+                    }
+                    _ => other.push(format!("{key} ({kind})")),
+                }
+            }
+        }
+        other.sort();
+        (locks, other)
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}

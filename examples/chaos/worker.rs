@@ -1,0 +1,373 @@
+//! A worker process: a few tasks that take random locks of every kind, again and again, and
+//! record each critical section on the checker. It exits at its deadline, or at once when the
+//! runner goes away (its stdin closes).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lockman::{
+    CompositeGuard, Config, FencedGuard, LockError, LockGuard, LockManager, MultiLock, RedLock,
+};
+use redis::aio::MultiplexedConnection;
+
+use crate::checker;
+use crate::{Kind, Rng, Settings};
+
+/// How long past its wait an acquire may take before the worker calls it stuck.
+const STUCK_AFTER: Duration = Duration::from_secs(10);
+/// Names per kind: few, so that they are contended.
+const NAMES: u64 = 3;
+/// Concurrent tasks per worker.
+const TASKS: u64 = 3;
+
+/// What the runner tells a worker on its command line.
+pub struct Args {
+    pub id: u64,
+    pub lock_url: String,
+    pub redlock_urls: Vec<String>,
+    pub checker_url: String,
+    pub until_unix_ms: u128,
+    pub seed: u64,
+    pub settings: Settings,
+}
+
+impl Args {
+    pub fn to_argv(&self) -> Vec<String> {
+        vec![
+            "worker".into(),
+            self.id.to_string(),
+            self.lock_url.clone(),
+            self.redlock_urls.join(","),
+            self.checker_url.clone(),
+            self.until_unix_ms.to_string(),
+            self.seed.to_string(),
+            self.settings.lease.as_millis().to_string(),
+            self.settings.response.as_millis().to_string(),
+            self.settings.wait.as_millis().to_string(),
+        ]
+    }
+
+    pub fn parse(argv: &[String]) -> Option<Self> {
+        let ms = |s: &String| s.parse().ok().map(Duration::from_millis);
+        Some(Self {
+            id: argv.get(1)?.parse().ok()?,
+            lock_url: argv.get(2)?.clone(),
+            redlock_urls: argv.get(3)?.split(',').map(str::to_owned).collect(),
+            checker_url: argv.get(4)?.clone(),
+            until_unix_ms: argv.get(5)?.parse().ok()?,
+            seed: argv.get(6)?.parse().ok()?,
+            settings: Settings {
+                lease: ms(argv.get(7)?)?,
+                response: ms(argv.get(8)?)?,
+                wait: ms(argv.get(9)?)?,
+            },
+        })
+    }
+}
+
+/// A worker's process: exits 0 at its deadline; a panic or a failed start exits non-zero,
+/// which the runner counts.
+pub fn main(args: Args) {
+    // The runner holds our stdin: when it dies, so do we.
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(3);
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(run(args));
+}
+
+async fn run(args: Args) {
+    let deadline =
+        Instant::now() + Duration::from_millis(args.until_unix_ms.saturating_sub(unix_ms()) as u64);
+    let settings = args.settings;
+    let config = |url: &str| {
+        Config::new(url)
+            .watchdog_timeout(settings.lease)
+            .response_timeout(settings.response)
+            .connect_timeout(settings.response)
+    };
+    // A fault may have a server down just now: keep trying until the deadline.
+    let lock = start(config(&args.lock_url), deadline).await;
+    let mut red = Vec::new();
+    for url in &args.redlock_urls {
+        red.push(start(config(url), deadline).await);
+    }
+    let (Some(lock), Some(red)) = (lock, red.into_iter().collect::<Option<Vec<_>>>()) else {
+        return;
+    };
+    let checker = redis::Client::open(args.checker_url.as_str())
+        .expect("checker url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("checker");
+    let tasks = (0..TASKS).map(|task| {
+        let ctx = Ctx {
+            worker: args.id,
+            task,
+            lock: lock.clone(),
+            red: red.clone(),
+            checker: checker.clone(),
+            settings,
+            deadline,
+        };
+        tokio::spawn(ctx.run(Rng::new(args.seed ^ ((task + 1) * 0x9e37_79b9))))
+    });
+    for task in tasks.collect::<Vec<_>>() {
+        let _ = task.await;
+    }
+    lock.shutdown().await;
+    for m in red {
+        m.shutdown().await;
+    }
+}
+
+async fn start(config: Config, deadline: Instant) -> Option<LockManager> {
+    while Instant::now() < deadline {
+        match LockManager::start(config.clone()).await {
+            Ok(m) => return Some(m),
+            Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("worker cannot start: {e}"),
+        }
+    }
+    None
+}
+
+struct Ctx {
+    worker: u64,
+    task: u64,
+    lock: LockManager,
+    red: Vec<LockManager>,
+    checker: MultiplexedConnection,
+    settings: Settings,
+    deadline: Instant,
+}
+
+enum Held {
+    Guard(LockGuard),
+    Fenced(FencedGuard),
+    Composite(CompositeGuard),
+}
+
+impl Held {
+    fn is_lost(&self) -> bool {
+        match self {
+            Held::Guard(g) => g.is_lost(),
+            Held::Fenced(g) => g.is_lost(),
+            Held::Composite(g) => g.is_lost(),
+        }
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::Guard(g) => g.release().await,
+            Held::Fenced(g) => g.release().await,
+            Held::Composite(g) => g.release().await,
+        }
+    }
+}
+
+impl Ctx {
+    async fn run(mut self, mut rng: Rng) {
+        let mut seq = 0u64;
+        while Instant::now() < self.deadline {
+            seq += 1;
+            let kind = Kind::ALL[rng.below(Kind::ALL.len() as u64) as usize];
+            let hold = format!("{}:{}:{seq}", self.worker, self.task);
+            let names = self.names(kind, &mut rng);
+            let counts = self.once(kind, &hold, &names, &mut rng).await;
+            let mut pipe = redis::pipe();
+            for (field, n) in counts.iter().filter(|(_, n)| *n > 0) {
+                pipe.hincr("counts", field, *n).ignore();
+            }
+            let _: Result<(), _> = pipe.query_async(&mut self.checker).await;
+        }
+    }
+
+    fn names(&self, kind: Kind, rng: &mut Rng) -> Vec<String> {
+        let family = match kind {
+            Kind::Read | Kind::Write => "rw",
+            other => other.name(),
+        };
+        match kind {
+            // Two of four names, in random order: MultiLock must cope with any order.
+            Kind::Multi => {
+                let a = rng.below(4);
+                let b = (a + 1 + rng.below(3)) % 4;
+                vec![format!("chaos:multi:{a}"), format!("chaos:multi:{b}")]
+            }
+            _ => vec![format!("chaos:{family}:{}", rng.below(NAMES))],
+        }
+    }
+
+    /// One attempt: acquire, enter, work, leave, release. Returns the counters it moved.
+    async fn once(
+        &mut self,
+        kind: Kind,
+        hold: &str,
+        names: &[String],
+        rng: &mut Rng,
+    ) -> Vec<(String, i64)> {
+        let mut counts: Vec<(String, i64)> = Vec::new();
+        macro_rules! count {
+            ($field:expr) => {
+                counts.push(($field, 1))
+            };
+        }
+        let epoch_key = match kind {
+            Kind::RedLock => "epoch:redlock",
+            _ => "epoch:lock",
+        };
+        // The epoch before acquiring, and whether the runner has seen enough.
+        let (epoch, stop): (Option<u64>, Option<u8>) = redis::cmd("MGET")
+            .arg(epoch_key)
+            .arg("stop")
+            .query_async(&mut self.checker)
+            .await
+            .unwrap_or((None, None));
+        if stop.is_some() {
+            self.deadline = Instant::now();
+            return counts;
+        }
+        let wait = self.settings.wait;
+        let held =
+            match tokio::time::timeout(wait + STUCK_AFTER, self.acquire(kind, names, wait)).await {
+                Err(_) => {
+                    count!(format!("stuck:{}", kind.name()));
+                    return counts;
+                }
+                Ok(Err(e)) => {
+                    count!(format!("acquire_error:{}", kind.name()));
+                    self.note_error(kind, "acquire", &e).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    return counts;
+                }
+                Ok(Ok(None)) => {
+                    count!(format!("timed_out:{}", kind.name()));
+                    return counts;
+                }
+                Ok(Ok(Some(held))) => held,
+            };
+        let token = match &held {
+            Held::Fenced(g) => g.token() as i64,
+            _ => -1,
+        };
+        let occ: Vec<String> = names.iter().map(|n| format!("occ:{n}")).collect();
+        let entered: Result<(i64, i64), _> = redis::Script::new(checker::ENTER)
+            .key(&occ)
+            .arg(kind.name())
+            .arg(hold)
+            .arg(self.worker)
+            .arg(kind.mode())
+            .arg(epoch_key)
+            .arg(epoch.unwrap_or(0))
+            .arg(token)
+            .arg(&names[0])
+            .invoke_async(&mut self.checker)
+            .await;
+        if entered.is_err() {
+            count!("checker_error".into());
+        }
+        // The critical section: mostly short, now and then long enough to be frozen inside.
+        let work = match rng.below(50) {
+            0 => Duration::from_millis(20 + rng.below(150)),
+            _ => Duration::from_micros(rng.below(1000)),
+        };
+        tokio::time::sleep(work).await;
+        if token >= 0 && entered.is_ok() {
+            let _: Result<i64, _> = redis::Script::new(checker::FENCED_WRITE)
+                .arg(&names[0])
+                .arg(token)
+                .arg(hold)
+                .arg(self.worker)
+                .invoke_async(&mut self.checker)
+                .await;
+        }
+        let _: Result<i64, _> = redis::Script::new(checker::EXIT)
+            .key(&occ)
+            .arg(hold)
+            .invoke_async(&mut self.checker)
+            .await;
+        let lost_first = held.is_lost();
+        let release = tokio::time::timeout(
+            self.settings.response * 4 + Duration::from_secs(5),
+            held.release(),
+        )
+        .await;
+        match (lost_first, release) {
+            (_, Err(_)) => count!(format!("stuck_release:{}", kind.name())),
+            (true, Ok(Ok(()))) => count!("lost:reported_but_released".into()),
+            (true, Ok(Err(_))) => count!("lost:reported".into()),
+            (false, Ok(Ok(()))) => {}
+            (false, Ok(Err(LockError::NotHeld { .. }))) => count!("lost:found_at_release".into()),
+            (false, Ok(Err(e))) => {
+                count!(format!("release_error:{}", kind.name()));
+                self.note_error(kind, "release", &e).await;
+            }
+        }
+        counts
+    }
+
+    async fn acquire(
+        &self,
+        kind: Kind,
+        names: &[String],
+        wait: Duration,
+    ) -> Result<Option<Held>, LockError> {
+        let name = names[0].as_str();
+        let guard = |g: Option<LockGuard>| g.map(Held::Guard);
+        Ok(match kind {
+            Kind::Lock => guard(self.lock.lock(name).try_acquire_for(wait).await?),
+            Kind::Fair => guard(self.lock.fair_lock(name).try_acquire_for(wait).await?),
+            Kind::Read => guard(
+                self.lock
+                    .read_write_lock(name)
+                    .read()
+                    .try_acquire_for(wait)
+                    .await?,
+            ),
+            Kind::Write => guard(
+                self.lock
+                    .read_write_lock(name)
+                    .write()
+                    .try_acquire_for(wait)
+                    .await?,
+            ),
+            Kind::Fenced => self
+                .lock
+                .fenced_lock(name)
+                .try_acquire_for(wait)
+                .await?
+                .map(Held::Fenced),
+            Kind::Multi => {
+                MultiLock::new(names.iter().map(|n| self.lock.lock(n.as_str())).collect())
+                    .try_acquire_for(wait)
+                    .await?
+                    .map(Held::Composite)
+            }
+            Kind::RedLock => RedLock::new(self.red.iter().map(|m| m.lock(name)).collect())
+                .try_acquire_for(wait)
+                .await?
+                .map(Held::Composite),
+        })
+    }
+
+    async fn note_error(&mut self, kind: Kind, op: &str, e: &LockError) {
+        let _: Result<(), _> = redis::pipe()
+            .rpush("errors", format!("{} {op}: {e}", kind.name()))
+            .ignore()
+            .ltrim("errors", -200, -1)
+            .ignore()
+            .query_async(&mut self.checker)
+            .await;
+    }
+}
+
+fn unix_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}

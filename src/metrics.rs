@@ -1,0 +1,138 @@
+//! Metrics, through the [`metrics`](https://docs.rs/metrics) facade, with the `metrics` feature:
+//! the application installs a recorder (a Prometheus exporter, say) and lockman reports to it.
+//! Without the feature every function here is empty and compiles away.
+//!
+//! The metrics and their labels are listed in one table, in the README ("Metrics"); keep it
+//! true when adding one here.
+
+#[cfg(feature = "metrics")]
+use std::time::Instant;
+
+use crate::scripts::LockKind;
+
+/// When an acquire request arrived: an `Instant` with the feature, nothing without.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Since {
+    #[cfg(feature = "metrics")]
+    at: Instant,
+}
+
+impl Since {
+    #[inline]
+    pub(crate) fn now() -> Self {
+        Self {
+            #[cfg(feature = "metrics")]
+            at: Instant::now(),
+        }
+    }
+}
+
+/// Why a hold ended without its release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// The watchdog found it gone, or could not renew it for a whole watchdog timeout.
+    Watchdog,
+    /// Its release found it gone.
+    Release,
+    /// Gone by the time releases of unknown outcome were settled.
+    Unconfirmed,
+    /// Its lease ran out.
+    Lease,
+}
+
+impl Loss {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Loss::Watchdog => "watchdog",
+            Loss::Release => "release",
+            Loss::Unconfirmed => "unconfirmed",
+            Loss::Lease => "lease",
+        }
+    }
+
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Loss::Watchdog => "renewal found it gone or failed too long",
+            Loss::Release => "release found it gone",
+            Loss::Unconfirmed => "gone while releases were unconfirmed",
+            Loss::Lease => "its lease ran out",
+        }
+    }
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn kind_label(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Reentrant => "lock",
+        LockKind::Fenced => "fenced",
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        LockKind::Fair => "fair",
+    }
+}
+
+/// An acquire request was answered.
+#[inline]
+pub(crate) fn answered(kind: LockKind, outcome: &'static str, since: Since) {
+    #[cfg(feature = "metrics")]
+    {
+        let kind = kind_label(kind);
+        metrics::counter!("lockman_acquire_total", "kind" => kind, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("lockman_acquire_wait_seconds", "kind" => kind)
+            .record(since.at.elapsed().as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, outcome, since);
+}
+
+/// A request began or stopped waiting for its answer (`delta` +1 or -1).
+#[inline]
+pub(crate) fn waiters(kind: LockKind, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("lockman_waiters", "kind" => kind_label(kind)).increment(delta);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, delta);
+}
+
+/// A hold began or ended (`delta` +1 or -1).
+#[inline]
+pub(crate) fn holds(kind: LockKind, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("lockman_holds", "kind" => kind_label(kind)).increment(delta);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, delta);
+}
+
+/// A hold ended without its release.
+#[inline]
+pub(crate) fn lost(kind: LockKind, why: Loss) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockman_lost_total", "kind" => kind_label(kind), "reason" => why.label())
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, why);
+}
+
+/// One watchdog tick: script calls made, holds renewed, holds whose call failed.
+#[inline]
+pub(crate) fn renewals(calls: usize, renewed: usize, failed: usize) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("lockman_renewal_calls_total").increment(calls as u64);
+        metrics::counter!("lockman_renewals_total").increment(renewed as u64);
+        metrics::counter!("lockman_renewal_failures_total").increment(failed as u64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (calls, renewed, failed);
+}
+
+/// A connection was opened again after it was lost.
+#[inline]
+pub(crate) fn reconnected(connection: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockman_reconnects_total", "connection" => connection).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = connection;
+}

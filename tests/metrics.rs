@@ -1,0 +1,264 @@
+//! The `metrics` feature: every metric's value after a known sequence of operations, read from a
+//! recorder installed for this test. Run with `cargo test --features metrics --test metrics`.
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use lockman::{Config, LockError, LockManager};
+use metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+use redis::Commands;
+use support::RedisServer;
+
+/// Every value, by `name{label=value,…}`: counters and gauges as a number, histograms as their
+/// samples.
+#[derive(Default)]
+struct Recorded {
+    values: Mutex<BTreeMap<String, f64>>,
+    samples: Mutex<BTreeMap<String, Vec<f64>>>,
+}
+
+struct Cell {
+    key: String,
+    rec: Arc<Recorded>,
+}
+
+impl Cell {
+    fn add(&self, delta: f64) {
+        *self
+            .rec
+            .values
+            .lock()
+            .unwrap()
+            .entry(self.key.clone())
+            .or_default() += delta;
+    }
+}
+
+impl CounterFn for Cell {
+    fn increment(&self, value: u64) {
+        self.add(value as f64);
+    }
+    fn absolute(&self, value: u64) {
+        self.rec
+            .values
+            .lock()
+            .unwrap()
+            .insert(self.key.clone(), value as f64);
+    }
+}
+
+impl GaugeFn for Cell {
+    fn increment(&self, value: f64) {
+        self.add(value);
+    }
+    fn decrement(&self, value: f64) {
+        self.add(-value);
+    }
+    fn set(&self, value: f64) {
+        self.rec
+            .values
+            .lock()
+            .unwrap()
+            .insert(self.key.clone(), value);
+    }
+}
+
+impl HistogramFn for Cell {
+    fn record(&self, value: f64) {
+        let mut samples = self.rec.samples.lock().unwrap();
+        samples.entry(self.key.clone()).or_default().push(value);
+    }
+}
+
+struct Rec(Arc<Recorded>);
+
+impl Rec {
+    fn cell(&self, key: &Key) -> Arc<Cell> {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        let key = match labels.is_empty() {
+            true => key.name().to_owned(),
+            false => format!("{}{{{}}}", key.name(), labels.join(",")),
+        };
+        Arc::new(Cell {
+            key,
+            rec: self.0.clone(),
+        })
+    }
+}
+
+impl Recorder for Rec {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.cell(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.cell(key))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(self.cell(key))
+    }
+}
+
+fn recorded() -> &'static Arc<Recorded> {
+    static RECORDED: OnceLock<Arc<Recorded>> = OnceLock::new();
+    RECORDED.get_or_init(|| {
+        let rec = Arc::new(Recorded::default());
+        metrics::set_global_recorder(Rec(rec.clone())).expect("the only recorder");
+        rec
+    })
+}
+
+fn value(key: &str) -> f64 {
+    recorded()
+        .values
+        .lock()
+        .unwrap()
+        .get(key)
+        .copied()
+        .unwrap_or(0.0)
+}
+
+fn samples(key: &str) -> Vec<f64> {
+    recorded()
+        .samples
+        .lock()
+        .unwrap()
+        .get(key)
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_metric_after_a_known_sequence() {
+    recorded();
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(300));
+    let mgr = LockManager::start(config).await.unwrap();
+
+    // Acquired, then a second holder times out after 100 ms.
+    let guard = mgr.lock("a").acquire().await.unwrap();
+    assert_eq!(value("lockman_holds{kind=lock}"), 1.0);
+    assert!(
+        mgr.lock("a")
+            .try_acquire_for(Duration::from_millis(100))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        value("lockman_acquire_total{kind=lock,outcome=acquired}"),
+        1.0
+    );
+    assert_eq!(
+        value("lockman_acquire_total{kind=lock,outcome=timed_out}"),
+        1.0
+    );
+    let waits = samples("lockman_acquire_wait_seconds{kind=lock}");
+    assert_eq!(waits.len(), 2, "{waits:?}");
+    assert!(waits[0] < 0.1 && waits[1] >= 0.099, "{waits:?}");
+
+    // A waiter counts while it waits; the holder keeps the lock past a few renewals.
+    let waiter = {
+        let lock = mgr.lock("a");
+        tokio::spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() })
+    };
+    assert!(
+        support::eventually(Duration::from_secs(2), || value(
+            "lockman_waiters{kind=lock}"
+        ) == 1.0)
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    guard.release().await.unwrap();
+    waiter.await.unwrap();
+    assert_eq!(value("lockman_waiters{kind=lock}"), 0.0);
+    assert_eq!(value("lockman_holds{kind=lock}"), 0.0);
+    assert_eq!(
+        value("lockman_acquire_total{kind=lock,outcome=acquired}"),
+        2.0
+    );
+    assert!(value("lockman_renewal_calls_total") >= 1.0);
+    assert!(value("lockman_renewals_total") >= 1.0);
+    assert_eq!(value("lockman_renewal_failures_total"), 0.0);
+
+    // Another kind has its own label.
+    mgr.fair_lock("f")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        value("lockman_acquire_total{kind=fair,outcome=acquired}"),
+        1.0
+    );
+    assert_eq!(value("lockman_holds{kind=fair}"), 0.0);
+
+    // A refusal from Redis is a failure.
+    let _: () = raw.set("text", "not a lock").unwrap();
+    let err = mgr.lock("text").try_acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::WrongType { .. }), "{err:?}");
+    assert_eq!(
+        value("lockman_acquire_total{kind=lock,outcome=failed}"),
+        1.0
+    );
+
+    // Losses, by reason: a lease that ran out; a key deleted under the watchdog.
+    let leased = mgr
+        .lock("l")
+        .acquire_with_lease(Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(2), || value(
+            "lockman_lost_total{kind=lock,reason=lease}"
+        ) == 1.0)
+        .await
+    );
+    assert!(leased.is_lost());
+    let watched = mgr.lock("w").acquire().await.unwrap();
+    let _: () = raw.del("w").unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(3), || value(
+            "lockman_lost_total{kind=lock,reason=watchdog}"
+        ) == 1.0)
+        .await
+    );
+    assert!(watched.is_lost());
+    assert_eq!(value("lockman_holds{kind=lock}"), 0.0);
+    drop((leased, watched));
+
+    // Every connection killed (the pub/sub one, subscribed to nothing now, is of type normal):
+    // the pub/sub connection is opened again once.
+    assert_eq!(value("lockman_reconnects_total{connection=pubsub}"), 0.0);
+    let _: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut raw)
+        .unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(5), || value(
+            "lockman_reconnects_total{connection=pubsub}"
+        ) == 1.0)
+        .await
+    );
+    mgr.shutdown().await;
+}
