@@ -183,7 +183,7 @@ impl Conn {
             denied("run SCRIPT LOAD", loaded)?;
         }
         let mut call = super::ACL_PROBE.prepare_invoke();
-        call.key(super::PROBE_KEY);
+        call.arg(super::PROBE_KEY);
         for channel in super::probe_channels() {
             call.arg(channel);
         }
