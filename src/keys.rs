@@ -78,6 +78,13 @@ pub(crate) fn check_cluster_name(name: &str) -> Result<(), crate::LockError> {
     ))
 }
 
+/// The channels on which the releases of lock `name` are published: that of the reentrant, fair
+/// and fenced locks, and that of the read-write lock (`docs/protocol.md`). For tools that watch
+/// a lock, like `lockman watch`; lockman's own waiters need not know them.
+pub fn release_channels(name: &str) -> [String; 2] {
+    [unlock_channel(name), rwlock_channel(name)]
+}
+
 /// The hash that holds a reentrant lock: the name itself.
 pub(crate) fn lock_key(name: &str) -> &str {
     name

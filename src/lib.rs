@@ -89,6 +89,8 @@
 //! | `subscription` | the pub/sub connection of one server or a cluster (SUBSCRIBE or SSUBSCRIBE) |
 //! | `keys` | the names of keys and channels (Redisson's layout, `docs/protocol.md`) |
 //! | [`MultiLock`], [`RedLock`] (`compose`) | all, or a majority, of several `Lock`s on several servers |
+//! | `metrics` | the `metrics` feature: what the actors report, through the `metrics` facade |
+//! | `src/bin/lockman` (`cli` feature) | the `lockman` command, over the public API only |
 //!
 //! Dependencies point one way: handles (`manager`, `lock`, `compose`) → `actors` → protocol
 //! (`scripts`, `keys`) → connections (`connect`, `cluster`, `subscription`) → redis. Nothing under
@@ -127,8 +129,10 @@ pub use config::{
     DEFAULT_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
 };
 pub use error::{LockError, TlsFailure};
+pub use keys::release_channels;
 pub use lock::{
-    FairLock, FencedGuard, FencedLock, Lock, LockGuard, ReadLock, ReadWriteLock, WriteLock,
+    FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
+    ReadLock, ReadWriteLock, WriteLock,
 };
 pub use manager::LockManager;
 pub use scripts::LockKind;

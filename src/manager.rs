@@ -161,6 +161,19 @@ impl LockManager {
             .map_err(|_| LockError::Shutdown)?
     }
 
+    /// Everything Redis holds about the lock `name`, whatever its kind, read in one round trip and
+    /// changing nothing: its shape, holders and counts, TTL, read-write mode, fair queue and
+    /// fenced token. For diagnostics (the `lockman inspect` command).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
+    /// not a lock, Redis errors.
+    pub async fn describe(&self, name: &str) -> Result<crate::LockInfo, LockError> {
+        self.inner.commands.check_name(name)?;
+        let described = self.inner.commands.describe(name).await?;
+        Ok(crate::LockInfo::new(name, described))
+    }
+
     /// How many lock actors are alive: one per name with a hold or a waiter in this process (or
     /// whose address someone keeps). Idle names cost nothing; this is for diagnostics and tests.
     pub async fn live_lock_actors(&self) -> usize {

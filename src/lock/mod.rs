@@ -9,10 +9,12 @@ use actix::{Addr, MailboxError, WeakAddr};
 
 mod fair;
 mod fenced;
+mod info;
 mod read_write;
 
 pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
+pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
 use crate::actors::messages::{Acquire, Release, Resolve, Wait};

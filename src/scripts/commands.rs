@@ -315,6 +315,45 @@ impl Commands {
         }
     }
 
+    /// Reads every key of the lock `name` (`describe.lua`), changing nothing: the raw material
+    /// of a [`LockInfo`](crate::LockInfo).
+    pub(crate) async fn describe(&self, name: &str) -> Result<Described, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = DESCRIBE.key(key);
+        call.key(keys::fair_queue(name))
+            .key(keys::fair_deadlines(name))
+            .key(keys::token_key(name));
+        let reply = self.run("describe", key, call).await?;
+        let bad = |v: &Value| unexpected("describe", v.clone());
+        let Value::Array(parts) = &reply else {
+            return Err(bad(&reply));
+        };
+        let [fields, pttl, queue, deadlines, token] = parts.as_slice() else {
+            return Err(bad(&reply));
+        };
+        let strings = |v: &Value| -> Result<Vec<String>, LockError> {
+            redis::from_redis_value(v.clone()).map_err(|_| bad(v))
+        };
+        let pairs = |list: Vec<String>| -> Vec<(String, String)> {
+            list.chunks_exact(2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect()
+        };
+        Ok(Described {
+            fields: pairs(strings(fields)?),
+            ttl: match pttl {
+                Value::Int(ms) => ttl_of(*ms),
+                other => return Err(bad(other)),
+            },
+            queue: strings(queue)?,
+            deadlines: pairs(strings(deadlines)?),
+            token: redis::from_redis_value::<Option<String>>(token.clone())
+                .ok()
+                .flatten()
+                .and_then(|t| t.parse().ok()),
+        })
+    }
+
     /// Renews up to [`RENEW_BATCH`] holds of one kind (`renew.lua`; `renew_read.lua` for read
     /// holds, which also renews the timeout keys): `true` for each hold still in place.
     pub(crate) async fn renew(

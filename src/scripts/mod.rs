@@ -60,9 +60,10 @@ static HAND_OFF: LazyLock<Script> = LazyLock::new(|| {
 });
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
+static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
 
 /// Every script lockman runs: loaded at start, so that a missing permission shows then.
-fn all_scripts() -> [&'static Script; 15] {
+fn all_scripts() -> [&'static Script; 16] {
     [
         &ACQUIRE,
         &RELEASE,
@@ -79,6 +80,7 @@ fn all_scripts() -> [&'static Script; 15] {
         &FAIR_ACQUIRE,
         &FAIR_RELEASE,
         &FAIR_LEAVE,
+        &DESCRIBE,
     ]
 }
 
@@ -131,6 +133,20 @@ pub(crate) enum HandedOff {
     No(Released),
     /// The lock went to the waiter in the same call; a fenced lock's new token.
     To { token: Option<u64> },
+}
+
+/// Every key of one lock, as `describe.lua` read them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Described {
+    /// The hash: holder fields (and `mode` for a read-write lock) with their values.
+    pub fields: Vec<(String, String)>,
+    pub ttl: Option<Duration>,
+    /// A fair lock's queue, oldest first.
+    pub queue: Vec<String>,
+    /// A fair lock's waiters with their deadlines (epoch ms).
+    pub deadlines: Vec<(String, String)>,
+    /// A fenced lock's counter: the newest token handed out.
+    pub token: Option<u64>,
 }
 
 /// A lock's state as seen by one holder.

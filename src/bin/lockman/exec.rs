@@ -1,0 +1,216 @@
+//! `lockman exec`: run a command under a lock.
+
+use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use lockman::{LockError, LockGuard, LockManager};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::{Failure, Kind, Server, code, duration};
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    /// Which kind of lock to take.
+    #[arg(long, value_enum, default_value = "lock")]
+    kind: Kind,
+    /// How long to wait for the lock (default: as long as it takes).
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    wait: Option<Duration>,
+    /// Take the lock with this lease instead of the watchdog: it expires after DUR even while
+    /// the command runs.
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    lease: Option<Duration>,
+    /// What to do when the lock is lost while the command runs: stop the command (SIGTERM) and
+    /// exit 73, or only warn.
+    #[arg(long, value_enum, default_value = "kill")]
+    on_lost: OnLost,
+    /// The lock name.
+    name: String,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, num_args = 1..)]
+    command: Vec<String>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum OnLost {
+    Kill,
+    Warn,
+}
+
+/// A hold of any kind, with its fencing token if any.
+struct Held {
+    guard: LockGuard,
+    token: Option<u64>,
+}
+
+pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
+    let manager = server.connect().await?;
+    let acquired = {
+        let acquire = acquire(&manager, &args);
+        tokio::pin!(acquire);
+        if std::io::stderr().is_terminal() {
+            waiting_line(&manager, &args.name, acquire).await
+        } else {
+            acquire.await
+        }
+    };
+    let held = match acquired {
+        Ok(Some(held)) => held,
+        Ok(None) => {
+            let waited = args.wait.unwrap_or_default();
+            manager.shutdown().await;
+            return Err(Failure::new(
+                code::NOT_ACQUIRED,
+                format!("lock {:?} not acquired within {waited:?}", args.name),
+            ));
+        }
+        Err(e) => {
+            manager.shutdown().await;
+            return Err(Failure::redis(e));
+        }
+    };
+    let outcome = supervise(&args, &held).await;
+    if let Err(e) = held.guard.release().await
+        && !matches!(e, LockError::NotHeld { .. })
+    {
+        eprintln!("lockman: releasing {:?}: {e}", args.name);
+    }
+    manager.shutdown().await;
+    outcome
+}
+
+async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>, LockError> {
+    let name = args.name.as_str();
+    let lock = match args.kind {
+        Kind::Lock => manager.lock(name),
+        Kind::Fair => (*manager.fair_lock(name)).clone(),
+        Kind::Read => (*manager.read_write_lock(name).read()).clone(),
+        Kind::Write => (*manager.read_write_lock(name).write()).clone(),
+        Kind::Fenced => (*manager.fenced_lock(name)).clone(),
+    };
+    let guard = match (args.wait, args.lease) {
+        (None, None) => Some(lock.acquire().await?),
+        (None, Some(lease)) => Some(lock.acquire_with_lease(lease).await?),
+        (Some(wait), None) => lock.try_acquire_for(wait).await?,
+        (Some(wait), Some(lease)) => lock.try_acquire_with_lease(wait, lease).await?,
+    };
+    Ok(guard.map(|guard| Held {
+        token: guard.token(),
+        guard,
+    }))
+}
+
+/// Waits for `acquire`, showing on stderr who holds the lock and for how long we have waited.
+async fn waiting_line<F, T>(
+    manager: &LockManager,
+    name: &str,
+    mut acquire: std::pin::Pin<&mut F>,
+) -> T
+where
+    F: std::future::Future<Output = T>,
+{
+    const SPIN: [char; 4] = ['|', '/', '-', '\\'];
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let (mut shown, mut spin, mut holder) = (false, 0, String::new());
+    loop {
+        tokio::select! {
+            done = &mut acquire => {
+                if shown {
+                    eprint!("\r\x1b[2K");
+                }
+                return done;
+            }
+            _ = tick.tick() => {
+                if started.elapsed() < Duration::from_millis(500) {
+                    continue;
+                }
+                if spin % 4 == 0 {
+                    holder = match manager.describe(name).await {
+                        Ok(info) if info.is_held() => {
+                            let who: Vec<&str> = info.holders.iter().map(|h| h.holder.as_str()).collect();
+                            let ttl = info.ttl.map(|t| format!(", ttl {:.1}s", t.as_secs_f64())).unwrap_or_default();
+                            format!("held by {}{ttl}", who.join(", "))
+                        }
+                        Ok(_) => "free, taking it".into(),
+                        Err(e) => e.to_string(),
+                    };
+                }
+                eprint!(
+                    "\r\x1b[2K{} waiting for {name:?}: {holder}; waited {:.0}s",
+                    SPIN[spin % 4],
+                    started.elapsed().as_secs_f64()
+                );
+                shown = true;
+                spin += 1;
+            }
+        }
+    }
+}
+
+/// Runs the command while the lock is held; forwards SIGINT and SIGTERM to it; stops it if the
+/// lock is lost (unless `--on-lost warn`). Returns the exit code.
+async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
+    let mut command = tokio::process::Command::new(&args.command[0]);
+    command
+        .args(&args.command[1..])
+        .env("LOCKMAN_LOCK", &args.name);
+    if let Some(token) = held.token {
+        command.env("LOCKMAN_FENCE", token.to_string());
+    }
+    let mut child = command.spawn().map_err(|e| {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => code::NOT_FOUND,
+            _ => code::CANNOT_RUN,
+        };
+        Failure::new(code, format!("{}: {e}", args.command[0]))
+    })?;
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    // The child's pid stays ours until `wait` reaps it, which ends the loop below.
+    let send = |sig: i32| {
+        if let Some(pid) = pid {
+            kill(pid, sig);
+        }
+    };
+    let mut interrupt =
+        signal(SignalKind::interrupt()).map_err(|e| Failure::new(code::REDIS, e.to_string()))?;
+    let mut terminate =
+        signal(SignalKind::terminate()).map_err(|e| Failure::new(code::REDIS, e.to_string()))?;
+    let mut lost = false;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = interrupt.recv() => send(libc::SIGINT),
+            _ = terminate.recv() => send(libc::SIGTERM),
+            () = held.guard.lost(), if !lost => {
+                lost = true;
+                match args.on_lost {
+                    OnLost::Kill => {
+                        eprintln!("lockman: lock {:?} lost; stopping the command", args.name);
+                        send(libc::SIGTERM);
+                    }
+                    OnLost::Warn => eprintln!("lockman: lock {:?} lost; the command goes on", args.name),
+                }
+            }
+        }
+    };
+    let status = status.map_err(|e| Failure::new(code::CANNOT_RUN, e.to_string()))?;
+    if lost && args.on_lost == OnLost::Kill {
+        return Ok(code::LOST);
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        (None, None) => 1,
+    })
+}
+
+/// Sends `sig` to `pid` (kill(2); an error, such as a child that just exited, is ignored).
+fn kill(pid: i32, sig: i32) {
+    // SAFETY: kill(2) takes two integers and touches no memory of this process.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}

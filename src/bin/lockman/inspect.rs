@@ -1,0 +1,154 @@
+//! `lockman inspect` and `lockman unlock --force`.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use lockman::{LockInfo, LockShape};
+
+use crate::{Failure, Server, code};
+
+pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Failure> {
+    let manager = server.connect().await?;
+    let info = manager.describe(name).await.map_err(Failure::redis);
+    manager.shutdown().await;
+    let info = info?;
+    if json {
+        println!("{}", to_json(&info));
+    } else {
+        print!("{}", to_text(&info));
+    }
+    Ok(if info.is_held() { 0 } else { code::FREE })
+}
+
+pub async fn unlock(server: &Server, name: &str, yes: bool) -> Result<u8, Failure> {
+    let manager = server.connect().await?;
+    let result = async {
+        let info = manager.describe(name).await.map_err(Failure::redis)?;
+        if !info.is_held() {
+            println!("{name:?} is not locked");
+            return Ok(code::FREE);
+        }
+        if !yes && std::io::stdin().is_terminal() {
+            let who: Vec<&str> = info.holders.iter().map(|h| h.holder.as_str()).collect();
+            eprint!("force-unlock {name:?}, held by {}? [y/N] ", who.join(", "));
+            let _ = std::io::stderr().flush();
+            let mut answer = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut answer);
+            if !matches!(answer.trim(), "y" | "Y" | "yes") {
+                return Err(Failure::new(code::USAGE, "not confirmed; nothing done"));
+            }
+        }
+        // The handle of the kind the keys show, so that the unlock message goes on the channel
+        // its waiters listen to; a read-write lock in the mode it is in.
+        let unlocked = match (info.shape, info.mode.as_deref()) {
+            (LockShape::ReadWrite, Some("read")) => {
+                manager.read_write_lock(name).read().force_unlock().await
+            }
+            (LockShape::ReadWrite, _) => manager.read_write_lock(name).write().force_unlock().await,
+            (LockShape::Fair, _) => manager.fair_lock(name).force_unlock().await,
+            _ => manager.lock(name).force_unlock().await,
+        }
+        .map_err(Failure::redis)?;
+        if unlocked {
+            println!("unlocked {name:?}");
+            Ok(0)
+        } else {
+            println!("{name:?} is not locked");
+            Ok(code::FREE)
+        }
+    }
+    .await;
+    manager.shutdown().await;
+    result
+}
+
+fn to_text(info: &LockInfo) -> String {
+    let mut out = format!("name:    {}\nkind:    {}\n", info.name, info.shape.as_str());
+    match info.ttl {
+        Some(ttl) if info.is_held() => {
+            out += &format!("state:   held, ttl {:.1}s\n", ttl.as_secs_f64())
+        }
+        None if info.is_held() => out += "state:   held, no expiry\n",
+        _ => out += "state:   free\n",
+    }
+    if let Some(mode) = &info.mode {
+        out += &format!("mode:    {mode}\n");
+    }
+    for h in &info.holders {
+        let side = if h.write {
+            " (write)"
+        } else if info.mode.is_some() {
+            " (read)"
+        } else {
+            ""
+        };
+        out += &format!("holder:  {} ×{}{side}\n", h.holder, h.count);
+    }
+    for (i, w) in info.queue.iter().enumerate() {
+        out += &format!(
+            "queued:  {}. {} (its place times out in {:.1}s)\n",
+            i + 1,
+            w.holder,
+            w.times_out_in.as_secs_f64()
+        );
+    }
+    if let Some(token) = info.token {
+        out += &format!("token:   {token}\n");
+    }
+    out
+}
+
+/// JSON by hand: the output is small and flat, and the binary needs no serializer for it.
+fn to_json(info: &LockInfo) -> String {
+    let s = |v: &str| format!("\"{}\"", escape(v));
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
+    let holders: Vec<String> = info
+        .holders
+        .iter()
+        .map(|h| {
+            format!(
+                "{{\"holder\":{},\"count\":{},\"write\":{}}}",
+                s(&h.holder),
+                h.count,
+                h.write
+            )
+        })
+        .collect();
+    let queue: Vec<String> = info
+        .queue
+        .iter()
+        .map(|w| {
+            format!(
+                "{{\"holder\":{},\"times_out_in_ms\":{}}}",
+                s(&w.holder),
+                w.times_out_in.as_millis()
+            )
+        })
+        .collect();
+    format!(
+        "{{\"name\":{},\"kind\":{},\"held\":{},\"ttl_ms\":{},\"mode\":{},\"holders\":[{}],\"queue\":[{}],\"token\":{}}}",
+        s(&info.name),
+        s(info.shape.as_str()),
+        info.is_held(),
+        opt(info.ttl.map(|t| t.as_millis().to_string())),
+        opt(info.mode.as_deref().map(s)),
+        holders.join(","),
+        queue.join(","),
+        opt(info.token.map(|t| t.to_string())),
+    )
+}
+
+fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '"' => out += "\\\"",
+            '\\' => out += "\\\\",
+            '\n' => out += "\\n",
+            '\r' => out += "\\r",
+            '\t' => out += "\\t",
+            c if (c as u32) < 0x20 => out += &format!("\\u{:04x}", c as u32),
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,211 @@
+//! `lockman`: Redisson-compatible locks from the shell.
+//!
+//! ```text
+//! lockman exec [--kind K] [--wait DUR] [--lease DUR] [--on-lost kill|warn] NAME -- CMD [ARGS…]
+//! lockman inspect NAME [--json]
+//! lockman unlock --force NAME [--yes]
+//! lockman watch NAME
+//! ```
+//!
+//! Exit codes: see [`code`]; `exec` otherwise passes on its command's (128 + n for a signal).
+
+mod exec;
+mod inspect;
+mod watch;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use lockman::{Config, LockError, LockManager};
+
+/// The documented exit codes (README, "The lockman command").
+pub mod code {
+    /// `inspect`: the lock is free. `unlock`: it was not locked.
+    pub const FREE: u8 = 1;
+    /// Bad usage (clap's own).
+    pub const USAGE: u8 = 2;
+    /// Redis could not be reached, refused us, or answered an error.
+    pub const REDIS: u8 = 69;
+    /// `exec`: the lock was lost while the command ran (and the command was stopped).
+    pub const LOST: u8 = 73;
+    /// `exec`: the lock could not be had within `--wait`.
+    pub const NOT_ACQUIRED: u8 = 75;
+    /// `exec`: the command could not be run (not executable).
+    pub const CANNOT_RUN: u8 = 126;
+    /// `exec`: the command was not found.
+    pub const NOT_FOUND: u8 = 127;
+}
+
+/// Redisson-compatible distributed locks on Redis, from the shell.
+#[derive(Parser, Debug)]
+#[command(name = "lockman", version)]
+struct Cli {
+    #[command(flatten)]
+    server: Server,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where Redis is, and the settings that matter from the shell.
+#[derive(Args, Debug, Clone)]
+struct Server {
+    /// The Redis URL: redis://, rediss:// (TLS) or redis+unix://, with user and password if any.
+    /// Default: $LOCKMAN_URL, else $REDIS_URL, else redis://127.0.0.1:6379.
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// A PEM file of the CA that signed the server's TLS certificate (rediss:// only).
+    #[arg(long, global = true, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// How long a lock taken without --lease outlives a dead lockman (renewed every third of it).
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "30s")]
+    watchdog_timeout: Duration,
+    /// How long connecting to Redis may take.
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
+    connect_timeout: Duration,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a command while holding a lock: take it (waiting), run CMD with the watchdog renewing
+    /// the lock, release it when CMD exits. Exits with CMD's code.
+    Exec(exec::ExecArgs),
+    /// Show a lock: kind, holders and counts, TTL, mode, fair queue, fencing token. Exit 0 if
+    /// held, 1 if free.
+    Inspect {
+        /// The lock name.
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a lock whoever holds it, and wake its waiters (Redisson's forceUnlock).
+    Unlock {
+        /// Required: this takes the lock from whoever holds it.
+        #[arg(long, required = true)]
+        force: bool,
+        /// Do not ask for confirmation on a terminal.
+        #[arg(long, short)]
+        yes: bool,
+        /// The lock name.
+        name: String,
+    },
+    /// Print a lock's acquire, release and expiry events as they happen, until Ctrl-C.
+    Watch {
+        /// The lock name.
+        name: String,
+    },
+}
+
+/// The lock kinds `exec` can take.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    Lock,
+    Fair,
+    Read,
+    Write,
+    Fenced,
+}
+
+/// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
+fn duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: f64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 500ms, 10s, 2m, 1h)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        other => return Err(format!("unknown unit {other:?} (ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+impl Server {
+    fn url(&self) -> String {
+        self.url
+            .clone()
+            .or_else(|| std::env::var("LOCKMAN_URL").ok().filter(|u| !u.is_empty()))
+            .or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
+    }
+
+    fn config(&self) -> Result<Config, Failure> {
+        let mut config = Config::new(self.url())
+            .watchdog_timeout(self.watchdog_timeout)
+            .connect_timeout(self.connect_timeout);
+        if let Some(path) = &self.tls_ca {
+            let pem = std::fs::read(path)
+                .map_err(|e| Failure::new(code::USAGE, format!("{}: {e}", path.display())))?;
+            config = config.tls_ca_pem(pem);
+        }
+        Ok(config)
+    }
+
+    async fn connect(&self) -> Result<LockManager, Failure> {
+        LockManager::start(self.config()?)
+            .await
+            .map_err(Failure::redis)
+    }
+}
+
+/// A one-line error and the exit code it means.
+#[derive(Debug)]
+pub struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn redis(e: LockError) -> Self {
+        let code = match e {
+            LockError::InvalidArgument { .. } => code::USAGE,
+            _ => code::REDIS,
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lockman: cannot start: {e}");
+            return ExitCode::from(code::REDIS);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Exec(args) => exec::run(&cli.server, args).await,
+            Command::Inspect { name, json } => inspect::inspect(&cli.server, &name, json).await,
+            Command::Unlock { name, yes, .. } => inspect::unlock(&cli.server, &name, yes).await,
+            Command::Watch { name } => watch::run(&cli.server, &name).await,
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("lockman: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `lockman watch`: a lock's events as they happen.
+
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use lockman::LockManager;
+use redis::IntoConnectionInfo;
+
+use crate::{Failure, Server, code};
+
+pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
+    // The manager checks the URL, the credentials and the TLS settings, and reads the state.
+    let manager = server.connect().await?;
+    let redis_err = |e: redis::RedisError| Failure::new(code::REDIS, e.to_string());
+    let info = server
+        .url()
+        .into_connection_info()
+        .map_err(|e| Failure::new(code::USAGE, e.to_string()))?;
+    let db = info.redis_settings().db();
+    let client = client(server, info)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(redis_err)?;
+    let keyspace = format!("__keyspace@{db}__:{name}");
+    let events: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query_async(&mut conn)
+        .await;
+    let with_keyspace = match events {
+        Ok(pair) => {
+            let flags = pair.get(1).cloned().unwrap_or_default();
+            let on = flags.contains('K')
+                && (flags.contains('A') || (flags.contains('g') && flags.contains('h')));
+            if !on {
+                eprintln!(
+                    "lockman: keyspace notifications are off here (notify-keyspace-events = {flags:?}): \
+                     showing releases only; `CONFIG SET notify-keyspace-events Kghx` adds acquires, \
+                     renewals and expiries"
+                );
+            }
+            on
+        }
+        Err(e) => {
+            eprintln!("lockman: cannot read notify-keyspace-events ({e}): showing releases only");
+            false
+        }
+    };
+    let mut pubsub = client.get_async_pubsub().await.map_err(redis_err)?;
+    let [unlock, rwlock] = lockman::release_channels(name);
+    for channel in [&unlock, &rwlock] {
+        pubsub.subscribe(channel).await.map_err(redis_err)?;
+    }
+    // A fair lock wakes each waiter on a channel of its own.
+    pubsub
+        .psubscribe(format!("{unlock}:*"))
+        .await
+        .map_err(redis_err)?;
+    if with_keyspace {
+        pubsub.subscribe(&keyspace).await.map_err(redis_err)?;
+    }
+    println!("watching {name:?} (Ctrl-C to stop)");
+    print_state(&manager, name, "now").await;
+    let started = Instant::now();
+    let mut messages = pubsub.on_message();
+    loop {
+        let message = tokio::select! {
+            message = messages.next() => message,
+            _ = tokio::signal::ctrl_c() => break,
+        };
+        let Some(message) = message else {
+            manager.shutdown().await;
+            return Err(Failure::new(
+                code::REDIS,
+                "the connection to Redis was lost",
+            ));
+        };
+        let channel = message.get_channel_name().to_owned();
+        let payload: String = message.get_payload().unwrap_or_default();
+        let at = format!("+{:.3}s", started.elapsed().as_secs_f64());
+        if channel == keyspace {
+            let what = match payload.as_str() {
+                "hincrby" | "hset" => "acquired, re-entered or released once",
+                "hdel" => "a holder's field removed",
+                "pexpire" | "expire" => "renewed",
+                "del" => "released (deleted)",
+                "expired" => "expired",
+                other => other,
+            };
+            println!("{at}  {what} [{payload}]");
+            if payload != "pexpire" {
+                print_state(&manager, name, "      ").await;
+            }
+        } else {
+            let what = match (channel == rwlock, payload.as_str()) {
+                (true, "1") => "write lock released: every waiter may go",
+                (_, "0") | (_, "1") => "released: a waiter may go",
+                _ => "message",
+            };
+            println!("{at}  {what} (message {payload:?} on {channel})");
+        }
+    }
+    manager.shutdown().await;
+    Ok(0)
+}
+
+fn client(server: &Server, info: redis::ConnectionInfo) -> Result<redis::Client, Failure> {
+    #[cfg(feature = "tls")]
+    if let Some(path) = &server.tls_ca {
+        let root_cert = std::fs::read(path)
+            .map_err(|e| Failure::new(code::USAGE, format!("{}: {e}", path.display())))?;
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root_cert),
+        };
+        return redis::Client::build_with_tls(info, certs)
+            .map_err(|e| Failure::new(code::USAGE, e.to_string()));
+    }
+    let _ = server;
+    redis::Client::open(info).map_err(|e| Failure::new(code::USAGE, e.to_string()))
+}
+
+async fn print_state(manager: &LockManager, name: &str, indent: &str) {
+    match manager.describe(name).await {
+        Ok(info) if info.is_held() => {
+            let who: Vec<String> = info
+                .holders
+                .iter()
+                .map(|h| format!("{} ×{}", h.holder, h.count))
+                .collect();
+            let ttl = info
+                .ttl
+                .map(|t| format!(", ttl {:.1}s", t.as_secs_f64()))
+                .unwrap_or_default();
+            println!("{indent}  held by {}{ttl}", who.join(", "));
+        }
+        Ok(_) => println!("{indent}  free"),
+        Err(e) => println!("{indent}  ({e})"),
+    }
+}

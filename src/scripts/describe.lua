@@ -1,0 +1,29 @@
+-- Any lock: everything Redis holds about it, changing nothing (`LockManager::describe`, the
+-- `lockman inspect` command).
+-- KEYS[1]: the lock hash; KEYS[2]: the fair queue; KEYS[3]: the fair deadlines; KEYS[4]: the
+-- fenced token counter.
+-- Reply: {the hash's fields and values (flat), its PTTL in ms (-2 when there is no hash), the
+--         queue (oldest first), the deadlines (flat: waiter, ms), the token counter (false when
+--         absent)}. A key of another type where the hash should be is no lock: WRONGTYPE. Other
+--         keys of an unexpected type are read as absent.
+local kind = redis.call('type', KEYS[1])['ok']
+if kind ~= 'none' and kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+local fields = {}
+if kind == 'hash' then
+    fields = redis.call('hgetall', KEYS[1])
+end
+local queue = {}
+if redis.call('type', KEYS[2])['ok'] == 'list' then
+    queue = redis.call('lrange', KEYS[2], 0, -1)
+end
+local deadlines = {}
+if redis.call('type', KEYS[3])['ok'] == 'zset' then
+    deadlines = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
+end
+local token = false
+if redis.call('type', KEYS[4])['ok'] == 'string' then
+    token = redis.call('get', KEYS[4])
+end
+return {fields, redis.call('pttl', KEYS[1]), queue, deadlines, token}

@@ -1,0 +1,384 @@
+//! The `lockman` command, end to end: the binary run as a subprocess against a redis-server
+//! started here. Run with `cargo test --features cli --test cli`.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockManager};
+use redis::Commands;
+use serde_json::Value;
+use support::RedisServer;
+
+const LOCKMAN: &str = env!("CARGO_BIN_EXE_lockman");
+
+fn lockman(server: &RedisServer, args: &[&str]) -> Command {
+    let mut cmd = Command::new(LOCKMAN);
+    cmd.arg("--url").arg(server.url()).args(args);
+    cmd.env_remove("LOCKMAN_URL").env_remove("REDIS_URL");
+    cmd
+}
+
+fn run(server: &RedisServer, args: &[&str]) -> Output {
+    lockman(server, args).output().expect("run lockman")
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("an exit code")
+}
+
+async fn manager(server: &RedisServer) -> LockManager {
+    LockManager::start(Config::new(server.url())).await.unwrap()
+}
+
+#[test]
+fn exec_passes_on_the_exit_code_and_a_signal_the_shell_way() {
+    let server = RedisServer::start();
+    let out = run(&server, &["exec", "job", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(code(&out), 7);
+    let out = run(&server, &["exec", "job", "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(code(&out), 128 + 9);
+    let out = run(&server, &["exec", "job", "--", "/nonexistent/command"]);
+    assert_eq!(code(&out), 127);
+    assert_eq!(
+        redis::cmd("DBSIZE")
+            .query::<u64>(&mut server.conn())
+            .unwrap(),
+        0,
+        "released"
+    );
+}
+
+#[test]
+fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
+    let server = RedisServer::start();
+    let script = "echo \"$LOCKMAN_LOCK $LOCKMAN_FENCE\"";
+    for expected in ["orders 1", "orders 2"] {
+        let out = run(
+            &server,
+            &[
+                "exec", "--kind", "fenced", "orders", "--", "sh", "-c", script,
+            ],
+        );
+        assert_eq!(code(&out), 0);
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), expected);
+    }
+}
+
+#[test]
+fn two_concurrent_execs_on_one_name_never_overlap() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    std::fs::write(&counter, "0").unwrap();
+    // Read, pause, write: two of these at once would lose an increment.
+    let bump = format!(
+        "v=$(cat {c}); sleep 0.02; echo $((v + 1)) > {c}",
+        c = counter.display()
+    );
+    let rounds = 10;
+    let loops: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, bump) = (server.url(), bump.clone());
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    let status = Command::new(LOCKMAN)
+                        .args(["--url", &url, "exec", "counter", "--", "sh", "-c", &bump])
+                        .status()
+                        .unwrap();
+                    assert!(status.success());
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.join().unwrap();
+    }
+    let total: u32 = std::fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(total, 2 * rounds);
+}
+
+#[tokio::test]
+async fn wait_runs_out_with_its_own_code_and_one_line() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let _held = mgr.lock("busy").acquire().await.unwrap();
+    let started = Instant::now();
+    let out = run(&server, &["exec", "--wait", "300ms", "busy", "--", "true"]);
+    let took = started.elapsed();
+    assert_eq!(code(&out), 75);
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not acquired within 300ms"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_lost_lock_stops_the_command() {
+    let server = RedisServer::start();
+    let child = lockman(
+        &server,
+        &[
+            "--watchdog-timeout",
+            "600ms",
+            "exec",
+            "lost",
+            "--",
+            "sleep",
+            "30",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut raw = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>("lost")
+            .unwrap())
+        .await
+    );
+    let started = Instant::now();
+    let _: () = raw.del("lost").unwrap();
+    let status = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.status.code(), Some(73));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(String::from_utf8_lossy(&status.stderr).contains("lost"));
+}
+
+#[tokio::test]
+async fn on_lost_warn_lets_the_command_finish() {
+    let server = RedisServer::start();
+    let child = lockman(
+        &server,
+        &[
+            "--watchdog-timeout",
+            "600ms",
+            "exec",
+            "--on-lost",
+            "warn",
+            "w",
+            "--",
+            "sh",
+            "-c",
+            "sleep 1.5; exit 4",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut raw = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>("w")
+            .unwrap())
+        .await
+    );
+    let _: () = raw.del("w").unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("goes on"));
+}
+
+#[tokio::test]
+async fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
+    let server = RedisServer::start();
+    let script = "trap 'exit 42' TERM; sleep 30 & wait";
+    let child = lockman(&server, &["exec", "sig", "--", "sh", "-c", script])
+        .spawn()
+        .unwrap();
+    let mut raw = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>("sig")
+            .unwrap())
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await; // the trap is set
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(42));
+    assert!(!raw.exists::<_, bool>("sig").unwrap(), "released");
+}
+
+#[tokio::test]
+async fn inspect_shows_every_kind_in_text_and_json() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let other = manager(&server).await;
+
+    let free = run(&server, &["inspect", "nothing"]);
+    assert_eq!(code(&free), 1);
+    assert!(String::from_utf8_lossy(&free.stdout).contains("state:   free"));
+
+    let plain = mgr.lock("plain");
+    let _p1 = plain.acquire().await.unwrap();
+    let _p2 = plain.acquire().await.unwrap();
+    let fenced = mgr.fenced_lock("fenced").acquire().await.unwrap();
+    let rw = mgr.read_write_lock("rw");
+    let _r = rw.read().acquire().await.unwrap();
+    let fair_holder = mgr.fair_lock("fair").acquire().await.unwrap();
+    let fair_waiter = {
+        let lock = other.fair_lock("fair");
+        tokio::spawn(async move { lock.try_acquire_for(Duration::from_secs(20)).await })
+    };
+    let mut raw = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(3), || raw
+            .llen::<_, u64>("redisson_lock_queue:{fair}")
+            .unwrap()
+            == 1)
+        .await
+    );
+
+    let json = |name: &str| -> Value {
+        let out = run(&server, &["inspect", name, "--json"]);
+        assert_eq!(code(&out), 0, "{name} is held");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let p = json("plain");
+    assert_eq!(p["kind"], "plain");
+    assert_eq!(p["holders"][0]["holder"], plain.holder_id().as_str());
+    assert_eq!(p["holders"][0]["count"], 2);
+    assert!(p["ttl_ms"].as_u64().unwrap() > 20_000);
+    let f = json("fenced");
+    assert_eq!(f["kind"], "fenced");
+    assert_eq!(f["token"], fenced.token());
+    let r = json("rw");
+    assert_eq!(r["kind"], "read-write");
+    assert_eq!(r["mode"], "read");
+    assert_eq!(r["holders"][0]["write"], false);
+    let q = json("fair");
+    assert_eq!(q["kind"], "fair");
+    assert_eq!(q["holders"][0]["holder"], fair_holder.holder_id());
+    let queued = q["queue"][0]["times_out_in_ms"].as_u64().unwrap();
+    assert!(queued > 1_000, "{queued}");
+
+    let text = String::from_utf8_lossy(&run(&server, &["inspect", "rw"]).stdout).to_string();
+    assert!(
+        text.contains("kind:    read-write") && text.contains("mode:    read"),
+        "{text}"
+    );
+    assert!(text.contains("(read)"), "{text}");
+    let text = String::from_utf8_lossy(&run(&server, &["inspect", "fair"]).stdout).to_string();
+    assert!(text.contains("queued:  1."), "{text}");
+    let text = String::from_utf8_lossy(&run(&server, &["inspect", "plain"]).stdout).to_string();
+    assert!(
+        text.contains("×2") && text.contains("state:   held, ttl"),
+        "{text}"
+    );
+
+    fair_holder.release().await.unwrap();
+    assert!(fair_waiter.await.unwrap().unwrap().is_some());
+    let _ = fenced;
+}
+
+#[tokio::test]
+async fn unlock_force_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let holder = manager(&server).await;
+    let waiter_mgr = manager(&server).await;
+    let _held = holder.lock("stuck").acquire().await.unwrap();
+    let waiter = {
+        let lock = waiter_mgr.lock("stuck");
+        tokio::spawn(async move {
+            let g = lock.acquire().await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = Instant::now();
+    let out = run(&server, &["unlock", "--force", "--yes", "stuck"]);
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let woken = waiter.await.unwrap();
+    // The watchdog keeps the holder's TTL near 30 s: only the unlock message can explain this.
+    assert!(woken.duration_since(before) < Duration::from_secs(3));
+    let again = run(&server, &["unlock", "--force", "--yes", "stuck"]);
+    assert_eq!(code(&again), 1, "nothing left to unlock");
+    let usage = run(&server, &["unlock", "stuck"]);
+    assert_eq!(code(&usage), 2, "--force is required");
+}
+
+#[test]
+fn an_unreachable_server_is_one_line_and_its_own_code() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let out = Command::new(LOCKMAN)
+        .args([
+            "--url",
+            &format!("redis://127.0.0.1:{port}/0"),
+            "--connect-timeout",
+            "1s",
+            "inspect",
+            "x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+#[tokio::test]
+async fn watch_prints_acquire_and_release_until_interrupted() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kghx")
+        .query(&mut raw)
+        .unwrap();
+    let child = lockman(&server, &["watch", "seen"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await; // subscribed
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("seen").acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let acquired = text.find("acquired").expect(&text);
+    let held = text.find("held by").expect(&text);
+    let released = text.find("released: a waiter may go").expect(&text);
+    assert!(acquired < held && held < released, "{text}");
+}
