@@ -90,6 +90,7 @@
 //! | `keys` | the names of keys and channels (Redisson's layout, `docs/protocol.md`) |
 //! | [`MultiLock`], [`RedLock`] (`compose`) | all, or a majority, of several `Lock`s on several servers |
 //! | `metrics` | the `metrics` feature: what the actors report, through the `metrics` facade |
+//! | `web` (`actix-web` feature) | a lock per HTTP request: an extractor over the handles |
 //! | `src/bin/lockman` (`cli` feature) | the `lockman` command, over the public API only |
 //!
 //! Dependencies point one way: handles (`manager`, `lock`, `compose`) → `actors` → protocol
@@ -117,6 +118,8 @@ mod metrics;
 mod runtime;
 mod scripts;
 mod subscription;
+#[cfg(feature = "actix-web")]
+pub mod web;
 
 pub use actors::messages::{Acquire, Release, Wait};
 pub use actors::{AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, ReleaseReply};

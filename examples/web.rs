@@ -1,0 +1,125 @@
+//! An actix-web server whose account balances must not lose updates: each deposit reads the
+//! balance, takes a moment, and writes it back, which two concurrent deposits would get wrong. A
+//! `lockman::web::RequestGuard` serializes deposits per account across every process that runs
+//! this server; a deposit that cannot have the account's lock within the wait is answered `409`
+//! with `Retry-After`, and never runs. lockman's metrics are served at `/metrics`.
+//!
+//! Run: `cargo run --example web --features actix-web,metrics -- [--port 8080] [--wait-ms 200]`
+//!
+//! ```text
+//! curl -X POST localhost:8080/accounts/alice/deposit/5   # 200: the new balance
+//! curl localhost:8080/accounts/alice                      # the balance
+//! curl localhost:8080/metrics                             # lockman_* in Prometheus format
+//! ```
+//!
+//! Redis: `REDIS_URL` when set, else 127.0.0.1:6379, else a private redis-server for the run.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use lockman::LockManager;
+use lockman::web::{RequestGuard, RequestLock};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+
+/// How long a deposit takes between reading and writing the balance: long enough that two
+/// unserialized deposits would overlap.
+const WORK: Duration = Duration::from_millis(10);
+
+fn balance_key(account: &str) -> String {
+    format!("balance:{account}")
+}
+
+/// `POST /accounts/{account}/deposit/{amount}`: runs only while this request holds the
+/// account's lock.
+async fn deposit(
+    _lock: RequestGuard,
+    path: web::Path<(String, i64)>,
+    redis: web::Data<ConnectionManager>,
+) -> HttpResponse {
+    let (account, amount) = path.into_inner();
+    let mut redis = redis.get_ref().clone();
+    let key = balance_key(&account);
+    // Read, work, write: correct only because no other deposit on this account runs meanwhile.
+    let balance: Option<i64> = match redis.get(&key).await {
+        Ok(b) => b,
+        Err(e) => return HttpResponse::ServiceUnavailable().body(e.to_string()),
+    };
+    tokio::time::sleep(WORK).await;
+    let balance = balance.unwrap_or(0) + amount;
+    match redis.set::<_, _, ()>(&key, balance).await {
+        Ok(()) => HttpResponse::Ok().body(balance.to_string()),
+        Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+    }
+}
+
+/// `GET /accounts/{account}`.
+async fn balance(path: web::Path<String>, redis: web::Data<ConnectionManager>) -> HttpResponse {
+    let mut redis = redis.get_ref().clone();
+    match redis.get::<_, Option<i64>>(balance_key(&path)).await {
+        Ok(b) => HttpResponse::Ok().body(b.unwrap_or(0).to_string()),
+        Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+    }
+}
+
+/// `GET /metrics`.
+async fn metrics(handle: web::Data<PrometheusHandle>, _: HttpRequest) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(handle.render())
+}
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[actix_rt::main]
+async fn main() -> std::io::Result<()> {
+    let (port, wait) = (
+        arg("--port", 8080),
+        Duration::from_millis(arg("--wait-ms", 200)),
+    );
+    let (url, _server) = support::or_exit(support::redis_for_example());
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(std::io::Error::other)?;
+    let manager = LockManager::connect(&url)
+        .await
+        .map_err(std::io::Error::other)?;
+    let redis = redis::Client::open(url.as_str())
+        .map_err(std::io::Error::other)?
+        .get_connection_manager()
+        .await
+        .map_err(std::io::Error::other)?;
+    let port = u16::try_from(port).map_err(std::io::Error::other)?;
+    eprintln!("listening on 127.0.0.1:{port}; deposits wait up to {wait:?} for their account");
+    HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(redis.clone()))
+            .app_data(web::Data::new(prometheus.clone()))
+            .app_data(
+                RequestLock::path(manager.clone(), "account")
+                    .prefix("account:")
+                    .wait(wait),
+            )
+            .route(
+                "/accounts/{account}/deposit/{amount}",
+                web::post().to(deposit),
+            )
+            .route("/accounts/{account}", web::get().to(balance))
+            .route("/metrics", web::get().to(metrics))
+    })
+    .workers(2)
+    .bind(("127.0.0.1", port))?
+    .run()
+    .await
+}
