@@ -122,79 +122,48 @@ async fn wait_runs_out_with_its_own_code_and_one_line() {
     assert!(stderr.contains("not acquired within 300ms"), "{stderr}");
 }
 
-#[tokio::test]
-async fn a_lost_lock_stops_the_command() {
+/// Runs `lockman exec` with a 600 ms watchdog on `name`, deletes the lock once it is held (the
+/// watchdog then finds it gone), and returns how `lockman` ended and how long after the delete.
+async fn exec_losing(args: &[&str], name: &str) -> (Output, Duration) {
     let server = RedisServer::start();
-    let child = lockman(
-        &server,
-        &[
-            "--watchdog-timeout",
-            "600ms",
-            "exec",
-            "lost",
-            "--",
-            "sleep",
-            "30",
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut raw = server.conn();
-    assert!(
-        support::eventually(Duration::from_secs(5), || raw
-            .exists::<_, bool>("lost")
-            .unwrap())
-        .await
-    );
-    let started = Instant::now();
-    let _: () = raw.del("lost").unwrap();
-    let status = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
+    let mut all = vec!["--watchdog-timeout", "600ms", "exec"];
+    all.extend_from_slice(args);
+    let child = lockman(&server, &all)
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert_eq!(status.status.code(), Some(73));
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
-    assert!(String::from_utf8_lossy(&status.stderr).contains("lost"));
-}
-
-#[tokio::test]
-async fn on_lost_warn_lets_the_command_finish() {
-    let server = RedisServer::start();
-    let child = lockman(
-        &server,
-        &[
-            "--watchdog-timeout",
-            "600ms",
-            "exec",
-            "--on-lost",
-            "warn",
-            "w",
-            "--",
-            "sh",
-            "-c",
-            "sleep 1.5; exit 4",
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
     let mut raw = server.conn();
-    assert!(
-        support::eventually(Duration::from_secs(5), || raw
-            .exists::<_, bool>("w")
-            .unwrap())
-        .await
-    );
-    let _: () = raw.del("w").unwrap();
+    let held = || raw.exists::<_, bool>(name).unwrap();
+    assert!(support::eventually(Duration::from_secs(5), held).await);
+    let deleted = Instant::now();
+    let _: () = server.conn().del(name).unwrap();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()
         .unwrap();
+    (out, deleted.elapsed())
+}
+
+#[tokio::test]
+async fn a_lost_lock_stops_the_command() {
+    let (out, took) = exec_losing(&["lost", "--", "sleep", "30"], "lost").await;
+    assert_eq!(out.status.code(), Some(73));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lost"));
+}
+
+#[tokio::test]
+async fn on_lost_warn_lets_the_command_finish() {
+    let args = [
+        "--on-lost",
+        "warn",
+        "w",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1.5; exit 4",
+    ];
+    let (out, _) = exec_losing(&args, "w").await;
     assert_eq!(out.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&out.stderr).contains("goes on"));
 }
