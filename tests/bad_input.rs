@@ -14,7 +14,9 @@ use std::net::TcpListener;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use lockman::{Config, LockError, LockManager, MultiLock, RedLock, Release};
+use lockman::{
+    Acquire, Config, LockError, LockKind, LockManager, MultiLock, RedLock, Release, Wait,
+};
 use redis::Commands;
 use support::{Options, RedisServer};
 
@@ -496,6 +498,31 @@ fn table() -> Vec<Row> {
                 );
                 b.release().await?;
                 res
+            }
+        ),
+        row!(
+            "Acquire sent to the actor of another name",
+            Works,
+            "an Acquire names no lock: it takes the lock of the actor it reaches",
+            |env| {
+                let mgr = env.manager().await;
+                let holder = mgr.lock("a").holder_id();
+                let b = mgr.lock_actor("b").await?;
+                let acquire = Acquire {
+                    holder: holder.clone(),
+                    lease: None,
+                    wait: Wait::Up(WAIT),
+                    kind: LockKind::Reentrant,
+                };
+                let grant = b.send(acquire).await.map_err(|_| LockError::Shutdown)??;
+                let grant = grant.expect("b is free");
+                assert_eq!(grant.name(), "b");
+                let field: Option<String> = env.raw().hget("b", &holder).expect("HGET");
+                assert_eq!(field.as_deref(), Some("1"));
+                assert!(!env.raw().exists::<_, bool>("a").expect("EXISTS"));
+                b.send(Release(grant))
+                    .await
+                    .map_err(|_| LockError::Shutdown)?
             }
         ),
         row!(
