@@ -351,3 +351,72 @@ async fn watch_prints_acquire_and_release_until_interrupted() {
     let released = text.find("released: a waiter may go").expect(&text);
     assert!(acquired < held && held < released, "{text}");
 }
+
+#[test]
+fn exec_and_inspect_through_sentinel_and_on_a_cluster() {
+    use support::cluster::Cluster;
+    use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
+
+    let group = SentinelGroup::start();
+    let out = Command::new(LOCKMAN)
+        .args([
+            "--sentinel",
+            MASTER,
+            "--url",
+            &group.sentinel_urls().join(","),
+        ])
+        .env("LOCKMAN_MASTER_PASSWORD", DATA_PASSWORD)
+        .args(["exec", "via-sentinel", "--", "sh", "-c", "exit 5"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 5, "{}", String::from_utf8_lossy(&out.stderr));
+
+    let cluster = Cluster::start(3, 0);
+    let seeds = cluster.urls().join(",");
+    let holder = Command::new(LOCKMAN)
+        .args([
+            "--cluster",
+            "--url",
+            &seeds,
+            "exec",
+            "on-cluster",
+            "--",
+            "sleep",
+            "3",
+        ])
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let inspected = loop {
+        let out = Command::new(LOCKMAN)
+            .args([
+                "--cluster",
+                "--url",
+                &seeds,
+                "inspect",
+                "on-cluster",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        if code(&out) == 0 || started.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        code(&inspected),
+        0,
+        "held: {}",
+        String::from_utf8_lossy(&inspected.stderr)
+    );
+    let info: Value = serde_json::from_slice(&inspected.stdout).unwrap();
+    assert_eq!(info["holders"].as_array().map(Vec::len), Some(1));
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let watch = Command::new(LOCKMAN)
+        .args(["--cluster", "--url", &seeds, "watch", "on-cluster"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&watch), 2, "watch wants one server");
+}

@@ -55,6 +55,23 @@ struct Server {
     /// Default: $LOCKMAN_URL, else $REDIS_URL, else redis://127.0.0.1:6379.
     #[arg(long, global = true)]
     url: Option<String>,
+    /// Sentinel: the master's name; --url is then the sentinels' URLs, comma-separated.
+    #[arg(long, global = true, value_name = "MASTER")]
+    sentinel: Option<String>,
+    /// Sentinel: the primary's ACL user (its password from --master-password).
+    #[arg(long, global = true, value_name = "USER")]
+    master_user: Option<String>,
+    /// Sentinel: the primary's password (the sentinels' own come in their URLs).
+    #[arg(
+        long,
+        global = true,
+        env = "LOCKMAN_MASTER_PASSWORD",
+        hide_env_values = true
+    )]
+    master_password: Option<String>,
+    /// Redis Cluster: --url is then seed nodes' URLs, comma-separated.
+    #[arg(long, global = true)]
+    cluster: bool,
     /// A PEM file of the CA that signed the server's TLS certificate (rediss:// only).
     #[arg(long, global = true, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
@@ -137,8 +154,32 @@ impl Server {
             .unwrap_or_else(|| "redis://127.0.0.1:6379".into())
     }
 
+    /// Whether `--url` names one server (not sentinels or cluster seeds).
+    fn single(&self) -> bool {
+        self.sentinel.is_none() && !self.cluster
+    }
+
     fn config(&self) -> Result<Config, Failure> {
-        let mut config = Config::new(self.url())
+        let url = self.url();
+        let urls = || url.split(',').map(str::trim).filter(|u| !u.is_empty());
+        if self.sentinel.is_some() && self.cluster {
+            return Err(Failure::new(
+                code::USAGE,
+                "--sentinel and --cluster exclude each other",
+            ));
+        }
+        let config = match (&self.sentinel, self.cluster) {
+            (Some(master), _) => {
+                let config = Config::sentinel(master.as_str(), urls());
+                match &self.master_password {
+                    Some(pw) => config.master_auth(self.master_user.as_deref(), pw.as_str()),
+                    None => config,
+                }
+            }
+            (None, true) => Config::cluster(urls()),
+            (None, false) => Config::new(url.as_str()),
+        };
+        let mut config = config
             .watchdog_timeout(self.watchdog_timeout)
             .connect_timeout(self.connect_timeout);
         if let Some(path) = &self.tls_ca {

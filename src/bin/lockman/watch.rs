@@ -9,6 +9,12 @@ use redis::IntoConnectionInfo;
 use crate::{Failure, Server, code};
 
 pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
+    if !server.single() {
+        return Err(Failure::new(
+            code::USAGE,
+            "watch needs the URL of one server (the primary, or the cluster node that owns the name)",
+        ));
+    }
     // The manager checks the URL, the credentials and the TLS settings, and reads the state.
     let manager = server.connect().await?;
     let redis_err = |e: redis::RedisError| Failure::new(code::REDIS, e.to_string());
