@@ -18,6 +18,8 @@ const STUCK_AFTER: Duration = Duration::from_secs(10);
 const NAMES: u64 = 3;
 /// Concurrent tasks per worker.
 const TASKS: u64 = 3;
+/// How long a worker waits for the checker's reply before it counts a checker error.
+const CHECKER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// What the runner tells a worker on its command line.
 pub struct Args {
@@ -98,9 +100,12 @@ async fn run(args: Args) {
     let (Some(lock), Some(red)) = (lock, red.into_iter().collect::<Option<Vec<_>>>()) else {
         return;
     };
+    // redis-rs gives up on a reply after 500 ms by default. A worker frozen by the runner (or a
+    // slow machine) would then miss the record of an entry that did happen: wait much longer.
+    let patient = redis::AsyncConnectionConfig::new().set_response_timeout(Some(CHECKER_PATIENCE));
     let checker = redis::Client::open(args.checker_url.as_str())
         .expect("checker url")
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(&patient)
         .await
         .expect("checker");
     let tasks = (0..TASKS).map(|task| {
