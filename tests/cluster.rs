@@ -353,3 +353,65 @@ async fn an_acl_user_reaches_every_node() {
     assert!(!format!("{err} {err:?}").contains("bad-pw"), "{err:?}");
     assert!(matches!(err, LockError::Auth { .. }), "{err:?}");
 }
+
+/// A cluster that speaks only TLS (to clients and on its bus), reached by `rediss://` seeds and
+/// a private CA: every connection lockman opens to its nodes — commands, sharded pub/sub,
+/// renewals — checks their certificates, and locks on every master exclude and wake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_cluster_excludes_and_wakes_on_every_master() {
+    let certs = std::sync::Arc::new(support::certs::TestCerts::generate());
+    let cluster = Cluster::start_tls(3, certs.clone());
+    assert!(
+        cluster
+            .urls()
+            .iter()
+            .all(|u| u.starts_with("rediss://localhost:"))
+    );
+    let config = || {
+        Config::cluster(cluster.urls())
+            .tls_ca_pem(certs.ca_pem.clone())
+            .watchdog_timeout(Duration::from_secs(1))
+    };
+    let a = LockManager::start(config()).await.expect("start over TLS");
+    let b = LockManager::start(config()).await.expect("start over TLS");
+    for (name, owner) in one_name_per_master(&cluster, "tls:") {
+        let held = a.lock(name.as_str()).acquire().await.unwrap();
+        let mut raw = node_conn(&cluster, owner).await;
+        let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
+        assert_eq!(
+            fields,
+            vec![held.holder_id().to_owned()],
+            "{name} on its master"
+        );
+        let waiter = b.lock(name.as_str());
+        let waiting = tokio::spawn(async move { waiter.acquire().await });
+        // Held past a few renewals (every third of a second) before it is released.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(!held.is_lost(), "{name}: renewed over TLS");
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let guard = woken(waiting, Duration::from_secs(5)).await;
+        assert!(
+            released.elapsed() < Duration::from_millis(900),
+            "{name}: woken by the message"
+        );
+        guard.release().await.unwrap();
+        assert!(!raw.exists::<_, bool>(&name).await.unwrap());
+    }
+    // Without the CA the certificates are refused, and the start says so.
+    let untrusted =
+        LockManager::start(Config::cluster(cluster.urls()).connect_timeout(Duration::from_secs(2)))
+            .await;
+    assert!(
+        matches!(
+            untrusted,
+            Err(LockError::Tls {
+                failure: lockman::TlsFailure::UntrustedCertificate,
+                ..
+            })
+        ),
+        "{untrusted:?}"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}

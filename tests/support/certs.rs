@@ -54,6 +54,8 @@ impl TestCerts {
         write("ca.pem", &ca_cert.pem());
         write("server.pem", &server_cert);
         write("server.key", &server_key);
+        write("client.pem", &client_cert_pem);
+        write("client.key", &client_key_pem);
         Self {
             ca_pem: ca_cert.pem(),
             client_cert_pem,
@@ -62,7 +64,8 @@ impl TestCerts {
         }
     }
 
-    /// A file in the certificates' folder: `ca.pem`, `server.pem`, `server.key`.
+    /// A file in the certificates' folder: `ca.pem`, `server.pem`, `server.key`, `client.pem`,
+    /// `client.key`.
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }

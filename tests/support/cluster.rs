@@ -23,6 +23,44 @@ impl Cluster {
 
     /// As [`start`](Self::start), each node with more arguments (ACL users, say).
     pub fn start_with(masters: usize, replicas: usize, args: &[String]) -> Self {
+        Self::start_nodes(masters, replicas, args, None)
+    }
+
+    /// A cluster that speaks only TLS, to clients and on its bus, with certificates of `certs`.
+    /// Nodes announce themselves as `localhost` (the name the test certificate is for), so that
+    /// clients that follow the cluster's topology can check the certificates. On the bus a node
+    /// is also a TLS client, and Redis always asks for a client certificate there: each presents
+    /// the test client certificate.
+    pub fn start_tls(masters: usize, certs: std::sync::Arc<super::certs::TestCerts>) -> Self {
+        let file = |name: &str| certs.file(name).display().to_string();
+        let args = [
+            "--tls-client-cert-file".to_owned(),
+            file("client.pem"),
+            "--tls-client-key-file".to_owned(),
+            file("client.key"),
+        ];
+        let args = args.into_iter().chain(
+            [
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+                "--cluster-announce-hostname",
+                "localhost",
+                "--cluster-preferred-endpoint-type",
+                "hostname",
+            ]
+            .map(String::from),
+        );
+        Self::start_nodes(masters, 0, &args.collect::<Vec<_>>(), Some(certs))
+    }
+
+    fn start_nodes(
+        masters: usize,
+        replicas: usize,
+        args: &[String],
+        tls: Option<std::sync::Arc<super::certs::TestCerts>>,
+    ) -> Self {
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
                 let cluster = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
@@ -32,16 +70,26 @@ impl Cluster {
                         .map(|a| (*a).to_owned())
                         .chain(args.iter().cloned())
                         .collect(),
+                    tls: tls.clone(),
                     ..Options::default()
                 })
             })
             .collect();
+        let tls_args: Vec<String> = match &tls {
+            Some(certs) => vec![
+                "--tls".into(),
+                "--cacert".into(),
+                certs.file("ca.pem").display().to_string(),
+            ],
+            None => Vec::new(),
+        };
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         let cli = std::env::var_os("REDIS_CLI_BIN").unwrap_or_else(|| "redis-cli".into());
         let out = Command::new(&cli)
+            .args(&tls_args)
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
@@ -59,11 +107,12 @@ impl Cluster {
         cluster
     }
 
-    /// `redis://127.0.0.1:<port>` of every node (seeds for a cluster client).
+    /// The URL of every node (seeds for a cluster client): `redis://127.0.0.1:<port>`, or
+    /// `rediss://localhost:<port>` for a TLS cluster.
     pub fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
-            .map(|n| format!("redis://127.0.0.1:{}", n.port()))
+            .map(|n| n.url().strip_suffix("/0").unwrap_or_default().to_owned())
             .collect()
     }
 
