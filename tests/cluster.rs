@@ -326,10 +326,12 @@ async fn multilock_over_shards_and_redlock_with_a_cluster_member() {
 
 #[tokio::test]
 async fn an_acl_user_reaches_every_node() {
-    let user: Vec<String> = "--user app on >app-pw ~* &* +@all"
-        .split(' ')
-        .map(str::to_owned)
-        .collect();
+    // `app` may do everything; `nossub` everything but SSUBSCRIBE, which waiting needs.
+    let user: Vec<String> =
+        "--user app on >app-pw ~* &* +@all --user nossub on >pw ~* &* +@all -ssubscribe"
+            .split(' ')
+            .map(str::to_owned)
+            .collect();
     let cluster = Cluster::start_with(3, 0, &user);
     let urls: Vec<String> = cluster
         .nodes
@@ -352,6 +354,23 @@ async fn an_acl_user_reaches_every_node() {
         .expect_err("wrong password");
     assert!(!format!("{err} {err:?}").contains("bad-pw"), "{err:?}");
     assert!(matches!(err, LockError::Auth { .. }), "{err:?}");
+    // A refused SSUBSCRIBE fails the start, naming it, as a refused SUBSCRIBE does on one server.
+    let nossub: Vec<String> = urls
+        .iter()
+        .map(|u| u.replace("app:app-pw", "nossub:pw"))
+        .collect();
+    let err = LockManager::start(Config::cluster(nossub))
+        .await
+        .expect_err("no SSUBSCRIBE");
+    match &err {
+        LockError::NoPermission { what, .. } => {
+            assert!(
+                what.contains("subscribe to redisson_lock__channel"),
+                "{what}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A cluster that speaks only TLS (to clients and on its bus), reached by `rediss://` seeds and

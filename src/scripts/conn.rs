@@ -208,13 +208,34 @@ impl Conn {
         self.check_subscribe().await
     }
 
-    /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family (one server or Sentinel; a
-    /// cluster's pub/sub permissions show when the PubSubActor subscribes).
+    /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family (in a cluster, SSUBSCRIBE
+    /// and SUNSUBSCRIBE on the node of each channel's slot, when unlock messages are sharded).
     async fn check_subscribe(&self) -> Result<(), LockError> {
-        if self.inner.endpoint.cluster().is_some() {
+        let endpoint = &self.inner.endpoint;
+        if endpoint.cluster().is_some() {
+            let limit = self.inner.connect_timeout;
+            let (mut sink, _heard) = crate::subscription::open(endpoint, &[], limit)
+                .await
+                .map_err(|detail| LockError::UnexpectedReply {
+                    op: "connect pub/sub",
+                    detail,
+                })?;
+            for channel in super::probe_channels() {
+                let what = format!("subscribe to {channel}");
+                let done = self
+                    .bounded(
+                        "check permissions",
+                        sink.subscribe(std::slice::from_ref(&channel)),
+                    )
+                    .await;
+                denied(&what, done)?;
+                let done = self
+                    .bounded("check permissions", sink.unsubscribe(&channel))
+                    .await;
+                denied(&what, done)?;
+            }
             return Ok(());
         }
-        let endpoint = &self.inner.endpoint;
         let limit = self.inner.connect_timeout;
         let mut pubsub =
             match tokio::time::timeout(limit, endpoint.client().get_async_pubsub()).await {
