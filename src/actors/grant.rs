@@ -17,6 +17,8 @@ use crate::scripts::LockKind;
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
     actor: Addr<LockActor>,
+    /// The granting actor's id: a `Release` is refused by any other actor.
+    actor_id: u64,
     name: Arc<str>,
     holder: Arc<str>,
     kind: LockKind,
@@ -30,7 +32,7 @@ pub struct Grant {
 
 impl Grant {
     pub(crate) fn new(
-        actor: Addr<LockActor>,
+        (actor, actor_id): (Addr<LockActor>, u64),
         name: Arc<str>,
         (holder, kind): HoldKey,
         epoch: u64,
@@ -39,6 +41,7 @@ impl Grant {
     ) -> Self {
         Self {
             actor,
+            actor_id,
             name,
             holder,
             kind,
@@ -47,6 +50,11 @@ impl Grant {
             lost,
             armed: true,
         }
+    }
+
+    /// Whether the actor of id `actor_id` granted it.
+    pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
+        self.actor_id == actor_id
     }
 
     /// Takes the hold out of the grant: the caller releases it.

@@ -17,13 +17,15 @@ use super::{LockActor, Services};
 use crate::error::LockError;
 use crate::scripts::LockKind;
 
+/// Lock actor ids, for every manager of the process.
+static NEXT_ACTOR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// The actor that maps lock names to lock actors.
 pub struct Registry {
     svc: Services,
     /// (Kind family, name) → (actor id, its address): from the first request for that lock until
     /// its actor stops.
     actors: FxHashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>,
-    next_id: u64,
     /// Set by `Shutdown`: no new lock actors.
     shut: bool,
 }
@@ -33,7 +35,6 @@ impl Registry {
         Self {
             svc,
             actors: FxHashMap::default(),
-            next_id: 0,
             shut: false,
         }
     }
@@ -56,8 +57,9 @@ impl Handler<Resolve> for Registry {
         if let Some(addr) = live.filter(|a| a.connected()) {
             return Ok(addr);
         }
-        self.next_id += 1;
-        let (id, svc, me) = (self.next_id, self.svc.clone(), ctx.address().downgrade());
+        // Unique in the process, not only in this manager: a grant names its actor by it.
+        let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (svc, me) = (self.svc.clone(), ctx.address().downgrade());
         let addr = LockActor::new(id, key.0, key.1.clone(), svc, me).start();
         self.actors.insert(key, (id, addr.downgrade()));
         Ok(addr)

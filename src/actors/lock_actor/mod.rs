@@ -40,7 +40,8 @@ type ReleaseTx = OneshotSender<Result<(), LockError>>;
 /// The actor of one lock name. Reach it through [`LockManager::lock_actor`](crate::LockManager::lock_actor)
 /// and send it [`Acquire`] and [`Release`].
 pub struct LockActor {
-    /// Tells this actor apart from earlier and later actors of the same name.
+    /// Tells this actor apart from every other lock actor of the process (earlier and later
+    /// ones of the same name, other managers').
     id: u64,
     family: LockKind,
     name: Arc<str>,
@@ -126,7 +127,7 @@ impl LockActor {
                 });
                 let lost = lost.subscribe();
                 Ok(Some(Grant::new(
-                    ctx.address(),
+                    (ctx.address(), self.id),
                     self.name.clone(),
                     key,
                     epoch,
@@ -232,10 +233,10 @@ pub struct ReleaseReply(Result<(super::lock_state::HoldKey, u64), LockError>);
 impl Handler<Release> for LockActor {
     type Result = ReleaseReply;
 
-    fn handle(&mut self, Release(mut grant): Release, ctx: &mut Context<Self>) -> ReleaseReply {
+    fn handle(&mut self, Release(mut grant): Release, _: &mut Context<Self>) -> ReleaseReply {
         // A grant sent to another lock's actor is refused; still armed, it releases its hold
         // through its own actor when it is dropped here.
-        if *grant.actor() != ctx.address() {
+        if !grant.granted_by(self.id) {
             return ReleaseReply(Err(LockError::invalid(
                 "release",
                 format!(
