@@ -12,13 +12,17 @@
 //! - `counts`: every counter of the run (workers' and the runner's), `errors`: a sample of
 //!   error messages.
 
+use std::sync::LazyLock;
+
+use redis::Script;
+
 /// Records an entry; counts a violation when someone incompatible is inside, and says which
 /// fault explains it. KEYS: the `occ:` keys of the names entered. ARGV: kind, hold, worker, mode
 /// (`x` exclusive, `r` read, `w` write), epoch key, the epoch read before acquiring, the fencing
 /// token (or -1), the fenced store's name (where a fenced holder writes its token on entry).
 /// Reply: {cause, fenced write accepted (1/0)}, cause
 /// 0 none, 1 pause, 2 restart, 3 unexplained.
-pub const ENTER: &str = r#"
+const ENTER: &str = r#"
 local kind, hold, worker, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local epoch = tonumber(redis.call('get', ARGV[5]) or '0')
 local mine = tonumber(ARGV[6])
@@ -51,52 +55,58 @@ if cause == 3 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':une
 local accepted = 0
 local token = tonumber(ARGV[7])
 if token >= 0 then
-    local store = 'fence:' .. ARGV[8]
-    local max = tonumber(redis.call('hget', store, 'max') or '-1')
-    if token > max or (token == max and redis.call('hget', store, 'hold') == hold) then
-        redis.call('hset', store, 'max', token, 'hold', hold)
-        redis.call('rpush', 'audit:' .. ARGV[8], token .. ' ' .. hold)
-        redis.call('hincrby', 'counts', 'fenced_write:accepted', 1)
-        accepted = 1
-    elseif i_paused then
-        redis.call('hincrby', 'counts', 'fenced_write:refused_frozen', 1)
-    else
-        redis.call('hincrby', 'counts', 'fenced_write:refused_other', 1)
-    end
+    accepted = fenced_write(ARGV[8], token, hold, worker)
 end
 return {cause, accepted}
 "#;
 
-/// A write to the fenced store, as a holder makes before it leaves: refused when a newer token
-/// has written. KEYS: none. ARGV: store name, token, hold, worker. Reply: 1 accepted, 0 refused;
+/// A write to the fenced store, as a holder makes before it leaves (see [`FENCE`]). KEYS: none.
+/// ARGV: store name, token, hold, worker. Reply: 1 accepted, 0 refused;
 /// a refusal is counted as `refused_frozen` when the writer was frozen (a stale holder the fence
 /// stopped), else `refused_other` (a token lower than one accepted before: the counter was lost).
-pub const FENCED_WRITE: &str = r#"
-local store = 'fence:' .. ARGV[1]
-local token = tonumber(ARGV[2])
-local max = tonumber(redis.call('hget', store, 'max') or '-1')
-if token > max or (token == max and redis.call('hget', store, 'hold') == ARGV[3]) then
-    redis.call('hset', store, 'max', token, 'hold', ARGV[3])
-    redis.call('rpush', 'audit:' .. ARGV[1], token .. ' ' .. ARGV[3])
-    redis.call('hincrby', 'counts', 'fenced_write:accepted', 1)
-    return 1
-end
-if redis.call('exists', 'paused:' .. ARGV[4]) == 1 then
-    redis.call('hincrby', 'counts', 'fenced_write:refused_frozen', 1)
-else
-    redis.call('hincrby', 'counts', 'fenced_write:refused_other', 1)
-end
-return 0
+const FENCED_WRITE: &str = r#"
+return fenced_write(ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4])
 "#;
 
+/// The fenced store, shared by [`ENTER`] and [`FENCED_WRITE`]: accepts `token` for `name` when
+/// it is newer than every token accepted (or the same hold's), logs it for the audit, and counts
+/// the outcome. Returns 1 accepted, 0 refused.
+const FENCE: &str = r#"
+local function fenced_write(name, token, hold, worker)
+    local store = 'fence:' .. name
+    local max = tonumber(redis.call('hget', store, 'max') or '-1')
+    if token > max or (token == max and redis.call('hget', store, 'hold') == hold) then
+        redis.call('hset', store, 'max', token, 'hold', hold)
+        redis.call('rpush', 'audit:' .. name, token .. ' ' .. hold)
+        redis.call('hincrby', 'counts', 'fenced_write:accepted', 1)
+        return 1
+    end
+    if redis.call('exists', 'paused:' .. worker) == 1 then
+        redis.call('hincrby', 'counts', 'fenced_write:refused_frozen', 1)
+    else
+        redis.call('hincrby', 'counts', 'fenced_write:refused_other', 1)
+    end
+    return 0
+end
+"#;
+
+/// Each script, hashed once (EVALSHA by redis-rs, loaded on first use).
+pub static ENTER_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{FENCE}{ENTER}")));
+pub static FENCED_WRITE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{FENCE}{FENCED_WRITE}")));
+pub static EXIT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXIT));
+pub static FORGET_WORKER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FORGET_WORKER));
+pub static INSIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSIDE));
+
 /// Records an exit. KEYS: the `occ:` keys. ARGV: the hold.
-pub const EXIT: &str = r#"
+const EXIT: &str = r#"
 for _, occ in ipairs(KEYS) do redis.call('hdel', occ, ARGV[1]) end
 return 0
 "#;
 
 /// Forgets every entry of a worker that was killed inside. ARGV: the worker. Reply: how many.
-pub const FORGET_WORKER: &str = r#"
+const FORGET_WORKER: &str = r#"
 local n = 0
 for _, occ in ipairs(redis.call('keys', 'occ:*')) do
     local inside = redis.call('hgetall', occ)
@@ -111,7 +121,7 @@ return n
 "#;
 
 /// The workers inside some critical section now. Reply: their ids (repeats possible).
-pub const INSIDE: &str = r#"
+const INSIDE: &str = r#"
 local out = {}
 for _, occ in ipairs(redis.call('keys', 'occ:*')) do
     for _, v in ipairs(redis.call('hvals', occ)) do

@@ -263,7 +263,7 @@ impl Runner {
 
     /// A worker inside a critical section now, if any, else any worker.
     fn pick_holder(&mut self) -> Option<(usize, bool)> {
-        let inside: Vec<String> = redis::Script::new(checker::INSIDE)
+        let inside: Vec<String> = checker::INSIDE_SCRIPT
             .invoke(&mut self.checker_conn())
             .unwrap_or_default();
         let inside: Vec<usize> = inside
@@ -294,7 +294,7 @@ impl Runner {
                 // Its entries will never be left: forget them, then again in case its last
                 // bytes reached the checker after the first pass.
                 for _ in 0..2 {
-                    let _: redis::RedisResult<u64> = redis::Script::new(checker::FORGET_WORKER)
+                    let _: redis::RedisResult<u64> = checker::FORGET_WORKER_SCRIPT
                         .arg(w.id)
                         .invoke(&mut self.checker_conn());
                     std::thread::sleep(Duration::from_millis(100));

@@ -260,7 +260,7 @@ impl Ctx {
             _ => -1,
         };
         let occ: Vec<String> = names.iter().map(|n| format!("occ:{n}")).collect();
-        let entered: Result<(i64, i64), _> = redis::Script::new(checker::ENTER)
+        let entered: Result<(i64, i64), _> = checker::ENTER_SCRIPT
             .key(&occ)
             .arg(kind.name())
             .arg(hold)
@@ -282,7 +282,7 @@ impl Ctx {
         };
         tokio::time::sleep(work).await;
         if token >= 0 && entered.is_ok() {
-            let _: Result<i64, _> = redis::Script::new(checker::FENCED_WRITE)
+            let _: Result<i64, _> = checker::FENCED_WRITE_SCRIPT
                 .arg(&names[0])
                 .arg(token)
                 .arg(hold)
@@ -290,7 +290,7 @@ impl Ctx {
                 .invoke_async(&mut self.checker)
                 .await;
         }
-        let _: Result<i64, _> = redis::Script::new(checker::EXIT)
+        let _: Result<i64, _> = checker::EXIT_SCRIPT
             .key(&occ)
             .arg(hold)
             .invoke_async(&mut self.checker)

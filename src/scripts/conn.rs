@@ -211,35 +211,26 @@ impl Conn {
     /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family (in a cluster, SSUBSCRIBE
     /// and SUNSUBSCRIBE on the node of each channel's slot, when unlock messages are sharded).
     async fn check_subscribe(&self) -> Result<(), LockError> {
+        use crate::subscription::Sink;
         let endpoint = &self.inner.endpoint;
-        if endpoint.cluster().is_some() {
-            let limit = self.inner.connect_timeout;
-            let (mut sink, _heard) = crate::subscription::open(endpoint, &[], limit)
-                .await
-                .map_err(|detail| LockError::UnexpectedReply {
-                    op: "connect pub/sub",
-                    detail,
-                })?;
-            for channel in super::probe_channels() {
-                let what = format!("subscribe to {channel}");
-                let done = self
-                    .bounded(
-                        "check permissions",
-                        sink.subscribe(std::slice::from_ref(&channel)),
-                    )
-                    .await;
-                denied(&what, done)?;
-                let done = self
-                    .bounded("check permissions", sink.unsubscribe(&channel))
-                    .await;
-                denied(&what, done)?;
-            }
-            return Ok(());
-        }
         let limit = self.inner.connect_timeout;
-        let mut pubsub =
-            match tokio::time::timeout(limit, endpoint.client().get_async_pubsub()).await {
-                Ok(Ok(pubsub)) => pubsub,
+        // The receiving half is kept until the end: dropping it closes the connection.
+        let (mut sink, _heard): (Sink, Box<dyn std::any::Any + Send>) = match endpoint.cluster() {
+            Some(_) => {
+                let (sink, heard) = crate::subscription::open(endpoint, &[], limit)
+                    .await
+                    .map_err(|detail| LockError::UnexpectedReply {
+                        op: "connect pub/sub",
+                        detail,
+                    })?;
+                (sink, Box::new(heard))
+            }
+            // One server: opened here, for the typed error of a refused connection.
+            None => match tokio::time::timeout(limit, endpoint.client().get_async_pubsub()).await {
+                Ok(Ok(pubsub)) => {
+                    let (sink, heard) = pubsub.split();
+                    (Sink::Server(sink), Box::new(heard))
+                }
                 Ok(Err(source)) => return Err(connect_error(endpoint.label(), source)),
                 Err(_) => {
                     return Err(LockError::Timeout {
@@ -247,15 +238,19 @@ impl Conn {
                         after: limit,
                     });
                 }
-            };
+            },
+        };
         for channel in super::probe_channels() {
             let what = format!("subscribe to {channel}");
             let done = self
-                .bounded("check permissions", pubsub.subscribe(&channel))
+                .bounded(
+                    "check permissions",
+                    sink.subscribe(std::slice::from_ref(&channel)),
+                )
                 .await;
             denied(&what, done)?;
             let done = self
-                .bounded("check permissions", pubsub.unsubscribe(&channel))
+                .bounded("check permissions", sink.unsubscribe(&channel))
                 .await;
             denied(&what, done)?;
         }

@@ -39,12 +39,6 @@ enum OnLost {
     Warn,
 }
 
-/// A hold of any kind, with its fencing token if any.
-struct Held {
-    guard: LockGuard,
-    token: Option<u64>,
-}
-
 pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     let manager = server.connect().await?;
     let acquired = {
@@ -72,7 +66,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
         }
     };
     let outcome = supervise(&args, &held).await;
-    if let Err(e) = held.guard.release().await
+    if let Err(e) = held.release().await
         && !matches!(e, LockError::NotHeld { .. })
     {
         eprintln!("lockman: releasing {:?}: {e}", args.name);
@@ -81,7 +75,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     outcome
 }
 
-async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>, LockError> {
+async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<LockGuard>, LockError> {
     let name = args.name.as_str();
     let lock = match args.kind {
         Kind::Lock => manager.lock(name),
@@ -90,16 +84,12 @@ async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>,
         Kind::Write => (*manager.read_write_lock(name).write()).clone(),
         Kind::Fenced => (*manager.fenced_lock(name)).clone(),
     };
-    let guard = match (args.wait, args.lease) {
+    Ok(match (args.wait, args.lease) {
         (None, None) => Some(lock.acquire().await?),
         (None, Some(lease)) => Some(lock.acquire_with_lease(lease).await?),
         (Some(wait), None) => lock.try_acquire_for(wait).await?,
         (Some(wait), Some(lease)) => lock.try_acquire_with_lease(wait, lease).await?,
-    };
-    Ok(guard.map(|guard| Held {
-        token: guard.token(),
-        guard,
-    }))
+    })
 }
 
 /// Waits for `acquire`, showing on stderr who holds the lock and for how long we have waited.
@@ -152,12 +142,12 @@ where
 
 /// Runs the command while the lock is held; forwards SIGINT and SIGTERM to it; stops it if the
 /// lock is lost (unless `--on-lost warn`). Returns the exit code.
-async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
+async fn supervise(args: &ExecArgs, held: &LockGuard) -> Result<u8, Failure> {
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
         .env("LOCKMAN_LOCK", &args.name);
-    if let Some(token) = held.token {
+    if let Some(token) = held.token() {
         command.env("LOCKMAN_FENCE", token.to_string());
     }
     let mut child = command.spawn().map_err(|e| {
@@ -184,7 +174,7 @@ async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
             status = child.wait() => break status,
             _ = interrupt.recv() => send(libc::SIGINT),
             _ = terminate.recv() => send(libc::SIGTERM),
-            () = held.guard.lost(), if !lost => {
+            () = held.lost(), if !lost => {
                 lost = true;
                 match args.on_lost {
                     OnLost::Kill => {
