@@ -29,6 +29,18 @@ fn code(out: &Output) -> i32 {
     out.status.code().expect("an exit code")
 }
 
+/// Sends `signal` (`-TERM`, `-INT`) to a running `lockman` and waits for it to end.
+async fn signal_and_wait(child: std::process::Child, signal: &str) -> Output {
+    Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap();
+    tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url())).await.unwrap()
 }
@@ -183,14 +195,7 @@ async fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
         .await
     );
     tokio::time::sleep(Duration::from_millis(200)).await; // the trap is set
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = signal_and_wait(child, "-TERM").await;
     assert_eq!(out.status.code(), Some(42));
     assert!(!raw.exists::<_, bool>("sig").unwrap(), "released");
 }
@@ -336,14 +341,7 @@ async fn watch_prints_acquire_and_release_until_interrupted() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     guard.release().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = signal_and_wait(child, "-INT").await;
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     let acquired = text.find("acquired").expect(&text);

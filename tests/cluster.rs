@@ -40,14 +40,18 @@ async fn node_conn(cluster: &Cluster, port: u16) -> redis::aio::MultiplexedConne
     cluster.node(port).async_conn().await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn locks_on_every_master_exclude_and_wake_across_two_managers() {
-    let cluster = Cluster::start(3, 0);
-    let a = manager(&cluster, Duration::from_secs(30)).await;
-    let b = manager(&cluster, Duration::from_secs(30)).await;
-    for (name, owner) in one_name_per_master(&cluster, "wake:") {
+/// On a name of each master: `a` takes it (its hash is on that master), `b` cannot, `b` waits;
+/// `a` holds it for `hold` (renewed, never lost) and releases; the unlock message wakes `b` long
+/// before the 30 s lease would have run out; nothing is left.
+async fn exclude_and_wake_on_every_master(
+    cluster: &Cluster,
+    (a, b): (&LockManager, &LockManager),
+    prefix: &str,
+    hold: Duration,
+) {
+    for (name, owner) in one_name_per_master(cluster, prefix) {
         let held = a.lock(name.as_str()).acquire().await.unwrap();
-        let mut raw = node_conn(&cluster, owner).await;
+        let mut raw = node_conn(cluster, owner).await;
         let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
         assert_eq!(
             fields,
@@ -58,17 +62,28 @@ async fn locks_on_every_master_exclude_and_wake_across_two_managers() {
 
         let waiter = b.lock(name.as_str());
         let waiting = tokio::spawn(async move { waiter.acquire().await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(hold).await;
+        assert!(!held.is_lost(), "{name}: renewed");
         let released = Instant::now();
         held.release().await.unwrap();
         let guard = woken(waiting, Duration::from_secs(5)).await;
-        // The unlock message woke it: the lease (30 s) was far from over.
-        assert!(released.elapsed() < Duration::from_secs(3), "{name}");
+        assert!(
+            released.elapsed() < Duration::from_millis(900),
+            "{name}: woken by the message"
+        );
         let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
         assert_eq!(fields, vec![guard.holder_id().to_owned()]);
         guard.release().await.unwrap();
         assert!(!raw.exists::<_, bool>(&name).await.unwrap());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_every_master_exclude_and_wake_across_two_managers() {
+    let cluster = Cluster::start(3, 0);
+    let a = manager(&cluster, Duration::from_secs(30)).await;
+    let b = manager(&cluster, Duration::from_secs(30)).await;
+    exclude_and_wake_on_every_master(&cluster, (&a, &b), "wake:", Duration::from_millis(300)).await;
 
     // Exclusion, counted: read-yield-write rounds on a shared counter of the same slot.
     let mut tasks = Vec::new();
@@ -393,30 +408,8 @@ async fn a_tls_cluster_excludes_and_wakes_on_every_master() {
     };
     let a = LockManager::start(config()).await.expect("start over TLS");
     let b = LockManager::start(config()).await.expect("start over TLS");
-    for (name, owner) in one_name_per_master(&cluster, "tls:") {
-        let held = a.lock(name.as_str()).acquire().await.unwrap();
-        let mut raw = node_conn(&cluster, owner).await;
-        let fields: Vec<String> = raw.hkeys(&name).await.unwrap();
-        assert_eq!(
-            fields,
-            vec![held.holder_id().to_owned()],
-            "{name} on its master"
-        );
-        let waiter = b.lock(name.as_str());
-        let waiting = tokio::spawn(async move { waiter.acquire().await });
-        // Held past a few renewals (every third of a second) before it is released.
-        tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert!(!held.is_lost(), "{name}: renewed over TLS");
-        let released = Instant::now();
-        held.release().await.unwrap();
-        let guard = woken(waiting, Duration::from_secs(5)).await;
-        assert!(
-            released.elapsed() < Duration::from_millis(900),
-            "{name}: woken by the message"
-        );
-        guard.release().await.unwrap();
-        assert!(!raw.exists::<_, bool>(&name).await.unwrap());
-    }
+    // Held past a few renewals (every third of a second) before it is released.
+    exclude_and_wake_on_every_master(&cluster, (&a, &b), "tls:", Duration::from_millis(1200)).await;
     // Without the CA the certificates are refused, and the start says so.
     let untrusted =
         LockManager::start(Config::cluster(cluster.urls()).connect_timeout(Duration::from_secs(2)))
