@@ -1,5 +1,6 @@
 //! Redis Cluster topology changes under holds and waiters: a live slot migration (MIGRATING /
-//! IMPORTING, then MIGRATE and SETSLOT NODE) and a master failover to its replica.
+//! IMPORTING, then MIGRATE and SETSLOT NODE) and a master failover to its replica; and replica
+//! sync, which waits on the replica of each lock's master.
 
 mod support;
 
@@ -178,4 +179,98 @@ async fn a_master_failover_keeps_other_shards_moves_waiters_and_reports_lost_hol
     other.release().await.unwrap();
     a.shutdown().await;
     b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_in_a_cluster_waits_for_each_masters_replica_and_undoes_without_it() {
+    let cluster = Cluster::start(3, 1);
+    // One name on each master.
+    let mut names: Vec<(String, u16)> = Vec::new();
+    for i in 0..500 {
+        let name = format!("synced:{i}");
+        let owner = cluster.owner_of(&name);
+        if names.iter().all(|(_, o)| *o != owner) {
+            names.push((name, owner));
+        }
+    }
+    assert_eq!(names.len(), 3, "no name for every master");
+    let config = Config::cluster(cluster.urls())
+        .sync_replicas(1, Duration::from_millis(300))
+        .watchdog_timeout(Duration::from_millis(600))
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(2));
+    let mgr = LockManager::start(config).await.expect("start with sync");
+
+    let mut guards = Vec::new();
+    for (name, owner) in &names {
+        let guard = mgr.lock(name.as_str()).acquire().await.expect("acquired");
+        // The replica of the slot's master has it as soon as the acquire returns.
+        let mut replica = cluster.node(cluster.replica_of(*owner)).async_conn().await;
+        let _: () = redis::cmd("READONLY")
+            .query_async(&mut replica)
+            .await
+            .unwrap();
+        let on_replica: Vec<String> = replica.hkeys(name).await.unwrap();
+        assert_eq!(on_replica, vec![guard.holder_id().to_owned()], "{name}");
+        guards.push(guard);
+    }
+    // Synced renewals, one batch per slot, each on its own master: two watchdog timeouts
+    // later every hold is still in place.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for ((name, owner), guard) in names.iter().zip(&guards) {
+        assert!(!guard.is_lost(), "{name} lost: a synced renewal failed");
+        let ttl: i64 = cluster
+            .node(*owner)
+            .async_conn()
+            .await
+            .pttl(name)
+            .await
+            .unwrap();
+        assert!(ttl > 0 && ttl <= 600, "{name}: {ttl}");
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+
+    // One master's replica frozen: an acquire there fails and leaves nothing; the other masters
+    // still grant.
+    let (frozen_name, frozen_master) = names[0].clone();
+    let replica = cluster.replica_of(frozen_master);
+    cluster.node(replica).signal("STOP");
+    let started = Instant::now();
+    let err = mgr
+        .lock(frozen_name.as_str())
+        .try_acquire()
+        .await
+        .expect_err("no replica to acknowledge");
+    cluster.node(replica).signal("CONT");
+    assert!(
+        matches!(
+            err,
+            lockman::LockError::ReplicaSync {
+                acked: 0,
+                wanted: 1
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut master = cluster.node(frozen_master).async_conn().await;
+    let exists: bool = master.exists(&frozen_name).await.unwrap();
+    assert!(
+        !exists,
+        "an acquire the replica did not acknowledge was left held"
+    );
+    let guard = mgr
+        .lock(names[1].0.as_str())
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("another master's replica acknowledges");
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
 }

@@ -274,8 +274,9 @@ impl Config {
     /// fewer than `count` replicas are up. Without it, a failover can lose a lock that was
     /// granted just before it: two holders at once, which only a fencing token
     /// ([`FencedLock`](crate::FencedLock)) lets storage detect. The waits run on a connection
-    /// of their own, so they never hold up other commands. `timeout` must be shorter than the
-    /// response timeout.
+    /// of their own, so they never hold up other commands. In a cluster each script and its
+    /// `WAIT` go to the master of the lock's slot: every master needs `count` replicas.
+    /// `timeout` must be shorter than the response timeout.
     ///
     /// Default: off.
     pub fn sync_replicas(mut self, count: u32, timeout: Duration) -> Self {
@@ -396,12 +397,6 @@ impl Config {
             if value.is_zero() {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
-        }
-        if let (Some(_), Deployment::Cluster { .. }) = (self.sync_replicas, &self.deployment) {
-            return Err(LockError::invalid(
-                "sync replicas",
-                "not supported with a cluster yet",
-            ));
         }
         if let Some((count, timeout)) = self.sync_replicas {
             if count == 0 {

@@ -34,8 +34,9 @@ struct Inner {
 #[derive(Clone)]
 struct Pair {
     main: Link,
-    /// `Some` with replica sync: `WAIT` blocks a connection, so it gets one of its own.
-    synced: Option<ConnectionManager>,
+    /// `Some` with replica sync: `WAIT` blocks a connection, so it gets one of its own (in a
+    /// cluster, a second cluster connection: the script and its `WAIT` go to the slot's master).
+    synced: Option<Link>,
 }
 
 impl Conn {
@@ -318,11 +319,17 @@ async fn pair_for(
     };
     if let Some(cluster) = endpoint.cluster() {
         let main = Link::Cluster(cluster.connect(None, endpoint.label()).await?);
-        return Ok(Pair { main, synced: None });
+        let synced = match synced {
+            true => Some(Link::Cluster(
+                cluster.connect(None, endpoint.label()).await?,
+            )),
+            false => None,
+        };
+        return Ok(Pair { main, synced });
     }
     let main = Link::Server(connect(endpoint.client()).await?);
     let synced = match synced {
-        true => Some(connect(endpoint.client()).await?),
+        true => Some(Link::Server(connect(endpoint.client()).await?)),
         false => None,
     };
     Ok(Pair { main, synced })
