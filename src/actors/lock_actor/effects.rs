@@ -109,22 +109,9 @@ impl LockActor {
                 channel: channel.to_string(),
                 id: self.id,
             }),
-            Effect::Arm(timer, after) => {
-                let t = timer.clone();
-                let handle = ctx.run_later(after, move |act, ctx| {
-                    act.timers.remove(&t);
-                    act.state.fired(t, Instant::now());
-                    act.apply(ctx);
-                });
-                if let Some(old) = self.timers.insert(timer, handle) {
-                    ctx.cancel_future(old);
-                }
-            }
-            Effect::Cancel(timer) => {
-                if let Some(handle) = self.timers.remove(&timer) {
-                    ctx.cancel_future(handle);
-                }
-            }
+            Effect::Arm(timer, after) => self.arm(timer, after, ctx),
+            Effect::Cancel(timer) => self.disarm(&timer),
+            Effect::Watch(id) => self.watch(id, ctx),
             Effect::Track {
                 key: (holder, kind),
                 epoch,

@@ -15,17 +15,19 @@
 //! message that was never handled, and resolves the name again.
 
 mod effects;
+mod pumps;
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::Waker;
 use std::time::Instant;
 
 use actix::WeakAddr;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
+use futures_util::stream::FuturesUnordered;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
+use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, Timer, WaiterId};
 use super::messages::*;
@@ -33,8 +35,10 @@ use super::{Grant, Registry, Services};
 use crate::error::LockError;
 use crate::metrics;
 use crate::scripts::LockKind;
+use pumps::{Caller, WatchCaller};
 
-type AcquireTx = OneshotSender<Result<Option<Grant>, LockError>>;
+type AcquireResult = Result<Option<Grant>, LockError>;
+type AcquireTx = OneshotSender<AcquireResult>;
 type ReleaseTx = OneshotSender<Result<(), LockError>>;
 
 /// The actor of one lock name. Reach it through [`LockManager::lock_actor`](crate::LockManager::lock_actor)
@@ -49,11 +53,20 @@ pub struct LockActor {
     registry: WeakAddr<Registry>,
     state: LockState,
     /// The callers of waiting requests, by waiter, with their kind and arrival (for metrics).
-    waiting: FxHashMap<WaiterId, (AcquireTx, LockKind, metrics::Since)>,
+    waiting: FxHashMap<WaiterId, (Caller, LockKind, metrics::Since)>,
+    /// One watch per watched caller, all polled by one future while any is left (`pumps`).
+    watchers: FuturesUnordered<WatchCaller>,
+    watching: bool,
+    watch_waker: Option<Waker>,
     /// The senders of releases under way.
     releasing: FxHashMap<ReplyId, ReleaseTx>,
     next_reply: ReplyId,
-    timers: FxHashMap<Timer, SpawnHandle>,
+    /// Every armed timer, in one queue fired by one future while any is armed (`pumps`).
+    delays: DelayQueue<Timer>,
+    /// Each armed timer's entry in `delays`, and when it is due.
+    timers: FxHashMap<Timer, (delay_queue::Key, Instant)>,
+    ticking: bool,
+    timer_waker: Option<Waker>,
     /// Each hold's lost signal and kind, by epoch; its guards hold the receivers.
     lost: FxHashMap<u64, (watch::Sender<bool>, LockKind)>,
     /// A strong address to itself while busy (see the module doc).
@@ -86,9 +99,15 @@ impl LockActor {
             svc,
             registry,
             waiting: FxHashMap::default(),
+            watchers: FuturesUnordered::new(),
+            watching: false,
+            watch_waker: None,
             releasing: FxHashMap::default(),
             next_reply: 0,
+            delays: DelayQueue::new(),
             timers: FxHashMap::default(),
+            ticking: false,
+            timer_waker: None,
             lost: FxHashMap::default(),
             keepalive: None,
             stop_replies: Vec::new(),
@@ -138,8 +157,8 @@ impl LockActor {
             Answer::TimedOut => Ok(None),
             Answer::Failed(e) => Err(e),
         };
-        if let Some((tx, _, _)) = caller {
-            let _ = tx.send(reply);
+        if let Some((caller, _, _)) = caller {
+            caller.send(reply);
         }
     }
 
@@ -153,10 +172,9 @@ impl LockActor {
         };
         let id = self.state.request(req, Instant::now());
         metrics::waiters(kind, 1.0);
-        self.waiting.insert(id, (tx, kind, metrics::Since::now()));
-        if self.state.is_waiting(id) {
-            ctx.spawn(CallerGone { id });
-        }
+        let caller = Caller::Unwatched(tx);
+        self.waiting
+            .insert(id, (caller, kind, metrics::Since::now()));
         self.apply(ctx);
     }
 
@@ -318,40 +336,18 @@ impl Handler<StopLock> for LockActor {
     }
 }
 
-/// Resolves when waiter `id`'s caller drops its request (the waiter leaves), or once the waiter
-/// has been answered.
-struct CallerGone {
-    id: WaiterId,
-}
-
-impl ActorFuture<LockActor> for CallerGone {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut LockActor,
-        ctx: &mut Context<LockActor>,
-        task: &mut std::task::Context<'_>,
-    ) -> Poll<()> {
-        let id = self.id;
-        let Some((tx, _, _)) = act.waiting.get_mut(&id) else {
-            return Poll::Ready(());
-        };
-        if !act.state.is_waiting(id) {
-            // Answered soon (a fair waiter leaving the queue): nothing to watch.
-            return Poll::Ready(());
+impl LockActor {
+    /// Waiter `id`'s caller dropped its request: the waiter leaves.
+    fn caller_left(&mut self, id: WaiterId, ctx: &mut Context<Self>) {
+        if !self.state.is_waiting(id) {
+            // Answered soon (a fair waiter leaving the queue): its answer finds nobody.
+            return;
         }
-        match tx.poll_closed(task) {
-            Poll::Ready(()) => {
-                if let Some((_, kind, since)) = act.waiting.remove(&id) {
-                    metrics::waiters(kind, -1.0);
-                    metrics::answered(kind, "abandoned", since);
-                }
-                act.state.caller_gone(id, Instant::now());
-                act.apply(ctx);
-                Poll::Ready(())
-            }
-            Poll::Pending => Poll::Pending,
+        if let Some((_, kind, since)) = self.waiting.remove(&id) {
+            metrics::waiters(kind, -1.0);
+            metrics::answered(kind, "abandoned", since);
         }
+        self.state.caller_gone(id, Instant::now());
+        self.apply(ctx);
     }
 }

@@ -16,6 +16,11 @@ pub(crate) enum Effect {
     Run(Op),
     /// Tell waiter `id`'s caller how its request ended.
     Answer(WaiterId, Answer),
+    /// Watch waiter `id`'s caller from now on, and report its going away with
+    /// `LockState::caller_gone`. Once per waiter, when it is first left waiting: a request whose
+    /// first attempt is under way is not watched yet (its grant, if nobody takes it, comes
+    /// back and is released), so an uncontended acquire costs no watch.
+    Watch(WaiterId),
     /// Tell the sender of release request `id` how it went.
     ReleaseDone(ReplyId, Result<(), LockError>),
     /// Route this channel here and subscribe it; report with `LockState::subscribed`.

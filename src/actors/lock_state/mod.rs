@@ -189,6 +189,7 @@ impl LockState {
                 _ => self.settings.fair_wait_timeout,
             },
             queued: false,
+            watched: false,
         });
         self.set_busy();
         if self.joins_queue(id) {
@@ -197,6 +198,10 @@ impl LockState {
             self.subscribe(id);
         } else {
             self.attempt(id);
+            if !matches!(self.flight, Some(Flight::Attempt { id: f, .. }) if f == id) {
+                // Queued behind another round trip: it waits from now on.
+                self.watch_caller(id);
+            }
         }
         id
     }

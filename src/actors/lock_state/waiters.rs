@@ -24,6 +24,8 @@ pub(super) struct Waiter {
     /// Fair lock: the wait its queue place is kept for; and whether it may be in the Redis queue.
     pub fair_wait: Duration,
     pub queued: bool,
+    /// Whether its caller is watched (see `Effect::Watch`).
+    pub watched: bool,
 }
 
 impl Waiter {

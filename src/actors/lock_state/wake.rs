@@ -124,12 +124,23 @@ impl LockState {
 
     /// Subscribes waiter `id`'s channel (then `subscribed` tries once more).
     pub(super) fn subscribe(&mut self, id: WaiterId) {
+        self.watch_caller(id);
         let Some(w) = self.waiters.get(id) else {
             return;
         };
         let channel = self.channel_of(&w.holder);
         if self.subscribed.insert(channel.clone()) {
             self.out.push(Effect::Subscribe(channel));
+        }
+    }
+
+    /// Has waiter `id`'s caller watched, once (`Effect::Watch`).
+    pub(super) fn watch_caller(&mut self, id: WaiterId) {
+        if let Some(w) = self.waiters.get_mut(id)
+            && !w.watched
+        {
+            w.watched = true;
+            self.out.push(Effect::Watch(id));
         }
     }
 

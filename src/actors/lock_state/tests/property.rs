@@ -103,6 +103,7 @@ struct Shell {
     flight: Option<Op>,
     waiting: BTreeSet<WaiterId>,
     answered: BTreeSet<WaiterId>,
+    watched: BTreeSet<WaiterId>,
     /// Guards held: (key, epoch).
     guards: Vec<(HoldKey, u64)>,
     lost: BTreeSet<u64>,
@@ -128,6 +129,13 @@ impl Shell {
                         self.guards.push((key, epoch));
                     }
                 }
+                Effect::Watch(id) => {
+                    prop_assert!(
+                        !self.answered.contains(&id),
+                        "watching {id}, answered before"
+                    );
+                    prop_assert!(self.watched.insert(id), "waiter {id} watched twice");
+                }
                 Effect::Arm(t, _) => {
                     self.timers.insert(format!("{t:?}"), t);
                 }
@@ -148,6 +156,17 @@ impl Shell {
             }
         }
         s.check()?;
+        // Every waiter is watched, but the one whose attempt is under way: a caller that leaves
+        // is noticed.
+        let attempting = match &s.flight {
+            Some(Flight::Attempt { id, .. }) => Some(*id),
+            _ => None,
+        };
+        for id in &self.waiting {
+            if s.is_waiting(*id) && Some(*id) != attempting {
+                prop_assert!(self.watched.contains(id), "waiter {id} waits unwatched");
+            }
+        }
         // Exclusion: the live guards belong to one holder at most, and Redis agrees.
         let holders: BTreeSet<&str> = self.guards.iter().map(|((h, _), _)| &**h).collect();
         prop_assert!(holders.len() <= 1, "two local holders: {holders:?}");
