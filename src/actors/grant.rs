@@ -1,6 +1,7 @@
 //! [`Grant`]: what a lock actor replies to a granted [`Acquire`](crate::Acquire): one hold, with
 //! the address that releases it and the signal that tells when it is lost. The handles wrap it
-//! into a [`LockGuard`](crate::LockGuard); actix users may keep it as it is.
+//! into a [`LockGuard`](crate::LockGuard); actix users may keep it as it is. A hold a handle took
+//! itself (the uncontended path, `direct`) is a grant too, without an actor.
 
 use std::sync::Arc;
 
@@ -8,17 +9,17 @@ use actix::Addr;
 use tokio::sync::watch;
 
 use super::LockActor;
+use super::direct::DirectHold;
 use super::lock_state::HoldKey;
 use super::messages::ReleaseHold;
+use crate::error::LockError;
 use crate::scripts::LockKind;
 
 /// One hold of a lock, as granted by its [`LockActor`]. Dropping it releases the hold in the
 /// background; send it back in a [`Release`](crate::Release) to learn the outcome.
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
-    actor: Addr<LockActor>,
-    /// The granting actor's id: a `Release` is refused by any other actor.
-    actor_id: u64,
+    origin: Origin,
     name: Arc<str>,
     holder: Arc<str>,
     kind: LockKind,
@@ -28,6 +29,14 @@ pub struct Grant {
     lost: watch::Receiver<bool>,
     /// Whether dropping it still has to release its hold.
     armed: bool,
+}
+
+/// Who granted a hold.
+enum Origin {
+    /// A lock actor, and its id: a `Release` is refused by any other actor.
+    Actor(Addr<LockActor>, u64),
+    /// Nobody: the handle took it itself.
+    Direct(Arc<DirectHold>),
 }
 
 impl Grant {
@@ -40,8 +49,7 @@ impl Grant {
         token: Option<u64>,
     ) -> Self {
         Self {
-            actor,
-            actor_id,
+            origin: Origin::Actor(actor, actor_id),
             name,
             holder,
             kind,
@@ -52,9 +60,38 @@ impl Grant {
         }
     }
 
+    /// A hold the handle took itself.
+    pub(crate) fn direct(hold: Arc<DirectHold>, lost: watch::Receiver<bool>) -> Self {
+        Self {
+            name: hold.name().clone(),
+            holder: hold.holder().clone(),
+            kind: LockKind::Reentrant,
+            epoch: 0,
+            token: None,
+            lost,
+            armed: true,
+            origin: Origin::Direct(hold),
+        }
+    }
+
     /// Whether the actor of id `actor_id` granted it.
     pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
-        self.actor_id == actor_id
+        matches!(self.origin, Origin::Actor(_, id) if id == actor_id)
+    }
+
+    /// Releases a hold the handle took itself (`None` for an actor's grant: send it a
+    /// [`Release`](crate::Release)).
+    pub(crate) fn release_direct(
+        mut self,
+    ) -> Result<impl Future<Output = Result<(), LockError>> + Send + 'static, Self> {
+        match &self.origin {
+            Origin::Direct(hold) => {
+                let hold = hold.clone();
+                self.armed = false;
+                Ok(hold.release())
+            }
+            Origin::Actor(..) => Err(self),
+        }
     }
 
     /// Takes the hold out of the grant: the caller releases it.
@@ -63,9 +100,14 @@ impl Grant {
         ((self.holder.clone(), self.kind), self.epoch)
     }
 
-    /// The lock actor that granted it.
-    pub fn actor(&self) -> &Addr<LockActor> {
-        &self.actor
+    /// The lock actor that granted it: `None` for a hold taken without one (a reentrant lock's
+    /// uncontended acquire through a [`Lock`](crate::Lock) handle), which its guard, or its
+    /// drop, releases.
+    pub fn actor(&self) -> Option<&Addr<LockActor>> {
+        match &self.origin {
+            Origin::Actor(actor, _) => Some(actor),
+            Origin::Direct(_) => None,
+        }
     }
 
     /// The lock name.
@@ -104,11 +146,19 @@ impl Drop for Grant {
     fn drop(&mut self) {
         if self.armed {
             let ((holder, kind), epoch) = self.disarm();
-            self.actor.do_send(ReleaseHold {
-                holder,
-                kind,
-                epoch,
-            });
+            match &self.origin {
+                Origin::Actor(actor, _) => actor.do_send(ReleaseHold {
+                    holder,
+                    kind,
+                    epoch,
+                }),
+                Origin::Direct(hold) => {
+                    let release = hold.clone().release();
+                    hold.trip.spawner.spawn(async move {
+                        let _ = release.await;
+                    });
+                }
+            }
         }
     }
 }

@@ -4,12 +4,14 @@
 //! - [`LockActor`]: one per busy name, the shell of its `LockState` (`lock_state`: the rules of
 //!   one name, pure); stops itself when idle;
 //! - [`PubSubActor`]: the pub/sub connection, routing unlock messages (supervised);
-//! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised);
+//! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised), also those a
+//!   handle took itself on the uncontended path (`direct`);
 //! - `FailoverWatch`: with Sentinel, follows the primary and moves the others with it
 //!   (supervised).
 //!
 //! [`messages`] lists everything they say to each other.
 
+pub(crate) mod direct;
 mod failover;
 mod grant;
 mod lock_actor;
@@ -43,27 +45,46 @@ pub(crate) struct Services {
     pub config: Arc<Config>,
     pub pubsub: Addr<PubSubActor>,
     pub watchdog: Addr<Watchdog>,
+    pub busy: direct::BusyNames,
 }
 
-/// Connects and starts the actors on the current arbiter; returns the registry.
-pub(crate) async fn start(config: Arc<Config>) -> Result<(Addr<Registry>, Commands), LockError> {
+/// What a manager keeps of its actor system.
+pub(crate) struct Started {
+    pub registry: Addr<Registry>,
+    pub commands: Commands,
+    pub watchdog: Addr<Watchdog>,
+    pub busy: direct::BusyNames,
+    pub renewals: direct::Renewals,
+}
+
+/// Connects and starts the actors on the current arbiter.
+pub(crate) async fn start(config: Arc<Config>) -> Result<Started, LockError> {
     let endpoint = Endpoint::open(&config).await?;
     let commands = Commands::open(endpoint.clone(), &config).await?;
     let connect_timeout = config.get_connect_timeout();
     let pubsub_endpoint = endpoint.clone();
     let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
-    let watchdog = Watchdog::new(commands.clone(), &config);
+    let renewals = direct::Renewals::default();
+    let watchdog = Watchdog::new(commands.clone(), &config, renewals.clone());
     let watchdog = Supervisor::start(move |_| watchdog);
     if endpoint.follows_failover() {
         let watch = FailoverWatch::new(commands.clone(), pubsub.clone(), watchdog.clone(), &config);
         // Lives as long as the services it moves: it stops when their addresses are gone.
         Supervisor::start(move |_| watch);
     }
+    let busy = direct::BusyNames::default();
     let svc = Services {
         commands: commands.clone(),
         config,
         pubsub,
-        watchdog,
+        watchdog: watchdog.clone(),
+        busy: busy.clone(),
     };
-    Ok((Registry::new(svc).start(), commands))
+    Ok(Started {
+        registry: Registry::new(svc).start(),
+        commands,
+        watchdog,
+        busy,
+        renewals,
+    })
 }

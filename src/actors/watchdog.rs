@@ -18,6 +18,7 @@ use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
 use super::LockActor;
+use super::direct::{DirectHold, Renewals};
 use super::messages::*;
 use crate::config::Config;
 use crate::keys;
@@ -38,9 +39,19 @@ pub struct Watchdog {
     ticking: bool,
     /// Set by `Halt`: no more renewals.
     halted: bool,
+    /// Holds taken on the direct path (`direct`), queued by handles, drained here.
+    renewals: Renewals,
+    direct: Vec<Arc<DirectHold>>,
 }
 
 type HoldKey = (Arc<str>, Arc<str>, LockKind);
+
+/// Whose hold one renewal entry is: a lock actor's (by epoch), or a direct one.
+#[derive(Clone)]
+enum Who {
+    Actor(u64),
+    Direct(Arc<DirectHold>),
+}
 
 struct Tracked {
     epoch: u64,
@@ -50,7 +61,7 @@ struct Tracked {
 }
 
 impl Watchdog {
-    pub(crate) fn new(commands: Commands, config: &Config) -> Self {
+    pub(crate) fn new(commands: Commands, config: &Config, renewals: Renewals) -> Self {
         let (timeout, interval) = (config.get_watchdog_timeout(), config.renewal_interval());
         Self {
             commands,
@@ -59,11 +70,23 @@ impl Watchdog {
             tracked: FxHashMap::default(),
             ticking: false,
             halted: false,
+            renewals,
+            direct: Vec::new(),
         }
     }
 
+    /// Takes in the direct holds queued since, and forgets the ended ones.
+    fn drain_direct(&mut self) {
+        self.direct.append(&mut self.renewals.drain());
+        self.direct.retain(|h| !h.is_ended());
+    }
+
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        if self.ticking || self.halted || self.tracked.is_empty() {
+        if self.ticking || self.halted {
+            return;
+        }
+        self.drain_direct();
+        if self.tracked.is_empty() && self.direct.is_empty() {
             return;
         }
         self.ticking = true;
@@ -71,19 +94,36 @@ impl Watchdog {
         // cluster also per slot, since one script call may only touch keys of one slot. The
         // batches run concurrently: in a cluster each goes to the node of its slot.
         let by_slot = self.commands.by_slot();
-        let mut by_kind: HashMap<(LockKind, u16), Vec<(HoldKey, u64)>> = HashMap::new();
-        for (key, t) in &self.tracked {
-            let slot = if by_slot {
-                keys::slot(key.0.as_bytes())
+        let mut by_kind: HashMap<(LockKind, u16), Vec<(HoldKey, Who)>> = HashMap::new();
+        let slot = |name: &str| {
+            if by_slot {
+                keys::slot(name.as_bytes())
             } else {
                 0
-            };
+            }
+        };
+        for (key, t) in &self.tracked {
             by_kind
-                .entry((key.2, slot))
+                .entry((key.2, slot(&key.0)))
                 .or_default()
-                .push((key.clone(), t.epoch));
+                .push((key.clone(), Who::Actor(t.epoch)));
         }
-        let batches: Vec<Vec<(HoldKey, u64)>> = by_kind
+        // A direct hold is renewed from a sixth of the timeout on, as a lock actor's is tracked.
+        let young = Instant::now().checked_sub(self.timeout / 6);
+        for h in &self.direct {
+            if young.is_some_and(|young| h.taken <= young) {
+                let key = (h.name().clone(), h.holder().clone(), LockKind::Reentrant);
+                by_kind
+                    .entry((LockKind::Reentrant, slot(h.name())))
+                    .or_default()
+                    .push((key, Who::Direct(h.clone())));
+            }
+        }
+        if by_kind.is_empty() {
+            self.ticking = false;
+            return;
+        }
+        let batches: Vec<Vec<(HoldKey, Who)>> = by_kind
             .into_values()
             .flat_map(|holds| {
                 holds
@@ -111,15 +151,24 @@ impl Watchdog {
             for (batch, res) in results {
                 match res {
                     Ok(flags) => {
-                        for ((key, epoch), ok) in batch.into_iter().zip(flags) {
-                            if ok {
-                                renewed += 1;
-                                if let Some(t) = act.tracked.get_mut(&key) {
-                                    t.confirmed = started.max(t.confirmed);
-                                }
-                            } else {
+                        for ((key, who), ok) in batch.into_iter().zip(flags) {
+                            if !ok {
                                 lost += 1;
-                                act.lost(key, epoch);
+                                act.lost(key, who);
+                                continue;
+                            }
+                            renewed += 1;
+                            match who {
+                                Who::Actor(_) => {
+                                    if let Some(t) = act.tracked.get_mut(&key) {
+                                        t.confirmed = started.max(t.confirmed);
+                                    }
+                                }
+                                Who::Direct(h) => {
+                                    if let Ok(mut confirmed) = h.confirmed.lock() {
+                                        *confirmed = started.max(*confirmed);
+                                    }
+                                }
                             }
                         }
                     }
@@ -127,14 +176,16 @@ impl Watchdog {
                         failed += batch.len();
                         tracing::warn!(%error, holds = batch.len(), "renewal failed");
                         let now = Instant::now();
-                        for (key, epoch) in batch {
-                            let expired = act
-                                .tracked
-                                .get(&key)
-                                .is_some_and(|t| now.duration_since(t.confirmed) >= act.timeout);
+                        for (key, who) in batch {
+                            let confirmed = match &who {
+                                Who::Actor(_) => act.tracked.get(&key).map(|t| t.confirmed),
+                                Who::Direct(h) => h.confirmed.lock().ok().map(|c| *c),
+                            };
+                            let expired =
+                                confirmed.is_some_and(|c| now.duration_since(c) >= act.timeout);
                             if expired {
                                 lost += 1;
-                                act.lost(key, epoch);
+                                act.lost(key, who);
                             }
                         }
                     }
@@ -153,7 +204,11 @@ impl Watchdog {
         }));
     }
 
-    fn lost(&mut self, key: HoldKey, epoch: u64) {
+    fn lost(&mut self, key: HoldKey, who: Who) {
+        let epoch = match who {
+            Who::Actor(epoch) => epoch,
+            Who::Direct(h) => return h.lose(),
+        };
         if self.tracked.get(&key).is_none_or(|t| t.epoch != epoch) {
             return;
         }
@@ -217,6 +272,26 @@ impl Handler<RenewNow> for Watchdog {
 
     fn handle(&mut self, _: RenewNow, ctx: &mut Context<Self>) {
         self.tick(ctx);
+    }
+}
+
+impl Handler<DrainDirect> for Watchdog {
+    type Result = ();
+
+    fn handle(&mut self, _: DrainDirect, _: &mut Context<Self>) {
+        self.drain_direct();
+    }
+}
+
+impl Handler<ReleaseDirect> for Watchdog {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: ReleaseDirect, _: &mut Context<Self>) -> Self::Result {
+        self.drain_direct();
+        let holds = std::mem::take(&mut self.direct);
+        Box::pin(async move {
+            join_all(holds.into_iter().map(DirectHold::release_at_shutdown)).await;
+        })
     }
 }
 

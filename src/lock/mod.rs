@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use actix::{Addr, MailboxError, WeakAddr};
 
+mod direct;
 mod fair;
 mod fenced;
 mod info;
@@ -17,9 +18,13 @@ pub use fenced::{FencedGuard, FencedLock};
 pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
+pub(crate) use direct::DirectPath;
+
+use crate::actors::direct::{Counted, Path, Side};
 use crate::actors::messages::{Acquire, Release, Resolve, Wait};
 use crate::actors::{Grant, LockActor};
 use crate::manager::Inner;
+use crate::metrics;
 use crate::{LockError, LockKind, keys};
 
 /// How often a request is re-sent when the lock actor it resolved stopped at that very moment.
@@ -43,17 +48,20 @@ pub struct Lock {
     /// by clones. It spares a round trip to the registry, which matters when that is a hop to
     /// another thread (lockman's own System). A stale entry costs one `Closed` and a resolve.
     actor: Arc<Mutex<Option<WeakAddr<LockActor>>>>,
+    /// Which path this holder's requests take now (see `actors::direct`); shared by clones.
+    side: Arc<Side>,
 }
 
 impl Lock {
     pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>, kind: LockKind) -> Self {
-        let actor = Arc::default();
+        let (actor, side) = (Arc::default(), Arc::default());
         Self {
             mgr,
             name,
             holder,
             kind,
             actor,
+            side,
         }
     }
 
@@ -205,15 +213,53 @@ impl Lock {
             .await
     }
 
-    /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.
+    /// Takes the uncontended path when it can (`direct`), else sends an [`Acquire`] to the name's
+    /// lock actor.
     async fn request(
         &self,
         lease: Option<Duration>,
-        wait: Wait,
+        mut wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
         // Only the cheap check here, on every call: the registry checks the whole name (its
         // slots, in a cluster) once, when it starts the name's actor.
         keys::validate_name(&self.name)?;
+        let direct = self.mgr.direct_path().filter(|d| d.takes(self.kind, lease));
+        let Some(direct) = direct else {
+            return self.via_actor(lease, wait).await;
+        };
+        self.mgr.commands.check_name(&self.name)?;
+        let busy = || direct.busy.contains(&self.name);
+        let mut counted = self.side.choose(busy);
+        if counted.path() == Path::Direct {
+            let (who, since) = ((&self.name, &self.holder), metrics::Since::now());
+            match direct.request(&self.side, counted, who, wait).await {
+                direct::Direct::Done(res) => {
+                    let outcome = match &res {
+                        Ok(Some(_)) => "acquired",
+                        Ok(None) => "timed_out",
+                        Err(_) => "failed",
+                    };
+                    metrics::answered(self.kind, outcome, since);
+                    let keep = |g: Grant| LockGuard::from(g).keeping(self.mgr.clone());
+                    return res.map(|g| g.map(keep));
+                }
+                direct::Direct::Wait(left, moved) => (wait, counted) = (left, moved),
+            }
+        }
+        // Counted on the actor path: until the request ends without a grant, or its guard goes.
+        let res = self.via_actor(lease, wait).await;
+        Ok(res?.map(|mut guard| {
+            guard.side = Some(counted);
+            guard
+        }))
+    }
+
+    /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.
+    async fn via_actor(
+        &self,
+        lease: Option<Duration>,
+        wait: Wait,
+    ) -> Result<Option<LockGuard>, LockError> {
         for _ in 0..RESOLVE_ATTEMPTS {
             let actor = match self.cached_actor() {
                 Some(actor) => actor,
@@ -286,6 +332,8 @@ pub struct LockGuard {
     grant: Grant,
     /// Keeps the manager (and its renewals) running while the guard lives.
     manager: Option<Arc<Inner>>,
+    /// A lock actor's grant to a handle's holder counts on that holder's actor path.
+    side: Option<Counted>,
 }
 
 impl From<Grant> for LockGuard {
@@ -293,6 +341,7 @@ impl From<Grant> for LockGuard {
         Self {
             grant,
             manager: None,
+            side: None,
         }
     }
 }
@@ -326,13 +375,22 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), LockError> {
-        let Self { grant, manager } = self;
-        let actor = grant.actor().clone();
-        let res = actor
-            .send(Release(grant))
-            .await
-            .map_err(|_| LockError::Shutdown)?;
-        drop(manager);
+        let Self {
+            grant,
+            manager,
+            side,
+        } = self;
+        let res = match grant.release_direct() {
+            Ok(release) => release.await,
+            Err(grant) => match grant.actor().cloned() {
+                Some(actor) => actor
+                    .send(Release(grant))
+                    .await
+                    .unwrap_or(Err(LockError::Shutdown)),
+                None => Err(LockError::Shutdown),
+            },
+        };
+        drop((manager, side));
         res
     }
 }

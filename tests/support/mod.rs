@@ -535,3 +535,20 @@ pub fn spawn_child_test(
     let _ = child.wait();
     panic!("child test {test} ended without printing {prefix:?}");
 }
+
+/// Checks a replica-synced acquire that no replica acknowledged: `ReplicaSync { acked: 0,
+/// wanted: 1 }`, within two seconds of `started` (the sync timeout, not the response timeout).
+pub fn assert_unacknowledged(err: &lockman::LockError, started: Instant) {
+    assert!(
+        matches!(
+            err,
+            lockman::LockError::ReplicaSync {
+                acked: 0,
+                wanted: 1
+            }
+        ),
+        "{err:?}"
+    );
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2), "{took:?}");
+}

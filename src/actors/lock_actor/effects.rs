@@ -110,7 +110,7 @@ impl LockActor {
                 id: self.id,
             }),
             Effect::Arm(timer, after) => self.arm(timer, after, ctx),
-            Effect::Cancel(timer) => self.disarm(&timer),
+            Effect::Cancel(timer) => self.disarm(&timer, ctx),
             Effect::Watch(id) => self.watch(id, ctx),
             Effect::Track {
                 key: (holder, kind),

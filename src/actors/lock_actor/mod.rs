@@ -61,7 +61,9 @@ pub struct LockActor {
     /// The senders of releases under way.
     releasing: FxHashMap<ReplyId, ReleaseTx>,
     next_reply: ReplyId,
-    /// Every armed timer, in one queue fired by one future while any is armed (`pumps`).
+    /// Timers of the actor or of a hold (retry, renewal hand-over, lease expiry): actix timers.
+    singles: FxHashMap<Timer, SpawnHandle>,
+    /// Waiters' deadlines, in one queue fired by one future while any is armed (`pumps`).
     delays: DelayQueue<Timer>,
     /// Each armed timer's entry in `delays`, and when it is due.
     timers: FxHashMap<Timer, (delay_queue::Key, Instant)>,
@@ -104,6 +106,7 @@ impl LockActor {
             watch_waker: None,
             releasing: FxHashMap::default(),
             next_reply: 0,
+            singles: FxHashMap::default(),
             delays: DelayQueue::new(),
             timers: FxHashMap::default(),
             ticking: false,
@@ -255,12 +258,13 @@ impl Handler<Release> for LockActor {
         // A grant sent to another lock's actor is refused; still armed, it releases its hold
         // through its own actor when it is dropped here.
         if !grant.granted_by(self.id) {
+            let whose = match grant.actor() {
+                Some(_) => "was sent to the actor of another lock",
+                None => "was taken without a lock actor: release it through its guard",
+            };
             return ReleaseReply(Err(LockError::invalid(
                 "release",
-                format!(
-                    "the grant of lock {:?} was sent to the actor of another lock",
-                    grant.name()
-                ),
+                format!("the grant of lock {:?} {whose}", grant.name()),
             )));
         }
         ReleaseReply(Ok(grant.disarm()))

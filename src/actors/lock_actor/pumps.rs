@@ -1,5 +1,5 @@
 //! The two futures that serve all of a lock actor's waiters: one watches every waiting caller,
-//! one fires every timer. Actix walks all of a context's spawned futures whenever the actor
+//! one fires every waiter's deadline. Actix walks all of a context's spawned futures whenever the actor
 //! wakes, so a future per waiter (a watch, a deadline) made N waiters cost N² (`benches/
 //! waiters.rs`). These two keep their own sets (a `FuturesUnordered`, a `DelayQueue`) that wake
 //! them per entry, and exist only while they have work: a spawned future keeps an actor alive.
@@ -73,13 +73,7 @@ impl Future for WatchCaller {
         if tx.poll_closed(cx).is_ready() {
             return Poll::Ready(Some(self.id));
         }
-        if !shared
-            .waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-        {
-            shared.waker = Some(cx.waker().clone());
-        }
+        keep_waker(&mut shared.waker, cx.waker());
         Poll::Pending
     }
 }
@@ -116,9 +110,23 @@ impl LockActor {
 
     /// Fires `timer` after `after`, replacing the same timer if armed.
     pub(super) fn arm(&mut self, timer: Timer, after: Duration, ctx: &mut Context<Self>) {
+        if !matches!(timer, Timer::Deadline(_)) {
+            // One per actor or per hold, not per waiter: an actix timer of its own, which fires
+            // to the millisecond (a lease's expiry must not come after Redis's).
+            let t = timer.clone();
+            let handle = ctx.run_later(after, move |act, ctx| {
+                act.singles.remove(&t);
+                act.state.fired(t, Instant::now());
+                act.apply(ctx);
+            });
+            if let Some(old) = self.singles.insert(timer, handle) {
+                ctx.cancel_future(old);
+            }
+            return;
+        }
         let Some(due) = Instant::now().checked_add(after) else {
             // Beyond what a clock can tell (a wait of `Duration::MAX`): it never fires.
-            return self.disarm(&timer);
+            return self.disarm(&timer, ctx);
         };
         let step = after.min(MAX_SLEEP);
         match self.timers.get_mut(&timer) {
@@ -138,7 +146,10 @@ impl LockActor {
     }
 
     /// Disarms `timer` (nothing when it is not armed).
-    pub(super) fn disarm(&mut self, timer: &Timer) {
+    pub(super) fn disarm(&mut self, timer: &Timer, ctx: &mut Context<Self>) {
+        if let Some(handle) = self.singles.remove(timer) {
+            ctx.cancel_future(handle);
+        }
         if let Some((key, _)) = self.timers.remove(timer) {
             self.delays.remove(&key);
             if self.delays.is_empty()
@@ -174,13 +185,7 @@ impl ActorFuture<LockActor> for WatchPump {
                     return Poll::Ready(());
                 }
                 Poll::Pending => {
-                    if !act
-                        .watch_waker
-                        .as_ref()
-                        .is_some_and(|w| w.will_wake(task.waker()))
-                    {
-                        act.watch_waker = Some(task.waker().clone());
-                    }
+                    keep_waker(&mut act.watch_waker, task.waker());
                     return Poll::Pending;
                 }
             }
@@ -227,16 +232,17 @@ impl ActorFuture<LockActor> for TimerPump {
                     return Poll::Ready(());
                 }
                 Poll::Pending => {
-                    if !act
-                        .timer_waker
-                        .as_ref()
-                        .is_some_and(|w| w.will_wake(task.waker()))
-                    {
-                        act.timer_waker = Some(task.waker().clone());
-                    }
+                    keep_waker(&mut act.timer_waker, task.waker());
                     return Poll::Pending;
                 }
             }
         }
+    }
+}
+
+/// Keeps `waker` in `slot`, cloning it only when it is another task's.
+fn keep_waker(slot: &mut Option<Waker>, waker: &Waker) {
+    if !slot.as_ref().is_some_and(|w| w.will_wake(waker)) {
+        *slot = Some(waker.clone());
     }
 }
