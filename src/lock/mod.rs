@@ -10,18 +10,20 @@ use actix::{Addr, MailboxError, WeakAddr};
 mod direct;
 mod fair;
 mod fenced;
+mod guard;
 mod info;
 mod read_write;
 
 pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
+pub use guard::LockGuard;
 pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
 pub(crate) use direct::DirectPath;
 
-use crate::actors::direct::{Counted, Path, Side};
-use crate::actors::messages::{Acquire, Release, Resolve, Wait};
+use crate::actors::direct::{Path, Side};
+use crate::actors::messages::{Acquire, Resolve, Wait};
 use crate::actors::{Grant, LockActor};
 use crate::manager::Inner;
 use crate::metrics;
@@ -317,101 +319,6 @@ impl std::fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.name)
             .field("holder", &self.holder)
-            .finish()
-    }
-}
-
-/// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping
-/// it releases in the background. It knows when the lock was lost (expired, deleted, force
-/// unlocked, not renewable for a whole watchdog timeout): see [`is_lost`](Grant::is_lost).
-///
-/// It wraps the [`Grant`] its lock actor replied with, and dereferences to it for the hold's
-/// name, holder, kind, token and lost signal.
-#[must_use = "dropping a guard releases the lock at once"]
-pub struct LockGuard {
-    grant: Grant,
-    /// Keeps the manager (and its renewals) running while the guard lives.
-    manager: Option<Arc<Inner>>,
-    /// A lock actor's grant to a handle's holder counts on that holder's actor path.
-    side: Option<Counted>,
-}
-
-impl From<Grant> for LockGuard {
-    fn from(grant: Grant) -> Self {
-        Self {
-            grant,
-            manager: None,
-            side: None,
-        }
-    }
-}
-
-impl LockGuard {
-    fn keeping(mut self, manager: Arc<Inner>) -> Self {
-        self.manager = Some(manager);
-        self
-    }
-
-    /// The grant inside: what a [`Release`] message carries.
-    pub fn into_grant(self) -> Grant {
-        self.grant
-    }
-
-    /// Releases this hold: the lock is free once every hold of its holder is released.
-    ///
-    /// # Errors
-    /// [`LockError::NotHeld`] when the lock was lost meanwhile. On a Redis error or time-out the
-    /// release may or may not have run: lockman settles it in the background (it reads the
-    /// holder's count, then releases what is still due, retrying with backoff), so the hold never
-    /// stays renewed. A guard dropped without `release` goes the same way.
-    ///
-    /// A hold is released once: `release` takes the guard, so a second call does not compile.
-    ///
-    /// ```compile_fail
-    /// # async fn demo(lock: lockman::Lock) -> Result<(), lockman::LockError> {
-    /// let guard = lock.acquire().await?;
-    /// guard.release().await?;
-    /// guard.release().await?; // error[E0382]: use of moved value: `guard`
-    /// # Ok(()) }
-    /// ```
-    pub async fn release(self) -> Result<(), LockError> {
-        let Self {
-            grant,
-            manager,
-            side,
-        } = self;
-        let res = match grant.release_direct() {
-            Ok(release) => release.await,
-            Err(grant) => match grant.actor().cloned() {
-                Some(actor) => actor
-                    .send(Release(grant))
-                    .await
-                    .unwrap_or(Err(LockError::Shutdown)),
-                None => Err(LockError::Shutdown),
-            },
-        };
-        drop((manager, side));
-        res
-    }
-}
-
-/// The hold's name, holder, kind, token and lost signal: [`Grant::name`], [`Grant::is_lost`],
-/// [`Grant::lost`] and the rest.
-impl std::ops::Deref for LockGuard {
-    type Target = Grant;
-
-    fn deref(&self) -> &Grant {
-        &self.grant
-    }
-}
-
-impl std::fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("name", &self.name())
-            .field("holder", &self.holder_id())
-            .field("kind", &self.kind())
-            .field("lost", &self.is_lost())
             .finish()
     }
 }
