@@ -1,6 +1,7 @@
 //! [`Lock`], the handle on one reentrant lock, and [`LockGuard`], one hold of it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use std::sync::Mutex;
@@ -52,11 +53,14 @@ pub struct Lock {
     actor: Arc<Mutex<Option<WeakAddr<LockActor>>>>,
     /// Which path this holder's requests take now (see `actors::direct`); shared by clones.
     side: Arc<Side>,
+    /// Whether the name passed the whole check (its slots, in a cluster) once: the direct path
+    /// checks it on a handle's first request, as the registry does when it starts an actor.
+    checked: Arc<AtomicBool>,
 }
 
 impl Lock {
     pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>, kind: LockKind) -> Self {
-        let (actor, side) = (Arc::default(), Arc::default());
+        let (actor, side, checked) = (Arc::default(), Arc::default(), Arc::default());
         Self {
             mgr,
             name,
@@ -64,6 +68,7 @@ impl Lock {
             kind,
             actor,
             side,
+            checked,
         }
     }
 
@@ -229,7 +234,10 @@ impl Lock {
         let Some(direct) = direct else {
             return self.via_actor(lease, wait).await;
         };
-        self.mgr.commands.check_name(&self.name)?;
+        if !self.checked.load(Ordering::Relaxed) {
+            self.mgr.commands.check_name(&self.name)?;
+            self.checked.store(true, Ordering::Relaxed);
+        }
         let busy = || direct.busy.contains(&self.name);
         let mut counted = self.side.choose(busy);
         if counted.path() == Path::Direct {
