@@ -152,12 +152,7 @@ impl Drop for Grant {
                     kind,
                     epoch,
                 }),
-                Origin::Direct(hold) => {
-                    let release = hold.clone().release();
-                    hold.trip.spawner.spawn(async move {
-                        let _ = release.await;
-                    });
-                }
+                Origin::Direct(hold) => hold.clone().release_later(),
             }
         }
     }

@@ -28,6 +28,7 @@ use actix::{Actor, Addr, Supervisor};
 pub use grant::Grant;
 pub use lock_actor::{AcquireReply, LockActor, ReleaseReply};
 pub use lock_state::MAX_HAND_OFF_STREAK;
+pub(crate) use lock_state::backoff;
 pub use pubsub::PubSubActor;
 pub use registry::Registry;
 pub use watchdog::Watchdog;

@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap;
 
 use super::LockActor;
 use super::direct::{DirectHold, Renewals};
+use super::lock_state::TRACK_AFTER;
 use super::messages::*;
 use crate::config::Config;
 use crate::keys;
@@ -108,8 +109,8 @@ impl Watchdog {
                 .or_default()
                 .push((key.clone(), Who::Actor(t.epoch)));
         }
-        // A direct hold is renewed from a sixth of the timeout on, as a lock actor's is tracked.
-        let young = Instant::now().checked_sub(self.timeout / 6);
+        // A direct hold is renewed from when a lock actor's would be tracked (`TRACK_AFTER`).
+        let young = Instant::now().checked_sub(self.timeout / TRACK_AFTER);
         for h in &self.direct {
             if young.is_some_and(|young| h.taken <= young) {
                 let key = (h.name().clone(), h.holder().clone(), LockKind::Reentrant);

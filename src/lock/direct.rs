@@ -16,7 +16,7 @@ use actix_rt::ArbiterHandle;
 
 use crate::actors::direct::{BusyNames, Counted, DirectHold, InFlight, Renewals, Side, Trip};
 use crate::actors::messages::{DrainDirect, Wait};
-use crate::actors::{Grant, Watchdog};
+use crate::actors::{Grant, Watchdog, backoff};
 use crate::error::LockError;
 use crate::scripts::{Attempt, Commands, FairArgs, LockKind};
 
@@ -31,10 +31,6 @@ pub(crate) struct DirectPath {
     pub spawner: ArbiterHandle,
     pub lease: Duration,
 }
-
-/// Retry delays of a direct attempt that failed while the request may still wait.
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// How a direct request ended.
 pub(super) enum Direct {
@@ -78,7 +74,7 @@ impl DirectPath {
             lease: self.lease,
             spawner: self.spawner.clone(),
         };
-        let mut backoff = BACKOFF_MIN;
+        let mut failures = 0;
         loop {
             let attempt = self.attempt(side, &trip);
             let reply = match deadline {
@@ -108,23 +104,22 @@ impl DirectPath {
             }
             // A Redis error (the lock actor would retry it just the same), or this holder still
             // has direct holds or an unsettled count: try again here.
+            let pause = backoff(failures);
             if let Some(error) = &error {
-                tracing::warn!(lock = %name, %error, ?backoff, "direct acquire failed, retrying");
+                tracing::warn!(lock = %name, %error, ?pause, "direct acquire failed, retrying");
             }
             let pause = match deadline {
-                Some(deadline) => backoff.min(deadline.saturating_duration_since(Instant::now())),
-                None => backoff,
+                Some(deadline) => pause.min(deadline.saturating_duration_since(Instant::now())),
+                None => pause,
             };
             tokio::time::sleep(pause).await;
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            failures += 1;
         }
     }
 
     /// One acquire attempt, in this holder's turn.
     async fn attempt(&self, side: &Arc<Side>, trip: &Trip) -> Result<Outcome, LockError> {
-        let (ops, settled) = side
-            .turn(&trip.commands, &trip.name, &trip.holder, trip.lease)
-            .await;
+        let (ops, settled) = side.turn(trip).await;
         settled?;
         let fair = FairArgs {
             wait: trip.lease,

@@ -227,8 +227,8 @@ impl Lock {
         lease: Option<Duration>,
         mut wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
-        // Only the cheap check here, on every call: the registry checks the whole name (its
-        // slots, in a cluster) once, when it starts the name's actor.
+        // Only the cheap check on every call: the whole name (its slots, in a cluster) is checked
+        // once per handle on the direct path, and by the registry when it starts an actor.
         keys::validate_name(&self.name)?;
         let direct = self.mgr.direct_path().filter(|d| d.takes(self.kind, lease));
         let Some(direct) = direct else {

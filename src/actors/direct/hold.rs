@@ -95,10 +95,7 @@ impl DirectHold {
         let pending = Pending(Some(self.clone()));
         let trip = &self.trip;
         // A settle that fails here is tried again later; this release goes ahead either way.
-        let (ops, _) = self
-            .side
-            .turn(&trip.commands, &trip.name, &trip.holder, trip.lease)
-            .await;
+        let (ops, _) = self.side.turn(trip).await;
         pending.disarm();
         // From here the hold is not counted as live: a settle brings Redis down to the others.
         if !self.end() {
@@ -126,6 +123,14 @@ impl DirectHold {
                 Err(e)
             }
         }
+    }
+
+    /// Releases this hold in the background (a dropped guard, a release dropped midway).
+    pub(crate) fn release_later(self: Arc<Self>) {
+        let spawner = self.trip.spawner.clone();
+        spawner.spawn(async move {
+            let _ = self.release().await;
+        });
     }
 
     fn not_held(&self) -> LockError {
@@ -168,10 +173,7 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(hold) = self.0.take() {
-            let spawner = hold.trip.spawner.clone();
-            spawner.spawn(async move {
-                let _ = hold.release().await;
-            });
+            hold.release_later();
         }
     }
 }

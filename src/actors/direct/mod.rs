@@ -21,12 +21,9 @@ use tokio::sync::OwnedMutexGuard;
 
 pub(crate) use hold::{BusyNames, DirectHold, Renewals};
 
+use super::backoff;
 use crate::error::LockError;
 use crate::scripts::{Commands, LockKind};
-
-/// Retry delays of a background settle.
-const SETTLE_BACKOFF_MIN: Duration = Duration::from_millis(50);
-const SETTLE_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Which path a holder's request takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,38 +127,32 @@ impl Side {
 
     /// Takes this holder's turn for a direct round trip (after the one under way, each bounded
     /// by the response timeout), then settles an unknown outcome left by an earlier one.
-    pub(crate) async fn turn(
-        &self,
-        cmds: &Commands,
-        name: &str,
-        holder: &str,
-        lease: Duration,
-    ) -> (OwnedMutexGuard<Ops>, Result<(), LockError>) {
+    pub(crate) async fn turn(&self, trip: &Trip) -> (OwnedMutexGuard<Ops>, Result<(), LockError>) {
         let mut ops = self.ops.clone().lock_owned().await;
         let settled = match ops.unsettled {
-            true => self.settle(&mut ops, cmds, name, holder, lease).await,
+            true => self.settle(&mut ops, trip).await,
             false => Ok(()),
         };
         (ops, settled)
     }
 
     /// Brings Redis's count of this holder down to its live direct holds.
-    async fn settle(
-        &self,
-        ops: &mut Ops,
-        cmds: &Commands,
-        name: &str,
-        holder: &str,
-        lease: Duration,
-    ) -> Result<(), LockError> {
+    async fn settle(&self, ops: &mut Ops, trip: &Trip) -> Result<(), LockError> {
         let target = self.live.load(Ordering::Acquire);
-        let left = cmds
-            .settle_releases(LockKind::Reentrant, name, holder, target, lease)
+        let Trip {
+            commands,
+            name,
+            holder,
+            lease,
+            ..
+        } = trip;
+        let left = commands
+            .settle_releases(LockKind::Reentrant, name, holder, target, *lease)
             .await?;
         if left > target {
             return Err(LockError::Timeout {
                 op: "settle a release",
-                after: lease,
+                after: *lease,
             });
         }
         ops.unsettled = false;
@@ -181,30 +172,25 @@ impl Side {
         self.count_direct();
         let (side, trip) = (self.clone(), trip.clone());
         trip.spawner.clone().spawn(async move {
-            let Trip {
-                commands,
-                name,
-                holder,
-                lease,
-                ..
-            } = trip;
-            let give_up = Instant::now() + lease;
-            let mut backoff = SETTLE_BACKOFF_MIN;
+            let give_up = Instant::now() + trip.lease;
+            let mut failures = 0;
             while Instant::now() < give_up {
-                tokio::time::sleep(backoff).await;
+                tokio::time::sleep(backoff(failures)).await;
                 let mut ops = side.ops.lock().await;
                 if !ops.unsettled {
                     return;
                 }
-                match side.settle(&mut ops, &commands, &name, &holder, lease).await {
+                match side.settle(&mut ops, &trip).await {
                     Ok(()) => return,
                     Err(error) => {
+                        let (name, holder) = (&trip.name, &trip.holder);
                         tracing::warn!(lock = %name, %holder, %error, "cannot settle a direct hold yet");
                     }
                 }
-                backoff = (backoff * 2).min(SETTLE_BACKOFF_MAX);
+                failures += 1;
             }
-            // Whatever it was, the key has expired by now: nothing is counted any more.
+            // Stop trying: the count left over, if any, expires at most one lease after this
+            // holder's last live hold ends (nothing renews it after that).
             let mut ops = side.ops.lock().await;
             if ops.unsettled {
                 ops.unsettled = false;

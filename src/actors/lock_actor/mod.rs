@@ -18,16 +18,13 @@ mod effects;
 mod pumps;
 
 use std::sync::Arc;
-use std::task::Waker;
 use std::time::Instant;
 
 use actix::WeakAddr;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
-use futures_util::stream::FuturesUnordered;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
-use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, Timer, WaiterId};
 use super::messages::*;
@@ -35,7 +32,7 @@ use super::{Grant, Registry, Services};
 use crate::error::LockError;
 use crate::metrics;
 use crate::scripts::LockKind;
-use pumps::{Caller, WatchCaller};
+use pumps::{Caller, Crowd};
 
 type AcquireResult = Result<Option<Grant>, LockError>;
 type AcquireTx = OneshotSender<AcquireResult>;
@@ -54,21 +51,13 @@ pub struct LockActor {
     state: LockState,
     /// The callers of waiting requests, by waiter, with their kind and arrival (for metrics).
     waiting: FxHashMap<WaiterId, (Caller, LockKind, metrics::Since)>,
-    /// One watch per watched caller, all polled by one future while any is left (`pumps`).
-    watchers: FuturesUnordered<WatchCaller>,
-    watching: bool,
-    watch_waker: Option<Waker>,
+    /// The watched callers and the waiters' deadlines, served by one future (`pumps`).
+    crowd: Crowd,
     /// The senders of releases under way.
     releasing: FxHashMap<ReplyId, ReleaseTx>,
     next_reply: ReplyId,
     /// Timers of the actor or of a hold (retry, renewal hand-over, lease expiry): actix timers.
     singles: FxHashMap<Timer, SpawnHandle>,
-    /// Waiters' deadlines, in one queue fired by one future while any is armed (`pumps`).
-    delays: DelayQueue<Timer>,
-    /// Each armed timer's entry in `delays`, and when it is due.
-    timers: FxHashMap<Timer, (delay_queue::Key, Instant)>,
-    ticking: bool,
-    timer_waker: Option<Waker>,
     /// Each hold's lost signal and kind, by epoch; its guards hold the receivers.
     lost: FxHashMap<u64, (watch::Sender<bool>, LockKind)>,
     /// A strong address to itself while busy (see the module doc).
@@ -101,16 +90,10 @@ impl LockActor {
             svc,
             registry,
             waiting: FxHashMap::default(),
-            watchers: FuturesUnordered::new(),
-            watching: false,
-            watch_waker: None,
+            crowd: Crowd::default(),
             releasing: FxHashMap::default(),
             next_reply: 0,
             singles: FxHashMap::default(),
-            delays: DelayQueue::new(),
-            timers: FxHashMap::default(),
-            ticking: false,
-            timer_waker: None,
             lost: FxHashMap::default(),
             keepalive: None,
             stop_replies: Vec::new(),
@@ -256,7 +239,7 @@ impl Handler<Release> for LockActor {
 
     fn handle(&mut self, Release(mut grant): Release, _: &mut Context<Self>) -> ReleaseReply {
         // A grant sent to another lock's actor is refused; still armed, it releases its hold
-        // through its own actor when it is dropped here.
+        // through its own actor (or, taken without one, its own script) when it is dropped here.
         if !grant.granted_by(self.id) {
             let whose = match grant.actor() {
                 Some(_) => "was sent to the actor of another lock",

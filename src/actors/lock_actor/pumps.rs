@@ -1,8 +1,9 @@
-//! The two futures that serve all of a lock actor's waiters: one watches every waiting caller,
-//! one fires every waiter's deadline. Actix walks all of a context's spawned futures whenever the actor
-//! wakes, so a future per waiter (a watch, a deadline) made N waiters cost N² (`benches/
-//! waiters.rs`). These two keep their own sets (a `FuturesUnordered`, a `DelayQueue`) that wake
-//! them per entry, and exist only while they have work: a spawned future keeps an actor alive.
+//! The one future that serves all of a lock actor's waiters: it watches every waiting caller and
+//! fires every waiter's deadline. Actix walks all of a context's spawned futures whenever the
+//! actor wakes, so a future per waiter (a watch, a deadline) made N waiters cost N² (`benches/
+//! waiters.rs`). The [`Crowd`] keeps both sets (a `FuturesUnordered`, a `DelayQueue`), which
+//! wake the pump per entry; the pump exists only while they hold something, since a spawned
+//! future keeps an actor alive.
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -12,9 +13,40 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use rustc_hash::FxHashMap;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::{AcquireTx, LockActor};
 use crate::actors::lock_state::{Timer, WaiterId};
+
+/// What serves all waiters at once: their callers' watches and their deadlines.
+#[derive(Default)]
+pub(super) struct Crowd {
+    watches: FuturesUnordered<WatchCaller>,
+    deadlines: DelayQueue<WaiterId>,
+    /// Each armed deadline's entry in `deadlines`, and when it is due.
+    due: FxHashMap<WaiterId, (delay_queue::Key, Instant)>,
+    /// Whether the [`Pump`] runs, and its waker (a new watch or deadline wakes it).
+    pumping: bool,
+    waker: Option<Waker>,
+}
+
+impl Crowd {
+    fn is_empty(&self) -> bool {
+        self.watches.is_empty() && self.deadlines.is_empty()
+    }
+
+    /// Makes sure the pump runs and sees what was just added.
+    fn pump(&mut self, ctx: &mut Context<LockActor>) {
+        if !self.pumping {
+            self.pumping = true;
+            ctx.spawn(Pump);
+        } else if let Some(waker) = &self.waker {
+            waker.wake_by_ref();
+        }
+    }
+}
 
 /// The longest a timer sleeps at once: `DelayQueue` takes up to about two years; a longer timer
 /// sleeps again when it wakes.
@@ -56,7 +88,7 @@ impl Caller {
 
 /// Resolves with its waiter's id when the caller drops its request, or with `None` once the
 /// caller has been answered.
-pub(super) struct WatchCaller {
+struct WatchCaller {
     id: WaiterId,
     shared: Rc<RefCell<Shared>>,
 }
@@ -90,17 +122,11 @@ impl LockActor {
                     tx: Some(tx),
                     waker: None,
                 }));
-                self.watchers.push(WatchCaller {
+                self.crowd.watches.push(WatchCaller {
                     id,
                     shared: shared.clone(),
                 });
-                if !self.watching {
-                    self.watching = true;
-                    ctx.spawn(WatchPump);
-                } else if let Some(waker) = &self.watch_waker {
-                    // The pump polls the new watch at its next turn.
-                    waker.wake_by_ref();
-                }
+                self.crowd.pump(ctx);
                 Caller::Watched(shared)
             }
             watched => watched,
@@ -110,7 +136,7 @@ impl LockActor {
 
     /// Fires `timer` after `after`, replacing the same timer if armed.
     pub(super) fn arm(&mut self, timer: Timer, after: Duration, ctx: &mut Context<Self>) {
-        if !matches!(timer, Timer::Deadline(_)) {
+        let Timer::Deadline(id) = timer else {
             // One per actor or per hold, not per waiter: an actix timer of its own, which fires
             // to the millisecond (a lease's expiry must not come after Redis's).
             let t = timer.clone();
@@ -123,26 +149,24 @@ impl LockActor {
                 ctx.cancel_future(old);
             }
             return;
-        }
-        let Some(due) = Instant::now().checked_add(after) else {
+        };
+        let Some(at) = Instant::now().checked_add(after) else {
             // Beyond what a clock can tell (a wait of `Duration::MAX`): it never fires.
             return self.disarm(&timer, ctx);
         };
+        let crowd = &mut self.crowd;
         let step = after.min(MAX_SLEEP);
-        match self.timers.get_mut(&timer) {
-            Some((key, at)) => {
-                self.delays.reset(key, step);
-                *at = due;
+        match crowd.due.get_mut(&id) {
+            Some((key, due)) => {
+                crowd.deadlines.reset(key, step);
+                *due = at;
             }
             None => {
-                let key = self.delays.insert(timer.clone(), step);
-                self.timers.insert(timer, (key, due));
+                let key = crowd.deadlines.insert(id, step);
+                crowd.due.insert(id, (key, at));
             }
         }
-        if !self.ticking {
-            self.ticking = true;
-            ctx.spawn(TimerPump);
-        }
+        crowd.pump(ctx);
     }
 
     /// Disarms `timer` (nothing when it is not armed).
@@ -150,23 +174,26 @@ impl LockActor {
         if let Some(handle) = self.singles.remove(timer) {
             ctx.cancel_future(handle);
         }
-        if let Some((key, _)) = self.timers.remove(timer) {
-            self.delays.remove(&key);
-            if self.delays.is_empty()
-                && let Some(waker) = self.timer_waker.take()
+        let crowd = &mut self.crowd;
+        if let Timer::Deadline(id) = timer
+            && let Some((key, _)) = crowd.due.remove(id)
+        {
+            crowd.deadlines.remove(&key);
+            if crowd.is_empty()
+                && let Some(waker) = crowd.waker.take()
             {
-                // Its sleep may still be set for the removed timer: end it now, so that an idle
-                // actor stops at once.
+                // Its sleep may still be set for the removed deadline: end the pump now, so
+                // that an idle actor stops at once.
                 waker.wake();
             }
         }
     }
 }
 
-/// Polls every watch; ends when none is left.
-struct WatchPump;
+/// Polls every watch and fires every deadline; ends when none of either is left.
+struct Pump;
 
-impl ActorFuture<LockActor> for WatchPump {
+impl ActorFuture<LockActor> for Pump {
     type Output = ();
 
     fn poll(
@@ -176,66 +203,39 @@ impl ActorFuture<LockActor> for WatchPump {
         task: &mut std::task::Context<'_>,
     ) -> Poll<()> {
         loop {
-            match act.watchers.poll_next_unpin(task) {
-                Poll::Ready(Some(Some(id))) => act.caller_left(id, ctx),
-                Poll::Ready(Some(None)) => {}
-                Poll::Ready(None) => {
-                    act.watching = false;
-                    act.watch_waker = None;
-                    return Poll::Ready(());
+            match act.crowd.watches.poll_next_unpin(task) {
+                Poll::Ready(Some(Some(id))) => {
+                    act.caller_left(id, ctx);
+                    continue;
                 }
-                Poll::Pending => {
-                    keep_waker(&mut act.watch_waker, task.waker());
-                    return Poll::Pending;
-                }
+                Poll::Ready(Some(None)) => continue,
+                Poll::Ready(None) | Poll::Pending => {}
             }
-        }
-    }
-}
-
-/// Fires every timer when it is due; ends when none is armed.
-struct TimerPump;
-
-impl ActorFuture<LockActor> for TimerPump {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut LockActor,
-        ctx: &mut Context<LockActor>,
-        task: &mut std::task::Context<'_>,
-    ) -> Poll<()> {
-        loop {
-            if act.delays.is_empty() {
-                act.ticking = false;
-                act.timer_waker = None;
+            let crowd = &mut act.crowd;
+            if !crowd.deadlines.is_empty()
+                && let Poll::Ready(Some(expired)) = crowd.deadlines.poll_expired(task)
+            {
+                let id = expired.into_inner();
+                let now = Instant::now();
+                if let Some((key, due)) = crowd.due.get_mut(&id)
+                    && *due > now
+                {
+                    // Longer than one sleep: sleep on.
+                    *key = crowd.deadlines.insert(id, (*due - now).min(MAX_SLEEP));
+                    continue;
+                }
+                crowd.due.remove(&id);
+                act.state.fired(Timer::Deadline(id), now);
+                act.apply(ctx);
+                continue;
+            }
+            if crowd.is_empty() {
+                crowd.pumping = false;
+                crowd.waker = None;
                 return Poll::Ready(());
             }
-            match act.delays.poll_expired(task) {
-                Poll::Ready(Some(expired)) => {
-                    let timer = expired.into_inner();
-                    let now = Instant::now();
-                    if let Some((key, due)) = act.timers.get_mut(&timer)
-                        && *due > now
-                    {
-                        // Longer than one sleep: sleep on.
-                        *key = act.delays.insert(timer, (*due - now).min(MAX_SLEEP));
-                        continue;
-                    }
-                    act.timers.remove(&timer);
-                    act.state.fired(timer, now);
-                    act.apply(ctx);
-                }
-                Poll::Ready(None) => {
-                    act.ticking = false;
-                    act.timer_waker = None;
-                    return Poll::Ready(());
-                }
-                Poll::Pending => {
-                    keep_waker(&mut act.timer_waker, task.waker());
-                    return Poll::Pending;
-                }
-            }
+            keep_waker(&mut crowd.waker, task.waker());
+            return Poll::Pending;
         }
     }
 }
