@@ -386,3 +386,16 @@ async fn a_waiter_arriving_as_another_leaves_is_still_woken_by_message() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_zero_wait_is_one_whole_attempt_even_when_redis_is_slow() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("zero");
+    load_scripts(&lock).await;
+    // The attempt takes ~200 ms: a zero wait does not cut it short (it is `Wait::No`).
+    let stall = server.stall(0.2);
+    let guard = lock.try_acquire_for(Duration::ZERO).await.unwrap();
+    stall.join().unwrap();
+    guard.expect("free, so taken").release().await.unwrap();
+}

@@ -62,6 +62,8 @@ impl DirectPath {
         (name, holder): (&Arc<str>, &Arc<str>),
         wait: Wait,
     ) -> Direct {
+        // As the lock actor would: a zero wait is one attempt, never cut short.
+        let wait = wait.normalized();
         let started = Instant::now();
         let deadline = match wait {
             Wait::Up(d) => started.checked_add(d),

@@ -52,6 +52,16 @@ pub enum Wait {
     Forever,
 }
 
+impl Wait {
+    /// A wait of zero is one attempt: `Up(0)` is `No`, wherever a request is served.
+    pub(crate) fn normalized(self) -> Self {
+        match self {
+            Wait::Up(d) if d.is_zero() => Wait::No,
+            other => other,
+        }
+    }
+}
+
 /// One request for the lock.
 #[derive(Clone, Debug)]
 pub(crate) struct Request {
@@ -171,10 +181,7 @@ impl LockState {
             self.out.push(Effect::Answer(id, Answer::Failed(e)));
             return id;
         }
-        let wait = match req.wait {
-            Wait::Up(d) if d.is_zero() => Wait::No,
-            other => other,
-        };
+        let wait = req.wait.normalized();
         if let Wait::Up(d) = wait {
             self.out.push(Effect::Arm(Timer::Deadline(id), d));
         }
