@@ -1,7 +1,7 @@
 //! The public façade: [`LockManager`] connects and hands out [`Lock`] handles.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::Addr;
@@ -9,7 +9,6 @@ use uuid::Uuid;
 
 use crate::actors::messages::{CountLive, Resolve, Shutdown};
 use crate::actors::{self, LockActor, Registry};
-use crate::lock::DirectPath;
 use crate::runtime::Host;
 use crate::scripts::Commands;
 use crate::{Config, FairLock, FencedLock, Lock, LockError, LockKind, ReadWriteLock, keys};
@@ -32,19 +31,8 @@ pub(crate) struct Inner {
     pub registry: Addr<Registry>,
     pub commands: Commands,
     pub config: Arc<Config>,
-    /// The uncontended path of reentrant locks (`lock::direct`).
-    direct: DirectPath,
-    /// Set by `shutdown`: requests go to the (stopped) actors, which refuse them.
-    shut: AtomicBool,
     next_holder: AtomicU64,
     host: Host,
-}
-
-impl Inner {
-    /// The direct path, unless the manager was shut down.
-    pub(crate) fn direct_path(&self) -> Option<&DirectPath> {
-        (!self.shut.load(Ordering::Acquire)).then_some(&self.direct)
-    }
 }
 
 impl LockManager {
@@ -80,14 +68,6 @@ impl LockManager {
                 });
             }
         };
-        let direct = DirectPath {
-            commands: direct_commands(&started.commands, &config, &host).await,
-            busy: started.busy,
-            renewals: started.renewals,
-            watchdog: started.watchdog,
-            spawner: host.arbiter.clone(),
-            lease: config.get_watchdog_timeout(),
-        };
         let (registry, commands) = (started.registry, started.commands);
         let client_id = Uuid::new_v4();
         let deployment = config.deployment().label();
@@ -99,8 +79,6 @@ impl LockManager {
                 registry,
                 commands,
                 config,
-                direct,
-                shut: AtomicBool::new(false),
                 next_holder,
                 host,
             }),
@@ -206,24 +184,7 @@ impl LockManager {
     /// Stops renewals, releases every lock this manager holds, fails its waiters with
     /// [`LockError::Shutdown`], and closes its connections. Later calls fail with `Shutdown`.
     pub async fn shutdown(&self) {
-        self.inner.shut.store(true, Ordering::Release);
         let _ = self.inner.registry.send(Shutdown { release: true }).await;
-    }
-}
-
-/// The connection of the direct path. When lockman runs its own actix System, a connection of
-/// the caller's runtime, so that an uncontended acquire never crosses to lockman's thread
-/// (except with Sentinel, whose failovers move only the actors' connections); else the actors'.
-async fn direct_commands(actors: &Commands, config: &Config, host: &Host) -> Commands {
-    if host.owned.is_none() || actors.endpoint().follows_failover() {
-        return actors.clone();
-    }
-    match actors.open_beside(config).await {
-        Ok(commands) => commands,
-        Err(error) => {
-            tracing::warn!(%error, "no connection of the caller's runtime; using the actors'");
-            actors.clone()
-        }
     }
 }
 

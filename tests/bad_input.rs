@@ -482,16 +482,16 @@ fn table() -> Vec<Row> {
                 let mgr = env.manager().await;
                 let grant = mgr.lock("a").acquire().await?.into_grant();
                 let b = mgr.lock("b").acquire().await?;
-                let b_actor = mgr.lock_actor("b").await?;
                 let b_before: Vec<String> = env.raw().hgetall("b").expect("HGETALL");
-                let res = b_actor
+                let res = b
+                    .actor()
                     .send(Release(grant))
                     .await
                     .map_err(|_| LockError::Shutdown)?;
                 let b_after: Vec<String> = env.raw().hgetall("b").expect("HGETALL");
                 assert_eq!(b_after, b_before, "b untouched by a's grant");
                 // The refused grant was dropped with the message: its hold is released the way
-                // of a dropped guard's (a was taken without an actor: by its own script).
+                // of a dropped guard's, through its own actor.
                 assert!(
                     support::eventually(Duration::from_secs(3), || dbsize(env) == 1).await,
                     "a released"

@@ -108,3 +108,105 @@ async fn holder_crash_frees_the_lock_within_the_watchdog_timeout() {
     );
     guard.release().await.unwrap();
 }
+
+/// One handle holds a lock twice, once by the watchdog and once with a lease, and releases the
+/// inner hold: the outer one must still exclude everyone else. Whoever tracks the holder's
+/// count must know both holds; one that knew only the lease hold would take Redis's extra count
+/// for the residue of a lost reply and release it, deleting the key under a live guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_lease_hold_released_leaves_the_outer_hold_exclusive() {
+    let server = RedisServer::start();
+    let a = LockManager::start(Config::new(server.url())).await.unwrap();
+    let b = LockManager::start(Config::new(server.url())).await.unwrap();
+    let mut raw = server.async_conn().await;
+    let lock = a.lock("nested");
+    let outer = lock.acquire().await.unwrap();
+    let inner = lock
+        .acquire_with_lease(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let count: u32 = raw.hget("nested", lock.holder_id()).await.unwrap();
+    assert_eq!(count, 2);
+    inner.release().await.unwrap();
+    // Long enough for any background settling to have run (its first retry is at 50 ms).
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let count: Option<u32> = raw.hget("nested", lock.holder_id()).await.unwrap();
+        assert_eq!(count, Some(1), "the outer hold is still counted");
+        assert!(b.lock("nested").try_acquire().await.unwrap().is_none());
+    }
+    assert!(!outer.is_lost());
+    outer.release().await.unwrap();
+    let exists: bool = raw.exists("nested").await.unwrap();
+    assert!(!exists);
+    assert!(b.lock("nested").try_acquire().await.unwrap().is_some());
+}
+
+/// Clones of one handle (one holder) mix watchdog and lease holds, nested, at once, while two
+/// holders of another manager take the same name. Clones of one holder may be inside together;
+/// two holders never. Each side marks itself inside (INCR) before it looks for the other, so of
+/// two overlapping holds at least one sees the other: every overlap is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_mixing_lease_and_watchdog_holds_exclude_other_holders() {
+    let server = RedisServer::start();
+    let a = LockManager::start(Config::new(server.url())).await.unwrap();
+    let b = LockManager::start(Config::new(server.url())).await.unwrap();
+    let conn = server.async_conn().await;
+    let lease = Duration::from_secs(10);
+    let lock = a.lock("mixed");
+    let mut tasks = Vec::new();
+    for i in 0..4u32 {
+        let (lock, mut conn) = (lock.clone(), conn.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut overlaps = 0u32;
+            for round in 0..25u32 {
+                let outer = if (round + i) % 2 == 0 {
+                    lock.acquire().await.unwrap()
+                } else {
+                    lock.acquire_with_lease(lease).await.unwrap()
+                };
+                let inner = lock.acquire_with_lease(lease).await.unwrap();
+                inner.release().await.unwrap();
+                let _: i64 = conn.incr("in:a", 1).await.unwrap();
+                let others: i64 = conn
+                    .get::<_, Option<i64>>("in:b")
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                overlaps += u32::from(others != 0);
+                tokio::task::yield_now().await;
+                let _: i64 = conn.decr("in:a", 1).await.unwrap();
+                assert!(!outer.is_lost());
+                outer.release().await.unwrap();
+            }
+            overlaps
+        }));
+    }
+    for _ in 0..2 {
+        let (lock, mut conn) = (b.lock("mixed"), conn.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut overlaps = 0u32;
+            for _ in 0..25 {
+                let guard = lock.acquire().await.unwrap();
+                let mine: i64 = conn.incr("in:b", 1).await.unwrap();
+                let others: i64 = conn
+                    .get::<_, Option<i64>>("in:a")
+                    .await
+                    .unwrap()
+                    .unwrap_or(0);
+                overlaps += u32::from(others != 0 || mine != 1);
+                tokio::task::yield_now().await;
+                let _: i64 = conn.decr("in:b", 1).await.unwrap();
+                guard.release().await.unwrap();
+            }
+            overlaps
+        }));
+    }
+    let mut overlaps = 0;
+    for t in tasks {
+        overlaps += t.await.unwrap();
+    }
+    assert_eq!(overlaps, 0, "holds of two holders overlapped");
+    let exists: bool = conn.clone().exists("mixed").await.unwrap();
+    assert!(!exists, "nothing left behind");
+}

@@ -1,7 +1,6 @@
 //! [`Grant`]: what a lock actor replies to a granted [`Acquire`](crate::Acquire): one hold, with
 //! the address that releases it and the signal that tells when it is lost. The handles wrap it
-//! into a [`LockGuard`](crate::LockGuard); actix users may keep it as it is. A hold a handle took
-//! itself (the uncontended path, `direct`) is a grant too, without an actor.
+//! into a [`LockGuard`](crate::LockGuard); actix users may keep it as it is.
 
 use std::sync::Arc;
 
@@ -9,17 +8,17 @@ use actix::Addr;
 use tokio::sync::watch;
 
 use super::LockActor;
-use super::direct::DirectHold;
 use super::lock_state::HoldKey;
 use super::messages::ReleaseHold;
-use crate::error::LockError;
 use crate::scripts::LockKind;
 
 /// One hold of a lock, as granted by its [`LockActor`]. Dropping it releases the hold in the
 /// background; send it back in a [`Release`](crate::Release) to learn the outcome.
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
-    origin: Origin,
+    actor: Addr<LockActor>,
+    /// The granting actor's id: a `Release` is refused by any other actor.
+    actor_id: u64,
     name: Arc<str>,
     holder: Arc<str>,
     kind: LockKind,
@@ -29,14 +28,6 @@ pub struct Grant {
     lost: watch::Receiver<bool>,
     /// Whether dropping it still has to release its hold.
     armed: bool,
-}
-
-/// Who granted a hold.
-enum Origin {
-    /// A lock actor, and its id: a `Release` is refused by any other actor.
-    Actor(Addr<LockActor>, u64),
-    /// Nobody: the handle took it itself.
-    Direct(Arc<DirectHold>),
 }
 
 impl Grant {
@@ -49,7 +40,8 @@ impl Grant {
         token: Option<u64>,
     ) -> Self {
         Self {
-            origin: Origin::Actor(actor, actor_id),
+            actor,
+            actor_id,
             name,
             holder,
             kind,
@@ -60,38 +52,9 @@ impl Grant {
         }
     }
 
-    /// A hold the handle took itself.
-    pub(crate) fn direct(hold: Arc<DirectHold>, lost: watch::Receiver<bool>) -> Self {
-        Self {
-            name: hold.name().clone(),
-            holder: hold.holder().clone(),
-            kind: LockKind::Reentrant,
-            epoch: 0,
-            token: None,
-            lost,
-            armed: true,
-            origin: Origin::Direct(hold),
-        }
-    }
-
     /// Whether the actor of id `actor_id` granted it.
     pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
-        matches!(self.origin, Origin::Actor(_, id) if id == actor_id)
-    }
-
-    /// Releases a hold the handle took itself (`None` for an actor's grant: send it a
-    /// [`Release`](crate::Release)).
-    pub(crate) fn release_direct(
-        mut self,
-    ) -> Result<impl Future<Output = Result<(), LockError>> + Send + 'static, Self> {
-        match &self.origin {
-            Origin::Direct(hold) => {
-                let hold = hold.clone();
-                self.armed = false;
-                Ok(hold.release())
-            }
-            Origin::Actor(..) => Err(self),
-        }
+        self.actor_id == actor_id
     }
 
     /// Takes the hold out of the grant: the caller releases it.
@@ -100,14 +63,9 @@ impl Grant {
         ((self.holder.clone(), self.kind), self.epoch)
     }
 
-    /// The lock actor that granted it: `None` for a hold taken without one (a reentrant lock's
-    /// uncontended acquire through a [`Lock`](crate::Lock) handle), which its guard, or its
-    /// drop, releases.
-    pub fn actor(&self) -> Option<&Addr<LockActor>> {
-        match &self.origin {
-            Origin::Actor(actor, _) => Some(actor),
-            Origin::Direct(_) => None,
-        }
+    /// The lock actor that granted it: send it a [`Release`](crate::Release) of this grant.
+    pub fn actor(&self) -> &Addr<LockActor> {
+        &self.actor
     }
 
     /// The lock name.
@@ -146,14 +104,11 @@ impl Drop for Grant {
     fn drop(&mut self) {
         if self.armed {
             let ((holder, kind), epoch) = self.disarm();
-            match &self.origin {
-                Origin::Actor(actor, _) => actor.do_send(ReleaseHold {
-                    holder,
-                    kind,
-                    epoch,
-                }),
-                Origin::Direct(hold) => hold.clone().release_later(),
-            }
+            self.actor.do_send(ReleaseHold {
+                holder,
+                kind,
+                epoch,
+            });
         }
     }
 }

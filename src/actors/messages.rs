@@ -135,16 +135,6 @@ pub(crate) struct Track {
     pub actor: WeakAddr<LockActor>,
 }
 
-/// Watchdog: take in the direct holds queued so far (a busy manager's queue stays short).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct DrainDirect;
-
-/// Watchdog: release every live direct hold (shutdown); replies when done.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ReleaseDirect;
-
 /// Watchdog: stop renewing that hold.
 #[derive(Message)]
 #[rtype(result = "()")]

@@ -4,14 +4,12 @@
 //! - [`LockActor`]: one per busy name, the shell of its `LockState` (`lock_state`: the rules of
 //!   one name, pure); stops itself when idle;
 //! - [`PubSubActor`]: the pub/sub connection, routing unlock messages (supervised);
-//! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised), also those a
-//!   handle took itself on the uncontended path (`direct`);
+//! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised);
 //! - `FailoverWatch`: with Sentinel, follows the primary and moves the others with it
 //!   (supervised).
 //!
 //! [`messages`] lists everything they say to each other.
 
-pub(crate) mod direct;
 mod failover;
 mod grant;
 mod lock_actor;
@@ -28,7 +26,6 @@ use actix::{Actor, Addr, Supervisor};
 pub use grant::Grant;
 pub use lock_actor::{AcquireReply, LockActor, ReleaseReply};
 pub use lock_state::MAX_HAND_OFF_STREAK;
-pub(crate) use lock_state::backoff;
 pub use pubsub::PubSubActor;
 pub use registry::Registry;
 pub use watchdog::Watchdog;
@@ -46,16 +43,12 @@ pub(crate) struct Services {
     pub config: Arc<Config>,
     pub pubsub: Addr<PubSubActor>,
     pub watchdog: Addr<Watchdog>,
-    pub busy: direct::BusyNames,
 }
 
 /// What a manager keeps of its actor system.
 pub(crate) struct Started {
     pub registry: Addr<Registry>,
     pub commands: Commands,
-    pub watchdog: Addr<Watchdog>,
-    pub busy: direct::BusyNames,
-    pub renewals: direct::Renewals,
 }
 
 /// Connects and starts the actors on the current arbiter.
@@ -65,27 +58,21 @@ pub(crate) async fn start(config: Arc<Config>) -> Result<Started, LockError> {
     let connect_timeout = config.get_connect_timeout();
     let pubsub_endpoint = endpoint.clone();
     let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
-    let renewals = direct::Renewals::default();
-    let watchdog = Watchdog::new(commands.clone(), &config, renewals.clone());
+    let watchdog = Watchdog::new(commands.clone(), &config);
     let watchdog = Supervisor::start(move |_| watchdog);
     if endpoint.follows_failover() {
         let watch = FailoverWatch::new(commands.clone(), pubsub.clone(), watchdog.clone(), &config);
         // Lives as long as the services it moves: it stops when their addresses are gone.
         Supervisor::start(move |_| watch);
     }
-    let busy = direct::BusyNames::default();
     let svc = Services {
         commands: commands.clone(),
         config,
         pubsub,
-        watchdog: watchdog.clone(),
-        busy: busy.clone(),
+        watchdog,
     };
     Ok(Started {
         registry: Registry::new(svc).start(),
         commands,
-        watchdog,
-        busy,
-        renewals,
     })
 }

@@ -61,9 +61,6 @@ impl Handler<Resolve> for Registry {
         let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (svc, me) = (self.svc.clone(), ctx.address().downgrade());
         let addr = LockActor::new(id, key.0, key.1.clone(), svc, me).start();
-        if key.0 == LockKind::Reentrant {
-            self.svc.busy.insert(key.1.clone());
-        }
         self.actors.insert(key, (id, addr.downgrade()));
         Ok(addr)
     }
@@ -75,9 +72,6 @@ impl Handler<Forget> for Registry {
     fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
         let key = (msg.family, msg.name);
         if self.actors.get(&key).is_some_and(|(id, _)| *id == msg.id) {
-            if key.0 == LockKind::Reentrant {
-                self.svc.busy.remove(&key.1);
-            }
             self.actors.remove(&key);
         }
     }
@@ -109,13 +103,6 @@ impl Handler<Shutdown> for Registry {
                 release: msg.release,
             })
         }));
-        let watchdog = self.svc.watchdog.clone();
-        let stops = async move {
-            stops.await;
-            if msg.release {
-                let _ = watchdog.send(ReleaseDirect).await;
-            }
-        };
         Box::pin(stops.into_actor(self).map(|_, act, ctx| {
             act.svc.watchdog.do_send(Halt);
             act.svc.pubsub.do_send(Halt);

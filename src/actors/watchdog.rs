@@ -18,8 +18,6 @@ use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
 use super::LockActor;
-use super::direct::{DirectHold, Renewals};
-use super::lock_state::TRACK_AFTER;
 use super::messages::*;
 use crate::config::Config;
 use crate::keys;
@@ -40,19 +38,13 @@ pub struct Watchdog {
     ticking: bool,
     /// Set by `Halt`: no more renewals.
     halted: bool,
-    /// Holds taken on the direct path (`direct`), queued by handles, drained here.
-    renewals: Renewals,
-    direct: Vec<Arc<DirectHold>>,
 }
 
 type HoldKey = (Arc<str>, Arc<str>, LockKind);
 
-/// Whose hold one renewal entry is: a lock actor's (by epoch), or a direct one.
-#[derive(Clone)]
-enum Who {
-    Actor(u64),
-    Direct(Arc<DirectHold>),
-}
+/// One renewal script call: holds of one kind (and, in a cluster, of one slot), with the epoch
+/// each was tracked under.
+type Batch = Vec<(HoldKey, u64)>;
 
 struct Tracked {
     epoch: u64,
@@ -62,7 +54,7 @@ struct Tracked {
 }
 
 impl Watchdog {
-    pub(crate) fn new(commands: Commands, config: &Config, renewals: Renewals) -> Self {
+    pub(crate) fn new(commands: Commands, config: &Config) -> Self {
         let (timeout, interval) = (config.get_watchdog_timeout(), config.renewal_interval());
         Self {
             commands,
@@ -71,68 +63,15 @@ impl Watchdog {
             tracked: FxHashMap::default(),
             ticking: false,
             halted: false,
-            renewals,
-            direct: Vec::new(),
         }
-    }
-
-    /// Takes in the direct holds queued since, and forgets the ended ones.
-    fn drain_direct(&mut self) {
-        self.direct.append(&mut self.renewals.drain());
-        self.direct.retain(|h| !h.is_ended());
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
-        if self.ticking || self.halted {
-            return;
-        }
-        self.drain_direct();
-        if self.tracked.is_empty() && self.direct.is_empty() {
+        if self.ticking || self.halted || self.tracked.is_empty() {
             return;
         }
         self.ticking = true;
-        // One batch list per kind (each kind has its renewal script), 100 holds a batch; in a
-        // cluster also per slot, since one script call may only touch keys of one slot. The
-        // batches run concurrently: in a cluster each goes to the node of its slot.
-        let by_slot = self.commands.by_slot();
-        let mut by_kind: HashMap<(LockKind, u16), Vec<(HoldKey, Who)>> = HashMap::new();
-        let slot = |name: &str| {
-            if by_slot {
-                keys::slot(name.as_bytes())
-            } else {
-                0
-            }
-        };
-        for (key, t) in &self.tracked {
-            by_kind
-                .entry((key.2, slot(&key.0)))
-                .or_default()
-                .push((key.clone(), Who::Actor(t.epoch)));
-        }
-        // A direct hold is renewed from when a lock actor's would be tracked (`TRACK_AFTER`).
-        let young = Instant::now().checked_sub(self.timeout / TRACK_AFTER);
-        for h in &self.direct {
-            if young.is_some_and(|young| h.taken <= young) {
-                let key = (h.name().clone(), h.holder().clone(), LockKind::Reentrant);
-                by_kind
-                    .entry((LockKind::Reentrant, slot(h.name())))
-                    .or_default()
-                    .push((key, Who::Direct(h.clone())));
-            }
-        }
-        if by_kind.is_empty() {
-            self.ticking = false;
-            return;
-        }
-        let batches: Vec<Vec<(HoldKey, Who)>> = by_kind
-            .into_values()
-            .flat_map(|holds| {
-                holds
-                    .chunks(RENEW_BATCH)
-                    .map(<[_]>::to_vec)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let batches = self.batches();
         let (commands, timeout) = (self.commands.clone(), self.timeout);
         let calls = batches.len();
         let started = Instant::now();
@@ -148,50 +87,15 @@ impl Watchdog {
         }));
         ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
             act.ticking = false;
-            let (mut renewed, mut lost, mut failed) = (0usize, 0usize, 0usize);
+            let mut count = Counts::default();
             for (batch, res) in results {
-                match res {
-                    Ok(flags) => {
-                        for ((key, who), ok) in batch.into_iter().zip(flags) {
-                            if !ok {
-                                lost += 1;
-                                act.lost(key, who);
-                                continue;
-                            }
-                            renewed += 1;
-                            match who {
-                                Who::Actor(_) => {
-                                    if let Some(t) = act.tracked.get_mut(&key) {
-                                        t.confirmed = started.max(t.confirmed);
-                                    }
-                                }
-                                Who::Direct(h) => {
-                                    if let Ok(mut confirmed) = h.confirmed.lock() {
-                                        *confirmed = started.max(*confirmed);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    Err(error) => {
-                        failed += batch.len();
-                        tracing::warn!(%error, holds = batch.len(), "renewal failed");
-                        let now = Instant::now();
-                        for (key, who) in batch {
-                            let confirmed = match &who {
-                                Who::Actor(_) => act.tracked.get(&key).map(|t| t.confirmed),
-                                Who::Direct(h) => h.confirmed.lock().ok().map(|c| *c),
-                            };
-                            let expired =
-                                confirmed.is_some_and(|c| now.duration_since(c) >= act.timeout);
-                            if expired {
-                                lost += 1;
-                                act.lost(key, who);
-                            }
-                        }
-                    }
-                }
+                act.renewed(batch, res, started, &mut count);
             }
+            let Counts {
+                renewed,
+                lost,
+                failed,
+            } = count;
             tracing::debug!(renewed, lost, failed, took = ?started.elapsed(), "renewal tick");
             crate::metrics::renewals(calls, renewed, failed);
             if failed > 0 && !act.halted {
@@ -205,11 +109,72 @@ impl Watchdog {
         }));
     }
 
-    fn lost(&mut self, key: HoldKey, who: Who) {
-        let epoch = match who {
-            Who::Actor(epoch) => epoch,
-            Who::Direct(h) => return h.lose(),
-        };
+    /// Every tracked hold in script calls: one list per kind (each kind has its renewal
+    /// script), 100 holds a call; in a cluster also per slot, since one script call may only
+    /// touch keys of one slot. The calls run concurrently: in a cluster each goes to the node
+    /// of its slot.
+    fn batches(&self) -> Vec<Batch> {
+        let by_slot = self.commands.by_slot();
+        let mut by_kind: HashMap<(LockKind, u16), Batch> = HashMap::new();
+        for (key, t) in &self.tracked {
+            let slot = if by_slot {
+                keys::slot(key.0.as_bytes())
+            } else {
+                0
+            };
+            by_kind
+                .entry((key.2, slot))
+                .or_default()
+                .push((key.clone(), t.epoch));
+        }
+        by_kind
+            .into_values()
+            .flat_map(|holds| {
+                holds
+                    .chunks(RENEW_BATCH)
+                    .map(<[_]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// One call's outcome: renewed holds are confirmed, missing ones lost; after a failed
+    /// call, a hold no renewal confirmed for a whole watchdog timeout is lost too.
+    fn renewed(
+        &mut self,
+        batch: Batch,
+        res: Result<Vec<bool>, crate::error::LockError>,
+        started: Instant,
+        count: &mut Counts,
+    ) {
+        match res {
+            Ok(flags) => {
+                for ((key, epoch), ok) in batch.into_iter().zip(flags) {
+                    if !ok {
+                        count.lost += 1;
+                        self.lost(key, epoch);
+                    } else if let Some(t) = self.tracked.get_mut(&key) {
+                        count.renewed += 1;
+                        t.confirmed = started.max(t.confirmed);
+                    }
+                }
+            }
+            Err(error) => {
+                count.failed += batch.len();
+                tracing::warn!(%error, holds = batch.len(), "renewal failed");
+                let now = Instant::now();
+                for (key, epoch) in batch {
+                    let confirmed = self.tracked.get(&key).map(|t| t.confirmed);
+                    if confirmed.is_some_and(|c| now.duration_since(c) >= self.timeout) {
+                        count.lost += 1;
+                        self.lost(key, epoch);
+                    }
+                }
+            }
+        }
+    }
+
+    fn lost(&mut self, key: HoldKey, epoch: u64) {
         if self.tracked.get(&key).is_none_or(|t| t.epoch != epoch) {
             return;
         }
@@ -222,6 +187,14 @@ impl Watchdog {
             });
         }
     }
+}
+
+/// What one tick did.
+#[derive(Default)]
+struct Counts {
+    renewed: usize,
+    lost: usize,
+    failed: usize,
 }
 
 impl Actor for Watchdog {
@@ -273,26 +246,6 @@ impl Handler<RenewNow> for Watchdog {
 
     fn handle(&mut self, _: RenewNow, ctx: &mut Context<Self>) {
         self.tick(ctx);
-    }
-}
-
-impl Handler<DrainDirect> for Watchdog {
-    type Result = ();
-
-    fn handle(&mut self, _: DrainDirect, _: &mut Context<Self>) {
-        self.drain_direct();
-    }
-}
-
-impl Handler<ReleaseDirect> for Watchdog {
-    type Result = ResponseFuture<()>;
-
-    fn handle(&mut self, _: ReleaseDirect, _: &mut Context<Self>) -> Self::Result {
-        self.drain_direct();
-        let holds = std::mem::take(&mut self.direct);
-        Box::pin(async move {
-            join_all(holds.into_iter().map(DirectHold::release_at_shutdown)).await;
-        })
     }
 }
 

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use crate::LockError;
 use crate::actors::Grant;
-use crate::actors::direct::Counted;
 use crate::actors::messages::Release;
 use crate::manager::Inner;
 
@@ -19,8 +18,6 @@ pub struct LockGuard {
     grant: Grant,
     /// Keeps the manager (and its renewals) running while the guard lives.
     manager: Option<Arc<Inner>>,
-    /// A lock actor's grant to a handle's holder counts on that holder's actor path.
-    pub(super) side: Option<Counted>,
 }
 
 impl From<Grant> for LockGuard {
@@ -28,7 +25,6 @@ impl From<Grant> for LockGuard {
         Self {
             grant,
             manager: None,
-            side: None,
         }
     }
 }
@@ -62,22 +58,13 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), LockError> {
-        let Self {
-            grant,
-            manager,
-            side,
-        } = self;
-        let res = match grant.release_direct() {
-            Ok(release) => release.await,
-            Err(grant) => match grant.actor().cloned() {
-                Some(actor) => actor
-                    .send(Release(grant))
-                    .await
-                    .unwrap_or(Err(LockError::Shutdown)),
-                None => Err(LockError::Shutdown),
-            },
-        };
-        drop((manager, side));
+        let Self { grant, manager } = self;
+        let actor = grant.actor().clone();
+        let res = actor
+            .send(Release(grant))
+            .await
+            .unwrap_or(Err(LockError::Shutdown));
+        drop(manager);
         res
     }
 }

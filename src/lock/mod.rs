@@ -1,14 +1,12 @@
 //! [`Lock`], the handle on one reentrant lock, and [`LockGuard`], one hold of it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use std::sync::Mutex;
 
 use actix::{Addr, MailboxError, WeakAddr};
 
-mod direct;
 mod fair;
 mod fenced;
 mod guard;
@@ -21,13 +19,9 @@ pub use guard::LockGuard;
 pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
-pub(crate) use direct::DirectPath;
-
-use crate::actors::direct::{Path, Side};
+use crate::actors::LockActor;
 use crate::actors::messages::{Acquire, Resolve, Wait};
-use crate::actors::{Grant, LockActor};
 use crate::manager::Inner;
-use crate::metrics;
 use crate::{LockError, LockKind, keys};
 
 /// How often a request is re-sent when the lock actor it resolved stopped at that very moment.
@@ -51,24 +45,16 @@ pub struct Lock {
     /// by clones. It spares a round trip to the registry, which matters when that is a hop to
     /// another thread (lockman's own System). A stale entry costs one `Closed` and a resolve.
     actor: Arc<Mutex<Option<WeakAddr<LockActor>>>>,
-    /// Which path this holder's requests take now (see `actors::direct`); shared by clones.
-    side: Arc<Side>,
-    /// Whether the name passed the whole check (its slots, in a cluster) once: the direct path
-    /// checks it on a handle's first request, as the registry does when it starts an actor.
-    checked: Arc<AtomicBool>,
 }
 
 impl Lock {
     pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>, kind: LockKind) -> Self {
-        let (actor, side, checked) = (Arc::default(), Arc::default(), Arc::default());
         Self {
             mgr,
             name,
             holder,
             kind,
-            actor,
-            side,
-            checked,
+            actor: Arc::default(),
         }
     }
 
@@ -220,48 +206,16 @@ impl Lock {
             .await
     }
 
-    /// Takes the uncontended path when it can (`direct`), else sends an [`Acquire`] to the name's
-    /// lock actor.
+    /// Sends an [`Acquire`] to the name's lock actor and wraps its grant.
     async fn request(
         &self,
         lease: Option<Duration>,
-        mut wait: Wait,
+        wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
-        // Only the cheap check on every call: the whole name (its slots, in a cluster) is checked
-        // once per handle on the direct path, and by the registry when it starts an actor.
+        // The cheap check on every call; the registry checks the whole name (its slots, in a
+        // cluster) when it starts the name's actor.
         keys::validate_name(&self.name)?;
-        let direct = self.mgr.direct_path().filter(|d| d.takes(self.kind, lease));
-        let Some(direct) = direct else {
-            return self.via_actor(lease, wait).await;
-        };
-        if !self.checked.load(Ordering::Relaxed) {
-            self.mgr.commands.check_name(&self.name)?;
-            self.checked.store(true, Ordering::Relaxed);
-        }
-        let busy = || direct.busy.contains(&self.name);
-        let mut counted = self.side.choose(busy);
-        if counted.path() == Path::Direct {
-            let (who, since) = ((&self.name, &self.holder), metrics::Since::now());
-            match direct.request(&self.side, counted, who, wait).await {
-                direct::Direct::Done(res) => {
-                    let outcome = match &res {
-                        Ok(Some(_)) => "acquired",
-                        Ok(None) => "timed_out",
-                        Err(_) => "failed",
-                    };
-                    metrics::answered(self.kind, outcome, since);
-                    let keep = |g: Grant| LockGuard::from(g).keeping(self.mgr.clone());
-                    return res.map(|g| g.map(keep));
-                }
-                direct::Direct::Wait(left, moved) => (wait, counted) = (left, moved),
-            }
-        }
-        // Counted on the actor path: until the request ends without a grant, or its guard goes.
-        let res = self.via_actor(lease, wait).await;
-        Ok(res?.map(|mut guard| {
-            guard.side = Some(counted);
-            guard
-        }))
+        self.via_actor(lease, wait).await
     }
 
     /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.

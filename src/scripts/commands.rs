@@ -27,13 +27,6 @@ impl Commands {
         Ok(Self { conn })
     }
 
-    /// Connections of their own to the same deployment, opened on the current runtime (their
-    /// I/O runs there). The first `open` checked the user's access already.
-    pub(crate) async fn open_beside(&self, config: &Config) -> Result<Self, LockError> {
-        let conn = Conn::open(self.endpoint().clone(), config).await?;
-        Ok(Self { conn })
-    }
-
     /// Where the primary is.
     pub(crate) fn endpoint(&self) -> &Endpoint {
         self.conn.endpoint()

@@ -239,15 +239,14 @@ impl Handler<Release> for LockActor {
 
     fn handle(&mut self, Release(mut grant): Release, _: &mut Context<Self>) -> ReleaseReply {
         // A grant sent to another lock's actor is refused; still armed, it releases its hold
-        // through its own actor (or, taken without one, its own script) when it is dropped here.
+        // through its own actor when it is dropped here.
         if !grant.granted_by(self.id) {
-            let whose = match grant.actor() {
-                Some(_) => "was sent to the actor of another lock",
-                None => "was taken without a lock actor: release it through its guard",
-            };
             return ReleaseReply(Err(LockError::invalid(
                 "release",
-                format!("the grant of lock {:?} {whose}", grant.name()),
+                format!(
+                    "the grant of lock {:?} was sent to the actor of another lock",
+                    grant.name()
+                ),
             )));
         }
         ReleaseReply(Ok(grant.disarm()))

@@ -13,7 +13,7 @@ static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 /// The share of the watchdog timeout a watchdog hold lives before the Watchdog renews it. Its
 /// first renewal then comes at most 1/6 + 1/3 = 1/2 of the timeout after the grant, and the next
 /// at 5/6: a renewal can still fail once without losing the lock (the PTTL ends at 6/6).
-pub(crate) const TRACK_AFTER: u32 = 6;
+const TRACK_AFTER: u32 = 6;
 
 /// One hold: from the first grant to the final release or the loss.
 #[derive(Debug)]

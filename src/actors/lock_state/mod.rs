@@ -26,7 +26,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 pub(crate) use effects::{Answer, Effect, Loss, Op, Outcome, Timer};
 use holds::Hold;
-pub(crate) use holds::TRACK_AFTER;
+
 use round_trips::{Flight, Pending};
 use waiters::{Waiter, Waiters};
 
