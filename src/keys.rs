@@ -114,6 +114,15 @@ pub(crate) fn token_key(name: &str) -> String {
     prefixed("redisson_lock_token", name)
 }
 
+/// A holder's request latch on a lock (docs/protocol.md, "Request latches"), in Redisson's
+/// unlock-latch family: `redisson_unlock_latch:{name}:<holder field>`.
+pub(crate) fn latch(name: &str, field: &str) -> String {
+    let mut key = prefixed("redisson_unlock_latch", name);
+    key.push(':');
+    key.push_str(field);
+    key
+}
+
 /// The queue of a fair lock: waiting holders, oldest first.
 pub(crate) fn fair_queue(name: &str) -> String {
     prefixed("redisson_lock_queue", name)

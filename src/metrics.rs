@@ -38,6 +38,8 @@ pub(crate) enum Loss {
     Unconfirmed,
     /// Its lease ran out.
     Lease,
+    /// Its manager shut down and released it.
+    Shutdown,
 }
 
 impl Loss {
@@ -48,6 +50,7 @@ impl Loss {
             Loss::Release => "release",
             Loss::Unconfirmed => "unconfirmed",
             Loss::Lease => "lease",
+            Loss::Shutdown => "shutdown",
         }
     }
 
@@ -57,6 +60,7 @@ impl Loss {
             Loss::Release => "release found it gone",
             Loss::Unconfirmed => "gone while releases were unconfirmed",
             Loss::Lease => "its lease ran out",
+            Loss::Shutdown => "its manager shut down and released it",
         }
     }
 }

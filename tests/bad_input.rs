@@ -1,7 +1,7 @@
 //! The bad-input matrix: one table, each row a bad (or awkward) input, what lockman does with it
 //! and why. Every row runs against a fresh redis-server of its own, bounded in time (a hang
 //! fails the row), in a task of its own (a panic fails the row), and every refused call must
-//! leave that server exactly as it was (`DEBUG DIGEST` before and after).
+//! leave that server exactly as it was (a digest of every lock key, before and after).
 //!
 //! Releasing one guard twice is not a row: `release` takes the guard by value, so the second
 //! call does not compile (a `compile_fail` example on `LockGuard::release` shows it).
@@ -641,16 +641,40 @@ async fn within<T>(
         .unwrap_or_else(|_| panic!("no answer within {limit:?}"))
 }
 
-fn dbsize(env: &Env) -> u64 {
-    redis::cmd("DBSIZE").query(&mut env.raw()).expect("DBSIZE")
+/// The keys of locks: every key but request latches (`redisson_unlock_latch:*`), which a
+/// holder's requests write and its last release deletes.
+fn lock_keys(env: &Env) -> Vec<String> {
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut env.raw())
+        .expect("KEYS");
+    keys.retain(|k| !k.starts_with("redisson_unlock_latch:"));
+    keys.sort();
+    keys
 }
 
-/// A digest of the whole data set, expiries included.
+fn dbsize(env: &Env) -> u64 {
+    lock_keys(env).len() as u64
+}
+
+/// A digest of the locks' data, expiries included (request latches left out: a refused
+/// release deletes its own holder's latch).
 fn digest(env: &Env) -> String {
-    redis::cmd("DEBUG")
-        .arg("DIGEST")
-        .query(&mut env.raw())
-        .expect("DEBUG DIGEST")
+    let mut raw = env.raw();
+    let mut digest = String::new();
+    for key in lock_keys(env) {
+        let value: Vec<String> = redis::cmd("DEBUG")
+            .arg("DIGEST-VALUE")
+            .arg(&key)
+            .query(&mut raw)
+            .expect("DEBUG DIGEST-VALUE");
+        let expires: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&key)
+            .query(&mut raw)
+            .expect("PEXPIRETIME");
+        digest.push_str(&format!("{key}={value:?}@{expires};"));
+    }
+    digest
 }
 
 fn closed_port() -> u16 {

@@ -46,24 +46,29 @@ async fn a_slot_migration_keeps_holds_and_waiters_and_moves_subscriptions() {
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
+    let early = a.lock("{mv}:early").acquire().await.unwrap();
     cluster.begin_migration(slot, from, to);
-    // While the slot is half moved: a new lock is created on the target (ASK), one taken
-    // before is released while the keys move.
-    let during = a
-        .lock("{mv}:during")
-        .acquire()
-        .await
-        .expect("acquire during migration");
+    // While the slot is half moved: a new lock is asked for (its script's keys, the lock and
+    // its holder's latch, are on neither node, so the target answers TRYAGAIN until the slot
+    // is whole: it is granted then), and one taken before is released while the keys move.
+    let during = tokio::spawn({
+        let lock = a.lock("{mv}:during");
+        async move { lock.acquire().await }
+    });
     // A release while the slot is half moved may meet TRYAGAIN (the script's keys are split
     // between the nodes) until the keys have moved: then the error is retryable, and the
     // lock actor settles the release once the slot is whole again.
-    let early = a.lock("{mv}:early").acquire().await.unwrap();
     let releasing = tokio::spawn(early.release());
     tokio::time::sleep(Duration::from_millis(50)).await;
     cluster.finish_migration(slot, from, to);
     if let Err(e) = releasing.await.unwrap() {
         assert!(e.is_retryable(), "{e:?}");
     }
+    let during = tokio::time::timeout(Duration::from_secs(10), during)
+        .await
+        .expect("granted once the slot is whole")
+        .unwrap()
+        .expect("acquire during migration");
 
     // Renewals follow the slot: the hold outlives two watchdog timeouts, on the target.
     tokio::time::sleep(watchdog * 2).await;

@@ -55,7 +55,7 @@ fn acl_users() -> Vec<String> {
         "noscript on >pw ~* &* +@all -script",
         "nochannels on >pw ~* resetchannels +@all",
         "nopublish on >pw ~* &* +@all -publish",
-        "appkeys on >pw ~app:* ~redisson_lock* &* +@all",
+        "appkeys on >pw ~app:* ~redisson_lock* ~redisson_unlock_latch:* &* +@all",
     ];
     users
         .iter()

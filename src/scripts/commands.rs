@@ -16,6 +16,10 @@ use crate::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 #[derive(Clone)]
 pub(crate) struct Commands {
     conn: Conn,
+    /// How long a request latch lives, in ms: past the time a lock actor keeps sending a
+    /// request whose reply never came (at most the watchdog timeout), plus four response
+    /// timeouts (the last resend may wait for the round trip under way, then take its own).
+    latch_ttl: u64,
 }
 
 impl Commands {
@@ -24,7 +28,11 @@ impl Commands {
     pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
         let conn = Conn::open(endpoint, config).await?;
         conn.check_access(&all_scripts()).await?;
-        Ok(Self { conn })
+        let latch_ttl = config.get_watchdog_timeout() + 4 * config.get_response_timeout();
+        Ok(Self {
+            conn,
+            latch_ttl: millis(latch_ttl),
+        })
     }
 
     /// Where the primary is.
@@ -52,6 +60,21 @@ impl Commands {
         self.endpoint().cluster().is_some()
     }
 
+    /// Puts `call` behind `latch` (`latch.lua`): the holder's latch key as the last key; the
+    /// request's id, the side and the latch's PTTL as the last arguments.
+    fn latched(
+        &self,
+        call: &mut redis::ScriptInvocation<'_>,
+        (name, field): (&str, &str),
+        latch: Latch,
+        side: Side,
+    ) {
+        call.key(keys::latch(name, field))
+            .arg(latch.id)
+            .arg(side.flag())
+            .arg(self.latch_ttl);
+    }
+
     /// `publish` or `spublish`: see [`Endpoint::publish_command`].
     fn publish(&self) -> &'static str {
         self.conn.endpoint().publish_command()
@@ -67,14 +90,14 @@ impl Commands {
     }
 
     /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
-    /// `write_acquire.lua`).
+    /// `write_acquire.lua`, `fair_acquire.lua`), behind `latch`.
     pub(crate) async fn acquire(
         &self,
         kind: LockKind,
-        name: &str,
-        holder: &str,
+        (name, holder): (&str, &str),
         lease: Duration,
         fair: FairArgs,
+        latch: &Latch,
     ) -> Result<Attempt, LockError> {
         let key = keys::lock_key(name);
         let lease = millis(lease);
@@ -85,7 +108,7 @@ impl Commands {
             LockKind::Write => &WRITE_ACQUIRE,
             LockKind::Fair => &FAIR_ACQUIRE,
         };
-        let call = match kind {
+        let mut call = match kind {
             LockKind::Reentrant => {
                 let mut call = ACQUIRE.key(key);
                 call.arg(lease).arg(holder);
@@ -121,30 +144,35 @@ impl Commands {
                 call
             }
         };
+        self.latched(
+            &mut call,
+            (name, &kind.field(holder)),
+            *latch,
+            Side::Acquire,
+        );
         let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
         let attempt = decode_attempt(reply)?;
         if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
             (attempt, acked, self.conn.sync_wanted())
             && acked < wanted
         {
-            // Not on enough replicas to survive a failover: give it back.
-            self.release(kind, name, holder, Duration::from_millis(lease))
-                .await?;
-            return Err(LockError::ReplicaSync { acked, wanted });
+            // Not on enough replicas to survive a failover: the caller gives it back.
+            return Ok(Attempt::Unsynced { acked, wanted });
         }
         Ok(attempt)
     }
 
-    /// Releases one hold of `kind`, restoring `lease` when holds remain.
+    /// Releases one hold of `kind`, restoring `lease` when holds remain; behind `latch` when
+    /// one is given (a release at shutdown, which nobody sends again, has none).
     pub(crate) async fn release(
         &self,
         kind: LockKind,
-        name: &str,
-        holder: &str,
+        (name, holder): (&str, &str),
         lease: Duration,
+        latch: Option<&Latch>,
     ) -> Result<Released, LockError> {
         let key = keys::lock_key(name);
-        let call = match kind {
+        let mut call = match kind {
             LockKind::Reentrant | LockKind::Fenced => {
                 let mut call = RELEASE.key(key);
                 call.key(keys::unlock_channel(name))
@@ -186,6 +214,8 @@ impl Commands {
                 call
             }
         };
+        let latch = latch.copied().unwrap_or_else(Latch::new);
+        self.latched(&mut call, (name, &kind.field(holder)), latch, Side::Release);
         match self.run("release", key, call).await? {
             Value::Nil => Ok(Released::NotHeld),
             Value::Int(0) => Ok(Released::StillHeld),
@@ -202,17 +232,19 @@ impl Commands {
         name: &str,
         (from, lease): (&str, Duration),
         (to, to_lease): (&str, Duration),
+        latch: &Latch,
     ) -> Result<HandedOff, LockError> {
         let key = keys::lock_key(name);
         let mut call = HAND_OFF.key(key);
-        if kind == LockKind::Fenced {
-            call.key(keys::token_key(name));
-        }
-        call.arg(UNLOCK_MESSAGE)
+        call.key(keys::token_key(name))
+            .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(from)
             .arg(to)
-            .arg(millis(to_lease));
+            .arg(millis(to_lease))
+            .arg(if kind == LockKind::Fenced { "1" } else { "0" });
+        call.key(keys::latch(name, from));
+        self.latched(&mut call, (name, to), *latch, Side::HandOff);
         match self.run("hand off", key, call).await? {
             Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
             Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
@@ -227,9 +259,10 @@ impl Commands {
         }
     }
 
-    /// Brings `holder`'s count in Redis down to `target` when releases or acquires of unknown
-    /// outcome left it unsure: reads it (only the holder's own lock actor changes it), then
-    /// releases what is over. Replies the count afterwards (0: the field is gone); a release
+    /// Brings `holder`'s count in Redis down to `target` when requests of unknown outcome were
+    /// given up (Redis unreachable past the time their latches live): reads it, then releases
+    /// what is over. Exact because every hold of a holder is its lock actor's, and the actor
+    /// runs nothing else on the name meanwhile; `target` is all that the actor still grants. Replies the count afterwards (0: the field is gone); a release
     /// that fails stops early, with the count so far.
     pub(crate) async fn settle_releases(
         &self,
@@ -241,7 +274,7 @@ impl Commands {
     ) -> Result<u32, LockError> {
         let mut in_redis = self.inspect(kind, name, holder).await?.count;
         while in_redis > target {
-            match self.release(kind, name, holder, lease).await {
+            match self.release(kind, (name, holder), lease, None).await {
                 Ok(Released::StillHeld) => in_redis -= 1,
                 Ok(Released::Unlocked | Released::NotHeld) => in_redis = 0,
                 Err(_) => break,
@@ -389,6 +422,27 @@ impl Commands {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
+        }
+    }
+}
+
+/// What a latched script is, for `latch.lua`: which replies it keeps, and where.
+#[derive(Clone, Copy)]
+enum Side {
+    /// An acquire: any reply but a PTTL.
+    Acquire,
+    /// A release.
+    Release,
+    /// A hand-off: the latch is the next holder's.
+    HandOff,
+}
+
+impl Side {
+    fn flag(self) -> &'static str {
+        match self {
+            Side::Acquire => "a",
+            Side::Release => "r",
+            Side::HandOff => "h",
         }
     }
 }

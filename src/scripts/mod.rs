@@ -16,48 +16,38 @@ use crate::keys;
 pub(crate) use commands::Commands;
 pub use kind::LockKind;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+/// A script that runs behind a request latch: the parts joined into `local function body()`,
+/// followed by `latch.lua`, so that a request sent again replies as its first run did.
+macro_rules! latched {
+    ($($part:literal),+) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                "local function body()\n",
+                $(include_str!($part),)+
+                "end\n",
+                include_str!("latch.lua")
+            ))
+        })
+    };
+}
+
+static ACQUIRE: LazyLock<Script> = latched!("acquire.lua");
 // The release and hand-off scripts both begin by releasing one hold.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("release_prologue.lua"),
-        include_str!("release.lua")
-    ))
-});
+static RELEASE: LazyLock<Script> = latched!("release_prologue.lua", "release.lua");
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
-static FENCED_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("fenced_acquire.lua")));
-static READ_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("read_acquire.lua")));
-static READ_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("read_release.lua")));
-static WRITE_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("write_acquire.lua")));
-static WRITE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("write_release.lua")));
+static FENCED_ACQUIRE: LazyLock<Script> = latched!("fenced_acquire.lua");
+static READ_ACQUIRE: LazyLock<Script> = latched!("read_acquire.lua");
+static READ_RELEASE: LazyLock<Script> = latched!("read_release.lua");
+static WRITE_ACQUIRE: LazyLock<Script> = latched!("write_acquire.lua");
+static WRITE_RELEASE: LazyLock<Script> = latched!("write_release.lua");
 static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew_read.lua")));
 // The fair acquire and release scripts both begin by dropping stale queue heads.
-static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("fair_prune.lua"),
-        include_str!("fair_acquire.lua")
-    ))
-});
-static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("fair_prune.lua"),
-        include_str!("fair_release.lua")
-    ))
-});
-static HAND_OFF: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("release_prologue.lua"),
-        include_str!("hand_off.lua")
-    ))
-});
+static FAIR_ACQUIRE: LazyLock<Script> = latched!("fair_prune.lua", "fair_acquire.lua");
+static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release.lua");
+static HAND_OFF: LazyLock<Script> = latched!("release_prologue.lua", "hand_off.lua");
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
@@ -105,11 +95,36 @@ pub(crate) struct FairArgs {
 /// The most holds one renewal script call carries.
 pub(crate) const RENEW_BATCH: usize = 100;
 
+/// What makes one acquire, release or hand-off idempotent (`latch.lua`, docs/protocol.md
+/// "Request latches"): sent again with the same latch, the request replies as its first run did
+/// and changes nothing. So a reply that never came is resolved by sending the same request again,
+/// never by guessing from counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Latch {
+    /// This request's number ([`Latch::new`]), unique in the process.
+    pub id: u64,
+}
+
+/// Request numbers.
+static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Latch {
+    /// The latch of a new request.
+    pub(crate) fn new() -> Self {
+        Self {
+            id: NEXT_REQUEST.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
 /// The outcome of one acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Attempt {
     /// The holder's count was incremented and the lease set; a fenced lock's token.
     Acquired { token: Option<u64> },
+    /// Acquired, but fewer replicas than `Config::sync_replicas` asks for acknowledged it: the
+    /// hold is to be released again, and the request fails with `LockError::ReplicaSync`.
+    Unsynced { acked: u32, wanted: u32 },
     /// Another holder has it, for `ttl` more (`None`: the key has no expiry).
     Busy { ttl: Option<Duration> },
 }

@@ -24,15 +24,20 @@ impl LockActor {
                 holder,
                 ttl,
                 fair,
+                latch,
             } => self.spawn_op(ctx, async move {
-                Outcome::Acquire(cmds.acquire(kind, &name, &holder, ttl, fair).await)
+                let res = cmds.acquire(kind, (&name, &holder), ttl, fair, &latch);
+                Outcome::Acquire(res.await)
             }),
             Op::Release {
                 kind,
                 holder,
                 lease,
+                latch,
             } => self.spawn_op(ctx, async move {
-                let res = cmds.release(kind, &name, &holder, lease).await;
+                let res = cmds
+                    .release(kind, (&name, &holder), lease, Some(&latch))
+                    .await;
                 Outcome::Release(res.map(HandedOff::No))
             }),
             Op::HandOff {
@@ -41,8 +46,9 @@ impl LockActor {
                 lease,
                 to,
                 to_lease,
+                latch,
             } => self.spawn_op(ctx, async move {
-                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease));
+                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease), &latch);
                 Outcome::Release(res.await)
             }),
             Op::LeaveQueue { holder, wait } => self.spawn_op(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{HoldKey, ReplyId, WaiterId};
 use crate::error::LockError;
 pub(crate) use crate::metrics::Loss;
-use crate::scripts::{Attempt, FairArgs, HandedOff, LockKind};
+use crate::scripts::{Attempt, FairArgs, HandedOff, Latch, LockKind};
 
 /// One effect, carried out by the shell in the order given.
 #[derive(Debug)]
@@ -80,10 +80,15 @@ pub(crate) enum Timer {
     Expiry(HoldKey, u64),
     /// Settle a hold's unconfirmed releases.
     Reconcile(HoldKey, u64),
+    /// Send again the request of this latch, whose reply never came.
+    Resend(u64),
+    /// Try again to settle this holder's count.
+    Settle(HoldKey),
 }
 
-/// One Redis round trip for the lock's name.
-#[derive(Debug)]
+/// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry a
+/// [`Latch`]: sent again, they reply as their first run did.
+#[derive(Clone, Debug)]
 pub(crate) enum Op {
     /// One acquire attempt (`ttl`: the lease it sets).
     Acquire {
@@ -91,12 +96,14 @@ pub(crate) enum Op {
         holder: Arc<str>,
         ttl: Duration,
         fair: FairArgs,
+        latch: Latch,
     },
     /// Release one hold, restoring `lease` when holds remain.
     Release {
         kind: LockKind,
         holder: Arc<str>,
         lease: Duration,
+        latch: Latch,
     },
     /// Release `from`'s hold and, when that frees the lock, grant it to `to` for `to_lease` in the
     /// same script (no publish).
@@ -106,11 +113,12 @@ pub(crate) enum Op {
         lease: Duration,
         to: Arc<str>,
         to_lease: Duration,
+        latch: Latch,
     },
     /// A fair-lock waiter leaves the Redis queue.
     LeaveQueue { holder: Arc<str>, wait: Duration },
-    /// Bring the holder's count in Redis down to `target` (releases or acquires of unknown
-    /// outcome left it unsure), by reading it and releasing what is over.
+    /// Bring the holder's count in Redis down to `target` (requests given up unresolved, or
+    /// releases that failed, left it above), by reading it and releasing what is over.
     Settle {
         kind: LockKind,
         holder: Arc<str>,
@@ -124,6 +132,18 @@ pub(crate) enum Op {
     },
 }
 
+impl Op {
+    /// The latch of an acquire, release or hand-off.
+    pub(crate) fn latch(&self) -> Option<&Latch> {
+        match self {
+            Op::Acquire { latch, .. } | Op::Release { latch, .. } | Op::HandOff { latch, .. } => {
+                Some(latch)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The result of an [`Op`], in the same order.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -134,4 +154,14 @@ pub(crate) enum Outcome {
     /// The holder's count in Redis afterwards.
     Settle(Result<u32, LockError>),
     Shutdown,
+}
+
+impl Outcome {
+    /// The error of a request whose reply never came: it may or may not have run.
+    pub(crate) fn unknown(&self) -> Option<&LockError> {
+        match self {
+            Outcome::Acquire(Err(e)) | Outcome::Release(Err(e)) if e.outcome_unknown() => Some(e),
+            _ => None,
+        }
+    }
 }

@@ -29,6 +29,8 @@ pub(super) struct Hold {
     pub granted: Instant,
     /// The lease restored when one of several holds is released.
     pub lease: Duration,
+    /// When a lease hold ends unless renewed by a re-entry (`Timer::Expiry`).
+    pub ends: Option<Instant>,
     /// Releases asked for but not confirmed by Redis (an error, or a reply that never came).
     /// `count` still includes them until reconciliation learns what happened.
     pub unreleased: u32,
@@ -61,6 +63,7 @@ impl LockState {
                     tracked: false,
                     granted: started,
                     lease,
+                    ends: None,
                     unreleased: 0,
                     reconcile_armed: false,
                     reconcile_failures: 0,
@@ -135,6 +138,7 @@ impl LockState {
             return;
         }
         hold.lease = lease;
+        hold.ends = Some(at);
         let after = at.saturating_duration_since(now);
         self.out
             .push(Effect::Arm(Timer::Expiry(key.clone(), hold.epoch), after));

@@ -15,6 +15,7 @@ mod outcomes;
 mod round_trips;
 #[cfg(test)]
 mod tests;
+mod unsure;
 mod waiters;
 mod wake;
 
@@ -28,6 +29,7 @@ pub(crate) use effects::{Answer, Effect, Loss, Op, Outcome, Timer};
 use holds::Hold;
 
 use round_trips::{Flight, Pending};
+use unsure::Unsure;
 use waiters::{Waiter, Waiters};
 
 use crate::error::LockError;
@@ -107,6 +109,16 @@ pub(crate) struct LockState {
     waiters: Waiters,
     todo: VecDeque<Pending>,
     flight: Option<Flight>,
+    /// The latched request under way, kept to be sent again should its reply never come.
+    sent: Option<Op>,
+    /// Requests whose reply never came, by latch id, until Redis answers one of their resends.
+    unsure: FxHashMap<u64, Unsure>,
+    /// Holders whose count in Redis may be above what this actor grants (a request given up
+    /// unresolved, a lease ended here a little before Redis's copy): settled by count once none
+    /// of their requests is unresolved; they take nothing new until then.
+    abandoned: FxHashSet<HoldKey>,
+    /// Releases and reconciliations held back behind an unresolved request of their holder.
+    held_back: Vec<Pending>,
     /// Consecutive retryable errors, for the backoff; reset by any answer from Redis.
     failures: u32,
     retry_armed: bool,
@@ -118,6 +130,8 @@ pub(crate) struct LockState {
     /// Local hand-offs since the last release that published.
     streak: u32,
     stopping: bool,
+    /// The stop's last round trip is done: nothing runs any more.
+    stopped: bool,
     busy: bool,
     next_waiter: WaiterId,
     now: Instant,
@@ -135,6 +149,10 @@ impl LockState {
             waiters: Waiters::default(),
             todo: VecDeque::new(),
             flight: None,
+            sent: None,
+            unsure: FxHashMap::default(),
+            abandoned: FxHashSet::default(),
+            held_back: Vec::new(),
             failures: 0,
             retry_armed: false,
             track_armed: false,
@@ -142,6 +160,7 @@ impl LockState {
             pending_wakes: VecDeque::new(),
             streak: 0,
             stopping: false,
+            stopped: false,
             busy: false,
             next_waiter: 0,
             now,
@@ -230,9 +249,32 @@ impl LockState {
     /// The round trip under way finished.
     pub(crate) fn ran(&mut self, outcome: Outcome, now: Instant) {
         self.now = now;
+        let sent = self.sent.take();
         let Some(flight) = self.flight.take() else {
             return;
         };
+        let resolved = match sent {
+            Some(op) if outcome.unknown().is_some() => {
+                let (Outcome::Acquire(Err(e)) | Outcome::Release(Err(e))) = outcome else {
+                    return;
+                };
+                self.unresolved(op, flight, e);
+                self.maybe_idle();
+                self.pump();
+                return;
+            }
+            other => other,
+        };
+        self.apply_outcome(flight, outcome);
+        // After the outcome: what its holder's requests held back meanwhile needs its effect.
+        if let Some(op) = resolved {
+            self.resolved(&op);
+        }
+        self.maybe_idle();
+        self.pump();
+    }
+
+    fn apply_outcome(&mut self, flight: Flight, outcome: Outcome) {
         match (flight, outcome) {
             (
                 Flight::Attempt {
@@ -257,13 +299,17 @@ impl LockState {
                 },
                 Outcome::Release(res),
             ) => self.released(key, epoch, lease, reply, started, res, to),
-            (Flight::Undo, Outcome::Release(res)) => match res {
-                Ok(HandedOff::No(Released::NotHeld)) => {}
-                Ok(_) => {
-                    tracing::warn!(lock = %self.name, "released what an acquire of unknown outcome may have taken")
+            (Flight::Undo { key }, Outcome::Settle(res)) => match res {
+                Ok(0) => self.settled(&key),
+                Ok(left) => {
+                    tracing::warn!(lock = %self.name, left, "could not settle a holder's count yet");
+                    self.out
+                        .push(Effect::Arm(Timer::Settle(key), ERROR_BACKOFF_MAX));
                 }
                 Err(error) => {
-                    tracing::warn!(lock = %self.name, %error, "could not undo an acquire of unknown outcome; it expires after its lease")
+                    tracing::warn!(lock = %self.name, %error, "could not settle a holder's count yet");
+                    self.out
+                        .push(Effect::Arm(Timer::Settle(key), ERROR_BACKOFF_MAX));
                 }
             },
             (Flight::Reconcile { key, epoch }, Outcome::Settle(res)) => {
@@ -277,13 +323,15 @@ impl LockState {
                     self.out.push(Effect::Answer(id, answer));
                 }
             }
-            (Flight::Shutdown, Outcome::Shutdown) => self.out.push(Effect::Stopped),
+            (Flight::Shutdown, Outcome::Shutdown) => {
+                // Nothing runs any more: releases asked for meanwhile fail (`pump`).
+                self.stopped = true;
+                self.out.push(Effect::Stopped);
+            }
             (flight, outcome) => {
                 tracing::error!(lock = %self.name, ?flight, ?outcome, "a round trip's outcome does not match it");
             }
         }
-        self.maybe_idle();
-        self.pump();
     }
 
     /// An unlock message on `channel`: wake every waiter (`all`, a write release) or one.
@@ -338,7 +386,24 @@ impl LockState {
                 self.track_armed = false;
                 self.track_due();
             }
-            Timer::Expiry(key, epoch) => self.lose(&key, epoch, Loss::Lease),
+            Timer::Expiry(key, epoch) => {
+                // Told lost from when the lease, counted from the request, ends; Redis's copy
+                // began when the script ran, a little later, and may still count: settled
+                // before the holder takes it again, so that it is not counted twice.
+                if self.hold_mut(&key, epoch).is_some() {
+                    self.lose(&key, epoch, Loss::Lease);
+                    self.abandoned.insert(key.clone());
+                    self.todo.push_back(Pending::Settle { key });
+                    self.pump();
+                }
+            }
+            Timer::Settle(key) => {
+                if self.abandoned.contains(&key) {
+                    self.todo.push_back(Pending::Settle { key });
+                    self.pump();
+                }
+            }
+            Timer::Resend(id) => self.resend(id),
             Timer::Reconcile(key, epoch) => {
                 if let Some(hold) = self.hold_mut(&key, epoch) {
                     hold.reconcile_armed = false;

@@ -49,29 +49,37 @@ impl LockState {
                     self.schedule_retry(ttl);
                 }
             }
-            Err(e) => {
-                if e.outcome_unknown() && !self.holds.contains_key(&key) {
-                    // The acquire may have gone through: one release, sent next, takes back any
-                    // field this holder has (it has no other hold here).
-                    let lease = lease.unwrap_or(self.settings.watchdog_timeout);
-                    self.todo.push_front(Pending::Undo { key, lease });
-                } else if e.outcome_unknown() {
-                    // A re-entry that may have counted in Redis: settle the count.
-                    self.schedule_reconcile(&key);
-                }
-                let Some(w) = self.waiters.get(id) else {
-                    return;
-                };
-                if e.is_retryable() && w.may_wait() {
-                    self.failures = self.failures.saturating_add(1);
-                    let backoff = backoff(self.failures);
-                    tracing::warn!(lock = %self.name, error = %e, ?backoff, "acquire failed, waiter retries");
-                    self.subscribe(id);
-                    self.schedule_retry(backoff);
-                } else {
-                    self.settle(id, Answer::Failed(e));
-                }
+            Ok(Attempt::Unsynced { acked, wanted }) => {
+                // Redis granted it, but too few replicas have it: give it back, as a release
+                // of a hold nobody took.
+                self.failures = 0;
+                let epoch = self.grant(key.clone(), lease, started);
+                self.todo.push_back(Pending::Release {
+                    key,
+                    epoch,
+                    reply: None,
+                });
+                self.attempt_failed(id, LockError::ReplicaSync { acked, wanted });
             }
+            // Redis answered (a reply that never came is `unsure`'s): nothing was taken.
+            Err(e) => self.attempt_failed(id, e),
+        }
+    }
+
+    /// Waiter `id`'s attempt failed: it tries again after a backoff when it may wait and the
+    /// error may pass, else it fails with it.
+    fn attempt_failed(&mut self, id: WaiterId, e: LockError) {
+        let Some(w) = self.waiters.get(id) else {
+            return;
+        };
+        if e.is_retryable() && w.may_wait() {
+            self.failures = self.failures.saturating_add(1);
+            let backoff = backoff(self.failures);
+            tracing::warn!(lock = %self.name, error = %e, ?backoff, "acquire failed, waiter retries");
+            self.subscribe(id);
+            self.schedule_retry(backoff);
+        } else {
+            self.settle(id, Answer::Failed(e));
         }
     }
 
@@ -116,22 +124,35 @@ impl LockState {
     ) {
         let res = match res {
             Ok(HandedOff::No(Released::StillHeld)) => {
-                if let Some(hold) = self.hold_mut(&key, epoch) {
-                    if hold.count > 1 {
-                        hold.count -= 1;
-                    } else {
-                        // Redis counts a hold more than we do (a re-entry of unknown outcome
-                        // went through): settle down to none.
-                        hold.unreleased = 1;
-                        self.schedule_reconcile(&key);
+                let last = self.hold_mut(&key, epoch).is_some_and(|hold| {
+                    hold.count -= 1;
+                    hold.count == 0
+                });
+                if last {
+                    // Redis still counts this holder. An unresolved acquire of it went through:
+                    // its resolution grants that count anew. Otherwise it is what a request
+                    // given up left (the holder is this actor's alone): settled to none.
+                    self.end_hold(&key, epoch, None);
+                    if !self.is_unsure(&key) {
+                        tracing::warn!(lock = %self.name, holder = %key.0, "Redis counts more holds than were granted; settling");
+                        self.abandoned.insert(key.clone());
+                        self.todo.push_back(Pending::Settle { key: key.clone() });
                     }
+                } else {
+                    self.expire_at(&key, lease, started + lease);
                 }
-                self.expire_at(&key, lease, started + lease);
                 Ok(())
             }
             Ok(HandedOff::No(Released::Unlocked)) => {
                 self.streak = 0;
-                self.end_hold(&key, epoch, None);
+                if self.hold_mut(&key, epoch).is_some_and(|h| h.count > 1) && !self.is_unsure(&key)
+                {
+                    // Redis counted fewer holds than were granted (and no unresolved release
+                    // of them explains it): the others are gone.
+                    self.lose(&key, epoch, Loss::Release);
+                } else {
+                    self.end_hold(&key, epoch, None);
+                }
                 // A write release that leaves its holder reading publishes nothing
                 // (protocol.md): wake this process's waiters here.
                 if key.1 == LockKind::Write
@@ -154,17 +175,9 @@ impl LockState {
                 Ok(())
             }
             Err(e) => {
-                if let (true, Some((_, to_key, to_lease))) = (e.outcome_unknown(), &to)
-                    && !self.holds.contains_key(to_key)
-                {
-                    let lease = to_lease.unwrap_or(self.settings.watchdog_timeout);
-                    self.todo.push_front(Pending::Undo {
-                        key: to_key.clone(),
-                        lease,
-                    });
-                }
-                // Did it run? Reconciliation finds out and finishes the job either way, so a
-                // released (or dropped) guard never leaves a hold renewed forever.
+                // Redis answered with an error (a reply that never came is `unsure`'s): the
+                // release did not run. Reconciliation finishes it, so a released (or dropped)
+                // guard never leaves a hold renewed forever.
                 if let Some(hold) = self.hold_mut(&key, epoch) {
                     hold.unreleased += 1;
                     self.schedule_reconcile(&key);
@@ -189,8 +202,12 @@ impl LockState {
             Ok(0) if target == 0 => {
                 tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
                 self.end_hold(&key, epoch, None);
+                self.settled(&key);
             }
-            Ok(0) => self.lose(&key, epoch, Loss::Unconfirmed),
+            Ok(0) => {
+                self.lose(&key, epoch, Loss::Unconfirmed);
+                self.settled(&key);
+            }
             Ok(in_redis) if in_redis > target => {
                 hold.count = in_redis;
                 hold.unreleased = in_redis - target;
@@ -202,6 +219,7 @@ impl LockState {
                 hold.unreleased = 0;
                 hold.reconcile_failures = 0;
                 tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
+                self.settled(&key);
             }
             Err(error) => {
                 hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::scripts::Latch;
 
 /// A round trip waiting its turn.
 #[derive(Debug)]
@@ -14,11 +15,14 @@ pub(super) enum Pending {
         epoch: u64,
         reply: Option<ReplyId>,
     },
-    /// Take back what an acquire of unknown outcome may have taken.
-    Undo {
+    /// Bring the holder's count in Redis to what this actor still grants it (0 with no hold):
+    /// after requests of it were given up unresolved, or a lease hold ended here while Redis's
+    /// copy of it (set a little later, when the script ran) may still count.
+    Settle {
         key: HoldKey,
-        lease: Duration,
     },
+    /// Send again a request whose reply never came (`unsure`).
+    Resend(u64),
     Reconcile {
         key: HoldKey,
         epoch: u64,
@@ -52,7 +56,10 @@ pub(super) enum Flight {
         /// A hand-off: the waiter and its lease.
         to: Option<(WaiterId, HoldKey, Option<Duration>)>,
     },
-    Undo,
+    /// Settling a holder with no hold here (see `Pending::Settle`).
+    Undo {
+        key: HoldKey,
+    },
     Reconcile {
         key: HoldKey,
         epoch: u64,
@@ -61,6 +68,18 @@ pub(super) enum Flight {
         then: Option<(WaiterId, Answer)>,
     },
     Shutdown,
+}
+
+impl Pending {
+    /// The hold a release or reconciliation is for.
+    pub(super) fn key(&self) -> Option<&HoldKey> {
+        match self {
+            Pending::Release { key, .. }
+            | Pending::Reconcile { key, .. }
+            | Pending::Settle { key } => Some(key),
+            _ => None,
+        }
+    }
 }
 
 impl LockState {
@@ -78,10 +97,27 @@ impl LockState {
 
     /// Starts the next round trip, when none is under way.
     pub(super) fn pump(&mut self) {
+        if self.stopped {
+            for pending in std::mem::take(&mut self.todo) {
+                if let Pending::Release {
+                    reply: Some(reply), ..
+                } = pending
+                {
+                    self.out
+                        .push(Effect::ReleaseDone(reply, Err(LockError::Shutdown)));
+                }
+            }
+            return;
+        }
         while self.flight.is_none() {
             let Some(next) = self.todo.pop_front() else {
                 return;
             };
+            if next.key().is_some_and(|key| self.is_unsure(key)) {
+                // Behind its holder's unresolved request (see `unsure`).
+                self.held_back.push(next);
+                continue;
+            }
             let (op, flight) = match next {
                 Pending::Attempt(id) => match self.attempt_op(id) {
                     Some(pair) => pair,
@@ -97,14 +133,26 @@ impl LockState {
                         None => continue,
                     }
                 }
-                Pending::Undo { key, lease } => (
-                    Op::Release {
-                        kind: key.1,
-                        holder: key.0,
-                        lease,
-                    },
-                    Flight::Undo,
-                ),
+                Pending::Settle { key } => match self.holds.get(&key) {
+                    Some(hold) => {
+                        let epoch = hold.epoch;
+                        self.todo.push_front(Pending::Reconcile { key, epoch });
+                        continue;
+                    }
+                    None => (
+                        Op::Settle {
+                            kind: key.1,
+                            holder: key.0.clone(),
+                            target: 0,
+                            lease: self.settings.watchdog_timeout,
+                        },
+                        Flight::Undo { key },
+                    ),
+                },
+                Pending::Resend(id) => match self.resend_op(id) {
+                    Some(pair) => pair,
+                    None => continue,
+                },
                 Pending::Reconcile { key, epoch } => {
                     let Some(hold) = self.hold_mut(&key, epoch) else {
                         continue;
@@ -123,12 +171,52 @@ impl LockState {
                 Pending::Shutdown { release } => (self.shutdown_op(release), Flight::Shutdown),
             };
             self.flight = Some(flight);
+            if op.latch().is_some() {
+                // Kept to be sent again as it is, should its reply never come.
+                self.sent = Some(op.clone());
+            }
             self.out.push(Effect::Run(op));
         }
     }
 
     fn attempt_op(&mut self, id: WaiterId) -> Option<(Op, Flight)> {
         let ttl_default = self.settings.watchdog_timeout;
+        let key = (
+            self.waiters.get(id)?.holder.clone(),
+            self.waiters.get(id)?.kind,
+        );
+        let blocked = self.unsure_error(&key).or_else(|| {
+            self.abandoned.contains(&key).then_some(LockError::Timeout {
+                op: "settling the holder's count",
+                after: Duration::ZERO,
+            })
+        });
+        if let Some(error) = blocked {
+            // Its holder's unresolved request goes first; its resolution wakes this one. A
+            // single attempt cannot wait for that: it fails as that request did.
+            if !self.waiters.get(id)?.may_wait() {
+                self.settle(id, Answer::Failed(error));
+            }
+            return None;
+        }
+        // A lease re-entry onto a hold the watchdog renews must not shorten the key's PTTL
+        // below the watchdog's schedule: the hold lives as long as the renewed one anyway.
+        let renewed = self.holds.get(&key).is_some_and(|h| h.watchdog);
+        let w = self.waiters.get(id)?;
+        let ttl = match w.lease {
+            Some(lease) if renewed => lease.max(ttl_default),
+            lease => lease.unwrap_or(ttl_default),
+        };
+        // A lease re-entry may shorten the key's PTTL as soon as it is sent, whether or not its
+        // reply comes: the hold counts as ending then at the latest.
+        let shortened = self
+            .holds
+            .get(&key)
+            .filter(|h| !h.watchdog && h.ends.is_some_and(|e| self.now + ttl < e))
+            .map(|h| h.lease);
+        if let Some(lease) = shortened {
+            self.expire_at(&key, lease, self.now + ttl);
+        }
         let w = self.waiters.get_mut(id)?;
         // A fair attempt that may wait can enqueue it, even one whose reply is lost: from now
         // on, giving up must leave the queue (leaving when not queued changes nothing).
@@ -136,11 +224,12 @@ impl LockState {
         let op = Op::Acquire {
             kind: w.kind,
             holder: w.holder.clone(),
-            ttl: w.lease.unwrap_or(ttl_default),
+            ttl,
             fair: FairArgs {
                 wait: w.fair_wait,
                 once: !w.may_wait(),
             },
+            latch: Latch::new(),
         };
         let flight = Flight::Attempt {
             id,
@@ -188,9 +277,11 @@ impl LockState {
                 .front()
                 .filter(|w| w.kind == key.1 && w.may_wait() && w.holder != key.0)
                 .map(|w| (w.id, (w.holder.clone(), w.kind), w.lease))
+                .filter(|(_, to, _)| !self.is_unsure(to) && !self.abandoned.contains(to))
         } else {
             None
         };
+        let latch = Latch::new();
         let op = match &to {
             Some((_, (to, _), to_lease)) => Op::HandOff {
                 kind: key.1,
@@ -198,11 +289,13 @@ impl LockState {
                 lease,
                 to: to.clone(),
                 to_lease: to_lease.unwrap_or(self.settings.watchdog_timeout),
+                latch,
             },
             None => Op::Release {
                 kind: key.1,
                 holder: key.0.clone(),
                 lease,
+                latch,
             },
         };
         let flight = Flight::Release {
@@ -218,11 +311,49 @@ impl LockState {
 
     fn shutdown_op(&mut self, release: bool) -> Op {
         let leave = self.fail_waiters();
+        // Requests still unresolved end here; what they may have taken is released with the
+        // holds (every count of a holder is this actor's, so releasing it all is exact).
+        let mut unsure: Vec<HoldKey> = Vec::new();
+        for pending in std::mem::take(&mut self.held_back) {
+            // Released below with everything else.
+            if let Pending::Release {
+                reply: Some(reply), ..
+            } = pending
+            {
+                self.out.push(Effect::ReleaseDone(reply, Ok(())));
+            }
+        }
+        for (id, u) in std::mem::take(&mut self.unsure) {
+            self.out.push(Effect::Cancel(Timer::Resend(id)));
+            unsure.extend(super::unsure::keys_of(&u.op));
+        }
+        // So do holders given up on whose count was still to be settled.
+        unsure.extend(self.abandoned.drain());
+        for pending in std::mem::take(&mut self.todo) {
+            match pending {
+                Pending::Settle { key } => unsure.push(key),
+                other => self.todo.push_back(other),
+            }
+        }
         let release = if release {
-            self.holds
+            let mut all: Vec<(HoldKey, Duration)> = self
+                .holds
                 .iter()
                 .map(|(key, h)| (key.clone(), h.lease))
-                .collect()
+                .collect();
+            // Their guards learn it now: the holds end with this round trip.
+            for (key, _) in &all {
+                if let Some(epoch) = self.holds.get(key).map(|h| h.epoch) {
+                    self.end_hold(key, epoch, Some(Loss::Shutdown));
+                }
+            }
+            let lease = self.settings.watchdog_timeout;
+            for key in unsure {
+                if !all.iter().any(|(k, _)| *k == key) {
+                    all.push((key, lease));
+                }
+            }
+            all
         } else {
             Vec::new()
         };

@@ -163,7 +163,9 @@ impl LockState {
         let idle = self.holds.is_empty()
             && self.waiters.is_empty()
             && self.todo.is_empty()
-            && self.flight.is_none();
+            && self.flight.is_none()
+            && self.unsure.is_empty()
+            && self.abandoned.is_empty();
         if !idle || !self.busy {
             return;
         }

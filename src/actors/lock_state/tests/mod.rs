@@ -2,7 +2,9 @@
 //! trips; the property test drives it with random event sequences and checks the invariants of
 //! the module doc after every step.
 
+mod model;
 mod property;
+mod simulation;
 
 use super::*;
 
@@ -218,19 +220,61 @@ fn a_fair_waiter_that_gives_up_leaves_the_queue_before_its_answer() {
     assert!(answered(&s.drain(), id));
 }
 
-#[test]
-fn an_acquire_of_unknown_outcome_is_undone_next() {
-    let mut s = state(LockKind::Reentrant);
-    s.request(req("a", Wait::Forever), Instant::now());
-    s.drain();
-    s.ran(Outcome::Acquire(Err(timeout())), Instant::now());
-    let fx = s.drain();
-    assert!(matches!(runs(&fx)[..], [Op::Release { .. }]), "{fx:?}");
-    assert!(fx.iter().any(|e| matches!(e, Effect::Arm(Timer::Retry, _))));
+fn latch_of(effects: &[Effect]) -> u64 {
+    match runs(effects)[..] {
+        [op] => op.latch().expect("a latched request").id,
+        _ => panic!("one round trip expected: {effects:?}"),
+    }
 }
 
 #[test]
-fn an_unconfirmed_release_is_settled_and_later_releases_join_it() {
+fn an_acquire_whose_reply_never_came_is_sent_again_with_its_latch() {
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Forever), Instant::now());
+    let latch = latch_of(&s.drain());
+    s.ran(Outcome::Acquire(Err(timeout())), Instant::now());
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty(), "nothing is guessed or undone: {fx:?}");
+    assert!(
+        !answered(&fx, id),
+        "a waiter that may wait waits for the resolution"
+    );
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Resend(l), _) if *l == latch))
+    );
+    s.fired(Timer::Resend(latch), Instant::now());
+    assert_eq!(
+        latch_of(&s.drain()),
+        latch,
+        "the same request, with its latch"
+    );
+    // Its latch replies as the first run did: it had acquired.
+    s.ran(acquired(), Instant::now());
+    assert!(granted(&s.drain(), id).is_some());
+}
+
+#[test]
+fn a_single_attempt_whose_reply_never_came_fails_now_and_is_resolved_behind() {
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::No), Instant::now());
+    let latch = latch_of(&s.drain());
+    s.ran(Outcome::Acquire(Err(timeout())), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Answer(i, Answer::Failed(_)) if *i == id))
+    );
+    s.fired(Timer::Resend(latch), Instant::now());
+    assert_eq!(latch_of(&s.drain()), latch);
+    // It had acquired: nobody takes the grant, so it is released.
+    s.ran(acquired(), Instant::now());
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Release { .. }]), "{fx:?}");
+}
+
+#[test]
+fn a_release_whose_reply_never_came_is_resolved_by_its_latch_not_by_counts() {
     let mut s = state(LockKind::Reentrant);
     let a = s.request(req("a", Wait::Forever), Instant::now());
     s.ran(acquired(), Instant::now());
@@ -239,36 +283,67 @@ fn an_unconfirmed_release_is_settled_and_later_releases_join_it() {
     s.ran(acquired(), Instant::now());
     s.drain();
     s.release(key.clone(), epoch, Some(1), Instant::now());
+    let first = latch_of(&s.drain());
     s.ran(Outcome::Release(Err(timeout())), Instant::now());
     let fx = s.drain();
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::ReleaseDone(1, Err(_))))
     );
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Reconcile(..), _)))
-    );
+    // The holder's other release waits behind it: one request of a holder at a time.
     s.release(key.clone(), epoch, Some(2), Instant::now());
+    assert!(runs(&s.drain()).is_empty());
+    // Sent again, the first replies what it did then (it had run: one hold left), and only
+    // then does the second go, with a latch of its own, and free the lock.
+    s.fired(Timer::Resend(first), Instant::now());
+    assert_eq!(latch_of(&s.drain()), first);
+    s.ran(
+        Outcome::Release(Ok(HandedOff::No(Released::StillHeld))),
+        Instant::now(),
+    );
+    let second = latch_of(&s.drain());
+    assert_ne!(first, second);
+    s.ran(
+        Outcome::Release(Ok(HandedOff::No(Released::Unlocked))),
+        Instant::now(),
+    );
     let fx = s.drain();
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::ReleaseDone(2, Ok(()))))
     );
-    assert!(runs(&fx).is_empty());
-    s.fired(Timer::Reconcile(key, epoch), Instant::now());
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Ended(e) if *e == epoch))
+    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::Idle)));
+}
+
+#[test]
+fn a_request_unresolved_past_the_watchdog_timeout_is_settled_by_count() {
+    let mut s = state(LockKind::Reentrant);
+    let t0 = Instant::now();
+    let a = s.request(req("a", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let (key, epoch) = granted(&s.drain(), a).expect("granted");
+    s.release(key.clone(), epoch, Some(1), t0);
+    let latch = latch_of(&s.drain());
+    s.ran(Outcome::Release(Err(timeout())), t0);
+    s.drain();
+    // Its latch might not outlive another try: given up, and settled by count instead.
+    let late = t0 + settings().watchdog_timeout;
+    s.fired(Timer::Resend(latch), late);
     let fx = s.drain();
     assert!(
         matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
         "{fx:?}"
     );
-    s.ran(Outcome::Settle(Ok(0)), Instant::now());
+    s.ran(Outcome::Settle(Ok(0)), late);
     let fx = s.drain();
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::Ended(e) if *e == epoch))
     );
-    assert!(matches!(fx.last(), Some(Effect::Idle)));
 }
 
 #[test]

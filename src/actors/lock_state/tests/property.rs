@@ -6,51 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 
 use super::super::*;
-use super::{SECOND, req, state, timeout};
-
-/// Redis as the scripts of one reentrant lock see it: who holds it, how often.
-#[derive(Default, Debug)]
-struct Redis {
-    owner: Option<(Arc<str>, u32)>,
-}
-
-impl Redis {
-    fn acquire(&mut self, holder: &Arc<str>) -> Attempt {
-        match &mut self.owner {
-            None => {
-                self.owner = Some((holder.clone(), 1));
-                Attempt::Acquired { token: None }
-            }
-            Some((h, n)) if h == holder => {
-                *n += 1;
-                Attempt::Acquired { token: None }
-            }
-            Some(_) => Attempt::Busy { ttl: Some(SECOND) },
-        }
-    }
-
-    fn release(&mut self, holder: &Arc<str>) -> Released {
-        match &mut self.owner {
-            Some((h, n)) if h == holder => {
-                *n -= 1;
-                if *n == 0 {
-                    self.owner = None;
-                    Released::Unlocked
-                } else {
-                    Released::StillHeld
-                }
-            }
-            _ => Released::NotHeld,
-        }
-    }
-
-    fn count(&self, holder: &Arc<str>) -> u32 {
-        match &self.owner {
-            Some((h, n)) if h == holder => *n,
-            _ => 0,
-        }
-    }
-}
+use super::model::Redis;
+use super::{SECOND, req, settings, state, timeout};
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -97,7 +54,6 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// The shell's side: what the effects did.
-#[derive(Default)]
 struct Shell {
     redis: Redis,
     flight: Option<Op>,
@@ -109,13 +65,33 @@ struct Shell {
     lost: BTreeSet<u64>,
     timers: BTreeMap<String, Timer>,
     subscribed: BTreeSet<String>,
-    messages: usize,
     next_reply: u64,
+}
+
+impl Default for Shell {
+    fn default() -> Self {
+        Self {
+            redis: Redis::new(&settings(), false),
+            flight: None,
+            waiting: BTreeSet::new(),
+            answered: BTreeSet::new(),
+            watched: BTreeSet::new(),
+            guards: Vec::new(),
+            lost: BTreeSet::new(),
+            timers: BTreeMap::new(),
+            subscribed: BTreeSet::new(),
+            next_reply: 0,
+        }
+    }
 }
 
 impl Shell {
     fn apply(&mut self, s: &mut LockState) -> Result<(), TestCaseError> {
+        let trace = std::env::var_os("LOCKMAN_TRACE").is_some();
         for e in s.drain() {
+            if trace {
+                eprintln!("  {e:?}");
+            }
             match e {
                 Effect::Run(op) => {
                     prop_assert!(self.flight.is_none(), "two round trips at once");
@@ -172,9 +148,9 @@ impl Shell {
         prop_assert!(holders.len() <= 1, "two local holders: {holders:?}");
         if let Some(h) = holders.iter().next() {
             prop_assert!(
-                self.redis.owner.as_ref().is_some_and(|(o, _)| &**o == *h),
+                self.redis.owner().is_some_and(|o| &**o == *h),
                 "{h} holds here but not in Redis ({:?})",
-                self.redis.owner
+                self.redis.counts
             );
         }
         if s.waiters.is_empty() {
@@ -188,55 +164,24 @@ impl Shell {
         let Some(op) = self.flight.take() else {
             return;
         };
-        let err = fail.then(timeout);
-        let outcome = match op {
-            Op::Acquire { holder, .. } => {
-                if err.is_none() || ran {
-                    let a = self.redis.acquire(&holder);
-                    Outcome::Acquire(err.map_or(Ok(a), Err))
-                } else {
-                    Outcome::Acquire(Err(timeout()))
-                }
+        // A reply lost on the way back (`ran`) or a request lost on the way there; only the
+        // latched requests are made to fail here.
+        let fail = fail && op.latch().is_some();
+        let outcome = if fail && !ran {
+            Outcome::Acquire(Err(timeout()))
+        } else {
+            self.redis.run(&op, Instant::now())
+        };
+        let outcome = match (fail, outcome) {
+            (true, Outcome::Acquire(_)) => Outcome::Acquire(Err(timeout())),
+            (true, Outcome::Release(_)) => Outcome::Release(Err(timeout())),
+            (_, outcome) => outcome,
+        };
+        let outcome = match (&op, outcome) {
+            (Op::Release { .. } | Op::HandOff { .. }, Outcome::Acquire(Err(e))) => {
+                Outcome::Release(Err(e))
             }
-            Op::Release { holder, .. } => {
-                let r = if err.is_none() || ran {
-                    self.redis.release(&holder)
-                } else {
-                    Released::NotHeld
-                };
-                if r == Released::Unlocked {
-                    self.messages += 1;
-                }
-                Outcome::Release(err.map_or(Ok(HandedOff::No(r)), Err))
-            }
-            Op::HandOff { from, to, .. } => {
-                let mut r = HandedOff::No(Released::NotHeld);
-                if err.is_none() || ran {
-                    r = HandedOff::No(self.redis.release(&from));
-                    if r == HandedOff::No(Released::Unlocked) {
-                        self.redis.owner = Some((to, 1));
-                        r = HandedOff::To { token: None };
-                    }
-                }
-                Outcome::Release(err.map_or(Ok(r), Err))
-            }
-            Op::LeaveQueue { .. } => Outcome::LeaveQueue(Ok(true)),
-            Op::Settle { holder, target, .. } => {
-                while self.redis.count(&holder) > target {
-                    if self.redis.release(&holder) == Released::Unlocked {
-                        self.messages += 1;
-                    }
-                }
-                Outcome::Settle(Ok(self.redis.count(&holder)))
-            }
-            Op::Shutdown { release, .. } => {
-                for ((holder, _), _) in release {
-                    while self.redis.count(&holder) > 0 {
-                        self.redis.release(&holder);
-                    }
-                }
-                Outcome::Shutdown
-            }
+            (_, outcome) => outcome,
         };
         s.ran(outcome, Instant::now());
     }
@@ -277,6 +222,9 @@ proptest! {
         let mut sh = Shell::default();
         let holders = ["a", "b", "c"];
         for step in steps {
+            if std::env::var_os("LOCKMAN_TRACE").is_some() {
+                eprintln!("{step:?}");
+            }
             match step {
                 Step::Request { holder, wait } => {
                     let wait = [Wait::No, Wait::Up(SECOND), Wait::Forever][wait as usize];
@@ -309,8 +257,8 @@ proptest! {
                     }
                 }
                 Step::Message => {
-                    if sh.messages > 0 {
-                        sh.messages -= 1;
+                    if sh.redis.published > 0 {
+                        sh.redis.published -= 1;
                         s.unlocked(false, "redisson_lock__channel:{name}", Instant::now());
                     }
                 }
@@ -319,8 +267,7 @@ proptest! {
                     if let Some(((holder, kind), epoch)) = pick(&sh.guards, which) {
                         // The key is gone from Redis (expired, deleted).
                         if sh.redis.count(&holder) > 0 {
-                            sh.redis.owner = None;
-                            sh.messages += 1;
+                            sh.redis.delete();
                         }
                         s.hold_lost(&(holder, kind), epoch, Instant::now());
                     }

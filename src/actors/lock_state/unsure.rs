@@ -1,0 +1,226 @@
+//! Requests whose reply never came (a time-out, a connection reset): they may or may not have
+//! run. Each is sent again, with the same latch, until Redis answers: a latched request replies
+//! as its first run did, so the state learns exactly what Redis counts and never takes back a
+//! hold by guessing from counts. Meanwhile other round trips of the name go on; a release of the
+//! same hold waits behind it (see `release_op`).
+//!
+//! Redis out of reach for longer than the watchdog timeout (a third of it for an acquire: see
+//! `horizon`): the request is given up. Its holder's
+//! count is then settled by reading it (`Op::Settle`) once no other request of that holder is
+//! unresolved, down to what this actor still grants, which is all the holder holds: every hold of
+//! a holder is its lock actor's.
+
+use std::time::{Duration, Instant};
+
+use super::round_trips::{Flight, Pending};
+use super::*;
+
+/// One request under resolution.
+#[derive(Debug)]
+pub(super) struct Unsure {
+    /// The request, sent again as it is.
+    pub op: Op,
+    /// What its outcome needs; `None` while it is under way again.
+    pub flight: Option<Flight>,
+    /// When its first reply went missing: the resolution gives up `horizon` later.
+    pub since: Instant,
+    pub failures: u32,
+    /// Why its reply is missing: what a single attempt of the same holder fails with meanwhile.
+    pub error: LockError,
+}
+
+impl LockState {
+    /// The reply of a latched request came: it is resolved.
+    pub(super) fn resolved(&mut self, op: &Op) {
+        let Some(latch) = op.latch() else {
+            return;
+        };
+        if self.unsure.remove(&latch.id).is_some() {
+            self.out.push(Effect::Cancel(Timer::Resend(latch.id)));
+            for key in keys_of(op) {
+                self.settle_if_clear(key);
+            }
+            // Waiters of the same holder were held back meanwhile.
+            self.wake_all();
+        }
+    }
+
+    /// The reply of `op` never came. Answers now what cannot wait for the resolution (a single
+    /// attempt, a release's caller), then sends it again after a backoff, or gives it up.
+    pub(super) fn unresolved(&mut self, op: Op, mut flight: Flight, error: LockError) {
+        let Some(id) = op.latch().map(|l| l.id) else {
+            return;
+        };
+        let now = self.now;
+        let (since, failures) = match self.unsure.get(&id) {
+            Some(u) => (u.since, u.failures + 1),
+            None => (now, 1),
+        };
+        let give_up = now.saturating_duration_since(since) >= self.horizon(&op);
+        tracing::warn!(lock = %self.name, %error, failures, give_up, "a request's reply never came");
+        // What cannot wait for the resolution is answered once the request is recorded (or
+        // given up), so that whatever runs next (a shutdown too) knows of it.
+        let (mut fail_waiter, mut watch) = (None, None);
+        let mut reply = None;
+        match &mut flight {
+            Flight::Attempt { id: waiter, .. } => match self.waiters.get(*waiter) {
+                Some(w) if !w.may_wait() => fail_waiter = Some(*waiter),
+                // It waits for the resolution, as for any other wake-up; a waiter that may wait
+                // goes on waiting also when its request is given up, and tries again once its
+                // holder's count is settled.
+                Some(_) => watch = Some(*waiter),
+                None => {}
+            },
+            Flight::Release { reply: r, .. } => reply = r.take(),
+            _ => {}
+        }
+        let attempt = matches!(flight, Flight::Attempt { .. });
+        if give_up {
+            self.unsure.remove(&id);
+            self.give_up_on(&op, flight);
+        } else {
+            self.out
+                .push(Effect::Arm(Timer::Resend(id), backoff(failures - 1)));
+            let unsure = Unsure {
+                op,
+                flight: Some(flight),
+                since,
+                failures,
+                error: error.clone(),
+            };
+            self.unsure.insert(id, unsure);
+        }
+        if let Some(reply) = reply {
+            self.out
+                .push(Effect::ReleaseDone(reply, Err(error.clone())));
+        }
+        if let Some(waiter) = watch {
+            self.watch_caller(waiter);
+        }
+        if let Some(waiter) = fail_waiter {
+            self.settle(waiter, Answer::Failed(error));
+        }
+        if attempt {
+            // A wake-up this attempt was part of goes on with the next waiter.
+            self.next_wake();
+        }
+    }
+
+    /// How long a request is sent again before it is given up. What an acquire or hand-off
+    /// grants has been counting down since its first run: resolved within a third of the
+    /// watchdog timeout, a watchdog hold still has two thirds of it for the Watchdog to take
+    /// over (it renews within half). A release grants nothing: a whole watchdog timeout.
+    fn horizon(&self, op: &Op) -> Duration {
+        let timeout = self.settings.watchdog_timeout;
+        match op {
+            Op::Acquire { .. } | Op::HandOff { .. } => timeout / 3,
+            _ => timeout,
+        }
+    }
+
+    /// The resend timer of request `id` fired: it goes first.
+    pub(super) fn resend(&mut self, id: u64) {
+        let expired = self
+            .unsure
+            .get(&id)
+            .is_some_and(|u| self.now.saturating_duration_since(u.since) >= self.horizon(&u.op));
+        if expired {
+            // Its latch may not outlive another try: given up.
+            if let Some(Unsure {
+                op,
+                flight: Some(flight),
+                ..
+            }) = self.unsure.remove(&id)
+            {
+                tracing::warn!(lock = %self.name, "a request's reply never came; given up");
+                self.give_up_on(&op, flight);
+                self.maybe_idle();
+                self.pump();
+            }
+            return;
+        }
+        if self.unsure.contains_key(&id) {
+            self.todo.push_front(Pending::Resend(id));
+            self.pump();
+        }
+    }
+
+    /// The request and its flight, to run again.
+    pub(super) fn resend_op(&mut self, id: u64) -> Option<(Op, Flight)> {
+        let u = self.unsure.get_mut(&id)?;
+        let flight = u.flight.take()?;
+        Some((u.op.clone(), flight))
+    }
+
+    /// The error of `key`'s unresolved request, if it has one.
+    pub(super) fn unsure_error(&self, key: &HoldKey) -> Option<LockError> {
+        self.unsure
+            .values()
+            .find(|u| keys_of(&u.op).any(|k| k == *key))
+            .map(|u| u.error.clone())
+    }
+
+    /// Whether a request of `key` is unresolved. Until none is, no other request of that holder
+    /// runs: its latch holds one request's reply, and a resend must find the holder's field as
+    /// its first run left it, so that an acquire can tell by the field whether what it took is
+    /// still there (`latch.lua`), and a release that never ran cannot take a hold granted after.
+    pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
+        self.unsure
+            .values()
+            .any(|u| keys_of(&u.op).any(|k| k == *key))
+    }
+
+    /// Redis stayed out of reach: what the request may have done to its holder's count is
+    /// settled by count, once nothing else of that holder is unresolved.
+    fn give_up_on(&mut self, op: &Op, flight: Flight) {
+        if let Flight::Release { key, epoch, .. } = &flight
+            && let Some(hold) = self.hold_mut(key, *epoch)
+        {
+            hold.unreleased += 1;
+        }
+        for key in keys_of(op) {
+            self.abandoned.insert(key.clone());
+            self.settle_if_clear(key);
+        }
+        // Waiters of the holder were held back meanwhile.
+        self.wake_all();
+    }
+
+    /// Once no request of `key` is unresolved: its releases held back meanwhile go on, and its
+    /// count is settled if a request of it was given up.
+    fn settle_if_clear(&mut self, key: HoldKey) {
+        if self.is_unsure(&key) {
+            return;
+        }
+        let (back, keep) = std::mem::take(&mut self.held_back)
+            .into_iter()
+            .partition(|p| p.key() == Some(&key));
+        self.held_back = keep;
+        self.todo.extend::<Vec<Pending>>(back);
+        if self.abandoned.contains(&key) {
+            self.todo.push_back(Pending::Settle { key });
+        }
+    }
+
+    /// `key`'s count is what this actor grants again: its waiters may go on.
+    pub(super) fn settled(&mut self, key: &HoldKey) {
+        if self.abandoned.remove(key) {
+            self.out.push(Effect::Cancel(Timer::Settle(key.clone())));
+            self.wake_all();
+        }
+    }
+}
+
+/// The holds a request may change: its holder's, and a hand-off's next holder's.
+pub(super) fn keys_of(op: &Op) -> impl Iterator<Item = HoldKey> {
+    let (first, second) = match op {
+        Op::Acquire { kind, holder, .. } | Op::Release { kind, holder, .. } => {
+            (Some((holder.clone(), *kind)), None)
+        }
+        Op::HandOff { kind, from, to, .. } => {
+            (Some((from.clone(), *kind)), Some((to.clone(), *kind)))
+        }
+        _ => (None, None),
+    };
+    first.into_iter().chain(second)
+}
