@@ -34,11 +34,9 @@
 //!
 //! `LockManager::start` works inside an actix System (actix-web, `#[actix_rt::main]`), where
 //! the actors run on the current arbiter, and from a plain `#[tokio::main]` program, where lockman
-//! runs them on an actix System of its own, on a background thread. Either way an uncontended
-//! reentrant acquire costs about the two scripts alone: when its name has no lock actor, the
-//! handle sends the acquire script itself, on the caller's runtime, and the guard releases with
-//! one script. Only a contended name's requests go to its lock actor (from plain tokio, a hop to
-//! lockman's thread and back).
+//! runs them on an actix System of its own, on a background thread. Either way every acquire and
+//! release is a message to the lock actor of its name, which runs the script (from plain tokio, a
+//! hop to lockman's thread and back).
 //!
 //! ## Deployments
 //!
@@ -80,11 +78,10 @@
 //! | [`FairLock`], [`ReadWriteLock`], [`FencedLock`] (`lock/*`) | the other kinds: `Lock` with another [`LockKind`] |
 //! | [`Acquire`], [`Release`], [`Grant`] (`actors::messages`, `actors::grant`) | the public messages and the hold they grant; actix users may send them to a [`LockActor`] |
 //! | `Registry` (`actors::registry`) | lock name → its lock actor, started on demand |
-//! | `lock::direct`, `actors::direct` | the uncontended path: a handle's own acquire script while its name has no lock actor; one path per holder at a time |
-//! | [`LockActor`] (`actors::lock_actor`) | one per busy name: the shell that runs its `LockState`'s effects; stops when idle |
-//! | `LockState` (`actors::lock_state`) | the rules of one name, pure: waiters, holds, hand-offs, retries; events in, effects out |
+//! | [`LockActor`] (`actors::lock_actor`) | one per name in use: the shell that runs its `LockState`'s effects; every acquire and release of the name goes through it; stops when idle |
+//! | `LockState` (`actors::lock_state`) | the rules of one name, pure: waiters, holds, hand-offs, retries, requests of unknown outcome resent; events in, effects out |
 //! | `PubSubActor` (`actors::pubsub`) | the pub/sub connection; routes unlock messages; supervised |
-//! | `Watchdog` (`actors::watchdog`) | batched renewal of every hold without a lease (lock actors' and direct ones); supervised |
+//! | `Watchdog` (`actors::watchdog`) | batched renewal of every lock actor's holds without a lease; supervised |
 //! | `FailoverWatch` (`actors::failover`) | with Sentinel: follows the primary, moves the others; supervised |
 //! | `scripts` (`*.lua`, `scripts::commands`, `scripts::kind`) | the protocol: one Lua script per operation, by EVALSHA |
 //! | `scripts::conn` | the command connections; replica sync; the start-time ACL check |
@@ -99,7 +96,13 @@
 //! Dependencies point one way: handles (`manager`, `lock`, `compose`) → `actors` → protocol
 //! (`scripts`, `keys`) → connections (`connect`, `cluster`, `subscription`) → redis. Nothing under
 //! `actors` knows the handles: a lock actor replies a [`Grant`], which the handle wraps into a
-//! [`LockGuard`]; a direct hold is a `Grant` without an actor.
+//! [`LockGuard`], and the guard's release is a [`Release`] to that same actor. Handles share
+//! nothing with the actors but messages and the lost signal a grant carries.
+//!
+//! A request whose reply never came (a time-out, a reset connection, a caller gone mid-trip) is
+//! resent with the same request id: every lock script records its outcome under that id for a
+//! while and answers a resend with it, so a retry never counts a hold twice and never releases
+//! someone else's (`docs/protocol.md`, "Request latches").
 //!
 //! [actix]: https://docs.rs/actix
 //! [Redisson]: https://redisson.org

@@ -72,6 +72,22 @@ fn every_fault_at_least_once_and_nothing_unexplained() {
     for (kind, count) in summary["acquired"].as_object().expect("by kind") {
         assert!(n(count) > 0, "no {kind} was ever acquired: {show}");
     }
+    // The ways users take a lock that the two-holder defect of nested holds hid behind.
+    for pattern in [
+        "nested_holds",
+        "clones_at_once",
+        "shutdowns_while_acquiring",
+    ] {
+        assert!(
+            n(&summary["patterns"][pattern]) > 0,
+            "{pattern} never ran: {show}"
+        );
+    }
+    assert_eq!(
+        n(&summary["patterns"]["shutdown_left_a_live_guard"]),
+        0,
+        "{show}"
+    );
     assert_eq!(n(&summary["violations"]["unexplained"]), 0, "{show}");
     assert_eq!(n(&summary["fenced_writes"]["stale_accepted"]), 0, "{show}");
     assert!(n(&summary["fenced_writes"]["accepted"]) > 0, "{show}");

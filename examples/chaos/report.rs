@@ -47,6 +47,9 @@ pub fn print_table(s: &Value) {
         "lost signal, yet release worked",
         &s["lost"]["reported_but_released"],
     );
+    for (k, v) in s["patterns"].as_object().into_iter().flatten() {
+        row(&format!("pattern {k}"), v);
+    }
     row("stuck waiters", &s["stuck_waiters"]);
     row("locks left behind", &s["leftover_locks"]);
     row("worker crashes", &s["worker_crashes"]);

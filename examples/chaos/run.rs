@@ -413,6 +413,8 @@ impl Runner {
             .query(&mut conn)
             .unwrap_or_default();
         let ok = violations["unexplained"] == 0
+            && get("shutdown:live_guard") == 0
+            && get("shutdown:task_panicked") == 0
             && get("checker_error") == 0
             && stale == 0
             && stuck == 0
@@ -450,6 +452,17 @@ impl Runner {
                 "reported_by_guard": get("lost:reported"),
                 "found_at_release": get("lost:found_at_release"),
                 "reported_but_released": get("lost:reported_but_released"),
+            },
+            "patterns": {
+                "nested_holds": get("pattern:nested"),
+                "clones_at_once": get("pattern:clones"),
+                "reentry_refused": get("pattern:reentry_refused"),
+                "lost_with_twin_release": get("pattern:lost_with_twin"),
+                "shutdowns_while_acquiring": get("pattern:shutdown"),
+                "shutdown_left_a_live_guard": get("shutdown:live_guard"),
+                "shutdown_other_error": get("shutdown:other_error"),
+                "shutdown_task_panicked": get("shutdown:task_panicked"),
+                "shutdown_left_held": get("shutdown:left_held"),
             },
             "faults": self.faults,
             "kill_holder_inside": self.killed_inside,

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockman::{
-    CompositeGuard, Config, FencedGuard, LockError, LockGuard, LockManager, MultiLock, RedLock,
+    CompositeGuard, Config, FencedGuard, Lock, LockError, LockGuard, LockManager, MultiLock,
+    RedLock,
 };
 use redis::aio::MultiplexedConnection;
 
@@ -114,6 +115,7 @@ async fn run(args: Args) {
             task,
             lock: lock.clone(),
             red: red.clone(),
+            lock_config: config(&args.lock_url),
             checker: checker.clone(),
             settings,
             deadline,
@@ -145,6 +147,8 @@ struct Ctx {
     task: u64,
     lock: LockManager,
     red: Vec<LockManager>,
+    /// For the short-lived managers shut down while their tasks acquire.
+    lock_config: Config,
     checker: MultiplexedConnection,
     settings: Settings,
     deadline: Instant,
@@ -237,24 +241,28 @@ impl Ctx {
             return counts;
         }
         let wait = self.settings.wait;
-        let held =
-            match tokio::time::timeout(wait + STUCK_AFTER, self.acquire(kind, names, wait)).await {
-                Err(_) => {
-                    count!(format!("stuck:{}", kind.name()));
-                    return counts;
-                }
-                Ok(Err(e)) => {
-                    count!(format!("acquire_error:{}", kind.name()));
-                    self.note_error(kind, "acquire", &e).await;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    return counts;
-                }
-                Ok(Ok(None)) => {
-                    count!(format!("timed_out:{}", kind.name()));
-                    return counts;
-                }
-                Ok(Ok(Some(held))) => held,
-            };
+        if kind == Kind::Lock && rng.below(100) == 0 {
+            counts.extend(self.shut_down_while_acquiring(&names[0], rng).await);
+            return counts;
+        }
+        let acquire = self.acquire(kind, names, wait, rng, &mut counts);
+        let held = match tokio::time::timeout(wait + STUCK_AFTER, acquire).await {
+            Err(_) => {
+                count!(format!("stuck:{}", kind.name()));
+                return counts;
+            }
+            Ok(Err(e)) => {
+                count!(format!("acquire_error:{}", kind.name()));
+                self.note_error(kind, "acquire", &e).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return counts;
+            }
+            Ok(Ok(None)) => {
+                count!(format!("timed_out:{}", kind.name()));
+                return counts;
+            }
+            Ok(Ok(Some(held))) => held,
+        };
         let token = match &held {
             Held::Fenced(g) => g.token() as i64,
             _ => -1,
@@ -276,7 +284,12 @@ impl Ctx {
             count!("checker_error".into());
         }
         // The critical section: mostly short, now and then long enough to be frozen inside.
+        // A hold whose twin was just released stays inside long enough, now and then, for a
+        // background correction of the holder's count (what the removed direct path did within
+        // a second) to happen while it is inside.
+        let twinned = counts.iter().any(|(k, _)| k == "pattern:twin_released");
         let work = match rng.below(50) {
+            0..=15 if twinned => Duration::from_millis(300 + rng.below(1000)),
             0 => Duration::from_millis(20 + rng.below(150)),
             _ => Duration::from_micros(rng.below(1000)),
         };
@@ -320,11 +333,13 @@ impl Ctx {
         kind: Kind,
         names: &[String],
         wait: Duration,
+        rng: &mut Rng,
+        counts: &mut Vec<(String, i64)>,
     ) -> Result<Option<Held>, LockError> {
         let name = names[0].as_str();
         let guard = |g: Option<LockGuard>| g.map(Held::Guard);
         Ok(match kind {
-            Kind::Lock => guard(self.lock.lock(name).try_acquire_for(wait).await?),
+            Kind::Lock => guard(self.take_lock(name, wait, rng, counts).await?),
             Kind::Fair => guard(self.lock.fair_lock(name).try_acquire_for(wait).await?),
             Kind::Read => guard(
                 self.lock
@@ -359,6 +374,113 @@ impl Ctx {
         })
     }
 
+    /// A reentrant lock taken the ways users take one: a bounded wait, one attempt, an
+    /// `acquire()` cancelled at the wait's end, with a lease or the watchdog; now and then two
+    /// holds of one holder (nested on one handle, or two clones of it at once, mixing a lease and
+    /// the watchdog) of which one is released or dropped before the critical section, which then
+    /// runs on the other alone. A re-entry that is refused, or a hold that reports itself lost
+    /// right after its twin's release, is counted.
+    async fn take_lock(
+        &self,
+        name: &str,
+        wait: Duration,
+        rng: &mut Rng,
+        counts: &mut Vec<(String, i64)>,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let lock = self.lock.lock(name);
+        let lease = self.settings.lease;
+        let first = Take::pick(rng, lease);
+        let (kept, twin) = match rng.below(10) {
+            0..=5 => (first.run(&lock, wait).await?, None),
+            6..=7 => {
+                counts.push(("pattern:nested".into(), 1));
+                let Some(outer) = first.run(&lock, wait).await? else {
+                    return Ok(None);
+                };
+                // The other mode inside: a lease inside a watchdog hold, or the reverse.
+                let inner = match first.lease {
+                    Some(_) => lock.try_acquire().await,
+                    None => lock.try_acquire_with_lease(Duration::ZERO, lease).await,
+                };
+                match inner {
+                    Ok(Some(inner)) => (Some(outer), Some(inner)),
+                    Ok(None) => {
+                        counts.push(("pattern:reentry_refused".into(), 1));
+                        (Some(outer), None)
+                    }
+                    Err(_) => (Some(outer), None),
+                }
+            }
+            _ => {
+                counts.push(("pattern:clones".into(), 1));
+                let clone = lock.clone();
+                let second = Take::pick(rng, lease);
+                let (a, b) = tokio::join!(first.run(&lock, wait), second.run(&clone, wait));
+                match (a, b) {
+                    (Ok(Some(a)), Ok(Some(b))) => (Some(a), Some(b)),
+                    (Ok(Some(g)), _) | (_, Ok(Some(g))) => (Some(g), None),
+                    (Err(e), _) | (_, Err(e)) => return Err(e),
+                    _ => (None, None),
+                }
+            }
+        };
+        let (mut kept, mut twin) = match (kept, twin) {
+            (Some(kept), Some(twin)) => (kept, twin),
+            (kept, _) => return Ok(kept),
+        };
+        if rng.below(2) == 0 {
+            std::mem::swap(&mut kept, &mut twin);
+        }
+        // The twin goes first, released or dropped; the kept hold must still exclude others.
+        counts.push(("pattern:twin_released".into(), 1));
+        let lost_before = kept.is_lost();
+        if rng.below(2) == 0 {
+            let _ = twin.release().await;
+        } else {
+            drop(twin);
+            tokio::task::yield_now().await;
+        }
+        if !lost_before && kept.is_lost() {
+            counts.push(("pattern:lost_with_twin".into(), 1));
+        }
+        Ok(Some(kept))
+    }
+
+    /// A manager of its own, shut down while two of its tasks acquire (one `acquire()`, one
+    /// bounded wait): each must end with `Shutdown`, no guard, or a guard that says it is lost,
+    /// and the holder must hold nothing in Redis once `shutdown` returned.
+    async fn shut_down_while_acquiring(&self, name: &str, rng: &mut Rng) -> Vec<(String, i64)> {
+        let mut counts = vec![("pattern:shutdown".to_string(), 1)];
+        let Ok(manager) = LockManager::start(self.lock_config.clone()).await else {
+            return counts;
+        };
+        let lock = manager.lock(name);
+        let holder = lock.holder_id();
+        let wait = self.settings.wait;
+        let (a, b) = (lock.clone(), lock.clone());
+        let first = tokio::spawn(async move { a.acquire().await.map(Some) });
+        let second = tokio::spawn(async move { b.try_acquire_for(wait).await });
+        tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
+        manager.shutdown().await;
+        for task in [first, second] {
+            match task.await {
+                Ok(Ok(Some(g))) if !g.is_lost() => {
+                    counts.push(("shutdown:live_guard".into(), 1));
+                }
+                Ok(Ok(_) | Err(LockError::Shutdown)) => {}
+                Ok(Err(_)) => counts.push(("shutdown:other_error".into(), 1)),
+                Err(_) => counts.push(("shutdown:task_panicked".into(), 1)),
+            }
+        }
+        // What shutdown left in Redis for this holder (it releases every hold it knows).
+        if let Ok(info) = self.lock.describe(name).await
+            && info.holders.iter().any(|h| h.holder == holder)
+        {
+            counts.push(("shutdown:left_held".into(), 1));
+        }
+        counts
+    }
+
     async fn note_error(&mut self, kind: Kind, op: &str, e: &LockError) {
         let _: Result<(), _> = redis::pipe()
             .rpush("errors", format!("{} {op}: {e}", kind.name()))
@@ -367,6 +489,56 @@ impl Ctx {
             .ignore()
             .query_async(&mut self.checker)
             .await;
+    }
+}
+
+/// One way to take a reentrant lock.
+#[derive(Clone, Copy)]
+struct Take {
+    how: How,
+    lease: Option<Duration>,
+}
+
+#[derive(Clone, Copy)]
+enum How {
+    /// `try_acquire_for(wait)` / `try_acquire_with_lease(wait, lease)`.
+    Bounded,
+    /// `try_acquire()` / `try_acquire_with_lease(0, lease)`: one attempt.
+    Once,
+    /// `acquire()` / `acquire_with_lease(lease)`, dropped at the wait's end.
+    Cancelled,
+}
+
+impl Take {
+    fn pick(rng: &mut Rng, lease: Duration) -> Self {
+        let how = match rng.below(4) {
+            0 => How::Once,
+            1 => How::Cancelled,
+            _ => How::Bounded,
+        };
+        let lease = (rng.below(3) == 0).then_some(lease);
+        Self { how, lease }
+    }
+
+    async fn run(self, lock: &Lock, wait: Duration) -> Result<Option<LockGuard>, LockError> {
+        match (self.how, self.lease) {
+            (How::Bounded, None) => lock.try_acquire_for(wait).await,
+            (How::Bounded, Some(lease)) => lock.try_acquire_with_lease(wait, lease).await,
+            (How::Once, None) => lock.try_acquire().await,
+            (How::Once, Some(lease)) => lock.try_acquire_with_lease(Duration::ZERO, lease).await,
+            (How::Cancelled, lease) => {
+                let acquire = async {
+                    match lease {
+                        None => lock.acquire().await,
+                        Some(lease) => lock.acquire_with_lease(lease).await,
+                    }
+                };
+                match tokio::time::timeout(wait, acquire).await {
+                    Ok(result) => result.map(Some),
+                    Err(_) => Ok(None),
+                }
+            }
+        }
     }
 }
 

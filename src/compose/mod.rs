@@ -90,7 +90,7 @@ impl CompositeGuard {
     ///
     /// # Errors
     /// The first member's error when fewer than the quorum were released cleanly (for a MultiLock:
-    /// when any member failed). Members that failed are settled in the background, as for
+    /// when any member failed). Members whose release failed are sent again in the background, as for
     /// [`LockGuard::release`].
     pub async fn release(self) -> Result<(), LockError> {
         let results = join_all(self.guards.into_iter().map(LockGuard::release)).await;

@@ -44,9 +44,10 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`LockError::NotHeld`] when the lock was lost meanwhile. On a Redis error or time-out the
-    /// release may or may not have run: lockman settles it in the background (it reads the
-    /// holder's count, then releases what is still due, retrying with backoff), so the hold never
-    /// stays renewed. A guard dropped without `release` goes the same way.
+    /// release may or may not have run: its lock actor sends the same request again in the
+    /// background until Redis answers (the script recognises a request it already ran and
+    /// replies as it did), so the hold is released exactly once and never stays renewed. A guard
+    /// dropped without `release` goes the same way.
     ///
     /// A hold is released once: `release` takes the guard, so a second call does not compile.
     ///
