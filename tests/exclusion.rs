@@ -210,3 +210,36 @@ async fn clones_mixing_lease_and_watchdog_holds_exclude_other_holders() {
     let exists: bool = conn.clone().exists("mixed").await.unwrap();
     assert!(!exists, "nothing left behind");
 }
+
+/// Two clones of one handle (one holder) ask at once for a free lock, with and without a lease:
+/// the second is a re-entry of the first's hold and is granted as soon as the first is, not
+/// after its wait runs out; Redis then counts two holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clones_asking_at_once_are_both_granted_at_once() {
+    let server = RedisServer::start();
+    let manager = LockManager::start(Config::new(server.url())).await.unwrap();
+    let mut raw = server.async_conn().await;
+    for round in 0..20u32 {
+        let lock = manager.lock("clones");
+        let clone = lock.clone();
+        let wait = Duration::from_secs(3);
+        let started = std::time::Instant::now();
+        let (a, b) = tokio::join!(
+            lock.try_acquire_for(wait),
+            clone.try_acquire_with_lease(wait, Duration::from_secs(10))
+        );
+        let took = started.elapsed();
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert!(a.is_some() && b.is_some(), "round {round}: both granted");
+        assert!(
+            took < Duration::from_secs(1),
+            "round {round}: took {took:?}"
+        );
+        let count: u32 = raw.hget("clones", lock.holder_id()).await.unwrap();
+        assert_eq!(count, 2, "round {round}");
+        a.unwrap().release().await.unwrap();
+        b.unwrap().release().await.unwrap();
+        let exists: bool = raw.exists("clones").await.unwrap();
+        assert!(!exists, "round {round}");
+    }
+}

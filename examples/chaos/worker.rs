@@ -285,11 +285,11 @@ impl Ctx {
         }
         // The critical section: mostly short, now and then long enough to be frozen inside.
         // A hold whose twin was just released stays inside long enough, now and then, for a
-        // background correction of the holder's count (what the removed direct path did within
-        // a second) to happen while it is inside.
+        // background correction of the holder's count (what the removed direct path did) to
+        // happen while it is inside.
         let twinned = counts.iter().any(|(k, _)| k == "pattern:twin_released");
         let work = match rng.below(50) {
-            0..=15 if twinned => Duration::from_millis(300 + rng.below(1000)),
+            0..=4 if twinned => Duration::from_millis(100 + rng.below(500)),
             0 => Duration::from_millis(20 + rng.below(150)),
             _ => Duration::from_micros(rng.below(1000)),
         };
