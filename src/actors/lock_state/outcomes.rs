@@ -97,7 +97,19 @@ impl LockState {
         if let Some(w) = self.waiters.get(id) {
             let waited = started.saturating_duration_since(w.since);
             tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
+            // The holder's other local waiters (clones of its handle) re-enter now rather than
+            // at some later wake-up: for a fair lock none would come, since the holder's turn
+            // in the Redis queue went with this grant.
+            let twins: Vec<WaiterId> = self
+                .waiters
+                .iter()
+                .filter(|t| t.id != id && t.holder == key.0 && t.kind == key.1)
+                .map(|t| t.id)
+                .collect();
             self.settle(id, Answer::Granted { key, epoch, token });
+            for twin in twins {
+                self.attempt(twin);
+            }
         } else {
             self.todo.push_back(Pending::Release {
                 key,
