@@ -107,10 +107,36 @@ async fn every_kind_reports_a_lost_lock() {
         tokio::time::timeout(WATCHDOG, g.lost())
             .await
             .unwrap_or_else(|_| panic!("{kind} not reported lost"));
+        // The lock actor has forgotten the hold: the release says so, for every kind.
+        let released = g.release().await;
         assert!(
-            matches!(g.release().await, Err(LockError::NotHeld { .. }) | Ok(())),
-            "{kind}"
+            matches!(released, Err(LockError::NotHeld { .. })),
+            "{kind}: {released:?}"
         );
+        let left: i64 = raw.exists("lost").await.unwrap();
+        assert_eq!(left, 0, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn every_kind_refuses_to_release_a_deleted_lock() {
+    // Released at once, before the watchdog's next renewal as a rule: the release script itself
+    // finds no hold.
+    let server = RedisServer::start();
+    let mut raw = server.async_conn().await;
+    let mgr = manager(&server).await;
+    let mut all = kinds(&mgr, "deleted");
+    all.push(("read", mgr.read_write_lock("deleted").read().into()));
+    for (kind, lock) in all {
+        let g = lock.acquire().await.unwrap();
+        let _: () = raw.del("deleted").await.unwrap();
+        let released = g.release().await;
+        assert!(
+            matches!(released, Err(LockError::NotHeld { .. })),
+            "{kind}: {released:?}"
+        );
+        let left: i64 = raw.exists("deleted").await.unwrap();
+        assert_eq!(left, 0, "{kind}");
     }
 }
 

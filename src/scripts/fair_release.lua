@@ -3,9 +3,10 @@
 -- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
 -- ARGV[1]: the message ("0"); ARGV[2]: lease in ms to restore; ARGV[3]: holder; ARGV[4]: now;
 -- ARGV[5]: the publish command.
--- Reply: 1 when the key is gone (deleted now, or already: a release of a gone fair lock
---        succeeds) and the head waiter was woken on its own channel; 0 when holds remain;
---        nil when the holder has no field.
+-- Reply: 1 when this release deleted the key and woke the head waiter on its own channel; 0
+--        when holds remain; nil when the holder has no field, or the key is gone already (the
+--        head is woken then too, as Redisson's script does, which replies 1 there: lockman's
+--        reply tells the caller that its hold was gone).
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 local function wake_head()
     local head = redis.call('lindex', KEYS[2], 0)
@@ -15,7 +16,7 @@ local function wake_head()
 end
 if redis.call('exists', KEYS[1]) == 0 then
     wake_head()
-    return 1
+    return nil
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
     return nil
