@@ -71,7 +71,13 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
     );
 
     // ---- A forced failover, with a hold and a waiter in place.
-    let held = a.lock("wake").acquire().await.unwrap();
+    // A lease far past the 4 s bound below: the waiter's own retry (at the lock's TTL) cannot
+    // be what wakes it, only the unlock message on the new primary can.
+    let held = a
+        .lock("wake")
+        .acquire_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
     let waiter = b.lock("wake");
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -171,19 +171,25 @@ impl RedisServer {
         );
     }
 
-    /// Blocks the server for `seconds` (DEBUG SLEEP, from a thread): it answers nothing meanwhile,
-    /// then runs what queued up. Join the handle to wait for the end.
+    /// Stalls the server for `seconds`: it answers no client meanwhile, then runs what queued
+    /// up. `CLIENT PAUSE … ALL` replies once the pause is in effect, so the stall has begun
+    /// when this returns (a `DEBUG SLEEP` sent from a thread gives no such sign). The handle
+    /// ends when the server answers again.
     pub fn stall(&self, seconds: f64) -> std::thread::JoinHandle<()> {
         let mut conn = self.conn();
-        let stall = std::thread::spawn(move || {
-            redis::cmd("DEBUG")
-                .arg("SLEEP")
-                .arg(seconds)
+        let millis = (seconds * 1000.0).round() as u64;
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(millis)
+            .arg("ALL")
+            .query::<()>(&mut conn)
+            .expect("CLIENT PAUSE");
+        // This connection is paused too: its PING is answered when the stall ends.
+        std::thread::spawn(move || {
+            redis::cmd("PING")
                 .query::<()>(&mut conn)
-                .expect("DEBUG SLEEP")
-        });
-        std::thread::sleep(Duration::from_millis(50)); // it has begun
-        stall
+                .expect("PING after the stall")
+        })
     }
 
     /// Whether the process is running.
