@@ -18,7 +18,7 @@ use lockman::{
     Acquire, Config, LockError, LockKind, LockManager, MultiLock, RedLock, Release, Wait,
 };
 use redis::Commands;
-use support::{Options, RedisServer};
+use support::{Options, RedisServer, closed_port};
 
 /// What a row must come to.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -675,11 +675,6 @@ fn digest(env: &Env) -> String {
         digest.push_str(&format!("{key}={value:?}@{expires};"));
     }
     digest
-}
-
-fn closed_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
 }
 
 /// A server that answers every connection with an HTTP error, as a web server on the wrong

@@ -302,10 +302,7 @@ async fn unlock_force_wakes_a_waiter() {
 
 #[test]
 fn an_unreachable_server_is_one_line_and_its_own_code() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = support::closed_port();
     let out = Command::new(LOCKMAN)
         .args([
             "--url",

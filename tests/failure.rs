@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
@@ -20,11 +19,7 @@ fn config(server: &RedisServer) -> Config {
 
 #[tokio::test]
 async fn an_unreachable_server_fails_within_the_connect_timeout() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::closed_port();
     let started = Instant::now();
     let config = Config::new(format!("redis://127.0.0.1:{port}/0"))
         .connect_timeout(Duration::from_millis(500));

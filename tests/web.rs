@@ -85,10 +85,7 @@ fn sample(metrics: &str, series: &str) -> f64 {
 #[test]
 fn concurrent_deposits_lose_nothing_and_busy_ones_get_409() {
     let redis = RedisServer::start();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = support::free_port();
     let _server = Server(
         Command::new(example())
             .args(["--port", &port.to_string(), "--wait-ms", "40"])

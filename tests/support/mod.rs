@@ -280,17 +280,38 @@ fn ping(client: &redis::Client, limit: Duration) -> bool {
         .is_ok_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok())
 }
 
-/// A free loopback port below 55536 whose port + 10000 is free too: a cluster node's bus
-/// listens there.
-fn free_port() -> u16 {
+/// Ports handed out in this process (each server's port and its cluster bus port), never handed
+/// out twice: the OS may offer a port again once the probe below has closed it, and a server
+/// stopped to be restarted on its port, or a port kept closed on purpose, leaves it unbound for a
+/// while. No other server of this process can take such a port.
+static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// A free loopback port below 55536 whose port + 10000 is free too (a cluster node's bus listens
+/// there), and that this process has not handed out before.
+pub fn free_port() -> u16 {
     for _ in 0..1000 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
         let port = listener.local_addr().expect("local addr").port();
-        if port < 55536 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+        if port >= 55536 {
+            continue;
+        }
+        let mut taken = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if taken.contains(&port) || taken.contains(&(port + 10000)) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            taken.insert(port);
+            taken.insert(port + 10000);
             return port;
         }
     }
     panic!("no free port pair below 55536");
+}
+
+/// A loopback port nothing listens on, and that no server of this process will ever take.
+pub fn closed_port() -> u16 {
+    free_port()
 }
 
 fn read_log(path: &PathBuf) -> String {
