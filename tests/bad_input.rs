@@ -33,6 +33,8 @@ enum Outcome {
     Shutdown,
     ReadOnly,
     OutOfMemory,
+    /// Redis refused the command with an error of its own, passed on as `LockError::Redis`.
+    Redis,
 }
 
 impl Outcome {
@@ -47,6 +49,7 @@ impl Outcome {
             Err(LockError::Shutdown) => Self::Shutdown,
             Err(LockError::ReadOnly { .. }) => Self::ReadOnly,
             Err(LockError::OutOfMemory { .. }) => Self::OutOfMemory,
+            Err(LockError::Redis { .. }) => Self::Redis,
             Err(_) => return None,
         })
     }
@@ -451,6 +454,225 @@ fn table() -> Vec<Row> {
                 Ok(())
             }
         ),
+        // Locks of one name, of two kinds, or bent out of shape.
+        row!(
+            "one name, two kinds at once",
+            WrongType,
+            "a read-write lock's hash (with `mode`) and the others' (without) refuse each other: \
+             joining would let two holders in",
+            |env| {
+                let (a, b) = (env.manager().await, env.manager().await);
+                let held = a.lock("k").acquire().await?;
+                let before = digest(env);
+                let on_reentrant = [
+                    b.read_write_lock("k")
+                        .read()
+                        .try_acquire_for(WAIT)
+                        .await
+                        .map(drop),
+                    b.read_write_lock("k")
+                        .write()
+                        .try_acquire_for(WAIT)
+                        .await
+                        .map(drop),
+                    a.read_write_lock("k")
+                        .read()
+                        .try_acquire_for(WAIT)
+                        .await
+                        .map(drop),
+                ];
+                assert_eq!(digest(env), before, "the reentrant hold is untouched");
+                held.release().await?;
+                let reading = a.read_write_lock("k").read().acquire().await?;
+                let before = digest(env);
+                let on_read = [
+                    b.lock("k").try_acquire_for(WAIT).await.map(drop),
+                    b.fair_lock("k").try_acquire_for(WAIT).await.map(drop),
+                    b.fenced_lock("k").try_acquire_for(WAIT).await.map(drop),
+                    a.lock("k").try_acquire_for(WAIT).await.map(drop),
+                ];
+                assert_eq!(digest(env), before, "the read hold is untouched");
+                reading.release().await?;
+                all_wrong_type(on_reentrant.into_iter().chain(on_read))
+            }
+        ),
+        row!(
+            "a holder's count that is not an integer",
+            Redis,
+            "HINCRBY refuses it: Redis's error is passed on and nothing changes",
+            |env| {
+                let mgr = env.manager().await;
+                let lock = mgr.lock("odd");
+                let _: () = env.raw().hset("odd", lock.holder_id(), "x").expect("HSET");
+                let _: () = env.raw().pexpire("odd", 60_000).expect("PEXPIRE");
+                let before = digest(env);
+                let res = lock.try_acquire_for(WAIT).await.map(drop);
+                assert_eq!(digest(env), before);
+                let _: () = env.raw().del("odd").expect("DEL");
+                res
+            }
+        ),
+        row!(
+            "another holder's field that is not a count",
+            Works,
+            "a lock held by someone else: waited for, None at the deadline, left as it is",
+            with_odd_locks,
+            |env| {
+                let before = digest(env);
+                let got = env
+                    .manager()
+                    .await
+                    .lock("foreign")
+                    .try_acquire_for(WAIT)
+                    .await?;
+                assert!(got.is_none());
+                assert_eq!(digest(env), before);
+                Ok(())
+            }
+        ),
+        row!(
+            "a lock without TTL",
+            Works,
+            "held until someone deletes it: None at the deadline, left as it is",
+            with_odd_locks,
+            |env| {
+                let before = digest(env);
+                let got = env
+                    .manager()
+                    .await
+                    .lock("forever")
+                    .try_acquire_for(WAIT)
+                    .await?;
+                assert!(got.is_none());
+                assert_eq!(digest(env), before);
+                Ok(())
+            }
+        ),
+        row!(
+            "a fenced lock's token counter of another type",
+            WrongType,
+            "the token is taken first, so nothing is written",
+            with_odd_locks,
+            |env| {
+                let mgr = env.manager().await;
+                mgr.fenced_lock("tok").try_acquire_for(WAIT).await.map(drop)
+            }
+        ),
+        row!(
+            "a fair lock's queue of another type",
+            WrongType,
+            "not a queue",
+            with_odd_locks,
+            |env| {
+                let mgr = env.manager().await;
+                mgr.fair_lock("fq").try_acquire_for(WAIT).await.map(drop)
+            }
+        ),
+        row!(
+            "fair lock wait timeout zero",
+            Invalid,
+            "every fair waiter would be dropped from the queue at once",
+            |env| { start(env.config().fair_lock_wait_timeout(Duration::ZERO)).await }
+        ),
+        row!(
+            "watchdog timeout 1 ms under its minimum",
+            Invalid,
+            "renewals a third of it apart would be too close",
+            |env| {
+                let timeout = lockman::MIN_WATCHDOG_TIMEOUT - Duration::from_millis(1);
+                start(env.config().watchdog_timeout(timeout)).await
+            }
+        ),
+        row!(
+            "database index out of range",
+            Connect,
+            "SELECT fails when connecting",
+            |env| { start(Config::new(env.server.url().replace("/0", "/99"))).await }
+        ),
+        row!(
+            "a unix socket path that does not exist",
+            Connect,
+            "nothing to connect to",
+            |_env| { start(Config::new("redis+unix:///nonexistent/lockman.sock?db=0")).await }
+        ),
+        row!(
+            "Redis busy running a long script (BUSY)",
+            Redis,
+            "Redis's error is passed on at once; nothing was written",
+            |env| {
+                let mgr = env.manager().await;
+                let lock = mgr.lock("b");
+                let _: () = redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("busy-reply-threshold")
+                    .arg(50)
+                    .query(&mut env.raw())
+                    .expect("CONFIG SET");
+                let mut busy = env.raw();
+                let script = std::thread::spawn(move || {
+                    let spin = "local t = redis.call('time')[1] + 0 \
+                                while redis.call('time')[1] + 0 < t + 2 do end return 1";
+                    let _: redis::RedisResult<i64> =
+                        redis::cmd("EVAL").arg(spin).arg(0).query(&mut busy);
+                });
+                // BUSY is what every client hears once the script has run 50 ms.
+                let started = Instant::now();
+                while redis::cmd("PING").query::<String>(&mut env.raw()).is_ok() {
+                    assert!(started.elapsed() < Duration::from_secs(5), "never busy");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let res = lock.try_acquire_for(WAIT).await.map(drop);
+                tokio::task::spawn_blocking(move || script.join())
+                    .await
+                    .expect("join")
+                    .expect("script thread");
+                res
+            }
+        ),
+        row!(
+            "too few replicas for a write (NOREPLICAS)",
+            Redis,
+            "min-replicas-to-write is unmet: Redis's error is passed on",
+            |env| {
+                let mgr = env.manager().await;
+                let lock = mgr.lock("r");
+                let set = |n: u32| {
+                    let _: () = redis::cmd("CONFIG")
+                        .arg("SET")
+                        .arg("min-replicas-to-write")
+                        .arg(n)
+                        .query(&mut env.raw())
+                        .expect("CONFIG SET");
+                };
+                set(1);
+                let res = lock.try_acquire_for(WAIT).await.map(drop);
+                set(0);
+                res
+            }
+        ),
+        row!(
+            "writes paused (CLIENT PAUSE WRITE)",
+            Works,
+            "the attempt waits in Redis: None at the deadline, and the grant that comes once the \
+             pause ends is given back",
+            |env| {
+                let mgr = env.manager().await;
+                let lock = mgr.lock("p");
+                let _: () = redis::cmd("CLIENT")
+                    .arg("PAUSE")
+                    .arg(800)
+                    .arg("WRITE")
+                    .query(&mut env.raw())
+                    .expect("CLIENT PAUSE");
+                assert!(lock.try_acquire_for(WAIT).await?.is_none());
+                let started = Instant::now();
+                while dbsize(env) != 0 || started.elapsed() < Duration::from_millis(900) {
+                    assert!(started.elapsed() < Duration::from_secs(5), "left behind");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(())
+            }
+        ),
         // Managers and actors.
         row!(
             "a manager used after shutdown",
@@ -700,6 +922,33 @@ fn with_other_types() -> Env {
     let _: () = raw.rpush("list", "a").expect("RPUSH");
     let _: () = raw.sadd("set", "a").expect("SADD");
     env
+}
+
+/// Lock keys out of shape: a foreign field that is not a count, a lock without TTL, a token
+/// counter and a fair queue of other types.
+fn with_odd_locks() -> Env {
+    let env = Env::plain();
+    let mut raw = env.raw();
+    let _: () = raw.hset("foreign", "someone:1", "?").expect("HSET");
+    let _: () = raw.pexpire("foreign", 60_000).expect("PEXPIRE");
+    let _: () = raw.hset("forever", "someone:1", 1).expect("HSET");
+    let _: () = raw.hset("redisson_lock_token:{tok}", "a", 1).expect("HSET");
+    let _: () = raw.set("redisson_lock_queue:{fq}", "a").expect("SET");
+    env
+}
+
+/// The first result that is not `WrongType`, else the last.
+fn all_wrong_type(
+    results: impl IntoIterator<Item = Result<(), LockError>>,
+) -> Result<(), LockError> {
+    let mut last = Ok(());
+    for res in results {
+        match res {
+            Err(LockError::WrongType { .. }) => last = res,
+            other => return other.and(Err(LockError::Shutdown)),
+        }
+    }
+    last
 }
 
 fn with_password() -> Env {

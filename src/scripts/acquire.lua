@@ -3,10 +3,20 @@
 -- ARGV[1]: lease in ms; ARGV[2]: holder ("<client id>:<n>").
 -- Reply: nil when acquired (the holder's count incremented, PTTL set to the lease);
 --        otherwise the key's PTTL in ms (what the current holder still has).
--- A key of another type raises WRONGTYPE from HEXISTS and is left as it is.
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+-- A key of another type raises WRONGTYPE from HEXISTS and is left as it is; so does a read-write
+-- lock's hash (its `mode` field), whose readers this hold would otherwise join.
+local function grant()
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    return grant()
+end
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    return grant()
 end
 return redis.call('pttl', KEYS[1])

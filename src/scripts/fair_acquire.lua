@@ -20,6 +20,10 @@ if redis.call('exists', KEYS[1]) == 0 then
         return nil
     end
 end
+-- A read-write lock's hash (its `mode` field) is another kind of lock: WRONGTYPE, left as it is.
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
+end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])

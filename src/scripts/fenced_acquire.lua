@@ -3,9 +3,21 @@
 -- ARGV[1]: lease in ms; ARGV[2]: holder.
 -- Reply: {token} when acquired (re-entry included): the counter, incremented in this call, so
 --        greater than every token handed out before; otherwise the key's PTTL in ms.
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+-- A read-write lock's hash (its `mode` field) is another kind of lock: WRONGTYPE, left as it is.
+-- The token first: a counter of another type raises WRONGTYPE before anything is written.
+local function grant()
+    local token = redis.call('incr', KEYS[2])
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {redis.call('incr', KEYS[2])}
+    return {token}
+end
+if redis.call('exists', KEYS[1]) == 0 then
+    return grant()
+end
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    return grant()
 end
 return redis.call('pttl', KEYS[1])

@@ -36,6 +36,10 @@ if seen and string.sub(seen, 1, #id + 1) == id .. '|' then
     return nil
 end
 local reply = body()
+if type(reply) == 'table' and reply.err then
+    -- Refused (a lock of another kind): nothing changed, nothing to record.
+    return reply
+end
 if side == 'h' and reply ~= 0 then
     redis.call('del', KEYS[#KEYS - 1])
 end

@@ -4,6 +4,11 @@
 -- the remaining PTTL). A reader cannot upgrade.
 -- Reply: nil when acquired; otherwise the key's PTTL in ms.
 local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false and redis.call('exists', KEYS[1]) == 1 then
+    -- A hash without `mode`: a reentrant, fenced or fair lock. Another kind of lock, whose
+    -- holder this one would otherwise join: WRONGTYPE, and it is left as it is.
+    return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
+end
 if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'write')
     redis.call('hset', KEYS[1], ARGV[2], 1)
