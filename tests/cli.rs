@@ -332,7 +332,10 @@ async fn watch_prints_acquire_and_release_until_interrupted() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await; // subscribed
+    assert!(
+        support::subscribed(&mut raw, "__keyspace@0__:seen", Duration::from_secs(10)).await,
+        "watch subscribed"
+    );
     let mgr = manager(&server).await;
     let guard = mgr.lock("seen").acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -80,7 +80,19 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
         .unwrap();
     let waiter = b.lock("wake");
     let waiting = tokio::spawn(async move { waiter.acquire().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut on_first = redis::Client::open(format!("redis://:{DATA_PASSWORD}@127.0.0.1:{first}/0"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(
+        support::subscribed(
+            &mut on_first,
+            "redisson_lock__channel:{wake}",
+            Duration::from_secs(5)
+        )
+        .await,
+        "the waiter waits on the first primary"
+    );
     let _: () = redis::cmd("SENTINEL")
         .arg("FAILOVER")
         .arg(MASTER)

@@ -233,7 +233,15 @@ async fn a_holder_re_enters_at_once_while_others_wait() {
     let outer = lock.acquire().await.unwrap();
     let other = mgr.lock("re");
     let waiting = tokio::spawn(async move { other.acquire().await.unwrap().release().await });
-    tokio::time::sleep(Duration::from_millis(200)).await; // the other holder waits here
+    // The other holder waits here (its lock actor subscribed for it).
+    assert!(
+        support::subscribed(
+            &mut raw,
+            "redisson_lock__channel:{re}",
+            Duration::from_secs(5)
+        )
+        .await
+    );
     let inner = tokio::time::timeout(Duration::from_secs(2), lock.acquire())
         .await
         .expect("re-entering waited behind the other waiter")

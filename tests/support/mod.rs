@@ -443,6 +443,19 @@ pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> boo
     }
 }
 
+/// Waits up to `limit` until `channel` has a subscriber (`PUBSUB NUMSUB`): a waiter that
+/// subscribed is waiting. Returns whether it had one.
+pub async fn subscribed(conn: &mut redis::Connection, channel: &str, limit: Duration) -> bool {
+    eventually(limit, || {
+        redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query::<(String, u64)>(conn)
+            .is_ok_and(|(_, n)| n > 0)
+    })
+    .await
+}
+
 /// [`eventually`] for code that is not async: polls `check` every 20 ms up to `limit`.
 pub fn eventually_blocking(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
