@@ -92,7 +92,24 @@ fn every_fault_at_least_once_and_nothing_unexplained() {
     assert_eq!(n(&summary["fenced_writes"]["stale_accepted"]), 0, "{show}");
     assert!(n(&summary["fenced_writes"]["accepted"]) > 0, "{show}");
     assert_eq!(n(&summary["stuck_waiters"]), 0, "{show}");
+    // Every guard gone, the managers still running: Redis holds nothing.
+    assert_eq!(n(&summary["held_while_alive"]), 0, "{show}");
     assert_eq!(n(&summary["leftover_locks"]), 0, "{show}");
+    // Excuses, errors, time-outs and losses within what the faults injected allow (the bounds
+    // are stated in examples/chaos/run.rs, `Runner::bounds`); a freeze excuses at most the
+    // frozen worker's own holds.
+    let bounds = summary["bounds"].as_array().expect("bounds");
+    assert!(bounds.len() >= 6 + 7, "{show}");
+    for b in bounds {
+        assert!(
+            n(&b["count"]) <= n(&b["bound"]),
+            "{b} out of bounds: {show}"
+        );
+    }
+    assert!(
+        n(&summary["excused_holds"]["pause"]) <= 3 * n(&summary["faults"]["stop-holder"]),
+        "{show}"
+    );
     assert_eq!(n(&summary["worker_crashes"]), 0, "{show}\n{stderr}");
     assert_eq!(n(&summary["checker_errors"]), 0, "{show}");
     assert_eq!(n(&summary["workers_hung"]), 0, "{show}\n{stderr}");

@@ -3,10 +3,15 @@
 //! run atomically there, so two entries are ordered however the workers' clocks disagree.
 //!
 //! Keys on the checker:
-//! - `occ:<name>`: who is inside `<name>` now: field = hold id, value = `mode|worker|epoch`.
+//! - `occ:<name>`: who is inside `<name>` now: field = hold id, value =
+//!   `mode|worker|epoch|began` (`began`: the checker's clock, ms, when the hold began acquiring).
 //! - `epoch:lock`, `epoch:redlock`: incremented by the runner before a server that lost its data
 //!   comes back; a hold taken at an older epoch may legitimately be doubled.
-//! - `paused:<worker>`: set by the runner while (and for a while after) that worker is frozen.
+//! - `paused:<worker>`: set by the runner while that worker is frozen (a time far ahead), then
+//!   to the checker's clock when it woke, for one lease more.
+//! - `excused:pause`, `excused:restart`: the holds a fault excused (see [`ENTER`]).
+//! - `idle`: workers whose tasks are done and whose managers still run; `release`: set by the
+//!   runner once it checked, while they run, that Redis holds nothing no live guard holds.
 //! - `fence:<name>`: the fenced store: `max` (newest token accepted) and `hold` (its writer);
 //!   `audit:<name>`: every accepted write, `token hold`, in order, checked at the end.
 //! - `counts`: every counter of the run (workers' and the runner's), `errors`: a sample of
@@ -19,26 +24,49 @@ use redis::Script;
 /// Records an entry; counts a violation when someone incompatible is inside, and says which
 /// fault explains it. KEYS: the `occ:` keys of the names entered. ARGV: kind, hold, worker, mode
 /// (`x` exclusive, `r` read, `w` write), epoch key, the epoch read before acquiring, the fencing
-/// token (or -1), the fenced store's name (where a fenced holder writes its token on entry).
+/// token (or -1), the fenced store's name (where a fenced holder writes its token on entry), and
+/// the checker's clock (ms) when the hold began acquiring.
 /// Reply: {cause, fenced write accepted (1/0)}, cause
 /// 0 none, 1 pause, 2 restart, 3 unexplained.
+///
+/// An excuse names the hold it is for, and every excused hold is kept in `excused:pause` or
+/// `excused:restart`, so the summary can bound how many holds a fault excused:
+/// - **pause**: one of the two holds belongs to a worker the runner froze (`paused:<worker>`
+///   holds the checker's clock when it woke, or a time far ahead while it is frozen, and lives
+///   one lease past the wake), and that hold began acquiring before the wake: it may have been
+///   granted before the freeze and expired during it. A hold begun after the wake has no excuse.
+/// - **restart**: one of the two holds began acquiring before a restart that lost the data
+///   (`epoch:*` moved on since).
 const ENTER: &str = r#"
 local kind, hold, worker, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local epoch = tonumber(redis.call('get', ARGV[5]) or '0')
 local mine = tonumber(ARGV[6])
+local started = tonumber(ARGV[9])
+local function frozen(w, began)
+    local wake = redis.call('get', 'paused:' .. w)
+    return wake and began < tonumber(wake)
+end
 local cause = 0
-local i_paused = redis.call('exists', 'paused:' .. worker) == 1
 for _, occ in ipairs(KEYS) do
     local inside = redis.call('hgetall', occ)
     for j = 1, #inside, 2 do
-        local omode, oworker, oepoch = string.match(inside[j + 1], '^(%a)|([^|]*)|(%d+)$')
+        local omode, oworker, oepoch, ostarted =
+            string.match(inside[j + 1], '^(%a)|([^|]*)|(%d+)|(%d+)$')
         local clash = mode == 'x' or omode == 'x' or mode == 'w' or omode == 'w'
         if clash then
             local why = 3
-            if i_paused or redis.call('exists', 'paused:' .. oworker) == 1 then
+            if frozen(worker, started) then
                 why = 1
-            elseif tonumber(oepoch) < epoch or mine < epoch then
+                redis.call('sadd', 'excused:pause', hold)
+            elseif frozen(oworker, tonumber(ostarted)) then
+                why = 1
+                redis.call('sadd', 'excused:pause', inside[j])
+            elseif tonumber(oepoch) < epoch then
                 why = 2
+                redis.call('sadd', 'excused:restart', inside[j])
+            elseif mine < epoch then
+                why = 2
+                redis.call('sadd', 'excused:restart', hold)
             end
             if why == 3 then
                 redis.call('rpush', 'unexplained', kind .. ' ' .. hold .. ' met ' .. inside[j] .. ' ' .. inside[j + 1])
@@ -46,7 +74,7 @@ for _, occ in ipairs(KEYS) do
             if cause == 0 or why == 3 then cause = why end
         end
     end
-    redis.call('hset', occ, hold, mode .. '|' .. worker .. '|' .. mine)
+    redis.call('hset', occ, hold, mode .. '|' .. worker .. '|' .. mine .. '|' .. started)
 end
 redis.call('hincrby', 'counts', 'acquired:' .. kind, 1)
 if cause == 1 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':pause', 1) end
@@ -152,4 +180,9 @@ pub fn stale_accepted(conn: &mut redis::Connection) -> redis::RedisResult<u64> {
         }
     }
     Ok(stale)
+}
+
+/// The checker's clock in ms, from its `TIME` reply (seconds, microseconds).
+pub fn clock_ms((secs, micros): (u64, u64)) -> u64 {
+    secs * 1000 + micros / 1000
 }

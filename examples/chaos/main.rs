@@ -82,6 +82,9 @@ impl Kind {
     }
 }
 
+/// Concurrent tasks per worker.
+pub const TASKS: u64 = 3;
+
 /// Timings shared by the runner and its workers.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {

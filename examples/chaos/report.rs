@@ -50,10 +50,18 @@ pub fn print_table(s: &Value) {
     for (k, v) in s["patterns"].as_object().into_iter().flatten() {
         row(&format!("pattern {k}"), v);
     }
+    for (k, v) in s["excused_holds"].as_object().into_iter().flatten() {
+        row(&format!("holds excused: {k}"), v);
+    }
+    for b in s["bounds"].as_array().into_iter().flatten() {
+        let what = b["what"].as_str().unwrap_or("?");
+        row(&format!("{what} (bound {})", b["bound"]), &b["count"]);
+    }
     row("stuck waiters", &s["stuck_waiters"]);
+    row("held while every guard was gone", &s["held_while_alive"]);
     row("locks left behind", &s["leftover_locks"]);
     row("worker crashes", &s["worker_crashes"]);
-    row("entries the checker could not record", &s["checker_errors"]);
+    row("runner's checker calls that failed", &s["checker_errors"]);
     row("workers hung", &s["workers_hung"]);
     row("ok", &s["ok"]);
     for line in s["unexplained_sample"].as_array().into_iter().flatten() {

@@ -12,7 +12,7 @@ use crate::options::{Fault, Options};
 use crate::report::print_table;
 use crate::support::{Options as ServerOptions, RedisServer};
 use crate::worker::Args;
-use crate::{Kind, Rng, Settings, checker};
+use crate::{Kind, Rng, Settings, TASKS, checker};
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down.
 const WORKER_GRACE: Duration = Duration::from_secs(20);
@@ -36,8 +36,13 @@ struct Runner {
     killed_inside: u64,
     frozen_inside: u64,
     worker_crashes: u64,
+    /// The runner's own calls to the checker that failed: any makes the run untrustworthy.
+    checker_errors: u64,
     interrupted: Arc<AtomicBool>,
 }
+
+/// A time far ahead on the checker's clock (ms): a frozen worker's mark until it wakes.
+const FROZEN: u64 = 1 << 50;
 
 pub fn main(options: Options) -> i32 {
     let interrupted = Arc::new(AtomicBool::new(false));
@@ -95,6 +100,7 @@ pub fn main(options: Options) -> i32 {
         killed_inside: 0,
         frozen_inside: 0,
         worker_crashes: 0,
+        checker_errors: 0,
         interrupted,
     };
     let code = runner.run();
@@ -134,19 +140,28 @@ impl Runner {
             self.inject(fault);
             *self.faults.entry(fault.name()).or_default() += 1;
         }
-        // Workers stop at their deadline, or at once when told to.
-        let _: redis::RedisResult<()> = redis::cmd("SET")
+        // Workers stop at their deadline, or at once when told to. Once their tasks are done
+        // they keep their managers running until Redis was checked for holds nobody holds.
+        let stop = redis::cmd("SET")
             .arg("stop")
             .arg(1)
             .query(&mut self.checker_conn());
-        let hung = self.wait_for_workers();
+        self.checked::<()>("stop", stop);
+        let mut hung = self.wait_for_idle();
+        let held_while_alive = self.held_while_alive();
+        let release = redis::cmd("SET")
+            .arg("release")
+            .arg(1)
+            .query(&mut self.checker_conn());
+        self.checked::<()>("release", release);
+        hung += self.wait_for_workers();
         if self.interrupted() {
             eprintln!("chaos: interrupted; servers and workers stopped");
             return 130;
         }
         // Holds of killed or frozen workers run out within a lease.
         std::thread::sleep(self.settings.lease + Duration::from_millis(500));
-        let summary = self.summary(started.elapsed(), hung);
+        let summary = self.summary(started.elapsed(), hung, held_while_alive);
         let ok = summary["ok"].as_bool().unwrap_or(false);
         if self.options.json {
             println!(
@@ -160,14 +175,14 @@ impl Runner {
     }
 
     /// Whether the acquisitions asked for were counted.
-    fn enough(&self) -> bool {
+    fn enough(&mut self) -> bool {
         let Some(wanted) = self.options.acquisitions else {
             return false;
         };
-        let counts: BTreeMap<String, u64> = redis::cmd("HGETALL")
+        let counts = redis::cmd("HGETALL")
             .arg("counts")
-            .query(&mut self.checker_conn())
-            .unwrap_or_default();
+            .query(&mut self.checker_conn());
+        let counts: BTreeMap<String, u64> = self.checked("counts", counts);
         let acquired: u64 = counts
             .iter()
             .filter(|(k, _)| k.starts_with("acquired:"))
@@ -226,11 +241,75 @@ impl Runner {
         }
     }
 
+    /// A call to the checker: a failure is counted (the run fails) and answered by the default.
+    fn checked<T: Default>(&mut self, what: &str, reply: redis::RedisResult<T>) -> T {
+        reply.unwrap_or_else(|e| {
+            eprintln!("chaos: the checker failed ({what}): {e}");
+            self.checker_errors += 1;
+            T::default()
+        })
+    }
+
+    /// When a worker still running at the end must have finished its last attempt.
+    fn finish_limit(&self) -> Instant {
+        Instant::now()
+            + Duration::from_millis(self.until_unix_ms.saturating_sub(unix_ms()) as u64)
+            + WORKER_GRACE
+    }
+
+    /// Waits until every worker has finished its tasks (it says so in `idle`, its managers still
+    /// running) or exited; kills and counts those that do neither in time.
+    fn wait_for_idle(&mut self) -> u64 {
+        let limit = self.finish_limit();
+        loop {
+            let idle = redis::cmd("SMEMBERS")
+                .arg("idle")
+                .query(&mut self.checker_conn());
+            let idle: Vec<u64> = self.checked("idle", idle);
+            let busy =
+                |w: &mut Worker| !idle.contains(&w.id) && matches!(w.child.try_wait(), Ok(None));
+            if !self.workers.iter_mut().any(busy) {
+                return 0;
+            }
+            if Instant::now() > limit || self.interrupted() {
+                let mut hung = 0;
+                self.workers.retain_mut(|w| {
+                    if !busy(w) {
+                        return true;
+                    }
+                    eprintln!("chaos: worker {} did not finish its tasks; killed", w.id);
+                    hung += 1;
+                    let _ = w.child.kill();
+                    let _ = w.child.wait();
+                    false
+                });
+                return hung;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// With every task done and every guard gone, but the workers' managers still running: the
+    /// lock hashes left on the lock servers once a lease and two seconds have passed (holds of
+    /// killed workers and releases resent after a fault end by then). One left is a hold that
+    /// no live guard holds, kept alive by a watchdog or never released: must be none.
+    fn held_while_alive(&self) -> Vec<String> {
+        let until = Instant::now() + self.settings.lease + Duration::from_secs(2);
+        loop {
+            let (held, _) = self.keys_left();
+            if held.is_empty() || Instant::now() >= until {
+                for key in &held {
+                    eprintln!("chaos: held while every guard was gone: {key}");
+                }
+                return held;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Waits for the workers to finish on their own; kills and counts those that do not.
     fn wait_for_workers(&mut self) -> u64 {
-        let limit = Instant::now()
-            + Duration::from_millis(self.until_unix_ms.saturating_sub(unix_ms()) as u64)
-            + WORKER_GRACE;
+        let limit = self.finish_limit();
         let mut hung = 0;
         for w in &mut self.workers {
             loop {
@@ -263,9 +342,8 @@ impl Runner {
 
     /// A worker inside a critical section now, if any, else any worker.
     fn pick_holder(&mut self) -> Option<(usize, bool)> {
-        let inside: Vec<String> = checker::INSIDE_SCRIPT
-            .invoke(&mut self.checker_conn())
-            .unwrap_or_default();
+        let inside = checker::INSIDE_SCRIPT.invoke(&mut self.checker_conn());
+        let inside: Vec<String> = self.checked("inside", inside);
         let inside: Vec<usize> = inside
             .iter()
             .filter_map(|id| id.parse::<u64>().ok())
@@ -294,9 +372,10 @@ impl Runner {
                 // Its entries will never be left: forget them, then again in case its last
                 // bytes reached the checker after the first pass.
                 for _ in 0..2 {
-                    let _: redis::RedisResult<u64> = checker::FORGET_WORKER_SCRIPT
+                    let forgot = checker::FORGET_WORKER_SCRIPT
                         .arg(w.id)
                         .invoke(&mut self.checker_conn());
+                    self.checked::<u64>("forget", forgot);
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 self.spawn_worker();
@@ -307,17 +386,31 @@ impl Runner {
                 };
                 let (id, pid) = (self.workers[i].id, self.workers[i].child.id());
                 let frozen = lease + Duration::from_millis(1000);
-                // Marked before it freezes, and until well after it wakes and leaves.
-                let _: redis::RedisResult<()> = redis::cmd("SET")
-                    .arg(format!("paused:{id}"))
-                    .arg(1)
-                    .arg("PX")
-                    .arg((frozen + lease * 2 + Duration::from_secs(5)).as_millis() as u64)
+                // Marked before it freezes; once it woke, the mark says when, and lasts one
+                // lease more: the holds it took before waking are excused that long, no more.
+                let mark = format!("paused:{id}");
+                let before = redis::cmd("SET")
+                    .arg(&mark)
+                    .arg(FROZEN)
                     .query(&mut self.checker_conn());
+                self.checked::<()>("pause", before);
                 signal(pid, "STOP");
                 self.frozen_inside += u64::from(inside);
                 std::thread::sleep(frozen);
                 signal(pid, "CONT");
+                let mut conn = self.checker_conn();
+                let woke = redis::cmd("TIME")
+                    .query(&mut conn)
+                    .map(checker::clock_ms)
+                    .and_then(|now| {
+                        redis::cmd("SET")
+                            .arg(&mark)
+                            .arg(now)
+                            .arg("PX")
+                            .arg(lease.as_millis() as u64)
+                            .query(&mut conn)
+                    });
+                self.checked::<()>("woke", woke);
             }
             Fault::RestartEmpty => {
                 self.lock.stop();
@@ -369,17 +462,15 @@ impl Runner {
         }
     }
 
-    fn bump_epoch(&self, key: &str) {
-        let _: redis::RedisResult<u64> =
-            redis::cmd("INCR").arg(key).query(&mut self.checker_conn());
+    fn bump_epoch(&mut self, key: &str) {
+        let bumped = redis::cmd("INCR").arg(key).query(&mut self.checker_conn());
+        self.checked::<u64>("epoch", bumped);
     }
 
-    fn summary(&mut self, elapsed: Duration, hung: u64) -> Value {
+    fn summary(&mut self, elapsed: Duration, hung: u64, held_while_alive: Vec<String>) -> Value {
         let mut conn = self.checker_conn();
-        let counts: BTreeMap<String, u64> = redis::cmd("HGETALL")
-            .arg("counts")
-            .query(&mut conn)
-            .unwrap_or_default();
+        let counts = redis::cmd("HGETALL").arg("counts").query(&mut conn);
+        let counts: BTreeMap<String, u64> = self.checked("counts", counts);
         let get = |k: &str| counts.get(k).copied().unwrap_or(0);
         let by_kind = |prefix: &str| -> BTreeMap<&'static str, u64> {
             Kind::ALL
@@ -389,6 +480,9 @@ impl Runner {
         };
         let sum = |m: &BTreeMap<&'static str, u64>| m.values().sum::<u64>();
         let acquired = by_kind("acquired");
+        let timed_out = by_kind("timed_out");
+        let acquire_errors = by_kind("acquire_error");
+        let release_errors = by_kind("release_error");
         let mut violations = BTreeMap::new();
         for cause in ["pause", "restart", "unexplained"] {
             let n: u64 = Kind::ALL
@@ -397,42 +491,62 @@ impl Runner {
                 .sum();
             violations.insert(cause, n);
         }
+        let mut excused = BTreeMap::new();
+        for cause in ["pause", "restart"] {
+            let n = redis::cmd("SCARD")
+                .arg(format!("excused:{cause}"))
+                .query(&mut conn);
+            excused.insert(cause, self.checked::<u64>("excused", n));
+        }
         let stuck = sum(&by_kind("stuck")) + sum(&by_kind("stuck_release"));
         let stale = checker::stale_accepted(&mut conn).unwrap_or(u64::MAX);
-        let (leftover, other_keys) = self.left_behind();
-        let unexplained: Vec<String> = redis::cmd("LRANGE")
+        let (leftover, other_keys) = self.keys_left();
+        let unexplained = redis::cmd("LRANGE")
             .arg("unexplained")
             .arg(0)
             .arg(19)
-            .query(&mut conn)
-            .unwrap_or_default();
-        let errors: Vec<String> = redis::cmd("LRANGE")
+            .query(&mut conn);
+        let unexplained: Vec<String> = self.checked("unexplained", unexplained);
+        let errors = redis::cmd("LRANGE")
             .arg("errors")
             .arg(-20)
             .arg(-1)
-            .query(&mut conn)
-            .unwrap_or_default();
+            .query(&mut conn);
+        let errors: Vec<String> = self.checked("errors", errors);
+        let lost =
+            get("lost:reported") + get("lost:found_at_release") + get("lost:reported_but_released");
+        let bounds = self.bounds(
+            &acquired,
+            &timed_out,
+            &acquire_errors,
+            &release_errors,
+            lost,
+            &excused,
+        );
+        let within = bounds.iter().all(|b| b["within"] == Value::Bool(true));
         let ok = violations["unexplained"] == 0
+            && within
             && get("shutdown:live_guard") == 0
             && get("shutdown:task_panicked") == 0
-            && get("checker_error") == 0
+            && self.checker_errors == 0
             && stale == 0
             && stuck == 0
-            && leftover == 0
+            && held_while_alive.is_empty()
+            && leftover.is_empty()
             && self.worker_crashes == 0
             && hung == 0;
         json!({
             "seed": self.options.seed,
             "workers": self.options.workers,
-            "tasks_per_worker": 3,
+            "tasks_per_worker": TASKS,
             "seconds": elapsed.as_secs_f64(),
             "lease_ms": self.settings.lease.as_millis() as u64,
             "redlock_servers": self.red.len(),
             "acquired_total": sum(&acquired),
             "acquired": acquired,
-            "timed_out": by_kind("timed_out"),
-            "acquire_errors": by_kind("acquire_error"),
-            "release_errors": by_kind("release_error"),
+            "timed_out": timed_out,
+            "acquire_errors": acquire_errors,
+            "release_errors": release_errors,
             "stuck_waiters": stuck,
             "violations": violations,
             "violations_by_kind": Kind::ALL.iter().map(|k| {
@@ -442,6 +556,7 @@ impl Runner {
                     .sum();
                 (k.name(), n)
             }).collect::<BTreeMap<_, _>>(),
+            "excused_holds": excused,
             "fenced_writes": {
                 "accepted": get("fenced_write:accepted"),
                 "refused_frozen_holder": get("fenced_write:refused_frozen"),
@@ -464,13 +579,17 @@ impl Runner {
                 "shutdown_task_panicked": get("shutdown:task_panicked"),
                 "shutdown_left_held": get("shutdown:left_held"),
             },
+            "bounds": bounds,
             "faults": self.faults,
             "kill_holder_inside": self.killed_inside,
             "stop_holder_inside": self.frozen_inside,
-            "leftover_locks": leftover,
+            "held_while_alive": held_while_alive.len(),
+            "held_while_alive_sample": held_while_alive.iter().take(20).collect::<Vec<_>>(),
+            "leftover_locks": leftover.len(),
+            "leftover_sample": leftover.iter().take(20).collect::<Vec<_>>(),
             "other_keys_left": other_keys,
             "worker_crashes": self.worker_crashes,
-            "checker_errors": get("checker_error"),
+            "checker_errors": self.checker_errors,
             "workers_hung": hung,
             "unexplained_sample": unexplained,
             "errors_sample": errors,
@@ -478,11 +597,83 @@ impl Runner {
         })
     }
 
-    /// Lock hashes still in any lock server (must be none once leases ran out), and the names of
-    /// other keys left (fence counters, by design; fair-queue entries of waiters that went away,
-    /// pruned by the next acquire of that name).
-    fn left_behind(&self) -> (u64, Vec<String>) {
-        let mut locks = 0;
+    /// The counts that only faults explain, each beside the bound the faults injected allow
+    /// (`TASKS` tasks per worker; a fault is counted once per injection):
+    /// - holds excused by a freeze: at most one per task of the frozen worker, per freeze (a
+    ///   task has one hold at a time, and only holds begun before the wake are excused);
+    /// - holds excused by a data loss: at most one per task of the run, per restart that lost
+    ///   the data (`restart-empty`, `redlock-majority`);
+    /// - acquire errors of the kinds on the lock server: at most 3 per task per fault of that
+    ///   server (an attempt fails only when a reply is lost or the server is away; the next one
+    ///   waits for it);
+    /// - RedLock acquire errors: at most 10 per task per RedLock fault (a majority down fails
+    ///   every attempt for 2.5 s; a task tries again 50 ms after a failure, and most tasks are
+    ///   busy with other kinds meanwhile);
+    /// - release errors: at most 2 per task per fault of any server;
+    /// - holds lost: at most one per task per fault (a fault ends at most every task's hold);
+    /// - time-outs: at most a third of each kind's attempts.
+    fn bounds(
+        &self,
+        acquired: &BTreeMap<&'static str, u64>,
+        timed_out: &BTreeMap<&'static str, u64>,
+        acquire_errors: &BTreeMap<&'static str, u64>,
+        release_errors: &BTreeMap<&'static str, u64>,
+        lost: u64,
+        excused: &BTreeMap<&'static str, u64>,
+    ) -> Vec<Value> {
+        let tasks = self.options.workers as u64 * TASKS;
+        let fault = |name: &str| self.faults.get(name).copied().unwrap_or(0);
+        let lock_faults = ["restart-empty", "restart-aof", "client-kill", "stall-redis"]
+            .map(fault)
+            .iter()
+            .sum::<u64>();
+        let red_faults = fault("redlock-minority") + fault("redlock-majority");
+        let all_faults = self.faults.values().sum::<u64>();
+        let row = |what: String, count: u64, bound: u64| json!({ "what": what, "count": count, "bound": bound, "within": count <= bound });
+        let mut rows = vec![
+            row(
+                "holds excused by a freeze".into(),
+                excused["pause"],
+                TASKS * fault("stop-holder"),
+            ),
+            row(
+                "holds excused by a data loss".into(),
+                excused["restart"],
+                tasks * (fault("restart-empty") + fault("redlock-majority")),
+            ),
+            row(
+                "acquire errors on the lock server".into(),
+                acquire_errors
+                    .iter()
+                    .filter(|(k, _)| **k != Kind::RedLock.name())
+                    .map(|(_, n)| n)
+                    .sum(),
+                3 * tasks * lock_faults,
+            ),
+            row(
+                "RedLock acquire errors".into(),
+                acquire_errors[Kind::RedLock.name()],
+                10 * tasks * red_faults,
+            ),
+            row(
+                "release errors".into(),
+                release_errors.values().sum(),
+                2 * tasks * all_faults,
+            ),
+            row("holds lost".into(), lost, tasks * all_faults),
+        ];
+        for (kind, &n) in timed_out {
+            let attempts = n + acquired[kind] + acquire_errors[kind];
+            rows.push(row(format!("{kind} time-outs"), n, attempts / 3));
+        }
+        rows
+    }
+
+    /// Lock hashes still in any lock server, as `url key`, and the other keys left there (fence
+    /// counters, by design; fair-queue entries of waiters that went away, pruned by the next
+    /// acquire of that name).
+    fn keys_left(&self) -> (Vec<String>, Vec<String>) {
+        let mut locks = Vec::new();
         let mut other = Vec::new();
         for server in std::iter::once(&self.lock).chain(&self.red) {
             let mut conn = server.conn();
@@ -497,8 +688,11 @@ impl Runner {
                     .unwrap_or_default();
                 match kind.as_str() {
                     "hash" => {
-                        eprintln!("chaos: lock left behind on {}: {key}", server.url());
-                        locks += 1;
+                        let fields: Vec<String> = redis::cmd("HGETALL")
+                            .arg(&key)
+                            .query(&mut conn)
+                            .unwrap_or_default();
+                        locks.push(format!("{} {key} {fields:?}", server.url()));
                     }
                     _ => other.push(format!("{key} ({kind})")),
                 }

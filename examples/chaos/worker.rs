@@ -11,16 +11,28 @@ use lockman::{
 use redis::aio::MultiplexedConnection;
 
 use crate::checker;
-use crate::{Kind, Rng, Settings};
+use crate::{Kind, Rng, Settings, TASKS};
 
 /// How long past its wait an acquire may take before the worker calls it stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(10);
 /// Names per kind: few, so that they are contended.
 const NAMES: u64 = 3;
-/// Concurrent tasks per worker.
-const TASKS: u64 = 3;
-/// How long a worker waits for the checker's reply before it counts a checker error.
+/// How long a worker waits for the checker's reply before it gives up (and exits non-zero).
 const CHECKER_PATIENCE: Duration = Duration::from_secs(30);
+/// How long an idle worker keeps its managers running for the runner's check.
+const IDLE_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A call to the checker, which the run's counts depend on: a failure ends the worker with a
+/// non-zero exit, which the runner counts as a crash, so the run fails instead of miscounting.
+fn must<T>(what: &str, reply: redis::RedisResult<T>) -> T {
+    match reply {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("chaos worker: the checker failed ({what}): {e}");
+            std::process::exit(4);
+        }
+    }
+}
 
 /// What the runner tells a worker on its command line.
 pub struct Args {
@@ -123,7 +135,35 @@ async fn run(args: Args) {
         tokio::spawn(ctx.run(Rng::new(args.seed ^ ((task + 1) * 0x9e37_79b9))))
     });
     for task in tasks.collect::<Vec<_>>() {
-        let _ = task.await;
+        if task.await.is_err() {
+            eprintln!("chaos worker {}: a task panicked", args.id);
+            std::process::exit(5);
+        }
+    }
+    // Every guard is gone now, and the managers still run: the runner checks that Redis holds
+    // nothing (a hold leaked and kept alive by a watchdog would show there), then lets us stop.
+    let mut checker = checker;
+    let _: () = must(
+        "idle",
+        redis::cmd("SADD")
+            .arg("idle")
+            .arg(args.id)
+            .query_async(&mut checker)
+            .await,
+    );
+    let patience = Instant::now() + IDLE_PATIENCE;
+    while Instant::now() < patience {
+        let released: bool = must(
+            "release",
+            redis::cmd("EXISTS")
+                .arg("release")
+                .query_async(&mut checker)
+                .await,
+        );
+        if released {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     lock.shutdown().await;
     for m in red {
@@ -187,11 +227,15 @@ impl Ctx {
             let hold = format!("{}:{}:{seq}", self.worker, self.task);
             let names = self.names(kind, &mut rng);
             let counts = self.once(kind, &hold, &names, &mut rng).await;
+            let counts: Vec<_> = counts.into_iter().filter(|(_, n)| *n > 0).collect();
+            if counts.is_empty() {
+                continue;
+            }
             let mut pipe = redis::pipe();
-            for (field, n) in counts.iter().filter(|(_, n)| *n > 0) {
+            for (field, n) in &counts {
                 pipe.hincr("counts", field, *n).ignore();
             }
-            let _: Result<(), _> = pipe.query_async(&mut self.checker).await;
+            let _: () = must("counts", pipe.query_async(&mut self.checker).await);
         }
     }
 
@@ -229,13 +273,19 @@ impl Ctx {
             Kind::RedLock => "epoch:redlock",
             _ => "epoch:lock",
         };
-        // The epoch before acquiring, and whether the runner has seen enough.
-        let (epoch, stop): (Option<u64>, Option<u8>) = redis::cmd("MGET")
-            .arg(epoch_key)
-            .arg("stop")
-            .query_async(&mut self.checker)
-            .await
-            .unwrap_or((None, None));
+        // The epoch and the checker's clock before acquiring, and whether the runner has seen
+        // enough.
+        let ((epoch, stop), time): ((Option<u64>, Option<u8>), (u64, u64)) = must(
+            "epoch",
+            redis::pipe()
+                .cmd("MGET")
+                .arg(epoch_key)
+                .arg("stop")
+                .cmd("TIME")
+                .query_async(&mut self.checker)
+                .await,
+        );
+        let began = checker::clock_ms(time);
         if stop.is_some() {
             self.deadline = Instant::now();
             return counts;
@@ -268,21 +318,22 @@ impl Ctx {
             _ => -1,
         };
         let occ: Vec<String> = names.iter().map(|n| format!("occ:{n}")).collect();
-        let entered: Result<(i64, i64), _> = checker::ENTER_SCRIPT
-            .key(&occ)
-            .arg(kind.name())
-            .arg(hold)
-            .arg(self.worker)
-            .arg(kind.mode())
-            .arg(epoch_key)
-            .arg(epoch.unwrap_or(0))
-            .arg(token)
-            .arg(&names[0])
-            .invoke_async(&mut self.checker)
-            .await;
-        if entered.is_err() {
-            count!("checker_error".into());
-        }
+        let _: (i64, i64) = must(
+            "enter",
+            checker::ENTER_SCRIPT
+                .key(&occ)
+                .arg(kind.name())
+                .arg(hold)
+                .arg(self.worker)
+                .arg(kind.mode())
+                .arg(epoch_key)
+                .arg(epoch.unwrap_or(0))
+                .arg(token)
+                .arg(&names[0])
+                .arg(began)
+                .invoke_async(&mut self.checker)
+                .await,
+        );
         // The critical section: mostly short, now and then long enough to be frozen inside.
         // A hold whose twin was just released stays inside long enough, now and then, for a
         // background correction of the holder's count (what the removed direct path did) to
@@ -294,20 +345,26 @@ impl Ctx {
             _ => Duration::from_micros(rng.below(1000)),
         };
         tokio::time::sleep(work).await;
-        if token >= 0 && entered.is_ok() {
-            let _: Result<i64, _> = checker::FENCED_WRITE_SCRIPT
-                .arg(&names[0])
-                .arg(token)
-                .arg(hold)
-                .arg(self.worker)
-                .invoke_async(&mut self.checker)
-                .await;
+        if token >= 0 {
+            let _: i64 = must(
+                "fenced write",
+                checker::FENCED_WRITE_SCRIPT
+                    .arg(&names[0])
+                    .arg(token)
+                    .arg(hold)
+                    .arg(self.worker)
+                    .invoke_async(&mut self.checker)
+                    .await,
+            );
         }
-        let _: Result<i64, _> = checker::EXIT_SCRIPT
-            .key(&occ)
-            .arg(hold)
-            .invoke_async(&mut self.checker)
-            .await;
+        let _: i64 = must(
+            "exit",
+            checker::EXIT_SCRIPT
+                .key(&occ)
+                .arg(hold)
+                .invoke_async(&mut self.checker)
+                .await,
+        );
         let lost_first = held.is_lost();
         let release = tokio::time::timeout(
             self.settings.response * 4 + Duration::from_secs(5),
@@ -482,13 +539,16 @@ impl Ctx {
     }
 
     async fn note_error(&mut self, kind: Kind, op: &str, e: &LockError) {
-        let _: Result<(), _> = redis::pipe()
-            .rpush("errors", format!("{} {op}: {e}", kind.name()))
-            .ignore()
-            .ltrim("errors", -200, -1)
-            .ignore()
-            .query_async(&mut self.checker)
-            .await;
+        let _: () = must(
+            "errors",
+            redis::pipe()
+                .rpush("errors", format!("{} {op}: {e}", kind.name()))
+                .ignore()
+                .ltrim("errors", -200, -1)
+                .ignore()
+                .query_async(&mut self.checker)
+                .await,
+        );
     }
 }
 
