@@ -1,5 +1,18 @@
 //! The property test: random event sequences, answered by a model of Redis, with the invariants
 //! of the state machine checked after every step.
+//!
+//! The lock is reentrant or fenced (chosen per case). Every round trip may fail, of those that
+//! are latched with an unknown outcome (the request ran or not), of the others before or after
+//! they ran (a settle, a queue leave, a shutdown that never reached Redis); unlock messages may
+//! come twice, or with nothing released. After every step: one holder at most, and Redis counts
+//! at least what its live guards hold (a count below it would be a hold taken back); whenever
+//! the state is quiet, exactly what they hold; fencing tokens only go up; a free lock with
+//! waiters has a round trip, a timer or a message coming. At the end the state stops: every
+//! waiter is answered, and Redis holds nothing (unless the shutdown never reached it: then its
+//! holds expire, nobody renewing them).
+//!
+//! Leases, their expiry and several managers on one name are the simulation's (`simulation.rs`),
+//! which shares this model of Redis.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,7 +45,11 @@ enum Step {
     CallerGone {
         which: usize,
     },
-    Message,
+    /// An unlock message: delivered (`twice`: delivered again), or one nobody published.
+    Message {
+        twice: bool,
+    },
+    Spurious,
     Resubscribed,
     LoseHold {
         which: usize,
@@ -47,7 +64,8 @@ fn step() -> impl Strategy<Value = Step> {
         6 => (proptest::bool::weighted(0.1), any::<bool>()).prop_map(|(fail, ran)| Step::Finish { fail, ran }),
         2 => any::<usize>().prop_map(|which| Step::Fire { which }),
         1 => any::<usize>().prop_map(|which| Step::CallerGone { which }),
-        2 => Just(Step::Message),
+        2 => any::<bool>().prop_map(|twice| Step::Message { twice }),
+        1 => Just(Step::Spurious),
         1 => Just(Step::Resubscribed),
         1 => any::<usize>().prop_map(|which| Step::LoseHold { which }),
     ]
@@ -66,6 +84,12 @@ struct Shell {
     timers: BTreeMap<String, Timer>,
     subscribed: BTreeSet<String>,
     next_reply: u64,
+    /// The newest fencing token handed out.
+    token: u64,
+    /// The state was told to stop.
+    stopping: bool,
+    /// The shutdown's round trip never reached Redis.
+    shutdown_failed: bool,
 }
 
 impl Default for Shell {
@@ -81,6 +105,9 @@ impl Default for Shell {
             timers: BTreeMap::new(),
             subscribed: BTreeSet::new(),
             next_reply: 0,
+            token: 0,
+            stopping: false,
+            shutdown_failed: false,
         }
     }
 }
@@ -101,7 +128,11 @@ impl Shell {
                     prop_assert!(self.answered.insert(id), "waiter {id} answered twice");
                     prop_assert!(!s.is_waiting(id), "waiter {id} answered but still waiting");
                     self.waiting.remove(&id);
-                    if let Answer::Granted { key, epoch, .. } = answer {
+                    if let Answer::Granted { key, epoch, token } = answer {
+                        if let Some(token) = token {
+                            prop_assert!(token > self.token, "token {token} after {}", self.token);
+                            self.token = token;
+                        }
                         self.guards.push((key, epoch));
                     }
                 }
@@ -156,6 +187,51 @@ impl Shell {
         if s.waiters.is_empty() {
             prop_assert!(self.subscribed.is_empty(), "subscribed without a waiter");
         }
+        self.counts(s)?;
+        // Liveness: a free lock with waiters has something coming that makes one of them try.
+        if self.redis.counts.is_empty() && !s.waiters.is_empty() {
+            let message = self.redis.published > 0 && !self.subscribed.is_empty();
+            prop_assert!(
+                self.flight.is_some() || !self.timers.is_empty() || message,
+                "a free lock, {} waiting, nothing coming",
+                s.waiters.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Redis counts each holder at least the holds of its live guards; exactly as many when the
+    /// state is quiet (nothing under way, unresolved or waiting to be settled).
+    fn counts(&self, s: &LockState) -> Result<(), TestCaseError> {
+        let quiet = self.flight.is_none()
+            && s.flight.is_none()
+            && s.todo.is_empty()
+            && s.unsure.is_empty()
+            && s.held_back.is_empty()
+            && s.abandoned.is_empty()
+            && s.holds.values().all(|h| !h.reconcile_armed);
+        let mut holders: BTreeSet<&str> = self.guards.iter().map(|((h, _), _)| &**h).collect();
+        holders.extend(self.redis.counts.keys().map(|h| &**h));
+        for holder in holders {
+            let live = self
+                .guards
+                .iter()
+                .filter(|((h, _), _)| &**h == holder)
+                .count() as u32;
+            let in_redis = self.redis.count(holder);
+            prop_assert!(
+                in_redis >= live,
+                "{holder}: Redis counts {in_redis}, live guards {live}"
+            );
+            if quiet && !self.stopping {
+                prop_assert_eq!(
+                    in_redis,
+                    live,
+                    "{}: quiet, Redis and the guards differ",
+                    holder
+                );
+            }
+        }
         Ok(())
     }
 
@@ -164,24 +240,24 @@ impl Shell {
         let Some(op) = self.flight.take() else {
             return;
         };
-        // A reply lost on the way back (`ran`) or a request lost on the way there; only the
-        // latched requests are made to fail here.
-        let fail = fail && op.latch().is_some();
-        let outcome = if fail && !ran {
-            Outcome::Acquire(Err(timeout()))
-        } else {
-            self.redis.run(&op, Instant::now())
-        };
-        let outcome = match (fail, outcome) {
-            (true, Outcome::Acquire(_)) => Outcome::Acquire(Err(timeout())),
-            (true, Outcome::Release(_)) => Outcome::Release(Err(timeout())),
-            (_, outcome) => outcome,
-        };
-        let outcome = match (&op, outcome) {
-            (Op::Release { .. } | Op::HandOff { .. }, Outcome::Acquire(Err(e))) => {
-                Outcome::Release(Err(e))
+        // A reply lost on the way back (`ran`) or a request lost on the way there.
+        if !fail || ran {
+            let outcome = self.redis.run(&op, Instant::now());
+            if !fail {
+                s.ran(outcome, Instant::now());
+                return;
             }
-            (_, outcome) => outcome,
+        }
+        let outcome = match op {
+            Op::Acquire { .. } => Outcome::Acquire(Err(timeout())),
+            Op::Release { .. } | Op::HandOff { .. } => Outcome::Release(Err(timeout())),
+            Op::LeaveQueue { .. } => Outcome::LeaveQueue(Err(timeout())),
+            Op::Settle { .. } => Outcome::Settle(Err(timeout())),
+            // A shutdown is answered whatever became of it (the actor stops either way).
+            Op::Shutdown { .. } => {
+                self.shutdown_failed |= !ran;
+                Outcome::Shutdown
+            }
         };
         s.ran(outcome, Instant::now());
     }
@@ -217,9 +293,16 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_event_sequences_keep_the_invariants(steps in proptest::collection::vec(step(), 1..120)) {
-        let mut s = state(LockKind::Reentrant);
-        let mut sh = Shell::default();
+    fn random_event_sequences_keep_the_invariants(
+        fenced in any::<bool>(),
+        steps in proptest::collection::vec(step(), 1..120),
+    ) {
+        let kind = if fenced { LockKind::Fenced } else { LockKind::Reentrant };
+        let mut s = state(kind);
+        let mut sh = Shell {
+            redis: Redis::new(&settings(), fenced),
+            ..Shell::default()
+        };
         let holders = ["a", "b", "c"];
         for step in steps {
             if std::env::var_os("LOCKMAN_TRACE").is_some() {
@@ -228,7 +311,11 @@ proptest! {
             match step {
                 Step::Request { holder, wait } => {
                     let wait = [Wait::No, Wait::Up(SECOND), Wait::Forever][wait as usize];
-                    let id = s.request(req(holders[holder as usize], wait), Instant::now());
+                    let request = Request {
+                        kind,
+                        ..req(holders[holder as usize], wait)
+                    };
+                    let id = s.request(request, Instant::now());
                     sh.waiting.insert(id);
                 }
                 Step::Release { which } | Step::Drop { which } => {
@@ -256,11 +343,18 @@ proptest! {
                         s.caller_gone(id, Instant::now());
                     }
                 }
-                Step::Message => {
+                Step::Message { twice } => {
                     if sh.redis.published > 0 {
                         sh.redis.published -= 1;
-                        s.unlocked(false, "redisson_lock__channel:{name}", Instant::now());
+                        let channel = s.channel_of(holders[0]);
+                        for _ in 0..1 + usize::from(twice) {
+                            s.unlocked(false, &channel, Instant::now());
+                        }
                     }
+                }
+                Step::Spurious => {
+                    let channel = s.channel_of(holders[0]);
+                    s.unlocked(false, &channel, Instant::now());
                 }
                 Step::Resubscribed => s.resubscribed(Instant::now()),
                 Step::LoseHold { which } => {
@@ -276,7 +370,9 @@ proptest! {
             sh.apply(&mut s)?;
         }
         // The end: stop, and let every round trip finish. Every waiter has its answer.
-        s.stop(false, Instant::now());
+        // As a manager's shutdown stops its lock actors: every hold released.
+        s.stop(true, Instant::now());
+        sh.stopping = true;
         sh.apply(&mut s)?;
         for _ in 0..1000 {
             if sh.flight.is_none() {
@@ -288,6 +384,9 @@ proptest! {
         prop_assert!(sh.flight.is_none());
         for id in &sh.waiting {
             prop_assert!(sh.answered.contains(id), "waiter {id} never answered");
+        }
+        if !sh.shutdown_failed {
+            prop_assert!(sh.redis.counts.is_empty(), "left in Redis: {:?}", sh.redis.counts);
         }
     }
 }
