@@ -40,6 +40,9 @@ pub(crate) enum Loss {
     Lease,
     /// Its manager shut down and released it.
     Shutdown,
+    /// A re-entry of its holder found no count of it in Redis: the key was deleted or expired
+    /// before a renewal noticed.
+    Reentry,
 }
 
 impl Loss {
@@ -51,6 +54,7 @@ impl Loss {
             Loss::Unconfirmed => "unconfirmed",
             Loss::Lease => "lease",
             Loss::Shutdown => "shutdown",
+            Loss::Reentry => "reentry",
         }
     }
 
@@ -61,6 +65,7 @@ impl Loss {
             Loss::Unconfirmed => "gone while releases were unconfirmed",
             Loss::Lease => "its lease ran out",
             Loss::Shutdown => "its manager shut down and released it",
+            Loss::Reentry => "a re-entry found it gone from Redis",
         }
     }
 }

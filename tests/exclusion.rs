@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockman::{Config, LockManager};
+use lockman::{Config, LockError, LockManager};
 use redis::AsyncCommands;
 use support::RedisServer;
 
@@ -140,6 +140,41 @@ async fn a_nested_lease_hold_released_leaves_the_outer_hold_exclusive() {
     let exists: bool = raw.exists("nested").await.unwrap();
     assert!(!exists);
     assert!(b.lock("nested").try_acquire().await.unwrap().is_some());
+}
+
+/// A hold whose key is deleted behind its holder's back (a force unlock, a failover that lost
+/// it), entered again by the same holder before a renewal noticed: Redis now counts one new
+/// hold. The old hold is told lost, and its release must not take the new one back (it would
+/// delete the key under a live guard, and let another manager in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_lost_unnoticed_then_entered_again_is_not_taken_back_by_the_old_release() {
+    let server = RedisServer::start();
+    let a = LockManager::start(Config::new(server.url())).await.unwrap();
+    let b = LockManager::start(Config::new(server.url())).await.unwrap();
+    let mut raw = server.async_conn().await;
+    let lock = a.lock("again");
+    let old = lock.acquire().await.unwrap();
+    // The watchdog's next renewal is 10 s away (a 30 s timeout): nobody has noticed yet.
+    let _: () = raw.del("again").await.unwrap();
+    let new = lock.try_acquire().await.unwrap().expect("free in Redis");
+    let count: u32 = raw.hget("again", lock.holder_id()).await.unwrap();
+    assert_eq!(count, 1);
+    assert!(
+        old.is_lost(),
+        "the old hold is known gone once the re-entry found it so"
+    );
+    let released = old.release().await;
+    assert!(
+        matches!(released, Err(LockError::NotHeld { .. })),
+        "{released:?}"
+    );
+    let count: Option<u32> = raw.hget("again", lock.holder_id()).await.unwrap();
+    assert_eq!(count, Some(1), "the new hold is still counted");
+    assert!(b.lock("again").try_acquire().await.unwrap().is_none());
+    assert!(!new.is_lost());
+    new.release().await.unwrap();
+    let exists: bool = raw.exists("again").await.unwrap();
+    assert!(!exists);
 }
 
 /// Clones of one handle (one holder) mix watchdog and lease holds, nested, at once, while two

@@ -31,15 +31,20 @@ pub async fn connect_client(client: redis::Client) -> ConnectionManager {
     ConnectionManager::new(client).await.expect("connect")
 }
 
-/// One acquire attempt of `holder` on `name`: `None` when taken, else the holder's PTTL (ms).
+/// One acquire attempt of `holder` on `name`: `None` when taken (the script replies the holder's
+/// count), else the holder's PTTL (ms).
 pub async fn acquire(conn: &ConnectionManager, name: &str, holder: &str) -> Option<u64> {
-    ACQUIRE
+    let reply: redis::Value = ACQUIRE
         .key(name)
         .arg(LEASE_MS)
         .arg(holder)
         .invoke_async(&mut conn.clone())
         .await
-        .expect("acquire script")
+        .expect("acquire script");
+    match reply {
+        redis::Value::Int(ttl) => Some(ttl.max(0) as u64),
+        _ => None,
+    }
 }
 
 /// One release of `holder` on `name`; `Some(1)` when it unlocked (and published `0`).

@@ -1,14 +1,15 @@
 -- Reentrant lock: acquire (protocol.md, "Reentrant lock").
 -- KEYS[1]: the lock hash.
 -- ARGV[1]: lease in ms; ARGV[2]: holder ("<client id>:<n>").
--- Reply: nil when acquired (the holder's count incremented, PTTL set to the lease);
---        otherwise the key's PTTL in ms (what the current holder still has).
+-- Reply: {count} when acquired (the holder's count, incremented, PTTL set to the lease: 1 is a
+--        new hold, more a re-entry); otherwise the key's PTTL in ms (what the current holder
+--        still has).
 -- A key of another type raises WRONGTYPE from HEXISTS and is left as it is; so does a read-write
 -- lock's hash (its `mode` field), whose readers this hold would otherwise join.
 local function grant()
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
+    return {count}
 end
 if redis.call('exists', KEYS[1]) == 0 then
     return grant()

@@ -151,7 +151,7 @@ impl Commands {
             Side::Acquire,
         );
         let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
-        let attempt = decode_attempt(reply)?;
+        let attempt = decode_attempt(kind, reply)?;
         if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
             (attempt, acked, self.conn.sync_wanted())
             && acked < wanted

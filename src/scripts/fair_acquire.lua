@@ -2,7 +2,7 @@
 -- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
 -- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: now, epoch ms;
 -- ARGV[5]: "1" for a try-once attempt, which never enqueues.
--- Reply: nil when acquired; otherwise how long in ms until something changes: when enqueued,
+-- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
 --        back yet) the time until the head's deadline.
 -- A queued waiter that comes back keeps its place: its deadline moves on (below).
@@ -17,7 +17,7 @@ if redis.call('exists', KEYS[1]) == 0 then
         end
         redis.call('hset', KEYS[1], ARGV[2], 1)
         redis.call('pexpire', KEYS[1], ARGV[1])
-        return nil
+        return {1}
     end
 end
 -- A read-write lock's hash (its `mode` field) is another kind of lock: WRONGTYPE, left as it is.
@@ -25,9 +25,9 @@ if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
+    return {count}
 end
 local function until_change()
     local ttl = redis.call('pttl', KEYS[1])

@@ -120,8 +120,9 @@ impl Latch {
 /// The outcome of one acquire attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// The holder's count was incremented and the lease set; a fenced lock's token.
-    Acquired { token: Option<u64> },
+    /// The holder's count was incremented and the lease set; a fenced lock's token. `fresh`:
+    /// the holder had no count in Redis before (a new hold, not a re-entry).
+    Acquired { token: Option<u64>, fresh: bool },
     /// Acquired, but fewer replicas than `Config::sync_replicas` asks for acknowledged it: the
     /// hold is to be released again, and the request fails with `LockError::ReplicaSync`.
     Unsynced { acked: u32, wanted: u32 },
@@ -172,18 +173,24 @@ pub(crate) struct Inspection {
     pub ttl: Option<Duration>,
 }
 
-/// An acquire script's reply: nil (acquired), `[token]` (a fenced lock acquired), or the PTTL.
-fn decode_attempt(reply: Value) -> Result<Attempt, LockError> {
-    match reply {
-        Value::Nil => Ok(Attempt::Acquired { token: None }),
-        Value::Array(token) => match token.as_slice() {
-            [Value::Int(t)] => Ok(Attempt::Acquired {
-                token: u64::try_from(*t).ok(),
-            }),
-            _ => Err(unexpected("acquire", Value::Array(token))),
+/// An acquire script's reply: `[count]` (acquired; the holder's count now), `[token, count]` (a
+/// fenced lock acquired), or the PTTL.
+fn decode_attempt(kind: LockKind, reply: Value) -> Result<Attempt, LockError> {
+    let acquired = |token: Option<&i64>, count: &i64| Attempt::Acquired {
+        token: token.and_then(|t| u64::try_from(*t).ok()),
+        fresh: *count == 1,
+    };
+    match (kind, reply) {
+        (LockKind::Fenced, Value::Array(items)) => match items.as_slice() {
+            [Value::Int(t), Value::Int(n)] => Ok(acquired(Some(t), n)),
+            _ => Err(unexpected("acquire", Value::Array(items))),
         },
-        Value::Int(ttl) => Ok(Attempt::Busy { ttl: ttl_of(ttl) }),
-        other => Err(unexpected("acquire", other)),
+        (_, Value::Array(items)) => match items.as_slice() {
+            [Value::Int(n)] => Ok(acquired(None, n)),
+            _ => Err(unexpected("acquire", Value::Array(items))),
+        },
+        (_, Value::Int(ttl)) => Ok(Attempt::Busy { ttl: ttl_of(ttl) }),
+        (_, other) => Err(unexpected("acquire", other)),
     }
 }
 

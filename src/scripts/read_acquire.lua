@@ -2,7 +2,8 @@
 -- KEYS[1]: the lock hash; KEYS[2]: this holder's timeout-key prefix ("{name}:<holder>:rwlock_timeout").
 -- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: the holder's write field ("<holder>:write").
 -- Allowed with no mode, in read mode, or in write mode held by this holder (downgrade).
--- Reply: nil when acquired (count i, timeout key ":<i>" with the lease, hash PTTL the longest);
+-- Reply: {i} when acquired (the holder's read count i, 1 for a new hold; timeout key ":<i>" with
+--        the lease, hash PTTL the longest);
 --        otherwise the key's PTTL in ms.
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false and redis.call('exists', KEYS[1]) == 1 then
@@ -15,13 +16,13 @@ if mode == false then
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
+    return {1}
 end
 if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
     local i = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('set', KEYS[2] .. ':' .. i, 1, 'px', ARGV[1])
     local remaining = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(remaining, tonumber(ARGV[1])))
-    return nil
+    return {i}
 end
 return redis.call('pttl', KEYS[1])

@@ -2,7 +2,8 @@
 -- KEYS[1]: the lock hash. ARGV[1]: lease in ms; ARGV[2]: the write field ("<holder>:write").
 -- Allowed with no mode, or in write mode held by this holder (re-entry: the lease is added to
 -- the remaining PTTL). A reader cannot upgrade.
--- Reply: nil when acquired; otherwise the key's PTTL in ms.
+-- Reply: {count} when acquired (the writer's count: 1 is a new hold); otherwise the key's PTTL in
+--        ms.
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false and redis.call('exists', KEYS[1]) == 1 then
     -- A hash without `mode`: a reentrant, fenced or fair lock. Another kind of lock, whose
@@ -13,11 +14,11 @@ if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'write')
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return nil
+    return {1}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + tonumber(ARGV[1]))
-    return nil
+    return {count}
 end
 return redis.call('pttl', KEYS[1])

@@ -15,8 +15,14 @@ impl LockState {
         res: Result<Attempt, LockError>,
     ) {
         match res {
-            Ok(Attempt::Acquired { token }) => {
+            Ok(Attempt::Acquired { token, fresh }) => {
                 self.failures = 0;
+                if fresh && let Some(old) = self.holds.get(&key).map(|h| h.epoch) {
+                    // Redis counted nothing of this holder: the hold counted here is gone (its
+                    // key deleted or expired before a renewal noticed). Its guards are told, and
+                    // its releases find it gone, so that none of them takes back this new hold.
+                    self.lose(&key, old, Loss::Reentry);
+                }
                 if key.1 == LockKind::Read {
                     // Readers share: every other reader waiting here may enter too.
                     let new: Vec<WaiterId> = self

@@ -122,8 +122,10 @@ impl LockState {
                 Pending::Attempt(id) => match self.attempt_op(id) {
                     Some(pair) => pair,
                     None => {
-                        // Its waiter left: a wake-up it was part of goes on with the next one.
-                        self.next_wake();
+                        if !self.waiters.contains(id) {
+                            // Its waiter left: the wake-up it was given goes on with another.
+                            self.pass_wake();
+                        }
                         continue;
                     }
                 },

@@ -108,12 +108,26 @@ impl LockState {
         self.next_wake();
     }
 
-    /// The next pending wake-up, skipping waiters that have left meanwhile.
-    pub(super) fn next_wake(&mut self) {
+    /// The next pending wake-up, skipping waiters that have left meanwhile. Whether there was
+    /// one.
+    pub(super) fn next_wake(&mut self) -> bool {
         while let Some(id) = self.pending_wakes.pop_front() {
             if self.waiters.contains(id) {
-                return self.attempt(id);
+                self.attempt(id);
+                return true;
             }
+        }
+        false
+    }
+
+    /// A wake-up whose waiter left before its attempt went goes on with the next pending one,
+    /// else with the first waiter: the message (or retry) that caused it comes only once, and
+    /// a waiter left without it could wait for good on a free lock.
+    pub(super) fn pass_wake(&mut self) {
+        if !self.next_wake()
+            && let Some(id) = self.waiters.front().map(|w| w.id)
+        {
+            self.attempt(id);
         }
     }
 

@@ -57,7 +57,18 @@ fn answered(effects: &[Effect], id: WaiterId) -> bool {
 }
 
 fn acquired() -> Outcome {
-    Outcome::Acquire(Ok(Attempt::Acquired { token: None }))
+    Outcome::Acquire(Ok(Attempt::Acquired {
+        token: None,
+        fresh: true,
+    }))
+}
+
+/// A re-entry granted: the holder's count in Redis went up from one or more.
+fn reentered() -> Outcome {
+    Outcome::Acquire(Ok(Attempt::Acquired {
+        token: None,
+        fresh: false,
+    }))
 }
 
 fn busy() -> Outcome {
@@ -280,7 +291,7 @@ fn a_release_whose_reply_never_came_is_resolved_by_its_latch_not_by_counts() {
     s.ran(acquired(), Instant::now());
     let (key, epoch) = granted(&s.drain(), a).expect("granted");
     s.request(req("a", Wait::Forever), Instant::now());
-    s.ran(acquired(), Instant::now());
+    s.ran(reentered(), Instant::now());
     s.drain();
     s.release(key.clone(), epoch, Some(1), Instant::now());
     let first = latch_of(&s.drain());

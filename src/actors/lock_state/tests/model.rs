@@ -1,6 +1,8 @@
-//! A model of Redis as the scripts of one reentrant or fenced lock see it (`protocol.md`): the
-//! holder counts of the lock hash, its PTTL, the token counter, the unlock messages published,
-//! and the request latches (`latch.lua`). Time is the caller's: the model only compares
+//! A model of Redis as the scripts of one reentrant, fenced or read-write lock see it
+//! (`protocol.md`): the holder counts of the lock hash (a writer's field is `<holder>:write`),
+//! its `mode`, its PTTL, the token counter, the unlock messages published, and the request
+//! latches (`latch.lua`, one per field). A read hold's own timeout key is not modelled: the
+//! remaining readers are taken as live when a reader leaves. Time is the caller's: the model only compares
 //! instants, so a simulation can run hours of virtual time in microseconds. Shared by the
 //! property test and the simulation.
 
@@ -25,8 +27,10 @@ pub(super) fn latch_ttl(settings: &Settings) -> Duration {
 
 #[derive(Debug)]
 pub(super) struct Redis {
-    /// Holder → count: the lock hash. Empty: no key.
+    /// Field → count: the lock hash. Empty: no key.
     pub counts: BTreeMap<Arc<str>, u32>,
+    /// A read-write lock's `mode` (`Read` or `Write`); `None` for other kinds or no key.
+    pub mode: Option<LockKind>,
     /// When the key expires (its PTTL); `None` with no key.
     pub expires: Option<Instant>,
     /// The fenced lock's counter.
@@ -43,6 +47,7 @@ impl Redis {
     pub fn new(settings: &Settings, fenced: bool) -> Self {
         Self {
             counts: BTreeMap::new(),
+            mode: None,
             expires: None,
             token: 0,
             latches: BTreeMap::new(),
@@ -55,8 +60,7 @@ impl Redis {
     /// Expires the key and the latches whose time has come.
     pub fn tick(&mut self, now: Instant) {
         if self.expires.is_some_and(|at| at <= now) {
-            self.counts.clear();
-            self.expires = None;
+            self.clear();
         }
         self.latches.retain(|_, (_, _, at)| *at > now);
     }
@@ -66,16 +70,21 @@ impl Redis {
         self.counts.get(holder).copied().unwrap_or(0)
     }
 
-    /// The one holder, when the lock is held.
-    pub fn owner(&self) -> Option<&Arc<str>> {
-        self.counts.keys().next()
+    /// The count of a holder's hold of `kind` (0: no field).
+    pub fn held(&self, holder: &str, kind: LockKind) -> u32 {
+        self.count(&kind.field(holder))
+    }
+
+    fn clear(&mut self) {
+        self.counts.clear();
+        self.mode = None;
+        self.expires = None;
     }
 
     /// The key is deleted (a force unlock, or a failover that lost it).
     pub fn delete(&mut self) {
         if !self.counts.is_empty() {
-            self.counts.clear();
-            self.expires = None;
+            self.clear();
             self.published += 1;
         }
     }
@@ -91,31 +100,107 @@ impl Redis {
         }
     }
 
-    fn acquire(&mut self, holder: &Arc<str>, ttl: Duration, now: Instant) -> Attempt {
-        if !self.counts.is_empty() && !self.counts.contains_key(holder) {
-            let left = self.expires.map(|at| at.saturating_duration_since(now));
-            return Attempt::Busy { ttl: left };
+    fn acquire(
+        &mut self,
+        kind: LockKind,
+        holder: &Arc<str>,
+        ttl: Duration,
+        now: Instant,
+    ) -> Attempt {
+        let busy = Attempt::Busy {
+            ttl: self.expires.map(|at| at.saturating_duration_since(now)),
+        };
+        let field: Arc<str> = kind.field(holder).into();
+        match kind {
+            LockKind::Read => {
+                let writer = self.counts.contains_key(&*LockKind::Write.field(holder));
+                if self.counts.is_empty() {
+                    self.mode = Some(LockKind::Read);
+                    self.expires = Some(now + ttl);
+                } else if self.mode == Some(LockKind::Read) || writer {
+                    self.expires = self.expires.max(Some(now + ttl));
+                } else {
+                    return busy;
+                }
+                return self.count_in(field, None);
+            }
+            LockKind::Write => {
+                if self.counts.is_empty() {
+                    self.mode = Some(LockKind::Write);
+                    self.expires = Some(now + ttl);
+                } else if self.mode == Some(LockKind::Write) && self.counts.contains_key(&field) {
+                    self.expires = self.expires.map(|at| at + ttl);
+                } else {
+                    return busy;
+                }
+                return self.count_in(field, None);
+            }
+            _ => {}
         }
-        *self.counts.entry(holder.clone()).or_default() += 1;
+        if !self.counts.is_empty() && !self.counts.contains_key(holder) {
+            return busy;
+        }
         self.expires = Some(now + ttl);
         let token = self.fenced.then(|| {
             self.token += 1;
             self.token
         });
-        Attempt::Acquired { token }
+        self.count_in(field, token)
     }
 
-    fn release(&mut self, holder: &str, lease: Duration, now: Instant) -> Released {
-        let Some(n) = self.counts.get_mut(holder) else {
+    /// One more hold of `field`, as the scripts reply it.
+    fn count_in(&mut self, field: Arc<str>, token: Option<u64>) -> Attempt {
+        let count = self.counts.entry(field).or_default();
+        *count += 1;
+        Attempt::Acquired {
+            token,
+            fresh: *count == 1,
+        }
+    }
+
+    fn release(&mut self, kind: LockKind, holder: &str, lease: Duration, now: Instant) -> Released {
+        let field = kind.field(holder);
+        let Some(n) = self.counts.get_mut(&*field) else {
             return Released::NotHeld;
         };
         *n -= 1;
-        if *n > 0 {
-            self.expires = Some(now + lease);
-            return Released::StillHeld;
+        let left = *n;
+        match kind {
+            // `read_release.lua`: the key stays while readers remain, or a writer in write mode.
+            LockKind::Read => {
+                if left == 0 {
+                    self.counts.remove(&*field);
+                }
+                let reply = if left == 0 {
+                    Released::Unlocked
+                } else {
+                    Released::StillHeld
+                };
+                let readers = self.counts.keys().any(|f| !f.ends_with(":write"));
+                if readers || (!self.counts.is_empty() && self.mode == Some(LockKind::Write)) {
+                    return reply;
+                }
+            }
+            // `write_release.lua`: the writer's own reads keep the key, in read mode.
+            LockKind::Write => {
+                if left > 0 {
+                    self.expires = Some(now + lease);
+                    return Released::StillHeld;
+                }
+                self.counts.remove(&*field);
+                if !self.counts.is_empty() {
+                    self.mode = Some(LockKind::Read);
+                    return Released::Unlocked;
+                }
+            }
+            _ => {
+                if left > 0 {
+                    self.expires = Some(now + lease);
+                    return Released::StillHeld;
+                }
+            }
         }
-        self.counts.clear();
-        self.expires = None;
+        self.clear();
         self.published += 1;
         Released::Unlocked
     }
@@ -134,7 +219,7 @@ impl Redis {
             self.expires = Some(now + lease);
             return HandedOff::No(Released::StillHeld);
         }
-        self.counts.clear();
+        self.clear();
         self.counts.insert(to.clone(), 1);
         self.expires = Some(now + to_lease);
         let token = self.fenced.then(|| {
@@ -147,12 +232,12 @@ impl Redis {
     /// Runs one round trip as its script would, at `now`.
     pub fn run(&mut self, op: &Op, now: Instant) -> Outcome {
         self.tick(now);
-        if let (Some(latch), Some(holder)) = (op.latch(), latch_holder(op))
-            && let Some((id, reply, _)) = self.latches.get(holder)
+        if let (Some(latch), Some(field)) = (op.latch(), latch_field(op))
+            && let Some((id, reply, _)) = self.latches.get(&*field)
             && *id == latch.id
         {
-            if let Op::Acquire { holder, .. } = op
-                && !self.counts.contains_key(holder)
+            if let Op::Acquire { holder, kind, .. } = op
+                && self.held(holder, *kind) == 0
             {
                 // Acquired then, lost since: as a busy attempt.
                 let ttl = Some(
@@ -174,26 +259,32 @@ impl Redis {
         }
         match op {
             Op::Acquire {
-                holder, ttl, latch, ..
+                kind,
+                holder,
+                ttl,
+                latch,
+                ..
             } => {
-                let a = self.acquire(holder, *ttl, now);
+                let a = self.acquire(*kind, holder, *ttl, now);
                 if matches!(a, Attempt::Acquired { .. }) {
-                    self.latch(holder, latch.id, Some(Reply::Acquire(a)), now);
+                    let field = kind.field(holder).into();
+                    self.latch(&field, latch.id, Some(Reply::Acquire(a)), now);
                 }
                 Outcome::Acquire(Ok(a))
             }
             Op::Release {
+                kind,
                 holder,
                 lease,
                 latch,
-                ..
             } => {
-                let r = HandedOff::No(self.release(holder, *lease, now));
+                let r = HandedOff::No(self.release(*kind, holder, *lease, now));
+                let field = kind.field(holder).into();
                 match r {
                     HandedOff::No(Released::NotHeld | Released::Unlocked) => {
-                        self.latch(holder, latch.id, None, now)
+                        self.latch(&field, latch.id, None, now)
                     }
-                    r => self.latch(holder, latch.id, Some(Reply::Release(r)), now),
+                    r => self.latch(&field, latch.id, Some(Reply::Release(r)), now),
                 }
                 Outcome::Release(Ok(r))
             }
@@ -216,20 +307,20 @@ impl Redis {
             }
             Op::LeaveQueue { .. } => Outcome::LeaveQueue(Ok(true)),
             Op::Settle {
+                kind,
                 holder,
                 target,
                 lease,
-                ..
             } => {
-                while self.count(holder) > *target {
-                    self.release(holder, *lease, now);
+                while self.held(holder, *kind) > *target {
+                    self.release(*kind, holder, *lease, now);
                 }
-                Outcome::Settle(Ok(self.count(holder)))
+                Outcome::Settle(Ok(self.held(holder, *kind)))
             }
             Op::Shutdown { release, .. } => {
-                for ((holder, _), lease) in release {
-                    while self.count(holder) > 0 {
-                        self.release(holder, *lease, now);
+                for ((holder, kind), lease) in release {
+                    while self.held(holder, *kind) > 0 {
+                        self.release(*kind, holder, *lease, now);
                     }
                 }
                 Outcome::Shutdown
@@ -251,11 +342,13 @@ impl Redis {
     }
 }
 
-/// Whose latch a request uses: its holder's (a hand-off's next holder's).
-fn latch_holder(op: &Op) -> Option<&Arc<str>> {
+/// Whose latch a request uses: its holder's field (a hand-off's next holder's).
+fn latch_field(op: &Op) -> Option<String> {
     match op {
-        Op::Acquire { holder, .. } | Op::Release { holder, .. } => Some(holder),
-        Op::HandOff { to, .. } => Some(to),
+        Op::Acquire { holder, kind, .. } | Op::Release { holder, kind, .. } => {
+            Some(kind.field(holder))
+        }
+        Op::HandOff { to, kind, .. } => Some(kind.field(to)),
         _ => None,
     }
 }
