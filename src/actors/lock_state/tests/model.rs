@@ -1,7 +1,7 @@
-//! A model of Redis as the scripts of one reentrant, fenced or read-write lock see it
+//! A model of Redis as the scripts of one reentrant, fenced, read-write or fair lock see it
 //! (`protocol.md`): the holder counts of the lock hash (a writer's field is `<holder>:write`),
-//! its `mode`, its PTTL, the token counter, the unlock messages published, and the request
-//! latches (`latch.lua`, one per field). A read hold's own timeout key is not modelled: the
+//! its `mode`, its PTTL, the token counter, a fair lock's queue and deadlines, the unlock
+//! messages published, and the request latches (`latch.lua`, one per field). A read hold's own timeout key is not modelled: the
 //! remaining readers are taken as live when a reader leaves. Time is the caller's: the model only compares
 //! instants, so a simulation can run hours of virtual time in microseconds. Shared by the
 //! property test and the simulation.
@@ -40,6 +40,11 @@ pub(super) struct Redis {
     latch_ttl: Duration,
     /// Unlock messages published and not yet delivered.
     pub published: usize,
+    /// A fair lock's queue (oldest first) and each queued holder's deadline.
+    pub queue: Vec<Arc<str>>,
+    deadlines: BTreeMap<Arc<str>, Instant>,
+    /// A fair lock's messages not yet delivered: the waiter each is for.
+    pub woken: Vec<Arc<str>>,
     fenced: bool,
 }
 
@@ -53,6 +58,9 @@ impl Redis {
             latches: BTreeMap::new(),
             latch_ttl: latch_ttl(settings),
             published: 0,
+            queue: Vec::new(),
+            deadlines: BTreeMap::new(),
+            woken: Vec::new(),
             fenced,
         }
     }
@@ -97,6 +105,111 @@ impl Redis {
             true
         } else {
             false
+        }
+    }
+
+    /// `fair_prune.lua`: queue heads whose deadline passed leave.
+    fn prune(&mut self, now: Instant) {
+        while let Some(head) = self.queue.first() {
+            if self.deadlines.get(head).is_some_and(|at| *at > now) {
+                break;
+            }
+            self.deadlines.remove(head);
+            self.queue.remove(0);
+        }
+    }
+
+    /// Takes `by` off every queued deadline (the waiter ahead left early).
+    fn advance_deadlines<'a>(&mut self, who: impl Iterator<Item = &'a Arc<str>>, by: Duration) {
+        for holder in who {
+            if let Some(at) = self.deadlines.get_mut(holder) {
+                *at = at.checked_sub(by).unwrap_or(*at);
+            }
+        }
+    }
+
+    /// `fair_acquire.lua` (after `prune`).
+    fn fair_acquire(
+        &mut self,
+        holder: &Arc<str>,
+        ttl: Duration,
+        fair: FairArgs,
+        now: Instant,
+    ) -> Attempt {
+        self.prune(now);
+        if self.counts.is_empty() && self.queue.first().is_none_or(|h| h == holder) {
+            if !self.queue.is_empty() {
+                self.queue.remove(0);
+            }
+            self.deadlines.remove(holder);
+            let rest: Vec<Arc<str>> = self.queue.clone();
+            self.advance_deadlines(rest.iter(), fair.wait);
+            self.expires = Some(now + ttl);
+            return self.count_in(holder.clone(), None);
+        }
+        if self.counts.contains_key(holder) {
+            self.expires = Some(now + ttl);
+            return self.count_in(holder.clone(), None);
+        }
+        let pttl = self.expires.map(|at| at.saturating_duration_since(now));
+        let until_change = match (pttl, self.queue.first()) {
+            (Some(ttl), _) => Some(ttl),
+            (None, None) => Some(Duration::ZERO),
+            (None, Some(head)) => Some(
+                self.deadlines
+                    .get(head)
+                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
+            ),
+        };
+        if fair.once {
+            return Attempt::Busy { ttl: until_change };
+        }
+        if let Some(mine) = self.deadlines.get(holder).copied() {
+            // Queued, and back: its deadline moves on.
+            let at = self.queue.iter().position(|h| h == holder);
+            let base = match at {
+                Some(at) if at > 0 => self.deadlines.get(&self.queue[at - 1]).copied(),
+                _ => None,
+            }
+            .unwrap_or(now + pttl.unwrap_or(Duration::ZERO));
+            let deadline = base + fair.wait;
+            if deadline > mine {
+                self.deadlines.insert(holder.clone(), deadline);
+            }
+            return Attempt::Busy { ttl: until_change };
+        }
+        let ttl = match self.queue.last() {
+            Some(last) => self
+                .deadlines
+                .get(last)
+                .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
+            None => pttl.unwrap_or(Duration::ZERO),
+        };
+        self.deadlines.insert(holder.clone(), now + ttl + fair.wait);
+        self.queue.push(holder.clone());
+        Attempt::Busy { ttl: Some(ttl) }
+    }
+
+    /// `fair_leave.lua`: whether the holder was queued.
+    fn fair_leave(&mut self, holder: &Arc<str>, wait: Duration) -> bool {
+        let Some(at) = self.queue.iter().position(|h| h == holder) else {
+            self.deadlines.remove(holder);
+            return false;
+        };
+        let behind: Vec<Arc<str>> = self.queue[at + 1..].to_vec();
+        self.advance_deadlines(behind.iter(), wait);
+        self.queue.remove(at);
+        self.deadlines.remove(holder);
+        if at == 0 && self.counts.is_empty() {
+            self.wake_head();
+        }
+        true
+    }
+
+    /// A fair lock's release publishes to the waiter at the head of its queue.
+    fn wake_head(&mut self) {
+        if let Some(head) = self.queue.first() {
+            self.woken.push(head.clone());
         }
     }
 
@@ -159,6 +272,14 @@ impl Redis {
     }
 
     fn release(&mut self, kind: LockKind, holder: &str, lease: Duration, now: Instant) -> Released {
+        if kind == LockKind::Fair {
+            // `fair_release.lua`: a free lock wakes its queue's head all the same.
+            self.prune(now);
+            if self.counts.is_empty() {
+                self.wake_head();
+                return Released::NotHeld;
+            }
+        }
         let field = kind.field(holder);
         let Some(n) = self.counts.get_mut(&*field) else {
             return Released::NotHeld;
@@ -201,7 +322,11 @@ impl Redis {
             }
         }
         self.clear();
-        self.published += 1;
+        if kind == LockKind::Fair {
+            self.wake_head();
+        } else {
+            self.published += 1;
+        }
         Released::Unlocked
     }
 
@@ -265,7 +390,12 @@ impl Redis {
                 latch,
                 ..
             } => {
-                let a = self.acquire(*kind, holder, *ttl, now);
+                let a = match (kind, op) {
+                    (LockKind::Fair, Op::Acquire { fair, .. }) => {
+                        self.fair_acquire(holder, *ttl, *fair, now)
+                    }
+                    _ => self.acquire(*kind, holder, *ttl, now),
+                };
                 if matches!(a, Attempt::Acquired { .. }) {
                     let field = kind.field(holder).into();
                     self.latch(&field, latch.id, Some(Reply::Acquire(a)), now);
@@ -305,7 +435,10 @@ impl Redis {
                 }
                 Outcome::Release(Ok(r))
             }
-            Op::LeaveQueue { .. } => Outcome::LeaveQueue(Ok(true)),
+            Op::LeaveQueue { holder, wait } => {
+                self.prune(now);
+                Outcome::LeaveQueue(Ok(self.fair_leave(holder, *wait)))
+            }
             Op::Settle {
                 kind,
                 holder,
@@ -317,7 +450,10 @@ impl Redis {
                 }
                 Outcome::Settle(Ok(self.held(holder, *kind)))
             }
-            Op::Shutdown { release, .. } => {
+            Op::Shutdown { leave, release } => {
+                for (holder, wait) in leave {
+                    self.fair_leave(holder, *wait);
+                }
                 for ((holder, kind), lease) in release {
                     while self.held(holder, *kind) > 0 {
                         self.release(*kind, holder, *lease, now);

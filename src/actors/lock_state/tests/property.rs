@@ -1,8 +1,8 @@
 //! The property test: random event sequences, answered by a model of Redis, with the invariants
 //! of the state machine checked after every step.
 //!
-//! The lock is reentrant, fenced or read-write (chosen per case; a read-write request takes
-//! either side). Every round trip may fail, of those that
+//! The lock is reentrant, fenced, read-write (a request takes either side) or fair (its queue
+//! and its waiters' own channels in the model), chosen per case. Every round trip may fail, of those that
 //! are latched with an unknown outcome (the request ran or not), of the others before or after
 //! they ran (a settle, a queue leave, a shutdown that never reached Redis); unlock messages may
 //! come twice, or with nothing released. After every step: one holder at most, and Redis counts
@@ -202,7 +202,8 @@ impl Shell {
         self.counts(s)?;
         // Liveness: a free lock with waiters has something coming that makes one of them try.
         if self.redis.counts.is_empty() && !s.waiters.is_empty() {
-            let message = self.redis.published > 0 && !self.subscribed.is_empty();
+            let published = self.redis.published > 0 || !self.redis.woken.is_empty();
+            let message = published && !self.subscribed.is_empty();
             prop_assert!(
                 self.flight.is_some() || !self.timers.is_empty() || message,
                 "a free lock, {} waiting, nothing coming",
@@ -310,16 +311,21 @@ proptest! {
 
     #[test]
     fn random_event_sequences_keep_the_invariants(
-        family in 0u8..3,
+        family in 0u8..4,
         steps in proptest::collection::vec(step(), 1..120),
     ) {
         run(family, steps)?;
     }
 }
 
-/// One case: the lock of `family` (0 reentrant, 1 fenced, 2 read-write) driven by `steps`.
+/// One case: the lock of `family` (0 reentrant, 1 fenced, 2 read-write, 3 fair) driven by `steps`.
 fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
-    let family = [LockKind::Reentrant, LockKind::Fenced, LockKind::Read][family as usize];
+    let family = [
+        LockKind::Reentrant,
+        LockKind::Fenced,
+        LockKind::Read,
+        LockKind::Fair,
+    ][family as usize];
     let mut s = state(family);
     let mut sh = Shell {
         redis: Redis::new(&settings(), family == LockKind::Fenced),
@@ -374,9 +380,16 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 }
             }
             Step::Message { twice } => {
-                if sh.redis.published > 0 {
+                // A fair lock's release wakes its queue's head on that waiter's own channel.
+                let channel = if !sh.redis.woken.is_empty() {
+                    Some(s.channel_of(&sh.redis.woken.remove(0)))
+                } else if sh.redis.published > 0 {
                     sh.redis.published -= 1;
-                    let channel = s.channel_of(holders[0]);
+                    Some(s.channel_of(holders[0]))
+                } else {
+                    None
+                };
+                if let Some(channel) = channel {
                     for _ in 0..1 + usize::from(twice) {
                         s.unlocked(false, &channel, Instant::now());
                     }
