@@ -5,10 +5,11 @@
 //! `acquire` cancelled before it is asked again, a guard dropped instead of released — and two
 //! tasks share each handle (clones of one holder, used at once).
 //!
-//! Clones of one holder may be inside together (the lock is reentrant); two holders never. The
-//! critical section is recorded by a script on the same server: it counts every entry in which
-//! another holder was inside, and every entry. Both counts must be exact: no overlap, and as many
-//! entries as rounds.
+//! Clones of one holder may be inside together (the lock is reentrant); two holders never, but
+//! for readers of a read-write lock, who share it with each other and never with a writer (its
+//! run mixes two reading and two writing holders). The critical section is recorded by a script
+//! on the same server: it counts every entry in which a holder it excludes was inside, and every
+//! entry. Both counts must be exact: no overlap, and as many entries as rounds.
 
 mod support;
 
@@ -21,15 +22,24 @@ use support::RedisServer;
 const ROUNDS: u32 = 24;
 const LEASE: Duration = Duration::from_secs(20);
 
-/// Enter: this holder's count inside goes up; returns whether another holder is inside.
+/// Enter (ARGV: holder, `x` exclusive or `r` shared): this holder's count inside goes up; an
+/// exclusive holder beside any other holder, or a shared one beside another exclusive holder, is
+/// an overlap. KEYS: who is inside, entries, overlaps, the exclusive holders inside.
 const ENTER: &str = r"
 redis.call('hincrby', KEYS[1], ARGV[1], 1)
 redis.call('incr', KEYS[2])
-if redis.call('hlen', KEYS[1]) > 1 then redis.call('incr', KEYS[3]); return 1 end
+if ARGV[2] == 'x' then redis.call('hincrby', KEYS[4], ARGV[1], 1) end
+local clash = ARGV[2] == 'x' and redis.call('hlen', KEYS[1]) > 1
+for _, h in ipairs(redis.call('hkeys', KEYS[4])) do
+    if h ~= ARGV[1] then clash = true end
+end
+if clash then redis.call('incr', KEYS[3]); return 1 end
 return 0";
-/// Leave: this holder's count inside goes down.
+/// Leave: this holder's counts inside go down.
 const LEAVE: &str = r"
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then redis.call('hdel', KEYS[1], ARGV[1]) end
+for _, key in ipairs(KEYS) do
+    if redis.call('hincrby', key, ARGV[1], -1) <= 0 then redis.call('hdel', key, ARGV[1]) end
+end
 return 0";
 
 /// What a round holds: one guard, or a MultiLock's.
@@ -115,9 +125,10 @@ async fn take(lock: &Lock, way: u64) -> LockGuard {
     }
 }
 
-/// Rounds of one task on `locks` (one lock, or a MultiLock's members) as holder `holder`.
+/// Rounds of one task on `locks` (one lock, or a MultiLock's members) as holder `holder`,
+/// which holds them exclusively or, for a reader, shared.
 async fn rounds(
-    locks: Vec<Lock>,
+    (locks, shared): (Vec<Lock>, bool),
     holder: String,
     mut conn: redis::aio::MultiplexedConnection,
     seed: u64,
@@ -144,13 +155,20 @@ async fn rounds(
             .key("inside")
             .key("entries")
             .key("overlaps")
+            .key("inside:x")
             .arg(&holder)
+            .arg(if shared { "r" } else { "x" })
             .invoke_async(&mut conn)
             .await
             .expect("enter");
         tokio::time::sleep(Duration::from_micros(rng.below(2_000))).await;
+        let inside: &[&str] = if shared {
+            &["inside"]
+        } else {
+            &["inside", "inside:x"]
+        };
         let _: i64 = leave
-            .key("inside")
+            .key(inside)
             .arg(&holder)
             .invoke_async(&mut conn)
             .await
@@ -164,8 +182,12 @@ async fn rounds(
     }
 }
 
+/// The handles holder `h` of a manager uses on a name, and whether it shares the lock (a
+/// reader).
+type Handles = fn(&LockManager, &str, usize) -> (Vec<Lock>, bool);
+
 /// Two managers, two holders each, two tasks per holder (clones of its handle) on `name`.
-async fn run(server: &RedisServer, handle: fn(&LockManager, &str) -> Vec<Lock>, names: &[&str]) {
+async fn run(server: &RedisServer, handle: Handles, names: &[&str]) {
     let managers = [
         LockManager::start(Config::new(server.url())).await.unwrap(),
         LockManager::start(Config::new(server.url())).await.unwrap(),
@@ -176,12 +198,18 @@ async fn run(server: &RedisServer, handle: fn(&LockManager, &str) -> Vec<Lock>, 
     let mut seed = 1u64;
     for (m, manager) in managers.iter().enumerate() {
         for h in 0..2 {
-            let locks: Vec<Lock> = names.iter().flat_map(|n| handle(manager, n)).collect();
+            let mut shared = false;
+            let mut locks: Vec<Lock> = Vec::new();
+            for name in names {
+                let (mine, reads) = handle(manager, name, h);
+                locks.extend(mine);
+                shared |= reads;
+            }
             let holder = format!("m{m}h{h}");
             for _ in 0..2 {
                 seed += 1;
                 let (locks, holder, conn) = (locks.clone(), holder.clone(), conn.clone());
-                tasks.push(tokio::spawn(rounds(locks, holder, conn, seed)));
+                tasks.push(tokio::spawn(rounds((locks, shared), holder, conn, seed)));
             }
         }
     }
@@ -213,26 +241,49 @@ async fn run(server: &RedisServer, handle: fn(&LockManager, &str) -> Vec<Lock>, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_in_excludes_other_holders_for_every_exclusive_kind() {
     let server = RedisServer::start();
-    run(&server, |m, n| vec![m.lock(n)], &["ways:lock"]).await;
+    run(&server, |m, n, _| (vec![m.lock(n)], false), &["ways:lock"]).await;
     run(
         &server,
-        |m, n| vec![(*m.fair_lock(n)).clone()],
+        |m, n, _| (vec![(*m.fair_lock(n)).clone()], false),
         &["ways:fair"],
     )
     .await;
     run(
         &server,
-        |m, n| vec![(*m.fenced_lock(n)).clone()],
+        |m, n, _| (vec![(*m.fenced_lock(n)).clone()], false),
         &["ways:fenced"],
     )
     .await;
     run(
         &server,
-        |m, n| vec![(*m.read_write_lock(n).write()).clone()],
+        |m, n, _| (vec![(*m.read_write_lock(n).write()).clone()], false),
         &["ways:rw"],
     )
     .await;
-    run(&server, |m, n| vec![m.lock(n)], &["ways:m1", "ways:m2"]).await;
+    run(
+        &server,
+        |m, n, _| (vec![m.lock(n)], false),
+        &["ways:m1", "ways:m2"],
+    )
+    .await;
+}
+
+/// Readers and writers of one read-write lock, every way in: readers share it, a writer is alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_in_keeps_writers_alone_and_lets_readers_share() {
+    let server = RedisServer::start();
+    run(
+        &server,
+        |m, n, h| {
+            let rw = m.read_write_lock(n);
+            match h {
+                0 => (vec![(*rw.write()).clone()], false),
+                _ => (vec![(*rw.read()).clone()], true),
+            }
+        },
+        &["ways:rw:mixed"],
+    )
+    .await;
 }
 
 /// Two clones of one fair-lock handle wait at once behind another holder: when it releases, the

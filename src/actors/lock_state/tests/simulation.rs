@@ -186,8 +186,8 @@ impl Sim {
             96..=97 if self.rng.chance(20) => {
                 self.log(|| "the key is deleted by someone else".into());
                 self.redis.delete();
-                // Every hold of the moment, and its later re-entries (a re-entry after the
-                // deletion creates a fresh key that its count no longer describes).
+                // Every hold of the moment. A re-entry after the deletion is a new hold (its
+                // script finds no count and says so), with a new epoch: not excused.
                 for m in &mut self.managers {
                     let epochs: Vec<u64> = m.state.holds.values().map(|h| h.epoch).collect();
                     m.tainted.extend(epochs);
