@@ -396,22 +396,22 @@ impl Ctx {
         let name = names[0].as_str();
         let guard = |g: Option<LockGuard>| g.map(Held::Guard);
         Ok(match kind {
-            Kind::Lock => guard(self.take_lock(name, wait, rng, counts).await?),
-            Kind::Fair => guard(self.lock.fair_lock(name).try_acquire_for(wait).await?),
-            Kind::Read => guard(
-                self.lock
-                    .read_write_lock(name)
-                    .read()
-                    .try_acquire_for(wait)
+            Kind::Lock => guard(
+                self.take_lock(self.lock.lock(name), wait, rng, counts)
                     .await?,
             ),
-            Kind::Write => guard(
-                self.lock
-                    .read_write_lock(name)
-                    .write()
-                    .try_acquire_for(wait)
-                    .await?,
-            ),
+            Kind::Fair => {
+                let lock = (*self.lock.fair_lock(name)).clone();
+                guard(self.take_lock(lock, wait, rng, counts).await?)
+            }
+            Kind::Read => {
+                let lock = (*self.lock.read_write_lock(name).read()).clone();
+                guard(self.take_lock(lock, wait, rng, counts).await?)
+            }
+            Kind::Write => {
+                let lock = (*self.lock.read_write_lock(name).write()).clone();
+                guard(self.take_lock(lock, wait, rng, counts).await?)
+            }
             Kind::Fenced => self
                 .lock
                 .fenced_lock(name)
@@ -419,10 +419,25 @@ impl Ctx {
                 .await?
                 .map(Held::Fenced),
             Kind::Multi => {
-                MultiLock::new(names.iter().map(|n| self.lock.lock(n.as_str())).collect())
-                    .try_acquire_for(wait)
-                    .await?
-                    .map(Held::Composite)
+                // A bounded wait, or an `acquire()` (with a lease or the watchdog) cancelled at
+                // the wait's end.
+                let multi =
+                    MultiLock::new(names.iter().map(|n| self.lock.lock(n.as_str())).collect());
+                let held = match rng.below(3) {
+                    0 => multi.try_acquire_for(wait).await?,
+                    1 => match tokio::time::timeout(wait, multi.acquire()).await {
+                        Ok(held) => Some(held?),
+                        Err(_) => None,
+                    },
+                    _ => {
+                        let lease = self.settings.lease;
+                        match tokio::time::timeout(wait, multi.acquire_with_lease(lease)).await {
+                            Ok(held) => Some(held?),
+                            Err(_) => None,
+                        }
+                    }
+                };
+                held.map(Held::Composite)
             }
             Kind::RedLock => RedLock::new(self.red.iter().map(|m| m.lock(name)).collect())
                 .try_acquire_for(wait)
@@ -431,7 +446,7 @@ impl Ctx {
         })
     }
 
-    /// A reentrant lock taken the ways users take one: a bounded wait, one attempt, an
+    /// A lock (reentrant, fair, read or write) taken the ways users take one: a bounded wait, one attempt, an
     /// `acquire()` cancelled at the wait's end, with a lease or the watchdog; now and then two
     /// holds of one holder (nested on one handle, or two clones of it at once, mixing a lease and
     /// the watchdog) of which one is released or dropped before the critical section, which then
@@ -439,12 +454,11 @@ impl Ctx {
     /// right after its twin's release, is counted.
     async fn take_lock(
         &self,
-        name: &str,
+        lock: Lock,
         wait: Duration,
         rng: &mut Rng,
         counts: &mut Vec<(String, i64)>,
     ) -> Result<Option<LockGuard>, LockError> {
-        let lock = self.lock.lock(name);
         let lease = self.settings.lease;
         let first = Take::pick(rng, lease);
         let (kept, twin) = match rng.below(10) {
