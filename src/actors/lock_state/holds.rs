@@ -181,6 +181,11 @@ impl LockState {
             Some(loss) => Effect::Lost(epoch, loss),
             None => Effect::Ended(epoch),
         });
+        if self.abandoned.contains(key) {
+            // Its holder's count was to be settled, by a reconciliation of this hold that
+            // cannot run now: settled as the holder's, to what this actor still grants.
+            self.todo.push_back(Pending::Settle { key: key.clone() });
+        }
         Some(hold)
     }
 

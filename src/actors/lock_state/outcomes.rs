@@ -212,6 +212,17 @@ impl LockState {
     pub(super) fn reconciled(&mut self, key: HoldKey, epoch: u64, res: Result<u32, LockError>) {
         let name = self.name.clone();
         let Some(hold) = self.hold_mut(&key, epoch) else {
+            // The hold ended meanwhile (lost, say). A settle it stood for is the holder's
+            // again: done when Redis counts nothing of it, else settled anew; until then its
+            // waiters wait for it, so it must not be dropped here.
+            let queued = |p: &Pending| matches!(p, Pending::Settle { key: k } if *k == key);
+            if self.abandoned.contains(&key) {
+                match res {
+                    Ok(0) => self.settled(&key),
+                    _ if self.todo.iter().any(queued) => {}
+                    _ => self.todo.push_back(Pending::Settle { key }),
+                }
+            }
             return;
         };
         let holder = &key.0;
@@ -219,12 +230,12 @@ impl LockState {
         match res {
             Ok(0) if target == 0 => {
                 tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
-                self.end_hold(&key, epoch, None);
                 self.settled(&key);
+                self.end_hold(&key, epoch, None);
             }
             Ok(0) => {
-                self.lose(&key, epoch, Loss::Unconfirmed);
                 self.settled(&key);
+                self.lose(&key, epoch, Loss::Unconfirmed);
             }
             Ok(in_redis) if in_redis > target => {
                 hold.count = in_redis;

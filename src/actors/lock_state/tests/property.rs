@@ -2,7 +2,8 @@
 //! of the state machine checked after every step.
 //!
 //! The lock is reentrant, fenced, read-write (a request takes either side) or fair (its queue
-//! and its waiters' own channels in the model), chosen per case. Every round trip may fail, of those that
+//! and its waiters' own channels in the model), chosen per case; a request has a lease or
+//! none (a lease's end is a timer, which a step may fire at any time). Every round trip may fail, of those that
 //! are latched with an unknown outcome (the request ran or not), of the others before or after
 //! they ran (a settle, a queue leave, a shutdown that never reached Redis); unlock messages may
 //! come twice, or with nothing released. After every step: one holder at most, and Redis counts
@@ -12,7 +13,8 @@
 //! waiter is answered, and Redis holds nothing (unless the shutdown never reached it: then its
 //! holds expire, nobody renewing them).
 //!
-//! Leases, their expiry and several managers on one name are the simulation's (`simulation.rs`),
+//! Leases counted in virtual time, their expiry in Redis and several managers on one name are
+//! the simulation's (`simulation.rs`),
 //! which shares this model of Redis.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,6 +32,8 @@ enum Step {
         wait: u8,
         /// The write side, when the lock is a read-write lock.
         write: bool,
+        /// With a lease (its expiry is a timer the case may fire), else on the watchdog.
+        lease: bool,
     },
     Release {
         which: usize,
@@ -61,8 +65,8 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        3 => (0u8..3, 0u8..3, any::<bool>())
-            .prop_map(|(holder, wait, write)| Step::Request { holder, wait, write }),
+        3 => (0u8..3, 0u8..3, any::<bool>(), proptest::bool::weighted(0.3))
+            .prop_map(|(holder, wait, write, lease)| Step::Request { holder, wait, write, lease }),
         2 => any::<usize>().prop_map(|which| Step::Release { which }),
         1 => any::<usize>().prop_map(|which| Step::Drop { which }),
         6 => (proptest::bool::weighted(0.1), any::<bool>()).prop_map(|(fail, ran)| Step::Finish { fail, ran }),
@@ -341,6 +345,7 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 holder,
                 wait,
                 write,
+                lease,
             } => {
                 let kind = match family {
                     LockKind::Read if write => LockKind::Write,
@@ -349,6 +354,7 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 let wait = [Wait::No, Wait::Up(SECOND), Wait::Forever][wait as usize];
                 let request = Request {
                     kind,
+                    lease: lease.then_some(10 * SECOND),
                     ..req(holders[holder as usize], wait)
                 };
                 let id = s.request(request, Instant::now());
@@ -453,6 +459,7 @@ fn found_a_release_of_a_lost_hold_took_back_the_re_entry() {
         holder,
         wait,
         write,
+        lease: false,
     };
     let ok = Finish {
         fail: false,
@@ -520,6 +527,7 @@ fn found_a_wake_up_lost_with_the_waiter_that_left() {
         holder,
         wait,
         write: false,
+        lease: false,
     };
     let ok = Finish {
         fail: false,
@@ -538,6 +546,103 @@ fn found_a_wake_up_lost_with_the_waiter_that_left() {
         Fire { which: 0 },
         Fire { which: 0 },
         ok,
+    ];
+    run(0, steps).unwrap();
+}
+
+/// A lease hold ran out (its settle queued), its holder took the lock again (the settle became
+/// a reconciliation of the new hold), and the new hold was lost while that reconciliation ran:
+/// its outcome was dropped with the hold, the holder stayed marked as settling, and its next
+/// waiter waited for good on a free lock. The settle now goes on.
+#[test]
+fn found_a_settle_dropped_with_a_hold_lost_meanwhile() {
+    use Step::*;
+    let r = |holder, wait, lease| Request {
+        holder,
+        wait,
+        write: false,
+        lease,
+    };
+    let ok = Finish {
+        fail: false,
+        ran: false,
+    };
+    let steps = vec![
+        r(0, 0, false),
+        ok.clone(),
+        Release { which: 0 },
+        r(0, 0, false),
+        r(0, 0, false),
+        r(1, 0, false),
+        ok.clone(),
+        ok.clone(),
+        Release { which: 0 },
+        ok.clone(),
+        r(1, 0, false),
+        ok.clone(),
+        Release { which: 0 },
+        r(1, 0, false),
+        ok.clone(),
+        r(1, 1, true),
+        CallerGone {
+            which: 6713216069482237894,
+        },
+        ok.clone(),
+        r(1, 0, false),
+        ok.clone(),
+        r(1, 2, false),
+        Fire { which: 0 },
+        Fire { which: 0 },
+        ok.clone(),
+        LoseHold { which: 0 },
+        Message { twice: false },
+        Fire { which: 0 },
+        ok.clone(),
+    ];
+    run(0, steps).unwrap();
+}
+
+/// A lease hold ran out (its holder marked as settling), the holder took the lock again, the
+/// reconciliation that stood for the settle failed, and the new hold was released: the mark
+/// stayed with nothing left to clear it, the holder's waiter was held back for good, and the
+/// wake-up it had been given was lost with it, so other waiters waited on a free lock. A hold
+/// that ends while its holder is settling now leaves the settle queued.
+#[test]
+fn found_a_settle_left_behind_by_a_hold_released_meanwhile() {
+    use Step::*;
+    let r = |holder, wait, lease| Request {
+        holder,
+        wait,
+        write: false,
+        lease,
+    };
+    let ok = Finish {
+        fail: false,
+        ran: false,
+    };
+    let steps = vec![
+        r(2, 0, true),
+        r(2, 2, false),
+        r(2, 1, false),
+        ok.clone(),
+        Fire {
+            which: 233240668208956996,
+        },
+        Fire {
+            which: 419116820769000905,
+        },
+        ok.clone(),
+        Finish {
+            fail: true,
+            ran: true,
+        },
+        Release { which: 0 },
+        ok.clone(),
+        r(0, 2, false),
+        Message { twice: false },
+        r(0, 2, false),
+        Fire { which: 0 },
+        Fire { which: 0 },
     ];
     run(0, steps).unwrap();
 }
