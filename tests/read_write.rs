@@ -177,10 +177,13 @@ async fn a_waiting_writer_enters_when_the_last_read_lease_runs_out() {
         took >= Duration::from_millis(500) && took <= Duration::from_millis(650),
         "{took:?}"
     );
-    assert_eq!(
-        command_calls(&mut raw, "publish"),
-        0,
-        "nobody published: the TTL woke the writer"
+    // Nobody released: the TTL woke the writer. A reader's hold is settled when its lease ends,
+    // counted from its request; on a loaded machine that settle can reach Redis just before
+    // Redis's own expiry and free the lock with one message, so one is allowed (the timing above
+    // is what shows the writer did not wait for a release).
+    assert!(
+        command_calls(&mut raw, "publish") <= 1,
+        "no release published: the TTL woke the writer"
     );
     w.release().await.unwrap();
 }
