@@ -212,17 +212,8 @@ impl LockState {
     pub(super) fn reconciled(&mut self, key: HoldKey, epoch: u64, res: Result<u32, LockError>) {
         let name = self.name.clone();
         let Some(hold) = self.hold_mut(&key, epoch) else {
-            // The hold ended meanwhile (lost, say). A settle it stood for is the holder's
-            // again: done when Redis counts nothing of it, else settled anew; until then its
-            // waiters wait for it, so it must not be dropped here.
-            let queued = |p: &Pending| matches!(p, Pending::Settle { key: k } if *k == key);
-            if self.abandoned.contains(&key) {
-                match res {
-                    Ok(0) => self.settled(&key),
-                    _ if self.todo.iter().any(queued) => {}
-                    _ => self.todo.push_back(Pending::Settle { key }),
-                }
-            }
+            // The hold ended meanwhile: a settle it stood for was queued again when it ended
+            // (`end_hold`).
             return;
         };
         let holder = &key.0;

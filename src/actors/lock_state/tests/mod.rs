@@ -31,6 +31,19 @@ fn req(holder: &str, wait: Wait) -> Request {
     }
 }
 
+impl LockState {
+    /// Nothing of the state is under way, unresolved or waiting to be settled: Redis then counts
+    /// exactly what it grants (with no round trip in flight in its shell either).
+    fn is_quiet(&self) -> bool {
+        self.flight.is_none()
+            && self.todo.is_empty()
+            && self.unsure.is_empty()
+            && self.held_back.is_empty()
+            && self.abandoned.is_empty()
+            && self.holds.values().all(|h| !h.reconcile_armed)
+    }
+}
+
 fn runs(effects: &[Effect]) -> Vec<&Op> {
     effects
         .iter()

@@ -220,13 +220,7 @@ impl Shell {
     /// Redis counts each holder at least the holds of its live guards; exactly as many when the
     /// state is quiet (nothing under way, unresolved or waiting to be settled).
     fn counts(&self, s: &LockState) -> Result<(), TestCaseError> {
-        let quiet = self.flight.is_none()
-            && s.flight.is_none()
-            && s.todo.is_empty()
-            && s.unsure.is_empty()
-            && s.held_back.is_empty()
-            && s.abandoned.is_empty()
-            && s.holds.values().all(|h| !h.reconcile_armed);
+        let quiet = self.flight.is_none() && s.is_quiet();
         let mut fields: BTreeSet<String> = self
             .guards
             .iter()
@@ -449,22 +443,32 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
 
 // Cases the property test found, kept as they were shrunk (each failed before its fix).
 
+/// A request step.
+fn ask(holder: u8, wait: u8, write: bool, lease: bool) -> Step {
+    Step::Request {
+        holder,
+        wait,
+        write,
+        lease,
+    }
+}
+
+/// A round trip finished as sent.
+fn ok() -> Step {
+    Step::Finish {
+        fail: false,
+        ran: false,
+    }
+}
+
 /// A hold deleted behind its holder's back, entered again by the holder, then the old hold's
 /// release: it took back the new hold (Redis counted 0 under a live guard). A re-entry that finds
 /// no count in Redis now ends the old hold (`Loss::Reentry`).
 #[test]
 fn found_a_release_of_a_lost_hold_took_back_the_re_entry() {
     use Step::*;
-    let r = |holder, wait, write| Request {
-        holder,
-        wait,
-        write,
-        lease: false,
-    };
-    let ok = Finish {
-        fail: false,
-        ran: false,
-    };
+    let r = |holder, wait, write| ask(holder, wait, write, false);
+    let ok = ok();
     let steps = vec![
         r(0, 0, false),
         r(0, 0, false),
@@ -523,16 +527,8 @@ fn found_a_release_of_a_lost_hold_took_back_the_re_entry() {
 #[test]
 fn found_a_wake_up_lost_with_the_waiter_that_left() {
     use Step::*;
-    let r = |holder, wait| Request {
-        holder,
-        wait,
-        write: false,
-        lease: false,
-    };
-    let ok = Finish {
-        fail: false,
-        ran: false,
-    };
+    let r = |holder, wait| ask(holder, wait, false, false);
+    let ok = ok();
     let steps = vec![
         r(0, 1),
         r(0, 0),
@@ -557,16 +553,8 @@ fn found_a_wake_up_lost_with_the_waiter_that_left() {
 #[test]
 fn found_a_settle_dropped_with_a_hold_lost_meanwhile() {
     use Step::*;
-    let r = |holder, wait, lease| Request {
-        holder,
-        wait,
-        write: false,
-        lease,
-    };
-    let ok = Finish {
-        fail: false,
-        ran: false,
-    };
+    let r = |holder, wait, lease| ask(holder, wait, false, lease);
+    let ok = ok();
     let steps = vec![
         r(0, 0, false),
         ok.clone(),
@@ -610,16 +598,8 @@ fn found_a_settle_dropped_with_a_hold_lost_meanwhile() {
 #[test]
 fn found_a_settle_left_behind_by_a_hold_released_meanwhile() {
     use Step::*;
-    let r = |holder, wait, lease| Request {
-        holder,
-        wait,
-        write: false,
-        lease,
-    };
-    let ok = Finish {
-        fail: false,
-        ran: false,
-    };
+    let r = |holder, wait, lease| ask(holder, wait, false, lease);
+    let ok = ok();
     let steps = vec![
         r(2, 0, true),
         r(2, 2, false),

@@ -528,13 +528,7 @@ impl Sim {
         // Exact counts wherever a manager is quiet.
         for (i, m) in self.managers.iter().enumerate() {
             let s = &m.state;
-            let quiet = m.flight.is_none()
-                && s.flight.is_none()
-                && s.todo.is_empty()
-                && s.unsure.is_empty()
-                && s.held_back.is_empty()
-                && s.abandoned.is_empty()
-                && s.holds.values().all(|h| !h.reconcile_armed);
+            let quiet = m.flight.is_none() && s.is_quiet();
             if !quiet || m.stopping {
                 continue;
             }
