@@ -15,30 +15,45 @@ async fn manager(server: &RedisServer) -> LockManager {
         .expect("manager starts")
 }
 
+/// The server's clock in microseconds, as `TIME` gives it.
+fn server_micros(raw: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(raw).unwrap();
+    secs * 1_000_000 + micros
+}
+
 #[tokio::test]
 async fn layout_is_the_reentrant_hash_plus_a_token_counter() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let mgr = manager(&server).await;
     let lock = mgr.fenced_lock("fence");
+    let before = server_micros(&mut raw);
     let g1 = lock.acquire().await.unwrap();
-    assert_eq!(g1.token(), 1);
+    let after = server_micros(&mut raw);
+    // A new counter starts from the server's clock in microseconds, then counts by one.
+    assert!(
+        (before + 1..=after + 1).contains(&g1.token()),
+        "first token {} not seeded from the clock ({before}..={after})",
+        g1.token()
+    );
     let g2 = lock.acquire().await.unwrap(); // re-entry gets a new, greater token
-    assert_eq!(g2.token(), 2);
+    assert_eq!(g2.token(), g1.token() + 1);
+    let t2 = g2.token();
     let count: String = raw.hget("fence", lock.holder_id()).unwrap();
     assert_eq!(count, "2");
     let counter: u64 = raw.get("redisson_lock_token:{fence}").unwrap();
-    assert_eq!(counter, 2);
+    assert_eq!(counter, g2.token());
     g1.release().await.unwrap();
     g2.release().await.unwrap();
     assert!(!raw.exists::<_, bool>("fence").unwrap());
     assert_eq!(
         raw.get::<_, u64>("redisson_lock_token:{fence}").unwrap(),
-        2,
+        t2,
         "the counter stays"
     );
     // A failed attempt takes no token.
-    let _held = lock.acquire().await.unwrap();
+    let held = lock.acquire().await.unwrap();
+    assert_eq!(held.token(), t2 + 1);
     assert!(
         mgr.fenced_lock("fence")
             .try_acquire()
@@ -46,7 +61,68 @@ async fn layout_is_the_reentrant_hash_plus_a_token_counter() {
             .unwrap()
             .is_none()
     );
-    assert_eq!(raw.get::<_, u64>("redisson_lock_token:{fence}").unwrap(), 3);
+    assert_eq!(
+        raw.get::<_, u64>("redisson_lock_token:{fence}").unwrap(),
+        held.token()
+    );
+}
+
+/// A counter that exists is the token source exactly, as for a Redisson client on the same
+/// name: it is incremented, never reseeded.
+#[tokio::test]
+async fn an_existing_counter_is_only_incremented() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let _: () = raw.set("redisson_lock_token:{shared}", 41).unwrap();
+    let mgr = manager(&server).await;
+    let guard = mgr.fenced_lock("shared").acquire().await.unwrap();
+    assert_eq!(guard.token(), 42);
+    assert_eq!(
+        raw.get::<_, u64>("redisson_lock_token:{shared}").unwrap(),
+        42
+    );
+    guard.release().await.unwrap();
+}
+
+/// A restart that lost the server's data (no persistence) loses the counter with it; the next
+/// series starts from the clock, above every token handed out before, so storage that refuses
+/// older tokens keeps accepting the new holders.
+#[tokio::test]
+async fn tokens_keep_increasing_after_a_restart_that_lost_the_data() {
+    let mut server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let lock = mgr.fenced_lock("durable");
+    let mut last = 0;
+    for _ in 0..3 {
+        let guard = lock.acquire().await.unwrap();
+        assert!(guard.token() > last);
+        last = guard.token();
+        guard.release().await.unwrap();
+    }
+    server.restart(); // empty: the counter is gone
+    let mut raw = server.conn();
+    assert!(
+        !raw.exists::<_, bool>("redisson_lock_token:{durable}")
+            .unwrap()
+    );
+    let mut after = None;
+    for _ in 0..100 {
+        match lock.try_acquire_for(Duration::from_secs(1)).await {
+            Ok(Some(guard)) => {
+                after = Some(guard.token());
+                guard.release().await.unwrap();
+                break;
+            }
+            // The manager reconnects after the restart.
+            Ok(None) | Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let after = after.expect("acquired after the restart");
+    assert!(
+        after > last,
+        "token went backwards across the data loss: {last} then {after}"
+    );
+    mgr.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,7 +150,8 @@ async fn tokens_strictly_increase_over_1000_acquisitions_by_8_tasks_in_2_manager
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1000);
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "tokens out of order");
-    assert_eq!(seen.last(), Some(&1000));
+    // One token per acquisition: the series has no gap.
+    assert_eq!(seen[999] - seen[0], 999);
 }
 
 /// Storage that refuses a write whose token is below the highest it has seen.

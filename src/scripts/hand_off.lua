@@ -7,11 +7,11 @@
 -- lease in ms (restored when holds remain); ARGV[3]: the releasing holder; ARGV[4]: the new
 -- holder; ARGV[5]: the new holder's lease in ms; ARGV[6]: "1" for a fenced lock.
 -- Reply: nil or 0 from the prologue; {1} when handed off, {1, token} for a fenced lock (the
---        counter, incremented).
+--        counter, incremented by fence_token.lua).
 redis.call('hdel', KEYS[1], ARGV[3])
 redis.call('hincrby', KEYS[1], ARGV[4], 1)
 redis.call('pexpire', KEYS[1], ARGV[5])
 if ARGV[6] == '1' then
-    return {1, redis.call('incr', KEYS[2])}
+    return {1, next_token(KEYS[2])}
 end
 return {1}

@@ -38,7 +38,7 @@ static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
-static FENCED_ACQUIRE: LazyLock<Script> = latched!("fenced_acquire.lua");
+static FENCED_ACQUIRE: LazyLock<Script> = latched!("fence_token.lua", "fenced_acquire.lua");
 static READ_ACQUIRE: LazyLock<Script> = latched!("read_acquire.lua");
 static READ_RELEASE: LazyLock<Script> = latched!("read_release.lua");
 static WRITE_ACQUIRE: LazyLock<Script> = latched!("write_acquire.lua");
@@ -47,7 +47,8 @@ static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 // The fair acquire and release scripts both begin by dropping stale queue heads.
 static FAIR_ACQUIRE: LazyLock<Script> = latched!("fair_prune.lua", "fair_acquire.lua");
 static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release.lua");
-static HAND_OFF: LazyLock<Script> = latched!("release_prologue.lua", "hand_off.lua");
+static HAND_OFF: LazyLock<Script> =
+    latched!("release_prologue.lua", "fence_token.lua", "hand_off.lua");
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
