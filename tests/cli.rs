@@ -67,7 +67,8 @@ fn exec_passes_on_the_exit_code_and_a_signal_the_shell_way() {
 fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
     let server = RedisServer::start();
     let script = "echo \"$LOCKMAN_LOCK $LOCKMAN_FENCE\"";
-    for expected in ["orders 1", "orders 2"] {
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
         let out = run(
             &server,
             &[
@@ -75,8 +76,17 @@ fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
             ],
         );
         assert_eq!(code(&out), 0);
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), expected);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let (name, token) = stdout.trim().split_once(' ').expect("name and token");
+        assert_eq!(name, "orders");
+        tokens.push(token.parse::<u64>().expect("a token"));
     }
+    // The second exec's token is the next of the counter, which the first one seeded.
+    let counter: u64 = redis::cmd("GET")
+        .arg("redisson_lock_token:{orders}")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(tokens, [counter - 1, counter]);
 }
 
 #[test]
