@@ -1,23 +1,19 @@
-//! The CI-sized chaos run: the chaos runner (examples/chaos) for about 25 s with three worker
-//! processes and every fault at least once; its JSON summary must show no unexplained exclusion
-//! violation, no stale fenced write accepted, no stuck waiter, no lock left behind and no worker
-//! that crashed or hung. The long run behind RELIABILITY.md is the same runner, run by command.
+//! The CI-sized chaos runs: the chaos runner (examples/chaos) for about 25 s with three worker
+//! processes and every fault at least once, on one server, on a Sentinel group (with replica
+//! sync) and on a Redis Cluster (without); each JSON summary must show no unexplained exclusion
+//! violation, no stale fenced write accepted and no fenced token gone backwards, no stuck
+//! waiter, no lock left behind and no worker that crashed or hung. The runs take turns (two at
+//! once would share two cores). The long runs behind RELIABILITY.md are the same runner, run by
+//! command.
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
-const FAULTS: [&str; 8] = [
-    "kill-holder",
-    "stop-holder",
-    "restart-empty",
-    "restart-aof",
-    "client-kill",
-    "stall-redis",
-    "redlock-minority",
-    "redlock-majority",
-];
+/// One run at a time.
+static TURN: Mutex<()> = Mutex::new(());
 
 /// The runner's binary: `cargo test` builds the examples beside the tests; when only this test
 /// was built (`cargo test --test chaos`), build it.
@@ -41,11 +37,77 @@ fn runner() -> PathBuf {
 }
 
 #[test]
-fn every_fault_at_least_once_and_nothing_unexplained() {
+fn one_server_every_fault_at_least_once_and_nothing_unexplained() {
+    let summary = run(&[], 25);
+    check(
+        &summary,
+        &[
+            "kill-holder",
+            "stop-holder",
+            "restart-empty",
+            "restart-aof",
+            "client-kill",
+            "stall-redis",
+            "redlock-minority",
+            "redlock-majority",
+        ],
+    );
+    // Tokens keep increasing across the restarts that lost the data (the counter is seeded
+    // from the server's clock): the fenced store refuses no live holder.
+    assert!(summary["faults"]["restart-empty"].as_u64() >= Some(1));
+}
+
+#[test]
+fn sentinel_failovers_with_replica_sync_and_nothing_unexplained() {
+    let summary = run(&["--deployment", "sentinel", "--sync-replicas", "1"], 75);
+    check(
+        &summary,
+        &[
+            "kill-holder",
+            "stop-holder",
+            "client-kill",
+            "stall-redis",
+            "redlock-minority",
+            "redlock-majority",
+            "failover-kill",
+            "failover-manual",
+            "partition-primary",
+        ],
+    );
+    assert_eq!(summary["sync_replicas"], 1);
+    // Waiters got in again after each failover, within the failover's time and a margin.
+    let stall = &summary["failover_stall_ms"];
+    assert!(stall["measured"].as_u64() >= Some(1), "{summary}");
+    assert!(stall["max"].as_u64() < Some(30_000), "{summary}");
+}
+
+#[test]
+fn cluster_failovers_and_resharding_and_nothing_unexplained() {
+    let summary = run(&["--deployment", "cluster"], 30);
+    check(
+        &summary,
+        &[
+            "kill-holder",
+            "stop-holder",
+            "client-kill",
+            "stall-redis",
+            "failover-kill",
+            "failover-manual",
+            "reshard",
+        ],
+    );
+    assert!(summary["failover_stall_ms"]["measured"].as_u64() >= Some(1));
+}
+
+/// Runs the runner for `seconds` with `args`, three workers and a fault every 600 ms.
+fn run(args: &[&str], seconds: u64) -> Value {
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let seconds = seconds.to_string();
     let out = Command::new(runner())
+        .args(args)
         .args([
             "--duration",
-            "25",
+            &seconds,
             "--workers",
             "3",
             "--fault-gap",
@@ -57,18 +119,28 @@ fn every_fault_at_least_once_and_nothing_unexplained() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let summary: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("JSON summary ({e}); stderr:\n{stderr}"));
-    let show = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {summary:#}\n{stderr}",
+        out.status
+    );
+    summary
+}
+
+/// What every run must show, `faults` each injected at least once.
+fn check(summary: &Value, faults: &[&str]) {
+    let show = serde_json::to_string_pretty(summary).unwrap_or_default();
     let n = |v: &Value| {
         v.as_u64()
             .unwrap_or_else(|| panic!("a count, not {v}: {show}"))
     };
-
-    for fault in FAULTS {
+    for fault in faults {
         assert!(
             n(&summary["faults"][fault]) >= 1,
             "{fault} never ran: {show}"
         );
     }
+    assert_eq!(summary["fault_failures"], serde_json::json!([]), "{show}");
     for (kind, count) in summary["acquired"].as_object().expect("by kind") {
         assert!(n(count) > 0, "no {kind} was ever acquired: {show}");
     }
@@ -89,8 +161,10 @@ fn every_fault_at_least_once_and_nothing_unexplained() {
         "{show}"
     );
     assert_eq!(n(&summary["violations"]["unexplained"]), 0, "{show}");
-    assert_eq!(n(&summary["fenced_writes"]["stale_accepted"]), 0, "{show}");
-    assert!(n(&summary["fenced_writes"]["accepted"]) > 0, "{show}");
+    let fenced = &summary["fenced_writes"];
+    assert_eq!(n(&fenced["stale_accepted"]), 0, "{show}");
+    assert_eq!(n(&fenced["refused_token_went_backwards"]), 0, "{show}");
+    assert!(n(&fenced["accepted"]) > 0, "{show}");
     assert_eq!(n(&summary["stuck_waiters"]), 0, "{show}");
     // Every guard gone, the managers still running: Redis holds nothing.
     assert_eq!(n(&summary["held_while_alive"]), 0, "{show}");
@@ -106,13 +180,8 @@ fn every_fault_at_least_once_and_nothing_unexplained() {
             "{b} out of bounds: {show}"
         );
     }
-    assert!(
-        n(&summary["excused_holds"]["pause"]) <= 3 * n(&summary["faults"]["stop-holder"]),
-        "{show}"
-    );
-    assert_eq!(n(&summary["worker_crashes"]), 0, "{show}\n{stderr}");
+    assert_eq!(n(&summary["worker_crashes"]), 0, "{show}");
     assert_eq!(n(&summary["checker_errors"]), 0, "{show}");
-    assert_eq!(n(&summary["workers_hung"]), 0, "{show}\n{stderr}");
+    assert_eq!(n(&summary["workers_hung"]), 0, "{show}");
     assert_eq!(summary["ok"], Value::Bool(true), "{show}");
-    assert!(out.status.success(), "exit {:?}: {show}", out.status);
 }

@@ -6,10 +6,17 @@
 //! - `occ:<name>`: who is inside `<name>` now: field = hold id, value =
 //!   `mode|worker|epoch|began` (`began`: the checker's clock, ms, when the hold began acquiring).
 //! - `epoch:lock`, `epoch:redlock`: incremented by the runner before a server that lost its data
-//!   comes back; a hold taken at an older epoch may legitimately be doubled.
+//!   comes back, and when a failover ends; a hold taken at an older epoch may legitimately be
+//!   doubled. `epoch:lock:fault` (and `epoch:redlock:fault`): which fault moved each epoch on.
+//! - `window:epoch:lock`: the failover under way (its fault's name), while it lasts: holds that
+//!   meet meanwhile are explained by it. `failover:start` (the checker's clock, ms) and
+//!   `failover:names` (the names it reached): the latest failover; `failover:resumed`: per
+//!   failover start, how long until the first acquisition begun after it, of a name it
+//!   reached, got in.
 //! - `paused:<worker>`: set by the runner while that worker is frozen (a time far ahead), then
 //!   to the checker's clock when it woke, for one lease more.
-//! - `excused:pause`, `excused:restart`: the holds a fault excused (see [`ENTER`]).
+//! - `excused:pause`, `excused:restart`, `excused:failover`: the holds a fault excused (see
+//!   [`ENTER`]); `violation_by_fault`: entries that met another hold, by the fault explaining it.
 //! - `idle`: workers whose tasks are done and whose managers still run; `release`: set by the
 //!   runner once it checked, while they run, that Redis holds nothing no live guard holds.
 //! - `fence:<name>`: the fenced store: `max` (newest token accepted) and `hold` (its writer);
@@ -26,8 +33,8 @@ use redis::Script;
 /// (`x` exclusive, `r` read, `w` write), epoch key, the epoch read before acquiring, the fencing
 /// token (or -1), the fenced store's name (where a fenced holder writes its token on entry), and
 /// the checker's clock (ms) when the hold began acquiring.
-/// Reply: {cause, fenced write accepted (1/0)}, cause
-/// 0 none, 1 pause, 2 restart, 3 unexplained.
+/// Reply: {cause, fenced write accepted (1/0), the checker's clock at entry (µs, as text)},
+/// cause 0 none, 1 pause, 2 restart, 3 unexplained.
 ///
 /// An excuse names the hold it is for, and every excused hold is kept in `excused:pause` or
 /// `excused:restart`, so the summary can bound how many holds a fault excused:
@@ -35,17 +42,32 @@ use redis::Script;
 ///   holds the checker's clock when it woke, or a time far ahead while it is frozen, and lives
 ///   one lease past the wake), and that hold began acquiring before the wake: it may have been
 ///   granted before the freeze and expired during it. A hold begun after the wake has no excuse.
-/// - **restart**: one of the two holds began acquiring before a restart that lost the data
-///   (`epoch:*` moved on since).
+/// - **restart** (a data loss): one of the two holds began acquiring before a restart that lost
+///   the data or before a failover ended (`epoch:*` moved on since), or a failover is under way
+///   (`window:*`). Holds excused by a failover are kept in `excused:failover`.
 const ENTER: &str = r#"
 local kind, hold, worker, mode = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local epoch = tonumber(redis.call('get', ARGV[5]) or '0')
+local epoch_key = ARGV[5]
+local epoch = tonumber(redis.call('get', epoch_key) or '0')
+local window = redis.call('get', 'window:' .. epoch_key)
 local mine = tonumber(ARGV[6])
 local started = tonumber(ARGV[9])
 local function frozen(w, began)
     local wake = redis.call('get', 'paused:' .. w)
     return wake and began < tonumber(wake)
 end
+-- The fault that ended epoch `e`: what a hold taken at `e` may have been lost to.
+local function ended(e)
+    return redis.call('hget', epoch_key .. ':fault', e + 1) or 'unknown'
+end
+local function excuse(fault, h)
+    if fault == 'restart-empty' or fault == 'redlock-majority' then
+        redis.call('sadd', 'excused:restart', h)
+    else
+        redis.call('sadd', 'excused:failover', h)
+    end
+end
+local loss
 local cause = 0
 for _, occ in ipairs(KEYS) do
     local inside = redis.call('hgetall', occ)
@@ -63,10 +85,17 @@ for _, occ in ipairs(KEYS) do
                 redis.call('sadd', 'excused:pause', inside[j])
             elseif tonumber(oepoch) < epoch then
                 why = 2
-                redis.call('sadd', 'excused:restart', inside[j])
+                loss = ended(tonumber(oepoch))
+                excuse(loss, inside[j])
             elseif mine < epoch then
                 why = 2
-                redis.call('sadd', 'excused:restart', hold)
+                loss = ended(mine)
+                excuse(loss, hold)
+            elseif window then
+                why = 2
+                loss = window
+                excuse(loss, inside[j])
+                excuse(loss, hold)
             end
             if why == 3 then
                 redis.call('rpush', 'unexplained', kind .. ' ' .. hold .. ' met ' .. inside[j] .. ' ' .. inside[j + 1])
@@ -78,41 +107,84 @@ for _, occ in ipairs(KEYS) do
 end
 redis.call('hincrby', 'counts', 'acquired:' .. kind, 1)
 if cause == 1 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':pause', 1) end
-if cause == 2 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':restart', 1) end
+if cause == 2 then
+    redis.call('hincrby', 'counts', 'violation:' .. kind .. ':restart', 1)
+    redis.call('hincrby', 'violation_by_fault', loss, 1)
+end
+-- The first acquisition begun after the latest failover's start, of a name it reached (not a
+-- RedLock's: it gets in without the shard that fails over).
+local fstart = tonumber(redis.call('get', 'failover:start') or '-1')
+if epoch_key == 'epoch:lock' and kind ~= 'redlock' and fstart >= 0 and started >= fstart
+    and redis.call('sismember', 'failover:names', ARGV[8]) == 1 then
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('hsetnx', 'failover:resumed', fstart, now - fstart)
+end
 if cause == 3 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':unexplained', 1) end
 local accepted = 0
-local token = tonumber(ARGV[7])
-if token >= 0 then
-    accepted = fenced_write(ARGV[8], token, hold, worker)
+local t = redis.call('time')
+local entered = t[1] .. string.format('%06d', tonumber(t[2]))
+if tonumber(ARGV[7]) >= 0 then
+    accepted = fenced_write(ARGV[8], ARGV[7], hold, worker, entered, started, mine)
 end
-return {cause, accepted}
+return {cause, accepted, entered}
 "#;
 
 /// A write to the fenced store, as a holder makes before it leaves (see [`FENCE`]). KEYS: none.
-/// ARGV: store name, token, hold, worker. Reply: 1 accepted, 0 refused;
-/// a refusal is counted as `refused_frozen` when the writer was frozen (a stale holder the fence
-/// stopped), else `refused_other` (a token lower than one accepted before: the counter was lost).
+/// ARGV: store name, token, hold, worker, the hold's entry time (from [`ENTER`]'s reply), when
+/// it began acquiring (ms) and the epoch then. Reply: 1 accepted, 0 refused.
 const FENCED_WRITE: &str = r#"
-return fenced_write(ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4])
+return fenced_write(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]))
 "#;
 
 /// The fenced store, shared by [`ENTER`] and [`FENCED_WRITE`]: accepts `token` for `name` when
 /// it is newer than every token accepted (or the same hold's), logs it for the audit, and counts
-/// the outcome. Returns 1 accepted, 0 refused.
+/// the outcome. Returns 1 accepted, 0 refused. A refusal is what fencing is for when the writer
+/// began acquiring before the hold whose token the store keeps had entered: a stale holder,
+/// `refused_frozen` when the runner froze it, else `refused_stale` (its hold was lost, say in a
+/// failover, and it wrote late). A writer that began acquiring after that hold had entered got
+/// its token later, yet a lower one: `refused_split_brain` when either hold began while a
+/// failover was under way (two servers took writes for a moment, each handing out tokens from
+/// its copy of the counter), else `refused_backwards`: the token series went backwards. The token travels and is stored as the text it
+/// came as: tokens are about 1.8 × 10¹⁵ (seeded from a clock in µs), exact as Lua numbers for
+/// comparing, but a Lua number turned back into text would lose digits.
 const FENCE: &str = r#"
-local function fenced_write(name, token, hold, worker)
+-- Whether a hold taken at epoch `e` began (`began`, ms) while a failover was under way: the
+-- window that ended `e` (its start kept by the runner in `epoch:lock:window`), or the one open.
+local function during_failover(e, began)
+    local start = redis.call('hget', 'epoch:lock:window', e + 1)
+    if not start and redis.call('exists', 'window:epoch:lock') == 1
+        and tonumber(redis.call('get', 'epoch:lock') or '0') == e then
+        start = redis.call('get', 'failover:start')
+    end
+    return start ~= nil and start ~= false and began >= tonumber(start)
+end
+local function fenced_write(name, token_text, hold, worker, entered, began, epoch)
     local store = 'fence:' .. name
+    local token = tonumber(token_text)
     local max = tonumber(redis.call('hget', store, 'max') or '-1')
     if token > max or (token == max and redis.call('hget', store, 'hold') == hold) then
-        redis.call('hset', store, 'max', token, 'hold', hold)
-        redis.call('rpush', 'audit:' .. name, token .. ' ' .. hold)
+        redis.call('hset', store, 'max', token_text, 'hold', hold, 'entered', entered,
+            'began', began, 'epoch', epoch)
+        redis.call('rpush', 'audit:' .. name, token_text .. ' ' .. hold)
         redis.call('hincrby', 'counts', 'fenced_write:accepted', 1)
         return 1
     end
-    if redis.call('exists', 'paused:' .. worker) == 1 then
+    -- The writer began acquiring after the kept hold had entered, so its token was handed out
+    -- after the kept one: it should be greater.
+    local kept_entered = tonumber(redis.call('hget', store, 'entered') or '0')
+    if began * 1000 > kept_entered then
+        local kept_epoch = tonumber(redis.call('hget', store, 'epoch') or '0')
+        local kept_began = tonumber(redis.call('hget', store, 'began') or '0')
+        if during_failover(epoch, began) or during_failover(kept_epoch, kept_began) then
+            redis.call('hincrby', 'counts', 'fenced_write:refused_split_brain', 1)
+        else
+            redis.call('hincrby', 'counts', 'fenced_write:refused_backwards', 1)
+        end
+    elseif redis.call('exists', 'paused:' .. worker) == 1 then
         redis.call('hincrby', 'counts', 'fenced_write:refused_frozen', 1)
     else
-        redis.call('hincrby', 'counts', 'fenced_write:refused_other', 1)
+        redis.call('hincrby', 'counts', 'fenced_write:refused_stale', 1)
     end
     return 0
 end

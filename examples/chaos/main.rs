@@ -7,12 +7,20 @@
 //! Run: `cargo run --release --example chaos -- [options]`
 //!
 //! ```text
+//! --deployment D     where the locks live: single (default), sentinel (a primary, two
+//!                    replicas, three sentinels) or cluster (three masters with a replica each)
+//! --sync-replicas N  each acquire and renewal waits for N replicas (Config::sync_replicas)
 //! --workers N        worker processes (default 4); each runs 3 tasks
 //! --duration SECS    how long the workers compete (default 30)
 //! --acquisitions N   stop earlier, once N acquisitions were counted
-//! --faults LIST      comma-separated, default all: kill-holder, stop-holder, restart-empty,
-//!                    restart-aof, client-kill, stall-redis, redlock-minority, redlock-majority
-//!                    ("none" for a run without faults)
+//! --failovers N      with --acquisitions: and once N failovers were injected
+//! --faults LIST      comma-separated, default every fault of the deployment:
+//!                    kill-holder, stop-holder, client-kill, stall-redis (all deployments);
+//!                    restart-empty, restart-aof (single); redlock-minority, redlock-majority
+//!                    (single, sentinel: RedLock's own servers); failover-kill,
+//!                    failover-manual (sentinel, cluster); partition-primary (sentinel:
+//!                    SIGSTOP the primary past the sentinels' down-after time); reshard
+//!                    (cluster: move a slot holding live locks) ("none": no faults)
 //! --fault-gap MS     pause between two faults (default 1000)
 //! --redlock N        RedLock servers, 3 or 5 (default 3)
 //! --lease MS         watchdog timeout of the workers' locks (default 2000)
@@ -20,9 +28,10 @@
 //! --json             print the summary as JSON instead of a table
 //! ```
 //!
-//! Servers: one holds the locks (with `appendonly yes`, `appendfsync always`, so that it can be
-//! restarted with its data or, its files wiped, without), `--redlock` more for RedLock, and the
-//! checker. All on loopback, in temporary folders, stopped at the end. Workers are this binary
+//! Servers: the deployment that holds the locks (a single server has `appendonly yes`,
+//! `appendfsync always`, so that it can be restarted with its data or, its files wiped,
+//! without), `--redlock` more for RedLock (in a cluster, RedLock's members are three names on
+//! its shards), and the checker. All on loopback, in temporary folders, stopped at the end. Workers are this binary
 //! again (`chaos worker …`); a worker exits when the runner does (its stdin closes), and the
 //! runner kills every process it started on the way out, Ctrl-C included.
 
@@ -30,6 +39,7 @@
 mod support;
 
 mod checker;
+mod deployment;
 mod options;
 mod report;
 mod run;
@@ -94,6 +104,8 @@ pub struct Settings {
     pub response: Duration,
     /// How long a worker waits for a lock before giving up on that attempt.
     pub wait: Duration,
+    /// Replicas that must acknowledge each acquire and renewal (`Config::sync_replicas`); 0: off.
+    pub sync_replicas: u32,
 }
 
 /// xorshift64*: enough randomness for choosing kinds, names and faults, with no dependency.

@@ -2,6 +2,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::deployment::Shape;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fault {
     KillHolder,
@@ -12,10 +14,14 @@ pub enum Fault {
     StallRedis,
     RedlockMinority,
     RedlockMajority,
+    FailoverKill,
+    FailoverManual,
+    PartitionPrimary,
+    Reshard,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 12] = [
         Fault::KillHolder,
         Fault::StopHolder,
         Fault::RestartEmpty,
@@ -24,6 +30,10 @@ impl Fault {
         Fault::StallRedis,
         Fault::RedlockMinority,
         Fault::RedlockMajority,
+        Fault::FailoverKill,
+        Fault::FailoverManual,
+        Fault::PartitionPrimary,
+        Fault::Reshard,
     ];
 
     pub fn name(self) -> &'static str {
@@ -36,16 +46,48 @@ impl Fault {
             Fault::StallRedis => "stall-redis",
             Fault::RedlockMinority => "redlock-minority",
             Fault::RedlockMajority => "redlock-majority",
+            Fault::FailoverKill => "failover-kill",
+            Fault::FailoverManual => "failover-manual",
+            Fault::PartitionPrimary => "partition-primary",
+            Fault::Reshard => "reshard",
         }
+    }
+
+    /// Whether the fault exists in a deployment of this shape. Restarts with and without data
+    /// are one server's faults (a replicated deployment's counterpart is the failover);
+    /// RedLock's own servers stand beside one server or a Sentinel group, while in a cluster
+    /// RedLock's members are names on different shards, which the cluster's faults reach.
+    pub fn applies(self, shape: Shape) -> bool {
+        match self {
+            Fault::KillHolder | Fault::StopHolder | Fault::ClientKill | Fault::StallRedis => true,
+            Fault::RestartEmpty | Fault::RestartAof => shape == Shape::Single,
+            Fault::RedlockMinority | Fault::RedlockMajority => shape != Shape::Cluster,
+            Fault::FailoverKill | Fault::FailoverManual => shape != Shape::Single,
+            Fault::PartitionPrimary => shape == Shape::Sentinel,
+            Fault::Reshard => shape == Shape::Cluster,
+        }
+    }
+
+    /// Whether the fault makes a replica the primary (the failovers whose losses are counted).
+    pub fn is_failover(self) -> bool {
+        matches!(
+            self,
+            Fault::FailoverKill | Fault::FailoverManual | Fault::PartitionPrimary
+        )
     }
 }
 
 /// What `chaos` was asked to do.
 pub struct Options {
+    pub deployment: Shape,
+    /// `Config::sync_replicas(n, …)` for the workers' managers; 0: off.
+    pub sync_replicas: u32,
     pub workers: usize,
     pub duration: Duration,
     /// Stop once this many acquisitions were counted (or when `duration` ran out).
     pub acquisitions: Option<u64>,
+    /// With `acquisitions`: and once this many failovers were injected.
+    pub failovers: u64,
     pub faults: Vec<Fault>,
     pub fault_gap: Duration,
     pub redlock: usize,
@@ -57,10 +99,13 @@ pub struct Options {
 impl Options {
     pub fn parse(argv: &[String]) -> Result<Self, String> {
         let mut o = Options {
+            deployment: Shape::Single,
+            sync_replicas: 0,
             workers: 4,
             duration: Duration::from_secs(30),
             acquisitions: None,
-            faults: Fault::ALL.to_vec(),
+            failovers: 0,
+            faults: Vec::new(),
             fault_gap: Duration::from_millis(1000),
             redlock: 3,
             lease: Duration::from_millis(2000),
@@ -70,8 +115,9 @@ impl Options {
                 .unwrap_or(1),
             json: false,
         };
-        let usage = "usage: chaos [--workers N] [--duration SECS] [--acquisitions N] [--faults LIST|none] \
+        let usage = "usage: chaos [--deployment single|sentinel|cluster] [--sync-replicas N] [--workers N] [--duration SECS] [--acquisitions N] [--failovers N] [--faults LIST|none] \
                      [--fault-gap MS] [--redlock 3|5] [--lease MS] [--seed N] [--json]";
+        let mut faults = None;
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
             let mut value = || {
@@ -84,11 +130,19 @@ impl Options {
                     .map_err(|_| format!("{flag}: not a number: {v}\n{usage}"))
             };
             match flag.as_str() {
+                "--deployment" => {
+                    let v = value()?;
+                    o.deployment = Shape::parse(&v).ok_or_else(|| {
+                        format!("--deployment: single, sentinel or cluster, not {v}\n{usage}")
+                    })?;
+                }
+                "--sync-replicas" => o.sync_replicas = num(value()?)?.min(8) as u32,
                 "--workers" => o.workers = num(value()?)?.clamp(1, 64) as usize,
                 "--duration" => {
                     o.duration = Duration::from_secs(num(value()?)?.clamp(1, 24 * 3600))
                 }
                 "--acquisitions" => o.acquisitions = Some(num(value()?)?),
+                "--failovers" => o.failovers = num(value()?)?,
                 "--fault-gap" => o.fault_gap = Duration::from_millis(num(value()?)?),
                 "--redlock" => match num(value()?)? {
                     n @ (3 | 5) => o.redlock = n as usize,
@@ -99,18 +153,36 @@ impl Options {
                 "--json" => o.json = true,
                 "--faults" => {
                     let list = value()?;
-                    o.faults = Vec::new();
+                    let mut chosen = Vec::new();
                     for name in list.split(',').filter(|s| !s.is_empty() && *s != "none") {
                         match Fault::ALL.iter().find(|f| f.name() == name) {
-                            Some(f) => o.faults.push(*f),
+                            Some(f) => chosen.push(*f),
                             None => return Err(format!("unknown fault {name:?}\n{usage}")),
                         }
                     }
+                    faults = Some(chosen);
                 }
                 "-h" | "--help" => return Err(usage.into()),
                 other => return Err(format!("unknown option {other}\n{usage}")),
             }
         }
+        let shape = o.deployment;
+        o.faults = match faults {
+            None => Fault::ALL
+                .into_iter()
+                .filter(|f| f.applies(shape))
+                .collect(),
+            Some(chosen) => {
+                if let Some(f) = chosen.iter().find(|f| !f.applies(shape)) {
+                    return Err(format!(
+                        "{} does not apply to a {} deployment\n{usage}",
+                        f.name(),
+                        shape.name()
+                    ));
+                }
+                chosen
+            }
+        };
         Ok(o)
     }
 }

@@ -6,6 +6,8 @@ pub fn print_table(s: &Value) {
     let row = |label: &str, v: &Value| println!("| {label:<40} | {:>12} |", v.to_string());
     println!("| {:<40} | {:>12} |", "chaos run", "");
     println!("|{:-<42}|{:->14}|", "", "");
+    row("deployment", &s["deployment"]);
+    row("sync_replicas", &s["sync_replicas"]);
     row("seed", &s["seed"]);
     row("workers (× 3 tasks)", &s["workers"]);
     row(
@@ -22,14 +24,38 @@ pub fn print_table(s: &Value) {
     for (k, v) in s["violations"].as_object().into_iter().flatten() {
         row(&format!("violations: {k}"), v);
     }
+    for (k, v) in s["violations_by_fault"].as_object().into_iter().flatten() {
+        row(&format!("violations explained by {k}"), v);
+    }
+    row("failovers", &s["failovers"]);
+    row(
+        "failover stall ms, median",
+        &s["failover_stall_ms"]["median"],
+    );
+    row("failover stall ms, max", &s["failover_stall_ms"]["max"]);
+    for (k, v) in s["acquires_refused_by_replica_sync"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        row(&format!("refused by replica sync: {k}"), v);
+    }
     row("fenced writes accepted", &s["fenced_writes"]["accepted"]);
     row(
         "fenced writes refused: frozen holder",
         &s["fenced_writes"]["refused_frozen_holder"],
     );
     row(
-        "fenced writes refused: token behind",
-        &s["fenced_writes"]["refused_token_behind"],
+        "fenced writes refused: stale holder",
+        &s["fenced_writes"]["refused_stale_holder"],
+    );
+    row(
+        "fenced writes refused: split brain",
+        &s["fenced_writes"]["refused_split_brain"],
+    );
+    row(
+        "fenced writes refused: token went back",
+        &s["fenced_writes"]["refused_token_went_backwards"],
     );
     row(
         "stale fenced writes accepted",
@@ -63,6 +89,9 @@ pub fn print_table(s: &Value) {
     row("worker crashes", &s["worker_crashes"]);
     row("runner's checker calls that failed", &s["checker_errors"]);
     row("workers hung", &s["workers_hung"]);
+    for line in s["fault_failures"].as_array().into_iter().flatten() {
+        println!("fault failed: {line}");
+    }
     row("ok", &s["ok"]);
     for line in s["unexplained_sample"].as_array().into_iter().flatten() {
         println!("unexplained: {line}");

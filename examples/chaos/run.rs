@@ -8,10 +8,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::deployment::{Deployment, Shape};
 use crate::options::{Fault, Options};
 use crate::report::print_table;
-use crate::support::{Options as ServerOptions, RedisServer};
-use crate::worker::Args;
+use crate::support::RedisServer;
+use crate::worker::{Args, all_names};
 use crate::{Kind, Rng, Settings, TASKS, checker};
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down.
@@ -25,7 +26,7 @@ struct Worker {
 struct Runner {
     options: Options,
     settings: Settings,
-    lock: RedisServer,
+    deployment: Deployment,
     red: Vec<RedisServer>,
     checker: RedisServer,
     workers: Vec<Worker>,
@@ -33,11 +34,16 @@ struct Runner {
     until_unix_ms: u128,
     rng: Rng,
     faults: BTreeMap<&'static str, u64>,
+    /// How long each kind of fault took, in all (ms): a failover lasts until the old primary
+    /// serves again as a replica.
+    fault_ms: BTreeMap<&'static str, u64>,
     killed_inside: u64,
     frozen_inside: u64,
     worker_crashes: u64,
     /// The runner's own calls to the checker that failed: any makes the run untrustworthy.
     checker_errors: u64,
+    /// Faults that could not be carried out (a failover that never ended, …): the run fails.
+    fault_failures: Vec<String>,
     interrupted: Arc<AtomicBool>,
 }
 
@@ -66,23 +72,24 @@ pub fn main(options: Options) -> i32 {
         lease: options.lease,
         response: Duration::from_millis(500),
         wait: Duration::from_millis(1500),
+        sync_replicas: options.sync_replicas,
     };
-    let persistent = ServerOptions {
-        args: ["--appendonly", "yes", "--appendfsync", "always"]
-            .map(String::from)
-            .to_vec(),
-        ..ServerOptions::default()
+    let deployment = Deployment::start(options.deployment);
+    // RedLock's own servers; in a cluster, RedLock's members are names on its shards.
+    let redlock = match options.deployment {
+        Shape::Cluster => 0,
+        _ => options.redlock,
     };
-    let lock = RedisServer::start_with(persistent);
-    let red = (0..options.redlock).map(|_| RedisServer::start()).collect();
+    let red = (0..redlock).map(|_| RedisServer::start()).collect();
     let checker = RedisServer::start();
     eprintln!(
-        "chaos: seed {}, {} workers, {:?}, faults {:?}; locks on {}, checker on {}",
+        "chaos: seed {}, {} workers, {:?}, faults {:?}; locks on {} (sync_replicas {}), checker on {}",
         options.seed,
         options.workers,
         options.duration,
         options.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
-        lock.url(),
+        deployment.target(),
+        options.sync_replicas,
         checker.url()
     );
     let until_unix_ms = unix_ms() + options.duration.as_millis();
@@ -90,17 +97,19 @@ pub fn main(options: Options) -> i32 {
         rng: Rng::new(options.seed),
         options,
         settings,
-        lock,
+        deployment,
         red,
         checker,
         workers: Vec::new(),
         next_id: 1,
         until_unix_ms,
         faults: BTreeMap::new(),
+        fault_ms: BTreeMap::new(),
         killed_inside: 0,
         frozen_inside: 0,
         worker_crashes: 0,
         checker_errors: 0,
+        fault_failures: Vec::new(),
         interrupted,
     };
     let code = runner.run();
@@ -137,8 +146,18 @@ impl Runner {
                 }
             }
             let fault = order.remove(0);
-            self.inject(fault);
+            let began = Instant::now();
+            let injected =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inject(fault)));
+            match injected {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => self.fault_failures.push(format!("{}: {e}", fault.name())),
+                Err(_) => self
+                    .fault_failures
+                    .push(format!("{}: panicked (see above)", fault.name())),
+            }
             *self.faults.entry(fault.name()).or_default() += 1;
+            *self.fault_ms.entry(fault.name()).or_default() += began.elapsed().as_millis() as u64;
         }
         // Workers stop at their deadline, or at once when told to. Once their tasks are done
         // they keep their managers running until Redis was checked for holds nobody holds.
@@ -174,11 +193,19 @@ impl Runner {
         if ok { 0 } else { 1 }
     }
 
-    /// Whether the acquisitions asked for were counted.
+    /// Whether the acquisitions (and failovers) asked for were counted.
     fn enough(&mut self) -> bool {
         let Some(wanted) = self.options.acquisitions else {
             return false;
         };
+        let failovers: u64 = Fault::ALL
+            .iter()
+            .filter(|f| f.is_failover())
+            .map(|f| self.faults.get(f.name()).copied().unwrap_or(0))
+            .sum();
+        if failovers < self.options.failovers {
+            return false;
+        }
         let counts = redis::cmd("HGETALL")
             .arg("counts")
             .query(&mut self.checker_conn());
@@ -200,7 +227,7 @@ impl Runner {
         self.next_id += 1;
         let args = Args {
             id,
-            lock_url: self.lock.url(),
+            target: self.deployment.target(),
             redlock_urls: self.red.iter().map(RedisServer::url).collect(),
             checker_url: self.checker.url(),
             until_unix_ms: self.until_unix_ms,
@@ -358,12 +385,12 @@ impl Runner {
         }
     }
 
-    fn inject(&mut self, fault: Fault) {
+    fn inject(&mut self, fault: Fault) -> Result<(), String> {
         let lease = self.settings.lease;
         match fault {
             Fault::KillHolder => {
                 let Some((i, inside)) = self.pick_holder() else {
-                    return;
+                    return Ok(());
                 };
                 let mut w = self.workers.remove(i);
                 let _ = w.child.kill();
@@ -382,7 +409,7 @@ impl Runner {
             }
             Fault::StopHolder => {
                 let Some((i, inside)) = self.pick_holder() else {
-                    return;
+                    return Ok(());
                 };
                 let (id, pid) = (self.workers[i].id, self.workers[i].child.id());
                 let frozen = lease + Duration::from_millis(1000);
@@ -412,31 +439,56 @@ impl Runner {
                     });
                 self.checked::<()>("woke", woke);
             }
-            Fault::RestartEmpty => {
-                self.lock.stop();
-                self.bump_epoch("epoch:lock");
-                self.lock.wipe_data();
-                self.lock.restart();
-            }
-            Fault::RestartAof => {
-                self.lock.stop();
-                self.lock.restart();
+            Fault::RestartEmpty | Fault::RestartAof => {
+                let Deployment::Single(server) = &mut self.deployment else {
+                    return Err("restarts are one server's faults".into());
+                };
+                server.stop();
+                if fault == Fault::RestartEmpty {
+                    server.wipe_data();
+                    self.bump_epoch("epoch:lock", fault);
+                    let Deployment::Single(server) = &mut self.deployment else {
+                        unreachable!("checked above");
+                    };
+                    server.restart();
+                } else {
+                    server.restart();
+                }
             }
             Fault::ClientKill => {
-                let mut conn = self.lock.conn();
-                for kind in ["normal", "pubsub"] {
-                    let _: redis::RedisResult<u64> = redis::cmd("CLIENT")
-                        .arg("KILL")
-                        .arg("TYPE")
-                        .arg(kind)
-                        .query(&mut conn);
+                for server in self.deployment.primaries() {
+                    let mut conn = server.conn();
+                    for kind in ["normal", "pubsub"] {
+                        let _: redis::RedisResult<u64> = redis::cmd("CLIENT")
+                            .arg("KILL")
+                            .arg("TYPE")
+                            .arg(kind)
+                            .query(&mut conn);
+                    }
                 }
             }
             Fault::StallRedis => {
-                // Longer than the response timeout, shorter than what is left of a renewed lease.
-                self.lock.signal("STOP");
+                // Longer than the response timeout, shorter than what is left of a renewed
+                // lease, and than the time after which sentinels or the cluster fail it over.
+                let primaries = self.deployment.primaries();
+                let Some(server) = primaries.get(self.rng.below(primaries.len() as u64) as usize)
+                else {
+                    return Err("no primary".into());
+                };
+                server.signal("STOP");
                 std::thread::sleep(self.settings.response + Duration::from_millis(300));
-                self.lock.signal("CONT");
+                server.signal("CONT");
+            }
+            Fault::FailoverKill | Fault::FailoverManual | Fault::PartitionPrimary => {
+                return self.fail_over(fault);
+            }
+            Fault::Reshard => {
+                // A slot that holds a lock the workers use, moved while they use it.
+                let names = all_names(true);
+                let (_, keys) = &names[self.rng.below(names.len() as u64) as usize];
+                let key = keys[self.rng.below(keys.len() as u64) as usize].clone();
+                let pick = self.rng.next_u64();
+                return self.deployment.reshard(&key, pick);
             }
             Fault::RedlockMinority | Fault::RedlockMajority => {
                 let n = self.red.len();
@@ -451,7 +503,7 @@ impl Runner {
                 }
                 if fault == Fault::RedlockMajority {
                     // A majority comes back empty: holds taken before may be doubled.
-                    self.bump_epoch("epoch:redlock");
+                    self.bump_epoch("epoch:redlock", fault);
                 }
                 // Down for longer than a lease (Redlock's delayed restart), then back empty.
                 std::thread::sleep(lease + Duration::from_millis(500));
@@ -460,11 +512,74 @@ impl Runner {
                 }
             }
         }
+        Ok(())
     }
 
-    fn bump_epoch(&mut self, key: &str) {
-        let bumped = redis::cmd("INCR").arg(key).query(&mut self.checker_conn());
-        self.checked::<u64>("epoch", bumped);
+    /// A failover of the primary (or of a master of the cluster) while the workers run. From
+    /// its start until the old primary serves again as a replica a window is open on the
+    /// checker: holds that meet in it are explained by the failover, and so are holds begun
+    /// before its end that meet later (the epoch moves on when it closes). The checker also
+    /// notes when the first acquisition begun after the start, of a name the failover
+    /// reached, got in: how long waiters stalled.
+    fn fail_over(&mut self, fault: Fault) -> Result<(), String> {
+        let primaries: Vec<u16> = self
+            .deployment
+            .primaries()
+            .iter()
+            .map(|s| s.port())
+            .collect();
+        if primaries.is_empty() {
+            return Err("no primary".into());
+        }
+        let port = primaries[self.rng.below(primaries.len() as u64) as usize];
+        let cluster = self.deployment.shape() == Shape::Cluster;
+        let reached = self.deployment.names_on(port, &all_names(cluster));
+        let mut conn = self.checker_conn();
+        let opened = redis::cmd("TIME")
+            .query(&mut conn)
+            .map(checker::clock_ms)
+            .and_then(|now| {
+                redis::pipe()
+                    .atomic()
+                    .set("window:epoch:lock", fault.name())
+                    .set("failover:start", now)
+                    .del("failover:names")
+                    .sadd("failover:names", &reached)
+                    .query::<()>(&mut conn)
+                    .map(|()| now)
+            });
+        let start = self.checked::<u64>("window", opened);
+        let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.deployment.fail_over(fault, port)
+        }))
+        .unwrap_or_else(|_| Err("panicked (see above)".into()));
+        let epoch = self.bump_epoch("epoch:lock", fault);
+        let kept = redis::cmd("HSET")
+            .arg("epoch:lock:window")
+            .arg(epoch)
+            .arg(start)
+            .query(&mut self.checker_conn());
+        self.checked::<()>("window start", kept);
+        done
+    }
+
+    /// A data loss, or the end of a failover's window: holds taken before it may be doubled
+    /// by holds taken after. The checker keeps which fault moved each epoch on.
+    /// Returns the new epoch.
+    fn bump_epoch(&mut self, key: &str, fault: Fault) -> u64 {
+        let mut conn = self.checker_conn();
+        let bumped = redis::cmd("INCR")
+            .arg(key)
+            .query::<u64>(&mut conn)
+            .and_then(|epoch| {
+                redis::pipe()
+                    .atomic()
+                    .hset(format!("{key}:fault"), epoch, fault.name())
+                    .del(format!("window:{key}"))
+                    .query::<()>(&mut conn)
+                    .map(|()| epoch)
+            });
+        self.checked::<u64>("epoch", bumped)
     }
 
     fn summary(&mut self, elapsed: Duration, hung: u64, held_while_alive: Vec<String>) -> Value {
@@ -492,13 +607,26 @@ impl Runner {
             violations.insert(cause, n);
         }
         let mut excused = BTreeMap::new();
-        for cause in ["pause", "restart"] {
+        for cause in ["pause", "restart", "failover"] {
             let n = redis::cmd("SCARD")
                 .arg(format!("excused:{cause}"))
                 .query(&mut conn);
             excused.insert(cause, self.checked::<u64>("excused", n));
         }
         let stuck = sum(&by_kind("stuck")) + sum(&by_kind("stuck_release"));
+        let replica_sync = by_kind("replica_sync");
+        let by_fault = redis::cmd("HGETALL")
+            .arg("violation_by_fault")
+            .query(&mut conn);
+        let by_fault: BTreeMap<String, u64> = self.checked("violation_by_fault", by_fault);
+        let gaps = redis::cmd("HVALS").arg("failover:resumed").query(&mut conn);
+        let mut gaps: Vec<u64> = self.checked("failover:resumed", gaps);
+        gaps.sort_unstable();
+        let failovers: u64 = Fault::ALL
+            .iter()
+            .filter(|f| f.is_failover())
+            .map(|f| self.faults.get(f.name()).copied().unwrap_or(0))
+            .sum();
         let stale = checker::stale_accepted(&mut conn).unwrap_or(u64::MAX);
         let (leftover, other_keys) = self.keys_left();
         let unexplained = redis::cmd("LRANGE")
@@ -529,13 +657,17 @@ impl Runner {
             && get("shutdown:live_guard") == 0
             && get("shutdown:task_panicked") == 0
             && self.checker_errors == 0
+            && self.fault_failures.is_empty()
             && stale == 0
+            && get("fenced_write:refused_backwards") == 0
             && stuck == 0
             && held_while_alive.is_empty()
             && leftover.is_empty()
             && self.worker_crashes == 0
             && hung == 0;
         json!({
+            "deployment": self.deployment.shape().name(),
+            "sync_replicas": self.options.sync_replicas,
             "seed": self.options.seed,
             "workers": self.options.workers,
             "tasks_per_worker": TASKS,
@@ -549,6 +681,14 @@ impl Runner {
             "release_errors": release_errors,
             "stuck_waiters": stuck,
             "violations": violations,
+            "violations_by_fault": by_fault,
+            "acquires_refused_by_replica_sync": replica_sync,
+            "failovers": failovers,
+            "failover_stall_ms": {
+                "measured": gaps.len(),
+                "median": gaps.get(gaps.len() / 2).copied(),
+                "max": gaps.last().copied(),
+            },
             "violations_by_kind": Kind::ALL.iter().map(|k| {
                 let n: u64 = ["pause", "restart", "unexplained"]
                     .iter()
@@ -560,7 +700,9 @@ impl Runner {
             "fenced_writes": {
                 "accepted": get("fenced_write:accepted"),
                 "refused_frozen_holder": get("fenced_write:refused_frozen"),
-                "refused_token_behind": get("fenced_write:refused_other"),
+                "refused_stale_holder": get("fenced_write:refused_stale"),
+                "refused_split_brain": get("fenced_write:refused_split_brain"),
+                "refused_token_went_backwards": get("fenced_write:refused_backwards"),
                 "stale_accepted": stale,
             },
             "lost": {
@@ -581,6 +723,7 @@ impl Runner {
             },
             "bounds": bounds,
             "faults": self.faults,
+            "fault_ms": self.fault_ms,
             "kill_holder_inside": self.killed_inside,
             "stop_holder_inside": self.frozen_inside,
             "held_while_alive": held_while_alive.len(),
@@ -590,6 +733,7 @@ impl Runner {
             "other_keys_left": other_keys,
             "worker_crashes": self.worker_crashes,
             "checker_errors": self.checker_errors,
+            "fault_failures": self.fault_failures,
             "workers_hung": hung,
             "unexplained_sample": unexplained,
             "errors_sample": errors,
@@ -602,16 +746,22 @@ impl Runner {
     /// - holds excused by a freeze: at most one per task of the frozen worker, per freeze (a
     ///   task has one hold at a time, and only holds begun before the wake are excused);
     /// - holds excused by a data loss: at most one per task of the run, per restart that lost
-    ///   the data (`restart-empty`, `redlock-majority`);
+    ///   the data (`restart-empty`, `redlock-majority`); holds excused by a failover are what
+    ///   the failover did, reported, not bounded;
     /// - acquire errors of the kinds on the lock server: at most 3 per task per fault of that
     ///   server (an attempt fails only when a reply is lost or the server is away; the next one
     ///   waits for it);
     /// - RedLock acquire errors: at most 10 per task per RedLock fault (a majority down fails
     ///   every attempt for 2.5 s; a task tries again 50 ms after a failure, and most tasks are
     ///   busy with other kinds meanwhile);
+    /// - acquire errors, release errors and holds lost: at most 10 more per task per failover
+    ///   or reshard (the deployment is away for seconds; a task tries again 50 ms after an
+    ///   error);
     /// - release errors: at most 2 per task per fault of any server;
     /// - holds lost: at most one per task per fault (a fault ends at most every task's hold);
-    /// - time-outs: at most a third of each kind's attempts.
+    /// - time-outs: at most a third of each kind's attempts; half for the fair lock, whose
+    ///   queue keeps the place of a killed or frozen waiter until the fair wait timeout, so
+    ///   that every waiter behind it waits too.
     fn bounds(
         &self,
         acquired: &BTreeMap<&'static str, u64>,
@@ -627,6 +777,15 @@ impl Runner {
             .map(fault)
             .iter()
             .sum::<u64>();
+        let moves = [
+            "failover-kill",
+            "failover-manual",
+            "partition-primary",
+            "reshard",
+        ]
+        .map(fault)
+        .iter()
+        .sum::<u64>();
         let red_faults = fault("redlock-minority") + fault("redlock-majority");
         let all_faults = self.faults.values().sum::<u64>();
         let row = |what: String, count: u64, bound: u64| json!({ "what": what, "count": count, "bound": bound, "within": count <= bound });
@@ -648,23 +807,31 @@ impl Runner {
                     .filter(|(k, _)| **k != Kind::RedLock.name())
                     .map(|(_, n)| n)
                     .sum(),
-                3 * tasks * lock_faults,
+                3 * tasks * lock_faults + 10 * tasks * moves,
             ),
             row(
                 "RedLock acquire errors".into(),
                 acquire_errors[Kind::RedLock.name()],
-                10 * tasks * red_faults,
+                10 * tasks * (red_faults + moves),
             ),
             row(
                 "release errors".into(),
                 release_errors.values().sum(),
-                2 * tasks * all_faults,
+                2 * tasks * all_faults + 10 * tasks * moves,
             ),
-            row("holds lost".into(), lost, tasks * all_faults),
+            row(
+                "holds lost".into(),
+                lost,
+                tasks * all_faults + 10 * tasks * moves,
+            ),
         ];
         for (kind, &n) in timed_out {
             let attempts = n + acquired[kind] + acquire_errors[kind];
-            rows.push(row(format!("{kind} time-outs"), n, attempts / 3));
+            let share = match *kind == Kind::Fair.name() {
+                true => 2,
+                false => 3,
+            };
+            rows.push(row(format!("{kind} time-outs"), n, attempts / share));
         }
         rows
     }
@@ -675,7 +842,7 @@ impl Runner {
     fn keys_left(&self) -> (Vec<String>, Vec<String>) {
         let mut locks = Vec::new();
         let mut other = Vec::new();
-        for server in std::iter::once(&self.lock).chain(&self.red) {
+        for server in self.deployment.primaries().into_iter().chain(&self.red) {
             let mut conn = server.conn();
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg("*")

@@ -10,8 +10,8 @@ use lockman::{
 };
 use redis::aio::MultiplexedConnection;
 
-use crate::checker;
 use crate::{Kind, Rng, Settings, TASKS};
+use crate::{checker, deployment};
 
 /// How long past its wait an acquire may take before the worker calls it stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(10);
@@ -37,7 +37,8 @@ fn must<T>(what: &str, reply: redis::RedisResult<T>) -> T {
 /// What the runner tells a worker on its command line.
 pub struct Args {
     pub id: u64,
-    pub lock_url: String,
+    /// Where the locks live: see `Deployment::target`.
+    pub target: String,
     pub redlock_urls: Vec<String>,
     pub checker_url: String,
     pub until_unix_ms: u128,
@@ -50,7 +51,7 @@ impl Args {
         vec![
             "worker".into(),
             self.id.to_string(),
-            self.lock_url.clone(),
+            self.target.clone(),
             self.redlock_urls.join(","),
             self.checker_url.clone(),
             self.until_unix_ms.to_string(),
@@ -58,6 +59,7 @@ impl Args {
             self.settings.lease.as_millis().to_string(),
             self.settings.response.as_millis().to_string(),
             self.settings.wait.as_millis().to_string(),
+            self.settings.sync_replicas.to_string(),
         ]
     }
 
@@ -65,8 +67,13 @@ impl Args {
         let ms = |s: &String| s.parse().ok().map(Duration::from_millis);
         Some(Self {
             id: argv.get(1)?.parse().ok()?,
-            lock_url: argv.get(2)?.clone(),
-            redlock_urls: argv.get(3)?.split(',').map(str::to_owned).collect(),
+            target: argv.get(2)?.clone(),
+            redlock_urls: argv
+                .get(3)?
+                .split(',')
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect(),
             checker_url: argv.get(4)?.clone(),
             until_unix_ms: argv.get(5)?.parse().ok()?,
             seed: argv.get(6)?.parse().ok()?,
@@ -74,6 +81,7 @@ impl Args {
                 lease: ms(argv.get(7)?)?,
                 response: ms(argv.get(8)?)?,
                 wait: ms(argv.get(9)?)?,
+                sync_replicas: argv.get(10)?.parse().ok()?,
             },
         })
     }
@@ -98,17 +106,27 @@ async fn run(args: Args) {
     let deadline =
         Instant::now() + Duration::from_millis(args.until_unix_ms.saturating_sub(unix_ms()) as u64);
     let settings = args.settings;
-    let config = |url: &str| {
-        Config::new(url)
+    let tune = |config: Config| {
+        config
             .watchdog_timeout(settings.lease)
             .response_timeout(settings.response)
             .connect_timeout(settings.response)
     };
+    let Some(lock_config) = deployment::config(&args.target) else {
+        eprintln!("chaos worker: bad target {}", args.target);
+        std::process::exit(2);
+    };
+    let mut lock_config = tune(lock_config);
+    if settings.sync_replicas > 0 {
+        // WAIT must end before the response timeout.
+        lock_config = lock_config.sync_replicas(settings.sync_replicas, settings.response / 2);
+    }
+    let cluster = args.target.starts_with("cluster|");
     // A fault may have a server down just now: keep trying until the deadline.
-    let lock = start(config(&args.lock_url), deadline).await;
+    let lock = start(lock_config.clone(), deadline).await;
     let mut red = Vec::new();
     for url in &args.redlock_urls {
-        red.push(start(config(url), deadline).await);
+        red.push(start(tune(Config::new(url)), deadline).await);
     }
     let (Some(lock), Some(red)) = (lock, red.into_iter().collect::<Option<Vec<_>>>()) else {
         return;
@@ -127,7 +145,8 @@ async fn run(args: Args) {
             task,
             lock: lock.clone(),
             red: red.clone(),
-            lock_config: config(&args.lock_url),
+            lock_config: lock_config.clone(),
+            cluster,
             checker: checker.clone(),
             settings,
             deadline,
@@ -189,6 +208,8 @@ struct Ctx {
     red: Vec<LockManager>,
     /// For the short-lived managers shut down while their tasks acquire.
     lock_config: Config,
+    /// The locks live in a Redis Cluster: RedLock's members are names on its shards.
+    cluster: bool,
     checker: MultiplexedConnection,
     settings: Settings,
     deadline: Instant,
@@ -255,6 +276,14 @@ impl Ctx {
         }
     }
 
+    /// The epoch that a data loss under this kind's locks moves on.
+    fn epoch_key(&self, kind: Kind) -> &'static str {
+        match kind {
+            Kind::RedLock if !self.cluster => "epoch:redlock",
+            _ => "epoch:lock",
+        }
+    }
+
     /// One attempt: acquire, enter, work, leave, release. Returns the counters it moved.
     async fn once(
         &mut self,
@@ -269,10 +298,7 @@ impl Ctx {
                 counts.push(($field, 1))
             };
         }
-        let epoch_key = match kind {
-            Kind::RedLock => "epoch:redlock",
-            _ => "epoch:lock",
-        };
+        let epoch_key = self.epoch_key(kind);
         // The epoch and the checker's clock before acquiring, and whether the runner has seen
         // enough.
         let ((epoch, stop), time): ((Option<u64>, Option<u8>), (u64, u64)) = must(
@@ -301,6 +327,12 @@ impl Ctx {
                 count!(format!("stuck:{}", kind.name()));
                 return counts;
             }
+            // Too few replicas acknowledged in time (`sync_replicas`): undone, and counted apart.
+            Ok(Err(LockError::ReplicaSync { .. })) => {
+                count!(format!("replica_sync:{}", kind.name()));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return counts;
+            }
             Ok(Err(e)) => {
                 count!(format!("acquire_error:{}", kind.name()));
                 self.note_error(kind, "acquire", &e).await;
@@ -318,7 +350,7 @@ impl Ctx {
             _ => -1,
         };
         let occ: Vec<String> = names.iter().map(|n| format!("occ:{n}")).collect();
-        let _: (i64, i64) = must(
+        let (_, _, entered): (i64, i64, String) = must(
             "enter",
             checker::ENTER_SCRIPT
                 .key(&occ)
@@ -353,6 +385,9 @@ impl Ctx {
                     .arg(token)
                     .arg(hold)
                     .arg(self.worker)
+                    .arg(&entered)
+                    .arg(began)
+                    .arg(epoch.unwrap_or(0))
                     .invoke_async(&mut self.checker)
                     .await,
             );
@@ -439,10 +474,20 @@ impl Ctx {
                 };
                 held.map(Held::Composite)
             }
-            Kind::RedLock => RedLock::new(self.red.iter().map(|m| m.lock(name)).collect())
-                .try_acquire_for(wait)
-                .await?
-                .map(Held::Composite),
+            Kind::RedLock => {
+                let members = match self.cluster {
+                    // Three names, most likely on three shards.
+                    true => redlock_members(name)
+                        .iter()
+                        .map(|n| self.lock.lock(n.as_str()))
+                        .collect(),
+                    false => self.red.iter().map(|m| m.lock(name)).collect(),
+                };
+                RedLock::new(members)
+                    .try_acquire_for(wait)
+                    .await?
+                    .map(Held::Composite)
+            }
         })
     }
 
@@ -564,6 +609,32 @@ impl Ctx {
                 .await,
         );
     }
+}
+
+/// Every lock name a worker may take, each with the keys it locks: a RedLock in a cluster
+/// locks three names on the cluster's shards ([`redlock_members`]).
+pub fn all_names(cluster: bool) -> Vec<(String, Vec<String>)> {
+    let mut names = Vec::new();
+    for family in ["lock", "fair", "rw", "fenced", "redlock"] {
+        for i in 0..NAMES {
+            let name = format!("chaos:{family}:{i}");
+            let keys = match (family, cluster) {
+                ("redlock", true) => redlock_members(&name),
+                _ => vec![name.clone()],
+            };
+            names.push((name, keys));
+        }
+    }
+    for i in 0..4 {
+        let name = format!("chaos:multi:{i}");
+        names.push((name.clone(), vec![name]));
+    }
+    names
+}
+
+/// The members of the RedLock `name` in a cluster.
+fn redlock_members(name: &str) -> Vec<String> {
+    ["a", "b", "c"].map(|m| format!("{name}:{m}")).to_vec()
 }
 
 /// One way to take a reentrant lock.

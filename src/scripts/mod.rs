@@ -50,7 +50,8 @@ static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release
 static HAND_OFF: LazyLock<Script> =
     latched!("release_prologue.lua", "fence_token.lua", "hand_off.lua");
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
-static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
+const ACL_PROBE_SOURCE: &str = include_str!("acl_probe.lua");
+static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(ACL_PROBE_SOURCE));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
 
 /// Every script lockman runs: loaded at start, so that a missing permission shows then.

@@ -1,4 +1,4 @@
-//! A Sentinel deployment for tests: a primary, one replica of it, and three sentinels
+//! A Sentinel deployment for tests: a primary, one replica of it (or more), and three sentinels
 //! (`redis-server <conf> --sentinel`) watching it as `mymaster` with a quorum of 2, all on
 //! loopback, each in a temp folder of its own, all killed when dropped. The data servers ask
 //! for [`DATA_PASSWORD`], the sentinels for [`SENTINEL_PASSWORD`]: clients must give both.
@@ -18,9 +18,9 @@ pub const SENTINEL_PASSWORD: &str = "sentinel-pw";
 /// How long sentinels may take to find each other and the replica.
 const DISCOVERY_LIMIT: Duration = Duration::from_secs(30);
 
-/// A primary, its replica and three sentinels.
+/// A primary, its replicas and three sentinels.
 pub struct SentinelGroup {
-    /// The two data servers; which one is the primary changes with failovers.
+    /// The data servers; which one is the primary changes with failovers.
     pub servers: Vec<RedisServer>,
     sentinels: Vec<SentinelProcess>,
 }
@@ -35,35 +35,49 @@ impl SentinelGroup {
     /// Starts everything and waits until each sentinel knows the replica and the two other
     /// sentinels (so that a failover can be agreed on).
     pub fn start() -> Self {
+        Self::start_with(1, Duration::from_millis(1000))
+    }
+
+    /// `replicas` replicas, and sentinels that call the primary down after `down_after` without
+    /// an answer.
+    pub fn start_with(replicas: usize, down_after: Duration) -> Self {
         let data = |args: Vec<String>| Options {
             args: [vec!["--masterauth".into(), DATA_PASSWORD.into()], args].concat(),
             password: Some(DATA_PASSWORD.into()),
             ..Options::default()
         };
         let primary = RedisServer::start_with(data(Vec::new()));
-        let replica = RedisServer::start_with(data(vec![
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            primary.port().to_string(),
-        ]));
+        let mut servers = vec![primary];
+        for _ in 0..replicas {
+            servers.push(RedisServer::start_with(data(vec![
+                "--replicaof".into(),
+                "127.0.0.1".into(),
+                servers[0].port().to_string(),
+            ])));
+        }
         let sentinels = (0..3)
-            .map(|_| SentinelProcess::start(primary.port()))
+            .map(|_| SentinelProcess::start(servers[0].port(), down_after))
             .collect();
-        let group = Self {
-            servers: vec![primary, replica],
-            sentinels,
-        };
-        let mut replica = group.servers[1].conn();
-        let synced = super::eventually_blocking(DISCOVERY_LIMIT, || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut replica)
-                .unwrap_or_default();
-            info.contains("master_link_status:up")
-        });
-        assert!(synced, "the replica never synced");
-        group.wait_until_discovered();
+        let group = Self { servers, sentinels };
+        for server in &group.servers[1..] {
+            let mut replica = server.conn();
+            let synced = super::eventually_blocking(DISCOVERY_LIMIT, || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut replica)
+                    .unwrap_or_default();
+                info.contains("master_link_status:up")
+            });
+            assert!(synced, "a replica never synced");
+        }
+        group.wait_until_discovered(replicas);
         group
+    }
+
+    /// Kills the sentinel `i` (SIGKILL): two of three gone, the group has no quorum left.
+    pub fn kill_sentinel(&mut self, i: usize) {
+        let _ = self.sentinels[i].child.kill();
+        let _ = self.sentinels[i].child.wait();
     }
 
     /// `redis://:<sentinel password>@127.0.0.1:<port>` of each sentinel.
@@ -152,12 +166,12 @@ impl SentinelGroup {
         }
     }
 
-    fn wait_until_discovered(&self) {
+    fn wait_until_discovered(&self, replicas: usize) {
         let deadline = Instant::now() + DISCOVERY_LIMIT;
         for s in &self.sentinels {
             let mut conn = s.conn();
             loop {
-                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                let found: Vec<redis::Value> = redis::cmd("SENTINEL")
                     .arg("REPLICAS")
                     .arg(MASTER)
                     .query(&mut conn)
@@ -167,7 +181,7 @@ impl SentinelGroup {
                     .arg(MASTER)
                     .query(&mut conn)
                     .unwrap_or_default();
-                if replicas.len() == 1 && sentinels.len() == 2 {
+                if found.len() == replicas && sentinels.len() == 2 {
                     break;
                 }
                 assert!(
@@ -190,7 +204,7 @@ impl SentinelGroup {
 }
 
 impl SentinelProcess {
-    fn start(primary: u16) -> Self {
+    fn start(primary: u16, down_after: Duration) -> Self {
         let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
@@ -198,13 +212,14 @@ impl SentinelProcess {
         let text = format!(
             "port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {dir}\nlogfile {dir}/sentinel.log\n\
              sentinel monitor {MASTER} 127.0.0.1 {primary} 2\n\
-             sentinel down-after-milliseconds {MASTER} 1000\n\
+             sentinel down-after-milliseconds {MASTER} {down}\n\
              sentinel failover-timeout {MASTER} 4000\n\
              sentinel parallel-syncs {MASTER} 1\n\
              sentinel auth-pass {MASTER} {DATA_PASSWORD}\n\
              requirepass {SENTINEL_PASSWORD}\n\
              sentinel sentinel-pass {SENTINEL_PASSWORD}\n",
-            dir = dir.path().display()
+            dir = dir.path().display(),
+            down = down_after.as_millis()
         );
         std::fs::write(&conf, text).expect("write sentinel.conf");
         let child = Command::new(&bin)

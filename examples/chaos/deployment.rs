@@ -1,0 +1,283 @@
+//! Where the workers' locks live: one server, a Sentinel group (a primary, two replicas, three
+//! sentinels) or a Redis Cluster (three masters with a replica each), all on loopback; and what
+//! the runner does to them for the faults that only a replicated deployment has.
+
+use std::time::{Duration, Instant};
+
+use crate::options::Fault;
+use crate::support::cluster::Cluster;
+use crate::support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
+use crate::support::{Options as ServerOptions, RedisServer};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Shape {
+    Single,
+    Sentinel,
+    Cluster,
+}
+
+impl Shape {
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Single => "single",
+            Shape::Sentinel => "sentinel",
+            Shape::Cluster => "cluster",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        [Shape::Single, Shape::Sentinel, Shape::Cluster]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
+
+/// How long the sentinels wait for a silent primary before they call it down: longer than the
+/// `stall-redis` fault (0.8 s), so that a stall does not turn into a failover.
+const DOWN_AFTER: Duration = Duration::from_millis(1500);
+/// How long a failover, a demotion or a slot move may take before the fault counts as failed.
+const LIMIT: Duration = Duration::from_secs(30);
+
+pub enum Deployment {
+    /// One server, with `appendonly yes` and `appendfsync always`, so that it can be restarted
+    /// with its data or, its files wiped, without.
+    Single(RedisServer),
+    Sentinel(SentinelGroup),
+    Cluster(Cluster),
+}
+
+impl Deployment {
+    pub fn start(shape: Shape) -> Self {
+        match shape {
+            Shape::Single => Deployment::Single(RedisServer::start_with(ServerOptions {
+                args: ["--appendonly", "yes", "--appendfsync", "always"]
+                    .map(String::from)
+                    .to_vec(),
+                ..ServerOptions::default()
+            })),
+            Shape::Sentinel => Deployment::Sentinel(SentinelGroup::start_with(2, DOWN_AFTER)),
+            Shape::Cluster => Deployment::Cluster(Cluster::start(3, 1)),
+        }
+    }
+
+    pub fn shape(&self) -> Shape {
+        match self {
+            Deployment::Single(_) => Shape::Single,
+            Deployment::Sentinel(_) => Shape::Sentinel,
+            Deployment::Cluster(_) => Shape::Cluster,
+        }
+    }
+
+    /// What a worker is told, as one argument: `single|<url>`, `sentinel|<sentinel urls>` or
+    /// `cluster|<node urls>` (URLs joined by commas); [`config`] reads it.
+    pub fn target(&self) -> String {
+        match self {
+            Deployment::Single(server) => format!("single|{}", server.url()),
+            Deployment::Sentinel(group) => format!("sentinel|{}", group.sentinel_urls().join(",")),
+            Deployment::Cluster(cluster) => format!("cluster|{}", cluster.urls().join(",")),
+        }
+    }
+
+    /// The servers that take writes now: the server, the primary, the masters.
+    pub fn primaries(&self) -> Vec<&RedisServer> {
+        match self {
+            Deployment::Single(server) => vec![server],
+            Deployment::Sentinel(group) => group.servers.iter().filter(|s| is_master(s)).collect(),
+            Deployment::Cluster(cluster) => cluster.nodes.iter().filter(|s| is_master(s)).collect(),
+        }
+    }
+
+    /// The lock names of `names` (each with the keys it locks) whose keys live on the
+    /// primary on `port`: every name for a Sentinel group, the names a master serves in a
+    /// cluster.
+    pub fn names_on(&self, port: u16, names: &[(String, Vec<String>)]) -> Vec<String> {
+        match self {
+            Deployment::Cluster(cluster) => names
+                .iter()
+                .filter(|(_, keys)| keys.iter().any(|k| cluster.owner_of(k) == port))
+                .map(|(name, _)| name.clone())
+                .collect(),
+            _ => names.iter().map(|(name, _)| name.clone()).collect(),
+        }
+    }
+
+    /// Fails over the primary (or the master) on `port` as `fault` says, and returns once a
+    /// replica took over and the old primary serves again as a replica.
+    pub fn fail_over(&mut self, fault: Fault, port: u16) -> Result<(), String> {
+        match self {
+            Deployment::Single(_) => Err("a single server has no replica".into()),
+            Deployment::Sentinel(group) => sentinel_failover(group, fault, port),
+            Deployment::Cluster(cluster) => cluster_failover(cluster, fault, port),
+        }
+    }
+
+    /// Moves the slot of `key` to another master while workers use it: IMPORTING / MIGRATING
+    /// for a moment (keys already moved answer ASK), then MIGRATE and SETSLOT NODE.
+    pub fn reshard(&mut self, key: &str, pick: u64) -> Result<(), String> {
+        let Deployment::Cluster(cluster) = self else {
+            return Err("only a cluster has slots".into());
+        };
+        let slot = cluster.slot_of(key);
+        let from = cluster.owner_of(key);
+        let others: Vec<u16> = cluster
+            .nodes
+            .iter()
+            .filter(|n| n.port() != from && is_master(n))
+            .map(RedisServer::port)
+            .collect();
+        if others.is_empty() {
+            return Err("no other master".into());
+        }
+        let to = others[pick as usize % others.len()];
+        cluster.begin_migration(slot, from, to);
+        std::thread::sleep(Duration::from_millis(200));
+        cluster.finish_migration(slot, from, to);
+        until("the slot's new owner", || cluster.owner_of(key) == to)
+    }
+}
+
+/// The lockman configuration a worker uses for `target` (see [`Deployment::target`]).
+pub fn config(target: &str) -> Option<lockman::Config> {
+    let (shape, urls) = target.split_once('|')?;
+    let urls = urls.split(',').filter(|u| !u.is_empty());
+    Some(match Shape::parse(shape)? {
+        Shape::Single => lockman::Config::new(urls.into_iter().next()?),
+        Shape::Sentinel => lockman::Config::sentinel(MASTER, urls).master_auth(None, DATA_PASSWORD),
+        Shape::Cluster => lockman::Config::cluster(urls),
+    })
+}
+
+fn sentinel_failover(group: &mut SentinelGroup, fault: Fault, old: u16) -> Result<(), String> {
+    match fault {
+        Fault::FailoverKill => group.server(old).stop(),
+        Fault::FailoverManual => {
+            // A sentinel refuses while an earlier failover is still settling: ask again.
+            until("SENTINEL FAILOVER accepted", || {
+                redis::cmd("SENTINEL")
+                    .arg("FAILOVER")
+                    .arg(MASTER)
+                    .query::<()>(&mut group.sentinel_conn())
+                    .is_ok()
+            })?;
+        }
+        // Frozen past the sentinels' down-after time: they promote a replica, and the old
+        // primary, once it runs again, believes for a moment that it still is the primary.
+        Fault::PartitionPrimary => group.server(old).signal("STOP"),
+        other => return Err(format!("{} is not a failover", other.name())),
+    }
+    let promoted = until("a new primary", || {
+        sentinel_primary(group).is_some_and(|p| {
+            p != old && group.servers.iter().any(|s| s.port() == p && is_master(s))
+        })
+    });
+    match fault {
+        Fault::FailoverKill => group.server(old).restart(),
+        Fault::PartitionPrimary => group.server(old).signal("CONT"),
+        _ => {}
+    }
+    promoted?;
+    until("the old primary demoted", || is_replica(group.server(old)))
+}
+
+fn cluster_failover(cluster: &mut Cluster, fault: Fault, master: u16) -> Result<(), String> {
+    let replica = cluster.replica_of(master);
+    let node = |c: &mut Cluster, port: u16| -> usize {
+        c.nodes.iter().position(|n| n.port() == port).unwrap_or(0)
+    };
+    let (m, r) = (node(cluster, master), node(cluster, replica));
+    match fault {
+        Fault::FailoverKill => cluster.nodes[m].stop(),
+        Fault::FailoverManual => {
+            // The replica waits until it has every write of its master, then takes over.
+            redis::cmd("CLUSTER")
+                .arg("FAILOVER")
+                .query::<()>(&mut cluster.nodes[r].conn())
+                .map_err(|e| format!("CLUSTER FAILOVER: {e}"))?;
+        }
+        other => return Err(format!("{} is not a cluster failover", other.name())),
+    }
+    let promoted = until("the replica promoted", || {
+        is_master(&cluster.nodes[r]) && cluster_ok(&cluster.nodes[r])
+    });
+    if fault == Fault::FailoverKill {
+        // Back with its node file: it rejoins as the replica of the master that replaced it.
+        cluster.nodes[m].restart();
+    }
+    promoted?;
+    until("the old master demoted", || {
+        is_replica(&cluster.nodes[m]) && cluster.nodes.iter().all(cluster_ok)
+    })
+}
+
+/// The primary's port as the first sentinel sees it.
+fn sentinel_primary(group: &SentinelGroup) -> Option<u16> {
+    let (_, port): (String, u16) = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(MASTER)
+        .query(&mut group.sentinel_conn())
+        .ok()?;
+    Some(port)
+}
+
+fn role(server: &RedisServer) -> Option<String> {
+    if !server.is_running() {
+        return None;
+    }
+    let mut conn = server
+        .client()
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    conn.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn).ok()?;
+    match role.first() {
+        Some(redis::Value::BulkString(r)) => Some(String::from_utf8_lossy(r).into_owned()),
+        _ => None,
+    }
+}
+
+fn is_master(server: &RedisServer) -> bool {
+    role(server).as_deref() == Some("master")
+}
+
+/// A replica whose link to its primary is up.
+fn is_replica(server: &RedisServer) -> bool {
+    role(server).as_deref() == Some("slave")
+        && server
+            .client()
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .ok()
+            .and_then(|mut c| {
+                redis::cmd("INFO")
+                    .arg("replication")
+                    .query::<String>(&mut c)
+                    .ok()
+            })
+            .is_some_and(|info| info.contains("master_link_status:up"))
+}
+
+fn cluster_ok(server: &RedisServer) -> bool {
+    server
+        .client()
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()
+        .and_then(|mut c| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut c)
+                .ok()
+        })
+        .is_some_and(|info| info.contains("cluster_state:ok"))
+}
+
+/// Polls `done` until it holds, or fails after [`LIMIT`].
+fn until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + LIMIT;
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(format!("{what}: not within {LIMIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
