@@ -66,8 +66,9 @@ pub enum LockError {
         detail: String,
     },
     /// [`Config::sync_replicas`](crate::Config::sync_replicas): fewer replicas than asked
-    /// acknowledged an acquire in time, so it was undone.
-    #[error("only {acked} of {wanted} replicas acknowledged the acquire in time; it was undone")]
+    /// acknowledged an acquire in time, so the grant is given back (released right after this
+    /// error is answered).
+    #[error("only {acked} of {wanted} replicas acknowledged the acquire in time; it is given back")]
     ReplicaSync {
         /// Replicas that acknowledged.
         acked: u32,

@@ -372,6 +372,68 @@ async fn sync_replicas_waits_for_the_replica_and_undoes_without_it() {
     mgr.shutdown().await;
 }
 
+/// Asking more replicas to acknowledge than the primary has: every acquire is refused with
+/// the typed error, retryable (a replica may come back), within the sync timeout, and the
+/// grant Redis made is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_beyond_the_replicas_there_are_is_refused_and_undone() {
+    let primary = RedisServer::start();
+    let _replica = RedisServer::start_with(Options {
+        args: vec![
+            "--replicaof".into(),
+            "127.0.0.1".into(),
+            primary.port().to_string(),
+        ],
+        ..Options::default()
+    });
+    let mut raw = primary.conn();
+    let linked = support::eventually_blocking(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut raw)
+            .unwrap();
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    assert!(linked, "the replica never came online");
+    let config = Config::new(primary.url())
+        .sync_replicas(3, Duration::from_millis(300))
+        .response_timeout(Duration::from_secs(2));
+    let mgr = LockManager::start(config).await.unwrap();
+    for name in ["three", "three-fenced"] {
+        let started = Instant::now();
+        let err = match name {
+            "three" => mgr.lock(name).try_acquire().await.err(),
+            _ => mgr.fenced_lock(name).try_acquire().await.err(),
+        }
+        .expect("one replica cannot acknowledge for three");
+        assert!(
+            matches!(
+                err,
+                lockman::LockError::ReplicaSync {
+                    acked: 1,
+                    wanted: 3
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        // The grant is given back right after the caller is answered.
+        let undone = support::eventually_blocking(Duration::from_secs(2), || {
+            !redis::cmd("EXISTS")
+                .arg(name)
+                .query::<bool>(&mut raw)
+                .unwrap()
+        });
+        assert!(undone, "{name}: the refused acquire was left held");
+    }
+    mgr.shutdown().await;
+}
+
 #[tokio::test]
 async fn passwords_never_reach_debug_display_or_logs() {
     let logs = logs();

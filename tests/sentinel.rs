@@ -176,3 +176,64 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// A group that lost its quorum (two of three sentinels gone) cannot replace a dead primary:
+/// nothing promotes a replica. Waiters give up at their deadline with a retryable error or
+/// no guard, never hang, and a manager starting then fails within its connect timeout with a
+/// typed error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_without_quorum_fails_clearly_and_nobody_hangs() {
+    let mut group = SentinelGroup::start();
+    let mgr = LockManager::start(config(&group))
+        .await
+        .expect("start via sentinel");
+    let held = acquire_soon(&mgr, "no-quorum").await;
+    held.release().await.unwrap();
+    group.kill_sentinel(1);
+    group.kill_sentinel(2);
+    let primary = group.primary_port();
+    group.server(primary).stop();
+
+    let lock = mgr.lock("no-quorum");
+    for _ in 0..3 {
+        let started = Instant::now();
+        let attempt = tokio::time::timeout(
+            Duration::from_secs(10),
+            lock.try_acquire_for(Duration::from_secs(2)),
+        )
+        .await
+        .expect("a bounded wait returns, with the primary gone and no failover");
+        match attempt {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("acquired with no primary"),
+            Err(e) => assert!(e.is_retryable(), "{e:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(8),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // Still no primary: no replica was promoted.
+    assert_eq!(group.primary_port(), primary);
+
+    let started = Instant::now();
+    let err = LockManager::start(config(&group).connect_timeout(Duration::from_secs(1)))
+        .await
+        .err()
+        .expect("no primary to start on");
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            lockman::LockError::Connect { .. } | lockman::LockError::Timeout { .. }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    mgr.shutdown().await;
+}
