@@ -406,11 +406,12 @@ async fn sync_replicas_beyond_the_replicas_there_are_is_refused_and_undone() {
             _ => mgr.fenced_lock(name).try_acquire().await.err(),
         }
         .expect("one replica cannot acknowledge for three");
+        // The one replica acknowledges, unless the machine is too busy for 300 ms.
         assert!(
             matches!(
                 err,
                 lockman::LockError::ReplicaSync {
-                    acked: 1,
+                    acked: 0 | 1,
                     wanted: 3
                 }
             ),
