@@ -220,8 +220,7 @@ async fn a_group_without_quorum_fails_clearly_and_nobody_hangs() {
     let started = Instant::now();
     let err = LockManager::start(config(&group).connect_timeout(Duration::from_secs(1)))
         .await
-        .err()
-        .expect("no primary to start on");
+        .expect_err("no primary to start on");
     assert!(err.is_retryable(), "{err:?}");
     assert!(
         matches!(

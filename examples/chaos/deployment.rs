@@ -151,14 +151,29 @@ fn sentinel_failover(group: &mut SentinelGroup, fault: Fault, old: u16) -> Resul
     match fault {
         Fault::FailoverKill => group.server(old).stop(),
         Fault::FailoverManual => {
-            // A sentinel refuses while an earlier failover is still settling: ask again.
-            until("SENTINEL FAILOVER accepted", || {
-                redis::cmd("SENTINEL")
+            // A sentinel refuses while an earlier failover is still settling, and may accept
+            // one that it then aborts (no replica good enough yet): ask until a replica is
+            // promoted.
+            let deadline = Instant::now() + LIMIT;
+            loop {
+                let asked = redis::cmd("SENTINEL")
                     .arg("FAILOVER")
                     .arg(MASTER)
-                    .query::<()>(&mut group.sentinel_conn())
-                    .is_ok()
-            })?;
+                    .query::<()>(&mut group.sentinel_conn());
+                let promoted = asked.is_ok()
+                    && until_within(Duration::from_secs(10), || {
+                        sentinel_primary(group).is_some_and(|p| p != old)
+                    });
+                if promoted {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "SENTINEL FAILOVER: no new primary within {LIMIT:?}"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
         }
         // Frozen past the sentinels' down-after time: they promote a replica, and the old
         // primary, once it runs again, believes for a moment that it still is the primary.
@@ -271,13 +286,21 @@ fn cluster_ok(server: &RedisServer) -> bool {
 }
 
 /// Polls `done` until it holds, or fails after [`LIMIT`].
-fn until(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
-    let deadline = Instant::now() + LIMIT;
+fn until(what: &str, done: impl FnMut() -> bool) -> Result<(), String> {
+    match until_within(LIMIT, done) {
+        true => Ok(()),
+        false => Err(format!("{what}: not within {LIMIT:?}")),
+    }
+}
+
+/// Polls `done` until it holds (true) or `limit` passed (false).
+fn until_within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
     while !done() {
         if Instant::now() > deadline {
-            return Err(format!("{what}: not within {LIMIT:?}"));
+            return false;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok(())
+    true
 }
