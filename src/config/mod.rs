@@ -273,7 +273,10 @@ impl Config {
     /// has it), at the price of one replication round trip per acquire, and acquires fail while
     /// fewer than `count` replicas are up. Without it, a failover can lose a lock that was
     /// granted just before it: two holders at once, which only a fencing token
-    /// ([`FencedLock`](crate::FencedLock)) lets storage detect. The waits run on a connection
+    /// ([`FencedLock`](crate::FencedLock)) lets storage detect. Measured (RELIABILITY.md):
+    /// without it, Sentinel failovers put two holders inside about 2.6 times per failover;
+    /// with `sync_replicas(1, 250 ms)` and two replicas, never, for 59 refused acquires in
+    /// 200,000. The waits run on a connection
     /// of their own, so they never hold up other commands. In a cluster each script and its
     /// `WAIT` go to the master of the lock's slot: every master needs `count` replicas.
     /// `timeout` must be shorter than the response timeout.
@@ -314,7 +317,9 @@ impl Config {
 
     /// How long a fair-lock waiter keeps its place in the queue after its turn came without it
     /// coming back (its process died, say): then the queue skips it. A waiter that gave a wait
-    /// time uses that instead.
+    /// time uses that instead. Every waiter behind a place kept for a waiter that is gone
+    /// waits too: on a deployment that fails over, or where processes die while waiting, keep
+    /// this short (RELIABILITY.md: a waiter's leave lost in a failover is not sent again).
     ///
     /// Default: [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`] (300 s, as Redisson).
     pub fn fair_lock_wait_timeout(mut self, timeout: Duration) -> Self {
