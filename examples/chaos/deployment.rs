@@ -234,17 +234,19 @@ fn sentinel_primary(group: &SentinelGroup) -> Option<u16> {
     Some(port)
 }
 
-fn role(server: &RedisServer) -> Option<String> {
+/// `cmd` on `server`, given half a second to connect and to answer; `None` when it does not.
+fn ask<T: redis::FromRedisValue>(server: &RedisServer, cmd: &redis::Cmd) -> Option<T> {
     if !server.is_running() {
         return None;
     }
-    let mut conn = server
-        .client()
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()?;
-    conn.set_read_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn).ok()?;
+    let limit = Duration::from_millis(500);
+    let mut conn = server.client().get_connection_with_timeout(limit).ok()?;
+    conn.set_read_timeout(Some(limit)).ok()?;
+    cmd.query(&mut conn).ok()
+}
+
+fn role(server: &RedisServer) -> Option<String> {
+    let role: Vec<redis::Value> = ask(server, &redis::cmd("ROLE"))?;
     match role.first() {
         Some(redis::Value::BulkString(r)) => Some(String::from_utf8_lossy(r).into_owned()),
         _ => None,
@@ -257,32 +259,16 @@ fn is_master(server: &RedisServer) -> bool {
 
 /// A replica whose link to its primary is up.
 fn is_replica(server: &RedisServer) -> bool {
+    let mut info = redis::cmd("INFO");
+    info.arg("replication");
     role(server).as_deref() == Some("slave")
-        && server
-            .client()
-            .get_connection_with_timeout(Duration::from_millis(500))
-            .ok()
-            .and_then(|mut c| {
-                redis::cmd("INFO")
-                    .arg("replication")
-                    .query::<String>(&mut c)
-                    .ok()
-            })
-            .is_some_and(|info| info.contains("master_link_status:up"))
+        && ask::<String>(server, &info).is_some_and(|i| i.contains("master_link_status:up"))
 }
 
 fn cluster_ok(server: &RedisServer) -> bool {
-    server
-        .client()
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()
-        .and_then(|mut c| {
-            redis::cmd("CLUSTER")
-                .arg("INFO")
-                .query::<String>(&mut c)
-                .ok()
-        })
-        .is_some_and(|info| info.contains("cluster_state:ok"))
+    let mut info = redis::cmd("CLUSTER");
+    info.arg("INFO");
+    ask::<String>(server, &info).is_some_and(|i| i.contains("cluster_state:ok"))
 }
 
 /// Polls `done` until it holds, or fails after [`LIMIT`].
