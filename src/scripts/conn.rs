@@ -186,46 +186,27 @@ impl Conn {
                 .await;
             denied("run SCRIPT LOAD", loaded)?;
         }
-        let reply = match &mut conn {
-            Link::Server(_) => {
-                let mut call = super::ACL_PROBE.prepare_invoke();
-                call.arg(super::PROBE_KEY);
-                for channel in super::probe_channels() {
-                    call.arg(channel);
+        // Loaded above with the others (on every node of a cluster). The probe declares no key,
+        // so in a cluster redis-rs would send it to any node, a replica included, whose READONLY
+        // says nothing of where locks go: a master runs it.
+        let mut probe = redis::cmd("EVALSHA");
+        probe
+            .arg(super::ACL_PROBE.get_hash())
+            .arg(0)
+            .arg(super::PROBE_KEY)
+            .arg(&super::probe_channels());
+        let call = async {
+            match &mut conn {
+                Link::Server(server) => probe.query_async::<Vec<String>>(server).await,
+                Link::Cluster(cluster) => {
+                    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                    let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+                    let reply = cluster.route_command(probe, master).await?;
+                    redis::from_redis_value(reply).map_err(Into::into)
                 }
-                let probe = call.invoke_async::<Vec<String>>(&mut conn);
-                self.bounded("check permissions", probe).await
-            }
-            // The probe declares no key, so redis-rs would send it to any node, a replica
-            // included, whose READONLY says nothing of where locks go: a master runs it, once
-            // every master has it.
-            Link::Cluster(cluster) => {
-                use redis::cluster_routing::{
-                    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo, SingleNodeRoutingInfo,
-                };
-                let mut load = redis::cmd("SCRIPT");
-                load.arg("LOAD").arg(super::ACL_PROBE_SOURCE);
-                let masters = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllMasters,
-                    Some(ResponsePolicy::AllSucceeded),
-                ));
-                let mut probe = redis::cmd("EVALSHA");
-                probe
-                    .arg(super::ACL_PROBE.get_hash())
-                    .arg(0)
-                    .arg(super::PROBE_KEY);
-                for channel in super::probe_channels() {
-                    probe.arg(channel);
-                }
-                let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
-                let call = async {
-                    cluster.route_command(load, masters).await?;
-                    let reply = cluster.route_command(probe, primary).await?;
-                    redis::from_redis_value::<Vec<String>>(reply).map_err(Into::into)
-                };
-                self.bounded("check permissions", call).await
             }
         };
+        let reply = self.bounded("check permissions", call).await;
         let missing = denied("run EVALSHA", reply)?;
         if missing.first().map(String::as_str) == Some("READONLY") {
             return Err(LockError::ReadOnly {

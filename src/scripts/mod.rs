@@ -50,12 +50,11 @@ static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release
 static HAND_OFF: LazyLock<Script> =
     latched!("release_prologue.lua", "fence_token.lua", "hand_off.lua");
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
-const ACL_PROBE_SOURCE: &str = include_str!("acl_probe.lua");
-static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(ACL_PROBE_SOURCE));
+static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
 
 /// Every script lockman runs: loaded at start, so that a missing permission shows then.
-fn all_scripts() -> [&'static Script; 16] {
+fn all_scripts() -> [&'static Script; 17] {
     [
         &ACQUIRE,
         &RELEASE,
@@ -73,6 +72,7 @@ fn all_scripts() -> [&'static Script; 16] {
         &FAIR_RELEASE,
         &FAIR_LEAVE,
         &DESCRIBE,
+        &ACL_PROBE,
     ]
 }
 
