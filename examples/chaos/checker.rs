@@ -9,7 +9,8 @@
 //!   comes back, and when a failover ends; a hold taken at an older epoch may legitimately be
 //!   doubled. `epoch:lock:fault` (and `epoch:redlock:fault`): which fault moved each epoch on.
 //! - `window:epoch:lock`: the failover under way (its fault's name), while it lasts: holds that
-//!   meet meanwhile are explained by it. `failover:start` (the checker's clock, ms) and
+//!   meet meanwhile are explained by it. `epoch:lock:window`: each failover's start (the
+//!   checker's clock, ms) under the epoch its end begins. `failover:start` and
 //!   `failover:names` (the names it reached): the latest failover; `failover:resumed`: per
 //!   failover start, how long until the first acquisition begun after it, of a name it
 //!   reached, got in.
@@ -149,15 +150,12 @@ return fenced_write(ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6
 /// came as: tokens are about 1.8 × 10¹⁵ (seeded from a clock in µs), exact as Lua numbers for
 /// comparing, but a Lua number turned back into text would lose digits.
 const FENCE: &str = r#"
--- Whether a hold taken at epoch `e` began (`began`, ms) while a failover was under way: the
--- window that ended `e` (its start kept by the runner in `epoch:lock:window`), or the one open.
+-- Whether a hold taken at epoch `e` began (`began`, ms) while a failover was under way: in the
+-- window that ends (or ended) `e`, whose start the runner keeps in `epoch:lock:window` when it
+-- opens it.
 local function during_failover(e, began)
     local start = redis.call('hget', 'epoch:lock:window', e + 1)
-    if not start and redis.call('exists', 'window:epoch:lock') == 1
-        and tonumber(redis.call('get', 'epoch:lock') or '0') == e then
-        start = redis.call('get', 'failover:start')
-    end
-    return start ~= nil and start ~= false and began >= tonumber(start)
+    return start ~= false and began >= tonumber(start)
 end
 local function fenced_write(name, token_text, hold, worker, entered, began, epoch)
     local store = 'fence:' .. name

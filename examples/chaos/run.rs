@@ -198,12 +198,7 @@ impl Runner {
         let Some(wanted) = self.options.acquisitions else {
             return false;
         };
-        let failovers: u64 = Fault::ALL
-            .iter()
-            .filter(|f| f.is_failover())
-            .map(|f| self.faults.get(f.name()).copied().unwrap_or(0))
-            .sum();
-        if failovers < self.options.failovers {
+        if self.injected(Fault::is_failover) < self.options.failovers {
             return false;
         }
         let counts = redis::cmd("HGETALL")
@@ -216,6 +211,15 @@ impl Runner {
             .map(|(_, n)| n)
             .sum();
         acquired >= wanted
+    }
+
+    /// How many faults of the kinds `which` picks were injected.
+    fn injected(&self, which: impl Fn(Fault) -> bool) -> u64 {
+        Fault::ALL
+            .iter()
+            .filter(|f| which(**f))
+            .map(|f| self.faults.get(f.name()).copied().unwrap_or(0))
+            .sum()
     }
 
     fn interrupted(&self) -> bool {
@@ -440,20 +444,12 @@ impl Runner {
                 self.checked::<()>("woke", woke);
             }
             Fault::RestartEmpty | Fault::RestartAof => {
-                let Deployment::Single(server) = &mut self.deployment else {
-                    return Err("restarts are one server's faults".into());
-                };
-                server.stop();
+                self.single()?.stop();
                 if fault == Fault::RestartEmpty {
-                    server.wipe_data();
+                    self.single()?.wipe_data();
                     self.bump_epoch("epoch:lock", fault);
-                    let Deployment::Single(server) = &mut self.deployment else {
-                        unreachable!("checked above");
-                    };
-                    server.restart();
-                } else {
-                    server.restart();
                 }
+                self.single()?.restart();
             }
             Fault::ClientKill => {
                 for server in self.deployment.primaries() {
@@ -515,6 +511,14 @@ impl Runner {
         Ok(())
     }
 
+    /// The one server of a single-server deployment.
+    fn single(&mut self) -> Result<&mut RedisServer, String> {
+        match &mut self.deployment {
+            Deployment::Single(server) => Ok(server),
+            _ => Err("restarts are one server's faults".into()),
+        }
+    }
+
     /// A failover of the primary (or of a master of the cluster) while the workers run. From
     /// its start until the old primary serves again as a replica a window is open on the
     /// checker: holds that meet in it are explained by the failover, and so are holds begun
@@ -534,39 +538,36 @@ impl Runner {
         let port = primaries[self.rng.below(primaries.len() as u64) as usize];
         let cluster = self.deployment.shape() == Shape::Cluster;
         let reached = self.deployment.names_on(port, &all_names(cluster));
+        // The window's start is kept under the epoch its end will begin (only the runner moves
+        // epochs on).
         let mut conn = self.checker_conn();
-        let opened = redis::cmd("TIME")
-            .query(&mut conn)
-            .map(checker::clock_ms)
-            .and_then(|now| {
+        let opened = redis::pipe()
+            .cmd("TIME")
+            .get("epoch:lock")
+            .query::<((u64, u64), Option<u64>)>(&mut conn)
+            .and_then(|(time, epoch)| {
+                let now = checker::clock_ms(time);
                 redis::pipe()
                     .atomic()
                     .set("window:epoch:lock", fault.name())
+                    .hset("epoch:lock:window", epoch.unwrap_or(0) + 1, now)
                     .set("failover:start", now)
                     .del("failover:names")
                     .sadd("failover:names", &reached)
                     .query::<()>(&mut conn)
-                    .map(|()| now)
             });
-        let start = self.checked::<u64>("window", opened);
+        self.checked::<()>("window", opened);
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.deployment.fail_over(fault, port)
         }))
         .unwrap_or_else(|_| Err("panicked (see above)".into()));
-        let epoch = self.bump_epoch("epoch:lock", fault);
-        let kept = redis::cmd("HSET")
-            .arg("epoch:lock:window")
-            .arg(epoch)
-            .arg(start)
-            .query(&mut self.checker_conn());
-        self.checked::<()>("window start", kept);
+        self.bump_epoch("epoch:lock", fault);
         done
     }
 
     /// A data loss, or the end of a failover's window: holds taken before it may be doubled
     /// by holds taken after. The checker keeps which fault moved each epoch on.
-    /// Returns the new epoch.
-    fn bump_epoch(&mut self, key: &str, fault: Fault) -> u64 {
+    fn bump_epoch(&mut self, key: &str, fault: Fault) {
         let mut conn = self.checker_conn();
         let bumped = redis::cmd("INCR")
             .arg(key)
@@ -577,9 +578,8 @@ impl Runner {
                     .hset(format!("{key}:fault"), epoch, fault.name())
                     .del(format!("window:{key}"))
                     .query::<()>(&mut conn)
-                    .map(|()| epoch)
             });
-        self.checked::<u64>("epoch", bumped)
+        self.checked::<()>("epoch", bumped);
     }
 
     fn summary(&mut self, elapsed: Duration, hung: u64, held_while_alive: Vec<String>) -> Value {
@@ -622,11 +622,7 @@ impl Runner {
         let gaps = redis::cmd("HVALS").arg("failover:resumed").query(&mut conn);
         let mut gaps: Vec<u64> = self.checked("failover:resumed", gaps);
         gaps.sort_unstable();
-        let failovers: u64 = Fault::ALL
-            .iter()
-            .filter(|f| f.is_failover())
-            .map(|f| self.faults.get(f.name()).copied().unwrap_or(0))
-            .sum();
+        let failovers = self.injected(Fault::is_failover);
         let stale = checker::stale_accepted(&mut conn).unwrap_or(u64::MAX);
         let (leftover, other_keys) = self.keys_left();
         let unexplained = redis::cmd("LRANGE")
@@ -777,15 +773,7 @@ impl Runner {
             .map(fault)
             .iter()
             .sum::<u64>();
-        let moves = [
-            "failover-kill",
-            "failover-manual",
-            "partition-primary",
-            "reshard",
-        ]
-        .map(fault)
-        .iter()
-        .sum::<u64>();
+        let moves = self.injected(|f| f.is_failover() || f == Fault::Reshard);
         let red_faults = fault("redlock-minority") + fault("redlock-majority");
         let all_faults = self.faults.values().sum::<u64>();
         let row = |what: String, count: u64, bound: u64| json!({ "what": what, "count": count, "bound": bound, "within": count <= bound });
@@ -827,10 +815,7 @@ impl Runner {
         ];
         for (kind, &n) in timed_out {
             let attempts = n + acquired[kind] + acquire_errors[kind];
-            let share = match *kind == Kind::Fair.name() {
-                true => 2,
-                false => 3,
-            };
+            let share = if *kind == Kind::Fair.name() { 2 } else { 3 };
             rows.push(row(format!("{kind} time-outs"), n, attempts / share));
         }
         rows
