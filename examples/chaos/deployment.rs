@@ -136,15 +136,18 @@ impl Deployment {
     }
 }
 
-/// The lockman configuration a worker uses for `target` (see [`Deployment::target`]).
-pub fn config(target: &str) -> Option<lockman::Config> {
+/// The shape of the deployment `target` names (see [`Deployment::target`]), and the lockman
+/// configuration a worker uses for it.
+pub fn config(target: &str) -> Option<(Shape, lockman::Config)> {
     let (shape, urls) = target.split_once('|')?;
+    let shape = Shape::parse(shape)?;
     let urls = urls.split(',').filter(|u| !u.is_empty());
-    Some(match Shape::parse(shape)? {
+    let config = match shape {
         Shape::Single => lockman::Config::new(urls.into_iter().next()?),
         Shape::Sentinel => lockman::Config::sentinel(MASTER, urls).master_auth(None, DATA_PASSWORD),
         Shape::Cluster => lockman::Config::cluster(urls),
-    })
+    };
+    Some((shape, config))
 }
 
 fn sentinel_failover(group: &mut SentinelGroup, fault: Fault, old: u16) -> Result<(), String> {

@@ -112,7 +112,7 @@ async fn run(args: Args) {
             .response_timeout(settings.response)
             .connect_timeout(settings.response)
     };
-    let Some(lock_config) = deployment::config(&args.target) else {
+    let Some((shape, lock_config)) = deployment::config(&args.target) else {
         eprintln!("chaos worker: bad target {}", args.target);
         std::process::exit(2);
     };
@@ -121,7 +121,7 @@ async fn run(args: Args) {
         // WAIT must end before the response timeout.
         lock_config = lock_config.sync_replicas(settings.sync_replicas, settings.response / 2);
     }
-    let cluster = args.target.starts_with("cluster|");
+    let cluster = shape == deployment::Shape::Cluster;
     // A fault may have a server down just now: keep trying until the deadline.
     let lock = start(lock_config.clone(), deadline).await;
     let mut red = Vec::new();
