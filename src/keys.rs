@@ -123,6 +123,37 @@ pub(crate) fn latch(name: &str, field: &str) -> String {
     key
 }
 
+/// The channel of a semaphore (plain or permit-expirable): each message is a number of permits.
+pub(crate) fn semaphore_channel(name: &str) -> String {
+    prefixed("redisson_sc", name)
+}
+
+/// The sorted set of a permit semaphore's held permits: `{name}:timeout`.
+pub(crate) fn permit_set(name: &str) -> String {
+    suffixed(name, "timeout")
+}
+
+/// The channel of a count-down latch. Redisson always adds the braces here, whatever the name
+/// holds, so a name with a `{` puts it in another slot ([`check_latch_name`]).
+pub(crate) fn countdown_channel(name: &str) -> String {
+    format!("redisson_countdownlatch__channel__{{{name}}}")
+}
+
+/// In Redis Cluster a latch's channel must share its key's slot: names holding `{` do not.
+pub(crate) fn check_latch_name(name: &str) -> Result<(), crate::LockError> {
+    if name.contains('{') {
+        return Err(crate::LockError::invalid(
+            "latch name",
+            format!(
+                "{name:?}: in Redis Cluster a count-down latch's channel always wraps the whole \
+                 name in braces (as Redisson does), so a name holding `{{` would put the latch \
+                 and its channel in different slots; use a name without braces"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The queue of a fair lock: waiting holders, oldest first.
 pub(crate) fn fair_queue(name: &str) -> String {
     prefixed("redisson_lock_queue", name)

@@ -121,14 +121,21 @@ mod keys;
 mod lock;
 mod manager;
 mod metrics;
+mod reach;
 mod runtime;
 mod scripts;
 mod subscription;
+mod sync;
 #[cfg(feature = "actix-web")]
 pub mod web;
 
-pub use actors::messages::{Acquire, Release, Wait};
-pub use actors::{AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, ReleaseReply};
+pub use actors::messages::{
+    Acquire, AcquirePermits, Adjust, Adjustment, AwaitLatch, Release, ReleasePermits, Wait,
+};
+pub use actors::{
+    AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, Permits, ReleaseReply, SyncActor,
+    SyncDone, SyncReply,
+};
 pub use compose::{
     CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,
 };
@@ -144,4 +151,5 @@ pub use lock::{
     ReadLock, ReadWriteLock, WriteLock,
 };
 pub use manager::LockManager;
-pub use scripts::LockKind;
+pub use scripts::{LockKind, SyncKind};
+pub use sync::{CountDownLatch, HeldPermit, PermitGuard, PermitSemaphore, Semaphore, SyncInfo};

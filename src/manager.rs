@@ -69,7 +69,7 @@ impl LockManager {
             }
         };
         let (registry, commands) = (started.registry, started.commands);
-        let client_id = Uuid::new_v4();
+        let client_id = started.client_id;
         let deployment = config.deployment().label();
         tracing::info!(%client_id, %deployment, own_system = host.owned.is_some(), "lock manager started");
         let next_holder = AtomicU64::new(0);
@@ -132,6 +132,44 @@ impl LockManager {
         ReadWriteLock::new(self.lock(name))
     }
 
+    /// A handle on the **semaphore** `name` (Redisson's `RSemaphore`): permits shared by every
+    /// process. The name is checked when the handle is used.
+    pub fn semaphore(&self, name: impl Into<String>) -> crate::Semaphore {
+        crate::Semaphore::new(self.inner.clone(), name.into().into())
+    }
+
+    /// A handle on the **permit semaphore** `name` (Redisson's `RPermitExpirableSemaphore`):
+    /// permits with ids that the watchdog renews, or that expire after a lease.
+    pub fn permit_semaphore(&self, name: impl Into<String>) -> crate::PermitSemaphore {
+        crate::PermitSemaphore::new(self.inner.clone(), name.into().into())
+    }
+
+    /// A handle on the **count-down latch** `name` (Redisson's `RCountDownLatch`).
+    pub fn count_down_latch(&self, name: impl Into<String>) -> crate::CountDownLatch {
+        crate::CountDownLatch::new(self.inner.clone(), name.into().into())
+    }
+
+    /// The synchronizer actor serving the synchronizer of `kind` named `name` now, for actix
+    /// users who send it [`AcquirePermits`](crate::AcquirePermits) and the others themselves.
+    ///
+    /// # Errors
+    /// As [`lock_actor`](Self::lock_actor).
+    pub async fn sync_actor(
+        &self,
+        kind: crate::SyncKind,
+        name: &str,
+    ) -> Result<Addr<crate::SyncActor>, LockError> {
+        let resolve = crate::actors::messages::ResolveSync {
+            kind,
+            name: name.into(),
+        };
+        self.inner
+            .registry
+            .send(resolve)
+            .await
+            .map_err(|_| LockError::Shutdown)?
+    }
+
     /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
     /// and [`Release`](crate::Release) themselves. Holding the address keeps that actor alive.
     ///
@@ -173,6 +211,18 @@ impl LockManager {
         self.inner.commands.check_name(name)?;
         let described = self.inner.commands.describe(name).await?;
         Ok(crate::LockInfo::new(name, described))
+    }
+
+    /// Everything Redis holds about the semaphore, permit semaphore or count-down latch `name`,
+    /// read in one round trip and changing nothing: its count, TTL and held permits with their
+    /// expiry (the `lockman inspect` command).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, Redis errors.
+    pub async fn describe_synchronizer(&self, name: &str) -> Result<crate::SyncInfo, LockError> {
+        self.inner.commands.check_name(name)?;
+        let described = self.inner.commands.describe_sync(name).await?;
+        Ok(crate::SyncInfo::new(name, described))
     }
 
     /// How many lock actors are alive: one per name with a hold or a waiter in this process (or

@@ -145,3 +145,46 @@ pub(crate) fn reconnected(connection: &'static str) {
     #[cfg(not(feature = "metrics"))]
     let _ = connection;
 }
+
+/// Permits of a semaphore kind (`kind`: its label) began or stopped being held here (`delta`:
+/// how many, signed).
+#[inline]
+pub(crate) fn permits(kind: &'static str, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("lockman_permits_held", "kind" => kind).increment(delta);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, delta);
+}
+
+/// A synchronizer request began or stopped waiting (`delta` +1 or -1).
+#[inline]
+pub(crate) fn sync_waiters(kind: &'static str, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("lockman_sync_waiters", "kind" => kind).increment(delta);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, delta);
+}
+
+/// A synchronizer wait was answered (`outcome`: acquired, opened, timed_out, failed).
+#[inline]
+pub(crate) fn sync_answered(kind: &'static str, outcome: &'static str, since: Since) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("lockman_sync_wait_total", "kind" => kind, "outcome" => outcome)
+            .increment(1);
+        metrics::histogram!("lockman_sync_wait_seconds", "kind" => kind)
+            .record(since.at.elapsed().as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, outcome, since);
+}
+
+/// Permits of one grant were lost (`why`: renewal found them gone, or their lease ran out).
+#[inline]
+pub(crate) fn permits_lost(kind: &'static str, why: Loss) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockman_permits_lost_total", "kind" => kind, "reason" => why.label())
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (kind, why);
+}

@@ -2,14 +2,15 @@
 //! handles send exactly these, and an actix user may send them to a
 //! [`LockActor`](super::LockActor) directly (see `examples/messages.rs`).
 
-use actix::{Addr, Message, WeakAddr};
+use actix::dev::ToEnvelope;
+use actix::{Actor, Addr, Handler, Message, WeakRecipient};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use super::lock_state::Wait;
-use super::{Grant, LockActor};
+use super::{Grant, LockActor, Permits, SyncActor};
 use crate::error::LockError;
-use crate::scripts::LockKind;
+use crate::scripts::{LockKind, SyncKind};
 
 /// Take the lock for `holder`: the reply is a [`Grant`], or `None` when the wait ran out.
 ///
@@ -50,6 +51,9 @@ pub(crate) struct ReleaseHold {
 #[rtype(result = "()")]
 pub(crate) struct Unlocked {
     pub all: bool,
+    /// The message as a decimal number, when it is one (a semaphore's free permits, a latch's
+    /// `0` or `1`).
+    pub count: Option<i64>,
     /// The channel it came on (a fair lock has one per waiter).
     pub channel: String,
 }
@@ -64,7 +68,7 @@ pub(crate) struct Resubscribed;
 #[rtype(result = "()")]
 pub(crate) struct HoldLost {
     pub holder: Arc<str>,
-    pub kind: LockKind,
+    pub kind: Renewal,
     pub epoch: u64,
 }
 
@@ -111,7 +115,7 @@ pub(crate) struct Shutdown {
 pub(crate) struct Subscribe {
     pub channel: String,
     pub id: u64,
-    pub actor: WeakAddr<LockActor>,
+    pub actor: Listener,
 }
 
 /// PubSubActor: lock actor `id` no longer waits on `channel`.
@@ -128,11 +132,11 @@ pub(crate) struct Unsubscribe {
 pub(crate) struct Track {
     pub name: Arc<str>,
     pub holder: Arc<str>,
-    pub kind: LockKind,
+    pub kind: Renewal,
     pub epoch: u64,
     /// When Redis last set the hold's PTTL to the full timeout (its grant).
     pub confirmed: std::time::Instant,
-    pub actor: WeakAddr<LockActor>,
+    pub actor: WeakRecipient<HoldLost>,
 }
 
 /// Watchdog: stop renewing that hold.
@@ -141,7 +145,7 @@ pub(crate) struct Track {
 pub(crate) struct Untrack {
     pub name: Arc<str>,
     pub holder: Arc<str>,
-    pub kind: LockKind,
+    pub kind: Renewal,
     pub epoch: u64,
 }
 
@@ -162,3 +166,166 @@ pub(crate) struct RenewNow;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Halt;
+
+/// What the Watchdog renews: a hold of a lock of some kind, or the permits of one grant of a
+/// permit semaphore (the holder is then the permit ids, in hex, joined by commas).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Renewal {
+    Lock(LockKind),
+    Permits,
+}
+
+/// Where the PubSubActor delivers one channel's messages: a lock actor or a synchronizer actor.
+#[derive(Clone)]
+pub(crate) struct Listener {
+    pub unlocked: WeakRecipient<Unlocked>,
+    pub resubscribed: WeakRecipient<Resubscribed>,
+}
+
+impl Listener {
+    /// The listener that is actor `addr`.
+    pub(crate) fn of<A>(addr: &Addr<A>) -> Self
+    where
+        A: Actor + Handler<Unlocked> + Handler<Resubscribed>,
+        A::Context: ToEnvelope<A, Unlocked> + ToEnvelope<A, Resubscribed>,
+    {
+        Self {
+            unlocked: addr.clone().recipient::<Unlocked>().downgrade(),
+            resubscribed: addr.clone().recipient::<Resubscribed>().downgrade(),
+        }
+    }
+
+    /// Whether the actor still runs.
+    pub(crate) fn alive(&self) -> bool {
+        self.unlocked.upgrade().is_some()
+    }
+}
+
+// The synchronizers' messages: public ones first, as for the locks.
+
+/// Take `permits` permits of a semaphore or a permit semaphore, served by its
+/// [`SyncActor`](super::SyncActor): the reply is the [`Permits`] taken, or `None` when the wait
+/// ran out. Dropping the reply (or the request) never leaks permits: permits that reach nobody
+/// are given back.
+///
+/// A permit semaphore's permits taken with `lease: None` are renewed by the watchdog while held
+/// and come back within the watchdog timeout when their process dies; with a lease they expire
+/// after it. A plain semaphore's permits have no lease (Redisson's semaphore keeps none).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<Option<Permits>, LockError>")]
+pub struct AcquirePermits {
+    /// How many permits, at least 1.
+    pub permits: u32,
+    /// A permit semaphore's lease; `None` for the watchdog. Ignored by a plain semaphore.
+    pub lease: Option<Duration>,
+    /// How long to wait while too few are free.
+    pub wait: Wait,
+}
+
+/// Give back the permits of one grant. Replies [`LockError::NotHeld`] when a permit
+/// semaphore's permits were lost meanwhile (expired, or reclaimed by another client).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), LockError>")]
+pub struct ReleasePermits(pub Permits);
+
+/// Wait until a count-down latch is open: `true` when it opened (or was), `false` when the wait
+/// ran out first.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "Result<bool, LockError>")]
+pub struct AwaitLatch {
+    /// How long to wait.
+    pub wait: Wait,
+}
+
+/// One change or count of a synchronizer that waits for nothing; the reply's meaning is the
+/// [`Adjustment`]'s.
+#[derive(Clone, Copy, Debug, Message)]
+#[rtype(result = "Result<i64, LockError>")]
+pub struct Adjust(pub Adjustment);
+
+/// What an [`Adjust`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Adjustment {
+    /// Semaphores: set the permits when the semaphore has none. Replies 1 when set, 0 when it
+    /// had a count already.
+    SetPermits(u32),
+    /// Semaphores: add permits (negative: remove). Replies the new free count.
+    AddPermits(i64),
+    /// Semaphores: take every free permit. Replies how many there were.
+    Drain,
+    /// Plain semaphore: give back permits taken earlier (or add them). Replies the new free
+    /// count.
+    Release(u32),
+    /// Semaphores: the free permits (a permit semaphore reclaims expired permits first).
+    Available,
+    /// Permit semaphore: the permits held, by anyone (after reclaiming expired ones).
+    Acquired,
+    /// Count-down latch: set the count when the latch is open. Replies 1 when set, 0 when a
+    /// count was set already.
+    SetCount(u64),
+    /// Count-down latch: count down once. Replies the count after it (0 or less: open).
+    CountDown,
+}
+
+impl Adjustment {
+    /// Refuses what makes no sense for `kind`, or bad numbers, before anything is sent.
+    pub(crate) fn check(self, kind: SyncKind) -> Result<(), LockError> {
+        let latch = kind == SyncKind::CountDownLatch;
+        let fits = match self {
+            Adjustment::SetCount(_) | Adjustment::CountDown => latch,
+            Adjustment::Release(_) => kind == SyncKind::Semaphore,
+            Adjustment::Acquired => kind == SyncKind::PermitSemaphore,
+            _ => !latch,
+        };
+        if !fits {
+            return Err(LockError::invalid(
+                "operation",
+                format!("{self:?} does not apply to a {}", kind.label()),
+            ));
+        }
+        match self {
+            Adjustment::SetPermits(0) | Adjustment::Release(0) => {
+                Err(LockError::invalid("permits", "must be at least 1"))
+            }
+            Adjustment::AddPermits(0) => Err(LockError::invalid("permits", "must not be 0")),
+            Adjustment::SetCount(0) => Err(LockError::invalid(
+                "count",
+                "must be at least 1 (a latch with no count is open)",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Permits were dropped: give them back in the background.
+#[derive(Message)]
+#[rtype(result = "Result<(), LockError>")]
+pub(crate) struct GiveBack {
+    pub epoch: u64,
+}
+
+/// Stop the synchronizer actor: fail its waiters with `Shutdown`, give back its permits when
+/// `release`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopSync {
+    pub release: bool,
+}
+
+/// Registry: the live synchronizer actor of `kind` named `name`, started when there is none.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<SyncActor>, LockError>")]
+pub(crate) struct ResolveSync {
+    pub kind: SyncKind,
+    pub name: Arc<str>,
+}
+
+/// Registry: the synchronizer actor `id` has stopped.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct ForgetSync {
+    pub kind: SyncKind,
+    pub name: Arc<str>,
+    pub id: u64,
+}

@@ -8,10 +8,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use actix::WeakAddr;
 use actix::prelude::*;
 
-use super::LockActor;
 use super::messages::*;
 use crate::connect::Endpoint;
 use crate::error::LockError;
@@ -40,7 +38,7 @@ pub struct PubSubActor {
 
 struct Route {
     id: u64,
-    actor: WeakAddr<LockActor>,
+    actor: Listener,
 }
 
 impl PubSubActor {
@@ -106,7 +104,7 @@ impl PubSubActor {
     /// Messages may have been lost: every routed lock actor's waiters try again.
     fn all_retry(&self) {
         for route in self.routes.values() {
-            if let Some(actor) = route.actor.upgrade() {
+            if let Some(actor) = route.actor.resubscribed.upgrade() {
                 actor.do_send(Resubscribed);
             }
         }
@@ -121,7 +119,7 @@ impl PubSubActor {
             return;
         };
         tracing::info!(%channel, "sharded subscription ended by the server; subscribing again");
-        let actor = route.actor.clone();
+        let actor = route.actor.resubscribed.clone();
         let work = async move { sink.subscribe(std::slice::from_ref(&channel)).await };
         ctx.wait(work.into_actor(self).map(move |res, _, _| {
             if let Err(error) = res {
@@ -151,7 +149,7 @@ impl Supervised for PubSubActor {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.sink = None;
         // Drop routes whose lock actor is gone.
-        self.routes.retain(|_, r| r.actor.upgrade().is_some());
+        self.routes.retain(|_, r| r.actor.alive());
     }
 }
 
@@ -171,10 +169,21 @@ impl StreamHandler<Heard> for PubSubActor {
                 return;
             }
         };
-        match self.routes.get(&channel).map(|r| r.actor.upgrade()) {
+        match self
+            .routes
+            .get(&channel)
+            .map(|r| r.actor.unlocked.upgrade())
+        {
             Some(Some(actor)) => {
                 let all = payload == crate::keys::WAKE_ALL_MESSAGE.as_bytes();
-                actor.do_send(Unlocked { all, channel });
+                let count = std::str::from_utf8(&payload)
+                    .ok()
+                    .and_then(|p| p.parse().ok());
+                actor.do_send(Unlocked {
+                    all,
+                    count,
+                    channel,
+                });
             }
             Some(None) => {
                 self.routes.remove(&channel);

@@ -13,9 +13,9 @@ use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
 use super::messages::*;
-use super::{LockActor, Services};
+use super::{LockActor, Services, SyncActor};
 use crate::error::LockError;
-use crate::scripts::LockKind;
+use crate::scripts::{LockKind, SyncKind};
 
 /// Lock actor ids, for every manager of the process.
 static NEXT_ACTOR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -26,6 +26,8 @@ pub struct Registry {
     /// (Kind family, name) → (actor id, its address): from the first request for that lock until
     /// its actor stops.
     actors: FxHashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>,
+    /// (Kind, name) → its synchronizer actor, likewise.
+    syncs: FxHashMap<(SyncKind, Arc<str>), (u64, WeakAddr<SyncActor>)>,
     /// Set by `Shutdown`: no new lock actors.
     shut: bool,
 }
@@ -35,6 +37,7 @@ impl Registry {
         Self {
             svc,
             actors: FxHashMap::default(),
+            syncs: FxHashMap::default(),
             shut: false,
         }
     }
@@ -66,6 +69,41 @@ impl Handler<Resolve> for Registry {
     }
 }
 
+impl Handler<ResolveSync> for Registry {
+    type Result = Result<Addr<SyncActor>, LockError>;
+
+    fn handle(&mut self, msg: ResolveSync, ctx: &mut Context<Self>) -> Self::Result {
+        if self.shut {
+            return Err(LockError::Shutdown);
+        }
+        self.svc.commands.check_name(&msg.name)?;
+        if msg.kind == SyncKind::CountDownLatch && self.svc.commands.by_slot() {
+            crate::keys::check_latch_name(&msg.name)?;
+        }
+        let key = (msg.kind, msg.name);
+        let live = self.syncs.get(&key).and_then(|(_, weak)| weak.upgrade());
+        if let Some(addr) = live.filter(|a| a.connected()) {
+            return Ok(addr);
+        }
+        let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (svc, me) = (self.svc.clone(), ctx.address().downgrade());
+        let addr = SyncActor::new(id, key.0, key.1.clone(), svc, me).start();
+        self.syncs.insert(key, (id, addr.downgrade()));
+        Ok(addr)
+    }
+}
+
+impl Handler<ForgetSync> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: ForgetSync, _: &mut Context<Self>) {
+        let key = (msg.kind, msg.name);
+        if self.syncs.get(&key).is_some_and(|(id, _)| *id == msg.id) {
+            self.syncs.remove(&key);
+        }
+    }
+}
+
 impl Handler<Forget> for Registry {
     type Result = ();
 
@@ -81,10 +119,11 @@ impl Handler<CountLive> for Registry {
     type Result = usize;
 
     fn handle(&mut self, _: CountLive, _: &mut Context<Self>) -> usize {
-        self.actors
-            .values()
-            .filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()))
-            .count()
+        let locks = self.actors.values();
+        let locks = locks.filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()));
+        let syncs = self.syncs.values();
+        let syncs = syncs.filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()));
+        locks.count() + syncs.count()
     }
 }
 
@@ -98,11 +137,15 @@ impl Handler<Shutdown> for Registry {
             .drain()
             .filter_map(|(_, (_, w))| w.upgrade())
             .collect();
-        let stops = join_all(live.into_iter().map(|a| {
-            a.send(StopLock {
-                release: msg.release,
-            })
-        }));
+        let syncs: Vec<_> = self
+            .syncs
+            .drain()
+            .filter_map(|(_, (_, w))| w.upgrade())
+            .collect();
+        let release = msg.release;
+        let stops = join_all(live.into_iter().map(|a| a.send(StopLock { release })));
+        let sync_stops = join_all(syncs.into_iter().map(|a| a.send(StopSync { release })));
+        let stops = futures_util::future::join(stops, sync_stops);
         Box::pin(stops.into_actor(self).map(|_, act, ctx| {
             act.svc.watchdog.do_send(Halt);
             act.svc.pubsub.do_send(Halt);

@@ -12,16 +12,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::WeakAddr;
+use actix::WeakRecipient;
 use actix::prelude::*;
 use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
-use super::LockActor;
 use super::messages::*;
 use crate::config::Config;
 use crate::keys;
-use crate::scripts::LockKind;
 use crate::scripts::{Commands, RENEW_BATCH};
 
 /// After a renewal tick with failures, how many retries fit into one renewal interval.
@@ -40,7 +38,7 @@ pub struct Watchdog {
     halted: bool,
 }
 
-type HoldKey = (Arc<str>, Arc<str>, LockKind);
+type HoldKey = (Arc<str>, Arc<str>, Renewal);
 
 /// One renewal script call: holds of one kind (and, in a cluster, of one slot), with the epoch
 /// each was tracked under.
@@ -50,7 +48,7 @@ struct Tracked {
     epoch: u64,
     /// When Redis last confirmed the hold (the grant, or a renewal).
     confirmed: Instant,
-    actor: WeakAddr<LockActor>,
+    actor: WeakRecipient<HoldLost>,
 }
 
 impl Watchdog {
@@ -81,7 +79,10 @@ impl Watchdog {
                 let kind = batch[0].0.2;
                 let pairs: Vec<(&str, &str)> =
                     batch.iter().map(|((n, h, _), _)| (&**n, &**h)).collect();
-                let res = commands.renew(kind, &pairs, timeout).await;
+                let res = match kind {
+                    Renewal::Lock(kind) => commands.renew(kind, &pairs, timeout).await,
+                    Renewal::Permits => commands.renew_permits(&pairs, timeout).await,
+                };
                 (batch, res)
             }
         }));
@@ -115,7 +116,7 @@ impl Watchdog {
     /// of its slot.
     fn batches(&self) -> Vec<Batch> {
         let by_slot = self.commands.by_slot();
-        let mut by_kind: HashMap<(LockKind, u16), Batch> = HashMap::new();
+        let mut by_kind: HashMap<(Renewal, u16), Batch> = HashMap::new();
         for (key, t) in &self.tracked {
             let slot = if by_slot {
                 keys::slot(key.0.as_bytes())

@@ -3,10 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::sync::Mutex;
-
-use actix::{Addr, MailboxError, WeakAddr};
-
 mod fair;
 mod fenced;
 mod guard;
@@ -22,10 +18,8 @@ pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 use crate::actors::LockActor;
 use crate::actors::messages::{Acquire, Resolve, Wait};
 use crate::manager::Inner;
+use crate::reach::Reach;
 use crate::{LockError, LockKind, keys};
-
-/// How often a request is re-sent when the lock actor it resolved stopped at that very moment.
-const RESOLVE_ATTEMPTS: usize = 8;
 
 /// A handle on one lock, with one **holder** identity (`<client id>:<n>`, see
 /// [`holder_id`](Self::holder_id)): the reentrant lock from [`LockManager::lock`], and the core
@@ -41,10 +35,8 @@ pub struct Lock {
     name: Arc<str>,
     holder: Arc<str>,
     kind: LockKind,
-    /// The actor this handle last reached, kept weakly so that an idle actor still stops; shared
-    /// by clones. It spares a round trip to the registry, which matters when that is a hop to
-    /// another thread (lockman's own System). A stale entry costs one `Closed` and a resolve.
-    actor: Arc<Mutex<Option<WeakAddr<LockActor>>>>,
+    /// The actor this handle last reached, shared by clones.
+    actor: Reach<LockActor>,
 }
 
 impl Lock {
@@ -54,7 +46,7 @@ impl Lock {
             name,
             holder,
             kind,
-            actor: Arc::default(),
+            actor: Reach::default(),
         }
     }
 
@@ -224,55 +216,27 @@ impl Lock {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
-        for _ in 0..RESOLVE_ATTEMPTS {
-            let actor = match self.cached_actor() {
-                Some(actor) => actor,
-                None => {
-                    let resolve = Resolve {
-                        kind: self.kind,
-                        name: self.name.clone(),
-                    };
-                    let actor = self
-                        .mgr
-                        .registry
-                        .send(resolve)
-                        .await
-                        .map_err(|_| LockError::Shutdown)??;
-                    if let Ok(mut slot) = self.actor.lock() {
-                        *slot = Some(actor.downgrade());
-                    }
-                    actor
-                }
-            };
-            let acquire = Acquire {
-                holder: self.holder.to_string(),
-                lease,
-                wait,
+        let resolve = || {
+            let resolve = Resolve {
                 kind: self.kind,
+                name: self.name.clone(),
             };
-            match actor.send(acquire).await {
-                Ok(reply) => {
-                    return reply.map(|g| g.map(|g| LockGuard::from(g).keeping(self.mgr.clone())));
-                }
-                // The actor stopped before handling it: nothing happened, resolve again.
-                Err(MailboxError::Closed) => {
-                    if let Ok(mut slot) = self.actor.lock() {
-                        *slot = None;
-                    }
-                    continue;
-                }
-                Err(MailboxError::Timeout) => break,
+            let registry = self.mgr.registry.clone();
+            async move {
+                registry
+                    .send(resolve)
+                    .await
+                    .map_err(|_| LockError::Shutdown)?
             }
-        }
-        Err(LockError::Shutdown)
-    }
-}
-
-impl Lock {
-    /// The remembered actor, when it is still running.
-    fn cached_actor(&self) -> Option<Addr<LockActor>> {
-        let slot = self.actor.lock().ok()?;
-        slot.as_ref()?.upgrade().filter(Addr::connected)
+        };
+        let acquire = || Acquire {
+            holder: self.holder.to_string(),
+            lease,
+            wait,
+            kind: self.kind,
+        };
+        let granted = self.actor.send(resolve, acquire).await??;
+        Ok(granted.map(|g| LockGuard::from(g).keeping(self.mgr.clone())))
     }
 }
 

@@ -75,6 +75,21 @@ impl Commands {
             .arg(self.latch_ttl);
     }
 
+    /// The connections, for the synchronizers' calls (`sync.rs`).
+    pub(super) fn conn(&self) -> &Conn {
+        &self.conn
+    }
+
+    /// How long a request latch lives, in ms.
+    pub(super) fn latch_ttl_ms(&self) -> u64 {
+        self.latch_ttl
+    }
+
+    /// `publish` or `spublish`, for the synchronizers' calls.
+    pub(super) fn publish_command(&self) -> &'static str {
+        self.publish()
+    }
+
     /// `publish` or `spublish`: see [`Endpoint::publish_command`].
     fn publish(&self) -> &'static str {
         self.conn.endpoint().publish_command()

@@ -4,6 +4,7 @@
 mod commands;
 mod conn;
 mod kind;
+mod sync;
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -15,6 +16,8 @@ use crate::keys;
 
 pub(crate) use commands::Commands;
 pub use kind::LockKind;
+pub use sync::SyncKind;
+pub(crate) use sync::{NO_LEASE_SCORE, SyncDescribed, SyncLatch, Take, hex};
 
 /// A script that runs behind a request latch: the parts joined into `local function body()`,
 /// followed by `latch.lua`, so that a request sent again replies as its first run did.
@@ -54,8 +57,8 @@ static ACL_PROBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
 
 /// Every script lockman runs: loaded at start, so that a missing permission shows then.
-fn all_scripts() -> [&'static Script; 17] {
-    [
+fn all_scripts() -> Vec<&'static Script> {
+    let mut scripts: Vec<&'static Script> = vec![
         &ACQUIRE,
         &RELEASE,
         &HAND_OFF,
@@ -73,7 +76,9 @@ fn all_scripts() -> [&'static Script; 17] {
         &FAIR_LEAVE,
         &DESCRIBE,
         &ACL_PROBE,
-    ]
+    ];
+    scripts.extend(sync::sync_scripts());
+    scripts
 }
 
 /// One channel of each lock channel family, for the start-time permission check.

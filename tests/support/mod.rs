@@ -12,6 +12,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod redisson;
 pub mod sentinel;
 
 use std::net::TcpListener;

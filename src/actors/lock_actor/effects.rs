@@ -9,7 +9,9 @@ use actix::prelude::*;
 
 use super::LockActor;
 use crate::actors::lock_state::{Effect, Op, Outcome};
-use crate::actors::messages::{Subscribe, Track, Unsubscribe, Untrack};
+use crate::actors::messages::{
+    HoldLost, Listener, Renewal, Subscribe, Track, Unsubscribe, Untrack,
+};
 use crate::metrics;
 use crate::scripts::{Commands, HandedOff, LockKind};
 
@@ -103,7 +105,7 @@ impl LockActor {
                 let request = self.svc.pubsub.send(Subscribe {
                     channel: channel.to_string(),
                     id: self.id,
-                    actor: ctx.address().downgrade(),
+                    actor: Listener::of(&ctx.address()),
                 });
                 ctx.spawn(request.into_actor(self).map(move |res, act, ctx| {
                     let ok = !matches!(res, Ok(Err(_)));
@@ -125,10 +127,10 @@ impl LockActor {
             } => self.svc.watchdog.do_send(Track {
                 name: self.name.clone(),
                 holder,
-                kind,
+                kind: Renewal::Lock(kind),
                 epoch,
                 confirmed,
-                actor: ctx.address().downgrade(),
+                actor: ctx.address().recipient::<HoldLost>().downgrade(),
             }),
             Effect::Untrack {
                 key: (holder, kind),
@@ -136,7 +138,7 @@ impl LockActor {
             } => self.svc.watchdog.do_send(Untrack {
                 name: self.name.clone(),
                 holder,
-                kind,
+                kind: Renewal::Lock(kind),
                 epoch,
             }),
             Effect::Lost(epoch, loss) => {

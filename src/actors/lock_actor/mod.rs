@@ -29,10 +29,10 @@ use tokio::sync::{oneshot, watch};
 use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, Timer, WaiterId};
 use super::messages::*;
 use super::{Grant, Registry, Services};
+use crate::actors::crowd::{Caller, Crowd};
 use crate::error::LockError;
 use crate::metrics;
 use crate::scripts::LockKind;
-use pumps::{Caller, Crowd};
 
 type AcquireResult = Result<Option<Grant>, LockError>;
 type AcquireTx = OneshotSender<AcquireResult>;
@@ -50,9 +50,9 @@ pub struct LockActor {
     registry: WeakAddr<Registry>,
     state: LockState,
     /// The callers of waiting requests, by waiter, with their kind and arrival (for metrics).
-    waiting: FxHashMap<WaiterId, (Caller, LockKind, metrics::Since)>,
+    waiting: FxHashMap<WaiterId, (Caller<AcquireTx>, LockKind, metrics::Since)>,
     /// The watched callers and the waiters' deadlines, served by one future (`pumps`).
-    crowd: Crowd,
+    crowd: Crowd<AcquireTx>,
     /// The senders of releases under way.
     releasing: FxHashMap<ReplyId, ReleaseTx>,
     next_reply: ReplyId,
@@ -302,9 +302,11 @@ impl Handler<HoldLost> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: HoldLost, ctx: &mut Context<Self>) {
-        self.state
-            .hold_lost(&(msg.holder, msg.kind), msg.epoch, Instant::now());
-        self.apply(ctx);
+        if let Renewal::Lock(kind) = msg.kind {
+            self.state
+                .hold_lost(&(msg.holder, kind), msg.epoch, Instant::now());
+            self.apply(ctx);
+        }
     }
 }
 
@@ -324,7 +326,7 @@ impl Handler<StopLock> for LockActor {
 
 impl LockActor {
     /// Waiter `id`'s caller dropped its request: the waiter leaves.
-    fn caller_left(&mut self, id: WaiterId, ctx: &mut Context<Self>) {
+    fn caller_gone(&mut self, id: WaiterId, ctx: &mut Context<Self>) {
         if !self.state.is_waiting(id) {
             // Answered soon (a fair waiter leaving the queue): its answer finds nobody.
             return;

@@ -1,0 +1,98 @@
+//! [`Permits`]: what a synchronizer actor replies to a granted
+//! [`AcquirePermits`](crate::AcquirePermits): permits of a semaphore, with the address that gives
+//! them back and the signal that tells when they are lost. The handles wrap it into a guard;
+//! actix users may keep it as it is.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use tokio::sync::watch;
+
+use super::SyncActor;
+use super::messages::GiveBack;
+use crate::scripts::{SyncKind, hex};
+
+/// Permits of a semaphore, as granted by its [`SyncActor`]. Dropping them gives them back in the
+/// background; send them back in a [`ReleasePermits`](crate::ReleasePermits) to learn the
+/// outcome.
+#[must_use = "dropping permits gives them back at once"]
+pub struct Permits {
+    pub(super) actor: Addr<SyncActor>,
+    /// The granting actor's id: a `ReleasePermits` is refused by any other actor.
+    pub(super) actor_id: u64,
+    pub(super) name: Arc<str>,
+    pub(super) kind: SyncKind,
+    pub(super) permits: u32,
+    /// A permit semaphore's ids, 16 bytes each.
+    pub(super) ids: Vec<u8>,
+    pub(super) epoch: u64,
+    pub(super) lost: watch::Receiver<bool>,
+    /// Whether dropping them still has to give them back.
+    pub(super) armed: bool,
+}
+
+impl Permits {
+    /// The actor that granted them: send it a [`ReleasePermits`](crate::ReleasePermits).
+    pub fn actor(&self) -> &Addr<SyncActor> {
+        &self.actor
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Which kind of semaphore.
+    pub fn kind(&self) -> SyncKind {
+        self.kind
+    }
+
+    /// How many permits.
+    pub fn count(&self) -> u32 {
+        self.permits
+    }
+
+    /// A permit semaphore's permit ids, as Java shows them (32 lowercase hex characters); none
+    /// for a plain semaphore.
+    pub fn ids(&self) -> Vec<String> {
+        self.ids.chunks(16).map(hex).collect()
+    }
+
+    /// Whether the permits are known to be lost: their lease ran out, or renewal found them gone
+    /// (another client reclaimed them after they expired), or their actor stopped.
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow() || self.lost.has_changed().is_err()
+    }
+
+    /// Resolves once the permits are known to be lost; never, while they are held.
+    pub async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        let _ = lost.wait_for(|lost| *lost).await;
+    }
+
+    /// Keeps the permits taken: dropping them no longer gives them back (a plain semaphore's
+    /// permits are then given back with `release(n)`, by anyone, as in Redisson).
+    pub fn forget(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.actor.do_send(GiveBack { epoch: self.epoch });
+        }
+    }
+}
+
+impl std::fmt::Debug for Permits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permits")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("count", &self.permits)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

@@ -1,0 +1,343 @@
+//! `SyncState`: the rules of one synchronizer name in this process (a semaphore, a permit
+//! semaphore or a count-down latch), pure: no actix, no Redis, no clock of its own. Its actor
+//! feeds it events (a waiter arrives, an attempt's outcome, a message on the channel, a
+//! deadline, a timer) and carries out the [`Effect`]s it queues.
+//!
+//! The rules:
+//! - a waiter's attempt (taking permits; reading a latch's count) is tried at once; when it falls
+//!   short the waiter parks, and the first parked waiter subscribes the channel. Once the
+//!   subscription is in place every parked waiter tries again, since a release may have come
+//!   between its attempt and the subscription;
+//! - a message of `m` permits (a semaphore's new free count, or permits added) wakes parked
+//!   waiters in arrival order whose wants fit into `m`, less what the attempts under way want:
+//!   a release of k permits wakes at most k waiters, and a message of 0 wakes none. A latch's
+//!   `0` (open) wakes every waiter; its `1` (a new count) none;
+//! - a message that comes while a waiter's attempt is under way makes it try again when that
+//!   attempt falls short (the attempt may have run before the release);
+//! - a permit semaphore's attempt that falls short says when the permit held longest expires:
+//!   the actor's one timer wakes that waiter then, since an expiry publishes nothing until some
+//!   client reclaims it;
+//! - a retryable error while waiting retries after a backoff; any other error, and any outcome
+//!   after the waiter's deadline, answers it. At its deadline a parked waiter tries once more
+//!   (a latch re-reads its count) and is answered with that outcome;
+//! - a reconnected pub/sub connection makes every parked waiter try again;
+//! - the subscription is dropped once no waiter is left.
+
+use std::time::{Duration, Instant};
+
+use crate::actors::crowd::WaiterId;
+use crate::error::LockError;
+use crate::scripts::SyncKind;
+
+/// The first delay before an attempt that failed with a retryable error is tried again; it
+/// doubles per failure up to [`BACKOFF_MAX`].
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The outcome of one attempt, as the actor reports it.
+#[derive(Debug)]
+pub(crate) enum Tried {
+    /// The permits were taken, or the latch is open.
+    Done,
+    /// Not enough free permits, or the latch is closed; a permit semaphore's when to try
+    /// again without a message.
+    Short { retry_in: Option<Duration> },
+    /// The attempt failed.
+    Failed(LockError),
+}
+
+/// How a waiter's request ends.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    Done,
+    TimedOut,
+    Failed(LockError),
+}
+
+/// What the actor is to do.
+#[derive(Debug)]
+pub(crate) enum Effect {
+    /// Run waiter `id`'s attempt and report it with [`SyncState::tried`].
+    Try(WaiterId),
+    /// Answer waiter `id`'s caller; the waiter is gone from the state.
+    Answer(WaiterId, Answer),
+    /// Subscribe the channel; report with [`SyncState::subscribed`].
+    Subscribe,
+    Unsubscribe,
+    /// Fire [`SyncState::timer`] after this long, replacing the timer armed before.
+    Arm(Duration),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Subscription {
+    None,
+    Asked,
+    Ready,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: WaiterId,
+    /// Permits it wants (0 for a latch).
+    wants: u32,
+    /// Its attempt is under way.
+    trying: bool,
+    /// A wake came while it was trying: try again if that attempt falls short.
+    again: bool,
+    /// Its deadline passed (or it never waits): the next outcome answers it.
+    last: bool,
+    /// The timer should make it try.
+    due: bool,
+    /// Retryable failures in a row.
+    failures: u32,
+}
+
+/// The waiting rules of one synchronizer name.
+#[derive(Debug)]
+pub(crate) struct SyncState {
+    kind: SyncKind,
+    /// In arrival order.
+    waiters: Vec<Waiter>,
+    subscription: Subscription,
+    /// When the one timer fires, if armed.
+    timer: Option<Instant>,
+    effects: Vec<Effect>,
+}
+
+impl SyncState {
+    pub(crate) fn new(kind: SyncKind) -> Self {
+        Self {
+            kind,
+            waiters: Vec::new(),
+            subscription: Subscription::None,
+            timer: None,
+            effects: Vec::new(),
+        }
+    }
+
+    /// Moves the queued effects into `out`, in order.
+    pub(crate) fn drain_into(&mut self, out: &mut Vec<Effect>) {
+        out.append(&mut self.effects);
+    }
+
+    /// Whether no waiter is left.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.waiters.is_empty()
+    }
+
+    /// Whether waiter `id` is still waiting.
+    pub(crate) fn has(&self, id: WaiterId) -> bool {
+        self.position(id).is_some()
+    }
+
+    /// How many waiters there are.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
+    /// A waiter arrives wanting `wants` permits (0: a latch's opening); `once`: it does not wait.
+    pub(crate) fn arrive(&mut self, id: WaiterId, wants: u32, once: bool) {
+        self.waiters.push(Waiter {
+            id,
+            wants,
+            trying: true,
+            again: false,
+            last: once,
+            due: false,
+            failures: 0,
+        });
+        self.effects.push(Effect::Try(id));
+    }
+
+    /// Waiter `id`'s attempt came back.
+    pub(crate) fn tried(&mut self, id: WaiterId, tried: Tried, now: Instant) {
+        let Some(at) = self.position(id) else {
+            return;
+        };
+        let waiter = &mut self.waiters[at];
+        waiter.trying = false;
+        match tried {
+            Tried::Done => self.answer(at, Answer::Done),
+            Tried::Failed(error) if waiter.last || !error.is_retryable() => {
+                self.answer(at, Answer::Failed(error));
+            }
+            Tried::Failed(error) => {
+                waiter.failures += 1;
+                waiter.due = true;
+                let backoff = BACKOFF_MIN
+                    .saturating_mul(1 << waiter.failures.min(8))
+                    .min(BACKOFF_MAX);
+                tracing::debug!(%error, ?backoff, "synchronizer attempt failed; retrying");
+                self.arm(now + backoff, now);
+            }
+            Tried::Short { .. } if waiter.last => self.answer(at, Answer::TimedOut),
+            Tried::Short { retry_in } => {
+                waiter.failures = 0;
+                if std::mem::take(&mut waiter.again) {
+                    waiter.trying = true;
+                    self.effects.push(Effect::Try(id));
+                    return;
+                }
+                if let Some(after) = retry_in {
+                    waiter.due = true;
+                    self.arm(now + after, now);
+                }
+                if self.subscription == Subscription::None {
+                    self.subscription = Subscription::Asked;
+                    self.effects.push(Effect::Subscribe);
+                }
+            }
+        }
+        self.settle();
+    }
+
+    /// The subscription asked for is in place (`ok`) or failed.
+    pub(crate) fn subscribed(&mut self, ok: bool, now: Instant) {
+        if self.subscription != Subscription::Asked {
+            return;
+        }
+        if ok {
+            self.subscription = Subscription::Ready;
+            self.wake_all();
+        } else {
+            // The next attempt that falls short asks again; meanwhile the timer retries.
+            self.subscription = Subscription::None;
+            for w in &mut self.waiters {
+                w.due = true;
+            }
+            self.arm(now + BACKOFF_MAX, now);
+        }
+    }
+
+    /// A message on the channel: a number of permits, or a latch's `0`/`1`.
+    pub(crate) fn message(&mut self, count: Option<i64>) {
+        let count = count.unwrap_or(0);
+        if self.kind == SyncKind::CountDownLatch {
+            if count == 0 {
+                self.wake_all();
+            }
+            return;
+        }
+        if count <= 0 {
+            return;
+        }
+        let under_way: i64 = self
+            .waiters
+            .iter()
+            .filter(|w| w.trying)
+            .map(|w| i64::from(w.wants))
+            .sum();
+        let mut budget = count - under_way;
+        for w in &mut self.waiters {
+            if w.trying {
+                w.again = true;
+            } else if i64::from(w.wants) <= budget {
+                budget -= i64::from(w.wants);
+                w.trying = true;
+                self.effects.push(Effect::Try(w.id));
+            }
+        }
+    }
+
+    /// Messages may have been lost (the pub/sub connection came back): everyone tries again.
+    pub(crate) fn resubscribed(&mut self) {
+        self.wake_all();
+    }
+
+    /// The timer fired: the waiters it was armed for try again.
+    pub(crate) fn timer(&mut self, now: Instant) {
+        if self.timer.is_some_and(|at| at > now) {
+            return;
+        }
+        self.timer = None;
+        for w in &mut self.waiters {
+            if std::mem::take(&mut w.due) && !w.trying {
+                w.trying = true;
+                self.effects.push(Effect::Try(w.id));
+            }
+        }
+    }
+
+    /// Waiter `id`'s deadline passed: one more attempt decides.
+    pub(crate) fn deadline(&mut self, id: WaiterId) {
+        let Some(at) = self.position(id) else {
+            return;
+        };
+        let waiter = &mut self.waiters[at];
+        waiter.last = true;
+        if !waiter.trying {
+            waiter.trying = true;
+            self.effects.push(Effect::Try(id));
+        }
+    }
+
+    /// Waiter `id`'s caller left: a parked waiter goes; one whose attempt is under way is
+    /// answered by that attempt's outcome (a grant nobody takes is given back by the actor).
+    pub(crate) fn gone(&mut self, id: WaiterId) {
+        let Some(at) = self.position(id) else {
+            return;
+        };
+        if self.waiters[at].trying {
+            self.waiters[at].last = true;
+        } else {
+            self.waiters.remove(at);
+            self.settle();
+        }
+    }
+
+    /// Every waiter leaves with `error` (the actor stops).
+    pub(crate) fn fail_all(&mut self, error: &LockError) {
+        for w in self.waiters.drain(..) {
+            let error = match error {
+                LockError::Shutdown => LockError::Shutdown,
+                other => LockError::UnexpectedReply {
+                    op: "synchronizer",
+                    detail: other.to_string(),
+                },
+            };
+            self.effects
+                .push(Effect::Answer(w.id, Answer::Failed(error)));
+        }
+        self.settle();
+    }
+
+    fn position(&self, id: WaiterId) -> Option<usize> {
+        self.waiters.iter().position(|w| w.id == id)
+    }
+
+    fn answer(&mut self, at: usize, answer: Answer) {
+        let waiter = self.waiters.remove(at);
+        self.effects.push(Effect::Answer(waiter.id, answer));
+    }
+
+    fn wake_all(&mut self) {
+        for w in &mut self.waiters {
+            if w.trying {
+                w.again = true;
+            } else {
+                w.trying = true;
+                self.effects.push(Effect::Try(w.id));
+            }
+        }
+    }
+
+    fn arm(&mut self, at: Instant, now: Instant) {
+        if self.timer.is_none_or(|armed| at < armed) {
+            self.timer = Some(at);
+            self.effects
+                .push(Effect::Arm(at.saturating_duration_since(now)));
+        }
+    }
+
+    /// Drops the subscription once nobody waits.
+    fn settle(&mut self) {
+        if self.waiters.is_empty() && self.subscription != Subscription::None {
+            self.subscription = Subscription::None;
+            self.effects.push(Effect::Unsubscribe);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,437 @@
+//! The synchronizer rules, without Redis: unit tests of each rule, and a seeded simulation of two
+//! processes sharing one semaphore through a model of Redis, which checks that never more than
+//! its permits are held, that a release wakes no more waiters than it frees permits, and that no
+//! waiter is left waiting once permits are free (no lost wake-up), under random interleavings.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn effects(state: &mut SyncState) -> Vec<Effect> {
+    let mut out = Vec::new();
+    state.drain_into(&mut out);
+    out
+}
+
+fn tries(effects: &[Effect]) -> Vec<WaiterId> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Try(id) => Some(*id),
+            _ => None,
+        })
+        .collect()
+}
+
+fn short() -> Tried {
+    Tried::Short { retry_in: None }
+}
+
+#[test]
+fn a_short_attempt_parks_and_subscribes_once_then_everyone_retries_when_subscribed() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::Semaphore);
+    s.arrive(1, 1, false);
+    s.arrive(2, 1, false);
+    assert_eq!(tries(&effects(&mut s)), vec![1, 2]);
+    s.tried(1, short(), now);
+    s.tried(2, short(), now);
+    let e = effects(&mut s);
+    assert_eq!(
+        e.iter().filter(|e| matches!(e, Effect::Subscribe)).count(),
+        1
+    );
+    s.subscribed(true, now);
+    assert_eq!(tries(&effects(&mut s)), vec![1, 2]);
+}
+
+#[test]
+fn a_release_of_k_permits_wakes_at_most_k_waiters_in_arrival_order() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::Semaphore);
+    for id in 1..=10 {
+        s.arrive(id, 1, false);
+    }
+    effects(&mut s);
+    for id in 1..=10 {
+        s.tried(id, short(), now);
+    }
+    s.subscribed(true, now);
+    effects(&mut s);
+    for id in 1..=10 {
+        s.tried(id, short(), now);
+    }
+    effects(&mut s);
+    s.message(Some(3));
+    assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
+    s.message(Some(0));
+    assert!(
+        tries(&effects(&mut s)).is_empty(),
+        "a message of 0 wakes none"
+    );
+}
+
+#[test]
+fn a_waiter_that_does_not_fit_is_skipped_not_blocking_the_others() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::Semaphore);
+    s.arrive(1, 5, false);
+    s.arrive(2, 1, false);
+    effects(&mut s);
+    s.tried(1, short(), now);
+    s.tried(2, short(), now);
+    s.subscribed(true, now);
+    effects(&mut s);
+    s.tried(1, short(), now);
+    s.tried(2, short(), now);
+    effects(&mut s);
+    s.message(Some(2));
+    assert_eq!(tries(&effects(&mut s)), vec![2]);
+}
+
+#[test]
+fn a_message_during_an_attempt_makes_a_short_attempt_try_again() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::Semaphore);
+    s.arrive(1, 1, false);
+    effects(&mut s);
+    s.message(Some(1));
+    assert!(tries(&effects(&mut s)).is_empty());
+    s.tried(1, short(), now);
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
+}
+
+#[test]
+fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::CountDownLatch);
+    for id in 1..=3 {
+        s.arrive(id, 0, false);
+    }
+    effects(&mut s);
+    for id in 1..=3 {
+        s.tried(id, short(), now);
+    }
+    s.subscribed(true, now);
+    effects(&mut s);
+    for id in 1..=3 {
+        s.tried(id, short(), now);
+    }
+    effects(&mut s);
+    s.message(Some(1));
+    assert!(tries(&effects(&mut s)).is_empty());
+    s.message(Some(0));
+    assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
+    for id in 1..=3 {
+        s.tried(id, Tried::Done, now);
+    }
+    let e = effects(&mut s);
+    assert_eq!(
+        e.iter()
+            .filter(|e| matches!(e, Effect::Answer(_, Answer::Done)))
+            .count(),
+        3
+    );
+    assert!(matches!(e.last(), Some(Effect::Unsubscribe)));
+    assert!(s.is_idle());
+}
+
+#[test]
+fn at_the_deadline_one_more_attempt_decides() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::CountDownLatch);
+    s.arrive(1, 0, false);
+    effects(&mut s);
+    s.tried(1, short(), now);
+    effects(&mut s);
+    s.deadline(1);
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
+    s.tried(1, short(), now);
+    let e = effects(&mut s);
+    assert!(matches!(e[0], Effect::Answer(1, Answer::TimedOut)));
+}
+
+#[test]
+fn a_lease_hint_arms_the_timer_for_that_waiter() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::PermitSemaphore);
+    s.arrive(1, 1, false);
+    s.arrive(2, 1, false);
+    effects(&mut s);
+    s.tried(
+        1,
+        Tried::Short {
+            retry_in: Some(Duration::from_millis(300)),
+        },
+        now,
+    );
+    s.tried(2, short(), now);
+    let e = effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Arm(d) if *d == Duration::from_millis(300)))
+    );
+    s.subscribed(true, now);
+    effects(&mut s);
+    s.tried(1, short(), now);
+    s.tried(2, short(), now);
+    effects(&mut s);
+    // The hint stays with waiter 1 until the timer fires, through the retries in between.
+    s.timer(now + Duration::from_millis(300));
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
+}
+
+#[test]
+fn retryable_errors_back_off_and_others_answer() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::Semaphore);
+    s.arrive(1, 1, false);
+    s.arrive(2, 1, false);
+    effects(&mut s);
+    let timeout = LockError::Timeout {
+        op: "acquire permits",
+        after: Duration::from_millis(1),
+    };
+    s.tried(1, Tried::Failed(timeout), now);
+    s.tried(
+        2,
+        Tried::Failed(LockError::WrongType { key: "x".into() }),
+        now,
+    );
+    let e = effects(&mut s);
+    assert!(e.iter().any(|e| matches!(e, Effect::Arm(_))));
+    assert!(e.iter().any(|e| matches!(
+        e,
+        Effect::Answer(2, Answer::Failed(LockError::WrongType { .. }))
+    )));
+    s.timer(now + BACKOFF_MAX);
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
+}
+
+#[test]
+fn a_caller_leaving_a_parked_waiter_drops_it_and_the_subscription() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::Semaphore);
+    s.arrive(1, 1, false);
+    effects(&mut s);
+    s.tried(1, short(), now);
+    effects(&mut s);
+    s.gone(1);
+    assert!(matches!(effects(&mut s).as_slice(), [Effect::Unsubscribe]));
+    assert!(s.is_idle());
+}
+
+/// One process of the simulation: its state, its attempts under way, what it has heard.
+#[derive(Default)]
+struct Process {
+    state: Option<SyncState>,
+    trying: Vec<WaiterId>,
+    /// Subscribe asked, not yet in place.
+    subscribing: bool,
+    listening: bool,
+    inbox: VecDeque<i64>,
+    wants: HashMap<WaiterId, u32>,
+    answered: HashSet<WaiterId>,
+}
+
+impl Process {
+    fn state(&mut self) -> &mut SyncState {
+        self.state
+            .get_or_insert_with(|| SyncState::new(SyncKind::Semaphore))
+    }
+
+    /// Applies effects; returns the Trys a message caused, for the wake bound.
+    fn apply(&mut self) -> Result<usize, TestCaseError> {
+        let mut out = Vec::new();
+        self.state().drain_into(&mut out);
+        let mut woken = 0;
+        for e in out {
+            match e {
+                Effect::Try(id) => {
+                    prop_assert!(!self.trying.contains(&id), "two attempts of one waiter");
+                    prop_assert!(!self.answered.contains(&id));
+                    self.trying.push(id);
+                    woken += 1;
+                }
+                Effect::Answer(id, answer) => {
+                    prop_assert!(self.answered.insert(id), "answered twice");
+                    prop_assert!(matches!(answer, Answer::Done), "{answer:?}");
+                }
+                Effect::Subscribe => {
+                    prop_assert!(!self.subscribing && !self.listening, "subscribed twice");
+                    self.subscribing = true;
+                }
+                Effect::Unsubscribe => {
+                    self.subscribing = false;
+                    self.listening = false;
+                }
+                Effect::Arm(_) => {}
+            }
+        }
+        Ok(woken)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Arrive(usize, u32),
+    RunAttempt(usize, usize),
+    CompleteSubscribe(usize),
+    Deliver(usize),
+    Release(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        1 => (0..2usize, 1..3u32).prop_map(|(p, n)| Step::Arrive(p, n)),
+        4 => (0..2usize, 0..8usize).prop_map(|(p, i)| Step::RunAttempt(p, i)),
+        2 => (0..2usize).prop_map(Step::CompleteSubscribe),
+        4 => (0..2usize).prop_map(Step::Deliver),
+        2 => (0..16usize).prop_map(Step::Release),
+    ]
+}
+
+/// The model of Redis: the free count, the holders, and publishing to listening processes.
+struct World {
+    permits: i64,
+    free: i64,
+    holders: Vec<(usize, WaiterId, u32)>,
+    procs: [Process; 2],
+    next_id: WaiterId,
+}
+
+impl World {
+    fn run_attempt(&mut self, p: usize, i: usize) -> Result<(), TestCaseError> {
+        let proc = &mut self.procs[p];
+        if proc.trying.is_empty() {
+            return Ok(());
+        }
+        let id = proc.trying.remove(i % proc.trying.len());
+        let wants = proc.wants[&id];
+        let tried = if self.free >= i64::from(wants) {
+            self.free -= i64::from(wants);
+            self.holders.push((p, id, wants));
+            Tried::Done
+        } else {
+            Tried::Short { retry_in: None }
+        };
+        let held: i64 = self.holders.iter().map(|h| i64::from(h.2)).sum();
+        prop_assert!(
+            held <= self.permits,
+            "{held} permits held of {}",
+            self.permits
+        );
+        proc.state().tried(id, tried, Instant::now());
+        proc.apply()?;
+        Ok(())
+    }
+
+    fn release(&mut self, i: usize) -> Result<(), TestCaseError> {
+        if self.holders.is_empty() {
+            return Ok(());
+        }
+        let (_, _, wants) = self.holders.remove(i % self.holders.len());
+        self.free += i64::from(wants);
+        for proc in &mut self.procs {
+            if proc.listening {
+                proc.inbox.push_back(self.free);
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, p: usize) -> Result<(), TestCaseError> {
+        let proc = &mut self.procs[p];
+        let Some(m) = proc.inbox.pop_front() else {
+            return Ok(());
+        };
+        let before = proc.trying.len();
+        proc.state().message(Some(m));
+        let woken = proc.apply()?;
+        // Each woken waiter wants at least one permit: a release of m wakes at most m.
+        prop_assert!(
+            woken as i64 <= m.max(0),
+            "{woken} woken by a message of {m}"
+        );
+        prop_assert!(proc.trying.len() == before + woken);
+        Ok(())
+    }
+
+    fn step(&mut self, step: Step) -> Result<(), TestCaseError> {
+        match step {
+            Step::Arrive(p, n) => {
+                // More than the semaphore has would wait forever, rightly.
+                let n = n.min(u32::try_from(self.permits).unwrap_or(1));
+                self.next_id += 1;
+                let id = self.next_id;
+                let proc = &mut self.procs[p];
+                proc.wants.insert(id, n);
+                proc.state().arrive(id, n, false);
+                proc.apply()?;
+            }
+            Step::RunAttempt(p, i) => self.run_attempt(p, i)?,
+            Step::CompleteSubscribe(p) => {
+                let proc = &mut self.procs[p];
+                if proc.subscribing {
+                    proc.subscribing = false;
+                    proc.listening = true;
+                    proc.state().subscribed(true, Instant::now());
+                    proc.apply()?;
+                }
+            }
+            Step::Deliver(p) => self.deliver(p)?,
+            Step::Release(i) => self.release(i)?,
+        }
+        Ok(())
+    }
+
+    /// Lets everything settle: attempts run, subscriptions complete, messages arrive, holders
+    /// release; every waiter must then have its permits.
+    fn drain(&mut self) -> Result<(), TestCaseError> {
+        for _ in 0..100_000 {
+            let busy = (0..2).find(|&p| {
+                let proc = &self.procs[p];
+                !proc.trying.is_empty() || proc.subscribing || !proc.inbox.is_empty()
+            });
+            match busy {
+                Some(p) if !self.procs[p].trying.is_empty() => self.run_attempt(p, 0)?,
+                Some(p) if self.procs[p].subscribing => self.step(Step::CompleteSubscribe(p))?,
+                Some(p) => self.deliver(p)?,
+                None if !self.holders.is_empty() => self.release(0)?,
+                None => break,
+            }
+        }
+        for proc in &mut self.procs {
+            let waiting = proc.state().waiting();
+            prop_assert_eq!(waiting, 0, "waiters left waiting with every permit free");
+            prop_assert_eq!(proc.answered.len(), proc.wants.len());
+        }
+        prop_assert_eq!(self.free, self.permits);
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn two_processes_share_a_semaphore_without_excess_herds_or_lost_wakeups(
+        permits in 1..4i64,
+        steps in prop::collection::vec(step(), 1..120),
+    ) {
+        let mut world = World {
+            permits,
+            free: permits,
+            holders: Vec::new(),
+            procs: [Process::default(), Process::default()],
+            next_id: 0,
+        };
+        for s in steps {
+            world.step(s)?;
+        }
+        world.drain()?;
+    }
+}

@@ -1,0 +1,10 @@
+-- Semaphore and permit semaphore: set the permits of a semaphore that has none (protocol.md),
+-- as trySetPermits. KEYS[1]: the semaphore; KEYS[2]: its channel. ARGV[1]: the permits;
+-- ARGV[2]: the publish command.
+-- Reply: {1} when set (the count is published), {0} when the key exists (nothing changes).
+if counter(KEYS[1]) then
+    return {0}
+end
+redis.call('set', KEYS[1], ARGV[1])
+redis.call(ARGV[2], KEYS[2], ARGV[1])
+return {1}
