@@ -429,3 +429,154 @@ fn exec_and_inspect_through_sentinel_and_on_a_cluster() {
         .unwrap();
     assert_eq!(code(&watch), 2, "watch wants one server");
 }
+
+#[test]
+fn exec_semaphore_runs_at_most_n_commands_at_once_across_processes() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let (inside, most) = (dir.path().join("inside"), dir.path().join("most"));
+    // Each command notes how many are inside (a file per command), and the most seen.
+    let body = format!(
+        "touch {d}/in.$$; n=$(ls {d} | grep -c '^in\\.'); \
+         m=$(cat {m} 2>/dev/null || echo 0); [ $n -gt $m ] && echo $n > {m}; \
+         sleep 0.3; rm {d}/in.$$",
+        d = inside.display(),
+        m = most.display()
+    );
+    std::fs::create_dir(&inside).unwrap();
+    let runs: Vec<_> = (0..6)
+        .map(|_| {
+            let (url, body) = (server.url(), body.clone());
+            std::thread::spawn(move || {
+                Command::new(LOCKMAN)
+                    .args([
+                        "--url",
+                        &url,
+                        "exec",
+                        "--semaphore",
+                        "--permits",
+                        "2",
+                        "jobs",
+                    ])
+                    .args(["--", "sh", "-c", &body])
+                    .status()
+                    .unwrap()
+            })
+        })
+        .collect();
+    for r in runs {
+        assert!(r.join().unwrap().success());
+    }
+    let most: u32 = std::fs::read_to_string(&most)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        (1..=2).contains(&most),
+        "{most} commands inside a semaphore of 2"
+    );
+    let mut raw = server.conn();
+    assert_eq!(
+        raw.get::<_, String>("jobs").unwrap(),
+        "2",
+        "every permit came back"
+    );
+    assert_eq!(raw.zcard::<_, u32>("{jobs}:timeout").unwrap(), 0);
+}
+
+#[tokio::test]
+async fn exec_semaphore_stops_the_command_when_its_permit_is_lost() {
+    let server = RedisServer::start();
+    let child = lockman(
+        &server,
+        &[
+            "--watchdog-timeout",
+            "600ms",
+            "exec",
+            "--semaphore",
+            "--permits",
+            "1",
+            "lost",
+        ],
+    )
+    .args(["--", "sleep", "30"])
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut raw = server.conn();
+    let held = || raw.zcard::<_, u32>("{lost}:timeout").unwrap() == 1;
+    assert!(support::eventually(Duration::from_secs(5), held).await);
+    let _: () = server.conn().del("{lost}:timeout").unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(73));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lost"));
+}
+
+#[tokio::test]
+async fn semaphore_and_latch_commands_change_and_show_them() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let out = run(&server, &["semaphore", "pool", "--json"]);
+    assert_eq!(code(&out), 1, "never set");
+    let out = run(
+        &server,
+        &["semaphore", "pool", "--set", "4", "--add", "-1", "--json"],
+    );
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["count"], 3);
+    assert_eq!(raw.get::<_, String>("pool").unwrap(), "3");
+
+    // Held permits show with whose they are, in inspect too.
+    let mgr = manager(&server).await;
+    let psem = mgr.permit_semaphore("pool");
+    let guard = psem.acquire(2).await.unwrap();
+    let out = run(&server, &["inspect", "pool", "--json"]);
+    assert_eq!(code(&out), 0);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["count"], 1);
+    let held = shown["held"].as_array().unwrap();
+    assert_eq!(held.len(), 2);
+    let client = mgr.client_id().simple().to_string();
+    assert_eq!(held[0]["client"], client[..16]);
+    assert!(held[0]["expires_in_ms"].as_u64().unwrap() > 20_000);
+    let text = String::from_utf8_lossy(&run(&server, &["inspect", "pool"]).stdout).to_string();
+    assert!(text.contains("held:    2 permits"), "{text}");
+    let out = run(&server, &["semaphore", "pool", "--drain"]);
+    assert_eq!(code(&out), 0);
+    assert_eq!(raw.get::<_, String>("pool").unwrap(), "0");
+    guard.release().await.unwrap();
+
+    // A latch: set, counted down by the command, awaited with a time-out.
+    assert_eq!(code(&run(&server, &["latch", "go", "set", "2"])), 0);
+    assert_eq!(
+        code(&run(&server, &["latch", "go", "set", "5"])),
+        1,
+        "set once"
+    );
+    assert_eq!(raw.get::<_, String>("go").unwrap(), "2");
+    let out = run(&server, &["latch", "go", "wait", "--timeout", "200ms"]);
+    assert_eq!(code(&out), 75);
+    let waiter = lockman(&server, &["latch", "go", "wait", "--timeout", "20s"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = run(&server, &["latch", "go", "count-down"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1");
+    mgr.count_down_latch("go").count_down().await.unwrap();
+    let done = tokio::task::spawn_blocking(move || waiter.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(done.status.code(), Some(0));
+    let shown: Value =
+        serde_json::from_slice(&run(&server, &["latch", "go", "--json"]).stdout).unwrap();
+    assert_eq!(shown["count"], Value::Null, "open: no key");
+    let out = run(&server, &["latch", "go", "set", "0"]);
+    assert_eq!(code(&out), 2, "a count of zero is bad usage");
+    mgr.shutdown().await;
+}

@@ -5,7 +5,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use lockman::{LockError, LockGuard, LockManager};
+use lockman::{LockError, LockGuard, LockManager, PermitGuard};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::{Failure, Kind, Server, code, duration};
@@ -22,8 +22,16 @@ pub struct ExecArgs {
     /// the command runs.
     #[arg(long, value_name = "DUR", value_parser = duration)]
     lease: Option<Duration>,
-    /// What to do when the lock is lost while the command runs: stop the command (SIGTERM) and
-    /// exit 73, or only warn.
+    /// Hold one permit of the permit semaphore NAME instead of a lock (renewed like a lock, or
+    /// for --lease): at most --permits commands run at once under NAME, on every machine.
+    #[arg(long, requires = "permits", conflicts_with = "kind")]
+    semaphore: bool,
+    /// With --semaphore: the semaphore's permits, set when the name has none yet (a semaphore
+    /// already set keeps its own).
+    #[arg(long, value_name = "N", requires = "semaphore")]
+    permits: Option<u32>,
+    /// What to do when the lock (or permit) is lost while the command runs: stop the command
+    /// (SIGTERM) and exit 73, or only warn.
     #[arg(long, value_enum, default_value = "kill")]
     on_lost: OnLost,
     /// The lock name.
@@ -45,7 +53,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
         let acquire = acquire(&manager, &args);
         tokio::pin!(acquire);
         if std::io::stderr().is_terminal() {
-            waiting_line(&manager, &args.name, acquire).await
+            waiting_line(&manager, (&args.name, args.semaphore), acquire).await
         } else {
             acquire.await
         }
@@ -57,7 +65,11 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
             manager.shutdown().await;
             return Err(Failure::new(
                 code::NOT_ACQUIRED,
-                format!("lock {:?} not acquired within {waited:?}", args.name),
+                format!(
+                    "{} {:?} not acquired within {waited:?}",
+                    what(&args),
+                    args.name
+                ),
             ));
         }
         Err(e) => {
@@ -75,7 +87,47 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     outcome
 }
 
-async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<LockGuard>, LockError> {
+/// What `exec` holds while its command runs.
+enum Held {
+    Lock(LockGuard),
+    Permit(PermitGuard),
+}
+
+impl Held {
+    async fn lost(&self) {
+        match self {
+            Held::Lock(g) => g.lost().await,
+            Held::Permit(g) => g.lost().await,
+        }
+    }
+
+    fn token(&self) -> Option<u64> {
+        match self {
+            Held::Lock(g) => g.token(),
+            Held::Permit(_) => None,
+        }
+    }
+
+    async fn release(self) -> Result<(), LockError> {
+        match self {
+            Held::Lock(g) => g.release().await,
+            Held::Permit(g) => g.release().await,
+        }
+    }
+}
+
+async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>, LockError> {
+    if let (true, Some(permits)) = (args.semaphore, args.permits) {
+        let sem = manager.permit_semaphore(args.name.as_str());
+        sem.try_set_permits(permits).await?;
+        let held = match (args.wait, args.lease) {
+            (None, None) => Some(sem.acquire(1).await?),
+            (None, Some(lease)) => Some(sem.acquire_with_lease(1, lease).await?),
+            (Some(wait), None) => sem.try_acquire_for(1, wait).await?,
+            (Some(wait), Some(lease)) => sem.try_acquire_with_lease(1, wait, lease).await?,
+        };
+        return Ok(held.map(Held::Permit));
+    }
     let name = args.name.as_str();
     let lock = match args.kind {
         Kind::Lock => manager.lock(name),
@@ -84,18 +136,19 @@ async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<LockGu
         Kind::Write => (*manager.read_write_lock(name).write()).clone(),
         Kind::Fenced => (*manager.fenced_lock(name)).clone(),
     };
-    Ok(match (args.wait, args.lease) {
+    let held = match (args.wait, args.lease) {
         (None, None) => Some(lock.acquire().await?),
         (None, Some(lease)) => Some(lock.acquire_with_lease(lease).await?),
         (Some(wait), None) => lock.try_acquire_for(wait).await?,
         (Some(wait), Some(lease)) => lock.try_acquire_with_lease(wait, lease).await?,
-    })
+    };
+    Ok(held.map(Held::Lock))
 }
 
 /// Waits for `acquire`, showing on stderr who holds the lock and for how long we have waited.
 async fn waiting_line<F, T>(
     manager: &LockManager,
-    name: &str,
+    (name, semaphore): (&str, bool),
     mut acquire: std::pin::Pin<&mut F>,
 ) -> T
 where
@@ -117,7 +170,12 @@ where
                 if started.elapsed() < Duration::from_millis(500) {
                     continue;
                 }
-                if spin % 4 == 0 {
+                if spin % 4 == 0 && semaphore {
+                    holder = match manager.describe_synchronizer(name).await {
+                        Ok(info) => format!("{} free, {} held", info.count.unwrap_or(0), info.held.len()),
+                        Err(e) => e.to_string(),
+                    };
+                } else if spin % 4 == 0 {
                     holder = match manager.describe(name).await {
                         Ok(info) if info.is_held() => {
                             let who: Vec<&str> = info.holders.iter().map(|h| h.holder.as_str()).collect();
@@ -142,11 +200,14 @@ where
 
 /// Runs the command while the lock is held; forwards SIGINT and SIGTERM to it; stops it if the
 /// lock is lost (unless `--on-lost warn`). Returns the exit code.
-async fn supervise(args: &ExecArgs, held: &LockGuard) -> Result<u8, Failure> {
+async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
         .env("LOCKMAN_LOCK", &args.name);
+    if args.semaphore {
+        command.env("LOCKMAN_SEMAPHORE", &args.name);
+    }
     if let Some(token) = held.token() {
         command.env("LOCKMAN_FENCE", token.to_string());
     }
@@ -178,10 +239,10 @@ async fn supervise(args: &ExecArgs, held: &LockGuard) -> Result<u8, Failure> {
                 lost = true;
                 match args.on_lost {
                     OnLost::Kill => {
-                        eprintln!("lockman: lock {:?} lost; stopping the command", args.name);
+                        eprintln!("lockman: {} {:?} lost; stopping the command", what(args), args.name);
                         send(libc::SIGTERM);
                     }
-                    OnLost::Warn => eprintln!("lockman: lock {:?} lost; the command goes on", args.name),
+                    OnLost::Warn => eprintln!("lockman: {} {:?} lost; the command goes on", what(args), args.name),
                 }
             }
         }
@@ -203,4 +264,9 @@ fn kill(pid: i32, sig: i32) {
     unsafe {
         libc::kill(pid, sig);
     }
+}
+
+/// What `exec` takes: a lock, or a semaphore's permit.
+fn what(args: &ExecArgs) -> &'static str {
+    if args.semaphore { "permit of" } else { "lock" }
 }

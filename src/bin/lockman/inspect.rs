@@ -2,15 +2,32 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use lockman::{LockInfo, LockShape};
+use lockman::{LockError, LockInfo, LockShape};
 
 use crate::{Failure, Server, code};
 
 pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Failure> {
     let manager = server.connect().await?;
-    let info = manager.describe(name).await.map_err(Failure::redis);
+    let info = manager.describe(name).await;
+    if let Err(LockError::WrongType { .. }) = info {
+        // Not a lock's hash: a semaphore's or a latch's counter, perhaps.
+        let sync = manager
+            .describe_synchronizer(name)
+            .await
+            .map_err(Failure::redis);
+        manager.shutdown().await;
+        let sync = sync?;
+        if let Some(kind) = &sync.other_type {
+            return Err(Failure::new(
+                code::REDIS,
+                format!("{name:?} holds a redis {kind}: not a lock, semaphore or latch"),
+            ));
+        }
+        crate::sync::print(&sync, json);
+        return Ok(0);
+    }
     manager.shutdown().await;
-    let info = info?;
+    let info = info.map_err(Failure::redis)?;
     if json {
         println!("{}", to_json(&info));
     } else {
@@ -137,7 +154,7 @@ fn to_json(info: &LockInfo) -> String {
     )
 }
 
-fn escape(v: &str) -> String {
+pub fn escape(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
     for c in v.chars() {
         match c {

@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! lockman exec [--kind K] [--wait DUR] [--lease DUR] [--on-lost kill|warn] NAME -- CMD [ARGS…]
+//! lockman exec --semaphore --permits N [--wait DUR] [--lease DUR] NAME -- CMD [ARGS…]
 //! lockman inspect NAME [--json]
+//! lockman semaphore NAME [--set N] [--add D] [--drain] [--json]
+//! lockman latch NAME [set N | count-down | wait [--timeout DUR]] [--json]
 //! lockman unlock --force NAME [--yes]
 //! lockman watch NAME
 //! ```
@@ -11,6 +14,7 @@
 
 mod exec;
 mod inspect;
+mod sync;
 mod watch;
 
 use std::path::PathBuf;
@@ -107,6 +111,34 @@ enum Command {
         yes: bool,
         /// The lock name.
         name: String,
+    },
+    /// Show a semaphore (free permits, held permits and whose) after setting, adding or draining
+    /// permits. Exit 0 if it exists, 1 if not.
+    Semaphore {
+        /// The semaphore name.
+        name: String,
+        /// Set the permits when the semaphore has none.
+        #[arg(long, value_name = "N")]
+        set: Option<u32>,
+        /// Add permits (negative: remove).
+        #[arg(long, value_name = "D", allow_hyphen_values = true)]
+        add: Option<i64>,
+        /// Take every free permit.
+        #[arg(long)]
+        drain: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a count-down latch, or set, count down or wait for it.
+    Latch {
+        /// The latch name.
+        name: String,
+        #[command(subcommand)]
+        op: Option<sync::LatchOp>,
+        /// Print JSON instead of text (when showing it).
+        #[arg(long)]
+        json: bool,
     },
     /// Print a lock's acquire, release and expiry events as they happen, until Ctrl-C.
     Watch {
@@ -240,6 +272,14 @@ fn main() -> ExitCode {
             Command::Inspect { name, json } => inspect::inspect(&cli.server, &name, json).await,
             Command::Unlock { name, yes, .. } => inspect::unlock(&cli.server, &name, yes).await,
             Command::Watch { name } => watch::run(&cli.server, &name).await,
+            Command::Semaphore {
+                name,
+                set,
+                add,
+                drain,
+                json,
+            } => sync::semaphore(&cli.server, &name, (set, add, drain), json).await,
+            Command::Latch { name, op, json } => sync::latch(&cli.server, &name, op, json).await,
         }
     });
     match result {

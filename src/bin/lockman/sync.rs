@@ -1,0 +1,204 @@
+//! `lockman semaphore` and `lockman latch`, and how `inspect` shows a synchronizer.
+
+use std::time::Duration;
+
+use clap::Subcommand;
+use lockman::{LockManager, SyncInfo};
+
+use crate::inspect::escape;
+use crate::{Failure, Server, code, duration};
+
+/// What `lockman latch NAME` does (nothing: show its count).
+#[derive(Subcommand, Debug)]
+pub enum LatchOp {
+    /// Set the count when the latch is open. Exit 1 if a count was set already.
+    Set {
+        /// The count, at least 1.
+        count: u64,
+    },
+    /// Count down once; prints the count left.
+    CountDown,
+    /// Wait until the latch is open. Exit 75 if --timeout passes first.
+    Wait {
+        /// How long to wait (default: as long as it takes).
+        #[arg(long, value_name = "DUR", value_parser = duration)]
+        timeout: Option<Duration>,
+    },
+}
+
+/// `lockman semaphore NAME [--set N] [--add D] [--drain]`: changes first, then shows it.
+pub async fn semaphore(
+    server: &Server,
+    name: &str,
+    (set, add, drain): (Option<u32>, Option<i64>, bool),
+    json: bool,
+) -> Result<u8, Failure> {
+    let manager = server.connect().await?;
+    let result = async {
+        let info = manager
+            .describe_synchronizer(name)
+            .await
+            .map_err(Failure::redis)?;
+        refuse_other_types(&info)?;
+        // A name with held permits is a permit semaphore: change it as one (what its adds
+        // publish differs).
+        let permit = !info.held.is_empty();
+        let (plain, expiring) = (manager.semaphore(name), manager.permit_semaphore(name));
+        if let Some(n) = set {
+            let done = if permit {
+                expiring.try_set_permits(n).await
+            } else {
+                plain.try_set_permits(n).await
+            }
+            .map_err(Failure::redis)?;
+            if !done {
+                eprintln!("lockman: {name:?} has permits already; not set");
+            }
+        }
+        if let Some(d) = add {
+            if permit {
+                expiring.add_permits(d).await
+            } else {
+                plain.add_permits(d).await
+            }
+            .map_err(Failure::redis)?;
+        }
+        if drain {
+            let taken = if permit {
+                expiring.drain().await
+            } else {
+                plain.drain().await
+            }
+            .map_err(Failure::redis)?;
+            eprintln!("lockman: drained {taken} permits");
+        }
+        show(&manager, name, json).await
+    }
+    .await;
+    manager.shutdown().await;
+    result
+}
+
+/// `lockman latch NAME [set N | count-down | wait]`.
+pub async fn latch(
+    server: &Server,
+    name: &str,
+    op: Option<LatchOp>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let manager = server.connect().await?;
+    let latch = manager.count_down_latch(name);
+    let result = async {
+        match op {
+            None => return show(&manager, name, json).await,
+            Some(LatchOp::Set { count }) => {
+                if !latch.try_set_count(count).await.map_err(Failure::redis)? {
+                    eprintln!("lockman: {name:?} has a count already; not set");
+                    return Ok(code::FREE);
+                }
+            }
+            Some(LatchOp::CountDown) => {
+                let left = latch.count_down().await.map_err(Failure::redis)?;
+                println!("{left}");
+                return Ok(0);
+            }
+            Some(LatchOp::Wait { timeout: None }) => latch.wait().await.map_err(Failure::redis)?,
+            Some(LatchOp::Wait { timeout: Some(t) }) => {
+                if !latch.wait_for(t).await.map_err(Failure::redis)? {
+                    return Err(Failure::new(
+                        code::NOT_ACQUIRED,
+                        format!("latch {name:?} not open within {t:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(0)
+    }
+    .await;
+    manager.shutdown().await;
+    result
+}
+
+fn refuse_other_types(info: &SyncInfo) -> Result<(), Failure> {
+    match &info.other_type {
+        Some(kind) => Err(Failure::new(
+            code::REDIS,
+            format!(
+                "{:?} holds a redis {kind}, not a semaphore or latch",
+                info.name
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Prints a synchronizer; exit 0 when it exists, 1 when its key is missing.
+async fn show(manager: &LockManager, name: &str, json: bool) -> Result<u8, Failure> {
+    let info = manager
+        .describe_synchronizer(name)
+        .await
+        .map_err(Failure::redis)?;
+    refuse_other_types(&info)?;
+    print(&info, json);
+    Ok(if info.count.is_some() { 0 } else { code::FREE })
+}
+
+/// Prints a synchronizer as text or JSON.
+pub fn print(info: &SyncInfo, json: bool) {
+    if json {
+        println!("{}", to_json(info));
+    } else {
+        print!("{}", to_text(info));
+    }
+}
+
+fn to_text(info: &SyncInfo) -> String {
+    let mut out = format!("name:    {}\n", info.name);
+    match info.count {
+        Some(n) => out += &format!("count:   {n} (a semaphore's free permits, a latch's count)\n"),
+        None => out += "count:   none (no key: a semaphore never set, or an open latch)\n",
+    }
+    if let Some(ttl) = info.ttl {
+        out += &format!("ttl:     {:.1}s\n", ttl.as_secs_f64());
+    }
+    if !info.held.is_empty() {
+        out += &format!("held:    {} permits\n", info.held.len());
+    }
+    for p in &info.held {
+        let expiry = match p.expires_in {
+            None => "no lease".to_owned(),
+            Some(d) if d.is_zero() => "expired, not yet reclaimed".to_owned(),
+            Some(d) => format!("expires in {:.1}s", d.as_secs_f64()),
+        };
+        out += &format!(
+            "permit:  {} client {}… ({expiry})\n",
+            p.id,
+            p.client_prefix()
+        );
+    }
+    out
+}
+
+fn to_json(info: &SyncInfo) -> String {
+    let held: Vec<String> = info
+        .held
+        .iter()
+        .map(|p| {
+            format!(
+                "{{\"id\":\"{}\",\"client\":\"{}\",\"expires_in_ms\":{}}}",
+                escape(&p.id),
+                escape(p.client_prefix()),
+                p.expires_in
+                    .map_or("null".into(), |d| d.as_millis().to_string())
+            )
+        })
+        .collect();
+    format!(
+        "{{\"name\":\"{}\",\"kind\":\"synchronizer\",\"count\":{},\"ttl_ms\":{},\"held\":[{}]}}",
+        escape(&info.name),
+        info.count.map_or("null".into(), |n| n.to_string()),
+        info.ttl
+            .map_or("null".into(), |t| t.as_millis().to_string()),
+        held.join(",")
+    )
+}
