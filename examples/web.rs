@@ -2,13 +2,18 @@
 //! balance, takes a moment, and writes it back, which two concurrent deposits would get wrong. A
 //! `lockman::web::RequestGuard` serializes deposits per account across every process that runs
 //! this server; a deposit that cannot have the account's lock within the wait is answered `409`
-//! with `Retry-After`, and never runs. lockman's metrics are served at `/metrics`.
+//! with `Retry-After`, and never runs. Exports are limited to two at a time per tenant across
+//! every process by a `lockman::web::RequestPermit` (a permit semaphore per tenant); an export
+//! that finds none free within the wait is answered `429` with `Retry-After`. lockman's metrics
+//! are served at `/metrics`.
 //!
 //! Run: `cargo run --example web --features actix-web,metrics -- [--port 8080] [--wait-ms 200]`
 //!
 //! ```text
 //! curl -X POST localhost:8080/accounts/alice/deposit/5   # 200: the new balance
 //! curl localhost:8080/accounts/alice                      # the balance
+//! curl -X POST localhost:8080/tenants/acme/export          # 200, or 429 when two run already
+//! curl localhost:8080/tenants/acme/most                   # the most exports seen at once
 //! curl localhost:8080/metrics                             # lockman_* in Prometheus format
 //! ```
 //!
@@ -21,7 +26,7 @@ use std::time::Duration;
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use lockman::LockManager;
-use lockman::web::{RequestGuard, RequestLock};
+use lockman::web::{RequestGuard, RequestLock, RequestPermit, RequestPermits};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -53,6 +58,53 @@ async fn deposit(
     let balance = balance.unwrap_or(0) + amount;
     match redis.set::<_, _, ()>(&key, balance).await {
         Ok(()) => HttpResponse::Ok().body(balance.to_string()),
+        Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+    }
+}
+
+/// Exports of one tenant that may run at once, across every process.
+const EXPORTS_PER_TENANT: u32 = 2;
+
+/// `POST /tenants/{tenant}/export`: runs only while this request holds one of the tenant's
+/// permits. It counts how many exports of the tenant run at once, in Redis (so across
+/// processes), and keeps the most it saw.
+async fn export(
+    _permit: RequestPermit,
+    path: web::Path<String>,
+    redis: web::Data<ConnectionManager>,
+) -> HttpResponse {
+    let tenant = path.into_inner();
+    let mut redis = redis.get_ref().clone();
+    let enter = redis::Script::new(
+        "local n = redis.call('incr', KEYS[1]); \
+         if n > tonumber(redis.call('get', KEYS[2]) or '0') then redis.call('set', KEYS[2], n) end; \
+         return n",
+    );
+    let inside = format!("exports:inside:{tenant}");
+    let most = format!("exports:most:{tenant}");
+    if let Err(e) = enter
+        .key(&inside)
+        .key(&most)
+        .invoke_async::<i64>(&mut redis)
+        .await
+    {
+        return HttpResponse::ServiceUnavailable().body(e.to_string());
+    }
+    tokio::time::sleep(WORK * 5).await;
+    match redis.decr::<_, _, i64>(&inside, 1).await {
+        Ok(_) => HttpResponse::Ok().finish(),
+        Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
+    }
+}
+
+/// `GET /tenants/{tenant}/most`: the most exports of the tenant seen running at once.
+async fn most(path: web::Path<String>, redis: web::Data<ConnectionManager>) -> HttpResponse {
+    let mut redis = redis.get_ref().clone();
+    match redis
+        .get::<_, Option<i64>>(format!("exports:most:{path}"))
+        .await
+    {
+        Ok(n) => HttpResponse::Ok().body(n.unwrap_or(0).to_string()),
         Err(e) => HttpResponse::ServiceUnavailable().body(e.to_string()),
     }
 }
@@ -116,6 +168,16 @@ async fn main() -> std::io::Result<()> {
                 web::post().to(deposit),
             )
             .route("/accounts/{account}", web::get().to(balance))
+            .service(
+                web::scope("/tenants")
+                    .app_data(
+                        RequestPermits::path(manager.clone(), "tenant", EXPORTS_PER_TENANT)
+                            .prefix("exports:")
+                            .wait(wait),
+                    )
+                    .route("/{tenant}/export", web::post().to(export))
+                    .route("/{tenant}/most", web::get().to(most)),
+            )
             .route("/metrics", web::get().to(metrics))
     })
     .workers(2)

@@ -1,4 +1,5 @@
-//! actix-web integration (the `actix-web` feature): hold a lock for the duration of a request.
+//! actix-web integration (the `actix-web` feature): hold a lock, or a semaphore's permit, for
+//! the duration of a request.
 //!
 //! Put a [`RequestLock`] in the `app_data` of an `App`, a scope or a resource, saying which path
 //! segment or header names the lock, and take a [`RequestGuard`] as a handler argument: the
@@ -6,6 +7,10 @@
 //! (the guard is dropped with the handler's arguments), or earlier with
 //! [`RequestGuard::release`]. A request that cannot have the lock within the wait gets `409
 //! Conflict` (or the status you choose, e.g. `503`) with `Retry-After`, and the handler never runs.
+//!
+//! [`RequestPermits`] and [`RequestPermit`] do the same with a permit semaphore per key: at most
+//! N requests per key run at once across every instance, and the others get `429 Too Many
+//! Requests` (or `503`) with `Retry-After`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -44,7 +49,7 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::RETRY_AFTER;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
 
-use crate::{LockError, LockGuard, LockManager};
+use crate::{LockError, LockGuard, LockManager, PermitGuard};
 
 /// Where a request's lock name comes from.
 #[derive(Clone, Debug)]
@@ -53,11 +58,10 @@ enum Key {
     Header(String),
 }
 
-/// How requests take their lock: which part of the request names it, how long to wait, and what
-/// to answer when it is busy. Put it in `app_data`; [`RequestGuard`] reads it.
+/// What both extractors are told: which part of the request names the lock or semaphore, how
+/// long to wait, and what to answer when it stays busy.
 #[derive(Clone, Debug)]
-pub struct RequestLock {
-    manager: LockManager,
+struct Admission {
     key: Key,
     prefix: String,
     wait: Duration,
@@ -65,51 +69,44 @@ pub struct RequestLock {
     retry_after: Duration,
 }
 
-impl RequestLock {
-    fn new(manager: LockManager, key: Key) -> Self {
+/// The builder methods of a type that holds an [`Admission`] in `admission`.
+macro_rules! admission_builders {
+    ($what:literal, $busy:literal) => {
+        #[doc = concat!("Prepended to the segment or header value to make the ", $what, " name (e.g. `account:`).")]
+        pub fn prefix(mut self, prefix: &str) -> Self {
+            self.admission.prefix = prefix.to_owned();
+            self
+        }
+
+        #[doc = concat!("How long a request waits for its ", $what, ". Default: 1 s.")]
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.admission.wait = wait;
+            self
+        }
+
+        #[doc = concat!("The status of a request whose ", $what, " stayed busy: ", $busy, " by default.")]
+        pub fn busy_status(mut self, status: StatusCode) -> Self {
+            self.admission.busy = status;
+            self
+        }
+
+        /// The `Retry-After` of a busy answer, in whole seconds (at least 1). Default: 1 s.
+        pub fn retry_after(mut self, after: Duration) -> Self {
+            self.admission.retry_after = after;
+            self
+        }
+    };
+}
+
+impl Admission {
+    fn new(key: Key, busy: StatusCode) -> Self {
         Self {
-            manager,
             key,
             prefix: String::new(),
             wait: Duration::from_secs(1),
-            busy: StatusCode::CONFLICT,
+            busy,
             retry_after: Duration::from_secs(1),
         }
-    }
-
-    /// The lock is named by the path segment `param` (as in `/accounts/{account}`).
-    pub fn path(manager: LockManager, param: &str) -> Self {
-        Self::new(manager, Key::Path(param.to_owned()))
-    }
-
-    /// The lock is named by the request header `name`.
-    pub fn header(manager: LockManager, name: &str) -> Self {
-        Self::new(manager, Key::Header(name.to_owned()))
-    }
-
-    /// Prepended to the segment or header value to make the lock name (e.g. `account:`).
-    pub fn prefix(mut self, prefix: &str) -> Self {
-        self.prefix = prefix.to_owned();
-        self
-    }
-
-    /// How long a request waits for its lock. Default: 1 s.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// The status of a request whose lock stayed busy: `409 Conflict` by default; `503 Service
-    /// Unavailable` is the other usual choice.
-    pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.busy = status;
-        self
-    }
-
-    /// The `Retry-After` of a busy answer, in whole seconds (at least 1). Default: 1 s.
-    pub fn retry_after(mut self, after: Duration) -> Self {
-        self.retry_after = after;
-        self
     }
 
     fn name(&self, req: &HttpRequest) -> Result<String, RequestLockError> {
@@ -132,6 +129,128 @@ impl RequestLock {
 
     fn retry_after_secs(&self) -> u64 {
         self.retry_after.as_secs_f64().ceil().max(1.0) as u64
+    }
+
+    /// The answer to a request whose wait ended with `outcome`.
+    fn admit<G>(
+        &self,
+        name: String,
+        outcome: Result<Option<G>, LockError>,
+    ) -> Result<G, RequestLockError> {
+        match outcome {
+            Ok(Some(guard)) => Ok(guard),
+            Ok(None) => Err(RequestLockError::Busy {
+                name,
+                status: self.busy,
+                retry_after: self.retry_after_secs(),
+            }),
+            Err(e) => Err(RequestLockError::Lock {
+                retry_after: self.retry_after_secs(),
+                source: e,
+            }),
+        }
+    }
+}
+
+/// How requests take their lock: which part of the request names it, how long to wait, and what
+/// to answer when it is busy. Put it in `app_data`; [`RequestGuard`] reads it.
+#[derive(Clone, Debug)]
+pub struct RequestLock {
+    manager: LockManager,
+    admission: Admission,
+}
+
+impl RequestLock {
+    /// The lock is named by the path segment `param` (as in `/accounts/{account}`).
+    pub fn path(manager: LockManager, param: &str) -> Self {
+        let admission = Admission::new(Key::Path(param.to_owned()), StatusCode::CONFLICT);
+        Self { manager, admission }
+    }
+
+    /// The lock is named by the request header `name`.
+    pub fn header(manager: LockManager, name: &str) -> Self {
+        let admission = Admission::new(Key::Header(name.to_owned()), StatusCode::CONFLICT);
+        Self { manager, admission }
+    }
+
+    admission_builders!(
+        "lock",
+        "`409 Conflict`; `503 Service Unavailable` is the other usual choice"
+    );
+}
+
+/// How requests take a permit: at most `permits` requests per key at once, across every instance
+/// of the service (a [`PermitSemaphore`](crate::PermitSemaphore) per key, whose permits the
+/// watchdog renews, so an instance that dies gives its permits back). Put it in `app_data`;
+/// [`RequestPermit`] reads it.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use actix_web::{App, HttpResponse, web};
+/// use lockman::web::{RequestPermit, RequestPermits};
+///
+/// async fn export(_permit: RequestPermit) -> HttpResponse {
+///     HttpResponse::Ok().finish() // at most 2 exports per tenant run at once, everywhere
+/// }
+///
+/// # fn demo(manager: lockman::LockManager) {
+/// let app = App::new()
+///     .app_data(RequestPermits::path(manager, "tenant", 2).prefix("exports:"))
+///     .route("/tenants/{tenant}/export", web::post().to(export));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RequestPermits {
+    manager: LockManager,
+    admission: Admission,
+    permits: u32,
+    /// Names whose permits this process has set (or found set): set once, not per request.
+    set: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// How many names [`RequestPermits`] remembers as set before it forgets them all (and sets
+/// each again, once, when next seen): a bound on its memory.
+const REMEMBERED_NAMES: usize = 10_000;
+
+impl RequestPermits {
+    /// `permits` per name, the name taken from the path segment `param`.
+    pub fn path(manager: LockManager, param: &str, permits: u32) -> Self {
+        Self::new(manager, Key::Path(param.to_owned()), permits)
+    }
+
+    /// `permits` per name, the name taken from the request header `name`.
+    pub fn header(manager: LockManager, name: &str, permits: u32) -> Self {
+        Self::new(manager, Key::Header(name.to_owned()), permits)
+    }
+
+    fn new(manager: LockManager, key: Key, permits: u32) -> Self {
+        Self {
+            manager,
+            admission: Admission::new(key, StatusCode::TOO_MANY_REQUESTS),
+            permits,
+            set: std::sync::Arc::default(),
+        }
+    }
+
+    admission_builders!(
+        "permit",
+        "`429 Too Many Requests`; `503 Service Unavailable` is the other usual choice"
+    );
+
+    /// Sets the permits of `name` unless this process did already (a semaphore set before
+    /// keeps its own count).
+    async fn ensure_set(&self, sem: &crate::PermitSemaphore) -> Result<(), LockError> {
+        let known = self.set.lock().is_ok_and(|set| set.contains(sem.name()));
+        if !known {
+            sem.try_set_permits(self.permits).await?;
+            if let Ok(mut set) = self.set.lock() {
+                if set.len() >= REMEMBERED_NAMES {
+                    set.clear();
+                }
+                set.insert(sem.name().to_owned());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -165,42 +284,76 @@ impl FromRequest for RequestGuard {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let config = req.app_data::<RequestLock>().cloned();
-        let name = config.as_ref().map(|c| c.name(req));
+        let name = config.as_ref().map(|c| c.admission.name(req));
         Box::pin(async move {
             let config = config.ok_or(RequestLockError::NotConfigured)?;
             let name = name.ok_or(RequestLockError::NotConfigured)??;
             let lock = config.manager.lock(name.as_str());
-            match lock.try_acquire_for(config.wait).await {
-                Ok(Some(guard)) => Ok(RequestGuard(guard)),
-                Ok(None) => Err(RequestLockError::Busy {
-                    name,
-                    status: config.busy,
-                    retry_after: config.retry_after_secs(),
-                }),
-                Err(e) => Err(RequestLockError::Lock {
-                    retry_after: config.retry_after_secs(),
-                    source: e,
-                }),
-            }
+            let outcome = lock.try_acquire_for(config.admission.wait).await;
+            config.admission.admit(name, outcome).map(RequestGuard)
         })
     }
 }
 
-/// Why a request did not get its lock; each is an HTTP answer ([`ResponseError`]).
+/// A permit of this request's semaphore, held while the handler runs (and renewed); given back
+/// when the handler is done. It dereferences to its [`PermitGuard`] (lost signal, ids).
+#[must_use = "dropping it gives the permit back at once"]
+#[derive(Debug)]
+pub struct RequestPermit(PermitGuard);
+
+impl RequestPermit {
+    /// Gives the permit back before the handler ends.
+    ///
+    /// # Errors
+    /// As [`PermitGuard::release`].
+    pub async fn release(self) -> Result<(), LockError> {
+        self.0.release().await
+    }
+}
+
+impl Deref for RequestPermit {
+    type Target = PermitGuard;
+
+    fn deref(&self) -> &PermitGuard {
+        &self.0
+    }
+}
+
+impl FromRequest for RequestPermit {
+    type Error = RequestLockError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let config = req.app_data::<RequestPermits>().cloned();
+        let name = config.as_ref().map(|c| c.admission.name(req));
+        Box::pin(async move {
+            let config = config.ok_or(RequestLockError::NotConfigured)?;
+            let name = name.ok_or(RequestLockError::NotConfigured)??;
+            let sem = config.manager.permit_semaphore(name.as_str());
+            let outcome = match config.ensure_set(&sem).await {
+                Ok(()) => sem.try_acquire_for(1, config.admission.wait).await,
+                Err(e) => Err(e),
+            };
+            config.admission.admit(name, outcome).map(RequestPermit)
+        })
+    }
+}
+
+/// Why a request did not get its lock or permit; each is an HTTP answer ([`ResponseError`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestLockError {
-    /// No [`RequestLock`] in `app_data` for this route: `500`.
-    #[error("no lockman::web::RequestLock is configured for this route")]
+    /// No [`RequestLock`] (or [`RequestPermits`]) in `app_data` for this route: `500`.
+    #[error("no lockman::web::RequestLock or RequestPermits is configured for this route")]
     NotConfigured,
     /// The request lacks what names its lock: `400`.
     #[error("the request has no {0} to name its lock")]
     NoKey(String),
-    /// The lock stayed busy for the whole wait: the configured status (`409` by default), with
-    /// `Retry-After`.
-    #[error("lock {name:?} is busy; retry later")]
+    /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
+    /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
+    #[error("{name:?} is busy; retry later")]
     Busy {
-        /// The lock name.
+        /// The lock or semaphore name.
         name: String,
         /// The answer's status.
         status: StatusCode,

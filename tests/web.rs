@@ -145,3 +145,61 @@ fn concurrent_deposits_lose_nothing_and_busy_ones_get_409() {
         "{metrics}"
     );
 }
+
+#[test]
+fn exports_across_two_instances_never_exceed_the_permits_and_busy_ones_get_429() {
+    let redis = RedisServer::start();
+    let ports = [support::free_port(), support::free_port()];
+    let _servers: Vec<Server> = ports
+        .iter()
+        .map(|port| {
+            Server(
+                Command::new(example())
+                    .args(["--port", &port.to_string(), "--wait-ms", "60"])
+                    .env("REDIS_URL", redis.url())
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    for port in ports {
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(20), "server up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let requests = 32;
+    let answers: Vec<(u16, String, String)> = (0..requests)
+        .map(|i| {
+            let port = ports[i % 2];
+            std::thread::spawn(move || http(port, "POST", "/tenants/acme/export"))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    let ok = answers.iter().filter(|(s, _, _)| *s == 200).count();
+    for (status, head, body) in answers.iter().filter(|(s, _, _)| *s != 200) {
+        assert_eq!(*status, 429, "{head}\n{body}");
+        assert!(head.contains("retry-after: 1"), "{head}");
+    }
+    println!("{ok} exports answered 200, {} busy", requests - ok);
+    assert!(ok >= 2, "some exports ran");
+    assert!(
+        ok < requests,
+        "{requests} exports of 50 ms, 60 ms of wait, 2 permits: some are busy"
+    );
+    let (_, _, most) = http(ports[0], "GET", "/tenants/acme/most");
+    let most: u32 = most.trim().parse().unwrap();
+    assert!(
+        (1..=2).contains(&most),
+        "{most} exports of one tenant at once, across both"
+    );
+    let mut raw = redis.conn();
+    let free: String = redis::Commands::get(&mut raw, "exports:acme").unwrap();
+    assert_eq!(free, "2", "every permit came back");
+    let (_, _, metrics) = http(ports[0], "GET", "/metrics");
+    assert!(metrics.contains("lockman_sync_wait_total"), "{metrics}");
+}
