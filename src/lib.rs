@@ -76,14 +76,18 @@
 //! |---|---|
 //! | [`LockManager`], [`Lock`], [`LockGuard`] (`manager`, `lock`) | nothing but addresses: thin handles that send messages |
 //! | [`FairLock`], [`ReadWriteLock`], [`FencedLock`] (`lock/*`) | the other kinds: `Lock` with another [`LockKind`] |
+//! | [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync`) | the synchronizers' handles: messages to a [`SyncActor`] |
 //! | [`Acquire`], [`Release`], [`Grant`] (`actors::messages`, `actors::grant`) | the public messages and the hold they grant; actix users may send them to a [`LockActor`] |
 //! | `Registry` (`actors::registry`) | lock name → its lock actor, started on demand |
 //! | [`LockActor`] (`actors::lock_actor`) | one per name in use: the shell that runs its `LockState`'s effects; every acquire and release of the name goes through it; stops when idle |
 //! | `LockState` (`actors::lock_state`) | the rules of one name, pure: waiters, holds, hand-offs, retries, requests of unknown outcome resent; events in, effects out |
-//! | `PubSubActor` (`actors::pubsub`) | the pub/sub connection; routes unlock messages; supervised |
-//! | `Watchdog` (`actors::watchdog`) | batched renewal of every lock actor's holds without a lease; supervised |
+//! | [`SyncActor`] (`actors::sync_actor`) | one per semaphore, permit semaphore or latch name in use: its waiters, subscription and permits; stops when idle |
+//! | `SyncState` (`actors::sync_state`) | the waiting rules of one synchronizer, pure |
+//! | `Crowd` (`actors::crowd`) | one future watching every waiter's caller and deadline, for both actor kinds |
+//! | `PubSubActor` (`actors::pubsub`) | the pub/sub connection; routes unlock and permit messages; supervised |
+//! | `Watchdog` (`actors::watchdog`) | batched renewal of every held lock and permit without a lease; supervised |
 //! | `FailoverWatch` (`actors::failover`) | with Sentinel: follows the primary, moves the others; supervised |
-//! | `scripts` (`*.lua`, `scripts::commands`, `scripts::kind`) | the protocol: one Lua script per operation, by EVALSHA |
+//! | `scripts` (`*.lua`, `scripts::commands`, `scripts::kind`, `scripts::sync`) | the protocol: one Lua script per operation, by EVALSHA |
 //! | `scripts::conn` | the command connections; replica sync; the start-time ACL check |
 //! | `connect`, `cluster` | where Redis is (URL, TLS, Sentinel, Cluster); typed connection failures; redaction |
 //! | `subscription` | the pub/sub connection of one server or a cluster (SUBSCRIBE or SSUBSCRIBE) |
@@ -93,7 +97,7 @@
 //! | `web` (`actix-web` feature) | a lock per HTTP request: an extractor over the handles |
 //! | `src/bin/lockman` (`cli` feature) | the `lockman` command, over the public API only |
 //!
-//! Dependencies point one way: handles (`manager`, `lock`, `compose`) → `actors` → protocol
+//! Dependencies point one way: handles (`manager`, `lock`, `sync`, `compose`) → `actors` → protocol
 //! (`scripts`, `keys`) → connections (`connect`, `cluster`, `subscription`) → redis. Nothing under
 //! `actors` knows the handles: a lock actor replies a [`Grant`], which the handle wraps into a
 //! [`LockGuard`], and the guard's release is a [`Release`] to that same actor. Handles share
