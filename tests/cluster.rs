@@ -427,3 +427,75 @@ async fn a_tls_cluster_excludes_and_wakes_on_every_master() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronizers_work_on_every_master_by_sharded_pubsub() {
+    let cluster = Cluster::start(3, 0);
+    let a = manager(&cluster, Duration::from_millis(900)).await;
+    let b = manager(&cluster, Duration::from_millis(900)).await;
+    let mut held = Vec::new();
+    for (name, owner) in one_name_per_master(&cluster, "sem:") {
+        let (sa, sb) = (
+            a.permit_semaphore(name.as_str()),
+            b.permit_semaphore(name.as_str()),
+        );
+        assert!(sa.try_set_permits(1).await.unwrap());
+        let guard = sa.acquire(1).await.unwrap();
+        let mut raw = node_conn(&cluster, owner).await;
+        let on_master: i64 = raw.zcard(format!("{{{name}}}:timeout")).await.unwrap();
+        assert_eq!(on_master, 1, "{name}: the held set is on the name's master");
+        let waiting = tokio::spawn(async move { sb.acquire(1).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let channel = format!("redisson_sc:{{{name}}}");
+        let mut listener = listen(cluster.node(owner).conn(), "SSUBSCRIBE", &channel);
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        assert_eq!(next_message(&mut listener), ["smessage", &channel, "1"]);
+        let taken = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken")
+            .unwrap()
+            .unwrap();
+        assert!(
+            released.elapsed() < Duration::from_secs(2),
+            "{name}: woken by the message"
+        );
+        held.push(taken);
+    }
+    // Grants on three masters, renewed by slot past three watchdog timeouts.
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    for guard in &held {
+        assert!(!guard.is_lost(), "renewed");
+    }
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+
+    // A latch opens a waiter on another manager; a latch name holding `{` is refused.
+    let latch = a.count_down_latch("phase");
+    assert!(latch.try_set_count(1).await.unwrap());
+    let other = b.count_down_latch("phase");
+    let waiting = tokio::spawn(async move { other.wait_for(Duration::from_secs(10)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    latch.count_down().await.unwrap();
+    assert!(waiting.await.unwrap().unwrap());
+    let before = cluster.total_keys();
+    let err = a
+        .count_down_latch("{tag}:phase")
+        .try_set_count(1)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::InvalidArgument {
+                what: "latch name",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(cluster.total_keys(), before, "nothing was written");
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -425,6 +425,63 @@ async fn sync_replicas_beyond_the_replicas_there_are_is_refused_and_undone() {
     mgr.shutdown().await;
 }
 
+/// Permits that fewer replicas acknowledged than asked are given back before the caller is
+/// answered: the free count and the held set are as before when the error arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_gives_refused_permits_back_before_answering() {
+    let (primary, _replica) = primary_and_replica();
+    let mut raw = primary.conn();
+    let good = LockManager::start(
+        Config::new(primary.url()).sync_replicas(1, Duration::from_millis(1000)),
+    )
+    .await
+    .unwrap();
+    let sem = good.permit_semaphore("synced-permits");
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let held = sem.acquire(1).await.expect("one replica acknowledges");
+    held.release().await.unwrap();
+    let config = Config::new(primary.url())
+        .sync_replicas(3, Duration::from_millis(300))
+        .response_timeout(Duration::from_secs(2));
+    let mgr = LockManager::start(config).await.unwrap();
+    for kind in ["plain", "permit"] {
+        let err = match kind {
+            "plain" => {
+                let _: () = redis::cmd("SET")
+                    .arg("synced-plain")
+                    .arg(2)
+                    .query(&mut raw)
+                    .unwrap();
+                mgr.semaphore("synced-plain").try_acquire(1).await.err()
+            }
+            _ => mgr
+                .permit_semaphore("synced-permits")
+                .try_acquire(1)
+                .await
+                .err(),
+        }
+        .expect("one replica cannot acknowledge for three");
+        assert!(
+            matches!(err, LockError::ReplicaSync { wanted: 3, .. }),
+            "{err:?}"
+        );
+        let key = if kind == "plain" {
+            "synced-plain"
+        } else {
+            "synced-permits"
+        };
+        let free: String = redis::cmd("GET").arg(key).query(&mut raw).unwrap();
+        assert_eq!(free, "2", "{kind}: given back before the answer");
+    }
+    let held: i64 = redis::cmd("ZCARD")
+        .arg("{synced-permits}:timeout")
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!(held, 0);
+    mgr.shutdown().await;
+    good.shutdown().await;
+}
+
 #[tokio::test]
 async fn passwords_never_reach_debug_display_or_logs() {
     let logs = logs();

@@ -262,3 +262,53 @@ async fn every_metric_after_a_known_sequence() {
     );
     mgr.shutdown().await;
 }
+
+#[tokio::test]
+async fn synchronizer_metrics_count_permits_waits_and_losses() {
+    recorded();
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(600));
+    let mgr = LockManager::start(config).await.unwrap();
+    let sem = mgr.permit_semaphore("metered");
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let two = sem.acquire(2).await.unwrap();
+    assert_eq!(value("lockman_permits_held{kind=permit_semaphore}"), 2.0);
+    assert!(
+        sem.try_acquire_for(1, Duration::from_millis(50))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        value("lockman_sync_wait_total{kind=permit_semaphore,outcome=acquired}"),
+        1.0
+    );
+    assert_eq!(
+        value("lockman_sync_wait_total{kind=permit_semaphore,outcome=timed_out}"),
+        1.0
+    );
+    assert_eq!(value("lockman_sync_waiters{kind=permit_semaphore}"), 0.0);
+    // Reclaimed behind its back: renewal finds it gone.
+    let _: () = redis::cmd("DEL")
+        .arg("{metered}:timeout")
+        .query(&mut raw)
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(3), two.lost())
+        .await
+        .expect("lost");
+    assert_eq!(
+        value("lockman_permits_lost_total{kind=permit_semaphore,reason=watchdog}"),
+        1.0
+    );
+    let _ = two.release().await;
+    assert_eq!(value("lockman_permits_held{kind=permit_semaphore}"), 0.0);
+    // A latch wait.
+    let latch = mgr.count_down_latch("metered-latch");
+    assert!(latch.wait_for(Duration::from_millis(10)).await.unwrap());
+    assert_eq!(
+        value("lockman_sync_wait_total{kind=count_down_latch,outcome=opened}"),
+        1.0
+    );
+    mgr.shutdown().await;
+}
