@@ -529,3 +529,60 @@ async fn a_dropped_wait_leaks_no_permit_and_idle_actors_stop() {
     );
     mgr.shutdown().await;
 }
+
+#[tokio::test]
+async fn permits_pass_between_local_waiters_without_redis_but_other_processes_get_their_turn() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let sem = a.semaphore("busy");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    // Ten local tasks keep the one permit busy, passing it between them.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rounds = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let (sem, stop, rounds) = (sem.clone(), stop.clone(), rounds.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let guard = sem.acquire(1).await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    rounds.fetch_add(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::reset_stats(&mut raw);
+    let before = rounds.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let done = rounds.load(Ordering::SeqCst) - before;
+    let calls = support::command_calls(&mut raw, "evalsha");
+    assert!(done > 20, "{done} rounds");
+    assert!(
+        (calls as usize) < done,
+        "{calls} script calls for {done} rounds: most permits passed without Redis"
+    );
+    // Another process's waiter still gets in: every so many hand-offs, a release goes through
+    // Redis and its message.
+    let other = b.semaphore("busy");
+    let started = Instant::now();
+    let guard = tokio::time::timeout(Duration::from_secs(5), other.acquire(1))
+        .await
+        .expect("the other process got a turn")
+        .unwrap();
+    println!("the other process waited {:?}", started.elapsed());
+    guard.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(
+        get(&mut raw, "busy").as_deref(),
+        Some("1"),
+        "the permit came back"
+    );
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -22,7 +22,7 @@ use tokio::sync::{oneshot, watch};
 use super::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
 use super::messages::*;
 use super::sync_state::{Answer, Effect, SyncState, Tried};
-use super::{Permits, Registry, Services};
+use super::{MAX_HAND_OFF_STREAK, Permits, Registry, Services};
 use crate::error::LockError;
 use crate::metrics::{self, Loss};
 use crate::scripts::{SyncKind, SyncLatch, Take, hex};
@@ -97,6 +97,8 @@ pub struct SyncActor {
     next_epoch: u64,
     /// Requests under way other than attempts (releases, adjustments).
     busy: usize,
+    /// Hand-offs in a row since the last release through Redis.
+    hand_offs: u32,
     /// The one timer of the state.
     timer: Option<SpawnHandle>,
     /// A strong address to itself while busy (see the lock actor's module doc).
@@ -130,6 +132,7 @@ impl SyncActor {
             held: FxHashMap::default(),
             next_epoch: 0,
             busy: 0,
+            hand_offs: 0,
             timer: None,
             keepalive: None,
             stopping: false,
@@ -406,10 +409,21 @@ impl SyncActor {
             ctx.cancel_future(expiry);
         }
         let was_lost = *held.lost.borrow();
+        let (mut permits, ids) = (held.permits, held.ids);
+        if !was_lost && let Some(handed) = self.hand_off(permits, ctx) {
+            permits -= handed;
+            if permits == 0 {
+                if let Some(tx) = tx {
+                    let _ = tx.send(Ok(()));
+                }
+                return;
+            }
+        } else {
+            self.hand_offs = 0;
+        }
         let (commands, kind, name) = (self.svc.commands.clone(), self.kind, self.name.clone());
         let limit = resend_limit(&self.svc);
         let (lane, latch) = self.latch();
-        let (permits, ids) = (held.permits, held.ids);
         self.busy += 1;
         let work = async move {
             resend(limit, || {
@@ -439,6 +453,27 @@ impl SyncActor {
             }
             act.keep_alive_while_busy(ctx);
         }));
+    }
+
+    /// Hands up to `permits` permits of a plain semaphore that are being given back to a
+    /// waiting local waiter, without a round trip: Redis's free count stays as it is, and the
+    /// permits change hands here. Returns how many were handed. At most
+    /// [`MAX_HAND_OFF_STREAK`] in a row, so that an ordinary release (and its message) lets
+    /// other processes' waiters in; never with replica sync (a hand-off is a grant without the
+    /// acquire's replica wait). A permit semaphore's permits carry leases and renewals of their
+    /// own, and are always given back through Redis.
+    fn hand_off(&mut self, permits: u32, ctx: &mut Context<Self>) -> Option<u32> {
+        if self.kind != SyncKind::Semaphore
+            || self.hand_offs >= MAX_HAND_OFF_STREAK
+            || self.svc.config.get_sync_replicas().is_some()
+        {
+            return None;
+        }
+        let (_, wants) = self.state.hand_off(permits, |_| true)?;
+        self.hand_offs += 1;
+        tracing::trace!(name = %self.name, permits = wants, "permits handed off");
+        self.apply(ctx);
+        Some(wants)
     }
 
     fn not_held(&self) -> LockError {

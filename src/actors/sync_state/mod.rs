@@ -4,8 +4,9 @@
 //! deadline, a timer) and carries out the [`Effect`]s it queues.
 //!
 //! The rules:
-//! - a waiter's attempt (taking permits; reading a latch's count) is tried at once; when it falls
-//!   short the waiter parks, and the first parked waiter subscribes the channel. Once the
+//! - a waiter's attempt (taking permits; reading a latch's count) is tried at once, unless a
+//!   waiter wanting no more is parked already (it queues behind it); when it falls short the
+//!   waiter parks, and the first parked waiter subscribes the channel. Once the
 //!   subscription is in place every parked waiter tries again, since a release may have come
 //!   between its attempt and the subscription;
 //! - a message of `m` permits (a semaphore's new free count, or permits added) wakes parked
@@ -21,6 +22,8 @@
 //!   after the waiter's deadline, answers it. At its deadline a parked waiter tries once more
 //!   (a latch re-reads its count) and is answered with that outcome;
 //! - a reconnected pub/sub connection makes every parked waiter try again;
+//! - permits given back here may go straight to the first parked waiter they fit (a hand-off,
+//!   decided by the actor);
 //! - the subscription is dropped once no waiter is left.
 
 use std::time::{Duration, Instant};
@@ -137,17 +140,25 @@ impl SyncState {
     }
 
     /// A waiter arrives wanting `wants` permits (0: a latch's opening); `once`: it does not wait.
+    /// It tries at once, unless a parked waiter wanting no more than it waits already (whose last
+    /// attempt fell short, and no message since made room for it): then it queues behind, to be
+    /// woken by the next message or handed permits, without a round trip that would fail.
     pub(crate) fn arrive(&mut self, id: WaiterId, wants: u32, once: bool) {
+        let queue = !once
+            && self.subscription != Subscription::None
+            && self.waiters.iter().any(|w| !w.trying && w.wants <= wants);
         self.waiters.push(Waiter {
             id,
             wants,
-            trying: true,
+            trying: !queue,
             again: false,
             last: once,
             due: false,
             failures: 0,
         });
-        self.effects.push(Effect::Try(id));
+        if !queue {
+            self.effects.push(Effect::Try(id));
+        }
     }
 
     /// Waiter `id`'s attempt came back.
@@ -284,6 +295,25 @@ impl SyncState {
             self.waiters.remove(at);
             self.settle();
         }
+    }
+
+    /// Permits given back here may go straight to a local waiter (a hand-off: Redis's count
+    /// stays as it is). The first waiting waiter, in arrival order, whose attempt is not under
+    /// way and who wants at most `permits` and is `eligible`, is answered `Done` and leaves;
+    /// its id and wants are returned. None when there is no such waiter.
+    pub(crate) fn hand_off(
+        &mut self,
+        permits: u32,
+        eligible: impl Fn(WaiterId) -> bool,
+    ) -> Option<(WaiterId, u32)> {
+        let at = self
+            .waiters
+            .iter()
+            .position(|w| !w.trying && !w.last && w.wants <= permits && eligible(w.id))?;
+        let (id, wants) = (self.waiters[at].id, self.waiters[at].wants);
+        self.answer(at, Answer::Done);
+        self.settle();
+        Some((id, wants))
     }
 
     /// Every waiter leaves with `error` (the actor stops).

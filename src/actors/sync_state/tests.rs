@@ -224,6 +224,28 @@ fn a_caller_leaving_a_parked_waiter_drops_it_and_the_subscription() {
     assert!(s.is_idle());
 }
 
+#[test]
+fn a_hand_off_goes_to_the_first_parked_waiter_that_fits() {
+    let now = Instant::now();
+    let mut s = SyncState::new(SyncKind::Semaphore);
+    s.arrive(1, 3, false);
+    s.arrive(2, 1, false);
+    s.arrive(3, 1, false);
+    effects(&mut s);
+    s.tried(1, short(), now);
+    s.tried(2, short(), now);
+    effects(&mut s);
+    // Waiter 3's attempt is under way: it may succeed by itself, so it is not handed permits.
+    assert_eq!(s.hand_off(1, |_| true), Some((2, 1)));
+    assert!(matches!(
+        effects(&mut s).as_slice(),
+        [Effect::Answer(2, Answer::Done)]
+    ));
+    assert_eq!(s.hand_off(1, |_| true), None, "waiter 1 wants 3");
+    assert_eq!(s.hand_off(3, |id| id != 1), None, "not eligible");
+    assert_eq!(s.hand_off(3, |_| true), Some((1, 3)));
+}
+
 /// One process of the simulation: its state, its attempts under way, what it has heard.
 #[derive(Default)]
 struct Process {
@@ -329,11 +351,26 @@ impl World {
         Ok(())
     }
 
+    /// A holder gives its permits back: on an even `i` its process first tries to hand them to
+    /// one of its own waiters (Redis's count unchanged), as the actor does.
     fn release(&mut self, i: usize) -> Result<(), TestCaseError> {
         if self.holders.is_empty() {
             return Ok(());
         }
-        let (_, _, wants) = self.holders.remove(i % self.holders.len());
+        let (p, _, mut wants) = self.holders.remove(i % self.holders.len());
+        if i.is_multiple_of(2) {
+            let proc = &mut self.procs[p];
+            if let Some((to, got)) = proc.state().hand_off(wants, |_| true) {
+                prop_assert!(got <= wants);
+                prop_assert!(!proc.trying.contains(&to), "handed to a waiter mid-attempt");
+                self.holders.push((p, to, got));
+                proc.apply()?;
+                wants -= got;
+                if wants == 0 {
+                    return Ok(());
+                }
+            }
+        }
         self.free += i64::from(wants);
         for proc in &mut self.procs {
             if proc.listening {
