@@ -159,6 +159,32 @@ async fn tls_with_an_acl_user_excludes_and_wakes_across_two_managers() {
     assert_eq!(fields.len(), 1);
     assert!(fields[0].starts_with(&b.client_id().to_string()));
     guard.release().await.unwrap();
+
+    // A permit semaphore and a latch over TLS with the ACL user: a release on A wakes B.
+    let sem = a.permit_semaphore("tls:sem");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let permit = sem.acquire(1).await.unwrap();
+    let other = b.permit_semaphore("tls:sem");
+    let waiting = tokio::spawn(async move { other.acquire(1).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    permit.release().await.unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the permit waiter woke")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(2));
+    taken.release().await.unwrap();
+    let latch = b.count_down_latch("tls:latch");
+    assert!(latch.try_set_count(1).await.unwrap());
+    let opened = {
+        let latch = a.count_down_latch("tls:latch");
+        tokio::spawn(async move { latch.wait_for(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    latch.count_down().await.unwrap();
+    assert!(opened.await.unwrap().unwrap());
     a.shutdown().await;
     b.shutdown().await;
 }

@@ -31,9 +31,13 @@ use redis::Script;
 
 /// Records an entry; counts a violation when someone incompatible is inside, and says which
 /// fault explains it. KEYS: the `occ:` keys of the names entered. ARGV: kind, hold, worker, mode
-/// (`x` exclusive, `r` read, `w` write), epoch key, the epoch read before acquiring, the fencing
-/// token (or -1), the fenced store's name (where a fenced holder writes its token on entry), and
-/// the checker's clock (ms) when the hold began acquiring.
+/// (`x` exclusive, `r` read, `w` write, `s` a semaphore's permit), epoch key, the epoch read
+/// before acquiring, the fencing token (or -1), the fenced store's name (where a fenced holder
+/// writes its token on entry), the checker's clock (ms) when the hold began acquiring, and a
+/// semaphore's permits (how many `s` holds may be inside at once; 0 for other kinds).
+/// A permit's entry is a violation when the semaphore's permits are all inside already, and it
+/// is unexplained when at least that many of those inside (and the entry itself) have no
+/// excuse.
 /// Reply: {cause, fenced write accepted (1/0), the checker's clock at entry (µs, as text)},
 /// cause 0 none, 1 pause, 2 restart, 3 unexplained.
 ///
@@ -70,12 +74,18 @@ local function excuse(fault, h)
 end
 local loss
 local cause = 0
+local permits = tonumber(ARGV[10] or '0')
 for _, occ in ipairs(KEYS) do
     local inside = redis.call('hgetall', occ)
+    local full = #inside / 2 >= permits
+    local unexplained = 0
     for j = 1, #inside, 2 do
         local omode, oworker, oepoch, ostarted =
             string.match(inside[j + 1], '^(%a)|([^|]*)|(%d+)|(%d+)$')
         local clash = mode == 'x' or omode == 'x' or mode == 'w' or omode == 'w'
+        if mode == 's' and omode == 's' then
+            clash = full
+        end
         if clash then
             local why = 3
             if frozen(worker, started) then
@@ -98,10 +108,19 @@ for _, occ in ipairs(KEYS) do
                 excuse(loss, inside[j])
                 excuse(loss, hold)
             end
-            if why == 3 then
+            if why == 3 and mode == 's' then
+                -- One more permit holder than permits is explained by any excused one.
+                unexplained = unexplained + 1
+                if unexplained >= permits then
+                    redis.call('rpush', 'unexplained', kind .. ' ' .. hold .. ' met ' .. inside[j] .. ' and ' .. (unexplained - 1) .. ' more')
+                    cause = 3
+                end
+            elseif why == 3 then
                 redis.call('rpush', 'unexplained', kind .. ' ' .. hold .. ' met ' .. inside[j] .. ' ' .. inside[j + 1])
+                cause = 3
+            elseif cause == 0 then
+                cause = why
             end
-            if cause == 0 or why == 3 then cause = why end
         end
     end
     redis.call('hset', occ, hold, mode .. '|' .. worker .. '|' .. mine .. '|' .. started)

@@ -57,10 +57,17 @@ pub enum Kind {
     Fenced,
     Multi,
     RedLock,
+    /// One permit of a permit semaphore of [`SEMAPHORE_PERMITS`].
+    Semaphore,
+    /// A count-down latch round: set 2, two count-downs, a waiter that must open after both.
+    Latch,
 }
 
+/// The permits of each chaos semaphore: never more holders inside at once.
+pub const SEMAPHORE_PERMITS: u32 = 2;
+
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Lock,
         Kind::Fair,
         Kind::Read,
@@ -68,6 +75,8 @@ impl Kind {
         Kind::Fenced,
         Kind::Multi,
         Kind::RedLock,
+        Kind::Semaphore,
+        Kind::Latch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,14 +88,18 @@ impl Kind {
             Kind::Fenced => "fenced",
             Kind::Multi => "multi",
             Kind::RedLock => "redlock",
+            Kind::Semaphore => "sem",
+            Kind::Latch => "latch",
         }
     }
 
-    /// `x` excludes everyone, `r` excludes writers, `w` excludes everyone.
+    /// `x` excludes everyone, `r` excludes writers, `w` excludes everyone, `s` admits
+    /// [`SEMAPHORE_PERMITS`] at once.
     pub fn mode(self) -> &'static str {
         match self {
             Kind::Read => "r",
             Kind::Write => "w",
+            Kind::Semaphore => "s",
             _ => "x",
         }
     }

@@ -6,11 +6,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockman::{
     CompositeGuard, Config, FencedGuard, Lock, LockError, LockGuard, LockManager, MultiLock,
-    RedLock,
+    PermitGuard, RedLock,
 };
 use redis::aio::MultiplexedConnection;
 
-use crate::{Kind, Rng, Settings, TASKS};
+use crate::{Kind, Rng, SEMAPHORE_PERMITS, Settings, TASKS};
 use crate::{checker, deployment};
 
 /// How long past its wait an acquire may take before the worker calls it stuck.
@@ -219,6 +219,7 @@ enum Held {
     Guard(LockGuard),
     Fenced(FencedGuard),
     Composite(CompositeGuard),
+    Permit(PermitGuard),
 }
 
 impl Held {
@@ -227,6 +228,7 @@ impl Held {
             Held::Guard(g) => g.is_lost(),
             Held::Fenced(g) => g.is_lost(),
             Held::Composite(g) => g.is_lost(),
+            Held::Permit(g) => g.is_lost(),
         }
     }
 
@@ -235,6 +237,7 @@ impl Held {
             Held::Guard(g) => g.release().await,
             Held::Fenced(g) => g.release().await,
             Held::Composite(g) => g.release().await,
+            Held::Permit(g) => g.release().await,
         }
     }
 }
@@ -317,6 +320,10 @@ impl Ctx {
             return counts;
         }
         let wait = self.settings.wait;
+        if kind == Kind::Latch {
+            counts.extend(self.latch_round(hold, epoch.unwrap_or(0), epoch_key).await);
+            return counts;
+        }
         if kind == Kind::Lock && rng.below(100) == 0 {
             counts.extend(self.shut_down_while_acquiring(&names[0], rng).await);
             return counts;
@@ -363,6 +370,11 @@ impl Ctx {
                 .arg(token)
                 .arg(&names[0])
                 .arg(began)
+                .arg(if kind == Kind::Semaphore {
+                    SEMAPHORE_PERMITS
+                } else {
+                    0
+                })
                 .invoke_async(&mut self.checker)
                 .await,
         );
@@ -474,6 +486,23 @@ impl Ctx {
                 };
                 held.map(Held::Composite)
             }
+            Kind::Semaphore => {
+                // Set (again, after a data loss) by whoever finds it missing; then a renewed
+                // permit or one with a lease, with a bounded wait or a cancelled acquire.
+                let sem = self.lock.permit_semaphore(name);
+                sem.try_set_permits(SEMAPHORE_PERMITS).await?;
+                let lease = self.settings.lease;
+                let held = match rng.below(3) {
+                    0 => sem.try_acquire_for(1, wait).await?,
+                    1 => sem.try_acquire_with_lease(1, wait, lease).await?,
+                    _ => match tokio::time::timeout(wait, sem.acquire(1)).await {
+                        Ok(held) => Some(held?),
+                        Err(_) => None,
+                    },
+                };
+                held.map(Held::Permit)
+            }
+            Kind::Latch => None,
             Kind::RedLock => {
                 let members = match self.cluster {
                     // Three names, most likely on three shards.
@@ -611,11 +640,81 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// A count-down latch round on a latch of its own: set 2, a waiting task, two count-downs.
+    /// The waiter must open, and not before the second count-down was sent: opening early is a
+    /// violation, explained when the epoch moved on (a data loss deleted the count) or a
+    /// failover is under way.
+    async fn latch_round(&mut self, hold: &str, epoch: u64, epoch_key: &str) -> Vec<(String, i64)> {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let name = format!("chaos:latch:{hold}");
+        let latch = self.lock.count_down_latch(name.as_str());
+        let wait = self.settings.wait;
+        let outcome = |what: &str| vec![(format!("{what}:latch"), 1)];
+        match latch.try_set_count(2).await {
+            Ok(true) => {}
+            Ok(false) => return outcome("acquire_error"),
+            Err(LockError::ReplicaSync { .. }) => return outcome("replica_sync"),
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                return outcome("acquire_error");
+            }
+        }
+        let second_sent = Arc::new(AtomicBool::new(false));
+        let waiter = {
+            let (latch, second_sent) = (latch.clone(), second_sent.clone());
+            tokio::spawn(async move {
+                let opened = latch.wait_for(wait + STUCK_AFTER).await;
+                (opened, second_sent.load(Ordering::SeqCst))
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let first = latch.count_down().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        second_sent.store(true, Ordering::SeqCst);
+        let second = latch.count_down().await;
+        let Ok((opened, after_second)) = waiter.await else {
+            return outcome("stuck");
+        };
+        let mut counts = Vec::new();
+        match opened {
+            Ok(true) if !after_second => {
+                // Opened before the count reached zero.
+                let (now, window): (Option<u64>, Option<String>) = must(
+                    "epoch",
+                    redis::cmd("MGET")
+                        .arg(epoch_key)
+                        .arg(format!("window:{epoch_key}"))
+                        .query_async(&mut self.checker)
+                        .await,
+                );
+                let why = match (now.unwrap_or(0) > epoch, window) {
+                    (true, _) | (_, Some(_)) => "restart",
+                    _ => "unexplained",
+                };
+                counts.push((format!("violation:latch:{why}"), 1));
+                counts.push(("acquired:latch".into(), 1));
+            }
+            Ok(true) => counts.push(("acquired:latch".into(), 1)),
+            Ok(false) => counts.push(("timed_out:latch".into(), 1)),
+            Err(e) => {
+                counts.push(("acquire_error:latch".into(), 1));
+                self.note_error(Kind::Latch, "wait", &e).await;
+            }
+        }
+        if first.is_err() || second.is_err() {
+            counts.push(("release_error:latch".into(), 1));
+        }
+        counts
+    }
+}
+
 /// Every lock name a worker may take, each with the keys it locks: a RedLock in a cluster
 /// locks three names on the cluster's shards ([`redlock_members`]).
 pub fn all_names(cluster: bool) -> Vec<(String, Vec<String>)> {
     let mut names = Vec::new();
-    for family in ["lock", "fair", "rw", "fenced", "redlock"] {
+    for family in ["lock", "fair", "rw", "fenced", "redlock", "sem"] {
         for i in 0..NAMES {
             let name = format!("chaos:{family}:{i}");
             let keys = match (family, cluster) {
