@@ -159,15 +159,7 @@ impl LockManager {
         kind: crate::SyncKind,
         name: &str,
     ) -> Result<Addr<crate::SyncActor>, LockError> {
-        let resolve = crate::actors::messages::ResolveSync {
-            kind,
-            name: name.into(),
-        };
-        self.inner
-            .registry
-            .send(resolve)
-            .await
-            .map_err(|_| LockError::Shutdown)?
+        self.inner.sync_actor(kind, name.into()).await
     }
 
     /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
@@ -189,15 +181,7 @@ impl LockManager {
         kind: LockKind,
         name: &str,
     ) -> Result<Addr<LockActor>, LockError> {
-        let resolve = Resolve {
-            kind,
-            name: name.into(),
-        };
-        self.inner
-            .registry
-            .send(resolve)
-            .await
-            .map_err(|_| LockError::Shutdown)?
+        self.inner.lock_actor(kind, name.into()).await
     }
 
     /// Everything Redis holds about the lock `name`, whatever its kind, read in one round trip and
@@ -235,6 +219,30 @@ impl LockManager {
     /// [`LockError::Shutdown`], and closes its connections. Later calls fail with `Shutdown`.
     pub async fn shutdown(&self) {
         let _ = self.inner.registry.send(Shutdown { release: true }).await;
+    }
+}
+
+impl Inner {
+    /// The live lock actor of the lock of `kind` named `name`, started when there is none.
+    pub(crate) async fn lock_actor(
+        &self,
+        kind: LockKind,
+        name: Arc<str>,
+    ) -> Result<Addr<LockActor>, LockError> {
+        let resolve = Resolve { kind, name };
+        let sent = self.registry.send(resolve).await;
+        sent.map_err(|_| LockError::Shutdown)?
+    }
+
+    /// The live synchronizer actor of `kind` named `name`, started when there is none.
+    pub(crate) async fn sync_actor(
+        &self,
+        kind: crate::SyncKind,
+        name: Arc<str>,
+    ) -> Result<Addr<crate::SyncActor>, LockError> {
+        let resolve = crate::actors::messages::ResolveSync { kind, name };
+        let sent = self.registry.send(resolve).await;
+        sent.map_err(|_| LockError::Shutdown)?
     }
 }
 

@@ -16,7 +16,7 @@ pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
 use crate::actors::LockActor;
-use crate::actors::messages::{Acquire, Resolve, Wait};
+use crate::actors::messages::{Acquire, Wait};
 use crate::manager::Inner;
 use crate::reach::Reach;
 use crate::{LockError, LockKind, keys};
@@ -216,19 +216,7 @@ impl Lock {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
-        let resolve = || {
-            let resolve = Resolve {
-                kind: self.kind,
-                name: self.name.clone(),
-            };
-            let registry = self.mgr.registry.clone();
-            async move {
-                registry
-                    .send(resolve)
-                    .await
-                    .map_err(|_| LockError::Shutdown)?
-            }
-        };
+        let resolve = || self.mgr.lock_actor(self.kind, self.name.clone());
         let acquire = || Acquire {
             holder: self.holder.to_string(),
             lease,

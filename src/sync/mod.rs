@@ -21,7 +21,7 @@ pub use permit::PermitSemaphore;
 pub use semaphore::Semaphore;
 
 use crate::actors::SyncActor;
-use crate::actors::messages::{AcquirePermits, Adjust, Adjustment, ResolveSync, Wait};
+use crate::actors::messages::{AcquirePermits, Adjust, Adjustment, Wait};
 use crate::error::LockError;
 use crate::keys;
 use crate::manager::Inner;
@@ -57,19 +57,7 @@ impl Handle {
         <SyncActor as actix::Actor>::Context: ToEnvelope<SyncActor, M>,
     {
         keys::validate_name(&self.name)?;
-        let resolve = || {
-            let resolve = ResolveSync {
-                kind: self.kind,
-                name: self.name.clone(),
-            };
-            let registry = self.mgr.registry.clone();
-            async move {
-                registry
-                    .send(resolve)
-                    .await
-                    .map_err(|_| LockError::Shutdown)?
-            }
-        };
+        let resolve = || self.mgr.sync_actor(self.kind, self.name.clone());
         self.actor.send(resolve, || msg.clone()).await?
     }
 
