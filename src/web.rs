@@ -237,6 +237,12 @@ impl RequestPermits {
         "`429 Too Many Requests`; `503 Service Unavailable` is the other usual choice"
     );
 
+    fn forget(&self, name: &str) {
+        if let Ok(mut set) = self.set.lock() {
+            set.remove(name);
+        }
+    }
+
     /// Sets the permits of `name` unless this process did already (a semaphore set before
     /// keeps its own count).
     async fn ensure_set(&self, sem: &crate::PermitSemaphore) -> Result<(), LockError> {
@@ -334,6 +340,11 @@ impl FromRequest for RequestPermit {
                 Ok(()) => sem.try_acquire_for(1, config.admission.wait).await,
                 Err(e) => Err(e),
             };
+            if let Ok(None) = outcome {
+                // Busy, or the semaphore's key was lost (a restart without its data): set it
+                // again at the next request, which is a no-op when it exists.
+                config.forget(&name);
+            }
             config.admission.admit(name, outcome).map(RequestPermit)
         })
     }

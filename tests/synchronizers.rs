@@ -586,3 +586,36 @@ async fn permits_pass_between_local_waiters_without_redis_but_other_processes_ge
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_latch_whose_key_vanished_without_a_message_opens_for_new_waiters_and_at_deadlines() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let latch = mgr.count_down_latch("vanish");
+    assert!(latch.try_set_count(1).await.unwrap());
+    let parked = tokio::spawn({
+        let latch = latch.clone();
+        async move { latch.wait_for(Duration::from_millis(800)).await }
+    });
+    assert!(
+        support::subscribed(
+            &mut raw,
+            &redisson::latch_channel("vanish"),
+            Duration::from_secs(5)
+        )
+        .await
+    );
+    let _: () = raw.del("vanish").unwrap(); // as an expiry or a data loss would: no message
+    let started = Instant::now();
+    assert!(
+        latch.wait_for(Duration::from_secs(5)).await.unwrap(),
+        "a new waiter reads it"
+    );
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(
+        parked.await.unwrap().unwrap(),
+        "the parked one reads it again at its deadline"
+    );
+    mgr.shutdown().await;
+}

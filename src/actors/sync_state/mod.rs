@@ -5,7 +5,7 @@
 //!
 //! The rules:
 //! - a waiter's attempt (taking permits; reading a latch's count) is tried at once, unless a
-//!   waiter wanting no more is parked already (it queues behind it); when it falls short the
+//!   semaphore's waiter wanting no more is parked already (it queues behind it); when it falls short the
 //!   waiter parks, and the first parked waiter subscribes the channel. Once the
 //!   subscription is in place every parked waiter tries again, since a release may have come
 //!   between its attempt and the subscription;
@@ -140,11 +140,14 @@ impl SyncState {
     }
 
     /// A waiter arrives wanting `wants` permits (0: a latch's opening); `once`: it does not wait.
-    /// It tries at once, unless a parked waiter wanting no more than it waits already (whose last
-    /// attempt fell short, and no message since made room for it): then it queues behind, to be
-    /// woken by the next message or handed permits, without a round trip that would fail.
+    /// It tries at once, unless a semaphore's parked waiter wanting no more than it waits already
+    /// (whose last attempt fell short, and no message since made room for it): then it queues
+    /// behind, to be woken by the next message or handed permits, without a round trip that
+    /// would fail. A latch's waiter always reads the count: a latch can open without a message
+    /// (its key expired or was lost).
     pub(crate) fn arrive(&mut self, id: WaiterId, wants: u32, once: bool) {
         let queue = !once
+            && self.kind != SyncKind::CountDownLatch
             && self.subscription != Subscription::None
             && self.waiters.iter().any(|w| !w.trying && w.wants <= wants);
         self.waiters.push(Waiter {
