@@ -162,47 +162,13 @@ pub(crate) async fn acquire(
     let mut failures = 0u32;
     loop {
         let round = Instant::now();
-        let attempts = plan
-            .members
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| held[*i].is_none())
-            .map(|(i, m)| async move { (i, try_member(m, lease, plan.member_timeout).await) });
-        let (mut busy, mut failed) = (Vec::new(), 0);
-        for (i, result) in join_all(attempts).await {
-            match result {
-                Ok(Some(guard)) => held[i] = Some((guard, round)),
-                Ok(None) => busy.push(i),
-                Err(e) if e.is_retryable() => {
-                    tracing::debug!(member = plan.members[i].name(), error = %e, "member failed");
-                    failed += 1;
-                }
-                Err(e) => {
-                    release_all(&mut held).await;
-                    return Err(e);
-                }
-            }
-        }
+        let (busy, failed) = attempt_round(plan, lease, &mut held, round).await?;
         let acquired = held.iter().flatten().count();
-        if acquired >= plan.quorum {
-            let earliest = held
-                .iter()
-                .flatten()
-                .map(|(_, at)| *at)
-                .min()
-                .unwrap_or(round);
-            let valid_until = plan.valid_until(lease, earliest);
-            if valid_until.is_none_or(|v| v > Instant::now()) {
-                let guards = held.into_iter().flatten().map(|(g, _)| g).collect();
-                // In watchdog mode renewal moves the deadline on: only a lease fixes it.
-                let valid_until = valid_until.filter(|_| lease.is_some());
-                tracing::debug!(acquired, members = n, took = ?start.elapsed(), "composition acquired");
-                return Ok(Some(CompositeGuard {
-                    guards,
-                    quorum: plan.quorum,
-                    valid_until,
-                }));
-            }
+        if acquired >= plan.quorum
+            && let Some(guard) = complete(plan, lease, &mut held, round)
+        {
+            tracing::debug!(acquired, members = n, took = ?start.elapsed(), "composition acquired");
+            return Ok(Some(guard));
         }
         release_all(&mut held).await;
 
@@ -232,16 +198,85 @@ pub(crate) async fn acquire(
             _ => {
                 // Members fail: nothing will wake us, so back off (never past the deadline).
                 failures = failures.saturating_add(1);
-                let pause = ERROR_BACKOFF_MIN
-                    .saturating_mul(1 << failures.min(5))
-                    .min(ERROR_BACKOFF_MAX);
-                let pause = deadline.map_or(pause, |d| {
-                    pause.min(d.saturating_duration_since(Instant::now()))
-                });
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(backoff(failures, deadline)).await;
             }
         }
     }
+}
+
+/// One attempt at every member not held yet, all at once: those taken go into `held`. Returns
+/// the busy members and how many failed with a retryable error; any other error releases what
+/// is held and ends the acquire.
+async fn attempt_round(
+    plan: &Plan<'_>,
+    lease: Option<Duration>,
+    held: &mut [Option<(LockGuard, Instant)>],
+    round: Instant,
+) -> Result<(Vec<usize>, usize), LockError> {
+    let attempts = plan
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| held[*i].is_none())
+        .map(|(i, m)| async move { (i, try_member(m, lease, plan.member_timeout).await) });
+    let (mut busy, mut failed) = (Vec::new(), 0);
+    for (i, result) in join_all(attempts).await {
+        match result {
+            Ok(Some(guard)) => held[i] = Some((guard, round)),
+            Ok(None) => busy.push(i),
+            Err(e) if e.is_retryable() => {
+                tracing::debug!(member = plan.members[i].name(), error = %e, "member failed");
+                failed += 1;
+            }
+            Err(e) => {
+                release_all(held).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok((busy, failed))
+}
+
+/// The composite guard of a quorum held, when its validity has not run out already (a lease
+/// that began at the earliest member's attempt, less drift). `None` leaves `held` as it is.
+fn complete(
+    plan: &Plan<'_>,
+    lease: Option<Duration>,
+    held: &mut Vec<Option<(LockGuard, Instant)>>,
+    round: Instant,
+) -> Option<CompositeGuard> {
+    let earliest = held
+        .iter()
+        .flatten()
+        .map(|(_, at)| *at)
+        .min()
+        .unwrap_or(round);
+    let valid_until = plan.valid_until(lease, earliest);
+    if valid_until.is_some_and(|v| v <= Instant::now()) {
+        return None;
+    }
+    let guards = std::mem::take(held)
+        .into_iter()
+        .flatten()
+        .map(|(g, _)| g)
+        .collect();
+    Some(CompositeGuard {
+        guards,
+        quorum: plan.quorum,
+        // In watchdog mode renewal moves the deadline on: only a lease fixes it.
+        valid_until: valid_until.filter(|_| lease.is_some()),
+    })
+}
+
+/// The pause after `failures` rounds in a row where members failed: doubling, bounded, and
+/// never past the deadline.
+fn backoff(failures: u32, deadline: Option<Instant>) -> Duration {
+    let pause = ERROR_BACKOFF_MIN
+        .saturating_mul(1 << failures.min(5))
+        .min(ERROR_BACKOFF_MAX);
+    deadline.map_or(pause, |d| {
+        pause.min(d.saturating_duration_since(Instant::now()))
+    })
 }
 
 /// One attempt on one member, bounded by `limit`. A grant that comes after the bound is released

@@ -1,0 +1,95 @@
+//! What the README says of the crate agrees with `Cargo.toml`: its feature table lists exactly
+//! the crate's features with their defaults, and its badges give the crate's licence and
+//! `rust-version`; the licence files `Cargo.toml` names exist. No Redis here.
+
+use std::collections::BTreeMap;
+
+const MANIFEST: &str = include_str!("../Cargo.toml");
+const README: &str = include_str!("../README.md");
+
+/// The value of `key = "…"` in the manifest's `[package]` section.
+fn package_field(key: &str) -> String {
+    let prefix = format!("{key} = \"");
+    MANIFEST
+        .lines()
+        .take_while(|l| !l.starts_with("[dependencies]"))
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("{key} in Cargo.toml"))
+        .to_owned()
+}
+
+/// The manifest's features, each with whether it is a default one.
+fn manifest_features() -> BTreeMap<String, bool> {
+    let section = MANIFEST
+        .split("\n[features]\n")
+        .nth(1)
+        .expect("a [features] section");
+    let section = section.split("\n[").next().unwrap_or(section);
+    let mut defaults = Vec::new();
+    let mut features = BTreeMap::new();
+    for line in section
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains(" = "))
+    {
+        let (name, value) = line.split_once(" = ").unwrap();
+        if name == "default" {
+            defaults = value
+                .trim_matches(|c| c == '[' || c == ']')
+                .split(',')
+                .map(|f| f.trim().trim_matches('"').to_owned())
+                .filter(|f| !f.is_empty())
+                .collect();
+        } else {
+            features.insert(name.to_owned(), false);
+        }
+    }
+    for d in defaults {
+        features.insert(d, true);
+    }
+    features
+}
+
+/// The README's feature table: `| \`name\` | yes/no | … |` rows.
+fn readme_features() -> BTreeMap<String, bool> {
+    let table = README
+        .split("## Features")
+        .nth(1)
+        .expect("a Features section");
+    table
+        .lines()
+        .skip_while(|l| !l.starts_with("| feature"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_owned(), cells[2] == "yes")
+        })
+        .collect()
+}
+
+#[test]
+fn the_readme_feature_table_is_the_manifests() {
+    assert_eq!(readme_features(), manifest_features());
+}
+
+#[test]
+fn the_readme_badges_give_the_licence_and_rust_version() {
+    let version = package_field("rust-version");
+    assert!(
+        README.contains(&format!("rust--version-{version}-")),
+        "the rust-version badge is not {version}"
+    );
+    assert!(README.contains(&format!("minimum supported Rust is {version}")));
+    let license = package_field("license");
+    assert_eq!(license, "MIT OR Apache-2.0");
+    assert!(README.contains("license-MIT%20OR%20Apache--2.0"));
+    for file in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        assert!(path.exists(), "{file} is missing");
+        assert!(
+            MANIFEST.contains(&format!("\"/{file}\"")),
+            "{file} is not packaged"
+        );
+    }
+}
