@@ -21,9 +21,12 @@ pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
 }
 
 /// Checks a lock name: any bytes Redis accepts, but not the empty string.
-pub(crate) fn validate_name(name: &str) -> Result<(), crate::LockError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), crate::error::LockError> {
     if name.is_empty() {
-        return Err(crate::LockError::invalid("lock name", "must not be empty"));
+        return Err(crate::error::LockError::invalid(
+            "lock name",
+            "must not be empty",
+        ));
     }
     Ok(())
 }
@@ -58,7 +61,7 @@ fn crc16(bytes: &[u8]) -> u16 {
 /// touch one). That holds for any name without braces, and for a name whose own non-empty
 /// `{tag}` decides every key; it fails for names such as `a{b`, `a}b` or `{}x{y}`, whose
 /// braces make the lock hash and the derived keys hash differently.
-pub(crate) fn check_cluster_name(name: &str) -> Result<(), crate::LockError> {
+pub(crate) fn check_cluster_name(name: &str) -> Result<(), crate::error::LockError> {
     let lock = slot(lock_key(name).as_bytes());
     let derived = [
         slot(unlock_channel(name).as_bytes()),
@@ -67,7 +70,7 @@ pub(crate) fn check_cluster_name(name: &str) -> Result<(), crate::LockError> {
     if derived.iter().all(|&s| s == lock) {
         return Ok(());
     }
-    Err(crate::LockError::invalid(
+    Err(crate::error::LockError::invalid(
         "lock name",
         format!(
             "{name:?}: in Redis Cluster its braces would put the lock (slot {lock}) and its \
@@ -140,9 +143,9 @@ pub(crate) fn countdown_channel(name: &str) -> String {
 }
 
 /// In Redis Cluster a latch's channel must share its key's slot: names holding `{` do not.
-pub(crate) fn check_latch_name(name: &str) -> Result<(), crate::LockError> {
+pub(crate) fn check_latch_name(name: &str) -> Result<(), crate::error::LockError> {
     if name.contains('{') {
-        return Err(crate::LockError::invalid(
+        return Err(crate::error::LockError::invalid(
             "latch name",
             format!(
                 "{name:?}: in Redis Cluster a count-down latch's channel always wraps the whole \

@@ -9,9 +9,16 @@ use uuid::Uuid;
 
 use crate::actors::messages::{CountLive, Resolve, Shutdown};
 use crate::actors::{self, LockActor, Registry};
+use crate::config::Config;
+use crate::error::LockError;
+use crate::keys;
+use crate::lock::FairLock;
+use crate::lock::FencedLock;
+use crate::lock::Lock;
+use crate::lock::ReadWriteLock;
 use crate::runtime::Host;
 use crate::scripts::Commands;
-use crate::{Config, FairLock, FencedLock, Lock, LockError, LockKind, ReadWriteLock, keys};
+use crate::scripts::LockKind;
 
 /// How much longer than the connect timeout starting may take before it counts as stuck.
 const STARTUP_GRACE: Duration = Duration::from_secs(1);
@@ -134,19 +141,19 @@ impl LockManager {
 
     /// A handle on the **semaphore** `name` (Redisson's `RSemaphore`): permits shared by every
     /// process. The name is checked when the handle is used.
-    pub fn semaphore(&self, name: impl Into<String>) -> crate::Semaphore {
-        crate::Semaphore::new(self.inner.clone(), name.into().into())
+    pub fn semaphore(&self, name: impl Into<String>) -> crate::sync::Semaphore {
+        crate::sync::Semaphore::new(self.inner.clone(), name.into().into())
     }
 
     /// A handle on the **permit semaphore** `name` (Redisson's `RPermitExpirableSemaphore`):
     /// permits with ids that the watchdog renews, or that expire after a lease.
-    pub fn permit_semaphore(&self, name: impl Into<String>) -> crate::PermitSemaphore {
-        crate::PermitSemaphore::new(self.inner.clone(), name.into().into())
+    pub fn permit_semaphore(&self, name: impl Into<String>) -> crate::sync::PermitSemaphore {
+        crate::sync::PermitSemaphore::new(self.inner.clone(), name.into().into())
     }
 
     /// A handle on the **count-down latch** `name` (Redisson's `RCountDownLatch`).
-    pub fn count_down_latch(&self, name: impl Into<String>) -> crate::CountDownLatch {
-        crate::CountDownLatch::new(self.inner.clone(), name.into().into())
+    pub fn count_down_latch(&self, name: impl Into<String>) -> crate::sync::CountDownLatch {
+        crate::sync::CountDownLatch::new(self.inner.clone(), name.into().into())
     }
 
     /// The synchronizer actor serving the synchronizer of `kind` named `name` now, for actix
@@ -156,9 +163,9 @@ impl LockManager {
     /// As [`lock_actor`](Self::lock_actor).
     pub async fn sync_actor(
         &self,
-        kind: crate::SyncKind,
+        kind: crate::scripts::SyncKind,
         name: &str,
-    ) -> Result<Addr<crate::SyncActor>, LockError> {
+    ) -> Result<Addr<crate::actors::SyncActor>, LockError> {
         self.inner.sync_actor(kind, name.into()).await
     }
 
@@ -191,10 +198,10 @@ impl LockManager {
     /// # Errors
     /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
     /// not a lock, Redis errors.
-    pub async fn describe(&self, name: &str) -> Result<crate::LockInfo, LockError> {
+    pub async fn describe(&self, name: &str) -> Result<crate::lock::LockInfo, LockError> {
         self.inner.commands.check_name(name)?;
         let described = self.inner.commands.describe(name).await?;
-        Ok(crate::LockInfo::new(name, described))
+        Ok(crate::lock::LockInfo::new(name, described))
     }
 
     /// Everything Redis holds about the semaphore, permit semaphore or count-down latch `name`,
@@ -203,10 +210,13 @@ impl LockManager {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for an empty name, Redis errors.
-    pub async fn describe_synchronizer(&self, name: &str) -> Result<crate::SyncInfo, LockError> {
+    pub async fn describe_synchronizer(
+        &self,
+        name: &str,
+    ) -> Result<crate::sync::SyncInfo, LockError> {
         self.inner.commands.check_name(name)?;
         let described = self.inner.commands.describe_sync(name).await?;
-        Ok(crate::SyncInfo::new(name, described))
+        Ok(crate::sync::SyncInfo::new(name, described))
     }
 
     /// How many lock actors are alive: one per name with a hold or a waiter in this process (or
@@ -237,9 +247,9 @@ impl Inner {
     /// The live synchronizer actor of `kind` named `name`, started when there is none.
     pub(crate) async fn sync_actor(
         &self,
-        kind: crate::SyncKind,
+        kind: crate::scripts::SyncKind,
         name: Arc<str>,
-    ) -> Result<Addr<crate::SyncActor>, LockError> {
+    ) -> Result<Addr<crate::actors::SyncActor>, LockError> {
         let resolve = crate::actors::messages::ResolveSync { kind, name };
         let sent = self.registry.send(resolve).await;
         sent.map_err(|_| LockError::Shutdown)?

@@ -4,7 +4,7 @@
 
 use actix_rt::{Arbiter, ArbiterHandle, System};
 
-use crate::LockError;
+use crate::error::LockError;
 
 /// The arbiter that hosts a manager's actors, and the System lockman started, if it did.
 pub(crate) struct Host {

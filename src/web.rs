@@ -49,7 +49,10 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::RETRY_AFTER;
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
 
-use crate::{LockError, LockGuard, LockManager, PermitGuard};
+use crate::error::LockError;
+use crate::lock::LockGuard;
+use crate::manager::LockManager;
+use crate::sync::PermitGuard;
 
 /// Where a request's lock name comes from.
 #[derive(Clone, Debug)]
@@ -245,7 +248,7 @@ impl RequestPermits {
 
     /// Sets the permits of `name` unless this process did already (a semaphore set before
     /// keeps its own count).
-    async fn ensure_set(&self, sem: &crate::PermitSemaphore) -> Result<(), LockError> {
+    async fn ensure_set(&self, sem: &crate::sync::PermitSemaphore) -> Result<(), LockError> {
         let known = self.set.lock().is_ok_and(|set| set.contains(sem.name()));
         if !known {
             sem.try_set_permits(self.permits).await?;

@@ -22,7 +22,9 @@ pub use multi::MultiLock;
 pub use redlock::{DEFAULT_MEMBER_TIMEOUT, RedLock};
 
 use crate::actors::messages::Wait;
-use crate::{Lock, LockError, LockGuard};
+use crate::error::LockError;
+use crate::lock::Lock;
+use crate::lock::LockGuard;
 
 /// Retry delays while members fail (no unlock message will come from a failing server).
 const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);

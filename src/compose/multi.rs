@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use super::{CompositeGuard, Plan, composite_verbs};
 use crate::actors::messages::Wait;
-use crate::{Lock, LockError};
+use crate::error::LockError;
+use crate::lock::Lock;
 
 /// All of several locks, possibly on different Redis servers, taken as one: an acquire succeeds
 /// only when every member is held, and a failed attempt releases every member it took.

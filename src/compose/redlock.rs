@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use super::{CompositeGuard, Plan, composite_verbs};
 use crate::actors::messages::Wait;
-use crate::{Lock, LockError};
+use crate::error::LockError;
+use crate::lock::Lock;
 
 /// Default [`RedLock::member_timeout`].
 pub const DEFAULT_MEMBER_TIMEOUT: Duration = Duration::from_millis(100);

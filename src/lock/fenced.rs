@@ -4,7 +4,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 use super::{Lock, LockGuard};
-use crate::LockError;
+use crate::error::LockError;
 
 /// A reentrant lock whose every successful acquisition (re-entry included) returns a **token**
 /// from the counter `redisson_lock_token:{name}`, strictly greater than every token handed out

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::LockError;
 use crate::actors::Grant;
 use crate::actors::messages::Release;
+use crate::error::LockError;
 use crate::manager::Inner;
 
 /// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping

@@ -17,9 +17,11 @@ pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
 use crate::actors::LockActor;
 use crate::actors::messages::{Acquire, Wait};
+use crate::error::LockError;
+use crate::keys;
 use crate::manager::Inner;
 use crate::reach::Reach;
-use crate::{LockError, LockKind, keys};
+use crate::scripts::LockKind;
 
 /// A handle on one lock, with one **holder** identity (`<client id>:<n>`, see
 /// [`holder_id`](Self::holder_id)): the reentrant lock from [`LockManager::lock`], and the core

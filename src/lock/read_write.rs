@@ -3,7 +3,7 @@
 use std::ops::Deref;
 
 use super::Lock;
-use crate::LockKind;
+use crate::scripts::LockKind;
 
 /// A read-write lock: one Redis hash for both sides (protocol.md, "Read-write lock"). Many
 /// readers may hold it at once, or one writer. Its two sides share one holder, so a holder of the
