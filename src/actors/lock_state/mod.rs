@@ -288,17 +288,7 @@ impl LockState {
                 self.attempted(id, key, lease, started, res);
                 self.next_wake();
             }
-            (
-                Flight::Release {
-                    key,
-                    epoch,
-                    lease,
-                    reply,
-                    started,
-                    to,
-                },
-                Outcome::Release(res),
-            ) => self.released(key, epoch, lease, reply, started, res, to),
+            (Flight::Release(release), Outcome::Release(res)) => self.released(release, res),
             (Flight::Undo { key }, Outcome::Settle(res)) => match res {
                 Ok(0) => self.settled(&key),
                 Ok(left) => {

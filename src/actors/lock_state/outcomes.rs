@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::round_trips::Pending;
+use super::round_trips::{Pending, ReleaseFlight};
 use super::*;
 
 impl LockState {
@@ -129,17 +129,17 @@ impl LockState {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn released(
-        &mut self,
-        key: HoldKey,
-        epoch: u64,
-        lease: Duration,
-        reply: Option<ReplyId>,
-        started: Instant,
-        res: Result<HandedOff, LockError>,
-        to: Option<(WaiterId, HoldKey, Option<Duration>)>,
-    ) {
+    /// A release's outcome: the hold's count, loss or hand-off, and the answer to who waits for
+    /// it.
+    pub(super) fn released(&mut self, release: ReleaseFlight, res: Result<HandedOff, LockError>) {
+        let ReleaseFlight {
+            key,
+            epoch,
+            lease,
+            reply,
+            started,
+            to,
+        } = release;
         let res = match res {
             Ok(HandedOff::No(Released::StillHeld)) => {
                 let last = self.hold_mut(&key, epoch).is_some_and(|hold| {

@@ -38,6 +38,19 @@ pub(super) enum Pending {
     },
 }
 
+/// A release under way: the hold, the lease it keeps while other holds remain, who waits for
+/// its outcome, and when it was sent.
+#[derive(Debug)]
+pub(super) struct ReleaseFlight {
+    pub key: HoldKey,
+    pub epoch: u64,
+    pub lease: Duration,
+    pub reply: Option<ReplyId>,
+    pub started: Instant,
+    /// A hand-off: the waiter and its lease.
+    pub to: Option<(WaiterId, HoldKey, Option<Duration>)>,
+}
+
 /// The round trip under way, with what its outcome needs.
 #[derive(Debug)]
 pub(super) enum Flight {
@@ -47,15 +60,7 @@ pub(super) enum Flight {
         lease: Option<Duration>,
         started: Instant,
     },
-    Release {
-        key: HoldKey,
-        epoch: u64,
-        lease: Duration,
-        reply: Option<ReplyId>,
-        started: Instant,
-        /// A hand-off: the waiter and its lease.
-        to: Option<(WaiterId, HoldKey, Option<Duration>)>,
-    },
+    Release(ReleaseFlight),
     /// Settling a holder with no hold here (see `Pending::Settle`).
     Undo {
         key: HoldKey,
@@ -118,59 +123,8 @@ impl LockState {
                 self.held_back.push(next);
                 continue;
             }
-            let (op, flight) = match next {
-                Pending::Attempt(id) => match self.attempt_op(id) {
-                    Some(pair) => pair,
-                    None => {
-                        if !self.waiters.contains(id) {
-                            // Its waiter left: the wake-up it was given goes on with another.
-                            self.pass_wake();
-                        }
-                        continue;
-                    }
-                },
-                Pending::Release { key, epoch, reply } => {
-                    match self.release_op(key, epoch, reply) {
-                        Some(pair) => pair,
-                        None => continue,
-                    }
-                }
-                Pending::Settle { key } => match self.holds.get(&key) {
-                    Some(hold) => {
-                        let epoch = hold.epoch;
-                        self.todo.push_front(Pending::Reconcile { key, epoch });
-                        continue;
-                    }
-                    None => (
-                        Op::Settle {
-                            kind: key.1,
-                            holder: key.0.clone(),
-                            target: 0,
-                            lease: self.settings.watchdog_timeout,
-                        },
-                        Flight::Undo { key },
-                    ),
-                },
-                Pending::Resend(id) => match self.resend_op(id) {
-                    Some(pair) => pair,
-                    None => continue,
-                },
-                Pending::Reconcile { key, epoch } => {
-                    let Some(hold) = self.hold_mut(&key, epoch) else {
-                        continue;
-                    };
-                    let op = Op::Settle {
-                        kind: key.1,
-                        holder: key.0.clone(),
-                        target: hold.count - hold.unreleased,
-                        lease: hold.lease,
-                    };
-                    (op, Flight::Reconcile { key, epoch })
-                }
-                Pending::Leave { holder, wait, then } => {
-                    (Op::LeaveQueue { holder, wait }, Flight::Leave { then })
-                }
-                Pending::Shutdown { release } => (self.shutdown_op(release), Flight::Shutdown),
+            let Some((op, flight)) = self.op_of(next) else {
+                continue;
             };
             self.flight = Some(flight);
             if op.latch().is_some() {
@@ -178,6 +132,53 @@ impl LockState {
                 self.sent = Some(op.clone());
             }
             self.out.push(Effect::Run(op));
+        }
+    }
+
+    /// The round trip that carries out `next`, and what its reply will be for; `None` when
+    /// there is nothing to send for it (any follow-up is queued).
+    fn op_of(&mut self, next: Pending) -> Option<(Op, Flight)> {
+        match next {
+            Pending::Attempt(id) => {
+                let pair = self.attempt_op(id);
+                if pair.is_none() && !self.waiters.contains(id) {
+                    // Its waiter left: the wake-up it was given goes on with another.
+                    self.pass_wake();
+                }
+                pair
+            }
+            Pending::Release { key, epoch, reply } => self.release_op(key, epoch, reply),
+            Pending::Settle { key } => match self.holds.get(&key) {
+                Some(hold) => {
+                    let epoch = hold.epoch;
+                    self.todo.push_front(Pending::Reconcile { key, epoch });
+                    None
+                }
+                None => Some((
+                    Op::Settle {
+                        kind: key.1,
+                        holder: key.0.clone(),
+                        target: 0,
+                        lease: self.settings.watchdog_timeout,
+                    },
+                    Flight::Undo { key },
+                )),
+            },
+            Pending::Resend(id) => self.resend_op(id),
+            Pending::Reconcile { key, epoch } => {
+                let hold = self.hold_mut(&key, epoch)?;
+                let op = Op::Settle {
+                    kind: key.1,
+                    holder: key.0.clone(),
+                    target: hold.count - hold.unreleased,
+                    lease: hold.lease,
+                };
+                Some((op, Flight::Reconcile { key, epoch }))
+            }
+            Pending::Leave { holder, wait, then } => {
+                Some((Op::LeaveQueue { holder, wait }, Flight::Leave { then }))
+            }
+            Pending::Shutdown { release } => Some((self.shutdown_op(release), Flight::Shutdown)),
         }
     }
 
@@ -300,14 +301,14 @@ impl LockState {
                 latch,
             },
         };
-        let flight = Flight::Release {
+        let flight = Flight::Release(ReleaseFlight {
             key,
             epoch,
             lease,
             reply,
             started: self.now,
             to,
-        };
+        });
         Some((op, flight))
     }
 

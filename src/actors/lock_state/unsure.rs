@@ -71,7 +71,7 @@ impl LockState {
                 Some(_) => watch = Some(*waiter),
                 None => {}
             },
-            Flight::Release { reply: r, .. } => reply = r.take(),
+            Flight::Release(release) => reply = release.reply.take(),
             _ => {}
         }
         let attempt = matches!(flight, Flight::Attempt { .. });
@@ -173,8 +173,8 @@ impl LockState {
     /// Redis stayed out of reach: what the request may have done to its holder's count is
     /// settled by count, once nothing else of that holder is unresolved.
     fn give_up_on(&mut self, op: &Op, flight: Flight) {
-        if let Flight::Release { key, epoch, .. } = &flight
-            && let Some(hold) = self.hold_mut(key, *epoch)
+        if let Flight::Release(release) = &flight
+            && let Some(hold) = self.hold_mut(&release.key, release.epoch)
         {
             hold.unreleased += 1;
         }

@@ -29,30 +29,7 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
         .await
         .map_err(redis_err)?;
     let keyspace = format!("__keyspace@{db}__:{name}");
-    let events: Result<Vec<String>, _> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("notify-keyspace-events")
-        .query_async(&mut conn)
-        .await;
-    let with_keyspace = match events {
-        Ok(pair) => {
-            let flags = pair.get(1).cloned().unwrap_or_default();
-            let on = flags.contains('K')
-                && (flags.contains('A') || (flags.contains('g') && flags.contains('h')));
-            if !on {
-                eprintln!(
-                    "lockman: keyspace notifications are off here (notify-keyspace-events = {flags:?}): \
-                     showing releases only; `CONFIG SET notify-keyspace-events Kghx` adds acquires, \
-                     renewals and expiries"
-                );
-            }
-            on
-        }
-        Err(e) => {
-            eprintln!("lockman: cannot read notify-keyspace-events ({e}): showing releases only");
-            false
-        }
-    };
+    let with_keyspace = keyspace_events_on(&mut conn).await;
     let mut pubsub = client.get_async_pubsub().await.map_err(redis_err)?;
     let [unlock, rwlock] = lockman::release_channels(name);
     for channel in [&unlock, &rwlock] {
@@ -86,29 +63,67 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
         let payload: String = message.get_payload().unwrap_or_default();
         let at = format!("+{:.3}s", started.elapsed().as_secs_f64());
         if channel == keyspace {
-            let what = match payload.as_str() {
-                "hincrby" | "hset" => "acquired, re-entered or released once",
-                "hdel" => "a holder's field removed",
-                "pexpire" | "expire" => "renewed",
-                "del" => "released (deleted)",
-                "expired" => "expired",
-                other => other,
-            };
-            println!("{at}  {what} [{payload}]");
+            println!("{at}  {} [{payload}]", keyspace_event(&payload));
             if payload != "pexpire" {
                 print_state(&manager, name, "      ").await;
             }
         } else {
-            let what = match (channel == rwlock, payload.as_str()) {
-                (true, "1") => "write lock released: every waiter may go",
-                (_, "0") | (_, "1") => "released: a waiter may go",
-                _ => "message",
-            };
+            let what = release_message(channel == rwlock, &payload);
             println!("{at}  {what} (message {payload:?} on {channel})");
         }
     }
     manager.shutdown().await;
     Ok(0)
+}
+
+/// Whether the server sends the keyspace events `watch` shows (keys, generic and hash
+/// commands); says on stderr what is shown when it does not.
+async fn keyspace_events_on(conn: &mut redis::aio::MultiplexedConnection) -> bool {
+    let events: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query_async(conn)
+        .await;
+    match events {
+        Ok(pair) => {
+            let flags = pair.get(1).cloned().unwrap_or_default();
+            let on = flags.contains('K')
+                && (flags.contains('A') || (flags.contains('g') && flags.contains('h')));
+            if !on {
+                eprintln!(
+                    "lockman: keyspace notifications are off here (notify-keyspace-events = {flags:?}): \
+                     showing releases only; `CONFIG SET notify-keyspace-events Kghx` adds acquires, \
+                     renewals and expiries"
+                );
+            }
+            on
+        }
+        Err(e) => {
+            eprintln!("lockman: cannot read notify-keyspace-events ({e}): showing releases only");
+            false
+        }
+    }
+}
+
+/// What a keyspace event on the lock's hash means.
+fn keyspace_event(event: &str) -> &str {
+    match event {
+        "hincrby" | "hset" => "acquired, re-entered or released once",
+        "hdel" => "a holder's field removed",
+        "pexpire" | "expire" => "renewed",
+        "del" => "released (deleted)",
+        "expired" => "expired",
+        other => other,
+    }
+}
+
+/// What a message on a release channel means (`rwlock`: the read-write lock's channel).
+fn release_message(rwlock: bool, payload: &str) -> &'static str {
+    match (rwlock, payload) {
+        (true, "1") => "write lock released: every waiter may go",
+        (_, "0") | (_, "1") => "released: a waiter may go",
+        _ => "message",
+    }
 }
 
 fn client(server: &Server, info: redis::ConnectionInfo) -> Result<redis::Client, Failure> {
