@@ -130,6 +130,7 @@ mod runtime;
 mod scripts;
 mod subscription;
 mod sync;
+mod trace;
 #[cfg(feature = "actix-web")]
 pub mod web;
 

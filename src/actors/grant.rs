@@ -26,6 +26,8 @@ pub struct Grant {
     /// A fenced lock's token for this acquisition.
     token: Option<u64>,
     lost: watch::Receiver<bool>,
+    /// Whether the request waited for it (its first attempt found the lock taken).
+    waited: bool,
     /// Whether dropping it still has to release its hold.
     armed: bool,
 }
@@ -37,7 +39,7 @@ impl Grant {
         (holder, kind): HoldKey,
         epoch: u64,
         lost: watch::Receiver<bool>,
-        token: Option<u64>,
+        (token, waited): (Option<u64>, bool),
     ) -> Self {
         Self {
             actor,
@@ -48,6 +50,7 @@ impl Grant {
             epoch,
             token,
             lost,
+            waited,
             armed: true,
         }
     }
@@ -86,6 +89,12 @@ impl Grant {
     /// A fenced lock's token for this acquisition (`None` for other kinds).
     pub fn token(&self) -> Option<u64> {
         self.token
+    }
+
+    /// Whether the request waited for this grant: its first attempt found the lock taken, and
+    /// it was granted later (woken by a release's message, a hand-off or the holder's TTL).
+    pub fn waited(&self) -> bool {
+        self.waited
     }
 
     /// Whether the lock is known to be lost (or its actor stopped renewing it).

@@ -27,6 +27,8 @@ pub struct Permits {
     pub(super) ids: Vec<u8>,
     pub(super) epoch: u64,
     pub(super) lost: watch::Receiver<bool>,
+    /// Whether the request waited for them.
+    pub(super) waited: bool,
     /// Whether dropping them still has to give them back.
     pub(super) armed: bool,
 }
@@ -56,6 +58,13 @@ impl Permits {
     /// for a plain semaphore.
     pub fn ids(&self) -> Vec<String> {
         self.ids.chunks(16).map(hex).collect()
+    }
+
+    /// Whether the request waited for these permits: too few were free at first (or other
+    /// local waiters were ahead), and they came later (a release's message, a hand-off, an
+    /// expiry).
+    pub fn waited(&self) -> bool {
+        self.waited
     }
 
     /// Whether the permits are known to be lost: their lease ran out, or renewal found them gone

@@ -60,6 +60,8 @@ struct Waiting {
     /// attempt.
     ids: Vec<u8>,
     since: metrics::Since,
+    /// Whether it was left waiting: queued at arrival, or an attempt fell short.
+    waited: bool,
 }
 
 /// Permits granted here and not yet given back.
@@ -225,6 +227,7 @@ impl SyncActor {
                     Ok(_) => Tried::Short { retry_in: None },
                     Err(e) => Tried::Failed(e),
                 };
+                act.note_short(id, &tried);
                 act.state.tried(id, tried, Instant::now());
                 act.apply(ctx);
             }));
@@ -265,9 +268,19 @@ impl SyncActor {
                 }
                 Err(e) => Tried::Failed(e),
             };
+            act.note_short(id, &tried);
             act.state.tried(id, tried, Instant::now());
             act.apply(ctx);
         }));
+    }
+
+    /// An attempt that fell short leaves its waiter waiting.
+    fn note_short(&mut self, id: WaiterId, tried: &Tried) {
+        if matches!(tried, Tried::Short { .. })
+            && let Some(w) = self.waiting.get_mut(&id)
+        {
+            w.waited = true;
+        }
     }
 
     /// Answers waiter `id`'s caller. Permits that reach nobody come back and their drop gives
@@ -299,12 +312,12 @@ impl SyncActor {
             }
             SyncTx::Permits(tx) => {
                 let reply = match answer {
-                    Answer::Done => Ok(Some(self.grant(
-                        waiting.permits,
-                        waiting.ids,
-                        waiting.lease,
-                        ctx,
-                    ))),
+                    Answer::Done => {
+                        let mut permits =
+                            self.grant(waiting.permits, waiting.ids, waiting.lease, ctx);
+                        permits.waited = waiting.waited;
+                        Ok(Some(permits))
+                    }
                     Answer::TimedOut => Ok(None),
                     Answer::Failed(e) => Err(e),
                 };
@@ -364,6 +377,7 @@ impl SyncActor {
             ids,
             epoch,
             lost: rx,
+            waited: false,
             armed: true,
         }
     }
@@ -571,10 +585,16 @@ impl SyncActor {
                 lease,
                 ids,
                 since: metrics::Since::now(),
+                waited: false,
             },
         );
         metrics::sync_waiters(self.kind.label(), 1.0);
         self.state.arrive(id, permits, matches!(wait, Wait::No));
+        if !self.state.is_trying(id)
+            && let Some(w) = self.waiting.get_mut(&id)
+        {
+            w.waited = true;
+        }
         self.apply(ctx);
     }
 }

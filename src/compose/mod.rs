@@ -23,6 +23,8 @@ pub use redlock::{DEFAULT_MEMBER_TIMEOUT, RedLock};
 
 use crate::actors::messages::Wait;
 use crate::error::LockError;
+use tracing::Instrument;
+
 use crate::lock::Lock;
 use crate::lock::LockGuard;
 
@@ -147,6 +149,23 @@ impl Plan<'_> {
 
 /// Takes a quorum of `plan`'s members with `lease` (`None`: watchdog), waiting as `wait` says.
 pub(crate) async fn acquire(
+    plan: &Plan<'_>,
+    lease: Option<Duration>,
+    wait: Wait,
+) -> Result<Option<CompositeGuard>, LockError> {
+    let names: Vec<&str> = plan.members.iter().map(Lock::name).collect();
+    let kind = if plan.redlock { "RedLock" } else { "MultiLock" };
+    let span = crate::trace::acquire(&names.join(","), &kind, wait);
+    let res = take(plan, lease, wait).instrument(span.clone()).await;
+    // A composition waited when any member did, or when it had to wait for a member.
+    crate::trace::acquired(&span, &res, |g: &CompositeGuard| {
+        g.guards.iter().any(|m| m.waited())
+    });
+    res
+}
+
+/// [`acquire`], without its span.
+async fn take(
     plan: &Plan<'_>,
     lease: Option<Duration>,
     wait: Wait,

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use crate::actors::Grant;
 use crate::actors::messages::Release;
+use tracing::Instrument;
+
 use crate::error::LockError;
 use crate::manager::Inner;
 
@@ -60,11 +62,14 @@ impl LockGuard {
     /// ```
     pub async fn release(self) -> Result<(), LockError> {
         let Self { grant, manager } = self;
+        let span = crate::trace::release(grant.name(), &grant.kind());
         let actor = grant.actor().clone();
         let res = actor
             .send(Release(grant))
+            .instrument(span.clone())
             .await
             .unwrap_or(Err(LockError::Shutdown));
+        crate::trace::released(&span, &res);
         drop(manager);
         res
     }

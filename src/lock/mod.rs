@@ -15,8 +15,10 @@ pub use guard::LockGuard;
 pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
-use crate::actors::LockActor;
+use tracing::Instrument;
+
 use crate::actors::messages::{Acquire, Wait};
+use crate::actors::{Grant, LockActor};
 use crate::error::LockError;
 use crate::keys;
 use crate::manager::Inner;
@@ -225,8 +227,12 @@ impl Lock {
             wait,
             kind: self.kind,
         };
-        let granted = self.actor.send(resolve, acquire).await??;
-        Ok(granted.map(|g| LockGuard::from(g).keeping(self.mgr.clone())))
+        let span = crate::trace::acquire(&self.name, &self.kind, wait);
+        let granted = async { self.actor.send(resolve, acquire).await? }
+            .instrument(span.clone())
+            .await;
+        crate::trace::acquired(&span, &granted, Grant::waited);
+        Ok(granted?.map(|g| LockGuard::from(g).keeping(self.mgr.clone())))
     }
 }
 

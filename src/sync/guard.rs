@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use crate::actors::Permits;
 use crate::actors::messages::ReleasePermits;
+use tracing::Instrument;
+
 use crate::error::LockError;
 use crate::manager::Inner;
 
@@ -54,11 +56,15 @@ impl PermitGuard {
     /// held are given back all the same); Redis errors, after resending while the outcome was
     /// unknown.
     pub async fn release(self) -> Result<(), LockError> {
+        let span = crate::trace::release(self.permits.name(), &self.permits.kind());
         let actor = self.permits.actor().clone();
-        actor
+        let res = actor
             .send(ReleasePermits(self.permits))
+            .instrument(span.clone())
             .await
-            .map_err(|_| LockError::Shutdown)?
+            .unwrap_or(Err(LockError::Shutdown));
+        crate::trace::released(&span, &res);
+        res
     }
 
     /// Keeps the permits taken after the guard is gone: nothing gives them back (a plain

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Handle;
-use crate::actors::messages::{Adjustment, AwaitLatch, Wait};
+use crate::actors::messages::{Adjustment, Wait};
 use crate::error::LockError;
 use crate::manager::Inner;
 use crate::scripts::SyncKind;
@@ -76,12 +76,7 @@ impl CountDownLatch {
     /// # Cancel safety
     /// Dropping the future removes the waiter.
     pub async fn wait(&self) -> Result<(), LockError> {
-        let open = self
-            .handle
-            .send(AwaitLatch {
-                wait: Wait::Forever,
-            })
-            .await?;
+        let open = self.handle.await_latch(Wait::Forever).await?;
         if open {
             Ok(())
         } else {
@@ -97,10 +92,6 @@ impl CountDownLatch {
     /// # Cancel safety
     /// As [`wait`](Self::wait).
     pub async fn wait_for(&self, timeout: Duration) -> Result<bool, LockError> {
-        self.handle
-            .send(AwaitLatch {
-                wait: Wait::Up(timeout),
-            })
-            .await
+        self.handle.await_latch(Wait::Up(timeout)).await
     }
 }

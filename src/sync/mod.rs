@@ -20,6 +20,8 @@ pub use latch::CountDownLatch;
 pub use permit::PermitSemaphore;
 pub use semaphore::Semaphore;
 
+use tracing::Instrument;
+
 use crate::actors::SyncActor;
 use crate::actors::messages::{AcquirePermits, Adjust, Adjustment, Wait};
 use crate::error::LockError;
@@ -77,11 +79,24 @@ impl Handle {
             lease,
             wait,
         };
-        let granted = self.send(msg).await?;
-        Ok(granted.map(|p| PermitGuard::new(p, self.mgr.clone())))
+        let span = crate::trace::acquire(&self.name, &self.kind, wait);
+        let granted = self.send(msg).instrument(span.clone()).await;
+        crate::trace::acquired(&span, &granted, crate::actors::Permits::waited);
+        Ok(granted?.map(|p| PermitGuard::new(p, self.mgr.clone())))
     }
 
     /// The free permits, or a latch's count, read without a message (a plain GET).
+    /// Waits for a latch to open (`AwaitLatch`), in a span.
+    async fn await_latch(&self, wait: Wait) -> Result<bool, LockError> {
+        let span = crate::trace::acquire(&self.name, &self.kind, wait);
+        let res = self
+            .send(crate::actors::messages::AwaitLatch { wait })
+            .instrument(span.clone())
+            .await;
+        crate::trace::opened(&span, &res);
+        res
+    }
+
     async fn read(&self) -> Result<i64, LockError> {
         self.mgr.commands.check_name(&self.name)?;
         self.mgr.commands.read_counter(&self.name).await

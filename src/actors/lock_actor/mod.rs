@@ -124,6 +124,7 @@ impl LockActor {
             metrics::waiters(*kind, -1.0);
             metrics::answered(*kind, outcome, *since);
         }
+        let waited = matches!(&caller, Some((Caller::Watched(_), _, _)));
         let reply = match answer {
             Answer::Granted { key, epoch, token } => {
                 let (lost, _) = self.lost.entry(epoch).or_insert_with(|| {
@@ -137,7 +138,7 @@ impl LockActor {
                     key,
                     epoch,
                     lost,
-                    token,
+                    (token, waited),
                 )))
             }
             Answer::TimedOut => Ok(None),

@@ -128,6 +128,11 @@ impl SyncState {
         self.waiters.is_empty()
     }
 
+    /// Whether waiter `id` has an attempt under way.
+    pub(crate) fn is_trying(&self, id: WaiterId) -> bool {
+        self.position(id).is_some_and(|at| self.waiters[at].trying)
+    }
+
     /// Whether waiter `id` is still waiting.
     pub(crate) fn has(&self, id: WaiterId) -> bool {
         self.position(id).is_some()

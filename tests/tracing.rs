@@ -1,0 +1,144 @@
+//! The spans lockman opens, as a subscriber sees them: one per acquire and release, with the
+//! name, kind, wait, outcome and whether the request waited, for locks, semaphores and latches.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lockman::LockManager;
+use support::RedisServer;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Every closed span: its name and fields.
+type Closed = Arc<Mutex<Vec<(String, BTreeMap<String, String>)>>>;
+
+struct Capture(Closed);
+
+#[derive(Default)]
+struct Fields(BTreeMap<String, String>);
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().to_owned(), value.to_string());
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(fields);
+        }
+    }
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(fields) = span.extensions_mut().get_mut::<Fields>()
+        {
+            values.record(fields);
+        }
+    }
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(&id) {
+            let fields = span
+                .extensions()
+                .get::<Fields>()
+                .map(|f| f.0.clone())
+                .unwrap_or_default();
+            self.0
+                .lock()
+                .unwrap()
+                .push((span.name().to_owned(), fields));
+        }
+    }
+}
+
+fn field<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> &'a str {
+    fields.get(name).map_or("", String::as_str)
+}
+
+#[test]
+fn every_acquire_and_release_has_a_span_with_its_outcome() {
+    let server = RedisServer::start();
+    let closed: Closed = Arc::default();
+    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
+    let _default = tracing::subscriber::set_default(subscriber);
+    // A current-thread runtime on this thread: the handles run here, under the subscriber.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mgr = LockManager::connect(&server.url()).await.unwrap();
+        let (a, b) = (mgr.lock("traced"), mgr.lock("traced"));
+        let held = a.acquire().await.unwrap();
+        let waiter = tokio::spawn(async move { b.acquire().await.unwrap().release().await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held.release().await.unwrap();
+        waiter.await.unwrap().unwrap();
+        let busy = mgr.lock("traced").acquire().await.unwrap();
+        let none = mgr.lock("traced").try_acquire().await.unwrap();
+        assert!(none.is_none());
+        busy.release().await.unwrap();
+        let sem = mgr.permit_semaphore("traced-sem");
+        sem.try_set_permits(1).await.unwrap();
+        sem.acquire(1).await.unwrap().release().await.unwrap();
+        let latch = mgr.count_down_latch("traced-latch");
+        assert!(latch.wait_for(Duration::from_millis(10)).await.unwrap());
+        mgr.shutdown().await;
+    });
+    let closed = closed.lock().unwrap();
+    let acquires: Vec<_> = closed
+        .iter()
+        .filter(|(n, _)| n == "lockman.acquire")
+        .collect();
+    let releases: Vec<_> = closed
+        .iter()
+        .filter(|(n, _)| n == "lockman.release")
+        .collect();
+    let locks: Vec<_> = acquires
+        .iter()
+        .filter(|(_, f)| field(f, "name") == "traced")
+        .map(|(_, f)| (field(f, "outcome"), field(f, "waited"), field(f, "wait")))
+        .collect();
+    // The first holder, the waiter (in the order their spans closed), the third, the try.
+    assert_eq!(locks.len(), 4, "{closed:?}");
+    assert!(
+        locks.contains(&("acquired", "false", "Forever")),
+        "{locks:?}"
+    );
+    assert!(
+        locks.contains(&("acquired", "true", "Forever")),
+        "the waiter waited: {locks:?}"
+    );
+    assert!(locks.contains(&("timed_out", "true", "No")), "{locks:?}");
+    assert_eq!(
+        releases
+            .iter()
+            .filter(|(_, f)| field(f, "outcome") == "released")
+            .count(),
+        4
+    );
+    let sem = acquires
+        .iter()
+        .find(|(_, f)| field(f, "name") == "traced-sem")
+        .unwrap();
+    assert_eq!(field(&sem.1, "kind"), "PermitSemaphore");
+    assert_eq!(field(&sem.1, "outcome"), "acquired");
+    let latch = acquires
+        .iter()
+        .find(|(_, f)| field(f, "name") == "traced-latch")
+        .unwrap();
+    assert_eq!(field(&latch.1, "outcome"), "opened");
+}
