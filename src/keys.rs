@@ -8,7 +8,7 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// hash tag decides the Redis Cluster slot and every key of one lock lands in one slot.
 pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     // Built by hand: this runs for every release and every waiter, and `format!` took about
-    // three times as many instructions here (callgrind, issue 5).
+    // three times as many instructions here (callgrind).
     let tagged = !name.contains('{');
     let mut key = String::with_capacity(prefix.len() + name.len() + 3);
     key.push_str(prefix);

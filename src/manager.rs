@@ -225,8 +225,10 @@ impl LockManager {
         self.inner.registry.send(CountLive).await.unwrap_or(0)
     }
 
-    /// Stops renewals, releases every lock this manager holds, fails its waiters with
-    /// [`LockError::Shutdown`], and closes its connections. Later calls fail with `Shutdown`.
+    /// Stops renewals, releases every lock and permit this manager holds, fails its waiters with
+    /// [`LockError::Shutdown`], and closes its pub/sub connection. Later calls fail with
+    /// `Shutdown`. The command connections close when the last handle (manager, lock, guard)
+    /// is dropped.
     pub async fn shutdown(&self) {
         let _ = self.inner.registry.send(Shutdown { release: true }).await;
     }

@@ -31,18 +31,19 @@ pub struct Watchdog {
     timeout: Duration,
     interval: Duration,
     /// Holds to renew, by (name, holder, kind): from `Track` to `Untrack` or loss.
-    tracked: FxHashMap<HoldKey, Tracked>,
+    tracked: FxHashMap<RenewKey, Tracked>,
     /// Whether a tick's renewals are still under way (a slow Redis must not pile them up).
     ticking: bool,
     /// Set by `Halt`: no more renewals.
     halted: bool,
 }
 
-type HoldKey = (Arc<str>, Arc<str>, Renewal);
+/// What one tracked renewal is: (name, holder or permit ids, what is renewed).
+type RenewKey = (Arc<str>, Arc<str>, Renewal);
 
 /// One renewal script call: holds of one kind (and, in a cluster, of one slot), with the epoch
 /// each was tracked under.
-type Batch = Vec<(HoldKey, u64)>;
+type Batch = Vec<(RenewKey, u64)>;
 
 struct Tracked {
     epoch: u64,
@@ -175,7 +176,7 @@ impl Watchdog {
         }
     }
 
-    fn lost(&mut self, key: HoldKey, epoch: u64) {
+    fn lost(&mut self, key: RenewKey, epoch: u64) {
         if self.tracked.get(&key).is_none_or(|t| t.epoch != epoch) {
             return;
         }

@@ -61,17 +61,17 @@ impl Commands {
     }
 
     /// Puts `call` behind `latch` (`latch.lua`): the holder's latch key as the last key; the
-    /// request's id, the side and the latch's PTTL as the last arguments.
+    /// request's id, its role and the latch's PTTL as the last arguments.
     fn latched(
         &self,
         call: &mut redis::ScriptInvocation<'_>,
         (name, field): (&str, &str),
         latch: Latch,
-        side: Side,
+        role: LatchRole,
     ) {
         call.key(keys::latch(name, field))
             .arg(latch.id)
-            .arg(side.flag())
+            .arg(role.flag())
             .arg(self.latch_ttl);
     }
 
@@ -163,7 +163,7 @@ impl Commands {
             &mut call,
             (name, &kind.field(holder)),
             *latch,
-            Side::Acquire,
+            LatchRole::Acquire,
         );
         let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
         let attempt = decode_attempt(kind, reply)?;
@@ -230,7 +230,12 @@ impl Commands {
             }
         };
         let latch = latch.copied().unwrap_or_else(Latch::new);
-        self.latched(&mut call, (name, &kind.field(holder)), latch, Side::Release);
+        self.latched(
+            &mut call,
+            (name, &kind.field(holder)),
+            latch,
+            LatchRole::Release,
+        );
         match self.run("release", key, call).await? {
             Value::Nil => Ok(Released::NotHeld),
             Value::Int(0) => Ok(Released::StillHeld),
@@ -259,7 +264,7 @@ impl Commands {
             .arg(millis(to_lease))
             .arg(if kind == LockKind::Fenced { "1" } else { "0" });
         call.key(keys::latch(name, from));
-        self.latched(&mut call, (name, to), *latch, Side::HandOff);
+        self.latched(&mut call, (name, to), *latch, LatchRole::HandOff);
         match self.run("hand off", key, call).await? {
             Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
             Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
@@ -443,7 +448,7 @@ impl Commands {
 
 /// What a latched script is, for `latch.lua`: which replies it keeps, and where.
 #[derive(Clone, Copy)]
-enum Side {
+enum LatchRole {
     /// An acquire: any reply but a PTTL.
     Acquire,
     /// A release.
@@ -452,12 +457,12 @@ enum Side {
     HandOff,
 }
 
-impl Side {
+impl LatchRole {
     fn flag(self) -> &'static str {
         match self {
-            Side::Acquire => "a",
-            Side::Release => "r",
-            Side::HandOff => "h",
+            LatchRole::Acquire => "a",
+            LatchRole::Release => "r",
+            LatchRole::HandOff => "h",
         }
     }
 }
