@@ -33,28 +33,28 @@ use redis::aio::ConnectionManager;
 const BATCH: u32 = 200;
 const BATCHES: usize = 15;
 
-/// lockman's scripts, joined exactly as `src/scripts/sync.rs` joins them.
+/// lockman's scripts, joined exactly as `src/protocol/sync.rs` joins them.
 macro_rules! latched {
     ($($part:literal),+) => {
         LazyLock::new(|| Script::new(concat!(
             "local function body()\n",
-            include_str!("../src/scripts/sync/counter.lua"),
+            include_str!("../src/protocol/sync/counter.lua"),
             $(include_str!($part),)+
             "end\n",
-            include_str!("../src/scripts/sync/latch.lua")
+            include_str!("../src/protocol/sync/latch.lua")
         )))
     };
 }
 static PERMIT_ACQUIRE: LazyLock<Script> = latched!(
-    "../src/scripts/sync/permit_reclaim.lua",
-    "../src/scripts/sync/permit_acquire.lua"
+    "../src/protocol/sync/permit_reclaim.lua",
+    "../src/protocol/sync/permit_acquire.lua"
 );
 static PERMIT_RELEASE: LazyLock<Script> = latched!(
-    "../src/scripts/sync/permit_reclaim.lua",
-    "../src/scripts/sync/permit_release.lua"
+    "../src/protocol/sync/permit_reclaim.lua",
+    "../src/protocol/sync/permit_release.lua"
 );
-static SEM_ACQUIRE: LazyLock<Script> = latched!("../src/scripts/sync/semaphore_acquire.lua");
-static SEM_RELEASE: LazyLock<Script> = latched!("../src/scripts/sync/semaphore_release.lua");
+static SEM_ACQUIRE: LazyLock<Script> = latched!("../src/protocol/sync/semaphore_acquire.lua");
+static SEM_RELEASE: LazyLock<Script> = latched!("../src/protocol/sync/semaphore_release.lua");
 
 static REQUEST: AtomicU64 = AtomicU64::new(1);
 

@@ -72,36 +72,22 @@
 //!
 //! ## Architecture
 //!
-//! | piece | what it owns |
-//! |---|---|
-//! | [`LockManager`], [`Lock`], [`LockGuard`] (`manager`, `lock`) | nothing but addresses: thin handles that send messages |
-//! | [`FairLock`], [`ReadWriteLock`], [`FencedLock`] (`lock/*`) | the other kinds: `Lock` with another [`LockKind`] |
-//! | [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync`) | the synchronizers' handles: messages to a [`SyncActor`] |
-//! | [`Acquire`], [`Release`], [`Grant`] (`actors::messages`, `actors::grant`) | the public messages and the hold they grant; actix users may send them to a [`LockActor`] |
-//! | `Registry` (`actors::registry`) | lock name → its lock actor, started on demand |
-//! | [`LockActor`] (`actors::lock_actor`) | one per name in use: the shell that runs its `LockState`'s effects; every acquire and release of the name goes through it; stops when idle |
-//! | `LockState` (`actors::lock_state`) | the rules of one name, pure: waiters, holds, hand-offs, retries, requests of unknown outcome resent; events in, effects out |
-//! | [`SyncActor`] (`actors::sync_actor`) | one per semaphore, permit semaphore or latch name in use: its waiters, subscription and permits; stops when idle |
-//! | `SyncState` (`actors::sync_state`) | the waiting rules of one synchronizer, pure |
-//! | `Crowd` (`actors::crowd`) | one future watching every waiter's caller and deadline, for both actor kinds |
-//! | `PubSubActor` (`actors::pubsub`) | the pub/sub connection; routes unlock and permit messages; supervised |
-//! | `Watchdog` (`actors::watchdog`) | batched renewal of every held lock and permit without a lease; supervised |
-//! | `FailoverWatch` (`actors::failover`) | with Sentinel: follows the primary, moves the others; supervised |
-//! | `scripts` (`*.lua`, `scripts::commands`, `scripts::kind`, `scripts::sync`) | the protocol: one Lua script per operation, by EVALSHA |
-//! | `scripts::conn` | the command connections; replica sync; the start-time ACL check |
-//! | `connect`, `cluster` | where Redis is (URL, TLS, Sentinel, Cluster); typed connection failures; redaction |
-//! | `subscription` | the pub/sub connection of one server or a cluster (SUBSCRIBE or SSUBSCRIBE) |
-//! | `keys` | the names of keys and channels (Redisson's layout, `docs/protocol.md`) |
-//! | [`MultiLock`], [`RedLock`] (`compose`) | all, or a majority, of several `Lock`s on several servers |
-//! | `metrics` | the `metrics` feature: what the actors report, through the `metrics` facade |
-//! | `web` (`actix-web` feature) | a lock per HTTP request: an extractor over the handles |
-//! | `src/bin/lockman` (`cli` feature) | the `lockman` command, over the public API only |
+//! The folders are the layers, top to bottom; each imports only from the ones below it
+//! (`tests/layers.rs` checks it, and that no module imports one that imports it back):
 //!
-//! Dependencies point one way: handles (`manager`, `lock`, `sync`, `compose`) → `actors` → protocol
-//! (`scripts`, `keys`) → connections (`connect`, `cluster`, `subscription`) → redis. Nothing under
-//! `actors` knows the handles: a lock actor replies a [`Grant`], which the handle wraps into a
-//! [`LockGuard`], and the guard's release is a [`Release`] to that same actor. Handles share
-//! nothing with the actors but messages and the lost signal a grant carries.
+//! | layer | what is there |
+//! |---|---|
+//! | `handles/` | what users hold, owning nothing but addresses: [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
+//! | `actors/` | one [`LockActor`] per lock name in use (`lock_actor/`, with the [`Grant`] and the public [`Acquire`] and [`Release`] it answers), the shell of a pure `LockState` (`lock_state/`: waiters, holds, hand-offs, requests of unknown outcome resent; events in, effects out); one [`SyncActor`] per synchronizer name (`sync_actor/`, with [`Permits`], [`AcquirePermits`], [`ReleasePermits`]), the shell of a pure `SyncState` (`sync_state/`); the `Crowd` serving both kinds' waiters (`crowd.rs`); the `Registry` (name → actor, started on demand); the supervised `PubSubActor` (routes every channel's messages), `Watchdog` (batched renewal of locks and permits without a lease) and `FailoverWatch` (Sentinel); what they all need (`services.rs`), how they start (`system.rs`), and the messages they exchange, which name no actor type (`messages.rs`) |
+//! | `metrics.rs` | the `metrics` feature: what the actors report |
+//! | `protocol/` | one Lua script per operation, run by EVALSHA (`*.lua`, `sync/*.lua`), their typed calls (`commands.rs`, `sync.rs`), the lock kinds (`kind.rs`), the names of keys and channels (`keys.rs`, Redisson's layout, `docs/protocol.md`), the start-time permission probe (`probe.rs`) |
+//! | `connections/` | URLs and TLS (`url.rs`), typed connection failures (`failure.rs`), one server or Sentinel's primary (`endpoint.rs`), a Redis Cluster (`cluster.rs`), the command connections and replica sync (`command.rs`), the pub/sub connection (`subscription.rs`) |
+//! | `config/`, `error.rs` | the settings (with the redaction of passwords, `redact.rs`) and the one error type |
+//!
+//! `src/bin/lockman` (`cli` feature) is the `lockman` command, over the public API only.
+//! Nothing under `actors/` knows the handles: a lock actor replies a [`Grant`], which the handle
+//! wraps into a [`LockGuard`], and the guard's release is a [`Release`] to that same actor.
+//! Handles share nothing with the actors but messages and the lost signal a grant carries.
 //!
 //! A request whose reply never came (a time-out, a reset connection, a caller gone mid-trip) is
 //! resent with the same request id: every lock script records its outcome under that id for a
@@ -116,32 +102,22 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod actors;
-mod cluster;
-mod compose;
 mod config;
-mod connect;
+mod connections;
 mod error;
-mod keys;
-mod lock;
-mod manager;
+mod handles;
 mod metrics;
-mod reach;
-mod runtime;
-mod scripts;
-mod subscription;
-mod sync;
-mod trace;
-#[cfg(feature = "actix-web")]
-pub mod web;
+mod protocol;
 
-pub use actors::messages::{
-    Acquire, AcquirePermits, Adjust, Adjustment, AwaitLatch, Release, ReleasePermits, Wait,
-};
+#[cfg(feature = "actix-web")]
+pub use handles::web;
+
+pub use actors::messages::{Adjust, Adjustment, AwaitLatch, Wait};
 pub use actors::{
-    AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, Permits, ReleaseReply, SyncActor,
-    SyncDone, SyncReply,
+    Acquire, AcquirePermits, AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, Permits, Release,
+    ReleasePermits, ReleaseReply, SyncActor, SyncDone, SyncReply,
 };
-pub use compose::{
+pub use handles::compose::{
     CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,
 };
 
@@ -150,11 +126,13 @@ pub use config::{
     DEFAULT_WATCHDOG_TIMEOUT, MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
 };
 pub use error::{LockError, TlsFailure};
-pub use keys::release_channels;
-pub use lock::{
+pub use handles::lock::{
     FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
     ReadLock, ReadWriteLock, WriteLock,
 };
-pub use manager::LockManager;
-pub use scripts::{LockKind, SyncKind};
-pub use sync::{CountDownLatch, HeldPermit, PermitGuard, PermitSemaphore, Semaphore, SyncInfo};
+pub use handles::manager::LockManager;
+pub use handles::sync::{
+    CountDownLatch, HeldPermit, PermitGuard, PermitSemaphore, Semaphore, SyncInfo,
+};
+pub use protocol::keys::release_channels;
+pub use protocol::{LockKind, SyncKind};

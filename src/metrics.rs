@@ -8,7 +8,7 @@
 #[cfg(feature = "metrics")]
 use std::time::Instant;
 
-use crate::scripts::LockKind;
+use crate::protocol::LockKind;
 
 /// When an acquire request arrived: an `Instant` with the feature, nothing without.
 #[derive(Clone, Copy, Debug)]

@@ -9,12 +9,12 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../src/scripts/acquire.lua")));
-// lockman's release script: its prologue, then its tail (src/scripts/mod.rs).
+    LazyLock::new(|| Script::new(include_str!("../../src/protocol/acquire.lua")));
+// lockman's release script: its prologue, then its tail (src/protocol/mod.rs).
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("../../src/scripts/release_prologue.lua"),
-        include_str!("../../src/scripts/release.lua")
+        include_str!("../../src/protocol/release_prologue.lua"),
+        include_str!("../../src/protocol/release.lua")
     ))
 });
 

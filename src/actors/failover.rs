@@ -13,10 +13,11 @@ use actix::WeakAddr;
 use actix::prelude::*;
 
 use super::messages::{Reconnect, RenewNow};
-use super::{PubSubActor, Watchdog};
+use super::pubsub::PubSubActor;
+use super::watchdog::Watchdog;
 use crate::config::Config;
-use crate::connect::address;
-use crate::scripts::Commands;
+use crate::connections::url::address;
+use crate::protocol::Commands;
 
 /// How often the sentinels are asked, as Redisson does.
 const POLL: Duration = Duration::from_secs(1);

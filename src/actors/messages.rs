@@ -1,40 +1,21 @@
-//! Every message the actors exchange, in one place. [`Acquire`] and [`Release`] are public: the
-//! handles send exactly these, and an actix user may send them to a
-//! [`LockActor`](super::LockActor) directly (see `examples/messages.rs`).
+//! The messages the actors say to each other, in one place, naming no actor type: where a
+//! message carries a return address it is a `WeakRecipient`. The requests a caller sends and the
+//! grants they answer with live beside the actor that answers them ([`Acquire`] and [`Release`]
+//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `permits`), and the registry's
+//! in `registry`.
+//!
+//! [`Acquire`]: super::lock_actor::Acquire
+//! [`Release`]: super::lock_actor::Release
+//! [`AcquirePermits`]: super::permits::AcquirePermits
+//! [`ReleasePermits`]: super::permits::ReleasePermits
 
 use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, Message, WeakRecipient};
 use std::sync::Arc;
-use std::time::Duration;
 
 pub use super::lock_state::Wait;
-use super::{Grant, LockActor, Permits, SyncActor};
 use crate::error::LockError;
-use crate::scripts::{LockKind, SyncKind};
-
-/// Take the lock for `holder`: the reply is a [`Grant`], or `None` when the wait ran out.
-///
-/// A lock taken with `lease: None` is renewed by the watchdog while held; one taken with a lease
-/// expires by itself after it. Dropping the reply (or the request) never leaks a hold: a grant
-/// that reaches nobody releases the lock.
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<Option<Grant>, LockError>")]
-pub struct Acquire {
-    /// The holder, `<client id>:<n>` (see [`Lock::holder_id`](crate::Lock::holder_id)).
-    pub holder: String,
-    /// The lease; `None` for the watchdog.
-    pub lease: Option<Duration>,
-    /// How long to wait while the lock is busy.
-    pub wait: Wait,
-    /// Which lock: [`LockKind::Reentrant`], or another kind served by the same actor family
-    /// (both sides of a read-write lock go to one actor).
-    pub kind: LockKind,
-}
-
-/// Release the hold of one grant. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.
-#[derive(Debug, Message)]
-#[rtype(result = "Result<(), LockError>")]
-pub struct Release(pub Grant);
+use crate::protocol::{LockKind, SyncKind};
 
 /// A guard was dropped: release its hold in the background.
 #[derive(Message)]
@@ -77,14 +58,6 @@ pub(crate) struct HoldLost {
 #[rtype(result = "()")]
 pub(crate) struct StopLock {
     pub release: bool,
-}
-
-/// Registry: the live lock actor of `name`, started when there is none.
-#[derive(Message)]
-#[rtype(result = "Result<Addr<LockActor>, LockError>")]
-pub(crate) struct Resolve {
-    pub kind: LockKind,
-    pub name: Arc<str>,
 }
 
 /// Registry: the lock actor `id` of `name` has stopped.
@@ -203,31 +176,6 @@ impl Listener {
 
 // The synchronizers' messages: public ones first, as for the locks.
 
-/// Take `permits` permits of a semaphore or a permit semaphore, served by its
-/// [`SyncActor`](super::SyncActor): the reply is the [`Permits`] taken, or `None` when the wait
-/// ran out. Dropping the reply (or the request) never leaks permits: permits that reach nobody
-/// are given back.
-///
-/// A permit semaphore's permits taken with `lease: None` are renewed by the watchdog while held
-/// and come back within the watchdog timeout when their process dies; with a lease they expire
-/// after it. A plain semaphore's permits have no lease (Redisson's semaphore keeps none).
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<Option<Permits>, LockError>")]
-pub struct AcquirePermits {
-    /// How many permits, at least 1.
-    pub permits: u32,
-    /// A permit semaphore's lease; `None` for the watchdog. Ignored by a plain semaphore.
-    pub lease: Option<Duration>,
-    /// How long to wait while too few are free.
-    pub wait: Wait,
-}
-
-/// Give back the permits of one grant. Replies [`LockError::NotHeld`] when a permit
-/// semaphore's permits were lost meanwhile (expired, or reclaimed by another client).
-#[derive(Debug, Message)]
-#[rtype(result = "Result<(), LockError>")]
-pub struct ReleasePermits(pub Permits);
-
 /// Wait until a count-down latch is open: `true` when it opened (or was), `false` when the wait
 /// ran out first.
 #[derive(Clone, Copy, Debug, Message)]
@@ -311,14 +259,6 @@ pub(crate) struct GiveBack {
 #[rtype(result = "()")]
 pub(crate) struct StopSync {
     pub release: bool,
-}
-
-/// Registry: the live synchronizer actor of `kind` named `name`, started when there is none.
-#[derive(Message)]
-#[rtype(result = "Result<Addr<SyncActor>, LockError>")]
-pub(crate) struct ResolveSync {
-    pub kind: SyncKind,
-    pub name: Arc<str>,
 }
 
 /// Registry: the synchronizer actor `id` has stopped.

@@ -11,9 +11,9 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::messages::*;
-use crate::connect::Endpoint;
+use crate::connections::endpoint::Endpoint;
+use crate::connections::subscription::{self, Heard, Sink};
 use crate::error::LockError;
-use crate::subscription::{self, Heard, Sink};
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -175,7 +175,7 @@ impl StreamHandler<Heard> for PubSubActor {
             .map(|r| r.actor.unlocked.upgrade())
         {
             Some(Some(actor)) => {
-                let all = payload == crate::keys::WAKE_ALL_MESSAGE.as_bytes();
+                let all = payload == crate::protocol::keys::WAKE_ALL_MESSAGE.as_bytes();
                 let count = std::str::from_utf8(&payload)
                     .ok()
                     .and_then(|p| p.parse().ok());

@@ -12,10 +12,28 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
+use super::lock_actor::LockActor;
 use super::messages::*;
-use super::{LockActor, Services, SyncActor};
+use super::services::Services;
+use super::sync_actor::SyncActor;
 use crate::error::LockError;
-use crate::scripts::{LockKind, SyncKind};
+use crate::protocol::{LockKind, SyncKind};
+
+/// Registry: the live lock actor of `name`, started when there is none.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<LockActor>, LockError>")]
+pub(crate) struct Resolve {
+    pub kind: LockKind,
+    pub name: Arc<str>,
+}
+
+/// Registry: the live synchronizer actor of `kind` named `name`, started when there is none.
+#[derive(Message)]
+#[rtype(result = "Result<Addr<SyncActor>, LockError>")]
+pub(crate) struct ResolveSync {
+    pub kind: SyncKind,
+    pub name: Arc<str>,
+}
 
 /// Lock actor ids, for every manager of the process.
 static NEXT_ACTOR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -62,7 +80,7 @@ impl Handler<Resolve> for Registry {
         }
         // Unique in the process, not only in this manager: a grant names its actor by it.
         let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (svc, me) = (self.svc.clone(), ctx.address().downgrade());
+        let (svc, me) = (self.svc.clone(), ctx.address().recipient().downgrade());
         let addr = LockActor::new(id, key.0, key.1.clone(), svc, me).start();
         self.actors.insert(key, (id, addr.downgrade()));
         Ok(addr)
@@ -78,7 +96,7 @@ impl Handler<ResolveSync> for Registry {
         }
         self.svc.commands.check_name(&msg.name)?;
         if msg.kind == SyncKind::CountDownLatch && self.svc.commands.by_slot() {
-            crate::keys::check_latch_name(&msg.name)?;
+            crate::protocol::keys::check_latch_name(&msg.name)?;
         }
         let key = (msg.kind, msg.name);
         let live = self.syncs.get(&key).and_then(|(_, weak)| weak.upgrade());
@@ -86,7 +104,7 @@ impl Handler<ResolveSync> for Registry {
             return Ok(addr);
         }
         let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (svc, me) = (self.svc.clone(), ctx.address().downgrade());
+        let (svc, me) = (self.svc.clone(), ctx.address().recipient().downgrade());
         let addr = SyncActor::new(id, key.0, key.1.clone(), svc, me).start();
         self.syncs.insert(key, (id, addr.downgrade()));
         Ok(addr)

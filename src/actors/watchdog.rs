@@ -19,8 +19,8 @@ use rustc_hash::FxHashMap;
 
 use super::messages::*;
 use crate::config::Config;
-use crate::keys;
-use crate::scripts::{Commands, RENEW_BATCH};
+use crate::protocol::keys;
+use crate::protocol::{Commands, RENEW_BATCH};
 
 /// After a renewal tick with failures, how many retries fit into one renewal interval.
 const RETRIES_PER_INTERVAL: u32 = 4;

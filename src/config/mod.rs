@@ -3,8 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::connect::redacted;
+pub(crate) mod redact;
+
 use crate::error::LockError;
+use redact::redacted;
 
 mod debug;
 

@@ -13,7 +13,7 @@ use crate::actors::messages::{
     HoldLost, Listener, Renewal, Subscribe, Track, Unsubscribe, Untrack,
 };
 use crate::metrics;
-use crate::scripts::{Commands, HandedOff, LockKind};
+use crate::protocol::{Commands, HandedOff, LockKind};
 
 impl LockActor {
     /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a

@@ -15,12 +15,17 @@
 //! message that was never handled, and resolves the name again.
 
 mod effects;
+mod grant;
 mod pumps;
+mod requests;
+
+pub use grant::Grant;
+pub use requests::{Acquire, Release};
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use actix::WeakAddr;
+use actix::WeakRecipient;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 use rustc_hash::FxHashMap;
@@ -28,11 +33,11 @@ use tokio::sync::{oneshot, watch};
 
 use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, Timer, WaiterId};
 use super::messages::*;
-use super::{Grant, Registry, Services};
+use super::services::Services;
 use crate::actors::crowd::{Caller, Crowd};
 use crate::error::LockError;
 use crate::metrics;
-use crate::scripts::LockKind;
+use crate::protocol::LockKind;
 
 type AcquireResult = Result<Option<Grant>, LockError>;
 type AcquireTx = OneshotSender<AcquireResult>;
@@ -47,7 +52,7 @@ pub struct LockActor {
     family: LockKind,
     name: Arc<str>,
     svc: Services,
-    registry: WeakAddr<Registry>,
+    registry: WeakRecipient<Forget>,
     state: LockState,
     /// The callers of waiting requests, by waiter, with their kind and arrival (for metrics).
     waiting: FxHashMap<WaiterId, (Caller<AcquireTx>, LockKind, metrics::Since)>,
@@ -74,7 +79,7 @@ impl LockActor {
         family: LockKind,
         name: Arc<str>,
         svc: Services,
-        registry: WeakAddr<Registry>,
+        registry: WeakRecipient<Forget>,
     ) -> Self {
         let settings = Settings {
             watchdog_timeout: svc.config.get_watchdog_timeout(),

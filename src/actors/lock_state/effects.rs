@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{HoldKey, ReplyId, WaiterId};
 use crate::error::LockError;
 pub(crate) use crate::metrics::Loss;
-use crate::scripts::{Attempt, FairArgs, HandedOff, Latch, LockKind};
+use crate::protocol::{Attempt, FairArgs, HandedOff, Latch, LockKind};
 
 /// One effect, carried out by the shell in the order given.
 #[derive(Debug)]
@@ -133,6 +133,20 @@ pub(crate) enum Op {
 }
 
 impl Op {
+    /// The holds it may change: its holder's, and a hand-off's next holder's.
+    pub fn keys(&self) -> impl Iterator<Item = HoldKey> {
+        let (first, second) = match self {
+            Op::Acquire { kind, holder, .. } | Op::Release { kind, holder, .. } => {
+                (Some((holder.clone(), *kind)), None)
+            }
+            Op::HandOff { kind, from, to, .. } => {
+                (Some((from.clone(), *kind)), Some((to.clone(), *kind)))
+            }
+            _ => (None, None),
+        };
+        first.into_iter().chain(second)
+    }
+
     /// The latch of an acquire, release or hand-off.
     pub(crate) fn latch(&self) -> Option<&Latch> {
         match self {

@@ -33,7 +33,7 @@ use unsure::Unsure;
 use waiters::{Waiter, Waiters};
 
 use crate::error::LockError;
-use crate::scripts::{Attempt, FairArgs, HandedOff, LockKind, Released};
+use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Released};
 
 /// A waiter's number, unique within its lock actor.
 pub(crate) type WaiterId = u64;

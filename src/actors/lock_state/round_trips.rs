@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::scripts::Latch;
+use crate::protocol::Latch;
 
 /// A round trip waiting its turn.
 #[derive(Debug)]
@@ -328,7 +328,7 @@ impl LockState {
         }
         for (id, u) in std::mem::take(&mut self.unsure) {
             self.out.push(Effect::Cancel(Timer::Resend(id)));
-            unsure.extend(super::unsure::keys_of(&u.op));
+            unsure.extend(u.op.keys());
         }
         // So do holders given up on whose count was still to be settled.
         unsure.extend(self.abandoned.drain());

@@ -37,7 +37,7 @@ impl LockState {
         };
         if self.unsure.remove(&latch.id).is_some() {
             self.out.push(Effect::Cancel(Timer::Resend(latch.id)));
-            for key in keys_of(op) {
+            for key in op.keys() {
                 self.settle_if_clear(key);
             }
             // Waiters of the same holder were held back meanwhile.
@@ -156,7 +156,7 @@ impl LockState {
     pub(super) fn unsure_error(&self, key: &HoldKey) -> Option<LockError> {
         self.unsure
             .values()
-            .find(|u| keys_of(&u.op).any(|k| k == *key))
+            .find(|u| u.op.keys().any(|k| k == *key))
             .map(|u| u.error.clone())
     }
 
@@ -165,9 +165,7 @@ impl LockState {
     /// its first run left it, so that an acquire can tell by the field whether what it took is
     /// still there (`latch.lua`), and a release that never ran cannot take a hold granted after.
     pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
-        self.unsure
-            .values()
-            .any(|u| keys_of(&u.op).any(|k| k == *key))
+        self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
     }
 
     /// Redis stayed out of reach: what the request may have done to its holder's count is
@@ -178,7 +176,7 @@ impl LockState {
         {
             hold.unreleased += 1;
         }
-        for key in keys_of(op) {
+        for key in op.keys() {
             self.abandoned.insert(key.clone());
             self.settle_if_clear(key);
         }
@@ -209,18 +207,4 @@ impl LockState {
             self.wake_all();
         }
     }
-}
-
-/// The holds a request may change: its holder's, and a hand-off's next holder's.
-pub(super) fn keys_of(op: &Op) -> impl Iterator<Item = HoldKey> {
-    let (first, second) = match op {
-        Op::Acquire { kind, holder, .. } | Op::Release { kind, holder, .. } => {
-            (Some((holder.clone(), *kind)), None)
-        }
-        Op::HandOff { kind, from, to, .. } => {
-            (Some((from.clone(), *kind)), Some((to.clone(), *kind)))
-        }
-        _ => (None, None),
-    };
-    first.into_iter().chain(second)
 }

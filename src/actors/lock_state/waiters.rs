@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use super::{Wait, WaiterId};
-use crate::scripts::LockKind;
+use crate::protocol::LockKind;
 
 /// One caller waiting for the lock: from its request to a grant, the end of its wait, an error or
 /// its going away.

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::actors::crowd::WaiterId;
 use crate::error::LockError;
-use crate::scripts::SyncKind;
+use crate::protocol::SyncKind;
 
 /// The first delay before an attempt that failed with a retryable error is tried again; it
 /// doubles per failure up to [`BACKOFF_MAX`].

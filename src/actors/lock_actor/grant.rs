@@ -1,0 +1,134 @@
+//! [`Grant`]: what a lock actor replies to a granted [`Acquire`](crate::Acquire): one hold, with
+//! the address that releases it and the signal that tells when it is lost. The handles wrap it
+//! into a [`LockGuard`](crate::LockGuard); actix users may keep it as it is.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use tokio::sync::watch;
+
+use super::LockActor;
+use crate::actors::lock_state::HoldKey;
+use crate::actors::messages::ReleaseHold;
+use crate::protocol::LockKind;
+
+/// One hold of a lock, as granted by its [`LockActor`]. Dropping it releases the hold in the
+/// background; send it back in a [`Release`](crate::Release) to learn the outcome.
+#[must_use = "dropping a grant releases the lock at once"]
+pub struct Grant {
+    actor: Addr<LockActor>,
+    /// The granting actor's id: a `Release` is refused by any other actor.
+    actor_id: u64,
+    name: Arc<str>,
+    holder: Arc<str>,
+    kind: LockKind,
+    epoch: u64,
+    /// A fenced lock's token for this acquisition.
+    token: Option<u64>,
+    lost: watch::Receiver<bool>,
+    /// Whether the request waited for it (its first attempt found the lock taken).
+    waited: bool,
+    /// Whether dropping it still has to release its hold.
+    armed: bool,
+}
+
+impl Grant {
+    pub(crate) fn new(
+        (actor, actor_id): (Addr<LockActor>, u64),
+        name: Arc<str>,
+        (holder, kind): HoldKey,
+        epoch: u64,
+        lost: watch::Receiver<bool>,
+        (token, waited): (Option<u64>, bool),
+    ) -> Self {
+        Self {
+            actor,
+            actor_id,
+            name,
+            holder,
+            kind,
+            epoch,
+            token,
+            lost,
+            waited,
+            armed: true,
+        }
+    }
+
+    /// Whether the actor of id `actor_id` granted it.
+    pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
+        self.actor_id == actor_id
+    }
+
+    /// Takes the hold out of the grant: the caller releases it.
+    pub(crate) fn disarm(&mut self) -> (HoldKey, u64) {
+        self.armed = false;
+        ((self.holder.clone(), self.kind), self.epoch)
+    }
+
+    /// The lock actor that granted it: send it a [`Release`](crate::Release) of this grant.
+    pub fn actor(&self) -> &Addr<LockActor> {
+        &self.actor
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The holder that holds it.
+    pub fn holder_id(&self) -> &str {
+        &self.holder
+    }
+
+    /// Which kind of lock it holds.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
+    /// A fenced lock's token for this acquisition (`None` for other kinds).
+    pub fn token(&self) -> Option<u64> {
+        self.token
+    }
+
+    /// Whether the request waited for this grant: its first attempt found the lock taken, and
+    /// it was granted later (woken by a release's message, a hand-off or the holder's TTL).
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
+
+    /// Whether the lock is known to be lost (or its actor stopped renewing it).
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow() || self.lost.has_changed().is_err()
+    }
+
+    /// Resolves once the lock is known to be lost; never, while it is held.
+    pub async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        let _ = lost.wait_for(|lost| *lost).await;
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if self.armed {
+            let ((holder, kind), epoch) = self.disarm();
+            self.actor.do_send(ReleaseHold {
+                holder,
+                kind,
+                epoch,
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant")
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .field("kind", &self.kind)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

@@ -1,0 +1,36 @@
+//! The requests a caller sends a lock actor: [`Acquire`] and [`Release`], public — the handles
+//! send exactly these, and an actix user may send them to a [`LockActor`](super::LockActor)
+//! directly (see `examples/messages.rs`).
+
+use std::time::Duration;
+
+use actix::Message;
+
+use super::grant::Grant;
+use crate::actors::lock_state::Wait;
+use crate::error::LockError;
+use crate::protocol::LockKind;
+
+/// Take the lock for `holder`: the reply is a [`Grant`], or `None` when the wait ran out.
+///
+/// A lock taken with `lease: None` is renewed by the watchdog while held; one taken with a lease
+/// expires by itself after it. Dropping the reply (or the request) never leaks a hold: a grant
+/// that reaches nobody releases the lock.
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<Option<Grant>, LockError>")]
+pub struct Acquire {
+    /// The holder, `<client id>:<n>` (see [`Lock::holder_id`](crate::Lock::holder_id)).
+    pub holder: String,
+    /// The lease; `None` for the watchdog.
+    pub lease: Option<Duration>,
+    /// How long to wait while the lock is busy.
+    pub wait: Wait,
+    /// Which lock: [`LockKind::Reentrant`], or another kind served by the same actor family
+    /// (both sides of a read-write lock go to one actor).
+    pub kind: LockKind,
+}
+
+/// Release the hold of one grant. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), LockError>")]
+pub struct Release(pub Grant);

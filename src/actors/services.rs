@@ -1,0 +1,39 @@
+//! [`Services`]: what every lock and synchronizer actor needs — the command connection, the
+//! settings, the pub/sub actor, the watchdog, and the client id.
+
+use std::sync::Arc;
+
+use actix::Addr;
+
+use super::pubsub::PubSubActor;
+use super::watchdog::Watchdog;
+use crate::config::Config;
+use crate::protocol::Commands;
+
+/// What every lock actor needs: the command connection, the settings, and the two services.
+#[derive(Clone)]
+pub(crate) struct Services {
+    pub commands: Commands,
+    pub config: Arc<Config>,
+    pub pubsub: Addr<PubSubActor>,
+    pub watchdog: Addr<Watchdog>,
+    /// The manager's client id, unique across processes: the first part of its synchronizers'
+    /// request latch keys (so that the keys one manager leaves are bounded by its concurrency)
+    /// and of its permit ids (so that `lockman inspect` tells whose permits they are).
+    pub client_id: uuid::Uuid,
+}
+
+/// Permit ids, for every manager of the process.
+static NEXT_PERMIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Services {
+    /// A new permit id: the first 8 bytes of the client id, then a number unique in the
+    /// process. Unique across clients, and it shows whose permit it is.
+    pub(crate) fn permit_id(&self) -> [u8; 16] {
+        let n = NEXT_PERMIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.client_id.as_bytes()[..8]);
+        id[8..].copy_from_slice(&n.to_be_bytes());
+        id
+    }
+}

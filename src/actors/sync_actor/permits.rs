@@ -1,0 +1,138 @@
+//! [`Permits`]: what a synchronizer actor replies to a granted
+//! [`AcquirePermits`](crate::AcquirePermits): permits of a semaphore, with the address that gives
+//! them back and the signal that tells when they are lost. The handles wrap it into a guard;
+//! actix users may keep it as it is.
+
+use std::sync::Arc;
+
+use actix::Addr;
+use tokio::sync::watch;
+
+use std::time::Duration;
+
+use actix::Message;
+
+use super::SyncActor;
+use crate::actors::lock_state::Wait;
+use crate::actors::messages::GiveBack;
+use crate::error::LockError;
+use crate::protocol::{SyncKind, hex};
+
+/// Permits of a semaphore, as granted by its [`SyncActor`]. Dropping them gives them back in the
+/// background; send them back in a [`ReleasePermits`](crate::ReleasePermits) to learn the
+/// outcome.
+#[must_use = "dropping permits gives them back at once"]
+pub struct Permits {
+    pub(super) actor: Addr<SyncActor>,
+    /// The granting actor's id: a `ReleasePermits` is refused by any other actor.
+    pub(super) actor_id: u64,
+    pub(super) name: Arc<str>,
+    pub(super) kind: SyncKind,
+    pub(super) permits: u32,
+    /// A permit semaphore's ids, 16 bytes each.
+    pub(super) ids: Vec<u8>,
+    pub(super) epoch: u64,
+    pub(super) lost: watch::Receiver<bool>,
+    /// Whether the request waited for them.
+    pub(super) waited: bool,
+    /// Whether dropping them still has to give them back.
+    pub(super) armed: bool,
+}
+
+impl Permits {
+    /// The actor that granted them: send it a [`ReleasePermits`](crate::ReleasePermits).
+    pub fn actor(&self) -> &Addr<SyncActor> {
+        &self.actor
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Which kind of semaphore.
+    pub fn kind(&self) -> SyncKind {
+        self.kind
+    }
+
+    /// How many permits.
+    pub fn count(&self) -> u32 {
+        self.permits
+    }
+
+    /// A permit semaphore's permit ids, as Java shows them (32 lowercase hex characters); none
+    /// for a plain semaphore.
+    pub fn ids(&self) -> Vec<String> {
+        self.ids.chunks(16).map(hex).collect()
+    }
+
+    /// Whether the request waited for these permits: too few were free at first (or other
+    /// local waiters were ahead), and they came later (a release's message, a hand-off, an
+    /// expiry).
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
+
+    /// Whether the permits are known to be lost: their lease ran out, or renewal found them gone
+    /// (another client reclaimed them after they expired), or their actor stopped.
+    pub fn is_lost(&self) -> bool {
+        *self.lost.borrow() || self.lost.has_changed().is_err()
+    }
+
+    /// Resolves once the permits are known to be lost; never, while they are held.
+    pub async fn lost(&self) {
+        let mut lost = self.lost.clone();
+        let _ = lost.wait_for(|lost| *lost).await;
+    }
+
+    /// Keeps the permits taken: dropping them no longer gives them back (a plain semaphore's
+    /// permits are then given back with `release(n)`, by anyone, as in Redisson).
+    pub fn forget(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for Permits {
+    fn drop(&mut self) {
+        if self.armed {
+            self.armed = false;
+            self.actor.do_send(GiveBack { epoch: self.epoch });
+        }
+    }
+}
+
+impl std::fmt::Debug for Permits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Permits")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("count", &self.permits)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// Take `permits` permits of a semaphore or a permit semaphore, served by its
+/// [`SyncActor`](super::SyncActor): the reply is the [`Permits`] taken, or `None` when the wait
+/// ran out. Dropping the reply (or the request) never leaks permits: permits that reach nobody
+/// are given back.
+///
+/// A permit semaphore's permits taken with `lease: None` are renewed by the watchdog while held
+/// and come back within the watchdog timeout when their process dies; with a lease they expire
+/// after it. A plain semaphore's permits have no lease (Redisson's semaphore keeps none).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<Option<Permits>, LockError>")]
+pub struct AcquirePermits {
+    /// How many permits, at least 1.
+    pub permits: u32,
+    /// A permit semaphore's lease; `None` for the watchdog. Ignored by a plain semaphore.
+    pub lease: Option<Duration>,
+    /// How long to wait while too few are free.
+    pub wait: Wait,
+}
+
+/// Give back the permits of one grant. Replies [`LockError::NotHeld`] when a permit
+/// semaphore's permits were lost meanwhile (expired, or reclaimed by another client).
+#[derive(Debug, Message)]
+#[rtype(result = "Result<(), LockError>")]
+pub struct ReleasePermits(pub Permits);

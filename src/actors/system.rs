@@ -1,0 +1,52 @@
+//! Starting a manager's actor system: connect, check permissions, start the supervised
+//! services and the registry on the current arbiter.
+
+use std::sync::Arc;
+
+use actix::{Actor, Addr, Supervisor};
+
+use super::failover::FailoverWatch;
+use super::pubsub::PubSubActor;
+use super::registry::Registry;
+use super::services::Services;
+use super::watchdog::Watchdog;
+use crate::config::Config;
+use crate::connections::endpoint::Endpoint;
+use crate::error::LockError;
+use crate::protocol::Commands;
+
+/// What a manager keeps of its actor system.
+pub(crate) struct Started {
+    pub registry: Addr<Registry>,
+    pub commands: Commands,
+    pub client_id: uuid::Uuid,
+}
+
+/// Connects and starts the actors on the current arbiter.
+pub(crate) async fn start(config: Arc<Config>) -> Result<Started, LockError> {
+    let endpoint = Endpoint::open(&config).await?;
+    let client_id = uuid::Uuid::new_v4();
+    let commands = Commands::open(endpoint.clone(), &config).await?;
+    let connect_timeout = config.get_connect_timeout();
+    let pubsub_endpoint = endpoint.clone();
+    let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
+    let watchdog = Watchdog::new(commands.clone(), &config);
+    let watchdog = Supervisor::start(move |_| watchdog);
+    if endpoint.follows_failover() {
+        let watch = FailoverWatch::new(commands.clone(), pubsub.clone(), watchdog.clone(), &config);
+        // Lives as long as the services it moves: it stops when their addresses are gone.
+        Supervisor::start(move |_| watch);
+    }
+    let svc = Services {
+        commands: commands.clone(),
+        config,
+        pubsub,
+        watchdog,
+        client_id,
+    };
+    Ok(Started {
+        registry: Registry::new(svc).start(),
+        commands,
+        client_id,
+    })
+}

@@ -1,0 +1,288 @@
+//! The command connections of one manager: a multiplexed connection to the primary (redis-rs's
+//! `ConnectionManager`, which reconnects by itself), a second one for replica-synced writes
+//! when [`Config::sync_replicas`] is on, the switch of both to a new primary after a failover,
+//! and the access check made at start.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Script, ScriptInvocation, Value};
+
+use crate::config::Config;
+use crate::connections::endpoint::Endpoint;
+use crate::connections::failure::{connect_error, diagnose_tls_timeout};
+use crate::error::LockError;
+
+/// The connections, and how long a command may take. Cheap to clone; clones share them.
+#[derive(Clone)]
+pub(crate) struct Conn {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The connections to the current primary: replaced whole after a failover.
+    slot: RwLock<Pair>,
+    endpoint: Endpoint,
+    settings: ConnectionManagerConfig,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// `WAIT` after synced writes: replicas wanted, and for how long (ms).
+    sync: Option<(u32, u64)>,
+}
+
+#[derive(Clone)]
+struct Pair {
+    main: Link,
+    /// `Some` with replica sync: `WAIT` blocks a connection, so it gets one of its own (in a
+    /// cluster, a second cluster connection: the script and its `WAIT` go to the slot's master).
+    synced: Option<Link>,
+}
+
+impl Conn {
+    /// Connects to the endpoint's primary, failing within the connect timeout.
+    pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
+        // No response timeout of redis-rs's own: every command is bounded here (`bounded`), also
+        // while the connection manager reconnects, and a second timer per command would only
+        // cost (about 600 instructions each, callgrind).
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.get_connect_timeout()))
+            .set_response_timeout(None)
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(2));
+        let sync = config.get_sync_replicas().map(|(count, timeout)| {
+            (
+                count,
+                u64::try_from(timeout.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .max(1),
+            )
+        });
+        let connect_timeout = config.get_connect_timeout();
+        let pair = pair_for(&endpoint, &settings, connect_timeout, sync.is_some()).await?;
+        let inner = Inner {
+            slot: RwLock::new(pair),
+            endpoint,
+            settings,
+            connect_timeout,
+            response_timeout: config.get_response_timeout(),
+            sync,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// After a failover: from now on every command goes to the endpoint's current primary.
+    pub(crate) async fn switch(&self) -> Result<(), LockError> {
+        let this = &*self.inner;
+        let (settings, limit) = (&this.settings, this.connect_timeout);
+        let pair = pair_for(&this.endpoint, settings, limit, this.sync.is_some()).await?;
+        match this.slot.write() {
+            Ok(mut slot) => *slot = pair,
+            Err(poisoned) => *poisoned.into_inner() = pair,
+        }
+        Ok(())
+    }
+
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.inner.endpoint
+    }
+
+    fn pair(&self) -> Pair {
+        match self.inner.slot.read() {
+            Ok(pair) => pair.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Runs one script call, bounded by the response timeout even while reconnecting.
+    pub(crate) async fn run(
+        &self,
+        op: &'static str,
+        key: &str,
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.pair().main;
+        let reply = self.bounded(op, invocation.invoke_async(&mut conn)).await;
+        self.classify(op, key, reply)
+    }
+
+    /// Runs one script call that writes, then (with replica sync) `WAIT`s on the same
+    /// connection: the reply and, with sync, how many replicas acknowledged it.
+    pub(crate) async fn run_synced(
+        &self,
+        op: &'static str,
+        key: &str,
+        script: &Script,
+        invocation: ScriptInvocation<'_>,
+    ) -> Result<(Value, Option<u32>), LockError> {
+        let Some((count, wait_ms)) = self.inner.sync else {
+            return Ok((self.run(op, key, invocation).await?, None));
+        };
+        let Some(mut conn) = self.pair().synced else {
+            return Ok((self.run(op, key, invocation).await?, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&invocation)
+            .cmd("WAIT")
+            .arg(count)
+            .arg(wait_ms);
+        let mut reply = self
+            .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
+            .await;
+        if let Ok(Err(e)) = &reply
+            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        {
+            // A restarted server, or SCRIPT FLUSH: load it, then once more.
+            let loaded = self.bounded(op, script.load_async(&mut conn)).await;
+            self.classify(op, key, loaded)?;
+            reply = self
+                .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
+                .await;
+        }
+        let (value, acked) = self.classify(op, key, reply)?;
+        Ok((value, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
+    }
+
+    /// The number of replicas replica sync asks for.
+    pub(crate) fn sync_wanted(&self) -> Option<u32> {
+        self.inner.sync.map(|(count, _)| count)
+    }
+
+    pub(crate) async fn bounded<T>(
+        &self,
+        op: &'static str,
+        work: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<redis::RedisResult<T>, LockError> {
+        let limit = self.inner.response_timeout;
+        tokio::time::timeout(limit, work)
+            .await
+            .map_err(|_| LockError::Timeout { op, after: limit })
+    }
+
+    fn classify<T>(
+        &self,
+        op: &'static str,
+        key: &str,
+        reply: Result<redis::RedisResult<T>, LockError>,
+    ) -> Result<T, LockError> {
+        let result = match reply {
+            Ok(reply) => reply.map_err(|e| LockError::redis(op, key, e)),
+            Err(timeout) => Err(timeout),
+        };
+        if let Err(e) = &result
+            && e.hints_failover()
+        {
+            self.inner.endpoint.suspect_failover();
+        }
+        result
+    }
+
+    /// The main connection, for one-off commands (the start-time probe).
+    pub(crate) fn main_link(&self) -> Link {
+        self.pair().main
+    }
+
+    /// How long connecting may take.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.inner.connect_timeout
+    }
+}
+
+/// The command connection: to one server (redis-rs's `ConnectionManager`, which reconnects by
+/// itself), or to a cluster (redis-rs's cluster connection, which routes each script call by its
+/// first key and follows MOVED and ASK).
+#[derive(Clone)]
+pub(crate) enum Link {
+    Server(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Link::Server(conn) => conn.req_packed_command(cmd),
+            Link::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Server(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Server(conn) => conn.get_db(),
+            Link::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Connections to the endpoint's current primary: the main one, and one for synced writes.
+async fn pair_for(
+    endpoint: &Endpoint,
+    settings: &ConnectionManagerConfig,
+    limit: Duration,
+    synced: bool,
+) -> Result<Pair, LockError> {
+    let connect = |client: Client| async move {
+        let made = ConnectionManager::new_with_config(client.clone(), settings.clone());
+        match tokio::time::timeout(limit, made).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(source)) => Err(connect_error(endpoint.label(), source)),
+            Err(_) => match diagnose_tls_timeout(&client, endpoint.label()).await {
+                Some(not_tls) => Err(not_tls),
+                None => Err(LockError::Timeout {
+                    op: "connect",
+                    after: limit,
+                }),
+            },
+        }
+    };
+    if let Some(cluster) = endpoint.cluster() {
+        let main = Link::Cluster(cluster.connect(None, endpoint.label()).await?);
+        let synced = match synced {
+            true => Some(Link::Cluster(
+                cluster.connect(None, endpoint.label()).await?,
+            )),
+            false => None,
+        };
+        return Ok(Pair { main, synced });
+    }
+    let main = Link::Server(connect(endpoint.client()).await?);
+    let synced = match synced {
+        true => Some(Link::Server(connect(endpoint.client()).await?)),
+        false => None,
+    };
+    Ok(Pair { main, synced })
+}
+
+/// A reply with NOPERM turned into [`LockError::NoPermission`] for `what`.
+pub(crate) fn denied<T>(
+    what: &str,
+    reply: Result<redis::RedisResult<T>, LockError>,
+) -> Result<T, LockError> {
+    match reply? {
+        Ok(value) => Ok(value),
+        Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("NOPERM") => {
+            Err(LockError::NoPermission {
+                what: what.to_owned(),
+                detail: e.to_string(),
+            })
+        }
+        Err(source) => Err(LockError::Redis {
+            op: "check permissions",
+            source,
+        }),
+    }
+}

@@ -1,0 +1,11 @@
+//! Connections: where Redis is and how lockman talks to it. `url` (URLs and TLS), `failure`
+//! (typed connection failures), `endpoint` (one server or Sentinel's primary), `cluster`
+//! (a Redis Cluster), `command` (the command connections, replica sync) and `subscription`
+//! (the pub/sub connection of either). Nothing here knows the protocol or the actors.
+
+pub(crate) mod cluster;
+pub(crate) mod command;
+pub(crate) mod endpoint;
+pub(crate) mod failure;
+pub(crate) mod subscription;
+pub(crate) mod url;

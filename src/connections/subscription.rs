@@ -1,0 +1,126 @@
+//! The pub/sub connection, whatever the deployment: one server's (redis-rs's RESP2 pub/sub,
+//! split into a sink that subscribes and a stream of messages), or a cluster's (a RESP3 cluster
+//! connection whose pushes arrive on a channel; `SSUBSCRIBE` or `SUBSCRIBE` as the endpoint
+//! decided). The PubSubActor owns it; this module only speaks to redis-rs. No actix here.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use redis::aio::PubSubSink;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushKind, Value};
+
+use crate::connections::endpoint::Endpoint;
+
+/// What the connection hears.
+pub(crate) enum Heard {
+    /// A message on a channel.
+    Message { channel: String, payload: Vec<u8> },
+    /// A cluster node's connection dropped: messages sent meanwhile are gone, and the node's
+    /// slots may be moving to a replica.
+    Gap,
+    /// The server ended a sharded subscription: its slot moved to another shard (or it is the
+    /// confirmation of our own SUNSUBSCRIBE: the PubSubActor tells them apart by its routes).
+    Ended { channel: String },
+}
+
+/// The subscribing half.
+#[derive(Clone)]
+pub(crate) enum Sink {
+    Server(PubSubSink),
+    Cluster {
+        conn: ClusterConnection,
+        sharded: bool,
+    },
+}
+
+impl Sink {
+    pub(crate) async fn subscribe(&mut self, channels: &[String]) -> redis::RedisResult<()> {
+        match self {
+            Sink::Server(sink) => sink.subscribe(channels).await,
+            Sink::Cluster {
+                conn,
+                sharded: true,
+            } => {
+                // One call per channel: each is routed to the shard of its slot.
+                for channel in channels {
+                    conn.ssubscribe(channel).await?;
+                }
+                Ok(())
+            }
+            Sink::Cluster { conn, .. } => conn.subscribe(channels).await,
+        }
+    }
+
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            Sink::Server(sink) => sink.unsubscribe(channel).await,
+            Sink::Cluster {
+                conn,
+                sharded: true,
+            } => conn.sunsubscribe(channel).await,
+            Sink::Cluster { conn, .. } => conn.unsubscribe(channel).await,
+        }
+    }
+}
+
+/// Connects the pub/sub side to the endpoint's primary (or cluster) and subscribes `channels`.
+pub(crate) async fn open(
+    endpoint: &Endpoint,
+    channels: &[String],
+    limit: Duration,
+) -> Result<(Sink, BoxStream<'static, Heard>), String> {
+    let (mut sink, stream) = match endpoint.cluster() {
+        None => {
+            let pubsub = tokio::time::timeout(limit, endpoint.client().get_async_pubsub())
+                .await
+                .map_err(|_| "connect timed out".to_owned())?
+                .map_err(|e| e.to_string())?;
+            let (sink, stream) = pubsub.split();
+            let stream = stream.map(|msg| Heard::Message {
+                channel: msg.get_channel_name().to_owned(),
+                payload: msg.get_payload_bytes().to_vec(),
+            });
+            (Sink::Server(sink), stream.boxed())
+        }
+        Some(cluster) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let conn = cluster
+                .connect(Some(tx), endpoint.label())
+                .await
+                .map_err(|e| e.to_string())?;
+            let pushes = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|push| (push, rx))
+            });
+            let stream = pushes.filter_map(|push| async move { heard(push.kind, push.data) });
+            let sharded = cluster.sharded();
+            (Sink::Cluster { conn, sharded }, stream.boxed())
+        }
+    };
+    if !channels.is_empty() {
+        sink.subscribe(channels).await.map_err(|e| e.to_string())?;
+    }
+    Ok((sink, stream))
+}
+
+/// A cluster push, as heard: messages and disconnections; confirmations are dropped.
+fn heard(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
+    match kind {
+        PushKind::Message | PushKind::SMessage => match data.as_slice() {
+            [Value::BulkString(channel), Value::BulkString(payload)] => Some(Heard::Message {
+                channel: String::from_utf8_lossy(channel).into_owned(),
+                payload: payload.clone(),
+            }),
+            _ => None,
+        },
+        PushKind::Disconnection => Some(Heard::Gap),
+        PushKind::SUnsubscribe => match data.first() {
+            Some(Value::BulkString(channel)) => Some(Heard::Ended {
+                channel: String::from_utf8_lossy(channel).into_owned(),
+            }),
+            _ => None,
+        },
+        _ => None,
+    }
+}

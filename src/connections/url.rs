@@ -1,0 +1,88 @@
+//! URLs and TLS: a server URL parsed into redis-rs connection info (refusing `rediss://` in a
+//! build without TLS), and the client built with the config's CA and client identity.
+
+use redis::{Client, ConnectionAddr, IntoConnectionInfo};
+
+use crate::config::Config;
+use crate::config::redact::redacted;
+use crate::error::LockError;
+
+/// The address of a client, for logs: `host:port` or the socket path.
+pub(crate) fn address(client: &Client) -> String {
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// rustls needs a process-wide crypto provider; lockman brings `ring`. An application that
+/// installed one already keeps its own.
+pub(super) fn install_crypto_provider() {
+    #[cfg(feature = "tls")]
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// Whether `url` asks for TLS.
+pub(super) fn is_tls_url(url: &str) -> bool {
+    url.trim_start()
+        .to_ascii_lowercase()
+        .starts_with("rediss://")
+}
+
+/// The client of one server URL, with the config's CA and client identity for `rediss://`.
+pub(super) fn server_client(url: &str, config: &Config) -> Result<Client, LockError> {
+    let info = parse_url(url)?;
+    tls_client(info, config)
+}
+
+pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
+    if is_tls_url(url) && !cfg!(feature = "tls") {
+        return Err(LockError::invalid(
+            "redis url",
+            format!(
+                "{}: rediss:// needs lockman's `tls` cargo feature, which this build leaves out",
+                redacted(url)
+            ),
+        ));
+    }
+    url.into_connection_info()
+        .map_err(|e| LockError::invalid("redis url", format!("{}: {e}", redacted(url))))
+}
+
+#[cfg(feature = "tls")]
+pub(crate) fn certificates(config: &Config) -> Option<redis::TlsCertificates> {
+    let tls = config.tls();
+    if tls.ca_pem.is_none() && tls.client_identity.is_none() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: tls
+            .client_identity
+            .as_ref()
+            .map(|(cert, key)| redis::ClientTlsConfig {
+                client_cert: cert.to_vec(),
+                client_key: key.to_vec(),
+            }),
+        root_cert: tls.ca_pem.as_ref().map(|pem| pem.to_vec()),
+    })
+}
+
+pub(super) fn tls_client(
+    info: redis::ConnectionInfo,
+    config: &Config,
+) -> Result<Client, LockError> {
+    let bad = |e: redis::RedisError| LockError::invalid("tls settings", e.to_string());
+    #[cfg(feature = "tls")]
+    if matches!(info.addr(), ConnectionAddr::TcpTls { .. })
+        && let Some(certs) = certificates(config)
+    {
+        return Client::build_with_tls(info, certs).map_err(bad);
+    }
+    let _ = config;
+    Client::open(info).map_err(bad)
+}

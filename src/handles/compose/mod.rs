@@ -1,0 +1,427 @@
+//! Compositions of several [`Lock`]s, each possibly from another [`LockManager`](crate::LockManager)
+//! (another Redis server): [`MultiLock`] needs every member, [`RedLock`] a majority.
+//!
+//! Both run one algorithm, [`acquire`]: attempt every member not yet held **concurrently** (so an
+//! attempt costs about the slowest member's round trip, not the sum); succeed with a quorum of
+//! holds (and, for RedLock, validity left); otherwise release every member taken and, if there is
+//! wait time left, wait on one busy member through that member's own unlock message and TTL —
+//! holding nothing while waiting, so two compositions can never deadlock each other.
+//!
+//! Cancel safety comes from the members: a member whose reply arrives after its attempt was
+//! dropped (per-member timeout, caller gone) is released by its lock actor, and one whose reply
+//! was lost is undone, so a failed composition leaves nothing held anywhere.
+
+mod multi;
+mod redlock;
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::{join_all, select_all};
+
+pub use multi::MultiLock;
+pub use redlock::{DEFAULT_MEMBER_TIMEOUT, RedLock};
+
+use crate::actors::messages::Wait;
+use crate::error::LockError;
+use tracing::Instrument;
+
+use crate::handles::lock::Lock;
+use crate::handles::lock::LockGuard;
+
+/// Retry delays while members fail (no unlock message will come from a failing server).
+const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
+const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The guard of a [`MultiLock`].
+pub type MultiLockGuard = CompositeGuard;
+/// The guard of a [`RedLock`].
+pub type RedLockGuard = CompositeGuard;
+
+/// A hold on a composition: one [`LockGuard`] per member held. Dropping it releases every member
+/// in the background; [`release`](Self::release) reports the outcome.
+#[must_use = "dropping a guard releases every member at once"]
+#[derive(Debug)]
+pub struct CompositeGuard {
+    guards: Vec<LockGuard>,
+    quorum: usize,
+    valid_until: Option<Instant>,
+}
+
+impl CompositeGuard {
+    /// How many members are held (at least the quorum when acquired).
+    pub fn members_held(&self) -> usize {
+        self.guards.len()
+    }
+
+    /// For a RedLock taken with a lease: the instant its validity ends (the lease, minus the time
+    /// acquiring took, minus a clock-drift allowance). `None` in watchdog mode, and for MultiLock.
+    pub fn validity_deadline(&self) -> Option<Instant> {
+        self.valid_until
+    }
+
+    /// Whether the composition is known to be lost: its validity passed, or fewer than the quorum
+    /// of its members are still held (for a MultiLock: any member lost).
+    pub fn is_lost(&self) -> bool {
+        let expired = self.valid_until.is_some_and(|v| Instant::now() >= v);
+        expired || self.guards.iter().filter(|g| !g.is_lost()).count() < self.quorum
+    }
+
+    /// Resolves once the composition is known to be lost; never, while it is held.
+    pub async fn lost(&self) {
+        while !self.is_lost() {
+            // Not lost: at least `quorum` (≥ 1) members are still held, so this is not empty.
+            let member_lost = select_all(
+                self.guards
+                    .iter()
+                    .filter(|g| !g.is_lost())
+                    .map(|g| Box::pin(g.lost())),
+            );
+            match self.valid_until {
+                Some(v) => {
+                    tokio::select! {
+                        _ = member_lost => {}
+                        _ = tokio::time::sleep_until(v.into()) => {}
+                    }
+                }
+                None => {
+                    member_lost.await;
+                }
+            }
+        }
+    }
+
+    /// Releases every member, concurrently.
+    ///
+    /// # Errors
+    /// The first member's error when fewer than the quorum were released cleanly (for a MultiLock:
+    /// when any member failed). Members whose release failed are sent again in the background, as for
+    /// [`LockGuard::release`].
+    pub async fn release(self) -> Result<(), LockError> {
+        let results = join_all(self.guards.into_iter().map(LockGuard::release)).await;
+        let released = results.iter().filter(|r| r.is_ok()).count();
+        match results.into_iter().find_map(Result::err) {
+            Some(error) if released < self.quorum => Err(error),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What one composition asks of [`acquire`].
+pub(crate) struct Plan<'a> {
+    pub members: &'a [Lock],
+    /// Holds needed: every member (MultiLock) or a majority (RedLock).
+    pub quorum: usize,
+    /// The bound on one member's attempt (RedLock); `None`: the member's response timeout.
+    pub member_timeout: Option<Duration>,
+    /// RedLock: require validity left, and report an unreachable quorum as an error.
+    pub redlock: bool,
+}
+
+impl Plan<'_> {
+    fn validate(&self, lease: Option<Duration>) -> Result<(), LockError> {
+        if self.members.is_empty() {
+            return Err(LockError::invalid("members", "at least one lock is needed"));
+        }
+        for (i, a) in self.members.iter().enumerate() {
+            let same = |b: &&Lock| a.server() == b.server() && a.name() == b.name();
+            if self.members[..i].iter().any(|b| same(&b)) {
+                let why = format!("{:?} on {} appears twice", a.name(), a.server());
+                return Err(LockError::invalid("members", why));
+            }
+        }
+        if lease.is_some_and(|l| l < Duration::from_millis(1)) {
+            return Err(LockError::invalid("lease", "must be at least 1 ms"));
+        }
+        Ok(())
+    }
+
+    /// RedLock validity: the lease, minus the time since the earliest hold began, minus the
+    /// published clock-drift allowance (1 % of the lease + 2 ms).
+    fn valid_until(&self, lease: Option<Duration>, earliest: Instant) -> Option<Instant> {
+        if !self.redlock {
+            return None;
+        }
+        let ttl = lease.or_else(|| self.members.iter().map(Lock::watchdog_timeout).min())?;
+        let drift = ttl / 100 + Duration::from_millis(2);
+        Some(earliest + ttl.saturating_sub(drift))
+    }
+}
+
+/// Takes a quorum of `plan`'s members with `lease` (`None`: watchdog), waiting as `wait` says.
+pub(crate) async fn acquire(
+    plan: &Plan<'_>,
+    lease: Option<Duration>,
+    wait: Wait,
+) -> Result<Option<CompositeGuard>, LockError> {
+    let names: Vec<&str> = plan.members.iter().map(Lock::name).collect();
+    let kind = if plan.redlock { "RedLock" } else { "MultiLock" };
+    let span = crate::handles::trace::acquire(&names.join(","), &kind, wait);
+    let res = take(plan, lease, wait).instrument(span.clone()).await;
+    // A composition waited when any member did, or when it had to wait for a member.
+    crate::handles::trace::acquired(&span, &res, |g: &CompositeGuard| {
+        g.guards.iter().any(|m| m.waited())
+    });
+    res
+}
+
+/// [`acquire`], without its span.
+async fn take(
+    plan: &Plan<'_>,
+    lease: Option<Duration>,
+    wait: Wait,
+) -> Result<Option<CompositeGuard>, LockError> {
+    plan.validate(lease)?;
+    let n = plan.members.len();
+    let start = Instant::now();
+    let deadline = match wait {
+        Wait::Forever => None,
+        Wait::Up(d) => Some(start + d),
+        _ => Some(start),
+    };
+    // Each member held, with the instant its attempt began (when its lease may have started).
+    let mut held: Vec<Option<(LockGuard, Instant)>> = (0..n).map(|_| None).collect();
+    let mut failures = 0u32;
+    loop {
+        let round = Instant::now();
+        let (busy, failed) = attempt_round(plan, lease, &mut held, round).await?;
+        let acquired = held.iter().flatten().count();
+        if acquired >= plan.quorum
+            && let Some(guard) = complete(plan, lease, &mut held, round)
+        {
+            tracing::debug!(acquired, members = n, took = ?start.elapsed(), "composition acquired");
+            return Ok(Some(guard));
+        }
+        release_all(&mut held).await;
+
+        let possible = n - failed >= plan.quorum;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return match (possible, plan.redlock) {
+                (false, true) => Err(LockError::QuorumNotReached {
+                    acquired,
+                    failed,
+                    needed: plan.quorum,
+                    members: n,
+                }),
+                _ => Ok(None),
+            };
+        }
+        match busy.first() {
+            Some(&i) if possible => {
+                // Holding nothing, wait for this member through its own unlock message and TTL.
+                failures = 0;
+                match wait_member(&plan.members[i], lease, deadline).await {
+                    Ok(Some(guard)) => held[i] = Some((guard, Instant::now())),
+                    Ok(None) => return Ok(None),
+                    Err(e) if e.is_retryable() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => {
+                // Members fail: nothing will wake us, so back off (never past the deadline).
+                failures = failures.saturating_add(1);
+                tokio::time::sleep(backoff(failures, deadline)).await;
+            }
+        }
+    }
+}
+
+/// One attempt at every member not held yet, all at once: those taken go into `held`. Returns
+/// the busy members and how many failed with a retryable error; any other error releases what
+/// is held and ends the acquire.
+async fn attempt_round(
+    plan: &Plan<'_>,
+    lease: Option<Duration>,
+    held: &mut [Option<(LockGuard, Instant)>],
+    round: Instant,
+) -> Result<(Vec<usize>, usize), LockError> {
+    let attempts = plan
+        .members
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| held[*i].is_none())
+        .map(|(i, m)| async move { (i, try_member(m, lease, plan.member_timeout).await) });
+    let (mut busy, mut failed) = (Vec::new(), 0);
+    for (i, result) in join_all(attempts).await {
+        match result {
+            Ok(Some(guard)) => held[i] = Some((guard, round)),
+            Ok(None) => busy.push(i),
+            Err(e) if e.is_retryable() => {
+                tracing::debug!(member = plan.members[i].name(), error = %e, "member failed");
+                failed += 1;
+            }
+            Err(e) => {
+                release_all(held).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok((busy, failed))
+}
+
+/// The composite guard of a quorum held, when its validity has not run out already (a lease
+/// that began at the earliest member's attempt, less drift). `None` leaves `held` as it is.
+fn complete(
+    plan: &Plan<'_>,
+    lease: Option<Duration>,
+    held: &mut Vec<Option<(LockGuard, Instant)>>,
+    round: Instant,
+) -> Option<CompositeGuard> {
+    let earliest = held
+        .iter()
+        .flatten()
+        .map(|(_, at)| *at)
+        .min()
+        .unwrap_or(round);
+    let valid_until = plan.valid_until(lease, earliest);
+    if valid_until.is_some_and(|v| v <= Instant::now()) {
+        return None;
+    }
+    let guards = std::mem::take(held)
+        .into_iter()
+        .flatten()
+        .map(|(g, _)| g)
+        .collect();
+    Some(CompositeGuard {
+        guards,
+        quorum: plan.quorum,
+        // In watchdog mode renewal moves the deadline on: only a lease fixes it.
+        valid_until: valid_until.filter(|_| lease.is_some()),
+    })
+}
+
+/// The pause after `failures` rounds in a row where members failed: doubling, bounded, and
+/// never past the deadline.
+fn backoff(failures: u32, deadline: Option<Instant>) -> Duration {
+    let pause = ERROR_BACKOFF_MIN
+        .saturating_mul(1 << failures.min(5))
+        .min(ERROR_BACKOFF_MAX);
+    deadline.map_or(pause, |d| {
+        pause.min(d.saturating_duration_since(Instant::now()))
+    })
+}
+
+/// One attempt on one member, bounded by `limit`. A grant that comes after the bound is released
+/// by the member's lock actor (the dropped request finds nobody to hand it to).
+async fn try_member(
+    member: &Lock,
+    lease: Option<Duration>,
+    limit: Option<Duration>,
+) -> Result<Option<LockGuard>, LockError> {
+    let attempt = async {
+        match lease {
+            Some(lease) => member.try_acquire_with_lease(Duration::ZERO, lease).await,
+            None => member.try_acquire().await,
+        }
+    };
+    match limit {
+        Some(limit) => {
+            tokio::time::timeout(limit, attempt)
+                .await
+                .unwrap_or(Err(LockError::Timeout {
+                    op: "member acquire",
+                    after: limit,
+                }))
+        }
+        None => attempt.await,
+    }
+}
+
+/// Waits for one member (its unlock message, its TTL) until `deadline` (`None`: forever).
+async fn wait_member(
+    member: &Lock,
+    lease: Option<Duration>,
+    deadline: Option<Instant>,
+) -> Result<Option<LockGuard>, LockError> {
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    match (left, lease) {
+        (None, None) => member.acquire().await.map(Some),
+        (None, Some(lease)) => member.acquire_with_lease(lease).await.map(Some),
+        (Some(left), None) => member.try_acquire_for(left).await,
+        (Some(left), Some(lease)) => member.try_acquire_with_lease(left, lease).await,
+    }
+}
+
+/// Releases every held member, concurrently, and waits for it: the next attempt (or the caller)
+/// must find them free.
+async fn release_all(held: &mut [Option<(LockGuard, Instant)>]) {
+    let releases = held
+        .iter_mut()
+        .filter_map(Option::take)
+        .map(|(g, _)| g.release());
+    for result in join_all(releases).await {
+        if let Err(error) = result {
+            tracing::debug!(%error, "member release after a failed attempt");
+        }
+    }
+}
+
+/// The five verbs of a composition, shared by [`MultiLock`] and [`RedLock`].
+macro_rules! composite_verbs {
+    () => {
+        /// Takes the lock, waiting as long as it takes; members are renewed by their watchdogs.
+        ///
+        /// # Errors
+        /// [`LockError::InvalidArgument`] for an empty or duplicated member list, any member's
+        /// error that retrying cannot mend (wrong type, shutdown). Retryable errors are retried.
+        ///
+        /// # Cancel safety
+        /// Dropping the future leaves nothing held: members granted afterwards are released.
+        pub async fn acquire(&self) -> Result<CompositeGuard, LockError> {
+            let got = super::acquire(&self.plan(), None, Wait::Forever).await?;
+            got.ok_or(LockError::Shutdown)
+        }
+
+        /// Takes the lock with every member leased for `lease`, waiting as long as it takes.
+        ///
+        /// # Errors
+        /// As [`acquire`](Self::acquire), and [`LockError::InvalidArgument`] for a lease under 1 ms.
+        ///
+        /// # Cancel safety
+        /// As [`acquire`](Self::acquire).
+        pub async fn acquire_with_lease(
+            &self,
+            lease: Duration,
+        ) -> Result<CompositeGuard, LockError> {
+            let got = super::acquire(&self.plan(), Some(lease), Wait::Forever).await?;
+            got.ok_or(LockError::Shutdown)
+        }
+
+        /// One attempt on every member: the guard, or `None` (nothing left held).
+        ///
+        /// # Errors
+        /// As [`acquire`](Self::acquire).
+        pub async fn try_acquire(&self) -> Result<Option<CompositeGuard>, LockError> {
+            super::acquire(&self.plan(), None, Wait::No).await
+        }
+
+        /// Tries for up to `wait`; `None` afterwards, with nothing left held.
+        ///
+        /// # Errors
+        /// As [`acquire`](Self::acquire).
+        ///
+        /// # Cancel safety
+        /// As [`acquire`](Self::acquire).
+        pub async fn try_acquire_for(
+            &self,
+            wait: Duration,
+        ) -> Result<Option<CompositeGuard>, LockError> {
+            super::acquire(&self.plan(), None, Wait::Up(wait)).await
+        }
+
+        /// Tries for up to `wait`, members leased for `lease`; `None` afterwards.
+        ///
+        /// # Errors
+        /// As [`acquire_with_lease`](Self::acquire_with_lease).
+        ///
+        /// # Cancel safety
+        /// As [`acquire`](Self::acquire).
+        pub async fn try_acquire_with_lease(
+            &self,
+            wait: Duration,
+            lease: Duration,
+        ) -> Result<Option<CompositeGuard>, LockError> {
+            super::acquire(&self.plan(), Some(lease), Wait::Up(wait)).await
+        }
+    };
+}
+use composite_verbs;

@@ -1,0 +1,97 @@
+//! [`LockGuard`]: one hold of a lock, as the handles give it out.
+
+use std::sync::Arc;
+
+use crate::actors::lock_actor::Grant;
+use crate::actors::lock_actor::Release;
+use tracing::Instrument;
+
+use crate::error::LockError;
+use crate::handles::state::Inner;
+
+/// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping
+/// it releases in the background. It knows when the lock was lost (expired, deleted, force
+/// unlocked, not renewable for a whole watchdog timeout): see [`is_lost`](Grant::is_lost).
+///
+/// It wraps the [`Grant`] its lock actor replied with, and dereferences to it for the hold's
+/// name, holder, kind, token and lost signal.
+#[must_use = "dropping a guard releases the lock at once"]
+pub struct LockGuard {
+    grant: Grant,
+    /// Keeps the manager (and its renewals) running while the guard lives.
+    manager: Option<Arc<Inner>>,
+}
+
+impl From<Grant> for LockGuard {
+    fn from(grant: Grant) -> Self {
+        Self {
+            grant,
+            manager: None,
+        }
+    }
+}
+
+impl LockGuard {
+    pub(super) fn keeping(mut self, manager: Arc<Inner>) -> Self {
+        self.manager = Some(manager);
+        self
+    }
+
+    /// The grant inside: what a [`Release`] message carries.
+    pub fn into_grant(self) -> Grant {
+        self.grant
+    }
+
+    /// Releases this hold: the lock is free once every hold of its holder is released.
+    ///
+    /// # Errors
+    /// [`LockError::NotHeld`] when the lock was lost meanwhile. On a Redis error or time-out the
+    /// release may or may not have run: its lock actor sends the same request again in the
+    /// background until Redis answers (the script recognises a request it already ran and
+    /// replies as it did), so the hold is released exactly once and never stays renewed. A guard
+    /// dropped without `release` goes the same way.
+    ///
+    /// A hold is released once: `release` takes the guard, so a second call does not compile.
+    ///
+    /// ```compile_fail
+    /// # async fn demo(lock: lockman::Lock) -> Result<(), lockman::LockError> {
+    /// let guard = lock.acquire().await?;
+    /// guard.release().await?;
+    /// guard.release().await?; // error[E0382]: use of moved value: `guard`
+    /// # Ok(()) }
+    /// ```
+    pub async fn release(self) -> Result<(), LockError> {
+        let Self { grant, manager } = self;
+        let span = crate::handles::trace::release(grant.name(), &grant.kind());
+        let actor = grant.actor().clone();
+        let res = actor
+            .send(Release(grant))
+            .instrument(span.clone())
+            .await
+            .unwrap_or(Err(LockError::Shutdown));
+        crate::handles::trace::released(&span, &res);
+        drop(manager);
+        res
+    }
+}
+
+/// The hold's name, holder, kind, token and lost signal: [`Grant::name`], [`Grant::is_lost`],
+/// [`Grant::lost`] and the rest.
+impl std::ops::Deref for LockGuard {
+    type Target = Grant;
+
+    fn deref(&self) -> &Grant {
+        &self.grant
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name())
+            .field("holder", &self.holder_id())
+            .field("kind", &self.kind())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

@@ -1,0 +1,141 @@
+//! [`LockInfo`]: what Redis holds about a lock, whatever its kind, read in one round trip.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::protocol::Described;
+
+/// The shape of a lock as its keys show it: a read-write lock has a `mode` field, a fair lock a
+/// queue, a fenced lock a token counter (which outlives its holds). A free lock that left no key
+/// reads as [`Plain`](Self::Plain).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockShape {
+    /// A reentrant lock (or nothing at all).
+    Plain,
+    /// A fair lock.
+    Fair,
+    /// A read-write lock.
+    ReadWrite,
+    /// A fenced lock.
+    Fenced,
+}
+
+impl LockShape {
+    /// `plain`, `fair`, `read-write` or `fenced`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockShape::Plain => "plain",
+            LockShape::Fair => "fair",
+            LockShape::ReadWrite => "read-write",
+            LockShape::Fenced => "fenced",
+        }
+    }
+}
+
+/// One holder of a lock and how many times it holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    /// The holder id, `<client uuid>:<n>`.
+    pub holder: String,
+    /// Its hold count (re-entries included).
+    pub count: u32,
+    /// For a read-write lock: whether this count is of the write side.
+    pub write: bool,
+}
+
+/// A fair lock's waiter, in queue order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedWaiter {
+    /// The waiter's holder id.
+    pub holder: String,
+    /// How long until its place times out, on this machine's clock (zero when overdue).
+    pub times_out_in: Duration,
+}
+
+/// What Redis holds about one lock, from [`LockManager::describe`](crate::LockManager::describe).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The lock name.
+    pub name: String,
+    /// Which kind of lock its keys show.
+    pub shape: LockShape,
+    /// Its holders, with their counts (none when free).
+    pub holders: Vec<Holding>,
+    /// How long until it expires unless renewed (`None` when free).
+    pub ttl: Option<Duration>,
+    /// A read-write lock's mode now: `read` or `write`.
+    pub mode: Option<String>,
+    /// A fair lock's queue.
+    pub queue: Vec<QueuedWaiter>,
+    /// A fenced lock's newest token.
+    pub token: Option<u64>,
+}
+
+impl LockInfo {
+    /// Whether anyone holds it.
+    pub fn is_held(&self) -> bool {
+        !self.holders.is_empty()
+    }
+
+    pub(crate) fn new(name: &str, d: Described) -> Self {
+        let mut mode = None;
+        let mut holders = Vec::new();
+        for (field, value) in d.fields {
+            if field == "mode" {
+                mode = Some(value);
+                continue;
+            }
+            let count = value.parse().unwrap_or(0);
+            match field.strip_suffix(":write") {
+                Some(holder) => holders.push(Holding {
+                    holder: holder.to_owned(),
+                    count,
+                    write: true,
+                }),
+                None => holders.push(Holding {
+                    holder: field,
+                    count,
+                    write: false,
+                }),
+            }
+        }
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as f64)
+            .unwrap_or(0.0);
+        let deadline = |holder: &str| {
+            d.deadlines
+                .iter()
+                .find(|(h, _)| h == holder)
+                .and_then(|(_, ms)| ms.parse::<f64>().ok())
+        };
+        let queue = d
+            .queue
+            .iter()
+            .map(|holder| QueuedWaiter {
+                holder: holder.clone(),
+                times_out_in: deadline(holder)
+                    .map(|ms| Duration::from_millis((ms - now_ms).max(0.0) as u64))
+                    .unwrap_or_default(),
+            })
+            .collect::<Vec<_>>();
+        let shape = if mode.is_some() {
+            LockShape::ReadWrite
+        } else if !queue.is_empty() || !d.deadlines.is_empty() {
+            LockShape::Fair
+        } else if d.token.is_some() {
+            LockShape::Fenced
+        } else {
+            LockShape::Plain
+        };
+        Self {
+            name: name.to_owned(),
+            shape,
+            ttl: if holders.is_empty() { None } else { d.ttl },
+            holders,
+            mode,
+            queue,
+            token: d.token,
+        }
+    }
+}

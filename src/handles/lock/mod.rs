@@ -1,0 +1,247 @@
+//! [`Lock`], the handle on one reentrant lock, and [`LockGuard`], one hold of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+mod fair;
+mod fenced;
+mod guard;
+mod info;
+mod read_write;
+
+pub use fair::FairLock;
+pub use fenced::{FencedGuard, FencedLock};
+pub use guard::LockGuard;
+pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
+pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
+
+use tracing::Instrument;
+
+use crate::actors::lock_actor::Acquire;
+use crate::actors::lock_actor::{Grant, LockActor};
+use crate::actors::lock_state::Wait;
+use crate::error::LockError;
+use crate::handles::reach::Reach;
+use crate::handles::state::Inner;
+use crate::protocol::LockKind;
+use crate::protocol::keys;
+
+/// A handle on one lock, with one **holder** identity (`<client id>:<n>`, see
+/// [`holder_id`](Self::holder_id)): the reentrant lock from [`LockManager::lock`], and the core
+/// that [`FencedLock`], [`ReadLock`] and [`WriteLock`] share (they dereference to it).
+///
+/// Clones share the holder, so acquiring through a clone re-enters: the lock is free again after
+/// as many releases as acquisitions. Each successful acquire returns a [`LockGuard`].
+///
+/// [`LockManager::lock`]: crate::LockManager::lock
+#[derive(Clone)]
+pub struct Lock {
+    mgr: Arc<Inner>,
+    name: Arc<str>,
+    holder: Arc<str>,
+    kind: LockKind,
+    /// The actor this handle last reached, shared by clones.
+    actor: Reach<LockActor>,
+}
+
+impl Lock {
+    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>, kind: LockKind) -> Self {
+        Self {
+            mgr,
+            name,
+            holder,
+            kind,
+            actor: Reach::default(),
+        }
+    }
+
+    /// The same holder on the same name, as another kind (the sides of a read-write lock).
+    pub(crate) fn as_kind(&self, kind: LockKind) -> Self {
+        Self::new(
+            self.mgr.clone(),
+            self.name.clone(),
+            self.holder.clone(),
+            kind,
+        )
+    }
+
+    /// Which kind of lock this handle takes.
+    pub fn kind(&self) -> LockKind {
+        self.kind
+    }
+
+    /// The lock name: the Redis key of its hash.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This handle's holder: `<client uuid>:<n>`, the hash field Redis keeps its count in.
+    pub fn holder_id(&self) -> String {
+        self.holder.to_string()
+    }
+
+    /// Takes the lock, waiting as long as it takes; the watchdog renews it while the guard lives.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
+    /// not a lock, [`LockError::Shutdown`] after shutdown. Redis errors are retried while waiting.
+    ///
+    /// # Cancel safety
+    /// Dropping the future removes the waiter; a grant that arrives after that is released.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        self.request(None, Wait::Forever)
+            .await?
+            .ok_or(LockError::Shutdown)
+    }
+
+    /// Takes the lock for `lease`, waiting as long as it takes. No renewal: the lock expires by
+    /// itself after `lease`, and the guard then reports it lost.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`LockError::InvalidArgument`] for a lease under 1 ms.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<LockGuard, LockError> {
+        self.request(Some(lease), Wait::Forever)
+            .await?
+            .ok_or(LockError::Shutdown)
+    }
+
+    /// One attempt: the guard, or `None` when someone else holds the lock.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and any Redis error (nothing is retried).
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        self.request(None, Wait::No).await
+    }
+
+    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed (a fair
+    /// waiter first leaves the Redis queue: one round trip more).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<LockGuard>, LockError> {
+        self.request(None, Wait::Up(wait)).await
+    }
+
+    /// Waits up to `wait` for the lock, taken for `lease`; `None` once `wait` has passed.
+    ///
+    /// # Errors
+    /// As [`acquire_with_lease`](Self::acquire_with_lease).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_with_lease(
+        &self,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.request(Some(lease), Wait::Up(wait)).await
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters. `Ok(false)` when it was not locked.
+    /// The holder's guards learn of it at their next renewal.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`] (the key is left alone), Redis errors.
+    pub async fn force_unlock(&self) -> Result<bool, LockError> {
+        self.mgr.commands.check_name(&self.name)?;
+        self.mgr.commands.force_unlock(self.kind, &self.name).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn is_locked(&self) -> Result<bool, LockError> {
+        Ok(self.inspect().await?.locked)
+    }
+
+    /// Whether this handle's holder holds the lock (for a read-write lock: this side of it).
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn is_held(&self) -> Result<bool, LockError> {
+        Ok(self.inspect().await?.count > 0)
+    }
+
+    /// How many times this handle's holder holds the lock (0 when it does not).
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn hold_count(&self) -> Result<u32, LockError> {
+        Ok(self.inspect().await?.count)
+    }
+
+    /// How long the lock stays held without renewal; `None` when nobody holds it.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, LockError> {
+        Ok(self.inspect().await?.ttl)
+    }
+
+    /// The deployment of this lock's manager: members with one label are on one server.
+    pub(crate) fn server(&self) -> &str {
+        self.mgr.commands.endpoint().label()
+    }
+
+    /// The watchdog timeout of this lock's manager: the lease of a hold taken without one.
+    pub(crate) fn watchdog_timeout(&self) -> Duration {
+        self.mgr.config.get_watchdog_timeout()
+    }
+
+    async fn inspect(&self) -> Result<crate::protocol::Inspection, LockError> {
+        self.mgr.commands.check_name(&self.name)?;
+        self.mgr
+            .commands
+            .inspect(self.kind, &self.name, &self.holder)
+            .await
+    }
+
+    /// Sends an [`Acquire`] to the name's lock actor and wraps its grant.
+    async fn request(
+        &self,
+        lease: Option<Duration>,
+        wait: Wait,
+    ) -> Result<Option<LockGuard>, LockError> {
+        // The cheap check on every call; the registry checks the whole name (its slots, in a
+        // cluster) when it starts the name's actor.
+        keys::validate_name(&self.name)?;
+        self.via_actor(lease, wait).await
+    }
+
+    /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.
+    async fn via_actor(
+        &self,
+        lease: Option<Duration>,
+        wait: Wait,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let resolve = || self.mgr.lock_actor(self.kind, self.name.clone());
+        let acquire = || Acquire {
+            holder: self.holder.to_string(),
+            lease,
+            wait,
+            kind: self.kind,
+        };
+        let span = crate::handles::trace::acquire(&self.name, &self.kind, wait);
+        let granted = async { self.actor.send(resolve, acquire).await? }
+            .instrument(span.clone())
+            .await;
+        crate::handles::trace::acquired(&span, &granted, Grant::waited);
+        Ok(granted?.map(|g| LockGuard::from(g).keeping(self.mgr.clone())))
+    }
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .finish()
+    }
+}

@@ -1,0 +1,240 @@
+//! The public façade: [`LockManager`] connects and hands out [`Lock`] handles.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use actix::Addr;
+use uuid::Uuid;
+
+use super::state::Inner;
+use crate::actors::lock_actor::LockActor;
+use crate::actors::messages::{CountLive, Shutdown};
+use crate::config::Config;
+use crate::error::LockError;
+use crate::handles::lock::FairLock;
+use crate::handles::lock::FencedLock;
+use crate::handles::lock::Lock;
+use crate::handles::lock::ReadWriteLock;
+use crate::handles::runtime::Host;
+use crate::protocol::LockKind;
+use crate::protocol::keys;
+
+/// How much longer than the connect timeout starting may take before it counts as stuck.
+const STARTUP_GRACE: Duration = Duration::from_secs(1);
+
+/// The entry point: one connection to one Redis server, one **client id**, and the actors that
+/// serve every lock taken through it. Cheap to clone; clones share everything.
+///
+/// Dropping the last handle (manager, lock or guard) stops renewals without releasing: locks still
+/// held then expire within the watchdog timeout. Call [`shutdown`](Self::shutdown) to release.
+#[derive(Clone)]
+pub struct LockManager {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl LockManager {
+    /// Connects to Redis and starts the actors: on the current actix arbiter if there is one,
+    /// otherwise on an actix System of lockman's own, on a background thread.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for a bad setting or URL; [`LockError::Connect`] or
+    /// [`LockError::Timeout`] when Redis cannot be reached within the connect timeout;
+    /// [`LockError::Tls`] when the TLS handshake fails (untrusted certificate, wrong host name,
+    /// not a TLS port); [`LockError::Auth`] for a wrong user or password;
+    /// [`LockError::NoPermission`] when the user's ACL refuses something every lock needs
+    /// (SCRIPT LOAD, EVALSHA, PUBLISH or SUBSCRIBE on the lock channels).
+    pub async fn start(config: Config) -> Result<Self, LockError> {
+        config.validate()?;
+        let config = Arc::new(config);
+        let config_limit = config.get_connect_timeout();
+        let host = Host::current_or_spawn().await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let settings = config.clone();
+        host.arbiter.spawn(async move {
+            let _ = tx.send(crate::actors::system::start(settings).await);
+        });
+        // An arbiter that is not running (an actix System created on this thread but not driving
+        // it) never runs the setup: fail instead of hanging.
+        let limit = config_limit + STARTUP_GRACE;
+        let started = match tokio::time::timeout(limit, rx).await {
+            Ok(reply) => reply.map_err(|_| LockError::Shutdown)??,
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    op: "start",
+                    after: limit,
+                });
+            }
+        };
+        let (registry, commands) = (started.registry, started.commands);
+        let client_id = started.client_id;
+        let deployment = config.deployment().label();
+        tracing::info!(%client_id, %deployment, own_system = host.owned.is_some(), "lock manager started");
+        let next_holder = AtomicU64::new(0);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client_id,
+                registry,
+                commands,
+                config,
+                next_holder,
+                host,
+            }),
+        })
+    }
+
+    /// [`start`](Self::start) with the default settings.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::start(Config::new(url)).await
+    }
+
+    /// This manager's client id: the first part of every holder it creates.
+    pub fn client_id(&self) -> Uuid {
+        self.inner.client_id
+    }
+
+    /// A handle on the reentrant lock `name`, with a new **holder** identity: two calls give two
+    /// holders that exclude each other; clones of one handle share its holder and re-enter.
+    /// The name is checked when the handle is used (an empty one is refused).
+    pub fn lock(&self, name: impl Into<String>) -> Lock {
+        let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
+        let holder = keys::holder(&self.inner.client_id, n);
+        Lock::new(
+            self.inner.clone(),
+            name.into().into(),
+            holder.into(),
+            LockKind::Reentrant,
+        )
+    }
+
+    /// A handle on the **fair lock** `name`: waiters, in every process, acquire in the order they
+    /// arrived (a FIFO queue in Redis). New holder, as [`lock`](Self::lock).
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.lock(name).as_kind(LockKind::Fair))
+    }
+
+    /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a
+    /// token greater than any handed out before for that name, by any client. New holder, as
+    /// [`lock`](Self::lock).
+    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
+        FencedLock::new(self.lock(name).as_kind(LockKind::Fenced))
+    }
+
+    /// A handle on the **read-write lock** `name`: many readers at once, or one writer. Its
+    /// [`read`](ReadWriteLock::read) and [`write`](ReadWriteLock::write) sides share one new
+    /// holder, so a writer can also take the read side (downgrade).
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.lock(name))
+    }
+
+    /// A handle on the **semaphore** `name` (Redisson's `RSemaphore`): permits shared by every
+    /// process. The name is checked when the handle is used.
+    pub fn semaphore(&self, name: impl Into<String>) -> crate::handles::sync::Semaphore {
+        crate::handles::sync::Semaphore::new(self.inner.clone(), name.into().into())
+    }
+
+    /// A handle on the **permit semaphore** `name` (Redisson's `RPermitExpirableSemaphore`):
+    /// permits with ids that the watchdog renews, or that expire after a lease.
+    pub fn permit_semaphore(
+        &self,
+        name: impl Into<String>,
+    ) -> crate::handles::sync::PermitSemaphore {
+        crate::handles::sync::PermitSemaphore::new(self.inner.clone(), name.into().into())
+    }
+
+    /// A handle on the **count-down latch** `name` (Redisson's `RCountDownLatch`).
+    pub fn count_down_latch(
+        &self,
+        name: impl Into<String>,
+    ) -> crate::handles::sync::CountDownLatch {
+        crate::handles::sync::CountDownLatch::new(self.inner.clone(), name.into().into())
+    }
+
+    /// The synchronizer actor serving the synchronizer of `kind` named `name` now, for actix
+    /// users who send it [`AcquirePermits`](crate::AcquirePermits) and the others themselves.
+    ///
+    /// # Errors
+    /// As [`lock_actor`](Self::lock_actor).
+    pub async fn sync_actor(
+        &self,
+        kind: crate::protocol::SyncKind,
+        name: &str,
+    ) -> Result<Addr<crate::actors::sync_actor::SyncActor>, LockError> {
+        self.inner.sync_actor(kind, name.into()).await
+    }
+
+    /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
+    /// and [`Release`](crate::Release) themselves. Holding the address keeps that actor alive.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name; [`LockError::Shutdown`] after shutdown.
+    pub async fn lock_actor(&self, name: &str) -> Result<Addr<LockActor>, LockError> {
+        self.lock_actor_of(LockKind::Reentrant, name).await
+    }
+
+    /// The lock actor serving the lock of `kind` named `name` (both sides of a read-write lock
+    /// share one). See [`lock_actor`](Self::lock_actor).
+    ///
+    /// # Errors
+    /// As [`lock_actor`](Self::lock_actor).
+    pub async fn lock_actor_of(
+        &self,
+        kind: LockKind,
+        name: &str,
+    ) -> Result<Addr<LockActor>, LockError> {
+        self.inner.lock_actor(kind, name.into()).await
+    }
+
+    /// Everything Redis holds about the lock `name`, whatever its kind, read in one round trip and
+    /// changing nothing: its shape, holders and counts, TTL, read-write mode, fair queue and
+    /// fenced token. For diagnostics (the `lockman inspect` command).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
+    /// not a lock, Redis errors.
+    pub async fn describe(&self, name: &str) -> Result<crate::handles::lock::LockInfo, LockError> {
+        self.inner.commands.check_name(name)?;
+        let described = self.inner.commands.describe(name).await?;
+        Ok(crate::handles::lock::LockInfo::new(name, described))
+    }
+
+    /// Everything Redis holds about the semaphore, permit semaphore or count-down latch `name`,
+    /// read in one round trip and changing nothing: its count, TTL and held permits with their
+    /// expiry (the `lockman inspect` command).
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, Redis errors.
+    pub async fn describe_synchronizer(
+        &self,
+        name: &str,
+    ) -> Result<crate::handles::sync::SyncInfo, LockError> {
+        self.inner.commands.check_name(name)?;
+        let described = self.inner.commands.describe_sync(name).await?;
+        Ok(crate::handles::sync::SyncInfo::new(name, described))
+    }
+
+    /// How many lock actors are alive: one per name with a hold or a waiter in this process (or
+    /// whose address someone keeps). Idle names cost nothing; this is for diagnostics and tests.
+    pub async fn live_lock_actors(&self) -> usize {
+        self.inner.registry.send(CountLive).await.unwrap_or(0)
+    }
+
+    /// Stops renewals, releases every lock and permit this manager holds, fails its waiters with
+    /// [`LockError::Shutdown`], and closes its pub/sub connection. Later calls fail with
+    /// `Shutdown`. The command connections close when the last handle (manager, lock, guard)
+    /// is dropped.
+    pub async fn shutdown(&self) {
+        let _ = self.inner.registry.send(Shutdown { release: true }).await;
+    }
+}
+
+impl std::fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockManager")
+            .field("client_id", &self.inner.client_id)
+            .finish()
+    }
+}

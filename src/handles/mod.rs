@@ -1,0 +1,16 @@
+//! The handles: what users hold. They own nothing but addresses and send messages to the
+//! actors: the [`LockManager`](manager::LockManager) façade and the manager state the handles
+//! share (`state`), the locks (`lock`), the compositions (`compose`), the synchronizers
+//! (`sync`), how a handle reaches its name's actor (`reach`), where the actors run (`runtime`),
+//! their spans (`trace`) and the actix-web extractors (`web`).
+
+pub(crate) mod compose;
+pub(crate) mod lock;
+pub(crate) mod manager;
+pub(crate) mod reach;
+pub(crate) mod runtime;
+pub(crate) mod state;
+pub(crate) mod sync;
+pub(crate) mod trace;
+#[cfg(feature = "actix-web")]
+pub mod web;

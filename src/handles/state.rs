@@ -1,0 +1,67 @@
+//! The manager state every handle shares: the client id, the registry of actors, the command
+//! connections and the settings. Handles keep it alive; dropping the last one stops the actors.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use actix::Addr;
+use uuid::Uuid;
+
+use super::runtime::Host;
+use crate::actors::lock_actor::LockActor;
+use crate::actors::messages::Shutdown;
+use crate::actors::registry::Registry;
+use crate::actors::registry::{Resolve, ResolveSync};
+use crate::config::Config;
+use crate::error::LockError;
+use crate::protocol::{Commands, LockKind};
+
+/// What a [`LockManager`](super::manager::LockManager) and its handles share.
+pub(crate) struct Inner {
+    pub client_id: Uuid,
+    pub registry: Addr<Registry>,
+    pub commands: Commands,
+    pub config: Arc<Config>,
+    pub next_holder: AtomicU64,
+    pub host: Host,
+}
+
+impl Inner {
+    /// The live lock actor of the lock of `kind` named `name`, started when there is none.
+    pub(crate) async fn lock_actor(
+        &self,
+        kind: LockKind,
+        name: Arc<str>,
+    ) -> Result<Addr<LockActor>, LockError> {
+        let resolve = Resolve { kind, name };
+        let sent = self.registry.send(resolve).await;
+        sent.map_err(|_| LockError::Shutdown)?
+    }
+
+    /// The live synchronizer actor of `kind` named `name`, started when there is none.
+    pub(crate) async fn sync_actor(
+        &self,
+        kind: crate::protocol::SyncKind,
+        name: Arc<str>,
+    ) -> Result<Addr<crate::actors::sync_actor::SyncActor>, LockError> {
+        let resolve = ResolveSync { kind, name };
+        let sent = self.registry.send(resolve).await;
+        sent.map_err(|_| LockError::Shutdown)?
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Releases already sent by dropped guards are queued before this stop, so they run first.
+        let (registry, own) = (self.registry.clone(), self.host.owned.is_some());
+        let spawned = self.host.arbiter.spawn(async move {
+            let _ = registry.send(Shutdown { release: false }).await;
+            if own {
+                actix_rt::System::current().stop();
+            }
+        });
+        if let (false, Some(system)) = (spawned, &self.host.owned) {
+            system.stop();
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! [`PermitGuard`]: permits held, given back when dropped.
+
+use std::sync::Arc;
+
+use crate::actors::sync_actor::Permits;
+use crate::actors::sync_actor::ReleasePermits;
+use tracing::Instrument;
+
+use crate::error::LockError;
+use crate::handles::state::Inner;
+
+/// Permits of a [`Semaphore`](crate::Semaphore) or a [`PermitSemaphore`](crate::PermitSemaphore).
+/// Dropping it gives them back in the background; [`release`](Self::release) does it and says
+/// how it went. A permit semaphore's permits taken without a lease are renewed by the watchdog
+/// while the guard lives.
+#[must_use = "dropping the guard gives the permits back at once"]
+pub struct PermitGuard {
+    permits: Permits,
+    /// Keeps the manager (and its actors) alive while permits are held.
+    _manager: Arc<Inner>,
+}
+
+impl PermitGuard {
+    pub(super) fn new(permits: Permits, manager: Arc<Inner>) -> Self {
+        Self {
+            permits,
+            _manager: manager,
+        }
+    }
+
+    /// How many permits it holds.
+    pub fn count(&self) -> u32 {
+        self.permits.count()
+    }
+
+    /// A permit semaphore's permit ids, as Java shows them (32 lowercase hex characters).
+    pub fn ids(&self) -> Vec<String> {
+        self.permits.ids()
+    }
+
+    /// Whether the permits are known to be lost (their lease ran out, or renewal found them
+    /// reclaimed). Lost permits may be in another holder's hands: stop relying on them.
+    pub fn is_lost(&self) -> bool {
+        self.permits.is_lost()
+    }
+
+    /// Resolves once the permits are known to be lost; never, while they are held.
+    pub async fn lost(&self) {
+        self.permits.lost().await;
+    }
+
+    /// Gives the permits back and waits for Redis to confirm.
+    ///
+    /// # Errors
+    /// [`LockError::NotHeld`] when a permit semaphore's permits were lost meanwhile (those still
+    /// held are given back all the same); Redis errors, after resending while the outcome was
+    /// unknown.
+    pub async fn release(self) -> Result<(), LockError> {
+        let span = crate::handles::trace::release(self.permits.name(), &self.permits.kind());
+        let actor = self.permits.actor().clone();
+        let res = actor
+            .send(ReleasePermits(self.permits))
+            .instrument(span.clone())
+            .await
+            .unwrap_or(Err(LockError::Shutdown));
+        crate::handles::trace::released(&span, &res);
+        res
+    }
+
+    /// Keeps the permits taken after the guard is gone: nothing gives them back (a plain
+    /// semaphore's are then given back with [`Semaphore::release`](crate::Semaphore::release),
+    /// by anyone, as in Redisson). A permit semaphore's permits taken without a lease are then no
+    /// longer renewed either, and expire within the watchdog timeout.
+    pub fn forget(self) {
+        self.permits.forget();
+    }
+
+    /// The actor's grant, for actix users.
+    pub fn into_permits(self) -> Permits {
+        self.permits
+    }
+}
+
+impl std::fmt::Debug for PermitGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.permits.fmt(f)
+    }
+}

@@ -1,0 +1,166 @@
+//! [`PermitSemaphore`]: Redisson's RPermitExpirableSemaphore, with permits the watchdog renews.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Handle, PermitGuard};
+use crate::actors::messages::{Adjustment, Wait};
+use crate::error::LockError;
+use crate::handles::state::Inner;
+use crate::protocol::SyncKind;
+
+/// A semaphore whose permits have ids and expire, wire-compatible with Redisson's
+/// `RPermitExpirableSemaphore`: the key `name` holds the free permits and `{name}:timeout` the
+/// held ones (16-byte ids, scored by their expiry in epoch ms).
+///
+/// Permits taken **without a lease** are renewed by the watchdog while their guard lives, like
+/// locks: a process that dies gives them back within the watchdog timeout, and a guard whose
+/// permits were reclaimed meanwhile (a long pause, Redis unreachable) reports them lost. Permits
+/// taken **with a lease** expire after it. Expiry is judged by the Redis server's clock in
+/// lockman's scripts, and by each Java client's own clock in Redisson's: a Java client whose
+/// clock runs ahead of the server's reclaims lockman's permits that much early (docs/protocol.md).
+///
+/// ```no_run
+/// # async fn demo(manager: lockman::LockManager) -> Result<(), lockman::LockError> {
+/// let partner = manager.permit_semaphore("partner-api");
+/// partner.try_set_permits(8).await?;
+/// let permit = partner.acquire(1).await?;     // renewed while held
+/// // ... call the partner; if this process dies, the permit comes back ...
+/// assert!(!permit.is_lost());
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct PermitSemaphore {
+    handle: Handle,
+}
+
+impl PermitSemaphore {
+    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>) -> Self {
+        Self {
+            handle: Handle::new(mgr, name, SyncKind::PermitSemaphore),
+        }
+    }
+
+    /// The semaphore's name: its key.
+    pub fn name(&self) -> &str {
+        &self.handle.name
+    }
+
+    /// Sets the permits when the semaphore has none yet: whether it did.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for 0 permits or an empty name, [`LockError::WrongType`]
+    /// when a key is not a semaphore's, Redis errors.
+    pub async fn try_set_permits(&self, permits: u32) -> Result<bool, LockError> {
+        Ok(self.handle.adjust(Adjustment::SetPermits(permits)).await? == 1)
+    }
+
+    /// Adds permits (a negative `delta` removes free ones): the new free count.
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits); a `delta` of 0 is refused.
+    pub async fn add_permits(&self, delta: i64) -> Result<i64, LockError> {
+        self.handle.adjust(Adjustment::AddPermits(delta)).await
+    }
+
+    /// The free permits, after giving back the expired ones.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn available(&self) -> Result<i64, LockError> {
+        self.handle.adjust(Adjustment::Available).await
+    }
+
+    /// The permits held by anyone, after giving back the expired ones.
+    ///
+    /// # Errors
+    /// As [`available`](Self::available).
+    pub async fn acquired(&self) -> Result<i64, LockError> {
+        self.handle.adjust(Adjustment::Acquired).await
+    }
+
+    /// Takes every free permit: how many there were.
+    ///
+    /// # Errors
+    /// As [`available`](Self::available).
+    pub async fn drain(&self) -> Result<i64, LockError> {
+        self.handle.adjust(Adjustment::Drain).await
+    }
+
+    /// Takes `permits` permits, waiting as long as it takes; the watchdog renews them while the
+    /// guard lives.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for 0 permits, [`LockError::WrongType`],
+    /// [`LockError::Shutdown`]. Redis errors are retried while waiting.
+    ///
+    /// # Cancel safety
+    /// Dropping the future removes the waiter; permits taken after that are given back.
+    pub async fn acquire(&self, permits: u32) -> Result<PermitGuard, LockError> {
+        self.handle
+            .acquire(permits, None, Wait::Forever)
+            .await?
+            .ok_or(LockError::Shutdown)
+    }
+
+    /// Takes `permits` permits for `lease`, waiting as long as it takes. No renewal: they
+    /// expire after `lease`, and the guard then reports them lost.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`LockError::InvalidArgument`] for a zero lease.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn acquire_with_lease(
+        &self,
+        permits: u32,
+        lease: Duration,
+    ) -> Result<PermitGuard, LockError> {
+        self.handle
+            .acquire(permits, Some(lease), Wait::Forever)
+            .await?
+            .ok_or(LockError::Shutdown)
+    }
+
+    /// One attempt (renewed permits): the guard, or `None` when fewer are free.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and any Redis error.
+    pub async fn try_acquire(&self, permits: u32) -> Result<Option<PermitGuard>, LockError> {
+        self.handle.acquire(permits, None, Wait::No).await
+    }
+
+    /// Waits up to `wait` for `permits` renewed permits; `None` once `wait` has passed.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_for(
+        &self,
+        permits: u32,
+        wait: Duration,
+    ) -> Result<Option<PermitGuard>, LockError> {
+        self.handle.acquire(permits, None, Wait::Up(wait)).await
+    }
+
+    /// Waits up to `wait` for `permits` permits taken for `lease`; `None` once `wait` has passed.
+    ///
+    /// # Errors
+    /// As [`acquire_with_lease`](Self::acquire_with_lease).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    pub async fn try_acquire_with_lease(
+        &self,
+        permits: u32,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Option<PermitGuard>, LockError> {
+        self.handle
+            .acquire(permits, Some(lease), Wait::Up(wait))
+            .await
+    }
+}

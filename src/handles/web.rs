@@ -1,0 +1,418 @@
+//! actix-web integration (the `actix-web` feature): hold a lock, or a semaphore's permit, for
+//! the duration of a request.
+//!
+//! Put a [`RequestLock`] in the `app_data` of an `App`, a scope or a resource, saying which path
+//! segment or header names the lock, and take a [`RequestGuard`] as a handler argument: the
+//! handler runs only once the lock is held, and the lock is released when the handler is done
+//! (the guard is dropped with the handler's arguments), or earlier with
+//! [`RequestGuard::release`]. A request that cannot have the lock within the wait gets `409
+//! Conflict` (or the status you choose, e.g. `503`) with `Retry-After`, and the handler never runs.
+//!
+//! [`RequestPermits`] and [`RequestPermit`] do the same with a permit semaphore per key: at most
+//! N requests per key run at once across every instance, and the others get `429 Too Many
+//! Requests` (or `503`) with `Retry-After`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use actix_web::{App, HttpResponse, HttpServer, web};
+//! use lockman::web::{RequestGuard, RequestLock};
+//!
+//! async fn deposit(_lock: RequestGuard) -> HttpResponse {
+//!     // ... read, change and write the account: no other request on it runs meanwhile ...
+//!     HttpResponse::Ok().finish()
+//! }
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let manager = lockman::LockManager::connect("redis://127.0.0.1:6379/0").await.expect("redis");
+//! HttpServer::new(move || {
+//!     App::new()
+//!         .app_data(
+//!             RequestLock::path(manager.clone(), "account")
+//!                 .prefix("account:")
+//!                 .wait(Duration::from_millis(200)),
+//!         )
+//!         .route("/accounts/{account}/deposit", web::post().to(deposit))
+//! })
+//! .bind(("127.0.0.1", 8080))?
+//! .run()
+//! .await
+//! # }
+//! ```
+
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::time::Duration;
+
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::http::header::RETRY_AFTER;
+use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
+
+use crate::error::LockError;
+use crate::handles::lock::LockGuard;
+use crate::handles::manager::LockManager;
+use crate::handles::sync::PermitGuard;
+
+/// Where a request's lock name comes from.
+#[derive(Clone, Debug)]
+enum Key {
+    Path(String),
+    Header(String),
+}
+
+/// What both extractors are told: which part of the request names the lock or semaphore, how
+/// long to wait, and what to answer when it stays busy.
+#[derive(Clone, Debug)]
+struct Admission {
+    key: Key,
+    prefix: String,
+    wait: Duration,
+    busy: StatusCode,
+    retry_after: Duration,
+}
+
+/// The builder methods of a type that holds an [`Admission`] in `admission`.
+macro_rules! admission_builders {
+    ($what:literal, $busy:literal) => {
+        #[doc = concat!("Prepended to the segment or header value to make the ", $what, " name (e.g. `account:`).")]
+        pub fn prefix(mut self, prefix: &str) -> Self {
+            self.admission.prefix = prefix.to_owned();
+            self
+        }
+
+        #[doc = concat!("How long a request waits for its ", $what, ". Default: 1 s.")]
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.admission.wait = wait;
+            self
+        }
+
+        #[doc = concat!("The status of a request whose ", $what, " stayed busy: ", $busy, " by default.")]
+        pub fn busy_status(mut self, status: StatusCode) -> Self {
+            self.admission.busy = status;
+            self
+        }
+
+        /// The `Retry-After` of a busy answer, in whole seconds (at least 1). Default: 1 s.
+        pub fn retry_after(mut self, after: Duration) -> Self {
+            self.admission.retry_after = after;
+            self
+        }
+    };
+}
+
+impl Admission {
+    fn new(key: Key, busy: StatusCode) -> Self {
+        Self {
+            key,
+            prefix: String::new(),
+            wait: Duration::from_secs(1),
+            busy,
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
+    fn name(&self, req: &HttpRequest) -> Result<String, RequestLockError> {
+        let value = match &self.key {
+            Key::Path(param) => req.match_info().get(param).map(str::to_owned),
+            Key::Header(name) => req
+                .headers()
+                .get(name.as_str())
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        };
+        match value.filter(|v| !v.is_empty()) {
+            Some(v) => Ok(format!("{}{v}", self.prefix)),
+            None => Err(RequestLockError::NoKey(match &self.key {
+                Key::Path(p) => format!("path segment {p:?}"),
+                Key::Header(h) => format!("header {h:?}"),
+            })),
+        }
+    }
+
+    fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
+    }
+
+    /// The answer to a request whose wait ended with `outcome`.
+    fn admit<G>(
+        &self,
+        name: String,
+        outcome: Result<Option<G>, LockError>,
+    ) -> Result<G, RequestLockError> {
+        match outcome {
+            Ok(Some(guard)) => Ok(guard),
+            Ok(None) => Err(RequestLockError::Busy {
+                name,
+                status: self.busy,
+                retry_after: self.retry_after_secs(),
+            }),
+            Err(e) => Err(RequestLockError::Lock {
+                retry_after: self.retry_after_secs(),
+                source: e,
+            }),
+        }
+    }
+}
+
+/// How requests take their lock: which part of the request names it, how long to wait, and what
+/// to answer when it is busy. Put it in `app_data`; [`RequestGuard`] reads it.
+#[derive(Clone, Debug)]
+pub struct RequestLock {
+    manager: LockManager,
+    admission: Admission,
+}
+
+impl RequestLock {
+    /// The lock is named by the path segment `param` (as in `/accounts/{account}`).
+    pub fn path(manager: LockManager, param: &str) -> Self {
+        let admission = Admission::new(Key::Path(param.to_owned()), StatusCode::CONFLICT);
+        Self { manager, admission }
+    }
+
+    /// The lock is named by the request header `name`.
+    pub fn header(manager: LockManager, name: &str) -> Self {
+        let admission = Admission::new(Key::Header(name.to_owned()), StatusCode::CONFLICT);
+        Self { manager, admission }
+    }
+
+    admission_builders!(
+        "lock",
+        "`409 Conflict`; `503 Service Unavailable` is the other usual choice"
+    );
+}
+
+/// How requests take a permit: at most `permits` requests per key at once, across every instance
+/// of the service (a [`PermitSemaphore`](crate::PermitSemaphore) per key, whose permits the
+/// watchdog renews, so an instance that dies gives its permits back). Put it in `app_data`;
+/// [`RequestPermit`] reads it.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use actix_web::{App, HttpResponse, web};
+/// use lockman::web::{RequestPermit, RequestPermits};
+///
+/// async fn export(_permit: RequestPermit) -> HttpResponse {
+///     HttpResponse::Ok().finish() // at most 2 exports per tenant run at once, everywhere
+/// }
+///
+/// # fn demo(manager: lockman::LockManager) {
+/// let app = App::new()
+///     .app_data(RequestPermits::path(manager, "tenant", 2).prefix("exports:"))
+///     .route("/tenants/{tenant}/export", web::post().to(export));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RequestPermits {
+    manager: LockManager,
+    admission: Admission,
+    permits: u32,
+    /// Names whose permits this process has set (or found set): set once, not per request.
+    set: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+/// How many names [`RequestPermits`] remembers as set before it forgets them all (and sets
+/// each again, once, when next seen): a bound on its memory.
+const REMEMBERED_NAMES: usize = 10_000;
+
+impl RequestPermits {
+    /// `permits` per name, the name taken from the path segment `param`.
+    pub fn path(manager: LockManager, param: &str, permits: u32) -> Self {
+        Self::new(manager, Key::Path(param.to_owned()), permits)
+    }
+
+    /// `permits` per name, the name taken from the request header `name`.
+    pub fn header(manager: LockManager, name: &str, permits: u32) -> Self {
+        Self::new(manager, Key::Header(name.to_owned()), permits)
+    }
+
+    fn new(manager: LockManager, key: Key, permits: u32) -> Self {
+        Self {
+            manager,
+            admission: Admission::new(key, StatusCode::TOO_MANY_REQUESTS),
+            permits,
+            set: std::sync::Arc::default(),
+        }
+    }
+
+    admission_builders!(
+        "permit",
+        "`429 Too Many Requests`; `503 Service Unavailable` is the other usual choice"
+    );
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut set) = self.set.lock() {
+            set.remove(name);
+        }
+    }
+
+    /// Sets the permits of `name` unless this process did already (a semaphore set before
+    /// keeps its own count).
+    async fn ensure_set(
+        &self,
+        sem: &crate::handles::sync::PermitSemaphore,
+    ) -> Result<(), LockError> {
+        let known = self.set.lock().is_ok_and(|set| set.contains(sem.name()));
+        if !known {
+            sem.try_set_permits(self.permits).await?;
+            if let Ok(mut set) = self.set.lock() {
+                if set.len() >= REMEMBERED_NAMES {
+                    set.clear();
+                }
+                set.insert(sem.name().to_owned());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The lock of this request, held while the handler runs. It dereferences to its [`LockGuard`]
+/// (name, lost signal, token).
+#[must_use = "dropping it releases the lock at once"]
+#[derive(Debug)]
+pub struct RequestGuard(LockGuard);
+
+impl RequestGuard {
+    /// Releases the lock before the handler ends.
+    ///
+    /// # Errors
+    /// As [`LockGuard::release`].
+    pub async fn release(self) -> Result<(), LockError> {
+        self.0.release().await
+    }
+}
+
+impl Deref for RequestGuard {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.0
+    }
+}
+
+impl FromRequest for RequestGuard {
+    type Error = RequestLockError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let config = req.app_data::<RequestLock>().cloned();
+        let name = config.as_ref().map(|c| c.admission.name(req));
+        Box::pin(async move {
+            let config = config.ok_or(RequestLockError::NotConfigured)?;
+            let name = name.ok_or(RequestLockError::NotConfigured)??;
+            let lock = config.manager.lock(name.as_str());
+            let outcome = lock.try_acquire_for(config.admission.wait).await;
+            config.admission.admit(name, outcome).map(RequestGuard)
+        })
+    }
+}
+
+/// A permit of this request's semaphore, held while the handler runs (and renewed); given back
+/// when the handler is done. It dereferences to its [`PermitGuard`] (lost signal, ids).
+#[must_use = "dropping it gives the permit back at once"]
+#[derive(Debug)]
+pub struct RequestPermit(PermitGuard);
+
+impl RequestPermit {
+    /// Gives the permit back before the handler ends.
+    ///
+    /// # Errors
+    /// As [`PermitGuard::release`].
+    pub async fn release(self) -> Result<(), LockError> {
+        self.0.release().await
+    }
+}
+
+impl Deref for RequestPermit {
+    type Target = PermitGuard;
+
+    fn deref(&self) -> &PermitGuard {
+        &self.0
+    }
+}
+
+impl FromRequest for RequestPermit {
+    type Error = RequestLockError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, Self::Error>>>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let config = req.app_data::<RequestPermits>().cloned();
+        let name = config.as_ref().map(|c| c.admission.name(req));
+        Box::pin(async move {
+            let config = config.ok_or(RequestLockError::NotConfigured)?;
+            let name = name.ok_or(RequestLockError::NotConfigured)??;
+            let sem = config.manager.permit_semaphore(name.as_str());
+            let outcome = match config.ensure_set(&sem).await {
+                Ok(()) => sem.try_acquire_for(1, config.admission.wait).await,
+                Err(e) => Err(e),
+            };
+            if let Ok(None) = outcome {
+                // Busy, or the semaphore's key was lost (a restart without its data): set it
+                // again at the next request, which is a no-op when it exists.
+                config.forget(&name);
+            }
+            config.admission.admit(name, outcome).map(RequestPermit)
+        })
+    }
+}
+
+/// Why a request did not get its lock or permit; each is an HTTP answer ([`ResponseError`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestLockError {
+    /// No [`RequestLock`] (or [`RequestPermits`]) in `app_data` for this route: `500`.
+    #[error("no lockman::web::RequestLock or RequestPermits is configured for this route")]
+    NotConfigured,
+    /// The request lacks what names its lock: `400`.
+    #[error("the request has no {0} to name its lock")]
+    NoKey(String),
+    /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
+    /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
+    #[error("{name:?} is busy; retry later")]
+    Busy {
+        /// The lock or semaphore name.
+        name: String,
+        /// The answer's status.
+        status: StatusCode,
+        /// Its `Retry-After`, in seconds.
+        retry_after: u64,
+    },
+    /// lockman failed: `503` with `Retry-After` when the error is retryable (Redis away),
+    /// `500` otherwise.
+    #[error("lock unavailable: {source}")]
+    Lock {
+        /// What lockman said.
+        source: LockError,
+        /// `Retry-After`, in seconds, for a retryable error.
+        retry_after: u64,
+    },
+}
+
+impl ResponseError for RequestLockError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::NoKey(_) => StatusCode::BAD_REQUEST,
+            Self::Busy { status, .. } => *status,
+            Self::Lock { source, .. } if source.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Lock { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            Self::Busy { retry_after, .. } => {
+                response.insert_header((RETRY_AFTER, retry_after.to_string()));
+            }
+            Self::Lock {
+                source,
+                retry_after,
+            } if source.is_retryable() => {
+                response.insert_header((RETRY_AFTER, retry_after.to_string()));
+            }
+            _ => {}
+        }
+        response.body(self.to_string())
+    }
+}

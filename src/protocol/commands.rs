@@ -1,0 +1,468 @@
+//! [`Commands`]: every script call lockman makes, with its arguments and its reply decoded.
+
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use super::*;
+use crate::config::Config;
+use crate::connections::command::Conn;
+use crate::connections::endpoint::Endpoint;
+use crate::error::LockError;
+use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
+
+/// The command connections (see `conn.rs`) and the scripts run on them. Cheap to clone: clones
+/// share the connections.
+#[derive(Clone)]
+pub(crate) struct Commands {
+    conn: Conn,
+    /// How long a request latch lives, in ms: past the time a lock actor keeps sending a
+    /// request whose reply never came (at most the watchdog timeout), plus four response
+    /// timeouts (the last resend may wait for the round trip under way, then take its own).
+    latch_ttl: u64,
+}
+
+impl Commands {
+    /// Connects to the endpoint's primary and checks the user's permissions, failing within
+    /// the config's connect timeout when Redis is unreachable.
+    pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
+        let conn = Conn::open(endpoint, config).await?;
+        probe::check_access(&conn, &all_scripts()).await?;
+        let latch_ttl = config.get_watchdog_timeout() + 4 * config.get_response_timeout();
+        Ok(Self {
+            conn,
+            latch_ttl: millis(latch_ttl),
+        })
+    }
+
+    /// Where the primary is.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        self.conn.endpoint()
+    }
+
+    /// After a failover: move every connection to the endpoint's current primary.
+    pub(crate) async fn switch_primary(&self) -> Result<(), LockError> {
+        self.conn.switch().await
+    }
+
+    /// Checks a lock name before anything is sent: not empty, and in a cluster, braces that keep
+    /// all of its keys in one slot ([`keys::check_cluster_name`]).
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), LockError> {
+        keys::validate_name(name)?;
+        if self.endpoint().cluster().is_some() {
+            keys::check_cluster_name(name)?;
+        }
+        Ok(())
+    }
+
+    /// Whether renewal batches must be split by slot (a script's keys must share one).
+    pub(crate) fn by_slot(&self) -> bool {
+        self.endpoint().cluster().is_some()
+    }
+
+    /// Puts `call` behind `latch` (`latch.lua`): the holder's latch key as the last key; the
+    /// request's id, its role and the latch's PTTL as the last arguments.
+    fn latched(
+        &self,
+        call: &mut redis::ScriptInvocation<'_>,
+        (name, field): (&str, &str),
+        latch: Latch,
+        role: LatchRole,
+    ) {
+        call.key(keys::latch(name, field))
+            .arg(latch.id)
+            .arg(role.flag())
+            .arg(self.latch_ttl);
+    }
+
+    /// The connections, for the synchronizers' calls (`sync.rs`).
+    pub(super) fn conn(&self) -> &Conn {
+        &self.conn
+    }
+
+    /// How long a request latch lives, in ms.
+    pub(super) fn latch_ttl_ms(&self) -> u64 {
+        self.latch_ttl
+    }
+
+    /// `publish` or `spublish`, for the synchronizers' calls.
+    pub(super) fn publish_command(&self) -> &'static str {
+        self.publish()
+    }
+
+    /// `publish` or `spublish`: see [`Endpoint::publish_command`].
+    fn publish(&self) -> &'static str {
+        self.conn.endpoint().publish_command()
+    }
+
+    async fn run(
+        &self,
+        op: &'static str,
+        key: &str,
+        invocation: redis::ScriptInvocation<'_>,
+    ) -> Result<Value, LockError> {
+        self.conn.run(op, key, invocation).await
+    }
+
+    /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
+    /// `write_acquire.lua`, `fair_acquire.lua`), behind `latch`.
+    pub(crate) async fn acquire(
+        &self,
+        kind: LockKind,
+        (name, holder): (&str, &str),
+        lease: Duration,
+        fair: FairArgs,
+        latch: &Latch,
+    ) -> Result<Attempt, LockError> {
+        let key = keys::lock_key(name);
+        let lease = millis(lease);
+        let script: &Script = match kind {
+            LockKind::Reentrant => &ACQUIRE,
+            LockKind::Fenced => &FENCED_ACQUIRE,
+            LockKind::Read => &READ_ACQUIRE,
+            LockKind::Write => &WRITE_ACQUIRE,
+            LockKind::Fair => &FAIR_ACQUIRE,
+        };
+        let mut call = match kind {
+            LockKind::Reentrant => {
+                let mut call = ACQUIRE.key(key);
+                call.arg(lease).arg(holder);
+                call
+            }
+            LockKind::Fenced => {
+                let mut call = FENCED_ACQUIRE.key(key);
+                call.key(keys::token_key(name)).arg(lease).arg(holder);
+                call
+            }
+            LockKind::Read => {
+                let mut call = READ_ACQUIRE.key(key);
+                call.key(keys::read_timeout_prefix(name, holder))
+                    .arg(lease)
+                    .arg(holder)
+                    .arg(keys::write_field(holder));
+                call
+            }
+            LockKind::Write => {
+                let mut call = WRITE_ACQUIRE.key(key);
+                call.arg(lease).arg(keys::write_field(holder));
+                call
+            }
+            LockKind::Fair => {
+                let mut call = FAIR_ACQUIRE.key(key);
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_deadlines(name))
+                    .arg(lease)
+                    .arg(holder)
+                    .arg(millis(fair.wait))
+                    .arg(epoch_millis())
+                    .arg(if fair.once { "1" } else { "0" });
+                call
+            }
+        };
+        self.latched(
+            &mut call,
+            (name, &kind.field(holder)),
+            *latch,
+            LatchRole::Acquire,
+        );
+        let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
+        let attempt = decode_attempt(kind, reply)?;
+        if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
+            (attempt, acked, self.conn.sync_wanted())
+            && acked < wanted
+        {
+            // Not on enough replicas to survive a failover: the caller gives it back.
+            return Ok(Attempt::Unsynced { acked, wanted });
+        }
+        Ok(attempt)
+    }
+
+    /// Releases one hold of `kind`, restoring `lease` when holds remain; behind `latch` when
+    /// one is given (a release at shutdown, which nobody sends again, has none).
+    pub(crate) async fn release(
+        &self,
+        kind: LockKind,
+        (name, holder): (&str, &str),
+        lease: Duration,
+        latch: Option<&Latch>,
+    ) -> Result<Released, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = match kind {
+            LockKind::Reentrant | LockKind::Fenced => {
+                let mut call = RELEASE.key(key);
+                call.key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
+                    .arg(self.publish());
+                call
+            }
+            LockKind::Read => {
+                let mut call = READ_RELEASE.key(key);
+                call.key(keys::rwlock_channel(name))
+                    .key(keys::read_timeout_prefix(name, holder))
+                    .key(keys::tagged(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(holder)
+                    .arg(self.publish());
+                call
+            }
+            LockKind::Write => {
+                let mut call = WRITE_RELEASE.key(key);
+                call.key(keys::rwlock_channel(name))
+                    .arg(WAKE_ALL_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(keys::write_field(holder))
+                    .arg(self.publish());
+                call
+            }
+            LockKind::Fair => {
+                let mut call = FAIR_RELEASE.key(key);
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_deadlines(name))
+                    .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
+                    .arg(epoch_millis())
+                    .arg(self.publish());
+                call
+            }
+        };
+        let latch = latch.copied().unwrap_or_else(Latch::new);
+        self.latched(
+            &mut call,
+            (name, &kind.field(holder)),
+            latch,
+            LatchRole::Release,
+        );
+        match self.run("release", key, call).await? {
+            Value::Nil => Ok(Released::NotHeld),
+            Value::Int(0) => Ok(Released::StillHeld),
+            Value::Int(1) => Ok(Released::Unlocked),
+            other => Err(unexpected("release", other)),
+        }
+    }
+
+    /// Releases one hold of `from` and, when that frees the lock, grants it to `to` for
+    /// `to_lease` in the same call (`hand_off.lua`): reentrant and fenced locks only.
+    pub(crate) async fn hand_off(
+        &self,
+        kind: LockKind,
+        name: &str,
+        (from, lease): (&str, Duration),
+        (to, to_lease): (&str, Duration),
+        latch: &Latch,
+    ) -> Result<HandedOff, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = HAND_OFF.key(key);
+        call.key(keys::token_key(name))
+            .arg(UNLOCK_MESSAGE)
+            .arg(millis(lease))
+            .arg(from)
+            .arg(to)
+            .arg(millis(to_lease))
+            .arg(if kind == LockKind::Fenced { "1" } else { "0" });
+        call.key(keys::latch(name, from));
+        self.latched(&mut call, (name, to), *latch, LatchRole::HandOff);
+        match self.run("hand off", key, call).await? {
+            Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
+            Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1)] => Ok(HandedOff::To { token: None }),
+                [Value::Int(1), Value::Int(t)] => Ok(HandedOff::To {
+                    token: u64::try_from(*t).ok(),
+                }),
+                _ => Err(unexpected("hand off", Value::Array(items))),
+            },
+            other => Err(unexpected("hand off", other)),
+        }
+    }
+
+    /// Brings `holder`'s count in Redis down to `target` when requests of unknown outcome were
+    /// given up (Redis unreachable past the time their latches live): reads it, then releases
+    /// what is over. Exact because every hold of a holder is its lock actor's, and the actor
+    /// runs nothing else on the name meanwhile; `target` is all that the actor still grants. Replies the count afterwards (0: the field is gone); a release
+    /// that fails stops early, with the count so far.
+    pub(crate) async fn settle_releases(
+        &self,
+        kind: LockKind,
+        name: &str,
+        holder: &str,
+        target: u32,
+        lease: Duration,
+    ) -> Result<u32, LockError> {
+        let mut in_redis = self.inspect(kind, name, holder).await?.count;
+        while in_redis > target {
+            match self.release(kind, (name, holder), lease, None).await {
+                Ok(Released::StillHeld) => in_redis -= 1,
+                Ok(Released::Unlocked | Released::NotHeld) => in_redis = 0,
+                Err(_) => break,
+            }
+        }
+        Ok(in_redis)
+    }
+
+    /// A fair-lock waiter gives up: it leaves the queue, and those behind it get `wait` back.
+    pub(crate) async fn leave_queue(
+        &self,
+        name: &str,
+        holder: &str,
+        wait: Duration,
+    ) -> Result<bool, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = FAIR_LEAVE.key(key);
+        call.key(keys::fair_queue(name))
+            .key(keys::fair_deadlines(name))
+            .key(keys::unlock_channel(name))
+            .arg(holder)
+            .arg(millis(wait))
+            .arg(UNLOCK_MESSAGE)
+            .arg(self.publish());
+        match self.run("leave queue", key, call).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("leave queue", other)),
+        }
+    }
+
+    /// Deletes the lock whoever holds it (`force_unlock.lua`); true when there was one. A side of
+    /// a read-write lock deletes it only in its own mode, as Redisson's does.
+    pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = FORCE_UNLOCK.key(key);
+        let (message, mode) = match kind {
+            LockKind::Read => (WAKE_ALL_MESSAGE, "read"),
+            LockKind::Write => (WAKE_ALL_MESSAGE, "write"),
+            LockKind::Reentrant | LockKind::Fenced | LockKind::Fair => (UNLOCK_MESSAGE, ""),
+        };
+        call.key(kind.channel(name))
+            .arg(message)
+            .arg(mode)
+            .arg(self.publish());
+        match self.run("force unlock", key, call).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("force unlock", other)),
+        }
+    }
+
+    /// Reads the lock's state for `holder` (`inspect.lua`), changing nothing.
+    pub(crate) async fn inspect(
+        &self,
+        kind: LockKind,
+        name: &str,
+        holder: &str,
+    ) -> Result<Inspection, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = INSPECT.key(key);
+        call.arg(kind.field(holder));
+        match self.run("inspect", key, call).await? {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(exists), Value::Int(count), Value::Int(ttl)] => Ok(Inspection {
+                    locked: *exists == 1,
+                    count: u32::try_from(*count).unwrap_or(0),
+                    ttl: if *exists == 1 { ttl_of(*ttl) } else { None },
+                }),
+                _ => Err(unexpected("inspect", Value::Array(items))),
+            },
+            other => Err(unexpected("inspect", other)),
+        }
+    }
+
+    /// Reads every key of the lock `name` (`describe.lua`), changing nothing: the raw material
+    /// of a [`LockInfo`](crate::LockInfo).
+    pub(crate) async fn describe(&self, name: &str) -> Result<Described, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = DESCRIBE.key(key);
+        call.key(keys::fair_queue(name))
+            .key(keys::fair_deadlines(name))
+            .key(keys::token_key(name));
+        let reply = self.run("describe", key, call).await?;
+        let bad = |v: &Value| unexpected("describe", v.clone());
+        let Value::Array(parts) = &reply else {
+            return Err(bad(&reply));
+        };
+        let [fields, pttl, queue, deadlines, token] = parts.as_slice() else {
+            return Err(bad(&reply));
+        };
+        let strings = |v: &Value| -> Result<Vec<String>, LockError> {
+            redis::from_redis_value(v.clone()).map_err(|_| bad(v))
+        };
+        let pairs = |list: Vec<String>| -> Vec<(String, String)> {
+            list.chunks_exact(2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect()
+        };
+        Ok(Described {
+            fields: pairs(strings(fields)?),
+            ttl: match pttl {
+                Value::Int(ms) => ttl_of(*ms),
+                other => return Err(bad(other)),
+            },
+            queue: strings(queue)?,
+            deadlines: pairs(strings(deadlines)?),
+            token: redis::from_redis_value::<Option<String>>(token.clone())
+                .ok()
+                .flatten()
+                .and_then(|t| t.parse().ok()),
+        })
+    }
+
+    /// Renews up to [`RENEW_BATCH`] holds of one kind (`renew.lua`; `renew_read.lua` for read
+    /// holds, which also renews the timeout keys): `true` for each hold still in place.
+    pub(crate) async fn renew(
+        &self,
+        kind: LockKind,
+        holds: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        let mut call = match kind {
+            LockKind::Read => RENEW_READ.prepare_invoke(),
+            _ => RENEW.prepare_invoke(),
+        };
+        call.arg(millis(timeout));
+        for (name, holder) in holds {
+            call.key(keys::lock_key(name)).arg(kind.field(holder));
+            if kind == LockKind::Read {
+                call.arg(keys::tagged(name));
+            }
+        }
+        let script: &Script = if kind == LockKind::Read {
+            &RENEW_READ
+        } else {
+            &RENEW
+        };
+        let (reply, acked) = self.conn.run_synced("renew", "", script, call).await?;
+        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
+            && acked < wanted
+        {
+            return Err(LockError::ReplicaSync { acked, wanted });
+        }
+        match reply {
+            Value::Array(items) if items.len() == holds.len() => {
+                Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
+            }
+            other => Err(unexpected("renew", other)),
+        }
+    }
+}
+
+/// What a latched script is, for `latch.lua`: which replies it keeps, and where.
+#[derive(Clone, Copy)]
+enum LatchRole {
+    /// An acquire: any reply but a PTTL.
+    Acquire,
+    /// A release.
+    Release,
+    /// A hand-off: the latch is the next holder's.
+    HandOff,
+}
+
+impl LatchRole {
+    fn flag(self) -> &'static str {
+        match self {
+            LatchRole::Acquire => "a",
+            LatchRole::Release => "r",
+            LatchRole::HandOff => "h",
+        }
+    }
+}

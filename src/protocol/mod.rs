@@ -1,0 +1,235 @@
+//! The protocol layer: the Lua scripts of `protocol.md`, run by EVALSHA, and their replies decoded
+//! into types. No actix here: actors call these, and so do the handles for read-only queries.
+
+mod commands;
+pub(crate) mod keys;
+mod kind;
+mod probe;
+mod sync;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use crate::error::LockError;
+
+pub(crate) use commands::Commands;
+pub use kind::LockKind;
+pub use sync::SyncKind;
+pub(crate) use sync::{NO_LEASE_SCORE, SyncDescribed, SyncLatch, Take, hex};
+
+/// A script that runs behind a request latch: the parts joined into `local function body()`,
+/// followed by `latch.lua`, so that a request sent again replies as its first run did.
+macro_rules! latched {
+    ($($part:literal),+) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                "local function body()\n",
+                $(include_str!($part),)+
+                "end\n",
+                include_str!("latch.lua")
+            ))
+        })
+    };
+}
+
+static ACQUIRE: LazyLock<Script> = latched!("acquire.lua");
+// The release and hand-off scripts both begin by releasing one hold.
+static RELEASE: LazyLock<Script> = latched!("release_prologue.lua", "release.lua");
+static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
+static FENCED_ACQUIRE: LazyLock<Script> = latched!("fence_token.lua", "fenced_acquire.lua");
+static READ_ACQUIRE: LazyLock<Script> = latched!("read_acquire.lua");
+static READ_RELEASE: LazyLock<Script> = latched!("read_release.lua");
+static WRITE_ACQUIRE: LazyLock<Script> = latched!("write_acquire.lua");
+static WRITE_RELEASE: LazyLock<Script> = latched!("write_release.lua");
+static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew_read.lua")));
+// The fair acquire and release scripts both begin by dropping stale queue heads.
+static FAIR_ACQUIRE: LazyLock<Script> = latched!("fair_prune.lua", "fair_acquire.lua");
+static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release.lua");
+static HAND_OFF: LazyLock<Script> =
+    latched!("release_prologue.lua", "fence_token.lua", "hand_off.lua");
+static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
+static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
+
+/// Every script lockman runs: loaded at start, so that a missing permission shows then.
+fn all_scripts() -> Vec<&'static Script> {
+    let mut scripts: Vec<&'static Script> = vec![
+        &ACQUIRE,
+        &RELEASE,
+        &HAND_OFF,
+        &FORCE_UNLOCK,
+        &RENEW,
+        &INSPECT,
+        &FENCED_ACQUIRE,
+        &READ_ACQUIRE,
+        &READ_RELEASE,
+        &WRITE_ACQUIRE,
+        &WRITE_RELEASE,
+        &RENEW_READ,
+        &FAIR_ACQUIRE,
+        &FAIR_RELEASE,
+        &FAIR_LEAVE,
+        &DESCRIBE,
+        &probe::ACL_PROBE,
+    ];
+    scripts.extend(sync::sync_scripts());
+    scripts
+}
+
+/// What a fair-lock attempt also needs: the waiter's wait (its place in the queue expires that
+/// long after its turn) and whether it may enqueue at all.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FairArgs {
+    pub wait: Duration,
+    pub once: bool,
+}
+
+/// The most holds one renewal script call carries.
+pub(crate) const RENEW_BATCH: usize = 100;
+
+/// What makes one acquire, release or hand-off idempotent (`latch.lua`, docs/protocol.md
+/// "Request latches"): sent again with the same latch, the request replies as its first run did
+/// and changes nothing. So a reply that never came is resolved by sending the same request again,
+/// never by guessing from counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Latch {
+    /// This request's number ([`Latch::new`]), unique in the process.
+    pub id: u64,
+}
+
+/// Request numbers.
+static NEXT_REQUEST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Latch {
+    /// The latch of a new request.
+    pub(crate) fn new() -> Self {
+        Self {
+            id: NEXT_REQUEST.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+}
+
+/// The outcome of one acquire attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The holder's count was incremented and the lease set; a fenced lock's token. `fresh`:
+    /// the holder had no count in Redis before (a new hold, not a re-entry).
+    Acquired { token: Option<u64>, fresh: bool },
+    /// Acquired, but fewer replicas than `Config::sync_replicas` asks for acknowledged it: the
+    /// hold is to be released again, and the request fails with `LockError::ReplicaSync`.
+    Unsynced { acked: u32, wanted: u32 },
+    /// Another holder has it, for `ttl` more (`None`: the key has no expiry).
+    Busy { ttl: Option<Duration> },
+}
+
+/// The outcome of one release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The holder had no field: nothing changed.
+    NotHeld,
+    /// The count went down and is still above zero.
+    StillHeld,
+    /// The holder's last hold is gone: the key was deleted and the unlock message published,
+    /// unless other holders of a read-write lock remain.
+    Unlocked,
+}
+
+/// The outcome of a release that may hand the lock to a local waiter (`hand_off.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandedOff {
+    /// No hand-off: what the release did.
+    No(Released),
+    /// The lock went to the waiter in the same call; a fenced lock's new token.
+    To { token: Option<u64> },
+}
+
+/// Every key of one lock, as `describe.lua` read them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Described {
+    /// The hash: holder fields (and `mode` for a read-write lock) with their values.
+    pub fields: Vec<(String, String)>,
+    pub ttl: Option<Duration>,
+    /// A fair lock's queue, oldest first.
+    pub queue: Vec<String>,
+    /// A fair lock's waiters with their deadlines (epoch ms).
+    pub deadlines: Vec<(String, String)>,
+    /// A fenced lock's counter: the newest token handed out.
+    pub token: Option<u64>,
+}
+
+/// A lock's state as seen by one holder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Inspection {
+    pub locked: bool,
+    pub count: u32,
+    pub ttl: Option<Duration>,
+}
+
+/// An acquire script's reply: `[count]` (acquired; the holder's count now), `[token, count]` (a
+/// fenced lock acquired), or the PTTL.
+fn decode_attempt(kind: LockKind, reply: Value) -> Result<Attempt, LockError> {
+    let acquired = |token: Option<&i64>, count: &i64| Attempt::Acquired {
+        token: token.and_then(|t| u64::try_from(*t).ok()),
+        fresh: *count == 1,
+    };
+    match (kind, reply) {
+        (LockKind::Fenced, Value::Array(items)) => match items.as_slice() {
+            [Value::Int(t), Value::Int(n)] => Ok(acquired(Some(t), n)),
+            _ => Err(unexpected("acquire", Value::Array(items))),
+        },
+        (_, Value::Array(items)) => match items.as_slice() {
+            [Value::Int(n)] => Ok(acquired(None, n)),
+            _ => Err(unexpected("acquire", Value::Array(items))),
+        },
+        (_, Value::Int(ttl)) => Ok(Attempt::Busy { ttl: ttl_of(ttl) }),
+        (_, other) => Err(unexpected("acquire", other)),
+    }
+}
+
+/// Now, as epoch milliseconds on this client's clock (fair-lock deadlines).
+fn epoch_millis() -> u64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A duration as whole milliseconds, at least 1 (PEXPIRE 0 would delete the key).
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// A PTTL reply: `None` for "no expiry" (-1); a missing key (-2) counts as already expired.
+fn ttl_of(ms: i64) -> Option<Duration> {
+    match ms {
+        -1 => None,
+        ms => Some(Duration::from_millis(ms.max(0).unsigned_abs())),
+    }
+}
+
+fn unexpected(op: &'static str, reply: Value) -> LockError {
+    LockError::UnexpectedReply {
+        op,
+        detail: format!("{reply:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_replies_decode() {
+        assert_eq!(ttl_of(-1), None);
+        assert_eq!(ttl_of(-2), Some(Duration::ZERO));
+        assert_eq!(ttl_of(1500), Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn millis_never_rounds_to_zero() {
+        assert_eq!(millis(Duration::from_micros(10)), 1);
+        assert_eq!(millis(Duration::from_secs(30)), 30_000);
+    }
+}

@@ -1,0 +1,123 @@
+//! The start-time permission probe: loads every script, runs one, and checks PUBLISH and
+//! SUBSCRIBE on each lock channel family, so that a missing permission (or a replica behind the
+//! URL) fails the start, naming what is missing, instead of the first lock.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::connections::command::{Conn, Link, denied};
+use crate::connections::failure::connect_error;
+use crate::error::LockError;
+use crate::protocol::keys;
+
+/// The probe script (`acl_probe.lua`).
+pub(super) static ACL_PROBE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("acl_probe.lua")));
+
+/// One channel of each lock channel family, for the start-time permission check.
+const PROBE: &str = "lockman:acl-check";
+
+/// The key the start-time probe deletes (it never exists): a replica refuses even that.
+const PROBE_KEY: &str = PROBE;
+
+fn probe_channels() -> [String; 2] {
+    [keys::unlock_channel(PROBE), keys::rwlock_channel(PROBE)]
+}
+
+/// Checks at start that the server is writable and the user may do what lockman does: load
+/// scripts, run them, publish and subscribe on the lock channels. Fails with
+/// [`LockError::ReadOnly`] for a replica, [`LockError::NoPermission`] naming what is missing,
+/// or [`LockError::Auth`].
+pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(), LockError> {
+    let mut link = conn.main_link();
+    for script in scripts {
+        let loaded = conn
+            .bounded("load scripts", script.load_async(&mut link))
+            .await;
+        denied("run SCRIPT LOAD", loaded)?;
+    }
+    // Loaded above with the others (on every node of a cluster). The probe declares no key,
+    // so in a cluster redis-rs would send it to any node, a replica included, whose READONLY
+    // says nothing of where locks go: a master runs it.
+    let mut probe = redis::cmd("EVALSHA");
+    probe
+        .arg(ACL_PROBE.get_hash())
+        .arg(0)
+        .arg(PROBE_KEY)
+        .arg(&probe_channels());
+    let call = async {
+        match &mut link {
+            Link::Server(server) => probe.query_async::<Vec<String>>(server).await,
+            Link::Cluster(cluster) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+                let reply = cluster.route_command(probe, master).await?;
+                redis::from_redis_value(reply).map_err(Into::into)
+            }
+        }
+    };
+    let reply = conn.bounded("check permissions", call).await;
+    let missing = denied("run EVALSHA", reply)?;
+    if missing.first().map(String::as_str) == Some("READONLY") {
+        return Err(LockError::ReadOnly {
+            url: conn.endpoint().label().to_owned(),
+        });
+    }
+    if let Some(first) = missing.first() {
+        return Err(LockError::NoPermission {
+            what: first.clone(),
+            detail: format!("the ACL of this user refuses: {}", missing.join("; ")),
+        });
+    }
+    check_subscribe(conn).await
+}
+
+/// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family (in a cluster, SSUBSCRIBE
+/// and SUNSUBSCRIBE on the node of each channel's slot, when unlock messages are sharded).
+async fn check_subscribe(conn: &Conn) -> Result<(), LockError> {
+    use crate::connections::subscription::Sink;
+    let endpoint = conn.endpoint();
+    let limit = conn.connect_timeout();
+    // The receiving half is kept until the end: dropping it closes the connection.
+    let (mut sink, _heard): (Sink, Box<dyn std::any::Any + Send>) = match endpoint.cluster() {
+        Some(_) => {
+            let (sink, heard) = crate::connections::subscription::open(endpoint, &[], limit)
+                .await
+                .map_err(|detail| LockError::UnexpectedReply {
+                    op: "connect pub/sub",
+                    detail,
+                })?;
+            (sink, Box::new(heard))
+        }
+        // One server: opened here, for the typed error of a refused connection.
+        None => match tokio::time::timeout(limit, endpoint.client().get_async_pubsub()).await {
+            Ok(Ok(pubsub)) => {
+                let (sink, heard) = pubsub.split();
+                (Sink::Server(sink), Box::new(heard))
+            }
+            Ok(Err(source)) => return Err(connect_error(endpoint.label(), source)),
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    op: "connect pub/sub",
+                    after: limit,
+                });
+            }
+        },
+    };
+    for channel in probe_channels() {
+        let what = format!("subscribe to {channel}");
+        let done = conn
+            .bounded(
+                "check permissions",
+                sink.subscribe(std::slice::from_ref(&channel)),
+            )
+            .await;
+        denied(&what, done)?;
+        let done = conn
+            .bounded("check permissions", sink.unsubscribe(&channel))
+            .await;
+        denied(&what, done)?;
+    }
+    Ok(())
+}

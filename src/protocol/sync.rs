@@ -1,0 +1,493 @@
+//! The synchronizers' scripts (`sync/*.lua`): semaphores, permit semaphores and count-down
+//! latches, wire-compatible with Redisson's RSemaphore, RPermitExpirableSemaphore and
+//! RCountDownLatch (docs/protocol.md). Every script that changes something runs behind a
+//! [`SyncLatch`], so that a request whose reply never came is sent again safely.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use super::commands::Commands;
+use super::{millis, unexpected};
+use crate::error::LockError;
+use crate::protocol::keys;
+
+/// A synchronizer script: its parts joined into `local function body()`, followed by
+/// `sync/latch.lua`.
+macro_rules! sync_latched {
+    ($($part:literal),+) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                "local function body()\n",
+                include_str!("sync/counter.lua"),
+                $(include_str!($part),)+
+                "end\n",
+                include_str!("sync/latch.lua")
+            ))
+        })
+    };
+}
+
+/// A synchronizer script without a latch (it changes nothing a resend could count twice).
+macro_rules! sync_plain {
+    ($($part:literal),+) => {
+        LazyLock::new(|| Script::new(concat!(include_str!("sync/counter.lua"), $(include_str!($part),)+)))
+    };
+}
+
+static SEMAPHORE_ACQUIRE: LazyLock<Script> = sync_latched!("sync/semaphore_acquire.lua");
+static SEMAPHORE_RELEASE: LazyLock<Script> = sync_latched!("sync/semaphore_release.lua");
+static SEMAPHORE_SET: LazyLock<Script> = sync_latched!("sync/semaphore_set.lua");
+static SEMAPHORE_ADD: LazyLock<Script> = sync_latched!("sync/semaphore_add.lua");
+static SEMAPHORE_DRAIN: LazyLock<Script> = sync_latched!("sync/semaphore_drain.lua");
+static PERMIT_ACQUIRE: LazyLock<Script> =
+    sync_latched!("sync/permit_reclaim.lua", "sync/permit_acquire.lua");
+static PERMIT_RELEASE: LazyLock<Script> =
+    sync_latched!("sync/permit_reclaim.lua", "sync/permit_release.lua");
+static PERMIT_AVAILABLE: LazyLock<Script> =
+    sync_plain!("sync/permit_reclaim.lua", "sync/permit_available.lua");
+static PERMIT_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("sync/permit_renew.lua")));
+static LATCH_SET: LazyLock<Script> = sync_latched!("sync/latch_set.lua");
+static LATCH_COUNT_DOWN: LazyLock<Script> = sync_latched!("sync/latch_count_down.lua");
+static COUNTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("sync/counter.lua"),
+        "return {counter(KEYS[1]) or 0}\n"
+    ))
+});
+static DESCRIBE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("sync/describe.lua")));
+
+/// Every synchronizer script, loaded at start with the locks' (see `all_scripts`).
+pub(super) fn sync_scripts() -> [&'static Script; 13] {
+    [
+        &SEMAPHORE_ACQUIRE,
+        &SEMAPHORE_RELEASE,
+        &SEMAPHORE_SET,
+        &SEMAPHORE_ADD,
+        &SEMAPHORE_DRAIN,
+        &PERMIT_ACQUIRE,
+        &PERMIT_RELEASE,
+        &PERMIT_AVAILABLE,
+        &PERMIT_RENEW,
+        &LATCH_SET,
+        &LATCH_COUNT_DOWN,
+        &COUNTER,
+        &DESCRIBE,
+    ]
+}
+
+/// The kinds of synchronizer, each wire-compatible with a Redisson class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SyncKind {
+    /// A counting semaphore (RSemaphore): the key holds the free permits.
+    Semaphore,
+    /// A semaphore whose permits have ids and leases (RPermitExpirableSemaphore).
+    PermitSemaphore,
+    /// A count-down latch (RCountDownLatch).
+    CountDownLatch,
+}
+
+impl SyncKind {
+    /// The channel its changes are published on.
+    pub(crate) fn channel(self, name: &str) -> String {
+        match self {
+            SyncKind::Semaphore | SyncKind::PermitSemaphore => keys::semaphore_channel(name),
+            SyncKind::CountDownLatch => keys::countdown_channel(name),
+        }
+    }
+
+    /// One letter for keys that tell the kinds apart.
+    pub(crate) fn letter(self) -> char {
+        match self {
+            SyncKind::Semaphore => 's',
+            SyncKind::PermitSemaphore => 'p',
+            SyncKind::CountDownLatch => 'c',
+        }
+    }
+
+    /// A label for logs, metrics and errors.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            SyncKind::Semaphore => "semaphore",
+            SyncKind::PermitSemaphore => "permit_semaphore",
+            SyncKind::CountDownLatch => "count_down_latch",
+        }
+    }
+}
+
+/// What makes one synchronizer request idempotent (`sync/latch.lua`): the latch key of one
+/// lane of one actor, and this request's number. A lane carries one request at a time, so the
+/// keys an actor leaves are as many as its most concurrent requests, and they expire.
+#[derive(Clone, Debug)]
+pub(crate) struct SyncLatch {
+    /// `<actor uuid>:<lane>`: unique across processes.
+    pub lane: String,
+    pub id: u64,
+}
+
+/// The outcome of one attempt to take permits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// Taken.
+    Taken,
+    /// Taken, but fewer replicas than `Config::sync_replicas` asks for acknowledged it.
+    Unsynced { acked: u32, wanted: u32 },
+    /// Not enough free permits; for a permit semaphore, when the permit held longest expires
+    /// (`None`: no lease, or none held).
+    Short { retry_in: Option<Duration> },
+}
+
+/// What describe read of one synchronizer.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SyncDescribed {
+    /// The Redis type of the main key (`none` when missing).
+    pub key_type: String,
+    pub value: Option<String>,
+    pub ttl: Option<Duration>,
+    /// Held permits: (id as 32 hex characters, expiry score in epoch ms).
+    pub held: Vec<(String, i64)>,
+    /// The server's clock, epoch ms.
+    pub now: i64,
+}
+
+/// Redisson's score for a permit without a lease.
+pub(crate) const NO_LEASE_SCORE: i64 = 922_337_203_685_477;
+
+impl Commands {
+    /// Runs `script` with `call`'s keys and arguments behind `latch` (the latch key and the
+    /// request's id and PTTL appended), and decodes its array of integers.
+    async fn run_latched(
+        &self,
+        op: &'static str,
+        (script, mut call): (&Script, redis::ScriptInvocation<'_>),
+        name: &str,
+        latch: &SyncLatch,
+        synced: bool,
+    ) -> Result<(Vec<i64>, Option<u32>), LockError> {
+        call.key(keys::latch(name, &latch.lane))
+            .arg(latch.id)
+            .arg(self.latch_ttl_ms());
+        let (reply, acked) = if synced {
+            self.conn().run_synced(op, name, script, call).await?
+        } else {
+            (self.conn().run(op, name, call).await?, None)
+        };
+        Ok((ints(op, reply)?, acked))
+    }
+
+    fn sync_call<'a>(
+        script: &'a Script,
+        keys: &[&str],
+    ) -> (&'a Script, redis::ScriptInvocation<'a>) {
+        let mut call = script.prepare_invoke();
+        for key in keys {
+            call.key(*key);
+        }
+        (script, call)
+    }
+
+    /// One attempt to take `permits` permits (`semaphore_acquire.lua`, `permit_acquire.lua`);
+    /// a permit semaphore's carry `ids` (16 bytes each) and expire after `lease`.
+    pub(crate) async fn take_permits(
+        &self,
+        kind: SyncKind,
+        name: &str,
+        (permits, ids, lease): (u32, &[u8], Duration),
+        latch: &SyncLatch,
+    ) -> Result<Take, LockError> {
+        let (set, channel) = (keys::permit_set(name), kind.channel(name));
+        let (reply, acked) = if kind == SyncKind::PermitSemaphore {
+            let (script, mut call) = Self::sync_call(&PERMIT_ACQUIRE, &[name, &set, &channel]);
+            call.arg(self.publish_command())
+                .arg(permits)
+                .arg(millis(lease))
+                .arg(ids);
+            self.run_latched("acquire permits", (script, call), name, latch, true)
+                .await?
+        } else {
+            let (script, mut call) = Self::sync_call(&SEMAPHORE_ACQUIRE, &[name]);
+            call.arg(permits);
+            self.run_latched("acquire permits", (script, call), name, latch, true)
+                .await?
+        };
+        match reply.as_slice() {
+            [1] => match (acked, self.conn().sync_wanted()) {
+                (Some(acked), Some(wanted)) if acked < wanted => {
+                    Ok(Take::Unsynced { acked, wanted })
+                }
+                _ => Ok(Take::Taken),
+            },
+            [0, _] => Ok(Take::Short { retry_in: None }),
+            [0, _, wait] => Ok(Take::Short {
+                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
+            }),
+            _ => Err(unexpected("acquire permits", Value::Nil)),
+        }
+    }
+
+    /// Gives permits back: `permits` of a semaphore (the new free count is the reply), or the
+    /// permits `ids` of a permit semaphore (the reply is how many were still held).
+    pub(crate) async fn give_permits(
+        &self,
+        kind: SyncKind,
+        name: &str,
+        (permits, ids): (u32, &[u8]),
+        latch: &SyncLatch,
+    ) -> Result<i64, LockError> {
+        let (set, channel) = (keys::permit_set(name), kind.channel(name));
+        let call = if kind == SyncKind::PermitSemaphore {
+            let (script, mut call) = Self::sync_call(&PERMIT_RELEASE, &[name, &set, &channel]);
+            call.arg(self.publish_command()).arg(ids);
+            (script, call)
+        } else {
+            let (script, mut call) = Self::sync_call(&SEMAPHORE_RELEASE, &[name, &channel]);
+            call.arg(permits).arg(self.publish_command());
+            (script, call)
+        };
+        let (reply, _) = self
+            .run_latched("release permits", call, name, latch, false)
+            .await?;
+        first("release permits", &reply)
+    }
+
+    /// Sets the permits of a semaphore that has none: whether it did.
+    pub(crate) async fn set_permits(
+        &self,
+        kind: SyncKind,
+        name: &str,
+        permits: u32,
+        latch: &SyncLatch,
+    ) -> Result<bool, LockError> {
+        let channel = kind.channel(name);
+        let (script, mut call) = Self::sync_call(&SEMAPHORE_SET, &[name, &channel]);
+        call.arg(permits).arg(self.publish_command());
+        let (reply, _) = self
+            .run_latched("set permits", (script, call), name, latch, false)
+            .await?;
+        Ok(first("set permits", &reply)? == 1)
+    }
+
+    /// Adds `delta` permits (negative: removes): the new free count.
+    pub(crate) async fn add_permits(
+        &self,
+        kind: SyncKind,
+        name: &str,
+        delta: i64,
+        latch: &SyncLatch,
+    ) -> Result<i64, LockError> {
+        let channel = kind.channel(name);
+        let (script, mut call) = Self::sync_call(&SEMAPHORE_ADD, &[name, &channel]);
+        let flavour = if kind == SyncKind::PermitSemaphore {
+            "p"
+        } else {
+            "s"
+        };
+        call.arg(delta).arg(self.publish_command()).arg(flavour);
+        let (reply, _) = self
+            .run_latched("add permits", (script, call), name, latch, false)
+            .await?;
+        first("add permits", &reply)
+    }
+
+    /// Takes every free permit: how many there were.
+    pub(crate) async fn drain_permits(
+        &self,
+        name: &str,
+        latch: &SyncLatch,
+    ) -> Result<i64, LockError> {
+        let (script, call) = Self::sync_call(&SEMAPHORE_DRAIN, &[name]);
+        let (reply, _) = self
+            .run_latched("drain permits", (script, call), name, latch, false)
+            .await?;
+        first("drain permits", &reply)
+    }
+
+    /// The free permits and, for a permit semaphore, the held ones (after reclaiming expired
+    /// permits, as Redisson's availablePermits does).
+    pub(crate) async fn count_permits(
+        &self,
+        kind: SyncKind,
+        name: &str,
+    ) -> Result<(i64, i64), LockError> {
+        if kind != SyncKind::PermitSemaphore {
+            return Ok((self.read_counter(name).await?, 0));
+        }
+        let (set, channel) = (keys::permit_set(name), kind.channel(name));
+        let (_, mut call) = Self::sync_call(&PERMIT_AVAILABLE, &[name, &set, &channel]);
+        call.arg(self.publish_command());
+        let reply = ints(
+            "count permits",
+            self.conn().run("count permits", name, call).await?,
+        )?;
+        match reply.as_slice() {
+            [free, held] => Ok((*free, *held)),
+            _ => Err(unexpected("count permits", Value::Nil)),
+        }
+    }
+
+    /// A semaphore's free permits or a latch's count, without changing anything (missing: 0).
+    pub(crate) async fn read_counter(&self, name: &str) -> Result<i64, LockError> {
+        let (_, call) = Self::sync_call(&COUNTER, &[name]);
+        let reply = ints(
+            "read count",
+            self.conn().run("read count", name, call).await?,
+        )?;
+        first("read count", &reply)
+    }
+
+    /// Sets a latch's count when it is open: whether it did.
+    pub(crate) async fn set_count(
+        &self,
+        name: &str,
+        count: u64,
+        latch: &SyncLatch,
+    ) -> Result<bool, LockError> {
+        let channel = keys::countdown_channel(name);
+        let (script, mut call) = Self::sync_call(&LATCH_SET, &[name, &channel]);
+        call.arg(count).arg(self.publish_command());
+        let (reply, _) = self
+            .run_latched("set count", (script, call), name, latch, false)
+            .await?;
+        Ok(first("set count", &reply)? == 1)
+    }
+
+    /// Counts a latch down once: the count after it (0 or less: open).
+    pub(crate) async fn count_down(&self, name: &str, latch: &SyncLatch) -> Result<i64, LockError> {
+        let channel = keys::countdown_channel(name);
+        let (script, mut call) = Self::sync_call(&LATCH_COUNT_DOWN, &[name, &channel]);
+        call.arg(self.publish_command());
+        let (reply, _) = self
+            .run_latched("count down", (script, call), name, latch, false)
+            .await?;
+        first("count down", &reply)
+    }
+
+    /// Renews the permits of up to `RENEW_BATCH` grants (`permit_renew.lua`): for each
+    /// `(name, ids as hex joined by commas)`, whether all of them are still held.
+    pub(crate) async fn renew_permits(
+        &self,
+        grants: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        let mut call = PERMIT_RENEW.prepare_invoke();
+        call.arg(millis(timeout));
+        for (name, ids) in grants {
+            call.key(*name)
+                .key(keys::permit_set(name))
+                .arg(ids_from_hex(ids));
+        }
+        let (reply, acked) = self
+            .conn()
+            .run_synced("renew permits", "", &PERMIT_RENEW, call)
+            .await?;
+        if let (Some(acked), Some(wanted)) = (acked, self.conn().sync_wanted())
+            && acked < wanted
+        {
+            return Err(LockError::ReplicaSync { acked, wanted });
+        }
+        let flags = ints("renew permits", reply)?;
+        if flags.len() != grants.len() {
+            return Err(unexpected("renew permits", Value::Nil));
+        }
+        Ok(flags.into_iter().map(|f| f == 1).collect())
+    }
+
+    /// Everything about one synchronizer, changing nothing.
+    pub(crate) async fn describe_sync(&self, name: &str) -> Result<SyncDescribed, LockError> {
+        let set = keys::permit_set(name);
+        let (_, call) = Self::sync_call(&DESCRIBE, &[name, &set]);
+        let reply = self.conn().run("describe", name, call).await?;
+        let Value::Array(items) = reply else {
+            return Err(unexpected("describe", reply));
+        };
+        let [kind, value, ttl, held, now] = items.as_slice() else {
+            return Err(unexpected("describe", Value::Array(items)));
+        };
+        let text = |v: &Value| {
+            redis::from_redis_value::<Option<String>>(v.clone())
+                .ok()
+                .flatten()
+        };
+        let int = |v: &Value| redis::from_redis_value::<i64>(v.clone()).unwrap_or(0);
+        let mut pairs = Vec::new();
+        if let Value::Array(held) = held {
+            for pair in held.chunks(2) {
+                if let [Value::BulkString(id), score] = pair {
+                    pairs.push((hex(id), int(score)));
+                }
+            }
+        }
+        Ok(SyncDescribed {
+            key_type: text(kind).unwrap_or_default(),
+            value: text(value),
+            ttl: match int(ttl) {
+                ms if ms >= 0 => Some(Duration::from_millis(ms.unsigned_abs())),
+                _ => None,
+            },
+            held: pairs,
+            now: int(now),
+        })
+    }
+}
+
+/// A reply that is an array of integers.
+fn ints(op: &'static str, reply: Value) -> Result<Vec<i64>, LockError> {
+    match reply {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::Int(n) => Ok(n),
+                other => Err(unexpected(op, other)),
+            })
+            .collect(),
+        other => Err(unexpected(op, other)),
+    }
+}
+
+fn first(op: &'static str, reply: &[i64]) -> Result<i64, LockError> {
+    reply
+        .first()
+        .copied()
+        .ok_or_else(|| unexpected(op, Value::Nil))
+}
+
+/// Bytes as lowercase hex: how Java shows a permit id.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// Permit ids written as hex and joined by commas, back to their bytes, concatenated. Bad hex
+/// (which lockman never writes) gives no bytes for that pair.
+pub(crate) fn ids_from_hex(ids: &str) -> Vec<u8> {
+    let digits: Vec<u8> = ids.bytes().filter(u8::is_ascii_hexdigit).collect();
+    digits
+        .chunks(2)
+        .filter_map(|pair| {
+            let text = std::str::from_utf8(pair).ok()?;
+            u8::from_str_radix(text, 16).ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_through_hex() {
+        let ids: Vec<u8> = (0..32).collect();
+        let text = format!("{},{}", hex(&ids[..16]), hex(&ids[16..]));
+        assert_eq!(text.len(), 65);
+        assert_eq!(ids_from_hex(&text), ids);
+    }
+}

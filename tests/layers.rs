@@ -1,0 +1,190 @@
+//! The tree is the diagram: the library's modules, read from their `use` and path lines, form
+//! layers that import only from below — handles → actors (and metrics) → protocol →
+//! connections → config and error — and no module imports one that imports it back, directly
+//! or through others. A module's children may use their parent's items (they are one module).
+//! No Redis here: this reads `src/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Each top-level module's floor: a module may import only from floors at or below its own.
+fn floor(top: &str) -> Option<u8> {
+    Some(match top {
+        "handles" => 4,
+        "actors" | "metrics" => 3,
+        "protocol" => 2,
+        "connections" => 1,
+        "config" | "error" => 0,
+        _ => return None,
+    })
+}
+
+type Module = Vec<String>;
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every library source file (not the binary, not lib.rs), with its module path.
+fn modules() -> Vec<(Module, PathBuf, bool)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![src()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "bin") {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path == src().join("lib.rs") {
+                continue;
+            }
+            let rel = path.strip_prefix(src()).unwrap().with_extension("");
+            let mut parts: Module = rel
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            let is_mod = parts.last().is_some_and(|p| p == "mod");
+            if is_mod {
+                parts.pop();
+            }
+            out.push((parts, path, is_mod));
+        }
+    }
+    out
+}
+
+fn exists(module: &[String]) -> bool {
+    let base = module.iter().fold(src(), |p, m| p.join(m));
+    base.with_extension("rs").exists() || base.join("mod.rs").exists()
+}
+
+/// The `a::b::c` paths after `prefix` in `code`.
+fn paths_after<'a>(code: &'a str, prefix: &'a str) -> impl Iterator<Item = Vec<String>> + 'a {
+    code.match_indices(prefix).map(move |(at, _)| {
+        code[at + prefix.len()..]
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .next()
+            .unwrap_or("")
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+/// Module → the modules it names (the longest prefix of each path that is a file).
+fn imports() -> BTreeMap<Module, BTreeSet<Module>> {
+    let mut graph: BTreeMap<Module, BTreeSet<Module>> = BTreeMap::new();
+    for (module, path, is_mod) in modules() {
+        let code: String = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        // `super::` in a file is its parent's module; in a mod.rs, the grandparent's.
+        let parent: Module = if is_mod {
+            module[..module.len().saturating_sub(1)].to_vec()
+        } else {
+            module[..module.len() - 1].to_vec()
+        };
+        let mut targets: Vec<Module> = paths_after(&code, "crate::").collect();
+        targets.extend(paths_after(&code, "super::").map(|p| [parent.clone(), p].concat()));
+        let edges = graph.entry(module.clone()).or_default();
+        for target in targets {
+            let Some(named) = (1..=target.len())
+                .rev()
+                .map(|k| target[..k].to_vec())
+                .find(|m| exists(m))
+            else {
+                continue;
+            };
+            let ancestor = named.len() < module.len() && module.starts_with(&named);
+            if named != module && !ancestor {
+                edges.insert(named);
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn every_import_points_down_the_layers() {
+    let mut up = Vec::new();
+    for (module, targets) in imports() {
+        let Some(own) = floor(&module[0]) else {
+            continue;
+        };
+        for target in targets {
+            if floor(&target[0]).is_some_and(|f| f > own) {
+                up.push(format!(
+                    "{} imports {}",
+                    module.join("::"),
+                    target.join("::")
+                ));
+            }
+        }
+    }
+    assert!(up.is_empty(), "arrows back up:\n{}", up.join("\n"));
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it_back() {
+    let graph = imports();
+    // A depth-first search for a back edge.
+    fn visit(
+        m: &Module,
+        graph: &BTreeMap<Module, BTreeSet<Module>>,
+        state: &mut BTreeMap<Module, bool>,
+        stack: &mut Vec<Module>,
+    ) -> Option<Vec<Module>> {
+        match state.get(m) {
+            Some(true) => return None,
+            Some(false) => {
+                let at = stack.iter().position(|s| s == m).unwrap_or(0);
+                return Some(stack[at..].to_vec());
+            }
+            None => {}
+        }
+        state.insert(m.clone(), false);
+        stack.push(m.clone());
+        for next in graph.get(m).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, state, stack) {
+                return Some(cycle);
+            }
+        }
+        stack.pop();
+        state.insert(m.clone(), true);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for m in graph.keys() {
+        if let Some(cycle) = visit(m, &graph, &mut state, &mut Vec::new()) {
+            let names: Vec<String> = cycle.iter().map(|m| m.join("::")).collect();
+            panic!("an import circle: {}", names.join(" → "));
+        }
+    }
+}
+
+#[test]
+fn nothing_inside_the_crate_imports_through_its_root() {
+    let mut through_root = Vec::new();
+    for (module, path, _) in modules() {
+        for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            // `crate::Name` (a re-export of lib.rs) rather than `crate::module::Name`.
+            for p in paths_after(code, "crate::") {
+                if p.first().is_some_and(|s| s.starts_with(char::is_uppercase)) {
+                    through_root.push(format!("{}:{}: {}", module.join("::"), n + 1, code));
+                }
+            }
+        }
+    }
+    assert!(through_root.is_empty(), "{}", through_root.join("\n"));
+}
