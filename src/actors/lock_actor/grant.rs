@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::actors::lost::LostSignal;
 use actix::Addr;
-use tokio::sync::watch;
 
 use super::LockActor;
 use crate::actors::lock_state::HoldKey;
@@ -25,7 +25,7 @@ pub struct Grant {
     epoch: u64,
     /// A fenced lock's token for this acquisition.
     token: Option<u64>,
-    lost: watch::Receiver<bool>,
+    lost: LostSignal,
     /// Whether the request waited for it (its first attempt found the lock taken).
     waited: bool,
     /// Whether dropping it still has to release its hold.
@@ -38,7 +38,7 @@ impl Grant {
         name: Arc<str>,
         (holder, kind): HoldKey,
         epoch: u64,
-        lost: watch::Receiver<bool>,
+        lost: LostSignal,
         (token, waited): (Option<u64>, bool),
     ) -> Self {
         Self {
@@ -99,13 +99,12 @@ impl Grant {
 
     /// Whether the lock is known to be lost (or its actor stopped renewing it).
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.lost.has_changed().is_err()
+        self.lost.is_lost()
     }
 
     /// Resolves once the lock is known to be lost; never, while it is held.
     pub async fn lost(&self) {
-        let mut lost = self.lost.clone();
-        let _ = lost.wait_for(|lost| *lost).await;
+        self.lost.wait().await;
     }
 }
 

@@ -136,7 +136,7 @@ impl LockActor {
                     metrics::holds(key.1, 1.0);
                     (watch::channel(false).0, key.1)
                 });
-                let lost = lost.subscribe();
+                let lost = crate::actors::lost::LostSignal::new(lost.subscribe());
                 Ok(Some(Grant::new(
                     (ctx.address(), self.id),
                     self.name.clone(),

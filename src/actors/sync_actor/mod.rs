@@ -381,7 +381,7 @@ impl SyncActor {
             permits,
             ids,
             epoch,
-            lost: rx,
+            lost: crate::actors::lost::LostSignal::new(rx),
             waited: false,
             armed: true,
         }

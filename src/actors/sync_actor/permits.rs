@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::actors::lost::LostSignal;
 use actix::Addr;
-use tokio::sync::watch;
 
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ pub struct Permits {
     /// A permit semaphore's ids, 16 bytes each.
     pub(super) ids: Vec<u8>,
     pub(super) epoch: u64,
-    pub(super) lost: watch::Receiver<bool>,
+    pub(super) lost: LostSignal,
     /// Whether the request waited for them.
     pub(super) waited: bool,
     /// Whether dropping them still has to give them back.
@@ -76,13 +76,12 @@ impl Permits {
     /// Whether the permits are known to be lost: their lease ran out, or renewal found them gone
     /// (another client reclaimed them after they expired), or their actor stopped.
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.lost.has_changed().is_err()
+        self.lost.is_lost()
     }
 
     /// Resolves once the permits are known to be lost; never, while they are held.
     pub async fn lost(&self) {
-        let mut lost = self.lost.clone();
-        let _ = lost.wait_for(|lost| *lost).await;
+        self.lost.wait().await;
     }
 
     /// Keeps the permits taken: dropping them no longer gives them back (a plain semaphore's
