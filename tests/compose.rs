@@ -355,3 +355,38 @@ async fn multilock_with_a_server_down_gives_up_on_time_holding_nothing() {
         "nothing stays held"
     );
 }
+
+/// Two MultiLocks on the same two locks, listed in opposite orders, taken again and again: each
+/// must get both every time. Without one shared order of waiting, they were seen to take one
+/// member each, give both back and swap, round after round, until their waits ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multilocks_listing_the_same_locks_in_opposite_orders_never_livelock() {
+    let server = RedisServer::start();
+    let mgr = LockManager::start(Config::new(server.url())).await.unwrap();
+    let tasks: Vec<_> = [["live:a", "live:b"], ["live:b", "live:a"]]
+        .into_iter()
+        .flat_map(|names| {
+            let mgr = mgr.clone();
+            (0..2).map(move |_| {
+                let members = names.iter().map(|n| mgr.lock(*n)).collect();
+                let multi = MultiLock::new(members);
+                tokio::spawn(async move {
+                    for round in 0..150 {
+                        let started = std::time::Instant::now();
+                        let held = multi
+                            .try_acquire_for(Duration::from_secs(3))
+                            .await
+                            .unwrap()
+                            .unwrap_or_else(|| panic!("round {round}: not both within 3 s"));
+                        assert!(started.elapsed() < Duration::from_secs(3));
+                        held.release().await.unwrap();
+                    }
+                })
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    mgr.shutdown().await;
+}

@@ -180,7 +180,7 @@ async fn take(
     };
     // Each member held, with the instant its attempt began (when its lease may have started).
     let mut held: Vec<Option<(LockGuard, Instant)>> = (0..n).map(|_| None).collect();
-    let mut failures = 0u32;
+    let (mut failures, mut splits) = (0u32, 0u32);
     loop {
         let round = Instant::now();
         let (busy, failed) = attempt_round(plan, lease, &mut held, round).await?;
@@ -209,6 +209,16 @@ async fn take(
             Some(&i) if possible => {
                 // Holding nothing, wait for this member through its own unlock message and TTL.
                 failures = 0;
+                if acquired > 0 {
+                    // Some members were ours and others busy: maybe another composition took
+                    // the rest. Two that ask for the same members, each waiting for the one the
+                    // other had, would swap them round after round; a random pause, longer at
+                    // each such round in a row, lets one of them take all.
+                    splits = splits.saturating_add(1);
+                    tokio::time::sleep(jitter(splits, deadline)).await;
+                } else {
+                    splits = 0;
+                }
                 match wait_member(&plan.members[i], lease, deadline).await {
                     Ok(Some(guard)) => held[i] = Some((guard, Instant::now())),
                     Ok(None) => return Ok(None),
@@ -286,6 +296,19 @@ fn complete(
         quorum: plan.quorum,
         // In watchdog mode renewal moves the deadline on: only a lease fixes it.
         valid_until: valid_until.filter(|_| lease.is_some()),
+    })
+}
+
+/// A random pause of up to 2^`splits` ms (at most 64 ms), never past the deadline.
+fn jitter(splits: u32, deadline: Option<Instant>) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // A random seed per call from the standard library's hasher keys (no RNG dependency).
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(splits);
+    let max = 1u64 << splits.min(6);
+    let pause = Duration::from_micros(hasher.finish() % (max * 1000));
+    deadline.map_or(pause, |d| {
+        pause.min(d.saturating_duration_since(Instant::now()))
     })
 }
 
