@@ -15,12 +15,17 @@ use tracing::field::Empty;
 use crate::actors::messages::Wait;
 use crate::error::LockError;
 
-/// The span of one acquire of `kind` on `name`.
-pub(crate) fn acquire(name: &str, kind: &dyn std::fmt::Debug, wait: Wait) -> Span {
+/// The span of one acquire of `kind` on `name`. Neither is formatted unless a subscriber wants
+/// the span.
+pub(crate) fn acquire(
+    name: &dyn std::fmt::Display,
+    kind: &dyn std::fmt::Debug,
+    wait: Wait,
+) -> Span {
     tracing::debug_span!(
         target: "lockman",
         "lockman.acquire",
-        name,
+        name = %name,
         kind = ?kind,
         wait = ?wait,
         outcome = Empty,

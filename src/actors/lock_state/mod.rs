@@ -95,7 +95,7 @@ pub const MAX_HAND_OFF_STREAK: u32 = 8;
 
 /// Retry delays after a retryable Redis error, for a waiter that may still wait.
 const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
-const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
+pub(crate) const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// The state of one lock name in this process.
 #[derive(Debug)]
@@ -436,6 +436,8 @@ impl LockState {
 }
 
 /// The delay before retrying after `failures` consecutive errors: doubling, capped.
+/// The delay before retrying after `failures` retryable errors in a row: doubling from 50 ms,
+/// at most 2 s. Lock and synchronizer waiters, and resent synchronizer requests, share it.
 pub(crate) fn backoff(failures: u32) -> Duration {
     ERROR_BACKOFF_MIN
         .saturating_mul(1 << failures.min(6))

@@ -24,7 +24,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
 use crate::actors::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
-use crate::actors::lock_state::MAX_HAND_OFF_STREAK;
+use crate::actors::lock_state::{MAX_HAND_OFF_STREAK, backoff};
 use crate::actors::messages::*;
 use crate::actors::services::Services;
 use crate::actors::sync_state::{Answer, Effect, SyncState, Tried};
@@ -243,16 +243,20 @@ impl SyncActor {
             .lease
             .unwrap_or(self.svc.config.get_watchdog_timeout());
         let (lane, latch) = self.latch();
-        let (give_back, give_back_lane) = self.latch();
         let work = async move {
             let taken = resend(limit, || {
                 commands.take_permits(kind, &name, (permits, &ids, lease), &latch)
             })
             .await;
             if let Ok(Take::Unsynced { acked, wanted }) = taken {
-                // Not on enough replicas to survive a failover: given back before the answer.
+                // Not on enough replicas to survive a failover: given back before the answer,
+                // as the next request of the same lane (its acquire is answered).
+                let give_back = SyncLatch {
+                    lane: latch.lane.clone(),
+                    id: crate::protocol::Latch::new().id,
+                };
                 let back = resend(limit, || {
-                    commands.give_permits(kind, &name, (permits, &ids), &give_back_lane)
+                    commands.give_permits(kind, &name, (permits, &ids), &give_back)
                 })
                 .await;
                 if let Err(error) = back {
@@ -264,7 +268,6 @@ impl SyncActor {
         };
         ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
             act.lane_done(lane);
-            act.lane_done(give_back);
             let tried = match res {
                 Ok(Take::Taken) => Tried::Done,
                 Ok(Take::Short { retry_in }) => Tried::Short { retry_in },
@@ -612,13 +615,14 @@ where
     Fut: Future<Output = Result<T, LockError>>,
 {
     let started = Instant::now();
-    let mut backoff = Duration::from_millis(50);
+    let mut failures = 0;
     loop {
+        let after = backoff(failures);
         match call().await {
-            Err(e) if e.outcome_unknown() && started.elapsed() + backoff < limit => {
+            Err(e) if e.outcome_unknown() && started.elapsed() + after < limit => {
                 tracing::debug!(error = %e, "synchronizer request sent again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                tokio::time::sleep(after).await;
+                failures += 1;
             }
             other => return other,
         }

@@ -29,13 +29,9 @@
 use std::time::{Duration, Instant};
 
 use crate::actors::crowd::WaiterId;
+use crate::actors::lock_state::{ERROR_BACKOFF_MAX, backoff};
 use crate::error::LockError;
 use crate::protocol::SyncKind;
-
-/// The first delay before an attempt that failed with a retryable error is tried again; it
-/// doubles per failure up to [`BACKOFF_MAX`].
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// The outcome of one attempt, as the actor reports it.
 #[derive(Debug)]
@@ -184,11 +180,9 @@ impl SyncState {
             Tried::Failed(error) => {
                 waiter.failures += 1;
                 waiter.due = true;
-                let backoff = BACKOFF_MIN
-                    .saturating_mul(1 << waiter.failures.min(8))
-                    .min(BACKOFF_MAX);
-                tracing::debug!(%error, ?backoff, "synchronizer attempt failed; retrying");
-                self.arm(now + backoff, now);
+                let after = backoff(waiter.failures);
+                tracing::debug!(%error, ?after, "synchronizer attempt failed; retrying");
+                self.arm(now + after, now);
             }
             Tried::Short { .. } if waiter.last => self.answer(at, Answer::TimedOut),
             Tried::Short { retry_in } => {
@@ -225,7 +219,7 @@ impl SyncState {
             for w in &mut self.waiters {
                 w.due = true;
             }
-            self.arm(now + BACKOFF_MAX, now);
+            self.arm(now + ERROR_BACKOFF_MAX, now);
         }
     }
 

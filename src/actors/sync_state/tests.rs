@@ -207,7 +207,7 @@ fn retryable_errors_back_off_and_others_answer() {
         e,
         Effect::Answer(2, Answer::Failed(LockError::WrongType { .. }))
     )));
-    s.timer(now + BACKOFF_MAX);
+    s.timer(now + ERROR_BACKOFF_MAX);
     assert_eq!(tries(&effects(&mut s)), vec![1]);
 }
 

@@ -153,15 +153,29 @@ pub(crate) async fn acquire(
     lease: Option<Duration>,
     wait: Wait,
 ) -> Result<Option<CompositeGuard>, LockError> {
-    let names: Vec<&str> = plan.members.iter().map(Lock::name).collect();
     let kind = if plan.redlock { "RedLock" } else { "MultiLock" };
-    let span = crate::handles::trace::acquire(&names.join(","), &kind, wait);
+    let span = crate::handles::trace::acquire(&MemberNames(plan.members), &kind, wait);
     let res = take(plan, lease, wait).instrument(span.clone()).await;
     // A composition waited when any member did, or when it had to wait for a member.
     crate::handles::trace::acquired(&span, &res, |g: &CompositeGuard| {
         g.guards.iter().any(|m| m.waited())
     });
     res
+}
+
+/// The members' names joined by commas, written only when a span wants them.
+struct MemberNames<'a>(&'a [Lock]);
+
+impl std::fmt::Display for MemberNames<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, lock) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(lock.name())?;
+        }
+        Ok(())
+    }
 }
 
 /// [`acquire`], without its span.
