@@ -31,9 +31,8 @@ pub(crate) struct ReleaseHold {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Unlocked {
-    pub all: bool,
-    /// The message as a decimal number, when it is one (a semaphore's free permits, a latch's
-    /// `0` or `1`).
+    /// The message as a decimal number, when it is one: a lock's `0` (one waiter may go) or a
+    /// write release's `1` (every waiter may), a semaphore's permits, a latch's `0` or `1`.
     pub count: Option<i64>,
     /// The channel it came on (a fair lock has one per waiter).
     pub channel: String,

@@ -175,15 +175,10 @@ impl StreamHandler<Heard> for PubSubActor {
             .map(|r| r.actor.unlocked.upgrade())
         {
             Some(Some(actor)) => {
-                let all = payload == crate::protocol::keys::WAKE_ALL_MESSAGE.as_bytes();
                 let count = std::str::from_utf8(&payload)
                     .ok()
                     .and_then(|p| p.parse().ok());
-                actor.do_send(Unlocked {
-                    all,
-                    count,
-                    channel,
-                });
+                actor.do_send(Unlocked { count, channel });
             }
             Some(None) => {
                 self.routes.remove(&channel);

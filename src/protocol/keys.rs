@@ -180,6 +180,11 @@ pub(crate) fn rwlock_channel(name: &str) -> String {
 /// The message a write release publishes: every waiter may go (readers can all enter).
 pub(crate) const WAKE_ALL_MESSAGE: &str = "1";
 
+/// Whether a release message, read as a number, is [`WAKE_ALL_MESSAGE`].
+pub(crate) fn wakes_all(count: Option<i64>) -> bool {
+    count.is_some() && count == WAKE_ALL_MESSAGE.parse().ok()
+}
+
 /// The hash field of a writer: `<holder>:write`.
 pub(crate) fn write_field(holder: &str) -> String {
     format!("{holder}:write")

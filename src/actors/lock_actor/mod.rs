@@ -290,7 +290,8 @@ impl Handler<Unlocked> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        self.state.unlocked(msg.all, &msg.channel, Instant::now());
+        let all = crate::protocol::keys::wakes_all(msg.count);
+        self.state.unlocked(all, &msg.channel, Instant::now());
         self.apply(ctx);
     }
 }

@@ -65,8 +65,6 @@ struct Waiting {
     /// attempt.
     ids: Vec<u8>,
     since: metrics::Since,
-    /// Whether it was left waiting: queued at arrival, or an attempt fell short.
-    waited: bool,
 }
 
 /// Permits granted here and not yet given back.
@@ -232,7 +230,6 @@ impl SyncActor {
                     Ok(_) => Tried::Short { retry_in: None },
                     Err(e) => Tried::Failed(e),
                 };
-                act.note_short(id, &tried);
                 act.state.tried(id, tried, Instant::now());
                 act.apply(ctx);
             }));
@@ -276,19 +273,9 @@ impl SyncActor {
                 }
                 Err(e) => Tried::Failed(e),
             };
-            act.note_short(id, &tried);
             act.state.tried(id, tried, Instant::now());
             act.apply(ctx);
         }));
-    }
-
-    /// An attempt that fell short leaves its waiter waiting.
-    fn note_short(&mut self, id: WaiterId, tried: &Tried) {
-        if matches!(tried, Tried::Short { .. })
-            && let Some(w) = self.waiting.get_mut(&id)
-        {
-            w.waited = true;
-        }
     }
 
     /// Answers waiter `id`'s caller. Permits that reach nobody come back and their drop gives
@@ -301,8 +288,8 @@ impl SyncActor {
         let label = self.kind.label();
         metrics::sync_waiters(label, -1.0);
         let outcome = match (&answer, self.kind) {
-            (Answer::Done, SyncKind::CountDownLatch) => "opened",
-            (Answer::Done, _) => "acquired",
+            (Answer::Done { .. }, SyncKind::CountDownLatch) => "opened",
+            (Answer::Done { .. }, _) => "acquired",
             (Answer::TimedOut, _) => "timed_out",
             (Answer::Failed(_), _) => "failed",
         };
@@ -313,17 +300,17 @@ impl SyncActor {
         match tx {
             SyncTx::Latch(tx) => {
                 let _ = tx.send(match answer {
-                    Answer::Done => Ok(true),
+                    Answer::Done { .. } => Ok(true),
                     Answer::TimedOut => Ok(false),
                     Answer::Failed(e) => Err(e),
                 });
             }
             SyncTx::Permits(tx) => {
                 let reply = match answer {
-                    Answer::Done => {
+                    Answer::Done { waited } => {
                         let mut permits =
                             self.grant(waiting.permits, waiting.ids, waiting.lease, ctx);
-                        permits.waited = waiting.waited;
+                        permits.waited = waited;
                         Ok(Some(permits))
                     }
                     Answer::TimedOut => Ok(None),
@@ -593,16 +580,10 @@ impl SyncActor {
                 lease,
                 ids,
                 since: metrics::Since::now(),
-                waited: false,
             },
         );
         metrics::sync_waiters(self.kind.label(), 1.0);
         self.state.arrive(id, permits, matches!(wait, Wait::No));
-        if !self.state.is_trying(id)
-            && let Some(w) = self.waiting.get_mut(&id)
-        {
-            w.waited = true;
-        }
         self.apply(ctx);
     }
 }

@@ -48,7 +48,10 @@ pub(crate) enum Tried {
 /// How a waiter's request ends.
 #[derive(Debug)]
 pub(crate) enum Answer {
-    Done,
+    /// Done; `waited`: it was left waiting (queued at arrival, or an attempt fell short).
+    Done {
+        waited: bool,
+    },
     TimedOut,
     Failed(LockError),
 }
@@ -89,6 +92,8 @@ struct Waiter {
     due: bool,
     /// Retryable failures in a row.
     failures: u32,
+    /// It was left waiting: queued at arrival, or an attempt fell short.
+    waited: bool,
 }
 
 /// The waiting rules of one synchronizer name.
@@ -124,11 +129,6 @@ impl SyncState {
         self.waiters.is_empty()
     }
 
-    /// Whether waiter `id` has an attempt under way.
-    pub(crate) fn is_trying(&self, id: WaiterId) -> bool {
-        self.position(id).is_some_and(|at| self.waiters[at].trying)
-    }
-
     /// Whether waiter `id` is still waiting.
     pub(crate) fn has(&self, id: WaiterId) -> bool {
         self.position(id).is_some()
@@ -159,6 +159,7 @@ impl SyncState {
             last: once,
             due: false,
             failures: 0,
+            waited: queue,
         });
         if !queue {
             self.effects.push(Effect::Try(id));
@@ -173,7 +174,10 @@ impl SyncState {
         let waiter = &mut self.waiters[at];
         waiter.trying = false;
         match tried {
-            Tried::Done => self.answer(at, Answer::Done),
+            Tried::Done => {
+                let waited = waiter.waited;
+                self.answer(at, Answer::Done { waited });
+            }
             Tried::Failed(error) if waiter.last || !error.is_retryable() => {
                 self.answer(at, Answer::Failed(error));
             }
@@ -187,6 +191,7 @@ impl SyncState {
             Tried::Short { .. } if waiter.last => self.answer(at, Answer::TimedOut),
             Tried::Short { retry_in } => {
                 waiter.failures = 0;
+                waiter.waited = true;
                 if std::mem::take(&mut waiter.again) {
                     waiter.trying = true;
                     self.effects.push(Effect::Try(id));
@@ -313,7 +318,7 @@ impl SyncState {
             .iter()
             .position(|w| !w.trying && !w.last && w.wants <= permits && eligible(w.id))?;
         let (id, wants) = (self.waiters[at].id, self.waiters[at].wants);
-        self.answer(at, Answer::Done);
+        self.answer(at, Answer::Done { waited: true });
         self.settle();
         Some((id, wants))
     }

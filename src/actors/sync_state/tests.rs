@@ -131,7 +131,7 @@ fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
     let e = effects(&mut s);
     assert_eq!(
         e.iter()
-            .filter(|e| matches!(e, Effect::Answer(_, Answer::Done)))
+            .filter(|e| matches!(e, Effect::Answer(_, Answer::Done { .. })))
             .count(),
         3
     );
@@ -239,7 +239,7 @@ fn a_hand_off_goes_to_the_first_parked_waiter_that_fits() {
     assert_eq!(s.hand_off(1, |_| true), Some((2, 1)));
     assert!(matches!(
         effects(&mut s).as_slice(),
-        [Effect::Answer(2, Answer::Done)]
+        [Effect::Answer(2, Answer::Done { .. })]
     ));
     assert_eq!(s.hand_off(1, |_| true), None, "waiter 1 wants 3");
     assert_eq!(s.hand_off(3, |id| id != 1), None, "not eligible");
@@ -280,7 +280,7 @@ impl Process {
                 }
                 Effect::Answer(id, answer) => {
                     prop_assert!(self.answered.insert(id), "answered twice");
-                    prop_assert!(matches!(answer, Answer::Done), "{answer:?}");
+                    prop_assert!(matches!(answer, Answer::Done { .. }), "{answer:?}");
                 }
                 Effect::Subscribe => {
                     prop_assert!(!self.subscribing && !self.listening, "subscribed twice");
