@@ -1,11 +1,13 @@
 //! The Registry: resolves a lock name to its live lock actor, starting one when there is none.
 //!
 //! It keeps only weak addresses, so it never keeps an idle lock actor alive; a lock actor tells it
-//! when it stops. Resolving and stopping cannot race into a lost request: a resolved address is
+//! when it stops. The lock actors' addresses are in a [`Directory`] it shares with the handles, so
+//! that a handle made for a name whose actor lives (a new handle per request, say) reaches it
+//! without a round trip to the Registry; only starting an actor goes through it. Resolving and stopping cannot race into a lost request: a resolved address is
 //! strong (the actor cannot stop while it is held), and a message that reaches an actor already
 //! stopping comes back `Closed`, unhandled, for the sender to resolve again.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use actix::WeakAddr;
 use actix::prelude::*;
@@ -38,12 +40,34 @@ pub(crate) struct ResolveSync {
 /// Lock actor ids, for every manager of the process.
 static NEXT_ACTOR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
+/// (Kind family, name) → (actor id, its address), for every live lock actor of a manager: from
+/// the first request for that lock until its actor stops. Written by the Registry only.
+#[derive(Clone, Default)]
+pub(crate) struct Directory(Arc<Mutex<LockActors>>);
+
+type LockActors = FxHashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>;
+
+impl Directory {
+    /// The live actor of the lock of `kind` named `name`, if there is one.
+    pub(crate) fn find(&self, kind: LockKind, name: &Arc<str>) -> Option<Addr<LockActor>> {
+        let actors = self.lock();
+        let (_, weak) = actors.get(&(kind.family(), name.clone()))?;
+        weak.upgrade().filter(Addr::connected)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LockActors> {
+        // Nothing panics while holding it; a poisoned map is still a valid map.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// The actor that maps lock names to lock actors.
 pub struct Registry {
     svc: Services,
-    /// (Kind family, name) → (actor id, its address): from the first request for that lock until
-    /// its actor stops.
-    actors: FxHashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>,
+    /// The lock actors, shared with the handles.
+    actors: Directory,
     /// (Kind, name) → its synchronizer actor, likewise.
     syncs: FxHashMap<(SyncKind, Arc<str>), (u64, WeakAddr<SyncActor>)>,
     /// Set by `Shutdown`: no new lock actors.
@@ -51,10 +75,10 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn new(svc: Services) -> Self {
+    pub(crate) fn new(svc: Services, actors: Directory) -> Self {
         Self {
             svc,
-            actors: FxHashMap::default(),
+            actors,
             syncs: FxHashMap::default(),
             shut: false,
         }
@@ -73,16 +97,15 @@ impl Handler<Resolve> for Registry {
             return Err(LockError::Shutdown);
         }
         self.svc.commands.check_name(&msg.name)?;
-        let key = (msg.kind.family(), msg.name);
-        let live = self.actors.get(&key).and_then(|(_, weak)| weak.upgrade());
-        if let Some(addr) = live.filter(|a| a.connected()) {
+        if let Some(addr) = self.actors.find(msg.kind, &msg.name) {
             return Ok(addr);
         }
+        let key = (msg.kind.family(), msg.name);
         // Unique in the process, not only in this manager: a grant names its actor by it.
         let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (svc, me) = (self.svc.clone(), ctx.address().recipient().downgrade());
         let addr = LockActor::new(id, key.0, key.1.clone(), svc, me).start();
-        self.actors.insert(key, (id, addr.downgrade()));
+        self.actors.lock().insert(key, (id, addr.downgrade()));
         Ok(addr)
     }
 }
@@ -127,8 +150,9 @@ impl Handler<Forget> for Registry {
 
     fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
         let key = (msg.family, msg.name);
-        if self.actors.get(&key).is_some_and(|(id, _)| *id == msg.id) {
-            self.actors.remove(&key);
+        let mut actors = self.actors.lock();
+        if actors.get(&key).is_some_and(|(id, _)| *id == msg.id) {
+            actors.remove(&key);
         }
     }
 }
@@ -137,7 +161,8 @@ impl Handler<CountLive> for Registry {
     type Result = usize;
 
     fn handle(&mut self, _: CountLive, _: &mut Context<Self>) -> usize {
-        let locks = self.actors.values();
+        let actors = self.actors.lock();
+        let locks = actors.values();
         let locks = locks.filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()));
         let syncs = self.syncs.values();
         let syncs = syncs.filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()));
@@ -152,6 +177,7 @@ impl Handler<Shutdown> for Registry {
         self.shut = true;
         let live: Vec<_> = self
             .actors
+            .lock()
             .drain()
             .filter_map(|(_, (_, w))| w.upgrade())
             .collect();

@@ -7,7 +7,7 @@ use actix::{Actor, Addr, Supervisor};
 
 use super::failover::FailoverWatch;
 use super::pubsub::PubSubActor;
-use super::registry::Registry;
+use super::registry::{Directory, Registry};
 use super::services::Services;
 use super::watchdog::Watchdog;
 use crate::config::Config;
@@ -18,6 +18,8 @@ use crate::protocol::Commands;
 /// What a manager keeps of its actor system.
 pub(crate) struct Started {
     pub registry: Addr<Registry>,
+    /// The live lock actors, which handles look up before asking the registry.
+    pub directory: Directory,
     pub commands: Commands,
     pub client_id: uuid::Uuid,
 }
@@ -43,9 +45,12 @@ pub(crate) async fn start(config: Arc<Config>) -> Result<Started, LockError> {
         pubsub,
         watchdog,
         client_id,
+        lingering: Arc::default(),
     };
+    let directory = Directory::default();
     Ok(Started {
-        registry: Registry::new(svc).start(),
+        registry: Registry::new(svc, directory.clone()).start(),
+        directory,
         commands,
         client_id,
     })

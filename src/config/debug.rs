@@ -12,6 +12,9 @@ impl std::fmt::Debug for Config {
             connect_timeout,
             response_timeout,
             fair_lock_wait_timeout,
+            idle_linger,
+            max_lingering,
+            arbiters,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -39,6 +42,9 @@ impl std::fmt::Debug for Config {
             .field("connect_timeout", connect_timeout)
             .field("response_timeout", response_timeout)
             .field("fair_lock_wait_timeout", fair_lock_wait_timeout)
+            .field("idle_linger", idle_linger)
+            .field("max_lingering", max_lingering)
+            .field("arbiters", arbiters)
             .finish()
     }
 }

@@ -18,6 +18,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Default [`Config::fair_lock_wait_timeout`]: Redisson's.
 pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default [`Config::idle_linger`].
+pub const DEFAULT_IDLE_LINGER: Duration = Duration::from_secs(1);
+/// Default [`Config::max_lingering`].
+pub const DEFAULT_MAX_LINGERING: usize = 10_000;
 /// The longest expiry lockman sets, for a lease or the watchdog timeout: 2^53 ms (about 285
 /// years), the largest whole number Lua's doubles hold exactly.
 pub(crate) const MAX_EXPIRY: Duration = Duration::from_millis(1 << 53);
@@ -45,6 +49,9 @@ pub struct Config {
     connect_timeout: Duration,
     response_timeout: Duration,
     fair_lock_wait_timeout: Duration,
+    idle_linger: Duration,
+    max_lingering: usize,
+    arbiters: Option<usize>,
 }
 
 /// Where the Redis of a config is.
@@ -209,6 +216,9 @@ impl Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
+            idle_linger: DEFAULT_IDLE_LINGER,
+            max_lingering: DEFAULT_MAX_LINGERING,
+            arbiters: None,
         }
     }
 
@@ -334,6 +344,57 @@ impl Config {
         self.fair_lock_wait_timeout
     }
 
+    /// How long the actor of a name stays after the name fell idle here (no hold, no waiter,
+    /// nothing under way), so that a name used again soon (a request handler's lock, taken once
+    /// per request) finds its actor instead of starting a new one: starting one costs about a
+    /// third of an uncontended acquire+release (BENCHMARKS.md). An idle actor leaves between
+    /// one and two lingers after its last use. `Duration::ZERO` stops it at once.
+    ///
+    /// Default: [`DEFAULT_IDLE_LINGER`] (1 s).
+    pub fn idle_linger(mut self, linger: Duration) -> Self {
+        self.idle_linger = linger;
+        self
+    }
+
+    /// See [`Config::idle_linger`](Self::idle_linger()).
+    pub fn get_idle_linger(&self) -> Duration {
+        self.idle_linger
+    }
+
+    /// How many idle actors (of locks and synchronizers together) one manager keeps lingering
+    /// at most; an actor that falls idle beyond that stops at once. It bounds the memory of a
+    /// service that touches many names once each (a few hundred bytes to a few KiB an actor).
+    ///
+    /// Default: [`DEFAULT_MAX_LINGERING`] (10,000).
+    pub fn max_lingering(mut self, actors: usize) -> Self {
+        self.max_lingering = actors;
+        self
+    }
+
+    /// See [`Config::max_lingering`](Self::max_lingering()).
+    pub fn get_max_lingering(&self) -> usize {
+        self.max_lingering
+    }
+
+    /// How many threads run the lock actors when lockman runs its own actix System (a manager
+    /// started outside one, from plain tokio): names are spread over them by hash, each thread
+    /// with its own command connection, so that one busy thread does not serve every name.
+    /// Inside an actix System (actix-web, `#[actix_rt::main]`) the actors run on the caller's
+    /// arbiter and this is not used. At least 1.
+    ///
+    /// Default: the number of cores ([`std::thread::available_parallelism`]).
+    pub fn arbiters(mut self, threads: usize) -> Self {
+        self.arbiters = Some(threads);
+        self
+    }
+
+    /// See [`Config::arbiters`](Self::arbiters()): the number set, or the number of cores.
+    pub fn get_arbiters(&self) -> usize {
+        self.arbiters.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
+    }
+
     /// The URL of a one-server config; `None` for Sentinel and Cluster.
     pub fn url(&self) -> Option<&str> {
         match &self.deployment {
@@ -404,6 +465,15 @@ impl Config {
             if value.is_zero() {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
+        }
+        if self.arbiters == Some(0) {
+            return Err(LockError::invalid("arbiters", "must be at least 1"));
+        }
+        if self.idle_linger > MAX_EXPIRY {
+            return Err(LockError::invalid(
+                "idle linger",
+                format!("{:?} is above {MAX_EXPIRY:?}", self.idle_linger),
+            ));
         }
         if let Some((count, timeout)) = self.sync_replicas {
             if count == 0 {

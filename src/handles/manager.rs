@@ -67,6 +67,7 @@ impl LockManager {
             }
         };
         let (registry, commands) = (started.registry, started.commands);
+        let directory = started.directory;
         let client_id = started.client_id;
         let deployment = config.deployment().label();
         tracing::info!(%client_id, %deployment, own_system = host.owned.is_some(), "lock manager started");
@@ -75,6 +76,7 @@ impl LockManager {
             inner: Arc::new(Inner {
                 client_id,
                 registry,
+                directory,
                 commands,
                 config,
                 next_holder,
@@ -216,8 +218,10 @@ impl LockManager {
         Ok(crate::handles::sync::SyncInfo::new(name, described))
     }
 
-    /// How many lock actors are alive: one per name with a hold or a waiter in this process (or
-    /// whose address someone keeps). Idle names cost nothing; this is for diagnostics and tests.
+    /// How many lock and synchronizer actors are alive: one per name with a hold or a waiter in
+    /// this process, whose address someone keeps, or that fell idle less than about two
+    /// [`idle_linger`](crate::Config::idle_linger)s ago (at most
+    /// [`max_lingering`](crate::Config::max_lingering) of those). For diagnostics and tests.
     pub async fn live_lock_actors(&self) -> usize {
         self.inner.registry.send(CountLive).await.unwrap_or(0)
     }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::runtime::Host;
 use crate::actors::lock_actor::LockActor;
 use crate::actors::messages::Shutdown;
-use crate::actors::registry::Registry;
+use crate::actors::registry::{Directory, Registry};
 use crate::actors::registry::{Resolve, ResolveSync};
 use crate::config::Config;
 use crate::error::LockError;
@@ -20,6 +20,8 @@ use crate::protocol::{Commands, LockKind};
 pub(crate) struct Inner {
     pub client_id: Uuid,
     pub registry: Addr<Registry>,
+    /// The live lock actors: found here, a handle needs no round trip to the registry.
+    pub directory: Directory,
     pub commands: Commands,
     pub config: Arc<Config>,
     pub next_holder: AtomicU64,
@@ -33,6 +35,9 @@ impl Inner {
         kind: LockKind,
         name: Arc<str>,
     ) -> Result<Addr<LockActor>, LockError> {
+        if let Some(live) = self.directory.find(kind, &name) {
+            return Ok(live);
+        }
         let resolve = Resolve { kind, name };
         let sent = self.registry.send(resolve).await;
         sent.map_err(|_| LockError::Shutdown)?

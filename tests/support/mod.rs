@@ -367,7 +367,9 @@ pub async fn load_scripts(lock: &lockman::Lock) {
 
 /// Whether every lock actor of `manager` stops within `limit` (checked every 10 ms).
 pub async fn lock_actors_stop(manager: &lockman::LockManager, limit: Duration) -> bool {
-    let deadline = Instant::now() + limit;
+    // An idle lock actor lingers between one and two `idle_linger`s before it stops; the
+    // managers of these tests keep the default.
+    let deadline = Instant::now() + limit + 2 * lockman::DEFAULT_IDLE_LINGER;
     while manager.live_lock_actors().await > 0 {
         if Instant::now() >= deadline {
             return false;

@@ -153,8 +153,8 @@ impl LockActor {
                     metrics::holds(kind, -1.0);
                 }
             }
-            Effect::Busy => self.keepalive = Some(ctx.address()),
-            Effect::Idle => self.keepalive = None,
+            Effect::Busy => self.busy(ctx),
+            Effect::Idle => self.idle(ctx),
             Effect::Stopped => {
                 for tx in self.stop_replies.drain(..) {
                     let _ = tx.send(());

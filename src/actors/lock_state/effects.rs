@@ -46,7 +46,8 @@ pub(crate) enum Effect {
     Ended(u64),
     /// The first hold or waiter arrived: stay alive.
     Busy,
-    /// No hold, no waiter and no round trip left: the actor may stop.
+    /// No hold, no waiter and no round trip left: the actor may stop, after lingering a while
+    /// in case the name is used again (calling [`LockState::retire`] before it goes).
     Idle,
     /// A requested stop has done its last round trip.
     Stopped,

@@ -183,18 +183,24 @@ impl LockState {
         if !idle || !self.busy {
             return;
         }
-        for (armed, timer) in [
-            (&mut self.retry_armed, Timer::Retry),
-            (&mut self.track_armed, Timer::Track),
-        ] {
-            if std::mem::take(armed) {
-                self.out.push(Effect::Cancel(timer));
-            }
+        // The hand-over tick stays armed: a name used again soon (the actor lingers, see
+        // `retire`) then arms no timer per hold; it fires once, finds nothing, and is not
+        // armed again.
+        if std::mem::take(&mut self.retry_armed) {
+            self.out.push(Effect::Cancel(Timer::Retry));
         }
         for channel in std::mem::take(&mut self.subscribed) {
             self.out.push(Effect::Unsubscribe(channel));
         }
         self.busy = false;
         self.out.push(Effect::Idle);
+    }
+
+    /// The actor is about to leave after lingering idle: cancels the hand-over tick, the one
+    /// timer an idle state may still have armed, so that nothing keeps the actor alive.
+    pub(crate) fn retire(&mut self) {
+        if !self.busy && std::mem::take(&mut self.track_armed) {
+            self.out.push(Effect::Cancel(Timer::Track));
+        }
     }
 }

@@ -1,0 +1,131 @@
+//! Idle lock actors linger: a name used again soon finds its actor instead of starting a new one
+//! (`Config::idle_linger`), at most `Config::max_lingering` of them per manager, and they leave
+//! once the linger has passed, timers and all.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockManager};
+use support::RedisServer;
+
+async fn manager(server: &RedisServer, linger: Duration, max: usize) -> LockManager {
+    let config = Config::new(server.url())
+        .idle_linger(linger)
+        .max_lingering(max);
+    LockManager::start(config).await.expect("manager starts")
+}
+
+/// How many lock actors live once `limit` has passed with none starting or leaving any more.
+async fn live_after(mgr: &LockManager, limit: Duration) -> usize {
+    tokio::time::sleep(limit).await;
+    mgr.live_lock_actors().await
+}
+
+#[tokio::test]
+async fn a_name_idle_between_pairs_keeps_its_actor_then_it_leaves() {
+    let server = RedisServer::start();
+    let linger = Duration::from_millis(400);
+    let mgr = manager(&server, linger, 100).await;
+    let lock = mgr.lock("idle-between");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    // The actor that served the first pair, held weakly: it upgrades only while that very actor
+    // runs, so a stop and a fresh start in between would show.
+    let first = mgr.lock_actor("idle-between").await.unwrap().downgrade();
+    for _ in 0..10 {
+        // Idle between pairs, as a request handler's lock is (a tenth of the linger).
+        tokio::time::sleep(linger / 10).await;
+        let guard = lock.acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    tokio::time::sleep(linger / 10).await;
+    assert!(
+        first.upgrade().is_some(),
+        "the same actor served every pair: it lingered while idle"
+    );
+    assert_eq!(mgr.live_lock_actors().await, 1, "lingering, not gone");
+    // The watchdog holds above left the hand-over tick armed (a sixth of 30 s): leaving cancels
+    // it, so the actor stops within two lingers, not when the tick fires.
+    let started = Instant::now();
+    assert!(
+        support::eventually(Duration::from_secs(3), || first.upgrade().is_none()).await,
+        "the idle actor left"
+    );
+    assert!(
+        started.elapsed() < 2 * linger + Duration::from_millis(1500),
+        "left after about two lingers, not at the 5 s tick: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(mgr.live_lock_actors().await, 0);
+    // A name used after its actor left gets a new one, and works.
+    assert!(lock.try_acquire().await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn at_most_max_lingering_idle_actors_stay() {
+    let server = RedisServer::start();
+    let linger = Duration::from_secs(3);
+    let mgr = manager(&server, linger, 2).await;
+    for n in 0..6 {
+        let lock = mgr.lock(&format!("many-{n}"));
+        lock.acquire().await.unwrap().release().await.unwrap();
+    }
+    // Well within the linger: the first two idle actors took both places, the other four left.
+    let live = live_after(&mgr, Duration::from_millis(300)).await;
+    assert_eq!(live, 2, "two linger, the rest stopped at once");
+    // A lingering actor that is used again gives its place back while busy.
+    let busy = mgr.lock("many-0").acquire().await.unwrap();
+    let lock = mgr.lock("many-5");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    assert_eq!(
+        live_after(&mgr, Duration::from_millis(100)).await,
+        3,
+        "many-0 busy, many-1 and many-5 lingering"
+    );
+    busy.release().await.unwrap();
+    assert_eq!(
+        live_after(&mgr, Duration::from_millis(100)).await,
+        2,
+        "many-0 found no free place once idle again, and left"
+    );
+    assert!(
+        support::lock_actors_stop(&mgr, 2 * linger).await,
+        "all gone once the linger passed"
+    );
+}
+
+#[tokio::test]
+async fn without_a_linger_an_idle_actor_stops_at_once() {
+    let server = RedisServer::start();
+    let mgr = manager(&server, Duration::ZERO, 100).await;
+    let lock = mgr.lock("no-linger");
+    lock.acquire().await.unwrap().release().await.unwrap();
+    let mut live = usize::MAX;
+    for _ in 0..100 {
+        live = mgr.live_lock_actors().await;
+        if live == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(live, 0, "no linger: gone as soon as idle");
+}
+
+#[tokio::test]
+async fn bad_linger_settings_are_refused() {
+    let server = RedisServer::start();
+    let err = LockManager::start(Config::new(server.url()).arbiters(0))
+        .await
+        .expect_err("zero arbiters");
+    assert!(
+        matches!(err, lockman::LockError::InvalidArgument { .. }),
+        "{err:?}"
+    );
+    let err = LockManager::start(Config::new(server.url()).idle_linger(Duration::MAX))
+        .await
+        .expect_err("a linger past the longest expiry");
+    assert!(
+        matches!(err, lockman::LockError::InvalidArgument { .. }),
+        "{err:?}"
+    );
+}
