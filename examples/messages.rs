@@ -28,7 +28,7 @@ async fn run(url: &str) -> Result<(), LockError> {
     let holder = lock.holder_id();
 
     let acquire = Acquire {
-        holder: holder.clone(),
+        holder: holder.as_str().into(),
         lease: Some(Duration::from_secs(5)),
         wait: Wait::No,
         kind: LockKind::Reentrant,
@@ -54,7 +54,7 @@ async fn run(url: &str) -> Result<(), LockError> {
 
     // Another holder may not, and does not wait with Wait::No.
     let other = Acquire {
-        holder: manager.lock("messages:example").holder_id(),
+        holder: manager.lock("messages:example").holder_id().into(),
         lease: None,
         wait: Wait::No,
         kind: LockKind::Reentrant,

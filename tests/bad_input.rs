@@ -731,7 +731,7 @@ fn table() -> Vec<Row> {
                 let holder = mgr.lock("a").holder_id();
                 let b = mgr.lock_actor("b").await?;
                 let acquire = Acquire {
-                    holder: holder.clone(),
+                    holder: holder.as_str().into(),
                     lease: None,
                     wait: Wait::Up(WAIT),
                     kind: LockKind::Reentrant,

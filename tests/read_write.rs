@@ -339,7 +339,7 @@ async fn a_request_of_another_kind_is_refused_by_an_actor() {
     let mgr = manager(&server).await;
     let actor = mgr.lock_actor("k").await.unwrap(); // the reentrant lock's actor
     let acquire = lockman::Acquire {
-        holder: mgr.lock("k").holder_id(),
+        holder: mgr.lock("k").holder_id().into(),
         lease: None,
         wait: lockman::Wait::No,
         kind: lockman::LockKind::Write,

@@ -239,7 +239,7 @@ async fn dropping_the_manager_stops_renewal_and_the_lock_expires() {
     // `Lock::acquire` does); forgotten, it never releases.
     let actor = mgr.lock_actor("abandoned").await.unwrap();
     let acquire = lockman::Acquire {
-        holder: lock.holder_id(),
+        holder: lock.holder_id().into(),
         lease: None,
         wait: lockman::Wait::No,
         kind: lockman::LockKind::Reentrant,

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use actix::WeakAddr;
 use actix::prelude::*;
+use actix_rt::ArbiterHandle;
 use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
@@ -35,6 +36,14 @@ pub(crate) struct Resolve {
 pub(crate) struct ResolveSync {
     pub kind: SyncKind,
     pub name: Arc<str>,
+}
+
+/// Which of `homes` homes serve the lock `name`: spread by the name's hash, the same home for
+/// the same name as long as the manager lives.
+fn home_of(name: &str, homes: usize) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    let hash = BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(name);
+    usize::try_from(hash % homes.max(1) as u64).unwrap_or(0)
 }
 
 /// Lock actor ids, for every manager of the process.
@@ -63,9 +72,19 @@ impl Directory {
     }
 }
 
+/// Where lock actors run: an arbiter (`None`: the registry's own) and the services there (its
+/// own command connections).
+pub(crate) struct Home {
+    pub arbiter: Option<ArbiterHandle>,
+    pub svc: Services,
+}
+
 /// The actor that maps lock names to lock actors.
 pub struct Registry {
+    /// The services of the registry's own arbiter, where synchronizer actors run too.
     svc: Services,
+    /// Where lock actors run, by the hash of their name: the registry's arbiter first.
+    homes: Vec<Home>,
     /// The lock actors, shared with the handles.
     actors: Directory,
     /// (Kind, name) → its synchronizer actor, likewise.
@@ -75,9 +94,10 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn new(svc: Services, actors: Directory) -> Self {
+    pub(crate) fn new(homes: Vec<Home>, actors: Directory) -> Self {
         Self {
-            svc,
+            svc: homes[0].svc.clone(),
+            homes,
             actors,
             syncs: FxHashMap::default(),
             shut: false,
@@ -103,8 +123,15 @@ impl Handler<Resolve> for Registry {
         let key = (msg.kind.family(), msg.name);
         // Unique in the process, not only in this manager: a grant names its actor by it.
         let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (svc, me) = (self.svc.clone(), ctx.address().recipient().downgrade());
-        let addr = LockActor::new(id, key.0, key.1.clone(), svc, me).start();
+        let me = ctx.address().recipient().downgrade();
+        let home = &self.homes[home_of(&key.1, self.homes.len())];
+        let (svc, kind, name) = (home.svc.clone(), key.0, key.1.clone());
+        let addr = match &home.arbiter {
+            None => LockActor::new(id, kind, name, svc, me).start(),
+            Some(arbiter) => LockActor::start_in_arbiter(arbiter, move |_| {
+                LockActor::new(id, kind, name, svc, me)
+            }),
+        };
         self.actors.lock().insert(key, (id, addr.downgrade()));
         Ok(addr)
     }

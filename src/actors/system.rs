@@ -4,13 +4,15 @@
 use std::sync::Arc;
 
 use actix::{Actor, Addr, Supervisor};
+use actix_rt::ArbiterHandle;
 
 use super::failover::FailoverWatch;
 use super::pubsub::PubSubActor;
-use super::registry::{Directory, Registry};
+use super::registry::{Directory, Home, Registry};
 use super::services::Services;
 use super::watchdog::Watchdog;
 use crate::config::Config;
+use crate::connections::command::Spawner;
 use crate::connections::endpoint::Endpoint;
 use crate::error::LockError;
 use crate::protocol::Commands;
@@ -24,8 +26,12 @@ pub(crate) struct Started {
     pub client_id: uuid::Uuid,
 }
 
-/// Connects and starts the actors on the current arbiter.
-pub(crate) async fn start(config: Arc<Config>) -> Result<Started, LockError> {
+/// Connects and starts the actors on the current arbiter; lock actors are spread over it and
+/// `more`, each with command connections of its own.
+pub(crate) async fn start(
+    config: Arc<Config>,
+    more: Vec<ArbiterHandle>,
+) -> Result<Started, LockError> {
     let endpoint = Endpoint::open(&config).await?;
     let client_id = uuid::Uuid::new_v4();
     let commands = Commands::open(endpoint.clone(), &config).await?;
@@ -47,9 +53,24 @@ pub(crate) async fn start(config: Arc<Config>) -> Result<Started, LockError> {
         client_id,
         lingering: Arc::default(),
     };
+    let mut homes = vec![Home { arbiter: None, svc }];
+    for arbiter in more {
+        let there = arbiter.clone();
+        let spawner: Spawner = Arc::new(move |work| {
+            there.spawn(work);
+        });
+        let svc = Services {
+            commands: commands.add_lane(spawner).await?,
+            ..homes[0].svc.clone()
+        };
+        homes.push(Home {
+            arbiter: Some(arbiter),
+            svc,
+        });
+    }
     let directory = Directory::default();
     Ok(Started {
-        registry: Registry::new(svc, directory.clone()).start(),
+        registry: Registry::new(homes, directory.clone()).start(),
         directory,
         commands,
         client_id,

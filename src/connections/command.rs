@@ -3,33 +3,47 @@
 //! when [`Config::sync_replicas`] is on, the switch of both to a new primary after a failover,
 //! and the access check made at start.
 
-use std::sync::{Arc, RwLock};
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Script, ScriptInvocation, Value};
+use redis::{Client, Cmd, Script, ScriptInvocation, Value};
 
 use crate::config::Config;
 use crate::connections::endpoint::Endpoint;
 use crate::connections::failure::{connect_error, diagnose_tls_timeout};
 use crate::error::LockError;
 
-/// The connections, and how long a command may take. Cheap to clone; clones share them.
+/// The connections, and how long a command may take. Cheap to clone; clones share them, and
+/// use the same **lane**: a set of connections whose I/O runs on one thread (lane 0 on the
+/// thread that opened them; one more per thread that runs lock actors, see `add_lane`).
 #[derive(Clone)]
 pub(crate) struct Conn {
     inner: Arc<Inner>,
+    lane: usize,
 }
 
+/// Runs a future on a lane's own thread (an actix arbiter's, given by the layer above).
+pub(crate) type Spawner = Arc<dyn Fn(Pin<Box<dyn Future<Output = ()> + Send>>) + Send + Sync>;
+
 struct Inner {
-    /// The connections to the current primary: replaced whole after a failover.
-    slot: RwLock<Pair>,
+    /// The connections to the current primary, by lane: replaced whole after a failover.
+    lanes: RwLock<Vec<Lane>>,
     endpoint: Endpoint,
     settings: ConnectionManagerConfig,
     connect_timeout: Duration,
     response_timeout: Duration,
     /// `WAIT` after synced writes: replicas wanted, and for how long (ms).
     sync: Option<(u32, u64)>,
+}
+
+#[derive(Clone)]
+struct Lane {
+    pair: Pair,
+    /// Where its connections are made (so that their I/O runs there); `None`: where asked.
+    home: Option<Spawner>,
 }
 
 #[derive(Clone)]
@@ -62,7 +76,7 @@ impl Conn {
         let connect_timeout = config.get_connect_timeout();
         let pair = pair_for(&endpoint, &settings, connect_timeout, sync.is_some()).await?;
         let inner = Inner {
-            slot: RwLock::new(pair),
+            lanes: RwLock::new(vec![Lane { pair, home: None }]),
             endpoint,
             settings,
             connect_timeout,
@@ -71,17 +85,67 @@ impl Conn {
         };
         Ok(Self {
             inner: Arc::new(inner),
+            lane: 0,
         })
     }
 
-    /// After a failover: from now on every command goes to the endpoint's current primary.
-    pub(crate) async fn switch(&self) -> Result<(), LockError> {
+    /// A new lane: connections of its own to the same primary, made on `home`'s thread so that
+    /// their I/O runs there. The clones of the returned `Conn` use it.
+    pub(crate) async fn add_lane(&self, home: Spawner) -> Result<Self, LockError> {
+        let pair = self.connect(Some(&home)).await?;
+        let mut lanes = self
+            .inner
+            .lanes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        lanes.push(Lane {
+            pair,
+            home: Some(home),
+        });
+        Ok(Self {
+            inner: self.inner.clone(),
+            lane: lanes.len() - 1,
+        })
+    }
+
+    /// Connections to the endpoint's current primary, made on `home`'s thread when given.
+    async fn connect(&self, home: Option<&Spawner>) -> Result<Pair, LockError> {
         let this = &*self.inner;
-        let (settings, limit) = (&this.settings, this.connect_timeout);
-        let pair = pair_for(&this.endpoint, settings, limit, this.sync.is_some()).await?;
-        match this.slot.write() {
-            Ok(mut slot) => *slot = pair,
-            Err(poisoned) => *poisoned.into_inner() = pair,
+        let (endpoint, settings) = (this.endpoint.clone(), this.settings.clone());
+        let (limit, synced) = (this.connect_timeout, this.sync.is_some());
+        let Some(home) = home else {
+            return pair_for(&endpoint, &settings, limit, synced).await;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        home(Box::pin(async move {
+            let _ = tx.send(pair_for(&endpoint, &settings, limit, synced).await);
+        }));
+        // Nobody answers when that thread has stopped: the manager is shutting down.
+        rx.await.map_err(|_| LockError::Shutdown)?
+    }
+
+    /// After a failover: from now on every command, of every lane, goes to the endpoint's
+    /// current primary.
+    pub(crate) async fn switch(&self) -> Result<(), LockError> {
+        let homes: Vec<Option<Spawner>> = {
+            let lanes = self
+                .inner
+                .lanes
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            lanes.iter().map(|lane| lane.home.clone()).collect()
+        };
+        let mut pairs = Vec::with_capacity(homes.len());
+        for home in &homes {
+            pairs.push(self.connect(home.as_ref()).await?);
+        }
+        let mut lanes = self
+            .inner
+            .lanes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (lane, pair) in lanes.iter_mut().zip(pairs) {
+            lane.pair = pair;
         }
         Ok(())
     }
@@ -91,10 +155,13 @@ impl Conn {
     }
 
     fn pair(&self) -> Pair {
-        match self.inner.slot.read() {
-            Ok(pair) => pair.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        let lanes = self
+            .inner
+            .lanes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Lanes are only ever added, so a clone's lane is always there.
+        lanes.get(self.lane).unwrap_or(&lanes[0]).pair.clone()
     }
 
     /// Runs one script call, bounded by the response timeout even while reconnecting.
@@ -106,6 +173,24 @@ impl Conn {
     ) -> Result<Value, LockError> {
         let mut conn = self.pair().main;
         let reply = self.bounded(op, invocation.invoke_async(&mut conn)).await;
+        self.classify(op, key, reply)
+    }
+
+    /// Runs one script call, bounded by the response timeout even while reconnecting; a
+    /// server that does not know the script (restarted, or SCRIPT FLUSH) is given it first.
+    pub(crate) async fn call(
+        &self,
+        op: &'static str,
+        key: &str,
+        call: &ScriptCall<'_>,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.pair().main;
+        let mut reply = self.bounded(op, call.cmd.query_async(&mut conn)).await;
+        if no_script(&reply) {
+            let loaded = self.bounded(op, call.script.load_async(&mut conn)).await;
+            self.classify(op, key, loaded)?;
+            reply = self.bounded(op, call.cmd.query_async(&mut conn)).await;
+        }
         self.classify(op, key, reply)
     }
 
@@ -137,6 +222,39 @@ impl Conn {
         {
             // A restarted server, or SCRIPT FLUSH: load it, then once more.
             let loaded = self.bounded(op, script.load_async(&mut conn)).await;
+            self.classify(op, key, loaded)?;
+            reply = self
+                .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
+                .await;
+        }
+        let (value, acked) = self.classify(op, key, reply)?;
+        Ok((value, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
+    }
+
+    /// [`call`](Self::call) for a script that writes: then (with replica sync) `WAIT`s on the
+    /// same connection. The reply and, with sync, how many replicas acknowledged it.
+    pub(crate) async fn call_synced(
+        &self,
+        op: &'static str,
+        key: &str,
+        call: &ScriptCall<'_>,
+    ) -> Result<(Value, Option<u32>), LockError> {
+        let Some((count, wait_ms)) = self.inner.sync else {
+            return Ok((self.call(op, key, call).await?, None));
+        };
+        let Some(mut conn) = self.pair().synced else {
+            return Ok((self.call(op, key, call).await?, None));
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.cmd.clone())
+            .cmd("WAIT")
+            .arg(count)
+            .arg(wait_ms);
+        let mut reply = self
+            .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
+            .await;
+        if no_script(&reply) {
+            let loaded = self.bounded(op, call.script.load_async(&mut conn)).await;
             self.classify(op, key, loaded)?;
             reply = self
                 .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
@@ -188,6 +306,45 @@ impl Conn {
     /// How long connecting may take.
     pub(crate) fn connect_timeout(&self) -> Duration {
         self.inner.connect_timeout
+    }
+}
+
+/// One EVALSHA of a script, built in place as a single presized command: redis-rs's
+/// `ScriptInvocation` keeps each key and argument in a buffer of its own and copies them all
+/// into a new command at every send (about 25 allocations per acquire+release, BENCHMARKS.md).
+/// The keys come first, as many as announced; then the arguments.
+pub(crate) struct ScriptCall<'s> {
+    script: &'s Script,
+    cmd: Cmd,
+    keys_left: usize,
+}
+
+impl<'s> ScriptCall<'s> {
+    /// A call of `script` with `keys` keys; `args` arguments and `bytes` bytes of keys and
+    /// arguments in all are what to make room for (more still fit).
+    pub(crate) fn new(script: &'s Script, keys: usize, args: usize, bytes: usize) -> Self {
+        let mut cmd = Cmd::with_capacity(3 + keys + args, 7 + 40 + 4 + bytes);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        Self {
+            script,
+            cmd,
+            keys_left: keys,
+        }
+    }
+
+    /// The next key (`KEYS[i]`).
+    pub(crate) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
+        debug_assert!(self.keys_left > 0, "more keys than announced");
+        self.keys_left = self.keys_left.saturating_sub(1);
+        self.cmd.arg(key);
+        self
+    }
+
+    /// The next argument (`ARGV[i]`), after every key.
+    pub(crate) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        debug_assert_eq!(self.keys_left, 0, "an argument before the last key");
+        self.cmd.arg(arg);
+        self
     }
 }
 
@@ -265,6 +422,11 @@ async fn pair_for(
         false => None,
     };
     Ok(Pair { main, synced })
+}
+
+/// Whether Redis answered that it does not know the script.
+fn no_script<T>(reply: &Result<redis::RedisResult<T>, LockError>) -> bool {
+    matches!(reply, Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
 }
 
 /// A reply with NOPERM turned into [`LockError::NoPermission`] for `what`.

@@ -48,11 +48,11 @@ impl LockManager {
         config.validate()?;
         let config = Arc::new(config);
         let config_limit = config.get_connect_timeout();
-        let host = Host::current_or_spawn().await?;
+        let host = Host::current_or_spawn(config.get_arbiters()).await?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let settings = config.clone();
+        let (settings, more) = (config.clone(), host.more.clone());
         host.arbiter.spawn(async move {
-            let _ = tx.send(crate::actors::system::start(settings).await);
+            let _ = tx.send(crate::actors::system::start(settings, more).await);
         });
         // An arbiter that is not running (an actix System created on this thread but not driving
         // it) never runs the setup: fail instead of hanging.

@@ -6,7 +6,7 @@ use redis::{Script, Value};
 
 use super::*;
 use crate::config::Config;
-use crate::connections::command::Conn;
+use crate::connections::command::{Conn, Spawner};
 use crate::connections::endpoint::Endpoint;
 use crate::error::LockError;
 use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
@@ -32,6 +32,15 @@ impl Commands {
         Ok(Self {
             conn,
             latch_ttl: millis(latch_ttl),
+        })
+    }
+
+    /// The same commands on a lane of their own (connections whose I/O runs on `home`'s
+    /// thread): see [`Conn::add_lane`].
+    pub(crate) async fn add_lane(&self, home: Spawner) -> Result<Self, LockError> {
+        Ok(Self {
+            conn: self.conn.add_lane(home).await?,
+            ..self.clone()
         })
     }
 

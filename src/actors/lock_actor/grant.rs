@@ -16,7 +16,8 @@ use crate::protocol::LockKind;
 /// background; send it back in a [`Release`](crate::Release) to learn the outcome.
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
-    actor: Addr<LockActor>,
+    /// Shared with the actor's own address while it is busy: a grant costs no new address.
+    actor: Arc<Addr<LockActor>>,
     /// The granting actor's id: a `Release` is refused by any other actor.
     actor_id: u64,
     name: Arc<str>,
@@ -34,7 +35,7 @@ pub struct Grant {
 
 impl Grant {
     pub(crate) fn new(
-        (actor, actor_id): (Addr<LockActor>, u64),
+        (actor, actor_id): (Arc<Addr<LockActor>>, u64),
         name: Arc<str>,
         (holder, kind): HoldKey,
         epoch: u64,
@@ -69,6 +70,11 @@ impl Grant {
     /// The lock actor that granted it: send it a [`Release`](crate::Release) of this grant.
     pub fn actor(&self) -> &Addr<LockActor> {
         &self.actor
+    }
+
+    /// The granting actor's address, shared (for sending this grant back to it).
+    pub(crate) fn actor_link(&self) -> Arc<Addr<LockActor>> {
+        self.actor.clone()
     }
 
     /// The lock name.

@@ -70,7 +70,7 @@ pub struct LockActor {
     /// Each hold's lost signal and kind, by epoch; its guards hold the receivers.
     lost: FxHashMap<u64, (watch::Sender<bool>, LockKind)>,
     /// A strong address to itself while busy or lingering (see the module doc).
-    keepalive: Option<Addr<Self>>,
+    keepalive: Option<Arc<Addr<Self>>>,
     /// Since when the actor lingers idle, holding a place among the manager's lingering actors.
     idle_since: Option<Instant>,
     /// The linger tick: armed when the actor falls idle, cancelled when it leaves or finds the
@@ -149,7 +149,7 @@ impl LockActor {
                 });
                 let lost = crate::actors::lost::LostSignal::new(lost.subscribe());
                 Ok(Some(Grant::new(
-                    (ctx.address(), self.id),
+                    (self.link(ctx), self.id),
                     self.name.clone(),
                     key,
                     epoch,
@@ -168,7 +168,7 @@ impl LockActor {
     fn request(&mut self, msg: Acquire, tx: AcquireTx, ctx: &mut Context<Self>) {
         let kind = msg.kind;
         let req = Request {
-            holder: msg.holder.into(),
+            holder: msg.holder,
             kind,
             lease: msg.lease,
             wait: msg.wait,
@@ -379,9 +379,15 @@ impl LockActor {
     /// Something arrived: stay (the strong address is still there when it lingered).
     fn busy(&mut self, ctx: &mut Context<Self>) {
         self.unlinger();
-        if self.keepalive.is_none() {
-            self.keepalive = Some(ctx.address());
-        }
+        self.link(ctx);
+    }
+
+    /// Its own strong address, shared: made once per stay (each actix address made or cloned
+    /// allocates), kept while busy or lingering.
+    fn link(&mut self, ctx: &mut Context<Self>) -> Arc<Addr<Self>> {
+        self.keepalive
+            .get_or_insert_with(|| Arc::new(ctx.address()))
+            .clone()
     }
 
     fn linger_tick(&mut self, ctx: &mut Context<Self>) {

@@ -2,6 +2,7 @@
 //! send exactly these, and an actix user may send them to a [`LockActor`](super::LockActor)
 //! directly (see `examples/messages.rs`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::Message;
@@ -19,8 +20,9 @@ use crate::protocol::LockKind;
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "Result<Option<Grant>, LockError>")]
 pub struct Acquire {
-    /// The holder, `<client id>:<n>` (see [`Lock::holder_id`](crate::Lock::holder_id)).
-    pub holder: String,
+    /// The holder, `<client id>:<n>` (see [`Lock::holder_id`](crate::Lock::holder_id)); shared,
+    /// so that sending it again and again costs no copy.
+    pub holder: Arc<str>,
     /// The lease; `None` for the watchdog.
     pub lease: Option<Duration>,
     /// How long to wait while the lock is busy.

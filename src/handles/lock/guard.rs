@@ -63,7 +63,7 @@ impl LockGuard {
     pub async fn release(self) -> Result<(), LockError> {
         let Self { grant, manager } = self;
         let span = crate::handles::trace::release(grant.name(), &grant.kind());
-        let actor = grant.actor().clone();
+        let actor = grant.actor_link();
         let res = actor
             .send(Release(grant))
             .instrument(span.clone())

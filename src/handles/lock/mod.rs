@@ -223,7 +223,7 @@ impl Lock {
     ) -> Result<Option<LockGuard>, LockError> {
         let resolve = || self.mgr.lock_actor(self.kind, self.name.clone());
         let acquire = || Acquire {
-            holder: self.holder.to_string(),
+            holder: self.holder.clone(),
             lease,
             wait,
             kind: self.kind,

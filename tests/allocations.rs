@@ -1,0 +1,94 @@
+//! Allocations per uncontended acquire+release, counted by a counting global allocator: a
+//! figure that does not move with the machine's load, so a change that adds allocations to the
+//! hot path fails here instead of hiding in a benchmark's noise. Counted inside an actix System
+//! (lockman's actors, redis-rs and the caller on one thread), over many pairs after a warm-up,
+//! for a tight loop and for a name idle between pairs (a request handler's pattern).
+//!
+//! Its own test binary: the counting allocator is the whole process's.
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lockman::{Config, LockManager};
+use support::RedisServer;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; it only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const WARM_UP: u64 = 200;
+const PAIRS: u64 = 2_000;
+
+/// The ceiling per uncontended pair, for both patterns. Measured when it was set: see
+/// BENCHMARKS.md ("Allocations per pair"). The raw redis-rs loop makes 27.
+const CEILING: f64 = 72.0;
+
+/// Allocations per acquire+release of one lock, with `yields` yields after each pair.
+async fn per_pair(mgr: &LockManager, name: &str, yields: u32) -> f64 {
+    let lock = mgr.lock(name);
+    let pair = || async {
+        let guard = lock.acquire().await.expect("acquire");
+        guard.release().await.expect("release");
+        for _ in 0..yields {
+            tokio::task::yield_now().await;
+        }
+    };
+    for _ in 0..WARM_UP {
+        pair().await;
+    }
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for _ in 0..PAIRS {
+        pair().await;
+    }
+    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / PAIRS as f64
+}
+
+#[test]
+fn an_uncontended_pair_stays_under_its_allocation_ceiling() {
+    let server = RedisServer::start();
+    let system = actix_rt::System::new();
+    let (tight, idle) = system.block_on(async {
+        // A linger far above any pause of a loaded machine: the idle pattern must measure the
+        // name's actor being reused, not a machine too slow to reuse it.
+        let config = Config::new(server.url()).idle_linger(Duration::from_secs(30));
+        let mgr = LockManager::start(config).await.expect("manager");
+        let tight = per_pair(&mgr, "alloc-tight", 0).await;
+        let idle = per_pair(&mgr, "alloc-idle", 1).await;
+        mgr.shutdown().await;
+        (tight, idle)
+    });
+    println!("allocations per pair: tight loop {tight:.1}, name idle between pairs {idle:.1}");
+    assert!(
+        tight <= CEILING,
+        "tight loop: {tight:.1} allocations per pair, ceiling {CEILING}"
+    );
+    assert!(
+        idle <= CEILING,
+        "name idle between pairs: {idle:.1} allocations per pair, ceiling {CEILING}"
+    );
+}
