@@ -9,10 +9,14 @@
 //!   waiter parks, and the first parked waiter subscribes the channel. Once the
 //!   subscription is in place every parked waiter tries again, since a release may have come
 //!   between its attempt and the subscription;
-//! - a message of `m` permits (a semaphore's new free count, or permits added) wakes parked
-//!   waiters in arrival order whose wants fit into `m`, less what the attempts under way want:
-//!   a release of k permits wakes at most k waiters, and a message of 0 wakes none. A latch's
-//!   `0` (open) wakes every waiter; its `1` (a new count) none;
+//! - a message of `m` (a semaphore's new free count; a permit semaphore's permits added or
+//!   released, or its new free count) wakes up to `m` parked waiters, whatever each wants, and
+//!   each tries again, as Redisson's waiters do: the number is not always what is free, so it is
+//!   no budget to fit wants into (a permit semaphore's `add_permits(1)` can make room for a
+//!   waiter of 2). Waiters whose wants fit into `m` go first, then the others, each group in
+//!   arrival order. A message of `m` wakes at most `m` waiters (besides those whose attempt is
+//!   under way, below), so a release costs about as many attempts as it frees permits however
+//!   many wait; a message of 0 wakes none. A latch's `0` (open) wakes every waiter; its `1` (a new count) none;
 //! - a message that comes while a waiter's attempt is under way makes it try again when that
 //!   attempt falls short (the attempt may have run before the release);
 //! - a permit semaphore's attempt that falls short says when the permit held longest expires:
@@ -240,20 +244,27 @@ impl SyncState {
         if count <= 0 {
             return;
         }
-        let under_way: i64 = self
-            .waiters
-            .iter()
-            .filter(|w| w.trying)
-            .map(|w| i64::from(w.wants))
-            .sum();
-        let mut budget = count - under_way;
+        // Up to `count` parked waiters, whatever each wants: the number is not always what is
+        // free (a permit semaphore publishes a delta, or a count released), so it is no budget
+        // to fit wants into. Those whose wants fit into it go first, so a small waiter is not
+        // passed over for a large one when the number is the free count.
         for w in &mut self.waiters {
+            // Its attempt may have run before the release: it tries again if it falls short.
             if w.trying {
                 w.again = true;
-            } else if i64::from(w.wants) <= budget {
-                budget -= i64::from(w.wants);
-                w.trying = true;
-                self.effects.push(Effect::Try(w.id));
+            }
+        }
+        let mut woken = 0;
+        for fits in [true, false] {
+            for w in &mut self.waiters {
+                if woken >= count {
+                    break;
+                }
+                if !w.trying && (i64::from(w.wants) <= count) == fits {
+                    woken += 1;
+                    w.trying = true;
+                    self.effects.push(Effect::Try(w.id));
+                }
             }
         }
     }
