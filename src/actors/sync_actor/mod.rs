@@ -383,9 +383,11 @@ impl SyncActor {
         if let Some(held) = self.held.get_mut(&epoch)
             && !*held.lost.borrow()
         {
-            held.lost.send_replace(true);
+            // Counted before the guard is told: whoever the guard wakes reads the counter
+            // already moved.
             tracing::warn!(name = %self.name, kind = self.kind.label(), reason = why.describe(), "permits lost");
             metrics::permits_lost(self.kind.label(), why);
+            held.lost.send_replace(true);
             if let Some(expiry) = held.expiry.take() {
                 ctx.cancel_future(expiry);
             }
