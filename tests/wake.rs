@@ -290,6 +290,35 @@ async fn a_plain_semaphore_wakes_a_waiter_for_2_on_a_release_and_on_add_permits(
     b.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_woken_waiter_that_falls_short_lets_in_one_that_fits_what_it_found() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let sem = a.permit_semaphore("pass");
+    assert!(sem.try_set_permits(3).await.unwrap());
+    let two = sem.acquire(2).await.unwrap();
+    let five = permit_waiter(&b, "pass", 5);
+    parked(&mut raw, "pass", &five).await;
+    let waiter = permit_waiter(&b, "pass", 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+
+    // 2 free; the message is 1, which neither waiter's wants fit into: the first in arrival
+    // order, the waiter for 5, is woken, and finds 2 free.
+    assert_eq!(sem.add_permits(1).await.unwrap(), 2);
+    let freed = Instant::now();
+    let got = woken(waiter, freed, "the waiter for 2 behind one for 5").await;
+    assert_eq!(got.count(), 2);
+    assert_eq!(get(&mut raw, "pass").as_deref(), Some("0"));
+    assert_eq!(held(&mut raw, "pass"), 4);
+    assert!(!five.is_finished(), "5 were never free");
+    drop((two, got));
+    b.shutdown().await;
+    a.shutdown().await;
+    let _ = five.await;
+}
+
 /// Waits until no script runs for 200 ms (every waiter's attempts are done), then resets the
 /// command counts.
 async fn quiet(raw: &mut redis::Connection) {

@@ -31,7 +31,17 @@ fn tries(effects: &[Effect]) -> Vec<WaiterId> {
 }
 
 fn short() -> Tried {
-    Tried::Short { retry_in: None }
+    Tried::Short {
+        free: 0,
+        retry_in: None,
+    }
+}
+
+fn short_with(free: i64) -> Tried {
+    Tried::Short {
+        free,
+        retry_in: None,
+    }
 }
 
 #[test]
@@ -149,6 +159,26 @@ fn waiters_that_fit_go_first_then_the_others_in_arrival_order() {
 }
 
 #[test]
+fn a_woken_waiter_that_falls_short_passes_on_what_it_found_free() {
+    let now = Instant::now();
+    // 1 free, waiters for 5 and 2 parked; add_permits(1) publishes 1: none fits into 1, so the
+    // first in arrival order, the waiter for 5, is woken and finds 2 free. The waiter for 2 fits.
+    let mut s = parked(SyncKind::PermitSemaphore, &[(1, 5), (2, 2), (3, 1)]);
+    s.message(Some(1));
+    assert_eq!(tries(&effects(&mut s)), vec![3], "waiter 3 fits into 1");
+    s.message(Some(1));
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
+    s.tried(1, short_with(2), now);
+    assert_eq!(tries(&effects(&mut s)), vec![2], "2 free: waiter 2 fits");
+    s.tried(2, short_with(0), now);
+    assert!(tries(&effects(&mut s)).is_empty(), "nothing free: nobody");
+    // Waiter 3 finds 3 free: it tries again (a message came during its attempt), and waiter 2
+    // fits into them; waiter 1 does not.
+    s.tried(3, short_with(3), now);
+    assert_eq!(tries(&effects(&mut s)), vec![3, 2]);
+}
+
+#[test]
 fn an_attempt_under_way_does_not_use_up_a_message() {
     let now = Instant::now();
     let mut s = parked(SyncKind::Semaphore, &[(1, 5), (2, 1)]);
@@ -236,6 +266,7 @@ fn a_lease_hint_arms_the_timer_for_that_waiter() {
     s.tried(
         1,
         Tried::Short {
+            free: 0,
             retry_in: Some(Duration::from_millis(300)),
         },
         now,
@@ -415,7 +446,10 @@ impl World {
             self.holders.push((p, id, wants));
             Tried::Done
         } else {
-            Tried::Short { retry_in: None }
+            Tried::Short {
+                free: self.free,
+                retry_in: None,
+            }
         };
         let held: i64 = self.holders.iter().map(|h| i64::from(h.2)).sum();
         prop_assert!(
@@ -528,6 +562,24 @@ impl World {
         Ok(())
     }
 
+    /// With nothing under way (no attempt, subscription or message), no parked waiter wants no
+    /// more than is free: it would wait for a message that is not coming.
+    fn nobody_fits_what_is_free(&mut self) -> Result<(), TestCaseError> {
+        for proc in &mut self.procs {
+            let stranded: Vec<_> = proc
+                .state(self.kind)
+                .parked()
+                .filter(|&(_, wants)| i64::from(wants) <= self.free)
+                .collect();
+            prop_assert!(
+                stranded.is_empty(),
+                "{stranded:?} parked with {} free and nothing coming",
+                self.free
+            );
+        }
+        Ok(())
+    }
+
     /// Lets everything settle: attempts run, subscriptions complete, messages arrive, holders
     /// release; every waiter must then have its permits.
     fn drain(&mut self) -> Result<(), TestCaseError> {
@@ -540,8 +592,13 @@ impl World {
                 Some(p) if !self.procs[p].trying.is_empty() => self.run_attempt(p, 0)?,
                 Some(p) if self.procs[p].subscribing => self.step(Step::CompleteSubscribe(p))?,
                 Some(p) => self.deliver(p)?,
-                None if !self.holders.is_empty() => self.release(0)?,
-                None => break,
+                None => {
+                    self.nobody_fits_what_is_free()?;
+                    if self.holders.is_empty() {
+                        break;
+                    }
+                    self.release(0)?;
+                }
             }
         }
         for proc in &mut self.procs {
