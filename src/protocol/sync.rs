@@ -136,9 +136,12 @@ pub(crate) enum Take {
     Taken,
     /// Taken, but fewer replicas than `Config::sync_replicas` asks for acknowledged it.
     Unsynced { acked: u32, wanted: u32 },
-    /// Not enough free permits; for a permit semaphore, when the permit held longest expires
-    /// (`None`: no lease, or none held).
-    Short { retry_in: Option<Duration> },
+    /// Not enough free permits: how many were free; for a permit semaphore, when the permit
+    /// held longest expires (`None`: no lease, or none held).
+    Short {
+        free: i64,
+        retry_in: Option<Duration>,
+    },
 }
 
 /// What describe read of one synchronizer.
@@ -221,8 +224,12 @@ impl Commands {
                 }
                 _ => Ok(Take::Taken),
             },
-            [0, _] => Ok(Take::Short { retry_in: None }),
-            [0, _, wait] => Ok(Take::Short {
+            [0, free] => Ok(Take::Short {
+                free: *free,
+                retry_in: None,
+            }),
+            [0, free, wait] => Ok(Take::Short {
+                free: *free,
                 retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
             }),
             _ => Err(unexpected("acquire permits", Value::Nil)),

@@ -144,3 +144,45 @@ pub fn latch_count_down(conn: &mut Connection, name: &str) {
 pub fn latch_channel(name: &str) -> String {
     format!("redisson_countdownlatch__channel__{{{name}}}")
 }
+
+/// RPermitExpirableSemaphore.addPermits(d): `SET free + d`, and publish `d` only when it is
+/// positive (not the new free count). Returns the new free count.
+pub fn permit_add_permits(conn: &mut Connection, name: &str, d: i64) -> i64 {
+    let script = Script::new(
+        "local v = tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[1]); \
+         redis.call('set', KEYS[1], v); \
+         if tonumber(ARGV[1]) > 0 then redis.call('publish', KEYS[2], ARGV[1]) end; \
+         return v",
+    );
+    script
+        .key(name)
+        .key(format!("redisson_sc:{{{name}}}"))
+        .arg(d)
+        .invoke(conn)
+        .expect("addPermits")
+}
+
+/// RPermitExpirableSemaphore.tryRelease(List) (3.41+): all or nothing. When every id is held
+/// and unexpired by this client's clock, removes them, `INCRBY`s the free count by their number
+/// and publishes **that number** (not the new free count); returns 1. Else 0, nothing changed.
+pub fn permit_release_many(conn: &mut Connection, name: &str, ids: &[[u8; 16]]) -> i64 {
+    let script = Script::new(
+        "for i = 2, #ARGV do \
+           local s = redis.call('zscore', KEYS[2], ARGV[i]); \
+           if s == false or tonumber(s) <= tonumber(ARGV[1]) then return 0 end end; \
+         local removed = 0; \
+         for i = 2, #ARGV do removed = removed + redis.call('zrem', KEYS[2], ARGV[i]) end; \
+         redis.call('incrby', KEYS[1], removed); \
+         redis.call('publish', KEYS[3], removed); return 1",
+    );
+    let mut invocation = script.prepare_invoke();
+    invocation
+        .key(name)
+        .key(format!("{{{name}}}:timeout"))
+        .key(format!("redisson_sc:{{{name}}}"))
+        .arg(now_ms());
+    for id in ids {
+        invocation.arg(&id[..]);
+    }
+    invocation.invoke(conn).expect("tryRelease(List)")
+}

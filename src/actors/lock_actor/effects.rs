@@ -143,9 +143,11 @@ impl LockActor {
             }),
             Effect::Lost(epoch, loss) => {
                 if let Some((lost, kind)) = self.lost.remove(&epoch) {
-                    lost.send_replace(true);
+                    // Counted before the guard is told: whoever the guard wakes reads the
+                    // counters already moved.
                     metrics::holds(kind, -1.0);
                     metrics::lost(kind, loss);
+                    lost.send_replace(true);
                 }
             }
             Effect::Ended(epoch) => {

@@ -227,7 +227,10 @@ impl SyncActor {
             ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
                 let tried = match res {
                     Ok(count) if count <= 0 => Tried::Done,
-                    Ok(_) => Tried::Short { retry_in: None },
+                    Ok(_) => Tried::Short {
+                        free: 0,
+                        retry_in: None,
+                    },
                     Err(e) => Tried::Failed(e),
                 };
                 act.state.tried(id, tried, Instant::now());
@@ -267,7 +270,7 @@ impl SyncActor {
             act.lane_done(lane);
             let tried = match res {
                 Ok(Take::Taken) => Tried::Done,
-                Ok(Take::Short { retry_in }) => Tried::Short { retry_in },
+                Ok(Take::Short { free, retry_in }) => Tried::Short { free, retry_in },
                 Ok(Take::Unsynced { acked, wanted }) => {
                     Tried::Failed(LockError::ReplicaSync { acked, wanted })
                 }
@@ -383,9 +386,11 @@ impl SyncActor {
         if let Some(held) = self.held.get_mut(&epoch)
             && !*held.lost.borrow()
         {
-            held.lost.send_replace(true);
+            // Counted before the guard is told: whoever the guard wakes reads the counter
+            // already moved.
             tracing::warn!(name = %self.name, kind = self.kind.label(), reason = why.describe(), "permits lost");
             metrics::permits_lost(self.kind.label(), why);
+            held.lost.send_replace(true);
             if let Some(expiry) = held.expiry.take() {
                 ctx.cancel_future(expiry);
             }

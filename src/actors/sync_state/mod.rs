@@ -9,10 +9,17 @@
 //!   waiter parks, and the first parked waiter subscribes the channel. Once the
 //!   subscription is in place every parked waiter tries again, since a release may have come
 //!   between its attempt and the subscription;
-//! - a message of `m` permits (a semaphore's new free count, or permits added) wakes parked
-//!   waiters in arrival order whose wants fit into `m`, less what the attempts under way want:
-//!   a release of k permits wakes at most k waiters, and a message of 0 wakes none. A latch's
-//!   `0` (open) wakes every waiter; its `1` (a new count) none;
+//! - a message of `m` (a semaphore's new free count; a permit semaphore's permits added or
+//!   released, or its new free count) wakes up to `m` parked waiters, whatever each wants, and
+//!   each tries again, as Redisson's waiters do: the number is not always what is free, so it is
+//!   no budget to fit wants into (a permit semaphore's `add_permits(1)` can make room for a
+//!   waiter of 2). Waiters whose wants fit into `m` go first, then the others, each group in
+//!   arrival order. A message of `m` wakes at most `m` waiters (besides those whose attempt is
+//!   under way, below), so a release costs about as many attempts as it frees permits however
+//!   many wait; a message of 0 wakes none. A latch's `0` (open) wakes every waiter; its `1` (a new count) none;
+//! - an attempt that falls short says how many permits it found free: parked waiters whose
+//!   wants fit into that, in arrival order, try (a message may have woken a waiter wanting more
+//!   than is free while one that fits stays parked: nothing else would wake it);
 //! - a message that comes while a waiter's attempt is under way makes it try again when that
 //!   attempt falls short (the attempt may have run before the release);
 //! - a permit semaphore's attempt that falls short says when the permit held longest expires:
@@ -38,9 +45,12 @@ use crate::protocol::SyncKind;
 pub(crate) enum Tried {
     /// The permits were taken, or the latch is open.
     Done,
-    /// Not enough free permits, or the latch is closed; a permit semaphore's when to try
-    /// again without a message.
-    Short { retry_in: Option<Duration> },
+    /// Not enough free permits, or the latch is closed: how many permits the attempt found
+    /// free (0 for a latch); a permit semaphore's when to try again without a message.
+    Short {
+        free: i64,
+        retry_in: Option<Duration>,
+    },
     /// The attempt failed.
     Failed(LockError),
 }
@@ -134,6 +144,15 @@ impl SyncState {
         self.position(id).is_some()
     }
 
+    /// The waiters whose attempt is not under way, with their wants.
+    #[cfg(test)]
+    pub(crate) fn parked(&self) -> impl Iterator<Item = (WaiterId, u32)> + '_ {
+        self.waiters
+            .iter()
+            .filter(|w| !w.trying)
+            .map(|w| (w.id, w.wants))
+    }
+
     /// How many waiters there are.
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {
@@ -188,26 +207,48 @@ impl SyncState {
                 tracing::debug!(%error, ?after, "synchronizer attempt failed; retrying");
                 self.arm(now + after, now);
             }
-            Tried::Short { .. } if waiter.last => self.answer(at, Answer::TimedOut),
-            Tried::Short { retry_in } => {
+            Tried::Short { free, .. } if waiter.last => {
+                self.answer(at, Answer::TimedOut);
+                self.pass_on(free);
+            }
+            Tried::Short { free, retry_in } => {
                 waiter.failures = 0;
                 waiter.waited = true;
                 if std::mem::take(&mut waiter.again) {
                     waiter.trying = true;
                     self.effects.push(Effect::Try(id));
-                    return;
+                } else {
+                    if let Some(after) = retry_in {
+                        waiter.due = true;
+                        self.arm(now + after, now);
+                    }
+                    if self.subscription == Subscription::None {
+                        self.subscription = Subscription::Asked;
+                        self.effects.push(Effect::Subscribe);
+                    }
                 }
-                if let Some(after) = retry_in {
-                    waiter.due = true;
-                    self.arm(now + after, now);
-                }
-                if self.subscription == Subscription::None {
-                    self.subscription = Subscription::Asked;
-                    self.effects.push(Effect::Subscribe);
-                }
+                self.pass_on(free);
             }
         }
         self.settle();
+    }
+
+    /// An attempt fell short with `free` permits free: parked waiters whose wants fit into
+    /// them, in arrival order, try. A message's number is not always what is free, so the
+    /// waiters it woke may be ones that want more while one that fits stays parked; the count
+    /// an attempt found is what is free, so it is a budget.
+    fn pass_on(&mut self, free: i64) {
+        let mut budget = free;
+        for w in &mut self.waiters {
+            if budget <= 0 {
+                break;
+            }
+            if !w.trying && i64::from(w.wants) <= budget {
+                budget -= i64::from(w.wants);
+                w.trying = true;
+                self.effects.push(Effect::Try(w.id));
+            }
+        }
     }
 
     /// The subscription asked for is in place (`ok`) or failed.
@@ -240,20 +281,27 @@ impl SyncState {
         if count <= 0 {
             return;
         }
-        let under_way: i64 = self
-            .waiters
-            .iter()
-            .filter(|w| w.trying)
-            .map(|w| i64::from(w.wants))
-            .sum();
-        let mut budget = count - under_way;
+        // Up to `count` parked waiters, whatever each wants: the number is not always what is
+        // free (a permit semaphore publishes a delta, or a count released), so it is no budget
+        // to fit wants into. Those whose wants fit into it go first, so a small waiter is not
+        // passed over for a large one when the number is the free count.
         for w in &mut self.waiters {
+            // Its attempt may have run before the release: it tries again if it falls short.
             if w.trying {
                 w.again = true;
-            } else if i64::from(w.wants) <= budget {
-                budget -= i64::from(w.wants);
-                w.trying = true;
-                self.effects.push(Effect::Try(w.id));
+            }
+        }
+        let mut woken = 0;
+        for fits in [true, false] {
+            for w in &mut self.waiters {
+                if woken >= count {
+                    break;
+                }
+                if !w.trying && (i64::from(w.wants) <= count) == fits {
+                    woken += 1;
+                    w.trying = true;
+                    self.effects.push(Effect::Try(w.id));
+                }
             }
         }
     }

@@ -1,7 +1,11 @@
 //! The synchronizer rules, without Redis: unit tests of each rule, and a seeded simulation of two
-//! processes sharing one semaphore through a model of Redis, which checks that never more than
-//! its permits are held, that a release wakes no more waiters than it frees permits, and that no
-//! waiter is left waiting once permits are free (no lost wake-up), under random interleavings.
+//! processes sharing one semaphore or permit semaphore through a model of Redis, which checks
+//! that never more than its permits are held, that a message of m wakes at most m waiters, that
+//! whenever nothing is under way no parked waiter wants no more than is free, and that no waiter
+//! is left waiting once permits are free (no lost wake-up), under random interleavings. The model publishes what each kind publishes: a semaphore its new free count;
+//! a permit semaphore its new free count on a release of one id, the number released on a
+//! release of several (Java's `tryRelease(List)`), and the permits added on `add_permits`; so a
+//! rule that read a message as a budget of free permits strands waiters in it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -27,7 +31,17 @@ fn tries(effects: &[Effect]) -> Vec<WaiterId> {
 }
 
 fn short() -> Tried {
-    Tried::Short { retry_in: None }
+    Tried::Short {
+        free: 0,
+        retry_in: None,
+    }
+}
+
+fn short_with(free: i64) -> Tried {
+    Tried::Short {
+        free,
+        retry_in: None,
+    }
 }
 
 #[test]
@@ -89,7 +103,95 @@ fn a_waiter_that_does_not_fit_is_skipped_not_blocking_the_others() {
     s.tried(2, short(), now);
     effects(&mut s);
     s.message(Some(2));
+    // Waiter 2 fits into 2 and goes first; waiter 1 is woken too: the number is not a budget.
+    assert_eq!(tries(&effects(&mut s)), vec![2, 1]);
+}
+
+/// Waiters `ids` (wanting `wants`) have arrived, subscribed and fallen short again: all parked.
+fn parked(kind: SyncKind, waiters: &[(WaiterId, u32)]) -> SyncState {
+    let now = Instant::now();
+    let mut s = SyncState::new(kind);
+    for &(id, wants) in waiters {
+        s.arrive(id, wants, false);
+    }
+    effects(&mut s);
+    for &(id, _) in waiters {
+        s.tried(id, short(), now);
+    }
+    s.subscribed(true, now);
+    effects(&mut s);
+    for &(id, _) in waiters {
+        s.tried(id, short(), now);
+    }
+    effects(&mut s);
+    s
+}
+
+#[test]
+fn a_message_smaller_than_a_waiters_wants_still_wakes_it() {
+    // A permit semaphore's add_permits(1) publishes 1 while 2 may be free now (issue 35).
+    for kind in [SyncKind::PermitSemaphore, SyncKind::Semaphore] {
+        let mut s = parked(kind, &[(1, 2)]);
+        s.message(Some(1));
+        assert_eq!(tries(&effects(&mut s)), vec![1], "{kind:?}");
+    }
+}
+
+#[test]
+fn a_message_of_m_wakes_m_waiters_whatever_they_want() {
+    let waiters: Vec<_> = (1..=10).map(|id| (id, 2)).collect();
+    let mut s = parked(SyncKind::PermitSemaphore, &waiters);
+    s.message(Some(3));
+    assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
+}
+
+#[test]
+fn waiters_that_fit_go_first_then_the_others_in_arrival_order() {
+    let mut s = parked(SyncKind::Semaphore, &[(1, 3), (2, 1), (3, 4), (4, 1)]);
+    s.message(Some(1));
+    assert_eq!(
+        tries(&effects(&mut s)),
+        vec![2],
+        "the free count is 1: the small one"
+    );
+    s.message(Some(3));
+    assert_eq!(tries(&effects(&mut s)), vec![1, 4, 3]);
+}
+
+#[test]
+fn a_woken_waiter_that_falls_short_passes_on_what_it_found_free() {
+    let now = Instant::now();
+    // 1 free, waiters for 5 and 2 parked; add_permits(1) publishes 1: none fits into 1, so the
+    // first in arrival order, the waiter for 5, is woken and finds 2 free. The waiter for 2 fits.
+    let mut s = parked(SyncKind::PermitSemaphore, &[(1, 5), (2, 2), (3, 1)]);
+    s.message(Some(1));
+    assert_eq!(tries(&effects(&mut s)), vec![3], "waiter 3 fits into 1");
+    s.message(Some(1));
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
+    s.tried(1, short_with(2), now);
+    assert_eq!(tries(&effects(&mut s)), vec![2], "2 free: waiter 2 fits");
+    s.tried(2, short_with(0), now);
+    assert!(tries(&effects(&mut s)).is_empty(), "nothing free: nobody");
+    // Waiter 3 finds 3 free: it tries again (a message came during its attempt), and waiter 2
+    // fits into them; waiter 1 does not.
+    s.tried(3, short_with(3), now);
+    assert_eq!(tries(&effects(&mut s)), vec![3, 2]);
+}
+
+#[test]
+fn an_attempt_under_way_does_not_use_up_a_message() {
+    let now = Instant::now();
+    let mut s = parked(SyncKind::Semaphore, &[(1, 5), (2, 1)]);
+    s.resubscribed();
+    assert_eq!(tries(&effects(&mut s)), vec![1, 2]);
+    s.tried(2, short(), now);
+    effects(&mut s);
+    // Waiter 1's attempt of 5 is under way; a release of 1 still wakes waiter 2, and waiter 1
+    // tries again should its attempt fall short.
+    s.message(Some(1));
     assert_eq!(tries(&effects(&mut s)), vec![2]);
+    s.tried(1, short(), now);
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
 }
 
 #[test]
@@ -164,6 +266,7 @@ fn a_lease_hint_arms_the_timer_for_that_waiter() {
     s.tried(
         1,
         Tried::Short {
+            free: 0,
             retry_in: Some(Duration::from_millis(300)),
         },
         now,
@@ -260,15 +363,16 @@ struct Process {
 }
 
 impl Process {
-    fn state(&mut self) -> &mut SyncState {
-        self.state
-            .get_or_insert_with(|| SyncState::new(SyncKind::Semaphore))
+    fn state(&mut self, kind: SyncKind) -> &mut SyncState {
+        self.state.get_or_insert_with(|| SyncState::new(kind))
     }
 
     /// Applies effects; returns the Trys a message caused, for the wake bound.
     fn apply(&mut self) -> Result<usize, TestCaseError> {
         let mut out = Vec::new();
-        self.state().drain_into(&mut out);
+        if let Some(state) = &mut self.state {
+            state.drain_into(&mut out);
+        }
         let mut woken = 0;
         for e in out {
             match e {
@@ -304,6 +408,8 @@ enum Step {
     CompleteSubscribe(usize),
     Deliver(usize),
     Release(usize),
+    /// `add_permits(d)`.
+    Add(u32),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -313,11 +419,13 @@ fn step() -> impl Strategy<Value = Step> {
         2 => (0..2usize).prop_map(Step::CompleteSubscribe),
         4 => (0..2usize).prop_map(Step::Deliver),
         2 => (0..16usize).prop_map(Step::Release),
+        1 => (1..3u32).prop_map(Step::Add),
     ]
 }
 
 /// The model of Redis: the free count, the holders, and publishing to listening processes.
 struct World {
+    kind: SyncKind,
     permits: i64,
     free: i64,
     holders: Vec<(usize, WaiterId, u32)>,
@@ -338,7 +446,10 @@ impl World {
             self.holders.push((p, id, wants));
             Tried::Done
         } else {
-            Tried::Short { retry_in: None }
+            Tried::Short {
+                free: self.free,
+                retry_in: None,
+            }
         };
         let held: i64 = self.holders.iter().map(|h| i64::from(h.2)).sum();
         prop_assert!(
@@ -346,21 +457,24 @@ impl World {
             "{held} permits held of {}",
             self.permits
         );
-        proc.state().tried(id, tried, Instant::now());
+        proc.state(self.kind).tried(id, tried, Instant::now());
         proc.apply()?;
         Ok(())
     }
 
-    /// A holder gives its permits back: on an even `i` its process first tries to hand them to
-    /// one of its own waiters (Redis's count unchanged), as the actor does.
+    /// A holder gives its permits back. On an even `i`: a semaphore's process first tries to
+    /// hand them to one of its own waiters (Redis's count unchanged), as the actor does; a
+    /// permit semaphore's release is Java's release of several ids, which publishes how many
+    /// it released. Otherwise the new free count is published.
     fn release(&mut self, i: usize) -> Result<(), TestCaseError> {
         if self.holders.is_empty() {
             return Ok(());
         }
         let (p, _, mut wants) = self.holders.remove(i % self.holders.len());
-        if i.is_multiple_of(2) {
+        let even = i.is_multiple_of(2);
+        if even && self.kind == SyncKind::Semaphore {
             let proc = &mut self.procs[p];
-            if let Some((to, got)) = proc.state().hand_off(wants, |_| true) {
+            if let Some((to, got)) = proc.state(self.kind).hand_off(wants, |_| true) {
                 prop_assert!(got <= wants);
                 prop_assert!(!proc.trying.contains(&to), "handed to a waiter mid-attempt");
                 self.holders.push((p, to, got));
@@ -372,12 +486,35 @@ impl World {
             }
         }
         self.free += i64::from(wants);
+        let released = even && self.kind == SyncKind::PermitSemaphore;
+        self.publish(if released {
+            i64::from(wants)
+        } else {
+            self.free
+        });
+        Ok(())
+    }
+
+    /// `add_permits(d)`: a semaphore publishes the new free count, a permit semaphore `d`.
+    fn add(&mut self, d: u32) {
+        if self.permits >= 8 {
+            return;
+        }
+        self.permits += i64::from(d);
+        self.free += i64::from(d);
+        self.publish(if self.kind == SyncKind::PermitSemaphore {
+            i64::from(d)
+        } else {
+            self.free
+        });
+    }
+
+    fn publish(&mut self, m: i64) {
         for proc in &mut self.procs {
             if proc.listening {
-                proc.inbox.push_back(self.free);
+                proc.inbox.push_back(m);
             }
         }
-        Ok(())
     }
 
     fn deliver(&mut self, p: usize) -> Result<(), TestCaseError> {
@@ -386,9 +523,8 @@ impl World {
             return Ok(());
         };
         let before = proc.trying.len();
-        proc.state().message(Some(m));
+        proc.state(self.kind).message(Some(m));
         let woken = proc.apply()?;
-        // Each woken waiter wants at least one permit: a release of m wakes at most m.
         prop_assert!(
             woken as i64 <= m.max(0),
             "{woken} woken by a message of {m}"
@@ -406,7 +542,7 @@ impl World {
                 let id = self.next_id;
                 let proc = &mut self.procs[p];
                 proc.wants.insert(id, n);
-                proc.state().arrive(id, n, false);
+                proc.state(self.kind).arrive(id, n, false);
                 proc.apply()?;
             }
             Step::RunAttempt(p, i) => self.run_attempt(p, i)?,
@@ -415,12 +551,31 @@ impl World {
                 if proc.subscribing {
                     proc.subscribing = false;
                     proc.listening = true;
-                    proc.state().subscribed(true, Instant::now());
+                    proc.state(self.kind).subscribed(true, Instant::now());
                     proc.apply()?;
                 }
             }
             Step::Deliver(p) => self.deliver(p)?,
             Step::Release(i) => self.release(i)?,
+            Step::Add(d) => self.add(d),
+        }
+        Ok(())
+    }
+
+    /// With nothing under way (no attempt, subscription or message), no parked waiter wants no
+    /// more than is free: it would wait for a message that is not coming.
+    fn nobody_fits_what_is_free(&mut self) -> Result<(), TestCaseError> {
+        for proc in &mut self.procs {
+            let stranded: Vec<_> = proc
+                .state(self.kind)
+                .parked()
+                .filter(|&(_, wants)| i64::from(wants) <= self.free)
+                .collect();
+            prop_assert!(
+                stranded.is_empty(),
+                "{stranded:?} parked with {} free and nothing coming",
+                self.free
+            );
         }
         Ok(())
     }
@@ -437,12 +592,17 @@ impl World {
                 Some(p) if !self.procs[p].trying.is_empty() => self.run_attempt(p, 0)?,
                 Some(p) if self.procs[p].subscribing => self.step(Step::CompleteSubscribe(p))?,
                 Some(p) => self.deliver(p)?,
-                None if !self.holders.is_empty() => self.release(0)?,
-                None => break,
+                None => {
+                    self.nobody_fits_what_is_free()?;
+                    if self.holders.is_empty() {
+                        break;
+                    }
+                    self.release(0)?;
+                }
             }
         }
         for proc in &mut self.procs {
-            let waiting = proc.state().waiting();
+            let waiting = proc.state(self.kind).waiting();
             prop_assert_eq!(waiting, 0, "waiters left waiting with every permit free");
             prop_assert_eq!(proc.answered.len(), proc.wants.len());
         }
@@ -456,10 +616,13 @@ proptest! {
 
     #[test]
     fn two_processes_share_a_semaphore_without_excess_herds_or_lost_wakeups(
+        permit in any::<bool>(),
         permits in 1..4i64,
         steps in prop::collection::vec(step(), 1..120),
     ) {
+        let kind = if permit { SyncKind::PermitSemaphore } else { SyncKind::Semaphore };
         let mut world = World {
+            kind,
             permits,
             free: permits,
             holders: Vec::new(),

@@ -4,6 +4,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use lockman::{LockError, LockInfo, LockShape};
 
+use crate::json::escape;
 use crate::{Failure, Server, code};
 
 pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Failure> {
@@ -152,20 +153,4 @@ fn to_json(info: &LockInfo) -> String {
         queue.join(","),
         opt(info.token.map(|t| t.to_string())),
     )
-}
-
-pub fn escape(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '"' => out += "\\\"",
-            '\\' => out += "\\\\",
-            '\n' => out += "\\n",
-            '\r' => out += "\\r",
-            '\t' => out += "\\t",
-            c if (c as u32) < 0x20 => out += &format!("\\u{:04x}", c as u32),
-            c => out.push(c),
-        }
-    }
-    out
 }

@@ -14,6 +14,7 @@
 
 mod exec;
 mod inspect;
+mod json;
 mod sync;
 mod watch;
 

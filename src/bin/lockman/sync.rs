@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use lockman::{LockManager, SyncInfo};
 
-use crate::inspect::escape;
+use crate::json::escape;
 use crate::{Failure, Server, code, duration};
 
 /// What `lockman latch NAME` does (nothing: show its count).

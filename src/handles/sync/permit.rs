@@ -56,7 +56,9 @@ impl PermitSemaphore {
         Ok(self.handle.adjust(Adjustment::SetPermits(permits)).await? == 1)
     }
 
-    /// Adds permits (a negative `delta` removes free ones): the new free count.
+    /// Adds permits (a negative `delta` removes free ones): the new free count. A positive
+    /// `delta` is published, as Redisson does, and wakes up to `delta` waiters here and in
+    /// other processes, whatever each wants.
     ///
     /// # Errors
     /// As [`try_set_permits`](Self::try_set_permits); a `delta` of 0 is refused.
