@@ -40,8 +40,27 @@ fn runner() -> PathBuf {
 }
 
 #[test]
+fn help_is_usage_and_exit_0_and_a_bad_option_exit_2() {
+    let help = Command::new(runner()).arg("--help").output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&help.stdout);
+    for option in ["usage:", "--deployment", "--faults", "--progress", "--json"] {
+        assert!(text.contains(option), "{option} missing from:\n{text}");
+    }
+    let bad = Command::new(runner()).arg("--frobnicate").output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown option --frobnicate"));
+}
+
+#[test]
 fn one_server_every_fault_at_least_once_and_nothing_unexplained() {
-    let summary = run(&[], 25);
+    let (summary, stderr) = run_with_stderr(&[], 25);
+    // A progress line every 5 s, on stderr (stdout held the JSON alone: it parsed).
+    let progress = stderr
+        .lines()
+        .filter(|l| l.starts_with("chaos: ") && l.contains(" acquisitions, "))
+        .count();
+    assert!(progress >= 2, "{progress} progress lines in:\n{stderr}");
     let single = [
         "restart-empty",
         "restart-aof",
@@ -65,6 +84,7 @@ fn sentinel_failovers_with_replica_sync_and_nothing_unexplained() {
         "partition-primary",
     ];
     check(&summary, &[&EVERYWHERE[..], &sentinel].concat());
+    assert!(summary["failovers"].as_u64() >= Some(3), "{summary}");
     assert_eq!(summary["sync_replicas"], 1);
     // Waiters got in again after each failover, within the failover's time and a margin.
     let stall = &summary["failover_stall_ms"];
@@ -77,11 +97,17 @@ fn cluster_failovers_and_resharding_and_nothing_unexplained() {
     let summary = run(&["--deployment", "cluster"], 30);
     let cluster = ["failover-kill", "failover-manual", "reshard"];
     check(&summary, &[&EVERYWHERE[..], &cluster].concat());
+    assert!(summary["failovers"].as_u64() >= Some(2), "{summary}");
     assert!(summary["failover_stall_ms"]["measured"].as_u64() >= Some(1));
 }
 
 /// Runs the runner for `seconds` with `args`, three workers and a fault every 600 ms.
 fn run(args: &[&str], seconds: u64) -> Value {
+    run_with_stderr(args, seconds).0
+}
+
+/// [`run`], and what the runner wrote on stderr.
+fn run_with_stderr(args: &[&str], seconds: u64) -> (Value, String) {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let seconds = seconds.to_string();
     let out = Command::new(runner())
@@ -105,7 +131,7 @@ fn run(args: &[&str], seconds: u64) -> Value {
         "exit {:?}: {summary:#}\n{stderr}",
         out.status
     );
-    summary
+    (summary, stderr.into_owned())
 }
 
 /// What every run must show, `faults` each injected at least once.
@@ -115,13 +141,20 @@ fn check(summary: &Value, faults: &[&str]) {
         v.as_u64()
             .unwrap_or_else(|| panic!("a count, not {v}: {show}"))
     };
+    // Each fault asked for was injected (a run that could inject none is not green); faults
+    // the runner could not inject (a failover Sentinel refused on a busy machine) are retried
+    // or replaced by the runner, reported, and not held against lockman.
     for fault in faults {
         assert!(
             n(&summary["faults"][fault]) >= 1,
-            "{fault} never ran: {show}"
+            "{fault} never injected: {show}"
         );
     }
-    assert_eq!(summary["fault_failures"], serde_json::json!([]), "{show}");
+    assert_eq!(summary["no_fault_injected"], Value::Bool(false), "{show}");
+    let failed = summary["fault_failures"].as_array().expect("a list");
+    if !failed.is_empty() {
+        eprintln!("faults the runner could not inject: {failed:?}");
+    }
     for (kind, count) in summary["acquired"].as_object().expect("by kind") {
         assert!(n(count) > 0, "no {kind} was ever acquired: {show}");
     }

@@ -211,6 +211,81 @@ async fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
     assert!(!raw.exists::<_, bool>("sig").unwrap(), "released");
 }
 
+/// Whether `pid` runs: neither gone nor a zombie (a dead process whose new parent has not
+/// reaped it yet still has its /proc entry).
+#[cfg(target_os = "linux")]
+fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) state …": the state follows the last ')' (comm may hold one).
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
+}
+
+/// Whatever a test started and must not leave behind if it fails half-way: SIGKILLed on drop.
+#[cfg(target_os = "linux")]
+struct Reap {
+    lockman: std::process::Child,
+    command: Option<u32>,
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.lockman.kill();
+        let _ = self.lockman.wait();
+        if let Some(pid) = self.command.filter(|pid| running(*pid)) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// A `lockman exec` killed with SIGKILL (as the OOM killer kills) takes its command with it:
+/// otherwise the command runs on unguarded once the lock expires, beside the next `exec`'s.
+/// Linux only (PR_SET_PDEATHSIG); the same for a permit (`--semaphore`).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_command_dies_with_its_killed_lockman() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, extra) in [
+        ("orphan", &[][..]),
+        ("orphan-sem", &["--semaphore", "--permits", "1"][..]),
+    ] {
+        let pidfile = dir.path().join(name);
+        // `exec`: the pid written is the sleeping process's own.
+        let script = format!("echo $$ > {}; exec sleep 120", pidfile.display());
+        let mut args = vec!["exec"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[name, "--", "sh", "-c", &script]);
+        let mut reap = Reap {
+            lockman: lockman(&server, &args).spawn().unwrap(),
+            command: None,
+        };
+        let started = support::eventually_blocking(Duration::from_secs(10), || {
+            reap.command = std::fs::read_to_string(&pidfile)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            reap.command.is_some()
+        });
+        assert!(started, "{name}: the command never wrote its pid");
+        let pid = reap.command.unwrap_or_default();
+        assert!(running(pid), "{name}: the command runs");
+        reap.lockman.kill().unwrap();
+        reap.lockman.wait().unwrap();
+        let gone = support::eventually_blocking(Duration::from_secs(5), || !running(pid));
+        assert!(
+            gone,
+            "{name}: the command {pid} outlived its lockman by 5 s"
+        );
+    }
+}
+
 #[tokio::test]
 async fn inspect_shows_every_kind_in_text_and_json() {
     let server = RedisServer::start();

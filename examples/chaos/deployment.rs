@@ -111,6 +111,51 @@ impl Deployment {
         }
     }
 
+    /// Makes the deployment whole again after a fault the runner could not carry out to its
+    /// end (a failover refused, aborted or never finished; a panic half-way): every server of
+    /// it and of RedLock's (`red`) running and not frozen, one primary that the sentinels name
+    /// (or every slot served), and every other server its replica with the link up. Returns
+    /// once it is, or fails after [`LIMIT`].
+    pub fn settle(&mut self, red: &mut [RedisServer]) -> Result<(), String> {
+        let wake = |server: &mut RedisServer| {
+            if server.is_running() {
+                server.signal("CONT");
+            } else {
+                server.restart();
+            }
+        };
+        red.iter_mut().for_each(wake);
+        match self {
+            Deployment::Single(server) => {
+                wake(server);
+                Ok(())
+            }
+            Deployment::Sentinel(group) => {
+                group.servers.iter_mut().for_each(wake);
+                until("the Sentinel group whole again", || {
+                    sentinel_primary(group).is_some_and(|p| {
+                        group.servers.iter().all(|s| {
+                            if s.port() == p {
+                                is_master(s)
+                            } else {
+                                is_replica(s)
+                            }
+                        })
+                    })
+                })
+            }
+            Deployment::Cluster(cluster) => {
+                cluster.nodes.iter_mut().for_each(wake);
+                until("the cluster whole again", || {
+                    cluster
+                        .nodes
+                        .iter()
+                        .all(|n| cluster_ok(n) && (is_master(n) || is_replica(n)))
+                })
+            }
+        }
+    }
+
     /// Moves the slot of `key` to another master while workers use it: IMPORTING / MIGRATING
     /// for a moment (keys already moved answer ASK), then MIGRATE and SETSLOT NODE.
     pub fn reshard(&mut self, key: &str, pick: u64) -> Result<(), String> {

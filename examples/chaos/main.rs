@@ -6,27 +6,11 @@
 //!
 //! Run: `cargo run --release --example chaos -- [options]`
 //!
-//! ```text
-//! --deployment D     where the locks live: single (default), sentinel (a primary, two
-//!                    replicas, three sentinels) or cluster (three masters with a replica each)
-//! --sync-replicas N  each acquire and renewal waits for N replicas (Config::sync_replicas)
-//! --workers N        worker processes (default 4); each runs 3 tasks
-//! --duration SECS    how long the workers compete (default 30)
-//! --acquisitions N   stop earlier, once N acquisitions were counted
-//! --failovers N      with --acquisitions: and once N failovers were injected
-//! --faults LIST      comma-separated, default every fault of the deployment:
-//!                    kill-holder, stop-holder, client-kill, stall-redis (all deployments);
-//!                    restart-empty, restart-aof (single); redlock-minority, redlock-majority
-//!                    (single, sentinel: RedLock's own servers); failover-kill,
-//!                    failover-manual (sentinel, cluster); partition-primary (sentinel:
-//!                    SIGSTOP the primary past the sentinels' down-after time); reshard
-//!                    (cluster: move a slot holding live locks) ("none": no faults)
-//! --fault-gap MS     pause between two faults (default 1000)
-//! --redlock N        RedLock servers, 3 or 5 (default 3)
-//! --lease MS         watchdog timeout of the workers' locks (default 2000)
-//! --seed N           the random seed (default: from the clock; printed)
-//! --json             print the summary as JSON instead of a table
-//! ```
+//! `--help` lists the options ([`options::HELP`]): the deployment (one server, a Sentinel group
+//! or a Redis Cluster), replica sync, workers, how long or how many acquisitions and failovers,
+//! which faults and how often, RedLock's servers, the lease, the seed, the progress line and
+//! JSON output. The summary goes to stdout; a progress line (elapsed, acquisitions, faults
+//! injected and failed, violations so far) goes to stderr every few seconds.
 //!
 //! Servers: the deployment that holds the locks (a single server has `appendonly yes`,
 //! `appendfsync always`, so that it can be restarted with its data or, its files wiped,
@@ -35,12 +19,16 @@
 //! again (`chaos worker …`); a worker exits when the runner does (its stdin closes), and the
 //! runner kills every process it started on the way out, Ctrl-C included.
 
+// The summary is one `json!` literal, deeper than serde_json's macro may recurse by default.
+#![recursion_limit = "256"]
+
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 mod checker;
 mod deployment;
 mod options;
+mod progress;
 mod report;
 mod run;
 mod worker;
@@ -155,7 +143,11 @@ fn main() {
         return;
     }
     let options = match options::Options::parse(&argv) {
-        Ok(options) => options,
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            print!("{}", options::HELP);
+            return;
+        }
         Err(usage) => {
             eprintln!("{usage}");
             std::process::exit(2);

@@ -77,6 +77,38 @@ impl Fault {
     }
 }
 
+/// `chaos --help`.
+pub const HELP: &str = "\
+chaos: several worker processes compete for a few lock names of every kind while faults are
+injected; every critical section is checked on a separate server. Prints a summary (a table, or
+JSON with --json) on stdout and, every few seconds while it runs, a progress line on stderr.
+Exits 0 when nothing that must never happen happened, 1 otherwise, 2 on bad usage.
+
+usage: cargo run --release --example chaos -- [options]
+
+  --deployment D     where the locks live: single (default), sentinel (a primary, two
+                     replicas, three sentinels) or cluster (three masters with a replica each)
+  --sync-replicas N  each acquire and renewal waits for N replicas (Config::sync_replicas)
+  --workers N        worker processes (default 4); each runs 3 tasks
+  --duration SECS    how long the workers compete (default 30)
+  --acquisitions N   stop earlier, once N acquisitions were counted
+  --failovers N      with --acquisitions: and once N failovers were injected
+  --faults LIST      comma-separated, default every fault of the deployment:
+                     kill-holder, stop-holder, client-kill, stall-redis (all deployments);
+                     restart-empty, restart-aof (single); redlock-minority, redlock-majority
+                     (single, sentinel: RedLock's own servers); failover-kill,
+                     failover-manual (sentinel, cluster); partition-primary (sentinel:
+                     SIGSTOP the primary past the sentinels' down-after time); reshard
+                     (cluster: move a slot holding live locks) (\"none\": no faults)
+  --fault-gap MS     pause between two faults (default 1000)
+  --redlock N        RedLock servers, 3 or 5 (default 3)
+  --lease MS         watchdog timeout of the workers' locks (default 2000)
+  --seed N           the random seed (default: from the clock; printed)
+  --progress SECS    a progress line on stderr every SECS seconds (default 5; 0: none)
+  --json             print the summary as JSON instead of a table
+  -h, --help         print this and exit
+";
+
 /// What `chaos` was asked to do.
 pub struct Options {
     pub deployment: Shape,
@@ -93,11 +125,14 @@ pub struct Options {
     pub redlock: usize,
     pub lease: Duration,
     pub seed: u64,
+    /// How often a progress line goes to stderr; zero: never.
+    pub progress: Duration,
     pub json: bool,
 }
 
 impl Options {
-    pub fn parse(argv: &[String]) -> Result<Self, String> {
+    /// The options in `argv`, `Ok(None)` when help was asked for, or a message for bad usage.
+    pub fn parse(argv: &[String]) -> Result<Option<Self>, String> {
         let mut o = Options {
             deployment: Shape::Single,
             sync_replicas: 0,
@@ -113,10 +148,11 @@ impl Options {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(1),
+            progress: Duration::from_secs(5),
             json: false,
         };
         let usage = "usage: chaos [--deployment single|sentinel|cluster] [--sync-replicas N] [--workers N] [--duration SECS] [--acquisitions N] [--failovers N] [--faults LIST|none] \
-                     [--fault-gap MS] [--redlock 3|5] [--lease MS] [--seed N] [--json]";
+                     [--fault-gap MS] [--redlock 3|5] [--lease MS] [--seed N] [--progress SECS] [--json] (--help: what they mean)";
         let mut faults = None;
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -150,6 +186,7 @@ impl Options {
                 },
                 "--lease" => o.lease = Duration::from_millis(num(value()?)?.clamp(500, 60_000)),
                 "--seed" => o.seed = num(value()?)?,
+                "--progress" => o.progress = Duration::from_secs(num(value()?)?),
                 "--json" => o.json = true,
                 "--faults" => {
                     let list = value()?;
@@ -162,7 +199,7 @@ impl Options {
                     }
                     faults = Some(chosen);
                 }
-                "-h" | "--help" => return Err(usage.into()),
+                "-h" | "--help" => return Ok(None),
                 other => return Err(format!("unknown option {other}\n{usage}")),
             }
         }
@@ -183,6 +220,6 @@ impl Options {
                 chosen
             }
         };
-        Ok(o)
+        Ok(Some(o))
     }
 }

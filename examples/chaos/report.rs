@@ -21,6 +21,9 @@ pub fn print_table(s: &Value) {
     for (k, v) in s["faults"].as_object().into_iter().flatten() {
         row(&format!("fault {k}"), v);
     }
+    for (k, v) in s["faults_failed"].as_object().into_iter().flatten() {
+        row(&format!("fault {k}: could not inject"), v);
+    }
     for (k, v) in s["violations"].as_object().into_iter().flatten() {
         row(&format!("violations: {k}"), v);
     }
@@ -89,9 +92,12 @@ pub fn print_table(s: &Value) {
     row("worker crashes", &s["worker_crashes"]);
     row("runner's checker calls that failed", &s["checker_errors"]);
     row("workers hung", &s["workers_hung"]);
+    // The runner's failures, not lockman's: shown, but not part of `ok` (unless no fault at
+    // all could be injected).
     for line in s["fault_failures"].as_array().into_iter().flatten() {
-        println!("fault failed: {line}");
+        println!("could not inject: {line}");
     }
+    row("faults tried, none injected", &s["no_fault_injected"]);
     row("ok", &s["ok"]);
     for line in s["unexplained_sample"].as_array().into_iter().flatten() {
         println!("unexplained: {line}");

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::deployment::{Deployment, Shape};
 use crate::options::{Fault, Options};
+use crate::progress::{Progress, Tally};
 use crate::report::print_table;
 use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
@@ -17,6 +18,10 @@ use crate::{Kind, Rng, Settings, TASKS, checker};
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down.
 const WORKER_GRACE: Duration = Duration::from_secs(20);
+
+/// How many times a fault the runner could not inject is tried again (once the deployment is
+/// whole again) before the runner moves on to the next fault.
+const FAULT_RETRIES: u32 = 2;
 
 struct Worker {
     id: u64,
@@ -33,7 +38,12 @@ struct Runner {
     next_id: u64,
     until_unix_ms: u128,
     rng: Rng,
+    /// The faults injected, by kind: what the run judged lockman under.
     faults: BTreeMap<&'static str, u64>,
+    /// The injections that failed, by kind (each is in `fault_failures` too).
+    faults_failed: BTreeMap<&'static str, u64>,
+    /// For the progress line, which another thread prints: faults injected and failed so far.
+    tally: Arc<Tally>,
     /// How long each kind of fault took, in all (ms): a failover lasts until the old primary
     /// serves again as a replica.
     fault_ms: BTreeMap<&'static str, u64>,
@@ -42,7 +52,11 @@ struct Runner {
     worker_crashes: u64,
     /// The runner's own calls to the checker that failed: any makes the run untrustworthy.
     checker_errors: u64,
-    /// Faults that could not be carried out (a failover that never ended, …): the run fails.
+    /// Faults the runner could not carry out (a failover Sentinel refused or aborted, one that
+    /// never ended, …), and deployments that did not come whole again after one. Reported, but
+    /// not part of the verdict: they are the runner's failures, or the machine's, not lockman's.
+    /// The verdict needs at least one fault injected when any was tried, and `tests/chaos.rs`
+    /// each fault it asks for.
     fault_failures: Vec<String>,
     interrupted: Arc<AtomicBool>,
 }
@@ -104,6 +118,8 @@ pub fn main(options: Options) -> i32 {
         next_id: 1,
         until_unix_ms,
         faults: BTreeMap::new(),
+        faults_failed: BTreeMap::new(),
+        tally: Arc::default(),
         fault_ms: BTreeMap::new(),
         killed_inside: 0,
         frozen_inside: 0,
@@ -126,9 +142,17 @@ impl Runner {
         for _ in 0..self.options.workers {
             self.spawn_worker();
         }
+        let progress = Progress::start(
+            self.checker.client(),
+            self.options.progress,
+            started,
+            self.options.duration,
+            self.tally.clone(),
+        );
         // Every enabled fault in turn, in a shuffled order, again and again: a short run still
         // sees each of them once when it lasts long enough.
         let mut order: Vec<Fault> = Vec::new();
+        let mut retries = 0;
         let end = started + self.options.duration;
         while Instant::now() < end && !self.interrupted() && !self.enough() {
             self.sleep_watching(
@@ -148,17 +172,42 @@ impl Runner {
             let fault = order.remove(0);
             let began = Instant::now();
             let injected =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inject(fault)));
-            match injected {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => self.fault_failures.push(format!("{}: {e}", fault.name())),
-                Err(_) => self
-                    .fault_failures
-                    .push(format!("{}: panicked (see above)", fault.name())),
-            }
-            *self.faults.entry(fault.name()).or_default() += 1;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inject(fault)))
+                    .unwrap_or_else(|_| Err("panicked (see above)".into()));
             *self.fault_ms.entry(fault.name()).or_default() += began.elapsed().as_millis() as u64;
+            match injected {
+                Ok(()) => {
+                    *self.faults.entry(fault.name()).or_default() += 1;
+                    self.tally.injected.fetch_add(1, Ordering::Relaxed);
+                    retries = 0;
+                }
+                Err(e) => {
+                    // Not lockman's failure: reported, the deployment made whole, and the
+                    // fault tried again a few times (a sentinel that refused a failover while
+                    // the last one settled takes the next one) before the next fault's turn.
+                    eprintln!("chaos: could not inject {}: {e}", fault.name());
+                    self.fault_failures.push(format!("{}: {e}", fault.name()));
+                    *self.faults_failed.entry(fault.name()).or_default() += 1;
+                    self.tally.failed.fetch_add(1, Ordering::Relaxed);
+                    let settled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.deployment.settle(&mut self.red)
+                    }))
+                    .unwrap_or_else(|_| Err("panicked (see above)".into()));
+                    if let Err(e) = settled {
+                        eprintln!("chaos: after {}: {e}", fault.name());
+                        self.fault_failures
+                            .push(format!("{}, then: {e}", fault.name()));
+                    }
+                    if retries < FAULT_RETRIES {
+                        retries += 1;
+                        order.insert(0, fault);
+                    } else {
+                        retries = 0;
+                    }
+                }
+            }
         }
+        progress.stop();
         // Workers stop at their deadline, or at once when told to. Once their tasks are done
         // they keep their managers running until Redis was checked for holds nobody holds.
         let stop = redis::cmd("SET")
@@ -648,12 +697,16 @@ impl Runner {
             &excused,
         );
         let within = bounds.iter().all(|b| b["within"] == Value::Bool(true));
+        // Faults were tried and none could be injected: the run saw no fault at all, and a
+        // green verdict would say nothing about faults.
+        let injected_total = self.faults.values().sum::<u64>();
+        let nothing_injected = injected_total == 0 && !self.faults_failed.is_empty();
         let ok = violations["unexplained"] == 0
             && within
             && get("shutdown:live_guard") == 0
             && get("shutdown:task_panicked") == 0
             && self.checker_errors == 0
-            && self.fault_failures.is_empty()
+            && !nothing_injected
             && stale == 0
             && get("fenced_write:refused_backwards") == 0
             && stuck == 0
@@ -719,6 +772,7 @@ impl Runner {
             },
             "bounds": bounds,
             "faults": self.faults,
+            "faults_failed": self.faults_failed,
             "fault_ms": self.fault_ms,
             "kill_holder_inside": self.killed_inside,
             "stop_holder_inside": self.frozen_inside,
@@ -730,6 +784,7 @@ impl Runner {
             "worker_crashes": self.worker_crashes,
             "checker_errors": self.checker_errors,
             "fault_failures": self.fault_failures,
+            "no_fault_injected": nothing_injected,
             "workers_hung": hung,
             "unexplained_sample": unexplained,
             "errors_sample": errors,
@@ -758,6 +813,10 @@ impl Runner {
     /// - time-outs: at most a third of each kind's attempts; half for the fair lock, whose
     ///   queue keeps the place of a killed or frozen waiter until the fair wait timeout, so
     ///   that every waiter behind it waits too.
+    ///
+    /// A fault is counted here whether or not its injection succeeded: one that failed may
+    /// still have done all it does to the workers (a failover that happened, whose old primary
+    /// was not back as a replica in time).
     fn bounds(
         &self,
         acquired: &BTreeMap<&'static str, u64>,
@@ -768,14 +827,22 @@ impl Runner {
         excused: &BTreeMap<&'static str, u64>,
     ) -> Vec<Value> {
         let tasks = self.options.workers as u64 * TASKS;
-        let fault = |name: &str| self.faults.get(name).copied().unwrap_or(0);
+        // Tried: injected, or failed.
+        let fault = |name: &str| {
+            self.faults.get(name).copied().unwrap_or(0)
+                + self.faults_failed.get(name).copied().unwrap_or(0)
+        };
         let lock_faults = ["restart-empty", "restart-aof", "client-kill", "stall-redis"]
             .map(fault)
             .iter()
             .sum::<u64>();
-        let moves = self.injected(|f| f.is_failover() || f == Fault::Reshard);
+        let moves = Fault::ALL
+            .iter()
+            .filter(|f| f.is_failover() || **f == Fault::Reshard)
+            .map(|f| fault(f.name()))
+            .sum::<u64>();
         let red_faults = fault("redlock-minority") + fault("redlock-majority");
-        let all_faults = self.faults.values().sum::<u64>();
+        let all_faults = Fault::ALL.iter().map(|f| fault(f.name())).sum::<u64>();
         let row = |what: String, count: u64, bound: u64| json!({ "what": what, "count": count, "bound": bound, "within": count <= bound });
         let mut rows = vec![
             row(

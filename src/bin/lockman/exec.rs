@@ -211,6 +211,7 @@ async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
     if let Some(token) = held.token() {
         command.env("LOCKMAN_FENCE", token.to_string());
     }
+    die_with_lockman(&mut command);
     let mut child = command.spawn().map_err(|e| {
         let code = match e.kind() {
             std::io::ErrorKind::NotFound => code::NOT_FOUND,
@@ -257,6 +258,56 @@ async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
         (None, None) => 1,
     })
 }
+
+/// Makes the command die with this process (Linux and Android): killed by SIGKILL the moment
+/// lockman ends, whatever ends it, SIGKILL and the OOM killer included. Without it the command
+/// would run on after a killed lockman while the lock expires a watchdog timeout later, and the
+/// next `exec` would start a second command beside it: exactly what the lock is there to
+/// prevent. SIGKILL rather than SIGTERM because a command may trap or ignore SIGTERM and so
+/// outlive the lock; nobody is left to send a second signal.
+///
+/// The signal follows the *thread* that forked the child (prctl(2)): `run` is driven by
+/// `block_on` on the main thread (src/bin/lockman/main.rs), which lives as long as the
+/// process, and `Command::spawn` forks on the calling thread.
+///
+/// Only the command's own process is covered: children it forks itself are not (a shell that
+/// runs its last command with `exec` passes the setting on, since it survives execve).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn die_with_lockman(command: &mut tokio::process::Command) {
+    // Taken before the fork: the child compares it with its parent's pid after prctl, since
+    // lockman may have died between fork and prctl, and then no signal will ever come.
+    // A pid fits in pid_t, the kernel's own type; std hands it out as u32.
+    let lockman = std::process::id() as libc::pid_t;
+    let before_exec = move || {
+        // SAFETY: prctl(2) and getppid(2) are system calls that take integers and touch no
+        // memory of this process; PR_SET_PDEATHSIG with a valid signal cannot fail otherwise.
+        // prctl is variadic: its arguments are passed as the unsigned longs the kernel reads.
+        let (signal, unused): (libc::c_ulong, libc::c_ulong) = (libc::SIGKILL as _, 0);
+        unsafe {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal, unused, unused, unused) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != lockman {
+                // lockman is gone already (reparented to init or a subreaper): do not start
+                // the command. std then ends the child with _exit(2).
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe work is allowed (another thread may have held the allocator's lock at
+    // the fork). It makes two system calls and builds an io::Error from an errno, which
+    // stores the integer and allocates nothing; it captures only a copied pid.
+    unsafe {
+        command.pre_exec(before_exec);
+    }
+}
+
+/// Elsewhere there is no such guarantee: a command whose lockman was killed with SIGKILL runs
+/// on (README, "The lockman command").
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn die_with_lockman(_command: &mut tokio::process::Command) {}
 
 /// Sends `sig` to `pid` (kill(2); an error, such as a child that just exited, is ignored).
 fn kill(pid: i32, sig: i32) {

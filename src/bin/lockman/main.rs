@@ -92,6 +92,12 @@ struct Server {
 enum Command {
     /// Run a command while holding a lock: take it (waiting), run CMD with the watchdog renewing
     /// the lock, release it when CMD exits. Exits with CMD's code.
+    ///
+    /// On Linux, CMD dies with lockman: if lockman is killed (SIGKILL, the OOM killer), CMD gets
+    /// SIGKILL at once instead of running on while the lock expires. Only CMD's own process is
+    /// covered, not children it starts (a shell should `exec` its last command). Other systems
+    /// have no such guarantee: there CMD outlives a killed lockman, and the next `exec` may
+    /// start a second CMD beside it once the lock expires.
     Exec(exec::ExecArgs),
     /// Show a lock: kind, holders and counts, TTL, mode, fair queue, fencing token. Exit 0 if
     /// held, 1 if free.
