@@ -335,19 +335,37 @@ impl Commands {
     }
 
     /// Deletes the lock whoever holds it (`force_unlock.lua`); true when there was one. A side of
-    /// a read-write lock deletes it only in its own mode, as Redisson's does.
+    /// a read-write lock deletes it only in its own mode, as Redisson's does. A fair lock's
+    /// (`fair_force_unlock.lua`) drops the queue's stale heads and wakes the head on its own
+    /// channel, as Redisson's does: a fair waiter listens on no other.
     pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
-        let mut call = FORCE_UNLOCK.key(key);
-        let (message, mode) = match kind {
-            LockKind::Read => (WAKE_ALL_MESSAGE, "read"),
-            LockKind::Write => (WAKE_ALL_MESSAGE, "write"),
-            LockKind::Reentrant | LockKind::Fenced | LockKind::Fair => (UNLOCK_MESSAGE, ""),
+        let call = match kind {
+            LockKind::Fair => {
+                let mut call = FAIR_FORCE_UNLOCK.key(key);
+                call.key(keys::fair_queue(name))
+                    .key(keys::fair_deadlines(name))
+                    .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg("")
+                    .arg(self.publish())
+                    .arg(epoch_millis());
+                call
+            }
+            LockKind::Read | LockKind::Write | LockKind::Reentrant | LockKind::Fenced => {
+                let (message, mode) = match kind {
+                    LockKind::Read => (WAKE_ALL_MESSAGE, "read"),
+                    LockKind::Write => (WAKE_ALL_MESSAGE, "write"),
+                    _ => (UNLOCK_MESSAGE, ""),
+                };
+                let mut call = FORCE_UNLOCK.key(key);
+                call.key(kind.channel(name))
+                    .arg(message)
+                    .arg(mode)
+                    .arg(self.publish());
+                call
+            }
         };
-        call.key(kind.channel(name))
-            .arg(message)
-            .arg(mode)
-            .arg(self.publish());
         match self.run("force unlock", key, call).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("force unlock", other)),
@@ -417,7 +435,8 @@ impl Commands {
     }
 
     /// Renews up to [`RENEW_BATCH`] holds of one kind (`renew.lua`; `renew_read.lua` for read
-    /// holds, which also renews the timeout keys): `true` for each hold still in place.
+    /// holds, which also renews the holder's own timeout keys, and no other reader's): `true`
+    /// for each hold still in place.
     pub(crate) async fn renew(
         &self,
         kind: LockKind,

@@ -52,6 +52,14 @@ static FAIR_ACQUIRE: LazyLock<Script> = latched!("fair_prune.lua", "fair_acquire
 static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release.lua");
 static HAND_OFF: LazyLock<Script> =
     latched!("release_prologue.lua", "fence_token.lua", "hand_off.lua");
+// A fair force unlock prunes the queue first too, as Redisson's does; not latched, like
+// force_unlock.lua.
+static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("fair_prune.lua"),
+        include_str!("fair_force_unlock.lua")
+    ))
+});
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
 
@@ -73,6 +81,7 @@ fn all_scripts() -> Vec<&'static Script> {
         &FAIR_ACQUIRE,
         &FAIR_RELEASE,
         &FAIR_LEAVE,
+        &FAIR_FORCE_UNLOCK,
         &DESCRIBE,
         &probe::ACL_PROBE,
     ];

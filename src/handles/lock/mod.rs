@@ -143,8 +143,10 @@ impl Lock {
         self.request(Some(lease), Wait::Up(wait)).await
     }
 
-    /// Deletes the lock whoever holds it and wakes its waiters. `Ok(false)` when it was not locked.
-    /// The holder's guards learn of it at their next renewal.
+    /// Deletes the lock whoever holds it and wakes its waiters (a fair lock's: the head of its
+    /// queue, on its own channel, after waiters whose deadline passed are dropped, as Redisson's
+    /// does). `Ok(false)` when it was not locked. The holder's guards learn of it at their next
+    /// renewal.
     ///
     /// # Errors
     /// [`LockError::WrongType`] (the key is left alone), Redis errors.

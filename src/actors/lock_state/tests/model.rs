@@ -97,11 +97,16 @@ impl Redis {
         }
     }
 
-    /// The watchdog's renewal of one hold: `true` while the holder's field is there.
+    /// The watchdog's renewal of one hold: `true` while the holder's field is there. A read
+    /// hold's (`renew_read.lua`) only lengthens the PTTL: another reader's longer lease needs it.
     pub fn renew(&mut self, holder: &str, now: Instant, timeout: Duration) -> bool {
         self.tick(now);
         if self.counts.contains_key(holder) {
-            self.expires = Some(now + timeout);
+            let reader = self.mode.is_some() && !holder.ends_with(":write");
+            self.expires = match self.expires {
+                Some(at) if reader && at > now + timeout => Some(at),
+                _ => Some(now + timeout),
+            };
             true
         } else {
             false
