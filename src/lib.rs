@@ -117,13 +117,14 @@ pub use actors::{
     Acquire, AcquirePermits, AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, Permits, Release,
     ReleasePermits, ReleaseReply, SyncActor, SyncDone, SyncReply,
 };
+pub use handles::clients::{ClientInfo, HeldName, WaitedName};
 pub use handles::compose::{
     CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,
 };
 
 pub use config::{
-    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_IDLE_LINGER,
-    DEFAULT_MAX_LINGERING, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
+    Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTENTION_TOP_K, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
+    DEFAULT_IDLE_LINGER, DEFAULT_MAX_LINGERING, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT,
     MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
 };
 pub use error::{LockError, TlsFailure};

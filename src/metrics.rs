@@ -188,3 +188,32 @@ pub(crate) fn permits_lost(kind: &'static str, why: Loss) {
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, why);
 }
+
+/// One watchdog tick's contention: the top names by wait time since the last tick (the
+/// `name` label of `lockman_contended_wait_seconds`: at most `Config::contention_top_k` names
+/// a tick), and how many names were waited on. A name that left the top since the last tick
+/// (`shown`, updated here) is set to 0, so that its gauge does not keep an old value.
+pub(crate) fn contention(
+    top: &[(std::sync::Arc<str>, std::time::Duration)],
+    contended: usize,
+    shown: &mut Vec<std::sync::Arc<str>>,
+) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::gauge!("lockman_contended_names").set(contended as f64);
+        for name in shown.iter() {
+            if !top.iter().any(|(n, _)| n == name) {
+                metrics::gauge!("lockman_contended_wait_seconds", "name" => name.to_string())
+                    .set(0.0);
+            }
+        }
+        for (name, waited) in top {
+            metrics::gauge!("lockman_contended_wait_seconds", "name" => name.to_string())
+                .set(waited.as_secs_f64());
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = contended;
+    shown.clear();
+    shown.extend(top.iter().map(|(n, _)| n.clone()));
+}

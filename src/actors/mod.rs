@@ -10,6 +10,7 @@
 //!
 //! [`messages`] lists everything they say to each other.
 
+pub(crate) mod board;
 mod crowd;
 pub(crate) mod failover;
 pub(crate) mod lock_actor;

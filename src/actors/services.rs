@@ -22,6 +22,8 @@ pub(crate) struct Services {
     /// request latch keys (so that the keys one manager leaves are bounded by its concurrency)
     /// and of its permit ids (so that `lockman inspect` tells whose permits they are).
     pub client_id: uuid::Uuid,
+    /// Who waits on which names here, for the client record and the contention series.
+    pub board: Arc<super::board::Board>,
     /// How many of the manager's actors linger idle now ([`Config::max_lingering`] bounds it).
     pub lingering: Arc<std::sync::atomic::AtomicUsize>,
 }

@@ -38,7 +38,8 @@ pub(crate) async fn start(
     let connect_timeout = config.get_connect_timeout();
     let pubsub_endpoint = endpoint.clone();
     let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
-    let watchdog = Watchdog::new(commands.clone(), &config);
+    let board = Arc::new(super::board::Board::default());
+    let watchdog = Watchdog::new(commands.clone(), &config, client_id, board.clone());
     let watchdog = Supervisor::start(move |_| watchdog);
     if endpoint.follows_failover() {
         let watch = FailoverWatch::new(commands.clone(), pubsub.clone(), watchdog.clone(), &config);
@@ -51,6 +52,7 @@ pub(crate) async fn start(
         pubsub,
         watchdog,
         client_id,
+        board,
         lingering: Arc::default(),
     };
     let mut homes = vec![Home { arbiter: None, svc }];

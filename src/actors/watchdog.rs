@@ -7,6 +7,11 @@
 //! whole watchdog timeout (Redis unreachable): its lock actor is told, and renewal for it stops.
 //! A tick that failed is tried again after a quarter of the interval, not a whole one.
 //! It runs under a `Supervisor`: if it ever stops it is restarted with its holds and schedule.
+//!
+//! Each tick it also refreshes the manager's client record (docs/protocol.md, "Client
+//! records"): who the manager is, the holds it tracks (holds old enough to be renewed) and the
+//! names its callers wait on (the [`Board`]); and it reports the top K contended names to the
+//! metrics. Short holds and uncontended acquires never reach it, so they cost nothing here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +22,7 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
+use super::board::Board;
 use super::messages::*;
 use crate::config::Config;
 use crate::protocol::keys;
@@ -36,7 +42,32 @@ pub struct Watchdog {
     ticking: bool,
     /// Set by `Halt`: no more renewals.
     halted: bool,
+    /// What the client record says of this manager, and whether it is still written.
+    record: Record,
+    /// Who waits on which names here.
+    board: Arc<Board>,
+    /// How many names get per-name contention series ([`Config::contention_top_k`]).
+    top_k: usize,
+    /// The names the last tick reported as contended.
+    shown: Vec<Arc<str>>,
 }
+
+/// The client record's fixed part, and its state.
+struct Record {
+    id: String,
+    fixed: Vec<(String, String)>,
+    /// A write under way (a slow Redis must not pile them up).
+    writing: bool,
+    /// Whether one was written (there is one to delete at shutdown).
+    written: bool,
+    /// The user may not write it (no permission for `lockman_client:*`): skipped for good,
+    /// after one warning.
+    off: bool,
+}
+
+/// The most holds, and the most waited names, one record lists (the longest held, the most
+/// waited on); the record counts them all.
+const MAX_LISTED: usize = 1000;
 
 /// What one tracked renewal is: (name, holder or permit ids, what is renewed).
 type RenewKey = (Arc<str>, Arc<str>, Renewal);
@@ -49,12 +80,29 @@ struct Tracked {
     epoch: u64,
     /// When Redis last confirmed the hold (the grant, or a renewal).
     confirmed: Instant,
+    /// When the hold was granted (for the client record).
+    granted: Instant,
     actor: WeakRecipient<HoldLost>,
 }
 
 impl Watchdog {
-    pub(crate) fn new(commands: Commands, config: &Config) -> Self {
+    pub(crate) fn new(
+        commands: Commands,
+        config: &Config,
+        client_id: uuid::Uuid,
+        board: Arc<Board>,
+    ) -> Self {
         let (timeout, interval) = (config.get_watchdog_timeout(), config.renewal_interval());
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let fixed = vec![
+            ("service".to_owned(), config.get_client_name()),
+            ("host".to_owned(), host_name()),
+            ("pid".to_owned(), std::process::id().to_string()),
+            ("version".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+            ("started".to_owned(), started.to_string()),
+        ];
         Self {
             commands,
             timeout,
@@ -62,7 +110,81 @@ impl Watchdog {
             tracked: FxHashMap::default(),
             ticking: false,
             halted: false,
+            record: Record {
+                id: client_id.hyphenated().to_string(),
+                fixed,
+                writing: false,
+                written: false,
+                off: false,
+            },
+            board,
+            top_k: config.get_contention_top_k(),
+            shown: Vec::new(),
         }
+    }
+
+    /// Refreshes the client record and reports the contended names, every renewal interval.
+    fn publish(&mut self, ctx: &mut Context<Self>) {
+        if self.halted {
+            return;
+        }
+        let now = Instant::now();
+        let (top, contended) = self.board.take_window(self.top_k, now);
+        crate::metrics::contention(&top, contended, &mut self.shown);
+        if self.record.off || self.record.writing {
+            return;
+        }
+        let fields = self.record_fields(now);
+        self.record.writing = true;
+        self.record.written = true;
+        let (commands, id, ttl) = (self.commands.clone(), self.record.id.clone(), self.timeout);
+        let write = async move { commands.write_client_record(&id, ttl, &fields).await };
+        ctx.spawn(write.into_actor(self).map(|res, act, _| {
+            act.record.writing = false;
+            match res {
+                Ok(()) => {}
+                Err(error @ crate::error::LockError::NoPermission { .. }) => {
+                    act.record.off = true;
+                    tracing::warn!(%error, "no permission for lockman_client:* keys: this manager's client record is skipped (locking is not affected)");
+                }
+                Err(error) => tracing::debug!(%error, "client record not written"),
+            }
+        }));
+    }
+
+    /// The record's fields: the fixed ones, how many holds and waited names there are, then
+    /// the oldest holds (`hold:<name>` = `<held ms> <kind> <holder>`, the oldest per name) and
+    /// the most waited names (`wait:<name>` = `<waiters> <waited ms>`).
+    fn record_fields(&self, now: Instant) -> Vec<(String, String)> {
+        let mut fields = self.record.fixed.clone();
+        let mut oldest: FxHashMap<&str, (&Tracked, &RenewKey)> = FxHashMap::default();
+        for (key, t) in &self.tracked {
+            let e = oldest.entry(&*key.0).or_insert((t, key));
+            if t.granted < e.0.granted {
+                *e = (t, key);
+            }
+        }
+        let mut holds: Vec<_> = oldest.into_iter().collect();
+        holds.sort_unstable_by_key(|(_, (t, _))| t.granted);
+        fields.push(("holds".into(), holds.len().to_string()));
+        for (name, (t, key)) in holds.into_iter().take(MAX_LISTED) {
+            let kind = match key.2 {
+                Renewal::Lock(kind) => kind_label(kind),
+                Renewal::Permits => "permits",
+            };
+            let held = now.saturating_duration_since(t.granted).as_millis();
+            fields.push((format!("hold:{name}"), format!("{held} {kind} {}", key.1)));
+        }
+        let (waits, total) = self.board.waiting(MAX_LISTED);
+        fields.push(("waits".into(), total.to_string()));
+        for w in waits {
+            let waited = now.saturating_duration_since(w.since).as_millis();
+            fields.push((
+                format!("wait:{}", w.name),
+                format!("{} {waited}", w.waiters),
+            ));
+        }
+        fields
     }
 
     fn tick(&mut self, ctx: &mut Context<Self>) {
@@ -199,12 +321,40 @@ struct Counts {
     failed: usize,
 }
 
+/// The kind as the client record names it (as the metrics' `kind` label does).
+fn kind_label(kind: crate::protocol::LockKind) -> &'static str {
+    use crate::protocol::LockKind;
+    match kind {
+        LockKind::Reentrant => "lock",
+        LockKind::Fenced => "fenced",
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        LockKind::Fair => "fair",
+    }
+}
+
+/// This machine's name: `$HOSTNAME`, else the kernel's (Linux), else `/etc/hostname`.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 impl Actor for Watchdog {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         if !self.halted {
-            ctx.run_interval(self.interval, |act, ctx| act.tick(ctx));
+            // The first record after one interval, not at start: a manager that lives less
+            // (a `lockman inspect`) leaves none.
+            ctx.run_interval(self.interval, |act, ctx| {
+                act.publish(ctx);
+                act.tick(ctx)
+            });
         }
     }
 }
@@ -212,6 +362,7 @@ impl Actor for Watchdog {
 impl Supervised for Watchdog {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.ticking = false;
+        self.record.writing = false;
     }
 }
 
@@ -226,6 +377,7 @@ impl Handler<Track> for Watchdog {
         let tracked = Tracked {
             epoch: msg.epoch,
             confirmed: msg.confirmed,
+            granted: msg.confirmed,
             actor: msg.actor,
         };
         self.tracked.insert(key, tracked);
@@ -257,6 +409,14 @@ impl Handler<Halt> for Watchdog {
     fn handle(&mut self, _: Halt, ctx: &mut Context<Self>) {
         self.halted = true;
         self.tracked.clear();
+        if self.record.written && !self.record.off {
+            // Best effort, outliving this actor: otherwise the record expires on its own
+            // within a watchdog timeout.
+            let (commands, id) = (self.commands.clone(), self.record.id.clone());
+            actix::spawn(async move {
+                let _ = commands.forget_client_record(&id).await;
+            });
+        }
         ctx.stop();
     }
 }

@@ -15,6 +15,8 @@ impl std::fmt::Debug for Config {
             idle_linger,
             max_lingering,
             arbiters,
+            client_name,
+            contention_top_k,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -45,6 +47,8 @@ impl std::fmt::Debug for Config {
             .field("idle_linger", idle_linger)
             .field("max_lingering", max_lingering)
             .field("arbiters", arbiters)
+            .field("client_name", client_name)
+            .field("contention_top_k", contention_top_k)
             .finish()
     }
 }

@@ -22,6 +22,9 @@ pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_IDLE_LINGER: Duration = Duration::from_secs(1);
 /// Default [`Config::max_lingering`].
 pub const DEFAULT_MAX_LINGERING: usize = 10_000;
+/// How many contended names get series of their own by default
+/// ([`Config::contention_top_k`]).
+pub const DEFAULT_CONTENTION_TOP_K: usize = 20;
 /// The longest expiry lockman sets, for a lease or the watchdog timeout: 2^53 ms (about 285
 /// years), the largest whole number Lua's doubles hold exactly.
 pub(crate) const MAX_EXPIRY: Duration = Duration::from_millis(1 << 53);
@@ -52,6 +55,8 @@ pub struct Config {
     idle_linger: Duration,
     max_lingering: usize,
     arbiters: Option<usize>,
+    client_name: Option<String>,
+    contention_top_k: usize,
 }
 
 /// Where the Redis of a config is.
@@ -218,6 +223,8 @@ impl Config {
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
             idle_linger: DEFAULT_IDLE_LINGER,
             max_lingering: DEFAULT_MAX_LINGERING,
+            client_name: None,
+            contention_top_k: DEFAULT_CONTENTION_TOP_K,
             arbiters: None,
         }
     }
@@ -393,6 +400,43 @@ impl Config {
         self.arbiters.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         })
+    }
+
+    /// The service name this manager gives in its client record (docs/protocol.md, "Client
+    /// records"), which `lockman inspect`, `lockman ls` and `lockman top` show beside its holds
+    /// and waits.
+    ///
+    /// Default: the name of the running executable.
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// See [`Config::client_name`](Self::client_name()): the name set, else the executable's
+    /// file name, else `"unknown"`.
+    pub fn get_client_name(&self) -> String {
+        self.client_name.clone().unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .unwrap_or_else(|| "unknown".into())
+        })
+    }
+
+    /// How many lock names get metric series of their own (`lockman_contended_wait_seconds_total`
+    /// by `name`): each watchdog tick, the `k` names whose waiters waited longest since the last
+    /// tick, so that the number of names a recorder sees stays bounded however many names are
+    /// contended. 0 turns the per-name series off.
+    ///
+    /// Default: [`DEFAULT_CONTENTION_TOP_K`] (20).
+    pub fn contention_top_k(mut self, k: usize) -> Self {
+        self.contention_top_k = k;
+        self
+    }
+
+    /// See [`Config::contention_top_k`](Self::contention_top_k()).
+    pub fn get_contention_top_k(&self) -> usize {
+        self.contention_top_k
     }
 
     /// The URL of a one-server config; `None` for Sentinel and Cluster.

@@ -203,6 +203,25 @@ impl LockManager {
         Ok(crate::handles::lock::LockInfo::new(name, described))
     }
 
+    /// Every live manager's client record (docs/protocol.md, "Client records"), read in one
+    /// round trip on one server (on a cluster, the master of the records' slot), changing
+    /// nothing: who each manager is (service, host, pid), the holds it has had long enough to
+    /// renew, and the names its callers wait on. Records are refreshed every third of a
+    /// manager's watchdog timeout, so what they say is that old at most. The `lockman ls`,
+    /// `top` and `inspect` commands.
+    ///
+    /// # Errors
+    /// Redis errors ([`LockError::NoPermission`] without access to `lockman_client:*` keys).
+    pub async fn clients(&self) -> Result<Vec<crate::ClientInfo>, LockError> {
+        let (now, records) = self.inner.commands.read_client_records().await?;
+        let mut clients: Vec<crate::ClientInfo> = records
+            .into_iter()
+            .map(|r| crate::ClientInfo::from_record(r, now))
+            .collect();
+        clients.sort_by(|a, b| (&a.service, &a.host, a.pid).cmp(&(&b.service, &b.host, b.pid)));
+        Ok(clients)
+    }
+
     /// Everything Redis holds about the semaphore, permit semaphore or count-down latch `name`,
     /// read in one round trip and changing nothing: its count, TTL and held permits with their
     /// expiry (the `lockman inspect` command).

@@ -4,6 +4,7 @@
 //! (`sync`), how a handle reaches its name's actor (`reach`), where the actors run (`runtime`),
 //! their spans (`trace`) and the actix-web extractors (`web`).
 
+pub(crate) mod clients;
 pub(crate) mod compose;
 pub(crate) mod lock;
 pub(crate) mod manager;

@@ -1,6 +1,7 @@
 //! The protocol layer: the Lua scripts of `protocol.md`, run by EVALSHA, and their replies decoded
 //! into types. No actix here: actors call these, and so do the handles for read-only queries.
 
+mod clients;
 mod commands;
 pub(crate) mod keys;
 mod kind;
@@ -14,6 +15,7 @@ use redis::{Script, Value};
 
 use crate::error::LockError;
 
+pub(crate) use clients::RawRecord;
 pub(crate) use commands::Commands;
 pub use kind::LockKind;
 pub use sync::SyncKind;

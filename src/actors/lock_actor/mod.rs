@@ -80,6 +80,9 @@ pub struct LockActor {
     stop_replies: Vec<oneshot::Sender<()>>,
     /// The effects being carried out (a buffer kept between events).
     effects: Vec<Effect>,
+    /// When each waiter that actually waits (a watched caller) began waiting: for the
+    /// manager's [`Board`](crate::actors::board::Board). Empty while nobody waits.
+    waits_began: FxHashMap<WaiterId, Instant>,
 }
 
 impl LockActor {
@@ -114,6 +117,7 @@ impl LockActor {
             linger_tick: None,
             stop_replies: Vec::new(),
             effects: Vec::new(),
+            waits_began: FxHashMap::default(),
         }
     }
 
@@ -130,6 +134,7 @@ impl LockActor {
     /// Answers waiter `id`'s caller. A grant that reaches nobody comes back and its drop
     /// releases the hold.
     fn answer(&mut self, id: WaiterId, answer: Answer, ctx: &mut Context<Self>) {
+        self.wait_over(id);
         let caller = self.waiting.remove(&id);
         let outcome = match &answer {
             Answer::Granted { .. } => "acquired",
@@ -350,6 +355,7 @@ impl LockActor {
             // Answered soon (a fair waiter leaving the queue): its answer finds nobody.
             return;
         }
+        self.wait_over(id);
         if let Some((_, kind, since)) = self.waiting.remove(&id) {
             metrics::waiters(kind, -1.0);
             metrics::answered(kind, "abandoned", since);

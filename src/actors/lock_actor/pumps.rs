@@ -34,6 +34,21 @@ impl LockActor {
         };
         let caller = self.crowd.watch(id, caller, ctx);
         self.waiting.insert(id, (caller, kind, since));
+        // A watched caller is one that waits: its first attempt found the lock taken.
+        let now = Instant::now();
+        if self.waits_began.insert(id, now).is_none() {
+            self.svc.board.wait_began(&self.name, now);
+        }
+    }
+
+    /// Waiter `id`'s wait is over (answered, or its caller left): off the board.
+    pub(super) fn wait_over(&mut self, id: WaiterId) {
+        if self.waits_began.is_empty() {
+            return;
+        }
+        if let Some(began) = self.waits_began.remove(&id) {
+            self.svc.board.wait_ended(&self.name, began);
+        }
     }
 
     /// Fires `timer` after `after`, replacing the same timer if armed.

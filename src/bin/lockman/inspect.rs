@@ -2,7 +2,9 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use lockman::{LockError, LockInfo, LockShape};
+use std::time::Duration;
+
+use lockman::{ClientInfo, LockError, LockInfo, LockShape};
 
 use crate::json::escape;
 use crate::{Failure, Server, code};
@@ -27,12 +29,17 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
         crate::sync::print(&sync, json);
         return Ok(0);
     }
+    // Who the holders are, from the client records: none when the user may not read them.
+    let clients = match &info {
+        Ok(info) if info.is_held() => manager.clients().await.unwrap_or_default(),
+        _ => Vec::new(),
+    };
     manager.shutdown().await;
     let info = info.map_err(Failure::redis)?;
     if json {
-        println!("{}", to_json(&info));
+        println!("{}", to_json(&info, &clients));
     } else {
-        print!("{}", to_text(&info));
+        print!("{}", to_text(&info, &clients));
     }
     Ok(if info.is_held() { 0 } else { code::FREE })
 }
@@ -79,7 +86,19 @@ pub async fn unlock(server: &Server, name: &str, yes: bool) -> Result<u8, Failur
     result
 }
 
-fn to_text(info: &LockInfo) -> String {
+/// The client whose holder id `holder` is, and how long it has held `name` (when its record
+/// lists the hold: held long enough to be renewed).
+fn holder_of<'c>(
+    clients: &'c [ClientInfo],
+    name: &str,
+    holder: &str,
+) -> Option<(&'c ClientInfo, Option<Duration>)> {
+    let c = clients.iter().find(|c| c.owns(holder))?;
+    let held = c.holds.iter().find(|h| h.name == name).map(|h| h.held);
+    Some((c, held))
+}
+
+fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
     let mut out = format!("name:    {}\nkind:    {}\n", info.name, info.shape.as_str());
     match info.ttl {
         Some(ttl) if info.is_held() => {
@@ -100,6 +119,16 @@ fn to_text(info: &LockInfo) -> String {
             ""
         };
         out += &format!("holder:  {} ×{}{side}\n", h.holder, h.count);
+        if let Some((c, held)) = holder_of(clients, &info.name, &h.holder) {
+            let held = held.map_or(String::new(), |d| {
+                format!(", held {}", crate::clients::short(d))
+            });
+            out += &format!(
+                "         {} (v{}){held}\n",
+                crate::clients::who(c),
+                c.version
+            );
+        }
     }
     for (i, w) in info.queue.iter().enumerate() {
         out += &format!(
@@ -116,15 +145,26 @@ fn to_text(info: &LockInfo) -> String {
 }
 
 /// JSON by hand: the output is small and flat, and the binary needs no serializer for it.
-fn to_json(info: &LockInfo) -> String {
+fn to_json(info: &LockInfo, clients: &[ClientInfo]) -> String {
     let s = |v: &str| format!("\"{}\"", escape(v));
     let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
     let holders: Vec<String> = info
         .holders
         .iter()
         .map(|h| {
+            let client =
+                holder_of(clients, &info.name, &h.holder).map_or("null".into(), |(c, held)| {
+                    format!(
+                        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"held_ms\":{}}}",
+                        s(&c.id),
+                        s(&c.service),
+                        s(&c.host),
+                        c.pid.map_or("null".into(), |p| p.to_string()),
+                        held.map_or("null".into(), |d| d.as_millis().to_string())
+                    )
+                });
             format!(
-                "{{\"holder\":{},\"count\":{},\"write\":{}}}",
+                "{{\"holder\":{},\"count\":{},\"write\":{},\"client\":{client}}}",
                 s(&h.holder),
                 h.count,
                 h.write

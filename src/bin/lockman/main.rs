@@ -8,10 +8,13 @@
 //! lockman latch NAME [set N | count-down | wait [--timeout DUR]] [--json]
 //! lockman unlock --force NAME [--yes]
 //! lockman watch NAME
+//! lockman ls [PATTERN] [--json]
+//! lockman top [PATTERN] [--once] [--json]
 //! ```
 //!
 //! Exit codes: see [`code`]; `exec` otherwise passes on its command's (128 + n for a signal).
 
+mod clients;
 mod exec;
 mod inspect;
 mod json;
@@ -83,6 +86,9 @@ struct Server {
     /// How long a lock taken without --lease outlives a dead lockman (renewed every third of it).
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "30s")]
     watchdog_timeout: Duration,
+    /// The service name this lockman gives in its client record (`lockman ls` shows it).
+    #[arg(long, global = true, env = "LOCKMAN_CLIENT_NAME", value_name = "NAME")]
+    client_name: Option<String>,
     /// How long connecting to Redis may take.
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
     connect_timeout: Duration,
@@ -144,6 +150,26 @@ enum Command {
         #[command(subcommand)]
         op: Option<sync::LatchOp>,
         /// Print JSON instead of text (when showing it).
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the live lockman clients (service, host, pid) with their long holds and the names
+    /// they wait on; PATTERN (`*` and `?`) keeps the names that match.
+    Ls {
+        /// Only names matching this glob.
+        pattern: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Names by holding time and by waiters, refreshed every second; `q` quits.
+    Top {
+        /// Only names matching this glob.
+        pattern: Option<String>,
+        /// Print one frame and exit.
+        #[arg(long)]
+        once: bool,
+        /// Print JSON frames instead of the screen (one line each).
         #[arg(long)]
         json: bool,
     },
@@ -221,6 +247,9 @@ impl Server {
         let mut config = config
             .watchdog_timeout(self.watchdog_timeout)
             .connect_timeout(self.connect_timeout);
+        if let Some(name) = &self.client_name {
+            config = config.client_name(name.as_str());
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path)
                 .map_err(|e| Failure::new(code::USAGE, format!("{}: {e}", path.display())))?;
@@ -279,6 +308,14 @@ fn main() -> ExitCode {
             Command::Inspect { name, json } => inspect::inspect(&cli.server, &name, json).await,
             Command::Unlock { name, yes, .. } => inspect::unlock(&cli.server, &name, yes).await,
             Command::Watch { name } => watch::run(&cli.server, &name).await,
+            Command::Ls { pattern, json } => {
+                clients::ls(&cli.server, pattern.as_deref(), json).await
+            }
+            Command::Top {
+                pattern,
+                once,
+                json,
+            } => clients::top(&cli.server, pattern.as_deref(), once, json).await,
             Command::Semaphore {
                 name,
                 set,

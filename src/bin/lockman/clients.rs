@@ -1,0 +1,429 @@
+//! `lockman ls` and `lockman top`: the live clients' records (who they are, their long holds,
+//! the names they wait on), as a list or as a screen refreshed every second. Also the holder
+//! lines `lockman inspect` adds from the same records.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use lockman::{ClientInfo, LockManager};
+
+use crate::json::escape;
+use crate::{Failure, Server};
+
+/// The width `top`'s screen fits in.
+const WIDTH: usize = 80;
+/// Rows of each table on `top`'s screen.
+const ROWS: usize = 10;
+
+pub async fn ls(server: &Server, pattern: Option<&str>, json: bool) -> Result<u8, Failure> {
+    let manager = server.connect().await?;
+    let clients = read(&manager, pattern).await;
+    manager.shutdown().await;
+    let clients = clients?;
+    if json {
+        println!("{}", clients_json(&clients));
+    } else {
+        print!("{}", ls_text(&clients));
+    }
+    Ok(0)
+}
+
+pub async fn top(
+    server: &Server,
+    pattern: Option<&str>,
+    once: bool,
+    json: bool,
+) -> Result<u8, Failure> {
+    let manager = server.connect().await?;
+    let result = async {
+        let _raw = if once { None } else { RawMode::enter() };
+        loop {
+            let clients = read(&manager, pattern).await?;
+            let mut out = std::io::stdout().lock();
+            let frame = if json {
+                format!("{}\n", frame_json(&clients))
+            } else if once {
+                frame_text(&clients)
+            } else {
+                // Home and clear, then the frame; the raw mode keeps output processing, so
+                // each newline still returns the carriage.
+                format!("\x1b[H\x1b[2J{}", frame_text(&clients))
+            };
+            let _ = out.write_all(frame.as_bytes());
+            let _ = out.flush();
+            drop(out);
+            if once {
+                return Ok(0);
+            }
+            let quit = tokio::task::spawn_blocking(|| quit_within(Duration::from_secs(1)))
+                .await
+                .unwrap_or(true);
+            if quit {
+                return Ok(0);
+            }
+        }
+    }
+    .await;
+    manager.shutdown().await;
+    result
+}
+
+/// The clients, with only the names matching `pattern` (and without clients left with none).
+pub async fn read(
+    manager: &LockManager,
+    pattern: Option<&str>,
+) -> Result<Vec<ClientInfo>, Failure> {
+    let mut clients = manager.clients().await.map_err(Failure::redis)?;
+    if let Some(p) = pattern {
+        for c in &mut clients {
+            c.holds.retain(|h| glob(p, &h.name));
+            c.waits.retain(|w| glob(p, &w.name));
+        }
+        clients.retain(|c| !c.holds.is_empty() || !c.waits.is_empty());
+    }
+    Ok(clients)
+}
+
+/// `*` any run of characters, `?` any one; everything else itself.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// `12.3s`, `4m05s`, `2h07m`.
+pub fn short(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 60 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    }
+}
+
+/// `service@host:pid`.
+pub fn who(c: &ClientInfo) -> String {
+    match c.pid {
+        Some(pid) => format!("{}@{}:{pid}", c.service, c.host),
+        None => format!("{}@{}", c.service, c.host),
+    }
+}
+
+/// At most `n` characters of `s` (an ellipsis in the last place when cut).
+fn fit(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        let mut out: String = s.chars().take(n.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}
+
+fn ls_text(clients: &[ClientInfo]) -> String {
+    if clients.is_empty() {
+        return "no live lockman clients\n".into();
+    }
+    let mut out = String::new();
+    for c in clients {
+        out += &format!(
+            "{}  {}  v{}  up {}  ({} long holds, waits on {} names)\n",
+            who(c),
+            c.id,
+            c.version,
+            c.up.map_or("?".into(), short),
+            c.holds_total,
+            c.waits_total
+        );
+        for h in &c.holds {
+            out += &format!(
+                "  holds  {}  {} for {}  as {}\n",
+                h.name,
+                h.kind,
+                short(h.held),
+                h.holder
+            );
+        }
+        for w in &c.waits {
+            out += &format!(
+                "  waits  {}  {} waiter{} for {}\n",
+                w.name,
+                w.waiters,
+                if w.waiters == 1 { "" } else { "s" },
+                short(w.waited)
+            );
+        }
+    }
+    out
+}
+
+/// One client as JSON.
+pub fn client_json(c: &ClientInfo) -> String {
+    let s = |v: &str| format!("\"{}\"", escape(v));
+    let holds: Vec<String> = c
+        .holds
+        .iter()
+        .map(|h| {
+            format!(
+                "{{\"name\":{},\"kind\":{},\"holder\":{},\"held_ms\":{}}}",
+                s(&h.name),
+                s(&h.kind),
+                s(&h.holder),
+                h.held.as_millis()
+            )
+        })
+        .collect();
+    let waits: Vec<String> = c
+        .waits
+        .iter()
+        .map(|w| {
+            format!(
+                "{{\"name\":{},\"waiters\":{},\"waited_ms\":{}}}",
+                s(&w.name),
+                w.waiters,
+                w.waited.as_millis()
+            )
+        })
+        .collect();
+    format!(
+        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"version\":{},\"up_ms\":{},\"holds_total\":{},\"waits_total\":{},\"holds\":[{}],\"waits\":[{}]}}",
+        s(&c.id),
+        s(&c.service),
+        s(&c.host),
+        c.pid.map_or("null".into(), |p| p.to_string()),
+        s(&c.version),
+        c.up.map_or("null".into(), |u| u.as_millis().to_string()),
+        c.holds_total,
+        c.waits_total,
+        holds.join(","),
+        waits.join(",")
+    )
+}
+
+fn clients_json(clients: &[ClientInfo]) -> String {
+    let all: Vec<String> = clients.iter().map(client_json).collect();
+    format!("[{}]", all.join(","))
+}
+
+/// One name's waiters over every client: how many, the longest wait, who holds it (if known).
+struct Contended<'a> {
+    name: &'a str,
+    waiters: u32,
+    longest: Duration,
+    holder: Option<&'a ClientInfo>,
+}
+
+/// The long holds of every client, longest first; the waited names, most waiters first.
+fn view(clients: &[ClientInfo]) -> (Vec<(&ClientInfo, &lockman::HeldName)>, Vec<Contended<'_>>) {
+    let mut holds: Vec<_> = clients
+        .iter()
+        .flat_map(|c| c.holds.iter().map(move |h| (c, h)))
+        .collect();
+    holds.sort_by(|a, b| {
+        b.1.held
+            .cmp(&a.1.held)
+            .then_with(|| a.1.name.cmp(&b.1.name))
+    });
+    let mut waits: Vec<Contended<'_>> = Vec::new();
+    for w in clients.iter().flat_map(|c| &c.waits) {
+        match waits.iter_mut().find(|x| x.name == w.name) {
+            Some(x) => {
+                x.waiters += w.waiters;
+                x.longest = x.longest.max(w.waited);
+            }
+            None => waits.push(Contended {
+                name: &w.name,
+                waiters: w.waiters,
+                longest: w.waited,
+                holder: holds
+                    .iter()
+                    .find(|(_, h)| h.name == w.name)
+                    .map(|(c, _)| *c),
+            }),
+        }
+    }
+    waits.sort_by(|a, b| {
+        (b.waiters, b.longest)
+            .cmp(&(a.waiters, a.longest))
+            .then_with(|| a.name.cmp(b.name))
+    });
+    (holds, waits)
+}
+
+/// One screen of `top`, at most [`WIDTH`] columns.
+fn frame_text(clients: &[ClientInfo]) -> String {
+    let (holds, waits) = view(clients);
+    let mut out = fit(
+        &format!(
+            "lockman top: {} clients, {} long holds, {} names waited on   (q quits)",
+            clients.len(),
+            holds.len(),
+            waits.len()
+        ),
+        WIDTH,
+    );
+    out += "\n\nHELD LONGEST\n";
+    out += &format!("{:>8}  {:<32} {:<6} {}\n", "HELD", "NAME", "KIND", "HOLDER");
+    for (c, h) in holds.iter().take(ROWS) {
+        out += &format!(
+            "{:>8}  {:<32} {:<6} {}\n",
+            short(h.held),
+            fit(&h.name, 32),
+            fit(&h.kind, 6),
+            fit(&who(c), WIDTH - 50)
+        );
+    }
+    out += "\nMOST WAITERS\n";
+    out += &format!(
+        "{:>7} {:>8}  {:<32} {}\n",
+        "WAITERS", "LONGEST", "NAME", "HELD BY"
+    );
+    for w in waits.iter().take(ROWS) {
+        out += &format!(
+            "{:>7} {:>8}  {:<32} {}\n",
+            w.waiters,
+            short(w.longest),
+            fit(w.name, 32),
+            fit(&w.holder.map_or("?".into(), who), WIDTH - 51)
+        );
+    }
+    out
+}
+
+/// One frame of `top --json`: the held and waited names, and the clients.
+fn frame_json(clients: &[ClientInfo]) -> String {
+    let (holds, waits) = view(clients);
+    let s = |v: &str| format!("\"{}\"", escape(v));
+    let held: Vec<String> = holds
+        .iter()
+        .map(|(c, h)| {
+            format!(
+                "{{\"name\":{},\"kind\":{},\"held_ms\":{},\"client\":{},\"service\":{}}}",
+                s(&h.name),
+                s(&h.kind),
+                h.held.as_millis(),
+                s(&c.id),
+                s(&c.service)
+            )
+        })
+        .collect();
+    let waited: Vec<String> = waits
+        .iter()
+        .map(|w| {
+            format!(
+                "{{\"name\":{},\"waiters\":{},\"longest_ms\":{},\"held_by\":{}}}",
+                s(w.name),
+                w.waiters,
+                w.longest.as_millis(),
+                w.holder.map_or("null".into(), |c| s(&c.id))
+            )
+        })
+        .collect();
+    format!(
+        "{{\"held\":[{}],\"waited\":[{}],\"clients\":{}}}",
+        held.join(","),
+        waited.join(","),
+        clients_json(clients)
+    )
+}
+
+/// The terminal without line buffering, echo or signal keys while `top` runs; restored when
+/// dropped. `None` when stdin is not a terminal.
+struct RawMode {
+    saved: libc::termios,
+}
+
+impl RawMode {
+    fn enter() -> Option<Self> {
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: tcgetattr fills the struct it is given; fd 0 is a terminal (checked above).
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(0, &mut t) } != 0 {
+            return None;
+        }
+        let saved = t;
+        t.c_lflag &= !(libc::ICANON | libc::ECHO | libc::ISIG);
+        t.c_cc[libc::VMIN] = 1;
+        t.c_cc[libc::VTIME] = 0;
+        // SAFETY: a termios read from the same terminal, with flags changed.
+        if unsafe { libc::tcsetattr(0, libc::TCSANOW, &t) } != 0 {
+            return None;
+        }
+        Some(Self { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        // SAFETY: restores the settings read in `enter`.
+        unsafe { libc::tcsetattr(0, libc::TCSANOW, &self.saved) };
+    }
+}
+
+/// Waits up to `limit` for a key on stdin: true for `q`, `Q` or Ctrl-C (the raw mode turns
+/// the signal key into a byte). At end of input it just waits out the time.
+fn quit_within(limit: Duration) -> bool {
+    let until = std::time::Instant::now() + limit;
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut fds = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1);
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut fds, 1, ms) };
+        if ready <= 0 {
+            continue;
+        }
+        let mut byte = [0u8; 1];
+        // SAFETY: reads at most one byte into a one-byte buffer.
+        let n = unsafe { libc::read(0, byte.as_mut_ptr().cast(), 1) };
+        if n <= 0 {
+            std::thread::sleep(left);
+            return false;
+        }
+        if matches!(byte[0], b'q' | b'Q' | 3) {
+            return true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_as_the_shell_does() {
+        assert!(glob("orders:*", "orders:42"));
+        assert!(glob("*", ""));
+        assert!(glob("o?ders:*2", "orders:42"));
+        assert!(!glob("orders:*", "order:42"));
+        assert!(glob("*:4*", "a:b:42"));
+        assert!(!glob("a", "ab"));
+    }
+}

@@ -1,0 +1,85 @@
+//! Client records (docs/protocol.md, "Client records"): each manager's hash saying who it is
+//! (service, host, pid, version) and which names it has held long or waits on, refreshed by its
+//! Watchdog; and the read of every live one, for `lockman inspect`, `ls` and `top`. Redisson
+//! never reads these keys; a user without permission for them still locks.
+//!
+//! Every record and the index share the hash tag `{lockman}`: on a cluster they live in one
+//! slot, so one call on one master finds every client without scanning the keyspace.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, Value};
+
+use super::commands::Commands;
+use super::{millis, unexpected};
+use crate::error::LockError;
+
+static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/record.lua")));
+static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/read.lua")));
+static FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/forget.lua")));
+
+/// The index of live clients: a sorted set of client ids scored by when their record expires
+/// (epoch ms, the server's clock).
+pub(crate) const CLIENT_INDEX: &str = "lockman_client:{lockman}";
+
+/// The key of client `id`'s record.
+pub(crate) fn client_key(id: &str) -> String {
+    format!("{CLIENT_INDEX}:{id}")
+}
+
+/// One live record as read: the client id and the hash's fields.
+pub(crate) type RawRecord = (String, Vec<(String, String)>);
+
+impl Commands {
+    /// Writes this manager's record (`clients/record.lua`), to expire after `ttl`.
+    pub(crate) async fn write_client_record(
+        &self,
+        id: &str,
+        ttl: Duration,
+        fields: &[(String, String)],
+    ) -> Result<(), LockError> {
+        let key = client_key(id);
+        let mut call = RECORD.key(&key);
+        call.key(CLIENT_INDEX).arg(millis(ttl)).arg(id);
+        for (f, v) in fields {
+            call.arg(f).arg(v);
+        }
+        self.conn().run("client record", &key, call).await?;
+        Ok(())
+    }
+
+    /// Deletes this manager's record (`clients/forget.lua`).
+    pub(crate) async fn forget_client_record(&self, id: &str) -> Result<(), LockError> {
+        let key = client_key(id);
+        let mut call = FORGET.key(&key);
+        call.key(CLIENT_INDEX).arg(id);
+        self.conn().run("client record", &key, call).await?;
+        Ok(())
+    }
+
+    /// Every live record (`clients/read.lua`) and the server's time (epoch ms).
+    pub(crate) async fn read_client_records(&self) -> Result<(u64, Vec<RawRecord>), LockError> {
+        let mut call = READ.key(CLIENT_INDEX);
+        call.arg(format!("{CLIENT_INDEX}:"));
+        let reply = self.conn().run("read clients", CLIENT_INDEX, call).await?;
+        let bad = || unexpected("read clients", reply.clone());
+        let Value::Array(items) = &reply else {
+            return Err(bad());
+        };
+        let Some((Value::Int(now), rest)) = items.split_first() else {
+            return Err(bad());
+        };
+        let mut records = Vec::with_capacity(rest.len() / 2);
+        for pair in rest.chunks_exact(2) {
+            let id: String = redis::from_redis_value(pair[0].clone()).map_err(|_| bad())?;
+            let flat: Vec<String> = redis::from_redis_value(pair[1].clone()).map_err(|_| bad())?;
+            let fields = flat
+                .chunks_exact(2)
+                .map(|p| (p[0].clone(), p[1].clone()))
+                .collect();
+            records.push((id, fields));
+        }
+        Ok((u64::try_from(*now).unwrap_or(0), records))
+    }
+}

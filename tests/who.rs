@@ -1,0 +1,384 @@
+//! Who holds it, who waits, and for how long (issue 38): client records written by three
+//! `lockman exec` processes with distinct client names, read back by `lockman inspect`, `ls` and
+//! `top --once` (text and JSON); `top` driven in a terminal under tmux; a user without
+//! permission for the records still locks. Run with `cargo test --features cli --test who`.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockManager};
+use redis::Commands;
+use serde_json::Value;
+use support::{Options, RedisServer};
+
+const LOCKMAN: &str = env!("CARGO_BIN_EXE_lockman");
+
+/// Short, so that holds are tracked after 0.5 s and records refreshed every second.
+const WATCHDOG: &str = "3s";
+
+fn lockman(server: &RedisServer, args: &[&str]) -> Command {
+    let mut cmd = Command::new(LOCKMAN);
+    cmd.arg("--url")
+        .arg(server.url())
+        .args(["--watchdog-timeout", WATCHDOG])
+        .args(args);
+    cmd.env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKMAN_CLIENT_NAME");
+    cmd
+}
+
+fn run(server: &RedisServer, args: &[&str]) -> Output {
+    lockman(server, args).output().expect("run lockman")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `lockman --client-name SERVICE exec NAME -- sleep SECS`, in the background.
+fn hold(server: &RedisServer, service: &str, name: &str, secs: &str) -> Child {
+    lockman(
+        server,
+        &["--client-name", service, "exec", name, "--", "sleep", secs],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .expect("spawn lockman exec")
+}
+
+/// The live clients by service, from `lockman ls --json`.
+fn services(server: &RedisServer) -> Vec<(String, Value)> {
+    let out = run(server, &["ls", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    json(&out)
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|c| {
+            (
+                c["service"].as_str().unwrap_or_default().to_owned(),
+                c.clone(),
+            )
+        })
+        .collect()
+}
+
+fn client<'a>(all: &'a [(String, Value)], service: &str) -> &'a Value {
+    &all.iter()
+        .find(|(s, _)| s == service)
+        .unwrap_or_else(|| panic!("no client {service}: {all:?}"))
+        .1
+}
+
+#[test]
+fn three_processes_show_in_inspect_ls_and_top() {
+    let server = RedisServer::start();
+    // billing holds orders:42 and, through a second process of the same service name, nothing
+    // else; shipping holds audit:1 and waits on orders:42; audit waits on orders:42 and on
+    // audit:1.
+    let mut billing = hold(&server, "billing", "orders:42", "20");
+    let started = Instant::now();
+    assert!(support::eventually_blocking(
+        Duration::from_secs(10),
+        || { run(&server, &["inspect", "orders:42"]).status.success() }
+    ));
+    let mut shipping_holds = hold(&server, "shipping", "audit:1", "20");
+    assert!(support::eventually_blocking(
+        Duration::from_secs(10),
+        || { run(&server, &["inspect", "audit:1"]).status.success() }
+    ));
+    let mut shipping_waits = hold(&server, "shipping", "orders:42", "0");
+    let mut audit = hold(&server, "audit", "orders:42", "0");
+    let mut audit2 = hold(&server, "audit", "audit:1", "0");
+
+    // Records refresh every second; holds are listed once they are renewed (0.5 s old).
+    let mut all = Vec::new();
+    let ready = support::eventually_blocking(Duration::from_secs(15), || {
+        all = services(&server);
+        let n = |s: &str, f: &str| {
+            all.iter()
+                .filter(|(x, _)| x == s)
+                .map(|(_, c)| c[f].as_array().map_or(0, Vec::len))
+                .sum::<usize>()
+        };
+        n("billing", "holds") == 1
+            && n("shipping", "holds") == 1
+            && n("shipping", "waits") == 1
+            && n("audit", "waits") == 2
+    });
+    assert!(ready, "records never showed every hold and wait: {all:?}");
+    assert_eq!(all.len(), 5, "five lockman processes: {all:?}");
+
+    let billing_c = client(&all, "billing");
+    let held = &billing_c["holds"][0];
+    assert_eq!(held["name"], "orders:42");
+    assert_eq!(held["kind"], "lock");
+    assert_eq!(billing_c["pid"], billing.id());
+    let held_ms = held["held_ms"].as_u64().unwrap();
+    assert!(
+        held_ms >= 500 && u128::from(held_ms) <= started.elapsed().as_millis() + 1500,
+        "{held_ms} ms"
+    );
+    let billing_id = billing_c["id"].as_str().unwrap().to_owned();
+    assert!(held["holder"].as_str().unwrap().starts_with(&billing_id));
+
+    // inspect: the holder's service, host, pid and time held.
+    let out = run(&server, &["inspect", "orders:42", "--json"]);
+    let info = json(&out);
+    let h = &info["holders"][0];
+    assert_eq!(h["client"]["service"], "billing");
+    assert_eq!(h["client"]["pid"], billing.id());
+    assert!(h["client"]["held_ms"].as_u64().unwrap() >= held_ms);
+    let text = stdout(&run(&server, &["inspect", "orders:42"]));
+    assert!(
+        text.contains(&format!(
+            "billing@{}:{}",
+            billing_c["host"].as_str().unwrap(),
+            billing.id()
+        )) && text.contains(", held "),
+        "{text}"
+    );
+
+    // ls: text, and a pattern keeping only some names.
+    let text = stdout(&run(&server, &["ls"]));
+    assert!(text.contains("holds  orders:42  lock for"), "{text}");
+    assert!(text.contains("waits  audit:1  1 waiter for"), "{text}");
+    let out = run(&server, &["ls", "audit:*", "--json"]);
+    let only: Vec<Value> = json(&out).as_array().unwrap().clone();
+    let names: Vec<&str> = only
+        .iter()
+        .map(|c| c["service"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["audit", "shipping"], "{only:?}");
+    assert!(only.iter().all(|c| {
+        c["holds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(c["waits"].as_array().unwrap())
+            .all(|n| n["name"].as_str().unwrap().starts_with("audit:"))
+    }));
+
+    // top --once: orders:42 has two waiters (shipping, audit) and billing holds it.
+    let frame = json(&run(&server, &["top", "--once", "--json"]));
+    let waited = frame["waited"].as_array().unwrap();
+    assert_eq!(waited[0]["name"], "orders:42", "{frame}");
+    assert_eq!(waited[0]["waiters"], 2);
+    assert_eq!(waited[0]["held_by"], billing_id.as_str());
+    assert_eq!(waited[1]["name"], "audit:1");
+    assert_eq!(waited[1]["waiters"], 1);
+    let held: Vec<&str> = frame["held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, ["orders:42", "audit:1"], "longest first: {frame}");
+    let text = stdout(&run(&server, &["top", "--once"]));
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("orders:42") && l.trim_start().starts_with('2'))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("billing@"), "{line}");
+
+    for child in [
+        &mut billing,
+        &mut shipping_holds,
+        &mut shipping_waits,
+        &mut audit,
+        &mut audit2,
+    ] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+#[test]
+fn top_runs_in_a_terminal_and_quits_on_q() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    let server = RedisServer::start();
+    let mut holder = hold(&server, "billing", "orders:42", "20");
+    let socket = format!("lockman-who-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    };
+    let top = format!(
+        "{LOCKMAN} --url {} --watchdog-timeout {WATCHDOG} top; echo TOP-EXITED-$?; sleep 30",
+        server.url()
+    );
+    let out = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "top",
+        "-x",
+        "80",
+        "-y",
+        "30",
+        "sh",
+        "-c",
+        &top,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let screen = || stdout(&tmux(&["capture-pane", "-p", "-t", "top"]));
+    let mut seen = String::new();
+    let shown = support::eventually_blocking(Duration::from_secs(15), || {
+        seen = screen();
+        seen.contains("orders:42") && seen.contains("billing@")
+    });
+    assert!(shown, "top never showed the hold: {seen}");
+    assert!(!seen.contains("TOP-EXITED"), "{seen}");
+    tmux(&["send-keys", "-t", "top", "q"]);
+    let quit = support::eventually_blocking(Duration::from_secs(5), || {
+        seen = screen();
+        seen.contains("TOP-EXITED-0")
+    });
+    tmux(&["kill-server"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(quit, "top did not quit on q: {seen}");
+}
+
+/// Every tracing event of this test binary, in one buffer.
+fn logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let sink = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || Capture(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        buffer
+    })
+    .clone()
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_the_record_keys_still_locks_and_is_warned_once() {
+    let logs = logs();
+    let server = RedisServer::start_with(Options {
+        args: [
+            "--user",
+            "nolist",
+            "on",
+            ">pw",
+            "~orders:*",
+            "~redisson_lock*",
+            "~redisson_unlock_latch:*",
+            "&*",
+            "+@all",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        ..Options::default()
+    });
+    let url = format!("redis://nolist:pw@127.0.0.1:{}/0", server.port());
+    let config = Config::new(url)
+        .watchdog_timeout(Duration::from_secs(1))
+        .client_name("no-record");
+    let a = LockManager::start(config.clone()).await.unwrap();
+    let b = LockManager::start(config).await.unwrap();
+    let guard = a.lock("orders:1").acquire().await.unwrap();
+    // Several record refreshes (every third of a second) and renewals.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost());
+    assert!(
+        b.lock("orders:1")
+            .try_acquire_for(Duration::from_millis(50))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.release().await.unwrap();
+    let again = b.lock("orders:1").try_acquire().await.unwrap();
+    assert!(again.is_some());
+    drop(again);
+    let mut conn = server.conn();
+    let records: Vec<String> = conn.keys("lockman_client:*").unwrap();
+    assert!(records.is_empty(), "{records:?}");
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let warnings = text.matches("client record is skipped").count();
+    assert_eq!(warnings, 2, "once per manager: {text}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_has_exact_fields_and_expires_with_the_watchdog() {
+    let server = RedisServer::start();
+    let config = Config::new(server.url())
+        .watchdog_timeout(Duration::from_secs(1))
+        .client_name("billing");
+    let manager = LockManager::start(config).await.unwrap();
+    let id = manager.client_id().hyphenated().to_string();
+    let key = format!("lockman_client:{{lockman}}:{id}");
+    let mut conn = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(5), || conn
+            .exists::<_, bool>(&key)
+            .unwrap())
+        .await
+    );
+    let fields: std::collections::BTreeMap<String, String> = conn.hgetall(&key).unwrap();
+    let names: Vec<&str> = fields.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "holds", "host", "pid", "seen", "service", "started", "version", "waits"
+        ]
+    );
+    assert_eq!(fields["service"], "billing");
+    assert_eq!(fields["pid"], std::process::id().to_string());
+    let pttl: i64 = conn.pttl(&key).unwrap();
+    assert!(pttl > 0 && pttl <= 1000, "{pttl}");
+    let score: Option<f64> = conn.zscore("lockman_client:{lockman}", &id).unwrap();
+    assert!(score.is_some());
+    let clients = manager.clients().await.unwrap();
+    assert_eq!(clients.len(), 1);
+    assert_eq!(clients[0].service, "billing");
+    // A dead manager's record expires within its watchdog timeout, and leaves the index.
+    manager.shutdown().await;
+    assert!(
+        support::eventually(Duration::from_secs(3), || !conn
+            .exists::<_, bool>(&key)
+            .unwrap())
+        .await
+    );
+    let reader = LockManager::start(Config::new(server.url())).await.unwrap();
+    assert!(reader.clients().await.unwrap().is_empty());
+    reader.shutdown().await;
+}
