@@ -67,7 +67,10 @@ fn every_series_the_dashboard_queries_is_exported() {
             .find_map(|s| name.strip_suffix(s))
             .filter(|b| exported.contains(*b))
             .unwrap_or(name);
-        assert!(exported.contains(base), "the dashboard queries {name}, which lockman does not export");
+        assert!(
+            exported.contains(base),
+            "the dashboard queries {name}, which lockman does not export"
+        );
     }
     // What the issue asks the dashboard to show.
     for wanted in [

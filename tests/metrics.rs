@@ -329,27 +329,19 @@ async fn contention_series_stay_within_the_top_k_names() {
     let names: Vec<String> = (0..NAMES).map(|i| format!("c10k:{i}")).collect();
     let mut guards = Vec::with_capacity(NAMES);
     for chunk in names.chunks(500) {
-        let got = futures_util::future::join_all(
-            chunk
-                .iter()
-                .map(|n| {
-                    let lock = holder.lock(n);
-                    async move { lock.acquire_with_lease(Duration::from_secs(60)).await }
-                }),
-        )
+        let got = futures_util::future::join_all(chunk.iter().map(|n| {
+            let lock = holder.lock(n);
+            async move { lock.acquire_with_lease(Duration::from_secs(60)).await }
+        }))
         .await;
         guards.extend(got.into_iter().map(Result::unwrap));
     }
     let started = std::time::Instant::now();
     for chunk in names.chunks(500) {
-        let got = futures_util::future::join_all(
-            chunk
-                .iter()
-                .map(|n| {
-                    let lock = waiter.lock(n);
-                    async move { lock.try_acquire_for(Duration::from_millis(20)).await }
-                }),
-        )
+        let got = futures_util::future::join_all(chunk.iter().map(|n| {
+            let lock = waiter.lock(n);
+            async move { lock.try_acquire_for(Duration::from_millis(20)).await }
+        }))
         .await;
         assert!(got.into_iter().all(|g| g.unwrap().is_none()));
     }

@@ -142,3 +142,80 @@ fn every_acquire_and_release_has_a_span_with_its_outcome() {
         .unwrap();
     assert_eq!(field(&latch.1, "outcome"), "opened");
 }
+
+/// A waiter's acquire span names the holder it waited behind: its holder id, client id and the
+/// service in that client's record (another manager, as another process would be).
+#[test]
+fn a_waiters_span_names_the_holder_it_waited_behind() {
+    let server = RedisServer::start();
+    let closed: Closed = Arc::default();
+    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
+    let _default = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (holder_id, client_id) = rt.block_on(async {
+        let billing = lockman::Config::new(server.url())
+            .watchdog_timeout(Duration::from_secs(1))
+            .client_name("billing");
+        let billing = LockManager::start(billing).await.unwrap();
+        let waiter = LockManager::connect(&server.url()).await.unwrap();
+        let lock = billing.lock("behind");
+        let held = lock.acquire().await.unwrap();
+        // Its client record is written after a third of its watchdog timeout.
+        let mut conn = server.conn();
+        let key = format!("lockman_client:{{lockman}}:{}", billing.client_id());
+        assert!(
+            support::eventually(Duration::from_secs(5), || {
+                redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query::<bool>(&mut conn)
+                    .unwrap()
+            })
+            .await
+        );
+        let wait = tokio::spawn({
+            let lock = waiter.lock("behind");
+            async move { lock.try_acquire_for(Duration::from_secs(5)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+        let got = wait
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("granted after the release");
+        got.release().await.unwrap();
+        let ids = (
+            lock.holder_id(),
+            billing.client_id().hyphenated().to_string(),
+        );
+        billing.shutdown().await;
+        waiter.shutdown().await;
+        ids
+    });
+    let closed = closed.lock().unwrap();
+    let spans: Vec<_> = closed
+        .iter()
+        .filter(|(n, f)| n == "lockman.acquire" && field(f, "name") == "behind")
+        .map(|(_, f)| f)
+        .collect();
+    assert_eq!(spans.len(), 2, "{closed:?}");
+    let waited = spans
+        .iter()
+        .find(|f| field(f, "waited") == "true")
+        .expect("the waiter's span");
+    assert_eq!(field(waited, "behind"), holder_id);
+    assert_eq!(field(waited, "behind_client"), client_id);
+    assert_eq!(field(waited, "behind_service"), "billing");
+    let first = spans
+        .iter()
+        .find(|f| field(f, "waited") == "false")
+        .unwrap();
+    assert_eq!(
+        field(first, "behind"),
+        "",
+        "an uncontended acquire looks nobody up"
+    );
+}

@@ -7,13 +7,24 @@
 //! Fields: `name`, `kind`, `wait` (how long the caller was willing to wait), then `outcome`
 //! (`acquired`, `timed_out`, `failed`; a latch's `opened`; for a release `released`,
 //! `not_held`, `failed`) and `waited` (the first attempt found it taken: the answer came from a
-//! release's message, a hand-off, a TTL or a retry; not recorded for a latch).
+//! release's message, a hand-off, a TTL or a retry; not recorded for a latch). A lock acquire
+//! still unanswered after [`LOOKUP_AFTER`] also records whom it waited behind, when the span is
+//! wanted: `behind` (the holder id), `behind_client` and `behind_service` (from the holder's
+//! client record, when it has one).
+
+use std::future::Future;
+use std::time::Duration;
 
 use tracing::Span;
 use tracing::field::Empty;
 
 use crate::actors::messages::Wait;
 use crate::error::LockError;
+use crate::protocol::Commands;
+
+/// How long a traced lock acquire goes unanswered before it looks up who holds the lock: an
+/// uncontended acquire is answered well within it, so it never pays for the lookup.
+pub(crate) const LOOKUP_AFTER: Duration = Duration::from_millis(10);
 
 /// The span of one acquire of `kind` on `name`. Neither is formatted unless a subscriber wants
 /// the span.
@@ -29,8 +40,65 @@ pub(crate) fn acquire(
         kind = ?kind,
         wait = ?wait,
         outcome = Empty,
-        waited = Empty
+        waited = Empty,
+        behind = Empty,
+        behind_client = Empty,
+        behind_service = Empty
     )
+}
+
+/// Runs `acquire`; when `span` is wanted and the acquire is not answered within
+/// [`LOOKUP_AFTER`], also reads who holds `name` (another holder than `own`) and that holder's
+/// service, and records them. The lookup never delays the answer: whatever it has not found
+/// when the acquire is answered is not recorded.
+pub(crate) async fn behind<F: Future>(
+    span: &Span,
+    commands: &Commands,
+    name: &str,
+    own: &str,
+    acquire: F,
+) -> F::Output {
+    if span.is_disabled() {
+        return acquire.await;
+    }
+    let mut acquire = std::pin::pin!(acquire);
+    tokio::select! {
+        biased;
+        out = &mut acquire => return out,
+        () = tokio::time::sleep(LOOKUP_AFTER) => {}
+    }
+    let lookup = async {
+        let Ok(described) = commands.describe(name).await else {
+            return;
+        };
+        let holder = described
+            .fields
+            .iter()
+            .map(|(field, _)| field.strip_suffix(":write").unwrap_or(field))
+            .find(|h| *h != own && *h != "mode");
+        let Some(holder) = holder else { return };
+        span.record("behind", holder);
+        // Holder ids are `<client id>:<n>`; Redisson's client ids are UUIDs too.
+        let Some(client) = holder
+            .get(..36)
+            .filter(|c| uuid::Uuid::parse_str(c).is_ok())
+        else {
+            return;
+        };
+        span.record("behind_client", client);
+        if let Ok(Some(service)) = commands.client_service(client).await {
+            span.record("behind_service", service.as_str());
+        }
+    };
+    let mut lookup = std::pin::pin!(lookup);
+    let mut looking = true;
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut acquire => return out,
+            () = &mut lookup, if looking => looking = false,
+        }
+    }
 }
 
 /// Records how an acquire ended; `waited` says whether a grant came after waiting.

@@ -17,6 +17,8 @@ use crate::error::LockError;
 
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/record.lua")));
 static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/read.lua")));
+static SERVICE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("clients/service.lua")));
 static FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/forget.lua")));
 
 /// The index of live clients: a sorted set of client ids scored by when their record expires
@@ -56,6 +58,14 @@ impl Commands {
         call.key(CLIENT_INDEX).arg(id);
         self.conn().run("client record", &key, call).await?;
         Ok(())
+    }
+
+    /// The service name in client `id`'s record (`clients/service.lua`), if it has one.
+    pub(crate) async fn client_service(&self, id: &str) -> Result<Option<String>, LockError> {
+        let key = client_key(id);
+        let call = SERVICE.key(&key);
+        let reply = self.conn().run("read clients", &key, call).await?;
+        Ok(redis::from_redis_value(reply).ok().flatten())
     }
 
     /// Every live record (`clients/read.lua`) and the server's time (epoch ms).

@@ -231,7 +231,9 @@ impl Lock {
             kind: self.kind,
         };
         let span = crate::handles::trace::acquire(&self.name, &self.kind, wait);
-        let granted = async { self.actor.send(resolve, acquire).await? }
+        let send = async { self.actor.send(resolve, acquire).await? };
+        let (commands, own) = (&self.mgr.commands, &*self.holder);
+        let granted = crate::handles::trace::behind(&span, commands, &self.name, own, send)
             .instrument(span.clone())
             .await;
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
