@@ -499,3 +499,62 @@ async fn synchronizers_work_on_every_master_by_sharded_pubsub() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Client records on a cluster: every record and the index live in the slot of `{lockman}`,
+/// so one read on that slot's master lists the managers, whichever masters their holds are on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_records_are_found_on_one_master_with_holds_on_every_master() {
+    let cluster = Cluster::start(3, 0);
+    let a = LockManager::start(
+        Config::cluster(cluster.urls())
+            .watchdog_timeout(Duration::from_secs(1))
+            .client_name("billing"),
+    )
+    .await
+    .unwrap();
+    let names = one_name_per_master(&cluster, "rec");
+    let mut guards = Vec::new();
+    for (name, _) in &names {
+        guards.push(a.lock(name).acquire().await.unwrap());
+    }
+    let reader = manager(&cluster, Duration::from_secs(30)).await;
+    let mut seen;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        seen = reader.clients().await.unwrap();
+        let held = seen
+            .iter()
+            .find(|c| c.service == "billing")
+            .map_or(0, |c| c.holds.len());
+        if held == names.len() || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let billing = seen
+        .iter()
+        .find(|c| c.service == "billing")
+        .expect("listed");
+    let mut held: Vec<&str> = billing.holds.iter().map(|h| h.name.as_str()).collect();
+    held.sort_unstable();
+    let mut want: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+    want.sort_unstable();
+    assert_eq!(held, want);
+    let owner = cluster.owner_of("lockman_client:{lockman}");
+    for (_, port) in &names {
+        let mut conn = node_conn(&cluster, *port).await;
+        let records: Vec<String> = redis::cmd("KEYS")
+            .arg("lockman_client:*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            records.is_empty(),
+            *port != owner,
+            "node {port}: {records:?}"
+        );
+    }
+    drop(guards);
+    a.shutdown().await;
+    reader.shutdown().await;
+}

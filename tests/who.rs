@@ -45,16 +45,35 @@ fn json(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// A child process killed when dropped, even by a failing assertion (a waiter would otherwise
+/// outlive its stopped server, retrying).
+struct Killed(Child);
+
+impl Killed {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `lockman --client-name SERVICE exec NAME -- sleep SECS`, in the background.
-fn hold(server: &RedisServer, service: &str, name: &str, secs: &str) -> Child {
-    lockman(
-        server,
-        &["--client-name", service, "exec", name, "--", "sleep", secs],
+fn hold(server: &RedisServer, service: &str, name: &str, secs: &str) -> Killed {
+    Killed(
+        lockman(
+            server,
+            &["--client-name", service, "exec", name, "--", "sleep", secs],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn lockman exec"),
     )
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .expect("spawn lockman exec")
 }
 
 /// The live clients by service, from `lockman ls --json`.
@@ -87,20 +106,20 @@ fn three_processes_show_in_inspect_ls_and_top() {
     // billing holds orders:42 and, through a second process of the same service name, nothing
     // else; shipping holds audit:1 and waits on orders:42; audit waits on orders:42 and on
     // audit:1.
-    let mut billing = hold(&server, "billing", "orders:42", "20");
+    let billing = hold(&server, "billing", "orders:42", "20");
     let started = Instant::now();
     assert!(support::eventually_blocking(
         Duration::from_secs(10),
         || { run(&server, &["inspect", "orders:42"]).status.success() }
     ));
-    let mut shipping_holds = hold(&server, "shipping", "audit:1", "20");
+    let _shipping_holds = hold(&server, "shipping", "audit:1", "20");
     assert!(support::eventually_blocking(
         Duration::from_secs(10),
         || { run(&server, &["inspect", "audit:1"]).status.success() }
     ));
-    let mut shipping_waits = hold(&server, "shipping", "orders:42", "0");
-    let mut audit = hold(&server, "audit", "orders:42", "0");
-    let mut audit2 = hold(&server, "audit", "audit:1", "0");
+    let _shipping_waits = hold(&server, "shipping", "orders:42", "0");
+    let _audit = hold(&server, "audit", "orders:42", "0");
+    let _audit2 = hold(&server, "audit", "audit:1", "0");
 
     // Records refresh every second; holds are listed once they are renewed (0.5 s old).
     let mut all = Vec::new();
@@ -192,17 +211,6 @@ fn three_processes_show_in_inspect_ls_and_top() {
         .find(|l| l.contains("orders:42") && l.trim_start().starts_with('2'))
         .unwrap_or_else(|| panic!("{text}"));
     assert!(line.contains("billing@"), "{line}");
-
-    for child in [
-        &mut billing,
-        &mut shipping_holds,
-        &mut shipping_waits,
-        &mut audit,
-        &mut audit2,
-    ] {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
 }
 
 #[test]
@@ -212,7 +220,7 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
         return;
     }
     let server = RedisServer::start();
-    let mut holder = hold(&server, "billing", "orders:42", "20");
+    let _holder = hold(&server, "billing", "orders:42", "20");
     let socket = format!("lockman-who-{}", std::process::id());
     let tmux = |args: &[&str]| {
         Command::new("tmux")
@@ -225,6 +233,16 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
         "{LOCKMAN} --url {} --watchdog-timeout {WATCHDOG} top; echo TOP-EXITED-$?; sleep 30",
         server.url()
     );
+    /// Ends the tmux server (and `top` in it) however the test ends.
+    struct Session(String);
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["-L", &self.0, "kill-server"])
+                .output();
+        }
+    }
+    let _session = Session(socket.clone());
     let out = tmux(&[
         "new-session",
         "-d",
@@ -252,9 +270,6 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
         seen = screen();
         seen.contains("TOP-EXITED-0")
     });
-    tmux(&["kill-server"]);
-    let _ = holder.kill();
-    let _ = holder.wait();
     assert!(quit, "top did not quit on q: {seen}");
 }
 

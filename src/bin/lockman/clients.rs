@@ -144,14 +144,17 @@ fn ls_text(clients: &[ClientInfo]) -> String {
     }
     let mut out = String::new();
     for c in clients {
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
         out += &format!(
-            "{}  {}  v{}  up {}  ({} long holds, waits on {} names)\n",
+            "{}  v{}  up {}  {} long hold{}, waiting on {} name{}\n  client {}\n",
             who(c),
-            c.id,
             c.version,
             c.up.map_or("?".into(), short),
             c.holds_total,
-            c.waits_total
+            plural(c.holds_total),
+            c.waits_total,
+            plural(c.waits_total),
+            c.id,
         );
         for h in &c.holds {
             out += &format!(
