@@ -212,11 +212,11 @@ impl LockManager {
     ///
     /// # Errors
     /// Redis errors ([`LockError::NoPermission`] without access to `lockman_client:*` keys).
-    pub async fn clients(&self) -> Result<Vec<crate::ClientInfo>, LockError> {
+    pub async fn clients(&self) -> Result<Vec<crate::handles::clients::ClientInfo>, LockError> {
         let (now, records) = self.inner.commands.read_client_records().await?;
-        let mut clients: Vec<crate::ClientInfo> = records
+        let mut clients: Vec<crate::handles::clients::ClientInfo> = records
             .into_iter()
-            .map(|r| crate::ClientInfo::from_record(r, now))
+            .map(|r| crate::handles::clients::ClientInfo::from_record(r, now))
             .collect();
         clients.sort_by(|a, b| (&a.service, &a.host, a.pid).cmp(&(&b.service, &b.host, b.pid)));
         Ok(clients)
