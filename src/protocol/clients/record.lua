@@ -12,10 +12,11 @@ for i = 3, #ARGV - 1, 2 do
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
 end
 redis.call('HSET', KEYS[1], 'seen', now)
-redis.call('PEXPIRE', KEYS[1], ttl)
+-- PEXPIREAT, not PEXPIRE: a record write is never counted as a lock's renewal.
+redis.call('PEXPIREAT', KEYS[1], now + ttl)
 redis.call('ZADD', KEYS[2], now + ttl, ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('PTTL', KEYS[2]) < ttl then
-    redis.call('PEXPIRE', KEYS[2], ttl)
+    redis.call('PEXPIREAT', KEYS[2], now + ttl)
 end
 return now
