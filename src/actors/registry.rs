@@ -217,8 +217,13 @@ impl Handler<Shutdown> for Registry {
         let stops = join_all(live.into_iter().map(|a| a.send(StopLock { release })));
         let sync_stops = join_all(syncs.into_iter().map(|a| a.send(StopSync { release })));
         let stops = futures_util::future::join(stops, sync_stops);
+        let watchdog = self.svc.watchdog.clone();
+        let stops = async move {
+            stops.await;
+            // Answered once the client record is deleted (bounded by the response timeout).
+            let _ = watchdog.send(Halt).await;
+        };
         Box::pin(stops.into_actor(self).map(|_, act, ctx| {
-            act.svc.watchdog.do_send(Halt);
             act.svc.pubsub.do_send(Halt);
             tracing::info!("lock manager shut down");
             ctx.stop();

@@ -404,19 +404,22 @@ impl Handler<RenewNow> for Watchdog {
 }
 
 impl Handler<Halt> for Watchdog {
-    type Result = ();
+    type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, _: Halt, ctx: &mut Context<Self>) {
+    /// Stops renewing, deletes the client record (a dead manager's would expire within a
+    /// watchdog timeout; a live one says goodbye), then stops.
+    fn handle(&mut self, _: Halt, _: &mut Context<Self>) -> Self::Result {
         self.halted = true;
         self.tracked.clear();
-        if self.record.written && !self.record.off {
-            // Best effort, outliving this actor: otherwise the record expires on its own
-            // within a watchdog timeout.
-            let (commands, id) = (self.commands.clone(), self.record.id.clone());
-            actix::spawn(async move {
-                let _ = commands.forget_client_record(&id).await;
-            });
-        }
-        ctx.stop();
+        let forget = (self.record.written && !self.record.off)
+            .then(|| (self.commands.clone(), self.record.id.clone()));
+        let forget = async move {
+            if let Some((commands, id)) = forget
+                && let Err(error) = commands.forget_client_record(&id).await
+            {
+                tracing::debug!(%error, "client record not deleted; it expires on its own");
+            }
+        };
+        Box::pin(forget.into_actor(self).map(|(), _, ctx| ctx.stop()))
     }
 }

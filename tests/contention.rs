@@ -1,0 +1,150 @@
+//! Contention series (issue 38): under 10,000 contended names, the per-name gauges name at most
+//! `Config::contention_top_k` of them. A binary of its own, with its own recorder: its 10,000
+//! acquires would move the counters tests/metrics.rs checks exactly.
+//! Run with `cargo test --features metrics --test contention`.
+#![cfg(feature = "metrics")]
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use lockman::{Config, LockManager};
+use metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+use support::RedisServer;
+
+/// The last value of every gauge, by `name{label=value}`; counters and histograms are ignored.
+#[derive(Default)]
+struct Recorded {
+    values: Mutex<BTreeMap<String, f64>>,
+}
+
+struct Cell {
+    key: String,
+    rec: Arc<Recorded>,
+}
+
+impl CounterFn for Cell {
+    fn increment(&self, _: u64) {}
+    fn absolute(&self, _: u64) {}
+}
+
+impl GaugeFn for Cell {
+    fn increment(&self, _: f64) {}
+    fn decrement(&self, _: f64) {}
+    fn set(&self, value: f64) {
+        self.rec
+            .values
+            .lock()
+            .unwrap()
+            .insert(self.key.clone(), value);
+    }
+}
+
+impl HistogramFn for Cell {
+    fn record(&self, _: f64) {}
+}
+
+struct Rec(Arc<Recorded>);
+
+impl Rec {
+    fn cell(&self, key: &Key) -> Arc<Cell> {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let key = match labels.is_empty() {
+            true => key.name().to_owned(),
+            false => format!("{}{{{}}}", key.name(), labels.join(",")),
+        };
+        Arc::new(Cell {
+            key,
+            rec: self.0.clone(),
+        })
+    }
+}
+
+impl Recorder for Rec {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.cell(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.cell(key))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(self.cell(key))
+    }
+}
+
+fn recorded() -> &'static Arc<Recorded> {
+    static RECORDED: OnceLock<Arc<Recorded>> = OnceLock::new();
+    RECORDED.get_or_init(|| {
+        let rec = Arc::new(Recorded::default());
+        metrics::set_global_recorder(Rec(rec.clone())).expect("the only recorder");
+        rec
+    })
+}
+
+/// 10,000 names, each waited on once: the per-name contention gauges name at most K of them
+/// (the names waited on longest in a tick), and the count of contended names is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_series_stay_within_the_top_k_names() {
+    const NAMES: usize = 10_000;
+    const K: usize = 5;
+    recorded();
+    let server = RedisServer::start();
+    let holder = LockManager::start(Config::new(server.url())).await.unwrap();
+    // A long tick (4 s), so that the waits below fall in one or two windows.
+    let waiter = LockManager::start(
+        Config::new(server.url())
+            .watchdog_timeout(Duration::from_secs(12))
+            .contention_top_k(K),
+    )
+    .await
+    .unwrap();
+    let names: Vec<String> = (0..NAMES).map(|i| format!("c10k:{i}")).collect();
+    let mut guards = Vec::with_capacity(NAMES);
+    for chunk in names.chunks(500) {
+        let got = futures_util::future::join_all(chunk.iter().map(|n| {
+            let lock = holder.lock(n);
+            async move { lock.acquire_with_lease(Duration::from_secs(60)).await }
+        }))
+        .await;
+        guards.extend(got.into_iter().map(Result::unwrap));
+    }
+    let started = std::time::Instant::now();
+    for chunk in names.chunks(500) {
+        let got = futures_util::future::join_all(chunk.iter().map(|n| {
+            let lock = waiter.lock(n);
+            async move { lock.try_acquire_for(Duration::from_millis(20)).await }
+        }))
+        .await;
+        assert!(got.into_iter().all(|g| g.unwrap().is_none()));
+    }
+    let ticks_during = started.elapsed().as_secs() / 4 + 2;
+    // The next tick reports the window.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let values = recorded().values.lock().unwrap().clone();
+    let labelled: Vec<(&String, &f64)> = values
+        .iter()
+        .filter(|(k, _)| k.starts_with("lockman_contended_wait_seconds{name=c10k:"))
+        .collect();
+    let nonzero = labelled.iter().filter(|(_, v)| **v > 0.0).count();
+    assert!(nonzero <= K, "{nonzero} names shown at once: {labelled:?}");
+    assert!(
+        labelled.len() as u64 <= K as u64 * ticks_during,
+        "{} names over {ticks_during} ticks",
+        labelled.len()
+    );
+    assert!(!labelled.is_empty());
+    drop(guards);
+    holder.shutdown().await;
+    waiter.shutdown().await;
+}
