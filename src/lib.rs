@@ -34,9 +34,11 @@
 //!
 //! `LockManager::start` works inside an actix System (actix-web, `#[actix_rt::main]`), where
 //! the actors run on the current arbiter, and from a plain `#[tokio::main]` program, where lockman
-//! runs them on an actix System of its own, on a background thread. Either way every acquire and
-//! release is a message to the lock actor of its name, which runs the script (from plain tokio, a
-//! hop to lockman's thread and back).
+//! runs them on an actix System of its own, on background threads: lock actors are spread over
+//! [`Config::arbiters`] of them by name, each with its own command connection. Either way every
+//! acquire and release is a message to the lock actor of its name, which runs the script (from
+//! plain tokio, a hop to lockman's thread and back). An actor whose name falls idle lingers a
+//! moment ([`Config::idle_linger`]) before it stops, so a name used again soon finds it.
 //!
 //! ## Deployments
 //!
