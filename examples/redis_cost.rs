@@ -25,7 +25,10 @@ struct Counters {
 }
 
 fn counters(conn: &mut redis::Connection) -> Counters {
-    let stats: String = redis::cmd("INFO").arg("commandstats").query(conn).expect("INFO");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO");
     let (mut evalsha_calls, mut evalsha_usec) = (0, 0);
     for line in stats.lines() {
         if let Some(rest) = line.strip_prefix("cmdstat_evalsha:") {
@@ -89,7 +92,12 @@ fn main() {
     report("raw floor (reentrant scripts)", &|n| {
         rt.block_on(async {
             for _ in 0..n {
-                raw::pair(&raw_conn, "cost:raw", "00000000-0000-4000-8000-000000000000:1").await;
+                raw::pair(
+                    &raw_conn,
+                    "cost:raw",
+                    "00000000-0000-4000-8000-000000000000:1",
+                )
+                .await;
             }
         })
     });

@@ -156,7 +156,7 @@ impl LockActor {
                 }
             }
             Effect::Busy => self.busy(ctx),
-            Effect::Idle => self.idle(ctx),
+            Effect::Idle => crate::actors::linger::Linger::idle(self, ctx),
             Effect::Stopped => {
                 for tx in self.stop_replies.drain(..) {
                     let _ = tx.send(());

@@ -24,6 +24,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
 use crate::actors::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
+use crate::actors::linger::{Linger, Lingers};
 use crate::actors::lock_state::{MAX_HAND_OFF_STREAK, backoff};
 use crate::actors::messages::*;
 use crate::actors::services::Services;
@@ -106,8 +107,10 @@ pub struct SyncActor {
     hand_offs: u32,
     /// The one timer of the state.
     timer: Option<SpawnHandle>,
-    /// A strong address to itself while busy (see the lock actor's module doc).
+    /// A strong address to itself while busy or lingering (see the lock actor's module doc).
     keepalive: Option<Addr<Self>>,
+    /// Its lingering while idle.
+    linger: Linger,
     /// Set by `StopSync`: nothing new is served.
     stopping: bool,
     effects: Vec<Effect>,
@@ -140,6 +143,7 @@ impl SyncActor {
             hand_offs: 0,
             timer: None,
             keepalive: None,
+            linger: Linger::default(),
             stopping: false,
             effects: Vec::new(),
         }
@@ -175,10 +179,17 @@ impl SyncActor {
 
     fn keep_alive_while_busy(&mut self, ctx: &mut Context<Self>) {
         let busy = !self.state.is_idle() || !self.held.is_empty() || self.busy > 0;
-        if busy && self.keepalive.is_none() {
-            self.keepalive = Some(ctx.address());
-        } else if !busy {
-            self.keepalive = None;
+        if busy {
+            Linger::busy(self);
+            if self.keepalive.is_none() {
+                self.keepalive = Some(ctx.address());
+            }
+        } else {
+            // Kept alive by its own address while it lingers (its round trips kept it so far).
+            if self.keepalive.is_none() && self.linger.is_busy() {
+                self.keepalive = Some(ctx.address());
+            }
+            Linger::idle(self, ctx);
         }
     }
 
@@ -624,6 +635,7 @@ impl Actor for SyncActor {
     type Context = Context<Self>;
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
+        Linger::stopped(self);
         if let Some(registry) = self.registry.upgrade() {
             registry.do_send(ForgetSync {
                 kind: self.kind,
@@ -642,6 +654,20 @@ impl Actor for SyncActor {
             }
         }
         tracing::trace!(name = %self.name, id = self.id, "synchronizer actor stopped");
+    }
+}
+
+impl Lingers for SyncActor {
+    fn linger(&mut self) -> &mut Linger {
+        &mut self.linger
+    }
+
+    fn services(&self) -> &Services {
+        &self.svc
+    }
+
+    fn depart(&mut self, _: &mut Context<Self>) {
+        self.keepalive = None;
     }
 }
 
