@@ -14,7 +14,7 @@ mod crowd;
 pub(crate) mod failover;
 pub(crate) mod lock_actor;
 pub(crate) mod lock_state;
-mod lost;
+pub(crate) mod lost;
 pub(crate) mod messages;
 pub(crate) mod pubsub;
 pub(crate) mod registry;

@@ -9,6 +9,7 @@ pub(crate) mod lock;
 pub(crate) mod manager;
 pub(crate) mod reach;
 pub(crate) mod runtime;
+pub(crate) mod scope;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod trace;

@@ -25,6 +25,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::actors::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
 use crate::actors::lock_state::{MAX_HAND_OFF_STREAK, backoff};
+use crate::actors::lost::Validity;
 use crate::actors::messages::*;
 use crate::actors::services::Services;
 use crate::actors::sync_state::{Answer, Effect, SyncState, Tried};
@@ -65,6 +66,8 @@ struct Waiting {
     /// attempt.
     ids: Vec<u8>,
     since: metrics::Since,
+    /// When the latest attempt to take them was sent: a grant's TTL runs from no earlier.
+    sent: Instant,
 }
 
 /// Permits granted here and not yet given back.
@@ -239,6 +242,12 @@ impl SyncActor {
             return;
         }
         let (permits, ids) = (waiting.permits, waiting.ids.clone());
+        if let Some(w) = self.waiting.get_mut(&id) {
+            w.sent = Instant::now();
+        }
+        let Some(waiting) = self.waiting.get(&id) else {
+            return;
+        };
         let lease = waiting
             .lease
             .unwrap_or(self.svc.config.get_watchdog_timeout());
@@ -311,8 +320,12 @@ impl SyncActor {
             SyncTx::Permits(tx) => {
                 let reply = match answer {
                     Answer::Done { waited } => {
-                        let mut permits =
-                            self.grant(waiting.permits, waiting.ids, waiting.lease, ctx);
+                        let mut permits = self.grant(
+                            waiting.permits,
+                            waiting.ids,
+                            (waiting.lease, waiting.sent),
+                            ctx,
+                        );
                         permits.waited = waited;
                         Ok(Some(permits))
                     }
@@ -330,13 +343,19 @@ impl SyncActor {
         &mut self,
         permits: u32,
         ids: Vec<u8>,
-        lease: Option<Duration>,
+        (lease, sent): (Option<Duration>, Instant),
         ctx: &mut Context<Self>,
     ) -> Permits {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
         let (lost, rx) = watch::channel(false);
         let renewed = self.kind == SyncKind::PermitSemaphore && lease.is_none();
+        // A plain semaphore's permits never expire: their validity stays unconfirmed (none).
+        let validity = Validity::new();
+        if self.kind == SyncKind::PermitSemaphore {
+            let ttl = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
+            validity.confirm(sent, ttl);
+        }
         if renewed {
             self.svc.watchdog.do_send(Track {
                 name: self.name.clone(),
@@ -344,6 +363,7 @@ impl SyncActor {
                 kind: Renewal::Permits,
                 epoch,
                 confirmed: Instant::now(),
+                validity: Some(validity.clone()),
                 actor: ctx.address().recipient::<HoldLost>().downgrade(),
             });
         }
@@ -374,7 +394,7 @@ impl SyncActor {
             permits,
             ids,
             epoch,
-            lost: crate::actors::lost::LostSignal::new(rx),
+            lost: crate::actors::lost::LostSignal::new(rx, &validity),
             waited: false,
             armed: true,
         }
@@ -585,6 +605,7 @@ impl SyncActor {
                 lease,
                 ids,
                 since: metrics::Since::now(),
+                sent: Instant::now(),
             },
         );
         metrics::sync_waiters(self.kind.label(), 1.0);
