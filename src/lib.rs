@@ -127,6 +127,7 @@ pub use config::{
     MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
 };
 pub use error::{LockError, TlsFailure};
+pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};
 pub use handles::lock::{
     FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
     ReadLock, ReadWriteLock, WriteLock,

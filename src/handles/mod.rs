@@ -5,6 +5,7 @@
 //! their spans (`trace`) and the actix-web extractors (`web`).
 
 pub(crate) mod compose;
+pub(crate) mod election;
 pub(crate) mod lock;
 pub(crate) mod manager;
 pub(crate) mod reach;

@@ -38,6 +38,11 @@ impl LockGuard {
         self
     }
 
+    /// The manager that granted it (none for a guard made from a bare [`Grant`]).
+    pub(crate) fn manager(&self) -> Option<&Arc<Inner>> {
+        self.manager.as_ref()
+    }
+
     /// The grant inside: what a [`Release`] message carries.
     pub fn into_grant(self) -> Grant {
         self.grant
