@@ -11,7 +11,8 @@ use lockman::{Config, LockError, LockManager, MultiLock};
 use redis::Commands;
 use support::{RedisServer, eventually};
 
-const WATCHDOG: Duration = Duration::from_millis(1000);
+/// Scope's default margin is a tenth of it: 200 ms of slack for a loaded machine.
+const WATCHDOG: Duration = Duration::from_millis(2000);
 
 async fn manager(server: &RedisServer) -> LockManager {
     let config = Config::new(server.url())
@@ -54,8 +55,8 @@ async fn scoped_work_stops_before_a_frozen_redis_lets_the_key_expire() {
     let steps = Arc::new(AtomicU64::new(0));
     let work = guard.scope(count_steps(steps.clone()));
     let freeze = async {
-        // Renewed a few times first (at 1/6 + 1/3 of the timeout, then every third).
-        tokio::time::sleep(WATCHDOG * 2).await;
+        // Renewed twice or more first (from 1/6 of the timeout, every third of it).
+        tokio::time::sleep(WATCHDOG * 6 / 5).await;
         let expires_no_sooner = freeze_writes(&server, "frozen", 3000);
         (Instant::now(), expires_no_sooner)
     };
@@ -87,10 +88,10 @@ async fn renewals_keep_scoped_work_running_past_several_timeouts() {
     let mgr = manager(&server).await;
     let guard = mgr.lock("renewed").acquire().await.unwrap();
     let first = guard.valid_until();
-    let res = guard.scope(tokio::time::sleep(WATCHDOG * 3)).await;
+    let res = guard.scope(tokio::time::sleep(WATCHDOG * 2)).await;
     assert!(res.is_ok(), "{res:?}");
-    // Each renewal moved it on: at least two timeouts later than the grant's.
-    assert!(guard.valid_until() >= first + WATCHDOG * 2 - WATCHDOG / 2);
+    // Each renewal moved it on: over a timeout later than the grant's.
+    assert!(guard.valid_until() >= first + WATCHDOG);
     guard.release().await.unwrap();
 }
 
@@ -115,7 +116,10 @@ async fn a_lease_hold_stops_its_work_before_the_lease_ends_and_a_lost_hold_says_
         matches!(res, Err(LockError::HoldExpiring { .. })),
         "{res:?}"
     );
-    assert!(stopped < expires_no_sooner + Duration::from_millis(1));
+    assert!(
+        stopped < expires_no_sooner,
+        "stopped after the lease could end"
+    );
     assert!(stopped >= sent + lease / 2, "stopped too early");
     drop(guard);
 
