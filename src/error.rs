@@ -133,6 +133,23 @@ pub enum LockError {
     /// The manager was shut down (or its actors are gone).
     #[error("the lock manager is shut down")]
     Shutdown,
+    /// A guard's `scope` stopped its work because the hold is known to be lost (its key gone,
+    /// force-unlocked, or unrenewable for a whole watchdog timeout).
+    #[error("the hold of {name:?} is lost; its scoped work was stopped")]
+    HoldLost {
+        /// The lock (or semaphore, or election) name.
+        name: String,
+    },
+    /// A guard's `scope` stopped its work because the hold's `valid_until` came within the
+    /// scope's margin without a renewal confirmed by Redis: the key may expire soon, and then
+    /// another holder may take it.
+    #[error(
+        "the hold of {name:?} was not renewed in time and may expire; its scoped work was stopped"
+    )]
+    HoldExpiring {
+        /// The lock (or semaphore, or election) name.
+        name: String,
+    },
 }
 
 /// How a TLS handshake failed ([`LockError::Tls`]).

@@ -79,10 +79,10 @@
 //!
 //! | layer | what is there |
 //! |---|---|
-//! | `handles/` | what users hold, owning nothing but addresses: [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
+//! | `handles/` | what users hold, owning nothing but addresses: [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); [`Election`] and [`Leadership`] (`election/`); the `scope` of every guard (`scope.rs`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
 //! | `actors/` | one [`LockActor`] per lock name in use (`lock_actor/`, with the [`Grant`] and the public [`Acquire`] and [`Release`] it answers), the shell of a pure `LockState` (`lock_state/`: waiters, holds, hand-offs, requests of unknown outcome resent; events in, effects out); one [`SyncActor`] per synchronizer name (`sync_actor/`, with [`Permits`], [`AcquirePermits`], [`ReleasePermits`]), the shell of a pure `SyncState` (`sync_state/`); the `Crowd` serving both kinds' waiters (`crowd.rs`); the `Registry` (name → actor, started on demand); the supervised `PubSubActor` (routes every channel's messages), `Watchdog` (batched renewal of locks and permits without a lease) and `FailoverWatch` (Sentinel); what they all need (`services.rs`), how they start (`system.rs`), and the messages they exchange, which name no actor type (`messages.rs`) |
 //! | `metrics.rs` | the `metrics` feature: what the actors report |
-//! | `protocol/` | one Lua script per operation, run by EVALSHA (`*.lua`, `sync/*.lua`), their typed calls (`commands.rs`, `sync.rs`), the lock kinds (`kind.rs`), the names of keys and channels (`keys.rs`, Redisson's layout, `docs/protocol.md`), the start-time permission probe (`probe.rs`) |
+//! | `protocol/` | one Lua script per operation, run by EVALSHA (`*.lua`, `sync/*.lua`), their typed calls (`commands.rs`, `sync.rs`, fenced writes in `fence.rs`), the lock kinds (`kind.rs`), the names of keys and channels (`keys.rs`, Redisson's layout, `docs/protocol.md`), the start-time permission probe (`probe.rs`) |
 //! | `connections/` | URLs and TLS (`url.rs`), typed connection failures (`failure.rs`), one server or Sentinel's primary (`endpoint.rs`), a Redis Cluster (`cluster.rs`), the command connections and replica sync (`command.rs`), the pub/sub connection (`subscription.rs`) |
 //! | `config/`, `error.rs` | the settings (with the redaction of passwords, `redact.rs`) and the one error type |
 //!
@@ -129,6 +129,7 @@ pub use config::{
     MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
 };
 pub use error::{LockError, TlsFailure};
+pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};
 pub use handles::lock::{
     FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
     ReadLock, ReadWriteLock, WriteLock,

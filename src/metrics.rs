@@ -188,3 +188,22 @@ pub(crate) fn permits_lost(kind: &'static str, why: Loss) {
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, why);
 }
+
+/// An election's lead began or ended here (`delta` +1 or -1).
+#[inline]
+pub(crate) fn leader(name: &str, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("lockman_leader", "name" => name.to_owned()).increment(delta);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, delta);
+}
+
+/// A term of an election began (`won`) or ended (`resigned`, `lost`) here.
+#[inline]
+pub(crate) fn term(name: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockman_terms_total", "name" => name.to_owned(), "outcome" => outcome)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, outcome);
+}

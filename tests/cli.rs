@@ -655,3 +655,108 @@ async fn semaphore_and_latch_commands_change_and_show_them() {
     assert_eq!(code(&out), 2, "a count of zero is bad usage");
     mgr.shutdown().await;
 }
+
+/// The terms and pids `elect`'s command wrote, one line per start: "term pid".
+#[cfg(target_os = "linux")]
+fn starts(file: &std::path::Path) -> Vec<(u64, u32)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (term, pid) = l.split_once(' ')?;
+            Some((term.parse().ok()?, pid.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `elect` runs its command with the term; a lost lead stops it (SIGTERM) and a new term
+/// restarts it; `leader` shows the leader; a SIGKILLed `elect` takes its command with it.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn elect_restarts_its_command_each_term_and_leader_shows_it() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let out = run(&server, &["leader", "jobs", "--json"]);
+    assert_eq!(code(&out), 1);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["leader"], Value::Null);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("starts");
+    let script = format!(
+        "echo \"$LOCKMAN_TERM $$\" >> {}; exec sleep 120",
+        file.display()
+    );
+    let args = [
+        "--watchdog-timeout",
+        "600ms",
+        "elect",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let mut reap = Reap {
+        lockman: lockman(&server, &args)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        command: None,
+    };
+    assert!(support::eventually(Duration::from_secs(10), || starts(&file).len() == 1).await);
+    let (term1, pid1) = starts(&file)[0];
+    assert_eq!(
+        raw.get::<_, u64>("redisson_lock_token:{jobs}").unwrap(),
+        term1
+    );
+    let out = run(&server, &["leader", "jobs", "--json"]);
+    assert_eq!(code(&out), 0);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["term"], term1);
+
+    // The lead is lost (its key gone): the command is stopped, and restarted in a new term.
+    let _: () = raw.del("jobs").unwrap();
+    assert!(support::eventually(Duration::from_secs(10), || starts(&file).len() == 2).await);
+    let (term2, pid2) = starts(&file)[1];
+    assert!(term2 > term1);
+    assert!(!running(pid1), "the first term's command still runs");
+    reap.command = Some(pid2);
+    reap.lockman.kill().unwrap();
+    reap.lockman.wait().unwrap();
+    let gone = support::eventually_blocking(Duration::from_secs(5), || !running(pid2));
+    assert!(gone, "the command {pid2} outlived its lockman");
+}
+
+#[tokio::test]
+async fn elect_once_exits_73_when_the_lead_is_lost() {
+    let server = RedisServer::start();
+    let args = [
+        "--watchdog-timeout",
+        "600ms",
+        "elect",
+        "--once",
+        "j1",
+        "--",
+        "sleep",
+        "30",
+    ];
+    let child = lockman(&server, &args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut raw = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>("j1")
+            .unwrap())
+        .await
+    );
+    let _: () = raw.del("j1").unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(73));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stopping the command"));
+}

@@ -308,3 +308,31 @@ async fn synchronizer_metrics_count_permits_waits_and_losses() {
     );
     mgr.shutdown().await;
 }
+
+#[tokio::test]
+async fn election_metrics_count_terms_won_resigned_and_lost() {
+    recorded();
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(300));
+    let mgr = LockManager::start(config).await.unwrap();
+    let election = mgr.election("m-elect");
+    let lead = election.campaign().await.unwrap();
+    assert_eq!(value("lockman_leader{name=m-elect}"), 1.0);
+    assert_eq!(value("lockman_terms_total{name=m-elect,outcome=won}"), 1.0);
+    lead.resign().await.unwrap();
+    assert_eq!(value("lockman_leader{name=m-elect}"), 0.0);
+    assert_eq!(
+        value("lockman_terms_total{name=m-elect,outcome=resigned}"),
+        1.0
+    );
+    // A lead whose key is deleted is lost at the next renewal; its end counts as lost.
+    let lead = election.campaign().await.unwrap();
+    let _: () = raw.del("m-elect").unwrap();
+    lead.lost().await;
+    drop(lead);
+    assert_eq!(value("lockman_leader{name=m-elect}"), 0.0);
+    assert_eq!(value("lockman_terms_total{name=m-elect,outcome=won}"), 2.0);
+    assert_eq!(value("lockman_terms_total{name=m-elect,outcome=lost}"), 1.0);
+    mgr.shutdown().await;
+}

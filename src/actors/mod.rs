@@ -15,7 +15,7 @@ pub(crate) mod failover;
 mod linger;
 pub(crate) mod lock_actor;
 pub(crate) mod lock_state;
-mod lost;
+pub(crate) mod lost;
 pub(crate) mod messages;
 pub(crate) mod pubsub;
 pub(crate) mod registry;

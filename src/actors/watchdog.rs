@@ -17,6 +17,7 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
+use super::lost::Validity;
 use super::messages::*;
 use crate::config::Config;
 use crate::protocol::keys;
@@ -49,6 +50,8 @@ struct Tracked {
     epoch: u64,
     /// When Redis last confirmed the hold (the grant, or a renewal).
     confirmed: Instant,
+    /// Where a renewal is published for the hold's guards.
+    validity: Option<Validity>,
     actor: WeakRecipient<HoldLost>,
 }
 
@@ -158,6 +161,11 @@ impl Watchdog {
                     } else if let Some(t) = self.tracked.get_mut(&key) {
                         count.renewed += 1;
                         t.confirmed = started.max(t.confirmed);
+                        // The renewal script set the TTL to the timeout, no earlier than the
+                        // call was sent.
+                        if let Some(v) = &t.validity {
+                            v.confirm(started, self.timeout);
+                        }
                     }
                 }
             }
@@ -226,6 +234,7 @@ impl Handler<Track> for Watchdog {
         let tracked = Tracked {
             epoch: msg.epoch,
             confirmed: msg.confirmed,
+            validity: msg.validity,
             actor: msg.actor,
         };
         self.tracked.insert(key, tracked);

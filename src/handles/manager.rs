@@ -125,6 +125,13 @@ impl LockManager {
         FencedLock::new(self.lock(name).as_kind(LockKind::Fenced))
     }
 
+    /// A handle on the **election** `name`: candidates [`campaign`](crate::Election::campaign)
+    /// to lead, one at a time, with terms that only grow (the election is the fenced lock
+    /// `name`).
+    pub fn election(&self, name: impl Into<String>) -> crate::handles::election::Election {
+        crate::handles::election::Election::new(self.inner.clone(), name.into())
+    }
+
     /// A handle on the **read-write lock** `name`: many readers at once, or one writer. Its
     /// [`read`](ReadWriteLock::read) and [`write`](ReadWriteLock::write) sides share one new
     /// holder, so a writer can also take the read side (downgrade).

@@ -2,6 +2,7 @@
 //! into types. No actix here: actors call these, and so do the handles for read-only queries.
 
 mod commands;
+mod fence;
 pub(crate) mod keys;
 mod kind;
 mod probe;
@@ -86,6 +87,7 @@ fn all_scripts() -> Vec<&'static Script> {
         &probe::ACL_PROBE,
     ];
     scripts.extend(sync::sync_scripts());
+    scripts.extend(fence::fence_scripts());
     scripts
 }
 

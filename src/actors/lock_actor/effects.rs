@@ -130,6 +130,7 @@ impl LockActor {
                 kind: Renewal::Lock(kind),
                 epoch,
                 confirmed,
+                validity: self.lost.get(&epoch).map(|(_, _, v)| v.clone()),
                 actor: ctx.address().recipient::<HoldLost>().downgrade(),
             }),
             Effect::Untrack {
@@ -142,7 +143,7 @@ impl LockActor {
                 epoch,
             }),
             Effect::Lost(epoch, loss) => {
-                if let Some((lost, kind)) = self.lost.remove(&epoch) {
+                if let Some((lost, kind, _)) = self.lost.remove(&epoch) {
                     // Counted before the guard is told: whoever the guard wakes reads the
                     // counters already moved.
                     metrics::holds(kind, -1.0);
@@ -151,7 +152,7 @@ impl LockActor {
                 }
             }
             Effect::Ended(epoch) => {
-                if let Some((_, kind)) = self.lost.remove(&epoch) {
+                if let Some((_, kind, _)) = self.lost.remove(&epoch) {
                     metrics::holds(kind, -1.0);
                 }
             }

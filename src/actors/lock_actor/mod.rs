@@ -37,6 +37,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::linger::{Linger, Lingers};
 use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, Timer, WaiterId};
+use super::lost::Validity;
 use super::messages::*;
 use super::services::Services;
 use crate::actors::crowd::{Caller, Crowd};
@@ -68,8 +69,8 @@ pub struct LockActor {
     next_reply: ReplyId,
     /// Timers of the actor or of a hold (retry, renewal hand-over, lease expiry): actix timers.
     singles: FxHashMap<Timer, SpawnHandle>,
-    /// Each hold's lost signal and kind, by epoch; its guards hold the receivers.
-    lost: FxHashMap<u64, (watch::Sender<bool>, LockKind)>,
+    /// Each hold's lost signal, kind and validity, by epoch; its guards hold the receivers.
+    lost: FxHashMap<u64, (watch::Sender<bool>, LockKind, Validity)>,
     /// A strong address to itself while busy or lingering (see the module doc).
     keepalive: Option<Arc<Addr<Self>>>,
     /// Its lingering while idle (see the module doc).
@@ -140,11 +141,14 @@ impl LockActor {
         let waited = matches!(&caller, Some((Caller::Watched(_), _, _)));
         let reply = match answer {
             Answer::Granted { key, epoch, token } => {
-                let (lost, _) = self.lost.entry(epoch).or_insert_with(|| {
+                let (lost, _, validity) = self.lost.entry(epoch).or_insert_with(|| {
                     metrics::holds(key.1, 1.0);
-                    (watch::channel(false).0, key.1)
+                    (watch::channel(false).0, key.1, Validity::new())
                 });
-                let lost = crate::actors::lost::LostSignal::new(lost.subscribe());
+                if let Some((sent, ttl)) = self.state.granted_at(&key, epoch) {
+                    validity.confirm(sent, ttl);
+                }
+                let lost = crate::actors::lost::LostSignal::new(lost.subscribe(), validity);
                 Ok(Some(Grant::new(
                     (self.link(ctx), self.id),
                     self.name.clone(),

@@ -26,6 +26,7 @@ use tokio::sync::{oneshot, watch};
 use crate::actors::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
 use crate::actors::linger::{Linger, Lingers};
 use crate::actors::lock_state::{MAX_HAND_OFF_STREAK, backoff};
+use crate::actors::lost::Validity;
 use crate::actors::messages::*;
 use crate::actors::services::Services;
 use crate::actors::sync_state::{Answer, Effect, SyncState, Tried};
@@ -66,6 +67,8 @@ struct Waiting {
     /// attempt.
     ids: Vec<u8>,
     since: metrics::Since,
+    /// When the latest attempt to take them was sent: a grant's TTL runs from no earlier.
+    sent: Instant,
 }
 
 /// Permits granted here and not yet given back.
@@ -250,6 +253,12 @@ impl SyncActor {
             return;
         }
         let (permits, ids) = (waiting.permits, waiting.ids.clone());
+        if let Some(w) = self.waiting.get_mut(&id) {
+            w.sent = Instant::now();
+        }
+        let Some(waiting) = self.waiting.get(&id) else {
+            return;
+        };
         let lease = waiting
             .lease
             .unwrap_or(self.svc.config.get_watchdog_timeout());
@@ -322,8 +331,12 @@ impl SyncActor {
             SyncTx::Permits(tx) => {
                 let reply = match answer {
                     Answer::Done { waited } => {
-                        let mut permits =
-                            self.grant(waiting.permits, waiting.ids, waiting.lease, ctx);
+                        let mut permits = self.grant(
+                            waiting.permits,
+                            waiting.ids,
+                            (waiting.lease, waiting.sent),
+                            ctx,
+                        );
                         permits.waited = waited;
                         Ok(Some(permits))
                     }
@@ -341,13 +354,19 @@ impl SyncActor {
         &mut self,
         permits: u32,
         ids: Vec<u8>,
-        lease: Option<Duration>,
+        (lease, sent): (Option<Duration>, Instant),
         ctx: &mut Context<Self>,
     ) -> Permits {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
         let (lost, rx) = watch::channel(false);
         let renewed = self.kind == SyncKind::PermitSemaphore && lease.is_none();
+        // A plain semaphore's permits never expire: their validity stays unconfirmed (none).
+        let validity = Validity::new();
+        if self.kind == SyncKind::PermitSemaphore {
+            let ttl = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
+            validity.confirm(sent, ttl);
+        }
         if renewed {
             self.svc.watchdog.do_send(Track {
                 name: self.name.clone(),
@@ -355,6 +374,7 @@ impl SyncActor {
                 kind: Renewal::Permits,
                 epoch,
                 confirmed: Instant::now(),
+                validity: Some(validity.clone()),
                 actor: ctx.address().recipient::<HoldLost>().downgrade(),
             });
         }
@@ -385,7 +405,7 @@ impl SyncActor {
             permits,
             ids,
             epoch,
-            lost: crate::actors::lost::LostSignal::new(rx),
+            lost: crate::actors::lost::LostSignal::new(rx, &validity),
             waited: false,
             armed: true,
         }
@@ -596,6 +616,7 @@ impl SyncActor {
                 lease,
                 ids,
                 since: metrics::Since::now(),
+                sent: Instant::now(),
             },
         );
         metrics::sync_waiters(self.kind.label(), 1.0);

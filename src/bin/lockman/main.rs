@@ -8,10 +8,13 @@
 //! lockman latch NAME [set N | count-down | wait [--timeout DUR]] [--json]
 //! lockman unlock --force NAME [--yes]
 //! lockman watch NAME
+//! lockman elect [--once] NAME -- CMD [ARGS…]
+//! lockman leader NAME [--watch] [--json]
 //! ```
 //!
 //! Exit codes: see [`code`]; `exec` otherwise passes on its command's (128 + n for a signal).
 
+mod elect;
 mod exec;
 mod inspect;
 mod json;
@@ -27,13 +30,14 @@ use lockman::{Config, LockError, LockManager};
 
 /// The documented exit codes (README, "The lockman command").
 pub mod code {
-    /// `inspect`: the lock is free. `unlock`: it was not locked.
+    /// `inspect`: the lock is free. `unlock`: it was not locked. `leader`: nobody leads.
     pub const FREE: u8 = 1;
     /// Bad usage (clap's own).
     pub const USAGE: u8 = 2;
     /// Redis could not be reached, refused us, or answered an error.
     pub const REDIS: u8 = 69;
-    /// `exec`: the lock was lost while the command ran (and the command was stopped).
+    /// `exec`: the lock was lost while the command ran (and the command was stopped);
+    /// `elect --once`: the lead was.
     pub const LOST: u8 = 73;
     /// `exec`: the lock could not be had within `--wait`.
     pub const NOT_ACQUIRED: u8 = 75;
@@ -99,6 +103,22 @@ enum Command {
     /// have no such guarantee: there CMD outlives a killed lockman, and the next `exec` may
     /// start a second CMD beside it once the lock expires.
     Exec(exec::ExecArgs),
+    /// Run a command only while leading the election NAME: campaign (waiting), run CMD with
+    /// LOCKMAN_TERM set to the term; when the lead is lost, or about to expire unrenewed, stop
+    /// CMD (SIGTERM), then campaign again and restart it (--once: exit 73 instead). Exits with
+    /// CMD's code when CMD exits by itself. CMD dies with lockman, as for `exec`.
+    Elect(elect::ElectArgs),
+    /// Show who leads the election NAME and its term. Exit 0 if someone leads, 1 if nobody.
+    Leader {
+        /// The election name.
+        name: String,
+        /// Print every change of leader, until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a lock: kind, holders and counts, TTL, mode, fair queue, fencing token. Exit 0 if
     /// held, 1 if free.
     Inspect {
@@ -276,6 +296,10 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => exec::run(&cli.server, args).await,
+            Command::Elect(args) => elect::elect(&cli.server, args).await,
+            Command::Leader { name, watch, json } => {
+                elect::leader(&cli.server, &name, watch, json).await
+            }
             Command::Inspect { name, json } => inspect::inspect(&cli.server, &name, json).await,
             Command::Unlock { name, yes, .. } => inspect::unlock(&cli.server, &name, yes).await,
             Command::Watch { name } => watch::run(&cli.server, &name).await,
