@@ -164,18 +164,25 @@ pub fn permit_add_permits(conn: &mut Connection, name: &str, d: i64) -> i64 {
         .expect("addPermits")
 }
 
-/// RPermitExpirableSemaphore.tryRelease(List) (3.41+): all or nothing. When every id is held
-/// and unexpired by this client's clock, removes them, `INCRBY`s the free count by their number
-/// and publishes **that number** (not the new free count); returns 1. Else 0, nothing changed.
+/// RPermitExpirableSemaphore.tryRelease(List) (3.41+): all or nothing. When any id is missing
+/// or expired by this client's clock: 0, nothing changed. Else every expired permit is
+/// reclaimed (the free count published when positive), the ids are removed, the free count goes
+/// up by their number and **that number** is published (not the new free count); the reply is
+/// that number. (`release(List)` is this, throwing unless all were released.)
 pub fn permit_release_many(conn: &mut Connection, name: &str, ids: &[[u8; 16]]) -> i64 {
     let script = Script::new(
-        "for i = 2, #ARGV do \
+        "local now = tonumber(ARGV[1]); \
+         for i = 2, #ARGV do \
            local s = redis.call('zscore', KEYS[2], ARGV[i]); \
-           if s == false or tonumber(s) <= tonumber(ARGV[1]) then return 0 end end; \
-         local removed = 0; \
-         for i = 2, #ARGV do removed = removed + redis.call('zrem', KEYS[2], ARGV[i]) end; \
-         redis.call('incrby', KEYS[1], removed); \
-         redis.call('publish', KEYS[3], removed); return 1",
+           if not s or tonumber(s) <= now then return 0 end end; \
+         local old = redis.call('zrangebyscore', KEYS[2], 0, now); \
+         for _, id in ipairs(old) do redis.call('zrem', KEYS[2], id) end; \
+         if #old > 0 then local v = redis.call('incrby', KEYS[1], #old); \
+           if v > 0 then redis.call('publish', KEYS[3], v) end end; \
+         local n = 0; \
+         for i = 2, #ARGV do n = n + redis.call('zrem', KEYS[2], ARGV[i]) end; \
+         redis.call('incrby', KEYS[1], n); \
+         redis.call('publish', KEYS[3], n); return n",
     );
     let mut invocation = script.prepare_invoke();
     invocation
@@ -187,6 +194,67 @@ pub fn permit_release_many(conn: &mut Connection, name: &str, ids: &[[u8; 16]]) 
         invocation.arg(&id[..]);
     }
     invocation.invoke(conn).expect("tryRelease(List)")
+}
+
+/// RSemaphore.trySetPermits(permits, ttl) (3.29+): only when the key is missing, `SET` it with
+/// `PX ttl` and publish the permits; true when set.
+pub fn semaphore_try_set_with_ttl(conn: &mut Connection, name: &str, n: u32, ttl_ms: i64) -> bool {
+    let script = Script::new(
+        "if redis.call('exists', KEYS[1]) == 1 then return 0 end; \
+         redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2]); \
+         redis.call('publish', KEYS[2], ARGV[1]); return 1",
+    );
+    script
+        .key(name)
+        .key(format!("redisson_sc:{{{name}}}"))
+        .arg(n)
+        .arg(ttl_ms)
+        .invoke::<i64>(conn)
+        .expect("trySetPermits(ttl)")
+        == 1
+}
+
+/// RSemaphore.releaseIfExists(n) (4.0+): a missing key is left missing (false); else
+/// `INCRBY n` and the new free count published (true).
+pub fn semaphore_release_if_exists(conn: &mut Connection, name: &str, n: u32) -> bool {
+    let script = Script::new(
+        "if redis.call('exists', KEYS[1]) == 0 then return 0 end; \
+         local v = redis.call('incrby', KEYS[1], ARGV[1]); \
+         redis.call('publish', KEYS[2], v); return 1",
+    );
+    script
+        .key(name)
+        .key(format!("redisson_sc:{{{name}}}"))
+        .arg(n)
+        .invoke::<i64>(conn)
+        .expect("releaseIfExists")
+        == 1
+}
+
+/// RPermitExpirableSemaphore.getLeaseTime(id) (3.41+): reclaims every permit expired by this
+/// client's clock (publishing the free count when positive), then replies the ms left of `id`,
+/// `-1` for a permit without a lease, `0` when it is not held (Java then throws).
+pub fn permit_lease_time(conn: &mut Connection, name: &str, id: [u8; 16]) -> i64 {
+    let script = Script::new(
+        "local now = tonumber(ARGV[3]); \
+         local old = redis.call('zrangebyscore', KEYS[2], 0, now); \
+         for _, x in ipairs(old) do redis.call('zrem', KEYS[2], x) end; \
+         if #old > 0 then local v = redis.call('incrby', KEYS[1], #old); \
+           if v > 0 then redis.call('publish', KEYS[3], v) end end; \
+         local s = redis.call('zscore', KEYS[2], ARGV[1]); \
+         if not s then return 0 end; \
+         if tonumber(s) == tonumber(ARGV[2]) then return -1 end; \
+         return tonumber(s) - now",
+    );
+    script
+        .key(name)
+        .key(format!("{{{name}}}:timeout"))
+        .key(format!("redisson_sc:{{{name}}}"))
+        .arg(&id[..])
+        .arg(NO_LEASE)
+        .arg(now_ms())
+        .invoke(conn)
+        .expect("getLeaseTime")
 }
 
 // ---------------------------------------------------------------------------------------------
