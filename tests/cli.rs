@@ -90,6 +90,34 @@ fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
     assert_eq!(tokens[1], counter);
 }
 
+/// `--kind non-reentrant` and `--kind non-reentrant-fair` hold RLock's / RFairLock's hash with
+/// a count of 1 while the command runs, and release it after.
+#[test]
+fn exec_takes_the_non_reentrant_kinds() {
+    let server = RedisServer::start();
+    for kind in ["non-reentrant", "non-reentrant-fair"] {
+        let script = "redis-cli -p \"$PORT\" hgetall nr";
+        let out = lockman(
+            &server,
+            &["exec", "--kind", kind, "nr", "--", "sh", "-c", script],
+        )
+        .env("PORT", server.port().to_string())
+        .output()
+        .unwrap();
+        assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "one holder field and its count: {stdout}");
+        assert!(lines[0].contains(':'), "a holder: {stdout}");
+        assert_eq!(lines[1], "1", "{kind}: {stdout}");
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("nr")
+            .query(&mut server.conn())
+            .unwrap();
+        assert!(!exists, "released");
+    }
+}
+
 #[test]
 fn two_concurrent_execs_on_one_name_never_overlap() {
     let server = RedisServer::start();

@@ -118,6 +118,23 @@ impl LockManager {
         FairLock::new(self.lock(name).as_kind(LockKind::Fair))
     }
 
+    /// A handle on the **non-reentrant lock** `name` (Redisson 4.4's `getNonReentrantLock`): the
+    /// reentrant lock's keys, field and channel, so Java's `RLock` and non-reentrant lock on the
+    /// same name exclude it and are woken by it; but an acquire by the holder that already holds
+    /// it (this handle or a clone) fails with [`LockError::AlreadyHeld`] and changes nothing in
+    /// Redis, where [`lock`](Self::lock) would re-enter. New holder, as [`lock`](Self::lock).
+    pub fn non_reentrant_lock(&self, name: impl Into<String>) -> Lock {
+        self.lock(name).as_kind(LockKind::NonReentrant)
+    }
+
+    /// A handle on the **non-reentrant fair lock** `name` (Redisson 4.4's
+    /// `getNonReentrantFairLock`): the [fair lock](Self::fair_lock)'s keys, queue and channels,
+    /// refusing an acquire by the holder that already holds it with [`LockError::AlreadyHeld`],
+    /// as [`non_reentrant_lock`](Self::non_reentrant_lock). New holder, as [`lock`](Self::lock).
+    pub fn non_reentrant_fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.lock(name).as_kind(LockKind::NonReentrantFair))
+    }
+
     /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a
     /// token greater than any handed out before for that name, by any client. New holder, as
     /// [`lock`](Self::lock).

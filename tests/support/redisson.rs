@@ -396,6 +396,27 @@ end
 /// the hash's PTTL (at least 0); a new waiter is queued with a deadline of `wait` after the
 /// last waiter's (or after the hash's PTTL) and gets that wait. Reply: nil when acquired.
 pub fn fair_acquire_script() -> String {
+    fair_acquire_text(REENTER)
+}
+
+/// The fair acquire's re-entry step: the holder's count goes up.
+const REENTER: &str = r#"
+  redis.call('HINCRBY', hash, holder, 1)
+  redis.call('PEXPIRE', hash, lease)
+  return nil"#;
+
+/// The non-reentrant fair lock's in its place: the error reply, nothing changed.
+const REFUSE_REENTRY: &str = r#"
+  return redis.error_reply('NON_REENTRANT_REACQUIRE')"#;
+
+/// Plays `RedissonNonReentrantFairLock.tryLockInnerAsync` in its waiting form (4.4+): the fair
+/// acquire above, except that a lockName holding the lock gets the error reply
+/// `NON_REENTRANT_REACQUIRE` (Java throws `IllegalMonitorStateException`) and nothing changes.
+pub fn fair_non_reentrant_acquire_script() -> String {
+    fair_acquire_text(REFUSE_REENTRY)
+}
+
+fn fair_acquire_text(reentry: &str) -> String {
     format!(
         "{FAIR_PRUNE}{}",
         r#"
@@ -415,10 +436,7 @@ if redis.call('EXISTS', hash) == 0 then
     return nil
   end
 end
-if redis.call('HEXISTS', hash, holder) == 1 then
-  redis.call('HINCRBY', hash, holder, 1)
-  redis.call('PEXPIRE', hash, lease)
-  return nil
+if redis.call('HEXISTS', hash, holder) == 1 then{REENTRY}
 end
 if redis.call('ZSCORE', deadlines, holder) then
   local ttl = redis.call('PTTL', hash)
@@ -436,6 +454,7 @@ if redis.call('ZADD', deadlines, ttl + wait + now, holder) == 1 then
 end
 return ttl
 "#
+        .replace("{REENTRY}", reentry)
     )
 }
 
@@ -682,4 +701,91 @@ pub fn fair_give_up(conn: &mut Connection, name: &str, lock_name: &str, wait_ms:
         .arg(wait_ms)
         .invoke::<()>(conn)
         .expect("fair acquireFailed");
+}
+
+/// Plays `RedissonNonReentrantLock.tryLockInnerAsync` (4.4+). KEYS: name; ARGV: lease ms,
+/// lockName, the error text. A missing lock is taken (the lockName's field at 1, the lease as
+/// PTTL): nil; a lockName that holds it gets the error reply `NON_REENTRANT_REACQUIRE` and
+/// nothing changes; else the PTTL.
+pub const NON_REENTRANT_ACQUIRE: &str = r#"
+local hash, lease, holder, refusal = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+if redis.call('EXISTS', hash) == 1 then
+  if redis.call('HEXISTS', hash, holder) == 1 then
+    return redis.error_reply(refusal)
+  end
+  return redis.call('PTTL', hash)
+end
+redis.call('HINCRBY', hash, holder, 1)
+redis.call('PEXPIRE', hash, lease)
+return nil
+"#;
+
+/// RLock / non-reentrant lock `tryLock(0, lease)` of Redisson's non-reentrant lock:
+/// `Ok(None)` when acquired, `Ok(Some(pttl))` when busy, `Err(text)` for an error reply (Redis 7 sends a code-less
+/// script error as `ERR NON_REENTRANT_REACQUIRE`; Redisson looks for the text).
+pub fn non_reentrant_try_lock(
+    conn: &mut Connection,
+    name: &str,
+    lock_name: &str,
+    lease_ms: i64,
+) -> Result<Option<i64>, String> {
+    Script::new(NON_REENTRANT_ACQUIRE)
+        .key(name)
+        .arg(lease_ms)
+        .arg(lock_name)
+        .arg("NON_REENTRANT_REACQUIRE")
+        .invoke(conn)
+        .map_err(|e| e.to_string())
+}
+
+/// RNonReentrantFairLock.tryLock(wait, lease), one attempt (EVAL_LONG): as [`fair_try_lock`],
+/// with `Err(text)` for an error reply.
+pub fn non_reentrant_fair_try_lock(
+    conn: &mut Connection,
+    name: &str,
+    lock_name: &str,
+    lease_ms: i64,
+    wait_ms: i64,
+) -> Result<Option<i64>, String> {
+    Script::new(&fair_non_reentrant_acquire_script())
+        .key(name)
+        .key(prefix_name("redisson_lock_queue", name))
+        .key(prefix_name("redisson_lock_timeout", name))
+        .arg(lease_ms)
+        .arg(lock_name)
+        .arg(wait_ms)
+        .arg(now_ms())
+        .invoke(conn)
+        .map_err(|e| e.to_string())
+}
+
+/// Plays `RedissonBaseLock.unlockInnerAsync` of RLock (and the non-reentrant lock, which keeps
+/// it), without its unlock latch (the latch only makes Java's own resends safe): a lockName
+/// holding nothing gets nil; a count above one is decremented and the lease restored (0); the
+/// last hold deletes the hash and publishes `0` on `redisson_lock__channel:{name}` (1).
+pub fn lock_unlock(
+    conn: &mut Connection,
+    name: &str,
+    lock_name: &str,
+    lease_ms: i64,
+) -> Option<i64> {
+    Script::new(
+        r#"
+local hash, channel, lease, holder = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+if redis.call('HEXISTS', hash, holder) == 0 then return nil end
+if redis.call('HINCRBY', hash, holder, -1) > 0 then
+  redis.call('PEXPIRE', hash, lease)
+  return 0
+end
+redis.call('DEL', hash)
+redis.call('PUBLISH', channel, 0)
+return 1
+"#,
+    )
+    .key(name)
+    .key(prefix_name("redisson_lock__channel", name))
+    .arg(lease_ms)
+    .arg(lock_name)
+    .invoke(conn)
+    .expect("unlock")
 }

@@ -162,6 +162,10 @@ enum Kind {
     Read,
     Write,
     Fenced,
+    /// Redisson 4.4's non-reentrant lock (the reentrant lock's keys).
+    NonReentrant,
+    /// Redisson 4.4's non-reentrant fair lock (the fair lock's keys).
+    NonReentrantFair,
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
