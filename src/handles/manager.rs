@@ -106,7 +106,7 @@ impl LockManager {
         let holder = keys::holder(&self.inner.client_id, n);
         Lock::new(
             self.inner.clone(),
-            name.into().into(),
+            self.inner.map_name(name),
             holder.into(),
             LockKind::Reentrant,
         )
@@ -152,7 +152,7 @@ impl LockManager {
     /// A handle on the **semaphore** `name` (Redisson's `RSemaphore`): permits shared by every
     /// process. The name is checked when the handle is used.
     pub fn semaphore(&self, name: impl Into<String>) -> crate::handles::sync::Semaphore {
-        crate::handles::sync::Semaphore::new(self.inner.clone(), name.into().into())
+        crate::handles::sync::Semaphore::new(self.inner.clone(), self.inner.map_name(name))
     }
 
     /// A handle on the **permit semaphore** `name` (Redisson's `RPermitExpirableSemaphore`):
@@ -161,7 +161,7 @@ impl LockManager {
         &self,
         name: impl Into<String>,
     ) -> crate::handles::sync::PermitSemaphore {
-        crate::handles::sync::PermitSemaphore::new(self.inner.clone(), name.into().into())
+        crate::handles::sync::PermitSemaphore::new(self.inner.clone(), self.inner.map_name(name))
     }
 
     /// A handle on the **count-down latch** `name` (Redisson's `RCountDownLatch`).
@@ -169,7 +169,7 @@ impl LockManager {
         &self,
         name: impl Into<String>,
     ) -> crate::handles::sync::CountDownLatch {
-        crate::handles::sync::CountDownLatch::new(self.inner.clone(), name.into().into())
+        crate::handles::sync::CountDownLatch::new(self.inner.clone(), self.inner.map_name(name))
     }
 
     /// The synchronizer actor serving the synchronizer of `kind` named `name` now, for actix
@@ -182,7 +182,7 @@ impl LockManager {
         kind: crate::protocol::SyncKind,
         name: &str,
     ) -> Result<Addr<crate::actors::sync_actor::SyncActor>, LockError> {
-        self.inner.sync_actor(kind, name.into()).await
+        self.inner.sync_actor(kind, self.inner.map_name(name)).await
     }
 
     /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
@@ -204,7 +204,7 @@ impl LockManager {
         kind: LockKind,
         name: &str,
     ) -> Result<Addr<LockActor>, LockError> {
-        self.inner.lock_actor(kind, name.into()).await
+        self.inner.lock_actor(kind, self.inner.map_name(name)).await
     }
 
     /// Everything Redis holds about the lock `name`, whatever its kind, read in one round trip and
@@ -215,9 +215,13 @@ impl LockManager {
     /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
     /// not a lock, Redis errors.
     pub async fn describe(&self, name: &str) -> Result<crate::handles::lock::LockInfo, LockError> {
-        self.inner.commands.check_name(name)?;
-        let described = self.inner.commands.describe(name).await?;
-        Ok(crate::handles::lock::LockInfo::new(name, described))
+        let mapped = self.inner.map_name(name);
+        self.inner.commands.check_name(&mapped)?;
+        let described = self.inner.commands.describe(&mapped).await?;
+        Ok(crate::handles::lock::LockInfo::new(
+            self.inner.unmap_name(&mapped),
+            described,
+        ))
     }
 
     /// Everything Redis holds about the semaphore, permit semaphore or count-down latch `name`,
@@ -230,9 +234,13 @@ impl LockManager {
         &self,
         name: &str,
     ) -> Result<crate::handles::sync::SyncInfo, LockError> {
-        self.inner.commands.check_name(name)?;
-        let described = self.inner.commands.describe_sync(name).await?;
-        Ok(crate::handles::sync::SyncInfo::new(name, described))
+        let mapped = self.inner.map_name(name);
+        self.inner.commands.check_name(&mapped)?;
+        let described = self.inner.commands.describe_sync(&mapped).await?;
+        Ok(crate::handles::sync::SyncInfo::new(
+            self.inner.unmap_name(&mapped),
+            described,
+        ))
     }
 
     /// How many lock and synchronizer actors are alive: one per name with a hold or a waiter in

@@ -83,6 +83,10 @@ struct Server {
     /// How long a lock taken without --lease outlives a dead lockman (renewed every third of it).
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "30s")]
     watchdog_timeout: Duration,
+    /// Prefix every name with PREFIX, as a Redisson `PrefixNameMapper` with that prefix does
+    /// (a name that starts with it already is used as it is). Give the separator too: `app1:`.
+    #[arg(long, global = true, value_name = "PREFIX", env = "LOCKMAN_PREFIX")]
+    prefix: Option<String>,
     /// How long connecting to Redis may take.
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
     connect_timeout: Duration,
@@ -225,6 +229,9 @@ impl Server {
         let mut config = config
             .watchdog_timeout(self.watchdog_timeout)
             .connect_timeout(self.connect_timeout);
+        if let Some(prefix) = &self.prefix {
+            config = config.name_prefix(prefix.as_str());
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path)
                 .map_err(|e| Failure::new(code::USAGE, format!("{}: {e}", path.display())))?;
