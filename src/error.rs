@@ -23,6 +23,14 @@ pub enum LockError {
         /// The holder that tried to release it.
         holder: String,
     },
+    /// A non-reentrant lock was acquired again by the holder that holds it (Redisson's
+    /// `NON_REENTRANT_REACQUIRE`; Java throws `IllegalMonitorStateException`). Nothing changed in
+    /// Redis: the hold it has stays as it was.
+    #[error("lock {name:?} is non-reentrant and already held by this holder")]
+    AlreadyHeld {
+        /// The lock name.
+        name: String,
+    },
     /// The lock's key holds another Redis type: it is not a lock, and lockman left it alone.
     #[error("key {key:?} holds another redis type, not a lock")]
     WrongType {
@@ -191,6 +199,9 @@ const TRANSIENT_CODES: [&str; 5] = [
     "CLUSTERDOWN",
 ];
 
+/// The error reply of a non-reentrant lock's acquire by its holder (Redisson's `REENTRY_ERR`).
+const NON_REENTRANT_REACQUIRE: &str = "NON_REENTRANT_REACQUIRE";
+
 impl LockError {
     /// Whether trying the same call again later may succeed: connection trouble and time-outs
     /// are retryable; bad arguments, wrong types, `NotHeld` and shutdown are not.
@@ -250,6 +261,13 @@ impl LockError {
         if wrong_type {
             return Self::WrongType {
                 key: key.to_owned(),
+            };
+        }
+        if source.code() == Some(NON_REENTRANT_REACQUIRE)
+            || source.to_string().contains(NON_REENTRANT_REACQUIRE)
+        {
+            return Self::AlreadyHeld {
+                name: key.to_owned(),
             };
         }
         if source.code() == Some("NOPERM") || source.to_string().contains("NOPERM") {

@@ -136,7 +136,7 @@ pub use handles::lock::{
 };
 pub use handles::manager::LockManager;
 pub use handles::sync::{
-    CountDownLatch, HeldPermit, PermitGuard, PermitSemaphore, Semaphore, SyncInfo,
+    CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
 pub use protocol::keys::release_channels;
 pub use protocol::{LockKind, SyncKind};

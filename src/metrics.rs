@@ -78,6 +78,8 @@ fn kind_label(kind: LockKind) -> &'static str {
         LockKind::Read => "read",
         LockKind::Write => "write",
         LockKind::Fair => "fair",
+        LockKind::NonReentrant => "non_reentrant",
+        LockKind::NonReentrantFair => "non_reentrant_fair",
     }
 }
 

@@ -90,6 +90,77 @@ fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
     assert_eq!(tokens[1], counter);
 }
 
+/// `--kind non-reentrant` and `--kind non-reentrant-fair` hold RLock's / RFairLock's hash with
+/// a count of 1 while the command runs, and release it after.
+#[test]
+fn exec_takes_the_non_reentrant_kinds() {
+    let server = RedisServer::start();
+    for kind in ["non-reentrant", "non-reentrant-fair"] {
+        let script = "redis-cli -p \"$PORT\" hgetall nr";
+        let out = lockman(
+            &server,
+            &["exec", "--kind", kind, "nr", "--", "sh", "-c", script],
+        )
+        .env("PORT", server.port().to_string())
+        .output()
+        .unwrap();
+        assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "one holder field and its count: {stdout}");
+        assert!(lines[0].contains(':'), "a holder: {stdout}");
+        assert_eq!(lines[1], "1", "{kind}: {stdout}");
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("nr")
+            .query(&mut server.conn())
+            .unwrap();
+        assert!(!exists, "released");
+    }
+}
+
+/// `--prefix app1:` maps every name as Redisson's `PrefixNameMapper` does: `exec` holds the hash
+/// `app1:report` (not `report`), and `inspect report` finds it and shows the name unmapped.
+#[tokio::test]
+async fn the_prefix_option_maps_names() {
+    let server = RedisServer::start();
+    let script = "redis-cli -p \"$PORT\" exists app1:report report";
+    let out = lockman(
+        &server,
+        &[
+            "--prefix", "app1:", "exec", "report", "--", "sh", "-c", script,
+        ],
+    )
+    .env("PORT", server.port().to_string())
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1",
+        "only app1:report"
+    );
+
+    let mgr = LockManager::start(lockman::Config::new(server.url()).name_prefix("app1:"))
+        .await
+        .unwrap();
+    let _held = mgr.lock("report").acquire().await.unwrap();
+    let shown = run(
+        &server,
+        &["--prefix", "app1:", "inspect", "report", "--json"],
+    );
+    assert_eq!(code(&shown), 0);
+    let json = String::from_utf8_lossy(&shown.stdout);
+    assert!(json.contains("\"name\":\"report\""), "{json}");
+    assert!(json.contains(&mgr.lock("x").holder_id()[..36]), "{json}");
+    let unprefixed = run(&server, &["inspect", "report"]);
+    assert_eq!(
+        code(&unprefixed),
+        1,
+        "without the prefix: another, free name"
+    );
+    mgr.shutdown().await;
+}
+
 #[test]
 fn two_concurrent_execs_on_one_name_never_overlap() {
     let server = RedisServer::start();

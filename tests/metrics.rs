@@ -209,6 +209,33 @@ async fn every_metric_after_a_known_sequence() {
     );
     assert_eq!(value("lockman_holds{kind=fair}"), 0.0);
 
+    // The non-reentrant kinds too; a refused re-entry is a failure of that kind.
+    for (kind, lock) in [
+        ("non_reentrant", mgr.non_reentrant_lock("nr")),
+        (
+            "non_reentrant_fair",
+            (*mgr.non_reentrant_fair_lock("nf")).clone(),
+        ),
+    ] {
+        let held = lock.acquire().await.unwrap();
+        let again = lock.try_acquire().await;
+        assert!(
+            matches!(again, Err(LockError::AlreadyHeld { .. })),
+            "{again:?}"
+        );
+        assert_eq!(value(&format!("lockman_holds{{kind={kind}}}")), 1.0);
+        held.release().await.unwrap();
+        for (outcome, n) in [("acquired", 1.0), ("failed", 1.0)] {
+            assert_eq!(
+                value(&format!(
+                    "lockman_acquire_total{{kind={kind},outcome={outcome}}}"
+                )),
+                n,
+                "{kind} {outcome}"
+            );
+        }
+    }
+
     // A refusal from Redis is a failure.
     let _: () = raw.set("text", "not a lock").unwrap();
     let err = mgr.lock("text").try_acquire().await.unwrap_err();

@@ -15,6 +15,7 @@ impl std::fmt::Debug for Config {
             idle_linger,
             max_lingering,
             arbiters,
+            name_prefix,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -45,6 +46,7 @@ impl std::fmt::Debug for Config {
             .field("idle_linger", idle_linger)
             .field("max_lingering", max_lingering)
             .field("arbiters", arbiters)
+            .field("name_prefix", name_prefix)
             .finish()
     }
 }

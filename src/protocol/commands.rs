@@ -131,10 +131,12 @@ impl Commands {
             LockKind::Read => &READ_ACQUIRE,
             LockKind::Write => &WRITE_ACQUIRE,
             LockKind::Fair => &FAIR_ACQUIRE,
+            LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
+            LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
         };
         let mut call = match kind {
-            LockKind::Reentrant => {
-                let mut call = ACQUIRE.key(key);
+            LockKind::Reentrant | LockKind::NonReentrant => {
+                let mut call = script.key(key);
                 call.arg(lease).arg(holder);
                 call
             }
@@ -156,8 +158,8 @@ impl Commands {
                 call.arg(lease).arg(keys::write_field(holder));
                 call
             }
-            LockKind::Fair => {
-                let mut call = FAIR_ACQUIRE.key(key);
+            LockKind::Fair | LockKind::NonReentrantFair => {
+                let mut call = script.key(key);
                 call.key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
                     .arg(lease)
@@ -197,7 +199,7 @@ impl Commands {
     ) -> Result<Released, LockError> {
         let key = keys::lock_key(name);
         let mut call = match kind {
-            LockKind::Reentrant | LockKind::Fenced => {
+            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
                 let mut call = RELEASE.key(key);
                 call.key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
@@ -225,7 +227,7 @@ impl Commands {
                     .arg(self.publish());
                 call
             }
-            LockKind::Fair => {
+            LockKind::Fair | LockKind::NonReentrantFair => {
                 let mut call = FAIR_RELEASE.key(key);
                 call.key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
@@ -341,7 +343,7 @@ impl Commands {
     pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
         let call = match kind {
-            LockKind::Fair => {
+            LockKind::Fair | LockKind::NonReentrantFair => {
                 let mut call = FAIR_FORCE_UNLOCK.key(key);
                 call.key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
@@ -352,7 +354,11 @@ impl Commands {
                     .arg(epoch_millis());
                 call
             }
-            LockKind::Read | LockKind::Write | LockKind::Reentrant | LockKind::Fenced => {
+            LockKind::Read
+            | LockKind::Write
+            | LockKind::Reentrant
+            | LockKind::Fenced
+            | LockKind::NonReentrant => {
                 let (message, mode) = match kind {
                     LockKind::Read => (WAKE_ALL_MESSAGE, "read"),
                     LockKind::Write => (WAKE_ALL_MESSAGE, "write"),

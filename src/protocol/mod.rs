@@ -51,6 +51,11 @@ static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 // The fair acquire and release scripts both begin by dropping stale queue heads.
 static FAIR_ACQUIRE: LazyLock<Script> = latched!("fair_prune.lua", "fair_acquire.lua");
 static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release.lua");
+// The non-reentrant kinds' acquires, latched as the others; their releases are the reentrant
+// and fair lock's.
+static NON_REENTRANT_ACQUIRE: LazyLock<Script> = latched!("nonreentrant_acquire.lua");
+static FAIR_NON_REENTRANT_ACQUIRE: LazyLock<Script> =
+    latched!("fair_prune.lua", "fair_nonreentrant_acquire.lua");
 static HAND_OFF: LazyLock<Script> =
     latched!("release_prologue.lua", "fence_token.lua", "hand_off.lua");
 // A fair force unlock prunes the queue first too, as Redisson's does; not latched, like
@@ -81,6 +86,8 @@ fn all_scripts() -> Vec<&'static Script> {
         &RENEW_READ,
         &FAIR_ACQUIRE,
         &FAIR_RELEASE,
+        &NON_REENTRANT_ACQUIRE,
+        &FAIR_NON_REENTRANT_ACQUIRE,
         &FAIR_LEAVE,
         &FAIR_FORCE_UNLOCK,
         &DESCRIBE,

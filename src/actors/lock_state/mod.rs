@@ -338,7 +338,7 @@ impl LockState {
     pub(crate) fn resubscribed(&mut self, now: Instant) {
         self.now = now;
         // Fair-lock waiters each have their own turn, and any of their messages may be lost.
-        if self.family == LockKind::Fair {
+        if self.family.is_fair() {
             self.wake_all();
         } else {
             self.wake_one();

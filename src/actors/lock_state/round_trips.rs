@@ -223,7 +223,7 @@ impl LockState {
         let w = self.waiters.get_mut(id)?;
         // A fair attempt that may wait can enqueue it, even one whose reply is lost: from now
         // on, giving up must leave the queue (leaving when not queued changes nothing).
-        w.queued |= w.kind == LockKind::Fair && w.may_wait();
+        w.queued |= w.kind.is_fair() && w.may_wait();
         let op = Op::Acquire {
             kind: w.kind,
             holder: w.holder.clone(),
@@ -271,7 +271,10 @@ impl LockState {
         }
         let (count, lease) = (hold.count, hold.lease);
         let to = if count == 1
-            && matches!(key.1, LockKind::Reentrant | LockKind::Fenced)
+            && matches!(
+                key.1,
+                LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant
+            )
             && self.settings.hand_off
             && self.streak < MAX_HAND_OFF_STREAK
             && !self.stopping

@@ -531,7 +531,7 @@ impl SyncActor {
     /// Runs one adjustment (set, add, drain, release without a grant, count down…).
     fn adjust(
         &mut self,
-        op: Adjustment,
+        op: Op,
         tx: Option<OneshotSender<Result<i64, LockError>>>,
         ctx: &mut Context<Self>,
     ) {
@@ -541,9 +541,23 @@ impl SyncActor {
         self.busy += 1;
         let work = async move {
             resend(limit, || async {
+                let op = match &op {
+                    Op::Adjust(op) => *op,
+                    Op::ReleaseIds(ids) => {
+                        return commands.release_all_permits(&name, ids, &latch).await;
+                    }
+                };
                 match op {
                     Adjustment::SetPermits(n) => commands
-                        .set_permits(kind, &name, n, &latch)
+                        .set_permits(kind, &name, (n, None), &latch)
+                        .await
+                        .map(i64::from),
+                    Adjustment::SetPermitsWithTtl(n, ttl) => commands
+                        .set_permits(kind, &name, (n, Some(ttl)), &latch)
+                        .await
+                        .map(i64::from),
+                    Adjustment::ReleaseIfExists(n) => commands
+                        .release_if_exists(&name, n, &latch)
                         .await
                         .map(i64::from),
                     Adjustment::AddPermits(d) => commands.add_permits(kind, &name, d, &latch).await,
@@ -837,18 +851,60 @@ where
     }
 }
 
+/// What [`SyncActor::adjust`] runs: a public [`Adjustment`], or a permit semaphore's release of a
+/// list of ids, all or nothing ([`ReleaseIds`]; ids are not `Copy`, as `Adjustment` is).
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// A public adjustment.
+    Adjust(Adjustment),
+    /// A permit semaphore's release of these ids, all or nothing.
+    ReleaseIds(Arc<[u8]>),
+}
+
+/// Permit semaphore: give back these permits (16-byte ids, concatenated) all at once, or none
+/// when one is not held. Replies how many were given back (0: none).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<i64, LockError>")]
+pub struct ReleaseIds(pub Arc<[u8]>);
+
 impl Handler<Adjust> for SyncActor {
-    type Result = SyncDone<Adjustment>;
+    type Result = SyncDone<Op>;
 
     fn handle(&mut self, Adjust(op): Adjust, _: &mut Context<Self>) -> Self::Result {
         if self.stopping {
             return SyncDone(Err(LockError::Shutdown));
         }
-        SyncDone(op.check(self.kind).map(|()| op))
+        SyncDone(op.check(self.kind).map(|()| Op::Adjust(op)))
     }
 }
 
-impl MessageResponse<SyncActor, Adjust> for SyncDone<Adjustment> {
+impl Handler<ReleaseIds> for SyncActor {
+    type Result = SyncDone<Op>;
+
+    fn handle(&mut self, ReleaseIds(ids): ReleaseIds, _: &mut Context<Self>) -> Self::Result {
+        if self.stopping {
+            return SyncDone(Err(LockError::Shutdown));
+        }
+        if self.kind != SyncKind::PermitSemaphore {
+            return SyncDone(Err(LockError::invalid(
+                "operation",
+                format!("a release of ids does not apply to a {}", self.kind.label()),
+            )));
+        }
+        if ids.is_empty() || ids.len() % 16 != 0 {
+            return SyncDone(Err(LockError::invalid(
+                "ids",
+                "at least one id of 16 bytes",
+            )));
+        }
+        SyncDone(Ok(Op::ReleaseIds(ids)))
+    }
+}
+
+impl<M> MessageResponse<SyncActor, M> for SyncDone<Op>
+where
+    M: Message<Result = Result<i64, LockError>>,
+{
     fn handle(
         self,
         ctx: &mut Context<SyncActor>,

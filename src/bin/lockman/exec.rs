@@ -135,6 +135,8 @@ async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>,
         Kind::Read => (*manager.read_write_lock(name).read()).clone(),
         Kind::Write => (*manager.read_write_lock(name).write()).clone(),
         Kind::Fenced => (*manager.fenced_lock(name)).clone(),
+        Kind::NonReentrant => manager.non_reentrant_lock(name),
+        Kind::NonReentrantFair => (*manager.non_reentrant_fair_lock(name)).clone(),
     };
     let held = match (args.wait, args.lease) {
         (None, None) => Some(lock.acquire().await?),

@@ -87,6 +87,10 @@ struct Server {
     /// How long a lock taken without --lease outlives a dead lockman (renewed every third of it).
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "30s")]
     watchdog_timeout: Duration,
+    /// Prefix every name with PREFIX, as a Redisson `PrefixNameMapper` with that prefix does
+    /// (a name that starts with it already is used as it is). Give the separator too: `app1:`.
+    #[arg(long, global = true, value_name = "PREFIX", env = "LOCKMAN_PREFIX")]
+    prefix: Option<String>,
     /// How long connecting to Redis may take.
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
     connect_timeout: Duration,
@@ -182,6 +186,10 @@ enum Kind {
     Read,
     Write,
     Fenced,
+    /// Redisson 4.4's non-reentrant lock (the reentrant lock's keys).
+    NonReentrant,
+    /// Redisson 4.4's non-reentrant fair lock (the fair lock's keys).
+    NonReentrantFair,
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
@@ -241,6 +249,9 @@ impl Server {
         let mut config = config
             .watchdog_timeout(self.watchdog_timeout)
             .connect_timeout(self.connect_timeout);
+        if let Some(prefix) = &self.prefix {
+            config = config.name_prefix(prefix.as_str());
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path)
                 .map_err(|e| Failure::new(code::USAGE, format!("{}: {e}", path.display())))?;

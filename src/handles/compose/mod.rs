@@ -177,7 +177,7 @@ impl Plan<'_> {
             return Err(LockError::invalid("members", "at least one lock is needed"));
         }
         for (i, a) in self.members.iter().enumerate() {
-            let same = |b: &&Lock| a.server() == b.server() && a.name() == b.name();
+            let same = |b: &&Lock| a.server() == b.server() && a.key() == b.key();
             if self.members[..i].iter().any(|b| same(&b)) {
                 let why = format!("{:?} on {} appears twice", a.name(), a.server());
                 return Err(LockError::invalid("members", why));
