@@ -1,6 +1,7 @@
 -- Reentrant lock: acquire (protocol.md, "Reentrant lock").
 -- KEYS[1]: the lock hash.
--- ARGV[1]: lease in ms; ARGV[2]: holder ("<client id>:<n>").
+-- ARGV[1]: lease in ms; ARGV[2]: holder ("<client id>:<n>"); ARGV[3]: the holder's count the
+-- client expects before this request (protocol.md, "Sent again").
 -- Reply: {count} when acquired (the holder's count, incremented, PTTL set to the lease: 1 is a
 --        new hold, more a re-entry); otherwise the key's PTTL in ms (what the current holder
 --        still has).
@@ -17,7 +18,13 @@ end
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+if count == tonumber(ARGV[3]) + 1 then
+    -- Sent again: its first run took this hold. Replied as then; only the lease is set again.
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {count}
+end
+if count > 0 then
     return grant()
 end
 return redis.call('pttl', KEYS[1])

@@ -1,7 +1,8 @@
 -- Fair lock: acquire (protocol.md, "Fair lock").
 -- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
 -- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: now, epoch ms;
--- ARGV[5]: "1" for a try-once attempt, which never enqueues.
+-- ARGV[5]: "1" for a try-once attempt, which never enqueues; ARGV[6]: the holder's count the
+-- client expects before this request (protocol.md, "Sent again").
 -- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
 --        back yet) the time until the head's deadline.
@@ -24,8 +25,15 @@ end
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+if count == tonumber(ARGV[6]) + 1 then
+    -- Sent again: its first run took this hold. Replied as then; only the lease is set again.
+    -- (A busy attempt sent again runs again: it keeps its place in the queue, see below.)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {count}
+end
+if count > 0 then
+    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {count}
 end

@@ -1,6 +1,7 @@
 -- Fenced lock: acquire (protocol.md, "Fenced lock"): the reentrant acquire, plus a token.
 -- KEYS[1]: the lock hash; KEYS[2]: the token counter.
--- ARGV[1]: lease in ms; ARGV[2]: holder.
+-- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: the holder's count the client expects before
+-- this request (protocol.md, "Sent again").
 -- Reply: {token, count} when acquired (re-entry included): the counter, incremented in this
 --        call (fence_token.lua), so greater than every token handed out before, and the holder's
 --        count (1: a new hold); otherwise the key's PTTL in ms.
@@ -18,7 +19,15 @@ end
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+if count == tonumber(ARGV[3]) + 1 then
+    -- Sent again: its first run took this hold and the counter's token, which nobody else can
+    -- have taken since (the lock is this holder's). Replied as then; only the lease is set
+    -- again. A counter lost meanwhile gives a new token.
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {tonumber(redis.call('get', KEYS[2])) or next_token(KEYS[2]), count}
+end
+if count > 0 then
     return grant()
 end
 return redis.call('pttl', KEYS[1])

@@ -1,5 +1,7 @@
 -- Read-write lock, write side: acquire (protocol.md, "Read-write lock").
--- KEYS[1]: the lock hash. ARGV[1]: lease in ms; ARGV[2]: the write field ("<holder>:write").
+-- KEYS[1]: the lock hash. ARGV[1]: lease in ms; ARGV[2]: the write field ("<holder>:write");
+-- ARGV[3]: the writer's count the client expects before this request (protocol.md, "Sent
+-- again").
 -- Allowed with no mode, or in write mode held by this holder (re-entry: the lease is added to
 -- the remaining PTTL). A reader cannot upgrade.
 -- Reply: {count} when acquired (the writer's count: 1 is a new hold); otherwise the key's PTTL in
@@ -16,8 +18,15 @@ if mode == false then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1}
 end
-if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+if count == tonumber(ARGV[3]) + 1 then
+    -- Sent again: its first run took this hold. Replied as then; the PTTL is made at least the
+    -- lease again (never shortened: the first run added the lease to it).
+    redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
+    return {count}
+end
+if mode == 'write' and count > 0 then
+    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + tonumber(ARGV[1]))
     return {count}
 end
