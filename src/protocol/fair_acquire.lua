@@ -25,14 +25,15 @@ end
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+local held = redis.call('hget', KEYS[1], ARGV[2])
+local count = tonumber(held)
 if count == tonumber(ARGV[6]) + 1 then
     -- Sent again: its first run took this hold. Replied as then; only the lease is set again.
     -- (A busy attempt sent again runs again: it keeps its place in the queue, see below.)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {count}
 end
-if count > 0 then
+if held then
     count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {count}

@@ -19,7 +19,8 @@ end
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+local held = redis.call('hget', KEYS[1], ARGV[2])
+local count = tonumber(held)
 if count == tonumber(ARGV[3]) + 1 then
     -- Sent again: its first run took this hold and the counter's token, which nobody else can
     -- have taken since (the lock is this holder's). Replied as then; only the lease is set
@@ -27,7 +28,8 @@ if count == tonumber(ARGV[3]) + 1 then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {tonumber(redis.call('get', KEYS[2])) or next_token(KEYS[2]), count}
 end
-if count > 0 then
+if held then
+    -- (A count that is not an integer makes HINCRBY raise Redis's error, changing nothing.)
     return grant()
 end
 return redis.call('pttl', KEYS[1])

@@ -26,7 +26,7 @@ local function lease(i)
     redis.call('pexpire', KEYS[1], math.max(remaining, tonumber(ARGV[1])))
     return {i}
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 if count == tonumber(ARGV[4]) + 1 then
     -- Sent again: its first run took this hold. Replied as then; only the leases (its timeout
     -- key's and the hash's) are set again.

@@ -13,11 +13,11 @@ local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then
     return nil
 end
-local held = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
-if held == 0 then
+local held = redis.call('hget', KEYS[1], ARGV[2])
+if held == false then
     return nil
 end
-if held == tonumber(ARGV[4]) - 1 then
+if tonumber(held) == tonumber(ARGV[4]) - 1 then
     return 0
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[2], -1)

@@ -6,14 +6,17 @@
 -- Reply here: nil when the holder has no field (nothing changes, nothing is published); 0 when
 -- holds remain (PTTL reset to the lease), or when the count is already one below the expected
 -- one (sent again after its first run: replied as then, nothing changes).
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3])) or 0
-if count == 0 then
+local held = redis.call('hget', KEYS[1], ARGV[3])
+if held == false then
     return nil
 end
+local count = tonumber(held)
 if count == tonumber(ARGV[5]) - 1 then
     return 0
 end
-if count > 1 then
+-- The last hold is deleted with the key (below), without counting it down. A count that is not
+-- an integer makes HINCRBY raise Redis's error, changing nothing.
+if count == nil or count > 1 then
     redis.call('hincrby', KEYS[1], ARGV[3], -1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     return 0

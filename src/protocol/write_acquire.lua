@@ -18,15 +18,16 @@ if mode == false then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1}
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[2])) or 0
+local held = redis.call('hget', KEYS[1], ARGV[2])
+local count = tonumber(held)
 if count == tonumber(ARGV[3]) + 1 then
     -- Sent again: its first run took this hold. Replied as then; the PTTL is made at least the
     -- lease again (never shortened: the first run added the lease to it).
     redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
     return {count}
 end
-if mode == 'write' and count > 0 then
-    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+if mode == 'write' and held then
+    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], redis.call('pttl', KEYS[1]) + tonumber(ARGV[1]))
     return {count}
 end

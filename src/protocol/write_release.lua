@@ -10,11 +10,11 @@
 if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
     return nil
 end
-local held = tonumber(redis.call('hget', KEYS[1], ARGV[3])) or 0
-if held == 0 then
+local held = redis.call('hget', KEYS[1], ARGV[3])
+if held == false then
     return nil
 end
-if held == tonumber(ARGV[5]) - 1 then
+if tonumber(held) == tonumber(ARGV[5]) - 1 then
     return 0
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[3], -1)
