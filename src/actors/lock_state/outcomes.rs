@@ -221,12 +221,12 @@ impl LockState {
         match res {
             Ok(0) if target == 0 => {
                 tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
-                self.settled(&key);
-                self.end_hold(&key, epoch, None);
+                self.settled_ending(&key, |s| {
+                    s.end_hold(&key, epoch, None);
+                });
             }
             Ok(0) => {
-                self.settled(&key);
-                self.lose(&key, epoch, Loss::Unconfirmed);
+                self.settled_ending(&key, |s| s.lose(&key, epoch, Loss::Unconfirmed));
             }
             Ok(in_redis) if in_redis > target => {
                 hold.count = in_redis;

@@ -202,7 +202,16 @@ impl LockState {
 
     /// `key`'s count is what this actor grants again: its waiters may go on.
     pub(super) fn settled(&mut self, key: &HoldKey) {
-        if self.abandoned.remove(key) {
+        self.settled_ending(key, |_| {});
+    }
+
+    /// `key`'s count is settled, and `end` ends what ends with it (its hold) before its waiters
+    /// go on: an attempt started by their wake-up expects the count the state then has, so that
+    /// must be Redis's already.
+    pub(super) fn settled_ending(&mut self, key: &HoldKey, end: impl FnOnce(&mut Self)) {
+        let settling = self.abandoned.remove(key);
+        end(self);
+        if settling {
             self.out.push(Effect::Cancel(Timer::Settle(key.clone())));
             self.wake_all();
         }

@@ -382,6 +382,45 @@ fn a_request_unresolved_past_the_watchdog_timeout_is_settled_by_count() {
     );
 }
 
+/// Found by the simulation (seed 315273 of a longer run): the settle of a given-up release
+/// woke the holder's waiter before the hold it settled had ended, and the waiter's attempt
+/// expected the old count; its resend then took the first run for none and counted twice.
+#[test]
+fn a_waiter_woken_by_a_settle_expects_the_settled_count() {
+    let mut s = state(LockKind::Reentrant);
+    let t0 = Instant::now();
+    let a = s.request(req("a", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let (key, epoch) = granted(&s.drain(), a).expect("granted");
+    s.release(key.clone(), epoch, Some(1), t0);
+    let (seq, _) = sent_of(&s.drain());
+    s.ran(Outcome::Release(Err(timeout())), t0);
+    // The same holder asks again: it waits behind the unresolved release.
+    let again = s.request(req("a", Wait::Forever), t0);
+    assert!(runs(&s.drain()).is_empty());
+    let late = t0 + settings().watchdog_timeout;
+    s.fired(Timer::Resend(seq), late);
+    assert!(matches!(
+        runs(&s.drain())[..],
+        [Op::Settle { target: 0, .. }]
+    ));
+    // Redis counts nothing: the hold ends first, then the waiter tries, expecting no count.
+    s.ran(Outcome::Settle(Ok(0)), late);
+    let fx = s.drain();
+    let ended = fx
+        .iter()
+        .position(|e| matches!(e, Effect::Ended(e) if *e == epoch))
+        .expect("the hold ended");
+    let tried = fx
+        .iter()
+        .position(|e| matches!(e, Effect::Run(Op::Acquire { .. })))
+        .expect("the waiter tries");
+    assert!(ended < tried, "{fx:?}");
+    assert_eq!(sent_of(&fx[tried..=tried]).1, 0, "{fx:?}");
+    s.ran(acquired(), late);
+    assert!(granted(&s.drain(), again).is_some());
+}
+
 #[test]
 fn ten_thousand_waiters_leave_in_linear_time() {
     let mut s = state(LockKind::Reentrant);
