@@ -6,9 +6,17 @@
 -- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
 --        back yet) the time until the head's deadline.
+-- Reply {0} (lockman): the request re-enters a hold (ARGV[6] > 0) whose field is gone; nothing
+-- is taken, and the client counts that hold lost before it asks again as a new hold (a
+-- re-entry never creates the field: a request sent again could not tell its own new field
+-- from the count it expected).
 -- A queued waiter that comes back keeps its place: its deadline moves on (below).
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
+local expect = tonumber(ARGV[6])
 if redis.call('exists', KEYS[1]) == 0 then
+    if expect > 0 then
+        return {0}
+    end
     local head = redis.call('lindex', KEYS[2], 0)
     if head == false or head == ARGV[2] then
         redis.call('lpop', KEYS[2])
@@ -27,7 +35,7 @@ if redis.call('hexists', KEYS[1], 'mode') == 1 then
 end
 local held = redis.call('hget', KEYS[1], ARGV[2])
 local count = tonumber(held)
-if count == tonumber(ARGV[6]) + 1 then
+if count == expect + 1 then
     -- Sent again: its first run took this hold. Replied as then; only the lease is set again.
     -- (A busy attempt sent again runs again: it keeps its place in the queue, see below.)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -37,6 +45,9 @@ if held then
     count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {count}
+end
+if expect > 0 then
+    return {0}
 end
 local function until_change()
     local ttl = redis.call('pttl', KEYS[1])

@@ -142,6 +142,9 @@ pub(crate) enum Attempt {
     Unsynced { acked: u32, wanted: u32 },
     /// Another holder has it, for `ttl` more (`None`: the key has no expiry).
     Busy { ttl: Option<Duration> },
+    /// A re-entry found its holder's field gone (the reply `{0}`): nothing was taken, and the
+    /// hold it would re-enter is lost. Asked again, it is a new hold.
+    Gone,
 }
 
 /// The outcome of one release.
@@ -188,13 +191,16 @@ pub(crate) struct Inspection {
 }
 
 /// An acquire script's reply: `[count]` (acquired; the holder's count now), `[token, count]` (a
-/// fenced lock acquired), or the PTTL.
+/// fenced lock acquired), `[0]` (a re-entry whose hold is gone), or the PTTL.
 fn decode_attempt(kind: LockKind, reply: Value) -> Result<Attempt, LockError> {
     let acquired = |token: Option<&i64>, count: &i64| Attempt::Acquired {
         token: token.and_then(|t| u64::try_from(*t).ok()),
         fresh: *count == 1,
     };
     match (kind, reply) {
+        (_, Value::Array(items)) if matches!(items.as_slice(), [Value::Int(0)]) => {
+            Ok(Attempt::Gone)
+        }
         (LockKind::Fenced, Value::Array(items)) => match items.as_slice() {
             [Value::Int(t), Value::Int(n)] => Ok(acquired(Some(t), n)),
             _ => Err(unexpected("acquire", Value::Array(items))),

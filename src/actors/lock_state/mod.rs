@@ -366,6 +366,8 @@ impl LockState {
     pub(crate) fn hold_lost(&mut self, key: &HoldKey, epoch: u64, now: Instant) {
         self.now = now;
         self.lose(key, epoch, Loss::Watchdog);
+        // A settle its end queued (its holder's count was being settled) goes now.
+        self.pump();
     }
 
     /// A timer armed earlier fired.

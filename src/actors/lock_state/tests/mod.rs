@@ -382,6 +382,35 @@ fn a_request_unresolved_past_the_watchdog_timeout_is_settled_by_count() {
     );
 }
 
+/// A re-entry never creates its holder's field: found by the property test, a re-entry whose
+/// key was deleted before it ran took the lock afresh, lost its reply, and its resend, finding
+/// the count it expected, took it a second time. Now it replies `Gone`: the old hold is lost,
+/// and the waiter asks again as a new hold.
+#[test]
+fn a_re_entry_whose_hold_is_gone_loses_it_and_asks_again_as_a_new_hold() {
+    let mut s = state(LockKind::Reentrant);
+    let a = s.request(req("a", Wait::Forever), Instant::now());
+    s.ran(acquired(), Instant::now());
+    let (_, epoch) = granted(&s.drain(), a).expect("granted");
+    let again = s.request(req("a", Wait::Forever), Instant::now());
+    assert_eq!(
+        sent_of(&s.drain()).1,
+        1,
+        "a re-entry expects the count held"
+    );
+    s.ran(Outcome::Acquire(Ok(Attempt::Gone)), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Lost(e, Loss::Reentry) if *e == epoch)),
+        "{fx:?}"
+    );
+    assert!(!answered(&fx, again), "{fx:?}");
+    assert_eq!(sent_of(&fx).1, 0, "asked again as a new hold: {fx:?}");
+    s.ran(acquired(), Instant::now());
+    assert!(granted(&s.drain(), again).is_some());
+}
+
 /// Found by the simulation (seed 315273 of a longer run): the settle of a given-up release
 /// woke the holder's waiter before the hold it settled had ended, and the waiter's attempt
 /// expected the old count; its resend then took the first run for none and counted twice.

@@ -125,6 +125,10 @@ impl Redis {
         now: Instant,
     ) -> Attempt {
         self.prune(now);
+        if expect > 0 && !self.counts.contains_key(holder) {
+            // A re-entry whose hold is gone: nothing taken.
+            return Attempt::Gone;
+        }
         if self.counts.is_empty() && self.queue.first().is_none_or(|h| h == holder) {
             if !self.queue.is_empty() {
                 self.queue.remove(0);
@@ -235,6 +239,10 @@ impl Redis {
         let field: Arc<str> = kind.field(holder).into();
         if let Some(again) = self.sent_again(&field, expect, now + ttl) {
             return again;
+        }
+        if expect > 0 && !self.counts.contains_key(&field) {
+            // A re-entry whose hold is gone: nothing taken.
+            return Attempt::Gone;
         }
         match kind {
             LockKind::Read => {
