@@ -92,9 +92,11 @@
 //! Handles share nothing with the actors but messages and the lost signal a grant carries.
 //!
 //! A request whose reply never came (a time-out, a reset connection, a caller gone mid-trip) is
-//! resent with the same request id: every lock script records its outcome under that id for a
-//! while and answers a resend with it, so a retry never counts a hold twice and never releases
-//! someone else's (`docs/protocol.md`, "Request latches").
+//! resent as it was: every lock script carries the count its holder had before it and
+//! recognises, from the count it finds, a request that ran already, answering it as then; so a
+//! retry never counts a hold twice and never releases someone else's (`docs/protocol.md`, "Sent
+//! again"). Synchronizer scripts record their outcome under a request id instead ("Requests sent
+//! again" there).
 //!
 //! [actix]: https://docs.rs/actix
 //! [Redisson]: https://redisson.org

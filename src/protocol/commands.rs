@@ -16,9 +16,10 @@ use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 #[derive(Clone)]
 pub(crate) struct Commands {
     conn: Conn,
-    /// How long a request latch lives, in ms: past the time a lock actor keeps sending a
-    /// request whose reply never came (at most the watchdog timeout), plus four response
-    /// timeouts (the last resend may wait for the round trip under way, then take its own).
+    /// How long a synchronizer's request latch lives, in ms: past the time a synchronizer
+    /// actor keeps sending a request whose reply never came (at most the watchdog timeout), plus
+    /// four response timeouts (the last resend may wait for the round trip under way, then take
+    /// its own). Lock requests have no latch: their holder's count tells (`Expect`).
     latch_ttl: u64,
 }
 
@@ -69,27 +70,12 @@ impl Commands {
         self.endpoint().cluster().is_some()
     }
 
-    /// Puts `call` behind `latch` (`latch.lua`): the holder's latch key as the last key; the
-    /// request's id, its role and the latch's PTTL as the last arguments.
-    fn latched(
-        &self,
-        call: &mut redis::ScriptInvocation<'_>,
-        (name, field): (&str, &str),
-        latch: Latch,
-        role: LatchRole,
-    ) {
-        call.key(keys::latch(name, field))
-            .arg(latch.id)
-            .arg(role.flag())
-            .arg(self.latch_ttl);
-    }
-
     /// The connections, for the synchronizers' calls (`sync.rs`).
     pub(super) fn conn(&self) -> &Conn {
         &self.conn
     }
 
-    /// How long a request latch lives, in ms.
+    /// How long a synchronizer's request latch lives, in ms.
     pub(super) fn latch_ttl_ms(&self) -> u64 {
         self.latch_ttl
     }
@@ -114,14 +100,14 @@ impl Commands {
     }
 
     /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
-    /// `write_acquire.lua`, `fair_acquire.lua`), behind `latch`.
+    /// `write_acquire.lua`, `fair_acquire.lua`); `expect`: the holder's count before it.
     pub(crate) async fn acquire(
         &self,
         kind: LockKind,
         (name, holder): (&str, &str),
         lease: Duration,
         fair: FairArgs,
-        latch: &Latch,
+        expect: Expect,
     ) -> Result<Attempt, LockError> {
         let key = keys::lock_key(name);
         let lease = millis(lease);
@@ -170,12 +156,7 @@ impl Commands {
                 call
             }
         };
-        self.latched(
-            &mut call,
-            (name, &kind.field(holder)),
-            *latch,
-            LatchRole::Acquire,
-        );
+        call.arg(expect.count);
         let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
         let attempt = decode_attempt(kind, reply)?;
         if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
@@ -188,14 +169,14 @@ impl Commands {
         Ok(attempt)
     }
 
-    /// Releases one hold of `kind`, restoring `lease` when holds remain; behind `latch` when
-    /// one is given (a release at shutdown, which nobody sends again, has none).
+    /// Releases one hold of `kind`, restoring `lease` when holds remain; `expect`: the holder's
+    /// count before it.
     pub(crate) async fn release(
         &self,
         kind: LockKind,
         (name, holder): (&str, &str),
         lease: Duration,
-        latch: Option<&Latch>,
+        expect: Expect,
     ) -> Result<Released, LockError> {
         let key = keys::lock_key(name);
         let mut call = match kind {
@@ -240,13 +221,7 @@ impl Commands {
                 call
             }
         };
-        let latch = latch.copied().unwrap_or_else(Latch::new);
-        self.latched(
-            &mut call,
-            (name, &kind.field(holder)),
-            latch,
-            LatchRole::Release,
-        );
+        call.arg(expect.count);
         match self.run("release", key, call).await? {
             Value::Nil => Ok(Released::NotHeld),
             Value::Int(0) => Ok(Released::StillHeld),
@@ -256,14 +231,15 @@ impl Commands {
     }
 
     /// Releases one hold of `from` and, when that frees the lock, grants it to `to` for
-    /// `to_lease` in the same call (`hand_off.lua`): reentrant and fenced locks only.
+    /// `to_lease` in the same call (`hand_off.lua`): reentrant and fenced locks only. `expect`:
+    /// both holders' counts before it.
     pub(crate) async fn hand_off(
         &self,
         kind: LockKind,
         name: &str,
         (from, lease): (&str, Duration),
         (to, to_lease): (&str, Duration),
-        latch: &Latch,
+        expect: Expect,
     ) -> Result<HandedOff, LockError> {
         let key = keys::lock_key(name);
         let mut call = HAND_OFF.key(key);
@@ -272,10 +248,10 @@ impl Commands {
             .arg(millis(lease))
             .arg(from)
             .arg(to)
+            .arg(expect.count)
             .arg(millis(to_lease))
-            .arg(if kind == LockKind::Fenced { "1" } else { "0" });
-        call.key(keys::latch(name, from));
-        self.latched(&mut call, (name, to), *latch, LatchRole::HandOff);
+            .arg(if kind == LockKind::Fenced { "1" } else { "0" })
+            .arg(expect.to);
         match self.run("hand off", key, call).await? {
             Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
             Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
@@ -291,7 +267,7 @@ impl Commands {
     }
 
     /// Brings `holder`'s count in Redis down to `target` when requests of unknown outcome were
-    /// given up (Redis unreachable past the time their latches live): reads it, then releases
+    /// given up (Redis unreachable for too long): reads it, then releases
     /// what is over. Exact because every hold of a holder is its lock actor's, and the actor
     /// runs nothing else on the name meanwhile; `target` is all that the actor still grants. Replies the count afterwards (0: the field is gone); a release
     /// that fails stops early, with the count so far.
@@ -305,7 +281,8 @@ impl Commands {
     ) -> Result<u32, LockError> {
         let mut in_redis = self.inspect(kind, name, holder).await?.count;
         while in_redis > target {
-            match self.release(kind, (name, holder), lease, None).await {
+            let expect = Expect::count(in_redis);
+            match self.release(kind, (name, holder), lease, expect).await {
                 Ok(Released::StillHeld) => in_redis -= 1,
                 Ok(Released::Unlocked | Released::NotHeld) => in_redis = 0,
                 Err(_) => break,
@@ -476,27 +453,6 @@ impl Commands {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
-        }
-    }
-}
-
-/// What a latched script is, for `latch.lua`: which replies it keeps, and where.
-#[derive(Clone, Copy)]
-enum LatchRole {
-    /// An acquire: any reply but a PTTL.
-    Acquire,
-    /// A release.
-    Release,
-    /// A hand-off: the latch is the next holder's.
-    HandOff,
-}
-
-impl LatchRole {
-    fn flag(self) -> &'static str {
-        match self {
-            LatchRole::Acquire => "a",
-            LatchRole::Release => "r",
-            LatchRole::HandOff => "h",
         }
     }
 }

@@ -26,20 +26,20 @@ impl LockActor {
                 holder,
                 ttl,
                 fair,
-                latch,
+                expect,
+                ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds.acquire(kind, (&name, &holder), ttl, fair, &latch);
+                let res = cmds.acquire(kind, (&name, &holder), ttl, fair, expect);
                 Outcome::Acquire(res.await)
             }),
             Op::Release {
                 kind,
                 holder,
                 lease,
-                latch,
+                expect,
+                ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds
-                    .release(kind, (&name, &holder), lease, Some(&latch))
-                    .await;
+                let res = cmds.release(kind, (&name, &holder), lease, expect).await;
                 Outcome::Release(res.map(HandedOff::No))
             }),
             Op::HandOff {
@@ -48,9 +48,10 @@ impl LockActor {
                 lease,
                 to,
                 to_lease,
-                latch,
+                expect,
+                ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease), &latch);
+                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease), expect);
                 Outcome::Release(res.await)
             }),
             Op::LeaveQueue { holder, wait } => self.spawn_op(
