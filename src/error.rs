@@ -23,6 +23,14 @@ pub enum LockError {
         /// The holder that tried to release it.
         holder: String,
     },
+    /// A non-reentrant lock was acquired again by the holder that holds it (Redisson's
+    /// `NON_REENTRANT_REACQUIRE`; Java throws `IllegalMonitorStateException`). Nothing changed in
+    /// Redis: the hold it has stays as it was.
+    #[error("lock {name:?} is non-reentrant and already held by this holder")]
+    AlreadyHeld {
+        /// The lock name.
+        name: String,
+    },
     /// The lock's key holds another Redis type: it is not a lock, and lockman left it alone.
     #[error("key {key:?} holds another redis type, not a lock")]
     WrongType {
@@ -133,6 +141,23 @@ pub enum LockError {
     /// The manager was shut down (or its actors are gone).
     #[error("the lock manager is shut down")]
     Shutdown,
+    /// A guard's `scope` stopped its work because the hold is known to be lost (its key gone,
+    /// force-unlocked, or unrenewable for a whole watchdog timeout).
+    #[error("the hold of {name:?} is lost; its scoped work was stopped")]
+    HoldLost {
+        /// The lock (or semaphore, or election) name.
+        name: String,
+    },
+    /// A guard's `scope` stopped its work because the hold's `valid_until` came within the
+    /// scope's margin without a renewal confirmed by Redis: the key may expire soon, and then
+    /// another holder may take it.
+    #[error(
+        "the hold of {name:?} was not renewed in time and may expire; its scoped work was stopped"
+    )]
+    HoldExpiring {
+        /// The lock (or semaphore, or election) name.
+        name: String,
+    },
 }
 
 /// How a TLS handshake failed ([`LockError::Tls`]).
@@ -173,6 +198,9 @@ const TRANSIENT_CODES: [&str; 5] = [
     "TRYAGAIN",
     "CLUSTERDOWN",
 ];
+
+/// The error reply of a non-reentrant lock's acquire by its holder (Redisson's `REENTRY_ERR`).
+const NON_REENTRANT_REACQUIRE: &str = "NON_REENTRANT_REACQUIRE";
 
 impl LockError {
     /// Whether trying the same call again later may succeed: connection trouble and time-outs
@@ -233,6 +261,13 @@ impl LockError {
         if wrong_type {
             return Self::WrongType {
                 key: key.to_owned(),
+            };
+        }
+        if source.code() == Some(NON_REENTRANT_REACQUIRE)
+            || source.to_string().contains(NON_REENTRANT_REACQUIRE)
+        {
+            return Self::AlreadyHeld {
+                name: key.to_owned(),
             };
         }
         if source.code() == Some("NOPERM") || source.to_string().contains("NOPERM") {

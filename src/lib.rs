@@ -34,9 +34,11 @@
 //!
 //! `LockManager::start` works inside an actix System (actix-web, `#[actix_rt::main]`), where
 //! the actors run on the current arbiter, and from a plain `#[tokio::main]` program, where lockman
-//! runs them on an actix System of its own, on a background thread. Either way every acquire and
-//! release is a message to the lock actor of its name, which runs the script (from plain tokio, a
-//! hop to lockman's thread and back).
+//! runs them on an actix System of its own, on background threads: lock actors are spread over
+//! [`Config::arbiters`] of them by name, each with its own command connection. Either way every
+//! acquire and release is a message to the lock actor of its name, which runs the script (from
+//! plain tokio, a hop to lockman's thread and back). An actor whose name falls idle lingers a
+//! moment ([`Config::idle_linger`]) before it stops, so a name used again soon finds it.
 //!
 //! ## Deployments
 //!
@@ -77,10 +79,10 @@
 //!
 //! | layer | what is there |
 //! |---|---|
-//! | `handles/` | what users hold, owning nothing but addresses: [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
+//! | `handles/` | what users hold, owning nothing but addresses: [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); [`Election`] and [`Leadership`] (`election/`); the `scope` of every guard (`scope.rs`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
 //! | `actors/` | one [`LockActor`] per lock name in use (`lock_actor/`, with the [`Grant`] and the public [`Acquire`] and [`Release`] it answers), the shell of a pure `LockState` (`lock_state/`: waiters, holds, hand-offs, requests of unknown outcome resent; events in, effects out); one [`SyncActor`] per synchronizer name (`sync_actor/`, with [`Permits`], [`AcquirePermits`], [`ReleasePermits`]), the shell of a pure `SyncState` (`sync_state/`); the `Crowd` serving both kinds' waiters (`crowd.rs`); the `Registry` (name → actor, started on demand); the supervised `PubSubActor` (routes every channel's messages), `Watchdog` (batched renewal of locks and permits without a lease) and `FailoverWatch` (Sentinel); what they all need (`services.rs`), how they start (`system.rs`), and the messages they exchange, which name no actor type (`messages.rs`) |
 //! | `metrics.rs` | the `metrics` feature: what the actors report |
-//! | `protocol/` | one Lua script per operation, run by EVALSHA (`*.lua`, `sync/*.lua`), their typed calls (`commands.rs`, `sync.rs`), the lock kinds (`kind.rs`), the names of keys and channels (`keys.rs`, Redisson's layout, `docs/protocol.md`), the start-time permission probe (`probe.rs`) |
+//! | `protocol/` | one Lua script per operation, run by EVALSHA (`*.lua`, `sync/*.lua`), their typed calls (`commands.rs`, `sync.rs`, fenced writes in `fence.rs`), the lock kinds (`kind.rs`), the names of keys and channels (`keys.rs`, Redisson's layout, `docs/protocol.md`), the start-time permission probe (`probe.rs`) |
 //! | `connections/` | URLs and TLS (`url.rs`), typed connection failures (`failure.rs`), one server or Sentinel's primary (`endpoint.rs`), a Redis Cluster (`cluster.rs`), the command connections and replica sync (`command.rs`), the pub/sub connection (`subscription.rs`) |
 //! | `config/`, `error.rs` | the settings (with the redaction of passwords, `redact.rs`) and the one error type |
 //!
@@ -90,9 +92,11 @@
 //! Handles share nothing with the actors but messages and the lost signal a grant carries.
 //!
 //! A request whose reply never came (a time-out, a reset connection, a caller gone mid-trip) is
-//! resent with the same request id: every lock script records its outcome under that id for a
-//! while and answers a resend with it, so a retry never counts a hold twice and never releases
-//! someone else's (`docs/protocol.md`, "Request latches").
+//! resent as it was: every lock script carries the count its holder had before it and
+//! recognises, from the count it finds, a request that ran already, answering it as then; so a
+//! retry never counts a hold twice and never releases someone else's (`docs/protocol.md`, "Sent
+//! again"). Synchronizer scripts record their outcome under a request id instead ("Requests sent
+//! again" there).
 //!
 //! [actix]: https://docs.rs/actix
 //! [Redisson]: https://redisson.org
@@ -128,13 +132,14 @@ pub use config::{
     MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
 };
 pub use error::{LockError, TlsFailure};
+pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};
 pub use handles::lock::{
     FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
     ReadLock, ReadWriteLock, WriteLock,
 };
 pub use handles::manager::LockManager;
 pub use handles::sync::{
-    CountDownLatch, HeldPermit, PermitGuard, PermitSemaphore, Semaphore, SyncInfo,
+    CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
 pub use protocol::keys::release_channels;
 pub use protocol::{LockKind, SyncKind};

@@ -70,14 +70,16 @@ impl Loss {
     }
 }
 
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-fn kind_label(kind: LockKind) -> &'static str {
+/// The `kind` label of a lock kind (also the kind a client record gives a hold).
+pub(crate) fn kind_label(kind: LockKind) -> &'static str {
     match kind {
         LockKind::Reentrant => "lock",
         LockKind::Fenced => "fenced",
         LockKind::Read => "read",
         LockKind::Write => "write",
         LockKind::Fair => "fair",
+        LockKind::NonReentrant => "non_reentrant",
+        LockKind::NonReentrantFair => "non_reentrant_fair",
     }
 }
 
@@ -216,4 +218,23 @@ pub(crate) fn contention(
     let _ = contended;
     shown.clear();
     shown.extend(top.iter().map(|(n, _)| n.clone()));
+}
+
+/// An election's lead began or ended here (`delta` +1 or -1).
+#[inline]
+pub(crate) fn leader(name: &str, delta: f64) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("lockman_leader", "name" => name.to_owned()).increment(delta);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, delta);
+}
+
+/// A term of an election began (`won`) or ended (`resigned`, `lost`) here.
+#[inline]
+pub(crate) fn term(name: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockman_terms_total", "name" => name.to_owned(), "outcome" => outcome)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, outcome);
 }

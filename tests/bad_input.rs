@@ -863,14 +863,12 @@ async fn within<T>(
         .unwrap_or_else(|_| panic!("no answer within {limit:?}"))
 }
 
-/// The keys of locks: every key but request latches (`redisson_unlock_latch:*`), which a
-/// holder's requests write and its last release deletes.
+/// The keys of locks: every key (lock requests write no other, docs/protocol.md "Sent again").
 fn lock_keys(env: &Env) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query(&mut env.raw())
         .expect("KEYS");
-    keys.retain(|k| !k.starts_with("redisson_unlock_latch:"));
     keys.sort();
     keys
 }
@@ -879,8 +877,7 @@ fn dbsize(env: &Env) -> u64 {
     lock_keys(env).len() as u64
 }
 
-/// A digest of the locks' data, expiries included (request latches left out: a refused
-/// release deletes its own holder's latch).
+/// A digest of the locks' data, expiries included.
 fn digest(env: &Env) -> String {
     let mut raw = env.raw();
     let mut digest = String::new();

@@ -90,6 +90,77 @@ fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
     assert_eq!(tokens[1], counter);
 }
 
+/// `--kind non-reentrant` and `--kind non-reentrant-fair` hold RLock's / RFairLock's hash with
+/// a count of 1 while the command runs, and release it after.
+#[test]
+fn exec_takes_the_non_reentrant_kinds() {
+    let server = RedisServer::start();
+    for kind in ["non-reentrant", "non-reentrant-fair"] {
+        let script = "redis-cli -p \"$PORT\" hgetall nr";
+        let out = lockman(
+            &server,
+            &["exec", "--kind", kind, "nr", "--", "sh", "-c", script],
+        )
+        .env("PORT", server.port().to_string())
+        .output()
+        .unwrap();
+        assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines.len(), 2, "one holder field and its count: {stdout}");
+        assert!(lines[0].contains(':'), "a holder: {stdout}");
+        assert_eq!(lines[1], "1", "{kind}: {stdout}");
+        let exists: bool = redis::cmd("EXISTS")
+            .arg("nr")
+            .query(&mut server.conn())
+            .unwrap();
+        assert!(!exists, "released");
+    }
+}
+
+/// `--prefix app1:` maps every name as Redisson's `PrefixNameMapper` does: `exec` holds the hash
+/// `app1:report` (not `report`), and `inspect report` finds it and shows the name unmapped.
+#[tokio::test]
+async fn the_prefix_option_maps_names() {
+    let server = RedisServer::start();
+    let script = "redis-cli -p \"$PORT\" exists app1:report report";
+    let out = lockman(
+        &server,
+        &[
+            "--prefix", "app1:", "exec", "report", "--", "sh", "-c", script,
+        ],
+    )
+    .env("PORT", server.port().to_string())
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1",
+        "only app1:report"
+    );
+
+    let mgr = LockManager::start(lockman::Config::new(server.url()).name_prefix("app1:"))
+        .await
+        .unwrap();
+    let _held = mgr.lock("report").acquire().await.unwrap();
+    let shown = run(
+        &server,
+        &["--prefix", "app1:", "inspect", "report", "--json"],
+    );
+    assert_eq!(code(&shown), 0);
+    let json = String::from_utf8_lossy(&shown.stdout);
+    assert!(json.contains("\"name\":\"report\""), "{json}");
+    assert!(json.contains(&mgr.lock("x").holder_id()[..36]), "{json}");
+    let unprefixed = run(&server, &["inspect", "report"]);
+    assert_eq!(
+        code(&unprefixed),
+        1,
+        "without the prefix: another, free name"
+    );
+    mgr.shutdown().await;
+}
+
 #[test]
 fn two_concurrent_execs_on_one_name_never_overlap() {
     let server = RedisServer::start();
@@ -654,4 +725,109 @@ async fn semaphore_and_latch_commands_change_and_show_them() {
     let out = run(&server, &["latch", "go", "set", "0"]);
     assert_eq!(code(&out), 2, "a count of zero is bad usage");
     mgr.shutdown().await;
+}
+
+/// The terms and pids `elect`'s command wrote, one line per start: "term pid".
+#[cfg(target_os = "linux")]
+fn starts(file: &std::path::Path) -> Vec<(u64, u32)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (term, pid) = l.split_once(' ')?;
+            Some((term.parse().ok()?, pid.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `elect` runs its command with the term; a lost lead stops it (SIGTERM) and a new term
+/// restarts it; `leader` shows the leader; a SIGKILLed `elect` takes its command with it.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn elect_restarts_its_command_each_term_and_leader_shows_it() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let out = run(&server, &["leader", "jobs", "--json"]);
+    assert_eq!(code(&out), 1);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["leader"], Value::Null);
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("starts");
+    let script = format!(
+        "echo \"$LOCKMAN_TERM $$\" >> {}; exec sleep 120",
+        file.display()
+    );
+    let args = [
+        "--watchdog-timeout",
+        "600ms",
+        "elect",
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let mut reap = Reap {
+        lockman: lockman(&server, &args)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        command: None,
+    };
+    assert!(support::eventually(Duration::from_secs(10), || starts(&file).len() == 1).await);
+    let (term1, pid1) = starts(&file)[0];
+    assert_eq!(
+        raw.get::<_, u64>("redisson_lock_token:{jobs}").unwrap(),
+        term1
+    );
+    let out = run(&server, &["leader", "jobs", "--json"]);
+    assert_eq!(code(&out), 0);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["term"], term1);
+
+    // The lead is lost (its key gone): the command is stopped, and restarted in a new term.
+    let _: () = raw.del("jobs").unwrap();
+    assert!(support::eventually(Duration::from_secs(10), || starts(&file).len() == 2).await);
+    let (term2, pid2) = starts(&file)[1];
+    assert!(term2 > term1);
+    assert!(!running(pid1), "the first term's command still runs");
+    reap.command = Some(pid2);
+    reap.lockman.kill().unwrap();
+    reap.lockman.wait().unwrap();
+    let gone = support::eventually_blocking(Duration::from_secs(5), || !running(pid2));
+    assert!(gone, "the command {pid2} outlived its lockman");
+}
+
+#[tokio::test]
+async fn elect_once_exits_73_when_the_lead_is_lost() {
+    let server = RedisServer::start();
+    let args = [
+        "--watchdog-timeout",
+        "600ms",
+        "elect",
+        "--once",
+        "j1",
+        "--",
+        "sleep",
+        "30",
+    ];
+    let child = lockman(&server, &args)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut raw = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>("j1")
+            .unwrap())
+        .await
+    );
+    let _: () = raw.del("j1").unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(73));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("stopping the command"));
 }

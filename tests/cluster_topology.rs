@@ -48,9 +48,9 @@ async fn a_slot_migration_keeps_holds_and_waiters_and_moves_subscriptions() {
 
     let early = a.lock("{mv}:early").acquire().await.unwrap();
     cluster.begin_migration(slot, from, to);
-    // While the slot is half moved: a new lock is asked for (its script's keys, the lock and
-    // its holder's latch, are on neither node, so the target answers TRYAGAIN until the slot
-    // is whole: it is granted then), and one taken before is released while the keys move.
+    // While the slot is half moved: a new lock is asked for (its key is on neither node: the
+    // source redirects the script to the target (ASK), and it is granted there or once the slot
+    // is whole), and one taken before is released while the keys move.
     let during = tokio::spawn({
         let lock = a.lock("{mv}:during");
         async move { lock.acquire().await }

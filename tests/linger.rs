@@ -67,7 +67,7 @@ async fn at_most_max_lingering_idle_actors_stay() {
     let linger = Duration::from_secs(3);
     let mgr = manager(&server, linger, 2).await;
     for n in 0..6 {
-        let lock = mgr.lock(&format!("many-{n}"));
+        let lock = mgr.lock(format!("many-{n}"));
         lock.acquire().await.unwrap().release().await.unwrap();
     }
     // Well within the linger: the first two idle actors took both places, the other four left.
@@ -127,5 +127,29 @@ async fn bad_linger_settings_are_refused() {
     assert!(
         matches!(err, lockman::LockError::InvalidArgument { .. }),
         "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_semaphore_idle_between_uses_keeps_its_actor_then_it_leaves() {
+    let server = RedisServer::start();
+    let linger = Duration::from_millis(400);
+    let mgr = manager(&server, linger, 100).await;
+    let semaphore = mgr.semaphore("idle-permits");
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    let first = mgr
+        .sync_actor(lockman::SyncKind::Semaphore, "idle-permits")
+        .await
+        .unwrap()
+        .downgrade();
+    for _ in 0..10 {
+        tokio::time::sleep(linger / 10).await;
+        drop(semaphore.acquire(1).await.unwrap());
+    }
+    tokio::time::sleep(linger / 10).await;
+    assert!(first.upgrade().is_some(), "the same actor served every use");
+    assert!(
+        support::eventually(Duration::from_secs(3), || first.upgrade().is_none()).await,
+        "the idle actor left"
     );
 }

@@ -209,6 +209,33 @@ async fn every_metric_after_a_known_sequence() {
     );
     assert_eq!(value("lockman_holds{kind=fair}"), 0.0);
 
+    // The non-reentrant kinds too; a refused re-entry is a failure of that kind.
+    for (kind, lock) in [
+        ("non_reentrant", mgr.non_reentrant_lock("nr")),
+        (
+            "non_reentrant_fair",
+            (*mgr.non_reentrant_fair_lock("nf")).clone(),
+        ),
+    ] {
+        let held = lock.acquire().await.unwrap();
+        let again = lock.try_acquire().await;
+        assert!(
+            matches!(again, Err(LockError::AlreadyHeld { .. })),
+            "{again:?}"
+        );
+        assert_eq!(value(&format!("lockman_holds{{kind={kind}}}")), 1.0);
+        held.release().await.unwrap();
+        for (outcome, n) in [("acquired", 1.0), ("failed", 1.0)] {
+            assert_eq!(
+                value(&format!(
+                    "lockman_acquire_total{{kind={kind},outcome={outcome}}}"
+                )),
+                n,
+                "{kind} {outcome}"
+            );
+        }
+    }
+
     // A refusal from Redis is a failure.
     let _: () = raw.set("text", "not a lock").unwrap();
     let err = mgr.lock("text").try_acquire().await.unwrap_err();
@@ -306,5 +333,33 @@ async fn synchronizer_metrics_count_permits_waits_and_losses() {
         value("lockman_sync_wait_total{kind=count_down_latch,outcome=opened}"),
         1.0
     );
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn election_metrics_count_terms_won_resigned_and_lost() {
+    recorded();
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(300));
+    let mgr = LockManager::start(config).await.unwrap();
+    let election = mgr.election("m-elect");
+    let lead = election.campaign().await.unwrap();
+    assert_eq!(value("lockman_leader{name=m-elect}"), 1.0);
+    assert_eq!(value("lockman_terms_total{name=m-elect,outcome=won}"), 1.0);
+    lead.resign().await.unwrap();
+    assert_eq!(value("lockman_leader{name=m-elect}"), 0.0);
+    assert_eq!(
+        value("lockman_terms_total{name=m-elect,outcome=resigned}"),
+        1.0
+    );
+    // A lead whose key is deleted is lost at the next renewal; its end counts as lost.
+    let lead = election.campaign().await.unwrap();
+    let _: () = raw.del("m-elect").unwrap();
+    lead.lost().await;
+    drop(lead);
+    assert_eq!(value("lockman_leader{name=m-elect}"), 0.0);
+    assert_eq!(value("lockman_terms_total{name=m-elect,outcome=won}"), 2.0);
+    assert_eq!(value("lockman_terms_total{name=m-elect,outcome=lost}"), 1.0);
     mgr.shutdown().await;
 }

@@ -93,3 +93,55 @@ fn the_readme_badges_give_the_licence_and_rust_version() {
         );
     }
 }
+
+/// The value of `key = "…"` in the manifest section headed `header` (`[lib]`, `[[bin]]`).
+fn section_field(header: &str, key: &str) -> String {
+    let section = MANIFEST
+        .split(&format!("\n{header}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("a {header} section"));
+    let prefix = format!("{key} = \"");
+    section
+        .lines()
+        .take_while(|l| !l.starts_with('['))
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("{key} in {header}"))
+        .to_owned()
+}
+
+/// The package is published as `lockman-redis` (`lockman` is another crate on crates.io) while
+/// the library stays `lockman` and the command `lockman`; the README's badges, docs.rs link and
+/// dependency lines, and the manifest's docs.rs URL, all name the package.
+#[test]
+fn the_published_name_is_the_same_everywhere() {
+    let package = package_field("name");
+    assert_eq!(package, "lockman-redis");
+    assert_eq!(section_field("[lib]", "name"), "lockman");
+    assert_eq!(section_field("[[bin]]", "name"), "lockman");
+    assert_eq!(
+        package_field("documentation"),
+        format!("https://docs.rs/{package}")
+    );
+    for needle in [
+        format!("https://img.shields.io/crates/v/{package}.svg"),
+        format!("](https://crates.io/crates/{package})"),
+        format!("https://docs.rs/{package}/badge.svg"),
+        format!("](https://docs.rs/{package})"),
+        format!("\n{package} = \"0.1\"\n"),
+        format!("`{package} = {{ version = \"0.1\", features = [\"metrics\"] }}`"),
+    ] {
+        assert!(README.contains(&needle), "the README lacks {needle}");
+    }
+    // No line of the README names the crate by the taken name on a registry.
+    for stale in [
+        "crates/v/lockman.svg",
+        "crates.io/crates/lockman)",
+        "docs.rs/lockman/",
+        "docs.rs/lockman)",
+        "\nlockman = ",
+        "`lockman = {",
+    ] {
+        assert!(!README.contains(stale), "the README still says {stale}");
+    }
+}

@@ -1,5 +1,6 @@
-//! Redisson 4.x parity, with the Java side played by Redisson's own scripts run verbatim
-//! (`support::redisson`): a read hold's renewal renews only its own holder's holds, a read
+//! Redisson 4.x parity, with the Java side played by `support::redisson`'s scripts, which
+//! perform Redisson 4.4+'s read-lock and fair-lock operations with the keys and arguments the
+//! Java client passes: a read hold's renewal renews only its own holder's holds, a read
 //! release that leaves only expired readers wakes the writers, and a fair force unlock wakes the
 //! head on its own channel (docs/protocol.md, "Read-write lock" and "Fair lock").
 
@@ -293,7 +294,7 @@ async fn a_fair_force_unlock_wakes_a_java_head_on_its_own_channel() {
     assert!(queue(&mut raw, name).is_empty());
     drop(held);
 
-    // Redisson's force unlock (its script, verbatim) wakes a lockman head on its channel.
+    // Redisson's force unlock (as `support::redisson` plays it) wakes a lockman head on its channel.
     let other = manager(&server, Duration::from_secs(30)).await;
     let head = other.fair_lock(name);
     let waiting = tokio::spawn({

@@ -2,7 +2,10 @@
 //! `benches/tls.rs` (TLS): one acquire + release at a time through lockman, beside redis-rs
 //! alone running the same two scripts by EVALSHA on a `ConnectionManager`, on a plain tokio
 //! runtime and inside an actix System, each lockman figure beside the raw loop on the same
-//! runtime. Criterion reports each; the closing table gives medians of interleaved batches.
+//! runtime. Criterion reports each; the closing table gives medians of interleaved batches:
+//! in a tight loop, and with the name idle between pairs (the caller yields once after each
+//! pair, as a request handler's lock is idle between requests), each against two floors:
+//! `ScriptInvocation` (redis-rs's usual way) and one presized `Cmd` (its cheapest).
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -19,6 +22,17 @@ const BATCHES: usize = 25;
 
 async fn raw_once(conn: &ConnectionManager) {
     raw::pair(conn, "raw", "00000000-0000-4000-8000-000000000000:1").await;
+}
+
+async fn raw_cmd_once(conn: &ConnectionManager) {
+    let holder = "00000000-0000-4000-8000-000000000000:2";
+    raw::pair_cmd(conn, "rawc", "redisson_lock__channel:{rawc}", holder).await;
+}
+
+/// `op`, then one yield: the name is idle for a moment between pairs.
+async fn idle_after<F: std::future::Future<Output = ()>>(op: F) {
+    op.await;
+    tokio::task::yield_now().await;
 }
 
 /// Runs the comparison: `client` makes the raw side's connections, `config` lockman's.
@@ -60,28 +74,51 @@ pub fn uncontended(title: &str, client: impl Fn() -> redis::Client, config: impl
     }
     c.final_summary();
 
-    // Interleaved batches, so that noise hits all four alike; medians of batch means.
-    let (mut r, mut t, mut ra, mut a) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    rt.block_on(raw::load(&raw));
+    actix.block_on(raw::load(&raw_actix));
+    // Interleaved batches, so that noise hits every series alike; medians of batch means.
+    // Series: raw, raw as one Cmd, lockman; each tight and idle between pairs; on both runtimes.
+    let mut series = vec![Vec::new(); 12];
+    let n = u64::from(BATCH);
     for _ in 0..BATCHES {
-        r.push(rt.block_on(timed(BATCH.into(), || raw_once(&raw))) / BATCH);
-        ra.push(actix.block_on(timed(BATCH.into(), || raw_once(&raw_actix))) / BATCH);
-        t.push(rt.block_on(timed(BATCH.into(), || lockman_once(&tokio_lock))) / BATCH);
-        a.push(actix.block_on(timed(BATCH.into(), || lockman_once(&actix_lock))) / BATCH);
+        let tokio_side = [
+            rt.block_on(timed(n, || raw_once(&raw))),
+            rt.block_on(timed(n, || raw_cmd_once(&raw))),
+            rt.block_on(timed(n, || lockman_once(&tokio_lock))),
+            rt.block_on(timed(n, || idle_after(raw_once(&raw)))),
+            rt.block_on(timed(n, || idle_after(raw_cmd_once(&raw)))),
+            rt.block_on(timed(n, || idle_after(lockman_once(&tokio_lock)))),
+        ];
+        let actix_side = [
+            actix.block_on(timed(n, || raw_once(&raw_actix))),
+            actix.block_on(timed(n, || raw_cmd_once(&raw_actix))),
+            actix.block_on(timed(n, || lockman_once(&actix_lock))),
+            actix.block_on(timed(n, || idle_after(raw_once(&raw_actix)))),
+            actix.block_on(timed(n, || idle_after(raw_cmd_once(&raw_actix)))),
+            actix.block_on(timed(n, || idle_after(lockman_once(&actix_lock)))),
+        ];
+        for (i, d) in tokio_side.into_iter().chain(actix_side).enumerate() {
+            series[i].push(d / BATCH);
+        }
     }
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    let (r, t, ra, a) = (
-        us(stats::median(r)),
-        us(stats::median(t)),
-        us(stats::median(ra)),
-        us(stats::median(a)),
-    );
-    println!("\n{title}, median of {BATCHES} interleaved batches of {BATCH}:");
-    println!(
-        "  tokio runtime:  raw {r:>7.1} µs   lockman {t:>7.1} µs   ratio {:.2}",
-        t / r
-    );
-    println!(
-        "  actix system:   raw {ra:>7.1} µs   lockman {a:>7.1} µs   ratio {:.2}",
-        a / ra
-    );
+    let m: Vec<f64> = series
+        .into_iter()
+        .map(|s| stats::median(s).as_secs_f64() * 1e6)
+        .collect();
+    println!("\n{title}, median of {BATCHES} interleaved batches of {BATCH} (µs per pair):");
+    println!("  runtime  pattern     raw    raw Cmd   lockman   ÷ raw   ÷ raw Cmd");
+    let rows = [
+        ("tokio", "tight"),
+        ("tokio", "idle"),
+        ("actix", "tight"),
+        ("actix", "idle"),
+    ];
+    for (i, (runtime, pattern)) in rows.into_iter().enumerate() {
+        let (r, c, l) = (m[3 * i], m[3 * i + 1], m[3 * i + 2]);
+        println!(
+            "  {runtime:<8} {pattern:<8} {r:>7.1}  {c:>7.1}  {l:>8.1}   {:>5.2}   {:>5.2}",
+            l / r,
+            l / c
+        );
+    }
 }

@@ -1,6 +1,10 @@
 //! The floor every benchmark compares with: redis-rs alone, running lockman's own acquire and
 //! release scripts by EVALSHA on a `ConnectionManager` (the connection kind lockman uses), with
 //! none of lockman's bookkeeping. Shared by the benches and the load generator.
+//!
+//! Two floors: `pair` sends the scripts through redis-rs's `ScriptInvocation` (the usual way,
+//! and how every ratio before the presized command was taken); `pair_cmd` builds each EVALSHA as
+//! one presized `redis::Cmd`, the cheapest way redis-rs allows, as lockman itself does.
 #![allow(dead_code)]
 
 use std::sync::LazyLock;
@@ -73,4 +77,45 @@ pub async fn pair(conn: &ConnectionManager, name: &str, holder: &str) {
 /// The unlock channel of `name` (protocol.md).
 pub fn channel(name: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}")
+}
+
+/// The cheapest floor: each EVALSHA one presized command (the scripts loaded once first, as
+/// `load` does). An uncontended acquire + release, checked.
+pub async fn pair_cmd(conn: &ConnectionManager, name: &str, channel: &str, holder: &str) {
+    let mut conn = conn.clone();
+    let mut acquire = redis::Cmd::with_capacity(6, 128);
+    acquire
+        .arg("EVALSHA")
+        .arg(ACQUIRE.get_hash())
+        .arg(1)
+        .arg(name)
+        .arg(LEASE_MS)
+        .arg(holder);
+    let reply: redis::Value = acquire.query_async(&mut conn).await.expect("acquire");
+    assert!(!matches!(reply, redis::Value::Int(_)), "raw lock taken");
+    let mut release = redis::Cmd::with_capacity(10, 192);
+    release
+        .arg("EVALSHA")
+        .arg(RELEASE.get_hash())
+        .arg(2)
+        .arg(name)
+        .arg(channel)
+        .arg("0")
+        .arg(LEASE_MS)
+        .arg(holder)
+        .arg("publish");
+    let released: Option<i64> = release.query_async(&mut conn).await.expect("release");
+    assert_eq!(released, Some(1));
+}
+
+/// Loads both scripts, for `pair_cmd` (which sends EVALSHA only).
+pub async fn load(conn: &ConnectionManager) {
+    let mut conn = conn.clone();
+    for script in [&*ACQUIRE, &*RELEASE] {
+        script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .expect("script load");
+    }
 }

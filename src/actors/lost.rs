@@ -1,26 +1,109 @@
-//! [`LostSignal`]: what a grant of a lock or of permits carries to say that its hold is gone —
-//! the one thing the handles share with the actors besides messages.
+//! [`LostSignal`]: what a grant of a lock or of permits carries to say that its hold is gone,
+//! and until when it is guaranteed ([`Validity`]) — the one thing the handles share with the
+//! actors besides messages.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-/// The receiving side of a hold's lost signal. Its actor sets it when the hold is found gone
-/// (renewal, a lease's end, a release); an actor that stopped counts as a loss too.
+/// The share of a TTL allowed for clock drift between this process and Redis, as RedLock's
+/// validity rule states it: 1 % of the TTL, plus [`DRIFT_FLOOR`].
+const DRIFT_PERCENT: u32 = 100;
+/// The fixed part of the drift allowance.
+const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// What Redis last confirmed of a hold: the instant the confirming call (the acquire, a
+/// re-entry or a renewal) was *sent*, and the TTL it set. The call ran no earlier than it was
+/// sent, so the key lives at least until `sent + ttl` by Redis's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Confirmed {
+    pub sent: Instant,
+    pub ttl: Duration,
+}
+
+impl Confirmed {
+    /// The latest instant the hold is still guaranteed: `sent + ttl`, less the drift allowance.
+    pub(crate) fn valid_until(&self) -> Instant {
+        let drift = self.ttl / DRIFT_PERCENT + DRIFT_FLOOR;
+        self.sent + self.ttl.saturating_sub(drift)
+    }
+}
+
+/// The sending side of a hold's validity: its lock actor publishes each grant of the hold, the
+/// Watchdog each renewal. Published values never go backwards.
 #[derive(Clone, Debug)]
-pub(crate) struct LostSignal(watch::Receiver<bool>);
+pub(crate) struct Validity(Arc<watch::Sender<Option<Confirmed>>>);
+
+impl Validity {
+    /// A hold not confirmed yet (or one that never expires: a plain semaphore's permits).
+    pub(crate) fn new() -> Self {
+        Self(Arc::new(watch::channel(None).0))
+    }
+
+    /// Redis confirmed the hold by a call sent at `sent` that set its TTL to `ttl`; ignored
+    /// when it guarantees less than what was already confirmed (a late reply of an older call).
+    pub(crate) fn confirm(&self, sent: Instant, ttl: Duration) {
+        let new = Confirmed { sent, ttl };
+        self.0.send_if_modified(|c| {
+            if c.is_some_and(|c| c.valid_until() >= new.valid_until()) {
+                return false;
+            }
+            *c = Some(new);
+            true
+        });
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Option<Confirmed>> {
+        self.0.subscribe()
+    }
+}
+
+/// The receiving side of a hold's lost signal and validity. Its actor sets it lost when the
+/// hold is found gone (renewal, a lease's end, a release); an actor that stopped counts as a
+/// loss too.
+#[derive(Clone, Debug)]
+pub(crate) struct LostSignal {
+    lost: watch::Receiver<bool>,
+    valid: watch::Receiver<Option<Confirmed>>,
+}
 
 impl LostSignal {
-    pub(crate) fn new(rx: watch::Receiver<bool>) -> Self {
-        Self(rx)
+    pub(crate) fn new(rx: watch::Receiver<bool>, validity: &Validity) -> Self {
+        Self {
+            lost: rx,
+            valid: validity.subscribe(),
+        }
     }
 
     /// Whether the hold is known to be lost (or its actor stopped).
     pub(crate) fn is_lost(&self) -> bool {
-        *self.0.borrow() || self.0.has_changed().is_err()
+        *self.lost.borrow() || self.lost.has_changed().is_err()
     }
 
     /// Resolves once the hold is known to be lost; never, while it is held.
     pub(crate) async fn wait(&self) {
-        let mut lost = self.0.clone();
+        let mut lost = self.lost.clone();
         let _ = lost.wait_for(|lost| *lost).await;
+    }
+
+    /// What Redis last confirmed; `None` for a hold that never expires.
+    pub(crate) fn confirmed(&self) -> Option<Confirmed> {
+        *self.valid.borrow()
+    }
+
+    /// Resolves once the hold is lost or confirmed again.
+    pub(crate) async fn changed(&self) {
+        let mut valid = self.valid.clone();
+        valid.mark_unchanged();
+        tokio::select! {
+            () = self.wait() => {}
+            res = valid.changed() => {
+                if res.is_err() {
+                    // Every sender gone (the hold ended): nothing will confirm it again.
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
     }
 }

@@ -108,6 +108,8 @@ pub(crate) struct Track {
     pub epoch: u64,
     /// When Redis last set the hold's PTTL to the full timeout (its grant).
     pub confirmed: std::time::Instant,
+    /// Where each renewal is published for the hold's guards (`valid_until`).
+    pub validity: Option<super::lost::Validity>,
     pub actor: WeakRecipient<HoldLost>,
 }
 
@@ -197,6 +199,12 @@ pub enum Adjustment {
     /// Semaphores: set the permits when the semaphore has none. Replies 1 when set, 0 when it
     /// had a count already.
     SetPermits(u32),
+    /// Plain semaphore: set the permits when the semaphore has none, its key expiring after
+    /// the duration (Redisson's `trySetPermits(permits, ttl)`). Replies as `SetPermits`.
+    SetPermitsWithTtl(u32, std::time::Duration),
+    /// Plain semaphore: give back permits only when the semaphore's key exists (Redisson's
+    /// `releaseIfExists`). Replies 1 when given back, 0 when the key is missing.
+    ReleaseIfExists(u32),
     /// Semaphores: add permits (negative: remove). Replies the new free count.
     AddPermits(i64),
     /// Semaphores: take every free permit. Replies how many there were.
@@ -221,7 +229,9 @@ impl Adjustment {
         let latch = kind == SyncKind::CountDownLatch;
         let fits = match self {
             Adjustment::SetCount(_) | Adjustment::CountDown => latch,
-            Adjustment::Release(_) => kind == SyncKind::Semaphore,
+            Adjustment::Release(_)
+            | Adjustment::SetPermitsWithTtl(..)
+            | Adjustment::ReleaseIfExists(_) => kind == SyncKind::Semaphore,
             Adjustment::Acquired => kind == SyncKind::PermitSemaphore,
             _ => !latch,
         };
@@ -232,8 +242,14 @@ impl Adjustment {
             ));
         }
         match self {
-            Adjustment::SetPermits(0) | Adjustment::Release(0) => {
+            Adjustment::SetPermits(0)
+            | Adjustment::Release(0)
+            | Adjustment::ReleaseIfExists(0)
+            | Adjustment::SetPermitsWithTtl(0, _) => {
                 Err(LockError::invalid("permits", "must be at least 1"))
+            }
+            Adjustment::SetPermitsWithTtl(_, ttl) if ttl.is_zero() => {
+                Err(LockError::invalid("ttl", "must not be zero"))
             }
             Adjustment::AddPermits(0) => Err(LockError::invalid("permits", "must not be 0")),
             Adjustment::SetCount(0) => Err(LockError::invalid(

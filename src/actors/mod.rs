@@ -2,7 +2,7 @@
 //!
 //! - [`Registry`]: lock name → its [`LockActor`], started on demand;
 //! - [`LockActor`]: one per busy name, the shell of its `LockState` (`lock_state`: the rules of
-//!   one name, pure); stops itself when idle;
+//!   one name, pure); stops itself when it has been idle a while (`linger`);
 //! - [`PubSubActor`]: the pub/sub connection, routing unlock messages (supervised);
 //! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised);
 //! - `FailoverWatch`: with Sentinel, follows the primary and moves the others with it
@@ -13,9 +13,10 @@
 pub(crate) mod board;
 mod crowd;
 pub(crate) mod failover;
+mod linger;
 pub(crate) mod lock_actor;
 pub(crate) mod lock_state;
-mod lost;
+pub(crate) mod lost;
 pub(crate) mod messages;
 pub(crate) mod pubsub;
 pub(crate) mod registry;

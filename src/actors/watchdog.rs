@@ -23,6 +23,7 @@ use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
 use super::board::Board;
+use super::lost::Validity;
 use super::messages::*;
 use crate::config::Config;
 use crate::protocol::keys;
@@ -82,6 +83,8 @@ struct Tracked {
     confirmed: Instant,
     /// When the hold was granted (for the client record).
     granted: Instant,
+    /// Where a renewal is published for the hold's guards.
+    validity: Option<Validity>,
     actor: WeakRecipient<HoldLost>,
 }
 
@@ -169,7 +172,7 @@ impl Watchdog {
         fields.push(("holds".into(), holds.len().to_string()));
         for (name, (t, key)) in holds.into_iter().take(MAX_LISTED) {
             let kind = match key.2 {
-                Renewal::Lock(kind) => kind_label(kind),
+                Renewal::Lock(kind) => crate::metrics::kind_label(kind),
                 Renewal::Permits => "permits",
             };
             let held = now.saturating_duration_since(t.granted).as_millis();
@@ -280,6 +283,11 @@ impl Watchdog {
                     } else if let Some(t) = self.tracked.get_mut(&key) {
                         count.renewed += 1;
                         t.confirmed = started.max(t.confirmed);
+                        // The renewal script set the TTL to the timeout, no earlier than the
+                        // call was sent.
+                        if let Some(v) = &t.validity {
+                            v.confirm(started, self.timeout);
+                        }
                     }
                 }
             }
@@ -319,18 +327,6 @@ struct Counts {
     renewed: usize,
     lost: usize,
     failed: usize,
-}
-
-/// The kind as the client record names it (as the metrics' `kind` label does).
-fn kind_label(kind: crate::protocol::LockKind) -> &'static str {
-    use crate::protocol::LockKind;
-    match kind {
-        LockKind::Reentrant => "lock",
-        LockKind::Fenced => "fenced",
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Fair => "fair",
-    }
 }
 
 /// This machine's name: `$HOSTNAME`, else the kernel's (Linux), else `/etc/hostname`.
@@ -378,6 +374,7 @@ impl Handler<Track> for Watchdog {
             epoch: msg.epoch,
             confirmed: msg.confirmed,
             granted: msg.confirmed,
+            validity: msg.validity,
             actor: msg.actor,
         };
         self.tracked.insert(key, tracked);

@@ -17,6 +17,7 @@ impl std::fmt::Debug for Config {
             arbiters,
             client_name,
             contention_top_k,
+            name_prefix,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -49,6 +50,7 @@ impl std::fmt::Debug for Config {
             .field("arbiters", arbiters)
             .field("client_name", client_name)
             .field("contention_top_k", contention_top_k)
+            .field("name_prefix", name_prefix)
             .finish()
     }
 }

@@ -57,6 +57,7 @@ pub struct Config {
     arbiters: Option<usize>,
     client_name: Option<String>,
     contention_top_k: usize,
+    name_prefix: String,
 }
 
 /// Where the Redis of a config is.
@@ -226,6 +227,7 @@ impl Config {
             client_name: None,
             contention_top_k: DEFAULT_CONTENTION_TOP_K,
             arbiters: None,
+            name_prefix: String::new(),
         }
     }
 
@@ -439,6 +441,33 @@ impl Config {
         self.contention_top_k
     }
 
+    /// Prefixes every lock and synchronizer name, as Redisson's `PrefixNameMapper` (4.8) does
+    /// when set as its `nameMapper`: a name is used as `prefix + name`, unless it already starts
+    /// with the prefix, which is then used as it is. The mapped name is what every key, channel
+    /// and hash tag is built from, exactly as Redisson builds them (so `app1:` and the lock
+    /// `orders` give the hash `app1:orders` and the channel `redisson_lock__channel:{app1:orders}`;
+    /// a fair lock's queue is `redisson_lock_queue:{app1:orders}`, as Redisson 3.52+ names it).
+    /// Handles' `name()` and [`describe`](crate::LockManager::describe) give names back without
+    /// the prefix. No separator is added: give it in the prefix (`"app1:"`). Use the same prefix
+    /// as the Java services' mapper. Default: none.
+    pub fn name_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.name_prefix = prefix.into();
+        self
+    }
+
+    /// `name` as this config's managers use it in Redis: with the
+    /// [name prefix](Self::name_prefix()) (unless it starts with it already). For tools that
+    /// read a lock's keys or channels themselves (`lockman watch`, with
+    /// [`release_channels`](crate::release_channels)).
+    pub fn mapped_name(&self, name: &str) -> String {
+        map_name(&self.name_prefix, name.to_owned())
+    }
+
+    /// See [`Config::name_prefix`](Self::name_prefix()): the prefix, empty when none.
+    pub fn get_name_prefix(&self) -> &str {
+        &self.name_prefix
+    }
+
     /// The URL of a one-server config; `None` for Sentinel and Cluster.
     pub fn url(&self) -> Option<&str> {
         match &self.deployment {
@@ -542,3 +571,23 @@ impl Config {
 
 #[cfg(test)]
 mod tests;
+
+/// `name` as Redisson's `PrefixNameMapper.map` gives it (Redisson 4.8): `prefix + name`, unless
+/// the name already starts with the prefix (then as it is). Every key and channel is built from
+/// the result (`protocol::keys`). An empty prefix maps nothing.
+pub(crate) fn map_name(prefix: &str, name: String) -> String {
+    if name.starts_with(prefix) {
+        name
+    } else {
+        let mut mapped = String::with_capacity(prefix.len() + name.len());
+        mapped.push_str(prefix);
+        mapped.push_str(&name);
+        mapped
+    }
+}
+
+/// A mapped name back to the name given, as `PrefixNameMapper.unmap`: without the prefix when
+/// it starts with it, else as it is.
+pub(crate) fn unmap_name<'a>(prefix: &str, name: &'a str) -> &'a str {
+    name.strip_prefix(prefix).unwrap_or(name)
+}

@@ -39,7 +39,7 @@ pub struct ClientInfo {
 pub struct HeldName {
     /// The lock name.
     pub name: String,
-    /// `lock`, `fenced`, `read`, `write`, `fair`, or `permits` (a permit semaphore).
+    /// `lock`, `fenced`, `read`, `write`, `fair`, `non_reentrant`, `non_reentrant_fair`, or `permits` (a permit semaphore).
     pub kind: String,
     /// The holder id (permit ids for a permit semaphore).
     pub holder: String,

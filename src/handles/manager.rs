@@ -106,7 +106,7 @@ impl LockManager {
         let holder = keys::holder(&self.inner.client_id, n);
         Lock::new(
             self.inner.clone(),
-            name.into().into(),
+            self.inner.map_name(name),
             holder.into(),
             LockKind::Reentrant,
         )
@@ -118,11 +118,35 @@ impl LockManager {
         FairLock::new(self.lock(name).as_kind(LockKind::Fair))
     }
 
+    /// A handle on the **non-reentrant lock** `name` (Redisson 4.4's `getNonReentrantLock`): the
+    /// reentrant lock's keys, field and channel, so Java's `RLock` and non-reentrant lock on the
+    /// same name exclude it and are woken by it; but an acquire by the holder that already holds
+    /// it (this handle or a clone) fails with [`LockError::AlreadyHeld`] and changes nothing in
+    /// Redis, where [`lock`](Self::lock) would re-enter. New holder, as [`lock`](Self::lock).
+    pub fn non_reentrant_lock(&self, name: impl Into<String>) -> Lock {
+        self.lock(name).as_kind(LockKind::NonReentrant)
+    }
+
+    /// A handle on the **non-reentrant fair lock** `name` (Redisson 4.4's
+    /// `getNonReentrantFairLock`): the [fair lock](Self::fair_lock)'s keys, queue and channels,
+    /// refusing an acquire by the holder that already holds it with [`LockError::AlreadyHeld`],
+    /// as [`non_reentrant_lock`](Self::non_reentrant_lock). New holder, as [`lock`](Self::lock).
+    pub fn non_reentrant_fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.lock(name).as_kind(LockKind::NonReentrantFair))
+    }
+
     /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a
     /// token greater than any handed out before for that name, by any client. New holder, as
     /// [`lock`](Self::lock).
     pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
         FencedLock::new(self.lock(name).as_kind(LockKind::Fenced))
+    }
+
+    /// A handle on the **election** `name`: candidates [`campaign`](crate::Election::campaign)
+    /// to lead, one at a time, with terms that only grow (the election is the fenced lock
+    /// `name`).
+    pub fn election(&self, name: impl Into<String>) -> crate::handles::election::Election {
+        crate::handles::election::Election::new(self.inner.clone(), name.into())
     }
 
     /// A handle on the **read-write lock** `name`: many readers at once, or one writer. Its
@@ -135,7 +159,7 @@ impl LockManager {
     /// A handle on the **semaphore** `name` (Redisson's `RSemaphore`): permits shared by every
     /// process. The name is checked when the handle is used.
     pub fn semaphore(&self, name: impl Into<String>) -> crate::handles::sync::Semaphore {
-        crate::handles::sync::Semaphore::new(self.inner.clone(), name.into().into())
+        crate::handles::sync::Semaphore::new(self.inner.clone(), self.inner.map_name(name))
     }
 
     /// A handle on the **permit semaphore** `name` (Redisson's `RPermitExpirableSemaphore`):
@@ -144,7 +168,7 @@ impl LockManager {
         &self,
         name: impl Into<String>,
     ) -> crate::handles::sync::PermitSemaphore {
-        crate::handles::sync::PermitSemaphore::new(self.inner.clone(), name.into().into())
+        crate::handles::sync::PermitSemaphore::new(self.inner.clone(), self.inner.map_name(name))
     }
 
     /// A handle on the **count-down latch** `name` (Redisson's `RCountDownLatch`).
@@ -152,7 +176,7 @@ impl LockManager {
         &self,
         name: impl Into<String>,
     ) -> crate::handles::sync::CountDownLatch {
-        crate::handles::sync::CountDownLatch::new(self.inner.clone(), name.into().into())
+        crate::handles::sync::CountDownLatch::new(self.inner.clone(), self.inner.map_name(name))
     }
 
     /// The synchronizer actor serving the synchronizer of `kind` named `name` now, for actix
@@ -165,7 +189,7 @@ impl LockManager {
         kind: crate::protocol::SyncKind,
         name: &str,
     ) -> Result<Addr<crate::actors::sync_actor::SyncActor>, LockError> {
-        self.inner.sync_actor(kind, name.into()).await
+        self.inner.sync_actor(kind, self.inner.map_name(name)).await
     }
 
     /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
@@ -187,7 +211,7 @@ impl LockManager {
         kind: LockKind,
         name: &str,
     ) -> Result<Addr<LockActor>, LockError> {
-        self.inner.lock_actor(kind, name.into()).await
+        self.inner.lock_actor(kind, self.inner.map_name(name)).await
     }
 
     /// Everything Redis holds about the lock `name`, whatever its kind, read in one round trip and
@@ -198,9 +222,13 @@ impl LockManager {
     /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
     /// not a lock, Redis errors.
     pub async fn describe(&self, name: &str) -> Result<crate::handles::lock::LockInfo, LockError> {
-        self.inner.commands.check_name(name)?;
-        let described = self.inner.commands.describe(name).await?;
-        Ok(crate::handles::lock::LockInfo::new(name, described))
+        let mapped = self.inner.map_name(name);
+        self.inner.commands.check_name(&mapped)?;
+        let described = self.inner.commands.describe(&mapped).await?;
+        Ok(crate::handles::lock::LockInfo::new(
+            self.inner.unmap_name(&mapped),
+            described,
+        ))
     }
 
     /// Every live manager's client record (docs/protocol.md, "Client records"), read in one
@@ -232,9 +260,13 @@ impl LockManager {
         &self,
         name: &str,
     ) -> Result<crate::handles::sync::SyncInfo, LockError> {
-        self.inner.commands.check_name(name)?;
-        let described = self.inner.commands.describe_sync(name).await?;
-        Ok(crate::handles::sync::SyncInfo::new(name, described))
+        let mapped = self.inner.map_name(name);
+        self.inner.commands.check_name(&mapped)?;
+        let described = self.inner.commands.describe_sync(&mapped).await?;
+        Ok(crate::handles::sync::SyncInfo::new(
+            self.inner.unmap_name(&mapped),
+            described,
+        ))
     }
 
     /// How many lock and synchronizer actors are alive: one per name with a hold or a waiter in

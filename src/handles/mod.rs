@@ -6,10 +6,12 @@
 
 pub(crate) mod clients;
 pub(crate) mod compose;
+pub(crate) mod election;
 pub(crate) mod lock;
 pub(crate) mod manager;
 pub(crate) mod reach;
 pub(crate) mod runtime;
+pub(crate) mod scope;
 pub(crate) mod state;
 pub(crate) mod sync;
 pub(crate) mod trace;

@@ -29,6 +29,17 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// A user's name as every key and channel is built from: with the configured prefix
+    /// ([`Config::name_prefix`]), as Redisson's `PrefixNameMapper` maps it.
+    pub(crate) fn map_name(&self, name: impl Into<String>) -> Arc<str> {
+        crate::config::map_name(self.config.get_name_prefix(), name.into()).into()
+    }
+
+    /// A mapped name as the user gave it: without the configured prefix.
+    pub(crate) fn unmap_name<'a>(&self, name: &'a str) -> &'a str {
+        crate::config::unmap_name(self.config.get_name_prefix(), name)
+    }
+
     /// The live lock actor of the lock of `kind` named `name`, started when there is none.
     pub(crate) async fn lock_actor(
         &self,

@@ -16,9 +16,10 @@ use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 #[derive(Clone)]
 pub(crate) struct Commands {
     conn: Conn,
-    /// How long a request latch lives, in ms: past the time a lock actor keeps sending a
-    /// request whose reply never came (at most the watchdog timeout), plus four response
-    /// timeouts (the last resend may wait for the round trip under way, then take its own).
+    /// How long a synchronizer's request latch lives, in ms: past the time a synchronizer
+    /// actor keeps sending a request whose reply never came (at most the watchdog timeout), plus
+    /// four response timeouts (the last resend may wait for the round trip under way, then take
+    /// its own). Lock requests have no latch: their holder's count tells (`Expect`).
     latch_ttl: u64,
 }
 
@@ -69,27 +70,12 @@ impl Commands {
         self.endpoint().cluster().is_some()
     }
 
-    /// Puts `call` behind `latch` (`latch.lua`): the holder's latch key as the last key; the
-    /// request's id, its role and the latch's PTTL as the last arguments.
-    fn latched(
-        &self,
-        call: &mut redis::ScriptInvocation<'_>,
-        (name, field): (&str, &str),
-        latch: Latch,
-        role: LatchRole,
-    ) {
-        call.key(keys::latch(name, field))
-            .arg(latch.id)
-            .arg(role.flag())
-            .arg(self.latch_ttl);
-    }
-
     /// The connections, for the synchronizers' calls (`sync.rs`).
     pub(super) fn conn(&self) -> &Conn {
         &self.conn
     }
 
-    /// How long a request latch lives, in ms.
+    /// How long a synchronizer's request latch lives, in ms.
     pub(super) fn latch_ttl_ms(&self) -> u64 {
         self.latch_ttl
     }
@@ -114,14 +100,14 @@ impl Commands {
     }
 
     /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
-    /// `write_acquire.lua`, `fair_acquire.lua`), behind `latch`.
+    /// `write_acquire.lua`, `fair_acquire.lua`); `expect`: the holder's count before it.
     pub(crate) async fn acquire(
         &self,
         kind: LockKind,
         (name, holder): (&str, &str),
         lease: Duration,
         fair: FairArgs,
-        latch: &Latch,
+        expect: Expect,
     ) -> Result<Attempt, LockError> {
         let key = keys::lock_key(name);
         let lease = millis(lease);
@@ -131,10 +117,12 @@ impl Commands {
             LockKind::Read => &READ_ACQUIRE,
             LockKind::Write => &WRITE_ACQUIRE,
             LockKind::Fair => &FAIR_ACQUIRE,
+            LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
+            LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
         };
         let mut call = match kind {
-            LockKind::Reentrant => {
-                let mut call = ACQUIRE.key(key);
+            LockKind::Reentrant | LockKind::NonReentrant => {
+                let mut call = script.key(key);
                 call.arg(lease).arg(holder);
                 call
             }
@@ -156,8 +144,8 @@ impl Commands {
                 call.arg(lease).arg(keys::write_field(holder));
                 call
             }
-            LockKind::Fair => {
-                let mut call = FAIR_ACQUIRE.key(key);
+            LockKind::Fair | LockKind::NonReentrantFair => {
+                let mut call = script.key(key);
                 call.key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
                     .arg(lease)
@@ -168,12 +156,7 @@ impl Commands {
                 call
             }
         };
-        self.latched(
-            &mut call,
-            (name, &kind.field(holder)),
-            *latch,
-            LatchRole::Acquire,
-        );
+        call.arg(expect.count);
         let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
         let attempt = decode_attempt(kind, reply)?;
         if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
@@ -186,18 +169,18 @@ impl Commands {
         Ok(attempt)
     }
 
-    /// Releases one hold of `kind`, restoring `lease` when holds remain; behind `latch` when
-    /// one is given (a release at shutdown, which nobody sends again, has none).
+    /// Releases one hold of `kind`, restoring `lease` when holds remain; `expect`: the holder's
+    /// count before it.
     pub(crate) async fn release(
         &self,
         kind: LockKind,
         (name, holder): (&str, &str),
         lease: Duration,
-        latch: Option<&Latch>,
+        expect: Expect,
     ) -> Result<Released, LockError> {
         let key = keys::lock_key(name);
         let mut call = match kind {
-            LockKind::Reentrant | LockKind::Fenced => {
+            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
                 let mut call = RELEASE.key(key);
                 call.key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
@@ -225,7 +208,7 @@ impl Commands {
                     .arg(self.publish());
                 call
             }
-            LockKind::Fair => {
+            LockKind::Fair | LockKind::NonReentrantFair => {
                 let mut call = FAIR_RELEASE.key(key);
                 call.key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
@@ -238,13 +221,7 @@ impl Commands {
                 call
             }
         };
-        let latch = latch.copied().unwrap_or_else(Latch::new);
-        self.latched(
-            &mut call,
-            (name, &kind.field(holder)),
-            latch,
-            LatchRole::Release,
-        );
+        call.arg(expect.count);
         match self.run("release", key, call).await? {
             Value::Nil => Ok(Released::NotHeld),
             Value::Int(0) => Ok(Released::StillHeld),
@@ -254,14 +231,15 @@ impl Commands {
     }
 
     /// Releases one hold of `from` and, when that frees the lock, grants it to `to` for
-    /// `to_lease` in the same call (`hand_off.lua`): reentrant and fenced locks only.
+    /// `to_lease` in the same call (`hand_off.lua`): reentrant and fenced locks only. `expect`:
+    /// both holders' counts before it.
     pub(crate) async fn hand_off(
         &self,
         kind: LockKind,
         name: &str,
         (from, lease): (&str, Duration),
         (to, to_lease): (&str, Duration),
-        latch: &Latch,
+        expect: Expect,
     ) -> Result<HandedOff, LockError> {
         let key = keys::lock_key(name);
         let mut call = HAND_OFF.key(key);
@@ -270,10 +248,10 @@ impl Commands {
             .arg(millis(lease))
             .arg(from)
             .arg(to)
+            .arg(expect.count)
             .arg(millis(to_lease))
-            .arg(if kind == LockKind::Fenced { "1" } else { "0" });
-        call.key(keys::latch(name, from));
-        self.latched(&mut call, (name, to), *latch, LatchRole::HandOff);
+            .arg(if kind == LockKind::Fenced { "1" } else { "0" })
+            .arg(expect.to);
         match self.run("hand off", key, call).await? {
             Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
             Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
@@ -289,7 +267,7 @@ impl Commands {
     }
 
     /// Brings `holder`'s count in Redis down to `target` when requests of unknown outcome were
-    /// given up (Redis unreachable past the time their latches live): reads it, then releases
+    /// given up (Redis unreachable for too long): reads it, then releases
     /// what is over. Exact because every hold of a holder is its lock actor's, and the actor
     /// runs nothing else on the name meanwhile; `target` is all that the actor still grants. Replies the count afterwards (0: the field is gone); a release
     /// that fails stops early, with the count so far.
@@ -303,7 +281,8 @@ impl Commands {
     ) -> Result<u32, LockError> {
         let mut in_redis = self.inspect(kind, name, holder).await?.count;
         while in_redis > target {
-            match self.release(kind, (name, holder), lease, None).await {
+            let expect = Expect::count(in_redis);
+            match self.release(kind, (name, holder), lease, expect).await {
                 Ok(Released::StillHeld) => in_redis -= 1,
                 Ok(Released::Unlocked | Released::NotHeld) => in_redis = 0,
                 Err(_) => break,
@@ -341,7 +320,7 @@ impl Commands {
     pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
         let call = match kind {
-            LockKind::Fair => {
+            LockKind::Fair | LockKind::NonReentrantFair => {
                 let mut call = FAIR_FORCE_UNLOCK.key(key);
                 call.key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
@@ -352,7 +331,11 @@ impl Commands {
                     .arg(epoch_millis());
                 call
             }
-            LockKind::Read | LockKind::Write | LockKind::Reentrant | LockKind::Fenced => {
+            LockKind::Read
+            | LockKind::Write
+            | LockKind::Reentrant
+            | LockKind::Fenced
+            | LockKind::NonReentrant => {
                 let (message, mode) = match kind {
                     LockKind::Read => (WAKE_ALL_MESSAGE, "read"),
                     LockKind::Write => (WAKE_ALL_MESSAGE, "write"),
@@ -470,27 +453,6 @@ impl Commands {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
-        }
-    }
-}
-
-/// What a latched script is, for `latch.lua`: which replies it keeps, and where.
-#[derive(Clone, Copy)]
-enum LatchRole {
-    /// An acquire: any reply but a PTTL.
-    Acquire,
-    /// A release.
-    Release,
-    /// A hand-off: the latch is the next holder's.
-    HandOff,
-}
-
-impl LatchRole {
-    fn flag(self) -> &'static str {
-        match self {
-            LatchRole::Acquire => "a",
-            LatchRole::Release => "r",
-            LatchRole::HandOff => "h",
         }
     }
 }

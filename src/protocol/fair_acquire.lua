@@ -1,13 +1,22 @@
 -- Fair lock: acquire (protocol.md, "Fair lock").
 -- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
 -- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: now, epoch ms;
--- ARGV[5]: "1" for a try-once attempt, which never enqueues.
+-- ARGV[5]: "1" for a try-once attempt, which never enqueues; ARGV[6]: the holder's count the
+-- client expects before this request (protocol.md, "Sent again").
 -- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
 --        back yet) the time until the head's deadline.
+-- Reply {0} (lockman): the request re-enters a hold (ARGV[6] > 0) whose field is gone; nothing
+-- is taken, and the client counts that hold lost before it asks again as a new hold (a
+-- re-entry never creates the field: a request sent again could not tell its own new field
+-- from the count it expected).
 -- A queued waiter that comes back keeps its place: its deadline moves on (below).
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
+local expect = tonumber(ARGV[6])
 if redis.call('exists', KEYS[1]) == 0 then
+    if expect > 0 then
+        return {0}
+    end
     local head = redis.call('lindex', KEYS[2], 0)
     if head == false or head == ARGV[2] then
         redis.call('lpop', KEYS[2])
@@ -24,10 +33,21 @@ end
 if redis.call('hexists', KEYS[1], 'mode') == 1 then
     return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local held = redis.call('hget', KEYS[1], ARGV[2])
+local count = tonumber(held)
+if count == expect + 1 then
+    -- Sent again: its first run took this hold. Replied as then; only the lease is set again.
+    -- (A busy attempt sent again runs again: it keeps its place in the queue, see below.)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {count}
+end
+if held then
+    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {count}
+end
+if expect > 0 then
+    return {0}
 end
 local function until_change()
     local ttl = redis.call('pttl', KEYS[1])

@@ -117,8 +117,9 @@ pub(crate) fn token_key(name: &str) -> String {
     prefixed("redisson_lock_token", name)
 }
 
-/// A holder's request latch on a lock (docs/protocol.md, "Request latches"), in Redisson's
-/// unlock-latch family: `redisson_unlock_latch:{name}:<holder field>`.
+/// A synchronizer's request latch (docs/protocol.md, "Requests sent again" under
+/// "Synchronizers"), in Redisson's unlock-latch family: `redisson_unlock_latch:{name}:<field>`
+/// (`<client id>:<kind letter><lane>`). Lock requests write none.
 pub(crate) fn latch(name: &str, field: &str) -> String {
     let mut key = prefixed("redisson_unlock_latch", name);
     key.push(':');

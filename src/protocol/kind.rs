@@ -16,6 +16,12 @@ pub enum LockKind {
     Write,
     /// The fair lock: a FIFO queue of waiters in Redis.
     Fair,
+    /// The non-reentrant lock (Redisson 4.4's `RedissonNonReentrantLock`): the reentrant lock's
+    /// keys and channel, but a second acquire by the holder that holds it is refused.
+    NonReentrant,
+    /// The non-reentrant fair lock (Redisson 4.4's `RedissonNonReentrantFairLock`): the fair
+    /// lock's keys and channels, refusing a second acquire by the holder that holds it.
+    NonReentrantFair,
 }
 
 impl LockKind {
@@ -31,7 +37,11 @@ impl LockKind {
     pub(crate) fn channel(self, name: &str) -> String {
         match self {
             LockKind::Read | LockKind::Write => keys::rwlock_channel(name),
-            LockKind::Reentrant | LockKind::Fenced | LockKind::Fair => keys::unlock_channel(name),
+            LockKind::Reentrant
+            | LockKind::Fenced
+            | LockKind::Fair
+            | LockKind::NonReentrant
+            | LockKind::NonReentrantFair => keys::unlock_channel(name),
         }
     }
 
@@ -39,9 +49,20 @@ impl LockKind {
     /// waiter's own.
     pub(crate) fn waiter_channel(self, name: &str, holder: &str) -> String {
         match self {
-            LockKind::Fair => keys::fair_channel(name, holder),
+            LockKind::Fair | LockKind::NonReentrantFair => keys::fair_channel(name, holder),
             _ => self.channel(name),
         }
+    }
+
+    /// Whether waiters queue in Redis (the fair lock's queue and deadlines, a channel each).
+    pub(crate) fn is_fair(self) -> bool {
+        matches!(self, LockKind::Fair | LockKind::NonReentrantFair)
+    }
+
+    /// Whether a second acquire by the holder that holds it is refused
+    /// ([`LockError::AlreadyHeld`](crate::LockError::AlreadyHeld)) rather than re-entering.
+    pub fn is_non_reentrant(self) -> bool {
+        matches!(self, LockKind::NonReentrant | LockKind::NonReentrantFair)
     }
 
     /// Kinds that share a channel share a lock actor: both sides of a read-write lock.

@@ -3,6 +3,7 @@
 
 mod clients;
 mod commands;
+mod fence;
 pub(crate) mod keys;
 mod kind;
 mod probe;
@@ -21,47 +22,43 @@ pub use kind::LockKind;
 pub use sync::SyncKind;
 pub(crate) use sync::{NO_LEASE_SCORE, SyncDescribed, SyncLatch, Take, hex};
 
-/// A script that runs behind a request latch: the parts joined into `local function body()`,
-/// followed by `latch.lua`, so that a request sent again replies as its first run did.
-macro_rules! latched {
+/// A script made of several parts, joined into one when the crate is built (so that each still
+/// runs as one script).
+macro_rules! joined {
     ($($part:literal),+) => {
-        LazyLock::new(|| {
-            Script::new(concat!(
-                "local function body()\n",
-                $(include_str!($part),)+
-                "end\n",
-                include_str!("latch.lua")
-            ))
-        })
+        LazyLock::new(|| Script::new(concat!($(include_str!($part),)+)))
     };
 }
 
-static ACQUIRE: LazyLock<Script> = latched!("acquire.lua");
+static ACQUIRE: LazyLock<Script> = joined!("acquire.lua");
 // The release and hand-off scripts both begin by releasing one hold.
-static RELEASE: LazyLock<Script> = latched!("release_prologue.lua", "release.lua");
+static RELEASE: LazyLock<Script> = joined!("release_prologue.lua", "release.lua");
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
-static FENCED_ACQUIRE: LazyLock<Script> = latched!("fence_token.lua", "fenced_acquire.lua");
-static READ_ACQUIRE: LazyLock<Script> = latched!("read_acquire.lua");
-static READ_RELEASE: LazyLock<Script> = latched!("read_release.lua");
-static WRITE_ACQUIRE: LazyLock<Script> = latched!("write_acquire.lua");
-static WRITE_RELEASE: LazyLock<Script> = latched!("write_release.lua");
+static FENCED_ACQUIRE: LazyLock<Script> = joined!("fence_token.lua", "fenced_acquire.lua");
+static READ_ACQUIRE: LazyLock<Script> = joined!("read_acquire.lua");
+static READ_RELEASE: LazyLock<Script> = joined!("read_release.lua");
+static WRITE_ACQUIRE: LazyLock<Script> = joined!("write_acquire.lua");
+static WRITE_RELEASE: LazyLock<Script> = joined!("write_release.lua");
 static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew_read.lua")));
 // The fair acquire and release scripts both begin by dropping stale queue heads.
-static FAIR_ACQUIRE: LazyLock<Script> = latched!("fair_prune.lua", "fair_acquire.lua");
-static FAIR_RELEASE: LazyLock<Script> = latched!("fair_prune.lua", "fair_release.lua");
-static HAND_OFF: LazyLock<Script> =
-    latched!("release_prologue.lua", "fence_token.lua", "hand_off.lua");
-// A fair force unlock prunes the queue first too, as Redisson's does; not latched, like
-// force_unlock.lua.
-static FAIR_FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("fair_prune.lua"),
-        include_str!("fair_force_unlock.lua")
-    ))
-});
+static FAIR_ACQUIRE: LazyLock<Script> = joined!("fair_prune.lua", "fair_acquire.lua");
+static FAIR_RELEASE: LazyLock<Script> = joined!("fair_prune.lua", "fair_release.lua");
+// The non-reentrant kinds' acquires; their releases are the reentrant and fair lock's.
+static NON_REENTRANT_ACQUIRE: LazyLock<Script> = joined!("nonreentrant_acquire.lua");
+static FAIR_NON_REENTRANT_ACQUIRE: LazyLock<Script> =
+    joined!("fair_prune.lua", "fair_nonreentrant_acquire.lua");
+// A hand-off sent again is recognised before the release (`hand_off_again.lua`).
+static HAND_OFF: LazyLock<Script> = joined!(
+    "fence_token.lua",
+    "hand_off_again.lua",
+    "release_prologue.lua",
+    "hand_off.lua"
+);
+// A fair force unlock prunes the queue first too, as Redisson's does.
+static FAIR_FORCE_UNLOCK: LazyLock<Script> = joined!("fair_prune.lua", "fair_force_unlock.lua");
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
 
@@ -82,12 +79,15 @@ fn all_scripts() -> Vec<&'static Script> {
         &RENEW_READ,
         &FAIR_ACQUIRE,
         &FAIR_RELEASE,
+        &NON_REENTRANT_ACQUIRE,
+        &FAIR_NON_REENTRANT_ACQUIRE,
         &FAIR_LEAVE,
         &FAIR_FORCE_UNLOCK,
         &DESCRIBE,
         &probe::ACL_PROBE,
     ];
     scripts.extend(sync::sync_scripts());
+    scripts.extend(fence::fence_scripts());
     scripts
 }
 
@@ -102,10 +102,30 @@ pub(crate) struct FairArgs {
 /// The most holds one renewal script call carries.
 pub(crate) const RENEW_BATCH: usize = 100;
 
-/// What makes one acquire, release or hand-off idempotent (`latch.lua`, docs/protocol.md
-/// "Request latches"): sent again with the same latch, the request replies as its first run did
-/// and changes nothing. So a reply that never came is resolved by sending the same request again,
-/// never by guessing from counts.
+/// The hold counts a lock request expects its holders to have in Redis before it runs
+/// (docs/protocol.md, "Sent again"): the lock actor knows them exactly, being the only writer of
+/// its holders' fields, with one request of a holder under way at a time. A script sent again
+/// after its first run finds the count that run left (one more for an acquire, one less for a
+/// release), replies as then and changes nothing; so a reply that never came is resolved by
+/// sending the same request again, with no key written to remember it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Expect {
+    /// The holder's count (of a hand-off: the releasing holder's).
+    pub count: u32,
+    /// A hand-off's next holder's count.
+    pub to: u32,
+}
+
+impl Expect {
+    /// A request of one holder, whose count is `count`.
+    pub(crate) fn count(count: u32) -> Self {
+        Self { count, to: 0 }
+    }
+}
+
+/// A synchronizer request's number (`sync/latch.lua`, docs/protocol.md "Requests sent again"): sent
+/// again with the same number, the request replies as its first run did and changes nothing.
+/// Lock requests have none: the counts they [`Expect`] tell instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Latch {
     /// This request's number ([`Latch::new`]), unique in the process.
@@ -135,6 +155,9 @@ pub(crate) enum Attempt {
     Unsynced { acked: u32, wanted: u32 },
     /// Another holder has it, for `ttl` more (`None`: the key has no expiry).
     Busy { ttl: Option<Duration> },
+    /// A re-entry found its holder's field gone (the reply `{0}`): nothing was taken, and the
+    /// hold it would re-enter is lost. Asked again, it is a new hold.
+    Gone,
 }
 
 /// The outcome of one release.
@@ -181,13 +204,16 @@ pub(crate) struct Inspection {
 }
 
 /// An acquire script's reply: `[count]` (acquired; the holder's count now), `[token, count]` (a
-/// fenced lock acquired), or the PTTL.
+/// fenced lock acquired), `[0]` (a re-entry whose hold is gone), or the PTTL.
 fn decode_attempt(kind: LockKind, reply: Value) -> Result<Attempt, LockError> {
     let acquired = |token: Option<&i64>, count: &i64| Attempt::Acquired {
         token: token.and_then(|t| u64::try_from(*t).ok()),
         fresh: *count == 1,
     };
     match (kind, reply) {
+        (_, Value::Array(items)) if matches!(items.as_slice(), [Value::Int(0)]) => {
+            Ok(Attempt::Gone)
+        }
         (LockKind::Fenced, Value::Array(items)) => match items.as_slice() {
             [Value::Int(t), Value::Int(n)] => Ok(acquired(Some(t), n)),
             _ => Err(unexpected("acquire", Value::Array(items))),

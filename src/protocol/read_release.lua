@@ -1,13 +1,24 @@
 -- Read-write lock, read side: release one hold (protocol.md, "Read-write lock").
 -- KEYS[1]: the lock hash; KEYS[2]: the channel; KEYS[3]: this holder's timeout-key prefix;
 -- KEYS[4]: the name's key prefix ("{name}"), for the other holders' timeout keys.
--- ARGV[1]: the message ("0": wake one); ARGV[2]: holder; ARGV[3]: the publish command.
--- Reply: nil when the holder has no read field; 0 when this holder still reads; 1 when its last
+-- ARGV[1]: the message ("0": wake one); ARGV[2]: holder; ARGV[3]: the publish command;
+-- ARGV[4]: the holder's read count the client expects before this request (protocol.md, "Sent
+-- again").
+-- Reply: nil when the holder has no read field; 0 when this holder still reads (or its count is
+--        already one below the expected one: sent again after its first run, which replied 0;
+--        nothing changes); 1 when its last
 --        read hold is gone (the key deleted and the message published, unless other holders
 --        remain: then the hash PTTL becomes the longest remaining read timeout).
 local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false or redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+if mode == false then
     return nil
+end
+local held = redis.call('hget', KEYS[1], ARGV[2])
+if held == false then
+    return nil
+end
+if tonumber(held) == tonumber(ARGV[4]) - 1 then
+    return 0
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if count == 0 then

@@ -41,12 +41,19 @@ static SEMAPHORE_RELEASE: LazyLock<Script> = sync_latched!("sync/semaphore_relea
 static SEMAPHORE_SET: LazyLock<Script> = sync_latched!("sync/semaphore_set.lua");
 static SEMAPHORE_ADD: LazyLock<Script> = sync_latched!("sync/semaphore_add.lua");
 static SEMAPHORE_DRAIN: LazyLock<Script> = sync_latched!("sync/semaphore_drain.lua");
+static SEMAPHORE_RELEASE_IF_EXISTS: LazyLock<Script> =
+    sync_latched!("sync/semaphore_release_if_exists.lua");
 static PERMIT_ACQUIRE: LazyLock<Script> =
     sync_latched!("sync/permit_reclaim.lua", "sync/permit_acquire.lua");
 static PERMIT_RELEASE: LazyLock<Script> =
     sync_latched!("sync/permit_reclaim.lua", "sync/permit_release.lua");
+static PERMIT_RELEASE_ALL: LazyLock<Script> =
+    sync_latched!("sync/permit_reclaim.lua", "sync/permit_release_all.lua");
 static PERMIT_AVAILABLE: LazyLock<Script> =
     sync_plain!("sync/permit_reclaim.lua", "sync/permit_available.lua");
+// Reclaims, but a resend reclaims only what expired by then: no latch needed.
+static PERMIT_LEASE_TIME: LazyLock<Script> =
+    sync_plain!("sync/permit_reclaim.lua", "sync/permit_lease_time.lua");
 static PERMIT_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("sync/permit_renew.lua")));
 static LATCH_SET: LazyLock<Script> = sync_latched!("sync/latch_set.lua");
@@ -61,9 +68,12 @@ static DESCRIBE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("sync/describe.lua")));
 
 /// Every synchronizer script, loaded at start with the locks' (see `all_scripts`).
-pub(super) fn sync_scripts() -> [&'static Script; 13] {
+pub(super) fn sync_scripts() -> [&'static Script; 16] {
     [
         &SEMAPHORE_ACQUIRE,
+        &SEMAPHORE_RELEASE_IF_EXISTS,
+        &PERMIT_RELEASE_ALL,
+        &PERMIT_LEASE_TIME,
         &SEMAPHORE_RELEASE,
         &SEMAPHORE_SET,
         &SEMAPHORE_ADD,
@@ -261,17 +271,20 @@ impl Commands {
         first("release permits", &reply)
     }
 
-    /// Sets the permits of a semaphore that has none: whether it did.
+    /// Sets the permits of a semaphore that has none, the key living `ttl` when given: whether
+    /// it did.
     pub(crate) async fn set_permits(
         &self,
         kind: SyncKind,
         name: &str,
-        permits: u32,
+        (permits, ttl): (u32, Option<Duration>),
         latch: &SyncLatch,
     ) -> Result<bool, LockError> {
         let channel = kind.channel(name);
         let (script, mut call) = Self::sync_call(&SEMAPHORE_SET, &[name, &channel]);
-        call.arg(permits).arg(self.publish_command());
+        call.arg(permits)
+            .arg(self.publish_command())
+            .arg(ttl.map_or(0, millis));
         let (reply, _) = self
             .run_latched("set permits", (script, call), name, latch, false)
             .await?;
@@ -298,6 +311,53 @@ impl Commands {
             .run_latched("add permits", (script, call), name, latch, false)
             .await?;
         first("add permits", &reply)
+    }
+
+    /// Gives `permits` back to a semaphore only when its key exists
+    /// (`semaphore_release_if_exists.lua`): whether it did.
+    pub(crate) async fn release_if_exists(
+        &self,
+        name: &str,
+        permits: u32,
+        latch: &SyncLatch,
+    ) -> Result<bool, LockError> {
+        let channel = keys::semaphore_channel(name);
+        let (script, mut call) = Self::sync_call(&SEMAPHORE_RELEASE_IF_EXISTS, &[name, &channel]);
+        call.arg(permits).arg(self.publish_command());
+        let (reply, _) = self
+            .run_latched("release if exists", (script, call), name, latch, false)
+            .await?;
+        Ok(first("release if exists", &reply)? == 1)
+    }
+
+    /// Gives back the permits `ids` (16 bytes each) of a permit semaphore all at once, or none
+    /// of them when one is not held (`permit_release_all.lua`): how many were given back.
+    pub(crate) async fn release_all_permits(
+        &self,
+        name: &str,
+        ids: &[u8],
+        latch: &SyncLatch,
+    ) -> Result<i64, LockError> {
+        let (set, channel) = (keys::permit_set(name), keys::semaphore_channel(name));
+        let (script, mut call) = Self::sync_call(&PERMIT_RELEASE_ALL, &[name, &set, &channel]);
+        call.arg(self.publish_command()).arg(ids);
+        let (reply, _) = self
+            .run_latched("release permits", (script, call), name, latch, false)
+            .await?;
+        first("release permits", &reply)
+    }
+
+    /// A permit's time left (`permit_lease_time.lua`), after reclaiming expired permits:
+    /// Redisson's getLeaseTime reply (ms left, -1 for no lease, 0 when not held).
+    pub(crate) async fn permit_lease_time(&self, name: &str, id: &[u8]) -> Result<i64, LockError> {
+        let (set, channel) = (keys::permit_set(name), keys::semaphore_channel(name));
+        let (_, mut call) = Self::sync_call(&PERMIT_LEASE_TIME, &[name, &set, &channel]);
+        call.arg(self.publish_command()).arg(id);
+        let reply = ints(
+            "lease time",
+            self.conn().run("lease time", name, call).await?,
+        )?;
+        first("lease time", &reply)
     }
 
     /// Takes every free permit: how many there were.

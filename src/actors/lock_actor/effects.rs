@@ -26,20 +26,20 @@ impl LockActor {
                 holder,
                 ttl,
                 fair,
-                latch,
+                expect,
+                ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds.acquire(kind, (&name, &holder), ttl, fair, &latch);
+                let res = cmds.acquire(kind, (&name, &holder), ttl, fair, expect);
                 Outcome::Acquire(res.await)
             }),
             Op::Release {
                 kind,
                 holder,
                 lease,
-                latch,
+                expect,
+                ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds
-                    .release(kind, (&name, &holder), lease, Some(&latch))
-                    .await;
+                let res = cmds.release(kind, (&name, &holder), lease, expect).await;
                 Outcome::Release(res.map(HandedOff::No))
             }),
             Op::HandOff {
@@ -48,9 +48,10 @@ impl LockActor {
                 lease,
                 to,
                 to_lease,
-                latch,
+                expect,
+                ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease), &latch);
+                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease), expect);
                 Outcome::Release(res.await)
             }),
             Op::LeaveQueue { holder, wait } => self.spawn_op(
@@ -130,6 +131,7 @@ impl LockActor {
                 kind: Renewal::Lock(kind),
                 epoch,
                 confirmed,
+                validity: self.lost.get(&epoch).map(|(_, _, v)| v.clone()),
                 actor: ctx.address().recipient::<HoldLost>().downgrade(),
             }),
             Effect::Untrack {
@@ -142,7 +144,7 @@ impl LockActor {
                 epoch,
             }),
             Effect::Lost(epoch, loss) => {
-                if let Some((lost, kind)) = self.lost.remove(&epoch) {
+                if let Some((lost, kind, _)) = self.lost.remove(&epoch) {
                     // Counted before the guard is told: whoever the guard wakes reads the
                     // counters already moved.
                     metrics::holds(kind, -1.0);
@@ -151,12 +153,12 @@ impl LockActor {
                 }
             }
             Effect::Ended(epoch) => {
-                if let Some((_, kind)) = self.lost.remove(&epoch) {
+                if let Some((_, kind, _)) = self.lost.remove(&epoch) {
                     metrics::holds(kind, -1.0);
                 }
             }
             Effect::Busy => self.busy(ctx),
-            Effect::Idle => self.idle(ctx),
+            Effect::Idle => crate::actors::linger::Linger::idle(self, ctx),
             Effect::Stopped => {
                 for tx in self.stop_replies.drain(..) {
                     let _ = tx.send(());

@@ -108,6 +108,23 @@ impl Grant {
         self.lost.is_lost()
     }
 
+    /// The latest instant (monotonic clock) at which the hold is still guaranteed: when the
+    /// acquire or renewal Redis last confirmed was *sent*, plus the TTL it set, minus a drift
+    /// allowance of 1 % of that TTL + 2 ms (RedLock's validity rule). Renewals move it later;
+    /// nothing else does.
+    pub fn valid_until(&self) -> std::time::Instant {
+        // A grant is confirmed before it is made (its actor publishes the grant first); the
+        // fallback (now) is never reached, and would only make the hold look expiring.
+        self.lost
+            .confirmed()
+            .map_or_else(std::time::Instant::now, |c| c.valid_until())
+    }
+
+    /// The lost signal and validity, for `scope`.
+    pub(crate) fn signal(&self) -> &LostSignal {
+        &self.lost
+    }
+
     /// Resolves once the lock is known to be lost; never, while it is held.
     pub async fn lost(&self) {
         self.lost.wait().await;

@@ -35,7 +35,9 @@ use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
+use super::linger::{Linger, Lingers};
 use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, Timer, WaiterId};
+use super::lost::Validity;
 use super::messages::*;
 use super::services::Services;
 use crate::actors::crowd::{Caller, Crowd};
@@ -67,15 +69,12 @@ pub struct LockActor {
     next_reply: ReplyId,
     /// Timers of the actor or of a hold (retry, renewal hand-over, lease expiry): actix timers.
     singles: FxHashMap<Timer, SpawnHandle>,
-    /// Each hold's lost signal and kind, by epoch; its guards hold the receivers.
-    lost: FxHashMap<u64, (watch::Sender<bool>, LockKind)>,
+    /// Each hold's lost signal, kind and validity, by epoch; its guards hold the receivers.
+    lost: FxHashMap<u64, (watch::Sender<bool>, LockKind, Validity)>,
     /// A strong address to itself while busy or lingering (see the module doc).
     keepalive: Option<Arc<Addr<Self>>>,
-    /// Since when the actor lingers idle, holding a place among the manager's lingering actors.
-    idle_since: Option<Instant>,
-    /// The linger tick: armed when the actor falls idle, cancelled when it leaves or finds the
-    /// actor busy (so a busy actor has no periodic timer).
-    linger_tick: Option<SpawnHandle>,
+    /// Its lingering while idle (see the module doc).
+    linger: Linger,
     /// Who waits for a requested stop.
     stop_replies: Vec<oneshot::Sender<()>>,
     /// The effects being carried out (a buffer kept between events).
@@ -113,8 +112,7 @@ impl LockActor {
             singles: FxHashMap::default(),
             lost: FxHashMap::default(),
             keepalive: None,
-            idle_since: None,
-            linger_tick: None,
+            linger: Linger::default(),
             stop_replies: Vec::new(),
             effects: Vec::new(),
             waits_began: FxHashMap::default(),
@@ -148,11 +146,14 @@ impl LockActor {
         let waited = matches!(&caller, Some((Caller::Watched(_), _, _)));
         let reply = match answer {
             Answer::Granted { key, epoch, token } => {
-                let (lost, _) = self.lost.entry(epoch).or_insert_with(|| {
+                let (lost, _, validity) = self.lost.entry(epoch).or_insert_with(|| {
                     metrics::holds(key.1, 1.0);
-                    (watch::channel(false).0, key.1)
+                    (watch::channel(false).0, key.1, Validity::new())
                 });
-                let lost = crate::actors::lost::LostSignal::new(lost.subscribe());
+                if let Some((sent, ttl)) = self.state.granted_at(&key, epoch) {
+                    validity.confirm(sent, ttl);
+                }
+                let lost = crate::actors::lost::LostSignal::new(lost.subscribe(), validity);
                 Ok(Some(Grant::new(
                     (self.link(ctx), self.id),
                     self.name.clone(),
@@ -206,7 +207,7 @@ impl Actor for LockActor {
     type Context = Context<Self>;
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
-        self.unlinger();
+        Linger::stopped(self);
         if let Some(registry) = self.registry.upgrade() {
             registry.do_send(Forget {
                 family: self.family,
@@ -365,26 +366,28 @@ impl LockActor {
     }
 }
 
-impl LockActor {
-    /// The state has nothing left: linger, or leave at once when no place is free.
-    fn idle(&mut self, ctx: &mut Context<Self>) {
-        if self.idle_since.is_some() {
-            return;
-        }
-        if !self.svc.start_lingering() {
-            self.leave(ctx);
-            return;
-        }
-        self.idle_since = Some(Instant::now());
-        if self.linger_tick.is_none() {
-            let every = self.svc.config.get_idle_linger();
-            self.linger_tick = Some(ctx.run_interval(every, |act, ctx| act.linger_tick(ctx)));
-        }
+impl Lingers for LockActor {
+    fn linger(&mut self) -> &mut Linger {
+        &mut self.linger
     }
 
+    fn services(&self) -> &Services {
+        &self.svc
+    }
+
+    /// Cancels its last timer (the hand-over tick, through the state) and drops its own
+    /// address.
+    fn depart(&mut self, ctx: &mut Context<Self>) {
+        self.state.retire();
+        self.apply(ctx);
+        self.keepalive = None;
+    }
+}
+
+impl LockActor {
     /// Something arrived: stay (the strong address is still there when it lingered).
     fn busy(&mut self, ctx: &mut Context<Self>) {
-        self.unlinger();
+        Linger::busy(self);
         self.link(ctx);
     }
 
@@ -394,39 +397,5 @@ impl LockActor {
         self.keepalive
             .get_or_insert_with(|| Arc::new(ctx.address()))
             .clone()
-    }
-
-    fn linger_tick(&mut self, ctx: &mut Context<Self>) {
-        match self.idle_since {
-            Some(since) if since.elapsed() >= self.svc.config.get_idle_linger() => {
-                self.unlinger();
-                self.leave(ctx);
-            }
-            Some(_) => {}
-            // Busy again: no tick while busy; the next idle arms it again.
-            None => {
-                if let Some(tick) = self.linger_tick.take() {
-                    ctx.cancel_future(tick);
-                }
-            }
-        }
-    }
-
-    /// Gives back the lingering place, if it holds one.
-    fn unlinger(&mut self) {
-        if self.idle_since.take().is_some() {
-            self.svc.stop_lingering();
-        }
-    }
-
-    /// Cancels its last timers and drops its own address: actix stops it once nobody else
-    /// holds one.
-    fn leave(&mut self, ctx: &mut Context<Self>) {
-        if let Some(tick) = self.linger_tick.take() {
-            ctx.cancel_future(tick);
-        }
-        self.state.retire();
-        self.apply(ctx);
-        self.keepalive = None;
     }
 }

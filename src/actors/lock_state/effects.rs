@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{HoldKey, ReplyId, WaiterId};
 use crate::error::LockError;
 pub(crate) use crate::metrics::Loss;
-use crate::protocol::{Attempt, FairArgs, HandedOff, Latch, LockKind};
+use crate::protocol::{Attempt, Expect, FairArgs, HandedOff, LockKind};
 
 /// One effect, carried out by the shell in the order given.
 #[derive(Debug)]
@@ -81,14 +81,14 @@ pub(crate) enum Timer {
     Expiry(HoldKey, u64),
     /// Settle a hold's unconfirmed releases.
     Reconcile(HoldKey, u64),
-    /// Send again the request of this latch, whose reply never came.
+    /// Send again request `seq` ([`Op::seq`]), whose reply never came.
     Resend(u64),
     /// Try again to settle this holder's count.
     Settle(HoldKey),
 }
 
-/// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry a
-/// [`Latch`]: sent again, they reply as their first run did.
+/// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry the counts
+/// they [`Expect`] and a number: sent again, they reply as their first run did.
 #[derive(Clone, Debug)]
 pub(crate) enum Op {
     /// One acquire attempt (`ttl`: the lease it sets).
@@ -97,14 +97,18 @@ pub(crate) enum Op {
         holder: Arc<str>,
         ttl: Duration,
         fair: FairArgs,
-        latch: Latch,
+        /// The holder's count before it.
+        expect: Expect,
+        /// This request's number in its lock actor, for resends.
+        seq: u64,
     },
     /// Release one hold, restoring `lease` when holds remain.
     Release {
         kind: LockKind,
         holder: Arc<str>,
         lease: Duration,
-        latch: Latch,
+        expect: Expect,
+        seq: u64,
     },
     /// Release `from`'s hold and, when that frees the lock, grant it to `to` for `to_lease` in the
     /// same script (no publish).
@@ -114,7 +118,9 @@ pub(crate) enum Op {
         lease: Duration,
         to: Arc<str>,
         to_lease: Duration,
-        latch: Latch,
+        /// Both holders' counts before it.
+        expect: Expect,
+        seq: u64,
     },
     /// A fair-lock waiter leaves the Redis queue.
     LeaveQueue { holder: Arc<str>, wait: Duration },
@@ -148,11 +154,11 @@ impl Op {
         first.into_iter().chain(second)
     }
 
-    /// The latch of an acquire, release or hand-off.
-    pub(crate) fn latch(&self) -> Option<&Latch> {
+    /// The number of an acquire, release or hand-off: the requests sent again until answered.
+    pub(crate) fn seq(&self) -> Option<u64> {
         match self {
-            Op::Acquire { latch, .. } | Op::Release { latch, .. } | Op::HandOff { latch, .. } => {
-                Some(latch)
+            Op::Acquire { seq, .. } | Op::Release { seq, .. } | Op::HandOff { seq, .. } => {
+                Some(*seq)
             }
             _ => None,
         }

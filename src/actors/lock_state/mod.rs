@@ -109,10 +109,14 @@ pub(crate) struct LockState {
     waiters: Waiters,
     todo: VecDeque<Pending>,
     flight: Option<Flight>,
-    /// The latched request under way, kept to be sent again should its reply never come.
+    /// The acquire, release or hand-off under way, kept to be sent again should its reply never
+    /// come.
     sent: Option<Op>,
-    /// Requests whose reply never came, by latch id, until Redis answers one of their resends.
+    /// Requests whose reply never came, by number ([`Op::seq`]), until Redis answers one of
+    /// their resends.
     unsure: FxHashMap<u64, Unsure>,
+    /// The last request number given.
+    seq: u64,
     /// Holders whose count in Redis may be above what this actor grants (a request given up
     /// unresolved, a lease ended here a little before Redis's copy): settled by count once none
     /// of their requests is unresolved; they take nothing new until then.
@@ -151,6 +155,7 @@ impl LockState {
             flight: None,
             sent: None,
             unsure: FxHashMap::default(),
+            seq: 0,
             abandoned: FxHashSet::default(),
             held_back: Vec::new(),
             failures: 0,
@@ -338,7 +343,7 @@ impl LockState {
     pub(crate) fn resubscribed(&mut self, now: Instant) {
         self.now = now;
         // Fair-lock waiters each have their own turn, and any of their messages may be lost.
-        if self.family == LockKind::Fair {
+        if self.family.is_fair() {
             self.wake_all();
         } else {
             self.wake_one();
@@ -361,6 +366,8 @@ impl LockState {
     pub(crate) fn hold_lost(&mut self, key: &HoldKey, epoch: u64, now: Instant) {
         self.now = now;
         self.lose(key, epoch, Loss::Watchdog);
+        // A settle its end queued (its holder's count was being settled) goes now.
+        self.pump();
     }
 
     /// A timer armed earlier fired.

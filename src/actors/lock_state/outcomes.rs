@@ -55,6 +55,22 @@ impl LockState {
                     self.schedule_retry(ttl);
                 }
             }
+            Ok(Attempt::Gone) => {
+                // Redis counts nothing of this holder: the hold counted here is gone (its key
+                // deleted or expired before a renewal noticed). Its guards are told, and its
+                // releases find it gone; the waiter asks again at once, as a new hold.
+                self.failures = 0;
+                if let Some(old) = self.holds.get(&key).map(|h| h.epoch) {
+                    self.lose(&key, old, Loss::Reentry);
+                }
+                if self.waiters.contains(id) {
+                    self.attempt(id);
+                    if !matches!(self.flight, Some(Flight::Attempt { id: f, .. }) if f == id) {
+                        // Queued behind another round trip: it waits from now on.
+                        self.watch_caller(id);
+                    }
+                }
+            }
             Ok(Attempt::Unsynced { acked, wanted }) => {
                 // Redis granted it, but too few replicas have it: give it back, as a release
                 // of a hold nobody took.
@@ -221,12 +237,12 @@ impl LockState {
         match res {
             Ok(0) if target == 0 => {
                 tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
-                self.settled(&key);
-                self.end_hold(&key, epoch, None);
+                self.settled_ending(&key, |s| {
+                    s.end_hold(&key, epoch, None);
+                });
             }
             Ok(0) => {
-                self.settled(&key);
-                self.lose(&key, epoch, Loss::Unconfirmed);
+                self.settled_ending(&key, |s| s.lose(&key, epoch, Loss::Unconfirmed));
             }
             Ok(in_redis) if in_redis > target => {
                 hold.count = in_redis;

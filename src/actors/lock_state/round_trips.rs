@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::protocol::Latch;
+use crate::protocol::Expect;
 
 /// A round trip waiting its turn.
 #[derive(Debug)]
@@ -127,7 +127,7 @@ impl LockState {
                 continue;
             };
             self.flight = Some(flight);
-            if op.latch().is_some() {
+            if op.seq().is_some() {
                 // Kept to be sent again as it is, should its reply never come.
                 self.sent = Some(op.clone());
             }
@@ -220,10 +220,14 @@ impl LockState {
         if let Some(lease) = shortened {
             self.expire_at(&key, lease, self.now + ttl);
         }
+        // Exact: every hold of this holder is this actor's, none of its requests is unresolved
+        // (above), and a release that failed with an answer from Redis did not run.
+        let expect = Expect::count(self.holds.get(&key).map_or(0, |h| h.count));
+        let seq = self.next_seq();
         let w = self.waiters.get_mut(id)?;
         // A fair attempt that may wait can enqueue it, even one whose reply is lost: from now
         // on, giving up must leave the queue (leaving when not queued changes nothing).
-        w.queued |= w.kind == LockKind::Fair && w.may_wait();
+        w.queued |= w.kind.is_fair() && w.may_wait();
         let op = Op::Acquire {
             kind: w.kind,
             holder: w.holder.clone(),
@@ -232,7 +236,8 @@ impl LockState {
                 wait: w.fair_wait,
                 once: !w.may_wait(),
             },
-            latch: Latch::new(),
+            expect,
+            seq,
         };
         let flight = Flight::Attempt {
             id,
@@ -271,7 +276,10 @@ impl LockState {
         }
         let (count, lease) = (hold.count, hold.lease);
         let to = if count == 1
-            && matches!(key.1, LockKind::Reentrant | LockKind::Fenced)
+            && matches!(
+                key.1,
+                LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant
+            )
             && self.settings.hand_off
             && self.streak < MAX_HAND_OFF_STREAK
             && !self.stopping
@@ -284,21 +292,26 @@ impl LockState {
         } else {
             None
         };
-        let latch = Latch::new();
+        let seq = self.next_seq();
         let op = match &to {
-            Some((_, (to, _), to_lease)) => Op::HandOff {
+            Some((_, to_key, to_lease)) => Op::HandOff {
                 kind: key.1,
                 from: key.0.clone(),
                 lease,
-                to: to.clone(),
+                to: to_key.0.clone(),
                 to_lease: to_lease.unwrap_or(self.settings.watchdog_timeout),
-                latch,
+                expect: Expect {
+                    count,
+                    to: self.holds.get(to_key).map_or(0, |h| h.count),
+                },
+                seq,
             },
             None => Op::Release {
                 kind: key.1,
                 holder: key.0.clone(),
                 lease,
-                latch,
+                expect: Expect::count(count),
+                seq,
             },
         };
         let flight = Flight::Release(ReleaseFlight {
@@ -310,6 +323,12 @@ impl LockState {
             to,
         });
         Some((op, flight))
+    }
+
+    /// A new request number.
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
     }
 
     fn shutdown_op(&mut self, release: bool) -> Op {

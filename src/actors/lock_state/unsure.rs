@@ -1,8 +1,9 @@
 //! Requests whose reply never came (a time-out, a connection reset): they may or may not have
-//! run. Each is sent again, with the same latch, until Redis answers: a latched request replies
-//! as its first run did, so the state learns exactly what Redis counts and never takes back a
-//! hold by guessing from counts. Meanwhile other round trips of the name go on; a release of the
-//! same hold waits behind it (see `release_op`).
+//! run. Each is sent again, as it is, until Redis answers: it carries the count its holder had
+//! before it (`Expect`), so a request that ran already finds the count its first run left and
+//! replies as then (docs/protocol.md, "Sent again"); the state learns exactly what Redis counts
+//! and never takes back a hold by guessing. Meanwhile other round trips of the name go on; a
+//! release of the same hold waits behind it (see `release_op`).
 //!
 //! Redis out of reach for longer than the watchdog timeout (a third of it for an acquire: see
 //! `horizon`): the request is given up. Its holder's
@@ -30,13 +31,13 @@ pub(super) struct Unsure {
 }
 
 impl LockState {
-    /// The reply of a latched request came: it is resolved.
+    /// The reply of an acquire, release or hand-off came: it is resolved.
     pub(super) fn resolved(&mut self, op: &Op) {
-        let Some(latch) = op.latch() else {
+        let Some(seq) = op.seq() else {
             return;
         };
-        if self.unsure.remove(&latch.id).is_some() {
-            self.out.push(Effect::Cancel(Timer::Resend(latch.id)));
+        if self.unsure.remove(&seq).is_some() {
+            self.out.push(Effect::Cancel(Timer::Resend(seq)));
             for key in op.keys() {
                 self.settle_if_clear(key);
             }
@@ -48,7 +49,7 @@ impl LockState {
     /// The reply of `op` never came. Answers now what cannot wait for the resolution (a single
     /// attempt, a release's caller), then sends it again after a backoff, or gives it up.
     pub(super) fn unresolved(&mut self, op: Op, mut flight: Flight, error: LockError) {
-        let Some(id) = op.latch().map(|l| l.id) else {
+        let Some(id) = op.seq() else {
             return;
         };
         let now = self.now;
@@ -125,7 +126,7 @@ impl LockState {
             .get(&id)
             .is_some_and(|u| self.now.saturating_duration_since(u.since) >= self.horizon(&u.op));
         if expired {
-            // Its latch may not outlive another try: given up.
+            // Past its horizon: given up.
             if let Some(Unsure {
                 op,
                 flight: Some(flight),
@@ -161,9 +162,8 @@ impl LockState {
     }
 
     /// Whether a request of `key` is unresolved. Until none is, no other request of that holder
-    /// runs: its latch holds one request's reply, and a resend must find the holder's field as
-    /// its first run left it, so that an acquire can tell by the field whether what it took is
-    /// still there (`latch.lua`), and a release that never ran cannot take a hold granted after.
+    /// runs: a resend must find the holder's count as its first run left it (or as before it,
+    /// had it not run), since that count is all that tells the two apart.
     pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
         self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
     }
@@ -202,7 +202,16 @@ impl LockState {
 
     /// `key`'s count is what this actor grants again: its waiters may go on.
     pub(super) fn settled(&mut self, key: &HoldKey) {
-        if self.abandoned.remove(key) {
+        self.settled_ending(key, |_| {});
+    }
+
+    /// `key`'s count is settled, and `end` ends what ends with it (its hold) before its waiters
+    /// go on: an attempt started by their wake-up expects the count the state then has, so that
+    /// must be Redis's already.
+    pub(super) fn settled_ending(&mut self, key: &HoldKey, end: impl FnOnce(&mut Self)) {
+        let settling = self.abandoned.remove(key);
+        end(self);
+        if settling {
             self.out.push(Effect::Cancel(Timer::Settle(key.clone())));
             self.wake_all();
         }

@@ -17,8 +17,10 @@ impl LockState {
         let Some(new) = self.waiters.get(id) else {
             return false;
         };
-        matches!(new.kind, LockKind::Reentrant | LockKind::Fenced)
-            && new.may_wait()
+        matches!(
+            new.kind,
+            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant
+        ) && new.may_wait()
             && !self.holds.contains_key(&(new.holder.clone(), new.kind))
             && self.waiters.others_waiting(&new.holder) > 0
     }
@@ -41,9 +43,10 @@ impl LockState {
             return;
         };
         // A fair waiter has a channel of its own holder's; the others share the lock's.
-        let unused = match self.family {
-            LockKind::Fair => last_of_holder,
-            _ => self.waiters.is_empty(),
+        let unused = if self.family.is_fair() {
+            last_of_holder
+        } else {
+            self.waiters.is_empty()
         };
         if let Wait::Up(_) = w.wait {
             self.out.push(Effect::Cancel(Timer::Deadline(id)));
@@ -73,7 +76,7 @@ impl LockState {
 
     /// A message on `channel`: for a fair lock, the waiter whose turn it is; else one waiter.
     pub(super) fn wake_channel(&mut self, channel: &str) {
-        if self.family != LockKind::Fair {
+        if !self.family.is_fair() {
             return self.wake_one();
         }
         let id = self
@@ -160,9 +163,10 @@ impl LockState {
 
     /// The channel `holder`'s waiter is woken on: the lock's, or a fair waiter's own.
     pub(super) fn channel_of(&self, holder: &str) -> Arc<str> {
-        match self.family {
-            LockKind::Fair => self.family.waiter_channel(&self.name, holder).into(),
-            _ => self.channel.clone(),
+        if self.family.is_fair() {
+            self.family.waiter_channel(&self.name, holder).into()
+        } else {
+            self.channel.clone()
         }
     }
 

@@ -24,7 +24,9 @@ use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
 use crate::actors::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
+use crate::actors::linger::{Linger, Lingers};
 use crate::actors::lock_state::{MAX_HAND_OFF_STREAK, backoff};
+use crate::actors::lost::Validity;
 use crate::actors::messages::*;
 use crate::actors::services::Services;
 use crate::actors::sync_state::{Answer, Effect, SyncState, Tried};
@@ -65,6 +67,8 @@ struct Waiting {
     /// attempt.
     ids: Vec<u8>,
     since: metrics::Since,
+    /// When the latest attempt to take them was sent: a grant's TTL runs from no earlier.
+    sent: Instant,
 }
 
 /// Permits granted here and not yet given back.
@@ -106,8 +110,10 @@ pub struct SyncActor {
     hand_offs: u32,
     /// The one timer of the state.
     timer: Option<SpawnHandle>,
-    /// A strong address to itself while busy (see the lock actor's module doc).
+    /// A strong address to itself while busy or lingering (see the lock actor's module doc).
     keepalive: Option<Addr<Self>>,
+    /// Its lingering while idle.
+    linger: Linger,
     /// Set by `StopSync`: nothing new is served.
     stopping: bool,
     effects: Vec<Effect>,
@@ -140,6 +146,7 @@ impl SyncActor {
             hand_offs: 0,
             timer: None,
             keepalive: None,
+            linger: Linger::default(),
             stopping: false,
             effects: Vec::new(),
         }
@@ -175,10 +182,17 @@ impl SyncActor {
 
     fn keep_alive_while_busy(&mut self, ctx: &mut Context<Self>) {
         let busy = !self.state.is_idle() || !self.held.is_empty() || self.busy > 0;
-        if busy && self.keepalive.is_none() {
-            self.keepalive = Some(ctx.address());
-        } else if !busy {
-            self.keepalive = None;
+        if busy {
+            Linger::busy(self);
+            if self.keepalive.is_none() {
+                self.keepalive = Some(ctx.address());
+            }
+        } else {
+            // Kept alive by its own address while it lingers (its round trips kept it so far).
+            if self.keepalive.is_none() && self.linger.is_busy() {
+                self.keepalive = Some(ctx.address());
+            }
+            Linger::idle(self, ctx);
         }
     }
 
@@ -239,6 +253,12 @@ impl SyncActor {
             return;
         }
         let (permits, ids) = (waiting.permits, waiting.ids.clone());
+        if let Some(w) = self.waiting.get_mut(&id) {
+            w.sent = Instant::now();
+        }
+        let Some(waiting) = self.waiting.get(&id) else {
+            return;
+        };
         let lease = waiting
             .lease
             .unwrap_or(self.svc.config.get_watchdog_timeout());
@@ -311,8 +331,12 @@ impl SyncActor {
             SyncTx::Permits(tx) => {
                 let reply = match answer {
                     Answer::Done { waited } => {
-                        let mut permits =
-                            self.grant(waiting.permits, waiting.ids, waiting.lease, ctx);
+                        let mut permits = self.grant(
+                            waiting.permits,
+                            waiting.ids,
+                            (waiting.lease, waiting.sent),
+                            ctx,
+                        );
                         permits.waited = waited;
                         Ok(Some(permits))
                     }
@@ -330,13 +354,19 @@ impl SyncActor {
         &mut self,
         permits: u32,
         ids: Vec<u8>,
-        lease: Option<Duration>,
+        (lease, sent): (Option<Duration>, Instant),
         ctx: &mut Context<Self>,
     ) -> Permits {
         self.next_epoch += 1;
         let epoch = self.next_epoch;
         let (lost, rx) = watch::channel(false);
         let renewed = self.kind == SyncKind::PermitSemaphore && lease.is_none();
+        // A plain semaphore's permits never expire: their validity stays unconfirmed (none).
+        let validity = Validity::new();
+        if self.kind == SyncKind::PermitSemaphore {
+            let ttl = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
+            validity.confirm(sent, ttl);
+        }
         if renewed {
             self.svc.watchdog.do_send(Track {
                 name: self.name.clone(),
@@ -344,6 +374,7 @@ impl SyncActor {
                 kind: Renewal::Permits,
                 epoch,
                 confirmed: Instant::now(),
+                validity: Some(validity.clone()),
                 actor: ctx.address().recipient::<HoldLost>().downgrade(),
             });
         }
@@ -374,7 +405,7 @@ impl SyncActor {
             permits,
             ids,
             epoch,
-            lost: crate::actors::lost::LostSignal::new(rx),
+            lost: crate::actors::lost::LostSignal::new(rx, &validity),
             waited: false,
             armed: true,
         }
@@ -500,7 +531,7 @@ impl SyncActor {
     /// Runs one adjustment (set, add, drain, release without a grant, count down…).
     fn adjust(
         &mut self,
-        op: Adjustment,
+        op: Op,
         tx: Option<OneshotSender<Result<i64, LockError>>>,
         ctx: &mut Context<Self>,
     ) {
@@ -510,9 +541,23 @@ impl SyncActor {
         self.busy += 1;
         let work = async move {
             resend(limit, || async {
+                let op = match &op {
+                    Op::Adjust(op) => *op,
+                    Op::ReleaseIds(ids) => {
+                        return commands.release_all_permits(&name, ids, &latch).await;
+                    }
+                };
                 match op {
                     Adjustment::SetPermits(n) => commands
-                        .set_permits(kind, &name, n, &latch)
+                        .set_permits(kind, &name, (n, None), &latch)
+                        .await
+                        .map(i64::from),
+                    Adjustment::SetPermitsWithTtl(n, ttl) => commands
+                        .set_permits(kind, &name, (n, Some(ttl)), &latch)
+                        .await
+                        .map(i64::from),
+                    Adjustment::ReleaseIfExists(n) => commands
+                        .release_if_exists(&name, n, &latch)
                         .await
                         .map(i64::from),
                     Adjustment::AddPermits(d) => commands.add_permits(kind, &name, d, &latch).await,
@@ -585,6 +630,7 @@ impl SyncActor {
                 lease,
                 ids,
                 since: metrics::Since::now(),
+                sent: Instant::now(),
             },
         );
         metrics::sync_waiters(self.kind.label(), 1.0);
@@ -624,6 +670,7 @@ impl Actor for SyncActor {
     type Context = Context<Self>;
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
+        Linger::stopped(self);
         if let Some(registry) = self.registry.upgrade() {
             registry.do_send(ForgetSync {
                 kind: self.kind,
@@ -642,6 +689,20 @@ impl Actor for SyncActor {
             }
         }
         tracing::trace!(name = %self.name, id = self.id, "synchronizer actor stopped");
+    }
+}
+
+impl Lingers for SyncActor {
+    fn linger(&mut self) -> &mut Linger {
+        &mut self.linger
+    }
+
+    fn services(&self) -> &Services {
+        &self.svc
+    }
+
+    fn depart(&mut self, _: &mut Context<Self>) {
+        self.keepalive = None;
     }
 }
 
@@ -790,18 +851,60 @@ where
     }
 }
 
+/// What [`SyncActor::adjust`] runs: a public [`Adjustment`], or a permit semaphore's release of a
+/// list of ids, all or nothing ([`ReleaseIds`]; ids are not `Copy`, as `Adjustment` is).
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// A public adjustment.
+    Adjust(Adjustment),
+    /// A permit semaphore's release of these ids, all or nothing.
+    ReleaseIds(Arc<[u8]>),
+}
+
+/// Permit semaphore: give back these permits (16-byte ids, concatenated) all at once, or none
+/// when one is not held. Replies how many were given back (0: none).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<i64, LockError>")]
+pub struct ReleaseIds(pub Arc<[u8]>);
+
 impl Handler<Adjust> for SyncActor {
-    type Result = SyncDone<Adjustment>;
+    type Result = SyncDone<Op>;
 
     fn handle(&mut self, Adjust(op): Adjust, _: &mut Context<Self>) -> Self::Result {
         if self.stopping {
             return SyncDone(Err(LockError::Shutdown));
         }
-        SyncDone(op.check(self.kind).map(|()| op))
+        SyncDone(op.check(self.kind).map(|()| Op::Adjust(op)))
     }
 }
 
-impl MessageResponse<SyncActor, Adjust> for SyncDone<Adjustment> {
+impl Handler<ReleaseIds> for SyncActor {
+    type Result = SyncDone<Op>;
+
+    fn handle(&mut self, ReleaseIds(ids): ReleaseIds, _: &mut Context<Self>) -> Self::Result {
+        if self.stopping {
+            return SyncDone(Err(LockError::Shutdown));
+        }
+        if self.kind != SyncKind::PermitSemaphore {
+            return SyncDone(Err(LockError::invalid(
+                "operation",
+                format!("a release of ids does not apply to a {}", self.kind.label()),
+            )));
+        }
+        if ids.is_empty() || ids.len() % 16 != 0 {
+            return SyncDone(Err(LockError::invalid(
+                "ids",
+                "at least one id of 16 bytes",
+            )));
+        }
+        SyncDone(Ok(Op::ReleaseIds(ids)))
+    }
+}
+
+impl<M> MessageResponse<SyncActor, M> for SyncDone<Op>
+where
+    M: Message<Result = Result<i64, LockError>>,
+{
     fn handle(
         self,
         ctx: &mut Context<SyncActor>,

@@ -79,6 +79,18 @@ impl Permits {
         self.lost.is_lost()
     }
 
+    /// The latest instant (monotonic clock) at which the permits are still guaranteed (as
+    /// [`Grant::valid_until`](crate::Grant::valid_until)); `None` for a plain semaphore's
+    /// permits, which never expire.
+    pub fn valid_until(&self) -> Option<std::time::Instant> {
+        self.lost.confirmed().map(|c| c.valid_until())
+    }
+
+    /// The lost signal and validity, for `scope`.
+    pub(crate) fn signal(&self) -> &LostSignal {
+        &self.lost
+    }
+
     /// Resolves once the permits are known to be lost; never, while they are held.
     pub async fn lost(&self) {
         self.lost.wait().await;

@@ -135,6 +135,8 @@ async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>,
         Kind::Read => (*manager.read_write_lock(name).read()).clone(),
         Kind::Write => (*manager.read_write_lock(name).write()).clone(),
         Kind::Fenced => (*manager.fenced_lock(name)).clone(),
+        Kind::NonReentrant => manager.non_reentrant_lock(name),
+        Kind::NonReentrantFair => (*manager.non_reentrant_fair_lock(name)).clone(),
     };
     let held = match (args.wait, args.lease) {
         (None, None) => Some(lock.acquire().await?),
@@ -273,7 +275,7 @@ async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
 /// Only the command's own process is covered: children it forks itself are not (a shell that
 /// runs its last command with `exec` passes the setting on, since it survives execve).
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn die_with_lockman(command: &mut tokio::process::Command) {
+pub(crate) fn die_with_lockman(command: &mut tokio::process::Command) {
     // Taken before the fork: the child compares it with its parent's pid after prctl, since
     // lockman may have died between fork and prctl, and then no signal will ever come.
     // A pid fits in pid_t, the kernel's own type; std hands it out as u32.
@@ -307,10 +309,10 @@ fn die_with_lockman(command: &mut tokio::process::Command) {
 /// Elsewhere there is no such guarantee: a command whose lockman was killed with SIGKILL runs
 /// on (README, "The lockman command").
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn die_with_lockman(_command: &mut tokio::process::Command) {}
+pub(crate) fn die_with_lockman(_command: &mut tokio::process::Command) {}
 
 /// Sends `sig` to `pid` (kill(2); an error, such as a child that just exited, is ignored).
-fn kill(pid: i32, sig: i32) {
+pub(crate) fn kill(pid: i32, sig: i32) {
     // SAFETY: kill(2) takes two integers and touches no memory of this process.
     unsafe {
         libc::kill(pid, sig);

@@ -36,6 +36,16 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
     };
     manager.shutdown().await;
     let info = info.map_err(Failure::redis)?;
+    // Records name holds as they are in Redis (with any --prefix); inspect shows names without.
+    let mut clients = clients;
+    if let Ok(config) = server.config() {
+        let mapped = config.mapped_name(name);
+        for hold in clients.iter_mut().flat_map(|c| c.holds.iter_mut()) {
+            if hold.name == mapped {
+                hold.name.clone_from(&info.name);
+            }
+        }
+    }
     if json {
         println!("{}", to_json(&info, &clients));
     } else {

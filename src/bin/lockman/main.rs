@@ -10,11 +10,14 @@
 //! lockman watch NAME
 //! lockman ls [PATTERN] [--json]
 //! lockman top [PATTERN] [--once] [--json]
+//! lockman elect [--once] NAME -- CMD [ARGS…]
+//! lockman leader NAME [--watch] [--json]
 //! ```
 //!
 //! Exit codes: see [`code`]; `exec` otherwise passes on its command's (128 + n for a signal).
 
 mod clients;
+mod elect;
 mod exec;
 mod inspect;
 mod json;
@@ -30,13 +33,14 @@ use lockman::{Config, LockError, LockManager};
 
 /// The documented exit codes (README, "The lockman command").
 pub mod code {
-    /// `inspect`: the lock is free. `unlock`: it was not locked.
+    /// `inspect`: the lock is free. `unlock`: it was not locked. `leader`: nobody leads.
     pub const FREE: u8 = 1;
     /// Bad usage (clap's own).
     pub const USAGE: u8 = 2;
     /// Redis could not be reached, refused us, or answered an error.
     pub const REDIS: u8 = 69;
-    /// `exec`: the lock was lost while the command ran (and the command was stopped).
+    /// `exec`: the lock was lost while the command ran (and the command was stopped);
+    /// `elect --once`: the lead was.
     pub const LOST: u8 = 73;
     /// `exec`: the lock could not be had within `--wait`.
     pub const NOT_ACQUIRED: u8 = 75;
@@ -89,6 +93,10 @@ struct Server {
     /// The service name this lockman gives in its client record (`lockman ls` shows it).
     #[arg(long, global = true, env = "LOCKMAN_CLIENT_NAME", value_name = "NAME")]
     client_name: Option<String>,
+    /// Prefix every name with PREFIX, as a Redisson `PrefixNameMapper` with that prefix does
+    /// (a name that starts with it already is used as it is). Give the separator too: `app1:`.
+    #[arg(long, global = true, value_name = "PREFIX", env = "LOCKMAN_PREFIX")]
+    prefix: Option<String>,
     /// How long connecting to Redis may take.
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
     connect_timeout: Duration,
@@ -105,6 +113,22 @@ enum Command {
     /// have no such guarantee: there CMD outlives a killed lockman, and the next `exec` may
     /// start a second CMD beside it once the lock expires.
     Exec(exec::ExecArgs),
+    /// Run a command only while leading the election NAME: campaign (waiting), run CMD with
+    /// LOCKMAN_TERM set to the term; when the lead is lost, or about to expire unrenewed, stop
+    /// CMD (SIGTERM), then campaign again and restart it (--once: exit 73 instead). Exits with
+    /// CMD's code when CMD exits by itself. CMD dies with lockman, as for `exec`.
+    Elect(elect::ElectArgs),
+    /// Show who leads the election NAME and its term. Exit 0 if someone leads, 1 if nobody.
+    Leader {
+        /// The election name.
+        name: String,
+        /// Print every change of leader, until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a lock: kind, holders and counts, TTL, mode, fair queue, fencing token. Exit 0 if
     /// held, 1 if free.
     Inspect {
@@ -188,6 +212,10 @@ enum Kind {
     Read,
     Write,
     Fenced,
+    /// Redisson 4.4's non-reentrant lock (the reentrant lock's keys).
+    NonReentrant,
+    /// Redisson 4.4's non-reentrant fair lock (the fair lock's keys).
+    NonReentrantFair,
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
@@ -250,6 +278,9 @@ impl Server {
         if let Some(name) = &self.client_name {
             config = config.client_name(name.as_str());
         }
+        if let Some(prefix) = &self.prefix {
+            config = config.name_prefix(prefix.as_str());
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path)
                 .map_err(|e| Failure::new(code::USAGE, format!("{}: {e}", path.display())))?;
@@ -305,6 +336,10 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Exec(args) => exec::run(&cli.server, args).await,
+            Command::Elect(args) => elect::elect(&cli.server, args).await,
+            Command::Leader { name, watch, json } => {
+                elect::leader(&cli.server, &name, watch, json).await
+            }
             Command::Inspect { name, json } => inspect::inspect(&cli.server, &name, json).await,
             Command::Unlock { name, yes, .. } => inspect::unlock(&cli.server, &name, yes).await,
             Command::Watch { name } => watch::run(&cli.server, &name).await,

@@ -28,10 +28,12 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
         .get_multiplexed_async_connection()
         .await
         .map_err(redis_err)?;
-    let keyspace = format!("__keyspace@{db}__:{name}");
+    // The keys and channels are the mapped name's (--prefix); what is printed is the name given.
+    let key = server.config()?.mapped_name(name);
+    let keyspace = format!("__keyspace@{db}__:{key}");
     let with_keyspace = keyspace_events_on(&mut conn).await;
     let mut pubsub = client.get_async_pubsub().await.map_err(redis_err)?;
-    let [unlock, rwlock] = lockman::release_channels(name);
+    let [unlock, rwlock] = lockman::release_channels(&key);
     for channel in [&unlock, &rwlock] {
         pubsub.subscribe(channel).await.map_err(redis_err)?;
     }

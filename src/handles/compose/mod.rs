@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::handles::lock::Lock;
 use crate::handles::lock::LockGuard;
+use crate::handles::scope::Watched;
 
 /// Retry delays while members fail (no unlock message will come from a failing server).
 const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -90,6 +91,59 @@ impl CompositeGuard {
         }
     }
 
+    /// The latest instant (monotonic clock) at which the composition is still guaranteed:
+    /// the instant by which fewer than its quorum of members would still be valid (each
+    /// member's [`Grant::valid_until`](crate::Grant::valid_until); for a MultiLock the
+    /// earliest), and no later than [`validity_deadline`](Self::validity_deadline).
+    pub fn valid_until(&self) -> Instant {
+        let mut each: Vec<Instant> = self
+            .guards
+            .iter()
+            .filter(|g| !g.is_lost())
+            .map(|g| g.valid_until())
+            .collect();
+        each.sort_unstable_by(|a, b| b.cmp(a));
+        let members = each
+            .get(self.quorum.max(1) - 1)
+            .copied()
+            .unwrap_or_else(Instant::now);
+        self.valid_until.map_or(members, |v| v.min(members))
+    }
+
+    /// Runs `fut` while the hold is held and guaranteed, and drops it (so its work stops at
+    /// its next await) as soon as the composition is known lost (fewer than its quorum of members held) or its [`valid_until`](Self::valid_until) comes
+    /// within a margin — a tenth of each member's TTL — with no renewal confirmed since.
+    ///
+    /// # Errors
+    /// [`LockError::HoldLost`] or [`LockError::HoldExpiring`], saying which stopped the work.
+    /// Either way the guard is still there to release (or drop).
+    pub async fn scope<F: std::future::Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        self.watched(None).run(fut).await
+    }
+
+    /// As [`scope`](Self::scope), stopping the work `margin` before [`valid_until`](Self::valid_until)
+    /// instead of a tenth of the TTL before.
+    ///
+    /// # Errors
+    /// As [`scope`](Self::scope).
+    pub async fn scope_with_margin<F: std::future::Future>(
+        &self,
+        margin: std::time::Duration,
+        fut: F,
+    ) -> Result<F::Output, LockError> {
+        self.watched(Some(margin)).run(fut).await
+    }
+
+    fn watched(&self, margin: Option<Duration>) -> Watched<'_> {
+        Watched {
+            name: self.guards.first().map_or("", |g| g.name()),
+            holds: self.guards.iter().map(|g| g.signal()).collect(),
+            quorum: self.quorum,
+            deadline: self.valid_until,
+            margin,
+        }
+    }
+
     /// Releases every member, concurrently.
     ///
     /// # Errors
@@ -123,7 +177,7 @@ impl Plan<'_> {
             return Err(LockError::invalid("members", "at least one lock is needed"));
         }
         for (i, a) in self.members.iter().enumerate() {
-            let same = |b: &&Lock| a.server() == b.server() && a.name() == b.name();
+            let same = |b: &&Lock| a.server() == b.server() && a.key() == b.key();
             if self.members[..i].iter().any(|b| same(&b)) {
                 let why = format!("{:?} on {} appears twice", a.name(), a.server());
                 return Err(LockError::invalid("members", why));

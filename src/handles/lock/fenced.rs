@@ -99,6 +99,27 @@ impl FencedGuard {
         self.0.token().unwrap_or_default()
     }
 
+    /// Sets the Redis key `key` to `value` only if no token newer than this one was seen
+    /// there: a **fenced write**. The newest token seen per key is kept in the hash
+    /// `lockman_fence:{name}` (this lock's slot), checked and advanced in the same script as the
+    /// write (`fenced_set.lua`). `Ok(false)`: refused, a newer holder wrote there already, so
+    /// this hold is stale whatever its guard knows yet. A holder may write again with its own
+    /// token. The decision is the store's: a guard not yet known lost is refused all the same.
+    ///
+    /// In a Redis Cluster `key` must be in the lock's slot (`{name}:…`, say); Redis refuses
+    /// another slot (`CROSSSLOT`).
+    ///
+    /// # Errors
+    /// [`LockError::Shutdown`] for a guard made from a bare [`Grant`](crate::Grant); Redis
+    /// errors (`WRONGTYPE` when the fence hash is not a hash).
+    pub async fn fenced_set(&self, key: &str, value: impl AsRef<[u8]>) -> Result<bool, LockError> {
+        let manager = self.0.manager().ok_or(LockError::Shutdown)?;
+        manager
+            .commands
+            .fenced_set(self.name(), (key, value.as_ref()), self.token())
+            .await
+    }
+
     /// As [`LockGuard::release`].
     ///
     /// # Errors

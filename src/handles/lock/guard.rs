@@ -7,6 +7,7 @@ use crate::actors::lock_actor::Release;
 use tracing::Instrument;
 
 use crate::error::LockError;
+use crate::handles::scope::Watched;
 use crate::handles::state::Inner;
 
 /// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping
@@ -37,9 +38,48 @@ impl LockGuard {
         self
     }
 
+    /// The manager that granted it (none for a guard made from a bare [`Grant`]).
+    pub(crate) fn manager(&self) -> Option<&Arc<Inner>> {
+        self.manager.as_ref()
+    }
+
     /// The grant inside: what a [`Release`] message carries.
     pub fn into_grant(self) -> Grant {
         self.grant
+    }
+
+    /// Runs `fut` while the hold is held and guaranteed, and drops it (so its work stops at
+    /// its next await) as soon as the hold is known lost or its [`valid_until`](Grant::valid_until) comes
+    /// within a margin — a tenth of the hold's TTL — with no renewal confirmed since.
+    ///
+    /// # Errors
+    /// [`LockError::HoldLost`] or [`LockError::HoldExpiring`], saying which stopped the work.
+    /// Either way the guard is still there to release (or drop).
+    pub async fn scope<F: std::future::Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        self.watched(None).run(fut).await
+    }
+
+    /// As [`scope`](Self::scope), stopping the work `margin` before [`valid_until`](Grant::valid_until)
+    /// instead of a tenth of the TTL before.
+    ///
+    /// # Errors
+    /// As [`scope`](Self::scope).
+    pub async fn scope_with_margin<F: std::future::Future>(
+        &self,
+        margin: std::time::Duration,
+        fut: F,
+    ) -> Result<F::Output, LockError> {
+        self.watched(Some(margin)).run(fut).await
+    }
+
+    fn watched(&self, margin: Option<std::time::Duration>) -> Watched<'_> {
+        Watched {
+            name: self.name(),
+            holds: vec![self.grant.signal()],
+            quorum: 1,
+            deadline: None,
+            margin,
+        }
     }
 
     /// Releases this hold: the lock is free once every hold of its holder is released.

@@ -70,8 +70,15 @@ impl Lock {
         self.kind
     }
 
-    /// The lock name: the Redis key of its hash.
+    /// The lock name as given, without the [name prefix](crate::Config::name_prefix); the
+    /// Redis key of its hash is [`key`](Self::key).
     pub fn name(&self) -> &str {
+        self.mgr.unmap_name(&self.name)
+    }
+
+    /// The Redis key of its hash: the name with the [name prefix](crate::Config::name_prefix),
+    /// from which every key and channel of the lock is built.
+    pub fn key(&self) -> &str {
         &self.name
     }
 

@@ -7,6 +7,7 @@ use crate::actors::sync_actor::ReleasePermits;
 use tracing::Instrument;
 
 use crate::error::LockError;
+use crate::handles::scope::Watched;
 use crate::handles::state::Inner;
 
 /// Permits of a [`Semaphore`](crate::Semaphore) or a [`PermitSemaphore`](crate::PermitSemaphore).
@@ -47,6 +48,48 @@ impl PermitGuard {
     /// Resolves once the permits are known to be lost; never, while they are held.
     pub async fn lost(&self) {
         self.permits.lost().await;
+    }
+
+    /// The latest instant (monotonic clock) at which the permits are still guaranteed: when
+    /// the take or renewal Redis last confirmed was sent, plus the TTL it set, minus 1 % of it
+    /// and 2 ms. `None` for a plain [`Semaphore`](crate::Semaphore)'s permits, which never
+    /// expire.
+    pub fn valid_until(&self) -> Option<std::time::Instant> {
+        self.permits.valid_until()
+    }
+
+    /// Runs `fut` while the hold is held and guaranteed, and drops it (so its work stops at
+    /// its next await) as soon as the hold is known lost or its [`valid_until`](Self::valid_until) comes
+    /// within a margin — a tenth of the hold's TTL — with no renewal confirmed since.
+    ///
+    /// # Errors
+    /// [`LockError::HoldLost`] or [`LockError::HoldExpiring`], saying which stopped the work.
+    /// Either way the guard is still there to release (or drop).
+    pub async fn scope<F: std::future::Future>(&self, fut: F) -> Result<F::Output, LockError> {
+        self.watched(None).run(fut).await
+    }
+
+    /// As [`scope`](Self::scope), stopping the work `margin` before [`valid_until`](Self::valid_until)
+    /// instead of a tenth of the TTL before.
+    ///
+    /// # Errors
+    /// As [`scope`](Self::scope).
+    pub async fn scope_with_margin<F: std::future::Future>(
+        &self,
+        margin: std::time::Duration,
+        fut: F,
+    ) -> Result<F::Output, LockError> {
+        self.watched(Some(margin)).run(fut).await
+    }
+
+    fn watched(&self, margin: Option<std::time::Duration>) -> Watched<'_> {
+        Watched {
+            name: self.permits.name(),
+            holds: vec![self.permits.signal()],
+            quorum: 1,
+            deadline: None,
+            margin,
+        }
     }
 
     /// Gives the permits back and waits for Redis to confirm.

@@ -36,8 +36,14 @@ impl CountDownLatch {
         }
     }
 
-    /// The latch's name: its key.
+    /// The latch's name as given, without the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
+        self.handle.mgr.unmap_name(&self.handle.name)
+    }
+
+    /// Its Redis key: the name with the [name prefix](crate::Config::name_prefix), from which
+    /// its other keys and its channel are built.
+    pub fn key(&self) -> &str {
         &self.handle.name
     }
 

@@ -17,7 +17,7 @@ use actix::{Handler, Message};
 pub use guard::PermitGuard;
 pub use info::{HeldPermit, SyncInfo};
 pub use latch::CountDownLatch;
-pub use permit::PermitSemaphore;
+pub use permit::{PermitLease, PermitSemaphore};
 pub use semaphore::Semaphore;
 
 use tracing::Instrument;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::{Handle, PermitGuard};
 use crate::actors::messages::{Adjustment, Wait};
+use crate::actors::sync_actor::ReleaseIds;
 use crate::error::LockError;
 use crate::handles::state::Inner;
 use crate::protocol::SyncKind;
@@ -42,8 +43,14 @@ impl PermitSemaphore {
         }
     }
 
-    /// The semaphore's name: its key.
+    /// The semaphore's name as given, without the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
+        self.handle.mgr.unmap_name(&self.handle.name)
+    }
+
+    /// Its Redis key: the name with the [name prefix](crate::Config::name_prefix), from which
+    /// its other keys and its channel are built.
+    pub fn key(&self) -> &str {
         &self.handle.name
     }
 
@@ -88,6 +95,53 @@ impl PermitSemaphore {
     /// As [`available`](Self::available).
     pub async fn drain(&self) -> Result<i64, LockError> {
         self.handle.adjust(Adjustment::Drain).await
+    }
+
+    /// How long the permit `id` (32 hex characters, as [`PermitGuard::ids`] gives them, or a
+    /// Java client's id) has left, after giving back the expired permits (Redisson's
+    /// `getLeaseTime`, 3.41+): `None` when it is not held (released, expired, or never taken).
+    /// A lockman permit without a lease shows the time left until its next renewal is due.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an id that is not 32 hex characters,
+    /// [`LockError::WrongType`], Redis errors.
+    pub async fn lease_time(&self, id: &str) -> Result<Option<PermitLease>, LockError> {
+        let id = parse_id(id)?;
+        let mgr = &self.handle.mgr;
+        mgr.commands.check_name(&self.handle.name)?;
+        let left = mgr
+            .commands
+            .permit_lease_time(&self.handle.name, &id)
+            .await?;
+        Ok(match left {
+            -1 => Some(PermitLease::NoLease),
+            ms if ms > 0 => Some(PermitLease::Expires(Duration::from_millis(
+                ms.unsigned_abs(),
+            ))),
+            // 0: not held. (Below -1 cannot happen: expired permits were just reclaimed.)
+            _ => None,
+        })
+    }
+
+    /// Gives back the permits `ids` (32 hex characters each) all at once, or none of them
+    /// (Redisson's `tryRelease(List)` / `release(List)`, 3.41+): `true` when all were given back,
+    /// `false` when one of them was not held (released, expired or unknown) and nothing changed.
+    /// The number given back is published, as Redisson does. For ids of guards of this process
+    /// use [`PermitGuard::release`]; after this their guards find them gone.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for no ids or an id that is not 32 hex characters,
+    /// [`LockError::WrongType`], Redis errors (after resending while the outcome was unknown).
+    pub async fn release_ids<S: AsRef<str>>(&self, ids: &[S]) -> Result<bool, LockError> {
+        let mut bytes = Vec::with_capacity(ids.len() * 16);
+        for id in ids {
+            bytes.extend_from_slice(&parse_id(id.as_ref())?);
+        }
+        let released = self
+            .handle
+            .send(ReleaseIds(Arc::from(bytes.into_boxed_slice())))
+            .await?;
+        Ok(released > 0)
     }
 
     /// Takes `permits` permits, waiting as long as it takes; the watchdog renews them while the
@@ -165,4 +219,28 @@ impl PermitSemaphore {
             .acquire(permits, Some(lease), Wait::Up(wait))
             .await
     }
+}
+
+/// How long a held permit has left ([`PermitSemaphore::lease_time`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PermitLease {
+    /// It expires after this, by the Redis server's clock.
+    Expires(Duration),
+    /// A Java permit taken without a lease: it never expires (Redisson's `-1`).
+    NoLease,
+}
+
+/// A permit id as Java shows it (32 hex characters) to its 16 bytes.
+fn parse_id(id: &str) -> Result<[u8; 16], LockError> {
+    let bad = || LockError::invalid("permit id", format!("{id:?} is not 32 hex characters"));
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte =
+            u8::from_str_radix(id.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
 }

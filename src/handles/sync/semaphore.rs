@@ -37,8 +37,14 @@ impl Semaphore {
         }
     }
 
-    /// The semaphore's name: its key.
+    /// The semaphore's name as given, without the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
+        self.handle.mgr.unmap_name(&self.handle.name)
+    }
+
+    /// Its Redis key: the name with the [name prefix](crate::Config::name_prefix), from which
+    /// its other keys and its channel are built.
+    pub fn key(&self) -> &str {
         &self.handle.name
     }
 
@@ -49,6 +55,45 @@ impl Semaphore {
     /// when the key is not a semaphore, Redis errors.
     pub async fn try_set_permits(&self, permits: u32) -> Result<bool, LockError> {
         Ok(self.handle.adjust(Adjustment::SetPermits(permits)).await? == 1)
+    }
+
+    /// Sets the permits when the semaphore has none yet, the key expiring after `ttl` (Redisson's
+    /// `trySetPermits(permits, ttl)`, 3.29+: `SET name permits PX ttl`, and `permits` published):
+    /// whether it did. When the key expires the semaphore is gone, as if never set; permits
+    /// taken meanwhile are not given back to it by [`release_if_exists`](Self::release_if_exists).
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits), and [`LockError::InvalidArgument`] for a
+    /// zero `ttl`.
+    pub async fn try_set_permits_with_ttl(
+        &self,
+        permits: u32,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        Ok(self
+            .handle
+            .adjust(Adjustment::SetPermitsWithTtl(permits, ttl))
+            .await?
+            == 1)
+    }
+
+    /// Gives `permits` permits back only when the semaphore's key exists (Redisson's
+    /// `releaseIfExists`, 4.0+): whether it did. A semaphore that was deleted or expired (see
+    /// [`try_set_permits_with_ttl`](Self::try_set_permits_with_ttl)) stays missing, where
+    /// [`release`](Self::release) would create it. `permits` of 0 is `Ok(false)`, sending
+    /// nothing, as in Redisson.
+    ///
+    /// # Errors
+    /// [`LockError::WrongType`] when the key is not a semaphore, Redis errors.
+    pub async fn release_if_exists(&self, permits: u32) -> Result<bool, LockError> {
+        if permits == 0 {
+            return Ok(false);
+        }
+        Ok(self
+            .handle
+            .adjust(Adjustment::ReleaseIfExists(permits))
+            .await?
+            == 1)
     }
 
     /// Adds permits (a negative `delta` removes them, down to below zero if need be): the new

@@ -244,18 +244,28 @@ fn a_fair_waiter_that_gives_up_leaves_the_queue_before_its_answer() {
     assert!(answered(&s.drain(), id));
 }
 
-fn latch_of(effects: &[Effect]) -> u64 {
+/// The number of the one request among `effects`, and the count it expects its holder to have.
+fn sent_of(effects: &[Effect]) -> (u64, u32) {
     match runs(effects)[..] {
-        [op] => op.latch().expect("a latched request").id,
+        [op] => {
+            let expect = match op {
+                Op::Acquire { expect, .. }
+                | Op::Release { expect, .. }
+                | Op::HandOff { expect, .. } => expect.count,
+                _ => panic!("an acquire, release or hand-off expected: {op:?}"),
+            };
+            (op.seq().expect("a request sent again"), expect)
+        }
         _ => panic!("one round trip expected: {effects:?}"),
     }
 }
 
 #[test]
-fn an_acquire_whose_reply_never_came_is_sent_again_with_its_latch() {
+fn an_acquire_whose_reply_never_came_is_sent_again_as_it_was() {
     let mut s = state(LockKind::Reentrant);
     let id = s.request(req("a", Wait::Forever), Instant::now());
-    let latch = latch_of(&s.drain());
+    let (seq, expect) = sent_of(&s.drain());
+    assert_eq!(expect, 0, "a new hold expects no count");
     s.ran(Outcome::Acquire(Err(timeout())), Instant::now());
     let fx = s.drain();
     assert!(runs(&fx).is_empty(), "nothing is guessed or undone: {fx:?}");
@@ -265,15 +275,15 @@ fn an_acquire_whose_reply_never_came_is_sent_again_with_its_latch() {
     );
     assert!(
         fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Resend(l), _) if *l == latch))
+            .any(|e| matches!(e, Effect::Arm(Timer::Resend(l), _) if *l == seq))
     );
-    s.fired(Timer::Resend(latch), Instant::now());
+    s.fired(Timer::Resend(seq), Instant::now());
     assert_eq!(
-        latch_of(&s.drain()),
-        latch,
-        "the same request, with its latch"
+        sent_of(&s.drain()),
+        (seq, 0),
+        "the same request, expecting the same count"
     );
-    // Its latch replies as the first run did: it had acquired.
+    // It had run: the count it left tells, and it replies as its first run did.
     s.ran(acquired(), Instant::now());
     assert!(granted(&s.drain(), id).is_some());
 }
@@ -282,15 +292,15 @@ fn an_acquire_whose_reply_never_came_is_sent_again_with_its_latch() {
 fn a_single_attempt_whose_reply_never_came_fails_now_and_is_resolved_behind() {
     let mut s = state(LockKind::Reentrant);
     let id = s.request(req("a", Wait::No), Instant::now());
-    let latch = latch_of(&s.drain());
+    let (seq, _) = sent_of(&s.drain());
     s.ran(Outcome::Acquire(Err(timeout())), Instant::now());
     let fx = s.drain();
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::Answer(i, Answer::Failed(_)) if *i == id))
     );
-    s.fired(Timer::Resend(latch), Instant::now());
-    assert_eq!(latch_of(&s.drain()), latch);
+    s.fired(Timer::Resend(seq), Instant::now());
+    assert_eq!(sent_of(&s.drain()), (seq, 0));
     // It had acquired: nobody takes the grant, so it is released.
     s.ran(acquired(), Instant::now());
     let fx = s.drain();
@@ -298,7 +308,7 @@ fn a_single_attempt_whose_reply_never_came_fails_now_and_is_resolved_behind() {
 }
 
 #[test]
-fn a_release_whose_reply_never_came_is_resolved_by_its_latch_not_by_counts() {
+fn a_release_whose_reply_never_came_is_resolved_by_sending_it_again() {
     let mut s = state(LockKind::Reentrant);
     let a = s.request(req("a", Wait::Forever), Instant::now());
     s.ran(acquired(), Instant::now());
@@ -307,7 +317,8 @@ fn a_release_whose_reply_never_came_is_resolved_by_its_latch_not_by_counts() {
     s.ran(reentered(), Instant::now());
     s.drain();
     s.release(key.clone(), epoch, Some(1), Instant::now());
-    let first = latch_of(&s.drain());
+    let (first, expect) = sent_of(&s.drain());
+    assert_eq!(expect, 2, "two holds before it");
     s.ran(Outcome::Release(Err(timeout())), Instant::now());
     let fx = s.drain();
     assert!(
@@ -317,16 +328,17 @@ fn a_release_whose_reply_never_came_is_resolved_by_its_latch_not_by_counts() {
     // The holder's other release waits behind it: one request of a holder at a time.
     s.release(key.clone(), epoch, Some(2), Instant::now());
     assert!(runs(&s.drain()).is_empty());
-    // Sent again, the first replies what it did then (it had run: one hold left), and only
-    // then does the second go, with a latch of its own, and free the lock.
+    // Sent again, still expecting two holds, the first replies what it did then (it had run:
+    // one hold left), and only then does the second go, expecting one, and free the lock.
     s.fired(Timer::Resend(first), Instant::now());
-    assert_eq!(latch_of(&s.drain()), first);
+    assert_eq!(sent_of(&s.drain()), (first, 2));
     s.ran(
         Outcome::Release(Ok(HandedOff::No(Released::StillHeld))),
         Instant::now(),
     );
-    let second = latch_of(&s.drain());
+    let (second, expect) = sent_of(&s.drain());
     assert_ne!(first, second);
+    assert_eq!(expect, 1);
     s.ran(
         Outcome::Release(Ok(HandedOff::No(Released::Unlocked))),
         Instant::now(),
@@ -351,12 +363,12 @@ fn a_request_unresolved_past_the_watchdog_timeout_is_settled_by_count() {
     s.ran(acquired(), t0);
     let (key, epoch) = granted(&s.drain(), a).expect("granted");
     s.release(key.clone(), epoch, Some(1), t0);
-    let latch = latch_of(&s.drain());
+    let (seq, _) = sent_of(&s.drain());
     s.ran(Outcome::Release(Err(timeout())), t0);
     s.drain();
-    // Its latch might not outlive another try: given up, and settled by count instead.
+    // Past its horizon: given up, and settled by reading the count instead.
     let late = t0 + settings().watchdog_timeout;
-    s.fired(Timer::Resend(latch), late);
+    s.fired(Timer::Resend(seq), late);
     let fx = s.drain();
     assert!(
         matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
@@ -368,6 +380,74 @@ fn a_request_unresolved_past_the_watchdog_timeout_is_settled_by_count() {
         fx.iter()
             .any(|e| matches!(e, Effect::Ended(e) if *e == epoch))
     );
+}
+
+/// A re-entry never creates its holder's field: found by the property test, a re-entry whose
+/// key was deleted before it ran took the lock afresh, lost its reply, and its resend, finding
+/// the count it expected, took it a second time. Now it replies `Gone`: the old hold is lost,
+/// and the waiter asks again as a new hold.
+#[test]
+fn a_re_entry_whose_hold_is_gone_loses_it_and_asks_again_as_a_new_hold() {
+    let mut s = state(LockKind::Reentrant);
+    let a = s.request(req("a", Wait::Forever), Instant::now());
+    s.ran(acquired(), Instant::now());
+    let (_, epoch) = granted(&s.drain(), a).expect("granted");
+    let again = s.request(req("a", Wait::Forever), Instant::now());
+    assert_eq!(
+        sent_of(&s.drain()).1,
+        1,
+        "a re-entry expects the count held"
+    );
+    s.ran(Outcome::Acquire(Ok(Attempt::Gone)), Instant::now());
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Lost(e, Loss::Reentry) if *e == epoch)),
+        "{fx:?}"
+    );
+    assert!(!answered(&fx, again), "{fx:?}");
+    assert_eq!(sent_of(&fx).1, 0, "asked again as a new hold: {fx:?}");
+    s.ran(acquired(), Instant::now());
+    assert!(granted(&s.drain(), again).is_some());
+}
+
+/// Found by the simulation (seed 315273 of a longer run): the settle of a given-up release
+/// woke the holder's waiter before the hold it settled had ended, and the waiter's attempt
+/// expected the old count; its resend then took the first run for none and counted twice.
+#[test]
+fn a_waiter_woken_by_a_settle_expects_the_settled_count() {
+    let mut s = state(LockKind::Reentrant);
+    let t0 = Instant::now();
+    let a = s.request(req("a", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let (key, epoch) = granted(&s.drain(), a).expect("granted");
+    s.release(key.clone(), epoch, Some(1), t0);
+    let (seq, _) = sent_of(&s.drain());
+    s.ran(Outcome::Release(Err(timeout())), t0);
+    // The same holder asks again: it waits behind the unresolved release.
+    let again = s.request(req("a", Wait::Forever), t0);
+    assert!(runs(&s.drain()).is_empty());
+    let late = t0 + settings().watchdog_timeout;
+    s.fired(Timer::Resend(seq), late);
+    assert!(matches!(
+        runs(&s.drain())[..],
+        [Op::Settle { target: 0, .. }]
+    ));
+    // Redis counts nothing: the hold ends first, then the waiter tries, expecting no count.
+    s.ran(Outcome::Settle(Ok(0)), late);
+    let fx = s.drain();
+    let ended = fx
+        .iter()
+        .position(|e| matches!(e, Effect::Ended(e) if *e == epoch))
+        .expect("the hold ended");
+    let tried = fx
+        .iter()
+        .position(|e| matches!(e, Effect::Run(Op::Acquire { .. })))
+        .expect("the waiter tries");
+    assert!(ended < tried, "{fx:?}");
+    assert_eq!(sent_of(&fx[tried..=tried]).1, 0, "{fx:?}");
+    s.ran(acquired(), late);
+    assert!(granted(&s.drain(), again).is_some());
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! A model of Redis as the scripts of one reentrant, fenced, read-write or fair lock see it
 //! (`protocol.md`): the holder counts of the lock hash (a writer's field is `<holder>:write`),
-//! its `mode`, its PTTL, the token counter, a fair lock's queue and deadlines, the unlock
-//! messages published, and the request latches (`latch.lua`, one per field). A read hold's own timeout key is not modelled: the
+//! its `mode`, its PTTL, the token counter, a fair lock's queue and deadlines and the unlock
+//! messages published. Each acquire, release and hand-off checks the counts it expects first, as
+//! the scripts do (protocol.md, "Sent again"): one sent again after its first run replies as
+//! then. A read hold's own timeout key is not modelled: the
 //! remaining readers are taken as live when a reader leaves. Time is the caller's: the model only compares
 //! instants, so a simulation can run hours of virtual time in microseconds. Shared by the
 //! property test and the simulation.
@@ -11,19 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::*;
-
-/// What one latched request replied, kept as `latch.lua` keeps it.
-#[derive(Clone, Debug)]
-enum Reply {
-    Acquire(Attempt),
-    Release(HandedOff),
-}
-
-/// How long a latch lives: the watchdog timeout and four response timeouts, as `Commands`
-/// sets it (the model's response timeout is a second).
-pub(super) fn latch_ttl(settings: &Settings) -> Duration {
-    settings.watchdog_timeout + 4 * Duration::from_secs(1)
-}
+use crate::protocol::Expect;
 
 #[derive(Debug)]
 pub(super) struct Redis {
@@ -35,9 +25,6 @@ pub(super) struct Redis {
     pub expires: Option<Instant>,
     /// The fenced lock's counter.
     pub token: u64,
-    /// Request latches, one per holder: holder → (request id, reply, expiry).
-    latches: BTreeMap<Arc<str>, (u64, Reply, Instant)>,
-    latch_ttl: Duration,
     /// Unlock messages published and not yet delivered.
     pub published: usize,
     /// A fair lock's queue (oldest first) and each queued holder's deadline.
@@ -46,31 +33,32 @@ pub(super) struct Redis {
     /// A fair lock's messages not yet delivered: the waiter each is for.
     pub woken: Vec<Arc<str>>,
     fenced: bool,
+    /// Whether the scripts check the counts a request expects (always, but in a test that turns
+    /// the check off on purpose, to see the simulation catch it).
+    pub check_counts: bool,
 }
 
 impl Redis {
-    pub fn new(settings: &Settings, fenced: bool) -> Self {
+    pub fn new(fenced: bool) -> Self {
         Self {
             counts: BTreeMap::new(),
             mode: None,
             expires: None,
             token: 0,
-            latches: BTreeMap::new(),
-            latch_ttl: latch_ttl(settings),
             published: 0,
             queue: Vec::new(),
             deadlines: BTreeMap::new(),
             woken: Vec::new(),
             fenced,
+            check_counts: true,
         }
     }
 
-    /// Expires the key and the latches whose time has come.
+    /// Expires the key when its time has come.
     pub fn tick(&mut self, now: Instant) {
         if self.expires.is_some_and(|at| at <= now) {
             self.clear();
         }
-        self.latches.retain(|_, (_, _, at)| *at > now);
     }
 
     /// The holder's count (0: no field).
@@ -138,10 +126,14 @@ impl Redis {
         &mut self,
         holder: &Arc<str>,
         ttl: Duration,
-        fair: FairArgs,
+        (fair, expect): (FairArgs, u32),
         now: Instant,
     ) -> Attempt {
         self.prune(now);
+        if expect > 0 && !self.counts.contains_key(holder) {
+            // A re-entry whose hold is gone: nothing taken.
+            return Attempt::Gone;
+        }
         if self.counts.is_empty() && self.queue.first().is_none_or(|h| h == holder) {
             if !self.queue.is_empty() {
                 self.queue.remove(0);
@@ -151,6 +143,9 @@ impl Redis {
             self.advance_deadlines(rest.iter(), fair.wait);
             self.expires = Some(now + ttl);
             return self.count_in(holder.clone(), None);
+        }
+        if let Some(again) = self.sent_again(holder, expect, now + ttl) {
+            return again;
         }
         if self.counts.contains_key(holder) {
             self.expires = Some(now + ttl);
@@ -218,17 +213,42 @@ impl Redis {
         }
     }
 
+    /// An acquire sent again after its first run (the field counts one more than `expect`):
+    /// replied as then, with the lease set again (a read-write lock's never shortened); `None`
+    /// otherwise.
+    fn sent_again(&mut self, field: &str, expect: u32, until: Instant) -> Option<Attempt> {
+        let count = self.count(field);
+        if !self.check_counts || count != expect + 1 {
+            return None;
+        }
+        self.expires = match self.mode {
+            Some(_) => self.expires.max(Some(until)),
+            None => Some(until),
+        };
+        Some(Attempt::Acquired {
+            token: self.fenced.then_some(self.token),
+            fresh: count == 1,
+        })
+    }
+
     fn acquire(
         &mut self,
-        kind: LockKind,
-        holder: &Arc<str>,
+        (kind, holder): (LockKind, &Arc<str>),
         ttl: Duration,
+        expect: u32,
         now: Instant,
     ) -> Attempt {
         let busy = Attempt::Busy {
             ttl: self.expires.map(|at| at.saturating_duration_since(now)),
         };
         let field: Arc<str> = kind.field(holder).into();
+        if let Some(again) = self.sent_again(&field, expect, now + ttl) {
+            return again;
+        }
+        if expect > 0 && !self.counts.contains_key(&field) {
+            // A re-entry whose hold is gone: nothing taken.
+            return Attempt::Gone;
+        }
         match kind {
             LockKind::Read => {
                 let writer = self.counts.contains_key(&*LockKind::Write.field(holder));
@@ -276,7 +296,13 @@ impl Redis {
         }
     }
 
-    fn release(&mut self, kind: LockKind, holder: &str, lease: Duration, now: Instant) -> Released {
+    fn release(
+        &mut self,
+        (kind, holder): (LockKind, &str),
+        lease: Duration,
+        expect: u32,
+        now: Instant,
+    ) -> Released {
         if kind == LockKind::Fair {
             // `fair_release.lua`: a free lock wakes its queue's head all the same.
             self.prune(now);
@@ -289,6 +315,10 @@ impl Redis {
         let Some(n) = self.counts.get_mut(&*field) else {
             return Released::NotHeld;
         };
+        if self.check_counts && *n + 1 == expect {
+            // Sent again after its first run, which left holds.
+            return Released::StillHeld;
+        }
         *n -= 1;
         let left = *n;
         match kind {
@@ -339,11 +369,22 @@ impl Redis {
         &mut self,
         (from, lease): (&str, Duration),
         (to, to_lease): (&Arc<str>, Duration),
+        expect: Expect,
         now: Instant,
     ) -> HandedOff {
+        if self.check_counts && self.count(to) == expect.to + 1 && self.count(from) == 0 {
+            // `hand_off_again.lua`: sent again after its first run.
+            self.expires = Some(now + to_lease);
+            return HandedOff::To {
+                token: self.fenced.then_some(self.token),
+            };
+        }
         let Some(n) = self.counts.get_mut(from) else {
             return HandedOff::No(Released::NotHeld);
         };
+        if self.check_counts && *n + 1 == expect.count {
+            return HandedOff::No(Released::StillHeld);
+        }
         *n -= 1;
         if *n > 0 {
             self.expires = Some(now + lease);
@@ -362,84 +403,41 @@ impl Redis {
     /// Runs one round trip as its script would, at `now`.
     pub fn run(&mut self, op: &Op, now: Instant) -> Outcome {
         self.tick(now);
-        if let (Some(latch), Some(field)) = (op.latch(), latch_field(op))
-            && let Some((id, reply, _)) = self.latches.get(&*field)
-            && *id == latch.id
-        {
-            if let Op::Acquire { holder, kind, .. } = op
-                && self.held(holder, *kind) == 0
-            {
-                // Acquired then, lost since: as a busy attempt.
-                let ttl = Some(
-                    self.expires
-                        .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
-                );
-                return Outcome::Acquire(Ok(Attempt::Busy { ttl }));
-            }
-            if let (Op::HandOff { to, .. }, Reply::Release(HandedOff::To { .. })) = (op, reply)
-                && !self.counts.contains_key(to)
-            {
-                // Handed off then, lost since: as a release that freed the lock.
-                return Outcome::Release(Ok(HandedOff::No(Released::Unlocked)));
-            }
-            return match reply.clone() {
-                Reply::Acquire(a) => Outcome::Acquire(Ok(a)),
-                Reply::Release(r) => Outcome::Release(Ok(r)),
-            };
-        }
         match op {
             Op::Acquire {
                 kind,
                 holder,
                 ttl,
-                latch,
+                fair,
+                expect,
                 ..
-            } => {
-                let a = match (kind, op) {
-                    (LockKind::Fair, Op::Acquire { fair, .. }) => {
-                        self.fair_acquire(holder, *ttl, *fair, now)
-                    }
-                    _ => self.acquire(*kind, holder, *ttl, now),
-                };
-                if matches!(a, Attempt::Acquired { .. }) {
-                    let field = kind.field(holder).into();
-                    self.latch(&field, latch.id, Some(Reply::Acquire(a)), now);
-                }
-                Outcome::Acquire(Ok(a))
-            }
+            } => Outcome::Acquire(Ok(match kind {
+                LockKind::Fair => self.fair_acquire(holder, *ttl, (*fair, expect.count), now),
+                _ => self.acquire((*kind, holder), *ttl, expect.count, now),
+            })),
             Op::Release {
                 kind,
                 holder,
                 lease,
-                latch,
+                expect,
+                ..
             } => {
-                let r = HandedOff::No(self.release(*kind, holder, *lease, now));
-                let field = kind.field(holder).into();
-                match r {
-                    HandedOff::No(Released::NotHeld | Released::Unlocked) => {
-                        self.latch(&field, latch.id, None, now)
-                    }
-                    r => self.latch(&field, latch.id, Some(Reply::Release(r)), now),
-                }
-                Outcome::Release(Ok(r))
+                let r = self.release((*kind, holder), *lease, expect.count, now);
+                Outcome::Release(Ok(HandedOff::No(r)))
             }
             Op::HandOff {
                 from,
                 lease,
                 to,
                 to_lease,
-                latch,
+                expect,
                 ..
-            } => {
-                let r = self.hand_off((from, *lease), (to, *to_lease), now);
-                if r != HandedOff::No(Released::StillHeld) {
-                    self.latches.remove(from);
-                }
-                if r != HandedOff::No(Released::NotHeld) {
-                    self.latch(to, latch.id, Some(Reply::Release(r)), now);
-                }
-                Outcome::Release(Ok(r))
-            }
+            } => Outcome::Release(Ok(self.hand_off(
+                (from, *lease),
+                (to, *to_lease),
+                *expect,
+                now,
+            ))),
             Op::LeaveQueue { holder, wait } => {
                 self.prune(now);
                 Outcome::LeaveQueue(Ok(self.fair_leave(holder, *wait)))
@@ -451,7 +449,8 @@ impl Redis {
                 lease,
             } => {
                 while self.held(holder, *kind) > *target {
-                    self.release(*kind, holder, *lease, now);
+                    let expect = self.held(holder, *kind);
+                    self.release((*kind, holder), *lease, expect, now);
                 }
                 Outcome::Settle(Ok(self.held(holder, *kind)))
             }
@@ -461,35 +460,12 @@ impl Redis {
                 }
                 for ((holder, kind), lease) in release {
                     while self.held(holder, *kind) > 0 {
-                        self.release(*kind, holder, *lease, now);
+                        let expect = self.held(holder, *kind);
+                        self.release((*kind, holder), *lease, expect, now);
                     }
                 }
                 Outcome::Shutdown
             }
         }
-    }
-
-    /// Sets the holder's latch, or deletes it (`None`: its last hold was released).
-    fn latch(&mut self, holder: &Arc<str>, id: u64, reply: Option<Reply>, now: Instant) {
-        match reply {
-            Some(reply) => {
-                let at = now + self.latch_ttl;
-                self.latches.insert(holder.clone(), (id, reply, at));
-            }
-            None => {
-                self.latches.remove(holder);
-            }
-        }
-    }
-}
-
-/// Whose latch a request uses: its holder's field (a hand-off's next holder's).
-fn latch_field(op: &Op) -> Option<String> {
-    match op {
-        Op::Acquire { holder, kind, .. } | Op::Release { holder, kind, .. } => {
-            Some(kind.field(holder))
-        }
-        Op::HandOff { to, kind, .. } => Some(kind.field(to)),
-        _ => None,
     }
 }

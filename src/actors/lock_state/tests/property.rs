@@ -3,8 +3,9 @@
 //!
 //! The lock is reentrant, fenced, read-write (a request takes either side) or fair (its queue
 //! and its waiters' own channels in the model), chosen per case; a request has a lease or
-//! none (a lease's end is a timer, which a step may fire at any time). Every round trip may fail, of those that
-//! are latched with an unknown outcome (the request ran or not), of the others before or after
+//! none (a lease's end is a timer, which a step may fire at any time). Every round trip may fail: an acquire,
+//! release or hand-off with an unknown outcome (the request ran or not; sent again, it expects
+//! the same counts and the model recognises a run from them), the others before or after
 //! they ran (a settle, a queue leave, a shutdown that never reached Redis); unlock messages may
 //! come twice, or with nothing released. After every step: one holder at most, and Redis counts
 //! at least what its live guards hold (a count below it would be a hold taken back); whenever
@@ -23,7 +24,7 @@ use proptest::prelude::*;
 
 use super::super::*;
 use super::model::Redis;
-use super::{SECOND, req, settings, state, timeout};
+use super::{SECOND, req, state, timeout};
 
 #[derive(Clone, Debug)]
 enum Step {
@@ -103,7 +104,7 @@ struct Shell {
 impl Default for Shell {
     fn default() -> Self {
         Self {
-            redis: Redis::new(&settings(), false),
+            redis: Redis::new(false),
             flight: None,
             waiting: BTreeSet::new(),
             answered: BTreeSet::new(),
@@ -326,7 +327,7 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
     ][family as usize];
     let mut s = state(family);
     let mut sh = Shell {
-        redis: Redis::new(&settings(), family == LockKind::Fenced),
+        redis: Redis::new(family == LockKind::Fenced),
         ..Shell::default()
     };
     let holders = ["a", "b", "c"];

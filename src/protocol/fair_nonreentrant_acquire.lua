@@ -1,0 +1,89 @@
+-- Non-reentrant fair lock: acquire (protocol.md, "Non-reentrant locks"), as Redisson 4.4's
+-- RedissonNonReentrantFairLock: fair_acquire.lua, except that a holder that already holds the
+-- lock is refused with the error reply NON_REENTRANT_REACQUIRE (before any queueing; nothing
+-- changes) instead of re-entering. A request sent again that finds its own first run's hold
+-- (the count it expected, plus one) is answered as then, before that check.
+-- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
+-- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: now, epoch ms;
+-- ARGV[5]: "1" for a try-once attempt, which never enqueues; ARGV[6]: the holder's count the
+-- client expects before this request (protocol.md, "Sent again").
+-- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
+--        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
+--        back yet) the time until the head's deadline.
+-- Reply {0} (lockman): the request re-enters a hold (ARGV[6] > 0) whose field is gone; nothing
+-- is taken, and the client counts that hold lost before it asks again as a new hold (a
+-- re-entry never creates the field: a request sent again could not tell its own new field
+-- from the count it expected).
+-- A queued waiter that comes back keeps its place: its deadline moves on (below).
+-- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
+local expect = tonumber(ARGV[6])
+if redis.call('exists', KEYS[1]) == 0 then
+    if expect > 0 then
+        return {0}
+    end
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false or head == ARGV[2] then
+        redis.call('lpop', KEYS[2])
+        redis.call('zrem', KEYS[3], ARGV[2])
+        for _, waiter in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
+            redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), waiter)
+        end
+        redis.call('hset', KEYS[1], ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1}
+    end
+end
+-- A read-write lock's hash (its `mode` field) is another kind of lock: WRONGTYPE, left as it is.
+if redis.call('hexists', KEYS[1], 'mode') == 1 then
+    return redis.error_reply('WRONGTYPE Operation against a lock of another kind')
+end
+local held = redis.call('hget', KEYS[1], ARGV[2])
+local count = tonumber(held)
+if count == expect + 1 then
+    -- Sent again: its first run took this hold. Replied as then; only the lease is set again.
+    -- (A busy attempt sent again runs again: it keeps its place in the queue, see below.)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {count}
+end
+if held then
+    return redis.error_reply('NON_REENTRANT_REACQUIRE')
+end
+if expect > 0 then
+    return {0}
+end
+local function until_change()
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl >= 0 then return ttl end
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then return 0 end
+    return math.max(tonumber(redis.call('zscore', KEYS[3], head)) - now, 0)
+end
+if ARGV[5] == '1' then
+    return until_change()
+end
+local mine = redis.call('zscore', KEYS[3], ARGV[2])
+if mine ~= false then
+    -- Queued, and back (lockman's rule, which keeps a place however long the holder holds):
+    -- its deadline moves to `wait` after that of the waiter ahead of it (or after the lock's
+    -- PTTL, for the head), if that is later. A waiter that does not come back still expires.
+    local at = redis.call('lpos', KEYS[2], ARGV[2])
+    local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+    if at ~= false and at > 0 then
+        base = tonumber(redis.call('zscore', KEYS[3], redis.call('lindex', KEYS[2], at - 1)))
+    end
+    local deadline = base + tonumber(ARGV[3])
+    if deadline > tonumber(mine) then
+        redis.call('zadd', KEYS[3], deadline, ARGV[2])
+    end
+    return until_change()
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last ~= false then
+    ttl = tonumber(redis.call('zscore', KEYS[3], last)) - now
+else
+    ttl = redis.call('pttl', KEYS[1])
+end
+redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + now, ARGV[2])
+redis.call('rpush', KEYS[2], ARGV[2])
+return ttl

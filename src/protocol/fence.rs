@@ -1,0 +1,42 @@
+//! Fenced writes (`fenced_set.lua`, docs/protocol.md "Fenced writes"): what a fenced lock's
+//! token, or an election's term, is for.
+
+use std::sync::LazyLock;
+
+use redis::{Script, Value};
+
+use super::Commands;
+use super::keys;
+use crate::error::LockError;
+
+static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fenced_set.lua")));
+
+/// The fence scripts, loaded at start with the others (see `all_scripts`).
+pub(super) fn fence_scripts() -> [&'static Script; 1] {
+    [&FENCED_SET]
+}
+
+/// The hash of the newest token seen per protected key of the lock `name`:
+/// `lockman_fence:{name}`, in the lock's slot.
+fn fence_key(name: &str) -> String {
+    keys::prefixed("lockman_fence", name)
+}
+
+impl Commands {
+    /// Sets `key` to `value` unless a token newer than `token` was seen there (through the
+    /// fence of the lock `name`); whether it was written.
+    pub(crate) async fn fenced_set(
+        &self,
+        name: &str,
+        (key, value): (&str, &[u8]),
+        token: u64,
+    ) -> Result<bool, LockError> {
+        let fence = fence_key(name);
+        let mut call = FENCED_SET.key(&fence);
+        call.key(key).arg(token.to_string()).arg(value);
+        match self.conn().run("fenced set", &fence, call).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(super::unexpected("fenced set", other)),
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! The non-reentrant lock and non-reentrant fair lock (Redisson 4.4's `RedissonNonReentrantLock`
+//! and `RedissonNonReentrantFairLock`) against a real Redis: a second acquire by the holder is
+//! `LockError::AlreadyHeld` and changes nothing in Redis; the keys and channels are RLock's and
+//! RFairLock's; the Java side, played by `support::redisson`, is refused its own re-entry with
+//! `NON_REENTRANT_REACQUIRE` and excludes / wakes lockman like any holder (docs/protocol.md,
+//! "Non-reentrant locks").
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockKind, LockManager};
+use redis::Commands;
+use support::redisson::{self as java, prefix_name};
+use support::{RedisServer, listen, next_message, subscribed};
+
+const JAVA: &str = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0:7";
+
+async fn manager(server: &RedisServer) -> LockManager {
+    LockManager::start(Config::new(server.url()))
+        .await
+        .expect("manager starts")
+}
+
+fn hash(raw: &mut redis::Connection, key: &str) -> HashMap<String, String> {
+    raw.hgetall(key).unwrap()
+}
+
+fn already_held<T: std::fmt::Debug>(res: Result<T, LockError>, name: &str) {
+    match res {
+        Err(LockError::AlreadyHeld { name: n }) => assert_eq!(n, name),
+        other => panic!("expected AlreadyHeld for {name}: {other:?}"),
+    }
+}
+
+/// Both kinds: the first acquire takes the lock (count 1, RLock's / RFairLock's keys); every
+/// re-entry by the holder (try once, wait, with a lease, through a clone) is AlreadyHeld at once,
+/// leaving the hash, its PTTL and the fair queue as they were; another holder is kept out; the
+/// release frees the lock and publishes as RLock's does.
+#[tokio::test]
+async fn a_reentry_is_already_held_and_changes_nothing() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    for fair in [false, true] {
+        let name = if fair { "nrf" } else { "nr" };
+        let lock = if fair {
+            (*mgr.non_reentrant_fair_lock(name)).clone()
+        } else {
+            mgr.non_reentrant_lock(name)
+        };
+        let kind = if fair {
+            LockKind::NonReentrantFair
+        } else {
+            LockKind::NonReentrant
+        };
+        assert_eq!(lock.kind(), kind);
+        assert!(kind.is_non_reentrant());
+        let guard = lock.acquire().await.unwrap();
+        let taken = HashMap::from([(lock.holder_id(), "1".to_owned())]);
+        assert_eq!(hash(&mut raw, name), taken);
+        let pttl: i64 = raw.pttl(name).unwrap();
+        assert!(pttl > 25_000, "watchdog lease: {pttl}");
+
+        let started = Instant::now();
+        already_held(lock.try_acquire().await, name);
+        already_held(lock.clone().acquire().await, name);
+        already_held(lock.try_acquire_for(Duration::from_secs(30)).await, name);
+        already_held(
+            lock.acquire_with_lease(Duration::from_millis(500)).await,
+            name,
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "refused at once, not after a wait: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(hash(&mut raw, name), taken, "the count stays 1");
+        let after: i64 = raw.pttl(name).unwrap();
+        assert!(
+            after > 25_000 && after <= pttl,
+            "the lease was not touched: {after} after {pttl}"
+        );
+        if fair {
+            let queue: Vec<String> = raw
+                .lrange(prefix_name("redisson_lock_queue", name), 0, -1)
+                .unwrap();
+            assert!(queue.is_empty(), "a refused re-entry does not queue");
+        }
+        // Another holder is kept out, as by any lock.
+        let other = if fair {
+            (*mgr.non_reentrant_fair_lock(name)).clone()
+        } else {
+            mgr.non_reentrant_lock(name)
+        };
+        assert!(other.try_acquire().await.unwrap().is_none());
+
+        let channel = prefix_name("redisson_lock__channel", name);
+        let mut heard = listen(server.conn(), "SUBSCRIBE", &channel);
+        guard.release().await.unwrap();
+        assert!(!raw.exists::<_, bool>(name).unwrap());
+        if !fair {
+            assert_eq!(next_message(&mut heard), ["message", &channel, "0"]);
+        }
+        // Free again: the holder takes it anew.
+        let again = lock.acquire().await.unwrap();
+        assert_eq!(hash(&mut raw, name), taken);
+        again.release().await.unwrap();
+    }
+    mgr.shutdown().await;
+}
+
+/// lockman's script replies exactly Redisson's error to a re-entry: run raw (without the crate's
+/// request latch around it), on a hash the holder holds.
+#[test]
+fn the_reentry_reply_is_redissons_error() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let _: () = raw.hset("raw", "me:1", 1).unwrap();
+    let err = redis::Script::new(include_str!("../src/protocol/nonreentrant_acquire.lua"))
+        .key("raw")
+        .arg(30_000)
+        .arg("me:1")
+        .invoke::<redis::Value>(&mut raw)
+        .unwrap_err();
+    // Redis 7 sends a script error without a code as `ERR <text>`, for Redisson's script too.
+    assert!(err.to_string().contains("NON_REENTRANT_REACQUIRE"), "{err}");
+    assert_eq!(
+        hash(&mut raw, "raw"),
+        HashMap::from([("me:1".into(), "1".into())])
+    );
+}
+
+/// Java holds a name (Redisson's non-reentrant lock): Java's own re-entry is refused; lockman's
+/// non-reentrant acquire waits like any other holder and is woken by Java's unlock. The other way
+/// round, Java's tryLock on a name lockman holds gets the PTTL (it waits), and a Java re-entry
+/// with lockman's holder as its lockName gets NON_REENTRANT_REACQUIRE, changing nothing.
+#[tokio::test]
+async fn java_and_lockman_exclude_and_wake_each_other() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+
+    assert_eq!(
+        java::non_reentrant_try_lock(&mut raw, "jn", JAVA, 30_000),
+        Ok(None)
+    );
+    assert!(matches!(
+        java::non_reentrant_try_lock(&mut raw, "jn", JAVA, 30_000),
+        Err(e) if e.contains("NON_REENTRANT_REACQUIRE")
+    ));
+    assert_eq!(
+        hash(&mut raw, "jn"),
+        HashMap::from([(JAVA.into(), "1".into())])
+    );
+    let lock = mgr.non_reentrant_lock("jn");
+    assert!(
+        lock.try_acquire_for(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_acquire_for(Duration::from_secs(20)).await }
+    });
+    let mut probe = server.conn();
+    assert!(
+        subscribed(
+            &mut probe,
+            &prefix_name("redisson_lock__channel", "jn"),
+            Duration::from_secs(5)
+        )
+        .await
+    );
+    let freed = Instant::now();
+    assert_eq!(java::lock_unlock(&mut raw, "jn", JAVA, 30_000), Some(1));
+    let guard = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("woken by Java's unlock");
+    assert!(
+        freed.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        freed.elapsed()
+    );
+    let holder = lock.holder_id();
+    assert_eq!(
+        hash(&mut raw, "jn"),
+        HashMap::from([(holder.clone(), "1".into())])
+    );
+
+    let ttl = java::non_reentrant_try_lock(&mut raw, "jn", JAVA, 30_000).unwrap();
+    assert!(ttl.is_some_and(|t| t > 0), "Java waits: {ttl:?}");
+    assert!(matches!(
+        java::non_reentrant_try_lock(&mut raw, "jn", &holder, 30_000),
+        Err(e) if e.contains("NON_REENTRANT_REACQUIRE")
+    ));
+    assert_eq!(hash(&mut raw, "jn"), HashMap::from([(holder, "1".into())]));
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
+}
+
+/// The fair kind: a Java non-reentrant fair holder refuses its own re-entry; a lockman
+/// non-reentrant fair waiter queues behind it in RFairLock's queue and is woken on its own
+/// channel by Java's fair unlock.
+#[tokio::test]
+async fn the_fair_kind_queues_behind_java_and_is_woken_on_its_channel() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let name = "jf";
+    assert_eq!(
+        java::non_reentrant_fair_try_lock(&mut raw, name, JAVA, 30_000, 10_000),
+        Ok(None)
+    );
+    assert!(matches!(
+        java::non_reentrant_fair_try_lock(&mut raw, name, JAVA, 30_000, 10_000),
+        Err(e) if e.contains("NON_REENTRANT_REACQUIRE")
+    ));
+    let lock = mgr.non_reentrant_fair_lock(name);
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_acquire_for(Duration::from_secs(30)).await }
+    });
+    let own = format!(
+        "{}:{}",
+        prefix_name("redisson_lock__channel", name),
+        lock.holder_id()
+    );
+    let mut probe = server.conn();
+    assert!(subscribed(&mut probe, &own, Duration::from_secs(5)).await);
+    let queue: Vec<String> = raw
+        .lrange(prefix_name("redisson_lock_queue", name), 0, -1)
+        .unwrap();
+    assert_eq!(queue, vec![lock.holder_id()]);
+    let freed = Instant::now();
+    assert_eq!(java::fair_unlock(&mut raw, name, JAVA, 30_000), Some(1));
+    let guard = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("woken on its channel");
+    assert!(
+        freed.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        freed.elapsed()
+    );
+    assert_eq!(
+        hash(&mut raw, name),
+        HashMap::from([(lock.holder_id(), "1".into())])
+    );
+    already_held(lock.try_acquire().await, name);
+    // Java's re-entry with lockman's holder as its lockName is refused too.
+    assert!(matches!(
+        java::non_reentrant_fair_try_lock(&mut raw, name, &lock.holder_id(), 30_000, 10_000),
+        Err(e) if e.contains("NON_REENTRANT_REACQUIRE")
+    ));
+    guard.release().await.unwrap();
+    assert!(!raw.exists::<_, bool>(name).unwrap());
+    mgr.shutdown().await;
+}

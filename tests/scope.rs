@@ -1,0 +1,164 @@
+//! `valid_until` and `scope`: scoped work stops before a hold can expire, never after, when
+//! Redis freezes; healthy renewals keep it running; every guard kind has a validity.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager, MultiLock};
+use redis::Commands;
+use support::{RedisServer, eventually};
+
+/// Scope's default margin is a tenth of it: 200 ms of slack for a loaded machine.
+const WATCHDOG: Duration = Duration::from_millis(2000);
+
+async fn manager(server: &RedisServer) -> LockManager {
+    let config = Config::new(server.url())
+        .watchdog_timeout(WATCHDOG)
+        .response_timeout(Duration::from_millis(300));
+    LockManager::start(config).await.expect("manager starts")
+}
+
+/// Work that counts its steps (one every 5 ms) until it is dropped.
+async fn count_steps(steps: Arc<AtomicU64>) {
+    loop {
+        steps.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Pauses Redis's writes (scripts included) for `millis`, and reads the lock's PTTL once the
+/// pause is in effect: nothing can renew it from then on, so the key lives until at least
+/// `sent + PTTL`, where `sent` is when the PTTL was sent (it ran no earlier).
+fn freeze_writes(server: &RedisServer, key: &str, millis: u64) -> Instant {
+    let mut conn = server.conn();
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(millis)
+        .arg("WRITE")
+        .query::<()>(&mut conn)
+        .expect("CLIENT PAUSE WRITE");
+    let sent = Instant::now();
+    let pttl: i64 = conn.pttl(key).expect("PTTL while paused");
+    assert!(pttl > 0, "the key has a TTL: {pttl}");
+    sent + Duration::from_millis(pttl as u64)
+}
+
+#[tokio::test]
+async fn scoped_work_stops_before_a_frozen_redis_lets_the_key_expire() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("frozen").acquire().await.unwrap();
+    let steps = Arc::new(AtomicU64::new(0));
+    let work = guard.scope(count_steps(steps.clone()));
+    let freeze = async {
+        // Renewed twice or more first (from 1/6 of the timeout, every third of it).
+        tokio::time::sleep(WATCHDOG * 6 / 5).await;
+        let expires_no_sooner = freeze_writes(&server, "frozen", 3000);
+        (Instant::now(), expires_no_sooner)
+    };
+    let (res, (frozen_at, expires_no_sooner)) = tokio::join!(work, freeze);
+    let stopped = Instant::now();
+    assert!(
+        matches!(res, Err(LockError::HoldExpiring { ref name }) if name == "frozen"),
+        "{res:?}"
+    );
+    assert!(stopped > frozen_at, "stopped while Redis was healthy");
+    assert!(
+        stopped < expires_no_sooner,
+        "stopped {:?} after the key could expire",
+        stopped - expires_no_sooner
+    );
+    // Dropped: no step after the scope returned.
+    let after = steps.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(steps.load(Ordering::SeqCst), after);
+    assert!(guard.valid_until() <= expires_no_sooner);
+    // Once Redis runs again the key is found expired and the hold lost.
+    assert!(eventually(Duration::from_secs(6), || guard.is_lost()).await);
+    assert_eq!(raw.exists::<_, bool>("frozen"), Ok(false));
+}
+
+#[tokio::test]
+async fn renewals_keep_scoped_work_running_past_several_timeouts() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("renewed").acquire().await.unwrap();
+    let first = guard.valid_until();
+    let res = guard.scope(tokio::time::sleep(WATCHDOG * 2)).await;
+    assert!(res.is_ok(), "{res:?}");
+    // Each renewal moved it on: over a timeout later than the grant's.
+    assert!(guard.valid_until() >= first + WATCHDOG);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_hold_stops_its_work_before_the_lease_ends_and_a_lost_hold_says_so() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let lease = Duration::from_millis(800);
+    let sent = Instant::now();
+    let guard = mgr.lock("leased").acquire_with_lease(lease).await.unwrap();
+    let pttl: i64 = raw.pttl("leased").unwrap();
+    let expires_no_sooner =
+        Instant::now() - Duration::from_millis(2) + Duration::from_millis(pttl as u64).min(lease);
+    // The lease's validity: from the send, less 1 % + 2 ms.
+    let valid = guard.valid_until();
+    assert!(valid >= sent + lease - lease / 100 - Duration::from_millis(2));
+    assert!(valid <= Instant::now() + lease);
+    let res = guard.scope(std::future::pending::<()>()).await;
+    let stopped = Instant::now();
+    assert!(
+        matches!(res, Err(LockError::HoldExpiring { .. })),
+        "{res:?}"
+    );
+    assert!(
+        stopped < expires_no_sooner,
+        "stopped after the lease could end"
+    );
+    assert!(stopped >= sent + lease / 2, "stopped too early");
+    drop(guard);
+
+    // A hold whose key is deleted is lost at the next renewal: HoldLost.
+    let guard = mgr.lock("deleted").acquire().await.unwrap();
+    let _: () = raw.del("deleted").unwrap();
+    let res = guard.scope(std::future::pending::<()>()).await;
+    assert!(
+        matches!(res, Err(LockError::HoldLost { ref name }) if name == "deleted"),
+        "{res:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_guard_kind_has_a_validity() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let before = Instant::now();
+    let fenced = mgr.fenced_lock("f").acquire().await.unwrap();
+    assert!(fenced.valid_until() > before + WATCHDOG / 2);
+    let multi = MultiLock::new(vec![mgr.lock("m1"), mgr.lock("m2")]);
+    let both = multi
+        .acquire_with_lease(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let v = both.valid_until();
+    assert!(
+        v > before + Duration::from_millis(1000)
+            && v < Instant::now() + Duration::from_millis(1500)
+    );
+    assert_eq!(both.scope(async { 7 }).await.unwrap(), 7);
+    let permits = mgr.permit_semaphore("ps");
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let p = permits.acquire(1).await.unwrap();
+    assert!(p.valid_until().is_some_and(|v| v > before + WATCHDOG / 2));
+    let plain = mgr.semaphore("s");
+    assert!(plain.try_set_permits(1).await.unwrap());
+    let s = plain.acquire(1).await.unwrap();
+    // A plain semaphore's permits never expire: no deadline, and scope only ends on loss.
+    assert_eq!(s.valid_until(), None);
+    assert_eq!(s.scope(async { 1 }).await.unwrap(), 1);
+}
