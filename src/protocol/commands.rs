@@ -6,7 +6,7 @@ use redis::{Script, Value};
 
 use super::*;
 use crate::config::Config;
-use crate::connections::command::{Conn, Spawner};
+use crate::connections::command::{Conn, ScriptCall, Spawner};
 use crate::connections::endpoint::Endpoint;
 use crate::error::LockError;
 use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
@@ -120,33 +120,40 @@ impl Commands {
             LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
             LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
         };
+        // Room for the keys and arguments of the longest (fair) attempt: one presized command.
+        let room = 3 * name.len() + holder.len() + 96;
         let mut call = match kind {
             LockKind::Reentrant | LockKind::NonReentrant => {
-                let mut call = script.key(key);
-                call.arg(lease).arg(holder);
+                let mut call = ScriptCall::new(script, 1, 3, room);
+                call.key(key).arg(lease).arg(holder);
                 call
             }
             LockKind::Fenced => {
-                let mut call = FENCED_ACQUIRE.key(key);
-                call.key(keys::token_key(name)).arg(lease).arg(holder);
+                let mut call = ScriptCall::new(script, 2, 3, room);
+                call.key(key)
+                    .key(keys::token_key(name))
+                    .arg(lease)
+                    .arg(holder);
                 call
             }
             LockKind::Read => {
-                let mut call = READ_ACQUIRE.key(key);
-                call.key(keys::read_timeout_prefix(name, holder))
+                let mut call = ScriptCall::new(script, 2, 4, room + holder.len());
+                call.key(key)
+                    .key(keys::read_timeout_prefix(name, holder))
                     .arg(lease)
                     .arg(holder)
                     .arg(keys::write_field(holder));
                 call
             }
             LockKind::Write => {
-                let mut call = WRITE_ACQUIRE.key(key);
-                call.arg(lease).arg(keys::write_field(holder));
+                let mut call = ScriptCall::new(script, 1, 3, room);
+                call.key(key).arg(lease).arg(keys::write_field(holder));
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = script.key(key);
-                call.key(keys::fair_queue(name))
+                let mut call = ScriptCall::new(script, 3, 6, room);
+                call.key(key)
+                    .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
                     .arg(lease)
                     .arg(holder)
@@ -157,7 +164,7 @@ impl Commands {
             }
         };
         call.arg(expect.count);
-        let (reply, acked) = self.conn.run_synced("acquire", key, script, call).await?;
+        let (reply, acked) = self.conn.call_synced("acquire", key, &call).await?;
         let attempt = decode_attempt(kind, reply)?;
         if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
             (attempt, acked, self.conn.sync_wanted())
@@ -179,10 +186,12 @@ impl Commands {
         expect: Expect,
     ) -> Result<Released, LockError> {
         let key = keys::lock_key(name);
+        let room = 3 * name.len() + holder.len() + 96;
         let mut call = match kind {
             LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
-                let mut call = RELEASE.key(key);
-                call.key(keys::unlock_channel(name))
+                let mut call = ScriptCall::new(&RELEASE, 2, 5, room);
+                call.key(key)
+                    .key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
                     .arg(millis(lease))
                     .arg(holder)
@@ -190,8 +199,9 @@ impl Commands {
                 call
             }
             LockKind::Read => {
-                let mut call = READ_RELEASE.key(key);
-                call.key(keys::rwlock_channel(name))
+                let mut call = ScriptCall::new(&READ_RELEASE, 4, 4, room + holder.len());
+                call.key(key)
+                    .key(keys::rwlock_channel(name))
                     .key(keys::read_timeout_prefix(name, holder))
                     .key(keys::tagged(name))
                     .arg(UNLOCK_MESSAGE)
@@ -200,8 +210,9 @@ impl Commands {
                 call
             }
             LockKind::Write => {
-                let mut call = WRITE_RELEASE.key(key);
-                call.key(keys::rwlock_channel(name))
+                let mut call = ScriptCall::new(&WRITE_RELEASE, 2, 5, room);
+                call.key(key)
+                    .key(keys::rwlock_channel(name))
                     .arg(WAKE_ALL_MESSAGE)
                     .arg(millis(lease))
                     .arg(keys::write_field(holder))
@@ -209,8 +220,9 @@ impl Commands {
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = FAIR_RELEASE.key(key);
-                call.key(keys::fair_queue(name))
+                let mut call = ScriptCall::new(&FAIR_RELEASE, 4, 6, room);
+                call.key(key)
+                    .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
                     .key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
@@ -222,7 +234,7 @@ impl Commands {
             }
         };
         call.arg(expect.count);
-        match self.run("release", key, call).await? {
+        match self.conn.call("release", key, &call).await? {
             Value::Nil => Ok(Released::NotHeld),
             Value::Int(0) => Ok(Released::StillHeld),
             Value::Int(1) => Ok(Released::Unlocked),
@@ -242,8 +254,10 @@ impl Commands {
         expect: Expect,
     ) -> Result<HandedOff, LockError> {
         let key = keys::lock_key(name);
-        let mut call = HAND_OFF.key(key);
-        call.key(keys::token_key(name))
+        let room = 3 * name.len() + from.len() + to.len() + 96;
+        let mut call = ScriptCall::new(&HAND_OFF, 2, 8, room);
+        call.key(key)
+            .key(keys::token_key(name))
             .arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(from)
@@ -252,7 +266,7 @@ impl Commands {
             .arg(millis(to_lease))
             .arg(if kind == LockKind::Fenced { "1" } else { "0" })
             .arg(expect.to);
-        match self.run("hand off", key, call).await? {
+        match self.conn.call("hand off", key, &call).await? {
             Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
             Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
             Value::Array(items) => match items.as_slice() {
