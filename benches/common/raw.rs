@@ -42,6 +42,7 @@ pub async fn acquire(conn: &ConnectionManager, name: &str, holder: &str) -> Opti
         .key(name)
         .arg(LEASE_MS)
         .arg(holder)
+        .arg(0) // the holder's count before: none (lockman's scripts check it, protocol.md)
         .invoke_async(&mut conn.clone())
         .await
         .expect("acquire script");
@@ -60,6 +61,7 @@ pub async fn release(conn: &ConnectionManager, name: &str, holder: &str) -> Opti
         .arg(LEASE_MS)
         .arg(holder)
         .arg("publish")
+        .arg(1) // the holder's count before: one hold
         .invoke_async(&mut conn.clone())
         .await
         .expect("release script")
@@ -83,17 +85,18 @@ pub fn channel(name: &str) -> String {
 /// `load` does). An uncontended acquire + release, checked.
 pub async fn pair_cmd(conn: &ConnectionManager, name: &str, channel: &str, holder: &str) {
     let mut conn = conn.clone();
-    let mut acquire = redis::Cmd::with_capacity(6, 128);
+    let mut acquire = redis::Cmd::with_capacity(7, 128);
     acquire
         .arg("EVALSHA")
         .arg(ACQUIRE.get_hash())
         .arg(1)
         .arg(name)
         .arg(LEASE_MS)
-        .arg(holder);
+        .arg(holder)
+        .arg(0);
     let reply: redis::Value = acquire.query_async(&mut conn).await.expect("acquire");
     assert!(!matches!(reply, redis::Value::Int(_)), "raw lock taken");
-    let mut release = redis::Cmd::with_capacity(10, 192);
+    let mut release = redis::Cmd::with_capacity(11, 192);
     release
         .arg("EVALSHA")
         .arg(RELEASE.get_hash())
@@ -103,7 +106,8 @@ pub async fn pair_cmd(conn: &ConnectionManager, name: &str, channel: &str, holde
         .arg("0")
         .arg(LEASE_MS)
         .arg(holder)
-        .arg("publish");
+        .arg("publish")
+        .arg(1);
     let released: Option<i64> = release.query_async(&mut conn).await.expect("release");
     assert_eq!(released, Some(1));
 }

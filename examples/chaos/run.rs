@@ -906,6 +906,11 @@ impl Runner {
                     .query(&mut conn)
                     .unwrap_or_default();
                 match kind.as_str() {
+                    // A manager's client record (docs/protocol.md, "Client records"): not a
+                    // lock; a killed worker's stays until it expires with the watchdog timeout.
+                    "hash" if key.starts_with("lockman_client:") => {
+                        other.push(format!("{key} ({kind})"))
+                    }
                     "hash" => {
                         let fields: Vec<String> = redis::cmd("HGETALL")
                             .arg(&key)
