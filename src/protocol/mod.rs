@@ -44,12 +44,22 @@ static WRITE_ACQUIRE: LazyLock<Script> = joined!("write_acquire.lua");
 static WRITE_RELEASE: LazyLock<Script> = joined!("write_release.lua");
 static RENEW_READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew_read.lua")));
 // The fair acquire and release scripts both begin by dropping stale queue heads.
-static FAIR_ACQUIRE: LazyLock<Script> = joined!("fair_prune.lua", "fair_acquire.lua");
+// A fair acquire: prune, take or find a resend, re-enter (or refuse to), queue.
+static FAIR_ACQUIRE: LazyLock<Script> = joined!(
+    "fair_prune.lua",
+    "fair_acquire.lua",
+    "fair_reenter.lua",
+    "fair_queue.lua"
+);
 static FAIR_RELEASE: LazyLock<Script> = joined!("fair_prune.lua", "fair_release.lua");
 // The non-reentrant kinds' acquires; their releases are the reentrant and fair lock's.
 static NON_REENTRANT_ACQUIRE: LazyLock<Script> = joined!("nonreentrant_acquire.lua");
-static FAIR_NON_REENTRANT_ACQUIRE: LazyLock<Script> =
-    joined!("fair_prune.lua", "fair_nonreentrant_acquire.lua");
+static FAIR_NON_REENTRANT_ACQUIRE: LazyLock<Script> = joined!(
+    "fair_prune.lua",
+    "fair_acquire.lua",
+    "fair_refuse_reentry.lua",
+    "fair_queue.lua"
+);
 // A hand-off sent again is recognised before the release (`hand_off_again.lua`).
 static HAND_OFF: LazyLock<Script> = joined!(
     "fence_token.lua",

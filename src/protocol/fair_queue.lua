@@ -1,0 +1,41 @@
+-- Fair lock, after fair_acquire.lua and its re-entry part: the holder holds nothing; it takes
+-- its turn in the queue, or keeps its place there.
+if expect > 0 then
+    return {0}
+end
+local function until_change()
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl >= 0 then return ttl end
+    local head = redis.call('lindex', KEYS[2], 0)
+    if head == false then return 0 end
+    return math.max(tonumber(redis.call('zscore', KEYS[3], head)) - now, 0)
+end
+if ARGV[5] == '1' then
+    return until_change()
+end
+local mine = redis.call('zscore', KEYS[3], ARGV[2])
+if mine ~= false then
+    -- Queued, and back (lockman's rule, which keeps a place however long the holder holds):
+    -- its deadline moves to `wait` after that of the waiter ahead of it (or after the lock's
+    -- PTTL, for the head), if that is later. A waiter that does not come back still expires.
+    local at = redis.call('lpos', KEYS[2], ARGV[2])
+    local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+    if at ~= false and at > 0 then
+        base = tonumber(redis.call('zscore', KEYS[3], redis.call('lindex', KEYS[2], at - 1)))
+    end
+    local deadline = base + tonumber(ARGV[3])
+    if deadline > tonumber(mine) then
+        redis.call('zadd', KEYS[3], deadline, ARGV[2])
+    end
+    return until_change()
+end
+local last = redis.call('lindex', KEYS[2], -1)
+local ttl
+if last ~= false then
+    ttl = tonumber(redis.call('zscore', KEYS[3], last)) - now
+else
+    ttl = redis.call('pttl', KEYS[1])
+end
+redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + now, ARGV[2])
+redis.call('rpush', KEYS[2], ARGV[2])
+return ttl
