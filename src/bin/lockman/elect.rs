@@ -7,7 +7,7 @@ use clap::Args;
 use lockman::{Election, Leader, Leadership, LockError};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::exec::{die_with_lockman, kill};
+use crate::exec::{kill, start_child};
 use crate::{Failure, Server, code, json};
 
 #[derive(Args, Debug)]
@@ -99,15 +99,7 @@ async fn supervise(
         .args(&args.command[1..])
         .env("LOCKMAN_ELECTION", &args.name)
         .env("LOCKMAN_TERM", lead.term().to_string());
-    die_with_lockman(&mut command);
-    let mut child = command.spawn().map_err(|e| {
-        let code = match e.kind() {
-            std::io::ErrorKind::NotFound => code::NOT_FOUND,
-            _ => code::CANNOT_RUN,
-        };
-        Failure::new(code, format!("{}: {e}", args.command[0]))
-    })?;
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let (mut child, pid) = start_child(&mut command, &args.command[0])?;
     // The child's pid stays ours until `wait` reaps it, which ends the loop below.
     let send = |sig: i32| {
         if let Some(pid) = pid {

@@ -213,15 +213,7 @@ async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
     if let Some(token) = held.token() {
         command.env("LOCKMAN_FENCE", token.to_string());
     }
-    die_with_lockman(&mut command);
-    let mut child = command.spawn().map_err(|e| {
-        let code = match e.kind() {
-            std::io::ErrorKind::NotFound => code::NOT_FOUND,
-            _ => code::CANNOT_RUN,
-        };
-        Failure::new(code, format!("{}: {e}", args.command[0]))
-    })?;
-    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    let (mut child, pid) = start_child(&mut command, &args.command[0])?;
     // The child's pid stays ours until `wait` reaps it, which ends the loop below.
     let send = |sig: i32| {
         if let Some(pid) = pid {
@@ -310,6 +302,23 @@ pub(crate) fn die_with_lockman(command: &mut tokio::process::Command) {
 /// on (README, "The lockman command").
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) fn die_with_lockman(_command: &mut tokio::process::Command) {}
+
+/// Starts the command, which dies with lockman ([`die_with_lockman`]): the child and its pid.
+pub(crate) fn start_child(
+    command: &mut tokio::process::Command,
+    program: &str,
+) -> Result<(tokio::process::Child, Option<i32>), Failure> {
+    die_with_lockman(command);
+    let child = command.spawn().map_err(|e| {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => code::NOT_FOUND,
+            _ => code::CANNOT_RUN,
+        };
+        Failure::new(code, format!("{program}: {e}"))
+    })?;
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    Ok((child, pid))
+}
 
 /// Sends `sig` to `pid` (kill(2); an error, such as a child that just exited, is ignored).
 pub(crate) fn kill(pid: i32, sig: i32) {
