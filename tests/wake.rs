@@ -149,8 +149,11 @@ async fn a_lease_that_ends_lets_a_waiter_for_2_in() {
     let sem = a.permit_semaphore("lease");
     assert!(sem.try_set_permits(2).await.unwrap());
     let lease = Duration::from_secs(1);
+    // The lease runs from when the script ran, after the request was sent and before its reply
+    // came: the permit is free no earlier than a lease after the send.
+    let sent = Instant::now();
     let leased = sem.acquire_with_lease(1, lease).await.unwrap();
-    let freed = Instant::now() + lease;
+    let freed = sent + lease;
     let waiter = permit_waiter(&b, "lease", 2);
     parked(&mut raw, "lease", &waiter).await;
 
