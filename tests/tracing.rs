@@ -64,21 +64,33 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     }
 }
 
+/// A server, a subscriber that captures every closed span (set as this thread's default while
+/// the guard lives), and a current-thread runtime on this thread: the handles run here, under
+/// the subscriber.
+fn traced() -> (
+    RedisServer,
+    Closed,
+    tracing::subscriber::DefaultGuard,
+    tokio::runtime::Runtime,
+) {
+    let server = RedisServer::start();
+    let closed: Closed = Arc::default();
+    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
+    let default = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    (server, closed, default, rt)
+}
+
 fn field<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> &'a str {
     fields.get(name).map_or("", String::as_str)
 }
 
 #[test]
 fn every_acquire_and_release_has_a_span_with_its_outcome() {
-    let server = RedisServer::start();
-    let closed: Closed = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
-    let _default = tracing::subscriber::set_default(subscriber);
-    // A current-thread runtime on this thread: the handles run here, under the subscriber.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (server, closed, _default, rt) = traced();
     rt.block_on(async {
         let mgr = LockManager::connect(&server.url()).await.unwrap();
         let (a, b) = (mgr.lock("traced"), mgr.lock("traced"));
@@ -147,14 +159,7 @@ fn every_acquire_and_release_has_a_span_with_its_outcome() {
 /// service in that client's record (another manager, as another process would be).
 #[test]
 fn a_waiters_span_names_the_holder_it_waited_behind() {
-    let server = RedisServer::start();
-    let closed: Closed = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
-    let _default = tracing::subscriber::set_default(subscriber);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (server, closed, _default, rt) = traced();
     let (holder_id, client_id) = rt.block_on(async {
         let billing = lockman::Config::new(server.url())
             .watchdog_timeout(Duration::from_secs(1))
@@ -224,14 +229,7 @@ fn a_waiters_span_names_the_holder_it_waited_behind() {
 /// win until it ends (resigned, or lost), and a resign's release inside that term.
 #[test]
 fn a_campaign_and_the_term_it_won_have_spans() {
-    let server = RedisServer::start();
-    let closed: Closed = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
-    let _default = tracing::subscriber::set_default(subscriber);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (server, closed, _default, rt) = traced();
     let (first, second, holder) = rt.block_on(async {
         let config = lockman::Config::new(server.url()).watchdog_timeout(Duration::from_secs(1));
         let mgr = LockManager::start(config).await.unwrap();

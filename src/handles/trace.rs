@@ -114,21 +114,31 @@ pub(crate) fn acquired<G>(
     res: &Result<Option<G>, LockError>,
     waited: impl Fn(&G) -> bool,
 ) {
+    ended(span, res, ("acquire", "acquired"), |granted| {
+        // A time-out waited.
+        span.record("waited", granted.is_none_or(&waited));
+    });
+}
+
+/// Records the `outcome` of an acquire or a campaign: `got` when it got what it asked for,
+/// `timed_out`, or `failed` (with an event saying why); then what `record` records of it.
+fn ended<G>(
+    span: &Span,
+    res: &Result<Option<G>, LockError>,
+    (what, got): (&str, &'static str),
+    record: impl FnOnce(Option<&G>),
+) {
     if span.is_disabled() {
         return;
     }
     match res {
-        Ok(Some(granted)) => {
-            span.record("outcome", "acquired");
-            span.record("waited", waited(granted));
-        }
-        Ok(None) => {
-            span.record("outcome", "timed_out");
-            span.record("waited", true);
+        Ok(granted) => {
+            span.record("outcome", if granted.is_some() { got } else { "timed_out" });
+            record(granted.as_ref());
         }
         Err(e) => {
             span.record("outcome", "failed");
-            tracing::debug!(parent: span, error = %e, "acquire failed");
+            tracing::debug!(parent: span, error = %e, "{what} failed");
         }
     }
 }
@@ -167,22 +177,11 @@ pub(crate) fn campaigned<L>(
     res: &Result<Option<L>, LockError>,
     term: impl Fn(&L) -> u64,
 ) {
-    if span.is_disabled() {
-        return;
-    }
-    match res {
-        Ok(Some(lead)) => {
-            span.record("outcome", "won");
+    ended(span, res, ("campaign", "won"), |lead| {
+        if let Some(lead) = lead {
             span.record("term", term(lead));
         }
-        Ok(None) => {
-            span.record("outcome", "timed_out");
-        }
-        Err(e) => {
-            span.record("outcome", "failed");
-            tracing::debug!(parent: span, error = %e, "campaign failed");
-        }
-    }
+    });
 }
 
 /// The span of one term of the election `name`, won by `holder`; it follows from the
