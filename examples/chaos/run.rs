@@ -264,7 +264,8 @@ impl Runner {
         let counts: BTreeMap<String, u64> = self.checked("counts", counts);
         let acquired: u64 = counts
             .iter()
-            .filter(|(k, _)| k.starts_with("acquired:"))
+            // Terms won are not acquisitions here (they are in `leaders`).
+            .filter(|(k, _)| k.starts_with("acquired:") && *k != "acquired:leader")
             .map(|(_, n)| n)
             .sum();
         acquired >= wanted
