@@ -2,7 +2,9 @@
 //! processes and every fault at least once, on one server, on a Sentinel group (with replica
 //! sync) and on a Redis Cluster (without); each JSON summary must show no unexplained exclusion
 //! violation, no stale fenced write accepted and no fenced token gone backwards, no stuck
-//! waiter, no lock left behind and no worker that crashed or hung. The runs take turns (two at
+//! waiter, no lock left behind and no worker that crashed or hung; and for the leaders (every
+//! worker campaigns in two elections) terms won and fenced writes made, no two leaders at once
+//! unexplained, no stale leader write accepted, and a new leader after every fault. The runs take turns (two at
 //! once would share two cores). The long runs behind RELIABILITY.md are the same runner, run by
 //! command.
 
@@ -193,6 +195,20 @@ fn check(summary: &Value, faults: &[&str]) {
             n(&b["count"]) <= n(&b["bound"]),
             "{b} out of bounds: {show}"
         );
+    }
+    // Leaders: terms won and handed over, fenced writes made, and what must never happen.
+    let leaders = &summary["leaders"];
+    assert!(n(&leaders["terms"]) > 0, "{show}");
+    assert!(n(&leaders["ended"]["resigned"]) > 0, "{show}");
+    assert_eq!(n(&leaders["two_at_once"]["unexplained"]), 0, "{show}");
+    assert!(n(&leaders["fenced_writes"]["accepted"]) > 0, "{show}");
+    assert_eq!(n(&leaders["fenced_writes"]["stale_accepted"]), 0, "{show}");
+    let without = &leaders["without_leader"];
+    assert!(n(&without["handover_ms"]["count"]) > 0, "{show}");
+    // Every stretch without a leader ended: a new leader came within the fault's time and a
+    // watchdog timeout, with a wide margin.
+    for (fault, ms) in without["after_fault_ms"].as_object().expect("by fault") {
+        assert!(n(&ms["max"]) < 30_000, "{fault}: {show}");
     }
     assert_eq!(n(&summary["worker_crashes"]), 0, "{show}");
     assert_eq!(n(&summary["checker_errors"]), 0, "{show}");

@@ -162,3 +162,41 @@ async fn every_guard_kind_has_a_validity() {
     assert_eq!(s.valid_until(), None);
     assert_eq!(s.scope(async { 1 }).await.unwrap(), 1);
 }
+
+/// A loss ends the scoped work as soon as the guard knows it, not when the validity runs out:
+/// a hold's end drops what confirmed it as it raises the loss, and scope must see the loss
+/// whichever of the two it looks at first (eight holds: one of them would miss it by chance).
+#[tokio::test]
+async fn a_lost_hold_stops_its_scope_when_the_loss_is_known_not_at_the_deadline() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    // Long enough that the deadline (a tenth of it before the validity ends) is seconds after
+    // the first renewal, which finds the keys gone.
+    let watchdog = Duration::from_secs(6);
+    let config = Config::new(server.url()).watchdog_timeout(watchdog);
+    let mgr = LockManager::start(config).await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..8 {
+        guards.push(mgr.lock(format!("gone:{i}")).acquire().await.unwrap());
+    }
+    for i in 0..8 {
+        let _: () = raw.del(format!("gone:{i}")).unwrap();
+    }
+    let ends = futures_util::future::join_all(guards.iter().map(|guard| async move {
+        let res = guard.scope(std::future::pending::<()>()).await;
+        (res, Instant::now())
+    }))
+    .await;
+    for (guard, (res, ended)) in guards.iter().zip(ends) {
+        assert!(matches!(res, Err(LockError::HoldLost { .. })), "{res:?}");
+        assert!(guard.is_lost());
+        // The deadline scope would stop at without the loss: the validity less its margin.
+        let deadline = guard.valid_until() - watchdog / 10;
+        assert!(
+            ended + Duration::from_secs(1) < deadline,
+            "{} stopped {:?} before its deadline: at the deadline, not at the loss",
+            guard.name(),
+            deadline.saturating_duration_since(ended)
+        );
+    }
+}

@@ -64,21 +64,33 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     }
 }
 
+/// A server, a subscriber that captures every closed span (set as this thread's default while
+/// the guard lives), and a current-thread runtime on this thread: the handles run here, under
+/// the subscriber.
+fn traced() -> (
+    RedisServer,
+    Closed,
+    tracing::subscriber::DefaultGuard,
+    tokio::runtime::Runtime,
+) {
+    let server = RedisServer::start();
+    let closed: Closed = Arc::default();
+    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
+    let default = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    (server, closed, default, rt)
+}
+
 fn field<'a>(fields: &'a BTreeMap<String, String>, name: &str) -> &'a str {
     fields.get(name).map_or("", String::as_str)
 }
 
 #[test]
 fn every_acquire_and_release_has_a_span_with_its_outcome() {
-    let server = RedisServer::start();
-    let closed: Closed = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
-    let _default = tracing::subscriber::set_default(subscriber);
-    // A current-thread runtime on this thread: the handles run here, under the subscriber.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (server, closed, _default, rt) = traced();
     rt.block_on(async {
         let mgr = LockManager::connect(&server.url()).await.unwrap();
         let (a, b) = (mgr.lock("traced"), mgr.lock("traced"));
@@ -147,14 +159,7 @@ fn every_acquire_and_release_has_a_span_with_its_outcome() {
 /// service in that client's record (another manager, as another process would be).
 #[test]
 fn a_waiters_span_names_the_holder_it_waited_behind() {
-    let server = RedisServer::start();
-    let closed: Closed = Arc::default();
-    let subscriber = tracing_subscriber::registry().with(Capture(closed.clone()));
-    let _default = tracing::subscriber::set_default(subscriber);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let (server, closed, _default, rt) = traced();
     let (holder_id, client_id) = rt.block_on(async {
         let billing = lockman::Config::new(server.url())
             .watchdog_timeout(Duration::from_secs(1))
@@ -217,5 +222,87 @@ fn a_waiters_span_names_the_holder_it_waited_behind() {
         field(first, "behind"),
         "",
         "an uncontended acquire looks nobody up"
+    );
+}
+
+/// Elections in spans: a campaign's outcome and the term it won, the term's own span from the
+/// win until it ends (resigned, or lost), and a resign's release inside that term.
+#[test]
+fn a_campaign_and_the_term_it_won_have_spans() {
+    let (server, closed, _default, rt) = traced();
+    let (first, second, holder) = rt.block_on(async {
+        let config = lockman::Config::new(server.url()).watchdog_timeout(Duration::from_secs(1));
+        let mgr = LockManager::start(config).await.unwrap();
+        let election = mgr.election("traced-election");
+        let lead = election.campaign().await.unwrap();
+        let first = lead.term();
+        let holder = lead.holder_id().to_owned();
+        let none = election
+            .try_campaign_for(Duration::from_millis(20))
+            .await
+            .unwrap();
+        assert!(none.is_none());
+        lead.resign().await.unwrap();
+        // A lead whose key is deleted is lost at the next renewal; dropped, its term says so.
+        let lead = election.campaign().await.unwrap();
+        let second = lead.term();
+        let mut conn = server.conn();
+        let _: () = redis::cmd("DEL")
+            .arg("traced-election")
+            .query(&mut conn)
+            .unwrap();
+        assert!(support::eventually(Duration::from_secs(5), || lead.is_lost()).await);
+        drop(lead);
+        mgr.shutdown().await;
+        (first, second, holder)
+    });
+    let closed = closed.lock().unwrap();
+    let named = |span: &str| -> Vec<(usize, &BTreeMap<String, String>)> {
+        closed
+            .iter()
+            .enumerate()
+            .filter(|(_, (n, f))| n == span && field(f, "name") == "traced-election")
+            .map(|(i, (_, f))| (i, f))
+            .collect()
+    };
+    let campaigns = named("lockman.campaign");
+    let outcomes: Vec<_> = campaigns
+        .iter()
+        .map(|(_, f)| (field(f, "outcome"), field(f, "term"), field(f, "wait")))
+        .collect();
+    let (first, second) = (first.to_string(), second.to_string());
+    assert_eq!(
+        outcomes,
+        [
+            ("won", first.as_str(), "Forever"),
+            ("timed_out", "", "Up(20ms)"),
+            ("won", second.as_str(), "Forever"),
+        ],
+        "{closed:?}"
+    );
+    let terms = named("lockman.term");
+    let ended: Vec<_> = terms
+        .iter()
+        .map(|(_, f)| (field(f, "term"), field(f, "ended"), field(f, "holder")))
+        .collect();
+    assert_eq!(ended.len(), 2, "{closed:?}");
+    assert_eq!(ended[0], (first.as_str(), "resigned", holder.as_str()));
+    assert_eq!((ended[1].0, ended[1].1), (second.as_str(), "lost"));
+    // The resign's release closed inside the first term (before it), released.
+    let releases = named("lockman.release");
+    assert!(
+        releases
+            .iter()
+            .any(|(i, f)| *i < terms[0].0 && field(f, "outcome") == "released"),
+        "{closed:?}"
+    );
+    // Each campaign's acquire ran inside it: closed before it.
+    let acquires = named("lockman.acquire");
+    assert_eq!(acquires.len(), 3, "{closed:?}");
+    assert!(
+        acquires
+            .iter()
+            .zip(&campaigns)
+            .all(|((a, _), (c, _))| a < c)
     );
 }

@@ -270,3 +270,87 @@ async fn dropping_the_manager_stops_renewal_and_the_lock_expires() {
         dropped.elapsed()
     );
 }
+
+/// How many times Redis refused this user access to `key` (ACL LOG: each refused command is
+/// counted in its entry, by reason and object).
+fn refusals(conn: &mut redis::Connection, key: &str) -> u64 {
+    let entries: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(conn).unwrap();
+    let mut refused = 0;
+    for entry in entries {
+        let fields: std::collections::HashMap<String, redis::Value> =
+            redis::from_redis_value(entry).unwrap();
+        let text = |name: &str| {
+            fields
+                .get(name)
+                .and_then(|v| redis::from_redis_value::<String>(v.clone()).ok())
+        };
+        if text("object").as_deref() == Some(key) {
+            refused += fields
+                .get("count")
+                .and_then(|v| redis::from_redis_value::<u64>(v.clone()).ok())
+                .unwrap_or(0);
+        }
+    }
+    refused
+}
+
+/// A renewal that fails is retried within the hold's deadline, promptly and batched, not at
+/// the next tick nor a quarter of an interval later; once Redis takes it again the hold is
+/// confirmed long before the next regular tick. Here every renewal fails at once (the user
+/// loses access to the lock's key, its client record's keys kept), so each attempt is one
+/// refusal in Redis's ACL LOG.
+#[tokio::test]
+async fn a_failed_renewal_is_retried_promptly_within_the_deadline() {
+    // A renewal every 4 s; the old retry came a quarter of that (1 s) after a failure.
+    let watchdog = Duration::from_secs(12);
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url())
+        .watchdog_timeout(watchdog)
+        .response_timeout(Duration::from_millis(300));
+    let mgr = LockManager::start(config).await.unwrap();
+    let guard = mgr.lock("retried").acquire().await.unwrap();
+    let granted = guard.valid_until();
+    let acl = |rule: &str, conn: &mut redis::Connection| {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("resetkeys")
+            .arg(rule)
+            .query::<()>(conn)
+            .unwrap()
+    };
+    acl("~lockman_client:*", &mut raw);
+    // The first tick (4 s after the manager started) fails.
+    let mut failed = false;
+    for _ in 0..1000 {
+        if refusals(&mut raw, "retried") > 0 {
+            failed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(failed, "no renewal was refused");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let attempts = refusals(&mut raw, "retried");
+    acl("allkeys", &mut raw);
+    // The tick's call and its retries after 25, 75, 175 and 375 ms; the old code tried once
+    // more only 1 s after the failure.
+    assert!(attempts >= 3, "{attempts} renewal attempts in 600 ms");
+    assert!(
+        attempts < 40,
+        "{attempts} renewal attempts in 600 ms: no backoff"
+    );
+    // Confirmed again within a retry gap (500 ms), well before the next tick (4 s on).
+    assert!(
+        eventually(Duration::from_secs(2), || guard.valid_until() > granted).await,
+        "not renewed after Redis took renewals again"
+    );
+    assert!(!guard.is_lost());
+    let pttl: i64 = raw.pttl("retried").unwrap();
+    assert!(
+        pttl > (watchdog - Duration::from_secs(3)).as_millis() as i64,
+        "PTTL {pttl}"
+    );
+    guard.release().await.unwrap();
+}

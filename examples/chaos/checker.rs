@@ -22,6 +22,15 @@
 //!   runner once it checked, while they run, that Redis holds nothing no live guard holds.
 //! - `fence:<name>`: the fenced store: `max` (newest token accepted) and `hold` (its writer);
 //!   `audit:<name>`: every accepted write, `token hold`, in order, checked at the end.
+//! - `occ:chaos:leader:<i>`: the leader of an election, entered by [`ENTER`] as an exclusive
+//!   hold (kind `leader`): two leaders at once are a violation, explained as two holders are.
+//!   `leading:<name>`: the terms in office, hold = `worker entered` (µs); `terms:<name>`: every
+//!   term ended, `entered left worker reason` (µs; reason `resigned`, `lost`, `expiring`, or
+//!   `killed` by the runner). `leader_writes:<name>`: every fenced write of a leader that the
+//!   lock server accepted, `term start end epoch window hold` (`start`, `end`: ticks of `seq`
+//!   before the write was sent and after it was accepted).
+//! - `freezes`: every freeze of a worker, `worker from to` (µs); `fault_log`: every fault
+//!   injected, `fault from to` (µs): for the time without a leader after each fault.
 //! - `counts`: every counter of the run (workers' and the runner's), `errors`: a sample of
 //!   error messages.
 
@@ -215,6 +224,32 @@ pub static FENCED_WRITE_SCRIPT: LazyLock<Script> =
 pub static EXIT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(EXIT));
 pub static FORGET_WORKER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FORGET_WORKER));
 pub static INSIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSIDE));
+pub static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE));
+pub static LEADER_WRITE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEADER_WRITE));
+
+/// A leader leaves office: its exit (as [`EXIT`]) and its term logged. KEYS: the `occ:` key.
+/// ARGV: the hold, the election's name, why it left.
+const LEAVE: &str = r#"
+redis.call('hdel', KEYS[1], ARGV[1])
+local term = redis.call('hget', 'leading:' .. ARGV[2], ARGV[1])
+if not term then return 0 end
+redis.call('hdel', 'leading:' .. ARGV[2], ARGV[1])
+local worker, entered = string.match(term, '^(%S+) (%S+)$')
+local t = redis.call('time')
+local left = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('rpush', 'terms:' .. ARGV[2], entered .. ' ' .. left .. ' ' .. worker .. ' ' .. ARGV[3])
+return 1
+"#;
+
+/// A leader's fenced write the lock server accepted, logged with the sequence's tick now (its
+/// end). ARGV: the election's name, term, the tick before the write was sent, the epoch then,
+/// whether a failover was under way then (1/0), the hold.
+const LEADER_WRITE: &str = r#"
+local stop = redis.call('incr', 'seq')
+redis.call('rpush', 'leader_writes:' .. ARGV[1],
+    ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. stop .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[6])
+return stop
+"#;
 
 /// Records an exit. KEYS: the `occ:` keys. ARGV: the hold.
 const EXIT: &str = r#"
@@ -222,8 +257,22 @@ for _, occ in ipairs(KEYS) do redis.call('hdel', occ, ARGV[1]) end
 return 0
 "#;
 
-/// Forgets every entry of a worker that was killed inside. ARGV: the worker. Reply: how many.
+/// Forgets every entry of a worker that was killed inside, and ends its terms in office
+/// (`killed`, now). ARGV: the worker. Reply: how many entries.
 const FORGET_WORKER: &str = r#"
+local t = redis.call('time')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+for _, leading in ipairs(redis.call('keys', 'leading:*')) do
+    local terms = redis.call('hgetall', leading)
+    for j = 1, #terms, 2 do
+        local worker, entered = string.match(terms[j + 1], '^(%S+) (%S+)$')
+        if worker == ARGV[1] then
+            redis.call('hdel', leading, terms[j])
+            redis.call('rpush', 'terms:' .. string.sub(leading, 9),
+                entered .. ' ' .. now .. ' ' .. worker .. ' killed')
+        end
+    end
+end
 local n = 0
 for _, occ in ipairs(redis.call('keys', 'occ:*')) do
     local inside = redis.call('hgetall', occ)

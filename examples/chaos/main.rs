@@ -1,8 +1,9 @@
-//! The chaos runner: several worker processes compete for a few lock names of every kind while
-//! faults are injected, and every critical section is checked on a separate server. It counts
-//! acquisitions, exclusion violations (and the fault that explains each), stale fenced writes,
-//! lost holds, stuck waiters and locks left behind, and exits non-zero on anything that must
-//! never happen. RELIABILITY.md has its figures.
+//! The chaos runner: several worker processes compete for a few lock names of every kind, and
+//! campaign in a few elections, while faults are injected, and every critical section and
+//! term is checked on a separate server. It counts acquisitions, exclusion violations (and the
+//! fault that explains each), two leaders at once, stale fenced writes, the time without a
+//! leader after each fault, lost holds, stuck waiters and locks left behind, and exits non-zero
+//! on anything that must never happen. RELIABILITY.md has its figures.
 //!
 //! Run: `cargo run --release --example chaos -- [options]`
 //!
@@ -27,6 +28,7 @@ mod support;
 
 mod checker;
 mod deployment;
+mod leaders;
 mod options;
 mod progress;
 mod report;
@@ -93,8 +95,11 @@ impl Kind {
     }
 }
 
-/// Concurrent tasks per worker.
+/// Concurrent tasks per worker taking locks.
 pub const TASKS: u64 = 3;
+
+/// Elections (leader names); every worker runs one more task per election, a candidate.
+pub const LEADER_NAMES: u64 = 2;
 
 /// Timings shared by the runner and its workers.
 #[derive(Clone, Copy, Debug)]

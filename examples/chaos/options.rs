@@ -79,8 +79,9 @@ impl Fault {
 
 /// `chaos --help`.
 pub const HELP: &str = "\
-chaos: several worker processes compete for a few lock names of every kind while faults are
-injected; every critical section is checked on a separate server. Prints a summary (a table, or
+chaos: several worker processes compete for a few lock names of every kind, and campaign in
+two elections, while faults are injected; every critical section and every term is checked on
+a separate server. Prints a summary (a table, or
 JSON with --json) on stdout and, every few seconds while it runs, a progress line on stderr.
 Exits 0 when nothing that must never happen happened, 1 otherwise, 2 on bad usage.
 
@@ -89,7 +90,8 @@ usage: cargo run --release --example chaos -- [options]
   --deployment D     where the locks live: single (default), sentinel (a primary, two
                      replicas, three sentinels) or cluster (three masters with a replica each)
   --sync-replicas N  each acquire and renewal waits for N replicas (Config::sync_replicas)
-  --workers N        worker processes (default 4); each runs 3 tasks
+  --workers N        worker processes (default 4); each runs 3 tasks and a candidate
+                     in each of the 2 elections
   --duration SECS    how long the workers compete (default 30)
   --acquisitions N   stop earlier, once N acquisitions were counted
   --failovers N      with --acquisitions: and once N failovers were injected

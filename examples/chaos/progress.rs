@@ -89,7 +89,7 @@ fn line(checker: &redis::Client, started: Instant, planned: Duration, tally: &Ta
     let sum = |pick: &dyn Fn(&str) -> bool| -> u64 {
         counts.iter().filter(|(k, _)| pick(k)).map(|(_, n)| n).sum()
     };
-    let acquired = sum(&|k| k.starts_with("acquired:"));
+    let acquired = sum(&|k| k.starts_with("acquired:") && k != "acquired:leader");
     let unexplained = sum(&|k| k.starts_with("violation:") && k.ends_with(":unexplained"));
     let explained = sum(&|k| k.starts_with("violation:")) - unexplained;
     format!(

@@ -3,9 +3,12 @@
 use serde_json::{Value, json};
 
 pub fn print_table(s: &Value) {
-    let row = |label: &str, v: &Value| println!("| {label:<40} | {:>12} |", v.to_string());
-    println!("| {:<40} | {:>12} |", "chaos run", "");
-    println!("|{:-<42}|{:->14}|", "", "");
+    let row = |label: &str, v: &Value| {
+        let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+        println!("| {label:<44} | {v:>16} |")
+    };
+    println!("| {:<44} | {:>16} |", "chaos run", "");
+    println!("|{:-<46}|{:->18}|", "", "");
     row("deployment", &s["deployment"]);
     row("sync_replicas", &s["sync_replicas"]);
     row("seed", &s["seed"]);
@@ -64,6 +67,48 @@ pub fn print_table(s: &Value) {
         "stale fenced writes accepted",
         &s["fenced_writes"]["stale_accepted"],
     );
+    let leaders = &s["leaders"];
+    row("leader terms", &leaders["terms"]);
+    for (k, v) in leaders["ended"].as_object().into_iter().flatten() {
+        row(&format!("  terms ended: {k}"), v);
+    }
+    row("campaigns timed out", &leaders["campaigns_timed_out"]);
+    let two = &leaders["two_at_once"];
+    row(
+        "two leaders at once: a freeze",
+        &two["explained_by_a_freeze"],
+    );
+    row(
+        "two leaders at once: data loss, failover",
+        &two["explained_by_a_data_loss_or_failover"],
+    );
+    row("two leaders at once: unexplained", &two["unexplained"]);
+    let writes = &leaders["fenced_writes"];
+    row("leader fenced writes accepted", &writes["accepted"]);
+    row("leader fenced writes refused", &writes["refused"]);
+    row("leader fenced writes failed", &writes["errors"]);
+    row("leader stale writes accepted", &writes["stale_accepted"]);
+    row(
+        "  … after a data loss or failover",
+        &writes["stale_accepted_after_a_data_loss_or_failover"],
+    );
+    let vacancy = |label: &str, v: &Value| {
+        row(
+            label,
+            &json!(format!("{}/{}/{}", v["count"], v["p50"], v["max"])),
+        )
+    };
+    vacancy(
+        "no leader after a resign: n/p50/max ms",
+        &leaders["without_leader"]["handover_ms"],
+    );
+    for (k, v) in leaders["without_leader"]["after_fault_ms"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        vacancy(&format!("no leader after {k}: n/p50/max ms"), v);
+    }
     row(
         "holds lost, guard said so first",
         &s["lost"]["reported_by_guard"],

@@ -14,7 +14,7 @@ use crate::progress::{Progress, Tally};
 use crate::report::print_table;
 use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
-use crate::{Kind, Rng, Settings, TASKS, checker};
+use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, leaders};
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down.
 const WORKER_GRACE: Duration = Duration::from_secs(20);
@@ -171,12 +171,20 @@ impl Runner {
             }
             let fault = order.remove(0);
             let began = Instant::now();
+            let from = self.checker_clock_us();
             let injected =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inject(fault)))
                     .unwrap_or_else(|_| Err("panicked (see above)".into()));
             *self.fault_ms.entry(fault.name()).or_default() += began.elapsed().as_millis() as u64;
             match injected {
                 Ok(()) => {
+                    // For the time without a leader after each fault.
+                    let to = self.checker_clock_us();
+                    let logged = redis::cmd("RPUSH")
+                        .arg("fault_log")
+                        .arg(format!("{} {from} {to}", fault.name()))
+                        .query(&mut self.checker_conn());
+                    self.checked::<()>("fault log", logged);
                     *self.faults.entry(fault.name()).or_default() += 1;
                     self.tally.injected.fetch_add(1, Ordering::Relaxed);
                     retries = 0;
@@ -256,7 +264,8 @@ impl Runner {
         let counts: BTreeMap<String, u64> = self.checked("counts", counts);
         let acquired: u64 = counts
             .iter()
-            .filter(|(k, _)| k.starts_with("acquired:"))
+            // Terms won are not acquisitions here (they are in `leaders`).
+            .filter(|(k, _)| k.starts_with("acquired:") && *k != "acquired:leader")
             .map(|(_, n)| n)
             .sum();
         acquired >= wanted
@@ -420,6 +429,13 @@ impl Runner {
         self.checker.conn()
     }
 
+    /// The checker's clock now, in µs (0 when the checker failed, counted).
+    fn checker_clock_us(&mut self) -> u64 {
+        let time = redis::cmd("TIME").query::<(u64, u64)>(&mut self.checker_conn());
+        let (secs, micros) = self.checked("time", time);
+        secs * 1_000_000 + micros
+    }
+
     /// A worker inside a critical section now, if any, else any worker.
     fn pick_holder(&mut self) -> Option<(usize, bool)> {
         let inside = checker::INSIDE_SCRIPT.invoke(&mut self.checker_conn());
@@ -474,10 +490,18 @@ impl Runner {
                     .arg(FROZEN)
                     .query(&mut self.checker_conn());
                 self.checked::<()>("pause", before);
+                let from = self.checker_clock_us();
                 signal(pid, "STOP");
                 self.frozen_inside += u64::from(inside);
                 std::thread::sleep(frozen);
                 signal(pid, "CONT");
+                // A frozen leader is out of office from here (see `leaders::without_leader`).
+                let to = self.checker_clock_us();
+                let logged = redis::cmd("RPUSH")
+                    .arg("freezes")
+                    .arg(format!("{id} {from} {to}"))
+                    .query(&mut self.checker_conn());
+                self.checked::<()>("freezes", logged);
                 let mut conn = self.checker_conn();
                 let woke = redis::cmd("TIME")
                     .query(&mut conn)
@@ -647,11 +671,14 @@ impl Runner {
         let timed_out = by_kind("timed_out");
         let acquire_errors = by_kind("acquire_error");
         let release_errors = by_kind("release_error");
+        // Every kind's, and two leaders at once (also under `leaders`).
         let mut violations = BTreeMap::new();
         for cause in ["pause", "restart", "unexplained"] {
             let n: u64 = Kind::ALL
                 .iter()
-                .map(|k| get(&format!("violation:{}:{cause}", k.name())))
+                .map(|k| k.name())
+                .chain(["leader"])
+                .map(|k| get(&format!("violation:{k}:{cause}")))
                 .sum();
             violations.insert(cause, n);
         }
@@ -662,7 +689,10 @@ impl Runner {
                 .query(&mut conn);
             excused.insert(cause, self.checked::<u64>("excused", n));
         }
-        let stuck = sum(&by_kind("stuck")) + sum(&by_kind("stuck_release"));
+        let stuck = sum(&by_kind("stuck"))
+            + sum(&by_kind("stuck_release"))
+            + get("stuck:leader")
+            + get("stuck_release:leader");
         let replica_sync = by_kind("replica_sync");
         let by_fault = redis::cmd("HGETALL")
             .arg("violation_by_fault")
@@ -673,6 +703,14 @@ impl Runner {
         gaps.sort_unstable();
         let failovers = self.injected(Fault::is_failover);
         let stale = checker::stale_accepted(&mut conn).unwrap_or(u64::MAX);
+        let (leader_stale, leader_stale_explained) =
+            leaders::stale_writes(&mut conn).unwrap_or((u64::MAX, 0));
+        let without_leader = leaders::without_leader(&mut conn);
+        let without_leader: Value = self.checked("terms", without_leader.map(Some)).into();
+        let leader_overlaps: BTreeMap<&str, u64> = ["pause", "restart", "unexplained"]
+            .into_iter()
+            .map(|cause| (cause, get(&format!("violation:leader:{cause}"))))
+            .collect();
         let (leftover, other_keys) = self.keys_left();
         let unexplained = redis::cmd("LRANGE")
             .arg("unexplained")
@@ -709,6 +747,7 @@ impl Runner {
             && !nothing_injected
             && stale == 0
             && get("fenced_write:refused_backwards") == 0
+            && leader_stale == 0
             && stuck == 0
             && held_while_alive.is_empty()
             && leftover.is_empty()
@@ -754,6 +793,31 @@ impl Runner {
                 "refused_token_went_backwards": get("fenced_write:refused_backwards"),
                 "stale_accepted": stale,
             },
+            "leaders": {
+                "elections": LEADER_NAMES,
+                "terms": get("acquired:leader"),
+                "campaigns_timed_out": get("timed_out:leader"),
+                "campaign_errors": get("acquire_error:leader"),
+                "resign_errors": get("release_error:leader"),
+                "ended": {
+                    "resigned": get("leader:resigned"),
+                    "lost": get("leader:lost"),
+                    "expiring": get("leader:expiring"),
+                },
+                "two_at_once": {
+                    "explained_by_a_freeze": leader_overlaps["pause"],
+                    "explained_by_a_data_loss_or_failover": leader_overlaps["restart"],
+                    "unexplained": leader_overlaps["unexplained"],
+                },
+                "fenced_writes": {
+                    "accepted": get("leader_write:accepted"),
+                    "refused": get("leader_write:refused"),
+                    "errors": get("leader_write:error"),
+                    "stale_accepted": leader_stale,
+                    "stale_accepted_after_a_data_loss_or_failover": leader_stale_explained,
+                },
+                "without_leader": without_leader,
+            },
             "lost": {
                 "reported_by_guard": get("lost:reported"),
                 "found_at_release": get("lost:found_at_release"),
@@ -793,11 +857,14 @@ impl Runner {
     }
 
     /// The counts that only faults explain, each beside the bound the faults injected allow
-    /// (`TASKS` tasks per worker; a fault is counted once per injection):
-    /// - holds excused by a freeze: at most one per task of the frozen worker, per freeze (a
-    ///   task has one hold at a time, and only holds begun before the wake are excused);
-    /// - holds excused by a data loss: at most one per task of the run, per restart that lost
-    ///   the data (`restart-empty`, `redlock-majority`); holds excused by a failover are what
+    /// (`TASKS` tasks per worker taking locks, and `LEADER_NAMES` candidates; a fault is
+    /// counted once per injection):
+    /// - holds excused by a freeze: at most one per task or candidate of the frozen worker, per
+    ///   freeze (each has one hold or lead at a time, and only those begun before the wake are
+    ///   excused);
+    /// - holds excused by a data loss: at most one per task or candidate of the run, per
+    ///   restart that lost the data (`restart-empty`, `redlock-majority`); holds excused by a
+    ///   failover are what
     ///   the failover did, reported, not bounded;
     /// - acquire errors of the kinds on the lock server: at most 3 per task per fault of that
     ///   server (an attempt fails only when a reply is lost or the server is away; the next one
@@ -827,6 +894,8 @@ impl Runner {
         excused: &BTreeMap<&'static str, u64>,
     ) -> Vec<Value> {
         let tasks = self.options.workers as u64 * TASKS;
+        // Lock takers and candidates: each has one hold (or lead) at a time to excuse.
+        let holders = self.options.workers as u64 * (TASKS + LEADER_NAMES);
         // Tried: injected, or failed.
         let fault = |name: &str| {
             self.faults.get(name).copied().unwrap_or(0)
@@ -848,12 +917,12 @@ impl Runner {
             row(
                 "holds excused by a freeze".into(),
                 excused["pause"],
-                TASKS * fault("stop-holder"),
+                (TASKS + LEADER_NAMES) * fault("stop-holder"),
             ),
             row(
                 "holds excused by a data loss".into(),
                 excused["restart"],
-                tasks * (fault("restart-empty") + fault("redlock-majority")),
+                holders * (fault("restart-empty") + fault("redlock-majority")),
             ),
             row(
                 "acquire errors on the lock server".into(),
@@ -909,6 +978,10 @@ impl Runner {
                     // A manager's client record (docs/protocol.md, "Client records"): not a
                     // lock; a killed worker's stays until it expires with the watchdog timeout.
                     "hash" if key.starts_with("lockman_client:") => {
+                        other.push(format!("{key} ({kind})"))
+                    }
+                    // The newest token each fenced write saw (`fenced_set`): kept, by design.
+                    "hash" if key.starts_with("lockman_fence:") => {
                         other.push(format!("{key} ({kind})"))
                     }
                     "hash" => {

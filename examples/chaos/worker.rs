@@ -5,12 +5,12 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockman::{
-    CompositeGuard, Config, FencedGuard, Lock, LockError, LockGuard, LockManager, MultiLock,
-    PermitGuard, RedLock,
+    CompositeGuard, Config, FencedGuard, Leadership, Lock, LockError, LockGuard, LockManager,
+    MultiLock, PermitGuard, RedLock,
 };
 use redis::aio::MultiplexedConnection;
 
-use crate::{Kind, Rng, SEMAPHORE_PERMITS, Settings, TASKS};
+use crate::{Kind, LEADER_NAMES, Rng, SEMAPHORE_PERMITS, Settings, TASKS};
 use crate::{checker, deployment};
 
 /// How long past its wait an acquire may take before the worker calls it stuck.
@@ -21,6 +21,12 @@ const NAMES: u64 = 3;
 const CHECKER_PATIENCE: Duration = Duration::from_secs(30);
 /// How long an idle worker keeps its managers running for the runner's check.
 const IDLE_PATIENCE: Duration = Duration::from_secs(60);
+/// How many fenced writes a leader makes before it resigns, at most (2 more than a random
+/// number below it): most hand-overs come from resigns, the others from faults.
+const MOST_WRITES: u64 = 50;
+/// The longest pause between two writes of a leader (a random share of it): a term lasts
+/// about 0.8 s on average.
+const WRITE_EVERY: Duration = Duration::from_millis(60);
 
 /// A call to the checker, which the run's counts depend on: a failure ends the worker with a
 /// non-zero exit, which the runner counts as a crash, so the run fails instead of miscounting.
@@ -139,21 +145,28 @@ async fn run(args: Args) {
         .get_multiplexed_async_connection_with_config(&patient)
         .await
         .expect("checker");
-    let tasks = (0..TASKS).map(|task| {
-        let ctx = Ctx {
-            worker: args.id,
-            task,
-            lock: lock.clone(),
-            red: red.clone(),
-            lock_config: lock_config.clone(),
-            cluster,
-            checker: checker.clone(),
-            settings,
-            deadline,
-        };
-        tokio::spawn(ctx.run(Rng::new(args.seed ^ ((task + 1) * 0x9e37_79b9))))
-    });
-    for task in tasks.collect::<Vec<_>>() {
+    let ctx = |task| Ctx {
+        worker: args.id,
+        task,
+        lock: lock.clone(),
+        red: red.clone(),
+        lock_config: lock_config.clone(),
+        cluster,
+        checker: checker.clone(),
+        settings,
+        deadline,
+        shutdown_due: task == 0,
+    };
+    let seed = |task: u64| Rng::new(args.seed ^ ((task + 1) * 0x9e37_79b9));
+    let mut tasks: Vec<_> = (0..TASKS)
+        .map(|task| tokio::spawn(ctx(task).run(seed(task))))
+        .collect();
+    // A candidate in every election: the worker's tasks after the lock takers.
+    for (i, name) in leader_names().into_iter().enumerate() {
+        let task = TASKS + i as u64;
+        tasks.push(tokio::spawn(ctx(task).lead(name, seed(task))));
+    }
+    for task in tasks {
         if task.await.is_err() {
             eprintln!("chaos worker {}: a task panicked", args.id);
             std::process::exit(5);
@@ -213,6 +226,8 @@ struct Ctx {
     checker: MultiplexedConnection,
     settings: Settings,
     deadline: Instant,
+    /// The next reentrant-lock attempt is a manager shut down while acquiring.
+    shutdown_due: bool,
 }
 
 enum Held {
@@ -324,7 +339,9 @@ impl Ctx {
             counts.extend(self.latch_round(hold, epoch.unwrap_or(0), epoch_key).await);
             return counts;
         }
-        if kind == Kind::Lock && rng.below(100) == 0 {
+        // Each worker's first reentrant-lock attempt, and one in a hundred after it: a short
+        // run sees it too.
+        if kind == Kind::Lock && (std::mem::take(&mut self.shutdown_due) || rng.below(100) == 0) {
             counts.extend(self.shut_down_while_acquiring(&names[0], rng).await);
             return counts;
         }
@@ -627,13 +644,218 @@ impl Ctx {
     }
 
     async fn note_error(&mut self, kind: Kind, op: &str, e: &LockError) {
+        self.note_error_text(&format!("{} {op}", kind.name()), e)
+            .await;
+    }
+
+    async fn note_error_text(&mut self, what: &str, e: &LockError) {
         let _: () = must(
             "errors",
             redis::pipe()
-                .rpush("errors", format!("{} {op}: {e}", kind.name()))
+                .rpush("errors", format!("{what}: {e}"))
                 .ignore()
                 .ltrim("errors", -200, -1)
                 .ignore()
+                .query_async(&mut self.checker)
+                .await,
+        );
+    }
+}
+
+impl Ctx {
+    /// A candidate in the election `name`, again and again until the deadline: it campaigns
+    /// with a bounded wait; once it leads it records its term on the checker (entering the
+    /// name as an exclusive hold does, so that two leaders at once are a violation explained
+    /// or not as two holders are), makes fenced writes with its term through
+    /// `Leadership::fenced_set` (each accepted one logged on the checker between two ticks of
+    /// its sequence, for the audit), and resigns after a random term, unless it lost the lead
+    /// first (in `scope`, or by its lost signal).
+    async fn lead(mut self, name: String, mut rng: Rng) {
+        let election = self.lock.election(name.as_str());
+        let occ = [format!("occ:{name}")];
+        let data = format!("{{{name}}}:data");
+        let mut seq = 0u64;
+        while Instant::now() < self.deadline {
+            seq += 1;
+            let hold = format!("{}:{}:{seq}", self.worker, self.task);
+            let ((epoch, stop), time): ((Option<u64>, Option<u8>), (u64, u64)) = must(
+                "epoch",
+                redis::pipe()
+                    .cmd("MGET")
+                    .arg("epoch:lock")
+                    .arg("stop")
+                    .cmd("TIME")
+                    .query_async(&mut self.checker)
+                    .await,
+            );
+            if stop.is_some() {
+                break;
+            }
+            let began = checker::clock_ms(time);
+            let wait = self.settings.wait;
+            let campaign =
+                tokio::time::timeout(wait + STUCK_AFTER, election.try_campaign_for(wait));
+            let lead = match campaign.await {
+                Err(_) => {
+                    self.count("stuck:leader").await;
+                    continue;
+                }
+                Ok(Ok(Some(lead))) => lead,
+                Ok(Ok(None)) => {
+                    self.count("timed_out:leader").await;
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    self.count("acquire_error:leader").await;
+                    self.note_error_text("leader campaign", &e).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let term = lead.term();
+            let (_, _, entered): (i64, i64, String) = must(
+                "enter",
+                checker::ENTER_SCRIPT
+                    .key(&occ)
+                    .arg("leader")
+                    .arg(&hold)
+                    .arg(self.worker)
+                    .arg("x")
+                    .arg("epoch:lock")
+                    .arg(epoch.unwrap_or(0))
+                    .arg(-1)
+                    .arg(&name)
+                    .arg(began)
+                    .arg(0)
+                    .invoke_async(&mut self.checker)
+                    .await,
+            );
+            let _: () = must(
+                "term",
+                redis::cmd("HSET")
+                    .arg(format!("leading:{name}"))
+                    .arg(&hold)
+                    .arg(format!("{} {entered}", self.worker))
+                    .query_async(&mut self.checker)
+                    .await,
+            );
+            // A term is a number of writes, not a time: a leader frozen in office writes on
+            // when it wakes, as a process that was paused would.
+            let term_writes = 2 + rng.below(MOST_WRITES);
+            let mut writes = Vec::new();
+            // Half the terms run their work in `scope`, which stops it once the lead is lost
+            // or about to expire unrenewed; the others only look at the lost signal between
+            // writes, as code that does not use `scope` would: a leader that wakes from a
+            // freeze writes at once, and only the fence stands in the way of its stale term.
+            let scoped = rng.below(2) == 0;
+            let work = async {
+                for _ in 0..term_writes {
+                    if Instant::now() >= self.deadline {
+                        break;
+                    }
+                    if !scoped && lead.is_lost() {
+                        return Err(LockError::HoldLost { name: name.clone() });
+                    }
+                    writes.push(self.fenced_write(&lead, &name, &data, term, &hold).await);
+                    let pause = rng.below(WRITE_EVERY.as_millis() as u64);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                Ok(())
+            };
+            let led = match scoped {
+                true => lead.scope(work).await.and_then(|led| led),
+                false => work.await,
+            };
+            let reason = match led {
+                Ok(()) => "resigned",
+                Err(LockError::HoldExpiring { .. }) => "expiring",
+                Err(_) => "lost",
+            };
+            let _: i64 = must(
+                "leave",
+                checker::LEAVE_SCRIPT
+                    .key(&occ)
+                    .arg(&hold)
+                    .arg(&name)
+                    .arg(reason)
+                    .invoke_async(&mut self.checker)
+                    .await,
+            );
+            let resigned = tokio::time::timeout(
+                self.settings.response * 4 + Duration::from_secs(5),
+                lead.resign(),
+            )
+            .await;
+            let mut counts = writes;
+            counts.push(format!("leader:{reason}"));
+            match resigned {
+                Err(_) => counts.push("stuck_release:leader".into()),
+                Ok(Ok(())) | Ok(Err(LockError::NotHeld { .. })) => {}
+                Ok(Err(e)) => {
+                    counts.push("release_error:leader".into());
+                    self.note_error_text("leader resign", &e).await;
+                }
+            }
+            let mut pipe = redis::pipe();
+            for field in &counts {
+                pipe.hincr("counts", field, 1).ignore();
+            }
+            let _: () = must("counts", pipe.query_async(&mut self.checker).await);
+            // Another candidate's turn, now and then.
+            tokio::time::sleep(Duration::from_millis(rng.below(200))).await;
+        }
+    }
+
+    /// One fenced write of the leader with `term` to `data`: its start is a tick of the
+    /// checker's sequence (with the epoch and whether a failover is under way), and an
+    /// accepted write is logged with a second tick at its end, so that the audit can tell a
+    /// write that began after another had been accepted. Returns the counter it moves.
+    async fn fenced_write(
+        &mut self,
+        lead: &Leadership,
+        name: &str,
+        data: &str,
+        term: u64,
+        hold: &str,
+    ) -> String {
+        let (start, epoch, window): (u64, Option<u64>, Option<String>) = must(
+            "write start",
+            redis::pipe()
+                .atomic()
+                .incr("seq", 1)
+                .get("epoch:lock")
+                .get("window:epoch:lock")
+                .query_async(&mut self.checker)
+                .await,
+        );
+        match lead.fenced_set(data, format!("{term} {hold}")).await {
+            Ok(true) => {
+                let _: i64 = must(
+                    "write",
+                    checker::LEADER_WRITE_SCRIPT
+                        .arg(name)
+                        .arg(term)
+                        .arg(start)
+                        .arg(epoch.unwrap_or(0))
+                        .arg(u8::from(window.is_some()))
+                        .arg(hold)
+                        .invoke_async(&mut self.checker)
+                        .await,
+                );
+                "leader_write:accepted".into()
+            }
+            Ok(false) => "leader_write:refused".into(),
+            Err(_) => "leader_write:error".into(),
+        }
+    }
+
+    async fn count(&mut self, field: &str) {
+        let _: () = must(
+            "counts",
+            redis::cmd("HINCRBY")
+                .arg("counts")
+                .arg(field)
+                .arg(1)
                 .query_async(&mut self.checker)
                 .await,
         );
@@ -729,6 +951,13 @@ pub fn all_names(cluster: bool) -> Vec<(String, Vec<String>)> {
         names.push((name.clone(), vec![name]));
     }
     names
+}
+
+/// The elections every worker campaigns in.
+pub fn leader_names() -> Vec<String> {
+    (0..LEADER_NAMES)
+        .map(|i| format!("chaos:leader:{i}"))
+        .collect()
 }
 
 /// The members of the RedLock `name` in a cluster.

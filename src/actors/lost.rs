@@ -96,14 +96,18 @@ impl LostSignal {
     pub(crate) async fn changed(&self) {
         let mut valid = self.valid.clone();
         valid.mark_unchanged();
+        let confirmed = async move {
+            if valid.changed().await.is_err() {
+                // Every sender gone (the hold ended): nothing will confirm it again. Waiting
+                // here, inside the branch, keeps the loss branch alive: a hold's end drops the
+                // senders as it raises the loss, and a select that picked this branch first
+                // would otherwise never see the loss.
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             () = self.wait() => {}
-            res = valid.changed() => {
-                if res.is_err() {
-                    // Every sender gone (the hold ended): nothing will confirm it again.
-                    std::future::pending::<()>().await;
-                }
-            }
+            () = confirmed => {}
         }
     }
 }

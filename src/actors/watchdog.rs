@@ -5,7 +5,12 @@
 //!
 //! A hold is lost when a renewal finds its field gone, or when no renewal has succeeded for a
 //! whole watchdog timeout (Redis unreachable): its lock actor is told, and renewal for it stops.
-//! A tick that failed is tried again after a quarter of the interval, not a whole one.
+//! A renewal call that failed (an error, or no reply within the response timeout) is retried
+//! soon, not at the next tick: the holds it carried, in one batched call again, after
+//! [`FIRST_RETRY`], then twice as long each time up to [`MAX_RETRY`] (and a quarter of the
+//! interval), until they are renewed or their timeout has passed (then they are lost). A hold
+//! whose Redis comes back within its validity is thus confirmed again within about a retry
+//! gap, before a scope margin can run out.
 //! It runs under a `Supervisor`: if it ever stops it is restarted with its holds and schedule.
 //!
 //! Each tick it also refreshes the manager's client record (docs/protocol.md, "Client
@@ -29,7 +34,12 @@ use crate::config::Config;
 use crate::protocol::keys;
 use crate::protocol::{Commands, RENEW_BATCH};
 
-/// After a renewal tick with failures, how many retries fit into one renewal interval.
+/// How soon a failed renewal is first tried again.
+const FIRST_RETRY: Duration = Duration::from_millis(25);
+/// The longest gap between two retries of a failed renewal: once Redis answers again, a
+/// failing hold is confirmed within about this much (plus a round trip).
+const MAX_RETRY: Duration = Duration::from_millis(500);
+/// Nor more than this share of the renewal interval apart (short watchdog timeouts).
 const RETRIES_PER_INTERVAL: u32 = 4;
 
 /// The actor that owns renewal.
@@ -41,6 +51,12 @@ pub struct Watchdog {
     tracked: FxHashMap<RenewKey, Tracked>,
     /// Whether a tick's renewals are still under way (a slow Redis must not pile them up).
     ticking: bool,
+    /// A regular tick came while renewals were under way: it runs once they are done.
+    tick_due: bool,
+    /// The retry of failed renewals, when one is scheduled.
+    retry: Option<SpawnHandle>,
+    /// How long the next retry waits: [`FIRST_RETRY`], doubled by each retry that fails.
+    backoff: Duration,
     /// Set by `Halt`: no more renewals.
     halted: bool,
     /// What the client record says of this manager, and whether it is still written.
@@ -86,6 +102,25 @@ struct Tracked {
     /// Where a renewal is published for the hold's guards.
     validity: Option<Validity>,
     actor: WeakRecipient<HoldLost>,
+    /// The last renewal call that carried it failed: it is retried until renewed or lost.
+    failing: bool,
+}
+
+impl Tracked {
+    /// When the hold is lost unless a renewal confirms it first: a whole watchdog timeout
+    /// after its last confirmation.
+    fn deadline(&self, timeout: Duration) -> Instant {
+        self.confirmed + timeout
+    }
+}
+
+/// Which holds a round of renewal calls carries.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Every tracked hold: the regular tick.
+    Every,
+    /// The holds whose last renewal failed: a retry.
+    Failing,
 }
 
 impl Watchdog {
@@ -112,6 +147,9 @@ impl Watchdog {
             interval,
             tracked: FxHashMap::default(),
             ticking: false,
+            tick_due: false,
+            retry: None,
+            backoff: FIRST_RETRY,
             halted: false,
             record: Record {
                 id: client_id.hyphenated().to_string(),
@@ -190,12 +228,26 @@ impl Watchdog {
         fields
     }
 
-    fn tick(&mut self, ctx: &mut Context<Self>) {
-        if self.ticking || self.halted || self.tracked.is_empty() {
+    /// One round of renewal calls: every hold (the regular tick), or those whose last renewal
+    /// failed (a retry). A round never starts while another is under way; a regular tick that
+    /// finds one under way runs once it is done.
+    fn tick(&mut self, ctx: &mut Context<Self>, round: Round) {
+        if self.halted || self.tracked.is_empty() {
+            return;
+        }
+        if self.ticking {
+            self.tick_due |= round == Round::Every;
+            return;
+        }
+        if let Some(retry) = self.retry.take() {
+            // This round carries every failing hold the retry would have.
+            ctx.cancel_future(retry);
+        }
+        let batches = self.batches(round);
+        if batches.is_empty() {
             return;
         }
         self.ticking = true;
-        let batches = self.batches();
         let (commands, timeout) = (self.commands.clone(), self.timeout);
         let calls = batches.len();
         let started = Instant::now();
@@ -223,27 +275,60 @@ impl Watchdog {
                 lost,
                 failed,
             } = count;
-            tracing::debug!(renewed, lost, failed, took = ?started.elapsed(), "renewal tick");
+            let retry = round == Round::Failing;
+            tracing::debug!(renewed, lost, failed, retry, took = ?started.elapsed(), "renewal tick");
             crate::metrics::renewals(calls, renewed, failed);
-            if failed > 0 && !act.halted {
-                // Redis away, or a failover under way: try again soon rather than a whole
-                // interval later, so that a hold survives an outage of up to about two
-                // thirds of the watchdog timeout instead of one third.
-                ctx.run_later(act.interval / RETRIES_PER_INTERVAL, |act, ctx| {
-                    act.tick(ctx)
-                });
+            if std::mem::take(&mut act.tick_due) {
+                act.tick(ctx, Round::Every);
+            } else {
+                act.retry_later(ctx);
             }
         }));
     }
 
-    /// Every tracked hold in script calls: one list per kind (each kind has its renewal
+    /// Schedules the retry of the failing holds, if any: after the backoff, which doubles up
+    /// to [`MAX_RETRY`] (and a quarter of the interval), and no later than the earliest
+    /// failing hold's deadline, so that a hold Redis does not confirm by then is found lost
+    /// at once. With no hold failing the backoff starts again from [`FIRST_RETRY`].
+    fn retry_later(&mut self, ctx: &mut Context<Self>) {
+        if self.halted || self.retry.is_some() {
+            return;
+        }
+        let timeout = self.timeout;
+        let Some(deadline) = self
+            .tracked
+            .values()
+            .filter(|t| t.failing)
+            .map(|t| t.deadline(timeout))
+            .min()
+        else {
+            self.backoff = FIRST_RETRY;
+            return;
+        };
+        let delay = self
+            .backoff
+            .min(deadline.saturating_duration_since(Instant::now()))
+            .max(Duration::from_millis(1));
+        let most = MAX_RETRY.min(self.interval / RETRIES_PER_INTERVAL);
+        self.backoff = (self.backoff * 2).min(most).max(FIRST_RETRY);
+        self.retry = Some(ctx.run_later(delay, |act, ctx| {
+            act.retry = None;
+            act.tick(ctx, Round::Failing);
+        }));
+    }
+
+    /// The round's holds in script calls: one list per kind (each kind has its renewal
     /// script), 100 holds a call; in a cluster also per slot, since one script call may only
     /// touch keys of one slot. The calls run concurrently: in a cluster each goes to the node
     /// of its slot.
-    fn batches(&self) -> Vec<Batch> {
+    fn batches(&self, round: Round) -> Vec<Batch> {
         let by_slot = self.commands.by_slot();
         let mut by_kind: HashMap<(Renewal, u16), Batch> = HashMap::new();
-        for (key, t) in &self.tracked {
+        let held = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| round == Round::Every || t.failing);
+        for (key, t) in held {
             let slot = if by_slot {
                 keys::slot(key.0.as_bytes())
             } else {
@@ -282,6 +367,7 @@ impl Watchdog {
                         self.lost(key, epoch);
                     } else if let Some(t) = self.tracked.get_mut(&key) {
                         count.renewed += 1;
+                        t.failing = false;
                         t.confirmed = started.max(t.confirmed);
                         // The renewal script set the TTL to the timeout, no earlier than the
                         // call was sent.
@@ -296,10 +382,14 @@ impl Watchdog {
                 tracing::warn!(%error, holds = batch.len(), "renewal failed");
                 let now = Instant::now();
                 for (key, epoch) in batch {
-                    let confirmed = self.tracked.get(&key).map(|t| t.confirmed);
-                    if confirmed.is_some_and(|c| now.duration_since(c) >= self.timeout) {
+                    let Some(t) = self.tracked.get_mut(&key) else {
+                        continue;
+                    };
+                    if now >= t.deadline(self.timeout) {
                         count.lost += 1;
                         self.lost(key, epoch);
+                    } else if t.epoch == epoch {
+                        t.failing = true;
                     }
                 }
             }
@@ -349,7 +439,7 @@ impl Actor for Watchdog {
             // (a `lockman inspect`) leaves none.
             ctx.run_interval(self.interval, |act, ctx| {
                 act.publish(ctx);
-                act.tick(ctx)
+                act.tick(ctx, Round::Every)
             });
         }
     }
@@ -358,6 +448,10 @@ impl Actor for Watchdog {
 impl Supervised for Watchdog {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.ticking = false;
+        self.tick_due = false;
+        // The old context's timers are gone with it; the first tick retries what failed.
+        self.retry = None;
+        self.backoff = FIRST_RETRY;
         self.record.writing = false;
     }
 }
@@ -376,6 +470,7 @@ impl Handler<Track> for Watchdog {
             granted: msg.confirmed,
             validity: msg.validity,
             actor: msg.actor,
+            failing: false,
         };
         self.tracked.insert(key, tracked);
     }
@@ -396,7 +491,7 @@ impl Handler<RenewNow> for Watchdog {
     type Result = ();
 
     fn handle(&mut self, _: RenewNow, ctx: &mut Context<Self>) {
-        self.tick(ctx);
+        self.tick(ctx, Round::Every);
     }
 }
 

@@ -11,6 +11,13 @@
 //! still unanswered after [`LOOKUP_AFTER`] also records whom it waited behind, when the span is
 //! wanted: `behind` (the holder id), `behind_client` and `behind_service` (from the holder's
 //! client record, when it has one).
+//!
+//! Elections have two spans of their own. `lockman.campaign` lives as long as a campaign (its
+//! fenced lock's `lockman.acquire` inside it): `name`, `wait`, then `outcome` (`won`,
+//! `timed_out`, `failed`) and, when won, `term`. `lockman.term` lives as long as the lead it
+//! won, from the win until the [`Leadership`](crate::Leadership) is resigned or dropped:
+//! `name`, `term`, `holder`, then `ended` (`resigned`, or `lost` when the lead was known lost
+//! by then); a resign's `lockman.release` is inside it.
 
 use std::future::Future;
 use std::time::Duration;
@@ -107,21 +114,31 @@ pub(crate) fn acquired<G>(
     res: &Result<Option<G>, LockError>,
     waited: impl Fn(&G) -> bool,
 ) {
+    ended(span, res, ("acquire", "acquired"), |granted| {
+        // A time-out waited.
+        span.record("waited", granted.is_none_or(&waited));
+    });
+}
+
+/// Records the `outcome` of an acquire or a campaign: `got` when it got what it asked for,
+/// `timed_out`, or `failed` (with an event saying why); then what `record` records of it.
+fn ended<G>(
+    span: &Span,
+    res: &Result<Option<G>, LockError>,
+    (what, got): (&str, &'static str),
+    record: impl FnOnce(Option<&G>),
+) {
     if span.is_disabled() {
         return;
     }
     match res {
-        Ok(Some(granted)) => {
-            span.record("outcome", "acquired");
-            span.record("waited", waited(granted));
-        }
-        Ok(None) => {
-            span.record("outcome", "timed_out");
-            span.record("waited", true);
+        Ok(granted) => {
+            span.record("outcome", if granted.is_some() { got } else { "timed_out" });
+            record(granted.as_ref());
         }
         Err(e) => {
             span.record("outcome", "failed");
-            tracing::debug!(parent: span, error = %e, "acquire failed");
+            tracing::debug!(parent: span, error = %e, "{what} failed");
         }
     }
 }
@@ -140,6 +157,46 @@ pub(crate) fn opened(span: &Span, res: &Result<bool, LockError>) {
             Err(_) => "failed",
         },
     );
+}
+
+/// The span of one campaign for the election `name`.
+pub(crate) fn campaign(name: &str, wait: Wait) -> Span {
+    tracing::debug_span!(
+        target: "lockman",
+        "lockman.campaign",
+        name,
+        wait = ?wait,
+        outcome = Empty,
+        term = Empty
+    )
+}
+
+/// Records how a campaign ended: `term` is the term won.
+pub(crate) fn campaigned<L>(
+    span: &Span,
+    res: &Result<Option<L>, LockError>,
+    term: impl Fn(&L) -> u64,
+) {
+    ended(span, res, ("campaign", "won"), |lead| {
+        if let Some(lead) = lead {
+            span.record("term", term(lead));
+        }
+    });
+}
+
+/// The span of one term of the election `name`, won by `holder`; it follows from the
+/// campaign that won it.
+pub(crate) fn term(name: &str, term: u64, holder: &str, campaign: &Span) -> Span {
+    let span = tracing::debug_span!(
+        target: "lockman",
+        "lockman.term",
+        name,
+        term,
+        holder,
+        ended = Empty
+    );
+    span.follows_from(campaign);
+    span
 }
 
 /// The span of one release of `kind` on `name`.

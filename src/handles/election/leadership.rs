@@ -3,9 +3,12 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use tracing::{Instrument, Span};
+
 use crate::actors::lost::LostSignal;
 use crate::error::LockError;
 use crate::handles::lock::FencedGuard;
+use crate::handles::trace;
 
 /// The lead of an [`Election`](super::Election), from [`campaign`](super::Election::campaign):
 /// a [`FencedGuard`] whose token is the **term**. Dropping it resigns in the background;
@@ -21,11 +24,12 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    pub(super) fn won(guard: FencedGuard) -> Self {
+    pub(super) fn won(guard: FencedGuard, campaign: &Span) -> Self {
         let term = Term {
             name: guard.name().into(),
             lost: guard.signal().clone(),
             ended: false,
+            span: trace::term(guard.name(), guard.token(), guard.holder_id(), campaign),
         };
         crate::metrics::leader(guard.name(), 1.0);
         crate::metrics::term(guard.name(), "won");
@@ -114,16 +118,19 @@ impl Leadership {
         } = self;
         // Counted before the release: a released hold reads as lost.
         term.end();
-        guard.release().await
+        let span = term.span.clone();
+        guard.release().instrument(span).await
     }
 }
 
-/// A term, counted in the metrics from its start to its end (lost, or resigned).
+/// A term, counted in the metrics from its start to its end (lost, or resigned), and traced
+/// by its `lockman.term` span, which closes when the term is dropped.
 #[derive(Debug)]
 struct Term {
     name: std::sync::Arc<str>,
     lost: LostSignal,
     ended: bool,
+    span: Span,
 }
 
 impl Term {
@@ -139,6 +146,7 @@ impl Term {
             "resigned"
         };
         crate::metrics::term(&self.name, how);
+        self.span.record("ended", how);
     }
 }
 

@@ -3,17 +3,22 @@
 //! for as long as it holds it; its **term** is the lock's token, so terms only grow, across
 //! failovers and data loss (`docs/protocol.md`, "Fenced lock", "Elections").
 
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use tracing::Instrument;
 
 mod leadership;
 
 pub use leadership::Leadership;
 
+use crate::actors::messages::Wait;
 use crate::error::LockError;
-use crate::handles::lock::{FencedLock, Lock, LockInfo};
+use crate::handles::lock::{FencedGuard, FencedLock, Lock, LockInfo};
 use crate::handles::state::Inner;
+use crate::handles::trace;
 use crate::protocol::{LockKind, keys};
 
 /// How often an [`Observer`] reads the leader by default.
@@ -98,8 +103,11 @@ impl Election {
     /// As [`Lock::acquire`](crate::Lock::acquire): dropping the future leaves the queue of
     /// candidates, and a lead granted after that is resigned at once.
     pub async fn campaign(&self) -> Result<Leadership, LockError> {
-        let guard = self.candidate().acquire().await?;
-        Ok(Leadership::won(guard))
+        let lead = self.traced(Wait::Forever, async {
+            self.candidate().acquire().await.map(Some)
+        });
+        // `acquire` answers with a guard or an error, so this is always a lead.
+        lead.await?.ok_or(LockError::Shutdown)
     }
 
     /// Waits up to `wait` to become leader; `None` when another candidate still leads then.
@@ -110,8 +118,20 @@ impl Election {
     /// # Cancel safety
     /// As [`campaign`](Self::campaign).
     pub async fn try_campaign_for(&self, wait: Duration) -> Result<Option<Leadership>, LockError> {
-        let guard = self.candidate().try_acquire_for(wait).await?;
-        Ok(guard.map(Leadership::won))
+        self.traced(Wait::Up(wait), self.candidate().try_acquire_for(wait))
+            .await
+    }
+
+    /// Runs a campaign in its `lockman.campaign` span; a lead won opens its `lockman.term`.
+    async fn traced(
+        &self,
+        wait: Wait,
+        campaign: impl Future<Output = Result<Option<FencedGuard>, LockError>>,
+    ) -> Result<Option<Leadership>, LockError> {
+        let span = trace::campaign(&self.name, wait);
+        let res = campaign.instrument(span.clone()).await;
+        trace::campaigned(&span, &res, FencedGuard::token);
+        Ok(res?.map(|guard| Leadership::won(guard, &span)))
     }
 
     /// The leader now, read in one round trip; `None` when nobody leads.
