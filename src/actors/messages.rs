@@ -13,7 +13,7 @@ use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, Message, WeakRecipient};
 use std::sync::Arc;
 
-pub use super::lock_state::Wait;
+pub use super::name::Wait;
 use crate::error::LockError;
 use crate::protocol::{LockKind, SyncKind};
 
@@ -109,7 +109,7 @@ pub(crate) struct Track {
     /// When Redis last set the hold's PTTL to the full timeout (its grant).
     pub confirmed: std::time::Instant,
     /// Where each renewal is published for the hold's guards (`valid_until`).
-    pub validity: Option<super::lost::Validity>,
+    pub validity: Option<super::name::lost::Validity>,
     pub actor: WeakRecipient<HoldLost>,
 }
 

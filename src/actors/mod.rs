@@ -11,13 +11,11 @@
 //! [`messages`] lists everything they say to each other.
 
 pub(crate) mod board;
-mod crowd;
 pub(crate) mod failover;
-mod linger;
 pub(crate) mod lock_actor;
 pub(crate) mod lock_state;
-pub(crate) mod lost;
 pub(crate) mod messages;
+pub(crate) mod name;
 pub(crate) mod pubsub;
 pub(crate) mod registry;
 pub(crate) mod services;
@@ -27,5 +25,5 @@ pub(crate) mod system;
 pub(crate) mod watchdog;
 
 pub use lock_actor::{Acquire, AcquireReply, Grant, LockActor, Release, ReleaseReply};
-pub use lock_state::MAX_HAND_OFF_STREAK;
+pub use name::MAX_HAND_OFF_STREAK;
 pub use sync_actor::{AcquirePermits, Permits, ReleasePermits, SyncActor, SyncDone, SyncReply};

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{HoldKey, ReplyId, WaiterId};
+pub(crate) use crate::actors::name::Loss;
 use crate::error::LockError;
-pub(crate) use crate::metrics::Loss;
 use crate::protocol::{Attempt, Expect, FairArgs, HandedOff, LockKind};
 
 /// One effect, carried out by the shell in the order given.

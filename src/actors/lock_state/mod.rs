@@ -32,37 +32,16 @@ use round_trips::{Flight, Pending};
 use unsure::Unsure;
 use waiters::{Waiter, Waiters};
 
+pub(crate) use crate::actors::name::{
+    ERROR_BACKOFF_MAX, MAX_HAND_OFF_STREAK, Wait, WaiterId, backoff,
+};
 use crate::error::LockError;
 use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Released};
 
-/// A waiter's number, unique within its lock actor.
-pub(crate) type WaiterId = u64;
 /// A release request's number, chosen by the shell.
 pub(crate) type ReplyId = u64;
 /// A hold's identity: its holder and its kind (a read-write holder may hold both sides).
 pub(crate) type HoldKey = (Arc<str>, LockKind);
-
-/// How long an [`Acquire`](crate::Acquire) may wait while the lock is held by someone else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Wait {
-    /// One attempt; `None` when the lock is busy.
-    No,
-    /// Wait up to this long, then `None`.
-    Up(Duration),
-    /// Wait until the lock is acquired.
-    Forever,
-}
-
-impl Wait {
-    /// A wait of zero is one attempt: `Up(0)` is `No`, wherever a request is served.
-    pub(crate) fn normalized(self) -> Self {
-        match self {
-            Wait::Up(d) if d.is_zero() => Wait::No,
-            other => other,
-        }
-    }
-}
 
 /// One request for the lock.
 #[derive(Clone, Debug)]
@@ -86,16 +65,6 @@ pub(crate) struct Settings {
 
 /// The longest lease accepted: PEXPIRE must not overflow.
 pub(crate) const MAX_LEASE: Duration = crate::config::MAX_EXPIRY;
-
-/// How many local hand-offs may follow each other: when a release frees a lock that a waiter of
-/// the same manager waits for, one script releases it and grants it to that waiter, with no
-/// unlock message. After this many in a row, the next release publishes as usual, so that
-/// waiters in other processes (woken only by the message) get their chance.
-pub const MAX_HAND_OFF_STREAK: u32 = 8;
-
-/// Retry delays after a retryable Redis error, for a waiter that may still wait.
-const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
-pub(crate) const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// The state of one lock name in this process.
 #[derive(Debug)]
@@ -440,15 +409,6 @@ impl LockState {
             }
         }
     }
-}
-
-/// The delay before retrying after `failures` consecutive errors: doubling, capped.
-/// The delay before retrying after `failures` retryable errors in a row: doubling from 50 ms,
-/// at most 2 s. Lock and synchronizer waiters, and resent synchronizer requests, share it.
-pub(crate) fn backoff(failures: u32) -> Duration {
-    ERROR_BACKOFF_MIN
-        .saturating_mul(1 << failures.min(6))
-        .min(ERROR_BACKOFF_MAX)
 }
 
 fn not_held(name: &str, (holder, kind): &HoldKey) -> LockError {

@@ -23,15 +23,15 @@ use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
-use crate::actors::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
-use crate::actors::linger::{Linger, Lingers};
-use crate::actors::lock_state::{MAX_HAND_OFF_STREAK, backoff};
-use crate::actors::lost::Validity;
 use crate::actors::messages::*;
+use crate::actors::name::crowd::{Caller, Crowd, Crowded, Sender};
+use crate::actors::name::linger::{Linger, Lingers};
+use crate::actors::name::lost::Validity;
+use crate::actors::name::{Loss, MAX_HAND_OFF_STREAK, WaiterId, backoff};
 use crate::actors::services::Services;
 use crate::actors::sync_state::{Answer, Effect, SyncState, Tried};
 use crate::error::LockError;
-use crate::metrics::{self, Loss};
+use crate::metrics;
 use crate::protocol::{SyncKind, SyncLatch, Take, hex};
 
 /// The longest a request whose reply never came is sent again: a third of the watchdog timeout,
@@ -405,7 +405,7 @@ impl SyncActor {
             permits,
             ids,
             epoch,
-            lost: crate::actors::lost::LostSignal::new(rx, &validity),
+            lost: crate::actors::name::lost::LostSignal::new(rx, &validity),
             waited: false,
             armed: true,
         }
@@ -420,7 +420,7 @@ impl SyncActor {
             // Counted before the guard is told: whoever the guard wakes reads the counter
             // already moved.
             tracing::warn!(name = %self.name, kind = self.kind.label(), reason = why.describe(), "permits lost");
-            metrics::permits_lost(self.kind.label(), why);
+            metrics::permits_lost(self.kind.label(), why.label());
             held.lost.send_replace(true);
             if let Some(expiry) = held.expiry.take() {
                 ctx.cancel_future(expiry);

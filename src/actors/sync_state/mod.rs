@@ -35,8 +35,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::actors::crowd::WaiterId;
-use crate::actors::lock_state::{ERROR_BACKOFF_MAX, backoff};
+use crate::actors::name::WaiterId;
+use crate::actors::name::{ERROR_BACKOFF_MAX, backoff};
 use crate::error::LockError;
 use crate::protocol::SyncKind;
 

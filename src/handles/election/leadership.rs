@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::actors::lost::LostSignal;
+use crate::actors::name::lost::LostSignal;
 use crate::error::LockError;
 use crate::handles::lock::FencedGuard;
 

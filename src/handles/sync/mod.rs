@@ -22,8 +22,8 @@ pub use semaphore::Semaphore;
 
 use tracing::Instrument;
 
-use crate::actors::lock_state::Wait;
 use crate::actors::messages::{Adjust, Adjustment};
+use crate::actors::name::Wait;
 use crate::actors::sync_actor::AcquirePermits;
 use crate::actors::sync_actor::SyncActor;
 use crate::error::LockError;
