@@ -20,7 +20,7 @@ pub(crate) mod pubsub;
 pub(crate) mod registry;
 pub(crate) mod services;
 pub(crate) mod sync_actor;
-mod sync_state;
+pub(crate) mod sync_state;
 pub(crate) mod system;
 pub(crate) mod watchdog;
 
