@@ -7,6 +7,8 @@
 pub(crate) mod crowd;
 pub(crate) mod linger;
 pub(crate) mod lost;
+#[cfg(test)]
+pub(crate) mod seeded;
 
 use std::time::Duration;
 

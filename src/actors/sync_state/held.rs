@@ -97,11 +97,11 @@ impl SyncState {
     /// The permits of `epoch` are given back; `reply` gets the outcome.
     pub(crate) fn give_back(&mut self, epoch: u64, reply: Option<ReplyId>, now: Instant) {
         self.now = now;
-        self.give_back_as(epoch, reply, false);
+        self.give_back_now(epoch, reply);
         self.update_busy();
     }
 
-    fn give_back_as(&mut self, epoch: u64, reply: Option<ReplyId>, stop: bool) {
+    fn give_back_now(&mut self, epoch: u64, reply: Option<ReplyId>) {
         let Some(held) = self.holds.remove(&epoch) else {
             if let Some(reply) = reply {
                 self.effects
@@ -137,9 +137,6 @@ impl SyncState {
             }
             None => self.streak = 0,
         }
-        if stop {
-            self.stop_left += 1;
-        }
         let op = Op::Give {
             permits,
             ids: held.ids,
@@ -148,7 +145,6 @@ impl SyncState {
             reply,
             permits,
             was_lost: held.lost,
-            stop,
         };
         self.run(op, purpose);
     }
@@ -209,7 +205,8 @@ impl SyncState {
 
     /// Stop: every waiter fails with `Shutdown`, and, when `release`, every hold is given back
     /// through Redis (the others are dropped: their guards learn them lost). Ends with
-    /// [`Effect::Stopped`] once those give-backs are done.
+    /// [`Effect::Stopped`] once no round trip is under way: those give-backs, and attempts
+    /// already sent, whose permits, should they have been taken, go back too.
     pub(crate) fn stop(&mut self, release: bool, now: Instant) {
         self.now = now;
         self.phase = Phase::Stopping;
@@ -218,7 +215,7 @@ impl SyncState {
         epochs.sort_unstable();
         for epoch in epochs {
             if release {
-                self.give_back_as(epoch, None, true);
+                self.give_back_now(epoch, None);
             } else {
                 self.holds.remove(&epoch);
             }
@@ -227,7 +224,7 @@ impl SyncState {
     }
 
     pub(super) fn maybe_stopped(&mut self) {
-        if self.phase == Phase::Stopping && self.stop_left == 0 {
+        if self.phase == Phase::Stopping && self.trips.is_empty() {
             self.phase = Phase::Stopped;
             self.effects.push(Effect::Stopped);
         }

@@ -94,9 +94,9 @@ pub(crate) struct Want {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     Running,
-    /// Asked to stop: nothing new is served; give-backs of the stop are under way.
+    /// Asked to stop: nothing new is served; round trips (the stop's give-backs) are under way.
     Stopping,
-    /// The stop's last give-back is done.
+    /// The stop's last round trip is done.
     Stopped,
 }
 
@@ -157,8 +157,6 @@ pub(crate) struct SyncState {
     /// Hand-offs in a row since the last give-back through Redis.
     streak: u32,
     phase: Phase,
-    /// The stop's give-backs still under way.
-    stop_left: usize,
     /// Whether it has a waiter, a hold or a round trip (told as `Busy` and `Idle`).
     busy: bool,
     now: Instant,
@@ -182,7 +180,6 @@ impl SyncState {
             next_lane: 0,
             streak: 0,
             phase: Phase::Running,
-            stop_left: 0,
             busy: false,
             now,
             effects: Vec::new(),
@@ -227,7 +224,8 @@ impl SyncState {
 
     /// A waiter arrives wanting `wants` permits (0: a latch's opening); `once`: it does not wait.
     /// It tries at once, unless a semaphore's parked waiter wanting no more than it waits already
-    /// (whose last attempt fell short, and no message since made room for it): then it queues
+    /// (whose last attempt fell short, and no message since made room for it; not one waiting
+    /// out an error's backoff, whose retry may succeed with nobody told): then it queues
     /// behind, to be woken by the next message or handed permits, without a round trip that
     /// would fail. A latch's waiter always reads the count: a latch can open without a message
     /// (its key expired or was lost).
@@ -237,7 +235,10 @@ impl SyncState {
         let queue = !once
             && self.kind != SyncKind::CountDownLatch
             && self.subscription != Subscription::None
-            && self.waiters.iter().any(|w| !w.trying && w.wants <= wants);
+            && self
+                .waiters
+                .iter()
+                .any(|w| !w.trying && w.failures == 0 && w.wants <= wants);
         self.waiters.push(Waiter {
             id,
             wants,
@@ -538,5 +539,7 @@ impl SyncState {
     }
 }
 
+#[cfg(test)]
+mod simulation;
 #[cfg(test)]
 mod tests;

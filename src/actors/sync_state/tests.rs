@@ -598,6 +598,61 @@ fn a_stop_fails_waiters_gives_back_every_hold_and_ends_once_they_are_back() {
     assert!(effects(&mut s).iter().any(|e| matches!(e, Effect::Stopped)));
 }
 
+#[test]
+fn a_waiter_does_not_queue_behind_one_waiting_out_an_error_backoff() {
+    // Waiter 1 fell short and waits for a message; then its retry failed and it waits out a
+    // backoff, after which it may take its permits with no message for anyone. A waiter
+    // arriving then tries at once: queued behind waiter 1, nothing would wake it.
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    s.arrive(1, want(1), false, now);
+    report(&mut s, 1, short(), now);
+    s.subscribed(true, now);
+    let unsynced = LockError::ReplicaSync {
+        acked: 0,
+        wanted: 1,
+    };
+    report(&mut s, 1, Tried::Failed(unsynced), now);
+    effects(&mut s);
+    s.arrive(2, want(3), false, now);
+    assert_eq!(tries(&effects(&mut s)), vec![2]);
+    // Behind a waiter that fell short, it queues.
+    report(&mut s, 2, short(), now);
+    s.arrive(3, want(3), false, now);
+    assert!(tries(&effects(&mut s)).is_empty());
+}
+
+#[test]
+fn a_stop_gives_back_what_an_attempt_already_sent_takes_and_ends_after_it() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    s.arrive(1, want(2), false, now);
+    let Some(Effect::Run(take)) = effects(&mut s).into_iter().next() else {
+        panic!("no attempt");
+    };
+    s.stop(true, now);
+    let e = effects(&mut s);
+    assert!(matches!(
+        e[0],
+        Effect::Answer(1, Answer::Failed(LockError::Shutdown))
+    ));
+    assert!(!e.iter().any(|e| matches!(e, Effect::Stopped)), "{e:?}");
+    s.ran(take.seq, Outcome::Take(Ok(Take::Taken)), now);
+    let e = effects(&mut s);
+    let [
+        Effect::Run(Trip {
+            seq,
+            op: Op::Give { permits: 2, .. },
+            ..
+        }),
+    ] = e.as_slice()
+    else {
+        panic!("the permits taken are not given back: {e:?}");
+    };
+    s.ran(*seq, Outcome::Reply(Ok(2)), now);
+    assert!(matches!(effects(&mut s).as_slice(), [Effect::Stopped, ..]));
+}
+
 /// The epoch of the permits granted to waiter `id` among `effects`.
 fn granted(effects: &[Effect], id: WaiterId) -> u64 {
     effects

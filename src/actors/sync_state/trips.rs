@@ -38,7 +38,6 @@ pub(super) enum Purpose {
         reply: Option<ReplyId>,
         permits: u32,
         was_lost: bool,
-        stop: bool,
     },
     /// An adjustment, for its caller.
     Adjust(Option<ReplyId>),
@@ -117,6 +116,21 @@ impl SyncState {
                     return;
                 }
             }
+            (Purpose::Attempt(waiter), Outcome::Take(Ok(Take::Taken)))
+                if self.position(waiter).is_none() =>
+            {
+                // Its waiter failed meanwhile (a stop): what it took goes back.
+                if let Op::Take { permits, ids, .. } = under.op {
+                    let op = Op::Give { permits, ids };
+                    let purpose = Purpose::GiveBack {
+                        reply: None,
+                        permits,
+                        was_lost: false,
+                    };
+                    self.run_on(lane, op, purpose);
+                    return;
+                }
+            }
             (Purpose::Attempt(waiter), outcome) => {
                 self.free_lanes.push(lane);
                 let tried = match outcome {
@@ -160,16 +174,11 @@ impl SyncState {
                     reply,
                     permits,
                     was_lost,
-                    stop,
                 },
                 outcome,
             ) => {
                 self.free_lanes.push(lane);
                 self.given_back(reply, (permits, was_lost), outcome);
-                if stop {
-                    self.stop_left -= 1;
-                    self.maybe_stopped();
-                }
             }
             (Purpose::Adjust(reply), outcome) => {
                 self.free_lanes.push(lane);
@@ -182,6 +191,7 @@ impl SyncState {
                 }
             }
         }
+        self.maybe_stopped();
         self.update_busy();
     }
 

@@ -28,6 +28,7 @@ use std::fmt::Write as _;
 use super::super::*;
 use super::model::Redis;
 use super::{settings, timeout};
+use crate::actors::name::seeded::{Rng, run_schedules};
 
 /// Schedules run by `cargo test` (each with its own seed).
 const SCHEDULES: u64 = 100_000;
@@ -37,27 +38,6 @@ const MANAGERS: usize = 2;
 const HOLDERS: usize = 2;
 /// The model shell's response timeout.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A small, fast, seedable generator (splitmix64): the whole schedule follows from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 #[derive(Debug)]
 struct Guard {
@@ -622,30 +602,7 @@ fn run_seed(seed: u64, trace: bool) -> Result<(), String> {
 
 #[test]
 fn every_schedule_keeps_one_holder_and_exact_counts() {
-    if let Some(seed) = std::env::var("LOCKMAN_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        if let Err(failure) = run_seed(seed, true) {
-            panic!("{failure}");
-        }
-        return;
-    }
-    let base: u64 = std::env::var("LOCKMAN_SIM_BASE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let schedules: u64 = std::env::var("LOCKMAN_SIM_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SCHEDULES);
-    for seed in base..base + schedules {
-        if let Err(failure) = run_seed(seed, false) {
-            // Replayed with its trace, for the report.
-            let traced = run_seed(seed, true).err().unwrap_or(failure);
-            panic!("{traced}");
-        }
-    }
+    run_schedules("LOCKMAN_SIM", SCHEDULES, run_seed);
 }
 
 /// The simulation is what proves a resent request counted once: with Redis's scripts ignoring
