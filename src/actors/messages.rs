@@ -1,13 +1,13 @@
 //! The messages the actors say to each other, in one place, naming no actor type: where a
 //! message carries a return address it is a `WeakRecipient`. The requests a caller sends and the
 //! grants they answer with live beside the actor that answers them ([`Acquire`] and [`Release`]
-//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `permits`), and the registry's
+//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `sync_actor`), and the registry's
 //! in `registry`.
 //!
 //! [`Acquire`]: super::lock_actor::Acquire
 //! [`Release`]: super::lock_actor::Release
-//! [`AcquirePermits`]: super::permits::AcquirePermits
-//! [`ReleasePermits`]: super::permits::ReleasePermits
+//! [`AcquirePermits`]: super::sync_actor::AcquirePermits
+//! [`ReleasePermits`]: super::sync_actor::ReleasePermits
 
 use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, Message, WeakRecipient};

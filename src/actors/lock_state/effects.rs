@@ -80,7 +80,7 @@ pub(crate) enum Timer {
     /// A lease hold's lease runs out.
     Expiry(HoldKey, u64),
     /// Settle a hold's unconfirmed releases.
-    Reconcile(HoldKey, u64),
+    SettleHold(HoldKey, u64),
     /// Send again request `seq` ([`Op::seq`]), whose reply never came.
     Resend(u64),
     /// Try again to settle this holder's count.

@@ -38,6 +38,16 @@ impl Wait {
     }
 }
 
+/// Where a per-name state is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Running,
+    /// Asked to stop: nothing new is served; its last round trips are under way.
+    Stopping,
+    /// The stop's last round trip is done: nothing runs any more.
+    Stopped,
+}
+
 /// How many local hand-offs may follow each other: when a release frees a lock (or permits) that
 /// a waiter of the same manager waits for, it goes to that waiter with no unlock message. After
 /// this many in a row, the next release publishes as usual, so that waiters in other processes

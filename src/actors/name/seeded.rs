@@ -23,6 +23,34 @@ impl Rng {
     }
 }
 
+/// One schedule of a simulation.
+pub(crate) trait Schedule {
+    /// Runs it to its end, or to the first rule it breaks.
+    fn run(&mut self) -> Result<(), String>;
+    /// Its trace (when it keeps one) and the step it reached.
+    fn report(&mut self) -> (String, usize);
+}
+
+/// Runs `sim`, schedule `seed`; its failure with the seed, the step, the trace it kept and the
+/// command (`replay`, with `{seed}` in it) that replays it.
+pub(crate) fn run_one(mut sim: impl Schedule, seed: u64, replay: &str) -> Result<(), String> {
+    sim.run().map_err(|why| {
+        let (trace, step) = sim.report();
+        let replay = replay.replace("{seed}", &seed.to_string());
+        format!("{trace}\nseed {seed}, step {step}: {why}\nreplay: {replay}")
+    })
+}
+
+/// For a test that breaks the system on purpose: one of `schedules` schedules (made by `make`
+/// from their seed) must see it break a rule.
+pub(crate) fn must_catch<S: Schedule>(schedules: u64, make: impl Fn(u64) -> S) {
+    let caught = (0..schedules).find_map(|seed| make(seed).run().err().map(|why| (seed, why)));
+    let Some((seed, why)) = caught else {
+        panic!("no schedule of {schedules} caught it");
+    };
+    eprintln!("caught at seed {seed}: {why}");
+}
+
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }

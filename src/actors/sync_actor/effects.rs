@@ -9,7 +9,7 @@ use actix::prelude::*;
 use super::{Replying, SyncActor, hex_ids};
 use crate::actors::messages::*;
 use crate::actors::name::linger::Linger;
-use crate::actors::sync_state::{Effect, Op, Outcome, Trip};
+use crate::actors::sync_state::{Effect, Op, Outcome, Timer, Trip};
 use crate::metrics;
 use crate::protocol::{Commands, SyncKind, SyncLatch};
 
@@ -44,7 +44,10 @@ impl SyncActor {
                 channel: self.kind.channel(&self.name),
                 id: self.id,
             }),
+            Effect::Arm(Timer::Deadline(id), after) => self.crowd.arm(id, after, ctx),
+            Effect::Cancel(Timer::Deadline(id)) => self.crowd.disarm(id),
             Effect::Arm(timer, after) => {
+                // One per actor or per hold, not per waiter: an actix timer of its own.
                 let t = timer.clone();
                 let handle = ctx.run_later(after, move |act, ctx| {
                     act.timers.remove(&t);

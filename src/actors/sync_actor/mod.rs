@@ -205,7 +205,7 @@ impl SyncActor {
         }
     }
 
-    fn arrive(
+    fn request(
         &mut self,
         tx: SyncTx,
         (permits, lease): (u32, Option<std::time::Duration>),
@@ -233,9 +233,6 @@ impl SyncActor {
         } else {
             self.crowd.watch(id, caller, ctx)
         };
-        if let Wait::Up(limit) = wait {
-            self.crowd.arm(id, limit, ctx);
-        }
         self.waiting.insert(id, (caller, metrics::Since::now()));
         metrics::sync_waiters(self.kind.label(), 1.0);
         let want = Want {
@@ -243,15 +240,14 @@ impl SyncActor {
             lease,
             ids,
         };
-        self.state
-            .arrive(id, want, matches!(wait, Wait::No), Instant::now());
+        self.state.request(id, want, wait, Instant::now());
         self.apply(ctx);
     }
 
     /// Gives back the permits of `epoch`, answering `tx` with the outcome.
-    fn give_back(&mut self, epoch: u64, tx: Option<Replying>, ctx: &mut Context<Self>) {
+    fn release(&mut self, epoch: u64, tx: Option<Replying>, ctx: &mut Context<Self>) {
         let reply = tx.map(|tx| self.reply_to(tx));
-        self.state.give_back(epoch, reply, Instant::now());
+        self.state.release(epoch, reply, Instant::now());
         self.apply(ctx);
     }
 
@@ -279,7 +275,7 @@ impl Actor for SyncActor {
                 id: self.id,
             });
         }
-        self.state.fail_all(&LockError::Shutdown);
+        self.state.abandon();
         let mut effects = Vec::new();
         self.state.drain_into(&mut effects);
         for effect in effects {
@@ -321,7 +317,7 @@ impl Crowded for SyncActor {
     }
 
     fn caller_left(&mut self, id: WaiterId, ctx: &mut Context<Self>) {
-        self.state.gone(id, Instant::now());
+        self.state.caller_gone(id, Instant::now());
         if !self.state.has(id)
             && let Some((_, since)) = self.waiting.remove(&id)
         {
@@ -333,7 +329,7 @@ impl Crowded for SyncActor {
     }
 
     fn deadline(&mut self, id: WaiterId, now: Instant, ctx: &mut Context<Self>) {
-        self.state.deadline(id, now);
+        self.state.fired(Timer::Deadline(id), now);
         self.apply(ctx);
     }
 }
@@ -361,7 +357,7 @@ impl MessageResponse<SyncActor, AcquirePermits> for SyncReply<AcquirePermits> {
         }
         ctx.wait(
             actix::fut::ready(()).map(move |(), act: &mut SyncActor, ctx| {
-                act.arrive(SyncTx::Permits(tx), (msg.permits, msg.lease), msg.wait, ctx);
+                act.request(SyncTx::Permits(tx), (msg.permits, msg.lease), msg.wait, ctx);
             }),
         );
     }
@@ -393,7 +389,7 @@ impl MessageResponse<SyncActor, AwaitLatch> for SyncReply<AwaitLatch> {
         let wait = self.0.wait;
         ctx.wait(
             actix::fut::ready(()).map(move |(), act: &mut SyncActor, ctx| {
-                act.arrive(SyncTx::Latch(tx), (0, None), wait, ctx);
+                act.request(SyncTx::Latch(tx), (0, None), wait, ctx);
             }),
         );
     }
@@ -445,7 +441,7 @@ where
         match self.0 {
             Ok(epoch) => ctx.wait(actix::fut::ready(()).map(
                 move |(), act: &mut SyncActor, ctx| {
-                    act.give_back(epoch, tx.map(Replying::Done), ctx);
+                    act.release(epoch, tx.map(Replying::Done), ctx);
                 },
             )),
             Err(refused) => {
@@ -527,7 +523,7 @@ impl Handler<Unlocked> for SyncActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        self.state.message(msg.count, Instant::now());
+        self.state.unlocked(msg.count, Instant::now());
         self.apply(ctx);
     }
 }

@@ -132,6 +132,8 @@ pub(crate) struct Granted {
 /// Timers the state arms.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Timer {
+    /// Waiter `id`'s wait runs out: one more attempt decides.
+    Deadline(WaiterId),
     /// Parked waiters due a retry try again: an error's backoff passed, a failed subscription's
     /// pause, or a permit semaphore's held permit expired.
     Retry,

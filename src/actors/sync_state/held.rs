@@ -95,7 +95,7 @@ impl SyncState {
     }
 
     /// The permits of `epoch` are given back; `reply` gets the outcome.
-    pub(crate) fn give_back(&mut self, epoch: u64, reply: Option<ReplyId>, now: Instant) {
+    pub(crate) fn release(&mut self, epoch: u64, reply: Option<ReplyId>, now: Instant) {
         self.now = now;
         self.give_back_now(epoch, reply);
         self.update_busy();
@@ -210,7 +210,7 @@ impl SyncState {
     pub(crate) fn stop(&mut self, release: bool, now: Instant) {
         self.now = now;
         self.phase = Phase::Stopping;
-        self.fail_all(&LockError::Shutdown);
+        self.fail_waiters();
         let mut epochs: Vec<u64> = self.holds.keys().copied().collect();
         epochs.sort_unstable();
         for epoch in epochs {

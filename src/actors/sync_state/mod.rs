@@ -51,7 +51,9 @@ pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, ReplyId, Timer, T
 use held::Held;
 use trips::{Purpose, Under};
 
-use crate::actors::name::{ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, WaiterId, backoff};
+use crate::actors::name::{
+    ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
+};
 use crate::error::LockError;
 use crate::protocol::{SyncKind, Take};
 
@@ -88,16 +90,6 @@ pub(crate) struct Want {
     /// A permit semaphore's ids for this request, 16 bytes each: made once, sent with every
     /// attempt.
     pub ids: Arc<[u8]>,
-}
-
-/// Where the name is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
-    Running,
-    /// Asked to stop: nothing new is served; round trips (the stop's give-backs) are under way.
-    Stopping,
-    /// The stop's last round trip is done.
-    Stopped,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,15 +214,20 @@ impl SyncState {
         self.waiters.len()
     }
 
-    /// A waiter arrives wanting `wants` permits (0: a latch's opening); `once`: it does not wait.
+    /// A waiter arrives wanting `wants` permits (0: a latch's opening), for as long as `wait`.
     /// It tries at once, unless a semaphore's parked waiter wanting no more than it waits already
     /// (whose last attempt fell short, and no message since made room for it; not one waiting
     /// out an error's backoff, whose retry may succeed with nobody told): then it queues
     /// behind, to be woken by the next message or handed permits, without a round trip that
     /// would fail. A latch's waiter always reads the count: a latch can open without a message
     /// (its key expired or was lost).
-    pub(crate) fn arrive(&mut self, id: WaiterId, want: Want, once: bool, now: Instant) {
+    pub(crate) fn request(&mut self, id: WaiterId, want: Want, wait: Wait, now: Instant) {
         self.now = now;
+        let wait = wait.normalized();
+        let once = wait == Wait::No;
+        if let Wait::Up(d) = wait {
+            self.effects.push(Effect::Arm(Timer::Deadline(id), d));
+        }
         let wants = want.permits;
         let queue = !once
             && self.kind != SyncKind::CountDownLatch
@@ -372,7 +369,7 @@ impl SyncState {
     }
 
     /// A message on the channel: a number of permits, or a latch's `0`/`1`.
-    pub(crate) fn message(&mut self, count: Option<i64>, now: Instant) {
+    pub(crate) fn unlocked(&mut self, count: Option<i64>, now: Instant) {
         self.now = now;
         let count = count.unwrap_or(0);
         if self.kind == SyncKind::CountDownLatch {
@@ -418,6 +415,7 @@ impl SyncState {
     pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
         self.now = now;
         match timer {
+            Timer::Deadline(id) => self.deadline(id),
             Timer::Retry => self.retry(now),
             Timer::Expiry(epoch) => self.lose(epoch, Loss::Lease),
             Timer::Resend(seq) => self.resend(seq),
@@ -441,8 +439,7 @@ impl SyncState {
     }
 
     /// Waiter `id`'s deadline passed: one more attempt decides.
-    pub(crate) fn deadline(&mut self, id: WaiterId, now: Instant) {
-        self.now = now;
+    fn deadline(&mut self, id: WaiterId) {
         let Some(at) = self.position(id) else {
             return;
         };
@@ -455,7 +452,7 @@ impl SyncState {
 
     /// Waiter `id`'s caller left: a parked waiter goes; one whose attempt is under way is
     /// answered by that attempt's outcome (a grant nobody takes is given back by the actor).
-    pub(crate) fn gone(&mut self, id: WaiterId, now: Instant) {
+    pub(crate) fn caller_gone(&mut self, id: WaiterId, now: Instant) {
         self.now = now;
         let Some(at) = self.position(id) else {
             return;
@@ -469,18 +466,16 @@ impl SyncState {
         }
     }
 
-    /// Every waiter leaves with `error` (the actor stops).
-    pub(crate) fn fail_all(&mut self, error: &LockError) {
+    /// The actor is gone: every waiter it still had fails with `Shutdown`.
+    pub(crate) fn abandon(&mut self) {
+        self.fail_waiters();
+    }
+
+    /// Every waiter leaves with `Shutdown`.
+    fn fail_waiters(&mut self) {
         for w in self.waiters.drain(..) {
-            let error = match error {
-                LockError::Shutdown => LockError::Shutdown,
-                other => LockError::UnexpectedReply {
-                    op: "synchronizer",
-                    detail: other.to_string(),
-                },
-            };
-            self.effects
-                .push(Effect::Answer(w.id, Answer::Failed(error)));
+            let answer = Answer::Failed(LockError::Shutdown);
+            self.effects.push(Effect::Answer(w.id, answer));
         }
         self.unsubscribe_if_unused();
         self.update_busy();

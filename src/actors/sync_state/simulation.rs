@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 
 use super::*;
 use crate::actors::messages::Adjustment;
-use crate::actors::name::seeded::{Rng, run_schedules};
+use crate::actors::name::seeded::{Rng, Schedule, must_catch, run_one, run_schedules};
 
 /// Schedules run by `cargo test` (each with its own seed).
 const SCHEDULES: u64 = 20_000;
@@ -206,7 +206,6 @@ struct Manager {
     /// Round trips sent and not yet finished.
     trips: Vec<Trip>,
     timers: BTreeMap<String, (Instant, Timer)>,
-    deadlines: BTreeMap<WaiterId, Instant>,
     subscribing: bool,
     listening: bool,
     inbox: VecDeque<i64>,
@@ -265,7 +264,6 @@ impl Sim {
                 stopped: false,
                 trips: Vec::new(),
                 timers: BTreeMap::new(),
-                deadlines: BTreeMap::new(),
                 subscribing: false,
                 listening: false,
                 inbox: VecDeque::new(),
@@ -377,15 +375,17 @@ impl Sim {
             Arc::from([])
         };
         mgr.waiting.insert(id, wants);
-        if let Some(d) = wait.filter(|d| *d != Duration::MAX) {
-            mgr.deadlines.insert(id, now + d);
-        }
         let want = Want {
             permits: wants,
             lease,
             ids,
         };
-        mgr.state.arrive(id, want, wait.is_none(), now);
+        let wait = match wait {
+            None => Wait::No,
+            Some(d) if d == Duration::MAX => Wait::Forever,
+            Some(d) => Wait::Up(d),
+        };
+        mgr.state.request(id, want, wait, now);
         self.log(|| format!("m{m}: waiter {id} wants {wants}, lease {lease:?}, wait {wait:?}"));
     }
 
@@ -457,7 +457,7 @@ impl Sim {
         let now = self.now;
         let mgr = &mut self.managers[m];
         if let Some(x) = mgr.inbox.pop_front() {
-            mgr.state.message(Some(x), now);
+            mgr.state.unlocked(Some(x), now);
             self.log(|| format!("m{m}: message {x}"));
         }
     }
@@ -501,7 +501,7 @@ impl Sim {
             mgr.replies.insert(mgr.next_reply);
             mgr.next_reply
         });
-        mgr.state.give_back(epoch, reply, now);
+        mgr.state.release(epoch, reply, now);
         self.log(|| format!("m{m}: epoch {epoch} given back (reply {reply:?})"));
     }
 
@@ -519,12 +519,12 @@ impl Sim {
             return;
         };
         mgr.gone.insert(id);
-        mgr.state.gone(id, now);
+        mgr.state.caller_gone(id, now);
         if !mgr.state.has(id) {
             // Left while parked: the actor counts it abandoned; no answer may follow.
             mgr.waiting.remove(&id);
             mgr.answered.insert(id);
-            mgr.deadlines.remove(&id);
+            mgr.timers.remove(&format!("{:?}", Timer::Deadline(id)));
         }
         self.log(|| format!("m{m}: waiter {id}'s caller left"));
     }
@@ -571,40 +571,28 @@ impl Sim {
         self.log(|| format!("m{m}: killed"));
     }
 
-    /// Time passes by `by`: timers, deadlines and renewals due fire in order.
+    /// Time passes by `by`: timers (waiters' deadlines among them) and renewals due fire in order.
     fn advance(&mut self, by: Duration) -> Result<(), Failure> {
         let end = self.now + by;
         loop {
-            let mut next: Option<(Instant, usize, Option<Timer>, Option<WaiterId>)> = None;
+            let mut next: Option<(Instant, usize, Timer)> = None;
             for (m, mgr) in self.managers.iter().enumerate() {
                 if !mgr.alive {
                     continue;
                 }
                 for (at, timer) in mgr.timers.values() {
                     if next.as_ref().is_none_or(|n| *at < n.0) {
-                        next = Some((*at, m, Some(timer.clone()), None));
-                    }
-                }
-                for (id, at) in &mgr.deadlines {
-                    if next.as_ref().is_none_or(|n| *at < n.0) {
-                        next = Some((*at, m, None, Some(*id)));
+                        next = Some((*at, m, timer.clone()));
                     }
                 }
             }
             let renewal = self.next_renewal;
             match next {
-                Some((at, m, timer, waiter)) if at <= end && at <= renewal => {
+                Some((at, m, timer)) if at <= end && at <= renewal => {
                     self.now = at;
-                    let mgr = &mut self.managers[m];
-                    if let Some(timer) = timer {
-                        mgr.timers.remove(&format!("{timer:?}"));
-                        self.log(|| format!("m{m}: {timer:?} fired"));
-                        self.managers[m].state.fired(timer, at);
-                    } else if let Some(id) = waiter {
-                        mgr.deadlines.remove(&id);
-                        self.log(|| format!("m{m}: waiter {id}'s deadline"));
-                        self.managers[m].state.deadline(id, at);
-                    }
+                    self.managers[m].timers.remove(&format!("{timer:?}"));
+                    self.log(|| format!("m{m}: {timer:?} fired"));
+                    self.managers[m].state.fired(timer, at);
                 }
                 _ if renewal <= end => {
                     self.now = renewal;
@@ -683,7 +671,7 @@ impl Sim {
                 for epoch in std::mem::take(&mut mgr.dropped) {
                     any = true;
                     mgr.guards.remove(&epoch);
-                    mgr.state.give_back(epoch, None, now);
+                    mgr.state.release(epoch, None, now);
                 }
             }
             for x in std::mem::take(&mut self.redis.published) {
@@ -711,7 +699,7 @@ impl Sim {
                 if mgr.waiting.remove(&id).is_none() || !mgr.answered.insert(id) {
                     return Err(format!("m{m}: waiter {id} answered twice, or never waited"));
                 }
-                mgr.deadlines.remove(&id);
+                mgr.timers.remove(&format!("{:?}", Timer::Deadline(id)));
                 if let Answer::Done { grant: Some(g), .. } = answer {
                     mgr.guards.insert(
                         g.epoch,
@@ -898,16 +886,20 @@ impl Sim {
     }
 }
 
+impl Schedule for Sim {
+    fn run(&mut self) -> Result<(), String> {
+        Sim::run(self)
+    }
+
+    fn report(&mut self) -> (String, usize) {
+        (self.trace.take().unwrap_or_default(), self.step)
+    }
+}
+
 /// Runs one schedule; the failure with its seed, step and (when `trace`) the whole trace.
 fn run_seed(seed: u64, trace: bool) -> Result<(), String> {
-    let mut sim = Sim::new(seed, trace);
-    sim.run().map_err(|why| {
-        let trace = sim.trace.take().unwrap_or_default();
-        format!(
-            "{trace}\nseed {seed}, step {}: {why}\nreplay: LOCKMAN_SYNC_SIM_SEED={seed} cargo test --lib sync_state",
-            sim.step
-        )
-    })
+    let replay = "LOCKMAN_SYNC_SIM_SEED={seed} cargo test --lib sync_state";
+    run_one(Sim::new(seed, trace), seed, replay)
 }
 
 #[test]
@@ -920,15 +912,11 @@ fn every_schedule_keeps_the_permits_counted_and_every_waiter_answered() {
 /// an invariant.
 #[test]
 fn a_redis_that_ignores_request_latches_is_caught() {
-    let caught = (0..SCHEDULES).find_map(|seed| {
+    must_catch(SCHEDULES, |seed| {
         let mut sim = Sim::new(seed, false);
         sim.redis.check_latches = false;
-        sim.run().err().map(|why| (seed, why))
+        sim
     });
-    let Some((seed, why)) = caught else {
-        panic!("no schedule caught a resend counted twice");
-    };
-    eprintln!("caught at seed {seed}: {why}");
 }
 
 /// The schedule of issue 35, step by step: a permit semaphore of 2 permits with 1 free (the
@@ -948,7 +936,7 @@ fn a_message_of_one_wakes_a_waiter_of_two_when_nothing_else_is_coming() -> Resul
         lease: None,
         ids: permit_ids(0, &mut mgr.next_id, 2),
     };
-    mgr.state.arrive(1, want, false, sim.now);
+    mgr.state.request(1, want, Wait::Forever, sim.now);
     sim.settle()?;
     sim.finish_trip(0, false);
     sim.settle()?;

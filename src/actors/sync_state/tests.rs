@@ -92,8 +92,8 @@ fn short_with(free: i64) -> Tried {
 fn a_short_attempt_parks_and_subscribes_once_then_everyone_retries_when_subscribed() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(1), false, Instant::now());
-    s.arrive(2, want(1), false, Instant::now());
+    s.request(1, want(1), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2]);
     report(&mut s, 1, short(), now);
     report(&mut s, 2, short(), now);
@@ -111,7 +111,7 @@ fn a_release_of_k_permits_wakes_at_most_k_waiters_in_arrival_order() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
     for id in 1..=10 {
-        s.arrive(id, want(1), false, Instant::now());
+        s.request(id, want(1), Wait::Forever, Instant::now());
     }
     effects(&mut s);
     for id in 1..=10 {
@@ -123,9 +123,9 @@ fn a_release_of_k_permits_wakes_at_most_k_waiters_in_arrival_order() {
         report(&mut s, id, short(), now);
     }
     effects(&mut s);
-    s.message(Some(3), Instant::now());
+    s.unlocked(Some(3), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
-    s.message(Some(0), Instant::now());
+    s.unlocked(Some(0), Instant::now());
     assert!(
         tries(&effects(&mut s)).is_empty(),
         "a message of 0 wakes none"
@@ -136,8 +136,8 @@ fn a_release_of_k_permits_wakes_at_most_k_waiters_in_arrival_order() {
 fn a_waiter_that_does_not_fit_is_skipped_not_blocking_the_others() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(5), false, Instant::now());
-    s.arrive(2, want(1), false, Instant::now());
+    s.request(1, want(5), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
     report(&mut s, 1, short(), now);
     report(&mut s, 2, short(), now);
@@ -146,7 +146,7 @@ fn a_waiter_that_does_not_fit_is_skipped_not_blocking_the_others() {
     report(&mut s, 1, short(), now);
     report(&mut s, 2, short(), now);
     effects(&mut s);
-    s.message(Some(2), Instant::now());
+    s.unlocked(Some(2), Instant::now());
     // Waiter 2 fits into 2 and goes first; waiter 1 is woken too: the number is not a budget.
     assert_eq!(tries(&effects(&mut s)), vec![2, 1]);
 }
@@ -156,7 +156,7 @@ fn parked(kind: SyncKind, waiters: &[(WaiterId, u32)]) -> SyncState {
     let now = Instant::now();
     let mut s = state(kind);
     for &(id, wants) in waiters {
-        s.arrive(id, want(wants), false, Instant::now());
+        s.request(id, want(wants), Wait::Forever, Instant::now());
     }
     effects(&mut s);
     for &(id, _) in waiters {
@@ -176,7 +176,7 @@ fn a_message_smaller_than_a_waiters_wants_still_wakes_it() {
     // A permit semaphore's add_permits(1) publishes 1 while 2 may be free now (issue 35).
     for kind in [SyncKind::PermitSemaphore, SyncKind::Semaphore] {
         let mut s = parked(kind, &[(1, 2)]);
-        s.message(Some(1), Instant::now());
+        s.unlocked(Some(1), Instant::now());
         assert_eq!(tries(&effects(&mut s)), vec![1], "{kind:?}");
     }
 }
@@ -185,20 +185,20 @@ fn a_message_smaller_than_a_waiters_wants_still_wakes_it() {
 fn a_message_of_m_wakes_m_waiters_whatever_they_want() {
     let waiters: Vec<_> = (1..=10).map(|id| (id, 2)).collect();
     let mut s = parked(SyncKind::PermitSemaphore, &waiters);
-    s.message(Some(3), Instant::now());
+    s.unlocked(Some(3), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
 }
 
 #[test]
 fn waiters_that_fit_go_first_then_the_others_in_arrival_order() {
     let mut s = parked(SyncKind::Semaphore, &[(1, 3), (2, 1), (3, 4), (4, 1)]);
-    s.message(Some(1), Instant::now());
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(
         tries(&effects(&mut s)),
         vec![2],
         "the free count is 1: the small one"
     );
-    s.message(Some(3), Instant::now());
+    s.unlocked(Some(3), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 4, 3]);
 }
 
@@ -208,9 +208,9 @@ fn a_woken_waiter_that_falls_short_passes_on_what_it_found_free() {
     // 1 free, waiters for 5 and 2 parked; add_permits(1) publishes 1: none fits into 1, so the
     // first in arrival order, the waiter for 5, is woken and finds 2 free. The waiter for 2 fits.
     let mut s = parked(SyncKind::PermitSemaphore, &[(1, 5), (2, 2), (3, 1)]);
-    s.message(Some(1), Instant::now());
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![3], "waiter 3 fits into 1");
-    s.message(Some(1), Instant::now());
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1]);
     report(&mut s, 1, short_with(2), now);
     assert_eq!(tries(&effects(&mut s)), vec![2], "2 free: waiter 2 fits");
@@ -232,7 +232,7 @@ fn an_attempt_under_way_does_not_use_up_a_message() {
     effects(&mut s);
     // Waiter 1's attempt of 5 is under way; a release of 1 still wakes waiter 2, and waiter 1
     // tries again should its attempt fall short.
-    s.message(Some(1), Instant::now());
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![2]);
     report(&mut s, 1, short(), now);
     assert_eq!(tries(&effects(&mut s)), vec![1]);
@@ -242,9 +242,9 @@ fn an_attempt_under_way_does_not_use_up_a_message() {
 fn a_message_during_an_attempt_makes_a_short_attempt_try_again() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(1), false, Instant::now());
+    s.request(1, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
-    s.message(Some(1), Instant::now());
+    s.unlocked(Some(1), Instant::now());
     assert!(tries(&effects(&mut s)).is_empty());
     report(&mut s, 1, short(), now);
     assert_eq!(tries(&effects(&mut s)), vec![1]);
@@ -255,7 +255,7 @@ fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
     let now = Instant::now();
     let mut s = state(SyncKind::CountDownLatch);
     for id in 1..=3 {
-        s.arrive(id, want(0), false, Instant::now());
+        s.request(id, want(0), Wait::Forever, Instant::now());
     }
     effects(&mut s);
     for id in 1..=3 {
@@ -267,9 +267,9 @@ fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
         report(&mut s, id, short(), now);
     }
     effects(&mut s);
-    s.message(Some(1), Instant::now());
+    s.unlocked(Some(1), Instant::now());
     assert!(tries(&effects(&mut s)).is_empty());
-    s.message(Some(0), Instant::now());
+    s.unlocked(Some(0), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
     for id in 1..=3 {
         report(&mut s, id, Tried::Done, now);
@@ -292,11 +292,11 @@ fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
 fn at_the_deadline_one_more_attempt_decides() {
     let now = Instant::now();
     let mut s = state(SyncKind::CountDownLatch);
-    s.arrive(1, want(0), false, Instant::now());
+    s.request(1, want(0), Wait::Forever, Instant::now());
     effects(&mut s);
     report(&mut s, 1, short(), now);
     effects(&mut s);
-    s.deadline(1, Instant::now());
+    s.fired(Timer::Deadline(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1]);
     report(&mut s, 1, short(), now);
     let e = effects(&mut s);
@@ -307,8 +307,8 @@ fn at_the_deadline_one_more_attempt_decides() {
 fn a_lease_hint_arms_the_timer_for_that_waiter() {
     let now = Instant::now();
     let mut s = state(SyncKind::PermitSemaphore);
-    s.arrive(1, want(1), false, Instant::now());
-    s.arrive(2, want(1), false, Instant::now());
+    s.request(1, want(1), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
     report(
         &mut s,
@@ -339,8 +339,8 @@ fn a_lease_hint_arms_the_timer_for_that_waiter() {
 fn retryable_errors_back_off_and_others_answer() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(1), false, Instant::now());
-    s.arrive(2, want(1), false, Instant::now());
+    s.request(1, want(1), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
     let unsynced = LockError::ReplicaSync {
         acked: 0,
@@ -367,11 +367,11 @@ fn retryable_errors_back_off_and_others_answer() {
 fn a_caller_leaving_a_parked_waiter_drops_it_and_the_subscription() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(1), false, Instant::now());
+    s.request(1, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
     report(&mut s, 1, short(), now);
     effects(&mut s);
-    s.gone(1, Instant::now());
+    s.caller_gone(1, Instant::now());
     assert!(matches!(
         effects(&mut s).as_slice(),
         [Effect::Unsubscribe, Effect::Idle]
@@ -383,19 +383,17 @@ fn a_caller_leaving_a_parked_waiter_drops_it_and_the_subscription() {
 fn a_give_back_hands_permits_to_the_first_parked_waiter_that_fits_and_the_rest_to_redis() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(9, want(2), false, now);
-    report(&mut s, 9, Tried::Done, now);
-    let epoch = granted(&effects(&mut s), 9);
-    s.arrive(1, want(3), false, now);
-    s.arrive(2, want(1), false, now);
-    s.arrive(3, want(1), false, now);
+    let (epoch, _) = take(&mut s, 9, want(2), now);
+    s.request(1, want(3), Wait::Forever, now);
+    s.request(2, want(1), Wait::Forever, now);
+    s.request(3, want(1), Wait::Forever, now);
     effects(&mut s);
     report(&mut s, 1, short(), now);
     report(&mut s, 2, short(), now);
     effects(&mut s);
     // Waiter 1 wants more than is given back; waiter 3's attempt is under way: it may get its
     // permits by itself.
-    s.give_back(epoch, Some(7), now);
+    s.release(epoch, Some(7), now);
     let e = effects(&mut s);
     assert!(matches!(e[0], Effect::Ended(x) if x == epoch));
     assert!(matches!(
@@ -408,15 +406,8 @@ fn a_give_back_hands_permits_to_the_first_parked_waiter_that_fits_and_the_rest_t
             }
         )
     ));
-    let Some(Effect::Run(Trip {
-        seq,
-        op: Op::Give { permits: 1, .. },
-        ..
-    })) = e.last()
-    else {
-        panic!("{e:?}");
-    };
-    s.ran(*seq, Outcome::Reply(Ok(1)), now);
+    let seq = give_sent(&e, 1);
+    s.ran(seq, Outcome::Reply(Ok(1)), now);
     assert!(matches!(
         effects(&mut s).as_slice(),
         [Effect::ReleaseDone(7, Ok(()))]
@@ -427,7 +418,7 @@ fn a_give_back_hands_permits_to_the_first_parked_waiter_that_fits_and_the_rest_t
 fn a_request_whose_reply_never_came_is_sent_again_as_it_was_until_its_horizon() {
     let now = Instant::now();
     let mut s = state(SyncKind::PermitSemaphore);
-    s.arrive(1, want(1), false, now);
+    s.request(1, want(1), Wait::Forever, now);
     let Some(Effect::Run(first)) = effects(&mut s).into_iter().next() else {
         panic!("no attempt");
     };
@@ -468,19 +459,11 @@ fn permits_with_a_lease_are_lost_when_it_ends_and_their_give_back_says_not_held(
     let now = Instant::now();
     let mut s = state(SyncKind::PermitSemaphore);
     let lease = Duration::from_millis(500);
-    s.arrive(
-        1,
-        Want {
-            lease: Some(lease),
-            ..want(2)
-        },
-        false,
-        now,
-    );
-    effects(&mut s);
-    report(&mut s, 1, Tried::Done, now);
-    let e = effects(&mut s);
-    let epoch = granted(&e, 1);
+    let leased = Want {
+        lease: Some(lease),
+        ..want(2)
+    };
+    let (epoch, e) = take(&mut s, 1, leased, now);
     assert!(
         e.iter()
             .any(|e| matches!(e, Effect::Arm(Timer::Expiry(x), d) if *x == epoch && *d == lease))
@@ -491,19 +474,12 @@ fn permits_with_a_lease_are_lost_when_it_ends_and_their_give_back_says_not_held(
     );
     s.fired(Timer::Expiry(epoch), now + lease);
     assert!(matches!(effects(&mut s).as_slice(), [Effect::Lost(x, Loss::Lease)] if *x == epoch));
-    s.give_back(epoch, Some(4), now + lease);
+    s.release(epoch, Some(4), now + lease);
     let e = effects(&mut s);
-    let Some(Effect::Run(Trip {
-        seq,
-        op: Op::Give { permits: 2, .. },
-        ..
-    })) = e.last()
-    else {
-        panic!("{e:?}");
-    };
+    let seq = give_sent(&e, 2);
     // Redis had them still (its copy of the lease began a little later): given back, and yet
     // the guard knew them lost.
-    s.ran(*seq, Outcome::Reply(Ok(2)), now + lease);
+    s.ran(seq, Outcome::Reply(Ok(2)), now + lease);
     let e = effects(&mut s);
     assert!(
         matches!(
@@ -521,16 +497,12 @@ fn permits_with_a_lease_are_lost_when_it_ends_and_their_give_back_says_not_held(
 fn permits_taken_without_a_lease_are_renewed_until_given_back() {
     let now = Instant::now();
     let mut s = state(SyncKind::PermitSemaphore);
-    s.arrive(1, want(1), false, now);
-    effects(&mut s);
-    report(&mut s, 1, Tried::Done, now);
-    let e = effects(&mut s);
-    let epoch = granted(&e, 1);
+    let (epoch, e) = take(&mut s, 1, want(1), now);
     assert!(
         e.iter()
             .any(|e| matches!(e, Effect::Track { epoch: x, .. } if *x == epoch))
     );
-    s.give_back(epoch, None, now);
+    s.release(epoch, None, now);
     let e = effects(&mut s);
     assert!(
         e.iter()
@@ -542,14 +514,12 @@ fn permits_taken_without_a_lease_are_renewed_until_given_back() {
 fn after_max_hand_offs_in_a_row_a_give_back_goes_through_redis() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(1), false, now);
-    report(&mut s, 1, Tried::Done, now);
-    let mut epoch = granted(&effects(&mut s), 1);
+    let (mut epoch, _) = take(&mut s, 1, want(1), now);
     for n in 2..=u64::from(MAX_HAND_OFF_STREAK) + 2 {
-        s.arrive(n, want(1), false, now);
+        s.request(n, want(1), Wait::Forever, now);
         report(&mut s, n, short(), now);
         effects(&mut s);
-        s.give_back(epoch, None, now);
+        s.release(epoch, None, now);
         let e = effects(&mut s);
         if n <= u64::from(MAX_HAND_OFF_STREAK) + 1 {
             epoch = granted(&e, n);
@@ -573,9 +543,8 @@ fn after_max_hand_offs_in_a_row_a_give_back_goes_through_redis() {
 fn a_stop_fails_waiters_gives_back_every_hold_and_ends_once_they_are_back() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(1), false, now);
-    report(&mut s, 1, Tried::Done, now);
-    s.arrive(2, want(5), false, now);
+    take(&mut s, 1, want(1), now);
+    s.request(2, want(5), Wait::Forever, now);
     report(&mut s, 2, short(), now);
     effects(&mut s);
     s.stop(true, now);
@@ -585,16 +554,9 @@ fn a_stop_fails_waiters_gives_back_every_hold_and_ends_once_they_are_back() {
             .any(|e| matches!(e, Effect::Answer(2, Answer::Failed(LockError::Shutdown))))
     );
     assert!(!e.iter().any(|e| matches!(e, Effect::Stopped)));
-    let Some(Effect::Run(Trip {
-        seq,
-        op: Op::Give { permits: 1, .. },
-        ..
-    })) = e.last()
-    else {
-        panic!("{e:?}");
-    };
+    let seq = give_sent(&e, 1);
     assert!(s.is_stopping());
-    s.ran(*seq, Outcome::Reply(Ok(1)), now);
+    s.ran(seq, Outcome::Reply(Ok(1)), now);
     assert!(effects(&mut s).iter().any(|e| matches!(e, Effect::Stopped)));
 }
 
@@ -605,7 +567,7 @@ fn a_waiter_does_not_queue_behind_one_waiting_out_an_error_backoff() {
     // arriving then tries at once: queued behind waiter 1, nothing would wake it.
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(1), false, now);
+    s.request(1, want(1), Wait::Forever, now);
     report(&mut s, 1, short(), now);
     s.subscribed(true, now);
     let unsynced = LockError::ReplicaSync {
@@ -614,11 +576,11 @@ fn a_waiter_does_not_queue_behind_one_waiting_out_an_error_backoff() {
     };
     report(&mut s, 1, Tried::Failed(unsynced), now);
     effects(&mut s);
-    s.arrive(2, want(3), false, now);
+    s.request(2, want(3), Wait::Forever, now);
     assert_eq!(tries(&effects(&mut s)), vec![2]);
     // Behind a waiter that fell short, it queues.
     report(&mut s, 2, short(), now);
-    s.arrive(3, want(3), false, now);
+    s.request(3, want(3), Wait::Forever, now);
     assert!(tries(&effects(&mut s)).is_empty());
 }
 
@@ -626,7 +588,7 @@ fn a_waiter_does_not_queue_behind_one_waiting_out_an_error_backoff() {
 fn a_stop_gives_back_what_an_attempt_already_sent_takes_and_ends_after_it() {
     let now = Instant::now();
     let mut s = state(SyncKind::Semaphore);
-    s.arrive(1, want(2), false, now);
+    s.request(1, want(2), Wait::Forever, now);
     let Some(Effect::Run(take)) = effects(&mut s).into_iter().next() else {
         panic!("no attempt");
     };
@@ -639,18 +601,34 @@ fn a_stop_gives_back_what_an_attempt_already_sent_takes_and_ends_after_it() {
     assert!(!e.iter().any(|e| matches!(e, Effect::Stopped)), "{e:?}");
     s.ran(take.seq, Outcome::Take(Ok(Take::Taken)), now);
     let e = effects(&mut s);
-    let [
-        Effect::Run(Trip {
-            seq,
-            op: Op::Give { permits: 2, .. },
-            ..
-        }),
-    ] = e.as_slice()
-    else {
-        panic!("the permits taken are not given back: {e:?}");
-    };
-    s.ran(*seq, Outcome::Reply(Ok(2)), now);
+    assert_eq!(
+        e.len(),
+        1,
+        "the permits taken are given back, and only that: {e:?}"
+    );
+    let seq = give_sent(&e, 2);
+    s.ran(seq, Outcome::Reply(Ok(2)), now);
     assert!(matches!(effects(&mut s).as_slice(), [Effect::Stopped, ..]));
+}
+
+/// Waiter `id` takes what it wants at once: the epoch of its grant, and the effects.
+fn take(s: &mut SyncState, id: WaiterId, want: Want, now: Instant) -> (u64, Vec<Effect>) {
+    s.request(id, want, Wait::Forever, now);
+    report(s, id, Tried::Done, now);
+    let e = effects(s);
+    (granted(&e, id), e)
+}
+
+/// The number of the give-back of `permits` that ends `effects`.
+fn give_sent(effects: &[Effect], permits: u32) -> u64 {
+    match effects.last() {
+        Some(Effect::Run(Trip {
+            seq,
+            op: Op::Give { permits: p, .. },
+            ..
+        })) if *p == permits => *seq,
+        _ => panic!("no give-back of {permits}: {effects:?}"),
+    }
 }
 
 /// The epoch of the permits granted to waiter `id` among `effects`.
@@ -843,7 +821,7 @@ impl World {
             return Ok(());
         };
         let before = proc.trying.len();
-        proc.state(self.kind).message(Some(m), Instant::now());
+        proc.state(self.kind).unlocked(Some(m), Instant::now());
         let woken = proc.apply()?;
         prop_assert!(
             woken as i64 <= m.max(0),
@@ -863,7 +841,7 @@ impl World {
                 let proc = &mut self.procs[p];
                 proc.wants.insert(id, n);
                 proc.state(self.kind)
-                    .arrive(id, want(n), false, Instant::now());
+                    .request(id, want(n), Wait::Forever, Instant::now());
                 proc.apply()?;
             }
             Step::RunAttempt(p, i) => self.run_attempt(p, i)?,

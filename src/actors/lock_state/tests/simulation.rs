@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use super::super::*;
 use super::model::Redis;
 use super::{settings, timeout};
-use crate::actors::name::seeded::{Rng, run_schedules};
+use crate::actors::name::seeded::{Rng, Schedule, must_catch, run_one, run_schedules};
 
 /// Schedules run by `cargo test` (each with its own seed).
 const SCHEDULES: u64 = 100_000;
@@ -588,16 +588,20 @@ impl Sim {
     }
 }
 
+impl Schedule for Sim {
+    fn run(&mut self) -> Result<(), String> {
+        Sim::run(self)
+    }
+
+    fn report(&mut self) -> (String, usize) {
+        (self.trace.take().unwrap_or_default(), self.step)
+    }
+}
+
 /// Runs one schedule; the failure with its seed, step and (when `trace`) the whole trace.
 fn run_seed(seed: u64, trace: bool) -> Result<(), String> {
-    let mut sim = Sim::new(seed, trace);
-    sim.run().map_err(|why| {
-        let trace = sim.trace.take().unwrap_or_default();
-        format!(
-            "{trace}\nseed {seed}, step {}: {why}\nreplay: LOCKMAN_SIM_SEED={seed} cargo test --lib simulation",
-            sim.step
-        )
-    })
+    let replay = "LOCKMAN_SIM_SEED={seed} cargo test --lib simulation";
+    run_one(Sim::new(seed, trace), seed, replay)
 }
 
 #[test]
@@ -610,13 +614,9 @@ fn every_schedule_keeps_one_holder_and_exact_counts() {
 /// breaks an invariant.
 #[test]
 fn a_redis_that_ignores_the_expected_counts_is_caught() {
-    let caught = (0..SCHEDULES).find_map(|seed| {
+    must_catch(SCHEDULES, |seed| {
         let mut sim = Sim::new(seed, false);
         sim.redis.check_counts = false;
-        sim.run().err().map(|why| (seed, why))
+        sim
     });
-    let Some((seed, why)) = caught else {
-        panic!("no schedule caught a resend counted twice");
-    };
-    eprintln!("caught at seed {seed}: {why}");
 }
