@@ -1,11 +1,14 @@
-//! The synchronizer rules, without Redis: unit tests of each rule, and a seeded simulation of two
-//! processes sharing one semaphore or permit semaphore through a model of Redis, which checks
-//! that never more than its permits are held, that a message of m wakes at most m waiters, that
-//! whenever nothing is under way no parked waiter wants no more than is free, and that no waiter
-//! is left waiting once permits are free (no lost wake-up), under random interleavings. The model publishes what each kind publishes: a semaphore its new free count;
-//! a permit semaphore its new free count on a release of one id, the number released on a
-//! release of several (Java's `tryRelease(List)`), and the permits added on `add_permits`; so a
-//! rule that read a message as a budget of free permits strands waiters in it.
+//! The synchronizer rules, without Redis: unit tests of each rule, and a property test of two
+//! processes sharing one semaphore or permit semaphore through a small model of Redis (waiters
+//! and wake-ups only: the seeded simulation of several managers, with holds, resends, leases
+//! and kills, is `simulation.rs`). It checks that never more than its permits are held, that a
+//! message of m wakes at most m waiters, that whenever nothing is under way no parked waiter
+//! wants no more than is free, and that no waiter is left waiting once permits are free (no lost
+//! wake-up), under random interleavings. The model publishes what each kind publishes: a
+//! semaphore its new free count; a permit semaphore its new free count on a release of one id,
+//! the number released on a release of several (Java's `tryRelease(List)`), and the permits
+//! added on `add_permits`; so a rule that read a message as a budget of free permits strands
+//! waiters in it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
