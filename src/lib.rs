@@ -79,8 +79,8 @@
 //!
 //! | layer | what is there |
 //! |---|---|
-//! | `handles/` | what users hold, owning nothing but addresses: [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); [`Election`] and [`Leadership`] (`election/`); the `scope` of every guard (`scope.rs`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
-//! | `actors/` | one [`LockActor`] per lock name in use (`lock_actor/`, with the [`Grant`] and the public [`Acquire`] and [`Release`] it answers), the shell of a pure `LockState` (`lock_state/`: waiters, holds, hand-offs, requests of unknown outcome resent; events in, effects out); one [`SyncActor`] per synchronizer name (`sync_actor/`, with [`Permits`], [`AcquirePermits`], [`ReleasePermits`]), the shell of a pure `SyncState` (`sync_state/`); the `Crowd` serving both kinds' waiters (`crowd.rs`); the `Registry` (name → actor, started on demand); the supervised `PubSubActor` (routes every channel's messages), `Watchdog` (batched renewal of locks and permits without a lease) and `FailoverWatch` (Sentinel); what they all need (`services.rs`), how they start (`system.rs`), and the messages they exchange, which name no actor type (`messages.rs`) |
+//! | `handles/` | what users hold: actor addresses, and the command connections for what needs no actor (reads, `force_unlock`): [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); [`Election`] and [`Leadership`] (`election/`); the `scope` of every guard (`scope.rs`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
+//! | `actors/` | one [`LockActor`] per lock name in use (`lock_actor/`, with the [`Grant`] and the public [`Acquire`] and [`Release`] it answers), the shell of a pure `LockState` (`lock_state/`: waiters, holds, hand-offs, requests of unknown outcome resent; events in, effects out); one [`SyncActor`] per synchronizer name (`sync_actor/`, with [`Permits`], [`AcquirePermits`], [`ReleasePermits`]), the shell of a pure `SyncState` (`sync_state/`: waiters, permits held and their leases, give-backs, hand-offs, requests resent); what both families are made of (`name/`: the public [`Wait`], the backoff, the `Crowd` serving waiters, the lost signal, lingering); the `Registry` (name → actor, started on demand); the supervised `PubSubActor` (routes every channel's messages), `Watchdog` (batched renewal of locks and permits without a lease) and `FailoverWatch` (Sentinel); what they all need (`services.rs`), how they start (`system.rs`), and the messages they exchange, which name no actor type (`messages.rs`) |
 //! | `metrics.rs` | the `metrics` feature: what the actors report |
 //! | `protocol/` | one Lua script per operation, run by EVALSHA (`*.lua`, `sync/*.lua`), their typed calls (`commands.rs`, `sync.rs`, fenced writes in `fence.rs`), the lock kinds (`kind.rs`), the names of keys and channels (`keys.rs`, Redisson's layout, `docs/protocol.md`), the start-time permission probe (`probe.rs`) |
 //! | `connections/` | URLs and TLS (`url.rs`), typed connection failures (`failure.rs`), one server or Sentinel's primary (`endpoint.rs`), a Redis Cluster (`cluster.rs`), the command connections and replica sync (`command.rs`), the pub/sub connection (`subscription.rs`) |
@@ -89,7 +89,8 @@
 //! `src/bin/lockman` (`cli` feature) is the `lockman` command, over the public API only.
 //! Nothing under `actors/` knows the handles: a lock actor replies a [`Grant`], which the handle
 //! wraps into a [`LockGuard`], and the guard's release is a [`Release`] to that same actor.
-//! Handles share nothing with the actors but messages and the lost signal a grant carries.
+//! Handles share with the actors messages, the lost signal a grant carries, and the command
+//! connections, on which they run what no actor serves (reads, `force_unlock`).
 //!
 //! A request whose reply never came (a time-out, a reset connection, a caller gone mid-trip) is
 //! resent as it was: every lock script carries the count its holder had before it and
@@ -97,6 +98,17 @@
 //! retry never counts a hold twice and never releases someone else's (`docs/protocol.md`, "Sent
 //! again"). Synchronizer scripts record their outcome under a request id instead ("Requests sent
 //! again" there).
+//!
+//! **When Redis fails**, only the pub/sub connection is restarted: the `PubSubActor` runs under an
+//! actix `Supervisor`, and when its message stream ends it stops, is restarted, reconnects with
+//! backoff, subscribes every routed channel again and tells each actor to retry its waiters (the
+//! messages of the gap are gone). The `Watchdog` and `FailoverWatch` are supervised too, but a
+//! Redis failure does not stop them: they try again on their schedule. Commands are not restarted but **resent**, as above: the command
+//! connections reconnect by themselves, and each per-name state sends its request again until
+//! Redis answers or its horizon passes. Renewal is **one manager-wide `Watchdog`**, not a timer per
+//! name: every third of the watchdog timeout it renews every hold taken without a lease in script
+//! calls of up to 100 holds each (`RENEW_BATCH`), so 10,000 holds cost 100 calls a tick, not
+//! 10,000 timers and calls; a lock hold reaches it only once it has lived a sixth of the timeout.
 //!
 //! [actix]: https://docs.rs/actix
 //! [Redisson]: https://redisson.org

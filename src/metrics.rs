@@ -27,49 +27,6 @@ impl Since {
     }
 }
 
-/// Why a hold ended without its release.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Loss {
-    /// The watchdog found it gone, or could not renew it for a whole watchdog timeout.
-    Watchdog,
-    /// Its release found it gone.
-    Release,
-    /// Gone by the time releases of unknown outcome were settled.
-    Unconfirmed,
-    /// Its lease ran out.
-    Lease,
-    /// Its manager shut down and released it.
-    Shutdown,
-    /// A re-entry of its holder found no count of it in Redis: the key was deleted or expired
-    /// before a renewal noticed.
-    Reentry,
-}
-
-impl Loss {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn label(self) -> &'static str {
-        match self {
-            Loss::Watchdog => "watchdog",
-            Loss::Release => "release",
-            Loss::Unconfirmed => "unconfirmed",
-            Loss::Lease => "lease",
-            Loss::Shutdown => "shutdown",
-            Loss::Reentry => "reentry",
-        }
-    }
-
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            Loss::Watchdog => "renewal found it gone or failed too long",
-            Loss::Release => "release found it gone",
-            Loss::Unconfirmed => "gone while releases were unconfirmed",
-            Loss::Lease => "its lease ran out",
-            Loss::Shutdown => "its manager shut down and released it",
-            Loss::Reentry => "a re-entry found it gone from Redis",
-        }
-    }
-}
-
 /// The `kind` label of a lock kind (also the kind a client record gives a hold).
 pub(crate) fn kind_label(kind: LockKind) -> &'static str {
     match kind {
@@ -118,9 +75,9 @@ pub(crate) fn holds(kind: LockKind, delta: f64) {
 
 /// A hold ended without its release.
 #[inline]
-pub(crate) fn lost(kind: LockKind, why: Loss) {
+pub(crate) fn lost(kind: LockKind, why: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("lockman_lost_total", "kind" => kind_label(kind), "reason" => why.label())
+    metrics::counter!("lockman_lost_total", "kind" => kind_label(kind), "reason" => why)
         .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, why);
@@ -183,10 +140,9 @@ pub(crate) fn sync_answered(kind: &'static str, outcome: &'static str, since: Si
 
 /// Permits of one grant were lost (`why`: renewal found them gone, or their lease ran out).
 #[inline]
-pub(crate) fn permits_lost(kind: &'static str, why: Loss) {
+pub(crate) fn permits_lost(kind: &'static str, why: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("lockman_permits_lost_total", "kind" => kind, "reason" => why.label())
-        .increment(1);
+    metrics::counter!("lockman_permits_lost_total", "kind" => kind, "reason" => why).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, why);
 }

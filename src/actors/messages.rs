@@ -1,19 +1,19 @@
 //! The messages the actors say to each other, in one place, naming no actor type: where a
 //! message carries a return address it is a `WeakRecipient`. The requests a caller sends and the
 //! grants they answer with live beside the actor that answers them ([`Acquire`] and [`Release`]
-//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `permits`), and the registry's
+//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `sync_actor`), and the registry's
 //! in `registry`.
 //!
 //! [`Acquire`]: super::lock_actor::Acquire
 //! [`Release`]: super::lock_actor::Release
-//! [`AcquirePermits`]: super::permits::AcquirePermits
-//! [`ReleasePermits`]: super::permits::ReleasePermits
+//! [`AcquirePermits`]: super::sync_actor::AcquirePermits
+//! [`ReleasePermits`]: super::sync_actor::ReleasePermits
 
 use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, Message, WeakRecipient};
 use std::sync::Arc;
 
-pub use super::lock_state::Wait;
+pub use super::name::Wait;
 use crate::error::LockError;
 use crate::protocol::{LockKind, SyncKind};
 
@@ -109,7 +109,7 @@ pub(crate) struct Track {
     /// When Redis last set the hold's PTTL to the full timeout (its grant).
     pub confirmed: std::time::Instant,
     /// Where each renewal is published for the hold's guards (`valid_until`).
-    pub validity: Option<super::lost::Validity>,
+    pub validity: Option<super::name::lost::Validity>,
     pub actor: WeakRecipient<HoldLost>,
 }
 

@@ -1,9 +1,11 @@
 //! The actor system of one [`LockManager`](crate::LockManager):
 //!
-//! - [`Registry`]: lock name → its [`LockActor`], started on demand;
+//! - [`Registry`]: name → its [`LockActor`] or [`SyncActor`], started on demand;
 //! - [`LockActor`]: one per busy name, the shell of its `LockState` (`lock_state`: the rules of
-//!   one name, pure); stops itself when it has been idle a while (`linger`);
-//! - [`PubSubActor`]: the pub/sub connection, routing unlock messages (supervised);
+//!   one name, pure); stops itself when it has been idle a while (`name::linger`);
+//! - [`SyncActor`]: one per busy synchronizer name, the same way the shell of its `SyncState`
+//!   (`sync_state`); both families are made of the parts in `name`;
+//! - [`PubSubActor`]: the pub/sub connection, routing each channel's messages (supervised);
 //! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised);
 //! - `FailoverWatch`: with Sentinel, follows the primary and moves the others with it
 //!   (supervised).
@@ -11,21 +13,19 @@
 //! [`messages`] lists everything they say to each other.
 
 pub(crate) mod board;
-mod crowd;
 pub(crate) mod failover;
-mod linger;
 pub(crate) mod lock_actor;
 pub(crate) mod lock_state;
-pub(crate) mod lost;
 pub(crate) mod messages;
+pub(crate) mod name;
 pub(crate) mod pubsub;
 pub(crate) mod registry;
 pub(crate) mod services;
 pub(crate) mod sync_actor;
-mod sync_state;
+pub(crate) mod sync_state;
 pub(crate) mod system;
 pub(crate) mod watchdog;
 
 pub use lock_actor::{Acquire, AcquireReply, Grant, LockActor, Release, ReleaseReply};
-pub use lock_state::MAX_HAND_OFF_STREAK;
+pub use name::MAX_HAND_OFF_STREAK;
 pub use sync_actor::{AcquirePermits, Permits, ReleasePermits, SyncActor, SyncDone, SyncReply};

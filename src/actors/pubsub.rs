@@ -1,9 +1,9 @@
-//! The PubSubActor: owns the one pub/sub connection of a manager and routes each unlock message
-//! to the lock actor waiting on that channel.
+//! The PubSubActor: owns the one pub/sub connection of a manager and routes each message to the
+//! [`Listener`] of its channel: the lock or synchronizer actor waiting on it.
 //!
 //! It runs under an actix `Supervisor`. When the connection drops, the message stream ends, the
 //! actor stops and is restarted; it reconnects with backoff, subscribes every routed channel again
-//! and tells each routed lock actor to retry, since messages sent in the gap are gone.
+//! and tells each routed actor to retry, since messages sent in the gap are gone.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -23,7 +23,7 @@ pub struct PubSubActor {
     /// Where the primary is; asked again at every connection (it moves with a failover).
     endpoint: Endpoint,
     connect_timeout: Duration,
-    /// Channel → the lock actor waiting on it: from `Subscribe` to `Unsubscribe` (or that actor's
+    /// Channel → the actor (lock or synchronizer) waiting on it: from `Subscribe` to `Unsubscribe` (or that actor's
     /// death). Kept across restarts: it is what gets resubscribed.
     routes: HashMap<String, Route>,
     /// The subscribing half of the connection: `Some` while connected.
@@ -101,7 +101,7 @@ impl PubSubActor {
         ctx.stop();
     }
 
-    /// Messages may have been lost: every routed lock actor's waiters try again.
+    /// Messages may have been lost: every routed actor's waiters try again.
     fn all_retry(&self) {
         for route in self.routes.values() {
             if let Some(actor) = route.actor.resubscribed.upgrade() {
@@ -148,7 +148,7 @@ impl Actor for PubSubActor {
 impl Supervised for PubSubActor {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.sink = None;
-        // Drop routes whose lock actor is gone.
+        // Drop routes whose actor is gone.
         self.routes.retain(|_, r| r.actor.alive());
     }
 }
@@ -192,7 +192,7 @@ impl StreamHandler<Heard> for PubSubActor {
     }
 }
 
-// SUBSCRIBE and UNSUBSCRIBE run one at a time (`ctx.wait`), in the order the lock actors asked:
+// SUBSCRIBE and UNSUBSCRIBE run one at a time (`ctx.wait`), in the order the actors asked:
 // an unsubscribe overtaken by the next subscribe of the same channel would leave it deaf.
 
 impl Handler<Subscribe> for PubSubActor {

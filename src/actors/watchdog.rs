@@ -28,8 +28,8 @@ use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
 use super::board::Board;
-use super::lost::Validity;
 use super::messages::*;
+use super::name::lost::Validity;
 use crate::config::Config;
 use crate::protocol::keys;
 use crate::protocol::{Commands, RENEW_BATCH};

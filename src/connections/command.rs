@@ -1,7 +1,7 @@
 //! The command connections of one manager: a multiplexed connection to the primary (redis-rs's
 //! `ConnectionManager`, which reconnects by itself), a second one for replica-synced writes
-//! when [`Config::sync_replicas`] is on, the switch of both to a new primary after a failover,
-//! and the access check made at start.
+//! when [`Config::sync_replicas`] is on, and the switch of both to a new primary after a
+//! failover. (The access check made at start is the protocol's: `protocol/probe.rs`.)
 
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};

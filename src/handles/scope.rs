@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::select_all;
 
-use crate::actors::lost::LostSignal;
+use crate::actors::name::lost::LostSignal;
 use crate::error::LockError;
 
 /// The default margin of `scope`: a tenth of the hold's TTL (3 s of the default 30 s watchdog

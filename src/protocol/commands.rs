@@ -11,7 +11,7 @@ use crate::connections::endpoint::Endpoint;
 use crate::error::LockError;
 use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 
-/// The command connections (see `conn.rs`) and the scripts run on them. Cheap to clone: clones
+/// The command connections (see `connections/command.rs`) and the scripts run on them. Cheap to clone: clones
 /// share the connections.
 #[derive(Clone)]
 pub(crate) struct Commands {

@@ -148,7 +148,7 @@ impl LockActor {
                     // Counted before the guard is told: whoever the guard wakes reads the
                     // counters already moved.
                     metrics::holds(kind, -1.0);
-                    metrics::lost(kind, loss);
+                    metrics::lost(kind, loss.label());
                     lost.send_replace(true);
                 }
             }
@@ -158,7 +158,7 @@ impl LockActor {
                 }
             }
             Effect::Busy => self.busy(ctx),
-            Effect::Idle => crate::actors::linger::Linger::idle(self, ctx),
+            Effect::Idle => crate::actors::name::linger::Linger::idle(self, ctx),
             Effect::Stopped => {
                 for tx in self.stop_replies.drain(..) {
                     let _ = tx.send(());

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::actors::lost::LostSignal;
+use crate::actors::name::lost::LostSignal;
 use actix::Addr;
 
 use super::LockActor;

@@ -35,12 +35,12 @@ use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
-use super::linger::{Linger, Lingers};
 use super::lock_state::{Answer, Effect, LockState, ReplyId, Request, Settings, Timer, WaiterId};
-use super::lost::Validity;
 use super::messages::*;
+use super::name::linger::{Linger, Lingers};
+use super::name::lost::Validity;
 use super::services::Services;
-use crate::actors::crowd::{Caller, Crowd};
+use crate::actors::name::crowd::{Caller, Crowd};
 use crate::error::LockError;
 use crate::metrics;
 use crate::protocol::LockKind;
@@ -153,7 +153,7 @@ impl LockActor {
                 if let Some((sent, ttl)) = self.state.granted_at(&key, epoch) {
                     validity.confirm(sent, ttl);
                 }
-                let lost = crate::actors::lost::LostSignal::new(lost.subscribe(), validity);
+                let lost = crate::actors::name::lost::LostSignal::new(lost.subscribe(), validity);
                 Ok(Some(Grant::new(
                     (self.link(ctx), self.id),
                     self.name.clone(),

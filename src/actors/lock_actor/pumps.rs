@@ -1,4 +1,4 @@
-//! A lock actor's timers: its waiters' deadlines in its [`Crowd`](crate::actors::crowd::Crowd),
+//! A lock actor's timers: its waiters' deadlines in its [`Crowd`](crate::actors::name::crowd::Crowd),
 //! which also watches their callers; timers of the actor or of a hold as actix timers.
 
 use std::time::{Duration, Instant};
@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use super::{AcquireTx, LockActor};
-use crate::actors::crowd::{Crowd, Crowded, WaiterId};
 use crate::actors::lock_state::Timer;
+use crate::actors::name::WaiterId;
+use crate::actors::name::crowd::{Crowd, Crowded};
 
 impl Crowded for LockActor {
     type Reply = AcquireTx;

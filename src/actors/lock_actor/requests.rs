@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix::Message;
 
 use super::grant::Grant;
-use crate::actors::lock_state::Wait;
+use crate::actors::name::Wait;
 use crate::error::LockError;
 use crate::protocol::LockKind;
 

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{HoldKey, ReplyId, WaiterId};
+pub(crate) use crate::actors::name::Loss;
 use crate::error::LockError;
-pub(crate) use crate::metrics::Loss;
 use crate::protocol::{Attempt, Expect, FairArgs, HandedOff, LockKind};
 
 /// One effect, carried out by the shell in the order given.
@@ -80,7 +80,7 @@ pub(crate) enum Timer {
     /// A lease hold's lease runs out.
     Expiry(HoldKey, u64),
     /// Settle a hold's unconfirmed releases.
-    Reconcile(HoldKey, u64),
+    SettleHold(HoldKey, u64),
     /// Send again request `seq` ([`Op::seq`]), whose reply never came.
     Resend(u64),
     /// Try again to settle this holder's count.

@@ -32,11 +32,11 @@ pub(super) struct Hold {
     /// When a lease hold ends unless renewed by a re-entry (`Timer::Expiry`).
     pub ends: Option<Instant>,
     /// Releases asked for but not confirmed by Redis (an error, or a reply that never came).
-    /// `count` still includes them until reconciliation learns what happened.
+    /// `count` still includes them until settling the hold learns what happened.
     pub unreleased: u32,
-    pub reconcile_armed: bool,
-    /// Consecutive failed reconciliations, for the backoff.
-    pub reconcile_failures: u32,
+    pub settle_armed: bool,
+    /// Consecutive failed settlings of it, for the backoff.
+    pub settle_failures: u32,
 }
 
 impl LockState {
@@ -72,8 +72,8 @@ impl LockState {
                     lease,
                     ends: None,
                     unreleased: 0,
-                    reconcile_armed: false,
-                    reconcile_failures: 0,
+                    settle_armed: false,
+                    settle_failures: 0,
                 };
                 self.holds.insert(key.clone(), hold);
                 epoch
@@ -177,7 +177,7 @@ impl LockState {
         self.out
             .push(Effect::Cancel(Timer::Expiry(key.clone(), epoch)));
         self.out
-            .push(Effect::Cancel(Timer::Reconcile(key.clone(), epoch)));
+            .push(Effect::Cancel(Timer::SettleHold(key.clone(), epoch)));
         if hold.tracked {
             self.out.push(Effect::Untrack {
                 key: key.clone(),
@@ -189,29 +189,29 @@ impl LockState {
             None => Effect::Ended(epoch),
         });
         if self.abandoned.contains(key) {
-            // Its holder's count was to be settled, by a reconciliation of this hold that
+            // Its holder's count was to be settled, by settling this hold, which
             // cannot run now: settled as the holder's, to what this actor still grants.
             self.todo.push_back(Pending::Settle { key: key.clone() });
         }
         Some(hold)
     }
 
-    pub(super) fn schedule_reconcile(&mut self, key: &HoldKey) {
+    pub(super) fn schedule_settle_hold(&mut self, key: &HoldKey) {
         let Some(hold) = self.holds.get_mut(key) else {
             return;
         };
-        if hold.reconcile_armed
+        if hold.settle_armed
             || self
                 .todo
                 .iter()
-                .any(|p| matches!(p, Pending::Reconcile { key: k, .. } if k == key))
+                .any(|p| matches!(p, Pending::SettleHold { key: k, .. } if k == key))
         {
             return;
         }
-        hold.reconcile_armed = true;
-        let delay = backoff(hold.reconcile_failures);
+        hold.settle_armed = true;
+        let delay = backoff(hold.settle_failures);
         self.out.push(Effect::Arm(
-            Timer::Reconcile(key.clone(), hold.epoch),
+            Timer::SettleHold(key.clone(), hold.epoch),
             delay,
         ));
     }

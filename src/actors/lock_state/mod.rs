@@ -2,7 +2,8 @@
 //! go in (a request, a script's reply, an unlock message, a timer, a caller gone), and the
 //! [`Effect`]s to carry out come out, in order. The [`LockActor`](super::LockActor) is its shell.
 //!
-//! What it guarantees (and `tests.rs` checks, also over random event sequences):
+//! What it guarantees (and `tests/` checks: unit tests in `mod.rs`, random event sequences in
+//! `property.rs`, the seeded simulation of several managers in `simulation.rs`):
 //! - one round trip at a time: attempts and releases of one name never interleave;
 //! - every waiter is answered exactly once, and never while it still counts as waiting;
 //! - a subscribed channel always has a waiter that needs it;
@@ -32,37 +33,16 @@ use round_trips::{Flight, Pending};
 use unsure::Unsure;
 use waiters::{Waiter, Waiters};
 
+pub(crate) use crate::actors::name::{
+    ERROR_BACKOFF_MAX, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
+};
 use crate::error::LockError;
 use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Released};
 
-/// A waiter's number, unique within its lock actor.
-pub(crate) type WaiterId = u64;
 /// A release request's number, chosen by the shell.
 pub(crate) type ReplyId = u64;
 /// A hold's identity: its holder and its kind (a read-write holder may hold both sides).
 pub(crate) type HoldKey = (Arc<str>, LockKind);
-
-/// How long an [`Acquire`](crate::Acquire) may wait while the lock is held by someone else.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Wait {
-    /// One attempt; `None` when the lock is busy.
-    No,
-    /// Wait up to this long, then `None`.
-    Up(Duration),
-    /// Wait until the lock is acquired.
-    Forever,
-}
-
-impl Wait {
-    /// A wait of zero is one attempt: `Up(0)` is `No`, wherever a request is served.
-    pub(crate) fn normalized(self) -> Self {
-        match self {
-            Wait::Up(d) if d.is_zero() => Wait::No,
-            other => other,
-        }
-    }
-}
 
 /// One request for the lock.
 #[derive(Clone, Debug)]
@@ -86,16 +66,6 @@ pub(crate) struct Settings {
 
 /// The longest lease accepted: PEXPIRE must not overflow.
 pub(crate) const MAX_LEASE: Duration = crate::config::MAX_EXPIRY;
-
-/// How many local hand-offs may follow each other: when a release frees a lock that a waiter of
-/// the same manager waits for, one script releases it and grants it to that waiter, with no
-/// unlock message. After this many in a row, the next release publishes as usual, so that
-/// waiters in other processes (woken only by the message) get their chance.
-pub const MAX_HAND_OFF_STREAK: u32 = 8;
-
-/// Retry delays after a retryable Redis error, for a waiter that may still wait.
-const ERROR_BACKOFF_MIN: Duration = Duration::from_millis(50);
-pub(crate) const ERROR_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// The state of one lock name in this process.
 #[derive(Debug)]
@@ -121,7 +91,7 @@ pub(crate) struct LockState {
     /// unresolved, a lease ended here a little before Redis's copy): settled by count once none
     /// of their requests is unresolved; they take nothing new until then.
     abandoned: FxHashSet<HoldKey>,
-    /// Releases and reconciliations held back behind an unresolved request of their holder.
+    /// Releases and settlings held back behind an unresolved request of their holder.
     held_back: Vec<Pending>,
     /// Consecutive retryable errors, for the backoff; reset by any answer from Redis.
     failures: u32,
@@ -133,9 +103,7 @@ pub(crate) struct LockState {
     pending_wakes: VecDeque<WaiterId>,
     /// Local hand-offs since the last release that published.
     streak: u32,
-    stopping: bool,
-    /// The stop's last round trip is done: nothing runs any more.
-    stopped: bool,
+    phase: Phase,
     busy: bool,
     next_waiter: WaiterId,
     now: Instant,
@@ -164,8 +132,7 @@ impl LockState {
             subscribed: FxHashSet::default(),
             pending_wakes: VecDeque::new(),
             streak: 0,
-            stopping: false,
-            stopped: false,
+            phase: Phase::Running,
             busy: false,
             next_waiter: 0,
             now,
@@ -196,7 +163,7 @@ impl LockState {
         self.now = now;
         self.next_waiter += 1;
         let id = self.next_waiter;
-        if self.stopping {
+        if self.phase != Phase::Running {
             self.out
                 .push(Effect::Answer(id, Answer::Failed(LockError::Shutdown)));
             return id;
@@ -294,7 +261,7 @@ impl LockState {
                 self.next_wake();
             }
             (Flight::Release(release), Outcome::Release(res)) => self.released(release, res),
-            (Flight::Undo { key }, Outcome::Settle(res)) => match res {
+            (Flight::Settle { key }, Outcome::Settle(res)) => match res {
                 Ok(0) => self.settled(&key),
                 Ok(left) => {
                     tracing::warn!(lock = %self.name, left, "could not settle a holder's count yet");
@@ -307,8 +274,8 @@ impl LockState {
                         .push(Effect::Arm(Timer::Settle(key), ERROR_BACKOFF_MAX));
                 }
             },
-            (Flight::Reconcile { key, epoch }, Outcome::Settle(res)) => {
-                self.reconciled(key, epoch, res)
+            (Flight::SettleHold { key, epoch }, Outcome::Settle(res)) => {
+                self.hold_settled(key, epoch, res)
             }
             (Flight::Leave { then }, Outcome::LeaveQueue(res)) => {
                 if let Err(error) = res {
@@ -320,7 +287,7 @@ impl LockState {
             }
             (Flight::Shutdown, Outcome::Shutdown) => {
                 // Nothing runs any more: releases asked for meanwhile fail (`pump`).
-                self.stopped = true;
+                self.phase = Phase::Stopped;
                 self.out.push(Effect::Stopped);
             }
             (flight, outcome) => {
@@ -401,10 +368,10 @@ impl LockState {
                 }
             }
             Timer::Resend(id) => self.resend(id),
-            Timer::Reconcile(key, epoch) => {
+            Timer::SettleHold(key, epoch) => {
                 if let Some(hold) = self.hold_mut(&key, epoch) {
-                    hold.reconcile_armed = false;
-                    self.todo.push_back(Pending::Reconcile { key, epoch });
+                    hold.settle_armed = false;
+                    self.todo.push_back(Pending::SettleHold { key, epoch });
                     self.pump();
                 }
             }
@@ -421,7 +388,7 @@ impl LockState {
     /// `release`, release every hold as often as it was taken. Ends with [`Effect::Stopped`].
     pub(crate) fn stop(&mut self, release: bool, now: Instant) {
         self.now = now;
-        self.stopping = true;
+        self.phase = Phase::Stopping;
         self.todo.push_back(Pending::Shutdown { release });
         self.pump();
     }
@@ -440,15 +407,6 @@ impl LockState {
             }
         }
     }
-}
-
-/// The delay before retrying after `failures` consecutive errors: doubling, capped.
-/// The delay before retrying after `failures` retryable errors in a row: doubling from 50 ms,
-/// at most 2 s. Lock and synchronizer waiters, and resent synchronizer requests, share it.
-pub(crate) fn backoff(failures: u32) -> Duration {
-    ERROR_BACKOFF_MIN
-        .saturating_mul(1 << failures.min(6))
-        .min(ERROR_BACKOFF_MAX)
 }
 
 fn not_held(name: &str, (holder, kind): &HoldKey) -> LockError {

@@ -47,7 +47,7 @@ impl LockState {
                     return;
                 };
                 if !w.may_wait() {
-                    return self.settle(id, Answer::TimedOut);
+                    return self.answer(id, Answer::TimedOut);
                 }
                 self.subscribe(id);
                 // No TTL (a key without expiry): only the unlock message can wake us.
@@ -101,7 +101,7 @@ impl LockState {
             self.subscribe(id);
             self.schedule_retry(backoff);
         } else {
-            self.settle(id, Answer::Failed(e));
+            self.answer(id, Answer::Failed(e));
         }
     }
 
@@ -128,7 +128,7 @@ impl LockState {
                 .filter(|t| t.id != id && t.holder == key.0 && t.kind == key.1)
                 .map(|t| t.id)
                 .collect();
-            self.settle(id, Answer::Granted { key, epoch, token });
+            self.answer(id, Answer::Granted { key, epoch, token });
             for twin in twins {
                 self.attempt(twin);
             }
@@ -210,11 +210,11 @@ impl LockState {
             }
             Err(e) => {
                 // Redis answered with an error (a reply that never came is `unsure`'s): the
-                // release did not run. Reconciliation finishes it, so a released (or dropped)
+                // release did not run. Settling the hold finishes it, so a released (or dropped)
                 // guard never leaves a hold renewed forever.
                 if let Some(hold) = self.hold_mut(&key, epoch) {
                     hold.unreleased += 1;
-                    self.schedule_reconcile(&key);
+                    self.schedule_settle_hold(&key);
                 }
                 Err(e)
             }
@@ -225,7 +225,7 @@ impl LockState {
         }
     }
 
-    pub(super) fn reconciled(&mut self, key: HoldKey, epoch: u64, res: Result<u32, LockError>) {
+    pub(super) fn hold_settled(&mut self, key: HoldKey, epoch: u64, res: Result<u32, LockError>) {
         let name = self.name.clone();
         let Some(hold) = self.hold_mut(&key, epoch) else {
             // The hold ended meanwhile: a settle it stood for was queued again when it ended
@@ -247,20 +247,20 @@ impl LockState {
             Ok(in_redis) if in_redis > target => {
                 hold.count = in_redis;
                 hold.unreleased = in_redis - target;
-                hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
-                self.schedule_reconcile(&key);
+                hold.settle_failures = hold.settle_failures.saturating_add(1);
+                self.schedule_settle_hold(&key);
             }
             Ok(in_redis) => {
                 hold.count = in_redis;
                 hold.unreleased = 0;
-                hold.reconcile_failures = 0;
+                hold.settle_failures = 0;
                 tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
                 self.settled(&key);
             }
             Err(error) => {
-                hold.reconcile_failures = hold.reconcile_failures.saturating_add(1);
+                hold.settle_failures = hold.settle_failures.saturating_add(1);
                 tracing::warn!(lock = %name, %holder, %error, "cannot settle releases yet");
-                self.schedule_reconcile(&key);
+                self.schedule_settle_hold(&key);
             }
         }
     }

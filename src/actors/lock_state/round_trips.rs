@@ -23,7 +23,9 @@ pub(super) enum Pending {
     },
     /// Send again a request whose reply never came (`unsure`).
     Resend(u64),
-    Reconcile {
+    /// Settle the count of a hold's holder, whose releases went unconfirmed, to what the hold
+    /// still counts here.
+    SettleHold {
         key: HoldKey,
         epoch: u64,
     },
@@ -62,10 +64,11 @@ pub(super) enum Flight {
     },
     Release(ReleaseFlight),
     /// Settling a holder with no hold here (see `Pending::Settle`).
-    Undo {
+    Settle {
         key: HoldKey,
     },
-    Reconcile {
+    /// Settling a hold's holder (see `Pending::SettleHold`).
+    SettleHold {
         key: HoldKey,
         epoch: u64,
     },
@@ -76,11 +79,11 @@ pub(super) enum Flight {
 }
 
 impl Pending {
-    /// The hold a release or reconciliation is for.
+    /// The hold a release or a settling is for.
     pub(super) fn key(&self) -> Option<&HoldKey> {
         match self {
             Pending::Release { key, .. }
-            | Pending::Reconcile { key, .. }
+            | Pending::SettleHold { key, .. }
             | Pending::Settle { key } => Some(key),
             _ => None,
         }
@@ -102,7 +105,7 @@ impl LockState {
 
     /// Starts the next round trip, when none is under way.
     pub(super) fn pump(&mut self) {
-        if self.stopped {
+        if self.phase == Phase::Stopped {
             for pending in std::mem::take(&mut self.todo) {
                 if let Pending::Release {
                     reply: Some(reply), ..
@@ -151,7 +154,7 @@ impl LockState {
             Pending::Settle { key } => match self.holds.get(&key) {
                 Some(hold) => {
                     let epoch = hold.epoch;
-                    self.todo.push_front(Pending::Reconcile { key, epoch });
+                    self.todo.push_front(Pending::SettleHold { key, epoch });
                     None
                 }
                 None => Some((
@@ -161,11 +164,11 @@ impl LockState {
                         target: 0,
                         lease: self.settings.watchdog_timeout,
                     },
-                    Flight::Undo { key },
+                    Flight::Settle { key },
                 )),
             },
             Pending::Resend(id) => self.resend_op(id),
-            Pending::Reconcile { key, epoch } => {
+            Pending::SettleHold { key, epoch } => {
                 let hold = self.hold_mut(&key, epoch)?;
                 let op = Op::Settle {
                     kind: key.1,
@@ -173,7 +176,7 @@ impl LockState {
                     target: hold.count - hold.unreleased,
                     lease: hold.lease,
                 };
-                Some((op, Flight::Reconcile { key, epoch }))
+                Some((op, Flight::SettleHold { key, epoch }))
             }
             Pending::Leave { holder, wait, then } => {
                 Some((Op::LeaveQueue { holder, wait }, Flight::Leave { then }))
@@ -198,7 +201,7 @@ impl LockState {
             // Its holder's unresolved request goes first; its resolution wakes this one. A
             // single attempt cannot wait for that: it fails as that request did.
             if !self.waiters.get(id)?.may_wait() {
-                self.settle(id, Answer::Failed(error));
+                self.answer(id, Answer::Failed(error));
             }
             return None;
         }
@@ -267,7 +270,7 @@ impl LockState {
             return None;
         };
         if hold.unreleased > 0 {
-            // Earlier releases are unconfirmed: this one joins them, reconciled in one go.
+            // Earlier releases are unconfirmed: this one joins them, settled in one go.
             hold.unreleased += 1;
             if let Some(reply) = reply {
                 self.out.push(Effect::ReleaseDone(reply, Ok(())));
@@ -282,7 +285,7 @@ impl LockState {
             )
             && self.settings.hand_off
             && self.streak < MAX_HAND_OFF_STREAK
-            && !self.stopping
+            && self.phase == Phase::Running
         {
             self.waiters
                 .front()

@@ -99,7 +99,7 @@ impl LockState {
             self.watch_caller(waiter);
         }
         if let Some(waiter) = fail_waiter {
-            self.settle(waiter, Answer::Failed(error));
+            self.answer(waiter, Answer::Failed(error));
         }
         if attempt {
             // A wake-up this attempt was part of goes on with the next waiter.

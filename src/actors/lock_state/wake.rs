@@ -28,7 +28,7 @@ impl LockState {
     pub(super) fn give_up(&mut self, id: WaiterId, why: &str) {
         if self.waiters.contains(id) {
             tracing::debug!(lock = %self.name, why, "waiter left");
-            self.settle(id, Answer::TimedOut);
+            self.answer(id, Answer::TimedOut);
         }
         self.maybe_idle();
     }
@@ -38,7 +38,7 @@ impl LockState {
     /// that ends without the lock first leaves the Redis queue (unless another local waiter of
     /// the same holder still needs the place), so it delays nobody behind it; its caller hears
     /// back once it has left, with that round trip sent next.
-    pub(super) fn settle(&mut self, id: WaiterId, answer: Answer) {
+    pub(super) fn answer(&mut self, id: WaiterId, answer: Answer) {
         let Some((w, last_of_holder)) = self.waiters.remove(id) else {
             return;
         };

@@ -1,21 +1,19 @@
 //! The synchronizer actor: one per semaphore, permit semaphore or count-down latch name in this
-//! process, for as long as that name is busy here. The shell of a [`SyncState`] (the waiting
-//! rules, pure), as a lock actor is of its `LockState`: each message, attempt outcome, timer or
-//! channel message becomes an event, and the actor carries out the effects that come back.
-//!
-//! It owns what a lock actor owns for its name: the local waiters (served by one [`Crowd`]),
-//! the subscription (through the `PubSubActor`), and the permits granted here, which the
-//! `Watchdog` renews when they were taken without a lease. Every script it runs goes behind a
-//! request latch and is sent again with the same latch while its outcome is unknown, so Redis
-//! counts each request once. It stops itself when it has no waiter, no permit and no request
-//! under way.
+//! process, for as long as that name is busy here. It is the shell of a [`SyncState`], which
+//! holds every rule of the name (waiters, permits held by epoch, leases, give-backs, hand-offs,
+//! resends, the stop), as a lock actor is of its `LockState`: each message, round trip's
+//! outcome, timer or channel message becomes an event, and the actor carries out the effects
+//! that come back — a script on the command connection (each behind its request latch), a
+//! reply, a subscription, a timer, a word to the Watchdog, a lost signal. It stops itself when
+//! it has been idle a while, as a lock actor does (see its module doc).
 
+mod effects;
 mod permits;
 
 pub use permits::{AcquirePermits, Permits, ReleasePermits};
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::WeakRecipient;
 use actix::dev::{MessageResponse, OneshotSender};
@@ -23,25 +21,22 @@ use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
-use crate::actors::crowd::{Caller, Crowd, Crowded, Sender, WaiterId};
-use crate::actors::linger::{Linger, Lingers};
-use crate::actors::lock_state::{MAX_HAND_OFF_STREAK, backoff};
-use crate::actors::lost::Validity;
 use crate::actors::messages::*;
+use crate::actors::name::WaiterId;
+use crate::actors::name::crowd::{Caller, Crowd, Crowded, Sender};
+use crate::actors::name::linger::{Linger, Lingers};
+use crate::actors::name::lost::{LostSignal, Validity};
 use crate::actors::services::Services;
-use crate::actors::sync_state::{Answer, Effect, SyncState, Tried};
+use crate::actors::sync_state::Op;
+use crate::actors::sync_state::{Answer, Effect, ReplyId, Settings, SyncState, Timer, Want};
 use crate::error::LockError;
-use crate::metrics::{self, Loss};
-use crate::protocol::{SyncKind, SyncLatch, Take, hex};
-
-/// The longest a request whose reply never came is sent again: a third of the watchdog timeout,
-/// as for locks (`Commands::resend_limit`).
-fn resend_limit(svc: &Services) -> Duration {
-    svc.config.get_watchdog_timeout() / 3
-}
+use crate::metrics;
+use crate::protocol::{SyncKind, SyncLatch, hex};
 
 type PermitsTx = OneshotSender<Result<Option<Permits>, LockError>>;
 type LatchTx = OneshotSender<Result<bool, LockError>>;
+type DoneTx = OneshotSender<Result<(), LockError>>;
+type AdjustTx = OneshotSender<Result<i64, LockError>>;
 
 /// How a waiter is answered: with permits, or with whether a latch opened.
 pub(crate) enum SyncTx {
@@ -58,28 +53,10 @@ impl Sender for SyncTx {
     }
 }
 
-/// A waiter's request, as the actor keeps it.
-struct Waiting {
-    caller: Caller<SyncTx>,
-    permits: u32,
-    lease: Option<Duration>,
-    /// A permit semaphore's ids for this request, 16 bytes each: made once, sent with every
-    /// attempt.
-    ids: Vec<u8>,
-    since: metrics::Since,
-    /// When the latest attempt to take them was sent: a grant's TTL runs from no earlier.
-    sent: Instant,
-}
-
-/// Permits granted here and not yet given back.
-struct Held {
-    permits: u32,
-    ids: Vec<u8>,
-    lost: watch::Sender<bool>,
-    /// Renewed by the Watchdog (taken without a lease).
-    tracked: bool,
-    /// Its lease's end, when it has one.
-    expiry: Option<SpawnHandle>,
+/// Where the replies of give-backs and adjustments go, by number.
+enum Replying {
+    Done(DoneTx),
+    Adjust(AdjustTx),
 }
 
 /// The actor of one synchronizer name. Reach it through
@@ -92,30 +69,30 @@ pub struct SyncActor {
     name: Arc<str>,
     svc: Services,
     registry: WeakRecipient<ForgetSync>,
-    /// The first part of this actor's latch keys: its manager's id and its kind. One actor of a
-    /// kind and name runs at a time per manager, and it stops only with no request under way,
-    /// so its successor reuses the same lanes.
+    /// The first part of this actor's latch keys: its manager's id and its kind.
     latch_prefix: String,
-    free_lanes: Vec<u32>,
-    next_lane: u32,
+    /// The request latch of each round trip under way, by number: made at its first run, reused
+    /// when it is sent again.
+    latches: FxHashMap<u64, SyncLatch>,
     state: SyncState,
-    waiting: FxHashMap<WaiterId, Waiting>,
+    /// The callers of waiting requests, by waiter, with their arrival (for metrics).
+    waiting: FxHashMap<WaiterId, (Caller<SyncTx>, metrics::Since)>,
     next_waiter: WaiterId,
+    /// The watched callers and the waiters' deadlines, served by one future.
     crowd: Crowd<SyncTx>,
-    held: FxHashMap<u64, Held>,
-    next_epoch: u64,
-    /// Requests under way other than attempts (releases, adjustments).
-    busy: usize,
-    /// Hand-offs in a row since the last release through Redis.
-    hand_offs: u32,
-    /// The one timer of the state.
-    timer: Option<SpawnHandle>,
+    /// The senders of give-backs and adjustments under way.
+    replying: FxHashMap<ReplyId, Replying>,
+    next_reply: ReplyId,
+    /// The state's timers, as actix timers.
+    timers: FxHashMap<Timer, SpawnHandle>,
+    /// Each grant's lost signal, permits and validity, by epoch; its guard holds the receiver.
+    signals: FxHashMap<u64, (watch::Sender<bool>, u32, Validity)>,
     /// A strong address to itself while busy or lingering (see the lock actor's module doc).
     keepalive: Option<Addr<Self>>,
     /// Its lingering while idle.
     linger: Linger,
-    /// Set by `StopSync`: nothing new is served.
-    stopping: bool,
+    /// Who waits for a requested stop.
+    stop_replies: Vec<oneshot::Sender<()>>,
     effects: Vec<Effect>,
 }
 
@@ -127,49 +104,35 @@ impl SyncActor {
         svc: Services,
         registry: WeakRecipient<ForgetSync>,
     ) -> Self {
+        let settings = Settings {
+            watchdog_timeout: svc.config.get_watchdog_timeout(),
+            // A hand-off grants without a take, so without the take's replica sync.
+            hand_off: svc.config.get_sync_replicas().is_none(),
+        };
         Self {
             latch_prefix: format!("{}:{}", svc.client_id.simple(), kind.letter()),
-            free_lanes: Vec::new(),
-            next_lane: 0,
+            latches: FxHashMap::default(),
+            state: SyncState::new(kind, name.clone(), settings, Instant::now()),
             id,
             kind,
             name,
             svc,
             registry,
-            state: SyncState::new(kind),
             waiting: FxHashMap::default(),
             next_waiter: 0,
             crowd: Crowd::default(),
-            held: FxHashMap::default(),
-            next_epoch: 0,
-            busy: 0,
-            hand_offs: 0,
-            timer: None,
+            replying: FxHashMap::default(),
+            next_reply: 0,
+            timers: FxHashMap::default(),
+            signals: FxHashMap::default(),
             keepalive: None,
             linger: Linger::default(),
-            stopping: false,
+            stop_replies: Vec::new(),
             effects: Vec::new(),
         }
     }
 
-    /// A latch on a free lane for one request; [`Self::lane_done`] frees the lane.
-    fn latch(&mut self) -> (u32, SyncLatch) {
-        let lane = self.free_lanes.pop().unwrap_or_else(|| {
-            self.next_lane += 1;
-            self.next_lane
-        });
-        let latch = SyncLatch {
-            lane: format!("{}:{lane}", self.latch_prefix),
-            id: crate::protocol::Latch::new().id,
-        };
-        (lane, latch)
-    }
-
-    fn lane_done(&mut self, lane: u32) {
-        self.free_lanes.push(lane);
-    }
-
-    /// Carries out what the state asked for, then stays alive only while busy.
+    /// Carries out what the state asked for, in order (into a buffer kept between calls).
     fn apply(&mut self, ctx: &mut Context<Self>) {
         let mut effects = std::mem::take(&mut self.effects);
         self.state.drain_into(&mut effects);
@@ -177,134 +140,12 @@ impl SyncActor {
             self.effect(effect, ctx);
         }
         self.effects = effects;
-        self.keep_alive_while_busy(ctx);
-    }
-
-    fn keep_alive_while_busy(&mut self, ctx: &mut Context<Self>) {
-        let busy = !self.state.is_idle() || !self.held.is_empty() || self.busy > 0;
-        if busy {
-            Linger::busy(self);
-            if self.keepalive.is_none() {
-                self.keepalive = Some(ctx.address());
-            }
-        } else {
-            // Kept alive by its own address while it lingers (its round trips kept it so far).
-            if self.keepalive.is_none() && self.linger.is_busy() {
-                self.keepalive = Some(ctx.address());
-            }
-            Linger::idle(self, ctx);
-        }
-    }
-
-    fn effect(&mut self, effect: Effect, ctx: &mut Context<Self>) {
-        match effect {
-            Effect::Try(id) => self.attempt(id, ctx),
-            Effect::Answer(id, answer) => self.answer(id, answer, ctx),
-            Effect::Subscribe => {
-                let request = self.svc.pubsub.send(Subscribe {
-                    channel: self.kind.channel(&self.name),
-                    id: self.id,
-                    actor: Listener::of(&ctx.address()),
-                });
-                ctx.spawn(request.into_actor(self).map(|res, act, ctx| {
-                    let ok = matches!(res, Ok(Ok(())));
-                    act.state.subscribed(ok, Instant::now());
-                    act.apply(ctx);
-                }));
-            }
-            Effect::Unsubscribe => self.svc.pubsub.do_send(Unsubscribe {
-                channel: self.kind.channel(&self.name),
-                id: self.id,
-            }),
-            Effect::Arm(after) => {
-                if let Some(old) = self.timer.take() {
-                    ctx.cancel_future(old);
-                }
-                self.timer = Some(ctx.run_later(after, |act, ctx| {
-                    act.timer = None;
-                    act.state.timer(Instant::now());
-                    act.apply(ctx);
-                }));
-            }
-        }
-    }
-
-    /// Runs waiter `id`'s attempt: take its permits, or read the latch's count.
-    fn attempt(&mut self, id: WaiterId, ctx: &mut Context<Self>) {
-        let Some(waiting) = self.waiting.get(&id) else {
-            return;
-        };
-        let (commands, kind, name) = (self.svc.commands.clone(), self.kind, self.name.clone());
-        let limit = resend_limit(&self.svc);
-        if kind == SyncKind::CountDownLatch {
-            let work = async move { resend(limit, || commands.read_counter(&name)).await };
-            ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
-                let tried = match res {
-                    Ok(count) if count <= 0 => Tried::Done,
-                    Ok(_) => Tried::Short {
-                        free: 0,
-                        retry_in: None,
-                    },
-                    Err(e) => Tried::Failed(e),
-                };
-                act.state.tried(id, tried, Instant::now());
-                act.apply(ctx);
-            }));
-            return;
-        }
-        let (permits, ids) = (waiting.permits, waiting.ids.clone());
-        if let Some(w) = self.waiting.get_mut(&id) {
-            w.sent = Instant::now();
-        }
-        let Some(waiting) = self.waiting.get(&id) else {
-            return;
-        };
-        let lease = waiting
-            .lease
-            .unwrap_or(self.svc.config.get_watchdog_timeout());
-        let (lane, latch) = self.latch();
-        let work = async move {
-            let taken = resend(limit, || {
-                commands.take_permits(kind, &name, (permits, &ids, lease), &latch)
-            })
-            .await;
-            if let Ok(Take::Unsynced { acked, wanted }) = taken {
-                // Not on enough replicas to survive a failover: given back before the answer,
-                // as the next request of the same lane (its acquire is answered).
-                let give_back = SyncLatch {
-                    lane: latch.lane.clone(),
-                    id: crate::protocol::Latch::new().id,
-                };
-                let back = resend(limit, || {
-                    commands.give_permits(kind, &name, (permits, &ids), &give_back)
-                })
-                .await;
-                if let Err(error) = back {
-                    tracing::warn!(%error, "permits refused by replica sync not given back");
-                }
-                return Err(LockError::ReplicaSync { acked, wanted });
-            }
-            taken
-        };
-        ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
-            act.lane_done(lane);
-            let tried = match res {
-                Ok(Take::Taken) => Tried::Done,
-                Ok(Take::Short { free, retry_in }) => Tried::Short { free, retry_in },
-                Ok(Take::Unsynced { acked, wanted }) => {
-                    Tried::Failed(LockError::ReplicaSync { acked, wanted })
-                }
-                Err(e) => Tried::Failed(e),
-            };
-            act.state.tried(id, tried, Instant::now());
-            act.apply(ctx);
-        }));
     }
 
     /// Answers waiter `id`'s caller. Permits that reach nobody come back and their drop gives
     /// them back.
     fn answer(&mut self, id: WaiterId, answer: Answer, ctx: &mut Context<Self>) {
-        let Some(waiting) = self.waiting.remove(&id) else {
+        let Some((caller, since)) = self.waiting.remove(&id) else {
             return;
         };
         self.crowd.disarm(id);
@@ -316,289 +157,62 @@ impl SyncActor {
             (Answer::TimedOut, _) => "timed_out",
             (Answer::Failed(_), _) => "failed",
         };
-        metrics::sync_answered(label, outcome, waiting.since);
-        let Some(tx) = waiting.caller.take() else {
+        metrics::sync_answered(label, outcome, since);
+        // A grant's signal is made even when its caller is gone: the permits' drop gives them
+        // back.
+        let reply = match answer {
+            Answer::Done {
+                waited,
+                grant: Some(grant),
+            } => {
+                let (lost, rx) = watch::channel(false);
+                // A plain semaphore's permits never expire: their validity stays unconfirmed.
+                let validity = Validity::new();
+                if let Some((sent, ttl)) = grant.confirmed {
+                    validity.confirm(sent, ttl);
+                }
+                metrics::permits(label, f64::from(grant.permits));
+                let signal = LostSignal::new(rx, &validity);
+                self.signals
+                    .insert(grant.epoch, (lost, grant.permits, validity));
+                Ok(Some(Permits {
+                    actor: ctx.address(),
+                    actor_id: self.id,
+                    name: self.name.clone(),
+                    kind: self.kind,
+                    permits: grant.permits,
+                    ids: grant.ids.to_vec(),
+                    epoch: grant.epoch,
+                    lost: signal,
+                    waited,
+                    armed: true,
+                }))
+            }
+            Answer::Done { grant: None, .. } => Ok(None),
+            Answer::TimedOut => Ok(None),
+            Answer::Failed(e) => Err(e),
+        };
+        let Some(tx) = caller.take() else {
             return;
         };
         match tx {
             SyncTx::Latch(tx) => {
-                let _ = tx.send(match answer {
-                    Answer::Done { .. } => Ok(true),
-                    Answer::TimedOut => Ok(false),
-                    Answer::Failed(e) => Err(e),
-                });
+                let _ = tx.send(reply.map(|_| matches!(outcome, "opened")));
             }
             SyncTx::Permits(tx) => {
-                let reply = match answer {
-                    Answer::Done { waited } => {
-                        let mut permits = self.grant(
-                            waiting.permits,
-                            waiting.ids,
-                            (waiting.lease, waiting.sent),
-                            ctx,
-                        );
-                        permits.waited = waited;
-                        Ok(Some(permits))
-                    }
-                    Answer::TimedOut => Ok(None),
-                    Answer::Failed(e) => Err(e),
-                };
                 let _ = tx.send(reply); // a grant nobody receives is dropped: given back
             }
         }
     }
 
-    /// Records permits just taken and makes their grant: renewed by the Watchdog when taken
-    /// without a lease (permit semaphore), or lost when their lease ends.
-    fn grant(
-        &mut self,
-        permits: u32,
-        ids: Vec<u8>,
-        (lease, sent): (Option<Duration>, Instant),
-        ctx: &mut Context<Self>,
-    ) -> Permits {
-        self.next_epoch += 1;
-        let epoch = self.next_epoch;
-        let (lost, rx) = watch::channel(false);
-        let renewed = self.kind == SyncKind::PermitSemaphore && lease.is_none();
-        // A plain semaphore's permits never expire: their validity stays unconfirmed (none).
-        let validity = Validity::new();
-        if self.kind == SyncKind::PermitSemaphore {
-            let ttl = lease.unwrap_or(self.svc.config.get_watchdog_timeout());
-            validity.confirm(sent, ttl);
-        }
-        if renewed {
-            self.svc.watchdog.do_send(Track {
-                name: self.name.clone(),
-                holder: hex_ids(&ids).into(),
-                kind: Renewal::Permits,
-                epoch,
-                confirmed: Instant::now(),
-                validity: Some(validity.clone()),
-                actor: ctx.address().recipient::<HoldLost>().downgrade(),
-            });
-        }
-        let expiry = match (self.kind, lease) {
-            (SyncKind::PermitSemaphore, Some(lease)) => {
-                Some(ctx.run_later(lease, move |act, ctx| {
-                    act.lose(epoch, Loss::Lease, ctx);
-                }))
-            }
-            _ => None,
-        };
-        metrics::permits(self.kind.label(), f64::from(permits));
-        self.held.insert(
-            epoch,
-            Held {
-                permits,
-                ids: ids.clone(),
-                lost,
-                tracked: renewed,
-                expiry,
-            },
-        );
-        Permits {
-            actor: ctx.address(),
-            actor_id: self.id,
-            name: self.name.clone(),
-            kind: self.kind,
-            permits,
-            ids,
-            epoch,
-            lost: crate::actors::lost::LostSignal::new(rx, &validity),
-            waited: false,
-            armed: true,
-        }
-    }
-
-    /// The permits of `epoch` are gone from Redis (renewal found them gone, or their lease
-    /// ended): their grant learns it; a later release of them replies `NotHeld`.
-    fn lose(&mut self, epoch: u64, why: Loss, ctx: &mut Context<Self>) {
-        if let Some(held) = self.held.get_mut(&epoch)
-            && !*held.lost.borrow()
-        {
-            // Counted before the guard is told: whoever the guard wakes reads the counter
-            // already moved.
-            tracing::warn!(name = %self.name, kind = self.kind.label(), reason = why.describe(), "permits lost");
-            metrics::permits_lost(self.kind.label(), why);
-            held.lost.send_replace(true);
-            if let Some(expiry) = held.expiry.take() {
-                ctx.cancel_future(expiry);
-            }
-        }
-    }
-
-    /// Gives back the permits of `epoch`, answering `tx` with the outcome.
-    fn give_back(
-        &mut self,
-        epoch: u64,
-        tx: Option<OneshotSender<Result<(), LockError>>>,
-        ctx: &mut Context<Self>,
-    ) {
-        let Some(held) = self.held.remove(&epoch) else {
-            if let Some(tx) = tx {
-                let _ = tx.send(Err(self.not_held()));
-            }
-            return;
-        };
-        metrics::permits(self.kind.label(), -f64::from(held.permits));
-        if held.tracked {
-            self.svc.watchdog.do_send(Untrack {
-                name: self.name.clone(),
-                holder: hex_ids(&held.ids).into(),
-                kind: Renewal::Permits,
-                epoch,
-            });
-        }
-        if let Some(expiry) = held.expiry {
-            ctx.cancel_future(expiry);
-        }
-        let was_lost = *held.lost.borrow();
-        let (mut permits, ids) = (held.permits, held.ids);
-        if !was_lost && let Some(handed) = self.hand_off(permits, ctx) {
-            permits -= handed;
-            if permits == 0 {
-                if let Some(tx) = tx {
-                    let _ = tx.send(Ok(()));
-                }
-                return;
-            }
-        } else {
-            self.hand_offs = 0;
-        }
-        let (commands, kind, name) = (self.svc.commands.clone(), self.kind, self.name.clone());
-        let limit = resend_limit(&self.svc);
-        let (lane, latch) = self.latch();
-        self.busy += 1;
-        let work = async move {
-            resend(limit, || {
-                commands.give_permits(kind, &name, (permits, &ids), &latch)
-            })
-            .await
-        };
-        ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
-            act.lane_done(lane);
-            act.busy -= 1;
-            let reply = match res {
-                // A permit semaphore replies how many ids were still held.
-                Ok(released)
-                    if kind == SyncKind::PermitSemaphore
-                        && (was_lost || released < i64::from(permits)) =>
-                {
-                    Err(act.not_held())
-                }
-                Ok(_) => Ok(()),
-                Err(e) => Err(e),
-            };
-            if let Err(error) = &reply {
-                tracing::debug!(%error, name = %act.name, "give back");
-            }
-            if let Some(tx) = tx {
-                let _ = tx.send(reply);
-            }
-            act.keep_alive_while_busy(ctx);
-        }));
-    }
-
-    /// Hands up to `permits` permits of a plain semaphore that are being given back to a
-    /// waiting local waiter, without a round trip: Redis's free count stays as it is, and the
-    /// permits change hands here. Returns how many were handed. At most
-    /// [`MAX_HAND_OFF_STREAK`] in a row, so that an ordinary release (and its message) lets
-    /// other processes' waiters in; never with replica sync (a hand-off is a grant without the
-    /// acquire's replica wait). A permit semaphore's permits carry leases and renewals of their
-    /// own, and are always given back through Redis.
-    fn hand_off(&mut self, permits: u32, ctx: &mut Context<Self>) -> Option<u32> {
-        if self.kind != SyncKind::Semaphore
-            || self.hand_offs >= MAX_HAND_OFF_STREAK
-            || self.svc.config.get_sync_replicas().is_some()
-        {
-            return None;
-        }
-        let (_, wants) = self.state.hand_off(permits, |_| true)?;
-        self.hand_offs += 1;
-        tracing::trace!(name = %self.name, permits = wants, "permits handed off");
-        self.apply(ctx);
-        Some(wants)
-    }
-
-    fn not_held(&self) -> LockError {
-        LockError::NotHeld {
-            name: self.name.to_string(),
-            holder: "these permits".into(),
-        }
-    }
-
-    /// Runs one adjustment (set, add, drain, release without a grant, count down…).
-    fn adjust(
-        &mut self,
-        op: Op,
-        tx: Option<OneshotSender<Result<i64, LockError>>>,
-        ctx: &mut Context<Self>,
-    ) {
-        let (commands, kind, name) = (self.svc.commands.clone(), self.kind, self.name.clone());
-        let limit = resend_limit(&self.svc);
-        let (lane, latch) = self.latch();
-        self.busy += 1;
-        let work = async move {
-            resend(limit, || async {
-                let op = match &op {
-                    Op::Adjust(op) => *op,
-                    Op::ReleaseIds(ids) => {
-                        return commands.release_all_permits(&name, ids, &latch).await;
-                    }
-                };
-                match op {
-                    Adjustment::SetPermits(n) => commands
-                        .set_permits(kind, &name, (n, None), &latch)
-                        .await
-                        .map(i64::from),
-                    Adjustment::SetPermitsWithTtl(n, ttl) => commands
-                        .set_permits(kind, &name, (n, Some(ttl)), &latch)
-                        .await
-                        .map(i64::from),
-                    Adjustment::ReleaseIfExists(n) => commands
-                        .release_if_exists(&name, n, &latch)
-                        .await
-                        .map(i64::from),
-                    Adjustment::AddPermits(d) => commands.add_permits(kind, &name, d, &latch).await,
-                    Adjustment::Drain => commands.drain_permits(&name, &latch).await,
-                    Adjustment::Release(n) => {
-                        commands.give_permits(kind, &name, (n, &[]), &latch).await
-                    }
-                    Adjustment::Available => commands
-                        .count_permits(kind, &name)
-                        .await
-                        .map(|(free, _)| free),
-                    Adjustment::Acquired => commands
-                        .count_permits(kind, &name)
-                        .await
-                        .map(|(_, held)| held),
-                    Adjustment::SetCount(c) => {
-                        commands.set_count(&name, c, &latch).await.map(i64::from)
-                    }
-                    Adjustment::CountDown => commands.count_down(&name, &latch).await,
-                }
-            })
-            .await
-        };
-        ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
-            act.lane_done(lane);
-            act.busy -= 1;
-            if let Some(tx) = tx {
-                let _ = tx.send(res);
-            }
-            act.keep_alive_while_busy(ctx);
-        }));
-    }
-
-    fn arrive(
+    fn request(
         &mut self,
         tx: SyncTx,
-        (permits, lease): (u32, Option<Duration>),
+        (permits, lease): (u32, Option<std::time::Duration>),
         wait: Wait,
         ctx: &mut Context<Self>,
     ) {
-        if self.stopping {
+        if self.state.is_stopping() {
             match tx {
                 SyncTx::Permits(tx) => drop(tx.send(Err(LockError::Shutdown))),
                 SyncTx::Latch(tx) => drop(tx.send(Err(LockError::Shutdown))),
@@ -607,10 +221,10 @@ impl SyncActor {
         }
         self.next_waiter += 1;
         let id = self.next_waiter;
-        let ids = if self.kind == SyncKind::PermitSemaphore {
+        let ids: Arc<[u8]> = if self.kind == SyncKind::PermitSemaphore {
             (0..permits).flat_map(|_| self.svc.permit_id()).collect()
         } else {
-            Vec::new()
+            Arc::from([])
         };
         let wait = wait.normalized();
         let caller = Caller::Unwatched(tx);
@@ -619,45 +233,28 @@ impl SyncActor {
         } else {
             self.crowd.watch(id, caller, ctx)
         };
-        if let Wait::Up(limit) = wait {
-            self.crowd.arm(id, limit, ctx);
-        }
-        self.waiting.insert(
-            id,
-            Waiting {
-                caller,
-                permits,
-                lease,
-                ids,
-                since: metrics::Since::now(),
-                sent: Instant::now(),
-            },
-        );
+        self.waiting.insert(id, (caller, metrics::Since::now()));
         metrics::sync_waiters(self.kind.label(), 1.0);
-        self.state.arrive(id, permits, matches!(wait, Wait::No));
+        let want = Want {
+            permits,
+            lease,
+            ids,
+        };
+        self.state.request(id, want, wait, Instant::now());
         self.apply(ctx);
     }
-}
 
-/// Sends `call` again while its outcome is unknown (a time-out, a dropped connection), with the
-/// same request latch, for up to `limit`; then returns what it last got.
-async fn resend<T, F, Fut>(limit: Duration, mut call: F) -> Result<T, LockError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, LockError>>,
-{
-    let started = Instant::now();
-    let mut failures = 0;
-    loop {
-        let after = backoff(failures);
-        match call().await {
-            Err(e) if e.outcome_unknown() && started.elapsed() + after < limit => {
-                tracing::debug!(error = %e, "synchronizer request sent again");
-                tokio::time::sleep(after).await;
-                failures += 1;
-            }
-            other => return other,
-        }
+    /// Gives back the permits of `epoch`, answering `tx` with the outcome.
+    fn release(&mut self, epoch: u64, tx: Option<Replying>, ctx: &mut Context<Self>) {
+        let reply = tx.map(|tx| self.reply_to(tx));
+        self.state.release(epoch, reply, Instant::now());
+        self.apply(ctx);
+    }
+
+    fn reply_to(&mut self, tx: Replying) -> ReplyId {
+        self.next_reply += 1;
+        self.replying.insert(self.next_reply, tx);
+        self.next_reply
     }
 }
 
@@ -678,7 +275,7 @@ impl Actor for SyncActor {
                 id: self.id,
             });
         }
-        self.state.fail_all(&LockError::Shutdown);
+        self.state.abandon();
         let mut effects = Vec::new();
         self.state.drain_into(&mut effects);
         for effect in effects {
@@ -686,6 +283,12 @@ impl Actor for SyncActor {
                 Effect::Answer(id, answer) => self.answer(id, answer, ctx),
                 Effect::Unsubscribe => self.effect(effect, ctx),
                 _ => {}
+            }
+        }
+        for (_, tx) in self.replying.drain() {
+            match tx {
+                Replying::Done(tx) => drop(tx.send(Err(LockError::Shutdown))),
+                Replying::Adjust(tx) => drop(tx.send(Err(LockError::Shutdown))),
             }
         }
         tracing::trace!(name = %self.name, id = self.id, "synchronizer actor stopped");
@@ -714,19 +317,19 @@ impl Crowded for SyncActor {
     }
 
     fn caller_left(&mut self, id: WaiterId, ctx: &mut Context<Self>) {
-        self.state.gone(id);
+        self.state.caller_gone(id, Instant::now());
         if !self.state.has(id)
-            && let Some(waiting) = self.waiting.remove(&id)
+            && let Some((_, since)) = self.waiting.remove(&id)
         {
             self.crowd.disarm(id);
             metrics::sync_waiters(self.kind.label(), -1.0);
-            metrics::sync_answered(self.kind.label(), "abandoned", waiting.since);
+            metrics::sync_answered(self.kind.label(), "abandoned", since);
         }
         self.apply(ctx);
     }
 
-    fn deadline(&mut self, id: WaiterId, _: Instant, ctx: &mut Context<Self>) {
-        self.state.deadline(id);
+    fn deadline(&mut self, id: WaiterId, now: Instant, ctx: &mut Context<Self>) {
+        self.state.fired(Timer::Deadline(id), now);
         self.apply(ctx);
     }
 }
@@ -754,7 +357,7 @@ impl MessageResponse<SyncActor, AcquirePermits> for SyncReply<AcquirePermits> {
         }
         ctx.wait(
             actix::fut::ready(()).map(move |(), act: &mut SyncActor, ctx| {
-                act.arrive(SyncTx::Permits(tx), (msg.permits, msg.lease), msg.wait, ctx);
+                act.request(SyncTx::Permits(tx), (msg.permits, msg.lease), msg.wait, ctx);
             }),
         );
     }
@@ -786,7 +389,7 @@ impl MessageResponse<SyncActor, AwaitLatch> for SyncReply<AwaitLatch> {
         let wait = self.0.wait;
         ctx.wait(
             actix::fut::ready(()).map(move |(), act: &mut SyncActor, ctx| {
-                act.arrive(SyncTx::Latch(tx), (0, None), wait, ctx);
+                act.request(SyncTx::Latch(tx), (0, None), wait, ctx);
             }),
         );
     }
@@ -838,8 +441,7 @@ where
         match self.0 {
             Ok(epoch) => ctx.wait(actix::fut::ready(()).map(
                 move |(), act: &mut SyncActor, ctx| {
-                    act.give_back(epoch, tx, ctx);
-                    act.keep_alive_while_busy(ctx);
+                    act.release(epoch, tx.map(Replying::Done), ctx);
                 },
             )),
             Err(refused) => {
@@ -849,16 +451,6 @@ where
             }
         }
     }
-}
-
-/// What [`SyncActor::adjust`] runs: a public [`Adjustment`], or a permit semaphore's release of a
-/// list of ids, all or nothing ([`ReleaseIds`]; ids are not `Copy`, as `Adjustment` is).
-#[derive(Clone, Debug)]
-pub enum Op {
-    /// A public adjustment.
-    Adjust(Adjustment),
-    /// A permit semaphore's release of these ids, all or nothing.
-    ReleaseIds(Arc<[u8]>),
 }
 
 /// Permit semaphore: give back these permits (16-byte ids, concatenated) all at once, or none
@@ -871,7 +463,7 @@ impl Handler<Adjust> for SyncActor {
     type Result = SyncDone<Op>;
 
     fn handle(&mut self, Adjust(op): Adjust, _: &mut Context<Self>) -> Self::Result {
-        if self.stopping {
+        if self.state.is_stopping() {
             return SyncDone(Err(LockError::Shutdown));
         }
         SyncDone(op.check(self.kind).map(|()| Op::Adjust(op)))
@@ -882,7 +474,7 @@ impl Handler<ReleaseIds> for SyncActor {
     type Result = SyncDone<Op>;
 
     fn handle(&mut self, ReleaseIds(ids): ReleaseIds, _: &mut Context<Self>) -> Self::Result {
-        if self.stopping {
+        if self.state.is_stopping() {
             return SyncDone(Err(LockError::Shutdown));
         }
         if self.kind != SyncKind::PermitSemaphore {
@@ -913,7 +505,9 @@ where
         match self.0 {
             Ok(op) => ctx.wait(
                 actix::fut::ready(()).map(move |(), act: &mut SyncActor, ctx| {
-                    act.adjust(op, tx, ctx);
+                    let reply = tx.map(|tx| act.reply_to(Replying::Adjust(tx)));
+                    act.state.adjust(op, reply, Instant::now());
+                    act.apply(ctx);
                 }),
             ),
             Err(refused) => {
@@ -929,7 +523,7 @@ impl Handler<Unlocked> for SyncActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        self.state.message(msg.count);
+        self.state.unlocked(msg.count, Instant::now());
         self.apply(ctx);
     }
 }
@@ -938,7 +532,7 @@ impl Handler<Resubscribed> for SyncActor {
     type Result = ();
 
     fn handle(&mut self, _: Resubscribed, ctx: &mut Context<Self>) {
-        self.state.resubscribed();
+        self.state.resubscribed(Instant::now());
         self.apply(ctx);
     }
 }
@@ -948,47 +542,22 @@ impl Handler<HoldLost> for SyncActor {
 
     fn handle(&mut self, msg: HoldLost, ctx: &mut Context<Self>) {
         if msg.kind == Renewal::Permits {
-            if let Some(held) = self.held.get_mut(&msg.epoch) {
-                held.tracked = false;
-            }
-            self.lose(msg.epoch, Loss::Watchdog, ctx);
+            self.state.hold_lost(msg.epoch, Instant::now());
+            self.apply(ctx);
         }
     }
 }
 
 impl Handler<StopSync> for SyncActor {
-    type Result = ResponseActFuture<Self, ()>;
+    type Result = ResponseFuture<()>;
 
     fn handle(&mut self, msg: StopSync, ctx: &mut Context<Self>) -> Self::Result {
-        self.stopping = true;
-        self.state.fail_all(&LockError::Shutdown);
+        let (tx, rx) = oneshot::channel();
+        self.stop_replies.push(tx);
+        self.state.stop(msg.release, Instant::now());
         self.apply(ctx);
-        let epochs: Vec<u64> = self.held.keys().copied().collect();
-        let (tx_all, rxs): (Vec<_>, Vec<_>) = epochs
-            .iter()
-            .map(|_| oneshot::channel::<Result<(), LockError>>())
-            .unzip();
-        if msg.release {
-            for (epoch, tx) in epochs.into_iter().zip(tx_all) {
-                self.give_back(epoch, Some(tx), ctx);
-            }
-        } else {
-            for epoch in epochs {
-                if let Some(held) = self.held.remove(&epoch) {
-                    held.lost.send_replace(true);
-                }
-            }
-        }
-        Box::pin(
-            futures_util::future::join_all(rxs)
-                .into_actor(self)
-                .map(|_, act, ctx| {
-                    for held in act.held.values() {
-                        held.lost.send_replace(true);
-                    }
-                    act.keepalive = None;
-                    ctx.stop();
-                }),
-        )
+        Box::pin(async move {
+            let _ = rx.await;
+        })
     }
 }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::actors::lost::LostSignal;
+use crate::actors::name::lost::LostSignal;
 use actix::Addr;
 
 use std::time::Duration;
@@ -13,8 +13,8 @@ use std::time::Duration;
 use actix::Message;
 
 use super::SyncActor;
-use crate::actors::lock_state::Wait;
 use crate::actors::messages::GiveBack;
+use crate::actors::name::Wait;
 use crate::error::LockError;
 use crate::protocol::{SyncKind, hex};
 

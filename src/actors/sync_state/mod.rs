@@ -1,7 +1,9 @@
 //! `SyncState`: the rules of one synchronizer name in this process (a semaphore, a permit
 //! semaphore or a count-down latch), pure: no actix, no Redis, no clock of its own. Its actor
-//! feeds it events (a waiter arrives, an attempt's outcome, a message on the channel, a
-//! deadline, a timer) and carries out the [`Effect`]s it queues.
+//! feeds it events (a waiter arrives, a round trip's outcome, a message on the channel, a
+//! deadline, a timer, permits given back, a stop) and carries out the [`Effect`]s it queues. It
+//! owns the waiters and the subscription (here), the permits held by epoch with their leases,
+//! give-backs and hand-offs (`held`), and the round trips with their resends (`trips`).
 //!
 //! The rules:
 //! - a waiter's attempt (taking permits; reading a latch's count) is tried at once, unless a
@@ -29,18 +31,33 @@
 //!   after the waiter's deadline, answers it. At its deadline a parked waiter tries once more
 //!   (a latch re-reads its count) and is answered with that outcome;
 //! - a reconnected pub/sub connection makes every parked waiter try again;
-//! - permits given back here may go straight to the first parked waiter they fit (a hand-off,
-//!   decided by the actor);
-//! - the subscription is dropped once no waiter is left.
+//! - permits given back here may go straight to the first parked waiter they fit (a hand-off:
+//!   a plain semaphore's, at most [`MAX_HAND_OFF_STREAK`] in a row, never with replica sync);
+//! - a permit semaphore's permits taken with a lease are lost when it ends (a state timer);
+//!   those taken without are renewed by the Watchdog until given back;
+//! - the subscription is dropped once no waiter is left;
+//! - a stop fails every waiter and gives back every hold (or drops them).
 
+mod effects;
+mod held;
+mod trips;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::actors::crowd::WaiterId;
-use crate::actors::lock_state::{ERROR_BACKOFF_MAX, backoff};
-use crate::error::LockError;
-use crate::protocol::SyncKind;
+use rustc_hash::FxHashMap;
 
-/// The outcome of one attempt, as the actor reports it.
+pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, ReplyId, Timer, Trip};
+use held::Held;
+use trips::{Purpose, Under};
+
+use crate::actors::name::{
+    ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
+};
+use crate::error::LockError;
+use crate::protocol::{SyncKind, Take};
+
+/// The outcome of one attempt, as the state reads it from its round trip.
 #[derive(Debug)]
 pub(crate) enum Tried {
     /// The permits were taken, or the latch is open.
@@ -55,29 +72,24 @@ pub(crate) enum Tried {
     Failed(LockError),
 }
 
-/// How a waiter's request ends.
-#[derive(Debug)]
-pub(crate) enum Answer {
-    /// Done; `waited`: it was left waiting (queued at arrival, or an attempt fell short).
-    Done {
-        waited: bool,
-    },
-    TimedOut,
-    Failed(LockError),
+/// The settings the rules depend on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settings {
+    /// The lease of permits taken without one, renewed by the watchdog; a third of it is how
+    /// long a request is sent again.
+    pub watchdog_timeout: Duration,
+    /// Whether given-back permits may go straight to a local waiter (not with replica sync).
+    pub hand_off: bool,
 }
 
-/// What the actor is to do.
-#[derive(Debug)]
-pub(crate) enum Effect {
-    /// Run waiter `id`'s attempt and report it with [`SyncState::tried`].
-    Try(WaiterId),
-    /// Answer waiter `id`'s caller; the waiter is gone from the state.
-    Answer(WaiterId, Answer),
-    /// Subscribe the channel; report with [`SyncState::subscribed`].
-    Subscribe,
-    Unsubscribe,
-    /// Fire [`SyncState::timer`] after this long, replacing the timer armed before.
-    Arm(Duration),
+/// What a waiter wants: permits (none for a latch), a permit semaphore's lease and ids.
+#[derive(Clone, Debug)]
+pub(crate) struct Want {
+    pub permits: u32,
+    pub lease: Option<Duration>,
+    /// A permit semaphore's ids for this request, 16 bytes each: made once, sent with every
+    /// attempt.
+    pub ids: Arc<[u8]>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,27 +116,64 @@ struct Waiter {
     failures: u32,
     /// It was left waiting: queued at arrival, or an attempt fell short.
     waited: bool,
+    lease: Option<Duration>,
+    ids: Arc<[u8]>,
+    /// When its latest take was first sent: a grant's TTL runs from no earlier.
+    sent: Instant,
 }
 
-/// The waiting rules of one synchronizer name.
+/// The rules of one synchronizer name.
 #[derive(Debug)]
 pub(crate) struct SyncState {
     kind: SyncKind,
+    name: Arc<str>,
+    settings: Settings,
     /// In arrival order.
     waiters: Vec<Waiter>,
     subscription: Subscription,
-    /// When the one timer fires, if armed.
+    /// When the retry timer fires, if armed.
     timer: Option<Instant>,
+    /// Permits granted here, by epoch.
+    holds: FxHashMap<u64, Held>,
+    /// The last epoch given.
+    epoch: u64,
+    /// Round trips under way or to be sent again, by number.
+    trips: FxHashMap<u64, Under>,
+    /// The last round trip number given.
+    seq: u64,
+    /// Request-latch lanes free for the next round trip, and the last lane made. One actor of
+    /// a kind and name runs at a time per manager, and it stops only with no round trip under
+    /// way, so its successor reuses the same lanes.
+    free_lanes: Vec<u32>,
+    next_lane: u32,
+    /// Hand-offs in a row since the last give-back through Redis.
+    streak: u32,
+    phase: Phase,
+    /// Whether it has a waiter, a hold or a round trip (told as `Busy` and `Idle`).
+    busy: bool,
+    now: Instant,
     effects: Vec<Effect>,
 }
 
 impl SyncState {
-    pub(crate) fn new(kind: SyncKind) -> Self {
+    pub(crate) fn new(kind: SyncKind, name: Arc<str>, settings: Settings, now: Instant) -> Self {
         Self {
             kind,
+            name,
+            settings,
             waiters: Vec::new(),
             subscription: Subscription::None,
             timer: None,
+            holds: FxHashMap::default(),
+            epoch: 0,
+            trips: FxHashMap::default(),
+            seq: 0,
+            free_lanes: Vec::new(),
+            next_lane: 0,
+            streak: 0,
+            phase: Phase::Running,
+            busy: false,
+            now,
             effects: Vec::new(),
         }
     }
@@ -135,8 +184,14 @@ impl SyncState {
     }
 
     /// Whether no waiter is left.
+    #[cfg(test)]
     pub(crate) fn is_idle(&self) -> bool {
         self.waiters.is_empty()
+    }
+
+    /// Whether a stop was asked for: nothing new is served.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.phase != Phase::Running
     }
 
     /// Whether waiter `id` is still waiting.
@@ -159,17 +214,28 @@ impl SyncState {
         self.waiters.len()
     }
 
-    /// A waiter arrives wanting `wants` permits (0: a latch's opening); `once`: it does not wait.
+    /// A waiter arrives wanting `wants` permits (0: a latch's opening), for as long as `wait`.
     /// It tries at once, unless a semaphore's parked waiter wanting no more than it waits already
-    /// (whose last attempt fell short, and no message since made room for it): then it queues
+    /// (whose last attempt fell short, and no message since made room for it; not one waiting
+    /// out an error's backoff, whose retry may succeed with nobody told): then it queues
     /// behind, to be woken by the next message or handed permits, without a round trip that
     /// would fail. A latch's waiter always reads the count: a latch can open without a message
     /// (its key expired or was lost).
-    pub(crate) fn arrive(&mut self, id: WaiterId, wants: u32, once: bool) {
+    pub(crate) fn request(&mut self, id: WaiterId, want: Want, wait: Wait, now: Instant) {
+        self.now = now;
+        let wait = wait.normalized();
+        let once = wait == Wait::No;
+        if let Wait::Up(d) = wait {
+            self.effects.push(Effect::Arm(Timer::Deadline(id), d));
+        }
+        let wants = want.permits;
         let queue = !once
             && self.kind != SyncKind::CountDownLatch
             && self.subscription != Subscription::None
-            && self.waiters.iter().any(|w| !w.trying && w.wants <= wants);
+            && self
+                .waiters
+                .iter()
+                .any(|w| !w.trying && w.failures == 0 && w.wants <= wants);
         self.waiters.push(Waiter {
             id,
             wants,
@@ -179,14 +245,46 @@ impl SyncState {
             due: false,
             failures: 0,
             waited: queue,
+            lease: want.lease,
+            ids: want.ids,
+            sent: now,
         });
         if !queue {
-            self.effects.push(Effect::Try(id));
+            self.attempt(id);
+        }
+        self.update_busy();
+    }
+
+    /// Runs waiter `id`'s attempt: take its permits, or read the latch's count.
+    fn attempt(&mut self, id: WaiterId) {
+        let Some(at) = self.position(id) else {
+            return;
+        };
+        let waiter = &mut self.waiters[at];
+        waiter.trying = true;
+        let op = if self.kind == SyncKind::CountDownLatch {
+            Op::Read { waiter: id }
+        } else {
+            waiter.sent = self.now;
+            Op::Take {
+                waiter: id,
+                permits: waiter.wants,
+                ids: waiter.ids.clone(),
+                lease: waiter.lease.unwrap_or(self.settings.watchdog_timeout),
+            }
+        };
+        self.run(op, Purpose::Attempt(id));
+    }
+
+    /// Runs the attempts of these waiters, in order.
+    fn attempt_all(&mut self, ids: Vec<WaiterId>) {
+        for id in ids {
+            self.attempt(id);
         }
     }
 
     /// Waiter `id`'s attempt came back.
-    pub(crate) fn tried(&mut self, id: WaiterId, tried: Tried, now: Instant) {
+    fn tried(&mut self, id: WaiterId, tried: Tried, now: Instant) {
         let Some(at) = self.position(id) else {
             return;
         };
@@ -195,7 +293,7 @@ impl SyncState {
         match tried {
             Tried::Done => {
                 let waited = waiter.waited;
-                self.answer(at, Answer::Done { waited });
+                self.grant(at, waited);
             }
             Tried::Failed(error) if waiter.last || !error.is_retryable() => {
                 self.answer(at, Answer::Failed(error));
@@ -215,8 +313,7 @@ impl SyncState {
                 waiter.failures = 0;
                 waiter.waited = true;
                 if std::mem::take(&mut waiter.again) {
-                    waiter.trying = true;
-                    self.effects.push(Effect::Try(id));
+                    self.attempt(id);
                 } else {
                     if let Some(after) = retry_in {
                         waiter.due = true;
@@ -230,7 +327,7 @@ impl SyncState {
                 self.pass_on(free);
             }
         }
-        self.settle();
+        self.unsubscribe_if_unused();
     }
 
     /// An attempt fell short with `free` permits free: parked waiters whose wants fit into
@@ -239,20 +336,22 @@ impl SyncState {
     /// an attempt found is what is free, so it is a budget.
     fn pass_on(&mut self, free: i64) {
         let mut budget = free;
-        for w in &mut self.waiters {
+        let mut woken = Vec::new();
+        for w in &self.waiters {
             if budget <= 0 {
                 break;
             }
             if !w.trying && i64::from(w.wants) <= budget {
                 budget -= i64::from(w.wants);
-                w.trying = true;
-                self.effects.push(Effect::Try(w.id));
+                woken.push(w.id);
             }
         }
+        self.attempt_all(woken);
     }
 
     /// The subscription asked for is in place (`ok`) or failed.
     pub(crate) fn subscribed(&mut self, ok: bool, now: Instant) {
+        self.now = now;
         if self.subscription != Subscription::Asked {
             return;
         }
@@ -270,7 +369,8 @@ impl SyncState {
     }
 
     /// A message on the channel: a number of permits, or a latch's `0`/`1`.
-    pub(crate) fn message(&mut self, count: Option<i64>) {
+    pub(crate) fn unlocked(&mut self, count: Option<i64>, now: Instant) {
+        self.now = now;
         let count = count.unwrap_or(0);
         if self.kind == SyncKind::CountDownLatch {
             if count == 0 {
@@ -291,56 +391,69 @@ impl SyncState {
                 w.again = true;
             }
         }
-        let mut woken = 0;
+        let mut woken = Vec::new();
         for fits in [true, false] {
-            for w in &mut self.waiters {
-                if woken >= count {
+            for w in &self.waiters {
+                if woken.len() as i64 >= count {
                     break;
                 }
-                if !w.trying && (i64::from(w.wants) <= count) == fits {
-                    woken += 1;
-                    w.trying = true;
-                    self.effects.push(Effect::Try(w.id));
+                if !w.trying && !woken.contains(&w.id) && (i64::from(w.wants) <= count) == fits {
+                    woken.push(w.id);
                 }
             }
         }
+        self.attempt_all(woken);
     }
 
     /// Messages may have been lost (the pub/sub connection came back): everyone tries again.
-    pub(crate) fn resubscribed(&mut self) {
+    pub(crate) fn resubscribed(&mut self, now: Instant) {
+        self.now = now;
         self.wake_all();
     }
 
-    /// The timer fired: the waiters it was armed for try again.
-    pub(crate) fn timer(&mut self, now: Instant) {
+    /// A timer armed earlier fired.
+    pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
+        self.now = now;
+        match timer {
+            Timer::Deadline(id) => self.deadline(id),
+            Timer::Retry => self.retry(now),
+            Timer::Expiry(epoch) => self.lose(epoch, Loss::Lease),
+            Timer::Resend(seq) => self.resend(seq),
+        }
+        self.update_busy();
+    }
+
+    /// The retry timer fired: the waiters it was armed for try again.
+    fn retry(&mut self, now: Instant) {
         if self.timer.is_some_and(|at| at > now) {
             return;
         }
         self.timer = None;
+        let mut woken = Vec::new();
         for w in &mut self.waiters {
             if std::mem::take(&mut w.due) && !w.trying {
-                w.trying = true;
-                self.effects.push(Effect::Try(w.id));
+                woken.push(w.id);
             }
         }
+        self.attempt_all(woken);
     }
 
     /// Waiter `id`'s deadline passed: one more attempt decides.
-    pub(crate) fn deadline(&mut self, id: WaiterId) {
+    fn deadline(&mut self, id: WaiterId) {
         let Some(at) = self.position(id) else {
             return;
         };
         let waiter = &mut self.waiters[at];
         waiter.last = true;
         if !waiter.trying {
-            waiter.trying = true;
-            self.effects.push(Effect::Try(id));
+            self.attempt(id);
         }
     }
 
     /// Waiter `id`'s caller left: a parked waiter goes; one whose attempt is under way is
     /// answered by that attempt's outcome (a grant nobody takes is given back by the actor).
-    pub(crate) fn gone(&mut self, id: WaiterId) {
+    pub(crate) fn caller_gone(&mut self, id: WaiterId, now: Instant) {
+        self.now = now;
         let Some(at) = self.position(id) else {
             return;
         };
@@ -348,43 +461,24 @@ impl SyncState {
             self.waiters[at].last = true;
         } else {
             self.waiters.remove(at);
-            self.settle();
+            self.unsubscribe_if_unused();
+            self.update_busy();
         }
     }
 
-    /// Permits given back here may go straight to a local waiter (a hand-off: Redis's count
-    /// stays as it is). The first waiting waiter, in arrival order, whose attempt is not under
-    /// way and who wants at most `permits` and is `eligible`, is answered `Done` and leaves;
-    /// its id and wants are returned. None when there is no such waiter.
-    pub(crate) fn hand_off(
-        &mut self,
-        permits: u32,
-        eligible: impl Fn(WaiterId) -> bool,
-    ) -> Option<(WaiterId, u32)> {
-        let at = self
-            .waiters
-            .iter()
-            .position(|w| !w.trying && !w.last && w.wants <= permits && eligible(w.id))?;
-        let (id, wants) = (self.waiters[at].id, self.waiters[at].wants);
-        self.answer(at, Answer::Done { waited: true });
-        self.settle();
-        Some((id, wants))
+    /// The actor is gone: every waiter it still had fails with `Shutdown`.
+    pub(crate) fn abandon(&mut self) {
+        self.fail_waiters();
     }
 
-    /// Every waiter leaves with `error` (the actor stops).
-    pub(crate) fn fail_all(&mut self, error: &LockError) {
+    /// Every waiter leaves with `Shutdown`.
+    fn fail_waiters(&mut self) {
         for w in self.waiters.drain(..) {
-            let error = match error {
-                LockError::Shutdown => LockError::Shutdown,
-                other => LockError::UnexpectedReply {
-                    op: "synchronizer",
-                    detail: other.to_string(),
-                },
-            };
-            self.effects
-                .push(Effect::Answer(w.id, Answer::Failed(error)));
+            let answer = Answer::Failed(LockError::Shutdown);
+            self.effects.push(Effect::Answer(w.id, answer));
         }
-        self.settle();
+        self.unsubscribe_if_unused();
+        self.update_busy();
     }
 
     fn position(&self, id: WaiterId) -> Option<usize> {
@@ -397,32 +491,50 @@ impl SyncState {
     }
 
     fn wake_all(&mut self) {
+        let mut woken = Vec::new();
         for w in &mut self.waiters {
             if w.trying {
                 w.again = true;
             } else {
-                w.trying = true;
-                self.effects.push(Effect::Try(w.id));
+                woken.push(w.id);
             }
         }
+        self.attempt_all(woken);
     }
 
     fn arm(&mut self, at: Instant, now: Instant) {
         if self.timer.is_none_or(|armed| at < armed) {
             self.timer = Some(at);
             self.effects
-                .push(Effect::Arm(at.saturating_duration_since(now)));
+                .push(Effect::Arm(Timer::Retry, at.saturating_duration_since(now)));
         }
     }
 
     /// Drops the subscription once nobody waits.
-    fn settle(&mut self) {
+    fn unsubscribe_if_unused(&mut self) {
         if self.waiters.is_empty() && self.subscription != Subscription::None {
             self.subscription = Subscription::None;
             self.effects.push(Effect::Unsubscribe);
         }
     }
+
+    /// Tells the actor when it becomes busy (a waiter, a hold or a round trip) and when it
+    /// falls idle; a stopping actor does not linger.
+    fn update_busy(&mut self) {
+        let busy = !self.waiters.is_empty() || !self.holds.is_empty() || !self.trips.is_empty();
+        if busy == self.busy {
+            return;
+        }
+        self.busy = busy;
+        if busy {
+            self.effects.push(Effect::Busy);
+        } else if self.phase == Phase::Running {
+            self.effects.push(Effect::Idle);
+        }
+    }
 }
 
+#[cfg(test)]
+mod simulation;
 #[cfg(test)]
 mod tests;

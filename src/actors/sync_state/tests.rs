@@ -1,11 +1,14 @@
-//! The synchronizer rules, without Redis: unit tests of each rule, and a seeded simulation of two
-//! processes sharing one semaphore or permit semaphore through a model of Redis, which checks
-//! that never more than its permits are held, that a message of m wakes at most m waiters, that
-//! whenever nothing is under way no parked waiter wants no more than is free, and that no waiter
-//! is left waiting once permits are free (no lost wake-up), under random interleavings. The model publishes what each kind publishes: a semaphore its new free count;
-//! a permit semaphore its new free count on a release of one id, the number released on a
-//! release of several (Java's `tryRelease(List)`), and the permits added on `add_permits`; so a
-//! rule that read a message as a budget of free permits strands waiters in it.
+//! The synchronizer rules, without Redis: unit tests of each rule, and a property test of two
+//! processes sharing one semaphore or permit semaphore through a small model of Redis (waiters
+//! and wake-ups only: the seeded simulation of several managers, with holds, resends, leases
+//! and kills, is `simulation.rs`). It checks that never more than its permits are held, that a
+//! message of m wakes at most m waiters, that whenever nothing is under way no parked waiter
+//! wants no more than is free, and that no waiter is left waiting once permits are free (no lost
+//! wake-up), under random interleavings. The model publishes what each kind publishes: a
+//! semaphore its new free count; a permit semaphore its new free count on a release of one id,
+//! the number released on a release of several (Java's `tryRelease(List)`), and the permits
+//! added on `add_permits`; so a rule that read a message as a budget of free permits strands
+//! waiters in it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -20,14 +23,58 @@ fn effects(state: &mut SyncState) -> Vec<Effect> {
     out
 }
 
+/// The waiters whose attempt the effects start.
 fn tries(effects: &[Effect]) -> Vec<WaiterId> {
-    effects
+    effects.iter().filter_map(attempt).collect()
+}
+
+fn attempt(effect: &Effect) -> Option<WaiterId> {
+    match effect {
+        Effect::Run(Trip {
+            op: Op::Take { waiter, .. } | Op::Read { waiter },
+            ..
+        }) => Some(*waiter),
+        _ => None,
+    }
+}
+
+const SETTINGS: Settings = Settings {
+    watchdog_timeout: Duration::from_secs(30),
+    hand_off: true,
+};
+
+fn state(kind: SyncKind) -> SyncState {
+    SyncState::new(kind, "s".into(), SETTINGS, Instant::now())
+}
+
+fn want(permits: u32) -> Want {
+    Want {
+        permits,
+        lease: None,
+        ids: Arc::from(vec![0u8; 16 * permits as usize]),
+    }
+}
+
+/// Reports waiter `id`'s attempt as its round trip's outcome (as Redis would reply it).
+fn report(s: &mut SyncState, id: WaiterId, tried: Tried, now: Instant) {
+    let seq = s
+        .trips
         .iter()
-        .filter_map(|e| match e {
-            Effect::Try(id) => Some(*id),
-            _ => None,
-        })
-        .collect()
+        .find(|(_, u)| matches!(u.purpose, Purpose::Attempt(w) if w == id))
+        .map(|(seq, _)| *seq);
+    let Some(seq) = seq else {
+        return s.tried(id, tried, now);
+    };
+    let latch = s.kind == SyncKind::CountDownLatch;
+    let outcome = match tried {
+        Tried::Done if latch => Outcome::Reply(Ok(0)),
+        Tried::Done => Outcome::Take(Ok(Take::Taken)),
+        Tried::Short { .. } if latch => Outcome::Reply(Ok(1)),
+        Tried::Short { free, retry_in } => Outcome::Take(Ok(Take::Short { free, retry_in })),
+        Tried::Failed(e) if latch => Outcome::Reply(Err(e)),
+        Tried::Failed(e) => Outcome::Take(Err(e)),
+    };
+    s.ran(seq, outcome, now);
 }
 
 fn short() -> Tried {
@@ -47,12 +94,12 @@ fn short_with(free: i64) -> Tried {
 #[test]
 fn a_short_attempt_parks_and_subscribes_once_then_everyone_retries_when_subscribed() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::Semaphore);
-    s.arrive(1, 1, false);
-    s.arrive(2, 1, false);
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2]);
-    s.tried(1, short(), now);
-    s.tried(2, short(), now);
+    report(&mut s, 1, short(), now);
+    report(&mut s, 2, short(), now);
     let e = effects(&mut s);
     assert_eq!(
         e.iter().filter(|e| matches!(e, Effect::Subscribe)).count(),
@@ -65,23 +112,23 @@ fn a_short_attempt_parks_and_subscribes_once_then_everyone_retries_when_subscrib
 #[test]
 fn a_release_of_k_permits_wakes_at_most_k_waiters_in_arrival_order() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::Semaphore);
+    let mut s = state(SyncKind::Semaphore);
     for id in 1..=10 {
-        s.arrive(id, 1, false);
+        s.request(id, want(1), Wait::Forever, Instant::now());
     }
     effects(&mut s);
     for id in 1..=10 {
-        s.tried(id, short(), now);
+        report(&mut s, id, short(), now);
     }
     s.subscribed(true, now);
     effects(&mut s);
     for id in 1..=10 {
-        s.tried(id, short(), now);
+        report(&mut s, id, short(), now);
     }
     effects(&mut s);
-    s.message(Some(3));
+    s.unlocked(Some(3), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
-    s.message(Some(0));
+    s.unlocked(Some(0), Instant::now());
     assert!(
         tries(&effects(&mut s)).is_empty(),
         "a message of 0 wakes none"
@@ -91,18 +138,18 @@ fn a_release_of_k_permits_wakes_at_most_k_waiters_in_arrival_order() {
 #[test]
 fn a_waiter_that_does_not_fit_is_skipped_not_blocking_the_others() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::Semaphore);
-    s.arrive(1, 5, false);
-    s.arrive(2, 1, false);
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(5), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
-    s.tried(1, short(), now);
-    s.tried(2, short(), now);
+    report(&mut s, 1, short(), now);
+    report(&mut s, 2, short(), now);
     s.subscribed(true, now);
     effects(&mut s);
-    s.tried(1, short(), now);
-    s.tried(2, short(), now);
+    report(&mut s, 1, short(), now);
+    report(&mut s, 2, short(), now);
     effects(&mut s);
-    s.message(Some(2));
+    s.unlocked(Some(2), Instant::now());
     // Waiter 2 fits into 2 and goes first; waiter 1 is woken too: the number is not a budget.
     assert_eq!(tries(&effects(&mut s)), vec![2, 1]);
 }
@@ -110,18 +157,18 @@ fn a_waiter_that_does_not_fit_is_skipped_not_blocking_the_others() {
 /// Waiters `ids` (wanting `wants`) have arrived, subscribed and fallen short again: all parked.
 fn parked(kind: SyncKind, waiters: &[(WaiterId, u32)]) -> SyncState {
     let now = Instant::now();
-    let mut s = SyncState::new(kind);
+    let mut s = state(kind);
     for &(id, wants) in waiters {
-        s.arrive(id, wants, false);
+        s.request(id, want(wants), Wait::Forever, Instant::now());
     }
     effects(&mut s);
     for &(id, _) in waiters {
-        s.tried(id, short(), now);
+        report(&mut s, id, short(), now);
     }
     s.subscribed(true, now);
     effects(&mut s);
     for &(id, _) in waiters {
-        s.tried(id, short(), now);
+        report(&mut s, id, short(), now);
     }
     effects(&mut s);
     s
@@ -132,7 +179,7 @@ fn a_message_smaller_than_a_waiters_wants_still_wakes_it() {
     // A permit semaphore's add_permits(1) publishes 1 while 2 may be free now (issue 35).
     for kind in [SyncKind::PermitSemaphore, SyncKind::Semaphore] {
         let mut s = parked(kind, &[(1, 2)]);
-        s.message(Some(1));
+        s.unlocked(Some(1), Instant::now());
         assert_eq!(tries(&effects(&mut s)), vec![1], "{kind:?}");
     }
 }
@@ -141,20 +188,20 @@ fn a_message_smaller_than_a_waiters_wants_still_wakes_it() {
 fn a_message_of_m_wakes_m_waiters_whatever_they_want() {
     let waiters: Vec<_> = (1..=10).map(|id| (id, 2)).collect();
     let mut s = parked(SyncKind::PermitSemaphore, &waiters);
-    s.message(Some(3));
+    s.unlocked(Some(3), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
 }
 
 #[test]
 fn waiters_that_fit_go_first_then_the_others_in_arrival_order() {
     let mut s = parked(SyncKind::Semaphore, &[(1, 3), (2, 1), (3, 4), (4, 1)]);
-    s.message(Some(1));
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(
         tries(&effects(&mut s)),
         vec![2],
         "the free count is 1: the small one"
     );
-    s.message(Some(3));
+    s.unlocked(Some(3), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 4, 3]);
 }
 
@@ -164,17 +211,17 @@ fn a_woken_waiter_that_falls_short_passes_on_what_it_found_free() {
     // 1 free, waiters for 5 and 2 parked; add_permits(1) publishes 1: none fits into 1, so the
     // first in arrival order, the waiter for 5, is woken and finds 2 free. The waiter for 2 fits.
     let mut s = parked(SyncKind::PermitSemaphore, &[(1, 5), (2, 2), (3, 1)]);
-    s.message(Some(1));
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![3], "waiter 3 fits into 1");
-    s.message(Some(1));
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1]);
-    s.tried(1, short_with(2), now);
+    report(&mut s, 1, short_with(2), now);
     assert_eq!(tries(&effects(&mut s)), vec![2], "2 free: waiter 2 fits");
-    s.tried(2, short_with(0), now);
+    report(&mut s, 2, short_with(0), now);
     assert!(tries(&effects(&mut s)).is_empty(), "nothing free: nobody");
     // Waiter 3 finds 3 free: it tries again (a message came during its attempt), and waiter 2
     // fits into them; waiter 1 does not.
-    s.tried(3, short_with(3), now);
+    report(&mut s, 3, short_with(3), now);
     assert_eq!(tries(&effects(&mut s)), vec![3, 2]);
 }
 
@@ -182,53 +229,53 @@ fn a_woken_waiter_that_falls_short_passes_on_what_it_found_free() {
 fn an_attempt_under_way_does_not_use_up_a_message() {
     let now = Instant::now();
     let mut s = parked(SyncKind::Semaphore, &[(1, 5), (2, 1)]);
-    s.resubscribed();
+    s.resubscribed(Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2]);
-    s.tried(2, short(), now);
+    report(&mut s, 2, short(), now);
     effects(&mut s);
     // Waiter 1's attempt of 5 is under way; a release of 1 still wakes waiter 2, and waiter 1
     // tries again should its attempt fall short.
-    s.message(Some(1));
+    s.unlocked(Some(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![2]);
-    s.tried(1, short(), now);
+    report(&mut s, 1, short(), now);
     assert_eq!(tries(&effects(&mut s)), vec![1]);
 }
 
 #[test]
 fn a_message_during_an_attempt_makes_a_short_attempt_try_again() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::Semaphore);
-    s.arrive(1, 1, false);
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
-    s.message(Some(1));
+    s.unlocked(Some(1), Instant::now());
     assert!(tries(&effects(&mut s)).is_empty());
-    s.tried(1, short(), now);
+    report(&mut s, 1, short(), now);
     assert_eq!(tries(&effects(&mut s)), vec![1]);
 }
 
 #[test]
 fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::CountDownLatch);
+    let mut s = state(SyncKind::CountDownLatch);
     for id in 1..=3 {
-        s.arrive(id, 0, false);
+        s.request(id, want(0), Wait::Forever, Instant::now());
     }
     effects(&mut s);
     for id in 1..=3 {
-        s.tried(id, short(), now);
+        report(&mut s, id, short(), now);
     }
     s.subscribed(true, now);
     effects(&mut s);
     for id in 1..=3 {
-        s.tried(id, short(), now);
+        report(&mut s, id, short(), now);
     }
     effects(&mut s);
-    s.message(Some(1));
+    s.unlocked(Some(1), Instant::now());
     assert!(tries(&effects(&mut s)).is_empty());
-    s.message(Some(0));
+    s.unlocked(Some(0), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1, 2, 3]);
     for id in 1..=3 {
-        s.tried(id, Tried::Done, now);
+        report(&mut s, id, Tried::Done, now);
     }
     let e = effects(&mut s);
     assert_eq!(
@@ -237,21 +284,24 @@ fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
             .count(),
         3
     );
-    assert!(matches!(e.last(), Some(Effect::Unsubscribe)));
+    assert!(matches!(
+        e.as_slice(),
+        [.., Effect::Unsubscribe, Effect::Idle]
+    ));
     assert!(s.is_idle());
 }
 
 #[test]
 fn at_the_deadline_one_more_attempt_decides() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::CountDownLatch);
-    s.arrive(1, 0, false);
+    let mut s = state(SyncKind::CountDownLatch);
+    s.request(1, want(0), Wait::Forever, Instant::now());
     effects(&mut s);
-    s.tried(1, short(), now);
+    report(&mut s, 1, short(), now);
     effects(&mut s);
-    s.deadline(1);
+    s.fired(Timer::Deadline(1), Instant::now());
     assert_eq!(tries(&effects(&mut s)), vec![1]);
-    s.tried(1, short(), now);
+    report(&mut s, 1, short(), now);
     let e = effects(&mut s);
     assert!(matches!(e[0], Effect::Answer(1, Answer::TimedOut)));
 }
@@ -259,11 +309,12 @@ fn at_the_deadline_one_more_attempt_decides() {
 #[test]
 fn a_lease_hint_arms_the_timer_for_that_waiter() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::PermitSemaphore);
-    s.arrive(1, 1, false);
-    s.arrive(2, 1, false);
+    let mut s = state(SyncKind::PermitSemaphore);
+    s.request(1, want(1), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
-    s.tried(
+    report(
+        &mut s,
         1,
         Tried::Short {
             free: 0,
@@ -271,82 +322,327 @@ fn a_lease_hint_arms_the_timer_for_that_waiter() {
         },
         now,
     );
-    s.tried(2, short(), now);
+    report(&mut s, 2, short(), now);
     let e = effects(&mut s);
     assert!(
         e.iter()
-            .any(|e| matches!(e, Effect::Arm(d) if *d == Duration::from_millis(300)))
+            .any(|e| matches!(e, Effect::Arm(Timer::Retry, d) if *d == Duration::from_millis(300)))
     );
     s.subscribed(true, now);
     effects(&mut s);
-    s.tried(1, short(), now);
-    s.tried(2, short(), now);
+    report(&mut s, 1, short(), now);
+    report(&mut s, 2, short(), now);
     effects(&mut s);
     // The hint stays with waiter 1 until the timer fires, through the retries in between.
-    s.timer(now + Duration::from_millis(300));
+    s.fired(Timer::Retry, now + Duration::from_millis(300));
     assert_eq!(tries(&effects(&mut s)), vec![1]);
 }
 
 #[test]
 fn retryable_errors_back_off_and_others_answer() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::Semaphore);
-    s.arrive(1, 1, false);
-    s.arrive(2, 1, false);
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, Instant::now());
+    s.request(2, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
-    let timeout = LockError::Timeout {
-        op: "acquire permits",
-        after: Duration::from_millis(1),
+    let unsynced = LockError::ReplicaSync {
+        acked: 0,
+        wanted: 1,
     };
-    s.tried(1, Tried::Failed(timeout), now);
-    s.tried(
+    report(&mut s, 1, Tried::Failed(unsynced), now);
+    report(
+        &mut s,
         2,
         Tried::Failed(LockError::WrongType { key: "x".into() }),
         now,
     );
     let e = effects(&mut s);
-    assert!(e.iter().any(|e| matches!(e, Effect::Arm(_))));
+    assert!(e.iter().any(|e| matches!(e, Effect::Arm(..))));
     assert!(e.iter().any(|e| matches!(
         e,
         Effect::Answer(2, Answer::Failed(LockError::WrongType { .. }))
     )));
-    s.timer(now + ERROR_BACKOFF_MAX);
+    s.fired(Timer::Retry, now + ERROR_BACKOFF_MAX);
     assert_eq!(tries(&effects(&mut s)), vec![1]);
 }
 
 #[test]
 fn a_caller_leaving_a_parked_waiter_drops_it_and_the_subscription() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::Semaphore);
-    s.arrive(1, 1, false);
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, Instant::now());
     effects(&mut s);
-    s.tried(1, short(), now);
+    report(&mut s, 1, short(), now);
     effects(&mut s);
-    s.gone(1);
-    assert!(matches!(effects(&mut s).as_slice(), [Effect::Unsubscribe]));
+    s.caller_gone(1, Instant::now());
+    assert!(matches!(
+        effects(&mut s).as_slice(),
+        [Effect::Unsubscribe, Effect::Idle]
+    ));
     assert!(s.is_idle());
 }
 
 #[test]
-fn a_hand_off_goes_to_the_first_parked_waiter_that_fits() {
+fn a_give_back_hands_permits_to_the_first_parked_waiter_that_fits_and_the_rest_to_redis() {
     let now = Instant::now();
-    let mut s = SyncState::new(SyncKind::Semaphore);
-    s.arrive(1, 3, false);
-    s.arrive(2, 1, false);
-    s.arrive(3, 1, false);
+    let mut s = state(SyncKind::Semaphore);
+    let (epoch, _) = take(&mut s, 9, want(2), now);
+    s.request(1, want(3), Wait::Forever, now);
+    s.request(2, want(1), Wait::Forever, now);
+    s.request(3, want(1), Wait::Forever, now);
     effects(&mut s);
-    s.tried(1, short(), now);
-    s.tried(2, short(), now);
+    report(&mut s, 1, short(), now);
+    report(&mut s, 2, short(), now);
     effects(&mut s);
-    // Waiter 3's attempt is under way: it may succeed by itself, so it is not handed permits.
-    assert_eq!(s.hand_off(1, |_| true), Some((2, 1)));
+    // Waiter 1 wants more than is given back; waiter 3's attempt is under way: it may get its
+    // permits by itself.
+    s.release(epoch, Some(7), now);
+    let e = effects(&mut s);
+    assert!(matches!(e[0], Effect::Ended(x) if x == epoch));
+    assert!(matches!(
+        e[1],
+        Effect::Answer(
+            2,
+            Answer::Done {
+                waited: true,
+                grant: Some(Granted { permits: 1, .. })
+            }
+        )
+    ));
+    let seq = give_sent(&e, 1);
+    s.ran(seq, Outcome::Reply(Ok(1)), now);
     assert!(matches!(
         effects(&mut s).as_slice(),
-        [Effect::Answer(2, Answer::Done { .. })]
+        [Effect::ReleaseDone(7, Ok(()))]
     ));
-    assert_eq!(s.hand_off(1, |_| true), None, "waiter 1 wants 3");
-    assert_eq!(s.hand_off(3, |id| id != 1), None, "not eligible");
-    assert_eq!(s.hand_off(3, |_| true), Some((1, 3)));
+}
+
+#[test]
+fn a_request_whose_reply_never_came_is_sent_again_as_it_was_until_its_horizon() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::PermitSemaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    let Some(Effect::Run(first)) = effects(&mut s).into_iter().next() else {
+        panic!("no attempt");
+    };
+    let lost = || {
+        Outcome::Take(Err(LockError::Timeout {
+            op: "acquire permits",
+            after: Duration::from_millis(1),
+        }))
+    };
+    s.ran(first.seq, lost(), now);
+    let e = effects(&mut s);
+    assert!(
+        matches!(e.as_slice(), [Effect::Arm(Timer::Resend(seq), d)] if *seq == first.seq && *d == backoff(0))
+    );
+    s.fired(Timer::Resend(first.seq), now + backoff(0));
+    let e = effects(&mut s);
+    assert!(
+        matches!(e.as_slice(), [Effect::Run(t)] if t.seq == first.seq && t.lane == first.lane),
+        "the same request, on the same latch: {e:?}"
+    );
+    // Past its horizon the waiter gets the error, and, may it wait, tries again later as a new
+    // request.
+    let late = now + SETTINGS.watchdog_timeout / 3;
+    s.ran(first.seq, lost(), late);
+    let e = effects(&mut s);
+    assert!(!s.is_under_way(first.seq));
+    assert!(
+        e.iter().any(|e| matches!(e, Effect::Arm(Timer::Retry, _))),
+        "{e:?}"
+    );
+    s.fired(Timer::Retry, late + ERROR_BACKOFF_MAX);
+    let e = effects(&mut s);
+    assert!(matches!(e.as_slice(), [Effect::Run(t)] if t.seq != first.seq && t.lane == first.lane));
+}
+
+#[test]
+fn permits_with_a_lease_are_lost_when_it_ends_and_their_give_back_says_not_held() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::PermitSemaphore);
+    let lease = Duration::from_millis(500);
+    let leased = Want {
+        lease: Some(lease),
+        ..want(2)
+    };
+    let (epoch, e) = take(&mut s, 1, leased, now);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Expiry(x), d) if *x == epoch && *d == lease))
+    );
+    assert!(
+        !e.iter().any(|e| matches!(e, Effect::Track { .. })),
+        "a lease is not renewed"
+    );
+    s.fired(Timer::Expiry(epoch), now + lease);
+    assert!(matches!(effects(&mut s).as_slice(), [Effect::Lost(x, Loss::Lease)] if *x == epoch));
+    s.release(epoch, Some(4), now + lease);
+    let e = effects(&mut s);
+    let seq = give_sent(&e, 2);
+    // Redis had them still (its copy of the lease began a little later): given back, and yet
+    // the guard knew them lost.
+    s.ran(seq, Outcome::Reply(Ok(2)), now + lease);
+    let e = effects(&mut s);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [
+                Effect::ReleaseDone(4, Err(LockError::NotHeld { .. })),
+                Effect::Idle
+            ]
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn permits_taken_without_a_lease_are_renewed_until_given_back() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::PermitSemaphore);
+    let (epoch, e) = take(&mut s, 1, want(1), now);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Track { epoch: x, .. } if *x == epoch))
+    );
+    s.release(epoch, None, now);
+    let e = effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Untrack { epoch: x, .. } if *x == epoch))
+    );
+}
+
+#[test]
+fn after_max_hand_offs_in_a_row_a_give_back_goes_through_redis() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    let (mut epoch, _) = take(&mut s, 1, want(1), now);
+    for n in 2..=u64::from(MAX_HAND_OFF_STREAK) + 2 {
+        s.request(n, want(1), Wait::Forever, now);
+        report(&mut s, n, short(), now);
+        effects(&mut s);
+        s.release(epoch, None, now);
+        let e = effects(&mut s);
+        if n <= u64::from(MAX_HAND_OFF_STREAK) + 1 {
+            epoch = granted(&e, n);
+            assert!(!e.iter().any(|e| matches!(e, Effect::Run(_))), "{e:?}");
+        } else {
+            assert!(
+                matches!(
+                    e.last(),
+                    Some(Effect::Run(Trip {
+                        op: Op::Give { .. },
+                        ..
+                    }))
+                ),
+                "{e:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_stop_fails_waiters_gives_back_every_hold_and_ends_once_they_are_back() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    take(&mut s, 1, want(1), now);
+    s.request(2, want(5), Wait::Forever, now);
+    report(&mut s, 2, short(), now);
+    effects(&mut s);
+    s.stop(true, now);
+    let e = effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Answer(2, Answer::Failed(LockError::Shutdown))))
+    );
+    assert!(!e.iter().any(|e| matches!(e, Effect::Stopped)));
+    let seq = give_sent(&e, 1);
+    assert!(s.is_stopping());
+    s.ran(seq, Outcome::Reply(Ok(1)), now);
+    assert!(effects(&mut s).iter().any(|e| matches!(e, Effect::Stopped)));
+}
+
+#[test]
+fn a_waiter_does_not_queue_behind_one_waiting_out_an_error_backoff() {
+    // Waiter 1 fell short and waits for a message; then its retry failed and it waits out a
+    // backoff, after which it may take its permits with no message for anyone. A waiter
+    // arriving then tries at once: queued behind waiter 1, nothing would wake it.
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    report(&mut s, 1, short(), now);
+    s.subscribed(true, now);
+    let unsynced = LockError::ReplicaSync {
+        acked: 0,
+        wanted: 1,
+    };
+    report(&mut s, 1, Tried::Failed(unsynced), now);
+    effects(&mut s);
+    s.request(2, want(3), Wait::Forever, now);
+    assert_eq!(tries(&effects(&mut s)), vec![2]);
+    // Behind a waiter that fell short, it queues.
+    report(&mut s, 2, short(), now);
+    s.request(3, want(3), Wait::Forever, now);
+    assert!(tries(&effects(&mut s)).is_empty());
+}
+
+#[test]
+fn a_stop_gives_back_what_an_attempt_already_sent_takes_and_ends_after_it() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(2), Wait::Forever, now);
+    let Some(Effect::Run(take)) = effects(&mut s).into_iter().next() else {
+        panic!("no attempt");
+    };
+    s.stop(true, now);
+    let e = effects(&mut s);
+    assert!(matches!(
+        e[0],
+        Effect::Answer(1, Answer::Failed(LockError::Shutdown))
+    ));
+    assert!(!e.iter().any(|e| matches!(e, Effect::Stopped)), "{e:?}");
+    s.ran(take.seq, Outcome::Take(Ok(Take::Taken)), now);
+    let e = effects(&mut s);
+    assert_eq!(
+        e.len(),
+        1,
+        "the permits taken are given back, and only that: {e:?}"
+    );
+    let seq = give_sent(&e, 2);
+    s.ran(seq, Outcome::Reply(Ok(2)), now);
+    assert!(matches!(effects(&mut s).as_slice(), [Effect::Stopped, ..]));
+}
+
+/// Waiter `id` takes what it wants at once: the epoch of its grant, and the effects.
+fn take(s: &mut SyncState, id: WaiterId, want: Want, now: Instant) -> (u64, Vec<Effect>) {
+    s.request(id, want, Wait::Forever, now);
+    report(s, id, Tried::Done, now);
+    let e = effects(s);
+    (granted(&e, id), e)
+}
+
+/// The number of the give-back of `permits` that ends `effects`.
+fn give_sent(effects: &[Effect], permits: u32) -> u64 {
+    match effects.last() {
+        Some(Effect::Run(Trip {
+            seq,
+            op: Op::Give { permits: p, .. },
+            ..
+        })) if *p == permits => *seq,
+        _ => panic!("no give-back of {permits}: {effects:?}"),
+    }
+}
+
+/// The epoch of the permits granted to waiter `id` among `effects`.
+fn granted(effects: &[Effect], id: WaiterId) -> u64 {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Answer(w, Answer::Done { grant: Some(g), .. }) if *w == id => Some(g.epoch),
+            _ => None,
+        })
+        .expect("a grant")
 }
 
 /// One process of the simulation: its state, its attempts under way, what it has heard.
@@ -360,11 +656,13 @@ struct Process {
     inbox: VecDeque<i64>,
     wants: HashMap<WaiterId, u32>,
     answered: HashSet<WaiterId>,
+    /// The waiter answered last.
+    last_answer: Option<WaiterId>,
 }
 
 impl Process {
     fn state(&mut self, kind: SyncKind) -> &mut SyncState {
-        self.state.get_or_insert_with(|| SyncState::new(kind))
+        self.state.get_or_insert_with(|| state(kind))
     }
 
     /// Applies effects; returns the Trys a message caused, for the wake bound.
@@ -376,7 +674,8 @@ impl Process {
         let mut woken = 0;
         for e in out {
             match e {
-                Effect::Try(id) => {
+                e if attempt(&e).is_some() => {
+                    let id = attempt(&e).unwrap_or_default();
                     prop_assert!(!self.trying.contains(&id), "two attempts of one waiter");
                     prop_assert!(!self.answered.contains(&id));
                     self.trying.push(id);
@@ -384,6 +683,7 @@ impl Process {
                 }
                 Effect::Answer(id, answer) => {
                     prop_assert!(self.answered.insert(id), "answered twice");
+                    self.last_answer = Some(id);
                     prop_assert!(matches!(answer, Answer::Done { .. }), "{answer:?}");
                 }
                 Effect::Subscribe => {
@@ -394,7 +694,7 @@ impl Process {
                     self.subscribing = false;
                     self.listening = false;
                 }
-                Effect::Arm(_) => {}
+                _ => {}
             }
         }
         Ok(woken)
@@ -457,7 +757,7 @@ impl World {
             "{held} permits held of {}",
             self.permits
         );
-        proc.state(self.kind).tried(id, tried, Instant::now());
+        report(proc.state(self.kind), id, tried, Instant::now());
         proc.apply()?;
         Ok(())
     }
@@ -474,11 +774,12 @@ impl World {
         let even = i.is_multiple_of(2);
         if even && self.kind == SyncKind::Semaphore {
             let proc = &mut self.procs[p];
-            if let Some((to, got)) = proc.state(self.kind).hand_off(wants, |_| true) {
+            if let Some(got) = proc.state(self.kind).hand_off(wants) {
+                proc.apply()?;
+                let to = proc.last_answer.unwrap_or_default();
                 prop_assert!(got <= wants);
                 prop_assert!(!proc.trying.contains(&to), "handed to a waiter mid-attempt");
                 self.holders.push((p, to, got));
-                proc.apply()?;
                 wants -= got;
                 if wants == 0 {
                     return Ok(());
@@ -523,7 +824,7 @@ impl World {
             return Ok(());
         };
         let before = proc.trying.len();
-        proc.state(self.kind).message(Some(m));
+        proc.state(self.kind).unlocked(Some(m), Instant::now());
         let woken = proc.apply()?;
         prop_assert!(
             woken as i64 <= m.max(0),
@@ -542,7 +843,8 @@ impl World {
                 let id = self.next_id;
                 let proc = &mut self.procs[p];
                 proc.wants.insert(id, n);
-                proc.state(self.kind).arrive(id, n, false);
+                proc.state(self.kind)
+                    .request(id, want(n), Wait::Forever, Instant::now());
                 proc.apply()?;
             }
             Step::RunAttempt(p, i) => self.run_attempt(p, i)?,

@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use crate::actors::lock_actor::Acquire;
 use crate::actors::lock_actor::{Grant, LockActor};
-use crate::actors::lock_state::Wait;
+use crate::actors::name::Wait;
 use crate::error::LockError;
 use crate::handles::reach::Reach;
 use crate::handles::state::Inner;

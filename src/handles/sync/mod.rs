@@ -22,8 +22,8 @@ pub use semaphore::Semaphore;
 
 use tracing::Instrument;
 
-use crate::actors::lock_state::Wait;
 use crate::actors::messages::{Adjust, Adjustment};
+use crate::actors::name::Wait;
 use crate::actors::sync_actor::AcquirePermits;
 use crate::actors::sync_actor::SyncActor;
 use crate::error::LockError;
@@ -91,7 +91,6 @@ impl Handle {
         Ok(granted?.map(|p| PermitGuard::new(p, self.mgr.clone())))
     }
 
-    /// The free permits, or a latch's count, read without a message (a plain GET).
     /// Waits for a latch to open (`AwaitLatch`), in a span.
     async fn await_latch(&self, wait: Wait) -> Result<bool, LockError> {
         let span = crate::handles::trace::acquire(&self.name, &self.kind, wait);
@@ -103,6 +102,7 @@ impl Handle {
         res
     }
 
+    /// The free permits, or a latch's count, read without a message (a plain GET).
     async fn read(&self) -> Result<i64, LockError> {
         self.mgr.commands.check_name(&self.name)?;
         self.mgr.commands.read_counter(&self.name).await

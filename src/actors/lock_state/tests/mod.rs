@@ -40,7 +40,7 @@ impl LockState {
             && self.unsure.is_empty()
             && self.held_back.is_empty()
             && self.abandoned.is_empty()
-            && self.holds.values().all(|h| !h.reconcile_armed)
+            && self.holds.values().all(|h| !h.settle_armed)
     }
 }
 

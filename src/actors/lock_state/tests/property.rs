@@ -548,7 +548,7 @@ fn found_a_wake_up_lost_with_the_waiter_that_left() {
 }
 
 /// A lease hold ran out (its settle queued), its holder took the lock again (the settle became
-/// a reconciliation of the new hold), and the new hold was lost while that reconciliation ran:
+/// a settling of the new hold), and the new hold was lost while that settling ran:
 /// its outcome was dropped with the hold, the holder stayed marked as settling, and its next
 /// waiter waited for good on a free lock. The settle now goes on.
 #[test]
@@ -592,7 +592,7 @@ fn found_a_settle_dropped_with_a_hold_lost_meanwhile() {
 }
 
 /// A lease hold ran out (its holder marked as settling), the holder took the lock again, the
-/// reconciliation that stood for the settle failed, and the new hold was released: the mark
+/// settling of the hold that stood for the settle failed, and the new hold was released: the mark
 /// stayed with nothing left to clear it, the holder's waiter was held back for good, and the
 /// wake-up it had been given was lost with it, so other waiters waited on a free lock. A hold
 /// that ends while its holder is settling now leaves the settle queued.

@@ -28,6 +28,7 @@ use std::fmt::Write as _;
 use super::super::*;
 use super::model::Redis;
 use super::{settings, timeout};
+use crate::actors::name::seeded::{Rng, Schedule, must_catch, run_one, run_schedules};
 
 /// Schedules run by `cargo test` (each with its own seed).
 const SCHEDULES: u64 = 100_000;
@@ -37,27 +38,6 @@ const MANAGERS: usize = 2;
 const HOLDERS: usize = 2;
 /// The model shell's response timeout.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// A small, fast, seedable generator (splitmix64): the whole schedule follows from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 #[derive(Debug)]
 struct Guard {
@@ -608,44 +588,25 @@ impl Sim {
     }
 }
 
+impl Schedule for Sim {
+    fn run(&mut self) -> Result<(), String> {
+        Sim::run(self)
+    }
+
+    fn report(&mut self) -> (String, usize) {
+        (self.trace.take().unwrap_or_default(), self.step)
+    }
+}
+
 /// Runs one schedule; the failure with its seed, step and (when `trace`) the whole trace.
 fn run_seed(seed: u64, trace: bool) -> Result<(), String> {
-    let mut sim = Sim::new(seed, trace);
-    sim.run().map_err(|why| {
-        let trace = sim.trace.take().unwrap_or_default();
-        format!(
-            "{trace}\nseed {seed}, step {}: {why}\nreplay: LOCKMAN_SIM_SEED={seed} cargo test --lib simulation",
-            sim.step
-        )
-    })
+    let replay = "LOCKMAN_SIM_SEED={seed} cargo test --lib simulation";
+    run_one(Sim::new(seed, trace), seed, replay)
 }
 
 #[test]
 fn every_schedule_keeps_one_holder_and_exact_counts() {
-    if let Some(seed) = std::env::var("LOCKMAN_SIM_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        if let Err(failure) = run_seed(seed, true) {
-            panic!("{failure}");
-        }
-        return;
-    }
-    let base: u64 = std::env::var("LOCKMAN_SIM_BASE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let schedules: u64 = std::env::var("LOCKMAN_SIM_SCHEDULES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SCHEDULES);
-    for seed in base..base + schedules {
-        if let Err(failure) = run_seed(seed, false) {
-            // Replayed with its trace, for the report.
-            let traced = run_seed(seed, true).err().unwrap_or(failure);
-            panic!("{traced}");
-        }
-    }
+    run_schedules("LOCKMAN_SIM", SCHEDULES, run_seed);
 }
 
 /// The simulation is what proves a resent request counted once: with Redis's scripts ignoring
@@ -653,13 +614,9 @@ fn every_schedule_keeps_one_holder_and_exact_counts() {
 /// breaks an invariant.
 #[test]
 fn a_redis_that_ignores_the_expected_counts_is_caught() {
-    let caught = (0..SCHEDULES).find_map(|seed| {
+    must_catch(SCHEDULES, |seed| {
         let mut sim = Sim::new(seed, false);
         sim.redis.check_counts = false;
-        sim.run().err().map(|why| (seed, why))
+        sim
     });
-    let Some((seed, why)) = caught else {
-        panic!("no schedule caught a resend counted twice");
-    };
-    eprintln!("caught at seed {seed}: {why}");
 }

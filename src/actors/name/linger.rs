@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 
-use super::services::Services;
+use crate::actors::services::Services;
 
 /// An actor's lingering: where it is in its stay, and its tick.
 #[derive(Default)]

@@ -18,8 +18,7 @@ use futures_util::stream::FuturesUnordered;
 use rustc_hash::FxHashMap;
 use tokio_util::time::{DelayQueue, delay_queue};
 
-/// A waiter, as its actor numbers it.
-pub(crate) type WaiterId = u64;
+use super::WaiterId;
 
 /// How a waiter's caller is answered: a reply sender that tells when its caller has gone.
 pub(crate) trait Sender: 'static {

@@ -1,0 +1,220 @@
+//! Round trips of a synchronizer name. Unlike a lock's, they run side by side: each goes on a
+//! request-latch lane of its own (a lane is reused once its trip is over), and Redis records
+//! each request's outcome under its latch. A request whose reply never came (a time-out, a
+//! dropped connection) is sent again as it is after a backoff, with the same latch, so Redis
+//! counts it once and replies as its first run did; until `horizon` after it was first sent,
+//! and then its caller gets the error.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// One round trip under way, or waiting to be sent again.
+#[derive(Debug)]
+pub(super) struct Under {
+    pub lane: u32,
+    pub op: Op,
+    pub purpose: Purpose,
+    /// When it was first sent: it is sent again until `horizon` after that.
+    pub started: Instant,
+    /// How many times its reply went missing.
+    pub failures: u32,
+}
+
+/// What a round trip's outcome is for.
+#[derive(Debug)]
+pub(super) enum Purpose {
+    /// Waiter `id`'s attempt (a take or a latch's read).
+    Attempt(WaiterId),
+    /// Permits taken by waiter `id`'s attempt but refused by replica sync, given back (on the
+    /// attempt's lane) before the waiter is answered.
+    Unsynced {
+        waiter: WaiterId,
+        acked: u32,
+        wanted: u32,
+    },
+    /// Permits given back; `was_lost`: they were known lost when given back.
+    GiveBack {
+        reply: Option<ReplyId>,
+        permits: u32,
+        was_lost: bool,
+    },
+    /// An adjustment, for its caller.
+    Adjust(Option<ReplyId>),
+}
+
+impl SyncState {
+    /// Starts `op` for `purpose` on a free lane.
+    pub(super) fn run(&mut self, op: Op, purpose: Purpose) {
+        let lane = self.free_lanes.pop().unwrap_or_else(|| {
+            self.next_lane += 1;
+            self.next_lane
+        });
+        self.run_on(lane, op, purpose);
+    }
+
+    /// Starts `op` for `purpose` on `lane` (taken already).
+    pub(super) fn run_on(&mut self, lane: u32, op: Op, purpose: Purpose) {
+        self.seq += 1;
+        let seq = self.seq;
+        self.effects.push(Effect::Run(Trip {
+            seq,
+            lane,
+            op: op.clone(),
+        }));
+        self.trips.insert(
+            seq,
+            Under {
+                lane,
+                op,
+                purpose,
+                started: self.now,
+                failures: 0,
+            },
+        );
+        self.update_busy();
+    }
+
+    /// How long a request is sent again: a third of the watchdog timeout, as a lock's acquire
+    /// (what a take grants has been counting down since its first run).
+    pub(super) fn horizon(&self) -> Duration {
+        self.settings.watchdog_timeout / 3
+    }
+
+    /// Round trip `seq` came back with `outcome`.
+    pub(crate) fn ran(&mut self, seq: u64, outcome: Outcome, now: Instant) {
+        self.now = now;
+        let horizon = self.horizon();
+        let Some(under) = self.trips.get_mut(&seq) else {
+            return;
+        };
+        if outcome.unknown() {
+            let after = backoff(under.failures);
+            if now.saturating_duration_since(under.started) + after < horizon {
+                tracing::debug!(?outcome, "synchronizer request sent again");
+                under.failures += 1;
+                self.effects.push(Effect::Arm(Timer::Resend(seq), after));
+                return;
+            }
+        }
+        let Some(under) = self.trips.remove(&seq) else {
+            return;
+        };
+        let lane = under.lane;
+        match (under.purpose, outcome) {
+            (Purpose::Attempt(waiter), Outcome::Take(Ok(Take::Unsynced { acked, wanted }))) => {
+                // Not on enough replicas to survive a failover: given back before the answer,
+                // as the next request of the same lane.
+                if let Op::Take { permits, ids, .. } = under.op {
+                    let op = Op::Give { permits, ids };
+                    let purpose = Purpose::Unsynced {
+                        waiter,
+                        acked,
+                        wanted,
+                    };
+                    self.run_on(lane, op, purpose);
+                    return;
+                }
+            }
+            (Purpose::Attempt(waiter), Outcome::Take(Ok(Take::Taken)))
+                if self.position(waiter).is_none() =>
+            {
+                // Its waiter failed meanwhile (a stop): what it took goes back.
+                if let Op::Take { permits, ids, .. } = under.op {
+                    let op = Op::Give { permits, ids };
+                    let purpose = Purpose::GiveBack {
+                        reply: None,
+                        permits,
+                        was_lost: false,
+                    };
+                    self.run_on(lane, op, purpose);
+                    return;
+                }
+            }
+            (Purpose::Attempt(waiter), outcome) => {
+                self.free_lanes.push(lane);
+                let tried = match outcome {
+                    Outcome::Take(Ok(Take::Taken)) => Tried::Done,
+                    Outcome::Take(Ok(Take::Short { free, retry_in })) => {
+                        Tried::Short { free, retry_in }
+                    }
+                    Outcome::Take(Ok(Take::Unsynced { acked, wanted })) => {
+                        Tried::Failed(LockError::ReplicaSync { acked, wanted })
+                    }
+                    // A latch's read: open at 0.
+                    Outcome::Reply(Ok(count)) if count <= 0 => Tried::Done,
+                    Outcome::Reply(Ok(_)) => Tried::Short {
+                        free: 0,
+                        retry_in: None,
+                    },
+                    Outcome::Take(Err(e)) | Outcome::Reply(Err(e)) => Tried::Failed(e),
+                };
+                self.tried(waiter, tried, now);
+            }
+            (
+                Purpose::Unsynced {
+                    waiter,
+                    acked,
+                    wanted,
+                },
+                outcome,
+            ) => {
+                self.free_lanes.push(lane);
+                if let Outcome::Reply(Err(error)) | Outcome::Take(Err(error)) = outcome {
+                    tracing::warn!(%error, "permits refused by replica sync not given back");
+                }
+                self.tried(
+                    waiter,
+                    Tried::Failed(LockError::ReplicaSync { acked, wanted }),
+                    now,
+                );
+            }
+            (
+                Purpose::GiveBack {
+                    reply,
+                    permits,
+                    was_lost,
+                },
+                outcome,
+            ) => {
+                self.free_lanes.push(lane);
+                self.given_back(reply, (permits, was_lost), outcome);
+            }
+            (Purpose::Adjust(reply), outcome) => {
+                self.free_lanes.push(lane);
+                if let Some(reply) = reply {
+                    let res = match outcome {
+                        Outcome::Reply(res) => res,
+                        Outcome::Take(res) => res.map(|_| 0),
+                    };
+                    self.effects.push(Effect::AdjustDone(reply, res));
+                }
+            }
+        }
+        self.maybe_stopped();
+        self.update_busy();
+    }
+
+    /// The resend timer of request `seq` fired: it goes again, as it was.
+    pub(super) fn resend(&mut self, seq: u64) {
+        if let Some(under) = self.trips.get(&seq) {
+            self.effects.push(Effect::Run(Trip {
+                seq,
+                lane: under.lane,
+                op: under.op.clone(),
+            }));
+        }
+    }
+
+    /// Whether round trip `seq` is under way or to be sent again (its latch is still needed).
+    pub(crate) fn is_under_way(&self, seq: u64) -> bool {
+        self.trips.contains_key(&seq)
+    }
+
+    /// Runs an adjustment (set, add, drain, release without a grant, count down…) for the
+    /// caller `reply`.
+    pub(crate) fn adjust(&mut self, op: Op, reply: Option<ReplyId>, now: Instant) {
+        self.now = now;
+        self.run(op, Purpose::Adjust(reply));
+    }
+}
