@@ -14,10 +14,13 @@ use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-/// Every closed span: its name and fields.
+/// Every closed span: its name and fields, and its parent's name under [`PARENT`].
 type Closed = Arc<Mutex<Vec<(String, BTreeMap<String, String>)>>>;
 
 struct Capture(Closed);
+
+/// The key under which a closed span's parent span's name is kept (no span has such a field).
+const PARENT: &str = "(parent)";
 
 #[derive(Default)]
 struct Fields(BTreeMap<String, String>);
@@ -51,11 +54,14 @@ impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> tracing_subscriber::Layer<
     }
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
         if let Some(span) = ctx.span(&id) {
-            let fields = span
+            let mut fields = span
                 .extensions()
                 .get::<Fields>()
                 .map(|f| f.0.clone())
                 .unwrap_or_default();
+            if let Some(parent) = span.parent() {
+                fields.insert(PARENT.to_owned(), parent.name().to_owned());
+            }
             self.0
                 .lock()
                 .unwrap()
@@ -288,21 +294,22 @@ fn a_campaign_and_the_term_it_won_have_spans() {
     assert_eq!(ended.len(), 2, "{closed:?}");
     assert_eq!(ended[0], (first.as_str(), "resigned", holder.as_str()));
     assert_eq!((ended[1].0, ended[1].1), (second.as_str(), "lost"));
-    // The resign's release closed inside the first term (before it), released.
+    // The resign's release ran inside the first term: its span's parent, closed before it.
     let releases = named("lockman.release");
     assert!(
-        releases
-            .iter()
-            .any(|(i, f)| *i < terms[0].0 && field(f, "outcome") == "released"),
+        releases.iter().any(|(i, f)| *i < terms[0].0
+            && field(f, "outcome") == "released"
+            && field(f, PARENT) == "lockman.term"),
         "{closed:?}"
     );
-    // Each campaign's acquire ran inside it: closed before it.
+    // Each campaign's acquire ran inside it: the campaign is its parent.
     let acquires = named("lockman.acquire");
     assert_eq!(acquires.len(), 3, "{closed:?}");
     assert!(
         acquires
             .iter()
             .zip(&campaigns)
-            .all(|((a, _), (c, _))| a < c)
+            .all(|((a, f), (c, _))| a < c && field(f, PARENT) == "lockman.campaign"),
+        "{closed:?}"
     );
 }

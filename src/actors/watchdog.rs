@@ -10,7 +10,8 @@
 //! [`FIRST_RETRY`], then twice as long each time up to [`MAX_RETRY`] (and a quarter of the
 //! interval), until they are renewed or their timeout has passed (then they are lost). A hold
 //! whose Redis comes back within its validity is thus confirmed again within about a retry
-//! gap, before a scope margin can run out.
+//! gap (at most [`MAX_RETRY`] and a round trip), so a scope whose margin is longer than that
+//! goes on working.
 //! It runs under a `Supervisor`: if it ever stops it is restarted with its holds and schedule.
 //!
 //! Each tick it also refreshes the manager's client record (docs/protocol.md, "Client
@@ -39,7 +40,7 @@ const FIRST_RETRY: Duration = Duration::from_millis(25);
 /// The longest gap between two retries of a failed renewal: once Redis answers again, a
 /// failing hold is confirmed within about this much (plus a round trip).
 const MAX_RETRY: Duration = Duration::from_millis(500);
-/// Nor more than this share of the renewal interval apart (short watchdog timeouts).
+/// Nor more than the renewal interval divided by this apart (short watchdog timeouts).
 const RETRIES_PER_INTERVAL: u32 = 4;
 
 /// The actor that owns renewal.
@@ -359,6 +360,25 @@ impl Watchdog {
         started: Instant,
         count: &mut Counts,
     ) {
+        let res = match res {
+            // A reply with fewer flags than holds sent (Redis does not send one) leaves the
+            // holds it does not name unconfirmed: they count as a failed call.
+            Ok(flags) if flags.len() < batch.len() => {
+                let mut batch = batch;
+                let rest = batch.split_off(flags.len());
+                self.renewed(batch, Ok(flags), started, count);
+                return self.renewed(
+                    rest,
+                    Err(crate::error::LockError::UnexpectedReply {
+                        op: "renew",
+                        detail: "fewer renewal flags than holds sent".to_owned(),
+                    }),
+                    started,
+                    count,
+                );
+            }
+            res => res,
+        };
         match res {
             Ok(flags) => {
                 for ((key, epoch), ok) in batch.into_iter().zip(flags) {
@@ -379,7 +399,16 @@ impl Watchdog {
             }
             Err(error) => {
                 count.failed += batch.len();
-                tracing::warn!(%error, holds = batch.len(), "renewal failed");
+                // Warned once as holds start failing; their retries, every few hundred ms
+                // while Redis is away, only at debug level.
+                let newly = batch
+                    .iter()
+                    .any(|(key, _)| self.tracked.get(key).is_some_and(|t| !t.failing));
+                if newly {
+                    tracing::warn!(%error, holds = batch.len(), "renewal failed");
+                } else {
+                    tracing::debug!(%error, holds = batch.len(), "renewal retry failed");
+                }
                 let now = Instant::now();
                 for (key, epoch) in batch {
                     let Some(t) = self.tracked.get_mut(&key) else {
