@@ -22,9 +22,11 @@ struct Write {
 
 /// Stale fenced writes accepted: a write accepted although it began after a write with a
 /// higher term had been accepted on the same election (the sequence orders them: it began at
-/// a tick after the other's end). `(unexplained, explained)`: explained when a data loss or a
-/// failover's end came between the two (the epoch moved on) or either began while a failover
-/// was under way, as the high-water mark of the fence may have been lost with the data.
+/// a tick after the other's end). `(unexplained, explained)`: unexplained when such a higher
+/// write is of the same epoch and neither began while a failover was under way; explained
+/// when every higher one is of an earlier epoch (a data loss or a failover's end came between
+/// the two, and the fence's high-water mark may have been lost with the data) or began in a
+/// failover's window, or the write itself did.
 pub fn stale_writes(conn: &mut redis::Connection) -> redis::RedisResult<(u64, u64)> {
     let (mut unexplained, mut explained) = (0, 0);
     for name in leader_names() {
@@ -52,24 +54,29 @@ pub fn stale_writes(conn: &mut redis::Connection) -> redis::RedisResult<(u64, u6
         by_end.sort_unstable_by_key(|w| w.end);
         let mut by_start: Vec<&Write> = writes.iter().collect();
         by_start.sort_unstable_by_key(|w| w.start);
-        // The highest term among the writes accepted before the current one began.
+        // Among the writes accepted before the current one began: the highest term, and the
+        // highest of each epoch's writes begun outside a failover's window. The per-epoch one
+        // matters on its own: a higher write of an older epoch must not hide a higher write of
+        // the current epoch (terms that failed to grow after a data loss).
         let mut done = by_end.iter().peekable();
-        let mut highest: Option<&Write> = None;
+        let mut highest = 0;
+        let mut highest_clean: BTreeMap<u64, u64> = BTreeMap::new();
         for w in by_start {
             while let Some(d) = done.next_if(|d| d.end < w.start) {
-                if highest.is_none_or(|h| d.term > h.term) {
-                    highest = Some(d);
+                highest = highest.max(d.term);
+                if !d.window {
+                    let top = highest_clean.entry(d.epoch).or_default();
+                    *top = (*top).max(d.term);
                 }
             }
-            match highest {
-                Some(h) if h.term > w.term => {
-                    if h.epoch != w.epoch || h.window || w.window {
-                        explained += 1;
-                    } else {
-                        unexplained += 1;
-                    }
-                }
-                _ => {}
+            if highest <= w.term {
+                continue;
+            }
+            let same_epoch = highest_clean.get(&w.epoch).copied().unwrap_or(0);
+            if same_epoch > w.term && !w.window {
+                unexplained += 1;
+            } else {
+                explained += 1;
             }
         }
     }
