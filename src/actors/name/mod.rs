@@ -78,7 +78,8 @@ pub(crate) enum Loss {
     Unconfirmed,
     /// Its lease ran out.
     Lease,
-    /// Its manager shut down and released it.
+    /// Its manager shut down: released it, or (a synchronizer's permits, without release on
+    /// shutdown) left it to its lease.
     Shutdown,
     /// A re-entry of its holder found no count of it in Redis: the key was deleted or expired
     /// before a renewal noticed.
@@ -105,7 +106,7 @@ impl Loss {
             Loss::Release => "release found it gone",
             Loss::Unconfirmed => "gone while releases were unconfirmed",
             Loss::Lease => "its lease ran out",
-            Loss::Shutdown => "its manager shut down and released it",
+            Loss::Shutdown => "its manager shut down",
             Loss::Reentry => "a re-entry found it gone from Redis",
         }
     }

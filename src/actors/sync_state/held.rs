@@ -20,7 +20,7 @@ impl SyncState {
     /// Answers waiter `at` with its permits (or a latch's opening): a permit semaphore's are
     /// renewed by the Watchdog when taken without a lease, or lost when their lease ends.
     pub(super) fn grant(&mut self, at: usize, waited: bool) {
-        let waiter = self.waiters.remove(at);
+        let waiter = self.leave(at);
         let grant = (self.kind != SyncKind::CountDownLatch).then(|| {
             self.epoch += 1;
             let epoch = self.epoch;
@@ -57,10 +57,11 @@ impl SyncState {
         };
         if let Some(held) = self.holds.get(&epoch) {
             if held.tracked {
+                // Redis set their PTTL when the take ran, no earlier than it was first sent.
                 self.effects.push(Effect::Track {
                     epoch,
                     ids: held.ids.clone(),
-                    confirmed: self.now,
+                    confirmed: waiter.sent,
                 });
             }
             if let Some(lease) = waiter.lease.filter(|_| held.expires) {
@@ -204,7 +205,8 @@ impl SyncState {
     }
 
     /// Stop: every waiter fails with `Shutdown`, and, when `release`, every hold is given back
-    /// through Redis (the others are dropped: their guards learn them lost). Ends with
+    /// through Redis (the others are dropped: their guards learn them lost at once, not when
+    /// the round trips under way are over). Ends with
     /// [`Effect::Stopped`] once no round trip is under way: those give-backs, and attempts
     /// already sent, whose permits, should they have been taken, go back too.
     pub(crate) fn stop(&mut self, release: bool, now: Instant) {
@@ -217,6 +219,7 @@ impl SyncState {
             if release {
                 self.give_back_now(epoch, None);
             } else {
+                self.lose(epoch, Loss::Shutdown);
                 self.holds.remove(&epoch);
             }
         }

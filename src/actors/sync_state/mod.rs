@@ -26,9 +26,12 @@
 //!   attempt falls short (the attempt may have run before the release);
 //! - a permit semaphore's attempt that falls short says when the permit held longest expires:
 //!   the actor's one timer wakes that waiter then, since an expiry publishes nothing until some
-//!   client reclaims it;
+//!   client reclaims it; when that waiter leaves first (answered, its caller gone, or its last
+//!   attempt timed out), the first parked waiter is woken in its place;
 //! - a retryable error while waiting retries after a backoff; any other error, and any outcome
-//!   after the waiter's deadline, answers it. At its deadline a parked waiter tries once more
+//!   after the waiter's deadline, answers it; so does a permit semaphore's take whose outcome
+//!   stays unknown, or whose permits refused by replica sync were not given back (its ids may
+//!   be held: a take with them again would take its permits twice). At its deadline a parked waiter tries once more
 //!   (a latch re-reads its count) and is answered with that outcome;
 //! - a reconnected pub/sub connection makes every parked waiter try again;
 //! - permits given back here may go straight to the first parked waiter they fit (a hand-off:
@@ -305,7 +308,12 @@ impl SyncState {
                 tracing::debug!(%error, ?after, "synchronizer attempt failed; retrying");
                 self.arm(now + after, now);
             }
-            Tried::Short { free, .. } if waiter.last => {
+            Tried::Short { free, retry_in } if waiter.last => {
+                // Its hint outlives it: handed on as it leaves, to a waiter parked behind it.
+                if let Some(after) = retry_in {
+                    waiter.due = true;
+                    self.arm(now + after, now);
+                }
                 self.answer(at, Answer::TimedOut);
                 self.pass_on(free);
             }
@@ -460,7 +468,7 @@ impl SyncState {
         if self.waiters[at].trying {
             self.waiters[at].last = true;
         } else {
-            self.waiters.remove(at);
+            self.leave(at);
             self.unsubscribe_if_unused();
             self.update_busy();
         }
@@ -486,8 +494,27 @@ impl SyncState {
     }
 
     fn answer(&mut self, at: usize, answer: Answer) {
-        let waiter = self.waiters.remove(at);
+        let waiter = self.leave(at);
         self.effects.push(Effect::Answer(waiter.id, answer));
+    }
+
+    /// Waiter `at` leaves (answered, or its caller gone). The retry timer wakes only the
+    /// waiters due, and a permit semaphore's permit whose lease ends publishes nothing until
+    /// some client's script reclaims it: when the waiter the timer was armed for leaves, a
+    /// waiter parked behind it (queued at arrival without an attempt, so without a hint of its
+    /// own) would wait for ever. The first parked waiter becomes due in its place; its attempt
+    /// then passes on what it finds free.
+    fn leave(&mut self, at: usize) -> Waiter {
+        let waiter = self.waiters.remove(at);
+        if waiter.due
+            && self.kind == SyncKind::PermitSemaphore
+            && self.timer.is_some()
+            && !self.waiters.iter().any(|w| w.due)
+            && let Some(next) = self.waiters.iter_mut().find(|w| !w.trying)
+        {
+            next.due = true;
+        }
+        waiter
     }
 
     fn wake_all(&mut self) {

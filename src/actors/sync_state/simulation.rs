@@ -15,12 +15,14 @@
 //! deadlines, watchdog renewals, leases ending), or a manager killed (its state gone, nothing
 //! given back, nothing renewed).
 //!
-//! After every step: no manager's live guards hold more than Redis counts for it (so never more
-//! than the permits there are), and every guard still within its validity has its permit ids in
-//! Redis; every waiter, give-back and adjustment is answered once. Whenever a manager has no
+//! After every step: Redis's free count and the permits held add up to the permits there are
+//! (less those held outside; a request applied twice breaks it), no manager's live guards hold
+//! more than Redis counts for it, and every guard still within its validity has its permit ids
+//! in Redis; every waiter, give-back and adjustment is answered once. Whenever a manager has no
 //! round trip under way, Redis counts for it exactly what its live guards hold (plus requests
 //! given up after they ran: a documented leak), and no parked waiter wants no more than is free
-//! unless a message, a timer or a subscription is coming to it. At the end every manager stops:
+//! unless a message, a timer or a subscription is coming to it (nor one that a permit whose lease
+//! ended would make room for, unless the retry timer is armed for a waiter due). At the end every manager stops:
 //! everything has its answer, and Redis counts nothing for a stopped manager but its leaks.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -77,6 +79,8 @@ struct Redis {
     kind: SyncKind,
     /// How many permits there are.
     permits: i64,
+    /// How many of them a client outside the simulation holds, for good.
+    foreign: i64,
     /// The free count.
     free: i64,
     /// A permit semaphore's held ids and when each expires.
@@ -289,6 +293,7 @@ impl Sim {
             redis: Redis {
                 kind,
                 permits,
+                foreign,
                 free: permits - foreign,
                 ids: BTreeMap::new(),
                 latches: BTreeMap::new(),
@@ -764,6 +769,7 @@ impl Sim {
     /// What must hold after every step.
     fn check(&self) -> Result<(), Failure> {
         let now = self.now;
+        self.check_conservation()?;
         let live = self.redis.live(now);
         for (m, mgr) in self.managers.iter().enumerate() {
             if !mgr.alive {
@@ -836,6 +842,46 @@ impl Sim {
                     w.id, w.wants, self.redis.free
                 ));
             }
+            // A permit semaphore's permit whose lease ended goes back to the free count only
+            // when some client's script reclaims it, and publishes nothing before: a waiter it
+            // would make room for needs the retry timer, armed for a waiter due.
+            if self.redis.kind == SyncKind::PermitSemaphore {
+                let expired = self.redis.ids.values().filter(|at| **at <= now).count() as i64;
+                let due = retry && mgr.state.waiters.iter().any(|w| w.due);
+                let stranded = mgr.state.waiters.iter().find(|w| {
+                    expired > 0
+                        && i64::from(w.wants) <= self.redis.free + expired
+                        && !coming
+                        && !due
+                });
+                if let Some(w) = stranded {
+                    return Err(format!(
+                        "m{m}: waiter {} wants {} with {} free and {expired} expired, not \
+                         reclaimed, and no retry coming",
+                        w.id, w.wants, self.redis.free
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Permits are neither made nor lost: the free count and what is held (a semaphore's, by
+    /// what each manager's requests took and gave back on their first run, dead managers'
+    /// included; a permit semaphore's, by its ids) add up to the permits there are, less those
+    /// held outside the simulation. A request applied twice breaks it at once, even where no
+    /// manager's own count shows it.
+    fn check_conservation(&self) -> Result<(), Failure> {
+        let redis = &self.redis;
+        let held = match redis.kind {
+            SyncKind::PermitSemaphore => redis.ids.len() as i64,
+            _ => self.managers.iter().map(|mgr| mgr.in_redis).sum(),
+        };
+        if redis.free + held != redis.permits - redis.foreign {
+            return Err(format!(
+                "conservation: {} free and {held} held of {} permits, {} held outside",
+                redis.free, redis.permits, redis.foreign
+            ));
         }
         Ok(())
     }
@@ -909,7 +955,8 @@ fn every_schedule_keeps_the_permits_counted_and_every_waiter_answered() {
 
 /// The simulation is what proves a request sent again counted once: with Redis's scripts
 /// ignoring request latches (a resend of a request that ran runs again), some schedule breaks
-/// an invariant.
+/// an invariant, and the first to break is the conservation of permits, at the step the
+/// request runs again (not a later symptom that some schedule may happen to show).
 #[test]
 fn a_redis_that_ignores_request_latches_is_caught() {
     must_catch(SCHEDULES, |seed| {
@@ -917,6 +964,17 @@ fn a_redis_that_ignores_request_latches_is_caught() {
         sim.redis.check_latches = false;
         sim
     });
+    let first = (0..SCHEDULES).find_map(|seed| {
+        let mut sim = Sim::new(seed, false);
+        sim.redis.check_latches = false;
+        sim.run().err()
+    });
+    assert!(
+        first
+            .as_ref()
+            .is_some_and(|why| why.starts_with("conservation")),
+        "{first:?}"
+    );
 }
 
 /// The schedule of issue 35, step by step: a permit semaphore of 2 permits with 1 free (the
@@ -927,7 +985,7 @@ fn a_redis_that_ignores_request_latches_is_caught() {
 fn a_message_of_one_wakes_a_waiter_of_two_when_nothing_else_is_coming() -> Result<(), Failure> {
     let mut sim = Sim::new(0, true);
     sim.redis.kind = SyncKind::PermitSemaphore;
-    (sim.redis.permits, sim.redis.free) = (2, 1);
+    (sim.redis.permits, sim.redis.free, sim.redis.foreign) = (2, 1, 1);
     sim.managers[0].state = SyncState::new(sim.redis.kind, "name".into(), settings(), sim.now);
     let mgr = &mut sim.managers[0];
     mgr.waiting.insert(1, 2);
@@ -955,6 +1013,61 @@ fn a_message_of_one_wakes_a_waiter_of_two_when_nothing_else_is_coming() -> Resul
     let mgr = &sim.managers[0];
     assert!(
         mgr.answered.contains(&1) && mgr.guards.len() == 1,
+        "{:?}",
+        sim.trace
+    );
+    Ok(())
+}
+
+/// Item 1 of the synchronizer review, step by step: the one permit is held by a client that
+/// crashed, its lease ending at T. Waiter 1 (bounded wait) falls short with the hint T; waiter 2
+/// (no limit) queues behind it without an attempt. Waiter 1's deadline comes before T and times
+/// it out. The expiry at T publishes nothing: the retry timer must wake waiter 2. Without the
+/// hint handed on, the check (an expired permit not reclaimed, a waiter it makes room for, no
+/// retry coming) fails at T.
+#[test]
+fn a_waiter_queued_behind_a_hint_is_woken_when_the_permit_expires() -> Result<(), Failure> {
+    let mut sim = Sim::new(0, true);
+    sim.redis.kind = SyncKind::PermitSemaphore;
+    (sim.redis.permits, sim.redis.free, sim.redis.foreign) = (1, 0, 0);
+    let t = sim.now + Duration::from_secs(5);
+    sim.redis.ids.insert([9; 16], t);
+    for mgr in &mut sim.managers {
+        mgr.state = SyncState::new(sim.redis.kind, "name".into(), settings(), sim.now);
+    }
+    let request = |sim: &mut Sim, id: WaiterId, wait: Wait| {
+        let mgr = &mut sim.managers[0];
+        mgr.waiting.insert(id, 1);
+        let want = Want {
+            permits: 1,
+            lease: None,
+            ids: permit_ids(0, &mut mgr.next_id, 1),
+        };
+        mgr.state.request(id, want, wait, sim.now);
+    };
+    request(&mut sim, 1, Wait::Up(Duration::from_secs(1)));
+    sim.settle()?;
+    sim.finish_trip(0, false);
+    sim.settle()?;
+    sim.complete_subscription_as(0, true);
+    sim.settle()?;
+    sim.finish_trip(0, false);
+    sim.settle()?;
+    request(&mut sim, 2, Wait::Forever);
+    sim.settle()?;
+    assert!(sim.managers[0].trips.is_empty(), "waiter 2 queues");
+    sim.advance(Duration::from_secs(1))?;
+    sim.finish_trip(0, false);
+    sim.settle()?;
+    sim.check()?;
+    assert!(sim.managers[0].answered.contains(&1));
+    sim.advance(Duration::from_secs(5))?;
+    sim.finish_trip(0, false);
+    sim.settle()?;
+    sim.check()?;
+    let mgr = &sim.managers[0];
+    assert!(
+        mgr.answered.contains(&2) && mgr.guards.len() == 1,
         "{:?}",
         sim.trace
     );

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
+use crate::actors::messages::Adjustment;
 
 fn effects(state: &mut SyncState) -> Vec<Effect> {
     let mut out = Vec::new();
@@ -338,6 +339,48 @@ fn a_lease_hint_arms_the_timer_for_that_waiter() {
     assert_eq!(tries(&effects(&mut s)), vec![1]);
 }
 
+/// A permit held by a crashed client, its lease ending at T: waiter 1 falls short with the hint
+/// T, and waiter 2 queues behind it with no attempt of its own (so no hint). Waiter 1 leaves
+/// before T (its deadline's attempt times out, or its caller leaves). The expiry publishes
+/// nothing, so the timer at T must wake waiter 2: nothing else would.
+#[test]
+fn a_waiter_queued_behind_one_with_a_lease_hint_is_woken_when_that_one_leaves() {
+    let hint = |after| Tried::Short {
+        free: 0,
+        retry_in: Some(after),
+    };
+    for leaves in ["deadline", "caller gone"] {
+        let now = Instant::now();
+        let t = now + Duration::from_secs(5);
+        let mut s = state(SyncKind::PermitSemaphore);
+        s.request(1, want(1), Wait::Up(Duration::from_secs(1)), now);
+        report(&mut s, 1, hint(Duration::from_secs(5)), now);
+        s.subscribed(true, now);
+        report(&mut s, 1, hint(Duration::from_secs(5)), now);
+        effects(&mut s);
+        s.request(2, want(1), Wait::Forever, now);
+        assert!(tries(&effects(&mut s)).is_empty(), "{leaves}: it queues");
+        let later = now + Duration::from_secs(1);
+        if leaves == "deadline" {
+            s.fired(Timer::Deadline(1), later);
+            assert_eq!(tries(&effects(&mut s)), vec![1]);
+            report(&mut s, 1, hint(Duration::from_secs(4)), later);
+            let e = effects(&mut s);
+            assert!(
+                e.iter()
+                    .any(|e| matches!(e, Effect::Answer(1, Answer::TimedOut))),
+                "{e:?}"
+            );
+        } else {
+            s.caller_gone(1, later);
+            assert!(!s.has(1));
+            effects(&mut s);
+        }
+        s.fired(Timer::Retry, t);
+        assert_eq!(tries(&effects(&mut s)), vec![2], "{leaves}");
+    }
+}
+
 #[test]
 fn retryable_errors_back_off_and_others_answer() {
     let now = Instant::now();
@@ -419,42 +462,60 @@ fn a_give_back_hands_permits_to_the_first_parked_waiter_that_fits_and_the_rest_t
 
 #[test]
 fn a_request_whose_reply_never_came_is_sent_again_as_it_was_until_its_horizon() {
-    let now = Instant::now();
-    let mut s = state(SyncKind::PermitSemaphore);
-    s.request(1, want(1), Wait::Forever, now);
-    let Some(Effect::Run(first)) = effects(&mut s).into_iter().next() else {
-        panic!("no attempt");
-    };
-    let lost = || {
-        Outcome::Take(Err(LockError::Timeout {
-            op: "acquire permits",
-            after: Duration::from_millis(1),
-        }))
-    };
-    s.ran(first.seq, lost(), now);
-    let e = effects(&mut s);
-    assert!(
-        matches!(e.as_slice(), [Effect::Arm(Timer::Resend(seq), d)] if *seq == first.seq && *d == backoff(0))
-    );
-    s.fired(Timer::Resend(first.seq), now + backoff(0));
-    let e = effects(&mut s);
-    assert!(
-        matches!(e.as_slice(), [Effect::Run(t)] if t.seq == first.seq && t.lane == first.lane),
-        "the same request, on the same latch: {e:?}"
-    );
-    // Past its horizon the waiter gets the error, and, may it wait, tries again later as a new
-    // request.
-    let late = now + SETTINGS.watchdog_timeout / 3;
-    s.ran(first.seq, lost(), late);
-    let e = effects(&mut s);
-    assert!(!s.is_under_way(first.seq));
-    assert!(
-        e.iter().any(|e| matches!(e, Effect::Arm(Timer::Retry, _))),
-        "{e:?}"
-    );
-    s.fired(Timer::Retry, late + ERROR_BACKOFF_MAX);
-    let e = effects(&mut s);
-    assert!(matches!(e.as_slice(), [Effect::Run(t)] if t.seq != first.seq && t.lane == first.lane));
+    for kind in [SyncKind::Semaphore, SyncKind::PermitSemaphore] {
+        let now = Instant::now();
+        let mut s = state(kind);
+        s.request(1, want(1), Wait::Forever, now);
+        let Some(Effect::Run(first)) = effects(&mut s).into_iter().next() else {
+            panic!("no attempt");
+        };
+        let lost = || {
+            Outcome::Take(Err(LockError::Timeout {
+                op: "acquire permits",
+                after: Duration::from_millis(1),
+            }))
+        };
+        s.ran(first.seq, lost(), now);
+        let e = effects(&mut s);
+        assert!(
+            matches!(e.as_slice(), [Effect::Arm(Timer::Resend(seq), d)] if *seq == first.seq && *d == backoff(0))
+        );
+        s.fired(Timer::Resend(first.seq), now + backoff(0));
+        let e = effects(&mut s);
+        assert!(
+            matches!(e.as_slice(), [Effect::Run(t)] if t.seq == first.seq && t.lane == first.lane),
+            "the same request, on the same latch: {e:?}"
+        );
+        let late = now + SETTINGS.watchdog_timeout / 3;
+        s.ran(first.seq, lost(), late);
+        let e = effects(&mut s);
+        assert!(!s.is_under_way(first.seq));
+        if kind == SyncKind::PermitSemaphore {
+            // Its ids may be held in Redis now: a take with them again would take twice.
+            assert!(
+                matches!(
+                    e.as_slice(),
+                    [
+                        Effect::Answer(1, Answer::Failed(LockError::Timeout { .. })),
+                        Effect::Idle
+                    ]
+                ),
+                "{e:?}"
+            );
+            continue;
+        }
+        // Past its horizon the waiter gets the error, and, may it wait, tries again later as a
+        // new request.
+        assert!(
+            e.iter().any(|e| matches!(e, Effect::Arm(Timer::Retry, _))),
+            "{e:?}"
+        );
+        s.fired(Timer::Retry, late + ERROR_BACKOFF_MAX);
+        let e = effects(&mut s);
+        assert!(
+            matches!(e.as_slice(), [Effect::Run(t)] if t.seq != first.seq && t.lane == first.lane)
+        );
+    }
 }
 
 #[test]
@@ -510,6 +571,88 @@ fn permits_taken_without_a_lease_are_renewed_until_given_back() {
     assert!(
         e.iter()
             .any(|e| matches!(e, Effect::Untrack { epoch: x, .. } if *x == epoch))
+    );
+}
+
+/// The Watchdog counts a grant's PTTL from when the take was sent, not from when its reply came
+/// (as a lock's renewal counts from its acquire's send time): a slow reply must not stretch
+/// how long the permits are believed held.
+#[test]
+fn a_grant_tells_the_watchdog_when_its_take_was_sent() {
+    let sent = Instant::now();
+    let replied = sent + Duration::from_secs(2);
+    let mut s = state(SyncKind::PermitSemaphore);
+    s.request(1, want(1), Wait::Forever, sent);
+    report(&mut s, 1, Tried::Done, replied);
+    let e = effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Track { confirmed, .. } if *confirmed == sent)),
+        "{e:?}"
+    );
+}
+
+/// A stop without release drops the holds: their guards learn them lost at once, while a round
+/// trip still under way holds back the end of the stop.
+#[test]
+fn a_stop_without_release_tells_the_guards_at_once() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::PermitSemaphore);
+    let (epoch, _) = take(&mut s, 1, want(1), now);
+    s.adjust(Op::Adjust(Adjustment::AddPermits(1)), None, now);
+    effects(&mut s);
+    s.stop(false, now);
+    let e = effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Lost(x, Loss::Shutdown) if *x == epoch)),
+        "{e:?}"
+    );
+    assert!(!e.iter().any(|e| matches!(e, Effect::Stopped)), "{e:?}");
+}
+
+/// A round trip's lane is free again once it is over, whatever its outcome: even an outcome
+/// that does not fit its request (a take's, for a latch's read) must not keep it.
+#[test]
+fn a_lane_is_freed_whatever_the_outcome() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::CountDownLatch);
+    s.request(1, want(0), Wait::Forever, now);
+    let Some(Effect::Run(read)) = effects(&mut s).into_iter().next() else {
+        panic!("no read");
+    };
+    s.stop(true, now);
+    s.ran(read.seq, Outcome::Take(Ok(Take::Taken)), now);
+    assert_eq!(s.free_lanes, vec![read.lane]);
+}
+
+/// Permits refused by replica sync whose give-back failed are still held in Redis under the
+/// waiter's ids: it is answered, not sent to take them again (which would take them twice).
+#[test]
+fn a_permit_waiter_whose_refused_permits_were_not_given_back_is_answered() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::PermitSemaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    let Some(Effect::Run(take)) = effects(&mut s).into_iter().next() else {
+        panic!("no attempt");
+    };
+    let unsynced = Take::Unsynced {
+        acked: 0,
+        wanted: 1,
+    };
+    s.ran(take.seq, Outcome::Take(Ok(unsynced)), now);
+    let seq = give_sent(&effects(&mut s), 1);
+    s.ran(seq, Outcome::Reply(Err(LockError::Shutdown)), now);
+    let e = effects(&mut s);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [
+                Effect::Answer(1, Answer::Failed(LockError::ReplicaSync { .. })),
+                ..
+            ]
+        ),
+        "{e:?}"
     );
 }
 

@@ -101,38 +101,49 @@ impl SyncState {
             return;
         };
         let lane = under.lane;
-        match (under.purpose, outcome) {
-            (Purpose::Attempt(waiter), Outcome::Take(Ok(Take::Unsynced { acked, wanted }))) => {
+        // A permit semaphore's take whose outcome stays unknown may have run, and one whose
+        // refused permits were not given back did: its ids may be held in Redis. Its waiter
+        // cannot try again with them (the script takes free permits for ids it adds again, so
+        // they would be taken twice, the first time for good): it is answered with the error.
+        let ids_may_be_held = |outcome: &Outcome| {
+            self.kind == SyncKind::PermitSemaphore
+                && matches!(outcome, Outcome::Take(Err(_)) | Outcome::Reply(Err(_)))
+        };
+        match (under.purpose, outcome, under.op) {
+            (
+                Purpose::Attempt(waiter),
+                Outcome::Take(Ok(Take::Unsynced { acked, wanted })),
+                Op::Take { permits, ids, .. },
+            ) => {
                 // Not on enough replicas to survive a failover: given back before the answer,
                 // as the next request of the same lane.
-                if let Op::Take { permits, ids, .. } = under.op {
-                    let op = Op::Give { permits, ids };
-                    let purpose = Purpose::Unsynced {
-                        waiter,
-                        acked,
-                        wanted,
-                    };
-                    self.run_on(lane, op, purpose);
-                    return;
-                }
+                let op = Op::Give { permits, ids };
+                let purpose = Purpose::Unsynced {
+                    waiter,
+                    acked,
+                    wanted,
+                };
+                self.run_on(lane, op, purpose);
             }
-            (Purpose::Attempt(waiter), Outcome::Take(Ok(Take::Taken)))
-                if self.position(waiter).is_none() =>
-            {
+            (
+                Purpose::Attempt(waiter),
+                Outcome::Take(Ok(Take::Taken)),
+                Op::Take { permits, ids, .. },
+            ) if self.position(waiter).is_none() => {
                 // Its waiter failed meanwhile (a stop): what it took goes back.
-                if let Op::Take { permits, ids, .. } = under.op {
-                    let op = Op::Give { permits, ids };
-                    let purpose = Purpose::GiveBack {
-                        reply: None,
-                        permits,
-                        was_lost: false,
-                    };
-                    self.run_on(lane, op, purpose);
-                    return;
-                }
+                let op = Op::Give { permits, ids };
+                let purpose = Purpose::GiveBack {
+                    reply: None,
+                    permits,
+                    was_lost: false,
+                };
+                self.run_on(lane, op, purpose);
             }
-            (Purpose::Attempt(waiter), outcome) => {
+            (Purpose::Attempt(waiter), outcome, _) => {
                 self.free_lanes.push(lane);
+                if outcome.unknown() && ids_may_be_held(&outcome) {
+                    self.last_try(waiter);
+                }
                 let tried = match outcome {
                     Outcome::Take(Ok(Take::Taken)) => Tried::Done,
                     Outcome::Take(Ok(Take::Short { free, retry_in })) => {
@@ -158,10 +169,14 @@ impl SyncState {
                     wanted,
                 },
                 outcome,
+                _,
             ) => {
                 self.free_lanes.push(lane);
-                if let Outcome::Reply(Err(error)) | Outcome::Take(Err(error)) = outcome {
+                if let Outcome::Reply(Err(error)) | Outcome::Take(Err(error)) = &outcome {
                     tracing::warn!(%error, "permits refused by replica sync not given back");
+                }
+                if ids_may_be_held(&outcome) {
+                    self.last_try(waiter);
                 }
                 self.tried(
                     waiter,
@@ -176,11 +191,12 @@ impl SyncState {
                     was_lost,
                 },
                 outcome,
+                _,
             ) => {
                 self.free_lanes.push(lane);
                 self.given_back(reply, (permits, was_lost), outcome);
             }
-            (Purpose::Adjust(reply), outcome) => {
+            (Purpose::Adjust(reply), outcome, _) => {
                 self.free_lanes.push(lane);
                 if let Some(reply) = reply {
                     let res = match outcome {
@@ -193,6 +209,13 @@ impl SyncState {
         }
         self.maybe_stopped();
         self.update_busy();
+    }
+
+    /// Waiter `id`'s outcome coming now answers it, whatever it is.
+    fn last_try(&mut self, id: WaiterId) {
+        if let Some(at) = self.position(id) {
+            self.waiters[at].last = true;
+        }
     }
 
     /// The resend timer of request `seq` fired: it goes again, as it was.
