@@ -306,6 +306,7 @@ impl Commands {
     }
 
     /// A fair-lock waiter gives up: it leaves the queue, and those behind it get `wait` back.
+    /// Idempotent: a second run finds no place and changes nothing.
     pub(crate) async fn leave_queue(
         &self,
         name: &str,
@@ -321,7 +322,18 @@ impl Commands {
             .arg(millis(wait))
             .arg(UNLOCK_MESSAGE)
             .arg(self.publish());
-        match self.run("leave queue", key, call).await? {
+        // With replica sync, a leave the replicas did not take is an error: sent again (it is
+        // idempotent), since a failover would otherwise bring the place back.
+        let (reply, acked) = self
+            .conn
+            .run_synced("leave queue", key, &FAIR_LEAVE, call)
+            .await?;
+        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
+            && acked < wanted
+        {
+            return Err(LockError::ReplicaSync { acked, wanted });
+        }
+        match reply {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("leave queue", other)),
         }

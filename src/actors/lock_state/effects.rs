@@ -85,6 +85,8 @@ pub(crate) enum Timer {
     Resend(u64),
     /// Try again to settle this holder's count.
     Settle(HoldKey),
+    /// Send again the fair-queue leave of this holder, which failed or went unanswered.
+    Leave(Arc<str>),
 }
 
 /// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry the counts

@@ -8,7 +8,9 @@
 //! - every waiter is answered exactly once, and never while it still counts as waiting;
 //! - a subscribed channel always has a waiter that needs it;
 //! - never two local holds of an exclusive kind; hold counts never go below one;
-//! - a grant nobody takes any more is released, never leaked.
+//! - a grant nobody takes any more is released, never leaked;
+//! - fair lock: when nothing is under way, each place of this actor's holders in the Redis queue
+//!   has a local waiter, or its failed leave is being sent again (`places`, `leaving`).
 
 mod effects;
 mod holds;
@@ -29,7 +31,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 pub(crate) use effects::{Answer, Effect, Loss, Op, Outcome, Timer};
 use holds::Hold;
 
-use round_trips::{Flight, Pending};
+use round_trips::{Flight, Leaving, Pending};
 use unsure::Unsure;
 use waiters::{Waiter, Waiters};
 
@@ -99,6 +101,15 @@ pub(crate) struct LockState {
     track_armed: bool,
     /// The channels routed here: while a waiter needs them.
     subscribed: FxHashSet<Arc<str>>,
+    /// Fair lock: the holders this actor may have a place for in the Redis queue, each with the
+    /// wait its place was made with. Fixed at the holder's first queued attempt and used by all
+    /// its requests (come-back, grant, leave), so that what a grant or a leave takes off the
+    /// deadlines behind is what the place added. A place is left when its holder's last waiter
+    /// ends without the lock, whichever of its waiters queued it.
+    places: FxHashMap<Arc<str>, Duration>,
+    /// Fair lock: places whose leave failed or went unanswered, sent again until they would have
+    /// expired (see `Leaving`).
+    leaving: FxHashMap<Arc<str>, Leaving>,
     /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
     pending_wakes: VecDeque<WaiterId>,
     /// Local hand-offs since the last release that published.
@@ -130,6 +141,8 @@ impl LockState {
             retry_armed: false,
             track_armed: false,
             subscribed: FxHashSet::default(),
+            places: FxHashMap::default(),
+            leaving: FxHashMap::default(),
             pending_wakes: VecDeque::new(),
             streak: 0,
             phase: Phase::Running,
@@ -187,7 +200,6 @@ impl LockState {
                 Wait::Up(d) => d,
                 _ => self.settings.fair_wait_timeout,
             },
-            queued: false,
             watched: false,
         });
         self.set_busy();
@@ -254,10 +266,11 @@ impl LockState {
                     key,
                     lease,
                     started,
+                    place,
                 },
                 Outcome::Acquire(res),
             ) => {
-                self.attempted(id, key, lease, started, res);
+                self.attempted(id, key, lease, started, place, res);
                 self.next_wake();
             }
             (Flight::Release(release), Outcome::Release(res)) => self.released(release, res),
@@ -277,10 +290,8 @@ impl LockState {
             (Flight::SettleHold { key, epoch }, Outcome::Settle(res)) => {
                 self.hold_settled(key, epoch, res)
             }
-            (Flight::Leave { then }, Outcome::LeaveQueue(res)) => {
-                if let Err(error) = res {
-                    tracing::warn!(lock = %self.name, %error, "could not leave the fair queue; the place expires");
-                }
+            (Flight::Leave { holder, wait, then }, Outcome::LeaveQueue(res)) => {
+                self.left(holder, wait, res);
                 if let Some((id, answer)) = then {
                     self.out.push(Effect::Answer(id, answer));
                 }
@@ -344,7 +355,13 @@ impl LockState {
             Timer::Deadline(id) => self.give_up(id, "its wait ran out"),
             Timer::Retry => {
                 self.retry_armed = false;
-                self.wake_one();
+                if self.family.is_fair() {
+                    // Each fair waiter has its own place, and the head of the Redis queue need
+                    // not be the oldest local waiter: every one of them tries.
+                    self.wake_all();
+                } else {
+                    self.wake_one();
+                }
             }
             Timer::Track => {
                 self.track_armed = false;
@@ -368,6 +385,17 @@ impl LockState {
                 }
             }
             Timer::Resend(id) => self.resend(id),
+            Timer::Leave(holder) => {
+                if let Some(leaving) = self.leaving.get(&holder) {
+                    let wait = leaving.wait;
+                    self.todo.push_front(Pending::Leave {
+                        holder,
+                        wait,
+                        then: None,
+                    });
+                    self.pump();
+                }
+            }
             Timer::SettleHold(key, epoch) => {
                 if let Some(hold) = self.hold_mut(&key, epoch) {
                     hold.settle_armed = false;

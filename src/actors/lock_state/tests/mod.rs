@@ -2,6 +2,7 @@
 //! trips; the property test drives it with random event sequences and checks the invariants of
 //! the module doc after every step.
 
+mod fair_places;
 mod model;
 mod property;
 mod simulation;

@@ -61,6 +61,22 @@ impl Redis {
         }
     }
 
+    /// A queued holder's deadline.
+    pub fn deadline(&self, holder: &str) -> Option<Instant> {
+        self.deadlines.get(holder).copied()
+    }
+
+    /// Whether `holder` has a place in the fair queue.
+    pub fn queued(&self, holder: &str) -> bool {
+        self.queue.iter().any(|h| &**h == holder)
+    }
+
+    /// A place lost (a failover's lost write, a prune while its waiter could not come back).
+    pub fn drop_place(&mut self, holder: &str) {
+        self.queue.retain(|h| &**h != holder);
+        self.deadlines.remove(holder);
+    }
+
     /// The holder's count (0: no field).
     pub fn count(&self, holder: &str) -> u32 {
         self.counts.get(holder).copied().unwrap_or(0)
