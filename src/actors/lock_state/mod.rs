@@ -39,7 +39,7 @@ pub(crate) use crate::actors::name::{
     ERROR_BACKOFF_MAX, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
 };
 use crate::error::LockError;
-use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Released};
+use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released};
 
 /// A release request's number, chosen by the shell.
 pub(crate) type ReplyId = u64;
@@ -62,6 +62,9 @@ pub(crate) struct Settings {
     pub watchdog_timeout: Duration,
     /// A fair waiter's queue place is kept this long after its turn, when it gave no wait.
     pub fair_wait_timeout: Duration,
+    /// The longest wait lockman gives its own fair places (`Config::fair_lock_place_timeout`):
+    /// refreshed every third of it while their waiters live.
+    pub fair_place_timeout: Duration,
     /// Whether a release may hand the lock to a local waiter (see `release_op`).
     pub hand_off: bool,
 }
@@ -99,6 +102,8 @@ pub(crate) struct LockState {
     failures: u32,
     retry_armed: bool,
     track_armed: bool,
+    /// Fair lock: the places' refresh is armed (while `places` is not empty).
+    refresh_armed: bool,
     /// The channels routed here: while a waiter needs them.
     subscribed: FxHashSet<Arc<str>>,
     /// Fair lock: the holders this actor may have a place for in the Redis queue, each with the
@@ -140,6 +145,7 @@ impl LockState {
             failures: 0,
             retry_armed: false,
             track_armed: false,
+            refresh_armed: false,
             subscribed: FxHashSet::default(),
             places: FxHashMap::default(),
             leaving: FxHashMap::default(),
@@ -199,7 +205,8 @@ impl LockState {
             fair_wait: match wait {
                 Wait::Up(d) => d,
                 _ => self.settings.fair_wait_timeout,
-            },
+            }
+            .min(self.settings.fair_place_timeout),
             watched: false,
         });
         self.set_busy();
@@ -296,6 +303,7 @@ impl LockState {
                     self.out.push(Effect::Answer(id, answer));
                 }
             }
+            (Flight::Refresh, Outcome::FairRefresh(res)) => self.refreshed(res),
             (Flight::Shutdown, Outcome::Shutdown) => {
                 // Nothing runs any more: releases asked for meanwhile fail (`pump`).
                 self.phase = Phase::Stopped;
@@ -385,6 +393,14 @@ impl LockState {
                 }
             }
             Timer::Resend(id) => self.resend(id),
+            Timer::Refresh => {
+                self.refresh_armed = false;
+                if !self.places.is_empty() {
+                    self.todo.push_back(Pending::Refresh);
+                    self.arm_refresh();
+                    self.pump();
+                }
+            }
             Timer::Leave(holder) => {
                 if let Some(leaving) = self.leaving.get(&holder) {
                     let wait = leaving.wait;

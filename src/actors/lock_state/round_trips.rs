@@ -35,6 +35,8 @@ pub(super) enum Pending {
         wait: Duration,
         then: Option<(WaiterId, Answer)>,
     },
+    /// Refresh the fair-queue places (`Op::FairRefresh`).
+    Refresh,
     Shutdown {
         release: bool,
     },
@@ -90,6 +92,7 @@ pub(super) enum Flight {
         wait: Duration,
         then: Option<(WaiterId, Answer)>,
     },
+    Refresh,
     Shutdown,
 }
 
@@ -201,6 +204,17 @@ impl LockState {
                 };
                 Some((op, Flight::Leave { holder, wait, then }))
             }
+            Pending::Refresh => {
+                let queued = self.todo.iter().any(|p| matches!(p, Pending::Refresh));
+                if self.places.is_empty() || queued {
+                    return None;
+                }
+                let op = Op::FairRefresh {
+                    places: self.places.iter().map(|(h, w)| (h.clone(), *w)).collect(),
+                    cap: self.settings.fair_place_timeout,
+                };
+                Some((op, Flight::Refresh))
+            }
             Pending::Shutdown { release } => Some((self.shutdown_op(release), Flight::Shutdown)),
         }
     }
@@ -269,6 +283,7 @@ impl LockState {
             fair: FairArgs {
                 wait: place_wait,
                 once: !w.may_wait(),
+                cap: Some(self.settings.fair_place_timeout),
             },
             expect,
             seq,
@@ -291,7 +306,46 @@ impl LockState {
             self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
             self.places.insert(holder.clone(), leaving.wait);
         }
+        if !self.refresh_armed {
+            self.arm_refresh();
+        }
         *self.places.entry(holder.clone()).or_insert(wait)
+    }
+
+    /// Arms the places' refresh, a third of the place timeout from now.
+    pub(super) fn arm_refresh(&mut self) {
+        self.refresh_armed = true;
+        self.out.push(Effect::Arm(
+            Timer::Refresh,
+            self.settings.fair_place_timeout / 3,
+        ));
+    }
+
+    /// A refresh's reply: the head of a free lock, if it is a holder here, takes its turn, and
+    /// the waiters whose place is gone (pruned while they could not come back, or lost in a
+    /// failover) queue again. An error changes nothing: the next refresh comes.
+    pub(super) fn refreshed(&mut self, res: Result<Refreshed, LockError>) {
+        let refreshed = match res {
+            Ok(refreshed) => refreshed,
+            Err(error) => {
+                tracing::warn!(lock = %self.name, %error, "could not refresh the fair-queue places");
+                return;
+            }
+        };
+        let mut turns: Vec<WaiterId> = Vec::new();
+        for holder in refreshed.head.iter().chain(&refreshed.gone) {
+            if let Some(w) = self
+                .waiters
+                .iter()
+                .find(|w| w.holder == *holder && w.may_wait())
+                && !turns.contains(&w.id)
+            {
+                turns.push(w.id);
+            }
+        }
+        for id in turns {
+            self.attempt(id);
+        }
     }
 
     /// A fair-queue leave's outcome: done, or sent again after a backoff until the place would

@@ -187,6 +187,9 @@ impl LockState {
         if std::mem::take(&mut self.retry_armed) {
             self.out.push(Effect::Cancel(Timer::Retry));
         }
+        if std::mem::take(&mut self.refresh_armed) {
+            self.out.push(Effect::Cancel(Timer::Refresh));
+        }
         for channel in std::mem::take(&mut self.subscribed) {
             self.out.push(Effect::Unsubscribe(channel));
         }

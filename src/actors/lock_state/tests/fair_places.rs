@@ -29,6 +29,7 @@ fn held_by_x(redis: &mut Redis, now: Instant) {
         fair: FairArgs {
             wait: Duration::from_secs(300),
             once: false,
+            cap: None,
         },
         expect: Expect::count(0),
         seq: 0,
@@ -249,6 +250,7 @@ fn clones_with_different_waits_share_one_place_wait() {
         fair: FairArgs {
             wait: SECOND,
             once: false,
+            cap: None,
         },
         expect: Expect::count(0),
         seq: 0,
@@ -335,4 +337,71 @@ fn a_stop_leaves_the_places_being_left() {
     );
     redis.run(&op, t0 + SECOND);
     assert!(!redis.queued("a"));
+}
+
+/// A queued place arms the refresh (a third of the place timeout); the refresh carries every
+/// place with its wait; its reply's head, when local, takes its turn, and a waiter whose place is
+/// gone queues again. With no place left, the refresh is not armed again.
+#[test]
+fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
+    let t0 = Instant::now();
+    let mut s = state(LockKind::Fair);
+    let mut redis = Redis::new(false);
+    held_by_x(&mut redis, t0);
+    let a = s.request(fair_req("a", Wait::Forever), t0);
+    let fx = run_all(&mut s, &mut redis, t0);
+    let third = settings().fair_place_timeout / 3;
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Refresh, d) if *d == third)),
+        "{fx:?}"
+    );
+    let b = s.request(fair_req("b", Wait::Up(SECOND)), t0);
+    run_all(&mut s, &mut redis, t0);
+    // a's place is lost; x's key goes (no message): b is the head of a free lock.
+    redis.drop_place("a");
+    redis.delete();
+    redis.published = 0;
+    let t1 = t0 + Duration::from_millis(100);
+    s.fired(Timer::Refresh, t1);
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Refresh, d) if *d == third)),
+        "{fx:?}"
+    );
+    let op = only_run(&fx);
+    let Op::FairRefresh { places, cap } = &op else {
+        panic!("{op:?}");
+    };
+    let mut places = places.clone();
+    places.sort();
+    assert_eq!(
+        places,
+        vec![("a".into(), 5 * SECOND), ("b".into(), SECOND)] as Vec<(std::sync::Arc<str>, _)>
+    );
+    assert_eq!(*cap, 5 * SECOND);
+    let out = redis.run(&op, t1);
+    assert!(
+        matches!(&out, Outcome::FairRefresh(Ok(r)) if r.head.as_deref() == Some("b") && r.gone == vec!["a".into()] as Vec<std::sync::Arc<str>>),
+        "{out:?}"
+    );
+    s.ran(out, t1);
+    let fx = run_all(&mut s, &mut redis, t1);
+    assert!(granted(&fx, b).is_some(), "{fx:?}");
+    assert!(!answered(&fx, a));
+    assert_eq!(
+        redis.queue,
+        vec!["a".into()] as Vec<std::sync::Arc<str>>,
+        "a queued again"
+    );
+    // a ends: no place left, the refresh is not armed again.
+    s.caller_gone(a, t1);
+    run_all(&mut s, &mut redis, t1);
+    s.fired(Timer::Refresh, t1 + third);
+    let fx = s.drain();
+    assert!(
+        runs(&fx).is_empty() && !fx.iter().any(|e| matches!(e, Effect::Arm(..))),
+        "{fx:?}"
+    );
 }

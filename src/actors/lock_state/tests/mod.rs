@@ -15,6 +15,7 @@ fn settings() -> Settings {
     Settings {
         watchdog_timeout: Duration::from_secs(30),
         fair_wait_timeout: Duration::from_secs(300),
+        fair_place_timeout: Duration::from_secs(5),
         hand_off: true,
     }
 }

@@ -279,6 +279,7 @@ impl Shell {
             Op::Acquire { .. } => Outcome::Acquire(Err(timeout())),
             Op::Release { .. } | Op::HandOff { .. } => Outcome::Release(Err(timeout())),
             Op::LeaveQueue { .. } => Outcome::LeaveQueue(Err(timeout())),
+            Op::FairRefresh { .. } => Outcome::FairRefresh(Err(timeout())),
             Op::Settle { .. } => Outcome::Settle(Err(timeout())),
             // A shutdown is answered whatever became of it (the actor stops either way).
             Op::Shutdown { .. } => {

@@ -255,6 +255,7 @@ impl Sim {
                 Op::Release { .. } | Op::HandOff { .. } => Outcome::Release(Err(timeout())),
                 Op::Settle { .. } => Outcome::Settle(Err(timeout())),
                 Op::LeaveQueue { .. } => Outcome::LeaveQueue(Err(timeout())),
+                Op::FairRefresh { .. } => Outcome::FairRefresh(Err(timeout())),
                 // Shutdown's round trips log their failures and end.
                 Op::Shutdown { .. } => {
                     if !ran {
