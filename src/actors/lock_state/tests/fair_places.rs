@@ -20,24 +20,41 @@ fn only_run(fx: &[Effect]) -> Op {
     }
 }
 
-/// Someone else ("x", another process) holds the fair lock in the model, for 30 s.
-fn held_by_x(redis: &mut Redis, now: Instant) {
-    let op = Op::Acquire {
+/// A fair acquire of another process's holder (Redisson's rule: no cap).
+fn elsewhere(holder: &str, ttl: Duration, wait: Duration) -> Op {
+    Op::Acquire {
         kind: LockKind::Fair,
-        holder: "x".into(),
-        ttl: Duration::from_secs(30),
+        holder: holder.into(),
+        ttl,
         fair: FairArgs {
-            wait: Duration::from_secs(300),
+            wait,
             once: false,
             cap: None,
         },
         expect: Expect::count(0),
         seq: 0,
-    };
+    }
+}
+
+/// A fair state, and the model where someone else ("x", another process) holds the lock for
+/// 30 s.
+fn held_by_x(t0: Instant) -> (LockState, Redis) {
+    let mut redis = Redis::new(false);
+    let op = elsewhere("x", Duration::from_secs(30), Duration::from_secs(300));
     assert!(matches!(
-        redis.run(&op, now),
+        redis.run(&op, t0),
         Outcome::Acquire(Ok(Attempt::Acquired { .. }))
     ));
+    (state(LockKind::Fair), redis)
+}
+
+/// As `held_by_x`, with a waiter of holder "a" (waiting `wait`) queued behind x.
+fn a_queued(t0: Instant, wait: Wait) -> (LockState, Redis, WaiterId) {
+    let (mut s, mut redis) = held_by_x(t0);
+    let id = s.request(fair_req("a", wait), t0);
+    run_all(&mut s, &mut redis, t0);
+    assert!(redis.queued("a"));
+    (s, redis, id)
 }
 
 /// Runs the round trips the state asks for, one after the other, until none is asked; returns
@@ -66,9 +83,7 @@ fn run_all(s: &mut LockState, redis: &mut Redis, now: Instant) -> Vec<Effect> {
 #[test]
 fn a_resend_after_the_leave_leaves_again() {
     let t0 = Instant::now();
-    let mut s = state(LockKind::Fair);
-    let mut redis = Redis::new(false);
-    held_by_x(&mut redis, t0);
+    let (mut s, mut redis) = held_by_x(t0);
     let id = s.request(fair_req("a", Wait::Up(SECOND)), t0);
     let op = only_run(&s.drain());
     let seq = op.seq().unwrap();
@@ -105,12 +120,7 @@ fn a_resend_after_the_leave_leaves_again() {
 #[test]
 fn a_single_try_twin_leaves_its_holders_place() {
     let t0 = Instant::now();
-    let mut s = state(LockKind::Fair);
-    let mut redis = Redis::new(false);
-    held_by_x(&mut redis, t0);
-    let waiting = s.request(fair_req("a", Wait::Up(SECOND)), t0);
-    run_all(&mut s, &mut redis, t0);
-    assert!(redis.queued("a"));
+    let (mut s, mut redis, waiting) = a_queued(t0, Wait::Up(SECOND));
     let once = s.request(fair_req("a", Wait::No), t0 + Duration::from_millis(900));
     let op = only_run(&s.drain());
     let t1 = t0 + SECOND;
@@ -190,9 +200,7 @@ fn drive_until_granted(
 #[test]
 fn the_live_head_is_tried_when_it_is_not_the_oldest_local_waiter() {
     let t0 = Instant::now();
-    let mut s = state(LockKind::Fair);
-    let mut redis = Redis::new(false);
-    held_by_x(&mut redis, t0); // 30 s, nobody renews it
+    let (mut s, mut redis) = held_by_x(t0); // 30 s, nobody renews it
     let mut timers = Vec::new();
     s.request(fair_req("a", Wait::Forever), t0);
     assert!(drive_until_granted(&mut s, &mut redis, t0, Duration::ZERO, &mut timers).is_none());
@@ -228,11 +236,7 @@ fn the_live_head_is_tried_when_it_is_not_the_oldest_local_waiter() {
 #[test]
 fn clones_with_different_waits_share_one_place_wait() {
     let t0 = Instant::now();
-    let mut s = state(LockKind::Fair);
-    let mut redis = Redis::new(false);
-    held_by_x(&mut redis, t0);
-    let first = s.request(fair_req("a", Wait::Up(2 * SECOND)), t0);
-    run_all(&mut s, &mut redis, t0);
+    let (mut s, mut redis, first) = a_queued(t0, Wait::Up(2 * SECOND));
     let other = s.request(fair_req("a", Wait::Forever), t0);
     let op = only_run(&s.drain());
     assert!(
@@ -243,18 +247,7 @@ fn clones_with_different_waits_share_one_place_wait() {
     s.ran(out, t0);
     s.drain();
     // y queues behind a: due a's deadline plus its own wait.
-    let y = Op::Acquire {
-        kind: LockKind::Fair,
-        holder: "y".into(),
-        ttl: SECOND,
-        fair: FairArgs {
-            wait: SECOND,
-            once: false,
-            cap: None,
-        },
-        expect: Expect::count(0),
-        seq: 0,
-    };
+    let y = elsewhere("y", SECOND, SECOND);
     redis.run(&y, t0);
     let y_due = redis.deadline("y").unwrap();
     s.fired(Timer::Deadline(first), t0 + 2 * SECOND);
@@ -274,11 +267,7 @@ fn clones_with_different_waits_share_one_place_wait() {
 #[test]
 fn a_failed_leave_is_sent_again_until_it_runs() {
     let t0 = Instant::now();
-    let mut s = state(LockKind::Fair);
-    let mut redis = Redis::new(false);
-    held_by_x(&mut redis, t0);
-    let id = s.request(fair_req("a", Wait::Up(SECOND)), t0);
-    run_all(&mut s, &mut redis, t0);
+    let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
     let t1 = t0 + SECOND;
     s.fired(Timer::Deadline(id), t1);
     let leave = only_run(&s.drain());
@@ -320,11 +309,7 @@ fn a_failed_leave_is_sent_again_until_it_runs() {
 #[test]
 fn a_stop_leaves_the_places_being_left() {
     let t0 = Instant::now();
-    let mut s = state(LockKind::Fair);
-    let mut redis = Redis::new(false);
-    held_by_x(&mut redis, t0);
-    let id = s.request(fair_req("a", Wait::Up(SECOND)), t0);
-    run_all(&mut s, &mut redis, t0);
+    let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
     s.fired(Timer::Deadline(id), t0 + SECOND);
     only_run(&s.drain());
     s.ran(Outcome::LeaveQueue(Err(timeout())), t0 + SECOND);
@@ -345,9 +330,7 @@ fn a_stop_leaves_the_places_being_left() {
 #[test]
 fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
     let t0 = Instant::now();
-    let mut s = state(LockKind::Fair);
-    let mut redis = Redis::new(false);
-    held_by_x(&mut redis, t0);
+    let (mut s, mut redis) = held_by_x(t0);
     let a = s.request(fair_req("a", Wait::Forever), t0);
     let fx = run_all(&mut s, &mut redis, t0);
     let third = settings().fair_place_timeout / 3;
