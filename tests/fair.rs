@@ -52,13 +52,14 @@ async fn waiters_queue_with_protocol_deadlines_and_only_the_head_is_woken() {
         queue(&mut raw, "q"),
         vec![w1.holder_id(), w2.holder_id(), w3.holder_id()]
     );
-    // protocol.md: with a 30 000 ms lease and wait 5 000, successive waiters get 30 000, 35 000,
-    // 40 000: deadlines 35 000, 40 000, 45 000 ms from now.
+    // protocol.md: with a 30 000 ms lease and wait 5 000, successive waiters are told 30 000,
+    // 35 000, 40 000; lockman's places count at most the place timeout (5 s) of the lease for
+    // the head: deadlines 10 000, 15 000, 20 000 ms from now (Redisson's: 35 000, 40 000, 45 000).
     let d: Vec<i64> = deadlines(&mut raw, "q")
         .into_iter()
         .map(|(_, at)| at - now)
         .collect();
-    for (got, want) in d.iter().zip([35_000, 40_000, 45_000]) {
+    for (got, want) in d.iter().zip([10_000, 15_000, 20_000]) {
         assert!((want - 300..=want + 300).contains(got), "deadlines {d:?}");
     }
     // Only the head's channel hears the release.
@@ -306,4 +307,144 @@ async fn a_waiter_keeps_its_place_however_long_the_holder_holds() {
     let g2 = support::woken(w2, Duration::from_secs(2)).await;
     g2.release().await.unwrap();
     assert!(queue(&mut raw, "place").is_empty());
+}
+
+/// lockman's place timeout in the tests of short places: refreshed every 200 ms.
+const PLACE: Duration = Duration::from_millis(600);
+const CHILD_PLACE_URL: &str = "LOCKMAN_TEST_FAIR_PLACE_CHILD_URL";
+
+#[tokio::test]
+#[ignore = "child process of a_dead_place_walls_a_free_lock_for_about_two_place_timeouts"]
+async fn child_holds_a_short_place_until_killed() {
+    let url = std::env::var(CHILD_PLACE_URL).expect("run by the parent test");
+    let mgr = LockManager::start(Config::new(url).fair_lock_place_timeout(PLACE))
+        .await
+        .unwrap();
+    let lock = mgr.fair_lock("wall");
+    println!("WAITING {}", lock.holder_id());
+    let _ = lock.acquire().await;
+}
+
+/// A lockman waiter killed in the queue (SIGKILL: no leave) with `acquire()`, behind a holder
+/// renewed by the watchdog (30 s PTTL): its place was made `min(300 s, K)` after `min(PTTL, K)`
+/// and is no longer refreshed, so once the lock is free the live waiter behind it gets in within
+/// about two place timeouts (plus a refresh period), not the 300 s of `fair_lock_wait_timeout`
+/// nor the holder's PTTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_place_walls_a_free_lock_for_about_two_place_timeouts() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = || Config::new(server.url()).fair_lock_place_timeout(PLACE);
+    let (a, b) = (
+        LockManager::start(config()).await.unwrap(),
+        LockManager::start(config()).await.unwrap(),
+    );
+    let held = a.fair_lock("wall").acquire().await.unwrap();
+    let (mut child, dead) = support::spawn_child_test(
+        "child_holds_a_short_place_until_killed",
+        (CHILD_PLACE_URL, &server.url()),
+        "WAITING ",
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || queue(&mut raw, "wall")
+            == vec![dead.clone()])
+        .await
+    );
+    let live = b.fair_lock("wall");
+    let waiter = tokio::spawn({
+        let live = live.clone();
+        async move { live.acquire().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(&mut raw, "wall").len()
+            == 2)
+        .await
+    );
+    assert_eq!(
+        queue(&mut raw, "wall"),
+        vec![dead.clone(), live.holder_id()]
+    );
+    // Both places chain with the place timeout as their wait; the head's is at most two place
+    // timeouts ahead (the PTTL counted at most K), not 30 s.
+    let now = epoch_ms();
+    let d = deadlines(&mut raw, "wall");
+    assert_eq!(d.len(), 2);
+    let (head, next) = (&d[0], &d[1]);
+    assert_eq!(head.0, dead);
+    assert!(head.1 - now <= 2 * PLACE.as_millis() as i64, "{d:?}");
+    assert!(next.1 - head.1 >= PLACE.as_millis() as i64, "{d:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    held.release().await.unwrap(); // publishes to the dead head
+    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    let took = killed.elapsed();
+    // The dead place was refreshed at most a refresh period before the kill: it expired at
+    // most 2K later, and the live waiter's next refresh (every K/3) found the lock free.
+    assert!(took <= 2 * PLACE + PLACE, "{took:?}");
+    assert!(queue(&mut raw, "wall").is_empty());
+    assert!(deadlines(&mut raw, "wall").is_empty());
+    g.release().await.unwrap();
+}
+
+/// Three waiters, two of them in one manager (only the oldest used to come back), behind a
+/// holder that holds for 3 s, ten place timeouts: every place is refreshed, so none is pruned
+/// and they are served in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_waiters_keep_their_places_while_the_holder_holds_many_place_timeouts() {
+    let place = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = || {
+        Config::new(server.url())
+            .watchdog_timeout(Duration::from_secs(1))
+            .fair_lock_place_timeout(place)
+    };
+    let holder = LockManager::start(config()).await.unwrap();
+    let (m1, m2) = (
+        LockManager::start(config()).await.unwrap(),
+        LockManager::start(config()).await.unwrap(),
+    );
+    let held = holder.fair_lock("alive").acquire().await.unwrap();
+    let locks = [
+        m1.fair_lock("alive"),
+        m1.fair_lock("alive"),
+        m2.fair_lock("alive"),
+    ];
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, l) in locks.iter().enumerate() {
+        let (l, order) = (l.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = l.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            g.release().await.unwrap();
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ids: Vec<String> = locks.iter().map(|l| l.holder_id()).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(queue(&mut raw, "alive"), ids);
+    let d = deadlines(&mut raw, "alive");
+    let now = epoch_ms();
+    let by_holder = |h: &str| d.iter().find(|(x, _)| x == h).map(|(_, at)| *at).unwrap();
+    // Each place is alive (ahead of now): none was pruned, after ten place timeouts.
+    let mut members: Vec<&str> = d.iter().map(|(h, _)| h.as_str()).collect();
+    members.sort_unstable();
+    let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(members, want);
+    for id in &ids {
+        assert!(by_holder(id) > now, "{d:?}");
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .expect("served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    assert!(queue(&mut raw, "alive").is_empty());
+    assert!(deadlines(&mut raw, "alive").is_empty());
 }

@@ -12,6 +12,7 @@ impl std::fmt::Debug for Config {
             connect_timeout,
             response_timeout,
             fair_lock_wait_timeout,
+            fair_lock_place_timeout,
             idle_linger,
             max_lingering,
             arbiters,
@@ -45,6 +46,7 @@ impl std::fmt::Debug for Config {
             .field("connect_timeout", connect_timeout)
             .field("response_timeout", response_timeout)
             .field("fair_lock_wait_timeout", fair_lock_wait_timeout)
+            .field("fair_lock_place_timeout", fair_lock_place_timeout)
             .field("idle_linger", idle_linger)
             .field("max_lingering", max_lingering)
             .field("arbiters", arbiters)

@@ -16,6 +16,8 @@ pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default [`Config::response_timeout`].
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default [`Config::fair_lock_place_timeout`].
+pub const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default [`Config::fair_lock_wait_timeout`]: Redisson's.
 pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default [`Config::idle_linger`].
@@ -52,6 +54,7 @@ pub struct Config {
     connect_timeout: Duration,
     response_timeout: Duration,
     fair_lock_wait_timeout: Duration,
+    fair_lock_place_timeout: Duration,
     idle_linger: Duration,
     max_lingering: usize,
     arbiters: Option<usize>,
@@ -222,6 +225,7 @@ impl Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
+            fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             idle_linger: DEFAULT_IDLE_LINGER,
             max_lingering: DEFAULT_MAX_LINGERING,
             client_name: None,
@@ -336,16 +340,39 @@ impl Config {
         self
     }
 
-    /// How long a fair-lock waiter keeps its place in the queue after its turn came without it
-    /// coming back (its process died, say): then the queue skips it. A waiter that gave a wait
-    /// time uses that instead. Every waiter behind a place kept for a waiter that is gone
-    /// waits too: on a deployment that fails over, or where processes die while waiting, keep
-    /// this short (RELIABILITY.md: a waiter's leave lost in a failover is not sent again).
+    /// The wait a fair-lock waiter that gave none (`acquire`) asks its place in the queue to be
+    /// kept for after its turn came; a waiter that gave a wait time asks for that. It governs
+    /// only lockman's own places, and only below
+    /// [`fair_lock_place_timeout`](Self::fair_lock_place_timeout), which caps every place
+    /// lockman makes (the places are refreshed while their waiters live instead).
     ///
-    /// Default: [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`] (300 s, as Redisson).
+    /// Default: [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`] (300 s, Redisson's, so the place timeout
+    /// decides).
     pub fn fair_lock_wait_timeout(mut self, timeout: Duration) -> Self {
         self.fair_lock_wait_timeout = timeout;
         self
+    }
+
+    /// The longest wait `K` lockman gives its own places in a fair lock's queue: a place is
+    /// kept `min(wait, K)` after its turn came (the wait of its holder's first queued attempt,
+    /// used by all its requests), and each lock actor with queued waiters refreshes all its
+    /// places every `K/3` in one script (protocol.md, "Places kept alive"). A live waiter
+    /// keeps its place however long it waits; a place whose process died (killed, or a manager
+    /// dropped without [`shutdown`](crate::LockManager::shutdown)) or whose leave was lost in a
+    /// failover stops walling the queue within about `2K`, whatever the caller's wait. Longer
+    /// than a Redis outage a waiter should keep its place through (a place that expires
+    /// meanwhile queues again at the tail); much longer only delays the queue behind dead
+    /// places.
+    ///
+    /// Default: [`DEFAULT_FAIR_LOCK_PLACE_TIMEOUT`] (5 s).
+    pub fn fair_lock_place_timeout(mut self, timeout: Duration) -> Self {
+        self.fair_lock_place_timeout = timeout;
+        self
+    }
+
+    /// See [`Config::fair_lock_place_timeout`](Self::fair_lock_place_timeout()).
+    pub fn get_fair_lock_place_timeout(&self) -> Duration {
+        self.fair_lock_place_timeout
     }
 
     /// See [`Config::fair_lock_wait_timeout`](Self::fair_lock_wait_timeout()).
@@ -534,10 +561,21 @@ impl Config {
             ("connect timeout", self.connect_timeout),
             ("response timeout", self.response_timeout),
             ("fair lock wait timeout", self.fair_lock_wait_timeout),
+            ("fair lock place timeout", self.fair_lock_place_timeout),
         ] {
             if value.is_zero() {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
+        }
+        if !(Duration::from_millis(3)..=MAX_EXPIRY).contains(&self.fair_lock_place_timeout) {
+            // Refreshed every third of it, in whole milliseconds.
+            return Err(LockError::invalid(
+                "fair lock place timeout",
+                format!(
+                    "{:?} is below 3 ms or above {MAX_EXPIRY:?}",
+                    self.fair_lock_place_timeout
+                ),
+            ));
         }
         if self.arbiters == Some(0) {
             return Err(LockError::invalid("arbiters", "must be at least 1"));

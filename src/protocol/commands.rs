@@ -151,7 +151,7 @@ impl Commands {
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = ScriptCall::new(script, 3, 6, room);
+                let mut call = ScriptCall::new(script, 3, 7, room);
                 call.key(key)
                     .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
@@ -164,6 +164,9 @@ impl Commands {
             }
         };
         call.arg(expect.count);
+        if let (true, Some(cap)) = (kind.is_fair(), fair.cap) {
+            call.arg(millis(cap));
+        }
         let (reply, acked) = self.conn.call_synced("acquire", key, &call).await?;
         let attempt = decode_attempt(kind, reply)?;
         if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
@@ -306,6 +309,7 @@ impl Commands {
     }
 
     /// A fair-lock waiter gives up: it leaves the queue, and those behind it get `wait` back.
+    /// Idempotent: a second run finds no place and changes nothing.
     pub(crate) async fn leave_queue(
         &self,
         name: &str,
@@ -321,9 +325,57 @@ impl Commands {
             .arg(millis(wait))
             .arg(UNLOCK_MESSAGE)
             .arg(self.publish());
-        match self.run("leave queue", key, call).await? {
+        // With replica sync, a leave the replicas did not take is an error: sent again (it is
+        // idempotent), since a failover would otherwise bring the place back.
+        let (reply, acked) = self
+            .conn
+            .run_synced("leave queue", key, &FAIR_LEAVE, call)
+            .await?;
+        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
+            && acked < wanted
+        {
+            return Err(LockError::ReplicaSync { acked, wanted });
+        }
+        match reply {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("leave queue", other)),
+        }
+    }
+
+    /// Keeps this client's fair-queue places alive (`fair_refresh.lua`): each of `places` (a
+    /// holder and its place's wait) still queued gets the come-back rule, the head's base capped
+    /// at `cap` after now. Not synced to replicas: a refresh lost in a failover is made again a
+    /// third of a place timeout later.
+    pub(crate) async fn fair_refresh(
+        &self,
+        name: &str,
+        places: &[(Arc<str>, Duration)],
+        cap: Duration,
+    ) -> Result<Refreshed, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = FAIR_REFRESH.key(key);
+        call.key(keys::fair_queue(name))
+            .key(keys::fair_deadlines(name))
+            .arg(millis(cap))
+            .arg("")
+            .arg("")
+            .arg(epoch_millis());
+        for (holder, wait) in places {
+            call.arg(&**holder).arg(millis(*wait));
+        }
+        match self.run("fair refresh", key, call).await? {
+            Value::Array(items) => {
+                let mut items = items.into_iter().map(|v| match v {
+                    Value::BulkString(b) => String::from_utf8(b).ok().map(Arc::<str>::from),
+                    _ => None,
+                });
+                let head = items.next().flatten().filter(|h| !h.is_empty());
+                Ok(Refreshed {
+                    head,
+                    gone: items.flatten().collect(),
+                })
+            }
+            other => Err(unexpected("fair refresh", other)),
         }
     }
 

@@ -1,5 +1,13 @@
 -- Fair lock, after fair_acquire.lua and its re-entry part: the holder holds nothing; it takes
 -- its turn in the queue, or keeps its place there.
+-- ARGV[7] (lockman's, optional): the place timeout in ms. When given, the lock's PTTL counts at
+-- most that much in the deadline of a place at the head (lockman's places are refreshed while
+-- their waiters live: fair_refresh.lua); the reply is the same.
+local cap = tonumber(ARGV[7])
+local function capped(ttl)
+    if cap ~= nil and ttl > cap then return cap end
+    return ttl
+end
 if expect > 0 then
     return {0}
 end
@@ -15,11 +23,11 @@ if ARGV[5] == '1' then
 end
 local mine = redis.call('zscore', KEYS[3], ARGV[2])
 if mine ~= false then
-    -- Queued, and back (lockman's rule, which keeps a place however long the holder holds):
-    -- its deadline moves to `wait` after that of the waiter ahead of it (or after the lock's
-    -- PTTL, for the head), if that is later. A waiter that does not come back still expires.
+    -- Queued, and back (lockman's rule): its deadline moves to `wait` after that of the waiter
+    -- ahead of it (or after the lock's PTTL, for the head), if that is later. A waiter that
+    -- does not come back still expires.
     local at = redis.call('lpos', KEYS[2], ARGV[2])
-    local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+    local base = now + capped(math.max(redis.call('pttl', KEYS[1]), 0))
     if at ~= false and at > 0 then
         base = tonumber(redis.call('zscore', KEYS[3], redis.call('lindex', KEYS[2], at - 1)))
     end
@@ -36,6 +44,10 @@ if last ~= false then
 else
     ttl = redis.call('pttl', KEYS[1])
 end
-redis.call('zadd', KEYS[3], ttl + tonumber(ARGV[3]) + now, ARGV[2])
+local ahead = ttl
+if last == false then
+    ahead = capped(ttl)
+end
+redis.call('zadd', KEYS[3], ahead + tonumber(ARGV[3]) + now, ARGV[2])
 redis.call('rpush', KEYS[2], ARGV[2])
 return ttl

@@ -9,7 +9,7 @@ mod kind;
 mod probe;
 mod sync;
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{Script, Value};
@@ -69,6 +69,8 @@ static HAND_OFF: LazyLock<Script> = joined!(
 );
 // A fair force unlock prunes the queue first too, as Redisson's does.
 static FAIR_FORCE_UNLOCK: LazyLock<Script> = joined!("fair_prune.lua", "fair_force_unlock.lua");
+// lockman's places kept alive: prune first, as an acquire does.
+static FAIR_REFRESH: LazyLock<Script> = joined!("fair_prune.lua", "fair_refresh.lua");
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
 
@@ -92,6 +94,7 @@ fn all_scripts() -> Vec<&'static Script> {
         &NON_REENTRANT_ACQUIRE,
         &FAIR_NON_REENTRANT_ACQUIRE,
         &FAIR_LEAVE,
+        &FAIR_REFRESH,
         &FAIR_FORCE_UNLOCK,
         &DESCRIBE,
         &probe::ACL_PROBE,
@@ -101,12 +104,24 @@ fn all_scripts() -> Vec<&'static Script> {
     scripts
 }
 
+/// A fair-lock refresh's reply (`fair_refresh.lua`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Refreshed {
+    /// The queue's head, when the lock is free.
+    pub head: Option<Arc<str>>,
+    /// The holders refreshed that are no longer queued.
+    pub gone: Vec<Arc<str>>,
+}
+
 /// What a fair-lock attempt also needs: the waiter's wait (its place in the queue expires that
 /// long after its turn) and whether it may enqueue at all.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FairArgs {
     pub wait: Duration,
     pub once: bool,
+    /// lockman's place timeout: the most of the lock's PTTL a place at the head counts in its
+    /// deadline (`fair_queue.lua`, ARGV[7]); `None` for Redisson's rule.
+    pub cap: Option<Duration>,
 }
 
 /// The most holds one renewal script call carries.

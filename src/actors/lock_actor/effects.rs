@@ -60,6 +60,12 @@ impl LockActor {
                     Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await)
                 }),
             ),
+            Op::FairRefresh { places, cap } => self.spawn_op(
+                ctx,
+                Box::pin(async move {
+                    Outcome::FairRefresh(cmds.fair_refresh(&name, &places, cap).await)
+                }),
+            ),
             Op::Settle {
                 kind,
                 holder,

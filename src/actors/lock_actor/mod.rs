@@ -95,6 +95,7 @@ impl LockActor {
         let settings = Settings {
             watchdog_timeout: svc.config.get_watchdog_timeout(),
             fair_wait_timeout: svc.config.get_fair_lock_wait_timeout(),
+            fair_place_timeout: svc.config.get_fair_lock_place_timeout(),
             // A hand-off grants without an acquire, so without the acquire's replica sync.
             hand_off: svc.config.get_sync_replicas().is_none(),
         };

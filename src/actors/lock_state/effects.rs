@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::{HoldKey, ReplyId, WaiterId};
 pub(crate) use crate::actors::name::Loss;
 use crate::error::LockError;
-use crate::protocol::{Attempt, Expect, FairArgs, HandedOff, LockKind};
+use crate::protocol::{Attempt, Expect, FairArgs, HandedOff, LockKind, Refreshed};
 
 /// One effect, carried out by the shell in the order given.
 #[derive(Debug)]
@@ -85,6 +85,10 @@ pub(crate) enum Timer {
     Resend(u64),
     /// Try again to settle this holder's count.
     Settle(HoldKey),
+    /// Refresh this actor's fair-queue places.
+    Refresh,
+    /// Send again the fair-queue leave of this holder, which failed or went unanswered.
+    Leave(Arc<str>),
 }
 
 /// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry the counts
@@ -132,6 +136,12 @@ pub(crate) enum Op {
         target: u32,
         lease: Duration,
     },
+    /// Keep this actor's fair-queue places alive: each holder with the wait of its place, the
+    /// head's base capped at `cap` (`fair_refresh.lua`).
+    FairRefresh {
+        places: Vec<(Arc<str>, Duration)>,
+        cap: Duration,
+    },
     /// Stopping: leave fair queues, then release each hold entirely (as `Settle` to 0).
     Shutdown {
         leave: Vec<(Arc<str>, Duration)>,
@@ -172,6 +182,7 @@ pub(crate) enum Outcome {
     /// A release or a hand-off (a plain release is `HandedOff::No`).
     Release(Result<HandedOff, LockError>),
     LeaveQueue(Result<bool, LockError>),
+    FairRefresh(Result<Refreshed, LockError>),
     /// The holder's count in Redis afterwards.
     Settle(Result<u32, LockError>),
     Shutdown,

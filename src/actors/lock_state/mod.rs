@@ -8,7 +8,9 @@
 //! - every waiter is answered exactly once, and never while it still counts as waiting;
 //! - a subscribed channel always has a waiter that needs it;
 //! - never two local holds of an exclusive kind; hold counts never go below one;
-//! - a grant nobody takes any more is released, never leaked.
+//! - a grant nobody takes any more is released, never leaked;
+//! - fair lock: when nothing is under way, each place of this actor's holders in the Redis queue
+//!   has a local waiter, or its failed leave is being sent again (`places`, `leaving`).
 
 mod effects;
 mod holds;
@@ -29,7 +31,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 pub(crate) use effects::{Answer, Effect, Loss, Op, Outcome, Timer};
 use holds::Hold;
 
-use round_trips::{Flight, Pending};
+use round_trips::{Flight, Leaving, Pending};
 use unsure::Unsure;
 use waiters::{Waiter, Waiters};
 
@@ -37,7 +39,7 @@ pub(crate) use crate::actors::name::{
     ERROR_BACKOFF_MAX, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
 };
 use crate::error::LockError;
-use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Released};
+use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released};
 
 /// A release request's number, chosen by the shell.
 pub(crate) type ReplyId = u64;
@@ -60,6 +62,9 @@ pub(crate) struct Settings {
     pub watchdog_timeout: Duration,
     /// A fair waiter's queue place is kept this long after its turn, when it gave no wait.
     pub fair_wait_timeout: Duration,
+    /// The longest wait lockman gives its own fair places (`Config::fair_lock_place_timeout`):
+    /// refreshed every third of it while their waiters live.
+    pub fair_place_timeout: Duration,
     /// Whether a release may hand the lock to a local waiter (see `release_op`).
     pub hand_off: bool,
 }
@@ -97,8 +102,19 @@ pub(crate) struct LockState {
     failures: u32,
     retry_armed: bool,
     track_armed: bool,
+    /// Fair lock: the places' refresh is armed (while `places` is not empty).
+    refresh_armed: bool,
     /// The channels routed here: while a waiter needs them.
     subscribed: FxHashSet<Arc<str>>,
+    /// Fair lock: the holders this actor may have a place for in the Redis queue, each with the
+    /// wait its place was made with. Fixed at the holder's first queued attempt and used by all
+    /// its requests (come-back, grant, leave), so that what a grant or a leave takes off the
+    /// deadlines behind is what the place added. A place is left when its holder's last waiter
+    /// ends without the lock, whichever of its waiters queued it.
+    places: FxHashMap<Arc<str>, Duration>,
+    /// Fair lock: places whose leave failed or went unanswered, sent again until they would have
+    /// expired (see `Leaving`).
+    leaving: FxHashMap<Arc<str>, Leaving>,
     /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
     pending_wakes: VecDeque<WaiterId>,
     /// Local hand-offs since the last release that published.
@@ -129,7 +145,10 @@ impl LockState {
             failures: 0,
             retry_armed: false,
             track_armed: false,
+            refresh_armed: false,
             subscribed: FxHashSet::default(),
+            places: FxHashMap::default(),
+            leaving: FxHashMap::default(),
             pending_wakes: VecDeque::new(),
             streak: 0,
             phase: Phase::Running,
@@ -186,8 +205,8 @@ impl LockState {
             fair_wait: match wait {
                 Wait::Up(d) => d,
                 _ => self.settings.fair_wait_timeout,
-            },
-            queued: false,
+            }
+            .min(self.settings.fair_place_timeout),
             watched: false,
         });
         self.set_busy();
@@ -254,10 +273,11 @@ impl LockState {
                     key,
                     lease,
                     started,
+                    place,
                 },
                 Outcome::Acquire(res),
             ) => {
-                self.attempted(id, key, lease, started, res);
+                self.attempted(id, key, lease, started, place, res);
                 self.next_wake();
             }
             (Flight::Release(release), Outcome::Release(res)) => self.released(release, res),
@@ -277,14 +297,13 @@ impl LockState {
             (Flight::SettleHold { key, epoch }, Outcome::Settle(res)) => {
                 self.hold_settled(key, epoch, res)
             }
-            (Flight::Leave { then }, Outcome::LeaveQueue(res)) => {
-                if let Err(error) = res {
-                    tracing::warn!(lock = %self.name, %error, "could not leave the fair queue; the place expires");
-                }
+            (Flight::Leave { holder, wait, then }, Outcome::LeaveQueue(res)) => {
+                self.left(holder, wait, res);
                 if let Some((id, answer)) = then {
                     self.out.push(Effect::Answer(id, answer));
                 }
             }
+            (Flight::Refresh, Outcome::FairRefresh(res)) => self.refreshed(res),
             (Flight::Shutdown, Outcome::Shutdown) => {
                 // Nothing runs any more: releases asked for meanwhile fail (`pump`).
                 self.phase = Phase::Stopped;
@@ -344,7 +363,13 @@ impl LockState {
             Timer::Deadline(id) => self.give_up(id, "its wait ran out"),
             Timer::Retry => {
                 self.retry_armed = false;
-                self.wake_one();
+                if self.family.is_fair() {
+                    // Each fair waiter has its own place, and the head of the Redis queue need
+                    // not be the oldest local waiter: every one of them tries.
+                    self.wake_all();
+                } else {
+                    self.wake_one();
+                }
             }
             Timer::Track => {
                 self.track_armed = false;
@@ -368,6 +393,25 @@ impl LockState {
                 }
             }
             Timer::Resend(id) => self.resend(id),
+            Timer::Refresh => {
+                self.refresh_armed = false;
+                if !self.places.is_empty() {
+                    self.todo.push_back(Pending::Refresh);
+                    self.arm_refresh();
+                    self.pump();
+                }
+            }
+            Timer::Leave(holder) => {
+                if let Some(leaving) = self.leaving.get(&holder) {
+                    let wait = leaving.wait;
+                    self.todo.push_front(Pending::Leave {
+                        holder,
+                        wait,
+                        then: None,
+                    });
+                    self.pump();
+                }
+            }
             Timer::SettleHold(key, epoch) => {
                 if let Some(hold) = self.hold_mut(&key, epoch) {
                     hold.settle_armed = false;

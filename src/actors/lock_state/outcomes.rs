@@ -12,8 +12,17 @@ impl LockState {
         key: HoldKey,
         lease: Option<Duration>,
         started: Instant,
+        place: Option<Duration>,
         res: Result<Attempt, LockError>,
     ) {
+        if key.1.is_fair() && matches!(res, Ok(Attempt::Acquired { .. } | Attempt::Unsynced { .. }))
+        {
+            // The grant took the holder out of the queue.
+            self.places.remove(&key.0);
+            if self.leaving.remove(&key.0).is_some() {
+                self.out.push(Effect::Cancel(Timer::Leave(key.0.clone())));
+            }
+        }
         match res {
             Ok(Attempt::Acquired { token, fresh }) => {
                 self.failures = 0;
@@ -38,6 +47,15 @@ impl LockState {
             }
             Ok(Attempt::Busy { ttl }) => {
                 self.failures = 0;
+                if let Some(wait) = place {
+                    // The holder is queued now (it joined, or came back), even when its waiter
+                    // left before this request ran (sent again after an unknown outcome, after
+                    // the leave): unless another waiter of the holder needs it, it leaves again.
+                    self.take_place(&key.0, wait);
+                    if !self.waiters.contains(id) {
+                        self.leave_unused(&key.0, None);
+                    }
+                }
                 let Some(w) = self.waiters.get(id) else {
                     // Its caller left meanwhile. This wake-up was the others' too: they wait for
                     // the next message, or this TTL.

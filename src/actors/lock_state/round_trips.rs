@@ -35,9 +35,22 @@ pub(super) enum Pending {
         wait: Duration,
         then: Option<(WaiterId, Answer)>,
     },
+    /// Refresh the fair-queue places (`Op::FairRefresh`).
+    Refresh,
     Shutdown {
         release: bool,
     },
+}
+
+/// A fair-queue place whose leave failed or went unanswered: it is sent again (a leave is
+/// idempotent: a second run finds no place and takes nothing off the others) until `until`, when
+/// the place would have expired anyway. A new queued attempt of the holder takes the place over
+/// instead (its come-back keeps the place, with the same wait).
+#[derive(Debug)]
+pub(super) struct Leaving {
+    pub wait: Duration,
+    pub until: Instant,
+    pub failures: u32,
 }
 
 /// A release under way: the hold, the lease it keeps while other holds remain, who waits for
@@ -61,6 +74,8 @@ pub(super) enum Flight {
         key: HoldKey,
         lease: Option<Duration>,
         started: Instant,
+        /// A fair attempt that may queue its holder: its place's wait.
+        place: Option<Duration>,
     },
     Release(ReleaseFlight),
     /// Settling a holder with no hold here (see `Pending::Settle`).
@@ -73,8 +88,11 @@ pub(super) enum Flight {
         epoch: u64,
     },
     Leave {
+        holder: Arc<str>,
+        wait: Duration,
         then: Option<(WaiterId, Answer)>,
     },
+    Refresh,
     Shutdown,
 }
 
@@ -179,7 +197,23 @@ impl LockState {
                 Some((op, Flight::SettleHold { key, epoch }))
             }
             Pending::Leave { holder, wait, then } => {
-                Some((Op::LeaveQueue { holder, wait }, Flight::Leave { then }))
+                self.places.remove(&holder);
+                let op = Op::LeaveQueue {
+                    holder: holder.clone(),
+                    wait,
+                };
+                Some((op, Flight::Leave { holder, wait, then }))
+            }
+            Pending::Refresh => {
+                let queued = self.todo.iter().any(|p| matches!(p, Pending::Refresh));
+                if self.places.is_empty() || queued {
+                    return None;
+                }
+                let op = Op::FairRefresh {
+                    places: self.places.iter().map(|(h, w)| (h.clone(), *w)).collect(),
+                    cap: self.settings.fair_place_timeout,
+                };
+                Some((op, Flight::Refresh))
             }
             Pending::Shutdown { release } => Some((self.shutdown_op(release), Flight::Shutdown)),
         }
@@ -227,17 +261,29 @@ impl LockState {
         // (above), and a release that failed with an answer from Redis did not run.
         let expect = Expect::count(self.holds.get(&key).map_or(0, |h| h.count));
         let seq = self.next_seq();
-        let w = self.waiters.get_mut(id)?;
-        // A fair attempt that may wait can enqueue it, even one whose reply is lost: from now
-        // on, giving up must leave the queue (leaving when not queued changes nothing).
-        w.queued |= w.kind.is_fair() && w.may_wait();
+        let w = self.waiters.get(id)?;
+        let (holder, fair_wait, queues) = (
+            w.holder.clone(),
+            w.fair_wait,
+            w.kind.is_fair() && w.may_wait(),
+        );
+        // A fair attempt that may wait can queue its holder, even one whose reply is lost: from
+        // now on its holder has a place, left when its last waiter ends without the lock
+        // (leaving when not queued changes nothing). A place being left is taken over.
+        let place = queues.then(|| self.take_place(&holder, fair_wait));
+        let place_wait = place
+            .or_else(|| self.places.get(&holder).copied())
+            .or_else(|| self.leaving.get(&holder).map(|l| l.wait))
+            .unwrap_or(fair_wait);
+        let w = self.waiters.get(id)?;
         let op = Op::Acquire {
             kind: w.kind,
             holder: w.holder.clone(),
             ttl,
             fair: FairArgs {
-                wait: w.fair_wait,
+                wait: place_wait,
                 once: !w.may_wait(),
+                cap: Some(self.settings.fair_place_timeout),
             },
             expect,
             seq,
@@ -247,8 +293,120 @@ impl LockState {
             key: (w.holder.clone(), w.kind),
             lease: w.lease,
             started: self.now,
+            place,
         };
         Some((op, flight))
+    }
+
+    /// `holder`'s place in the fair queue, as a queued attempt of it is sent: the wait it was
+    /// made with, or `wait` for a new one. A place being left is taken over: the attempt keeps
+    /// it (the come-back rule), so its leave stops.
+    pub(super) fn take_place(&mut self, holder: &Arc<str>, wait: Duration) -> Duration {
+        if let Some(leaving) = self.leaving.remove(holder) {
+            self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
+            self.places.insert(holder.clone(), leaving.wait);
+        }
+        if !self.refresh_armed {
+            self.arm_refresh();
+        }
+        *self.places.entry(holder.clone()).or_insert(wait)
+    }
+
+    /// Arms the places' refresh, a third of the place timeout from now.
+    pub(super) fn arm_refresh(&mut self) {
+        self.refresh_armed = true;
+        self.out.push(Effect::Arm(
+            Timer::Refresh,
+            self.settings.fair_place_timeout / 3,
+        ));
+    }
+
+    /// A refresh's reply: the head of a free lock, if it is a holder here, takes its turn, and
+    /// the waiters whose place is gone (pruned while they could not come back, or lost in a
+    /// failover) queue again. An error changes nothing: the next refresh comes.
+    pub(super) fn refreshed(&mut self, res: Result<Refreshed, LockError>) {
+        let refreshed = match res {
+            Ok(refreshed) => refreshed,
+            Err(error) => {
+                tracing::warn!(lock = %self.name, %error, "could not refresh the fair-queue places");
+                return;
+            }
+        };
+        let mut turns: Vec<WaiterId> = Vec::new();
+        for holder in refreshed.head.iter().chain(&refreshed.gone) {
+            if let Some(w) = self
+                .waiters
+                .iter()
+                .find(|w| w.holder == *holder && w.may_wait())
+                && !turns.contains(&w.id)
+            {
+                turns.push(w.id);
+            }
+        }
+        for id in turns {
+            self.attempt(id);
+        }
+    }
+
+    /// A fair-queue leave's outcome: done, or sent again after a backoff until the place would
+    /// have expired.
+    pub(super) fn left(&mut self, holder: Arc<str>, wait: Duration, res: Result<bool, LockError>) {
+        let error = match res {
+            Ok(_) => {
+                if self.leaving.remove(&holder).is_some() {
+                    self.out.push(Effect::Cancel(Timer::Leave(holder)));
+                }
+                return;
+            }
+            Err(error) => error,
+        };
+        if self.places.contains_key(&holder) {
+            // A queued attempt of the holder took the place over meanwhile.
+            return;
+        }
+        let now = self.now;
+        // How long the place could last: its wait after a turn that comes, at the latest, when
+        // a watchdog hold ahead of it ends.
+        let lifetime = wait + self.settings.watchdog_timeout;
+        let leaving = self.leaving.entry(holder.clone()).or_insert(Leaving {
+            wait,
+            until: now + lifetime,
+            failures: 0,
+        });
+        leaving.failures = leaving.failures.saturating_add(1);
+        if now >= leaving.until {
+            tracing::warn!(lock = %self.name, %error, "could not leave the fair queue; the place expires");
+            self.leaving.remove(&holder);
+            return;
+        }
+        let after = backoff(leaving.failures);
+        tracing::warn!(lock = %self.name, %error, ?after, "could not leave the fair queue; leaving again");
+        self.out.push(Effect::Arm(Timer::Leave(holder), after));
+    }
+
+    /// `holder`'s place, when no waiter of it is left here to use it, is left (`then` answered
+    /// once it has been).
+    pub(super) fn leave_unused(&mut self, holder: &Arc<str>, then: Option<(WaiterId, Answer)>) {
+        let pending = self
+            .todo
+            .iter()
+            .any(|p| matches!(p, Pending::Leave { holder: h, .. } if h == holder));
+        let unused = !self.waiters.has_holder(holder) && !pending;
+        match self.places.get(holder) {
+            Some(&wait) if unused => {
+                self.todo.push_front(Pending::Leave {
+                    holder: holder.clone(),
+                    wait,
+                    then,
+                });
+                self.pump();
+            }
+            _ => {
+                if let Some((id, answer)) = then {
+                    self.out.push(Effect::Answer(id, answer));
+                }
+            }
+        }
     }
 
     /// A release, or a hand-off: when this release frees the lock (the last hold of its holder),
@@ -335,6 +493,23 @@ impl LockState {
     }
 
     fn shutdown_op(&mut self, release: bool) -> Op {
+        // An unresolved fair attempt may have queued its holder, whose waiter may have left
+        // before: its place is left with the others.
+        let queued: Vec<(Arc<str>, Duration)> = self
+            .unsure
+            .values()
+            .filter_map(|u| match &u.flight {
+                Some(Flight::Attempt {
+                    key,
+                    place: Some(wait),
+                    ..
+                }) => Some((key.0.clone(), *wait)),
+                _ => None,
+            })
+            .collect();
+        for (holder, wait) in queued {
+            self.take_place(&holder, wait);
+        }
         let leave = self.fail_waiters();
         // Requests still unresolved end here; what they may have taken is released with the
         // holds (every count of a holder is this actor's, so releasing it all is exact).
@@ -388,11 +563,12 @@ impl LockState {
     /// Fails every waiter with `Shutdown` and drops every subscription. Returns the fair-queue
     /// places to leave, one per holder.
     pub(super) fn fail_waiters(&mut self) -> Vec<(Arc<str>, Duration)> {
-        let mut leave: Vec<(Arc<str>, Duration)> = Vec::new();
+        let mut leave: Vec<(Arc<str>, Duration)> = self.places.drain().collect();
+        for (holder, leaving) in self.leaving.drain() {
+            self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
+            leave.push((holder, leaving.wait));
+        }
         for w in self.waiters.drain() {
-            if w.queued && !leave.iter().any(|(h, _)| *h == w.holder) {
-                leave.push((w.holder.clone(), w.fair_wait));
-            }
             if let Wait::Up(_) = w.wait {
                 self.out.push(Effect::Cancel(Timer::Deadline(w.id)));
             }

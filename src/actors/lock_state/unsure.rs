@@ -180,6 +180,16 @@ impl LockState {
             self.abandoned.insert(key.clone());
             self.settle_if_clear(key);
         }
+        if let Flight::Attempt {
+            key,
+            place: Some(wait),
+            ..
+        } = &flight
+        {
+            // It may have queued its holder: left unless a waiter of it still needs the place.
+            self.take_place(&key.0, *wait);
+            self.leave_unused(&key.0, None);
+        }
         // Waiters of the holder were held back meanwhile.
         self.wake_all();
     }

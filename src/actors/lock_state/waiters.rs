@@ -21,9 +21,9 @@ pub(super) struct Waiter {
     pub wait: Wait,
     /// When the request arrived, for the time waited.
     pub since: Instant,
-    /// Fair lock: the wait its queue place is kept for; and whether it may be in the Redis queue.
+    /// Fair lock: the wait it asks its holder's queue place to be kept for (the place keeps the
+    /// one of its holder's first queued attempt: see `LockState::places`).
     pub fair_wait: Duration,
-    pub queued: bool,
     /// Whether its caller is watched (see `Effect::Watch`).
     pub watched: bool,
 }
@@ -121,6 +121,11 @@ impl Waiters {
 
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
+    }
+
+    /// Whether a waiter of `holder` is here.
+    pub fn has_holder(&self, holder: &str) -> bool {
+        self.by_holder.contains_key(holder)
     }
 
     /// How many waiters that may wait belong to holders other than `holder`.

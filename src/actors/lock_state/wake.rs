@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::round_trips::Pending;
 use super::*;
 
 impl LockState {
@@ -35,9 +34,9 @@ impl LockState {
 
     /// Removes waiter `id` with its deadline and answers it, then unsubscribes its channel when
     /// no other waiter needs it. The answer goes out before the pub/sub traffic. A fair waiter
-    /// that ends without the lock first leaves the Redis queue (unless another local waiter of
-    /// the same holder still needs the place), so it delays nobody behind it; its caller hears
-    /// back once it has left, with that round trip sent next.
+    /// that ends without the lock first leaves its holder's place in the Redis queue (unless
+    /// another local waiter of the same holder still needs it), so it delays nobody behind it;
+    /// its caller hears back once the leave has run, with that round trip sent next.
     pub(super) fn answer(&mut self, id: WaiterId, answer: Answer) {
         let Some((w, last_of_holder)) = self.waiters.remove(id) else {
             return;
@@ -55,14 +54,8 @@ impl LockState {
             self.retry_armed = false;
             self.out.push(Effect::Cancel(Timer::Retry));
         }
-        let leaves = w.queued && unused && !matches!(answer, Answer::Granted { .. });
-        if leaves {
-            self.todo.push_front(Pending::Leave {
-                holder: w.holder.clone(),
-                wait: w.fair_wait,
-                then: Some((id, answer)),
-            });
-            self.pump();
+        if self.family.is_fair() && !matches!(answer, Answer::Granted { .. }) {
+            self.leave_unused(&w.holder, Some((id, answer)));
         } else {
             self.out.push(Effect::Answer(id, answer));
         }
@@ -183,7 +176,8 @@ impl LockState {
             && self.todo.is_empty()
             && self.flight.is_none()
             && self.unsure.is_empty()
-            && self.abandoned.is_empty();
+            && self.abandoned.is_empty()
+            && self.leaving.is_empty();
         if !idle || !self.busy {
             return;
         }
@@ -192,6 +186,9 @@ impl LockState {
         // armed again.
         if std::mem::take(&mut self.retry_armed) {
             self.out.push(Effect::Cancel(Timer::Retry));
+        }
+        if std::mem::take(&mut self.refresh_armed) {
+            self.out.push(Effect::Cancel(Timer::Refresh));
         }
         for channel in std::mem::take(&mut self.subscribed) {
             self.out.push(Effect::Unsubscribe(channel));

@@ -9,9 +9,10 @@ use super::Lock;
 /// own channel; the others stay asleep.
 ///
 /// A waiter that gives up (its wait ran out, its future was dropped) leaves the queue at once and
-/// delays nobody behind it. A waiter whose process died keeps its place until the
-/// [fair-lock wait timeout](crate::Config::fair_lock_wait_timeout) after its turn came, then the
-/// queue skips it: nobody waits forever behind a dead entry. `try_acquire` never joins the queue.
+/// delays nobody behind it. A live waiter's place is refreshed while it waits, however long; a
+/// waiter whose process died keeps its place at most about two
+/// [fair-lock place timeouts](crate::Config::fair_lock_place_timeout) (5 s by default), then the
+/// queue skips it: nobody waits long behind a dead entry. `try_acquire` never joins the queue.
 ///
 /// All the verbs of [`Lock`], through `Deref`.
 #[derive(Clone, Debug)]

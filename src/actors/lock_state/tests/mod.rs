@@ -2,6 +2,7 @@
 //! trips; the property test drives it with random event sequences and checks the invariants of
 //! the module doc after every step.
 
+mod fair_places;
 mod model;
 mod property;
 mod simulation;
@@ -14,6 +15,7 @@ fn settings() -> Settings {
     Settings {
         watchdog_timeout: Duration::from_secs(30),
         fair_wait_timeout: Duration::from_secs(300),
+        fair_place_timeout: Duration::from_secs(5),
         hand_off: true,
     }
 }

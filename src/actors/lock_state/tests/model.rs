@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::super::*;
-use crate::protocol::Expect;
+use crate::protocol::{Expect, Refreshed};
 
 #[derive(Debug)]
 pub(super) struct Redis {
@@ -61,6 +61,22 @@ impl Redis {
         }
     }
 
+    /// A queued holder's deadline.
+    pub fn deadline(&self, holder: &str) -> Option<Instant> {
+        self.deadlines.get(holder).copied()
+    }
+
+    /// Whether `holder` has a place in the fair queue.
+    pub fn queued(&self, holder: &str) -> bool {
+        self.queue.iter().any(|h| &**h == holder)
+    }
+
+    /// A place lost (a failover's lost write, a prune while its waiter could not come back).
+    pub fn drop_place(&mut self, holder: &str) {
+        self.queue.retain(|h| &**h != holder);
+        self.deadlines.remove(holder);
+    }
+
     /// The holder's count (0: no field).
     pub fn count(&self, holder: &str) -> u32 {
         self.counts.get(holder).copied().unwrap_or(0)
@@ -98,6 +114,47 @@ impl Redis {
             true
         } else {
             false
+        }
+    }
+
+    /// `fair_refresh.lua` (after `prune`): the come-back rule for each of `places` still queued,
+    /// in queue order, the head's base capped at `cap` after now.
+    fn fair_refresh(
+        &mut self,
+        places: &[(Arc<str>, Duration)],
+        cap: Duration,
+        now: Instant,
+    ) -> Refreshed {
+        self.prune(now);
+        let pttl = self
+            .expires
+            .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+        let mut prev: Option<Arc<str>> = None;
+        for holder in self.queue.clone() {
+            if let Some((_, wait)) = places.iter().find(|(h, _)| *h == holder) {
+                let base = match &prev {
+                    Some(p) => self.deadlines.get(p).copied().unwrap_or(now),
+                    None => now + pttl.min(cap),
+                };
+                let deadline = base + *wait;
+                let at = self.deadlines.entry(holder.clone()).or_insert(deadline);
+                if deadline > *at {
+                    *at = deadline;
+                }
+            }
+            prev = Some(holder);
+        }
+        Refreshed {
+            head: self
+                .counts
+                .is_empty()
+                .then(|| self.queue.first().cloned())
+                .flatten(),
+            gone: places
+                .iter()
+                .filter(|(h, _)| !self.queue.contains(h))
+                .map(|(h, _)| h.clone())
+                .collect(),
         }
     }
 
@@ -164,6 +221,7 @@ impl Redis {
         if fair.once {
             return Attempt::Busy { ttl: until_change };
         }
+        let capped = |ttl: Duration| fair.cap.map_or(ttl, |cap| ttl.min(cap));
         if let Some(mine) = self.deadlines.get(holder).copied() {
             // Queued, and back: its deadline moves on.
             let at = self.queue.iter().position(|h| h == holder);
@@ -171,21 +229,28 @@ impl Redis {
                 Some(at) if at > 0 => self.deadlines.get(&self.queue[at - 1]).copied(),
                 _ => None,
             }
-            .unwrap_or(now + pttl.unwrap_or(Duration::ZERO));
+            .unwrap_or(now + capped(pttl.unwrap_or(Duration::ZERO)));
             let deadline = base + fair.wait;
             if deadline > mine {
                 self.deadlines.insert(holder.clone(), deadline);
             }
             return Attempt::Busy { ttl: until_change };
         }
-        let ttl = match self.queue.last() {
-            Some(last) => self
-                .deadlines
-                .get(last)
-                .map_or(Duration::ZERO, |at| at.saturating_duration_since(now)),
-            None => pttl.unwrap_or(Duration::ZERO),
+        let (ttl, ahead) = match self.queue.last() {
+            Some(last) => {
+                let ttl = self
+                    .deadlines
+                    .get(last)
+                    .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
+                (ttl, ttl)
+            }
+            None => {
+                let ttl = pttl.unwrap_or(Duration::ZERO);
+                (ttl, capped(ttl))
+            }
         };
-        self.deadlines.insert(holder.clone(), now + ttl + fair.wait);
+        self.deadlines
+            .insert(holder.clone(), now + ahead + fair.wait);
         self.queue.push(holder.clone());
         Attempt::Busy { ttl: Some(ttl) }
     }
@@ -441,6 +506,9 @@ impl Redis {
             Op::LeaveQueue { holder, wait } => {
                 self.prune(now);
                 Outcome::LeaveQueue(Ok(self.fair_leave(holder, *wait)))
+            }
+            Op::FairRefresh { places, cap } => {
+                Outcome::FairRefresh(Ok(self.fair_refresh(places, *cap, now)))
             }
             Op::Settle {
                 kind,

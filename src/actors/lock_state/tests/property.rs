@@ -205,6 +205,17 @@ impl Shell {
             prop_assert!(self.subscribed.is_empty(), "subscribed without a waiter");
         }
         self.counts(s)?;
+        // No stranded place: when the state is quiet, every place in the fair queue is a local
+        // waiter's, or one whose failed leave is being sent again.
+        if self.flight.is_none() && s.is_quiet() && !self.stopping {
+            for h in &self.redis.queue {
+                prop_assert!(
+                    s.waiters.has_holder(h) || s.leaving.contains_key(h),
+                    "a place of {h} with no waiter: queue {:?}",
+                    self.redis.queue
+                );
+            }
+        }
         // Liveness: a free lock with waiters has something coming that makes one of them try.
         if self.redis.counts.is_empty() && !s.waiters.is_empty() {
             let published = self.redis.published > 0 || !self.redis.woken.is_empty();
@@ -268,6 +279,7 @@ impl Shell {
             Op::Acquire { .. } => Outcome::Acquire(Err(timeout())),
             Op::Release { .. } | Op::HandOff { .. } => Outcome::Release(Err(timeout())),
             Op::LeaveQueue { .. } => Outcome::LeaveQueue(Err(timeout())),
+            Op::FairRefresh { .. } => Outcome::FairRefresh(Err(timeout())),
             Op::Settle { .. } => Outcome::Settle(Err(timeout())),
             // A shutdown is answered whatever became of it (the actor stops either way).
             Op::Shutdown { .. } => {
@@ -306,7 +318,11 @@ fn pick<T: Clone>(items: &[T], which: usize) -> Option<T> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+    // PCASES=20000 for a long run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PCASES").ok().and_then(|n| n.parse().ok()).unwrap_or(400),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn random_event_sequences_keep_the_invariants(
@@ -437,6 +453,11 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
             sh.redis.counts.is_empty(),
             "left in Redis: {:?}",
             sh.redis.counts
+        );
+        prop_assert!(
+            sh.redis.queue.is_empty(),
+            "places left in Redis: {:?}",
+            sh.redis.queue
         );
     }
     Ok(())
@@ -626,4 +647,86 @@ fn found_a_settle_left_behind_by_a_hold_released_meanwhile() {
         Fire { which: 0 },
     ];
     run(0, steps).unwrap();
+}
+
+/// A fair holder's place left behind at the stop (found by the "no stranded place" invariant).
+#[test]
+fn found_a_fair_place_left_at_the_stop() {
+    use Step::*;
+    let steps = vec![
+        ask(2, 1, false, false),
+        ask(0, 0, false, false),
+        Finish {
+            fail: true,
+            ran: false,
+        },
+        Fire {
+            which: 1875767713139290260,
+        },
+        ask(1, 1, false, false),
+        ok(),
+        ok(),
+        ask(0, 0, false, false),
+        ask(1, 2, false, false),
+        ask(0, 2, false, false),
+        ask(0, 2, false, false),
+        Release { which: 0 },
+        ask(2, 2, false, false),
+        Fire {
+            which: 10658158598693251217,
+        },
+        CallerGone {
+            which: 196884889907871552,
+        },
+        Finish {
+            fail: true,
+            ran: false,
+        },
+        ask(0, 1, false, false),
+        CallerGone {
+            which: 9037334793464288624,
+        },
+        Fire {
+            which: 3363791014595931900,
+        },
+        ask(0, 1, false, false),
+        ok(),
+        Fire {
+            which: 2502449135297630157,
+        },
+        ask(0, 0, false, false),
+        ok(),
+        ok(),
+        ok(),
+        ok(),
+        Fire {
+            which: 2735732401258030290,
+        },
+        Finish {
+            fail: true,
+            ran: false,
+        },
+        ok(),
+        Finish {
+            fail: true,
+            ran: false,
+        },
+        Fire {
+            which: 13453505481501947437,
+        },
+        CallerGone {
+            which: 15750249749580382494,
+        },
+        Fire {
+            which: 10530391903691829332,
+        },
+        ok(),
+        ok(),
+        ok(),
+        Finish {
+            fail: true,
+            ran: true,
+        },
+    ];
+    run(3, steps).unwrap();
 }

@@ -10,7 +10,14 @@
 //! clones of a handle are), a guard released or dropped, a caller gone while it waits, a round
 //! trip finished (its reply delivered, lost after the request ran, or lost before it ran), an
 //! unlock message delivered, lost or delivered twice, a resubscription, time passing (timers,
-//! watchdog renewals, expiry), the key deleted by someone else, or a manager shut down.
+//! watchdog renewals, expiry), the key deleted by someone else, or a manager shut down. The lock
+//! is reentrant, fenced or fair; with the fair kind also a manager killed (its places stay, its
+//! holds expire) and a leave lost in a failover (it ran, replied, and was undone).
+//!
+//! Fair kind, after every step: when no live manager has anything under way, every place in the
+//! queue is a live waiter's or one whose failed leave is being sent again (but for a killed
+//! manager's and a lost leave's, which expire); and liveness: a refresh that names a live waiter
+//! of a free lock as its head is followed by a grant before three such replies have come.
 //!
 //! After every step: never two holders with live guards (but for guards whose key someone else
 //! deleted: that is the documented window fenced tokens exist for); a hold ended by release has
@@ -71,6 +78,8 @@ struct Manager {
     next_reply: ReplyId,
     stopping: bool,
     stopped: bool,
+    /// Killed (its process died): nothing of it runs any more, and its places stay in Redis.
+    dead: bool,
 }
 
 struct Sim {
@@ -83,6 +92,11 @@ struct Sim {
     tokens: BTreeSet<u64>,
     trace: Option<String>,
     step: usize,
+    /// Fair lock: places whose leave ran and was then lost (a failover): nobody owns them.
+    orphans: BTreeSet<Arc<str>>,
+    /// Fair lock: refresh replies that named a live local head of the free lock since the lock
+    /// was last taken (liveness: the head takes its turn).
+    named: u32,
 }
 
 type Failure = String;
@@ -90,10 +104,10 @@ type Failure = String;
 impl Sim {
     fn new(seed: u64, trace: bool) -> Self {
         let mut rng = Rng(seed);
-        let kind = if rng.chance(30) {
-            LockKind::Fenced
-        } else {
-            LockKind::Reentrant
+        let kind = match rng.below(10) {
+            0..=2 => LockKind::Fenced,
+            3..=5 => LockKind::Fair,
+            _ => LockKind::Reentrant,
         };
         let now = Instant::now();
         let managers = (0..MANAGERS)
@@ -114,6 +128,7 @@ impl Sim {
                 next_reply: 0,
                 stopping: false,
                 stopped: false,
+                dead: false,
             })
             .collect();
         Self {
@@ -126,6 +141,8 @@ impl Sim {
             tokens: BTreeSet::new(),
             trace: trace.then(String::new),
             step: 0,
+            orphans: BTreeSet::new(),
+            named: 0,
         }
     }
 
@@ -140,6 +157,9 @@ impl Sim {
             self.step = step;
             self.one_step()?;
             self.settle_effects()?;
+            if !self.redis.counts.is_empty() {
+                self.named = 0;
+            }
             self.check()?;
         }
         self.finish()
@@ -147,6 +167,9 @@ impl Sim {
 
     fn one_step(&mut self) -> Result<(), Failure> {
         let m = self.rng.below(MANAGERS);
+        if self.managers[m].dead {
+            return Ok(());
+        }
         match self.rng.below(100) {
             0..=19 => self.request(m),
             20..=29 => self.release(m, true),
@@ -162,6 +185,13 @@ impl Sim {
                 self.log(|| format!("resubscribed m{m}"));
                 let now = self.now;
                 self.managers[m].state.resubscribed(now);
+            }
+            96..=97
+                if self.kind.is_fair()
+                    && self.rng.chance(15)
+                    && !self.managers.iter().any(|m| m.dead) =>
+            {
+                self.kill(m);
             }
             96..=97 if self.rng.chance(20) => {
                 self.log(|| "the key is deleted by someone else".into());
@@ -186,6 +216,36 @@ impl Sim {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Manager `m`'s process dies (SIGKILL): its round trip under way ran or not, nothing of it
+    /// runs any more (no leave, no release, no renewal): its holds expire, its places stay until
+    /// they expire.
+    fn kill(&mut self, m: usize) {
+        self.log(|| format!("m{m} is killed"));
+        let now = self.now;
+        if let Some(op) = self.managers[m].flight.take()
+            && self.rng.chance(50)
+        {
+            self.redis.run(&op, now);
+        }
+        let mgr = &mut self.managers[m];
+        mgr.dead = true;
+        mgr.state.abandon();
+        mgr.state.drain();
+        mgr.timers.clear();
+        mgr.tracked.clear();
+        mgr.guards.clear();
+        mgr.waiting.clear();
+        mgr.releases.clear();
+        mgr.confirm.clear();
+    }
+
+    /// The manager whose holder `holder` is (holders are named `m<i>:<j>`).
+    fn owner(&self, holder: &str) -> Option<usize> {
+        self.managers
+            .iter()
+            .position(|m| m.holders.iter().any(|h| &**h == holder))
     }
 
     fn request(&mut self, m: usize) {
@@ -244,6 +304,18 @@ impl Sim {
             _ => (true, false),
         };
         let now = self.now;
+        if let (Op::LeaveQueue { holder, .. }, true) = (&op, faults && self.rng.chance(5)) {
+            // It ran on a primary that failed over before a replica had it: the leave is lost,
+            // though its reply said it ran.
+            self.log(|| format!("m{m} leave of {holder} lost in a failover"));
+            if self.redis.queue.contains(holder) {
+                self.orphans.insert(holder.clone());
+            }
+            self.managers[m]
+                .state
+                .ran(Outcome::LeaveQueue(Ok(true)), now);
+            return;
+        }
         let mut outcome = if ran {
             self.redis.run(&op, now)
         } else {
@@ -255,6 +327,7 @@ impl Sim {
                 Op::Release { .. } | Op::HandOff { .. } => Outcome::Release(Err(timeout())),
                 Op::Settle { .. } => Outcome::Settle(Err(timeout())),
                 Op::LeaveQueue { .. } => Outcome::LeaveQueue(Err(timeout())),
+                Op::FairRefresh { .. } => Outcome::FairRefresh(Err(timeout())),
                 // Shutdown's round trips log their failures and end.
                 Op::Shutdown { .. } => {
                     if !ran {
@@ -265,10 +338,31 @@ impl Sim {
             };
         }
         self.log(|| format!("m{m} ran {op:?} (ran {ran}, reply lost {lost}) -> {outcome:?}"));
+        if let Outcome::FairRefresh(Ok(r)) = &outcome
+            && let Some(head) = &r.head
+            && self.owner(head) == Some(m)
+            && self.managers[m]
+                .state
+                .waiters
+                .iter()
+                .any(|w| w.holder == *head && w.may_wait())
+            && !self.managers[m].state.is_unsure(&(head.clone(), self.kind))
+            && !self.managers[m]
+                .state
+                .abandoned
+                .contains(&(head.clone(), self.kind))
+        {
+            // The head of a free lock, a live waiter of this manager free to try (no request of
+            // its holder unresolved or being settled): its turn is told.
+            self.named += 1;
+        }
         self.managers[m].state.ran(outcome, now);
     }
 
     fn deliver_message(&mut self) {
+        if self.kind.is_fair() {
+            return self.deliver_fair_message();
+        }
         if self.redis.published == 0 {
             return;
         }
@@ -286,6 +380,31 @@ impl Sim {
         for mgr in &mut self.managers {
             mgr.state
                 .unlocked(false, "redisson_lock__channel:{name}", now);
+        }
+    }
+
+    /// A fair lock's message, on the channel of the waiter it is for: delivered, lost, or
+    /// delivered twice.
+    fn deliver_fair_message(&mut self) {
+        if self.redis.woken.is_empty() {
+            return;
+        }
+        let fate = self.rng.below(10);
+        let holder = if fate == 0 {
+            self.redis.woken[0].clone()
+        } else {
+            self.redis.woken.remove(0)
+        };
+        if fate == 1 {
+            self.log(|| format!("the message to {holder} is lost"));
+            return;
+        }
+        self.log(|| format!("the message to {holder} is delivered"));
+        let now = self.now;
+        if let Some(m) = self.owner(&holder).filter(|m| !self.managers[*m].dead) {
+            let state = &mut self.managers[m].state;
+            let channel = state.channel_of(&holder);
+            state.unlocked(false, &channel, now);
         }
     }
 
@@ -369,7 +488,7 @@ impl Sim {
         let now = self.now;
         let timeout = settings().watchdog_timeout;
         for m in 0..MANAGERS {
-            if self.managers[m].stopped {
+            if self.managers[m].stopped || self.managers[m].dead {
                 // Its Watchdog halted with it.
                 continue;
             }
@@ -505,11 +624,18 @@ impl Sim {
         if holders.len() > 1 {
             return Err(format!("two holders inside: {holders:?}"));
         }
+        self.no_stranded_place()?;
+        if self.named >= 3 {
+            return Err(format!(
+                "a free fair lock: {} refreshes named its live head, never taken",
+                self.named
+            ));
+        }
         // Exact counts wherever a manager is quiet.
         for (i, m) in self.managers.iter().enumerate() {
             let s = &m.state;
             let quiet = m.flight.is_none() && s.is_quiet();
-            if !quiet || m.stopping {
+            if !quiet || m.stopping || m.dead {
                 continue;
             }
             for holder in &m.holders {
@@ -540,12 +666,44 @@ impl Sim {
         Ok(())
     }
 
+    /// Fair lock: when no live manager has anything under way, every place in the queue is a
+    /// live waiter's, or one whose failed leave is being sent again; but for places of a killed
+    /// manager and leaves lost in a failover, which expire by themselves.
+    fn no_stranded_place(&self) -> Result<(), Failure> {
+        if !self.kind.is_fair() {
+            return Ok(());
+        }
+        let quiet = self
+            .managers
+            .iter()
+            .all(|m| m.dead || (m.flight.is_none() && m.state.is_quiet() && !m.stopping));
+        if !quiet {
+            return Ok(());
+        }
+        for h in &self.redis.queue {
+            let Some(m) = self.owner(h) else {
+                continue;
+            };
+            let mgr = &self.managers[m];
+            if mgr.dead || self.orphans.contains(h) {
+                continue;
+            }
+            if !mgr.state.waiters.has_holder(h) && !mgr.state.leaving.contains_key(h) {
+                return Err(format!(
+                    "a place of {h} with no waiter: queue {:?}",
+                    self.redis.queue
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Every manager shuts down; round trips finish without faults and time runs until nothing
     /// is left. Then every waiter and release has its answer and Redis holds nothing.
     fn finish(&mut self) -> Result<(), Failure> {
         self.log(|| "-- the end: every manager shuts down".into());
         let now = self.now;
-        for mgr in &mut self.managers {
+        for mgr in self.managers.iter_mut().filter(|m| !m.dead) {
             if !mgr.stopping {
                 mgr.stopping = true;
                 mgr.state.stop(true, now);
@@ -556,7 +714,7 @@ impl Sim {
             if self
                 .managers
                 .iter()
-                .all(|m| m.stopped && m.flight.is_none())
+                .all(|m| m.dead || (m.stopped && m.flight.is_none()))
             {
                 break;
             }
@@ -566,7 +724,7 @@ impl Sim {
             }
             self.settle_effects()?;
         }
-        for (i, m) in self.managers.iter().enumerate() {
+        for (i, m) in self.managers.iter().enumerate().filter(|(_, m)| !m.dead) {
             if !m.stopped {
                 return Err(format!("m{i} never stopped"));
             }
@@ -579,7 +737,8 @@ impl Sim {
         }
         // A count released at shutdown is gone now; one nobody holds (a lease reported lost a
         // little before Redis's copy ended) ends within its lease, since nobody renews it.
-        let longest_lease = Duration::from_millis(20_500);
+        // A killed manager's watchdog holds end within the watchdog timeout.
+        let longest_lease = Duration::from_millis(20_500).max(settings().watchdog_timeout);
         self.advance(longest_lease);
         if !self.redis.counts.is_empty() {
             return Err(format!("left in Redis: {:?}", self.redis.counts));

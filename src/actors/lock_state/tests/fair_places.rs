@@ -1,0 +1,390 @@
+//! The fair lock's places in the Redis queue, against the model: none left behind with no local
+//! waiter to use or leave it, one wait per holder, and every local waiter able to take the
+//! head's turn.
+
+use super::model::Redis;
+use super::*;
+use crate::protocol::{Expect, FairArgs};
+
+fn fair_req(holder: &str, wait: Wait) -> Request {
+    Request {
+        kind: LockKind::Fair,
+        ..req(holder, wait)
+    }
+}
+
+fn only_run(fx: &[Effect]) -> Op {
+    match runs(fx)[..] {
+        [op] => op.clone(),
+        _ => panic!("one round trip expected: {fx:?}"),
+    }
+}
+
+/// A fair acquire of another process's holder (Redisson's rule: no cap).
+fn elsewhere(holder: &str, ttl: Duration, wait: Duration) -> Op {
+    Op::Acquire {
+        kind: LockKind::Fair,
+        holder: holder.into(),
+        ttl,
+        fair: FairArgs {
+            wait,
+            once: false,
+            cap: None,
+        },
+        expect: Expect::count(0),
+        seq: 0,
+    }
+}
+
+/// A fair state, and the model where someone else ("x", another process) holds the lock for
+/// 30 s.
+fn held_by_x(t0: Instant) -> (LockState, Redis) {
+    let mut redis = Redis::new(false);
+    let op = elsewhere("x", Duration::from_secs(30), Duration::from_secs(300));
+    assert!(matches!(
+        redis.run(&op, t0),
+        Outcome::Acquire(Ok(Attempt::Acquired { .. }))
+    ));
+    (state(LockKind::Fair), redis)
+}
+
+/// As `held_by_x`, with a waiter of holder "a" (waiting `wait`) queued behind x.
+fn a_queued(t0: Instant, wait: Wait) -> (LockState, Redis, WaiterId) {
+    let (mut s, mut redis) = held_by_x(t0);
+    let id = s.request(fair_req("a", wait), t0);
+    run_all(&mut s, &mut redis, t0);
+    assert!(redis.queued("a"));
+    (s, redis, id)
+}
+
+/// Runs the round trips the state asks for, one after the other, until none is asked; returns
+/// every effect on the way.
+fn run_all(s: &mut LockState, redis: &mut Redis, now: Instant) -> Vec<Effect> {
+    let mut all = Vec::new();
+    for _ in 0..8 {
+        let fx = s.drain();
+        let op = match runs(&fx)[..] {
+            [op] => Some(op.clone()),
+            _ => None,
+        };
+        all.extend(fx);
+        let Some(op) = op else {
+            break;
+        };
+        let out = redis.run(&op, now);
+        s.ran(out, now);
+    }
+    all
+}
+
+/// Leak 1: a fair attempt whose reply never came (it ran: the holder is queued) is sent again
+/// after its waiter gave up and left the queue. The resend queues the holder anew; its busy
+/// reply finds no waiter of the holder, and leaves again.
+#[test]
+fn a_resend_after_the_leave_leaves_again() {
+    let t0 = Instant::now();
+    let (mut s, mut redis) = held_by_x(t0);
+    let id = s.request(fair_req("a", Wait::Up(SECOND)), t0);
+    let op = only_run(&s.drain());
+    let seq = op.seq().unwrap();
+    let _ = redis.run(&op, t0);
+    assert!(redis.queued("a"));
+    s.ran(
+        Outcome::Acquire(Err(timeout())),
+        t0 + Duration::from_millis(500),
+    );
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty(), "{fx:?}");
+    // The wait runs out before the resend: the waiter leaves the queue.
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Deadline(id), t1);
+    let fx = run_all(&mut s, &mut redis, t1);
+    assert!(answered(&fx, id));
+    assert!(!redis.queued("a"));
+    // Then the resend runs the script again: queued anew, and left again.
+    let t2 = t1 + Duration::from_millis(50);
+    s.fired(Timer::Resend(seq), t2);
+    run_all(&mut s, &mut redis, t2);
+    assert!(s.waiters.is_empty());
+    assert!(
+        !redis.queued("a"),
+        "a place nobody leaves: {:?}",
+        redis.queue
+    );
+}
+
+/// Leak 2: clones of one handle, one waiting (queued), one a single try. The waiting one gives
+/// up while the single try is under way (another waiter of the holder remains: no leave yet);
+/// the single try then finds the lock busy and ends, the holder's last waiter: it leaves the
+/// place, though it queued nothing itself.
+#[test]
+fn a_single_try_twin_leaves_its_holders_place() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, waiting) = a_queued(t0, Wait::Up(SECOND));
+    let once = s.request(fair_req("a", Wait::No), t0 + Duration::from_millis(900));
+    let op = only_run(&s.drain());
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Deadline(waiting), t1);
+    let fx = s.drain();
+    assert!(answered(&fx, waiting), "{fx:?}");
+    let out = redis.run(&op, t1);
+    s.ran(out, t1);
+    let fx = run_all(&mut s, &mut redis, t1);
+    assert!(answered(&fx, once), "{fx:?}");
+    assert!(s.waiters.is_empty());
+    assert!(
+        !redis.queued("a"),
+        "a place nobody leaves: {:?}",
+        redis.queue
+    );
+}
+
+/// Drives the state against the model in virtual time: round trips run at once, timers fire in
+/// order, a fair release's message reaches the waiter it is for. Returns when a waiter was
+/// granted (if within `limit`).
+fn drive_until_granted(
+    s: &mut LockState,
+    redis: &mut Redis,
+    mut now: Instant,
+    limit: Duration,
+    timers: &mut Vec<(Instant, Timer)>,
+) -> Option<Instant> {
+    let end = now + limit;
+    loop {
+        let fx = s.drain();
+        let mut ran = false;
+        for e in &fx {
+            match e {
+                Effect::Answer(_, Answer::Granted { .. }) => return Some(now),
+                Effect::Arm(t, after) => {
+                    timers.retain(|(_, x)| x != t);
+                    timers.push((now + *after, t.clone()));
+                }
+                Effect::Cancel(t) => timers.retain(|(_, x)| x != t),
+                Effect::Run(op) => {
+                    let out = redis.run(op, now);
+                    s.ran(out, now);
+                    ran = true;
+                }
+                Effect::Subscribe(c) => {
+                    s.subscribed(c, true, now);
+                    ran = true;
+                }
+                _ => {}
+            }
+        }
+        for holder in std::mem::take(&mut redis.woken) {
+            let channel = s.channel_of(&holder);
+            s.unlocked(false, &channel, now);
+            ran = true;
+        }
+        if ran {
+            continue;
+        }
+        timers.sort_by_key(|(at, _)| *at);
+        match timers.first() {
+            Some((at, _)) if *at <= end => {}
+            _ => return None,
+        }
+        let (at, t) = timers.remove(0);
+        now = now.max(at);
+        redis.tick(now);
+        s.fired(t, now);
+    }
+}
+
+/// Leak 3: two local fair waiters of different holders, a (older) and b, queued behind x. a's
+/// place is lost and a queues again, behind b. x's key then expires (no release, no message).
+/// The retry must reach b, the live head, though it is not the oldest local waiter: the lock is
+/// taken as soon as it is free, not when b's place expires.
+#[test]
+fn the_live_head_is_tried_when_it_is_not_the_oldest_local_waiter() {
+    let t0 = Instant::now();
+    let (mut s, mut redis) = held_by_x(t0); // 30 s, nobody renews it
+    let mut timers = Vec::new();
+    s.request(fair_req("a", Wait::Forever), t0);
+    assert!(drive_until_granted(&mut s, &mut redis, t0, Duration::ZERO, &mut timers).is_none());
+    s.request(fair_req("b", Wait::Forever), t0);
+    assert!(drive_until_granted(&mut s, &mut redis, t0, Duration::ZERO, &mut timers).is_none());
+    assert_eq!(redis.queue.len(), 2);
+    redis.drop_place("a");
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Retry, t1);
+    assert!(drive_until_granted(&mut s, &mut redis, t1, Duration::ZERO, &mut timers).is_none());
+    assert_eq!(
+        redis.queue,
+        vec!["b".into(), "a".into()] as Vec<std::sync::Arc<str>>
+    );
+    let got = drive_until_granted(
+        &mut s,
+        &mut redis,
+        t1,
+        Duration::from_secs(1_000),
+        &mut timers,
+    );
+    let free_at = t0 + Duration::from_secs(30);
+    let waited = got.map(|g| g.saturating_duration_since(free_at));
+    assert!(
+        waited.is_some_and(|w| w < SECOND),
+        "the free lock (b, alive, at the head) was taken {waited:?} after it became free"
+    );
+}
+
+/// Leak 4: clones of one handle with different waits use one place wait, the one of the
+/// holder's first queued attempt, in every request (come-back, grant, leave): the deadlines
+/// behind the place get back exactly what it added.
+#[test]
+fn clones_with_different_waits_share_one_place_wait() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, first) = a_queued(t0, Wait::Up(2 * SECOND));
+    let other = s.request(fair_req("a", Wait::Forever), t0);
+    let op = only_run(&s.drain());
+    assert!(
+        matches!(&op, Op::Acquire { fair, .. } if fair.wait == 2 * SECOND),
+        "{op:?}"
+    );
+    let out = redis.run(&op, t0);
+    s.ran(out, t0);
+    s.drain();
+    // y queues behind a: due a's deadline plus its own wait.
+    let y = elsewhere("y", SECOND, SECOND);
+    redis.run(&y, t0);
+    let y_due = redis.deadline("y").unwrap();
+    s.fired(Timer::Deadline(first), t0 + 2 * SECOND);
+    s.caller_gone(other, t0 + 2 * SECOND);
+    let fx = s.drain();
+    let leave = only_run(&fx);
+    assert!(
+        matches!(&leave, Op::LeaveQueue { wait, .. } if *wait == 2 * SECOND),
+        "{leave:?}"
+    );
+    redis.run(&leave, t0 + 2 * SECOND);
+    assert_eq!(redis.deadline("y"), Some(y_due - 2 * SECOND));
+}
+
+/// Leak 6: a leave that fails is sent again after a backoff (the actor stays busy meanwhile),
+/// until it runs; a new queued attempt of the holder takes the place over instead.
+#[test]
+fn a_failed_leave_is_sent_again_until_it_runs() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Deadline(id), t1);
+    let leave = only_run(&s.drain());
+    assert!(matches!(leave, Op::LeaveQueue { .. }));
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t1);
+    let fx = s.drain();
+    assert!(answered(&fx, id), "the caller does not wait for the resend");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Leave(h), _) if &**h == "a")),
+        "{fx:?}"
+    );
+    assert!(!fx.iter().any(|e| matches!(e, Effect::Idle)), "{fx:?}");
+    s.fired(Timer::Leave("a".into()), t1 + SECOND);
+    let fx = run_all(&mut s, &mut redis, t1 + SECOND);
+    assert!(!redis.queued("a"));
+    assert!(fx.iter().any(|e| matches!(e, Effect::Idle)), "{fx:?}");
+    // Failed again, then a new waiter of the holder comes: it takes the place over.
+    let id = s.request(fair_req("a", Wait::Up(SECOND)), t1 + SECOND);
+    run_all(&mut s, &mut redis, t1 + SECOND);
+    let t2 = t1 + 2 * SECOND;
+    s.fired(Timer::Deadline(id), t2);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t2);
+    s.drain();
+    s.request(fair_req("a", Wait::Forever), t2);
+    let fx = run_all(&mut s, &mut redis, t2);
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Cancel(Timer::Leave(h)) if &**h == "a")),
+        "{fx:?}"
+    );
+    assert!(redis.queued("a"));
+    assert_eq!(s.leaving.len(), 0);
+    assert_eq!(s.places.len(), 1);
+}
+
+/// A stop leaves the places being left too.
+#[test]
+fn a_stop_leaves_the_places_being_left() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
+    s.fired(Timer::Deadline(id), t0 + SECOND);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t0 + SECOND);
+    s.drain();
+    s.stop(false, t0 + SECOND);
+    let op = only_run(&s.drain());
+    assert!(
+        matches!(&op, Op::Shutdown { leave, .. } if leave.len() == 1 && &*leave[0].0 == "a"),
+        "{op:?}"
+    );
+    redis.run(&op, t0 + SECOND);
+    assert!(!redis.queued("a"));
+}
+
+/// A queued place arms the refresh (a third of the place timeout); the refresh carries every
+/// place with its wait; its reply's head, when local, takes its turn, and a waiter whose place is
+/// gone queues again. With no place left, the refresh is not armed again.
+#[test]
+fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
+    let t0 = Instant::now();
+    let (mut s, mut redis) = held_by_x(t0);
+    let a = s.request(fair_req("a", Wait::Forever), t0);
+    let fx = run_all(&mut s, &mut redis, t0);
+    let third = settings().fair_place_timeout / 3;
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Refresh, d) if *d == third)),
+        "{fx:?}"
+    );
+    let b = s.request(fair_req("b", Wait::Up(SECOND)), t0);
+    run_all(&mut s, &mut redis, t0);
+    // a's place is lost; x's key goes (no message): b is the head of a free lock.
+    redis.drop_place("a");
+    redis.delete();
+    redis.published = 0;
+    let t1 = t0 + Duration::from_millis(100);
+    s.fired(Timer::Refresh, t1);
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Refresh, d) if *d == third)),
+        "{fx:?}"
+    );
+    let op = only_run(&fx);
+    let Op::FairRefresh { places, cap } = &op else {
+        panic!("{op:?}");
+    };
+    let mut places = places.clone();
+    places.sort();
+    assert_eq!(
+        places,
+        vec![("a".into(), 5 * SECOND), ("b".into(), SECOND)] as Vec<(std::sync::Arc<str>, _)>
+    );
+    assert_eq!(*cap, 5 * SECOND);
+    let out = redis.run(&op, t1);
+    assert!(
+        matches!(&out, Outcome::FairRefresh(Ok(r)) if r.head.as_deref() == Some("b") && r.gone == vec!["a".into()] as Vec<std::sync::Arc<str>>),
+        "{out:?}"
+    );
+    s.ran(out, t1);
+    let fx = run_all(&mut s, &mut redis, t1);
+    assert!(granted(&fx, b).is_some(), "{fx:?}");
+    assert!(!answered(&fx, a));
+    assert_eq!(
+        redis.queue,
+        vec!["a".into()] as Vec<std::sync::Arc<str>>,
+        "a queued again"
+    );
+    // a ends: no place left, the refresh is not armed again.
+    s.caller_gone(a, t1);
+    run_all(&mut s, &mut redis, t1);
+    s.fired(Timer::Refresh, t1 + third);
+    let fx = s.drain();
+    assert!(
+        runs(&fx).is_empty() && !fx.iter().any(|e| matches!(e, Effect::Arm(..))),
+        "{fx:?}"
+    );
+}

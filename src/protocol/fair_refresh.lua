@@ -1,0 +1,48 @@
+-- Fair lock (lockman): keeps this client's places alive (protocol.md, "Fair lock", "Places kept
+-- alive"). Sent by a lock actor with queued waiters every third of the place timeout, so that a
+-- place whose process died expires within about two place timeouts.
+-- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
+-- ARGV[1]: the place timeout in ms (the cap on the lock's PTTL for the head's base); ARGV[4]:
+-- now, epoch ms (read by fair_prune.lua); ARGV[5..]: pairs of a holder this client has a place
+-- for and that place's wait in ms.
+-- Each listed holder still queued gets the come-back rule of fair_queue.lua, never an earlier
+-- deadline: its wait after the deadline of the waiter ahead, or for the head its wait after now
+-- plus the lock's PTTL capped at the place timeout. The queue is walked in order, so adjacent
+-- places of this client chain on each other's new deadline.
+-- Reply: {the head when the lock is free, else '', then each listed holder no longer queued}.
+-- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
+local cap = tonumber(ARGV[1])
+local mine = {}
+for i = 5, #ARGV, 2 do
+    mine[ARGV[i]] = tonumber(ARGV[i + 1])
+end
+local pttl = math.max(redis.call('pttl', KEYS[1]), 0)
+local queue = redis.call('lrange', KEYS[2], 0, -1)
+local found = {}
+local prev = nil
+for _, holder in ipairs(queue) do
+    local wait = mine[holder]
+    if wait ~= nil then
+        found[holder] = true
+        local base = now + math.min(pttl, cap)
+        if prev ~= nil then
+            base = tonumber(redis.call('zscore', KEYS[3], prev)) or now
+        end
+        local deadline = base + wait
+        local current = tonumber(redis.call('zscore', KEYS[3], holder))
+        if current == nil or deadline > current then
+            redis.call('zadd', KEYS[3], deadline, holder)
+        end
+    end
+    prev = holder
+end
+local out = {''}
+if redis.call('exists', KEYS[1]) == 0 and queue[1] ~= nil then
+    out[1] = queue[1]
+end
+for i = 5, #ARGV, 2 do
+    if not found[ARGV[i]] then
+        out[#out + 1] = ARGV[i]
+    end
+end
+return out
