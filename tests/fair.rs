@@ -448,3 +448,60 @@ async fn live_waiters_keep_their_places_while_the_holder_holds_many_place_timeou
     assert!(queue(&mut raw, "alive").is_empty());
     assert!(deadlines(&mut raw, "alive").is_empty());
 }
+
+/// A Redisson waiter queued behind a lockman place keeps `D = D_ahead + wait` while the lockman
+/// place is refreshed: its deadline moves on with the place ahead. Were it left behind, the
+/// time Redisson's script tells it to come back in (`D − wait − now`, the place ahead's deadline
+/// as it was) would go negative after about a place timeout, and a Redisson `lock()` would then
+/// wait for a message with no time limit. The Java side joins as Redisson's script does: at the
+/// tail, its wait after the deadline of the waiter ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_java_waiter_behind_a_refreshed_place_keeps_its_wait_after_it() {
+    const JAVA_WAIT: i64 = 60_000;
+    let place = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = || Config::new(server.url()).fair_lock_place_timeout(place);
+    let (holder, waiting) = (
+        LockManager::start(config()).await.unwrap(),
+        LockManager::start(config()).await.unwrap(),
+    );
+    let held = holder.fair_lock("java-behind").acquire().await.unwrap();
+    let lock = waiting.fair_lock("java-behind");
+    let id = lock.holder_id();
+    let waiter =
+        tokio::spawn(async move { lock.acquire().await.map(|g| g.holder_id().to_owned()) });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(
+            &mut server.conn(),
+            "java-behind"
+        ) == [id.clone()])
+        .await
+    );
+    let java = "java-client:1".to_owned();
+    let ahead = deadlines(&mut raw, "java-behind")[0].1;
+    let _: () = redis::pipe()
+        .atomic()
+        .rpush("redisson_lock_queue:{java-behind}", &java)
+        .zadd(
+            "redisson_lock_timeout:{java-behind}",
+            &java,
+            ahead + JAVA_WAIT,
+        )
+        .query(&mut raw)
+        .unwrap();
+    // Many refreshes (every place / 3) and at least one come-back later.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(queue(&mut raw, "java-behind"), [id.clone(), java.clone()]);
+    let d = deadlines(&mut raw, "java-behind");
+    let at = |h: &str| d.iter().find(|(x, _)| x == h).map(|(_, at)| *at).unwrap();
+    assert!(at(&id) > ahead, "the lockman place moved on: {d:?}");
+    assert_eq!(at(&java) - at(&id), JAVA_WAIT, "{d:?}");
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("served")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, id);
+}

@@ -24,8 +24,9 @@ end
 local mine = redis.call('zscore', KEYS[3], ARGV[2])
 if mine ~= false then
     -- Queued, and back (lockman's rule): its deadline moves to `wait` after that of the waiter
-    -- ahead of it (or after the lock's PTTL, for the head), if that is later. A waiter that
-    -- does not come back still expires.
+    -- ahead of it (or after the lock's PTTL, for the head), if that is later, and every place
+    -- behind it moves on as much (a Redisson waiter's deadline stays its wait after the one
+    -- ahead: fair_refresh.lua says why). A waiter that does not come back still expires.
     local at = redis.call('lpos', KEYS[2], ARGV[2])
     local base = now + capped(math.max(redis.call('pttl', KEYS[1]), 0))
     if at ~= false and at > 0 then
@@ -34,6 +35,15 @@ if mine ~= false then
     local deadline = base + tonumber(ARGV[3])
     if deadline > tonumber(mine) then
         redis.call('zadd', KEYS[3], deadline, ARGV[2])
+        if at ~= false then
+            local shift = deadline - tonumber(mine)
+            for _, behind in ipairs(redis.call('lrange', KEYS[2], at + 1, -1)) do
+                local d = tonumber(redis.call('zscore', KEYS[3], behind))
+                if d ~= nil then
+                    redis.call('zadd', KEYS[3], d + shift, behind)
+                end
+            end
+        end
     end
     return until_change()
 end

@@ -8,7 +8,11 @@
 -- Each listed holder still queued gets the come-back rule of fair_queue.lua, never an earlier
 -- deadline: its wait after the deadline of the waiter ahead, or for the head its wait after now
 -- plus the lock's PTTL capped at the place timeout. The queue is walked in order, so adjacent
--- places of this client chain on each other's new deadline.
+-- places of this client chain on each other's new deadline, and every place behind one that
+-- moved on moves on by as much: a Redisson waiter's deadline stays its own wait after the one
+-- ahead of it (`D = D_ahead + wait`), so the time it is told to come back in never goes
+-- negative while the place ahead of it lives (a Redisson `lock()` would then wait for a
+-- message with no time limit).
 -- Reply: {the head when the lock is free, else '', then each listed holder no longer queued}.
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 local cap = tonumber(ARGV[1])
@@ -20,7 +24,14 @@ local pttl = math.max(redis.call('pttl', KEYS[1]), 0)
 local queue = redis.call('lrange', KEYS[2], 0, -1)
 local found = {}
 local prev = nil
+-- How far the place just walked moved on: every place behind it moves on as much.
+local shift = 0
 for _, holder in ipairs(queue) do
+    local current = tonumber(redis.call('zscore', KEYS[3], holder))
+    local deadline = nil
+    if current ~= nil then
+        deadline = current + shift
+    end
     local wait = mine[holder]
     if wait ~= nil then
         found[holder] = true
@@ -28,11 +39,17 @@ for _, holder in ipairs(queue) do
         if prev ~= nil then
             base = tonumber(redis.call('zscore', KEYS[3], prev)) or now
         end
-        local deadline = base + wait
-        local current = tonumber(redis.call('zscore', KEYS[3], holder))
-        if current == nil or deadline > current then
-            redis.call('zadd', KEYS[3], deadline, holder)
+        if deadline == nil or base + wait > deadline then
+            deadline = base + wait
         end
+    end
+    if deadline ~= nil and (current == nil or deadline > current) then
+        redis.call('zadd', KEYS[3], deadline, holder)
+        if current ~= nil then
+            shift = deadline - current
+        end
+    elseif current ~= nil then
+        shift = 0
     end
     prev = holder
 end
