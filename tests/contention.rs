@@ -4,93 +4,15 @@
 //! Run with `cargo test --features metrics --test contention`.
 #![cfg(feature = "metrics")]
 
+#[path = "support/recorder.rs"]
+mod recorder;
 mod support;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lockman::{Config, LockManager};
-use metrics::{
-    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
-    SharedString, Unit,
-};
+use recorder::recorded;
 use support::RedisServer;
-
-/// The last value of every gauge, by `name{label=value}`; counters and histograms are ignored.
-#[derive(Default)]
-struct Recorded {
-    values: Mutex<BTreeMap<String, f64>>,
-}
-
-struct Cell {
-    key: String,
-    rec: Arc<Recorded>,
-}
-
-impl CounterFn for Cell {
-    fn increment(&self, _: u64) {}
-    fn absolute(&self, _: u64) {}
-}
-
-impl GaugeFn for Cell {
-    fn increment(&self, _: f64) {}
-    fn decrement(&self, _: f64) {}
-    fn set(&self, value: f64) {
-        self.rec
-            .values
-            .lock()
-            .unwrap()
-            .insert(self.key.clone(), value);
-    }
-}
-
-impl HistogramFn for Cell {
-    fn record(&self, _: f64) {}
-}
-
-struct Rec(Arc<Recorded>);
-
-impl Rec {
-    fn cell(&self, key: &Key) -> Arc<Cell> {
-        let labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        let key = match labels.is_empty() {
-            true => key.name().to_owned(),
-            false => format!("{}{{{}}}", key.name(), labels.join(",")),
-        };
-        Arc::new(Cell {
-            key,
-            rec: self.0.clone(),
-        })
-    }
-}
-
-impl Recorder for Rec {
-    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        Counter::from_arc(self.cell(key))
-    }
-    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::from_arc(self.cell(key))
-    }
-    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::from_arc(self.cell(key))
-    }
-}
-
-fn recorded() -> &'static Arc<Recorded> {
-    static RECORDED: OnceLock<Arc<Recorded>> = OnceLock::new();
-    RECORDED.get_or_init(|| {
-        let rec = Arc::new(Recorded::default());
-        metrics::set_global_recorder(Rec(rec.clone())).expect("the only recorder");
-        rec
-    })
-}
 
 /// 10,000 names, each waited on once: the per-name contention gauges name at most K of them
 /// (the names waited on longest in a tick), and the count of contended names is exact.
