@@ -155,7 +155,7 @@ impl LockActor {
     /// Carries out what the state asked for, in order (into a buffer kept between calls);
     /// first takes in the reply senders handed over since the last step.
     fn apply(&mut self, ctx: &mut Context<Self>) {
-        self.adopt(ctx);
+        self.adopt(ctx, true);
         let mut effects = std::mem::take(&mut self.effects);
         self.state.drain_into(&mut effects);
         for effect in effects.drain(..) {
@@ -181,8 +181,9 @@ impl LockActor {
         }
     }
 
-    /// Takes in the reply senders handed over (see [`Handed`]).
-    fn adopt(&mut self, ctx: &mut Context<Self>) {
+    /// Takes in the reply senders handed over (see [`Handed`]); `leave`: a request sent with
+    /// `do_send` leaves at once (not while stopping: the stop answers every waiter).
+    fn adopt(&mut self, ctx: &mut Context<Self>, leave: bool) {
         // Popped one at a time: the buffer keeps its capacity (no allocation per request), and
         // is not borrowed while a caller's leaving is carried out.
         loop {
@@ -197,7 +198,8 @@ impl LockActor {
                 }
                 // `do_send` leaves nobody to hand a grant to: the waiter leaves (a grant
                 // already on its way comes back and its drop releases the hold).
-                Handed::Acquire(id, None) => self.caller_gone(id, ctx),
+                Handed::Acquire(id, None) if leave => self.caller_gone(id, ctx),
+                Handed::Acquire(_, None) => {}
                 Handed::Release(id, Some(tx)) => {
                     self.releasing.insert(id, tx);
                 }
@@ -206,9 +208,10 @@ impl LockActor {
         }
     }
 
-    /// The effects held back for a caller whose reply sender is now here.
+    /// The effects held back for a caller whose reply sender is now here (and any that a
+    /// `do_send` request's leaving adds behind them, in order).
     fn resume(&mut self, ctx: &mut Context<Self>) {
-        self.adopt(ctx);
+        self.adopt(ctx, true);
         let held = std::mem::take(&mut self.held);
         for effect in held {
             self.effect(effect, ctx);
@@ -295,10 +298,7 @@ impl Actor for LockActor {
     type Context = Context<Self>;
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
-        self.adopt(ctx);
-        for effect in std::mem::take(&mut self.held) {
-            self.effect(effect, ctx);
-        }
+        self.adopt(ctx, false);
         Linger::stopped(self);
         if let Some(registry) = self.registry.upgrade() {
             registry.do_send(Forget {
@@ -308,12 +308,16 @@ impl Actor for LockActor {
             });
         }
         self.state.abandon();
-        let mut effects = Vec::new();
+        // Effects still held back for a reply sender (none, normally: they are carried out
+        // before anything else) come first.
+        let mut effects = std::mem::take(&mut self.held);
         self.state.drain_into(&mut effects);
         for effect in effects {
             match effect {
                 Effect::Answer(id, answer) => self.answer(id, answer, ctx),
-                Effect::Unsubscribe(_) | Effect::Untrack { .. } => self.effect(effect, ctx),
+                Effect::Unsubscribe(_) | Effect::Untrack { .. } | Effect::ReleaseDone(..) => {
+                    self.effect(effect, ctx)
+                }
                 _ => {}
             }
         }
