@@ -19,7 +19,7 @@ use crate::protocol::{LockKind, SyncKind};
 
 /// A guard was dropped: release its hold in the background.
 #[derive(Message)]
-#[rtype(result = "Result<(), LockError>")]
+#[rtype(result = "()")]
 pub(crate) struct ReleaseHold {
     pub holder: Arc<str>,
     pub kind: LockKind,

@@ -26,6 +26,8 @@ mod requests;
 pub use grant::Grant;
 pub use requests::{Acquire, Release};
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -82,6 +84,33 @@ pub struct LockActor {
     /// When each waiter that actually waits (a watched caller) began waiting: for the
     /// manager's [`Board`](crate::actors::board::Board). Empty while nobody waits.
     waits_began: FxHashMap<WaiterId, Instant>,
+    /// Reply senders on their way in (see [`Handed`]); taken in at the actor's next step.
+    handed: Rc<RefCell<Vec<Handed>>>,
+    /// The request being handled, while its handler carries out its first effects: its
+    /// caller's reply sender is not here yet.
+    expecting: Option<Expecting>,
+    /// Effects held back for the caller of `expecting` (an answer, a watch, a release's
+    /// outcome), and every effect after the first of them, in order: carried out once its
+    /// reply sender is here.
+    held: Vec<Effect>,
+}
+
+/// A request's reply sender on its way to the actor. actix gives it to the handler's reply
+/// ([`MessageResponse::handle`], run right after the handler and without the actor), not to
+/// the handler: the handler takes the request in at once and the reply leaves its sender here,
+/// so a request costs no second pass through the actor's context (a boxed future each).
+enum Handed {
+    /// Waiter `id`'s caller; `None` when it was sent with `do_send` (nobody to answer).
+    Acquire(WaiterId, Option<AcquireTx>),
+    /// Release `id`'s caller.
+    Release(ReplyId, Option<ReleaseTx>),
+}
+
+/// Whose reply sender the handler being run waits for.
+#[derive(Clone, Copy)]
+enum Expecting {
+    Acquire(WaiterId),
+    Release(ReplyId),
 }
 
 impl LockActor {
@@ -117,17 +146,77 @@ impl LockActor {
             stop_replies: Vec::new(),
             effects: Vec::new(),
             waits_began: FxHashMap::default(),
+            handed: Rc::default(),
+            expecting: None,
+            held: Vec::new(),
         }
     }
 
-    /// Carries out what the state asked for, in order (into a buffer kept between calls).
+    /// Carries out what the state asked for, in order (into a buffer kept between calls);
+    /// first takes in the reply senders handed over since the last step.
     fn apply(&mut self, ctx: &mut Context<Self>) {
+        self.adopt(ctx, true);
         let mut effects = std::mem::take(&mut self.effects);
         self.state.drain_into(&mut effects);
         for effect in effects.drain(..) {
-            self.effect(effect, ctx);
+            if self.holds_back(&effect) {
+                self.held.push(effect);
+            } else {
+                self.effect(effect, ctx);
+            }
         }
         self.effects = effects;
+    }
+
+    /// Whether `effect` waits for the reply sender of the request being handled: it is
+    /// addressed to that caller, or comes after one that is (effects keep their order).
+    fn holds_back(&self, effect: &Effect) -> bool {
+        if !self.held.is_empty() {
+            return true;
+        }
+        match (self.expecting, effect) {
+            (Some(Expecting::Acquire(id)), Effect::Answer(to, _) | Effect::Watch(to)) => *to == id,
+            (Some(Expecting::Release(id)), Effect::ReleaseDone(to, _)) => *to == id,
+            _ => false,
+        }
+    }
+
+    /// Takes in the reply senders handed over (see [`Handed`]); `leave`: a request sent with
+    /// `do_send` leaves at once (not while stopping: the stop answers every waiter).
+    fn adopt(&mut self, ctx: &mut Context<Self>, leave: bool) {
+        // Popped one at a time: the buffer keeps its capacity (no allocation per request), and
+        // is not borrowed while a caller's leaving is carried out.
+        loop {
+            let Some(sender) = self.handed.borrow_mut().pop() else {
+                return;
+            };
+            match sender {
+                Handed::Acquire(id, Some(tx)) => {
+                    if let Some((caller, _, _)) = self.waiting.get_mut(&id) {
+                        *caller = Caller::Unwatched(tx);
+                    }
+                }
+                // `do_send` leaves nobody to hand a grant to: the waiter leaves (a grant
+                // already on its way comes back and its drop releases the hold).
+                Handed::Acquire(id, None) if leave => self.caller_gone(id, ctx),
+                Handed::Acquire(_, None) => {}
+                Handed::Release(id, Some(tx)) => {
+                    self.releasing.insert(id, tx);
+                }
+                Handed::Release(_, None) => {}
+            }
+        }
+    }
+
+    /// The effects held back for a caller whose reply sender is now here (and any that a
+    /// `do_send` request's leaving adds behind them, in order).
+    fn resume(&mut self, ctx: &mut Context<Self>) {
+        self.adopt(ctx, true);
+        let held = std::mem::take(&mut self.held);
+        for effect in held {
+            self.effect(effect, ctx);
+        }
+        self.apply(ctx);
     }
 
     /// Answers waiter `id`'s caller. A grant that reaches nobody comes back and its drop
@@ -172,7 +261,8 @@ impl LockActor {
         }
     }
 
-    fn request(&mut self, msg: Acquire, tx: AcquireTx, ctx: &mut Context<Self>) {
+    /// Takes request `msg` in (its caller's reply sender follows, see [`Handed`]).
+    fn request(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> WaiterId {
         let kind = msg.kind;
         let req = Request {
             holder: msg.holder,
@@ -182,25 +272,25 @@ impl LockActor {
         };
         let id = self.state.request(req, Instant::now());
         metrics::waiters(kind, 1.0);
-        let caller = Caller::Unwatched(tx);
         self.waiting
-            .insert(id, (caller, kind, metrics::Since::now()));
+            .insert(id, (Caller::Coming, kind, metrics::Since::now()));
+        self.expecting = Some(Expecting::Acquire(id));
         self.apply(ctx);
+        self.expecting = None;
+        id
     }
 
+    /// Releases a hold; `reply` gets the outcome (its reply sender follows, see [`Handed`]).
     fn release(
         &mut self,
         (key, epoch): (super::lock_state::HoldKey, u64),
-        tx: Option<ReleaseTx>,
+        reply: Option<ReplyId>,
         ctx: &mut Context<Self>,
     ) {
-        let reply = tx.map(|tx| {
-            self.next_reply += 1;
-            self.releasing.insert(self.next_reply, tx);
-            self.next_reply
-        });
         self.state.release(key, epoch, reply, Instant::now());
+        self.expecting = reply.map(Expecting::Release);
         self.apply(ctx);
+        self.expecting = None;
     }
 }
 
@@ -208,6 +298,7 @@ impl Actor for LockActor {
     type Context = Context<Self>;
 
     fn stopped(&mut self, ctx: &mut Self::Context) {
+        self.adopt(ctx, false);
         Linger::stopped(self);
         if let Some(registry) = self.registry.upgrade() {
             registry.do_send(Forget {
@@ -217,12 +308,16 @@ impl Actor for LockActor {
             });
         }
         self.state.abandon();
-        let mut effects = Vec::new();
+        // Effects still held back for a reply sender (none, normally: they are carried out
+        // before anything else) come first.
+        let mut effects = std::mem::take(&mut self.held);
         self.state.drain_into(&mut effects);
         for effect in effects {
             match effect {
                 Effect::Answer(id, answer) => self.answer(id, answer, ctx),
-                Effect::Unsubscribe(_) | Effect::Untrack { .. } => self.effect(effect, ctx),
+                Effect::Unsubscribe(_) | Effect::Untrack { .. } | Effect::ReleaseDone(..) => {
+                    self.effect(effect, ctx)
+                }
                 _ => {}
             }
         }
@@ -234,39 +329,71 @@ impl Actor for LockActor {
 }
 
 /// The reply to an [`Acquire`]: delivered when the lock is granted, the wait ends or it fails.
-/// It queues the caller's reply sender as a waiter, so nothing blocks the actor meanwhile.
-pub struct AcquireReply(Acquire);
+/// The handler has taken the request in; this leaves the caller's reply sender for the actor,
+/// so nothing blocks the actor meanwhile.
+pub struct AcquireReply {
+    id: WaiterId,
+    handed: Rc<RefCell<Vec<Handed>>>,
+    /// Effects wait for the sender (an answer at once): the actor takes it in before anything
+    /// else.
+    held: bool,
+}
 
 impl Handler<Acquire> for LockActor {
     type Result = AcquireReply;
 
-    fn handle(&mut self, msg: Acquire, _: &mut Context<Self>) -> AcquireReply {
-        AcquireReply(msg)
+    fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireReply {
+        let id = self.request(msg, ctx);
+        AcquireReply {
+            id,
+            handed: self.handed.clone(),
+            held: !self.held.is_empty(),
+        }
     }
 }
 
 impl MessageResponse<LockActor, Acquire> for AcquireReply {
     fn handle(self, ctx: &mut Context<LockActor>, tx: Option<AcquireTx>) {
-        // `do_send` leaves nobody to hand a grant to: taking the lock would only release it again.
-        let Some(tx) = tx else { return };
-        ctx.wait(
-            actix::fut::ready(())
-                .map(move |(), act: &mut LockActor, ctx| act.request(self.0, tx, ctx)),
-        );
+        hand_over(ctx, &self.handed, Handed::Acquire(self.id, tx), self.held);
     }
 }
 
-/// The reply to a [`Release`] (or a dropped grant's release): delivered once Redis answered.
-pub struct ReleaseReply(Result<(super::lock_state::HoldKey, u64), LockError>);
+/// Leaves a reply sender for the actor; when effects wait for it, the actor takes it in before
+/// anything else (the one case that costs a pass through its context).
+fn hand_over(
+    ctx: &mut Context<LockActor>,
+    handed: &Rc<RefCell<Vec<Handed>>>,
+    sender: Handed,
+    held: bool,
+) {
+    handed.borrow_mut().push(sender);
+    if held {
+        ctx.wait(actix::fut::ready(()).map(|(), act: &mut LockActor, ctx| act.resume(ctx)));
+    }
+}
+
+/// The reply to a [`Release`]: delivered once Redis answered.
+pub struct ReleaseReply(Releasing);
+
+enum Releasing {
+    /// Taken in as release `id`.
+    Taken {
+        id: ReplyId,
+        handed: Rc<RefCell<Vec<Handed>>>,
+        held: bool,
+    },
+    /// Refused at once.
+    Refused(LockError),
+}
 
 impl Handler<Release> for LockActor {
     type Result = ReleaseReply;
 
-    fn handle(&mut self, Release(mut grant): Release, _: &mut Context<Self>) -> ReleaseReply {
+    fn handle(&mut self, Release(mut grant): Release, ctx: &mut Context<Self>) -> ReleaseReply {
         // A grant sent to another lock's actor is refused; still armed, it releases its hold
         // through its own actor when it is dropped here.
         if !grant.granted_by(self.id) {
-            return ReleaseReply(Err(LockError::invalid(
+            return ReleaseReply(Releasing::Refused(LockError::invalid(
                 "release",
                 format!(
                     "the grant of lock {:?} was sent to the actor of another lock",
@@ -274,34 +401,38 @@ impl Handler<Release> for LockActor {
                 ),
             )));
         }
-        ReleaseReply(Ok(grant.disarm()))
+        self.next_reply += 1;
+        let id = self.next_reply;
+        self.release(grant.disarm(), Some(id), ctx);
+        ReleaseReply(Releasing::Taken {
+            id,
+            handed: self.handed.clone(),
+            held: !self.held.is_empty(),
+        })
     }
 }
 
-impl Handler<ReleaseHold> for LockActor {
-    type Result = ReleaseReply;
-
-    fn handle(&mut self, msg: ReleaseHold, _: &mut Context<Self>) -> ReleaseReply {
-        ReleaseReply(Ok(((msg.holder, msg.kind), msg.epoch)))
-    }
-}
-
-impl<M> MessageResponse<LockActor, M> for ReleaseReply
-where
-    M: Message<Result = Result<(), LockError>>,
-{
+impl MessageResponse<LockActor, Release> for ReleaseReply {
     fn handle(self, ctx: &mut Context<LockActor>, tx: Option<ReleaseTx>) {
         match self.0 {
-            Ok(hold) => ctx.wait(
-                actix::fut::ready(())
-                    .map(move |(), act: &mut LockActor, ctx| act.release(hold, tx, ctx)),
-            ),
-            Err(refused) => {
+            Releasing::Taken { id, handed, held } => {
+                hand_over(ctx, &handed, Handed::Release(id, tx), held)
+            }
+            Releasing::Refused(refused) => {
                 if let Some(tx) = tx {
                     let _ = tx.send(Err(refused)); // the caller may have gone
                 }
             }
         }
+    }
+}
+
+impl Handler<ReleaseHold> for LockActor {
+    type Result = ();
+
+    /// A dropped grant's release: nobody waits for its outcome.
+    fn handle(&mut self, msg: ReleaseHold, ctx: &mut Context<Self>) {
+        self.release(((msg.holder, msg.kind), msg.epoch), None, ctx);
     }
 }
 

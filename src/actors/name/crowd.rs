@@ -151,6 +151,9 @@ impl<R: Sender> Crowd<R> {
 
 /// A waiter's caller, as the actor keeps it.
 pub(crate) enum Caller<R> {
+    /// Its sender is on its way (a lock actor takes a request in before actix hands it the
+    /// reply sender).
+    Coming,
     /// Not watched (its first attempt is under way): the reply sender itself.
     Unwatched(R),
     /// Watched: the sender, shared with its [`WatchCaller`].
@@ -167,6 +170,7 @@ impl<R> Caller<R> {
     /// The reply sender, to answer with; a watched caller's watch then ends.
     pub(crate) fn take(self) -> Option<R> {
         match self {
+            Caller::Coming => None,
             Caller::Unwatched(tx) => Some(tx),
             Caller::Watched(shared) => {
                 let mut shared = shared.borrow_mut();
