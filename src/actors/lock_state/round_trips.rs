@@ -283,7 +283,7 @@ impl LockState {
             fair: FairArgs {
                 wait: place_wait,
                 once: !w.may_wait(),
-                cap: Some(self.settings.fair_place_timeout),
+                cap: self.settings.fair_place_timeout,
             },
             expect,
             seq,

@@ -20,7 +20,7 @@ fn only_run(fx: &[Effect]) -> Op {
     }
 }
 
-/// A fair acquire of another process's holder (Redisson's rule: no cap).
+/// A fair acquire of another process's holder (Redisson's rule: the PTTL counts in full).
 fn elsewhere(holder: &str, ttl: Duration, wait: Duration) -> Op {
     Op::Acquire {
         kind: LockKind::Fair,
@@ -29,7 +29,7 @@ fn elsewhere(holder: &str, ttl: Duration, wait: Duration) -> Op {
         fair: FairArgs {
             wait,
             once: false,
-            cap: None,
+            cap: Duration::MAX,
         },
         expect: Expect::count(0),
         seq: 0,
@@ -387,4 +387,51 @@ fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
         runs(&fx).is_empty() && !fx.iter().any(|e| matches!(e, Effect::Arm(..))),
         "{fx:?}"
     );
+}
+
+/// A prune that drops the dead head of a free lock wakes the new head when it is another
+/// client's (it would otherwise wait for its own timer, or give up): the refresh's prune, and an
+/// acquire's whose caller is not the new head. Exactly one message each; none when the new head
+/// is the refresher's own (its reply names it) or the caller itself (it takes the lock).
+#[test]
+fn a_prune_that_frees_the_head_wakes_the_next_one() {
+    let t0 = Instant::now();
+    let mut redis = Redis::new(false);
+    // d (dead) at the head of a free lock, y (another client) behind it.
+    redis.run(&elsewhere("x", SECOND, SECOND), t0);
+    redis.run(&elsewhere("d", SECOND, SECOND), t0);
+    redis.run(&elsewhere("y", SECOND, 60 * SECOND), t0);
+    let mut s = state(LockKind::Fair);
+    s.request(fair_req("a", Wait::Forever), t0);
+    run_all(&mut s, &mut redis, t0);
+    let t1 = t0 + SECOND; // x's lease ends: free
+    redis.tick(t1);
+    assert!(redis.woken.is_empty());
+    // d's deadline (2 s) passes: the refresh prunes it and wakes y, once.
+    let t2 = t0 + 2 * SECOND + Duration::from_millis(1);
+    s.fired(Timer::Refresh, t2);
+    run_all(&mut s, &mut redis, t2);
+    assert_eq!(redis.woken, vec!["y".into()] as Vec<std::sync::Arc<str>>);
+    // A refresh with nothing pruned wakes nobody.
+    redis.woken.clear();
+    s.fired(Timer::Refresh, t2 + SECOND);
+    run_all(&mut s, &mut redis, t2 + SECOND);
+    assert!(redis.woken.is_empty(), "{:?}", redis.woken);
+    // The acquire path: z's try prunes a dead head e of a free lock; f, behind it, is woken.
+    let mut redis = Redis::new(false);
+    redis.run(&elsewhere("x", SECOND, SECOND), t0);
+    redis.run(&elsewhere("e", SECOND, SECOND), t0);
+    redis.run(&elsewhere("f", SECOND, 60 * SECOND), t0);
+    redis.run(&elsewhere("z", SECOND, SECOND), t2);
+    assert_eq!(redis.woken, vec!["f".into()] as Vec<std::sync::Arc<str>>);
+    // ... but the new head itself, pruning its way to the head, takes the lock: no message.
+    let mut redis = Redis::new(false);
+    redis.run(&elsewhere("x", SECOND, SECOND), t0);
+    redis.run(&elsewhere("e", SECOND, SECOND), t0);
+    redis.run(&elsewhere("f", SECOND, 60 * SECOND), t0);
+    assert!(matches!(
+        redis.run(&elsewhere("f", SECOND, 60 * SECOND), t2),
+        Outcome::Acquire(Ok(Attempt::Acquired { .. }))
+    ));
+    assert!(redis.woken.is_empty(), "{:?}", redis.woken);
 }

@@ -125,7 +125,7 @@ impl Redis {
         cap: Duration,
         now: Instant,
     ) -> Refreshed {
-        self.prune(now);
+        let pruned = self.prune(now);
         let pttl = self
             .expires
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
@@ -144,6 +144,7 @@ impl Redis {
             }
             prev = Some(holder);
         }
+        self.wake_new_head(pruned, |head| places.iter().any(|(h, _)| h == head));
         Refreshed {
             head: self
                 .counts
@@ -158,14 +159,29 @@ impl Redis {
         }
     }
 
-    /// `fair_prune.lua`: queue heads whose deadline passed leave.
-    fn prune(&mut self, now: Instant) {
+    /// `fair_prune.lua`: queue heads whose deadline passed leave. Whether one did (`pruned`).
+    fn prune(&mut self, now: Instant) -> bool {
+        let mut pruned = false;
         while let Some(head) = self.queue.first() {
             if self.deadlines.get(head).is_some_and(|at| *at > now) {
                 break;
             }
             self.deadlines.remove(head);
             self.queue.remove(0);
+            pruned = true;
+        }
+        pruned
+    }
+
+    /// After a prune that dropped a head (`pruned`): a free lock's new head is woken unless
+    /// `spared` says it is the caller's (`fair_acquire.lua`, `fair_refresh.lua`).
+    fn wake_new_head(&mut self, pruned: bool, spared: impl Fn(&Arc<str>) -> bool) {
+        if pruned
+            && self.counts.is_empty()
+            && let Some(head) = self.queue.first()
+            && !spared(head)
+        {
+            self.woken.push(head.clone());
         }
     }
 
@@ -186,7 +202,8 @@ impl Redis {
         (fair, expect): (FairArgs, u32),
         now: Instant,
     ) -> Attempt {
-        self.prune(now);
+        let pruned = self.prune(now);
+        self.wake_new_head(pruned, |head| head == holder);
         if expect > 0 && !self.counts.contains_key(holder) {
             // A re-entry whose hold is gone: nothing taken.
             return Attempt::Gone;
@@ -221,7 +238,7 @@ impl Redis {
         if fair.once {
             return Attempt::Busy { ttl: until_change };
         }
-        let capped = |ttl: Duration| fair.cap.map_or(ttl, |cap| ttl.min(cap));
+        let capped = |ttl: Duration| ttl.min(fair.cap);
         if let Some(mine) = self.deadlines.get(holder).copied() {
             // Queued, and back: its deadline moves on.
             let at = self.queue.iter().position(|h| h == holder);
