@@ -44,7 +44,9 @@ pub(super) enum Pending {
 
 /// A fair-queue place whose leave failed or went unanswered: it is sent again (a leave is
 /// idempotent: a second run finds no place and takes nothing off the others) until `until`, when
-/// the place would have expired anyway. A new queued attempt of the holder takes the place over
+/// the place would have expired anyway: its wait plus the place timeout after the first failure
+/// (the most a refresh or a come-back, all sent before the leave, put its deadline ahead by at
+/// the head of the queue; see `LockState::left`). A new queued attempt of the holder takes the place over
 /// instead (its come-back keeps the place, with the same wait).
 #[derive(Debug)]
 pub(super) struct Leaving {
@@ -365,9 +367,13 @@ impl LockState {
             return;
         }
         let now = self.now;
-        // How long the place could last: its wait after a turn that comes, at the latest, when
-        // a watchdog hold ahead of it ends.
-        let lifetime = wait + self.settings.watchdog_timeout;
+        // How long the place could last: its deadline was last set (by a refresh or a
+        // come-back, before this leave was sent) to at most its wait after now + the lock's
+        // PTTL capped at the place timeout, when at the head (`fair_refresh.lua`,
+        // `fair_queue.lua`); it is not refreshed any more. A place behind others keeps its wait
+        // after the one ahead: left here, it costs at most that wait once it is the head, as a
+        // place of a killed waiter does.
+        let lifetime = wait + self.settings.fair_place_timeout;
         let leaving = self.leaving.entry(holder.clone()).or_insert(Leaving {
             wait,
             until: now + lifetime,

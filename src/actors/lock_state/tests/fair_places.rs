@@ -435,3 +435,36 @@ fn a_prune_that_frees_the_head_wakes_the_next_one() {
     ));
     assert!(redis.woken.is_empty(), "{:?}", redis.woken);
 }
+
+/// A failed leave is sent again only while the place could still be there: its deadline was
+/// last set, at the head, at most its wait (1 s) plus the place timeout (5 s) ahead, and it is
+/// refreshed no more. Past that, a failure ends the resends (the watchdog timeout, 30 s here,
+/// has nothing to do with it).
+#[test]
+fn a_failed_leave_is_sent_again_until_the_place_would_have_expired() {
+    let t0 = Instant::now();
+    let (mut s, _redis, id) = a_queued(t0, Wait::Up(SECOND));
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Deadline(id), t1);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t1);
+    let leave_armed = |fx: &[Effect]| {
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Leave(h), _) if &**h == "a"))
+    };
+    assert!(leave_armed(&s.drain()));
+    // Still within 6 s of the first failure: sent again.
+    let t2 = t1 + 5 * SECOND;
+    s.fired(Timer::Leave("a".into()), t2);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t2);
+    assert!(leave_armed(&s.drain()));
+    // Past it: the place has expired; no more resends, nothing left to leave.
+    let t3 = t1 + 6 * SECOND + Duration::from_millis(1);
+    s.fired(Timer::Leave("a".into()), t3);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t3);
+    let fx = s.drain();
+    assert!(!leave_armed(&fx), "{fx:?}");
+    assert!(s.leaving.is_empty());
+}
