@@ -32,6 +32,12 @@ pub const DEFAULT_CONTENTION_TOP_K: usize = 20;
 pub(crate) const MAX_EXPIRY: Duration = Duration::from_millis(1 << 53);
 /// The shortest [`Config::watchdog_timeout`] accepted: renewal runs every third of it.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
+/// The shortest [`Config::fair_lock_place_timeout`] accepted: a place is refreshed every third
+/// of it, so it must outlive a refresh period plus the refresh's round trip and the scheduling
+/// delays of a busy process. At 100 ms a refresh may come up to about 66 ms late (more than a
+/// round trip across a region) before a live waiter's place expires; below it, one pause of the
+/// process loses places, and each lock with queued waiters runs 30 refreshes a second or more.
+pub const MIN_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Settings of a [`LockManager`](crate::LockManager): where Redis is, and how long things may
 /// take.
@@ -364,6 +370,10 @@ impl Config {
     /// meanwhile queues again at the tail); much longer only delays the queue behind dead
     /// places.
     ///
+    /// At least [`MIN_FAIR_LOCK_PLACE_TIMEOUT`] (100 ms); keep it well above the round trip to
+    /// Redis (a refresh later than two thirds of it loses the place, and its waiter queues again
+    /// at the tail).
+    ///
     /// Default: [`DEFAULT_FAIR_LOCK_PLACE_TIMEOUT`] (5 s).
     pub fn fair_lock_place_timeout(mut self, timeout: Duration) -> Self {
         self.fair_lock_place_timeout = timeout;
@@ -567,12 +577,22 @@ impl Config {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
         }
-        if !(Duration::from_millis(3)..=MAX_EXPIRY).contains(&self.fair_lock_place_timeout) {
-            // Refreshed every third of it, in whole milliseconds.
+        if self.fair_lock_place_timeout < MIN_FAIR_LOCK_PLACE_TIMEOUT {
+            // Refreshed every third of it: a place must outlive a refresh period and its round
+            // trip.
             return Err(LockError::invalid(
                 "fair lock place timeout",
                 format!(
-                    "{:?} is below 3 ms or above {MAX_EXPIRY:?}",
+                    "{:?} is below the minimum {MIN_FAIR_LOCK_PLACE_TIMEOUT:?}",
+                    self.fair_lock_place_timeout
+                ),
+            ));
+        }
+        if self.fair_lock_place_timeout > MAX_EXPIRY {
+            return Err(LockError::invalid(
+                "fair lock place timeout",
+                format!(
+                    "{:?} is above {MAX_EXPIRY:?}, the longest expiry lockman sets",
                     self.fair_lock_place_timeout
                 ),
             ));
