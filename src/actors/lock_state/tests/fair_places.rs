@@ -468,3 +468,39 @@ fn a_failed_leave_is_sent_again_until_the_place_would_have_expired() {
     assert!(!leave_armed(&fx), "{fx:?}");
     assert!(s.leaving.is_empty());
 }
+
+/// The model's refresh and come-back move every place behind a place that moved on by as much,
+/// as `fair_refresh.lua` and `fair_queue.lua` do: a Redisson waiter j behind a's lockman place
+/// keeps `D = D_ahead + wait`.
+#[test]
+fn the_models_refresh_and_come_back_move_the_places_behind_on() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, _a) = a_queued(t0, Wait::Forever);
+    redis.run(&elsewhere("j", SECOND, 60 * SECOND), t0);
+    let gap = |redis: &Redis| redis.deadline("j").unwrap() - redis.deadline("a").unwrap();
+    assert_eq!(gap(&redis), 60 * SECOND);
+    let a_before = redis.deadline("a").unwrap();
+    // The refresh: a's base is now + min(PTTL, K), 2 s later than at its join.
+    let t1 = t0 + 2 * SECOND;
+    s.fired(Timer::Refresh, t1);
+    run_all(&mut s, &mut redis, t1);
+    assert_eq!(redis.deadline("a"), Some(a_before + 2 * SECOND));
+    assert_eq!(gap(&redis), 60 * SECOND);
+    // A come-back of a, a second later.
+    let t2 = t1 + SECOND;
+    let come_back = Op::Acquire {
+        kind: LockKind::Fair,
+        holder: "a".into(),
+        ttl: SECOND,
+        fair: FairArgs {
+            wait: 5 * SECOND,
+            once: false,
+            cap: 5 * SECOND,
+        },
+        expect: Expect::count(0),
+        seq: 0,
+    };
+    redis.run(&come_back, t2);
+    assert_eq!(redis.deadline("a"), Some(a_before + 3 * SECOND));
+    assert_eq!(gap(&redis), 60 * SECOND);
+}

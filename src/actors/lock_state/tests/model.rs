@@ -117,8 +117,11 @@ impl Redis {
         }
     }
 
-    /// `fair_refresh.lua` (after `prune`): the come-back rule for each of `places` still queued,
-    /// in queue order, the head's base capped at `cap` after now.
+    /// `fair_refresh.lua` (after `prune`), step for step: walking the queue in order, each of
+    /// `places` still queued gets the come-back rule (its wait after the deadline of the place
+    /// ahead, as that one stands now, or for the head after now + the PTTL capped at `cap`),
+    /// never an earlier deadline; every place behind one that moved on moves on by as much (the
+    /// shift), and a place that did not move ends the shift.
     fn fair_refresh(
         &mut self,
         places: &[(Arc<str>, Duration)],
@@ -130,17 +133,29 @@ impl Redis {
             .expires
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         let mut prev: Option<Arc<str>> = None;
+        let mut shift = Duration::ZERO;
         for holder in self.queue.clone() {
+            let current = self.deadlines.get(&holder).copied();
+            let mut deadline = current.map(|at| at + shift);
             if let Some((_, wait)) = places.iter().find(|(h, _)| *h == holder) {
                 let base = match &prev {
                     Some(p) => self.deadlines.get(p).copied().unwrap_or(now),
                     None => now + pttl.min(cap),
                 };
-                let deadline = base + *wait;
-                let at = self.deadlines.entry(holder.clone()).or_insert(deadline);
-                if deadline > *at {
-                    *at = deadline;
+                if deadline.is_none_or(|d| base + *wait > d) {
+                    deadline = Some(base + *wait);
                 }
+            }
+            match (deadline, current) {
+                (Some(d), None) => {
+                    self.deadlines.insert(holder.clone(), d);
+                }
+                (Some(d), Some(c)) if d > c => {
+                    self.deadlines.insert(holder.clone(), d);
+                    shift = d - c;
+                }
+                (_, Some(_)) => shift = Duration::ZERO,
+                (None, None) => {}
             }
             prev = Some(holder);
         }
@@ -250,6 +265,15 @@ impl Redis {
             let deadline = base + fair.wait;
             if deadline > mine {
                 self.deadlines.insert(holder.clone(), deadline);
+                // Every place behind it moves on as much (`fair_queue.lua`).
+                if let Some(at) = at {
+                    let shift = deadline - mine;
+                    for behind in self.queue[at + 1..].to_vec() {
+                        if let Some(d) = self.deadlines.get_mut(&behind) {
+                            *d += shift;
+                        }
+                    }
+                }
             }
             return Attempt::Busy { ttl: until_change };
         }
@@ -520,8 +544,8 @@ impl Redis {
                 *expect,
                 now,
             ))),
+            // `fair_leave.lua` has no prune in front.
             Op::LeaveQueue { holder, wait } => {
-                self.prune(now);
                 Outcome::LeaveQueue(Ok(self.fair_leave(holder, *wait)))
             }
             Op::FairRefresh { places, cap } => {
