@@ -268,8 +268,8 @@ impl Redis {
                 // Every place behind it moves on as much (`fair_queue.lua`).
                 if let Some(at) = at {
                     let shift = deadline - mine;
-                    for behind in self.queue[at + 1..].to_vec() {
-                        if let Some(d) = self.deadlines.get_mut(&behind) {
+                    for behind in &self.queue[at + 1..] {
+                        if let Some(d) = self.deadlines.get_mut(behind) {
                             *d += shift;
                         }
                     }
