@@ -346,11 +346,12 @@ impl Config {
         self
     }
 
-    /// The wait a fair-lock waiter that gave none (`acquire`) asks its place in the queue to be
-    /// kept for after its turn came; a waiter that gave a wait time asks for that. It governs
-    /// only lockman's own places, and only below
+    /// How long lockman's places in a fair lock's queue are kept after their turn came, below
     /// [`fair_lock_place_timeout`](Self::fair_lock_place_timeout), which caps every place
-    /// lockman makes (the places are refreshed while their waiters live instead).
+    /// lockman makes (the places are refreshed while their waiters live instead). The same for
+    /// every waiter, whatever wait time it gave: a place is its holder's, shared by the clones
+    /// of a handle, and must serve the one that waits longest (a waiter that gives up earlier
+    /// leaves the queue, and takes off the deadlines behind what its place added).
     ///
     /// Default: [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`] (300 s, Redisson's, so the place timeout
     /// decides).
@@ -360,8 +361,8 @@ impl Config {
     }
 
     /// The longest wait `K` lockman gives its own places in a fair lock's queue: a place is
-    /// kept `min(wait, K)` after its turn came (the wait of its holder's first queued attempt,
-    /// used by all its requests), and each lock actor with queued waiters refreshes all its
+    /// kept `min(fair_lock_wait_timeout, K)` after its turn came (whatever wait time its caller
+    /// gave), and each lock actor with queued waiters refreshes all its
     /// places every `K/3` in one script (protocol.md, "Places kept alive"). A live waiter
     /// keeps its place however long it waits; a place whose process died (killed, or a manager
     /// dropped without [`shutdown`](crate::LockManager::shutdown)) or whose leave was lost in a

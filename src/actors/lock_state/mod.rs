@@ -110,7 +110,13 @@ pub(crate) struct LockState {
     /// wait its place was made with. Fixed at the holder's first queued attempt and used by all
     /// its requests (come-back, grant, leave), so that what a grant or a leave takes off the
     /// deadlines behind is what the place added. A place is left when its holder's last waiter
-    /// ends without the lock, whichever of its waiters queued it.
+    /// ends without the lock, whichever of its waiters queued it. The wait is the manager's,
+    /// `min(fair_wait_timeout, fair_place_timeout)`, the same for every waiter, never a caller's
+    /// own wait: a place outlives the waiter that made it whenever a clone of the handle still
+    /// waits, and must serve that clone as well (a place made with a 1 s wait, 1 s behind a
+    /// dead place ahead, would expire within a refresh period of it, and the clone would queue
+    /// again at the tail). A caller's short wait costs nothing there: it leaves when it gives
+    /// up, and its leave takes off what its place added.
     places: FxHashMap<Arc<str>, Duration>,
     /// Fair lock: places whose leave failed or went unanswered, sent again until they would have
     /// expired (see `Leaving`).
@@ -202,11 +208,11 @@ impl LockState {
             lease: req.lease,
             wait,
             since: now,
-            fair_wait: match wait {
-                Wait::Up(d) => d,
-                _ => self.settings.fair_wait_timeout,
-            }
-            .min(self.settings.fair_place_timeout),
+            // The manager's, never the caller's own wait (see `places`).
+            fair_wait: self
+                .settings
+                .fair_wait_timeout
+                .min(self.settings.fair_place_timeout),
             watched: false,
         });
         self.set_busy();

@@ -230,9 +230,9 @@ fn the_live_head_is_tried_when_it_is_not_the_oldest_local_waiter() {
     );
 }
 
-/// Leak 4: clones of one handle with different waits use one place wait, the one of the
-/// holder's first queued attempt, in every request (come-back, grant, leave): the deadlines
-/// behind the place get back exactly what it added.
+/// Leak 4: clones of one handle with different waits use one place wait, the manager's
+/// (min(fair wait timeout, K) = 5 s), never a caller's own, in every request (come-back, grant,
+/// leave): the deadlines behind the place get back exactly what it added.
 #[test]
 fn clones_with_different_waits_share_one_place_wait() {
     let t0 = Instant::now();
@@ -240,7 +240,7 @@ fn clones_with_different_waits_share_one_place_wait() {
     let other = s.request(fair_req("a", Wait::Forever), t0);
     let op = only_run(&s.drain());
     assert!(
-        matches!(&op, Op::Acquire { fair, .. } if fair.wait == 2 * SECOND),
+        matches!(&op, Op::Acquire { fair, .. } if fair.wait == 5 * SECOND),
         "{op:?}"
     );
     let out = redis.run(&op, t0);
@@ -255,11 +255,11 @@ fn clones_with_different_waits_share_one_place_wait() {
     let fx = s.drain();
     let leave = only_run(&fx);
     assert!(
-        matches!(&leave, Op::LeaveQueue { wait, .. } if *wait == 2 * SECOND),
+        matches!(&leave, Op::LeaveQueue { wait, .. } if *wait == 5 * SECOND),
         "{leave:?}"
     );
     redis.run(&leave, t0 + 2 * SECOND);
-    assert_eq!(redis.deadline("y"), Some(y_due - 2 * SECOND));
+    assert_eq!(redis.deadline("y"), Some(y_due - 5 * SECOND));
 }
 
 /// Leak 6: a leave that fails is sent again after a backoff (the actor stays busy meanwhile),
@@ -361,7 +361,7 @@ fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
     places.sort();
     assert_eq!(
         places,
-        vec![("a".into(), 5 * SECOND), ("b".into(), SECOND)] as Vec<(std::sync::Arc<str>, _)>
+        vec![("a".into(), 5 * SECOND), ("b".into(), 5 * SECOND)] as Vec<(std::sync::Arc<str>, _)>
     );
     assert_eq!(*cap, 5 * SECOND);
     let out = redis.run(&op, t1);
@@ -437,7 +437,7 @@ fn a_prune_that_frees_the_head_wakes_the_next_one() {
 }
 
 /// A failed leave is sent again only while the place could still be there: its deadline was
-/// last set, at the head, at most its wait (1 s) plus the place timeout (5 s) ahead, and it is
+/// last set, at the head, at most its wait (5 s) plus the place timeout (5 s) ahead, and it is
 /// refreshed no more. Past that, a failure ends the resends (the watchdog timeout, 30 s here,
 /// has nothing to do with it).
 #[test]
@@ -453,14 +453,14 @@ fn a_failed_leave_is_sent_again_until_the_place_would_have_expired() {
             .any(|e| matches!(e, Effect::Arm(Timer::Leave(h), _) if &**h == "a"))
     };
     assert!(leave_armed(&s.drain()));
-    // Still within 6 s of the first failure: sent again.
-    let t2 = t1 + 5 * SECOND;
+    // Still within 10 s of the first failure: sent again.
+    let t2 = t1 + 9 * SECOND;
     s.fired(Timer::Leave("a".into()), t2);
     only_run(&s.drain());
     s.ran(Outcome::LeaveQueue(Err(timeout())), t2);
     assert!(leave_armed(&s.drain()));
     // Past it: the place has expired; no more resends, nothing left to leave.
-    let t3 = t1 + 6 * SECOND + Duration::from_millis(1);
+    let t3 = t1 + 10 * SECOND + Duration::from_millis(1);
     s.fired(Timer::Leave("a".into()), t3);
     only_run(&s.drain());
     s.ran(Outcome::LeaveQueue(Err(timeout())), t3);
@@ -503,4 +503,52 @@ fn the_models_refresh_and_come_back_move_the_places_behind_on() {
     redis.run(&come_back, t2);
     assert_eq!(redis.deadline("a"), Some(a_before + 3 * SECOND));
     assert_eq!(gap(&redis), 60 * SECOND);
+}
+
+/// A holder's first queued waiter (waiting 1 s) gives up while a clone that waits for ever stays
+/// queued. The place must serve the clone as well as it would have served a clone queued first:
+/// its wait is the manager's (min(fair wait timeout, K) = 5 s), never a caller's own. With the
+/// first waiter's 1 s, the place, 1 s behind a dead Redisson place d, expired within a refresh
+/// period of d's: both were pruned at once, and the clone queued again behind y, who came later.
+#[test]
+fn a_clone_keeps_its_place_when_the_first_waiter_of_its_holder_leaves() {
+    let t0 = Instant::now();
+    let mut redis = Redis::new(false);
+    // x (dead) holds for 60 s; d (dead) is queued with its deadline at t0 + 10 s.
+    redis.run(&elsewhere("x", 5 * SECOND, 5 * SECOND), t0);
+    redis.run(&elsewhere("d", 5 * SECOND, 5 * SECOND), t0);
+    assert!(redis.renew("x", t0, 60 * SECOND));
+    assert_eq!(redis.deadline("d"), Some(t0 + 10 * SECOND));
+    let mut s = state(LockKind::Fair);
+    let mut timers = Vec::new();
+    let first = s.request(fair_req("a", Wait::Up(SECOND)), t0);
+    let fx = s.drain();
+    let op = only_run(&fx);
+    assert!(
+        matches!(&op, Op::Acquire { fair, .. } if fair.wait == 5 * SECOND),
+        "a caller's own wait makes no place wait: {op:?}"
+    );
+    for e in &fx {
+        if let Effect::Arm(t, after) = e {
+            timers.push((t0 + *after, t.clone()));
+        }
+    }
+    let out = redis.run(&op, t0);
+    s.ran(out, t0);
+    s.request(fair_req("a", Wait::Forever), t0);
+    assert!(drive_until_granted(&mut s, &mut redis, t0, Duration::ZERO, &mut timers).is_none());
+    redis.run(&elsewhere("y", 5 * SECOND, 60 * SECOND), t0);
+    assert_eq!(
+        redis.queue,
+        vec!["d".into(), "a".into(), "y".into()] as Vec<std::sync::Arc<str>>
+    );
+    // The first waiter gives up at 1 s (the clone stays: no leave); refreshes go on.
+    let got = drive_until_granted(&mut s, &mut redis, t0, 13 * SECOND, &mut timers);
+    assert!(got.is_none());
+    assert!(!s.is_waiting(first));
+    assert_eq!(
+        redis.queue,
+        vec!["a".into(), "y".into()] as Vec<std::sync::Arc<str>>,
+        "the clone keeps its turn"
+    );
 }
