@@ -69,6 +69,10 @@ pub(crate) struct Settings {
     pub hand_off: bool,
 }
 
+/// `recent_leaves` is swept of expired leaves when it reaches this size, then at twice what is
+/// left.
+const RECENT_LEAVES_MIN: usize = 64;
+
 /// The longest lease accepted: PEXPIRE must not overflow.
 pub(crate) const MAX_LEASE: Duration = crate::config::MAX_EXPIRY;
 
@@ -121,6 +125,12 @@ pub(crate) struct LockState {
     /// Fair lock: places whose leave failed or went unanswered, sent again until they would have
     /// expired (see `Leaving`).
     leaving: FxHashMap<Arc<str>, Leaving>,
+    /// Fair lock: leaves that ran, with their wait and when, kept while the place they removed
+    /// could have come back and still be alive (a failover to a replica that missed the leave):
+    /// sent again, idempotently, when the pub/sub connection comes back (see `resubscribed`).
+    recent_leaves: FxHashMap<Arc<str>, (Duration, Instant)>,
+    /// The size of `recent_leaves` at which its expired leaves are dropped next (amortized).
+    recent_leaves_cap: usize,
     /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
     pending_wakes: VecDeque<WaiterId>,
     /// Local hand-offs since the last release that published.
@@ -155,6 +165,8 @@ impl LockState {
             subscribed: FxHashSet::default(),
             places: FxHashMap::default(),
             leaving: FxHashMap::default(),
+            recent_leaves: FxHashMap::default(),
+            recent_leaves_cap: RECENT_LEAVES_MIN,
             pending_wakes: VecDeque::new(),
             streak: 0,
             phase: Phase::Running,
@@ -331,11 +343,13 @@ impl LockState {
         }
     }
 
-    /// The pub/sub connection came back: messages may have been lost.
+    /// The pub/sub connection came back: messages may have been lost, and (a failover's sign)
+    /// leaves that ran on the old primary may have been lost with it.
     pub(crate) fn resubscribed(&mut self, now: Instant) {
         self.now = now;
         // Fair-lock waiters each have their own turn, and any of their messages may be lost.
         if self.family.is_fair() {
+            self.leave_again();
             self.wake_all();
         } else {
             self.wake_one();

@@ -304,6 +304,8 @@ impl LockState {
     /// made with, or `wait` for a new one. A place being left is taken over: the attempt keeps
     /// it (the come-back rule), so its leave stops.
     pub(super) fn take_place(&mut self, holder: &Arc<str>, wait: Duration) -> Duration {
+        // A leave made before is not sent again over a new place of the holder.
+        self.recent_leaves.remove(holder);
         if let Some(leaving) = self.leaving.remove(holder) {
             self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
             self.places.insert(holder.clone(), leaving.wait);
@@ -354,9 +356,12 @@ impl LockState {
     /// have expired.
     pub(super) fn left(&mut self, holder: Arc<str>, wait: Duration, res: Result<bool, LockError>) {
         let error = match res {
-            Ok(_) => {
+            Ok(queued) => {
                 if self.leaving.remove(&holder).is_some() {
-                    self.out.push(Effect::Cancel(Timer::Leave(holder)));
+                    self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
+                }
+                if queued && !self.places.contains_key(&holder) {
+                    self.remember_leave(holder, wait);
                 }
                 return;
             }
@@ -388,6 +393,58 @@ impl LockState {
         let after = backoff(leaving.failures);
         tracing::warn!(lock = %self.name, %error, ?after, "could not leave the fair queue; leaving again");
         self.out.push(Effect::Arm(Timer::Leave(holder), after));
+    }
+
+    /// The pub/sub connection came back, a sign of a failover, which may have brought back
+    /// places whose leave ran on the old primary: the leaves that ran within the time their
+    /// place could still be alive (its wait plus the place timeout, as `left` bounds a resend)
+    /// are sent again, for holders with no waiter and no place here now. A leave is idempotent:
+    /// one that finds no place changes nothing.
+    pub(super) fn leave_again(&mut self) {
+        let now = self.now;
+        let horizon = self.settings.fair_place_timeout;
+        let recent = std::mem::take(&mut self.recent_leaves);
+        self.recent_leaves_cap = RECENT_LEAVES_MIN;
+        let mut sent = false;
+        for (holder, (wait, at)) in recent {
+            if now >= at + wait + horizon {
+                continue;
+            }
+            let pending = self
+                .todo
+                .iter()
+                .any(|p| matches!(p, Pending::Leave { holder: h, .. } if *h == holder));
+            if self.waiters.has_holder(&holder)
+                || self.places.contains_key(&holder)
+                || self.leaving.contains_key(&holder)
+                || pending
+            {
+                continue;
+            }
+            self.todo.push_back(Pending::Leave {
+                holder,
+                wait,
+                then: None,
+            });
+            sent = true;
+        }
+        if sent {
+            self.set_busy();
+            self.pump();
+        }
+    }
+
+    /// A leave that removed `holder`'s place, kept for `leave_again` while the place could
+    /// still be alive had a failover brought it back.
+    fn remember_leave(&mut self, holder: Arc<str>, wait: Duration) {
+        let now = self.now;
+        self.recent_leaves.insert(holder, (wait, now));
+        if self.recent_leaves.len() >= self.recent_leaves_cap {
+            let horizon = self.settings.fair_place_timeout;
+            self.recent_leaves
+                .retain(|_, (wait, at)| now < *at + *wait + horizon);
+            self.recent_leaves_cap = (2 * self.recent_leaves.len()).max(RECENT_LEAVES_MIN);
+        }
     }
 
     /// `holder`'s place, when no waiter of it is left here to use it, is left (`then` answered

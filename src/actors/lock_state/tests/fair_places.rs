@@ -552,3 +552,70 @@ fn a_clone_keeps_its_place_when_the_first_waiter_of_its_holder_leaves() {
         "the clone keeps its turn"
     );
 }
+
+/// A failover brings back a place whose leave ran on the old primary. The pub/sub connection
+/// coming back (`resubscribed`) sends again the leaves that ran within the time their place could
+/// still be alive (wait + K), for holders with no waiter or place here now: the place goes. Past
+/// that time, or for a holder that queued again, nothing is sent.
+#[test]
+fn a_leave_lost_in_a_failover_is_sent_again_when_pub_sub_comes_back() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
+    let other = s.request(fair_req("b", Wait::Forever), t0);
+    run_all(&mut s, &mut redis, t0);
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Deadline(id), t1);
+    run_all(&mut s, &mut redis, t1);
+    assert!(!redis.queued("a"));
+    // The failover: the replica had a's place, not its leave.
+    let restored = redis.clone_place_of("a", t0);
+    assert!(redis.queued("a") && restored);
+    let t2 = t1 + 2 * SECOND;
+    s.resubscribed(t2);
+    let fx = s.drain();
+    let leaves: Vec<&Op> = runs(&fx)
+        .into_iter()
+        .filter(|op| matches!(op, Op::LeaveQueue { .. }))
+        .collect();
+    assert!(
+        matches!(leaves[..], [Op::LeaveQueue { holder, wait }] if &**holder == "a" && *wait == 5 * SECOND),
+        "{fx:?}"
+    );
+    let out = redis.run(leaves[0], t2);
+    s.ran(out, t2);
+    run_all(&mut s, &mut redis, t2);
+    assert!(!redis.queued("a"));
+    assert!(redis.queued("b"), "b, live, keeps its place");
+    // It found the place: remembered again (a failover back could restore it once more), and
+    // sent at the next come-back, which finds nothing; after that it is forgotten.
+    let t3 = t2 + SECOND;
+    s.resubscribed(t3);
+    let fx = run_all(&mut s, &mut redis, t3);
+    let leaves_in = |fx: &[Effect]| {
+        runs(fx)
+            .iter()
+            .filter(|op| matches!(op, Op::LeaveQueue { .. }))
+            .count()
+    };
+    assert_eq!(leaves_in(&fx), 1, "{fx:?}");
+    s.resubscribed(t3);
+    let fx = run_all(&mut s, &mut redis, t3);
+    assert_eq!(leaves_in(&fx), 0, "{fx:?}");
+    // Past wait + K after its leave, a place would have expired: nothing is sent.
+    let c = s.request(fair_req("c", Wait::Up(SECOND)), t3);
+    run_all(&mut s, &mut redis, t3);
+    let t4 = t3 + SECOND;
+    s.fired(Timer::Deadline(c), t4);
+    run_all(&mut s, &mut redis, t4);
+    assert!(!redis.queued("c"));
+    let t5 = t4 + 10 * SECOND + Duration::from_millis(1);
+    s.resubscribed(t5);
+    let fx = s.drain();
+    assert!(
+        !runs(&fx)
+            .iter()
+            .any(|op| matches!(op, Op::LeaveQueue { .. })),
+        "{fx:?}"
+    );
+    assert!(s.is_waiting(other));
+}

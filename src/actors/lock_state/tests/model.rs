@@ -77,6 +77,19 @@ impl Redis {
         self.deadlines.remove(holder);
     }
 
+    /// A failover to a replica that still had `holder`'s place: it is queued again at the tail,
+    /// its deadline a minute after `since` (an old deadline, still ahead). Whether it was not
+    /// queued before.
+    pub fn clone_place_of(&mut self, holder: &str, since: Instant) -> bool {
+        if self.queued(holder) {
+            return false;
+        }
+        self.queue.push(holder.into());
+        self.deadlines
+            .insert(holder.into(), since + Duration::from_secs(60));
+        true
+    }
+
     /// The holder's count (0: no field).
     pub fn count(&self, holder: &str) -> u32 {
         self.counts.get(holder).copied().unwrap_or(0)
