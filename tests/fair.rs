@@ -611,3 +611,89 @@ async fn a_refresh_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_waite
         .unwrap();
     assert!(queue(&mut raw, "prune-wake").is_empty());
 }
+
+/// The acquire path: a single try of a third manager whose prune drops the dead head of a free
+/// lock wakes the new head (not itself: it is not that head, and takes nothing), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_waiter() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let slow = LockManager::start(
+        Config::new(server.url()).fair_lock_place_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let prober = manager(&server).await;
+    let dead = "dead-client:1";
+    let _: () = redis::pipe()
+        .atomic()
+        .rpush("redisson_lock_queue:{acquire-wake}", dead)
+        .zadd(
+            "redisson_lock_timeout:{acquire-wake}",
+            dead,
+            epoch_ms() + 60_000,
+        )
+        .query(&mut raw)
+        .unwrap();
+    let next = slow.fair_lock("acquire-wake");
+    let next_id = next.holder_id();
+    let waiter = tokio::spawn(async move { next.acquire().await });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(
+            &mut server.conn(),
+            "acquire-wake"
+        )
+        .len()
+            == 2)
+        .await
+    );
+    let mut sub = server.client().get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .psubscribe("redisson_lock__channel:{acquire-wake}*")
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let _: () = raw
+        .zadd(
+            "redisson_lock_timeout:{acquire-wake}",
+            dead,
+            epoch_ms() + 50,
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pruned = Instant::now();
+    assert!(
+        prober
+            .fair_lock("acquire-wake")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "the new head's turn, not the prober's"
+    );
+    let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken well before its own retry")
+        .unwrap()
+        .unwrap();
+    let took = pruned.elapsed();
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    let mut messages = Vec::new();
+    while let Ok(m) = pubsub.get_message() {
+        messages.push((
+            m.get_channel_name().to_owned(),
+            m.get_payload::<String>().unwrap(),
+        ));
+    }
+    assert_eq!(
+        messages,
+        [(
+            format!("redisson_lock__channel:{{acquire-wake}}:{next_id}"),
+            "0".to_owned()
+        )]
+    );
+    g.release().await.unwrap();
+    assert!(queue(&mut raw, "acquire-wake").is_empty());
+}
