@@ -584,6 +584,15 @@ fn table() -> Vec<Row> {
             }
         ),
         row!(
+            "fair lock place timeout 1 ms under its minimum",
+            Invalid,
+            "a place refreshed every third of it would not outlive a refresh and its round trip",
+            |env| {
+                let timeout = lockman::MIN_FAIR_LOCK_PLACE_TIMEOUT - Duration::from_millis(1);
+                start(env.config().fair_lock_place_timeout(timeout)).await
+            }
+        ),
+        row!(
             "database index out of range",
             Connect,
             "SELECT fails when connecting",

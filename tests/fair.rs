@@ -158,8 +158,9 @@ async fn a_waiter_that_gives_up_leaves_at_once_and_delays_nobody() {
     let after = deadlines(&mut raw, "leave")[0].1;
     assert_eq!(
         before - after,
-        300,
-        "those behind get the leaver's wait back"
+        5_000,
+        "those behind get the leaver's place wait back: the manager's (min(fair wait timeout, \
+         place timeout)), not the caller's 300 ms"
     );
     let released = Instant::now();
     held.release().await.unwrap();
@@ -504,4 +505,195 @@ async fn a_java_waiter_behind_a_refreshed_place_keeps_its_wait_after_it() {
         .unwrap()
         .unwrap();
     assert_eq!(got, id);
+}
+
+/// A refresh whose prune drops the dead head of a free lock wakes the new head, another
+/// manager's waiter, on its own channel at once (one message), as a release would: it takes the
+/// lock well within its own retry (the busy reply's 60 s) and its own refresh period (10 s).
+/// Before, nobody told it, and it waited for one of those.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_waiter() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let refresher = LockManager::start(
+        Config::new(server.url()).fair_lock_place_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let slow = LockManager::start(
+        Config::new(server.url()).fair_lock_place_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    // A dead place at the head of a free lock, 60 s ahead for now.
+    let dead = "dead-client:1";
+    let _: () = redis::pipe()
+        .atomic()
+        .rpush("redisson_lock_queue:{prune-wake}", dead)
+        .zadd(
+            "redisson_lock_timeout:{prune-wake}",
+            dead,
+            epoch_ms() + 60_000,
+        )
+        .query(&mut raw)
+        .unwrap();
+    let next = slow.fair_lock("prune-wake");
+    let next_id = next.holder_id();
+    let waiter = tokio::spawn(async move { next.acquire().await });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(
+            &mut server.conn(),
+            "prune-wake"
+        )
+        .len()
+            == 2)
+        .await
+    );
+    let behind = refresher.fair_lock("prune-wake");
+    let behind_id = behind.holder_id();
+    let behind_task = tokio::spawn(async move { behind.acquire().await });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(
+            &mut server.conn(),
+            "prune-wake"
+        )
+        .len()
+            == 3)
+        .await
+    );
+    assert_eq!(
+        queue(&mut raw, "prune-wake"),
+        [dead.to_owned(), next_id.clone(), behind_id.clone()]
+    );
+    let mut sub = server.client().get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .psubscribe("redisson_lock__channel:{prune-wake}*")
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    // The dead place expires in 100 ms: the refresher's next refresh (every 100 ms) prunes it.
+    let _: () = raw
+        .zadd("redisson_lock_timeout:{prune-wake}", dead, epoch_ms() + 100)
+        .unwrap();
+    let expired = Instant::now();
+    let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken well before its own retry")
+        .unwrap()
+        .unwrap();
+    let took = expired.elapsed();
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    assert_eq!(g.holder_id(), next_id);
+    let mut messages = Vec::new();
+    while let Ok(m) = pubsub.get_message() {
+        messages.push((
+            m.get_channel_name().to_owned(),
+            m.get_payload::<String>().unwrap(),
+        ));
+    }
+    assert_eq!(
+        messages,
+        [(
+            format!("redisson_lock__channel:{{prune-wake}}:{next_id}"),
+            "0".to_owned()
+        )]
+    );
+    g.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), behind_task)
+        .await
+        .expect("served")
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(queue(&mut raw, "prune-wake").is_empty());
+}
+
+/// The acquire path: a single try of a third manager whose prune drops the dead head of a free
+/// lock wakes the new head (not itself: it is not that head, and takes nothing), once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_waiter() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let slow = LockManager::start(
+        Config::new(server.url()).fair_lock_place_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let prober = manager(&server).await;
+    let dead = "dead-client:1";
+    let _: () = redis::pipe()
+        .atomic()
+        .rpush("redisson_lock_queue:{acquire-wake}", dead)
+        .zadd(
+            "redisson_lock_timeout:{acquire-wake}",
+            dead,
+            epoch_ms() + 60_000,
+        )
+        .query(&mut raw)
+        .unwrap();
+    let next = slow.fair_lock("acquire-wake");
+    let next_id = next.holder_id();
+    let waiter = tokio::spawn(async move { next.acquire().await });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(
+            &mut server.conn(),
+            "acquire-wake"
+        )
+        .len()
+            == 2)
+        .await
+    );
+    let mut sub = server.client().get_connection().unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .psubscribe("redisson_lock__channel:{acquire-wake}*")
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let _: () = raw
+        .zadd(
+            "redisson_lock_timeout:{acquire-wake}",
+            dead,
+            epoch_ms() + 50,
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pruned = Instant::now();
+    assert!(
+        prober
+            .fair_lock("acquire-wake")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "the new head's turn, not the prober's"
+    );
+    let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken well before its own retry")
+        .unwrap()
+        .unwrap();
+    let took = pruned.elapsed();
+    assert!(took < Duration::from_millis(1_500), "{took:?}");
+    let mut messages = Vec::new();
+    while let Ok(m) = pubsub.get_message() {
+        messages.push((
+            m.get_channel_name().to_owned(),
+            m.get_payload::<String>().unwrap(),
+        ));
+    }
+    assert_eq!(
+        messages,
+        [(
+            format!("redisson_lock__channel:{{acquire-wake}}:{next_id}"),
+            "0".to_owned()
+        )]
+    );
+    g.release().await.unwrap();
+    assert!(queue(&mut raw, "acquire-wake").is_empty());
 }

@@ -32,6 +32,12 @@ pub const DEFAULT_CONTENTION_TOP_K: usize = 20;
 pub(crate) const MAX_EXPIRY: Duration = Duration::from_millis(1 << 53);
 /// The shortest [`Config::watchdog_timeout`] accepted: renewal runs every third of it.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
+/// The shortest [`Config::fair_lock_place_timeout`] accepted: a place is refreshed every third
+/// of it, so it must outlive a refresh period plus the refresh's round trip and the scheduling
+/// delays of a busy process. At 100 ms a refresh may come up to about 66 ms late (more than a
+/// round trip across a region) before a live waiter's place expires; below it, one pause of the
+/// process loses places, and each lock with queued waiters runs 30 refreshes a second or more.
+pub const MIN_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// Settings of a [`LockManager`](crate::LockManager): where Redis is, and how long things may
 /// take.
@@ -340,11 +346,12 @@ impl Config {
         self
     }
 
-    /// The wait a fair-lock waiter that gave none (`acquire`) asks its place in the queue to be
-    /// kept for after its turn came; a waiter that gave a wait time asks for that. It governs
-    /// only lockman's own places, and only below
+    /// How long lockman's places in a fair lock's queue are kept after their turn came, below
     /// [`fair_lock_place_timeout`](Self::fair_lock_place_timeout), which caps every place
-    /// lockman makes (the places are refreshed while their waiters live instead).
+    /// lockman makes (the places are refreshed while their waiters live instead). The same for
+    /// every waiter, whatever wait time it gave: a place is its holder's, shared by the clones
+    /// of a handle, and must serve the one that waits longest (a waiter that gives up earlier
+    /// leaves the queue, and takes off the deadlines behind what its place added).
     ///
     /// Default: [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`] (300 s, Redisson's, so the place timeout
     /// decides).
@@ -354,8 +361,8 @@ impl Config {
     }
 
     /// The longest wait `K` lockman gives its own places in a fair lock's queue: a place is
-    /// kept `min(wait, K)` after its turn came (the wait of its holder's first queued attempt,
-    /// used by all its requests), and each lock actor with queued waiters refreshes all its
+    /// kept `min(fair_lock_wait_timeout, K)` after its turn came (whatever wait time its caller
+    /// gave), and each lock actor with queued waiters refreshes all its
     /// places every `K/3` in one script (protocol.md, "Places kept alive"). A live waiter
     /// keeps its place however long it waits; a place whose process died (killed, or a manager
     /// dropped without [`shutdown`](crate::LockManager::shutdown)) or whose leave was lost in a
@@ -363,6 +370,10 @@ impl Config {
     /// than a Redis outage a waiter should keep its place through (a place that expires
     /// meanwhile queues again at the tail); much longer only delays the queue behind dead
     /// places.
+    ///
+    /// At least [`MIN_FAIR_LOCK_PLACE_TIMEOUT`] (100 ms); keep it well above the round trip to
+    /// Redis (a refresh later than two thirds of it loses the place, and its waiter queues again
+    /// at the tail).
     ///
     /// Default: [`DEFAULT_FAIR_LOCK_PLACE_TIMEOUT`] (5 s).
     pub fn fair_lock_place_timeout(mut self, timeout: Duration) -> Self {
@@ -567,12 +578,22 @@ impl Config {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
         }
-        if !(Duration::from_millis(3)..=MAX_EXPIRY).contains(&self.fair_lock_place_timeout) {
-            // Refreshed every third of it, in whole milliseconds.
+        if self.fair_lock_place_timeout < MIN_FAIR_LOCK_PLACE_TIMEOUT {
+            // Refreshed every third of it: a place must outlive a refresh period and its round
+            // trip.
             return Err(LockError::invalid(
                 "fair lock place timeout",
                 format!(
-                    "{:?} is below 3 ms or above {MAX_EXPIRY:?}",
+                    "{:?} is below the minimum {MIN_FAIR_LOCK_PLACE_TIMEOUT:?}",
+                    self.fair_lock_place_timeout
+                ),
+            ));
+        }
+        if self.fair_lock_place_timeout > MAX_EXPIRY {
+            return Err(LockError::invalid(
+                "fair lock place timeout",
+                format!(
+                    "{:?} is above {MAX_EXPIRY:?}, the longest expiry lockman sets",
                     self.fair_lock_place_timeout
                 ),
             ));

@@ -30,6 +30,32 @@ fn rejects_bad_settings() {
     assert!(Config::new("redis://127.0.0.1:1/3").validate().is_ok());
 }
 
+/// The fair place timeout has a floor: a place refreshed every third of it must outlive a
+/// refresh period plus its round trip (3 ms was accepted before).
+#[test]
+fn the_fair_place_timeout_has_a_floor() {
+    let with = |t| Config::new("redis://127.0.0.1/").fair_lock_place_timeout(t);
+    for t in [
+        Duration::from_millis(3),
+        MIN_FAIR_LOCK_PLACE_TIMEOUT - Duration::from_millis(1),
+        MAX_EXPIRY + Duration::from_millis(1),
+    ] {
+        let err = with(t).validate().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::InvalidArgument {
+                    what: "fair lock place timeout",
+                    ..
+                }
+            ),
+            "{t:?}: {err:?}"
+        );
+    }
+    assert!(with(MIN_FAIR_LOCK_PLACE_TIMEOUT).validate().is_ok());
+    assert!(with(DEFAULT_FAIR_LOCK_PLACE_TIMEOUT).validate().is_ok());
+}
+
 #[test]
 fn debug_never_shows_a_password() {
     let c = Config::new("redis://app:hunter2@host:1/0");

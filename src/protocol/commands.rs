@@ -151,10 +151,11 @@ impl Commands {
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = ScriptCall::new(script, 3, 7, room);
+                let mut call = ScriptCall::new(script, 4, 9, room + name.len());
                 call.key(key)
                     .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
+                    .key(keys::unlock_channel(name))
                     .arg(lease)
                     .arg(holder)
                     .arg(millis(fair.wait))
@@ -164,8 +165,12 @@ impl Commands {
             }
         };
         call.arg(expect.count);
-        if let (true, Some(cap)) = (kind.is_fair(), fair.cap) {
-            call.arg(millis(cap));
+        if kind.is_fair() {
+            // fair_acquire.lua, ARGV[7..9]: the place timeout, and what wakes the new head of a
+            // free lock should the prune drop the one before.
+            call.arg(millis(fair.cap))
+                .arg(UNLOCK_MESSAGE)
+                .arg(self.publish());
         }
         let (reply, acked) = self.conn.call_synced("acquire", key, &call).await?;
         let attempt = decode_attempt(kind, reply)?;
@@ -356,9 +361,10 @@ impl Commands {
         let mut call = FAIR_REFRESH.key(key);
         call.key(keys::fair_queue(name))
             .key(keys::fair_deadlines(name))
+            .key(keys::unlock_channel(name))
             .arg(millis(cap))
-            .arg("")
-            .arg("")
+            .arg(UNLOCK_MESSAGE)
+            .arg(self.publish())
             .arg(epoch_millis());
         for (holder, wait) in places {
             call.arg(&**holder).arg(millis(*wait));

@@ -1,8 +1,13 @@
 -- Fair lock: acquire (protocol.md, "Fair lock").
--- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
+-- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set);
+-- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
 -- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: now, epoch ms;
 -- ARGV[5]: "1" for a try-once attempt, which never enqueues; ARGV[6]: the holder's count the
--- client expects before this request (protocol.md, "Sent again").
+-- client expects before this request (protocol.md, "Sent again"); ARGV[7]: the place timeout
+-- (fair_queue.lua); ARGV[8]: the message ("0"); ARGV[9]: the publish command.
+-- A prune that dropped the head of a free lock wakes the new head on its own channel, unless
+-- it is this holder (which takes the lock below): as a release would, since nobody else will
+-- (lockman; protocol.md, "Fair lock").
 -- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
 --        back yet) the time until the head's deadline.
@@ -16,6 +21,12 @@
 -- fair_queue.lua: joined into one script when the crate is built.
 local expect = tonumber(ARGV[6])
 if redis.call('exists', KEYS[1]) == 0 then
+    if pruned then
+        local new_head = redis.call('lindex', KEYS[2], 0)
+        if new_head ~= false and new_head ~= ARGV[2] then
+            redis.call(ARGV[9], KEYS[4] .. ':' .. new_head, ARGV[8])
+        end
+    end
     if expect > 0 then
         return {0}
     end

@@ -1,11 +1,11 @@
 -- Fair lock, after fair_acquire.lua and its re-entry part: the holder holds nothing; it takes
 -- its turn in the queue, or keeps its place there.
--- ARGV[7] (lockman's, optional): the place timeout in ms. When given, the lock's PTTL counts at
--- most that much in the deadline of a place at the head (lockman's places are refreshed while
--- their waiters live: fair_refresh.lua); the reply is the same.
+-- ARGV[7] (lockman's): the place timeout in ms. The lock's PTTL counts at most that much in the
+-- deadline of a place at the head (lockman's places are refreshed while their waiters live:
+-- fair_refresh.lua); the reply is the same.
 local cap = tonumber(ARGV[7])
 local function capped(ttl)
-    if cap ~= nil and ttl > cap then return cap end
+    if ttl > cap then return cap end
     return ttl
 end
 if expect > 0 then

@@ -1,10 +1,12 @@
 -- Fair lock (lockman): keeps this client's places alive (protocol.md, "Fair lock", "Places kept
 -- alive"). Sent by a lock actor with queued waiters every third of the place timeout, so that a
 -- place whose process died expires within about two place timeouts.
--- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set).
--- ARGV[1]: the place timeout in ms (the cap on the lock's PTTL for the head's base); ARGV[4]:
--- now, epoch ms (read by fair_prune.lua); ARGV[5..]: pairs of a holder this client has a place
--- for and that place's wait in ms.
+-- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set);
+-- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
+-- ARGV[1]: the place timeout in ms (the cap on the lock's PTTL for the head's base); ARGV[2]: the
+-- message ("0"); ARGV[3]: the publish command; ARGV[4]: now, epoch ms (read by fair_prune.lua,
+-- which every fair script shares: hence this position); ARGV[5..]: pairs of a holder this
+-- client has a place for and that place's wait in ms.
 -- Each listed holder still queued gets the come-back rule of fair_queue.lua, never an earlier
 -- deadline: its wait after the deadline of the waiter ahead, or for the head its wait after now
 -- plus the lock's PTTL capped at the place timeout. The queue is walked in order, so adjacent
@@ -13,6 +15,9 @@
 -- ahead of it (`D = D_ahead + wait`), so the time it is told to come back in never goes
 -- negative while the place ahead of it lives (a Redisson `lock()` would then wait for a
 -- message with no time limit).
+-- A prune that dropped the head of a free lock wakes the new head on its own channel, as a
+-- release would (nobody else will: it would wait for its own timer or give up), unless it is a
+-- listed holder, which the reply names to this client.
 -- Reply: {the head when the lock is free, else '', then each listed holder no longer queued}.
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 local cap = tonumber(ARGV[1])
@@ -56,6 +61,9 @@ end
 local out = {''}
 if redis.call('exists', KEYS[1]) == 0 and queue[1] ~= nil then
     out[1] = queue[1]
+    if pruned and mine[queue[1]] == nil then
+        redis.call(ARGV[3], KEYS[4] .. ':' .. queue[1], ARGV[2])
+    end
 end
 for i = 5, #ARGV, 2 do
     if not found[ARGV[i]] then

@@ -120,8 +120,8 @@ pub(crate) struct FairArgs {
     pub wait: Duration,
     pub once: bool,
     /// lockman's place timeout: the most of the lock's PTTL a place at the head counts in its
-    /// deadline (`fair_queue.lua`, ARGV[7]); `None` for Redisson's rule.
-    pub cap: Option<Duration>,
+    /// deadline (`fair_queue.lua`, ARGV[7]).
+    pub cap: Duration,
 }
 
 /// The most holds one renewal script call carries.

@@ -69,6 +69,10 @@ pub(crate) struct Settings {
     pub hand_off: bool,
 }
 
+/// `recent_leaves` is swept of expired leaves when it reaches this size, then at twice what is
+/// left.
+const RECENT_LEAVES_MIN: usize = 64;
+
 /// The longest lease accepted: PEXPIRE must not overflow.
 pub(crate) const MAX_LEASE: Duration = crate::config::MAX_EXPIRY;
 
@@ -110,11 +114,23 @@ pub(crate) struct LockState {
     /// wait its place was made with. Fixed at the holder's first queued attempt and used by all
     /// its requests (come-back, grant, leave), so that what a grant or a leave takes off the
     /// deadlines behind is what the place added. A place is left when its holder's last waiter
-    /// ends without the lock, whichever of its waiters queued it.
+    /// ends without the lock, whichever of its waiters queued it. The wait is the manager's,
+    /// `min(fair_wait_timeout, fair_place_timeout)`, the same for every waiter, never a caller's
+    /// own wait: a place outlives the waiter that made it whenever a clone of the handle still
+    /// waits, and must serve that clone as well (a place made with a 1 s wait, 1 s behind a
+    /// dead place ahead, would expire within a refresh period of it, and the clone would queue
+    /// again at the tail). A caller's short wait costs nothing there: it leaves when it gives
+    /// up, and its leave takes off what its place added.
     places: FxHashMap<Arc<str>, Duration>,
     /// Fair lock: places whose leave failed or went unanswered, sent again until they would have
     /// expired (see `Leaving`).
     leaving: FxHashMap<Arc<str>, Leaving>,
+    /// Fair lock: leaves that ran, with their wait and when, kept while the place they removed
+    /// could have come back and still be alive (a failover to a replica that missed the leave):
+    /// sent again, idempotently, when the pub/sub connection comes back (see `resubscribed`).
+    recent_leaves: FxHashMap<Arc<str>, (Duration, Instant)>,
+    /// The size of `recent_leaves` at which its expired leaves are dropped next (amortized).
+    recent_leaves_cap: usize,
     /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
     pending_wakes: VecDeque<WaiterId>,
     /// Local hand-offs since the last release that published.
@@ -149,6 +165,8 @@ impl LockState {
             subscribed: FxHashSet::default(),
             places: FxHashMap::default(),
             leaving: FxHashMap::default(),
+            recent_leaves: FxHashMap::default(),
+            recent_leaves_cap: RECENT_LEAVES_MIN,
             pending_wakes: VecDeque::new(),
             streak: 0,
             phase: Phase::Running,
@@ -202,11 +220,11 @@ impl LockState {
             lease: req.lease,
             wait,
             since: now,
-            fair_wait: match wait {
-                Wait::Up(d) => d,
-                _ => self.settings.fair_wait_timeout,
-            }
-            .min(self.settings.fair_place_timeout),
+            // The manager's, never the caller's own wait (see `places`).
+            fair_wait: self
+                .settings
+                .fair_wait_timeout
+                .min(self.settings.fair_place_timeout),
             watched: false,
         });
         self.set_busy();
@@ -325,11 +343,13 @@ impl LockState {
         }
     }
 
-    /// The pub/sub connection came back: messages may have been lost.
+    /// The pub/sub connection came back: messages may have been lost, and (a failover's sign)
+    /// leaves that ran on the old primary may have been lost with it.
     pub(crate) fn resubscribed(&mut self, now: Instant) {
         self.now = now;
         // Fair-lock waiters each have their own turn, and any of their messages may be lost.
         if self.family.is_fair() {
+            self.leave_again();
             self.wake_all();
         } else {
             self.wake_one();

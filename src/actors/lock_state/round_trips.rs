@@ -44,7 +44,9 @@ pub(super) enum Pending {
 
 /// A fair-queue place whose leave failed or went unanswered: it is sent again (a leave is
 /// idempotent: a second run finds no place and takes nothing off the others) until `until`, when
-/// the place would have expired anyway. A new queued attempt of the holder takes the place over
+/// the place would have expired anyway: its wait plus the place timeout after the first failure
+/// (the most a refresh or a come-back, all sent before the leave, put its deadline ahead by at
+/// the head of the queue; see `LockState::left`). A new queued attempt of the holder takes the place over
 /// instead (its come-back keeps the place, with the same wait).
 #[derive(Debug)]
 pub(super) struct Leaving {
@@ -283,7 +285,7 @@ impl LockState {
             fair: FairArgs {
                 wait: place_wait,
                 once: !w.may_wait(),
-                cap: Some(self.settings.fair_place_timeout),
+                cap: self.settings.fair_place_timeout,
             },
             expect,
             seq,
@@ -302,6 +304,8 @@ impl LockState {
     /// made with, or `wait` for a new one. A place being left is taken over: the attempt keeps
     /// it (the come-back rule), so its leave stops.
     pub(super) fn take_place(&mut self, holder: &Arc<str>, wait: Duration) -> Duration {
+        // A leave made before is not sent again over a new place of the holder.
+        self.recent_leaves.remove(holder);
         if let Some(leaving) = self.leaving.remove(holder) {
             self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
             self.places.insert(holder.clone(), leaving.wait);
@@ -352,9 +356,12 @@ impl LockState {
     /// have expired.
     pub(super) fn left(&mut self, holder: Arc<str>, wait: Duration, res: Result<bool, LockError>) {
         let error = match res {
-            Ok(_) => {
+            Ok(queued) => {
                 if self.leaving.remove(&holder).is_some() {
-                    self.out.push(Effect::Cancel(Timer::Leave(holder)));
+                    self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
+                }
+                if queued && !self.places.contains_key(&holder) {
+                    self.remember_leave(holder, wait);
                 }
                 return;
             }
@@ -365,9 +372,13 @@ impl LockState {
             return;
         }
         let now = self.now;
-        // How long the place could last: its wait after a turn that comes, at the latest, when
-        // a watchdog hold ahead of it ends.
-        let lifetime = wait + self.settings.watchdog_timeout;
+        // How long the place could last: its deadline was last set (by a refresh or a
+        // come-back, before this leave was sent) to at most its wait after now + the lock's
+        // PTTL capped at the place timeout, when at the head (`fair_refresh.lua`,
+        // `fair_queue.lua`); it is not refreshed any more. A place behind others keeps its wait
+        // after the one ahead: left here, it costs at most that wait once it is the head, as a
+        // place of a killed waiter does.
+        let lifetime = wait + self.settings.fair_place_timeout;
         let leaving = self.leaving.entry(holder.clone()).or_insert(Leaving {
             wait,
             until: now + lifetime,
@@ -382,6 +393,58 @@ impl LockState {
         let after = backoff(leaving.failures);
         tracing::warn!(lock = %self.name, %error, ?after, "could not leave the fair queue; leaving again");
         self.out.push(Effect::Arm(Timer::Leave(holder), after));
+    }
+
+    /// The pub/sub connection came back, a sign of a failover, which may have brought back
+    /// places whose leave ran on the old primary: the leaves that ran within the time their
+    /// place could still be alive (its wait plus the place timeout, as `left` bounds a resend)
+    /// are sent again, for holders with no waiter and no place here now. A leave is idempotent:
+    /// one that finds no place changes nothing.
+    pub(super) fn leave_again(&mut self) {
+        let now = self.now;
+        let horizon = self.settings.fair_place_timeout;
+        let recent = std::mem::take(&mut self.recent_leaves);
+        self.recent_leaves_cap = RECENT_LEAVES_MIN;
+        let mut sent = false;
+        for (holder, (wait, at)) in recent {
+            if now >= at + wait + horizon {
+                continue;
+            }
+            let pending = self
+                .todo
+                .iter()
+                .any(|p| matches!(p, Pending::Leave { holder: h, .. } if *h == holder));
+            if self.waiters.has_holder(&holder)
+                || self.places.contains_key(&holder)
+                || self.leaving.contains_key(&holder)
+                || pending
+            {
+                continue;
+            }
+            self.todo.push_back(Pending::Leave {
+                holder,
+                wait,
+                then: None,
+            });
+            sent = true;
+        }
+        if sent {
+            self.set_busy();
+            self.pump();
+        }
+    }
+
+    /// A leave that removed `holder`'s place, kept for `leave_again` while the place could
+    /// still be alive had a failover brought it back.
+    fn remember_leave(&mut self, holder: Arc<str>, wait: Duration) {
+        let now = self.now;
+        self.recent_leaves.insert(holder, (wait, now));
+        if self.recent_leaves.len() >= self.recent_leaves_cap {
+            let horizon = self.settings.fair_place_timeout;
+            self.recent_leaves
+                .retain(|_, (wait, at)| now < *at + *wait + horizon);
+            self.recent_leaves_cap = (2 * self.recent_leaves.len()).max(RECENT_LEAVES_MIN);
+        }
     }
 
     /// `holder`'s place, when no waiter of it is left here to use it, is left (`then` answered

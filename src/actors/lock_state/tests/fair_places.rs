@@ -20,7 +20,7 @@ fn only_run(fx: &[Effect]) -> Op {
     }
 }
 
-/// A fair acquire of another process's holder (Redisson's rule: no cap).
+/// A fair acquire of another process's holder (Redisson's rule: the PTTL counts in full).
 fn elsewhere(holder: &str, ttl: Duration, wait: Duration) -> Op {
     Op::Acquire {
         kind: LockKind::Fair,
@@ -29,7 +29,7 @@ fn elsewhere(holder: &str, ttl: Duration, wait: Duration) -> Op {
         fair: FairArgs {
             wait,
             once: false,
-            cap: None,
+            cap: Duration::MAX,
         },
         expect: Expect::count(0),
         seq: 0,
@@ -230,9 +230,9 @@ fn the_live_head_is_tried_when_it_is_not_the_oldest_local_waiter() {
     );
 }
 
-/// Leak 4: clones of one handle with different waits use one place wait, the one of the
-/// holder's first queued attempt, in every request (come-back, grant, leave): the deadlines
-/// behind the place get back exactly what it added.
+/// Leak 4: clones of one handle with different waits use one place wait, the manager's
+/// (min(fair wait timeout, K) = 5 s), never a caller's own, in every request (come-back, grant,
+/// leave): the deadlines behind the place get back exactly what it added.
 #[test]
 fn clones_with_different_waits_share_one_place_wait() {
     let t0 = Instant::now();
@@ -240,7 +240,7 @@ fn clones_with_different_waits_share_one_place_wait() {
     let other = s.request(fair_req("a", Wait::Forever), t0);
     let op = only_run(&s.drain());
     assert!(
-        matches!(&op, Op::Acquire { fair, .. } if fair.wait == 2 * SECOND),
+        matches!(&op, Op::Acquire { fair, .. } if fair.wait == 5 * SECOND),
         "{op:?}"
     );
     let out = redis.run(&op, t0);
@@ -255,11 +255,11 @@ fn clones_with_different_waits_share_one_place_wait() {
     let fx = s.drain();
     let leave = only_run(&fx);
     assert!(
-        matches!(&leave, Op::LeaveQueue { wait, .. } if *wait == 2 * SECOND),
+        matches!(&leave, Op::LeaveQueue { wait, .. } if *wait == 5 * SECOND),
         "{leave:?}"
     );
     redis.run(&leave, t0 + 2 * SECOND);
-    assert_eq!(redis.deadline("y"), Some(y_due - 2 * SECOND));
+    assert_eq!(redis.deadline("y"), Some(y_due - 5 * SECOND));
 }
 
 /// Leak 6: a leave that fails is sent again after a backoff (the actor stays busy meanwhile),
@@ -361,7 +361,7 @@ fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
     places.sort();
     assert_eq!(
         places,
-        vec![("a".into(), 5 * SECOND), ("b".into(), SECOND)] as Vec<(std::sync::Arc<str>, _)>
+        vec![("a".into(), 5 * SECOND), ("b".into(), 5 * SECOND)] as Vec<(std::sync::Arc<str>, _)>
     );
     assert_eq!(*cap, 5 * SECOND);
     let out = redis.run(&op, t1);
@@ -387,4 +387,235 @@ fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
         runs(&fx).is_empty() && !fx.iter().any(|e| matches!(e, Effect::Arm(..))),
         "{fx:?}"
     );
+}
+
+/// A prune that drops the dead head of a free lock wakes the new head when it is another
+/// client's (it would otherwise wait for its own timer, or give up): the refresh's prune, and an
+/// acquire's whose caller is not the new head. Exactly one message each; none when the new head
+/// is the refresher's own (its reply names it) or the caller itself (it takes the lock).
+#[test]
+fn a_prune_that_frees_the_head_wakes_the_next_one() {
+    let t0 = Instant::now();
+    let mut redis = Redis::new(false);
+    // d (dead) at the head of a free lock, y (another client) behind it.
+    redis.run(&elsewhere("x", SECOND, SECOND), t0);
+    redis.run(&elsewhere("d", SECOND, SECOND), t0);
+    redis.run(&elsewhere("y", SECOND, 60 * SECOND), t0);
+    let mut s = state(LockKind::Fair);
+    s.request(fair_req("a", Wait::Forever), t0);
+    run_all(&mut s, &mut redis, t0);
+    let t1 = t0 + SECOND; // x's lease ends: free
+    redis.tick(t1);
+    assert!(redis.woken.is_empty());
+    // d's deadline (2 s) passes: the refresh prunes it and wakes y, once.
+    let t2 = t0 + 2 * SECOND + Duration::from_millis(1);
+    s.fired(Timer::Refresh, t2);
+    run_all(&mut s, &mut redis, t2);
+    assert_eq!(redis.woken, vec!["y".into()] as Vec<std::sync::Arc<str>>);
+    // A refresh with nothing pruned wakes nobody.
+    redis.woken.clear();
+    s.fired(Timer::Refresh, t2 + SECOND);
+    run_all(&mut s, &mut redis, t2 + SECOND);
+    assert!(redis.woken.is_empty(), "{:?}", redis.woken);
+    // The acquire path: z's try prunes a dead head e of a free lock; f, behind it, is woken.
+    let mut redis = Redis::new(false);
+    redis.run(&elsewhere("x", SECOND, SECOND), t0);
+    redis.run(&elsewhere("e", SECOND, SECOND), t0);
+    redis.run(&elsewhere("f", SECOND, 60 * SECOND), t0);
+    redis.run(&elsewhere("z", SECOND, SECOND), t2);
+    assert_eq!(redis.woken, vec!["f".into()] as Vec<std::sync::Arc<str>>);
+    // ... but the new head itself, pruning its way to the head, takes the lock: no message.
+    let mut redis = Redis::new(false);
+    redis.run(&elsewhere("x", SECOND, SECOND), t0);
+    redis.run(&elsewhere("e", SECOND, SECOND), t0);
+    redis.run(&elsewhere("f", SECOND, 60 * SECOND), t0);
+    assert!(matches!(
+        redis.run(&elsewhere("f", SECOND, 60 * SECOND), t2),
+        Outcome::Acquire(Ok(Attempt::Acquired { .. }))
+    ));
+    assert!(redis.woken.is_empty(), "{:?}", redis.woken);
+}
+
+/// A failed leave is sent again only while the place could still be there: its deadline was
+/// last set, at the head, at most its wait (5 s) plus the place timeout (5 s) ahead, and it is
+/// refreshed no more. Past that, a failure ends the resends (the watchdog timeout, 30 s here,
+/// has nothing to do with it).
+#[test]
+fn a_failed_leave_is_sent_again_until_the_place_would_have_expired() {
+    let t0 = Instant::now();
+    let (mut s, _redis, id) = a_queued(t0, Wait::Up(SECOND));
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Deadline(id), t1);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t1);
+    let leave_armed = |fx: &[Effect]| {
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Leave(h), _) if &**h == "a"))
+    };
+    assert!(leave_armed(&s.drain()));
+    // Still within 10 s of the first failure: sent again.
+    let t2 = t1 + 9 * SECOND;
+    s.fired(Timer::Leave("a".into()), t2);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t2);
+    assert!(leave_armed(&s.drain()));
+    // Past it: the place has expired; no more resends, nothing left to leave.
+    let t3 = t1 + 10 * SECOND + Duration::from_millis(1);
+    s.fired(Timer::Leave("a".into()), t3);
+    only_run(&s.drain());
+    s.ran(Outcome::LeaveQueue(Err(timeout())), t3);
+    let fx = s.drain();
+    assert!(!leave_armed(&fx), "{fx:?}");
+    assert!(s.leaving.is_empty());
+}
+
+/// The model's refresh and come-back move every place behind a place that moved on by as much,
+/// as `fair_refresh.lua` and `fair_queue.lua` do: a Redisson waiter j behind a's lockman place
+/// keeps `D = D_ahead + wait`.
+#[test]
+fn the_models_refresh_and_come_back_move_the_places_behind_on() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, _a) = a_queued(t0, Wait::Forever);
+    redis.run(&elsewhere("j", SECOND, 60 * SECOND), t0);
+    let gap = |redis: &Redis| redis.deadline("j").unwrap() - redis.deadline("a").unwrap();
+    assert_eq!(gap(&redis), 60 * SECOND);
+    let a_before = redis.deadline("a").unwrap();
+    // The refresh: a's base is now + min(PTTL, K), 2 s later than at its join.
+    let t1 = t0 + 2 * SECOND;
+    s.fired(Timer::Refresh, t1);
+    run_all(&mut s, &mut redis, t1);
+    assert_eq!(redis.deadline("a"), Some(a_before + 2 * SECOND));
+    assert_eq!(gap(&redis), 60 * SECOND);
+    // A come-back of a, a second later.
+    let t2 = t1 + SECOND;
+    let come_back = Op::Acquire {
+        kind: LockKind::Fair,
+        holder: "a".into(),
+        ttl: SECOND,
+        fair: FairArgs {
+            wait: 5 * SECOND,
+            once: false,
+            cap: 5 * SECOND,
+        },
+        expect: Expect::count(0),
+        seq: 0,
+    };
+    redis.run(&come_back, t2);
+    assert_eq!(redis.deadline("a"), Some(a_before + 3 * SECOND));
+    assert_eq!(gap(&redis), 60 * SECOND);
+}
+
+/// A holder's first queued waiter (waiting 1 s) gives up while a clone that waits for ever stays
+/// queued. The place must serve the clone as well as it would have served a clone queued first:
+/// its wait is the manager's (min(fair wait timeout, K) = 5 s), never a caller's own. With the
+/// first waiter's 1 s, the place, 1 s behind a dead Redisson place d, expired within a refresh
+/// period of d's: both were pruned at once, and the clone queued again behind y, who came later.
+#[test]
+fn a_clone_keeps_its_place_when_the_first_waiter_of_its_holder_leaves() {
+    let t0 = Instant::now();
+    let mut redis = Redis::new(false);
+    // x (dead) holds for 60 s; d (dead) is queued with its deadline at t0 + 10 s.
+    redis.run(&elsewhere("x", 5 * SECOND, 5 * SECOND), t0);
+    redis.run(&elsewhere("d", 5 * SECOND, 5 * SECOND), t0);
+    assert!(redis.renew("x", t0, 60 * SECOND));
+    assert_eq!(redis.deadline("d"), Some(t0 + 10 * SECOND));
+    let mut s = state(LockKind::Fair);
+    let mut timers = Vec::new();
+    let first = s.request(fair_req("a", Wait::Up(SECOND)), t0);
+    let fx = s.drain();
+    let op = only_run(&fx);
+    assert!(
+        matches!(&op, Op::Acquire { fair, .. } if fair.wait == 5 * SECOND),
+        "a caller's own wait makes no place wait: {op:?}"
+    );
+    for e in &fx {
+        if let Effect::Arm(t, after) = e {
+            timers.push((t0 + *after, t.clone()));
+        }
+    }
+    let out = redis.run(&op, t0);
+    s.ran(out, t0);
+    s.request(fair_req("a", Wait::Forever), t0);
+    assert!(drive_until_granted(&mut s, &mut redis, t0, Duration::ZERO, &mut timers).is_none());
+    redis.run(&elsewhere("y", 5 * SECOND, 60 * SECOND), t0);
+    assert_eq!(
+        redis.queue,
+        vec!["d".into(), "a".into(), "y".into()] as Vec<std::sync::Arc<str>>
+    );
+    // The first waiter gives up at 1 s (the clone stays: no leave); refreshes go on.
+    let got = drive_until_granted(&mut s, &mut redis, t0, 13 * SECOND, &mut timers);
+    assert!(got.is_none());
+    assert!(!s.is_waiting(first));
+    assert_eq!(
+        redis.queue,
+        vec!["a".into(), "y".into()] as Vec<std::sync::Arc<str>>,
+        "the clone keeps its turn"
+    );
+}
+
+/// A failover brings back a place whose leave ran on the old primary. The pub/sub connection
+/// coming back (`resubscribed`) sends again the leaves that ran within the time their place could
+/// still be alive (wait + K), for holders with no waiter or place here now: the place goes. Past
+/// that time, or for a holder that queued again, nothing is sent.
+#[test]
+fn a_leave_lost_in_a_failover_is_sent_again_when_pub_sub_comes_back() {
+    let t0 = Instant::now();
+    let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
+    let other = s.request(fair_req("b", Wait::Forever), t0);
+    run_all(&mut s, &mut redis, t0);
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Deadline(id), t1);
+    run_all(&mut s, &mut redis, t1);
+    assert!(!redis.queued("a"));
+    // The failover: the replica had a's place, not its leave.
+    let restored = redis.clone_place_of("a", t0);
+    assert!(redis.queued("a") && restored);
+    let t2 = t1 + 2 * SECOND;
+    s.resubscribed(t2);
+    let fx = s.drain();
+    let leaves: Vec<&Op> = runs(&fx)
+        .into_iter()
+        .filter(|op| matches!(op, Op::LeaveQueue { .. }))
+        .collect();
+    assert!(
+        matches!(leaves[..], [Op::LeaveQueue { holder, wait }] if &**holder == "a" && *wait == 5 * SECOND),
+        "{fx:?}"
+    );
+    let out = redis.run(leaves[0], t2);
+    s.ran(out, t2);
+    run_all(&mut s, &mut redis, t2);
+    assert!(!redis.queued("a"));
+    assert!(redis.queued("b"), "b, live, keeps its place");
+    // It found the place: remembered again (a failover back could restore it once more), and
+    // sent at the next come-back, which finds nothing; after that it is forgotten.
+    let t3 = t2 + SECOND;
+    s.resubscribed(t3);
+    let fx = run_all(&mut s, &mut redis, t3);
+    let leaves_in = |fx: &[Effect]| {
+        runs(fx)
+            .iter()
+            .filter(|op| matches!(op, Op::LeaveQueue { .. }))
+            .count()
+    };
+    assert_eq!(leaves_in(&fx), 1, "{fx:?}");
+    s.resubscribed(t3);
+    let fx = run_all(&mut s, &mut redis, t3);
+    assert_eq!(leaves_in(&fx), 0, "{fx:?}");
+    // Past wait + K after its leave, a place would have expired: nothing is sent.
+    let c = s.request(fair_req("c", Wait::Up(SECOND)), t3);
+    run_all(&mut s, &mut redis, t3);
+    let t4 = t3 + SECOND;
+    s.fired(Timer::Deadline(c), t4);
+    run_all(&mut s, &mut redis, t4);
+    assert!(!redis.queued("c"));
+    let t5 = t4 + 10 * SECOND + Duration::from_millis(1);
+    s.resubscribed(t5);
+    let fx = s.drain();
+    assert!(
+        !runs(&fx)
+            .iter()
+            .any(|op| matches!(op, Op::LeaveQueue { .. })),
+        "{fx:?}"
+    );
+    assert!(s.is_waiting(other));
 }

@@ -77,6 +77,19 @@ impl Redis {
         self.deadlines.remove(holder);
     }
 
+    /// A failover to a replica that still had `holder`'s place: it is queued again at the tail,
+    /// its deadline a minute after `since` (an old deadline, still ahead). Whether it was not
+    /// queued before.
+    pub fn clone_place_of(&mut self, holder: &str, since: Instant) -> bool {
+        if self.queued(holder) {
+            return false;
+        }
+        self.queue.push(holder.into());
+        self.deadlines
+            .insert(holder.into(), since + Duration::from_secs(60));
+        true
+    }
+
     /// The holder's count (0: no field).
     pub fn count(&self, holder: &str) -> u32 {
         self.counts.get(holder).copied().unwrap_or(0)
@@ -117,33 +130,49 @@ impl Redis {
         }
     }
 
-    /// `fair_refresh.lua` (after `prune`): the come-back rule for each of `places` still queued,
-    /// in queue order, the head's base capped at `cap` after now.
+    /// `fair_refresh.lua` (after `prune`), step for step: walking the queue in order, each of
+    /// `places` still queued gets the come-back rule (its wait after the deadline of the place
+    /// ahead, as that one stands now, or for the head after now + the PTTL capped at `cap`),
+    /// never an earlier deadline; every place behind one that moved on moves on by as much (the
+    /// shift), and a place that did not move ends the shift.
     fn fair_refresh(
         &mut self,
         places: &[(Arc<str>, Duration)],
         cap: Duration,
         now: Instant,
     ) -> Refreshed {
-        self.prune(now);
+        let pruned = self.prune(now);
         let pttl = self
             .expires
             .map_or(Duration::ZERO, |at| at.saturating_duration_since(now));
         let mut prev: Option<Arc<str>> = None;
+        let mut shift = Duration::ZERO;
         for holder in self.queue.clone() {
+            let current = self.deadlines.get(&holder).copied();
+            let mut deadline = current.map(|at| at + shift);
             if let Some((_, wait)) = places.iter().find(|(h, _)| *h == holder) {
                 let base = match &prev {
                     Some(p) => self.deadlines.get(p).copied().unwrap_or(now),
                     None => now + pttl.min(cap),
                 };
-                let deadline = base + *wait;
-                let at = self.deadlines.entry(holder.clone()).or_insert(deadline);
-                if deadline > *at {
-                    *at = deadline;
+                if deadline.is_none_or(|d| base + *wait > d) {
+                    deadline = Some(base + *wait);
                 }
+            }
+            match (deadline, current) {
+                (Some(d), None) => {
+                    self.deadlines.insert(holder.clone(), d);
+                }
+                (Some(d), Some(c)) if d > c => {
+                    self.deadlines.insert(holder.clone(), d);
+                    shift = d - c;
+                }
+                (_, Some(_)) => shift = Duration::ZERO,
+                (None, None) => {}
             }
             prev = Some(holder);
         }
+        self.wake_new_head(pruned, |head| places.iter().any(|(h, _)| h == head));
         Refreshed {
             head: self
                 .counts
@@ -158,14 +187,29 @@ impl Redis {
         }
     }
 
-    /// `fair_prune.lua`: queue heads whose deadline passed leave.
-    fn prune(&mut self, now: Instant) {
+    /// `fair_prune.lua`: queue heads whose deadline passed leave. Whether one did (`pruned`).
+    fn prune(&mut self, now: Instant) -> bool {
+        let mut pruned = false;
         while let Some(head) = self.queue.first() {
             if self.deadlines.get(head).is_some_and(|at| *at > now) {
                 break;
             }
             self.deadlines.remove(head);
             self.queue.remove(0);
+            pruned = true;
+        }
+        pruned
+    }
+
+    /// After a prune that dropped a head (`pruned`): a free lock's new head is woken unless
+    /// `spared` says it is the caller's (`fair_acquire.lua`, `fair_refresh.lua`).
+    fn wake_new_head(&mut self, pruned: bool, spared: impl Fn(&Arc<str>) -> bool) {
+        if pruned
+            && self.counts.is_empty()
+            && let Some(head) = self.queue.first()
+            && !spared(head)
+        {
+            self.woken.push(head.clone());
         }
     }
 
@@ -186,7 +230,8 @@ impl Redis {
         (fair, expect): (FairArgs, u32),
         now: Instant,
     ) -> Attempt {
-        self.prune(now);
+        let pruned = self.prune(now);
+        self.wake_new_head(pruned, |head| head == holder);
         if expect > 0 && !self.counts.contains_key(holder) {
             // A re-entry whose hold is gone: nothing taken.
             return Attempt::Gone;
@@ -221,7 +266,7 @@ impl Redis {
         if fair.once {
             return Attempt::Busy { ttl: until_change };
         }
-        let capped = |ttl: Duration| fair.cap.map_or(ttl, |cap| ttl.min(cap));
+        let capped = |ttl: Duration| ttl.min(fair.cap);
         if let Some(mine) = self.deadlines.get(holder).copied() {
             // Queued, and back: its deadline moves on.
             let at = self.queue.iter().position(|h| h == holder);
@@ -233,6 +278,15 @@ impl Redis {
             let deadline = base + fair.wait;
             if deadline > mine {
                 self.deadlines.insert(holder.clone(), deadline);
+                // Every place behind it moves on as much (`fair_queue.lua`).
+                if let Some(at) = at {
+                    let shift = deadline - mine;
+                    for behind in &self.queue[at + 1..] {
+                        if let Some(d) = self.deadlines.get_mut(behind) {
+                            *d += shift;
+                        }
+                    }
+                }
             }
             return Attempt::Busy { ttl: until_change };
         }
@@ -503,8 +557,8 @@ impl Redis {
                 *expect,
                 now,
             ))),
+            // `fair_leave.lua` has no prune in front.
             Op::LeaveQueue { holder, wait } => {
-                self.prune(now);
                 Outcome::LeaveQueue(Ok(self.fair_leave(holder, *wait)))
             }
             Op::FairRefresh { places, cap } => {

@@ -321,6 +321,16 @@ impl Sim {
         } else {
             Outcome::Shutdown
         };
+        if ran {
+            // A place no longer queued is no orphan, nor one a queued attempt took over.
+            if let Op::Acquire { holder, fair, .. } = &op
+                && !fair.once
+            {
+                self.orphans.remove(holder);
+            }
+            let redis = &self.redis;
+            self.orphans.retain(|h| redis.queued(h));
+        }
         if lost {
             outcome = match &op {
                 Op::Acquire { .. } => Outcome::Acquire(Err(timeout())),
@@ -356,7 +366,24 @@ impl Sim {
             // its holder unresolved or being settled): its turn is told.
             self.named += 1;
         }
+        let failed_leave = match (&op, &outcome) {
+            (Op::LeaveQueue { holder, .. }, Outcome::LeaveQueue(Err(_))) => Some(holder.clone()),
+            _ => None,
+        };
         self.managers[m].state.ran(outcome, now);
+        if let Some(holder) = failed_leave {
+            let state = &self.managers[m].state;
+            if !state.leaving.contains_key(&holder)
+                && !state.places.contains_key(&holder)
+                && self.redis.queued(&holder)
+            {
+                // Its resends ended when the place would have expired at the head; behind
+                // others it lives on (moved on with them) and costs its wait once it is the
+                // head, as a killed waiter's place does.
+                self.log(|| format!("m{m} gave up leaving {holder}"));
+                self.orphans.insert(holder);
+            }
+        }
     }
 
     fn deliver_message(&mut self) {
@@ -668,7 +695,8 @@ impl Sim {
 
     /// Fair lock: when no live manager has anything under way, every place in the queue is a
     /// live waiter's, or one whose failed leave is being sent again; but for places of a killed
-    /// manager and leaves lost in a failover, which expire by themselves.
+    /// manager, leaves lost in a failover and leaves whose resends ended (past the time the place
+    /// would have expired at the head), which expire by themselves.
     fn no_stranded_place(&self) -> Result<(), Failure> {
         if !self.kind.is_fair() {
             return Ok(());
