@@ -28,6 +28,7 @@ mod support;
 
 mod checker;
 mod deployment;
+mod heads;
 mod leaders;
 mod options;
 mod progress;

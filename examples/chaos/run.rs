@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::deployment::{Deployment, Shape};
+use crate::heads::{Heads, Windows};
 use crate::options::{Fault, Options};
 use crate::progress::{Progress, Tally};
 use crate::report::print_table;
@@ -58,6 +59,8 @@ struct Runner {
     /// The verdict needs at least one fault injected when any was tried, and `tests/chaos.rs`
     /// each fault it asks for.
     fault_failures: Vec<String>,
+    /// Each fault's window, for the fair heads' sampler.
+    windows: Arc<Windows>,
     interrupted: Arc<AtomicBool>,
 }
 
@@ -126,6 +129,7 @@ pub fn main(options: Options) -> i32 {
         worker_crashes: 0,
         checker_errors: 0,
         fault_failures: Vec::new(),
+        windows: Arc::default(),
         interrupted,
     };
     let code = runner.run();
@@ -149,6 +153,18 @@ impl Runner {
             self.options.duration,
             self.tally.clone(),
         );
+        let fair_names: Vec<String> = all_names(false)
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("chaos:fair:"))
+            .collect();
+        let heads = Heads::start(
+            self.deployment.locator(),
+            self.checker.client(),
+            fair_names,
+            self.windows.clone(),
+            place_timeout(),
+        );
         // Every enabled fault in turn, in a shuffled order, again and again: a short run still
         // sees each of them once when it lasts long enough.
         let mut order: Vec<Fault> = Vec::new();
@@ -170,6 +186,7 @@ impl Runner {
                 }
             }
             let fault = order.remove(0);
+            let window = self.windows.open(fault.name());
             let began = Instant::now();
             let from = self.checker_clock_us();
             let injected =
@@ -187,6 +204,7 @@ impl Runner {
                     self.checked::<()>("fault log", logged);
                     *self.faults.entry(fault.name()).or_default() += 1;
                     self.tally.injected.fetch_add(1, Ordering::Relaxed);
+                    self.windows.close(window);
                     retries = 0;
                 }
                 Err(e) => {
@@ -206,6 +224,7 @@ impl Runner {
                         self.fault_failures
                             .push(format!("{}, then: {e}", fault.name()));
                     }
+                    self.windows.close(window);
                     if retries < FAULT_RETRIES {
                         retries += 1;
                         order.insert(0, fault);
@@ -224,6 +243,7 @@ impl Runner {
             .query(&mut self.checker_conn());
         self.checked::<()>("stop", stop);
         let mut hung = self.wait_for_idle();
+        let (fair_heads, heads_unexplained) = heads.stop();
         let held_while_alive = self.held_while_alive();
         let release = redis::cmd("SET")
             .arg("release")
@@ -237,7 +257,11 @@ impl Runner {
         }
         // Holds of killed or frozen workers run out within a lease.
         std::thread::sleep(self.settings.lease + Duration::from_millis(500));
-        let summary = self.summary(started.elapsed(), hung, held_while_alive);
+        let mut summary = self.summary(started.elapsed(), hung, held_while_alive);
+        summary["fair_heads"] = fair_heads;
+        if heads_unexplained > 0 {
+            summary["ok"] = Value::Bool(false);
+        }
         let ok = summary["ok"].as_bool().unwrap_or(false);
         if self.options.json {
             println!(
@@ -314,20 +338,34 @@ impl Runner {
             std::thread::sleep(
                 Duration::from_millis(50).min(end.saturating_duration_since(Instant::now())),
             );
-            let mut crashed = 0;
+            let mut crashed = Vec::new();
             self.workers.retain_mut(|w| match w.child.try_wait() {
                 Ok(Some(status)) if !status.success() => {
                     eprintln!("chaos: worker {} exited with {status}", w.id);
-                    crashed += 1;
+                    crashed.push(w.id);
                     false
                 }
                 _ => true,
             });
-            self.worker_crashes += crashed;
+            self.worker_crashes += crashed.len() as u64;
+            for &id in &crashed {
+                self.mark_dead(id);
+            }
+            let crashed = crashed.len();
             for _ in 0..crashed {
                 self.spawn_worker();
             }
         }
+    }
+
+    /// A worker killed (or found dead): its fair acquires in progress on the checker are no
+    /// live waiters for the fair heads' sampler.
+    fn mark_dead(&mut self, id: u64) {
+        let marked = redis::cmd("SADD")
+            .arg("dead")
+            .arg(id)
+            .query(&mut self.checker_conn());
+        self.checked::<()>("dead", marked);
     }
 
     /// A call to the checker: a failure is counted (the run fails) and answered by the default.
@@ -462,6 +500,8 @@ impl Runner {
                     return Ok(());
                 };
                 let mut w = self.workers.remove(i);
+                // Dead before it is killed: its fair acquires in progress are not live heads.
+                self.mark_dead(w.id);
                 let _ = w.child.kill();
                 let _ = w.child.wait();
                 self.killed_inside += u64::from(inside);
@@ -1014,6 +1054,12 @@ fn signal(pid: u32, sig: &str) {
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
         .status();
+}
+
+/// The workers' fair place timeout `K` (`Config::fair_lock_place_timeout`; they keep the
+/// default).
+pub fn place_timeout() -> Duration {
+    lockman::Config::new("redis://127.0.0.1").get_fair_lock_place_timeout()
 }
 
 fn unix_ms() -> u128 {
