@@ -57,8 +57,9 @@ pub const MARGIN: Duration = Duration::from_secs(2);
 /// How long the sampler waits for a reply.
 const PATIENCE: Duration = Duration::from_millis(500);
 
-/// The fault windows: each fault the runner tried, from the start of its injection until the
-/// deployment was whole again (a failed injection's too, until it was settled).
+/// The fault windows: each fault the runner tried that reaches the lock servers or the workers
+/// (not RedLock's own servers'), from the start of its injection until the deployment was whole
+/// again (a failed injection's too, until it was settled).
 #[derive(Default)]
 pub struct Windows(Mutex<Vec<(Instant, Option<Instant>, &'static str)>>);
 
@@ -482,17 +483,14 @@ impl Sampler {
         url: &str,
         name: &str,
     ) -> redis::RedisResult<(bool, String, u64)> {
-        if !self.conns.contains_key(&port) {
-            let conn = redis::Client::open(url)?.get_connection_with_timeout(PATIENCE)?;
-            conn.set_read_timeout(Some(PATIENCE))?;
-            conn.set_write_timeout(Some(PATIENCE))?;
-            self.conns.insert(port, conn);
-        }
-        let Some(conn) = self.conns.get_mut(&port) else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "no connection",
-            )));
+        let conn = match self.conns.entry(port) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let conn = redis::Client::open(url)?.get_connection_with_timeout(PATIENCE)?;
+                conn.set_read_timeout(Some(PATIENCE))?;
+                conn.set_write_timeout(Some(PATIENCE))?;
+                e.insert(conn)
+            }
         };
         let got = READ
             .key(name)

@@ -35,7 +35,10 @@ pub fn print_table(s: &Value) {
         &heads["longest_free_with_live_head_ms"],
     );
     row(
-        &format!("  fair live head not served > {} ms: faults", heads["bound_ms"]),
+        &format!(
+            "  fair live head not served > {} ms: faults",
+            heads["bound_ms"]
+        ),
         &heads["not_served_explained"],
     );
     row(
