@@ -187,6 +187,7 @@ fn check(summary: &Value, faults: &[&str]) {
     // fault is under way (examples/chaos/heads.rs); and the sampler did sample, and saw live
     // heads, so that the check is not empty.
     let heads = &summary["fair_heads"];
+    eprintln!("fair heads: {heads}");
     assert!(n(&heads["samples"]) > 0, "{show}");
     assert!(n(&heads["samples_live_head"]) > 0, "{show}");
     assert_eq!(n(&heads["not_served_unexplained"]), 0, "{show}");

@@ -30,8 +30,9 @@
 //! A streak longer than the bound, `K/3 + 2 s` (3.7 s by default: the refresh period, a round
 //! trip, and on a loaded 2-core machine a wide margin for the actor's and the worker's
 //! scheduling and reconnections), is one "live head not served". It is *explained* when a
-//! fault window (the runner's injection of a fault, from its start to the deployment whole
-//! again) overlaps it and it never went on for longer than the bound after the last such window
+//! fault window (the runner's injection of a fault that reaches the locks or the workers, every
+//! fault but those of RedLock's own servers, from its start to the deployment whole again)
+//! overlaps it and it never went on for longer than the bound after the last such window
 //! ended; otherwise it is *unexplained*, and the run fails. A fault may stall everything: a
 //! frozen worker's actor serves nobody, a failover takes the keys away; the head must be served
 //! within the bound once it is over.
@@ -212,9 +213,7 @@ impl Heads {
                 sampler.round();
                 std::thread::sleep(SAMPLE_EVERY);
             }
-            for (name, streak) in std::mem::take(&mut sampler.streaks) {
-                sampler.end(&name, streak);
-            }
+            sampler.end_all();
             sampler.tally
         });
         Self {
@@ -274,7 +273,7 @@ impl Sampler {
         }
         let Some(before) = self.live() else {
             self.tally.errors += self.names.len() as u64;
-            self.streaks.clear();
+            self.end_all();
             return;
         };
         let mut read = Vec::new();
@@ -285,7 +284,7 @@ impl Sampler {
         }
         let Some(after) = self.live() else {
             self.tally.errors += self.names.len() as u64;
-            self.streaks.clear();
+            self.end_all();
             return;
         };
         for (i, name) in self.names.clone().into_iter().enumerate() {
@@ -360,6 +359,13 @@ impl Sampler {
                     }
                 }
             }
+        }
+    }
+
+    /// Every streak ends: a sample failed for all of them.
+    fn end_all(&mut self) {
+        for (name, streak) in std::mem::take(&mut self.streaks) {
+            self.end(&name, streak);
         }
     }
 
