@@ -34,8 +34,13 @@
 //! fault but those of RedLock's own servers, from its start to the deployment whole again)
 //! overlaps it and it never went on for longer than the bound after the last such window
 //! ended; otherwise it is *unexplained*, and the run fails. A fault may stall everything: a
-//! frozen worker's actor serves nobody, a failover takes the keys away; the head must be served
-//! within the bound once it is over.
+//! failover takes the keys away, a stalled server or killed connections make every actor retry;
+//! the head must be served within the bound once it is over. A fault done to one worker
+//! (`stop-holder`, `kill-holder`) explains only that worker's heads: a frozen worker's actors
+//! serve nobody, but another worker's head is served whatever happens to it (a hold of the
+//! frozen or killed worker expires without a message, and the head's refresh finds the lock
+//! free within `K/3`; the streak only begins once the lock is free), and a killed worker's
+//! acquires are not live.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,31 +67,63 @@ const PATIENCE: Duration = Duration::from_millis(500);
 /// (not RedLock's own servers'), from the start of its injection until the deployment was whole
 /// again (a failed injection's too, until it was settled).
 #[derive(Default)]
-pub struct Windows(Mutex<Vec<(Instant, Option<Instant>, &'static str)>>);
+pub struct Windows(Mutex<Vec<Window>>);
+
+struct Window {
+    start: Instant,
+    end: Option<Instant>,
+    fault: &'static str,
+    /// A fault done to one worker (`kill-holder`, `stop-holder`) explains only that worker's
+    /// heads: another worker's actor serves its head whatever happens to this one.
+    worker: Option<u64>,
+}
 
 impl Windows {
     /// A window opens for `fault`; returns its index for [`Windows::close`].
     pub fn open(&self, fault: &'static str) -> usize {
         let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        w.push((Instant::now(), None, fault));
+        w.push(Window {
+            start: Instant::now(),
+            end: None,
+            fault,
+            worker: None,
+        });
         w.len() - 1
+    }
+
+    /// The fault of window `i` is done to `worker` alone.
+    pub fn scope(&self, i: usize, worker: u64) {
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(window) = w.get_mut(i) {
+            window.worker = Some(worker);
+        }
     }
 
     pub fn close(&self, i: usize) {
         let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(window) = w.get_mut(i) {
-            window.1 = Some(Instant::now());
+            window.end = Some(Instant::now());
         }
     }
 
-    /// Over `[from, to]`: when the time after the last fault window ended began (`None`: a
-    /// window is open at `to`), and the first fault whose window overlaps it.
-    fn quiet_since(&self, from: Instant, to: Instant) -> (Option<Instant>, Option<&'static str>) {
+    /// Over `[from, to]`, for a head of `worker`: when the time after the last fault window
+    /// that explains its stall ended began (`None`: such a window is open at `to`), and the
+    /// first fault whose window overlaps it.
+    fn quiet_since(
+        &self,
+        from: Instant,
+        to: Instant,
+        worker: &str,
+    ) -> (Option<Instant>, Option<&'static str>) {
         let w = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let mut quiet = Some(from);
         let mut fault = None;
-        for &(start, end, name) in w.iter() {
+        for window in w.iter() {
+            let (start, end, name) = (window.start, window.end, window.fault);
             if start > to || end.is_some_and(|e| e < from) {
+                continue;
+            }
+            if window.worker.is_some_and(|id| id.to_string() != worker) {
                 continue;
             }
             fault.get_or_insert(name);
@@ -147,6 +184,13 @@ struct Streak {
     over: bool,
     over_outside: Option<Duration>,
     fault: Option<&'static str>,
+}
+
+impl Streak {
+    /// The head's worker (its attempt is `worker|tick`).
+    fn worker(&self) -> &str {
+        self.attempt.split('|').next().unwrap_or_default()
+    }
 }
 
 /// The sampler's thread, until [`Heads::stop`].
@@ -349,7 +393,7 @@ impl Sampler {
                 let long = s.last.saturating_duration_since(s.first);
                 if long > bound {
                     s.over = true;
-                    let (quiet, fault) = windows.quiet_since(s.first, s.last);
+                    let (quiet, fault) = windows.quiet_since(s.first, s.last, s.worker());
                     if s.fault.is_none() {
                         s.fault = fault;
                     }
@@ -373,7 +417,7 @@ impl Sampler {
     fn end(&mut self, name: &str, s: Streak) {
         let long = s.last.saturating_duration_since(s.first);
         self.tally.longest = self.tally.longest.max(long);
-        let (quiet, _) = self.windows.quiet_since(s.first, s.last);
+        let (quiet, _) = self.windows.quiet_since(s.first, s.last, s.worker());
         if let Some(q) = quiet {
             let outside = s.last.saturating_duration_since(q);
             self.tally.longest_outside_faults = self.tally.longest_outside_faults.max(outside);

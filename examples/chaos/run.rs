@@ -59,8 +59,9 @@ struct Runner {
     /// The verdict needs at least one fault injected when any was tried, and `tests/chaos.rs`
     /// each fault it asks for.
     fault_failures: Vec<String>,
-    /// Each fault's window, for the fair heads' sampler.
+    /// Each fault's window, for the fair heads' sampler; the one open now.
     windows: Arc<Windows>,
+    window: Option<usize>,
     interrupted: Arc<AtomicBool>,
 }
 
@@ -130,6 +131,7 @@ pub fn main(options: Options) -> i32 {
         checker_errors: 0,
         fault_failures: Vec::new(),
         windows: Arc::default(),
+        window: None,
         interrupted,
     };
     let code = runner.run();
@@ -190,6 +192,7 @@ impl Runner {
             let window = fault
                 .reaches_locks()
                 .then(|| self.windows.open(fault.name()));
+            self.window = window;
             let began = Instant::now();
             let from = self.checker_clock_us();
             let injected =
@@ -509,6 +512,9 @@ impl Runner {
                 let mut w = self.workers.remove(i);
                 // Dead before it is killed: its fair acquires in progress are not live heads.
                 self.mark_dead(w.id);
+                if let Some(window) = self.window {
+                    self.windows.scope(window, w.id);
+                }
                 let _ = w.child.kill();
                 let _ = w.child.wait();
                 self.killed_inside += u64::from(inside);
@@ -528,6 +534,12 @@ impl Runner {
                     return Ok(());
                 };
                 let (id, pid) = (self.workers[i].id, self.workers[i].child.id());
+                // A frozen worker's actors serve nobody: its own heads wait. Other workers'
+                // heads do not (a hold of the frozen worker expires without a message, and the
+                // refresh finds the head then).
+                if let Some(window) = self.window {
+                    self.windows.scope(window, id);
+                }
                 let frozen = lease + Duration::from_millis(1000);
                 // Marked before it freezes; once it woke, the mark says when, and lasts one
                 // lease more: the holds it took before waking are excused that long, no more.
