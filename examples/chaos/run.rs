@@ -17,8 +17,9 @@ use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
 use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, leaders};
 
-/// How long after its deadline a worker may take to finish its last attempt and shut down.
-const WORKER_GRACE: Duration = Duration::from_secs(20);
+/// How long after its deadline a worker may take to finish its last attempt and shut down: a
+/// patient fair acquire (`2K + 2 s`, 12 s) and the stuck limit past it (10 s), with a margin.
+const WORKER_GRACE: Duration = Duration::from_secs(30);
 
 /// How many times a fault the runner could not inject is tried again (once the deployment is
 /// whole again) before the runner moves on to the next fault.

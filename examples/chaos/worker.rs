@@ -19,10 +19,14 @@ const STUCK_AFTER: Duration = Duration::from_secs(10);
 const NAMES: u64 = 3;
 /// How long a worker waits for the checker's reply before it gives up (and exits non-zero).
 const CHECKER_PATIENCE: Duration = Duration::from_secs(30);
-/// The wait of one fair acquire in three: longer than the fair heads' bound (`heads.rs`,
-/// `K/3 + 2 s`, 3.7 s with the default place timeout) with room to spare, so that a live head
-/// of a free fair lock that is not served stays a head (and live) past it.
-pub const PATIENT_FAIR_WAIT: Duration = Duration::from_secs(8);
+/// The wait of one fair acquire in three: `2K + 2 s` (12 s with the default place timeout
+/// `K`), longer than a dead place ahead of it lasts (about `2K`), so that it outlives one and
+/// becomes a live head, and three times the fair heads' bound (`heads.rs`, `K/3 + 2 s`), so
+/// that a live head of a free fair lock left unserved stays a head (and live) well past the
+/// bound, even between two faults of a fault-dense run.
+fn patient_fair_wait() -> Duration {
+    crate::run::place_timeout() * 2 + Duration::from_secs(2)
+}
 /// How long an idle worker keeps its managers running for the runner's check.
 const IDLE_PATIENCE: Duration = Duration::from_secs(60);
 /// How many fenced writes a leader makes before it resigns, at most (2 more than a random
@@ -356,7 +360,7 @@ impl Ctx {
         // to be seen; the worker's usual wait ends before the bound.
         let fair = (kind == Kind::Fair).then(|| (*self.lock.fair_lock(names[0].as_str())).clone());
         let wait = match fair {
-            Some(_) if rng.below(3) == 0 => PATIENT_FAIR_WAIT,
+            Some(_) if rng.below(3) == 0 => patient_fair_wait(),
             _ => wait,
         };
         let holder = fair.as_ref().map(Lock::holder_id);
