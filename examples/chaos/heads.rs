@@ -509,7 +509,10 @@ impl Sampler {
         match self.read_at(port, &url(port), name) {
             Ok(got) => Some(got),
             Err(e) => {
-                let moved = e.redirect_node().map(|(_, p)| p);
+                // `(address, slot)`: the node that has the name's slot.
+                let moved = e
+                    .redirect_node()
+                    .and_then(|(addr, _)| addr.rsplit(':').next()?.parse::<u16>().ok());
                 let next = match (moved, &self.locator) {
                     (Some(p), _) => p,
                     (None, Locator::Cluster(ports)) => {
