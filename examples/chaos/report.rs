@@ -42,7 +42,7 @@ pub fn print_table(s: &Value) {
         &heads["not_served_explained"],
     );
     row(
-        "  fair live head not served: unexplained",
+        "  fair live head unserved: unexplained",
         &heads["not_served_unexplained"],
     );
     for (k, v) in s["faults"].as_object().into_iter().flatten() {
