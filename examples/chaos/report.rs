@@ -36,7 +36,7 @@ pub fn print_table(s: &Value) {
     );
     row(
         &format!(
-            "  fair live head not served > {} ms: faults",
+            "  fair live head unserved > {} ms: fault",
             heads["bound_ms"]
         ),
         &heads["not_served_explained"],
