@@ -2,7 +2,8 @@
 //! processes and every fault at least once, on one server, on a Sentinel group (with replica
 //! sync) and on a Redis Cluster (without); each JSON summary must show no unexplained exclusion
 //! violation, no stale fenced write accepted and no fenced token gone backwards, no stuck
-//! waiter, no lock left behind and no worker that crashed or hung; and for the leaders (every
+//! waiter, no free fair lock whose live head went unserved past its bound outside a fault, no
+//! lock left behind and no worker that crashed or hung; and for the leaders (every
 //! worker campaigns in two elections) terms won and fenced writes made, no two leaders at once
 //! unexplained, no stale leader write accepted, and a new leader after every fault. The runs take turns (two at
 //! once would share two cores). The long runs behind RELIABILITY.md are the same runner, run by
@@ -182,6 +183,14 @@ fn check(summary: &Value, faults: &[&str]) {
     assert_eq!(n(&fenced["refused_token_went_backwards"]), 0, "{show}");
     assert!(n(&fenced["accepted"]) > 0, "{show}");
     assert_eq!(n(&summary["stuck_waiters"]), 0, "{show}");
+    // A free fair lock whose queue's head is a live waiter serves it within K/3 + 2 s once no
+    // fault is under way (examples/chaos/heads.rs); and the sampler did sample, and saw live
+    // heads, so that the check is not empty.
+    let heads = &summary["fair_heads"];
+    eprintln!("fair heads: {heads}");
+    assert!(n(&heads["samples"]) > 0, "{show}");
+    assert!(n(&heads["samples_live_head"]) > 0, "{show}");
+    assert_eq!(n(&heads["not_served_unexplained"]), 0, "{show}");
     // Every guard gone, the managers still running: Redis holds nothing.
     assert_eq!(n(&summary["held_while_alive"]), 0, "{show}");
     assert_eq!(n(&summary["leftover_locks"]), 0, "{show}");

@@ -33,6 +33,14 @@
 //!   injected, `fault from to` (µs): for the time without a leader after each fault.
 //! - `counts`: every counter of the run (workers' and the runner's), `errors`: a sample of
 //!   error messages.
+//! - `waiting:<name>`: the fair acquires in progress on `<name>`, field = the handle's holder id
+//!   (what the lock server's queue holds), value = `worker|attempt|count` (`attempt`: a tick of
+//!   `attempts`, new when the holder's first acquire in progress began; `count`: its acquires
+//!   in progress, two for clones of one handle). Set by a worker before it calls the acquire
+//!   and cleared after the call returned (whatever it returned, even stuck), so an entry spans
+//!   the whole call; see [`WAIT_BEGIN`]. `dead`: the workers the runner killed (set before the
+//!   kill) or found dead: their entries are not live. `entries`: per name, how many holds
+//!   entered it (every acquisition enters). The fair heads' sampler (`heads.rs`) reads them.
 
 use std::sync::LazyLock;
 
@@ -134,6 +142,7 @@ for _, occ in ipairs(KEYS) do
     end
     redis.call('hset', occ, hold, mode .. '|' .. worker .. '|' .. mine .. '|' .. started)
 end
+redis.call('hincrby', 'entries', ARGV[8], 1)
 redis.call('hincrby', 'counts', 'acquired:' .. kind, 1)
 if cause == 1 then redis.call('hincrby', 'counts', 'violation:' .. kind .. ':pause', 1) end
 if cause == 2 then
@@ -216,6 +225,56 @@ local function fenced_write(name, token_text, hold, worker, entered, began, epoc
 end
 "#;
 
+/// A fair acquire begins. ARGV: name, holder id, worker. Reply: the attempt's tick.
+const WAIT_BEGIN: &str = r#"
+local key = 'waiting:' .. ARGV[1]
+local v = redis.call('hget', key, ARGV[2])
+if v then
+    local worker, attempt, n = string.match(v, '^([^|]*)|([^|]*)|(%d+)$')
+    redis.call('hset', key, ARGV[2], worker .. '|' .. attempt .. '|' .. (tonumber(n) + 1))
+    return attempt
+end
+local attempt = redis.call('incr', 'attempts')
+redis.call('hset', key, ARGV[2], ARGV[3] .. '|' .. attempt .. '|1')
+return attempt
+"#;
+
+/// A fair acquire's call returned. ARGV: name, holder id. Reply: acquires of the holder still
+/// in progress.
+const WAIT_END: &str = r#"
+local key = 'waiting:' .. ARGV[1]
+local v = redis.call('hget', key, ARGV[2])
+if not v then return 0 end
+local worker, attempt, n = string.match(v, '^([^|]*)|([^|]*)|(%d+)$')
+n = tonumber(n) - 1
+if n <= 0 then
+    redis.call('hdel', key, ARGV[2])
+    return 0
+end
+redis.call('hset', key, ARGV[2], worker .. '|' .. attempt .. '|' .. n)
+return n
+"#;
+
+/// The live fair acquires of each name, for the heads' sampler. ARGV: the names. Reply, per
+/// name: `{entries, holder, worker|attempt, holder, worker|attempt, …}`, leaving out the
+/// workers in `dead`.
+const LIVE: &str = r#"
+local out = {}
+for i, name in ipairs(ARGV) do
+    local row = {tonumber(redis.call('hget', 'entries', name) or '0')}
+    local waiting = redis.call('hgetall', 'waiting:' .. name)
+    for j = 1, #waiting, 2 do
+        local worker, attempt = string.match(waiting[j + 1], '^([^|]*)|([^|]*)|')
+        if worker and redis.call('sismember', 'dead', worker) == 0 then
+            row[#row + 1] = waiting[j]
+            row[#row + 1] = worker .. '|' .. attempt
+        end
+    end
+    out[i] = row
+end
+return out
+"#;
+
 /// Each script, hashed once (EVALSHA by redis-rs, loaded on first use).
 pub static ENTER_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{FENCE}{ENTER}")));
@@ -226,6 +285,9 @@ pub static FORGET_WORKER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new
 pub static INSIDE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSIDE));
 pub static LEAVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE));
 pub static LEADER_WRITE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEADER_WRITE));
+pub static WAIT_BEGIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_BEGIN));
+pub static WAIT_END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_END));
+pub static LIVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIVE));
 
 /// A leader leaves office: its exit (as [`EXIT`]) and its term logged. KEYS: the `occ:` key.
 /// ARGV: the hold, the election's name, why it left.

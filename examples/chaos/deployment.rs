@@ -78,6 +78,22 @@ impl Deployment {
         }
     }
 
+    /// Where the fair heads' sampler finds the locks' keys.
+    pub fn locator(&self) -> crate::heads::Locator {
+        use crate::heads::Locator;
+        match self {
+            Deployment::Single(server) => Locator::Single(server.url()),
+            Deployment::Sentinel(group) => Locator::Sentinel {
+                sentinel: group.sentinel_urls().first().cloned().unwrap_or_default(),
+                master: MASTER.into(),
+                password: DATA_PASSWORD.into(),
+            },
+            Deployment::Cluster(cluster) => {
+                Locator::Cluster(cluster.nodes.iter().map(RedisServer::port).collect())
+            }
+        }
+    }
+
     /// The servers that take writes now: the server, the primary, the masters.
     pub fn primaries(&self) -> Vec<&RedisServer> {
         match self {

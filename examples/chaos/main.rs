@@ -2,7 +2,8 @@
 //! campaign in a few elections, while faults are injected, and every critical section and
 //! term is checked on a separate server. It counts acquisitions, exclusion violations (and the
 //! fault that explains each), two leaders at once, stale fenced writes, the time without a
-//! leader after each fault, lost holds, stuck waiters and locks left behind, and exits non-zero
+//! leader after each fault, lost holds, stuck waiters, free fair locks whose live head was not
+//! served (sampled by `heads.rs`) and locks left behind, and exits non-zero
 //! on anything that must never happen. RELIABILITY.md has its figures.
 //!
 //! Run: `cargo run --release --example chaos -- [options]`
@@ -28,6 +29,7 @@ mod support;
 
 mod checker;
 mod deployment;
+mod heads;
 mod leaders;
 mod options;
 mod progress;

@@ -68,6 +68,13 @@ impl Fault {
         }
     }
 
+    /// Whether the fault reaches the deployment that holds the locks or the workers (every
+    /// fault but those of RedLock's own servers, which no other lock lives on): the faults whose
+    /// windows explain a fair lock's live head not served (see `heads.rs`).
+    pub fn reaches_locks(self) -> bool {
+        !matches!(self, Fault::RedlockMinority | Fault::RedlockMajority)
+    }
+
     /// Whether the fault makes a replica the primary (the failovers whose losses are counted).
     pub fn is_failover(self) -> bool {
         matches!(

@@ -21,6 +21,30 @@ pub fn print_table(s: &Value) {
     for (k, v) in s["acquired"].as_object().into_iter().flatten() {
         row(&format!("  {k}"), v);
     }
+    // Beside the fair lock's acquisitions: its free locks with a live head not served.
+    let heads = &s["fair_heads"];
+    row(
+        "  fair heads: samples/live/free with live",
+        &json!(format!(
+            "{}/{}/{}",
+            heads["samples"], heads["samples_live_head"], heads["samples_free_with_live_head"]
+        )),
+    );
+    row(
+        "  fair heads: longest free with live head ms",
+        &heads["longest_free_with_live_head_ms"],
+    );
+    row(
+        &format!(
+            "  fair live head unserved > {} ms: fault",
+            heads["bound_ms"]
+        ),
+        &heads["not_served_explained"],
+    );
+    row(
+        "  fair live head unserved: unexplained",
+        &heads["not_served_unexplained"],
+    );
     for (k, v) in s["faults"].as_object().into_iter().flatten() {
         row(&format!("fault {k}"), v);
     }
@@ -146,5 +170,8 @@ pub fn print_table(s: &Value) {
     row("ok", &s["ok"]);
     for line in s["unexplained_sample"].as_array().into_iter().flatten() {
         println!("unexplained: {line}");
+    }
+    for line in heads["unexplained_sample"].as_array().into_iter().flatten() {
+        println!("fair live head not served: {line}");
     }
 }

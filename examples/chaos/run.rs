@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{Value, json};
 
 use crate::deployment::{Deployment, Shape};
+use crate::heads::{Heads, Windows};
 use crate::options::{Fault, Options};
 use crate::progress::{Progress, Tally};
 use crate::report::print_table;
@@ -16,8 +17,9 @@ use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
 use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, leaders};
 
-/// How long after its deadline a worker may take to finish its last attempt and shut down.
-const WORKER_GRACE: Duration = Duration::from_secs(20);
+/// How long after its deadline a worker may take to finish its last attempt and shut down: a
+/// patient fair acquire (`2K + 2 s`, 12 s) and the stuck limit past it (10 s), with a margin.
+const WORKER_GRACE: Duration = Duration::from_secs(30);
 
 /// How many times a fault the runner could not inject is tried again (once the deployment is
 /// whole again) before the runner moves on to the next fault.
@@ -58,6 +60,9 @@ struct Runner {
     /// The verdict needs at least one fault injected when any was tried, and `tests/chaos.rs`
     /// each fault it asks for.
     fault_failures: Vec<String>,
+    /// Each fault's window, for the fair heads' sampler; the one open now.
+    windows: Arc<Windows>,
+    window: Option<usize>,
     interrupted: Arc<AtomicBool>,
 }
 
@@ -126,6 +131,8 @@ pub fn main(options: Options) -> i32 {
         worker_crashes: 0,
         checker_errors: 0,
         fault_failures: Vec::new(),
+        windows: Arc::default(),
+        window: None,
         interrupted,
     };
     let code = runner.run();
@@ -149,6 +156,18 @@ impl Runner {
             self.options.duration,
             self.tally.clone(),
         );
+        let fair_names: Vec<String> = all_names(false)
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("chaos:fair:"))
+            .collect();
+        let heads = Heads::start(
+            self.deployment.locator(),
+            self.checker.client(),
+            fair_names,
+            self.windows.clone(),
+            place_timeout(),
+        );
         // Every enabled fault in turn, in a shuffled order, again and again: a short run still
         // sees each of them once when it lasts long enough.
         let mut order: Vec<Fault> = Vec::new();
@@ -170,6 +189,11 @@ impl Runner {
                 }
             }
             let fault = order.remove(0);
+            // RedLock's own servers hold no fair lock: their faults explain no fair head.
+            let window = fault
+                .reaches_locks()
+                .then(|| self.windows.open(fault.name()));
+            self.window = window;
             let began = Instant::now();
             let from = self.checker_clock_us();
             let injected =
@@ -187,6 +211,9 @@ impl Runner {
                     self.checked::<()>("fault log", logged);
                     *self.faults.entry(fault.name()).or_default() += 1;
                     self.tally.injected.fetch_add(1, Ordering::Relaxed);
+                    if let Some(w) = window {
+                        self.windows.close(w);
+                    }
                     retries = 0;
                 }
                 Err(e) => {
@@ -206,6 +233,9 @@ impl Runner {
                         self.fault_failures
                             .push(format!("{}, then: {e}", fault.name()));
                     }
+                    if let Some(w) = window {
+                        self.windows.close(w);
+                    }
                     if retries < FAULT_RETRIES {
                         retries += 1;
                         order.insert(0, fault);
@@ -224,6 +254,7 @@ impl Runner {
             .query(&mut self.checker_conn());
         self.checked::<()>("stop", stop);
         let mut hung = self.wait_for_idle();
+        let (fair_heads, heads_unexplained) = heads.stop();
         let held_while_alive = self.held_while_alive();
         let release = redis::cmd("SET")
             .arg("release")
@@ -237,7 +268,11 @@ impl Runner {
         }
         // Holds of killed or frozen workers run out within a lease.
         std::thread::sleep(self.settings.lease + Duration::from_millis(500));
-        let summary = self.summary(started.elapsed(), hung, held_while_alive);
+        let mut summary = self.summary(started.elapsed(), hung, held_while_alive);
+        summary["fair_heads"] = fair_heads;
+        if heads_unexplained > 0 {
+            summary["ok"] = Value::Bool(false);
+        }
         let ok = summary["ok"].as_bool().unwrap_or(false);
         if self.options.json {
             println!(
@@ -314,20 +349,34 @@ impl Runner {
             std::thread::sleep(
                 Duration::from_millis(50).min(end.saturating_duration_since(Instant::now())),
             );
-            let mut crashed = 0;
+            let mut crashed = Vec::new();
             self.workers.retain_mut(|w| match w.child.try_wait() {
                 Ok(Some(status)) if !status.success() => {
                     eprintln!("chaos: worker {} exited with {status}", w.id);
-                    crashed += 1;
+                    crashed.push(w.id);
                     false
                 }
                 _ => true,
             });
-            self.worker_crashes += crashed;
+            self.worker_crashes += crashed.len() as u64;
+            for &id in &crashed {
+                self.mark_dead(id);
+            }
+            let crashed = crashed.len();
             for _ in 0..crashed {
                 self.spawn_worker();
             }
         }
+    }
+
+    /// A worker killed (or found dead): its fair acquires in progress on the checker are no
+    /// live waiters for the fair heads' sampler.
+    fn mark_dead(&mut self, id: u64) {
+        let marked = redis::cmd("SADD")
+            .arg("dead")
+            .arg(id)
+            .query(&mut self.checker_conn());
+        self.checked::<()>("dead", marked);
     }
 
     /// A call to the checker: a failure is counted (the run fails) and answered by the default.
@@ -462,6 +511,11 @@ impl Runner {
                     return Ok(());
                 };
                 let mut w = self.workers.remove(i);
+                // Dead before it is killed: its fair acquires in progress are not live heads.
+                self.mark_dead(w.id);
+                if let Some(window) = self.window {
+                    self.windows.scope(window, w.id);
+                }
                 let _ = w.child.kill();
                 let _ = w.child.wait();
                 self.killed_inside += u64::from(inside);
@@ -481,6 +535,12 @@ impl Runner {
                     return Ok(());
                 };
                 let (id, pid) = (self.workers[i].id, self.workers[i].child.id());
+                // A frozen worker's actors serve nobody: its own heads wait. Other workers'
+                // heads do not (a hold of the frozen worker expires without a message, and the
+                // refresh finds the head then).
+                if let Some(window) = self.window {
+                    self.windows.scope(window, id);
+                }
                 let frozen = lease + Duration::from_millis(1000);
                 // Marked before it freezes; once it woke, the mark says when, and lasts one
                 // lease more: the holds it took before waking are excused that long, no more.
@@ -1014,6 +1074,12 @@ fn signal(pid: u32, sig: &str) {
         .arg(format!("-{sig}"))
         .arg(pid.to_string())
         .status();
+}
+
+/// The workers' fair place timeout `K` (`Config::fair_lock_place_timeout`; they keep the
+/// default).
+pub fn place_timeout() -> Duration {
+    lockman::Config::new("redis://127.0.0.1").get_fair_lock_place_timeout()
 }
 
 fn unix_ms() -> u128 {

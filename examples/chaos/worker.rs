@@ -19,6 +19,14 @@ const STUCK_AFTER: Duration = Duration::from_secs(10);
 const NAMES: u64 = 3;
 /// How long a worker waits for the checker's reply before it gives up (and exits non-zero).
 const CHECKER_PATIENCE: Duration = Duration::from_secs(30);
+/// The wait of one fair acquire in three: `2K + 2 s` (12 s with the default place timeout
+/// `K`), longer than a dead place ahead of it lasts (about `2K`), so that it outlives one and
+/// becomes a live head, and three times the fair heads' bound (`heads.rs`, `K/3 + 2 s`), so
+/// that a live head of a free fair lock left unserved stays a head (and live) well past the
+/// bound, even between two faults of a fault-dense run.
+fn patient_fair_wait() -> Duration {
+    crate::run::place_timeout() * 2 + Duration::from_secs(2)
+}
 /// How long an idle worker keeps its managers running for the runner's check.
 const IDLE_PATIENCE: Duration = Duration::from_secs(60);
 /// How many fenced writes a leader makes before it resigns, at most (2 more than a random
@@ -345,8 +353,41 @@ impl Ctx {
             counts.extend(self.shut_down_while_acquiring(&names[0], rng).await);
             return counts;
         }
-        let acquire = self.acquire(kind, names, wait, rng, &mut counts);
-        let held = match tokio::time::timeout(wait + STUCK_AFTER, acquire).await {
+        // A fair acquire is on the checker while its call is in progress, under its handle's
+        // holder id (what the queue holds): the heads' sampler (`heads.rs`) tells a live head
+        // of the queue from a dead one by it. One fair acquire in three waits longer than the
+        // sampler's bound, so that a live head left unserved on a free lock lasts long enough
+        // to be seen; the worker's usual wait ends before the bound.
+        let fair = (kind == Kind::Fair).then(|| (*self.lock.fair_lock(names[0].as_str())).clone());
+        let wait = match fair {
+            Some(_) if rng.below(3) == 0 => patient_fair_wait(),
+            _ => wait,
+        };
+        let holder = fair.as_ref().map(Lock::holder_id);
+        if let Some(holder) = &holder {
+            let _: String = must(
+                "waiting",
+                checker::WAIT_BEGIN_SCRIPT
+                    .arg(&names[0])
+                    .arg(holder)
+                    .arg(self.worker)
+                    .invoke_async(&mut self.checker)
+                    .await,
+            );
+        }
+        let acquire = self.acquire(kind, names, wait, fair, rng, &mut counts);
+        let held = tokio::time::timeout(wait + STUCK_AFTER, acquire).await;
+        if let Some(holder) = &holder {
+            let _: i64 = must(
+                "waited",
+                checker::WAIT_END_SCRIPT
+                    .arg(&names[0])
+                    .arg(holder)
+                    .invoke_async(&mut self.checker)
+                    .await,
+            );
+        }
+        let held = match held {
             Err(_) => {
                 count!(format!("stuck:{}", kind.name()));
                 return counts;
@@ -454,6 +495,7 @@ impl Ctx {
         kind: Kind,
         names: &[String],
         wait: Duration,
+        fair: Option<Lock>,
         rng: &mut Rng,
         counts: &mut Vec<(String, i64)>,
     ) -> Result<Option<Held>, LockError> {
@@ -465,7 +507,7 @@ impl Ctx {
                     .await?,
             ),
             Kind::Fair => {
-                let lock = (*self.lock.fair_lock(name)).clone();
+                let lock = fair.unwrap_or_else(|| (*self.lock.fair_lock(name)).clone());
                 guard(self.take_lock(lock, wait, rng, counts).await?)
             }
             Kind::Read => {
