@@ -301,6 +301,80 @@ async fn an_attempt_sent_again_after_its_waiter_left_leaves_again() {
     held.release().await.unwrap();
 }
 
+/// Leak 6: under `sync_replicas`, a waiter's leave must reach a replica before it counts as
+/// done. The replica is cut off from the primary (made to follow a closed port) before a
+/// queued waiter gives up, so the leave runs on the primary only; then the primary dies (SIGKILL) and the sentinels promote the replica,
+/// which never saw the leave. A leave that waited for the replica's acknowledgement failed and
+/// is sent again, and reaches the new primary; the old code counted it done at once and left
+/// the place on the new primary, with no waiter, until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_unacknowledged_by_a_replica_is_sent_again_through_a_failover() {
+    use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
+    const NAME: &str = "leak6";
+    let mut group = SentinelGroup::start();
+    let config = Config::sentinel(MASTER, group.sentinel_urls())
+        .master_auth(None, DATA_PASSWORD)
+        .watchdog_timeout(Duration::from_secs(15))
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .sync_replicas(1, Duration::from_millis(500));
+    let m = manager(config).await;
+    let first = group.primary_port();
+    let held = m.fair_lock(NAME).acquire().await.unwrap();
+    let lock = m.fair_lock(NAME);
+    let id = lock.holder_id();
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_acquire_for(Duration::from_secs(1)).await }
+    });
+    let replica_port = group.other(first).port();
+    let mut on_replica = SentinelGroup::data_conn(replica_port).expect("the replica answers");
+    assert!(
+        eventually(Duration::from_secs(3), || queue(&mut on_replica, NAME)
+            == [id.clone()])
+        .await,
+        "the place reached the replica"
+    );
+    // The replica stops hearing from the primary: it follows a port nobody listens on (it
+    // keeps its data and stays a replica; the sentinels leave it so for the failover timeout).
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(support::closed_port())
+        .query(&mut on_replica)
+        .unwrap();
+    // The wait runs out: the leave runs on the primary, which the replica never hears of.
+    let gave_up = waiting.await.unwrap();
+    assert!(matches!(gave_up, Ok(None)), "{gave_up:?}");
+    let mut on_first = SentinelGroup::data_conn(first).expect("the primary answers");
+    assert!(
+        eventually(Duration::from_secs(2), || queue(&mut on_first, NAME)
+            .is_empty())
+        .await,
+        "the leave ran on the primary"
+    );
+    group.server(first).stop(); // SIGKILL
+    let second = group.wait_for_new_primary(first, Duration::from_secs(30));
+    let mut on_second = SentinelGroup::data_conn(second).expect("the new primary answers");
+    let promoted = Instant::now();
+    let left = eventually(Duration::from_secs(8), || {
+        queue(&mut on_second, NAME).is_empty() && deadlines(&mut on_second, NAME).is_empty()
+    })
+    .await;
+    assert!(
+        left,
+        "a place nobody leaves on the new primary: queue {:?} (holder {id}), deadlines (ms from \
+         now) {:?}",
+        queue(&mut on_second, NAME),
+        deadlines(&mut on_second, NAME)
+            .into_iter()
+            .map(|(h, d)| (h, d - epoch_ms()))
+            .collect::<Vec<_>>()
+    );
+    assert!(promoted.elapsed() < Duration::from_secs(8));
+    drop(held);
+    m.shutdown().await;
+}
+
 // JAVA-SIDE TEST BEGIN (uses Config::fair_lock_place_timeout)
 
 /// lockman's place timeout in the shared-queue test: refreshed every 200 ms.
