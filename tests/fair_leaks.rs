@@ -375,6 +375,58 @@ async fn a_leave_unacknowledged_by_a_replica_is_sent_again_through_a_failover() 
     m.shutdown().await;
 }
 
+/// Leak 5, with the API of before the place timeout (`fair_lock_wait_timeout` short, 300 ms):
+/// three waiters, two of them in one manager, behind a holder that holds for 3 s (renewed by a
+/// 1 s watchdog). Every waiter's place is kept, not only the manager's oldest waiter's: none is
+/// pruned and they are served in order. (tests/fair.rs has the same with a short place timeout:
+/// `live_waiters_keep_their_places_while_the_holder_holds_many_place_timeouts`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_local_waiter_keeps_its_place_with_a_short_wait_timeout() {
+    const NAME: &str = "leak5";
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = || {
+        Config::new(server.url())
+            .watchdog_timeout(Duration::from_secs(1))
+            .fair_lock_wait_timeout(Duration::from_millis(300))
+    };
+    let holder = manager(config()).await;
+    let (m1, m2) = (manager(config()).await, manager(config()).await);
+    let held = holder.fair_lock(NAME).acquire().await.unwrap();
+    let locks = [m1.fair_lock(NAME), m1.fair_lock(NAME), m2.fair_lock(NAME)];
+    let ids: Vec<String> = locks.iter().map(|l| l.holder_id()).collect();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (i, l) in locks.iter().enumerate() {
+        let (l, order) = (l.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = l.acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            g.release().await.unwrap();
+        }));
+        queue_becomes(&server, NAME, &ids[..=i], Duration::from_secs(2)).await;
+    }
+    // Sampled every 50 ms for 3 s: the queue stays as it was, every place ahead of now.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        let (q, d, now) = (queue(&mut raw, NAME), deadlines(&mut raw, NAME), epoch_ms());
+        assert_eq!(q, ids, "the queue changed (deadlines {d:?}, now {now})");
+        for id in &ids {
+            assert!(at(&d, id) > now, "{id}'s place expired: {d:?}, now {now}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    held.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .expect("served")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    assert!(queue(&mut raw, NAME).is_empty() && deadlines(&mut raw, NAME).is_empty());
+}
+
 // JAVA-SIDE TEST BEGIN (uses Config::fair_lock_place_timeout)
 
 /// lockman's place timeout in the shared-queue test: refreshed every 200 ms.
