@@ -82,7 +82,13 @@ async fn a_free_lock_goes_to_its_live_head_though_it_is_not_the_oldest_local_wai
         let l = older.clone();
         async move { l.acquire().await }
     });
-    queue_becomes(&server, NAME, &[o.clone()], Duration::from_secs(5)).await;
+    queue_becomes(
+        &server,
+        NAME,
+        std::slice::from_ref(&o),
+        Duration::from_secs(5),
+    )
+    .await;
     let wait_younger = tokio::spawn({
         let l = younger.clone();
         async move { l.acquire().await }
@@ -163,7 +169,13 @@ async fn a_single_try_of_a_clone_leaves_the_place_its_twin_queued() {
         let lock = lock.clone();
         async move { lock.try_acquire_for(Duration::from_millis(1_500)).await }
     });
-    queue_becomes(&server, NAME, &[id.clone()], Duration::from_secs(1)).await;
+    queue_becomes(
+        &server,
+        NAME,
+        std::slice::from_ref(&id),
+        Duration::from_secs(1),
+    )
+    .await;
     let d = deadlines(&mut raw, NAME);
     assert_eq!(d.len(), 1, "{d:?}");
     // Paused from about 0.5 s to 2.1 s: the wait (1.5 s) runs out meanwhile.
@@ -216,7 +228,13 @@ async fn clones_with_different_waits_leave_those_behind_their_own_wait() {
         let lock = lock.clone();
         async move { lock.try_acquire_for(Duration::from_secs(3)).await }
     });
-    queue_becomes(&server, NAME, &[id.clone()], Duration::from_secs(2)).await;
+    queue_becomes(
+        &server,
+        NAME,
+        std::slice::from_ref(&id),
+        Duration::from_secs(2),
+    )
+    .await;
     // The Java waiter joins behind (Redisson's tryLock(10 s, …)): its wait after the place ahead.
     let told = redisson::fair_try_lock(&mut java, NAME, JAVA, 30_000, JAVA_WAIT);
     assert!(told.is_some(), "the lock is held");
@@ -466,7 +484,13 @@ async fn a_java_waiter_shares_the_queue_through_a_kill_and_a_leave() {
         (CHILD_URL, &server.url()),
         "WAITING ",
     );
-    queue_becomes(&server, SHARED, &[dead.clone()], Duration::from_secs(5)).await;
+    queue_becomes(
+        &server,
+        SHARED,
+        std::slice::from_ref(&dead),
+        Duration::from_secs(5),
+    )
+    .await;
     let leaver = b.fair_lock(SHARED);
     let leaving = tokio::spawn({
         let l = leaver.clone();
