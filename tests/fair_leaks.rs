@@ -251,16 +251,25 @@ async fn clones_with_different_waits_leave_those_behind_their_own_wait() {
     assert!(short.await.unwrap().unwrap().is_none());
     assert!(!long.is_finished());
     assert_eq!(queue(&mut raw, NAME), vec![id.clone(), JAVA.to_owned()]);
+    let before = at(&deadlines(&mut raw, NAME), JAVA);
     long.abort(); // the holder's last waiter: its place is left
     let _ = long.await;
     queue_becomes(&server, NAME, &[JAVA.to_owned()], Duration::from_secs(2)).await;
-    let java_due = at(&deadlines(&mut raw, NAME), JAVA) - epoch_ms();
+    let after = at(&deadlines(&mut raw, NAME), JAVA);
+    let java_due = after - epoch_ms();
     // 10 s after the place ahead (at most 30 s + 3 s ahead, or the place timeout and 3 s on a
     // capped head), less the place's 3 s: between 7 s and 40 s ahead.
     assert!(
         (JAVA_WAIT - 3_000 - 500..=40_000).contains(&java_due),
         "the Java waiter's deadline is {java_due} ms from now (the place ahead of it was \
          {place_due} ms ahead after the second clone came back)"
+    );
+    // Exactly the place's 3 s back, from where the Java waiter was when the leave ran: at most
+    // one refresh of the place (every place timeout / 3) moved it on after it was read.
+    assert!(
+        (before - 3_000..=before - 1_000).contains(&after),
+        "the leave gave back {} ms",
+        before - after
     );
     assert!(
         place_due <= 40_000,
