@@ -107,15 +107,19 @@ async fn a_free_lock_goes_to_its_live_head_though_it_is_not_the_oldest_local_wai
         .zrem(format!("redisson_lock_timeout:{{{NAME}}}"), &o)
         .query(&mut raw)
         .unwrap();
-    // It queues again, behind the younger one (at its next attempt: a refresh, or its retry
-    // when the lease has about run out).
-    queue_becomes(
-        &server,
-        NAME,
-        &[y.clone(), o.clone()],
-        Duration::from_secs(6),
-    )
+    // It queues again, behind the younger one, at its next attempt: a refresh of the places
+    // (every place timeout / 3), else its retry when the lease has about run out, when the
+    // younger one may be served at once (then the queue is never seen so).
+    let requeued = eventually(Duration::from_secs(6), || {
+        queue(&mut raw, NAME) == [y.clone(), o.clone()] || wait_younger.is_finished()
+    })
     .await;
+    assert!(
+        requeued,
+        "queue {:?}, deadlines {:?}",
+        queue(&mut raw, NAME),
+        deadlines(&mut raw, NAME)
+    );
     let g = tokio::time::timeout_at((free + Duration::from_secs(4)).into(), wait_younger)
         .await
         .unwrap_or_else(|_| {
