@@ -2,8 +2,8 @@
 //! Redis queue that no waiter of this process uses or leaves, a free lock whose live head is
 //! never tried, deadlines skewed behind a holder's clones. Lost replies are lost for real (the
 //! server paused with `CLIENT PAUSE` past the response time-out), dead waiters are child
-//! processes killed with SIGKILL, and the Java side plays Redisson's own fair scripts
-//! (`support::redisson`). Each test reads the queue (`redisson_lock_queue:{name}`) and the
+//! processes killed with SIGKILL, and the Java side is played from Redisson's fair-lock wire
+//! rules (`support::redisson`). Each test reads the queue (`redisson_lock_queue:{name}`) and the
 //! deadlines (`redisson_lock_timeout:{name}`) as Redis has them.
 
 mod support;
@@ -209,15 +209,20 @@ async fn a_single_try_of_a_clone_leaves_the_place_its_twin_queued() {
 /// Leak 4: clones of one handle with different waits (`try_acquire_for(3 s)` first, then
 /// `acquire()`), a Redisson waiter queued behind their place with a 10 s wait. Both clones end
 /// without the lock (the one with the long wait last, cancelled): the place's leave gives those
-/// behind it back the wait the place was made with, so the Java waiter keeps its place about
-/// `10 s + the place ahead − 3 s` ahead, never in the past (the old code moved the place on by
-/// the second clone's 300 s wait at its come-back, left with 300 s and so put the Java waiter's
-/// deadline about 4 minutes in the past: pruned, a live waiter).
+/// behind it back the wait the place was made with — one place wait per manager,
+/// `min(fair_lock_wait_timeout, fair_lock_place_timeout)`, 5 s here, whatever the clones' own
+/// waits — so the Java waiter keeps its place about `10 s + the place ahead − 5 s` ahead, never
+/// in the past (the old code moved the place on by the second clone's 300 s wait at its
+/// come-back, left with 300 s and so put the Java waiter's deadline about 4 minutes in the past:
+/// pruned, a live waiter).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clones_with_different_waits_leave_those_behind_their_own_wait() {
     const NAME: &str = "leak4";
     const JAVA: &str = "java-client:4";
     const JAVA_WAIT: i64 = 10_000;
+    // Every place of a manager waits min(fair_lock_wait_timeout, fair_lock_place_timeout): the
+    // defaults, 300 s and 5 s.
+    const PLACE: i64 = 5_000;
     let server = RedisServer::start();
     let mut raw = server.conn();
     let mut java = server.conn();
@@ -261,17 +266,17 @@ async fn clones_with_different_waits_leave_those_behind_their_own_wait() {
     queue_becomes(&server, NAME, &[JAVA.to_owned()], Duration::from_secs(2)).await;
     let after = at(&deadlines(&mut raw, NAME), JAVA);
     let java_due = after - epoch_ms();
-    // 10 s after the place ahead (at most 30 s + 3 s ahead, or the place timeout and 3 s on a
-    // capped head), less the place's 3 s: between 7 s and 40 s ahead.
+    // 10 s after the place ahead (at most 30 s + 5 s ahead, or the place timeout and 5 s on a
+    // capped head), less the place's 5 s: between 5 s and 40 s ahead.
     assert!(
-        (JAVA_WAIT - 3_000 - 500..=40_000).contains(&java_due),
+        (JAVA_WAIT - PLACE - 500..=40_000).contains(&java_due),
         "the Java waiter's deadline is {java_due} ms from now (the place ahead of it was \
          {place_due} ms ahead after the second clone came back)"
     );
-    // Exactly the place's 3 s back, from where the Java waiter was when the leave ran: at most
+    // Exactly the place's 5 s back, from where the Java waiter was when the leave ran: at most
     // one refresh of the place (every place timeout / 3) moved it on after it was read.
     assert!(
-        (before - 3_000..=before - 1_000).contains(&after),
+        (before - PLACE..=before - PLACE + 2_000).contains(&after),
         "the leave gave back {} ms",
         before - after
     );
