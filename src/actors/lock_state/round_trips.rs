@@ -316,13 +316,12 @@ impl LockState {
         *self.places.entry(holder.clone()).or_insert(wait)
     }
 
-    /// Arms the places' refresh, a third of the place timeout from now.
+    /// Arms the places' refresh, a third of the places' wait from now (the place timeout,
+    /// or a shorter fair wait timeout: a place must be refreshed before its wait runs out).
     pub(super) fn arm_refresh(&mut self) {
         self.refresh_armed = true;
-        self.out.push(Effect::Arm(
-            Timer::Refresh,
-            self.settings.fair_place_timeout / 3,
-        ));
+        let place_wait = (self.settings.fair_wait_timeout).min(self.settings.fair_place_timeout);
+        self.out.push(Effect::Arm(Timer::Refresh, place_wait / 3));
     }
 
     /// A refresh's reply: the head of a free lock, if it is a holder here, takes its turn, and

@@ -619,3 +619,27 @@ fn a_leave_lost_in_a_failover_is_sent_again_when_pub_sub_comes_back() {
     );
     assert!(s.is_waiting(other));
 }
+
+/// A fair wait timeout shorter than the place timeout makes every place that short: the refresh
+/// comes a third of it after, so a live place is refreshed before it runs out.
+#[test]
+fn a_short_fair_wait_timeout_refreshes_the_places_that_much_sooner() {
+    let t0 = Instant::now();
+    let mut redis = Redis::new(false);
+    let op = elsewhere("x", Duration::from_secs(30), Duration::from_secs(300));
+    redis.run(&op, t0);
+    let short = Settings {
+        fair_wait_timeout: Duration::from_millis(300),
+        ..settings()
+    };
+    let mut s = LockState::new(LockKind::Fair, "n".into(), short, t0);
+    s.request(fair_req("a", Wait::Forever), t0);
+    let fx = run_all(&mut s, &mut redis, t0);
+    assert!(
+        fx.iter().any(|e| matches!(
+            e,
+            Effect::Arm(Timer::Refresh, d) if *d == Duration::from_millis(100)
+        )),
+        "{fx:?}"
+    );
+}
