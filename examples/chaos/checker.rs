@@ -54,7 +54,7 @@ use redis::Script;
 /// semaphore's permits (how many `s` holds may be inside at once; 0 for other kinds).
 /// A permit's entry is a violation when the semaphore's permits are all inside already, and it
 /// is unexplained when at least that many of those inside (and the entry itself) have no
-/// excuse.
+/// excuse. The entries of a worker marked `dead` (killed by the runner) meet nobody.
 /// Reply: {cause, fenced write accepted (1/0), the checker's clock at entry (µs, as text)},
 /// cause 0 none, 1 pause, 2 restart, 3 unexplained.
 ///
@@ -102,6 +102,12 @@ for _, occ in ipairs(KEYS) do
         local clash = mode == 'x' or omode == 'x' or mode == 'w' or omode == 'w'
         if mode == 's' and omode == 's' then
             clash = full
+        end
+        -- A worker the runner killed is marked dead before the kill: its entries are gone with
+        -- it, though the runner forgets them only once the process is reaped (on a loaded
+        -- machine, after its hold may have expired and been taken).
+        if redis.call('sismember', 'dead', oworker) == 1 then
+            clash = false
         end
         if clash then
             local why = 3
