@@ -593,6 +593,15 @@ fn table() -> Vec<Row> {
             }
         ),
         row!(
+            "fair lock wait timeout 1 ms under the place minimum",
+            Invalid,
+            "every place waits at most this long and is refreshed every third of it",
+            |env| {
+                let timeout = lockman::MIN_FAIR_LOCK_PLACE_TIMEOUT - Duration::from_millis(1);
+                start(env.config().fair_lock_wait_timeout(timeout)).await
+            }
+        ),
+        row!(
             "database index out of range",
             Connect,
             "SELECT fails when connecting",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, eventually};
+use support::{RedisServer, eventually, redisson};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -481,16 +481,10 @@ async fn a_java_waiter_behind_a_refreshed_place_keeps_its_wait_after_it() {
     );
     let java = "java-client:1".to_owned();
     let ahead = deadlines(&mut raw, "java-behind")[0].1;
-    let _: () = redis::pipe()
-        .atomic()
-        .rpush("redisson_lock_queue:{java-behind}", &java)
-        .zadd(
-            "redisson_lock_timeout:{java-behind}",
-            &java,
-            ahead + JAVA_WAIT,
-        )
-        .query(&mut raw)
-        .unwrap();
+    // Joined in one script (Redisson's tryLock attempt): read-then-write from here would race a
+    // refresh moving the place ahead on in between.
+    let busy = redisson::fair_try_lock(&mut raw, "java-behind", &java, 30_000, JAVA_WAIT);
+    assert!(busy.is_some(), "the lock is held");
     // Many refreshes (every place / 3) and at least one come-back later.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(queue(&mut raw, "java-behind"), [id.clone(), java.clone()]);

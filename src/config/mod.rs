@@ -32,8 +32,8 @@ pub const DEFAULT_CONTENTION_TOP_K: usize = 20;
 pub(crate) const MAX_EXPIRY: Duration = Duration::from_millis(1 << 53);
 /// The shortest [`Config::watchdog_timeout`] accepted: renewal runs every third of it.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
-/// The shortest [`Config::fair_lock_place_timeout`] accepted: a place is refreshed every third
-/// of it, so it must outlive a refresh period plus the refresh's round trip and the scheduling
+/// The shortest [`Config::fair_lock_place_timeout`] (and [`Config::fair_lock_wait_timeout`])
+/// accepted: a place is refreshed every third of its wait, so it must outlive a refresh period plus the refresh's round trip and the scheduling
 /// delays of a busy process. At 100 ms a refresh may come up to about 66 ms late (more than a
 /// round trip across a region) before a live waiter's place expires; below it, one pause of the
 /// process loses places, and each lock with queued waiters runs 30 refreshes a second or more.
@@ -353,6 +353,9 @@ impl Config {
     /// of a handle, and must serve the one that waits longest (a waiter that gives up earlier
     /// leaves the queue, and takes off the deadlines behind what its place added).
     ///
+    /// At least [`MIN_FAIR_LOCK_PLACE_TIMEOUT`] (100 ms): a place is refreshed every third of
+    /// its wait.
+    ///
     /// Default: [`DEFAULT_FAIR_LOCK_WAIT_TIMEOUT`] (300 s, Redisson's, so the place timeout
     /// decides).
     pub fn fair_lock_wait_timeout(mut self, timeout: Duration) -> Self {
@@ -362,8 +365,8 @@ impl Config {
 
     /// The longest wait `K` lockman gives its own places in a fair lock's queue: a place is
     /// kept `min(fair_lock_wait_timeout, K)` after its turn came (whatever wait time its caller
-    /// gave), and each lock actor with queued waiters refreshes all its
-    /// places every `K/3` in one script (protocol.md, "Places kept alive"). A live waiter
+    /// gave), and each lock actor with queued waiters refreshes all its places every third of
+    /// that in one script (protocol.md, "Places kept alive"). A live waiter
     /// keeps its place however long it waits; a place whose process died (killed, or a manager
     /// dropped without [`shutdown`](crate::LockManager::shutdown)) or whose leave was lost in a
     /// failover stops walling the queue within about `2K`, whatever the caller's wait. Longer
@@ -371,9 +374,9 @@ impl Config {
     /// meanwhile queues again at the tail); much longer only delays the queue behind dead
     /// places.
     ///
-    /// At least [`MIN_FAIR_LOCK_PLACE_TIMEOUT`] (100 ms); keep it well above the round trip to
-    /// Redis (a refresh later than two thirds of it loses the place, and its waiter queues again
-    /// at the tail).
+    /// At least [`MIN_FAIR_LOCK_PLACE_TIMEOUT`] (100 ms), as is `fair_lock_wait_timeout`; keep
+    /// both well above the round trip to Redis (a refresh later than two thirds of a place's wait
+    /// loses the place, and its waiter queues again at the tail).
     ///
     /// Default: [`DEFAULT_FAIR_LOCK_PLACE_TIMEOUT`] (5 s).
     pub fn fair_lock_place_timeout(mut self, timeout: Duration) -> Self {
@@ -578,16 +581,18 @@ impl Config {
                 return Err(LockError::invalid(what, "must be greater than zero"));
             }
         }
-        if self.fair_lock_place_timeout < MIN_FAIR_LOCK_PLACE_TIMEOUT {
-            // Refreshed every third of it: a place must outlive a refresh period and its round
-            // trip.
-            return Err(LockError::invalid(
-                "fair lock place timeout",
-                format!(
-                    "{:?} is below the minimum {MIN_FAIR_LOCK_PLACE_TIMEOUT:?}",
-                    self.fair_lock_place_timeout
-                ),
-            ));
+        // A place waits the smaller of the two and is refreshed every third of it: it must
+        // outlive a refresh period and its round trip.
+        for (what, value) in [
+            ("fair lock place timeout", self.fair_lock_place_timeout),
+            ("fair lock wait timeout", self.fair_lock_wait_timeout),
+        ] {
+            if value < MIN_FAIR_LOCK_PLACE_TIMEOUT {
+                return Err(LockError::invalid(
+                    what,
+                    format!("{value:?} is below the minimum {MIN_FAIR_LOCK_PLACE_TIMEOUT:?}"),
+                ));
+            }
         }
         if self.fair_lock_place_timeout > MAX_EXPIRY {
             return Err(LockError::invalid(

@@ -1,6 +1,7 @@
 -- Fair lock (lockman): keeps this client's places alive (protocol.md, "Fair lock", "Places kept
--- alive"). Sent by a lock actor with queued waiters every third of the place timeout, so that a
--- place whose process died expires within about two place timeouts.
+-- alive"). Sent by a lock actor with queued waiters every third of its places' wait (the place
+-- timeout, or a shorter fair wait timeout), so that a place whose process died expires within
+-- about two place timeouts.
 -- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set);
 -- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
 -- ARGV[1]: the place timeout in ms (the cap on the lock's PTTL for the head's base); ARGV[2]: the

@@ -212,10 +212,14 @@ impl LockActor {
     /// `do_send` request's leaving adds behind them, in order).
     fn resume(&mut self, ctx: &mut Context<Self>) {
         self.adopt(ctx, true);
-        let held = std::mem::take(&mut self.held);
-        for effect in held {
+        // Drained from the buffer kept between events (`effects`, empty between events), so
+        // that neither buffer is allocated again per contended request.
+        let mut held = std::mem::take(&mut self.effects);
+        std::mem::swap(&mut held, &mut self.held);
+        for effect in held.drain(..) {
             self.effect(effect, ctx);
         }
+        self.effects = held;
         self.apply(ctx);
     }
 

@@ -8,7 +8,7 @@ use actix::prelude::*;
 use super::{AcquireTx, LockActor};
 use crate::actors::lock_state::Timer;
 use crate::actors::name::WaiterId;
-use crate::actors::name::crowd::{Crowd, Crowded};
+use crate::actors::name::crowd::{Caller, Crowd, Crowded};
 
 impl Crowded for LockActor {
     type Reply = AcquireTx;
@@ -33,6 +33,12 @@ impl LockActor {
         let Some((caller, kind, since)) = self.waiting.remove(&id) else {
             return;
         };
+        // A watch for a caller whose reply sender is still on its way is held back until it
+        // is here (see `Handed`).
+        debug_assert!(
+            !matches!(caller, Caller::Coming),
+            "watch before the sender came"
+        );
         let caller = self.crowd.watch(id, caller, ctx);
         self.waiting.insert(id, (caller, kind, since));
         // A watched caller is one that waits: its first attempt found the lock taken.

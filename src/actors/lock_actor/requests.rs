@@ -16,7 +16,8 @@ use crate::protocol::LockKind;
 ///
 /// A lock taken with `lease: None` is renewed by the watchdog while held; one taken with a lease
 /// expires by itself after it. Dropping the reply (or the request) never leaks a hold: a grant
-/// that reaches nobody releases the lock.
+/// that reaches nobody releases the lock. So an `Acquire` sent with `do_send` (no reply) may
+/// take the lock for a round trip and release it at once: send it with `send`.
 #[derive(Clone, Debug, Message)]
 #[rtype(result = "Result<Option<Grant>, LockError>")]
 pub struct Acquire {

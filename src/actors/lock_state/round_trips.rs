@@ -356,10 +356,14 @@ impl LockState {
     pub(super) fn left(&mut self, holder: Arc<str>, wait: Duration, res: Result<bool, LockError>) {
         let error = match res {
             Ok(queued) => {
-                if self.leaving.remove(&holder).is_some() {
+                // A leave sent again (its first reply lost) may find the place gone because
+                // its first run removed it: remembered too, so that a failover that brings the
+                // place back sends it again.
+                let resent = self.leaving.remove(&holder).is_some();
+                if resent {
                     self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
                 }
-                if queued && !self.places.contains_key(&holder) {
+                if (queued || resent) && !self.places.contains_key(&holder) {
                     self.remember_leave(holder, wait);
                 }
                 return;
