@@ -16,6 +16,9 @@
 //!   reached, got in.
 //! - `paused:<worker>`: set by the runner while that worker is frozen (a time far ahead), then
 //!   to the checker's clock when it woke, for one lease more.
+//! - `beats`, `stalls:<worker>`, `stall_ms`: each worker's last beat and the times its process
+//!   stood still without the runner freezing it (see [`BEAT`]); a hold whose process stood
+//!   still is excused as a frozen one is (`excused:stall`).
 //! - `excused:pause`, `excused:restart`, `excused:failover`: the holds a fault excused (see
 //!   [`ENTER`]); `violation_by_fault`: entries that met another hold, by the fault explaining it.
 //! - `idle`: workers whose tasks are done and whose managers still run; `release`: set by the
@@ -78,6 +81,18 @@ local function frozen(w, began)
     local wake = redis.call('get', 'paused:' .. w)
     return wake and began < tonumber(wake)
 end
+-- Whether worker `w`'s process stood still (its beat stopped for `stall_ms` or more, see
+-- [`BEAT`]) since `began`, or stands still now: a stall the runner did not inject (a starved
+-- process on a loaded machine), which can outlast the hold's lease as a freeze does.
+local function stalled(w, began)
+    local limit = tonumber(redis.call('get', 'stall_ms') or '0')
+    if limit <= 0 then return false end
+    if redis.call('zcount', 'stalls:' .. w, began, '+inf') > 0 then return true end
+    local last = tonumber(redis.call('hget', 'beats', w) or '0')
+    local t = redis.call('time')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    return last > 0 and now - last >= limit
+end
 -- The fault that ended epoch `e`: what a hold taken at `e` may have been lost to.
 local function ended(e)
     return redis.call('hget', epoch_key .. ':fault', e + 1) or 'unknown'
@@ -117,6 +132,12 @@ for _, occ in ipairs(KEYS) do
             elseif frozen(oworker, tonumber(ostarted)) then
                 why = 1
                 redis.call('sadd', 'excused:pause', inside[j])
+            elseif stalled(worker, started) then
+                why = 1
+                redis.call('sadd', 'excused:stall', hold)
+            elseif stalled(oworker, tonumber(ostarted)) then
+                why = 1
+                redis.call('sadd', 'excused:stall', inside[j])
             elseif tonumber(oepoch) < epoch then
                 why = 2
                 loss = ended(tonumber(oepoch))
@@ -281,6 +302,28 @@ end
 return out
 "#;
 
+/// A worker's beat, every [`BEAT_EVERY`]: when the last one is `stall_ms` or more ago (the
+/// checker's clock), the worker's process stood still meanwhile, and the stall is logged
+/// (`stalls:<worker>`, score its end, member its start; `counts` `stalls`). ARGV: the worker,
+/// `stall_ms` (kept for [`ENTER`]).
+const BEAT: &str = r#"
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local last = tonumber(redis.call('hget', 'beats', ARGV[1]) or now)
+-- A freeze the runner injected (`paused:<worker>`, set before it and kept a lease after) is
+-- not a stall: it is excused as a freeze.
+if now - last >= tonumber(ARGV[2]) and redis.call('exists', 'paused:' .. ARGV[1]) == 0 then
+    redis.call('zadd', 'stalls:' .. ARGV[1], now, last)
+    redis.call('hincrby', 'counts', 'stalls', 1)
+end
+redis.call('hset', 'beats', ARGV[1], now)
+redis.call('set', 'stall_ms', ARGV[2])
+return 0
+"#;
+
+/// How often a worker beats (see [`BEAT`]).
+pub const BEAT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Each script, hashed once (EVALSHA by redis-rs, loaded on first use).
 pub static ENTER_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{FENCE}{ENTER}")));
@@ -294,6 +337,7 @@ pub static LEADER_WRITE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub static WAIT_BEGIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_BEGIN));
 pub static WAIT_END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_END));
 pub static LIVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIVE));
+pub static BEAT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(BEAT));
 
 /// A leader leaves office: its exit (as [`EXIT`]) and its term logged. KEYS: the `occ:` key.
 /// ARGV: the hold, the election's name, why it left.

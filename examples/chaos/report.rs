@@ -151,6 +151,7 @@ pub fn print_table(s: &Value) {
     for (k, v) in s["excused_holds"].as_object().into_iter().flatten() {
         row(&format!("holds excused: {k}"), v);
     }
+    row("process stalls (not injected)", &s["process_stalls"]);
     for b in s["bounds"].as_array().into_iter().flatten() {
         let what = b["what"].as_str().unwrap_or("?");
         row(&format!("{what} (bound {})", b["bound"]), &b["count"]);

@@ -752,7 +752,7 @@ impl Runner {
             violations.insert(cause, n);
         }
         let mut excused = BTreeMap::new();
-        for cause in ["pause", "restart", "failover"] {
+        for cause in ["pause", "restart", "failover", "stall"] {
             let n = redis::cmd("SCARD")
                 .arg(format!("excused:{cause}"))
                 .query(&mut conn);
@@ -801,7 +801,7 @@ impl Runner {
             &acquire_errors,
             &release_errors,
             lost,
-            &excused,
+            (&excused, get("stalls")),
         );
         let within = bounds.iter().all(|b| b["within"] == Value::Bool(true));
         // Faults were tried and none could be injected: the run saw no fault at all, and a
@@ -854,6 +854,9 @@ impl Runner {
                 (k.name(), n)
             }).collect::<BTreeMap<_, _>>(),
             "excused_holds": excused,
+            // Workers' processes that stood still half a lease or more without being frozen
+            // (a loaded machine): their holds meeting others are excused as frozen ones are.
+            "process_stalls": get("stalls"),
             "fenced_writes": {
                 "accepted": get("fenced_write:accepted"),
                 "refused_frozen_holder": get("fenced_write:refused_frozen"),
@@ -931,6 +934,8 @@ impl Runner {
     /// - holds excused by a freeze: at most one per task or candidate of the frozen worker, per
     ///   freeze (each has one hold or lead at a time, and only those begun before the wake are
     ///   excused);
+    /// - holds excused by a process stall (a worker's beat stopped for half a lease or more
+    ///   without a freeze): as by a freeze, per stall;
     /// - holds excused by a data loss: at most one per task or candidate of the run, per
     ///   restart that lost the data (`restart-empty`, `redlock-majority`); holds excused by a
     ///   failover are what
@@ -944,8 +949,9 @@ impl Runner {
     /// - acquire errors, release errors and holds lost: at most 10 more per task per failover
     ///   or reshard (the deployment is away for seconds; a task tries again 50 ms after an
     ///   error);
-    /// - release errors: at most 2 per task per fault of any server;
-    /// - holds lost: at most one per task per fault (a fault ends at most every task's hold);
+    /// - release errors: at most 2 per task per fault of any server or process stall;
+    /// - holds lost: at most one per task per fault or process stall (a fault ends at most
+    ///   every task's hold);
     /// - time-outs: at most a third of each kind's attempts; half for the fair lock, whose
     ///   queue keeps the place of a killed or frozen waiter until the fair wait timeout, so
     ///   that every waiter behind it waits too.
@@ -960,7 +966,7 @@ impl Runner {
         acquire_errors: &BTreeMap<&'static str, u64>,
         release_errors: &BTreeMap<&'static str, u64>,
         lost: u64,
-        excused: &BTreeMap<&'static str, u64>,
+        (excused, stalls): (&BTreeMap<&'static str, u64>, u64),
     ) -> Vec<Value> {
         let tasks = self.options.workers as u64 * TASKS;
         // Lock takers and candidates: each has one hold (or lead) at a time to excuse.
@@ -980,13 +986,20 @@ impl Runner {
             .map(|f| fault(f.name()))
             .sum::<u64>();
         let red_faults = fault("redlock-minority") + fault("redlock-majority");
-        let all_faults = Fault::ALL.iter().map(|f| fault(f.name())).sum::<u64>();
+        // A process that stood still half a lease (not injected) does to its own tasks what a
+        // freeze does: counted as a fault here.
+        let all_faults = Fault::ALL.iter().map(|f| fault(f.name())).sum::<u64>() + stalls;
         let row = |what: String, count: u64, bound: u64| json!({ "what": what, "count": count, "bound": bound, "within": count <= bound });
         let mut rows = vec![
             row(
                 "holds excused by a freeze".into(),
                 excused["pause"],
                 (TASKS + LEADER_NAMES) * fault("stop-holder"),
+            ),
+            row(
+                "holds excused by a process stall (not injected)".into(),
+                excused["stall"],
+                (TASKS + LEADER_NAMES) * stalls,
             ),
             row(
                 "holds excused by a data loss".into(),

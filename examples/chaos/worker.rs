@@ -153,6 +153,23 @@ async fn run(args: Args) {
         .get_multiplexed_async_connection_with_config(&patient)
         .await
         .expect("checker");
+    // The process's beat: a stall of half a lease or more (a starved process on a loaded
+    // machine) can let a hold expire unrenewed, as a freeze does; the checker excuses it.
+    tokio::spawn({
+        let (mut checker, worker) = (checker.clone(), args.id);
+        let stall_ms = (settings.lease / 2).as_millis() as u64;
+        async move {
+            let mut beat = tokio::time::interval(checker::BEAT_EVERY);
+            loop {
+                beat.tick().await;
+                let _: Result<i64, _> = checker::BEAT_SCRIPT
+                    .arg(worker)
+                    .arg(stall_ms)
+                    .invoke_async(&mut checker)
+                    .await;
+            }
+        }
+    });
     let ctx = |task| Ctx {
         worker: args.id,
         task,
