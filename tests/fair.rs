@@ -501,6 +501,55 @@ async fn a_java_waiter_behind_a_refreshed_place_keeps_its_wait_after_it() {
     assert_eq!(got, id);
 }
 
+/// A dead place at the head of `name`'s queue (the lock free), 60 s ahead for now.
+fn queue_a_dead_head(raw: &mut redis::Connection, name: &str) -> &'static str {
+    let dead = "dead-client:1";
+    let _: () = redis::pipe()
+        .atomic()
+        .rpush(format!("redisson_lock_queue:{{{name}}}"), dead)
+        .zadd(
+            format!("redisson_lock_timeout:{{{name}}}"),
+            dead,
+            epoch_ms() + 60_000,
+        )
+        .query(raw)
+        .unwrap();
+    dead
+}
+
+/// Waits until `name`'s queue holds `n` places.
+async fn queue_reaches(server: &RedisServer, name: &str, n: usize) {
+    let mut raw = server.conn();
+    assert!(
+        eventually(Duration::from_secs(5), || queue(&mut raw, name).len() == n).await,
+        "{:?}",
+        queue(&mut raw, name)
+    );
+}
+
+/// Every message on `name`'s waiter channels (`pubsub` subscribed by `watch_waiter_channels`)
+/// until none comes for 200 ms, as (channel, payload).
+fn messages(pubsub: &mut redis::PubSub) -> Vec<(String, String)> {
+    let mut messages = Vec::new();
+    while let Ok(m) = pubsub.get_message() {
+        messages.push((
+            m.get_channel_name().to_owned(),
+            m.get_payload::<String>().unwrap(),
+        ));
+    }
+    messages
+}
+
+/// Subscribes `pubsub` to every waiter channel of `name`, reads timing out after 200 ms.
+fn watch_waiter_channels(pubsub: &mut redis::PubSub, name: &str) {
+    pubsub
+        .psubscribe(format!("redisson_lock__channel:{{{name}}}*"))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+}
+
 /// A refresh whose prune drops the dead head of a free lock wakes the new head, another
 /// manager's waiter, on its own channel at once (one message), as a release would: it takes the
 /// lock well within its own retry (the busy reply's 60 s) and its own refresh period (10 s).
@@ -519,54 +568,22 @@ async fn a_refresh_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_waite
     )
     .await
     .unwrap();
-    // A dead place at the head of a free lock, 60 s ahead for now.
-    let dead = "dead-client:1";
-    let _: () = redis::pipe()
-        .atomic()
-        .rpush("redisson_lock_queue:{prune-wake}", dead)
-        .zadd(
-            "redisson_lock_timeout:{prune-wake}",
-            dead,
-            epoch_ms() + 60_000,
-        )
-        .query(&mut raw)
-        .unwrap();
+    let dead = queue_a_dead_head(&mut raw, "prune-wake");
     let next = slow.fair_lock("prune-wake");
     let next_id = next.holder_id();
     let waiter = tokio::spawn(async move { next.acquire().await });
-    assert!(
-        eventually(Duration::from_secs(5), || queue(
-            &mut server.conn(),
-            "prune-wake"
-        )
-        .len()
-            == 2)
-        .await
-    );
+    queue_reaches(&server, "prune-wake", 2).await;
     let behind = refresher.fair_lock("prune-wake");
     let behind_id = behind.holder_id();
     let behind_task = tokio::spawn(async move { behind.acquire().await });
-    assert!(
-        eventually(Duration::from_secs(5), || queue(
-            &mut server.conn(),
-            "prune-wake"
-        )
-        .len()
-            == 3)
-        .await
-    );
+    queue_reaches(&server, "prune-wake", 3).await;
     assert_eq!(
         queue(&mut raw, "prune-wake"),
         [dead.to_owned(), next_id.clone(), behind_id.clone()]
     );
     let mut sub = server.client().get_connection().unwrap();
     let mut pubsub = sub.as_pubsub();
-    pubsub
-        .psubscribe("redisson_lock__channel:{prune-wake}*")
-        .unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    watch_waiter_channels(&mut pubsub, "prune-wake");
     // The dead place expires in 100 ms: the refresher's next refresh (every 100 ms) prunes it.
     let _: () = raw
         .zadd("redisson_lock_timeout:{prune-wake}", dead, epoch_ms() + 100)
@@ -580,15 +597,8 @@ async fn a_refresh_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_waite
     let took = expired.elapsed();
     assert!(took < Duration::from_millis(1_500), "{took:?}");
     assert_eq!(g.holder_id(), next_id);
-    let mut messages = Vec::new();
-    while let Ok(m) = pubsub.get_message() {
-        messages.push((
-            m.get_channel_name().to_owned(),
-            m.get_payload::<String>().unwrap(),
-        ));
-    }
     assert_eq!(
-        messages,
+        messages(&mut pubsub),
         [(
             format!("redisson_lock__channel:{{prune-wake}}:{next_id}"),
             "0".to_owned()
@@ -618,37 +628,14 @@ async fn an_acquire_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_wait
     .await
     .unwrap();
     let prober = manager(&server).await;
-    let dead = "dead-client:1";
-    let _: () = redis::pipe()
-        .atomic()
-        .rpush("redisson_lock_queue:{acquire-wake}", dead)
-        .zadd(
-            "redisson_lock_timeout:{acquire-wake}",
-            dead,
-            epoch_ms() + 60_000,
-        )
-        .query(&mut raw)
-        .unwrap();
+    let dead = queue_a_dead_head(&mut raw, "acquire-wake");
     let next = slow.fair_lock("acquire-wake");
     let next_id = next.holder_id();
     let waiter = tokio::spawn(async move { next.acquire().await });
-    assert!(
-        eventually(Duration::from_secs(5), || queue(
-            &mut server.conn(),
-            "acquire-wake"
-        )
-        .len()
-            == 2)
-        .await
-    );
+    queue_reaches(&server, "acquire-wake", 2).await;
     let mut sub = server.client().get_connection().unwrap();
     let mut pubsub = sub.as_pubsub();
-    pubsub
-        .psubscribe("redisson_lock__channel:{acquire-wake}*")
-        .unwrap();
-    pubsub
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    watch_waiter_channels(&mut pubsub, "acquire-wake");
     let _: () = raw
         .zadd(
             "redisson_lock_timeout:{acquire-wake}",
@@ -674,15 +661,8 @@ async fn an_acquire_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_wait
         .unwrap();
     let took = pruned.elapsed();
     assert!(took < Duration::from_millis(1_500), "{took:?}");
-    let mut messages = Vec::new();
-    while let Ok(m) = pubsub.get_message() {
-        messages.push((
-            m.get_channel_name().to_owned(),
-            m.get_payload::<String>().unwrap(),
-        ));
-    }
     assert_eq!(
-        messages,
+        messages(&mut pubsub),
         [(
             format!("redisson_lock__channel:{{acquire-wake}}:{next_id}"),
             "0".to_owned()
