@@ -4,33 +4,17 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
+use support::fair::{deadlines, epoch_ms, queue};
 use support::{RedisServer, eventually, redisson};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
         .await
         .expect("manager starts")
-}
-
-fn queue(raw: &mut redis::Connection, name: &str) -> Vec<String> {
-    raw.lrange(format!("redisson_lock_queue:{{{name}}}"), 0, -1)
-        .unwrap()
-}
-
-fn deadlines(raw: &mut redis::Connection, name: &str) -> Vec<(String, i64)> {
-    raw.zrange_withscores(format!("redisson_lock_timeout:{{{name}}}"), 0, -1)
-        .unwrap()
-}
-
-fn epoch_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test]

@@ -9,24 +9,15 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
+use support::fair::{deadlines, epoch_ms, queue};
 use support::{RedisServer, eventually, redisson};
 
 async fn manager(config: Config) -> LockManager {
     LockManager::start(config).await.expect("manager starts")
-}
-
-fn queue(raw: &mut redis::Connection, name: &str) -> Vec<String> {
-    raw.lrange(format!("redisson_lock_queue:{{{name}}}"), 0, -1)
-        .unwrap()
-}
-
-fn deadlines(raw: &mut redis::Connection, name: &str) -> Vec<(String, i64)> {
-    raw.zrange_withscores(format!("redisson_lock_timeout:{{{name}}}"), 0, -1)
-        .unwrap()
 }
 
 /// `holder`'s deadline in `d`.
@@ -35,13 +26,6 @@ fn at(d: &[(String, i64)], holder: &str) -> i64 {
         .find(|(h, _)| h == holder)
         .map(|(_, at)| *at)
         .unwrap_or_else(|| panic!("{holder} has no deadline: {d:?}"))
-}
-
-fn epoch_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Waits until the queue of `name` is `want`, at most `limit`; panics with what it is.
@@ -463,8 +447,6 @@ async fn every_local_waiter_keeps_its_place_with_a_short_wait_timeout() {
     assert!(queue(&mut raw, NAME).is_empty() && deadlines(&mut raw, NAME).is_empty());
 }
 
-// JAVA-SIDE TEST BEGIN (uses Config::fair_lock_place_timeout)
-
 /// lockman's place timeout in the shared-queue test: refreshed every 200 ms.
 const PLACE: Duration = Duration::from_millis(600);
 const CHILD_URL: &str = "LOCKMAN_TEST_FAIR_LEAKS_CHILD_URL";
@@ -611,5 +593,3 @@ async fn a_java_waiter_shares_the_queue_through_a_kill_and_a_leave() {
     assert!(deadlines(&mut raw, SHARED).is_empty());
     assert!(!raw.exists::<_, bool>(SHARED).unwrap());
 }
-
-// JAVA-SIDE TEST END

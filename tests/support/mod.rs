@@ -12,6 +12,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod fair;
 pub mod redisson;
 pub mod sentinel;
 
