@@ -220,11 +220,6 @@ impl LockState {
             lease: req.lease,
             wait,
             since: now,
-            // The manager's, never the caller's own wait (see `places`).
-            fair_wait: self
-                .settings
-                .fair_wait_timeout
-                .min(self.settings.fair_place_timeout),
             watched: false,
         });
         self.set_busy();

@@ -264,19 +264,14 @@ impl LockState {
         let expect = Expect::count(self.holds.get(&key).map_or(0, |h| h.count));
         let seq = self.next_seq();
         let w = self.waiters.get(id)?;
-        let (holder, fair_wait, queues) = (
-            w.holder.clone(),
-            w.fair_wait,
-            w.kind.is_fair() && w.may_wait(),
-        );
+        let (holder, queues) = (w.holder.clone(), w.kind.is_fair() && w.may_wait());
         // A fair attempt that may wait can queue its holder, even one whose reply is lost: from
         // now on its holder has a place, left when its last waiter ends without the lock
         // (leaving when not queued changes nothing). A place being left is taken over.
-        let place = queues.then(|| self.take_place(&holder, fair_wait));
-        let place_wait = place
-            .or_else(|| self.places.get(&holder).copied())
-            .or_else(|| self.leaving.get(&holder).map(|l| l.wait))
-            .unwrap_or(fair_wait);
+        let place_wait = self.place_wait();
+        if queues {
+            self.take_place(&holder, place_wait);
+        }
         let w = self.waiters.get(id)?;
         let op = Op::Acquire {
             kind: w.kind,
@@ -295,7 +290,7 @@ impl LockState {
             key: (w.holder.clone(), w.kind),
             lease: w.lease,
             started: self.now,
-            place,
+            place: queues.then_some(place_wait),
         };
         Some((op, flight))
     }
@@ -316,12 +311,21 @@ impl LockState {
         *self.places.entry(holder.clone()).or_insert(wait)
     }
 
+    /// The wait every place of this manager is kept for after its turn,
+    /// `min(fair_wait_timeout, fair_place_timeout)`: one for every waiter, never a caller's own
+    /// wait (see `places`).
+    pub(super) fn place_wait(&self) -> Duration {
+        self.settings
+            .fair_wait_timeout
+            .min(self.settings.fair_place_timeout)
+    }
+
     /// Arms the places' refresh, a third of the places' wait from now (the place timeout,
     /// or a shorter fair wait timeout: a place must be refreshed before its wait runs out).
     pub(super) fn arm_refresh(&mut self) {
         self.refresh_armed = true;
-        let place_wait = (self.settings.fair_wait_timeout).min(self.settings.fair_place_timeout);
-        self.out.push(Effect::Arm(Timer::Refresh, place_wait / 3));
+        self.out
+            .push(Effect::Arm(Timer::Refresh, self.place_wait() / 3));
     }
 
     /// A refresh's reply: the head of a free lock, if it is a holder here, takes its turn, and

@@ -21,10 +21,6 @@ pub(super) struct Waiter {
     pub wait: Wait,
     /// When the request arrived, for the time waited.
     pub since: Instant,
-    /// Fair lock: the wait its holder's queue place is kept for after its turn, the manager's
-    /// (`min(fair_wait_timeout, fair_place_timeout)`), the same for every waiter: see
-    /// `LockState::places`.
-    pub fair_wait: Duration,
     /// Whether its caller is watched (see `Effect::Watch`).
     pub watched: bool,
 }
