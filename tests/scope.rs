@@ -200,3 +200,133 @@ async fn a_lost_hold_stops_its_scope_when_the_loss_is_known_not_at_the_deadline(
         );
     }
 }
+
+/// The work's next step never runs once its hold may be gone, even when this task's thread
+/// stalls past the stop instant and what the work awaited completed during the stall: Redis's
+/// writes are paused (no renewal can succeed), this runtime's only thread is blocked until
+/// past the key's expiry, and the event the work awaits fires during the block. When the
+/// thread runs again, both the event and the deadline are ready; the work must not write.
+///
+/// `scope` gets the work and returns the guard's scope of it; `key` is a key of the hold, and
+/// `remaining` reads how long Redis keeps the hold from now (the PTTL, for locks).
+async fn stalled_past_the_deadline<'g, S, Fut>(
+    server: &RedisServer,
+    key: &str,
+    remaining: fn(&mut redis::Connection, &str) -> i64,
+    scope: S,
+) where
+    S: FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), LockError>> + 'g,
+{
+    let wrote = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (fire, fired) = tokio::sync::oneshot::channel::<()>();
+    let work = Box::pin({
+        let wrote = wrote.clone();
+        async move {
+            let _ = fired.await;
+            wrote.store(true, Ordering::SeqCst);
+        }
+    });
+    // Another OS thread pauses writes, learns when the key can expire at the soonest, and
+    // fires the work's event after that (while this thread is still blocked).
+    let (expiry_tx, expiry_rx) = std::sync::mpsc::channel::<Instant>();
+    let conn_server = server.url();
+    let key = key.to_owned();
+    let outside = std::thread::spawn(move || {
+        let client = redis::Client::open(conn_server).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(4000)
+            .arg("WRITE")
+            .query::<()>(&mut conn)
+            .expect("CLIENT PAUSE WRITE");
+        let sent = Instant::now();
+        let pttl = remaining(&mut conn, &key);
+        assert!(pttl > 0, "the hold has a TTL: {pttl}");
+        let expires_no_sooner = sent + Duration::from_millis(pttl as u64);
+        expiry_tx.send(expires_no_sooner).unwrap();
+        std::thread::sleep(
+            (expires_no_sooner + Duration::from_millis(200)).saturating_duration_since(sent),
+        );
+        fire.send(()).unwrap();
+    });
+    let block = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Blocks this runtime's one thread: the scope is not polled until past the expiry.
+        let expires_no_sooner = expiry_rx.recv().unwrap();
+        std::thread::sleep(
+            (expires_no_sooner + Duration::from_millis(500))
+                .saturating_duration_since(Instant::now()),
+        );
+        expires_no_sooner
+    };
+    let (res, expires_no_sooner) = tokio::join!(scope(work), block);
+    outside.join().unwrap();
+    redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query::<()>(&mut server.conn())
+        .expect("CLIENT UNPAUSE");
+    assert!(Instant::now() > expires_no_sooner);
+    assert!(
+        matches!(
+            res,
+            Err(LockError::HoldExpiring { .. } | LockError::HoldLost { .. })
+        ),
+        "the scope answered {res:?} after its hold could expire"
+    );
+    assert!(
+        !wrote.load(Ordering::SeqCst),
+        "the work took its next step after the hold could expire"
+    );
+}
+
+/// A lock's PTTL.
+fn pttl(conn: &mut redis::Connection, key: &str) -> i64 {
+    conn.pttl(key).expect("PTTL while paused")
+}
+
+/// How long the one held permit of the permit semaphore `key` has: its expiry score (epoch ms)
+/// in `{key}:timeout` less the server's clock.
+fn permit_ttl(conn: &mut redis::Connection, key: &str) -> i64 {
+    let held: Vec<(Vec<u8>, i64)> = conn
+        .zrange_withscores(format!("{{{key}}}:timeout"), 0, -1)
+        .expect("the held permits");
+    assert_eq!(held.len(), 1, "one permit held");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).expect("TIME");
+    held[0].1 - (secs * 1000 + micros / 1000)
+}
+
+#[tokio::test]
+async fn a_stalled_thread_never_runs_scoped_work_past_the_deadline_for_any_guard() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+
+    let guard = mgr.lock("stall-lock").acquire().await.unwrap();
+    stalled_past_the_deadline(&server, "stall-lock", pttl, |work| guard.scope(work)).await;
+
+    let guard = mgr
+        .lock("stall-lease")
+        .acquire_with_lease(WATCHDOG)
+        .await
+        .unwrap();
+    stalled_past_the_deadline(&server, "stall-lease", pttl, |work| guard.scope(work)).await;
+
+    let fenced = mgr.fenced_lock("stall-fenced").acquire().await.unwrap();
+    stalled_past_the_deadline(&server, "stall-fenced", pttl, |work| fenced.scope(work)).await;
+
+    let lead = mgr.election("stall-lead").campaign().await.unwrap();
+    stalled_past_the_deadline(&server, "stall-lead", pttl, |work| lead.scope(work)).await;
+
+    let multi = MultiLock::new(vec![mgr.lock("stall-m1"), mgr.lock("stall-m2")]);
+    let both = multi.acquire().await.unwrap();
+    stalled_past_the_deadline(&server, "stall-m1", pttl, |work| both.scope(work)).await;
+
+    let permits = mgr.permit_semaphore("stall-permits");
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let permit = permits.acquire(1).await.unwrap();
+    stalled_past_the_deadline(&server, "stall-permits", permit_ttl, |work| {
+        permit.scope(work)
+    })
+    .await;
+}

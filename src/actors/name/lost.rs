@@ -3,7 +3,7 @@
 //! actors besides messages.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
@@ -16,17 +16,34 @@ const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// What Redis last confirmed of a hold: the instant the confirming call (the acquire, a
 /// re-entry or a renewal) was *sent*, and the TTL it set. The call ran no earlier than it was
 /// sent, so the key lives at least until `sent + ttl` by Redis's clock.
+///
+/// `sent` is monotonic (`Instant`), which on Linux stands still while the host is suspended
+/// while Redis's TTL runs on; `wall` is the same instant by the system clock, which a suspend
+/// does not stop. `scope` stops at whichever of the two clocks says the hold may be gone first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Confirmed {
     pub sent: Instant,
+    pub wall: SystemTime,
     pub ttl: Duration,
 }
 
 impl Confirmed {
+    /// What the hold is guaranteed for after `sent`: the TTL less the drift allowance.
+    fn guaranteed(&self) -> Duration {
+        let drift = self.ttl / DRIFT_PERCENT + DRIFT_FLOOR;
+        self.ttl.saturating_sub(drift)
+    }
+
     /// The latest instant the hold is still guaranteed: `sent + ttl`, less the drift allowance.
     pub(crate) fn valid_until(&self) -> Instant {
-        let drift = self.ttl / DRIFT_PERCENT + DRIFT_FLOOR;
-        self.sent + self.ttl.saturating_sub(drift)
+        self.sent + self.guaranteed()
+    }
+
+    /// [`valid_until`](Self::valid_until) by the system clock: passed after a host suspend that
+    /// the monotonic clock did not count (and early after a forward step of the system clock,
+    /// which only stops a scope sooner).
+    pub(crate) fn valid_until_wall(&self) -> SystemTime {
+        self.wall + self.guaranteed()
     }
 }
 
@@ -44,7 +61,17 @@ impl Validity {
     /// Redis confirmed the hold by a call sent at `sent` that set its TTL to `ttl`; ignored
     /// when it guarantees less than what was already confirmed (a late reply of an older call).
     pub(crate) fn confirm(&self, sent: Instant, ttl: Duration) {
-        let new = Confirmed { sent, ttl };
+        // The system clock's reading of `sent`: now, less the round trip since.
+        let wall = SystemTime::now()
+            .checked_sub(sent.elapsed())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        self.confirm_at(sent, wall, ttl);
+    }
+
+    /// As [`confirm`](Self::confirm), with the system clock's reading of `sent` given (tests
+    /// stand a suspended host's clocks up with it).
+    pub(crate) fn confirm_at(&self, sent: Instant, wall: SystemTime, ttl: Duration) {
+        let new = Confirmed { sent, wall, ttl };
         self.0.send_if_modified(|c| {
             if c.is_some_and(|c| c.valid_until() >= new.valid_until()) {
                 return false;
