@@ -80,8 +80,8 @@ pub(crate) struct Shutdown {
     pub release: bool,
 }
 
-/// PubSubActor: route `channel` to lock actor `id` and subscribe it. Replies once subscribed
-/// (or once it will be, at the next connection).
+/// PubSubActor: route `channel` to actor `id` too (beside the other actors listening on it) and
+/// subscribe it. Replies once subscribed (or once it will be, at the next connection).
 #[derive(Message)]
 #[rtype(result = "Result<(), LockError>")]
 pub(crate) struct Subscribe {
@@ -90,7 +90,7 @@ pub(crate) struct Subscribe {
     pub actor: Listener,
 }
 
-/// PubSubActor: lock actor `id` no longer waits on `channel`.
+/// PubSubActor: actor `id` no longer listens on `channel` (unsubscribed once nobody does).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Unsubscribe {

@@ -1,5 +1,9 @@
-//! The PubSubActor: owns the one pub/sub connection of a manager and routes each message to the
-//! [`Listener`] of its channel: the lock or synchronizer actor waiting on it.
+//! The PubSubActor: owns the one pub/sub connection of a manager and routes each message to
+//! every [`Listener`] of its channel: each lock or synchronizer actor waiting on it. Several
+//! actors of one manager can listen on one channel: the kinds that share a name's unlock
+//! channel (the reentrant, fenced and non-reentrant locks and elections of one name, or a
+//! semaphore and a permit semaphore) each have an actor of their own. The channel is
+//! unsubscribed when its last listener leaves.
 //!
 //! It runs under an actix `Supervisor`. When the connection drops, the message stream ends, the
 //! actor stops and is restarted; it reconnects with backoff, subscribes every routed channel again
@@ -23,9 +27,10 @@ pub struct PubSubActor {
     /// Where the primary is; asked again at every connection (it moves with a failover).
     endpoint: Endpoint,
     connect_timeout: Duration,
-    /// Channel → the actor (lock or synchronizer) waiting on it: from `Subscribe` to `Unsubscribe` (or that actor's
-    /// death). Kept across restarts: it is what gets resubscribed.
-    routes: HashMap<String, Route>,
+    /// Channel → the actors (lock or synchronizer) listening on it, each from its `Subscribe`
+    /// to its `Unsubscribe` (or its death); never an empty list. Kept across restarts: it is
+    /// what gets resubscribed.
+    routes: HashMap<String, Vec<Route>>,
     /// The subscribing half of the connection: `Some` while connected.
     sink: Option<Sink>,
     /// The delay before the next connection attempt.
@@ -103,7 +108,7 @@ impl PubSubActor {
 
     /// Messages may have been lost: every routed actor's waiters try again.
     fn all_retry(&self) {
-        for route in self.routes.values() {
+        for route in self.routes.values().flatten() {
             if let Some(actor) = route.actor.resubscribed.upgrade() {
                 actor.do_send(Resubscribed);
             }
@@ -115,17 +120,20 @@ impl PubSubActor {
     /// its waiters retry, since a message may have been lost meanwhile. A channel no longer
     /// routed was our own unsubscribe.
     fn subscribe_again(&mut self, channel: String, ctx: &mut Context<Self>) {
-        let (Some(route), Some(mut sink)) = (self.routes.get(&channel), self.sink.clone()) else {
+        let (Some(routes), Some(mut sink)) = (self.routes.get(&channel), self.sink.clone()) else {
             return;
         };
         tracing::info!(%channel, "sharded subscription ended by the server; subscribing again");
-        let actor = route.actor.resubscribed.clone();
+        let actors: Vec<_> = routes
+            .iter()
+            .map(|r| r.actor.resubscribed.clone())
+            .collect();
         let work = async move { sink.subscribe(std::slice::from_ref(&channel)).await };
         ctx.wait(work.into_actor(self).map(move |res, _, _| {
             if let Err(error) = res {
                 tracing::warn!(%error, "subscribing again failed; waiters rely on the lock's TTL");
             }
-            if let Some(actor) = actor.upgrade() {
+            for actor in actors.iter().filter_map(actix::WeakRecipient::upgrade) {
                 actor.do_send(Resubscribed);
             }
         }));
@@ -149,7 +157,10 @@ impl Supervised for PubSubActor {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.sink = None;
         // Drop routes whose actor is gone.
-        self.routes.retain(|_, r| r.actor.alive());
+        self.routes.retain(|_, routes| {
+            routes.retain(|r| r.actor.alive());
+            !routes.is_empty()
+        });
     }
 }
 
@@ -169,21 +180,25 @@ impl StreamHandler<Heard> for PubSubActor {
                 return;
             }
         };
-        match self
-            .routes
-            .get(&channel)
-            .map(|r| r.actor.unlocked.upgrade())
-        {
-            Some(Some(actor)) => {
-                let count = std::str::from_utf8(&payload)
-                    .ok()
-                    .and_then(|p| p.parse().ok());
-                actor.do_send(Unlocked { count, channel });
+        let Some(routes) = self.routes.get_mut(&channel) else {
+            return;
+        };
+        let count = std::str::from_utf8(&payload)
+            .ok()
+            .and_then(|p| p.parse().ok());
+        // Every listener hears it; one whose actor is gone is forgotten.
+        routes.retain(|r| match r.actor.unlocked.upgrade() {
+            Some(actor) => {
+                actor.do_send(Unlocked {
+                    count,
+                    channel: channel.clone(),
+                });
+                true
             }
-            Some(None) => {
-                self.routes.remove(&channel);
-            }
-            None => {}
+            None => false,
+        });
+        if routes.is_empty() {
+            self.routes.remove(&channel);
         }
     }
 
@@ -202,13 +217,12 @@ impl Handler<Subscribe> for PubSubActor {
         if self.halted {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(LockError::Shutdown))));
         }
-        self.routes.insert(
-            msg.channel.clone(),
-            Route {
-                id: msg.id,
-                actor: msg.actor,
-            },
-        );
+        let routes = self.routes.entry(msg.channel.clone()).or_default();
+        routes.retain(|r| r.id != msg.id);
+        routes.push(Route {
+            id: msg.id,
+            actor: msg.actor,
+        });
         let Some(mut sink) = self.sink.clone() else {
             // Not connected: the channel is subscribed with the others at the next connection.
             return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(()))));
@@ -229,7 +243,12 @@ impl Handler<Unsubscribe> for PubSubActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unsubscribe, ctx: &mut Context<Self>) {
-        if self.routes.get(&msg.channel).is_none_or(|r| r.id != msg.id) {
+        let Some(routes) = self.routes.get_mut(&msg.channel) else {
+            return;
+        };
+        routes.retain(|r| r.id != msg.id);
+        if !routes.is_empty() {
+            // Others still listen: the channel stays subscribed.
             return;
         }
         self.routes.remove(&msg.channel);
