@@ -1,7 +1,7 @@
 //! `lockman`: Redisson-compatible locks from the shell.
 //!
 //! ```text
-//! lockman exec [--kind K] [--wait DUR] [--lease DUR] [--on-lost kill|warn] NAME -- CMD [ARGS…]
+//! lockman exec [--kind K] [--wait DUR] [--lease DUR] [--on-lost kill|warn] [--stop-grace DUR] NAME -- CMD [ARGS…]
 //! lockman exec --semaphore --permits N [--wait DUR] [--lease DUR] NAME -- CMD [ARGS…]
 //! lockman inspect NAME [--json]
 //! lockman semaphore NAME [--set N] [--add D] [--drain] [--json]
@@ -10,7 +10,7 @@
 //! lockman watch NAME
 //! lockman ls [PATTERN] [--json]
 //! lockman top [PATTERN] [--once] [--json]
-//! lockman elect [--once] NAME -- CMD [ARGS…]
+//! lockman elect [--once] [--stop-grace DUR] NAME -- CMD [ARGS…]
 //! lockman leader NAME [--watch] [--json]
 //! ```
 //!
@@ -21,7 +21,9 @@ mod elect;
 mod exec;
 mod inspect;
 mod json;
+mod supervisor;
 mod sync;
+mod text;
 mod watch;
 
 use std::path::PathBuf;
