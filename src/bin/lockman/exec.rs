@@ -232,11 +232,7 @@ where
 
 /// Runs the command while the lock is held (see [`supervise`]); returns the exit code, or 73
 /// when the hold ended while it ran and the command was stopped.
-async fn command(
-    args: &ExecArgs,
-    held: &Held,
-    grace: Duration,
-) -> Result<u8, Failure> {
+async fn command(args: &ExecArgs, held: &Held, grace: Duration) -> Result<u8, Failure> {
     // Taken only now: while waiting for the lock, SIGINT and SIGTERM end lockman as usual.
     let mut signals = Signals::new()?;
     let mut command = tokio::process::Command::new(&args.command[0]);
