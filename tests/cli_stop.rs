@@ -374,3 +374,86 @@ fn ls_top_and_inspect_print_no_control_characters() {
     let ls = String::from_utf8_lossy(&run(&server, &["ls"]).stdout).into_owned();
     assert!(ls.contains("evil\\x1b]0;pwned\\x07\\x1b[2J@"), "{ls}");
 }
+
+/// The command's process group of its own gets the terminal while it runs: a command that
+/// reads the terminal (a prompt) is not stopped by SIGTTIN, and Ctrl-C reaches it; the
+/// terminal is given back after. Driven in a terminal under tmux.
+#[test]
+fn a_command_in_its_own_group_still_has_the_terminal() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
+        return;
+    }
+    let server = RedisServer::start();
+    let socket = format!("lockman-stop-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    };
+    /// Ends the tmux server (and what runs in it) however the test ends.
+    struct Session(String);
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["-L", &self.0, "kill-server"])
+                .output();
+        }
+    }
+    let _session = Session(socket.clone());
+    let exec = format!("{LOCKMAN} --url {} exec tty --", server.url());
+    let script = format!(
+        "{exec} sh -c 'read x; echo got-$x'; echo FIRST-EXITED-$?; \
+         {exec} sleep 30; echo SECOND-EXITED-$?; \
+         read y; echo SHELL-READ-$y; sleep 30"
+    );
+    let out = tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "t",
+        "-x",
+        "100",
+        "-y",
+        "20",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let screen =
+        || String::from_utf8_lossy(&tmux(&["capture-pane", "-p", "-t", "t"]).stdout).into_owned();
+    // Whether the screen comes to show `what` within 10 s, and the screen last seen.
+    let shows = |what: &str| {
+        let mut seen = String::new();
+        let shown = support::eventually_blocking(Duration::from_secs(10), || {
+            seen = screen();
+            seen.contains(what)
+        });
+        (shown, seen)
+    };
+    // The first command waits on the terminal; the lock is held meanwhile.
+    let mut raw = server.conn();
+    assert!(support::eventually_blocking(
+        Duration::from_secs(10),
+        || raw.exists::<_, bool>("tty").unwrap()
+    ));
+    tmux(&["send-keys", "-t", "t", "yes", "Enter"]);
+    let (shown, seen) = shows("FIRST-EXITED-0");
+    assert!(shown, "the command could not read the terminal: {seen}");
+    assert!(seen.contains("got-yes"), "{seen}");
+    // The second runs until Ctrl-C, which the terminal sends to its group.
+    assert!(support::eventually_blocking(
+        Duration::from_secs(10),
+        || raw.exists::<_, bool>("tty").unwrap()
+    ));
+    tmux(&["send-keys", "-t", "t", "C-c"]);
+    let (shown, seen) = shows("SECOND-EXITED-130");
+    assert!(shown, "Ctrl-C did not end the command: {seen}");
+    // The terminal is the shell's again: it reads it.
+    tmux(&["send-keys", "-t", "t", "back", "Enter"]);
+    let (shown, seen) = shows("SHELL-READ-back");
+    assert!(shown, "the terminal was not given back: {seen}");
+}

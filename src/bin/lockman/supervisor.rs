@@ -135,8 +135,10 @@ pub(crate) async fn supervise<H: Hold>(
     on_end: OnEnd,
     signals: &mut Signals,
 ) -> Result<Ran, Failure> {
-    // Its own process group, so that a shell's children get the signals too.
+    // Its own process group, so that a shell's children get the signals too; in the
+    // terminal's foreground if lockman is, given back when the command ends (the guard).
     command.process_group(0);
+    let _terminal = Terminal::hand_over(command);
     let (mut child, pid) = start_child(command, program)?;
     // The group's id is the child's pid, which stays ours while the child is unreaped (until
     // `wait` ends the loop below); the kernel does not hand out a pid again while a group has
@@ -228,4 +230,75 @@ pub(crate) async fn supervise<H: Hold>(
         code,
         hold_ended: ended.is_some(),
     })
+}
+
+/// The terminal lockman runs in the foreground of, handed over to the command's process group
+/// for as long as it runs. A process group of its own is not the terminal's foreground: the
+/// command would be stopped (SIGTTIN) the moment it read the terminal, a prompt for instance,
+/// and the terminal's Ctrl-C would not reach it. Given back to lockman's group when dropped.
+///
+/// Not job control: Ctrl-Z stops the command's group only, while lockman waits on.
+struct Terminal {
+    fd: Option<libc::c_int>,
+}
+
+impl Terminal {
+    /// Hands the terminal over in the command's child, between fork and exec, when one of
+    /// stdin, stdout and stderr is a terminal whose foreground is lockman's group.
+    fn hand_over(command: &mut tokio::process::Command) -> Self {
+        // SAFETY: isatty(3), tcgetpgrp(3) and getpgrp(2) take and return integers.
+        let fd = (0..=2)
+            .find(|&fd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == libc::getpgrp() });
+        if let Some(fd) = fd {
+            let before_exec = move || {
+                // Now in its own group (std sets it up before these calls), a background
+                // one: tcsetpgrp would stop it with SIGTTOU unless blocked. A failure leaves
+                // the command in the background, as without a terminal; it still runs.
+                with_sigttou_blocked(|| {
+                    // SAFETY: tcsetpgrp(3) and getpid(2) take and return integers.
+                    unsafe { libc::tcsetpgrp(fd, libc::getpid()) };
+                });
+                Ok(())
+            };
+            // SAFETY: the closure runs in the child between fork and exec, where only
+            // async-signal-safe work is allowed: it makes system calls on integers and a
+            // signal set on its stack, and allocates nothing.
+            unsafe {
+                command.pre_exec(before_exec);
+            }
+        }
+        Self { fd }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let Some(fd) = self.fd else { return };
+        with_sigttou_blocked(|| {
+            // SAFETY: tcgetpgrp(3), tcsetpgrp(3) and getpgrp(2) take and return integers.
+            unsafe {
+                let ours = libc::getpgrp();
+                if libc::tcgetpgrp(fd) != ours {
+                    libc::tcsetpgrp(fd, ours);
+                }
+            }
+        });
+    }
+}
+
+/// Runs `f` with SIGTTOU blocked on this thread (the kernel lets a background process group
+/// set the terminal's foreground then, instead of stopping it), and the mask restored after.
+fn with_sigttou_blocked(f: impl FnOnce()) {
+    // SAFETY: sigemptyset(3) and sigaddset(3) fill a set on this stack; pthread_sigmask(3)
+    // reads and writes sets on this stack (it is the rt_sigprocmask system call, safe
+    // between fork and exec too).
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
 }
