@@ -19,7 +19,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DUR", value_parser = duration)]
     wait: Option<Duration>,
     /// Take the lock with this lease instead of the watchdog: it expires after DUR even while
-    /// the command runs.
+    /// the command runs, so the command is stopped before then (see --on-lost).
     #[arg(long, value_name = "DUR", value_parser = duration)]
     lease: Option<Duration>,
     /// Hold one permit of the permit semaphore NAME instead of a lock (renewed like a lock, or
