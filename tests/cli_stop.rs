@@ -373,6 +373,18 @@ fn ls_top_and_inspect_print_no_control_characters() {
     }
     let ls = String::from_utf8_lossy(&run(&server, &["ls"]).stdout).into_owned();
     assert!(ls.contains("evil\\x1b]0;pwned\\x07\\x1b[2J@"), "{ls}");
+    // JSON escapes them its own way (C1 and DEL too), and reads back the same.
+    let json = String::from_utf8_lossy(&run(&server, &["ls", "--json"]).stdout).into_owned();
+    assert!(
+        !json.trim_end().chars().any(char::is_control),
+        "ls --json printed a control character: {json:?}"
+    );
+    let clients: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let client = clients
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["service"] == evil_service))
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(client["holds"][0]["name"], evil_name, "{json}");
 }
 
 /// The command's process group of its own gets the terminal while it runs: a command that
