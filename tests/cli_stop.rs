@@ -217,6 +217,33 @@ fn a_lost_lead_kills_a_stubborn_command_at_once() {
     );
 }
 
+/// A `--lease` runs out while the command runs (no renewal, by design): SIGTERM the default
+/// grace (a tenth of the lease) before, SIGKILL at `valid_until`, exit 73, all before B
+/// (waiting on the same name) gets in.
+#[test]
+fn a_lease_running_out_kills_a_stubborn_command_before_the_next_exec_starts() {
+    let server = RedisServer::start();
+    let (_dir, file) = shared_file();
+    let args = ["exec", "--lease", "2s", "job"];
+    let mut a = Running::stubborn(&server.url(), &args, "A", &file);
+    assert!(support::eventually_blocking(
+        Duration::from_secs(10),
+        || has_line(&file, "A work")
+    ));
+    let b = Running::stubborn(&server.url(), &["exec", "job"], "B", &file);
+    let code = a.exit_within(Duration::from_secs(20));
+    assert!(
+        support::eventually_blocking(Duration::from_secs(20), || has_line(&file, "B work")),
+        "B's command never started: {}",
+        b.stderr()
+    );
+    assert_no_overlap(&file);
+    let stderr = a.stderr();
+    assert_eq!(code, Some(73), "{stderr}");
+    assert!(stderr.contains("killed it (SIGKILL)"), "{stderr}");
+    assert!(has_line(&file, "A got TERM"), "SIGTERM came first");
+}
+
 /// Whether `pid` runs: neither gone nor a zombie.
 fn running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
