@@ -8,6 +8,7 @@ use std::time::Duration;
 use lockman::{ClientInfo, LockManager};
 
 use crate::json::escape;
+use crate::text::clean;
 use crate::{Failure, Server};
 
 /// The width `top`'s screen fits in.
@@ -119,11 +120,12 @@ pub fn short(d: Duration) -> String {
     }
 }
 
-/// `service@host:pid`.
+/// `service@host:pid`, its control characters escaped ([`clean`]) for text output.
 pub fn who(c: &ClientInfo) -> String {
+    let (service, host) = (clean(&c.service), clean(&c.host));
     match c.pid {
-        Some(pid) => format!("{}@{}:{pid}", c.service, c.host),
-        None => format!("{}@{}", c.service, c.host),
+        Some(pid) => format!("{service}@{host}:{pid}"),
+        None => format!("{service}@{host}"),
     }
 }
 
@@ -148,27 +150,27 @@ fn ls_text(clients: &[ClientInfo]) -> String {
         out += &format!(
             "{}  v{}  up {}  {} long hold{}, waiting on {} name{}\n  client {}\n",
             who(c),
-            c.version,
+            clean(&c.version),
             c.up.map_or("?".into(), short),
             c.holds_total,
             plural(c.holds_total),
             c.waits_total,
             plural(c.waits_total),
-            c.id,
+            clean(&c.id),
         );
         for h in &c.holds {
             out += &format!(
                 "  holds  {}  {} for {}  as {}\n",
-                h.name,
-                h.kind,
+                clean(&h.name),
+                clean(&h.kind),
                 short(h.held),
-                h.holder
+                clean(&h.holder)
             );
         }
         for w in &c.waits {
             out += &format!(
                 "  waits  {}  {} waiter{} for {}\n",
-                w.name,
+                clean(&w.name),
                 w.waiters,
                 if w.waiters == 1 { "" } else { "s" },
                 short(w.waited)
@@ -289,8 +291,8 @@ fn frame_text(clients: &[ClientInfo]) -> String {
         out += &format!(
             "{:>8}  {:<32} {:<6} {}\n",
             short(h.held),
-            fit(&h.name, 32),
-            fit(&h.kind, 6),
+            fit(&clean(&h.name), 32),
+            fit(&clean(&h.kind), 6),
             fit(&who(c), WIDTH - 50)
         );
     }
@@ -304,7 +306,7 @@ fn frame_text(clients: &[ClientInfo]) -> String {
             "{:>7} {:>8}  {:<32} {}\n",
             w.waiters,
             short(w.longest),
-            fit(w.name, 32),
+            fit(&clean(w.name), 32),
             fit(&w.holder.map_or("?".into(), who), WIDTH - 51)
         );
     }

@@ -1,20 +1,25 @@
 //! `lockman elect`: run a command only while leading an election; `lockman leader`: show who
 //! leads.
 
-use std::os::unix::process::ExitStatusExt;
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use lockman::{Election, Leader, Leadership, LockError};
-use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::exec::{kill, start_child};
-use crate::{Failure, Server, code, json};
+use crate::supervisor::{Ending, Hold, OnEnd, Signals, stop_grace, supervise};
+use crate::{Failure, Server, code, duration, json, text};
 
 #[derive(Args, Debug)]
 pub struct ElectArgs {
     /// Exit (73) when the lead is lost instead of campaigning again.
     #[arg(long)]
     once: bool,
+    /// How long before the lead can expire unrenewed the command gets SIGTERM; it gets
+    /// SIGKILL (its whole process group) when the lead's guarantee ends. Default: a tenth of
+    /// the watchdog timeout; it must be shorter than half of it.
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    stop_grace: Option<Duration>,
     /// The election name (the key of its fenced lock).
     name: String,
     /// The command and its arguments (after `--`).
@@ -31,33 +36,20 @@ enum Ended {
 }
 
 pub async fn elect(server: &Server, args: ElectArgs) -> Result<u8, Failure> {
+    // A lead is renewed by the watchdog: its TTL is the watchdog timeout.
+    let grace = stop_grace(args.stop_grace, server.watchdog_timeout, true)?;
     let manager = server.connect().await?;
     let election = manager.election(args.name.as_str());
     let signals = Signals::new()?;
-    let outcome = campaigns(&election, &args, signals).await;
+    let outcome = campaigns(&election, &args, grace, signals).await;
     manager.shutdown().await;
     outcome
-}
-
-/// SIGINT and SIGTERM, passed on to the command while it runs, ending the campaign otherwise.
-struct Signals {
-    interrupt: Signal,
-    terminate: Signal,
-}
-
-impl Signals {
-    fn new() -> Result<Self, Failure> {
-        let sig = |kind| signal(kind).map_err(|e| Failure::new(code::REDIS, e.to_string()));
-        Ok(Self {
-            interrupt: sig(SignalKind::interrupt())?,
-            terminate: sig(SignalKind::terminate())?,
-        })
-    }
 }
 
 async fn campaigns(
     election: &Election,
     args: &ElectArgs,
+    grace: Duration,
     mut signals: Signals,
 ) -> Result<u8, Failure> {
     loop {
@@ -67,7 +59,7 @@ async fn campaigns(
             _ = signals.terminate.recv() => return Ok(128 + libc::SIGTERM as u8),
         };
         eprintln!("lockman: leading {:?}, term {}", args.name, lead.term());
-        let ended = supervise(args, &lead, &mut signals).await;
+        let ended = term(args, &lead, grace, &mut signals).await;
         let term = lead.term();
         if let Err(e) = lead.resign().await
             && !matches!(e, LockError::NotHeld { .. })
@@ -87,11 +79,28 @@ async fn campaigns(
     }
 }
 
-/// Runs the command for one term: stopped (SIGTERM) once the lead is lost or about to expire
-/// unrenewed (`Leadership::scope`), waited for, and reported.
-async fn supervise(
+impl Hold for Leadership {
+    async fn ending(&self, grace: Duration) -> Ending {
+        Ending::of(
+            self.scope_with_margin(grace, std::future::pending::<Infallible>())
+                .await,
+        )
+    }
+
+    async fn lost(&self) {
+        Leadership::lost(self).await;
+    }
+
+    fn valid_until(&self) -> Option<Instant> {
+        Some(Leadership::valid_until(self))
+    }
+}
+
+/// Runs the command for one term, stopped when the lead ends (see [`supervise`]).
+async fn term(
     args: &ElectArgs,
     lead: &Leadership,
+    grace: Duration,
     signals: &mut Signals,
 ) -> Result<Ended, Failure> {
     let mut command = tokio::process::Command::new(&args.command[0]);
@@ -99,41 +108,21 @@ async fn supervise(
         .args(&args.command[1..])
         .env("LOCKMAN_ELECTION", &args.name)
         .env("LOCKMAN_TERM", lead.term().to_string());
-    let (mut child, pid) = start_child(&mut command, &args.command[0])?;
-    // The child's pid stays ours until `wait` reaps it, which ends the loop below.
-    let send = |sig: i32| {
-        if let Some(pid) = pid {
-            kill(pid, sig);
-        }
-    };
-    let leading = lead.scope(std::future::pending::<()>());
-    tokio::pin!(leading);
-    let mut lost = false;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            _ = signals.interrupt.recv() => send(libc::SIGINT),
-            _ = signals.terminate.recv() => send(libc::SIGTERM),
-            res = &mut leading, if !lost => {
-                lost = true;
-                let why = match res {
-                    Err(LockError::HoldExpiring { .. }) => "about to expire unrenewed",
-                    _ => "lost",
-                };
-                eprintln!("lockman: the lead of {:?} is {why}; stopping the command", args.name);
-                send(libc::SIGTERM);
-            }
-        }
-    };
-    let status = status.map_err(|e| Failure::new(code::CANNOT_RUN, e.to_string()))?;
-    if lost {
-        return Ok(Ended::Lost);
-    }
-    Ok(Ended::Exited(match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
-        (None, None) => 1,
-    }))
+    let what = format!("the lead of {:?}", args.name);
+    let ran = supervise(
+        lead,
+        &what,
+        &mut command,
+        &args.command[0],
+        OnEnd::Stop { grace },
+        signals,
+    )
+    .await?;
+    Ok(if ran.hold_ended {
+        Ended::Lost
+    } else {
+        Ended::Exited(ran.code)
+    })
 }
 
 /// `lockman leader NAME [--watch] [--json]`: the leader and its term, once or at every change.
@@ -179,7 +168,12 @@ fn show(name: &str, leader: Option<&Leader>, as_json: bool) -> String {
             "{{\"name\":\"{}\",\"leader\":null,\"term\":null}}",
             json::escape(name)
         ),
-        (Some(l), false) => format!("{name}: led by {}, term {}", l.holder, l.term),
-        (None, false) => format!("{name}: no leader"),
+        (Some(l), false) => format!(
+            "{}: led by {}, term {}",
+            text::clean(name),
+            text::clean(&l.holder),
+            l.term
+        ),
+        (None, false) => format!("{}: no leader", text::clean(name)),
     }
 }

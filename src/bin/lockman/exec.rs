@@ -1,13 +1,13 @@
 //! `lockman exec`: run a command under a lock.
 
+use std::convert::Infallible;
 use std::io::IsTerminal;
-use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use lockman::{LockError, LockGuard, LockManager, PermitGuard};
-use tokio::signal::unix::{SignalKind, signal};
 
+use crate::supervisor::{Ending, Hold, OnEnd, Signals, stop_grace, supervise};
 use crate::{Failure, Kind, Server, code, duration};
 
 #[derive(Args, Debug)]
@@ -19,7 +19,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DUR", value_parser = duration)]
     wait: Option<Duration>,
     /// Take the lock with this lease instead of the watchdog: it expires after DUR even while
-    /// the command runs.
+    /// the command runs, so the command is stopped before then (see --on-lost).
     #[arg(long, value_name = "DUR", value_parser = duration)]
     lease: Option<Duration>,
     /// Hold one permit of the permit semaphore NAME instead of a lock (renewed like a lock, or
@@ -30,10 +30,17 @@ pub struct ExecArgs {
     /// already set keeps its own).
     #[arg(long, value_name = "N", requires = "semaphore")]
     permits: Option<u32>,
-    /// What to do when the lock (or permit) is lost while the command runs: stop the command
-    /// (SIGTERM) and exit 73, or only warn.
+    /// What to do when the lock (or permit) is about to expire unrenewed or is lost while the
+    /// command runs: stop the command and exit 73 (SIGTERM --stop-grace before the hold's
+    /// guarantee ends, SIGKILL to its process group when it ends; SIGKILL at once when the
+    /// hold is known lost), or only warn and let it run on, unguarded.
     #[arg(long, value_enum, default_value = "kill")]
     on_lost: OnLost,
+    /// How long before the hold can expire unrenewed the command gets SIGTERM. Default: a
+    /// tenth of its TTL (the lease, or the watchdog timeout); shorter than the lease, or than
+    /// half the watchdog timeout.
+    #[arg(long, value_name = "DUR", value_parser = duration)]
+    stop_grace: Option<Duration>,
     /// The lock name.
     name: String,
     /// The command and its arguments (after `--`).
@@ -48,6 +55,12 @@ enum OnLost {
 }
 
 pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
+    // The hold's TTL: the lease, or the watchdog timeout of a renewed hold.
+    let grace = stop_grace(
+        args.stop_grace,
+        args.lease.unwrap_or(server.watchdog_timeout),
+        args.lease.is_none(),
+    )?;
     let manager = server.connect().await?;
     let acquired = {
         let acquire = acquire(&manager, &args);
@@ -77,7 +90,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
             return Err(Failure::redis(e));
         }
     };
-    let outcome = supervise(&args, &held).await;
+    let outcome = command(&args, &held, grace).await;
     if let Err(e) = held.release().await
         && !matches!(e, LockError::NotHeld { .. })
     {
@@ -93,7 +106,15 @@ enum Held {
     Permit(PermitGuard),
 }
 
-impl Held {
+impl Hold for Held {
+    async fn ending(&self, grace: Duration) -> Ending {
+        let forever = std::future::pending::<Infallible>();
+        Ending::of(match self {
+            Held::Lock(g) => g.scope_with_margin(grace, forever).await,
+            Held::Permit(g) => g.scope_with_margin(grace, forever).await,
+        })
+    }
+
     async fn lost(&self) {
         match self {
             Held::Lock(g) => g.lost().await,
@@ -101,6 +122,15 @@ impl Held {
         }
     }
 
+    fn valid_until(&self) -> Option<Instant> {
+        match self {
+            Held::Lock(g) => Some(g.valid_until()),
+            Held::Permit(g) => g.valid_until(),
+        }
+    }
+}
+
+impl Held {
     fn token(&self) -> Option<u64> {
         match self {
             Held::Lock(g) => g.token(),
@@ -180,7 +210,7 @@ where
                 } else if spin % 4 == 0 {
                     holder = match manager.describe(name).await {
                         Ok(info) if info.is_held() => {
-                            let who: Vec<&str> = info.holders.iter().map(|h| h.holder.as_str()).collect();
+                            let who: Vec<_> = info.holders.iter().map(|h| crate::text::clean(&h.holder)).collect();
                             let ttl = info.ttl.map(|t| format!(", ttl {:.1}s", t.as_secs_f64())).unwrap_or_default();
                             format!("held by {}{ttl}", who.join(", "))
                         }
@@ -200,9 +230,11 @@ where
     }
 }
 
-/// Runs the command while the lock is held; forwards SIGINT and SIGTERM to it; stops it if the
-/// lock is lost (unless `--on-lost warn`). Returns the exit code.
-async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
+/// Runs the command while the lock is held (see [`supervise`]); returns the exit code, or 73
+/// when the hold ended while it ran and the command was stopped.
+async fn command(args: &ExecArgs, held: &Held, grace: Duration) -> Result<u8, Failure> {
+    // Taken only now: while waiting for the lock, SIGINT and SIGTERM end lockman as usual.
+    let mut signals = Signals::new()?;
     let mut command = tokio::process::Command::new(&args.command[0]);
     command
         .args(&args.command[1..])
@@ -213,43 +245,24 @@ async fn supervise(args: &ExecArgs, held: &Held) -> Result<u8, Failure> {
     if let Some(token) = held.token() {
         command.env("LOCKMAN_FENCE", token.to_string());
     }
-    let (mut child, pid) = start_child(&mut command, &args.command[0])?;
-    // The child's pid stays ours until `wait` reaps it, which ends the loop below.
-    let send = |sig: i32| {
-        if let Some(pid) = pid {
-            kill(pid, sig);
-        }
+    let on_end = match args.on_lost {
+        OnLost::Kill => OnEnd::Stop { grace },
+        OnLost::Warn => OnEnd::Warn { grace },
     };
-    let mut interrupt =
-        signal(SignalKind::interrupt()).map_err(|e| Failure::new(code::REDIS, e.to_string()))?;
-    let mut terminate =
-        signal(SignalKind::terminate()).map_err(|e| Failure::new(code::REDIS, e.to_string()))?;
-    let mut lost = false;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status,
-            _ = interrupt.recv() => send(libc::SIGINT),
-            _ = terminate.recv() => send(libc::SIGTERM),
-            () = held.lost(), if !lost => {
-                lost = true;
-                match args.on_lost {
-                    OnLost::Kill => {
-                        eprintln!("lockman: {} {:?} lost; stopping the command", what(args), args.name);
-                        send(libc::SIGTERM);
-                    }
-                    OnLost::Warn => eprintln!("lockman: {} {:?} lost; the command goes on", what(args), args.name),
-                }
-            }
-        }
-    };
-    let status = status.map_err(|e| Failure::new(code::CANNOT_RUN, e.to_string()))?;
-    if lost && args.on_lost == OnLost::Kill {
-        return Ok(code::LOST);
-    }
-    Ok(match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
-        (None, None) => 1,
+    let what = format!("{} {:?}", what(args), args.name);
+    let ran = supervise(
+        held,
+        &what,
+        &mut command,
+        &args.command[0],
+        on_end,
+        &mut signals,
+    )
+    .await?;
+    Ok(if ran.hold_ended && args.on_lost == OnLost::Kill {
+        code::LOST
+    } else {
+        ran.code
     })
 }
 
@@ -320,7 +333,8 @@ pub(crate) fn start_child(
     Ok((child, pid))
 }
 
-/// Sends `sig` to `pid` (kill(2); an error, such as a child that just exited, is ignored).
+/// Sends `sig` to `pid`, or to the process group `-pid` (kill(2); an error, such as a child
+/// that just exited, is ignored).
 pub(crate) fn kill(pid: i32, sig: i32) {
     // SAFETY: kill(2) takes two integers and touches no memory of this process.
     unsafe {

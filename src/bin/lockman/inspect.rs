@@ -7,6 +7,7 @@ use std::time::Duration;
 use lockman::{ClientInfo, LockError, LockInfo, LockShape};
 
 use crate::json::escape;
+use crate::text::clean;
 use crate::{Failure, Server, code};
 
 pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Failure> {
@@ -63,7 +64,7 @@ pub async fn unlock(server: &Server, name: &str, yes: bool) -> Result<u8, Failur
             return Ok(code::FREE);
         }
         if !yes && std::io::stdin().is_terminal() {
-            let who: Vec<&str> = info.holders.iter().map(|h| h.holder.as_str()).collect();
+            let who: Vec<_> = info.holders.iter().map(|h| clean(&h.holder)).collect();
             eprint!("force-unlock {name:?}, held by {}? [y/N] ", who.join(", "));
             let _ = std::io::stderr().flush();
             let mut answer = String::new();
@@ -109,7 +110,11 @@ fn holder_of<'c>(
 }
 
 fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
-    let mut out = format!("name:    {}\nkind:    {}\n", info.name, info.shape.as_str());
+    let mut out = format!(
+        "name:    {}\nkind:    {}\n",
+        clean(&info.name),
+        info.shape.as_str()
+    );
     match info.ttl {
         Some(ttl) if info.is_held() => {
             out += &format!("state:   held, ttl {:.1}s\n", ttl.as_secs_f64())
@@ -118,7 +123,7 @@ fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
         _ => out += "state:   free\n",
     }
     if let Some(mode) = &info.mode {
-        out += &format!("mode:    {mode}\n");
+        out += &format!("mode:    {}\n", clean(mode));
     }
     for h in &info.holders {
         let side = if h.write {
@@ -128,7 +133,7 @@ fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
         } else {
             ""
         };
-        out += &format!("holder:  {} ×{}{side}\n", h.holder, h.count);
+        out += &format!("holder:  {} ×{}{side}\n", clean(&h.holder), h.count);
         if let Some((c, held)) = holder_of(clients, &info.name, &h.holder) {
             let held = held.map_or(String::new(), |d| {
                 format!(", held {}", crate::clients::short(d))
@@ -136,7 +141,7 @@ fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
             out += &format!(
                 "         {} (v{}){held}\n",
                 crate::clients::who(c),
-                c.version
+                clean(&c.version)
             );
         }
     }
@@ -144,7 +149,7 @@ fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
         out += &format!(
             "queued:  {}. {} (its place times out in {:.1}s)\n",
             i + 1,
-            w.holder,
+            clean(&w.holder),
             w.times_out_in.as_secs_f64()
         );
     }

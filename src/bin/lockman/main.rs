@@ -1,7 +1,7 @@
 //! `lockman`: Redisson-compatible locks from the shell.
 //!
 //! ```text
-//! lockman exec [--kind K] [--wait DUR] [--lease DUR] [--on-lost kill|warn] NAME -- CMD [ARGS…]
+//! lockman exec [--kind K] [--wait DUR] [--lease DUR] [--on-lost kill|warn] [--stop-grace DUR] NAME -- CMD [ARGS…]
 //! lockman exec --semaphore --permits N [--wait DUR] [--lease DUR] NAME -- CMD [ARGS…]
 //! lockman inspect NAME [--json]
 //! lockman semaphore NAME [--set N] [--add D] [--drain] [--json]
@@ -10,7 +10,7 @@
 //! lockman watch NAME
 //! lockman ls [PATTERN] [--json]
 //! lockman top [PATTERN] [--once] [--json]
-//! lockman elect [--once] NAME -- CMD [ARGS…]
+//! lockman elect [--once] [--stop-grace DUR] NAME -- CMD [ARGS…]
 //! lockman leader NAME [--watch] [--json]
 //! ```
 //!
@@ -21,7 +21,9 @@ mod elect;
 mod exec;
 mod inspect;
 mod json;
+mod supervisor;
 mod sync;
+mod text;
 mod watch;
 
 use std::path::PathBuf;
@@ -35,12 +37,12 @@ use lockman::{Config, LockError, LockManager};
 pub mod code {
     /// `inspect`: the lock is free. `unlock`: it was not locked. `leader`: nobody leads.
     pub const FREE: u8 = 1;
-    /// Bad usage (clap's own).
+    /// Bad usage (clap's own, or a `--stop-grace` too long for the hold's TTL).
     pub const USAGE: u8 = 2;
     /// Redis could not be reached, refused us, or answered an error.
     pub const REDIS: u8 = 69;
-    /// `exec`: the lock was lost while the command ran (and the command was stopped);
-    /// `elect --once`: the lead was.
+    /// `exec`: the lock was lost, or about to expire unrenewed, while the command ran (and the
+    /// command was stopped); `elect --once`: the lead was.
     pub const LOST: u8 = 73;
     /// `exec`: the lock could not be had within `--wait`.
     pub const NOT_ACQUIRED: u8 = 75;
@@ -107,6 +109,11 @@ enum Command {
     /// Run a command while holding a lock: take it (waiting), run CMD with the watchdog renewing
     /// the lock, release it when CMD exits. Exits with CMD's code.
     ///
+    /// CMD runs in a process group of its own (in the terminal's foreground if lockman is).
+    /// If the lock is about to expire unrenewed, CMD's group gets SIGTERM (--stop-grace before
+    /// the lock's guarantee ends) and SIGKILL when it ends; if the lock is known lost, SIGKILL
+    /// at once; lockman then exits 73 (--on-lost warn: CMD runs on).
+    ///
     /// On Linux, CMD dies with lockman: if lockman is killed (SIGKILL, the OOM killer), CMD gets
     /// SIGKILL at once instead of running on while the lock expires. Only CMD's own process is
     /// covered, not children it starts (a shell should `exec` its last command). Other systems
@@ -114,9 +121,11 @@ enum Command {
     /// start a second CMD beside it once the lock expires.
     Exec(exec::ExecArgs),
     /// Run a command only while leading the election NAME: campaign (waiting), run CMD with
-    /// LOCKMAN_TERM set to the term; when the lead is lost, or about to expire unrenewed, stop
-    /// CMD (SIGTERM), then campaign again and restart it (--once: exit 73 instead). Exits with
-    /// CMD's code when CMD exits by itself. CMD dies with lockman, as for `exec`.
+    /// LOCKMAN_TERM set to the term; when the lead is about to expire unrenewed, stop CMD
+    /// (SIGTERM --stop-grace before the lead's guarantee ends, SIGKILL to its process group
+    /// when it ends), or when the lead is known lost (SIGKILL at once), then campaign again
+    /// and restart it (--once: exit 73 instead). Exits with CMD's code when CMD exits by
+    /// itself. CMD dies with lockman, as for `exec`.
     Elect(elect::ElectArgs),
     /// Show who leads the election NAME and its term. Exit 0 if someone leads, 1 if nobody.
     Leader {

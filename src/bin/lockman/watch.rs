@@ -150,7 +150,7 @@ async fn print_state(manager: &LockManager, name: &str, indent: &str) {
             let who: Vec<String> = info
                 .holders
                 .iter()
-                .map(|h| format!("{} ×{}", h.holder, h.count))
+                .map(|h| format!("{} ×{}", crate::text::clean(&h.holder), h.count))
                 .collect();
             let ttl = info
                 .ttl

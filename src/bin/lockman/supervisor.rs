@@ -1,0 +1,304 @@
+//! The command under `exec` and `elect`, one supervisor for both: started in a process group of
+//! its own, SIGINT and SIGTERM passed on to that group, and stopped before its hold can expire.
+//!
+//! The deadline is the hold's `valid_until` (monotonic clock): the latest instant the hold is
+//! still guaranteed, which comes before its key can expire and another holder get in. Once
+//! renewals stop confirming the hold, the command gets SIGTERM `--stop-grace` before that
+//! instant, and its whole process group SIGKILL at it if the command has not exited. A hold
+//! known lost (its key deleted or taken, or unrenewable for a whole TTL) is past any guarantee:
+//! another holder may be in already, so the group gets SIGKILL at once, with no grace.
+
+use std::convert::Infallible;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use lockman::LockError;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::exec::start_child;
+use crate::{Failure, code};
+
+/// A hold the command runs under: a lock's or a permit's guard, or a lead.
+pub(crate) trait Hold {
+    /// Resolves when the hold is known lost, or when its `valid_until` comes within `grace`
+    /// with no renewal confirmed since (the hold's `scope_with_margin`); never while it lasts.
+    async fn ending(&self, grace: Duration) -> Ending;
+    /// Resolves once the hold is known lost.
+    async fn lost(&self);
+    /// The latest instant the hold is still guaranteed; `None` for one that never expires.
+    fn valid_until(&self) -> Option<Instant>;
+}
+
+/// Why a hold stopped being guaranteed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Ending {
+    /// Within the grace of its `valid_until`, unrenewed: still held until then.
+    Expiring,
+    /// Known lost: another holder may be in already.
+    Lost,
+}
+
+impl Ending {
+    /// What `scope` answered: which of the two stopped it.
+    pub(crate) fn of(scoped: Result<Infallible, LockError>) -> Self {
+        match scoped {
+            Ok(never) => match never {},
+            Err(LockError::HoldExpiring { .. }) => Ending::Expiring,
+            Err(_) => Ending::Lost,
+        }
+    }
+}
+
+/// What to do when the hold ends while the command runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum OnEnd {
+    /// Stop the command: SIGTERM at the grace, SIGKILL to its group at `valid_until`, or at
+    /// once when the hold is known lost.
+    Stop { grace: Duration },
+    /// Only warn: the command runs on, unguarded (`exec --on-lost warn`).
+    Warn { grace: Duration },
+}
+
+impl OnEnd {
+    fn grace(self) -> Duration {
+        match self {
+            OnEnd::Stop { grace } | OnEnd::Warn { grace } => grace,
+        }
+    }
+}
+
+/// How the command ended.
+pub(crate) struct Ran {
+    /// Its exit code, or 128 + the signal that ended it.
+    pub code: u8,
+    /// Whether the hold ended (expiring or lost) while it ran.
+    pub hold_ended: bool,
+}
+
+/// The grace `--stop-grace` gives, checked against the hold's TTL: the lease, or the watchdog
+/// timeout of a renewed hold. Default: a tenth of the TTL, `scope`'s own margin.
+///
+/// A grace not shorter than the TTL would stop the command as soon as it starts. A renewed
+/// hold is renewed every third of its TTL, and its `valid_until` is then about a TTL ahead,
+/// so a grace of half the TTL or more would stop a healthy command between two renewals:
+/// refused too.
+pub(crate) fn stop_grace(
+    given: Option<Duration>,
+    ttl: Duration,
+    renewed: bool,
+) -> Result<Duration, Failure> {
+    let Some(grace) = given else {
+        return Ok(ttl / 10);
+    };
+    if grace >= ttl {
+        return Err(Failure::new(
+            code::USAGE,
+            format!(
+                "--stop-grace {grace:?} is not shorter than the hold's TTL ({ttl:?}): the command would be stopped before it starts"
+            ),
+        ));
+    }
+    if renewed && grace >= ttl / 2 {
+        return Err(Failure::new(
+            code::USAGE,
+            format!(
+                "--stop-grace {grace:?} is not shorter than half the watchdog timeout ({ttl:?}): renewed every third of it, a healthy hold would stop the command"
+            ),
+        ));
+    }
+    Ok(grace)
+}
+
+/// SIGINT and SIGTERM to lockman: passed on to the command's group while it runs.
+pub(crate) struct Signals {
+    pub interrupt: Signal,
+    pub terminate: Signal,
+}
+
+impl Signals {
+    pub(crate) fn new() -> Result<Self, Failure> {
+        let sig = |kind| signal(kind).map_err(|e| Failure::new(code::REDIS, e.to_string()));
+        Ok(Self {
+            interrupt: sig(SignalKind::interrupt())?,
+            terminate: sig(SignalKind::terminate())?,
+        })
+    }
+}
+
+/// Runs `command` under `hold` until it exits; `what` names the hold in messages ("the lead
+/// of \"jobs\"", "lock \"orders\"").
+pub(crate) async fn supervise<H: Hold>(
+    hold: &H,
+    what: &str,
+    command: &mut tokio::process::Command,
+    program: &str,
+    on_end: OnEnd,
+    signals: &mut Signals,
+) -> Result<Ran, Failure> {
+    // Its own process group, so that a shell's children get the signals too; in the
+    // terminal's foreground if lockman is, given back when the command ends (the guard).
+    command.process_group(0);
+    let _terminal = Terminal::hand_over(command);
+    let (mut child, pid) = start_child(command, program)?;
+    // The group's id is the child's pid, which stays ours while the child is unreaped (until
+    // `wait` ends the loop below); the kernel does not hand out a pid again while a group has
+    // it as its id, so after the reap it still names our group while any member lives.
+    let send = |sig: i32| {
+        if let Some(pid) = pid {
+            crate::exec::kill(-pid, sig);
+        }
+    };
+    let ending = hold.ending(on_end.grace());
+    tokio::pin!(ending);
+    let lost = hold.lost();
+    tokio::pin!(lost);
+    // The hold's end as first seen; whether it is known lost; when SIGKILL is due; sent.
+    let mut ended: Option<Ending> = None;
+    let mut known_lost = false;
+    let mut kill_at: Option<Instant> = None;
+    let mut killed = false;
+    let status = loop {
+        let deadline = async {
+            match kill_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = signals.interrupt.recv() => send(libc::SIGINT),
+            _ = signals.terminate.recv() => send(libc::SIGTERM),
+            end = &mut ending, if ended.is_none() => {
+                ended = Some(end);
+                known_lost = end == Ending::Lost;
+                match (end, on_end) {
+                    (Ending::Expiring, OnEnd::Stop { .. }) => {
+                        let until = hold.valid_until();
+                        let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+                        eprintln!(
+                            "lockman: {what} is about to expire unrenewed; stopping the command (SIGTERM, SIGKILL in {})",
+                            left.map_or("never".into(), |l| format!("{:.1}s", l.as_secs_f64()))
+                        );
+                        send(libc::SIGTERM);
+                        kill_at = until;
+                    }
+                    (Ending::Lost, OnEnd::Stop { .. }) => {
+                        eprintln!("lockman: {what} is lost; stopping the command (SIGKILL)");
+                        send(libc::SIGKILL);
+                        killed = true;
+                    }
+                    (Ending::Expiring, OnEnd::Warn { .. }) => {
+                        eprintln!("lockman: {what} is about to expire unrenewed; the command goes on");
+                    }
+                    (Ending::Lost, OnEnd::Warn { .. }) => {
+                        eprintln!("lockman: {what} lost; the command goes on");
+                    }
+                }
+            }
+            () = &mut lost, if ended.is_some() && !known_lost => {
+                known_lost = true;
+                match on_end {
+                    OnEnd::Stop { .. } if !killed => {
+                        eprintln!("lockman: {what} is lost; killing the command (SIGKILL)");
+                        send(libc::SIGKILL);
+                        killed = true;
+                    }
+                    OnEnd::Stop { .. } => {}
+                    OnEnd::Warn { .. } => eprintln!("lockman: {what} lost; the command goes on"),
+                }
+            }
+            () = deadline, if kill_at.is_some() && !killed => {
+                eprintln!("lockman: the command did not stop before {what} could expire; killed it (SIGKILL)");
+                send(libc::SIGKILL);
+                killed = true;
+            }
+        }
+    };
+    let status = status.map_err(|e| Failure::new(code::CANNOT_RUN, e.to_string()))?;
+    let stopping = ended.is_some() && matches!(on_end, OnEnd::Stop { .. });
+    if stopping && !killed {
+        // The command exited on SIGTERM; what it started and left behind in its group (a
+        // shell's children) must not run on past the hold either.
+        send(libc::SIGKILL);
+    }
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
+        (None, None) => 1,
+    };
+    Ok(Ran {
+        code,
+        hold_ended: ended.is_some(),
+    })
+}
+
+/// The terminal lockman runs in the foreground of, handed over to the command's process group
+/// for as long as it runs. A process group of its own is not the terminal's foreground: the
+/// command would be stopped (SIGTTIN) the moment it read the terminal, a prompt for instance,
+/// and the terminal's Ctrl-C would not reach it. Given back to lockman's group when dropped.
+///
+/// Not job control: Ctrl-Z stops the command's group only, while lockman waits on.
+struct Terminal {
+    fd: Option<libc::c_int>,
+}
+
+impl Terminal {
+    /// Hands the terminal over in the command's child, between fork and exec, when one of
+    /// stdin, stdout and stderr is a terminal whose foreground is lockman's group.
+    fn hand_over(command: &mut tokio::process::Command) -> Self {
+        // SAFETY: isatty(3), tcgetpgrp(3) and getpgrp(2) take and return integers.
+        let fd = (0..=2)
+            .find(|&fd| unsafe { libc::isatty(fd) == 1 && libc::tcgetpgrp(fd) == libc::getpgrp() });
+        if let Some(fd) = fd {
+            let before_exec = move || {
+                // Now in its own group (std sets it up before these calls), a background
+                // one: tcsetpgrp would stop it with SIGTTOU unless blocked. A failure leaves
+                // the command in the background, as without a terminal; it still runs.
+                with_sigttou_blocked(|| {
+                    // SAFETY: tcsetpgrp(3) and getpid(2) take and return integers.
+                    unsafe { libc::tcsetpgrp(fd, libc::getpid()) };
+                });
+                Ok(())
+            };
+            // SAFETY: the closure runs in the child between fork and exec, where only
+            // async-signal-safe work is allowed: it makes system calls on integers and a
+            // signal set on its stack, and allocates nothing.
+            unsafe {
+                command.pre_exec(before_exec);
+            }
+        }
+        Self { fd }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let Some(fd) = self.fd else { return };
+        with_sigttou_blocked(|| {
+            // SAFETY: tcgetpgrp(3), tcsetpgrp(3) and getpgrp(2) take and return integers.
+            unsafe {
+                let ours = libc::getpgrp();
+                if libc::tcgetpgrp(fd) != ours {
+                    libc::tcsetpgrp(fd, ours);
+                }
+            }
+        });
+    }
+}
+
+/// Runs `f` with SIGTTOU blocked on this thread (the kernel lets a background process group
+/// set the terminal's foreground then, instead of stopping it), and the mask restored after.
+fn with_sigttou_blocked(f: impl FnOnce()) {
+    // SAFETY: sigemptyset(3) and sigaddset(3) fill a set on this stack; pthread_sigmask(3)
+    // reads and writes sets on this stack (it is the rt_sigprocmask system call, safe
+    // between fork and exec too).
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
