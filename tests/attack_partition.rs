@@ -1,0 +1,344 @@
+//! One client cut off from Redis while the others are not: the holder's every connection runs
+//! through a TCP proxy that the test cuts (a black hole: connections stay open, nothing gets
+//! through either way, new connections are accepted and hang), while a second manager reaches
+//! the same server directly. The guarantees tried at this edge:
+//!
+//! - `valid_until` and `scope` (README, "Deadlines a hold can obey"): the cut-off holder's
+//!   scoped work stops, and its `valid_until` passes, before the other client can get in;
+//! - "Lost locks are reported" (README): a hold that could not be renewed for a whole watchdog
+//!   timeout is reported lost by its guard, while the holder is still cut off;
+//! - a release that could not reach Redis never takes away a later holder's hold, and the
+//!   cut-off client locks again once the cut heals ("Recovery");
+//! - the same for a permit semaphore's permit without a lease (README: "a guard reports a
+//!   permit that was reclaimed (`is_lost`, `lost`), as lock guards do").
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager};
+use redis::Commands;
+use support::{RedisServer, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+/// A short watchdog, so a hold outlives a cut by a couple of seconds only; scope's margin is a
+/// tenth of it (200 ms).
+const WATCHDOG: Duration = Duration::from_millis(2000);
+
+/// Where the proxy's connections stand: `cut` discards everything, and every connection made
+/// before the last heal (an older `generation`) is closed.
+#[derive(Clone, Copy)]
+struct State {
+    cut: bool,
+    generation: u64,
+}
+
+/// A TCP proxy in front of one redis-server, on a thread and runtime of its own (so that
+/// nothing the test's runtime does slows it), which the test can cut and heal.
+struct Proxy {
+    port: u16,
+    state: watch::Sender<State>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("proxy address").port();
+        let (state, rx) = watch::channel(State {
+            cut: false,
+            generation: 0,
+        });
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("proxy runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                loop {
+                    let Ok((inbound, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    tokio::spawn(serve(inbound, upstream, rx.clone()));
+                }
+            });
+        });
+        Self { port, state }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// Nothing gets through from now on, either way; connections stay open.
+    fn cut(&self) {
+        self.state.send_modify(|s| s.cut = true);
+    }
+
+    /// Traffic flows again on new connections; those from before are closed, as a connection
+    /// that timed out in a partition is.
+    fn heal(&self) {
+        self.state.send_modify(|s| {
+            s.cut = false;
+            s.generation += 1;
+        });
+    }
+}
+
+/// One proxied connection: while cut, an inbound connection is held and its bytes discarded
+/// until a heal closes it; otherwise it is joined to the server until the next heal.
+async fn serve(mut inbound: tokio::net::TcpStream, upstream: u16, mut rx: watch::Receiver<State>) {
+    let born = rx.borrow().generation;
+    if rx.borrow().cut {
+        let mut sink = [0u8; 4096];
+        loop {
+            tokio::select! {
+                r = inbound.read(&mut sink) => if matches!(r, Ok(0) | Err(_)) { return },
+                changed = rx.changed() => {
+                    if changed.is_err() || rx.borrow().generation != born {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
+        return;
+    };
+    let (mut in_r, mut in_w) = inbound.into_split();
+    let (mut out_r, mut out_w) = outbound.into_split();
+    let up = pump(&mut in_r, &mut out_w, rx.clone(), born);
+    let down = pump(&mut out_r, &mut in_w, rx.clone(), born);
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+    }
+}
+
+/// Copies `from` to `to`, dropping what it reads while the proxy is cut, until either side
+/// closes or a heal ends the connection's generation.
+async fn pump(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    mut rx: watch::Receiver<State>,
+    born: u64,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            r = from.read(&mut buf) => {
+                let n = match r {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                let State { cut, generation } = *rx.borrow();
+                if generation != born {
+                    return;
+                }
+                if !cut && to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+            changed = rx.changed() => {
+                if changed.is_err() || rx.borrow().generation != born {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn config(url: String) -> Config {
+    Config::new(url)
+        .watchdog_timeout(WATCHDOG)
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(500))
+}
+
+/// Work that counts its steps (one every 5 ms) until it is dropped.
+async fn count_steps(steps: Arc<AtomicU64>) {
+    loop {
+        steps.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits (bounded) until the hold's validity has moved on from `first`: a renewal was confirmed.
+async fn renewed_once(valid_until: impl Fn() -> Instant) {
+    let first = valid_until();
+    assert!(
+        eventually(WATCHDOG * 2, || valid_until() > first).await,
+        "the hold was never renewed before the cut"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_holder_stops_and_is_reported_lost_and_never_takes_the_next_hold() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(config(proxy.url())).await.unwrap();
+    let direct = LockManager::start(config(server.url())).await.unwrap();
+
+    let lock = cut_off.lock("partitioned");
+    let guard = lock.acquire().await.unwrap();
+    renewed_once(|| guard.valid_until()).await;
+
+    let steps = Arc::new(AtomicU64::new(0));
+    let cut_at = Instant::now();
+    proxy.cut();
+    let other = direct.lock("partitioned");
+    let (work, got_in) = tokio::join!(
+        async {
+            let stopped = guard.scope(count_steps(steps.clone())).await;
+            (stopped, Instant::now())
+        },
+        async {
+            let g = tokio::time::timeout(WATCHDOG * 4, other.acquire())
+                .await
+                .expect("the other client gets in once the cut-off hold expires")
+                .unwrap();
+            (g, Instant::now())
+        }
+    );
+    let (stopped, stopped_at) = work;
+    let (other_guard, other_in) = got_in;
+    assert!(
+        matches!(
+            stopped,
+            Err(LockError::HoldExpiring { .. } | LockError::HoldLost { .. })
+        ),
+        "scope ended with {stopped:?}"
+    );
+    assert!(
+        stopped_at < other_in,
+        "the cut-off holder's work ran until {:?} after the other client got in",
+        stopped_at - other_in
+    );
+    assert!(
+        guard.valid_until() < other_in,
+        "valid_until is {:?} past the other client's grant",
+        guard.valid_until() - other_in
+    );
+    // No step after the scope stopped: the work really was dropped.
+    let after = steps.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(steps.load(Ordering::SeqCst), after, "the work still runs");
+
+    // Reported lost while still cut off: no renewal for a whole watchdog timeout.
+    assert!(
+        tokio::time::timeout(WATCHDOG * 2, guard.lost()).await.is_ok(),
+        "the cut-off guard was not reported lost {:?} after the cut",
+        cut_at.elapsed()
+    );
+
+    // Its release, sent while cut off and resent after the heal, says the hold was gone and
+    // leaves the other client's hold exactly as it was.
+    let released = tokio::spawn(async move { guard.release().await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    proxy.heal();
+    let released = tokio::time::timeout(WATCHDOG * 3, released)
+        .await
+        .expect("the release is answered after the heal")
+        .unwrap();
+    assert!(
+        matches!(released, Err(LockError::NotHeld { .. })),
+        "release of the lost hold: {released:?}"
+    );
+    let fields: std::collections::HashMap<String, String> = raw.hgetall("partitioned").unwrap();
+    assert_eq!(
+        fields,
+        std::collections::HashMap::from([(other.holder_id(), "1".to_owned())]),
+        "the later hold was touched"
+    );
+
+    // Healed: the cut-off client locks again, woken by the other's release.
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_acquire_for(WATCHDOG * 3).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    other_guard.release().await.unwrap();
+    let again = waiter.await.unwrap().unwrap();
+    let again = again.expect("the healed client locks again");
+    assert!(!again.is_lost());
+    again.release().await.unwrap();
+    assert!(!raw.exists::<_, bool>("partitioned").unwrap());
+    cut_off.shutdown().await;
+    direct.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_permit_stops_its_work_and_is_reported_lost_before_its_permit_is_taken_again() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(config(proxy.url())).await.unwrap();
+    let direct = LockManager::start(config(server.url())).await.unwrap();
+
+    let mine = cut_off.permit_semaphore("partner");
+    assert!(mine.try_set_permits(1).await.unwrap());
+    let permit = mine.acquire(1).await.unwrap();
+    renewed_once(|| permit.valid_until().expect("a renewed permit has a validity")).await;
+
+    let steps = Arc::new(AtomicU64::new(0));
+    let cut_at = Instant::now();
+    proxy.cut();
+    let theirs = direct.permit_semaphore("partner");
+    let (work, got_in) = tokio::join!(
+        async {
+            let stopped = permit.scope(count_steps(steps.clone())).await;
+            (stopped, Instant::now())
+        },
+        async {
+            let g = tokio::time::timeout(WATCHDOG * 4, theirs.acquire(1))
+                .await
+                .expect("the other client gets the permit once the cut-off one expires")
+                .unwrap();
+            (g, Instant::now())
+        }
+    );
+    let (stopped, stopped_at) = work;
+    let (their_permit, they_got_in) = got_in;
+    assert!(
+        matches!(
+            stopped,
+            Err(LockError::HoldExpiring { .. } | LockError::HoldLost { .. })
+        ),
+        "scope ended with {stopped:?}"
+    );
+    assert!(
+        stopped_at < they_got_in,
+        "the cut-off holder's work ran until {:?} after the other client got its permit",
+        stopped_at - they_got_in
+    );
+    let valid_until = permit.valid_until().unwrap();
+    assert!(
+        valid_until < they_got_in,
+        "valid_until is {:?} past the other client's grant",
+        valid_until - they_got_in
+    );
+    // Reported lost while still cut off, as a lock's guard is.
+    assert!(
+        tokio::time::timeout(WATCHDOG * 2, permit.lost()).await.is_ok(),
+        "the cut-off permit was not reported lost {:?} after the cut",
+        cut_at.elapsed()
+    );
+    proxy.heal();
+    let released = tokio::time::timeout(WATCHDOG * 3, permit.release())
+        .await
+        .expect("the release is answered after the heal");
+    assert!(
+        matches!(released, Err(LockError::NotHeld { .. })),
+        "release of the lost permit: {released:?}"
+    );
+    assert_eq!(theirs.available().await.unwrap(), 0, "a permit too many");
+    their_permit.release().await.unwrap();
+    assert_eq!(theirs.available().await.unwrap(), 1);
+    cut_off.shutdown().await;
+    direct.shutdown().await;
+}
