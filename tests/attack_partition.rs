@@ -28,11 +28,13 @@ use tokio::sync::watch;
 /// tenth of it (200 ms).
 const WATCHDOG: Duration = Duration::from_millis(2000);
 
-/// Where the proxy's connections stand: `cut` discards everything, and every connection made
-/// before the last heal (an older `generation`) is closed.
+/// Where the proxy's connections stand: `requests` cut discards what clients send, `replies`
+/// cut what the server sends back; every connection made before the last heal (an older
+/// `generation`) is closed.
 #[derive(Clone, Copy)]
 struct State {
-    cut: bool,
+    requests: bool,
+    replies: bool,
     generation: u64,
 }
 
@@ -49,7 +51,8 @@ impl Proxy {
         listener.set_nonblocking(true).expect("nonblocking");
         let port = listener.local_addr().expect("proxy address").port();
         let (state, rx) = watch::channel(State {
-            cut: false,
+            requests: false,
+            replies: false,
             generation: 0,
         });
         std::thread::spawn(move || {
@@ -77,14 +80,24 @@ impl Proxy {
 
     /// Nothing gets through from now on, either way; connections stay open.
     fn cut(&self) {
-        self.state.send_modify(|s| s.cut = true);
+        self.state.send_modify(|s| {
+            s.requests = true;
+            s.replies = true;
+        });
+    }
+
+    /// Requests still reach the server and run there, but no reply comes back: an asymmetric
+    /// partition, where the client cannot tell whether what it sent ran.
+    fn cut_replies(&self) {
+        self.state.send_modify(|s| s.replies = true);
     }
 
     /// Traffic flows again on new connections; those from before are closed, as a connection
     /// that timed out in a partition is.
     fn heal(&self) {
         self.state.send_modify(|s| {
-            s.cut = false;
+            s.requests = false;
+            s.replies = false;
             s.generation += 1;
         });
     }
@@ -94,7 +107,7 @@ impl Proxy {
 /// until a heal closes it; otherwise it is joined to the server until the next heal.
 async fn serve(mut inbound: tokio::net::TcpStream, upstream: u16, mut rx: watch::Receiver<State>) {
     let born = rx.borrow().generation;
-    if rx.borrow().cut {
+    if rx.borrow().requests {
         let mut sink = [0u8; 4096];
         loop {
             tokio::select! {
@@ -112,21 +125,22 @@ async fn serve(mut inbound: tokio::net::TcpStream, upstream: u16, mut rx: watch:
     };
     let (mut in_r, mut in_w) = inbound.into_split();
     let (mut out_r, mut out_w) = outbound.into_split();
-    let up = pump(&mut in_r, &mut out_w, rx.clone(), born);
-    let down = pump(&mut out_r, &mut in_w, rx.clone(), born);
+    let up = pump(&mut in_r, &mut out_w, rx.clone(), born, |s| s.requests);
+    let down = pump(&mut out_r, &mut in_w, rx.clone(), born, |s| s.replies);
     tokio::select! {
         _ = up => {}
         _ = down => {}
     }
 }
 
-/// Copies `from` to `to`, dropping what it reads while the proxy is cut, until either side
-/// closes or a heal ends the connection's generation.
+/// Copies `from` to `to`, dropping what it reads while this direction is `cut`, until either
+/// side closes or a heal ends the connection's generation.
 async fn pump(
     from: &mut tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
     mut rx: watch::Receiver<State>,
     born: u64,
+    cut: fn(&State) -> bool,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -136,11 +150,11 @@ async fn pump(
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
-                let State { cut, generation } = *rx.borrow();
-                if generation != born {
+                let state = *rx.borrow();
+                if state.generation != born {
                     return;
                 }
-                if !cut && to.write_all(&buf[..n]).await.is_err() {
+                if !cut(&state) && to.write_all(&buf[..n]).await.is_err() {
                     return;
                 }
             }
@@ -208,6 +222,11 @@ async fn a_cut_off_holder_stops_and_is_reported_lost_and_never_takes_the_next_ho
     );
     let (stopped, stopped_at) = work;
     let (other_guard, other_in) = got_in;
+    eprintln!(
+        "cut-off work stopped {:?} and its validity ended {:?} before the other got in",
+        other_in.saturating_duration_since(stopped_at),
+        other_in.saturating_duration_since(guard.valid_until()),
+    );
     assert!(
         matches!(
             stopped,
@@ -304,6 +323,10 @@ async fn a_cut_off_permit_stops_its_work_and_is_reported_lost_before_its_permit_
     );
     let (stopped, stopped_at) = work;
     let (their_permit, they_got_in) = got_in;
+    eprintln!(
+        "cut-off permit's work stopped {:?} before the other got the permit",
+        they_got_in.saturating_duration_since(stopped_at),
+    );
     assert!(
         matches!(
             stopped,
@@ -339,6 +362,125 @@ async fn a_cut_off_permit_stops_its_work_and_is_reported_lost_before_its_permit_
     assert_eq!(theirs.available().await.unwrap(), 0, "a permit too many");
     their_permit.release().await.unwrap();
     assert_eq!(theirs.available().await.unwrap(), 1);
+    cut_off.shutdown().await;
+    direct.shutdown().await;
+}
+
+/// A manager with the default 30 s watchdog: a hold left behind would stay 30 s, which tells it
+/// apart from one given back.
+fn slow_watchdog(url: String) -> Config {
+    Config::new(url)
+        .watchdog_timeout(Duration::from_secs(30))
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(500))
+}
+
+/// README, "Cancel safety": "a grant that arrives after the caller left is released"; and
+/// docs/protocol.md, "Sent again". Here the acquire runs in Redis and takes the lock, but its
+/// reply (and every resend's) is lost; the caller's wait runs out and it leaves. Once replies
+/// flow again the hold must be given back at once, not left to a 30 s watchdog lease, and
+/// counted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_ran_but_whose_reply_was_lost_is_given_back_after_the_caller_left() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(slow_watchdog(proxy.url())).await.unwrap();
+    let direct = LockManager::start(slow_watchdog(server.url())).await.unwrap();
+    let lock = cut_off.lock("lost-reply");
+    support::load_scripts(&lock).await;
+
+    proxy.cut_replies();
+    let gave_up = lock.try_acquire_for(Duration::from_millis(400)).await;
+    // It ran: the hold is in Redis, counted once, though the caller never heard of it.
+    let count: Option<String> = raw.hget("lost-reply", lock.holder_id()).unwrap();
+    assert_eq!(count.as_deref(), Some("1"), "the acquire did not run once");
+    assert!(
+        !matches!(gave_up, Ok(Some(_))),
+        "a grant came through a cut: {gave_up:?}"
+    );
+    let other = direct.lock("lost-reply");
+    let waiter = tokio::spawn(async move {
+        let asked = Instant::now();
+        let got = other.try_acquire_for(Duration::from_secs(20)).await;
+        (got, asked.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let healed = Instant::now();
+    proxy.heal();
+    let (got, waited) = waiter.await.unwrap();
+    let got = got.unwrap().expect("the other client gets in");
+    eprintln!(
+        "the other client got in {:?} after the heal",
+        healed.elapsed()
+    );
+    assert!(
+        healed.elapsed() < Duration::from_secs(5),
+        "the caller-less hold was not given back: the other client waited {waited:?}"
+    );
+    let fields: std::collections::HashMap<String, String> = raw.hgetall("lost-reply").unwrap();
+    assert_eq!(
+        fields,
+        std::collections::HashMap::from([(got.holder_id().to_owned(), "1".to_owned())]),
+    );
+    got.release().await.unwrap();
+    cut_off.shutdown().await;
+    direct.shutdown().await;
+}
+
+/// A release that ran in Redis but whose reply was lost: the hold was released by its own
+/// release, exactly once, and never renewed again. Its guard must not be told the lock was
+/// lost (README: `NotHeld` "when the lock was lost meanwhile"), and a waiter elsewhere gets in
+/// at once (the release published).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_ran_but_whose_reply_was_lost_is_not_reported_as_a_lost_hold() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(slow_watchdog(proxy.url())).await.unwrap();
+    let direct = LockManager::start(slow_watchdog(server.url())).await.unwrap();
+    let lock = cut_off.lock("lost-release");
+    let guard = lock.acquire().await.unwrap();
+
+    let other = direct.lock("lost-release");
+    let waiter = tokio::spawn(async move {
+        let asked = Instant::now();
+        (other.try_acquire_for(Duration::from_secs(20)).await, asked)
+    });
+    // The waiter is parked on the channel.
+    let mut probe = server.conn();
+    assert!(
+        support::subscribed(
+            &mut probe,
+            "redisson_lock__channel:{lost-release}",
+            Duration::from_secs(5)
+        )
+        .await
+    );
+    proxy.cut_replies();
+    let released_at = Instant::now();
+    let released = tokio::spawn(async move { guard.release().await });
+    let (got, _) = waiter.await.unwrap();
+    let got = got.unwrap().expect("the waiter gets in once the release ran");
+    eprintln!("the waiter got in {:?} after the release", released_at.elapsed());
+    assert!(released_at.elapsed() < Duration::from_secs(5));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.heal();
+    let released = tokio::time::timeout(Duration::from_secs(20), released)
+        .await
+        .expect("the release is answered")
+        .unwrap();
+    eprintln!("release() returned {released:?}");
+    assert!(
+        !matches!(released, Err(LockError::NotHeld { .. })),
+        "a release that released the hold said it was not held: {released:?}"
+    );
+    let fields: std::collections::HashMap<String, String> = raw.hgetall("lost-release").unwrap();
+    assert_eq!(
+        fields,
+        std::collections::HashMap::from([(got.holder_id().to_owned(), "1".to_owned())]),
+    );
+    got.release().await.unwrap();
     cut_off.shutdown().await;
     direct.shutdown().await;
 }
