@@ -484,3 +484,170 @@ async fn a_release_that_ran_but_whose_reply_was_lost_is_not_reported_as_a_lost_h
     cut_off.shutdown().await;
     direct.shutdown().await;
 }
+
+/// RELIABILITY.md / README: a RedLock's `valid_until` is "the instant fewer than its quorum of
+/// members would still be valid", and its scope stops "as soon as the composition is known
+/// lost (fewer than its quorum of members held) or its `valid_until` comes within a margin".
+/// Here the holder is cut off from two of its three servers (the third still renews), while a
+/// second RedLock client reaches all three directly: the holder's work must stop, and its
+/// validity pass, before the other client can have a majority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_holder_cut_off_from_a_majority_stops_before_another_gets_a_majority() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
+    let mut mine = Vec::new();
+    let mut theirs = Vec::new();
+    for (server, proxy) in servers.iter().zip(&proxies) {
+        mine.push(LockManager::start(config(proxy.url())).await.unwrap());
+        theirs.push(LockManager::start(config(server.url())).await.unwrap());
+    }
+    let red = |managers: &[LockManager]| {
+        lockman::RedLock::new(managers.iter().map(|m| m.lock("red:cut")).collect())
+    };
+    let guard = red(&mine).acquire().await.unwrap();
+    renewed_once(|| guard.valid_until()).await;
+
+    let steps = Arc::new(AtomicU64::new(0));
+    proxies[0].cut();
+    proxies[1].cut();
+    let other = red(&theirs);
+    let (work, got_in) = tokio::join!(
+        async {
+            let stopped = guard.scope(count_steps(steps.clone())).await;
+            (stopped, Instant::now())
+        },
+        async {
+            let g = tokio::time::timeout(WATCHDOG * 4, other.acquire())
+                .await
+                .expect("the other client gets a majority once the cut-off members expire")
+                .unwrap();
+            (g, Instant::now())
+        }
+    );
+    let (stopped, stopped_at) = work;
+    let (their_guard, they_got_in) = got_in;
+    eprintln!(
+        "cut-off RedLock work stopped {:?} and its validity ended {:?} before the other got a majority",
+        they_got_in.saturating_duration_since(stopped_at),
+        they_got_in.saturating_duration_since(guard.valid_until()),
+    );
+    assert!(
+        matches!(
+            stopped,
+            Err(LockError::HoldExpiring { .. } | LockError::HoldLost { .. })
+        ),
+        "scope ended with {stopped:?}"
+    );
+    assert!(
+        stopped_at < they_got_in,
+        "the cut-off RedLock's work ran until {:?} after the other got a majority",
+        stopped_at - they_got_in
+    );
+    assert!(
+        guard.valid_until() < they_got_in,
+        "valid_until is {:?} past the other client's majority",
+        guard.valid_until() - they_got_in
+    );
+    assert!(
+        tokio::time::timeout(WATCHDOG * 2, guard.lost()).await.is_ok(),
+        "the cut-off RedLock was not reported lost"
+    );
+    proxies[0].heal();
+    proxies[1].heal();
+    let _ = tokio::time::timeout(WATCHDOG * 3, guard.release())
+        .await
+        .expect("the release is answered after the heal");
+    // The other client's members are untouched; the third server's member, which the cut-off
+    // holder kept and released, is free or the other client's.
+    for (i, server) in servers.iter().enumerate() {
+        let mut raw = server.conn();
+        let fields: std::collections::HashMap<String, String> = raw.hgetall("red:cut").unwrap();
+        assert!(
+            fields.keys().all(|h| !h.starts_with(&mine[i].client_id().to_string())),
+            "server {i}: the cut-off client still holds {fields:?}"
+        );
+    }
+    their_guard.release().await.unwrap();
+    for m in mine.iter().chain(&theirs) {
+        m.shutdown().await;
+    }
+}
+
+/// `LockManager::shutdown` while cut off from Redis: "Stops renewals, releases every lock …,
+/// fails its waiters with `LockError::Shutdown` … Later calls fail with `Shutdown`", and
+/// RELIABILITY.md: its release "does not retry": holds stay until their TTL, "at most the
+/// watchdog timeout", their guards told of the shutdown. So a shutdown must end in bounded time
+/// even with every connection a black hole, and nothing renews the holds afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_while_cut_off_ends_promptly_and_leaves_nothing_renewed() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(config(proxy.url())).await.unwrap();
+    let direct = LockManager::start(config(server.url())).await.unwrap();
+    let held = cut_off.lock("down:held").acquire().await.unwrap();
+    let permits = cut_off.permit_semaphore("down:permits");
+    assert!(permits.try_set_permits(1).await.unwrap());
+    let permit = permits.acquire(1).await.unwrap();
+    let taken = direct.lock("down:waited").acquire().await.unwrap();
+    let waiter = {
+        let lock = cut_off.lock("down:waited");
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    let mut probe = server.conn();
+    assert!(
+        support::subscribed(
+            &mut probe,
+            "redisson_lock__channel:{down:waited}",
+            Duration::from_secs(5)
+        )
+        .await
+    );
+    renewed_once(|| held.valid_until()).await;
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(10), cut_off.shutdown())
+        .await
+        .expect("shutdown did not end within 10 s while cut off");
+    eprintln!("shutdown took {:?} while cut off", started.elapsed());
+    let waited = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter was not failed by the shutdown")
+        .unwrap();
+    assert!(matches!(waited, Err(LockError::Shutdown)), "{waited:?}");
+    assert!(held.is_lost(), "the hold's guard was not told");
+    assert!(permit.is_lost(), "the permit's guard was not told");
+    assert!(matches!(
+        cut_off.lock("down:held").try_acquire().await,
+        Err(LockError::Shutdown)
+    ));
+    // Nothing renews the hold or the permit: the other client gets both within the watchdog
+    // timeout of the cut (plus slack), though the cut-off client is healed meanwhile.
+    proxy.heal();
+    let mine = direct
+        .lock("down:held")
+        .try_acquire_for(WATCHDOG * 2)
+        .await
+        .unwrap()
+        .expect("the shut-down client's hold was renewed");
+    let theirs = direct
+        .permit_semaphore("down:permits")
+        .try_acquire_for(1, WATCHDOG * 2)
+        .await
+        .unwrap()
+        .expect("the shut-down client's permit was renewed");
+    assert!(
+        cut_at.elapsed() < WATCHDOG * 2,
+        "got in {:?} after the cut",
+        cut_at.elapsed()
+    );
+    drop((held, permit));
+    mine.release().await.unwrap();
+    theirs.release().await.unwrap();
+    taken.release().await.unwrap();
+    let left: Vec<String> = raw.keys("down:*").unwrap();
+    assert_eq!(left, vec!["down:permits".to_owned()], "left behind");
+    direct.shutdown().await;
+}
