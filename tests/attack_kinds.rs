@@ -22,7 +22,10 @@ fn exclusive_kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
         ("fenced", mgr.fenced_lock(name).into()),
         ("fair", mgr.fair_lock(name).into()),
         ("non_reentrant", mgr.non_reentrant_lock(name)),
-        ("non_reentrant_fair", mgr.non_reentrant_fair_lock(name).into()),
+        (
+            "non_reentrant_fair",
+            mgr.non_reentrant_fair_lock(name).into(),
+        ),
     ]
 }
 
@@ -95,7 +98,10 @@ async fn holds_of_every_kind_on_one_name_never_overlap() {
                         continue;
                     };
                     if let Some(token) = g.token() {
-                        assert!(token > last_token, "{kind}: token {token} after {last_token}");
+                        assert!(
+                            token > last_token,
+                            "{kind}: token {token} after {last_token}"
+                        );
                         last_token = token;
                     }
                     let n: u64 = conn

@@ -36,6 +36,21 @@ struct State {
     requests: bool,
     replies: bool,
     generation: u64,
+    /// Connections of a generation below this stay open and black-holed for good (a flow a
+    /// middlebox forgot: see [`Proxy::heal_new_only`]).
+    dead_below: u64,
+}
+
+impl State {
+    /// Whether a connection of generation `born` is to be closed now.
+    fn ends(&self, born: u64) -> bool {
+        born >= self.dead_below && self.generation != born
+    }
+
+    /// Whether a connection of generation `born` drops what it reads for good.
+    fn dead(&self, born: u64) -> bool {
+        born < self.dead_below
+    }
 }
 
 /// A TCP proxy in front of one redis-server, on a thread and runtime of its own (so that
@@ -54,6 +69,7 @@ impl Proxy {
             requests: false,
             replies: false,
             generation: 0,
+            dead_below: 0,
         });
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -94,6 +110,19 @@ impl Proxy {
 
     /// Traffic flows again on new connections; those from before are closed, as a connection
     /// that timed out in a partition is.
+    /// New connections flow again, but those from before stay open and silently drop
+    /// everything, for good: what a client sees when a NAT, a firewall or a load balancer
+    /// forgot its flows during the partition and drops their packets without a reset (no
+    /// error ever reaches the client's socket; only a new connection gets through).
+    fn heal_new_only(&self) {
+        self.state.send_modify(|s| {
+            s.requests = false;
+            s.replies = false;
+            s.generation += 1;
+            s.dead_below = s.generation;
+        });
+    }
+
     fn heal(&self) {
         self.state.send_modify(|s| {
             s.requests = false;
@@ -113,7 +142,7 @@ async fn serve(mut inbound: tokio::net::TcpStream, upstream: u16, mut rx: watch:
             tokio::select! {
                 r = inbound.read(&mut sink) => if matches!(r, Ok(0) | Err(_)) { return },
                 changed = rx.changed() => {
-                    if changed.is_err() || rx.borrow().generation != born {
+                    if changed.is_err() || rx.borrow().ends(born) {
                         return;
                     }
                 }
@@ -151,15 +180,15 @@ async fn pump(
                     Ok(n) => n,
                 };
                 let state = *rx.borrow();
-                if state.generation != born {
+                if state.ends(born) {
                     return;
                 }
-                if !cut(&state) && to.write_all(&buf[..n]).await.is_err() {
+                if !state.dead(born) && !cut(&state) && to.write_all(&buf[..n]).await.is_err() {
                     return;
                 }
             }
             changed = rx.changed() => {
-                if changed.is_err() || rx.borrow().generation != born {
+                if changed.is_err() || rx.borrow().ends(born) {
                     return;
                 }
             }
@@ -251,7 +280,9 @@ async fn a_cut_off_holder_stops_and_is_reported_lost_and_never_takes_the_next_ho
 
     // Reported lost while still cut off: no renewal for a whole watchdog timeout.
     assert!(
-        tokio::time::timeout(WATCHDOG * 2, guard.lost()).await.is_ok(),
+        tokio::time::timeout(WATCHDOG * 2, guard.lost())
+            .await
+            .is_ok(),
         "the cut-off guard was not reported lost {:?} after the cut",
         cut_at.elapsed()
     );
@@ -302,7 +333,12 @@ async fn a_cut_off_permit_stops_its_work_and_is_reported_lost_before_its_permit_
     let mine = cut_off.permit_semaphore("partner");
     assert!(mine.try_set_permits(1).await.unwrap());
     let permit = mine.acquire(1).await.unwrap();
-    renewed_once(|| permit.valid_until().expect("a renewed permit has a validity")).await;
+    renewed_once(|| {
+        permit
+            .valid_until()
+            .expect("a renewed permit has a validity")
+    })
+    .await;
 
     let steps = Arc::new(AtomicU64::new(0));
     let cut_at = Instant::now();
@@ -347,7 +383,9 @@ async fn a_cut_off_permit_stops_its_work_and_is_reported_lost_before_its_permit_
     );
     // Reported lost while still cut off, as a lock's guard is.
     assert!(
-        tokio::time::timeout(WATCHDOG * 2, permit.lost()).await.is_ok(),
+        tokio::time::timeout(WATCHDOG * 2, permit.lost())
+            .await
+            .is_ok(),
         "the cut-off permit was not reported lost {:?} after the cut",
         cut_at.elapsed()
     );
@@ -385,8 +423,12 @@ async fn an_acquire_that_ran_but_whose_reply_was_lost_is_given_back_after_the_ca
     let server = RedisServer::start();
     let mut raw = server.conn();
     let proxy = Proxy::start(server.port());
-    let cut_off = LockManager::start(slow_watchdog(proxy.url())).await.unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url())).await.unwrap();
+    let cut_off = LockManager::start(slow_watchdog(proxy.url()))
+        .await
+        .unwrap();
+    let direct = LockManager::start(slow_watchdog(server.url()))
+        .await
+        .unwrap();
     let lock = cut_off.lock("lost-reply");
     support::load_scripts(&lock).await;
 
@@ -437,8 +479,12 @@ async fn a_release_that_ran_but_whose_reply_was_lost_is_not_reported_as_a_lost_h
     let server = RedisServer::start();
     let mut raw = server.conn();
     let proxy = Proxy::start(server.port());
-    let cut_off = LockManager::start(slow_watchdog(proxy.url())).await.unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url())).await.unwrap();
+    let cut_off = LockManager::start(slow_watchdog(proxy.url()))
+        .await
+        .unwrap();
+    let direct = LockManager::start(slow_watchdog(server.url()))
+        .await
+        .unwrap();
     let lock = cut_off.lock("lost-release");
     let guard = lock.acquire().await.unwrap();
 
@@ -461,8 +507,13 @@ async fn a_release_that_ran_but_whose_reply_was_lost_is_not_reported_as_a_lost_h
     let released_at = Instant::now();
     let released = tokio::spawn(async move { guard.release().await });
     let (got, _) = waiter.await.unwrap();
-    let got = got.unwrap().expect("the waiter gets in once the release ran");
-    eprintln!("the waiter got in {:?} after the release", released_at.elapsed());
+    let got = got
+        .unwrap()
+        .expect("the waiter gets in once the release ran");
+    eprintln!(
+        "the waiter got in {:?} after the release",
+        released_at.elapsed()
+    );
     assert!(released_at.elapsed() < Duration::from_secs(5));
     tokio::time::sleep(Duration::from_millis(500)).await;
     proxy.heal();
@@ -549,7 +600,9 @@ async fn a_redlock_holder_cut_off_from_a_majority_stops_before_another_gets_a_ma
         guard.valid_until() - they_got_in
     );
     assert!(
-        tokio::time::timeout(WATCHDOG * 2, guard.lost()).await.is_ok(),
+        tokio::time::timeout(WATCHDOG * 2, guard.lost())
+            .await
+            .is_ok(),
         "the cut-off RedLock was not reported lost"
     );
     proxies[0].heal();
@@ -563,7 +616,9 @@ async fn a_redlock_holder_cut_off_from_a_majority_stops_before_another_gets_a_ma
         let mut raw = server.conn();
         let fields: std::collections::HashMap<String, String> = raw.hgetall("red:cut").unwrap();
         assert!(
-            fields.keys().all(|h| !h.starts_with(&mine[i].client_id().to_string())),
+            fields
+                .keys()
+                .all(|h| !h.starts_with(&mine[i].client_id().to_string())),
             "server {i}: the cut-off client still holds {fields:?}"
         );
     }
@@ -649,5 +704,196 @@ async fn a_shutdown_while_cut_off_ends_promptly_and_leaves_nothing_renewed() {
     taken.release().await.unwrap();
     let left: Vec<String> = raw.keys("down:*").unwrap();
     assert_eq!(left, vec!["down:permits".to_owned()], "left behind");
+    direct.shutdown().await;
+}
+
+/// README, "Recovery": the pub/sub connection "reconnects with backoff, resubscribes and makes
+/// every waiter retry"; docs/protocol.md, "Messages": "every waiter also tries again … after
+/// every reconnection of its subscription"; a latch wait reads the count again "after a
+/// reconnection". Here a lock waiter, a permit waiter and a latch waiter of one client are
+/// parked when it is cut off; meanwhile the lock and the permit are released and the latch
+/// opens, and every message of that is lost to it. Once the cut heals each must be served
+/// within a couple of seconds, not at the holder's 30 s TTL or the latch wait's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_parked_through_a_cut_are_served_promptly_once_it_heals() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(slow_watchdog(proxy.url()))
+        .await
+        .unwrap();
+    let direct = LockManager::start(slow_watchdog(server.url()))
+        .await
+        .unwrap();
+
+    let held = direct.lock("heal:lock").acquire().await.unwrap();
+    let sem = direct.permit_semaphore("heal:permits");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let permit = sem.acquire(1).await.unwrap();
+    let latch = direct.count_down_latch("heal:latch");
+    assert!(latch.try_set_count(1).await.unwrap());
+
+    let lock_waiter = tokio::spawn({
+        let lock = cut_off.lock("heal:lock");
+        async move { lock.try_acquire_for(Duration::from_secs(25)).await }
+    });
+    let permit_waiter = tokio::spawn({
+        let sem = cut_off.permit_semaphore("heal:permits");
+        async move { sem.try_acquire_for(1, Duration::from_secs(25)).await }
+    });
+    let latch_waiter = tokio::spawn({
+        let latch = cut_off.count_down_latch("heal:latch");
+        async move { latch.wait_for(Duration::from_secs(25)).await }
+    });
+    let mut probe = server.conn();
+    for channel in [
+        "redisson_lock__channel:{heal:lock}",
+        "redisson_sc:{heal:permits}",
+        "redisson_countdownlatch__channel__{heal:latch}",
+    ] {
+        assert!(
+            support::subscribed(&mut probe, channel, Duration::from_secs(5)).await,
+            "{channel}: nobody waits"
+        );
+    }
+    // Each waiter has made its first attempt (a waiter subscribes before it tries).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    proxy.cut();
+    held.release().await.unwrap();
+    permit.release().await.unwrap();
+    assert_eq!(latch.count_down().await.unwrap(), 0);
+    // Long enough that the cut-off client's connections time out and it tries to reconnect
+    // (into the black hole), short of any 30 s fallback.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!lock_waiter.is_finished() && !permit_waiter.is_finished());
+    let healed = Instant::now();
+    proxy.heal();
+
+    let limit = Duration::from_secs(5);
+    let got_lock = tokio::time::timeout(limit, lock_waiter)
+        .await
+        .expect("the lock waiter was not served after the heal")
+        .unwrap()
+        .unwrap()
+        .expect("the lock waiter gave up");
+    eprintln!("lock waiter served {:?} after the heal", healed.elapsed());
+    let got_permit = tokio::time::timeout(limit, permit_waiter)
+        .await
+        .expect("the permit waiter was not served after the heal")
+        .unwrap()
+        .unwrap()
+        .expect("the permit waiter gave up");
+    eprintln!("permit waiter served {:?} after the heal", healed.elapsed());
+    let opened = tokio::time::timeout(limit, latch_waiter)
+        .await
+        .expect("the latch waiter was not served after the heal")
+        .unwrap()
+        .unwrap();
+    eprintln!("latch waiter served {:?} after the heal", healed.elapsed());
+    assert!(opened, "the latch wait ended closed");
+    got_lock.release().await.unwrap();
+    got_permit.release().await.unwrap();
+    cut_off.shutdown().await;
+    direct.shutdown().await;
+}
+
+/// src/lib.rs, "When Redis fails": "the command connections reconnect by themselves", and the
+/// pub/sub connection is restarted when its stream ends; README, "Recovery": calls fail with a
+/// retryable error "while Redis is away". Here Redis is away for 1.5 s, then reachable again on
+/// any new connection, but the client's old connections are never told they are dead: their
+/// flows stay black-holed (a NAT or firewall that dropped its state during the partition, as
+/// cloud load balancers and conntrack do, without a reset). A client that only ever reuses its
+/// connections never recovers: every call times out, and a waiter is never woken by a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "defect: a command or pub/sub connection that stops answering is never replaced \
+            (no reconnect on time-outs, no PING, no TCP keepalive: src/connections/command.rs \
+            bounds each call with an outer tokio timeout the ConnectionManager never sees), so \
+            after a partition that leaves the old flows black-holed every call times out for \
+            good although Redis answers new connections"]
+async fn a_client_whose_old_connections_stay_black_holed_recovers_on_new_ones() {
+    const RECOVERY_LIMIT_S: u64 = 10;
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(slow_watchdog(proxy.url()))
+        .await
+        .unwrap();
+    let direct = LockManager::start(slow_watchdog(server.url()))
+        .await
+        .unwrap();
+    // Both connections in use: a command round trip, and a waiter's subscription.
+    cut_off
+        .lock("stale:warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let held = direct.lock("stale:lock").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = cut_off.lock("stale:lock");
+        async move { lock.try_acquire_for(Duration::from_secs(25)).await }
+    });
+    let mut probe = server.conn();
+    assert!(
+        support::subscribed(
+            &mut probe,
+            "redisson_lock__channel:{stale:lock}",
+            Duration::from_secs(5)
+        )
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let healed = Instant::now();
+    proxy.heal_new_only();
+    held.release().await.unwrap();
+
+    // Redis is reachable through the proxy again: a manager started now works at once.
+    let fresh = LockManager::start(slow_watchdog(proxy.url()))
+        .await
+        .unwrap();
+    fresh
+        .lock("stale:fresh")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a new client locks through the healed proxy")
+        .release()
+        .await
+        .unwrap();
+    fresh.shutdown().await;
+
+    // A new call on a name the client never used: it needs only a working command connection.
+    let mut last = None;
+    let recovered = loop {
+        match cut_off.lock("stale:new").try_acquire().await {
+            Ok(Some(guard)) => {
+                guard.release().await.unwrap();
+                break true;
+            }
+            other => last = Some(format!("{other:?}")),
+        }
+        if healed.elapsed() > Duration::from_secs(RECOVERY_LIMIT_S) {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!(
+        "calls after the heal: recovered {recovered} after {:?}, last {last:?}",
+        healed.elapsed()
+    );
+    assert!(
+        recovered,
+        "no call succeeded within {RECOVERY_LIMIT_S} s of Redis being reachable again: {last:?}"
+    );
+    let served = tokio::time::timeout(Duration::from_secs(10), waiter).await;
+    assert!(
+        matches!(&served, Ok(Ok(Ok(Some(_))))),
+        "the parked waiter was not served within 10 s of the heal and the release: {served:?}"
+    );
+    cut_off.shutdown().await;
     direct.shutdown().await;
 }
