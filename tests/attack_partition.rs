@@ -852,11 +852,11 @@ async fn waiters_parked_through_a_cut_are_served_promptly_once_it_heals() {
 /// cloud load balancers and conntrack do, without a reset). A client that only ever reuses its
 /// connections never recovers: every call times out, and a waiter is never woken by a message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a command or pub/sub connection that stops answering is never replaced \
-            (no reconnect on time-outs, no PING, no TCP keepalive: src/connections/command.rs \
-            bounds each call with an outer tokio timeout the ConnectionManager never sees), so \
-            after a partition that leaves the old flows black-holed every call times out for \
-            good although Redis answers new connections"]
+#[ignore = "defect: a connection that stops answering without an error is never replaced: \
+            after a partition that leaves the old flows black-holed, every call still times out \
+            60 s after Redis answers new connections (src/connections/command.rs: the \
+            ConnectionManager has no response timeout and each call is cut by an outer \
+            tokio timeout it never sees; nothing pings the connections, no TCP keepalive is set)"]
 async fn a_client_whose_old_connections_stay_black_holed_recovers_on_new_ones() {
     const RECOVERY_LIMIT_S: u64 = 10;
     let server = RedisServer::start();
@@ -952,9 +952,9 @@ async fn a_client_whose_old_connections_stay_black_holed_recovers_on_new_ones() 
 /// about on time, and a waiter must get a lock released under it without waiting for the
 /// holder's whole 30 s TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a pub/sub connection that stops answering is never noticed (no PING, no \
-            time-out on SUBSCRIBE: src/actors/pubsub.rs, Handler<Subscribe> awaits \
-            sink.subscribe with none), so waiters are not woken by releases and fall back to \
+#[ignore = "defect: a pub/sub connection that goes silent without an error is never \
+            noticed (nothing pings it; src/actors/pubsub.rs restarts it only when its stream \
+            ends), so a release no longer wakes a waiter: served 29 s after the release, at \
             the holder's TTL"]
 async fn a_silent_pubsub_connection_neither_hangs_bounded_waits_nor_loses_wake_ups() {
     let server = RedisServer::start();
