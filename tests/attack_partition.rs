@@ -1,16 +1,19 @@
-//! One client cut off from Redis while the others are not: the holder's every connection runs
-//! through a TCP proxy that the test cuts (a black hole: connections stay open, nothing gets
-//! through either way, new connections are accepted and hang), while a second manager reaches
-//! the same server directly. The guarantees tried at this edge:
+//! One client cut off from Redis while the others are not: the client's every connection runs
+//! through a TCP proxy (below) that the test cuts, while a second manager reaches the same
+//! server directly. A cut is a black hole (connections stay open, nothing gets through, new
+//! connections are accepted and hang); a heal closes the old connections, as a partition's
+//! time-outs do. Variants: only the replies lost (requests still run), old flows that stay
+//! black-holed after the heal, and only the pub/sub flow gone silent. What is tried here:
 //!
-//! - `valid_until` and `scope` (README, "Deadlines a hold can obey"): the cut-off holder's
-//!   scoped work stops, and its `valid_until` passes, before the other client can get in;
-//! - "Lost locks are reported" (README): a hold that could not be renewed for a whole watchdog
-//!   timeout is reported lost by its guard, while the holder is still cut off;
-//! - a release that could not reach Redis never takes away a later holder's hold, and the
-//!   cut-off client locks again once the cut heals ("Recovery");
-//! - the same for a permit semaphore's permit without a lease (README: "a guard reports a
-//!   permit that was reclaimed (`is_lost`, `lost`), as lock guards do").
+//! - `valid_until` and `scope` (README, "Deadlines a hold can obey") of a lock, a permit and a
+//!   RedLock: the cut-off holder's work stops, and its validity passes, before another client
+//!   gets in; "Lost locks are reported" while the holder is still cut off;
+//! - "Sent again" and cancel safety: an acquire or a release that ran but whose reply was lost
+//!   is counted once, given back when its caller left, never takes a later hold;
+//! - "Recovery": waiters parked through a cut are served once it heals; a client whose old
+//!   connections stay black-holed, or whose pub/sub flow goes silent, recovers (two defects);
+//! - `shutdown` while cut off; bounded waits of the synchronizers while replies are lost (a
+//!   defect).
 
 mod support;
 
