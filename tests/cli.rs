@@ -140,6 +140,25 @@ async fn the_prefix_option_maps_names() {
         "only app1:report"
     );
 
+    // An election too: the command runs while `app1:leader` is the fenced lock that leads.
+    let script =
+        "redis-cli -p \"$PORT\" exists app1:leader leader \"redisson_lock_token:{app1:leader}\"";
+    let out = lockman(
+        &server,
+        &[
+            "--prefix", "app1:", "elect", "--once", "leader", "--", "sh", "-c", script,
+        ],
+    )
+    .env("PORT", server.port().to_string())
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "2",
+        "only app1:leader and its token"
+    );
+
     let mgr = LockManager::start(lockman::Config::new(server.url()).name_prefix("app1:"))
         .await
         .unwrap();

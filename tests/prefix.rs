@@ -82,6 +82,14 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
     let leased = psem.acquire(1).await.unwrap();
     let latch = mgr.count_down_latch("gate");
     assert!(latch.try_set_count(1).await.unwrap());
+    let election = mgr.election("leader");
+    assert_eq!((election.name(), election.key()), ("leader", "app1:leader"));
+    let lead = election.campaign().await.unwrap();
+    assert_eq!(lead.name(), "leader");
+    // Guards give the name as given too, and the key beside it.
+    assert_eq!((guard.name(), guard.key()), ("orders", "app1:orders"));
+    assert_eq!(fenced.name(), "tokens");
+    assert_eq!(permit.name(), "pool");
 
     let expected: BTreeSet<String> = [
         "app1:orders",
@@ -98,6 +106,8 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
         "app1:leases",
         "{app1:leases}:timeout",
         "app1:gate",
+        "app1:leader",
+        "redisson_lock_token:{app1:leader}",
     ]
     .into_iter()
     .map(str::to_owned)
@@ -126,6 +136,8 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
     assert_eq!(info.holders[0].holder, lock.holder_id());
     let queue = mgr.describe("queue").await.unwrap();
     assert_eq!(queue.queue.len(), 1);
+    let leader = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(leader.term, lead.term());
     let sync = mgr.describe_synchronizer("leases").await.unwrap();
     assert_eq!(
         (sync.name.as_str(), sync.count, sync.held.len()),
@@ -147,6 +159,7 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
     non_reentrant_fair.release().await.unwrap();
     permit.release().await.unwrap();
     leased.release().await.unwrap();
+    lead.resign().await.unwrap();
     assert_eq!(latch.count_down().await.unwrap(), 0);
     let heard = channels_until(
         &mut all,
@@ -163,6 +176,7 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
         waiter_channel.as_str(),
         "redisson_lock__channel:{app1:single}",
         "redisson_countdownlatch__channel__{app1:gate}",
+        "redisson_lock__channel:{app1:leader}",
     ]
     .into_iter()
     .map(str::to_owned)
@@ -177,7 +191,8 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
         [
             "app1:pool",
             "app1:leases",
-            "redisson_lock_token:{app1:tokens}"
+            "redisson_lock_token:{app1:tokens}",
+            "redisson_lock_token:{app1:leader}",
         ]
         .into_iter()
         .map(str::to_owned)
@@ -212,4 +227,157 @@ async fn a_prefixed_and_a_plain_manager_meet_on_the_mapped_name() {
     held.release().await.unwrap();
     plain.shutdown().await;
     prefixed.shutdown().await;
+}
+
+/// An election under a prefix is the prefixed fenced lock of its name: a fenced lock of that
+/// name (or Redisson's `RFencedLock` behind the same mapper) sees the leader as its holder, and
+/// tenants with other prefixes hold elections of their own.
+#[tokio::test]
+async fn an_election_under_a_prefix_is_the_prefixed_fenced_lock() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let app1 = LockManager::start(Config::new(server.url()).name_prefix(PREFIX))
+        .await
+        .unwrap();
+    let app2 = LockManager::start(Config::new(server.url()).name_prefix("app2:"))
+        .await
+        .unwrap();
+    let plain = LockManager::start(Config::new(server.url())).await.unwrap();
+    let lead = app1.election("leader").campaign().await.unwrap();
+    assert!(
+        app1.fenced_lock("leader")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "the tenant's fenced lock of the name is the election's"
+    );
+    assert!(
+        plain
+            .fenced_lock("app1:leader")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a client without the mapper meets it on the mapped name"
+    );
+    let other = app2
+        .election("leader")
+        .try_campaign_for(Duration::from_secs(2))
+        .await
+        .unwrap()
+        .expect("another tenant leads its own election");
+    let (term1, term2): (u64, u64) = (
+        raw.get("redisson_lock_token:{app1:leader}").unwrap(),
+        raw.get("redisson_lock_token:{app2:leader}").unwrap(),
+    );
+    assert_eq!((term1, term2), (lead.term(), other.term()));
+    let found: BTreeSet<String> = keys(&mut raw);
+    assert!(
+        !found.contains("leader") && !found.contains("redisson_lock_token:{leader}"),
+        "nothing under the bare name: {found:?}"
+    );
+    assert_eq!(
+        app1.election("leader")
+            .leader()
+            .await
+            .unwrap()
+            .map(|l| l.term),
+        Some(lead.term())
+    );
+    lead.resign().await.unwrap();
+    other.resign().await.unwrap();
+    for mgr in [app1, app2, plain] {
+        mgr.shutdown().await;
+    }
+}
+
+/// Under a prefix an empty name (or the prefix alone) names nothing: every way in refuses it
+/// with `InvalidArgument` before anything is sent, as it does without a prefix.
+#[tokio::test]
+async fn a_prefix_alone_is_no_name_on_any_way_in() {
+    use lockman::{LockError, LockKind, SyncKind};
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = LockManager::start(Config::new(server.url()).name_prefix(PREFIX))
+        .await
+        .unwrap();
+    let invalid = |what: &str, res: Result<(), LockError>| {
+        assert!(
+            matches!(res, Err(LockError::InvalidArgument { .. })),
+            "{what}: {res:?}"
+        );
+    };
+    for name in ["", PREFIX] {
+        let lock = mgr.lock(name);
+        invalid("acquire", lock.acquire().await.map(drop));
+        invalid("try_acquire", lock.try_acquire().await.map(drop));
+        invalid("is_locked", lock.is_locked().await.map(drop));
+        invalid("force_unlock", lock.force_unlock().await.map(drop));
+        invalid("fenced", mgr.fenced_lock(name).acquire().await.map(drop));
+        invalid("fair", mgr.fair_lock(name).try_acquire().await.map(drop));
+        invalid(
+            "non-reentrant",
+            mgr.non_reentrant_lock(name).try_acquire().await.map(drop),
+        );
+        invalid(
+            "read",
+            mgr.read_write_lock(name)
+                .read()
+                .try_acquire()
+                .await
+                .map(drop),
+        );
+        invalid(
+            "semaphore",
+            mgr.semaphore(name).try_set_permits(1).await.map(drop),
+        );
+        invalid(
+            "permit semaphore",
+            mgr.permit_semaphore(name)
+                .try_set_permits(1)
+                .await
+                .map(drop),
+        );
+        invalid(
+            "latch",
+            mgr.count_down_latch(name).try_set_count(1).await.map(drop),
+        );
+        invalid("campaign", mgr.election(name).campaign().await.map(drop));
+        invalid("leader", mgr.election(name).leader().await.map(drop));
+        invalid("describe", mgr.describe(name).await.map(drop));
+        invalid(
+            "describe_synchronizer",
+            mgr.describe_synchronizer(name).await.map(drop),
+        );
+        invalid(
+            "lock_actor",
+            mgr.lock_actor_of(LockKind::Reentrant, name).await.map(drop),
+        );
+        invalid(
+            "sync_actor",
+            mgr.sync_actor(SyncKind::Semaphore, name).await.map(drop),
+        );
+    }
+    assert_eq!(keys(&mut raw), BTreeSet::new(), "nothing was written");
+    mgr.shutdown().await;
+}
+
+/// A hold lost under a prefix is reported with the name as given.
+#[tokio::test]
+async fn a_lost_hold_is_reported_with_the_name_as_given() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url())
+        .name_prefix(PREFIX)
+        .watchdog_timeout(Duration::from_secs(2));
+    let mgr = LockManager::start(config).await.unwrap();
+    let guard = mgr.lock("orders").acquire().await.unwrap();
+    let _: () = raw.del("app1:orders").unwrap();
+    let res = guard.scope(std::future::pending::<()>()).await;
+    assert!(
+        matches!(res, Err(lockman::LockError::HoldLost { ref name }) if name == "orders"),
+        "{res:?}"
+    );
+    mgr.shutdown().await;
 }

@@ -106,7 +106,7 @@ impl LockManager {
         let holder = keys::holder(&self.inner.client_id, n);
         Lock::new(
             self.inner.clone(),
-            self.inner.map_name(name),
+            self.inner.name(name),
             holder.into(),
             LockKind::Reentrant,
         )
@@ -146,7 +146,7 @@ impl LockManager {
     /// to lead, one at a time, with terms that only grow (the election is the fenced lock
     /// `name`).
     pub fn election(&self, name: impl Into<String>) -> crate::handles::election::Election {
-        crate::handles::election::Election::new(self.inner.clone(), name.into())
+        crate::handles::election::Election::new(self.inner.clone(), self.inner.name(name))
     }
 
     /// A handle on the **read-write lock** `name`: many readers at once, or one writer. Its
@@ -159,7 +159,7 @@ impl LockManager {
     /// A handle on the **semaphore** `name` (Redisson's `RSemaphore`): permits shared by every
     /// process. The name is checked when the handle is used.
     pub fn semaphore(&self, name: impl Into<String>) -> crate::handles::sync::Semaphore {
-        crate::handles::sync::Semaphore::new(self.inner.clone(), self.inner.map_name(name))
+        crate::handles::sync::Semaphore::new(self.inner.clone(), self.inner.name(name))
     }
 
     /// A handle on the **permit semaphore** `name` (Redisson's `RPermitExpirableSemaphore`):
@@ -168,7 +168,7 @@ impl LockManager {
         &self,
         name: impl Into<String>,
     ) -> crate::handles::sync::PermitSemaphore {
-        crate::handles::sync::PermitSemaphore::new(self.inner.clone(), self.inner.map_name(name))
+        crate::handles::sync::PermitSemaphore::new(self.inner.clone(), self.inner.name(name))
     }
 
     /// A handle on the **count-down latch** `name` (Redisson's `RCountDownLatch`).
@@ -176,7 +176,7 @@ impl LockManager {
         &self,
         name: impl Into<String>,
     ) -> crate::handles::sync::CountDownLatch {
-        crate::handles::sync::CountDownLatch::new(self.inner.clone(), self.inner.map_name(name))
+        crate::handles::sync::CountDownLatch::new(self.inner.clone(), self.inner.name(name))
     }
 
     /// The synchronizer actor serving the synchronizer of `kind` named `name` now, for actix
@@ -189,7 +189,9 @@ impl LockManager {
         kind: crate::protocol::SyncKind,
         name: &str,
     ) -> Result<Addr<crate::actors::sync_actor::SyncActor>, LockError> {
-        self.inner.sync_actor(kind, self.inner.map_name(name)).await
+        let name = self.inner.name(name);
+        name.validate()?;
+        self.inner.sync_actor(kind, name.key().clone()).await
     }
 
     /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
@@ -211,7 +213,9 @@ impl LockManager {
         kind: LockKind,
         name: &str,
     ) -> Result<Addr<LockActor>, LockError> {
-        self.inner.lock_actor(kind, self.inner.map_name(name)).await
+        let name = self.inner.name(name);
+        name.validate()?;
+        self.inner.lock_actor(kind, name.key().clone()).await
     }
 
     /// Everything Redis holds about the lock `name`, whatever its kind, read in one round trip and
@@ -222,13 +226,10 @@ impl LockManager {
     /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
     /// not a lock, Redis errors.
     pub async fn describe(&self, name: &str) -> Result<crate::handles::lock::LockInfo, LockError> {
-        let mapped = self.inner.map_name(name);
-        self.inner.commands.check_name(&mapped)?;
-        let described = self.inner.commands.describe(&mapped).await?;
-        Ok(crate::handles::lock::LockInfo::new(
-            self.inner.unmap_name(&mapped),
-            described,
-        ))
+        let name = self.inner.name(name);
+        self.inner.check(&name)?;
+        let described = self.inner.commands.describe(name.key()).await?;
+        Ok(crate::handles::lock::LockInfo::new(name.given(), described))
     }
 
     /// Every live manager's client record (docs/protocol.md, "Client records"), read in one
@@ -260,13 +261,10 @@ impl LockManager {
         &self,
         name: &str,
     ) -> Result<crate::handles::sync::SyncInfo, LockError> {
-        let mapped = self.inner.map_name(name);
-        self.inner.commands.check_name(&mapped)?;
-        let described = self.inner.commands.describe_sync(&mapped).await?;
-        Ok(crate::handles::sync::SyncInfo::new(
-            self.inner.unmap_name(&mapped),
-            described,
-        ))
+        let name = self.inner.name(name);
+        self.inner.check(&name)?;
+        let described = self.inner.commands.describe_sync(name.key()).await?;
+        Ok(crate::handles::sync::SyncInfo::new(name.given(), described))
     }
 
     /// How many lock and synchronizer actors are alive: one per name with a hold or a waiter in

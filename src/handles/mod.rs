@@ -9,6 +9,7 @@ pub(crate) mod compose;
 pub(crate) mod election;
 pub(crate) mod lock;
 pub(crate) mod manager;
+pub(crate) mod name;
 pub(crate) mod reach;
 pub(crate) mod runtime;
 pub(crate) mod scope;

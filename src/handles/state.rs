@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicU64;
 use actix::Addr;
 use uuid::Uuid;
 
+use super::name::Name;
 use super::runtime::Host;
 use crate::actors::lock_actor::LockActor;
 use crate::actors::messages::Shutdown;
@@ -29,15 +30,23 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// A user's name as every key and channel is built from: with the configured prefix
-    /// ([`Config::name_prefix`]), as Redisson's `PrefixNameMapper` maps it.
-    pub(crate) fn map_name(&self, name: impl Into<String>) -> Arc<str> {
-        crate::config::map_name(self.config.get_name_prefix(), name.into()).into()
+    /// A user's name and the key every key and channel of it is built from, with the
+    /// configured prefix ([`Config::name_prefix`]) as Redisson's `PrefixNameMapper` maps it:
+    /// the one place a name becomes a key.
+    pub(crate) fn name(&self, given: impl Into<String>) -> Name {
+        Name::new(self.config.get_name_prefix(), given.into())
     }
 
-    /// A mapped name as the user gave it: without the configured prefix.
-    pub(crate) fn unmap_name<'a>(&self, name: &'a str) -> &'a str {
-        crate::config::unmap_name(self.config.get_name_prefix(), name)
+    /// A key as the user named it: without the configured prefix (a grant's name is its key).
+    pub(crate) fn unmap_name<'a>(&self, key: &'a str) -> &'a str {
+        crate::config::unmap_name(self.config.get_name_prefix(), key)
+    }
+
+    /// Checks `name` before a command that no actor serves (reads, `force_unlock`): as
+    /// [`Name::validate`], and in a cluster the key's braces.
+    pub(crate) fn check(&self, name: &Name) -> Result<(), LockError> {
+        name.validate()?;
+        self.commands.check_name(name.key())
     }
 
     /// The live lock actor of the lock of `kind` named `name`, started when there is none.

@@ -77,7 +77,9 @@ impl Grant {
         self.actor.clone()
     }
 
-    /// The lock name.
+    /// The lock's key: its name with the [name prefix](crate::Config::name_prefix) (the name
+    /// of the actor that granted it). A [`LockGuard`](crate::LockGuard)'s `name()` gives the
+    /// name as given.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -45,7 +45,7 @@ impl Permits {
         &self.actor
     }
 
-    /// The semaphore's name.
+    /// The semaphore's key: its name with the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
         &self.name
     }

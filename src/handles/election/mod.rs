@@ -17,6 +17,7 @@ pub use leadership::Leadership;
 use crate::actors::messages::Wait;
 use crate::error::LockError;
 use crate::handles::lock::{FencedGuard, FencedLock, Lock, LockInfo};
+use crate::handles::name::Name;
 use crate::handles::state::Inner;
 use crate::handles::trace;
 use crate::protocol::{LockKind, keys};
@@ -25,7 +26,9 @@ use crate::protocol::{LockKind, keys};
 pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(500);
 
 /// A handle on the election `name`: the fenced lock `name` and its token counter
-/// `redisson_lock_token:{name}`, nothing else in Redis. Cheap to clone.
+/// `redisson_lock_token:{name}`, nothing else in Redis (with the
+/// [name prefix](crate::Config::name_prefix), as every lock: under `app1:` the election
+/// `leader` is the fenced lock `app1:leader`). Cheap to clone.
 ///
 /// ```no_run
 /// # async fn demo(manager: lockman::LockManager) -> Result<(), lockman::LockError> {
@@ -43,7 +46,7 @@ pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(500);
 #[derive(Clone)]
 pub struct Election {
     manager: Arc<Inner>,
-    name: Arc<str>,
+    name: Name,
     observe_every: Duration,
 }
 
@@ -58,17 +61,22 @@ pub struct Leader {
 }
 
 impl Election {
-    pub(crate) fn new(manager: Arc<Inner>, name: String) -> Self {
+    pub(crate) fn new(manager: Arc<Inner>, name: Name) -> Self {
         Self {
             manager,
-            name: name.into(),
+            name,
             observe_every: DEFAULT_OBSERVE_EVERY,
         }
     }
 
-    /// The election's name: the key of its fenced lock.
+    /// The election's name as given, without the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.given()
+    }
+
+    /// The key of its fenced lock: the name with the [name prefix](crate::Config::name_prefix).
+    pub fn key(&self) -> &str {
+        self.name.key()
     }
 
     /// How often [`observe`](Self::observe)'s observers read the leader (default
@@ -128,7 +136,7 @@ impl Election {
         wait: Wait,
         campaign: impl Future<Output = Result<Option<FencedGuard>, LockError>>,
     ) -> Result<Option<Leadership>, LockError> {
-        let span = trace::campaign(&self.name, wait);
+        let span = trace::campaign(self.name.key(), wait);
         let res = campaign.instrument(span.clone()).await;
         trace::campaigned(&span, &res, FencedGuard::token);
         Ok(res?.map(|guard| Leadership::won(guard, &span)))
@@ -141,8 +149,8 @@ impl Election {
     /// is not a lock, Redis errors.
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
         let commands = &self.manager.commands;
-        commands.check_name(&self.name)?;
-        let info = LockInfo::new(&self.name, commands.describe(&self.name).await?);
+        self.manager.check(&self.name)?;
+        let info = LockInfo::new(self.name.given(), commands.describe(self.name.key()).await?);
         // While the lock is held its counter's value is its holder's token: only an acquire
         // moves the counter, and none but the holder's can succeed while it holds.
         Ok(info.holders.first().map(|h| Leader {

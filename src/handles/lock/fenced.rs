@@ -116,7 +116,7 @@ impl FencedGuard {
         let manager = self.0.manager().ok_or(LockError::Shutdown)?;
         manager
             .commands
-            .fenced_set(self.name(), (key, value.as_ref()), self.token())
+            .fenced_set(self.0.key(), (key, value.as_ref()), self.token())
             .await
     }
 

@@ -43,6 +43,21 @@ impl LockGuard {
         self.manager.as_ref()
     }
 
+    /// The lock name as given, without the [name prefix](crate::Config::name_prefix), as
+    /// [`Lock::name`](crate::Lock::name); [`key`](Self::key) is the name with it.
+    pub fn name(&self) -> &str {
+        match &self.manager {
+            Some(manager) => manager.unmap_name(self.grant.name()),
+            None => self.grant.name(),
+        }
+    }
+
+    /// The Redis key of the lock: the name with the [name prefix](crate::Config::name_prefix),
+    /// as [`Lock::key`](crate::Lock::key).
+    pub fn key(&self) -> &str {
+        self.grant.name()
+    }
+
     /// The grant inside: what a [`Release`] message carries.
     pub fn into_grant(self) -> Grant {
         self.grant

@@ -21,10 +21,10 @@ use crate::actors::lock_actor::Acquire;
 use crate::actors::lock_actor::{Grant, LockActor};
 use crate::actors::name::Wait;
 use crate::error::LockError;
+use crate::handles::name::Name;
 use crate::handles::reach::Reach;
 use crate::handles::state::Inner;
 use crate::protocol::LockKind;
-use crate::protocol::keys;
 
 /// A handle on one lock, with one **holder** identity (`<client id>:<n>`, see
 /// [`holder_id`](Self::holder_id)): the reentrant lock from [`LockManager::lock`], and the core
@@ -37,7 +37,7 @@ use crate::protocol::keys;
 #[derive(Clone)]
 pub struct Lock {
     mgr: Arc<Inner>,
-    name: Arc<str>,
+    name: Name,
     holder: Arc<str>,
     kind: LockKind,
     /// The actor this handle last reached, shared by clones.
@@ -45,7 +45,7 @@ pub struct Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>, holder: Arc<str>, kind: LockKind) -> Self {
+    pub(crate) fn new(mgr: Arc<Inner>, name: Name, holder: Arc<str>, kind: LockKind) -> Self {
         Self {
             mgr,
             name,
@@ -73,13 +73,13 @@ impl Lock {
     /// The lock name as given, without the [name prefix](crate::Config::name_prefix); the
     /// Redis key of its hash is [`key`](Self::key).
     pub fn name(&self) -> &str {
-        self.mgr.unmap_name(&self.name)
+        self.name.given()
     }
 
     /// The Redis key of its hash: the name with the [name prefix](crate::Config::name_prefix),
     /// from which every key and channel of the lock is built.
     pub fn key(&self) -> &str {
-        &self.name
+        self.name.key()
     }
 
     /// This handle's holder: `<client uuid>:<n>`, the hash field Redis keeps its count in.
@@ -158,8 +158,11 @@ impl Lock {
     /// # Errors
     /// [`LockError::WrongType`] (the key is left alone), Redis errors.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
-        self.mgr.commands.check_name(&self.name)?;
-        self.mgr.commands.force_unlock(self.kind, &self.name).await
+        self.mgr.check(&self.name)?;
+        self.mgr
+            .commands
+            .force_unlock(self.kind, self.name.key())
+            .await
     }
 
     /// Whether anyone holds the lock.
@@ -205,10 +208,10 @@ impl Lock {
     }
 
     async fn inspect(&self) -> Result<crate::protocol::Inspection, LockError> {
-        self.mgr.commands.check_name(&self.name)?;
+        self.mgr.check(&self.name)?;
         self.mgr
             .commands
-            .inspect(self.kind, &self.name, &self.holder)
+            .inspect(self.kind, self.name.key(), &self.holder)
             .await
     }
 
@@ -220,7 +223,7 @@ impl Lock {
     ) -> Result<Option<LockGuard>, LockError> {
         // The cheap check on every call; the registry checks the whole name (its slots, in a
         // cluster) when it starts the name's actor.
-        keys::validate_name(&self.name)?;
+        self.name.validate()?;
         self.via_actor(lease, wait).await
     }
 
@@ -230,17 +233,18 @@ impl Lock {
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
-        let resolve = || self.mgr.lock_actor(self.kind, self.name.clone());
+        let key = self.name.key();
+        let resolve = || self.mgr.lock_actor(self.kind, key.clone());
         let acquire = || Acquire {
             holder: self.holder.clone(),
             lease,
             wait,
             kind: self.kind,
         };
-        let span = crate::handles::trace::acquire(&self.name, &self.kind, wait);
+        let span = crate::handles::trace::acquire(key, &self.kind, wait);
         let send = async { self.actor.send(resolve, acquire).await? };
         let (commands, own) = (&self.mgr.commands, &*self.holder);
-        let granted = crate::handles::trace::behind(&span, commands, &self.name, own, send)
+        let granted = crate::handles::trace::behind(&span, commands, key, own, send)
             .instrument(span.clone())
             .await;
         crate::handles::trace::acquired(&span, &granted, Grant::waited);

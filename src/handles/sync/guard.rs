@@ -18,15 +18,17 @@ use crate::handles::state::Inner;
 pub struct PermitGuard {
     permits: Permits,
     /// Keeps the manager (and its actors) alive while permits are held.
-    _manager: Arc<Inner>,
+    manager: Arc<Inner>,
 }
 
 impl PermitGuard {
     pub(super) fn new(permits: Permits, manager: Arc<Inner>) -> Self {
-        Self {
-            permits,
-            _manager: manager,
-        }
+        Self { permits, manager }
+    }
+
+    /// The semaphore's name as given, without the [name prefix](crate::Config::name_prefix).
+    pub fn name(&self) -> &str {
+        self.manager.unmap_name(self.permits.name())
     }
 
     /// How many permits it holds.
@@ -84,7 +86,7 @@ impl PermitGuard {
 
     fn watched(&self, margin: Option<std::time::Duration>) -> Watched<'_> {
         Watched {
-            name: self.permits.name(),
+            name: self.name(),
             holds: vec![self.permits.signal()],
             quorum: 1,
             deadline: None,

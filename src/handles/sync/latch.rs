@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::Handle;
 use crate::actors::messages::{Adjustment, Wait};
 use crate::error::LockError;
+use crate::handles::name::Name;
 use crate::handles::state::Inner;
 use crate::protocol::SyncKind;
 
@@ -30,7 +31,7 @@ pub struct CountDownLatch {
 }
 
 impl CountDownLatch {
-    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>) -> Self {
+    pub(crate) fn new(mgr: Arc<Inner>, name: Name) -> Self {
         Self {
             handle: Handle::new(mgr, name, SyncKind::CountDownLatch),
         }
@@ -38,13 +39,13 @@ impl CountDownLatch {
 
     /// The latch's name as given, without the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
-        self.handle.mgr.unmap_name(&self.handle.name)
+        self.handle.name.given()
     }
 
     /// Its Redis key: the name with the [name prefix](crate::Config::name_prefix), from which
     /// its other keys and its channel are built.
     pub fn key(&self) -> &str {
-        &self.handle.name
+        self.handle.name.key()
     }
 
     /// Sets the count when the latch is open (no count): whether it did.

@@ -27,23 +27,23 @@ use crate::actors::name::Wait;
 use crate::actors::sync_actor::AcquirePermits;
 use crate::actors::sync_actor::SyncActor;
 use crate::error::LockError;
+use crate::handles::name::Name;
 use crate::handles::reach::Reach;
 use crate::handles::state::Inner;
 use crate::protocol::SyncKind;
-use crate::protocol::keys;
 
 /// What every synchronizer handle is: a name of a kind, on a manager, with the actor it last
 /// reached.
 #[derive(Clone)]
 struct Handle {
     mgr: Arc<Inner>,
-    name: Arc<str>,
+    name: Name,
     kind: SyncKind,
     actor: Reach<SyncActor>,
 }
 
 impl Handle {
-    fn new(mgr: Arc<Inner>, name: Arc<str>, kind: SyncKind) -> Self {
+    fn new(mgr: Arc<Inner>, name: Name, kind: SyncKind) -> Self {
         Self {
             mgr,
             name,
@@ -60,8 +60,8 @@ impl Handle {
         SyncActor: Handler<M>,
         <SyncActor as actix::Actor>::Context: ToEnvelope<SyncActor, M>,
     {
-        keys::validate_name(&self.name)?;
-        let resolve = || self.mgr.sync_actor(self.kind, self.name.clone());
+        self.name.validate()?;
+        let resolve = || self.mgr.sync_actor(self.kind, self.name.key().clone());
         self.actor.send(resolve, || msg.clone()).await?
     }
 
@@ -81,7 +81,7 @@ impl Handle {
             lease,
             wait,
         };
-        let span = crate::handles::trace::acquire(&self.name, &self.kind, wait);
+        let span = crate::handles::trace::acquire(self.name.key(), &self.kind, wait);
         let granted = self.send(msg).instrument(span.clone()).await;
         crate::handles::trace::acquired(
             &span,
@@ -93,7 +93,7 @@ impl Handle {
 
     /// Waits for a latch to open (`AwaitLatch`), in a span.
     async fn await_latch(&self, wait: Wait) -> Result<bool, LockError> {
-        let span = crate::handles::trace::acquire(&self.name, &self.kind, wait);
+        let span = crate::handles::trace::acquire(self.name.key(), &self.kind, wait);
         let res = self
             .send(crate::actors::messages::AwaitLatch { wait })
             .instrument(span.clone())
@@ -104,8 +104,8 @@ impl Handle {
 
     /// The free permits, or a latch's count, read without a message (a plain GET).
     async fn read(&self) -> Result<i64, LockError> {
-        self.mgr.commands.check_name(&self.name)?;
-        self.mgr.commands.read_counter(&self.name).await
+        self.mgr.check(&self.name)?;
+        self.mgr.commands.read_counter(self.name.key()).await
     }
 }
 

@@ -7,6 +7,7 @@ use super::{Handle, PermitGuard};
 use crate::actors::messages::{Adjustment, Wait};
 use crate::actors::sync_actor::ReleaseIds;
 use crate::error::LockError;
+use crate::handles::name::Name;
 use crate::handles::state::Inner;
 use crate::protocol::SyncKind;
 
@@ -37,7 +38,7 @@ pub struct PermitSemaphore {
 }
 
 impl PermitSemaphore {
-    pub(crate) fn new(mgr: Arc<Inner>, name: Arc<str>) -> Self {
+    pub(crate) fn new(mgr: Arc<Inner>, name: Name) -> Self {
         Self {
             handle: Handle::new(mgr, name, SyncKind::PermitSemaphore),
         }
@@ -45,13 +46,13 @@ impl PermitSemaphore {
 
     /// The semaphore's name as given, without the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
-        self.handle.mgr.unmap_name(&self.handle.name)
+        self.handle.name.given()
     }
 
     /// Its Redis key: the name with the [name prefix](crate::Config::name_prefix), from which
     /// its other keys and its channel are built.
     pub fn key(&self) -> &str {
-        &self.handle.name
+        self.handle.name.key()
     }
 
     /// Sets the permits when the semaphore has none yet: whether it did.
@@ -108,10 +109,10 @@ impl PermitSemaphore {
     pub async fn lease_time(&self, id: &str) -> Result<Option<PermitLease>, LockError> {
         let id = parse_id(id)?;
         let mgr = &self.handle.mgr;
-        mgr.commands.check_name(&self.handle.name)?;
+        mgr.check(&self.handle.name)?;
         let left = mgr
             .commands
-            .permit_lease_time(&self.handle.name, &id)
+            .permit_lease_time(self.handle.name.key(), &id)
             .await?;
         Ok(match left {
             -1 => Some(PermitLease::NoLease),
