@@ -1,9 +1,9 @@
 -- Fair lock, after fair_acquire.lua and its re-entry part: the holder holds nothing; it takes
 -- its turn in the queue, or keeps its place there.
--- ARGV[7] (lockman's): the place timeout in ms. The lock's PTTL counts at most that much in the
+-- ARGV[6] (lockman's): the place timeout in ms. The lock's PTTL counts at most that much in the
 -- deadline of a place at the head (lockman's places are refreshed while their waiters live:
 -- fair_refresh.lua); the reply is the same.
-local cap = tonumber(ARGV[7])
+local cap = tonumber(ARGV[6])
 local function capped(ttl)
     if ttl > cap then return cap end
     return ttl
@@ -18,7 +18,7 @@ local function until_change()
     if head == false then return 0 end
     return math.max(tonumber(redis.call('zscore', KEYS[3], head)) - now, 0)
 end
-if ARGV[5] == '1' then
+if ARGV[4] == '1' then
     return until_change()
 end
 local mine = redis.call('zscore', KEYS[3], ARGV[2])

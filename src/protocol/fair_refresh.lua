@@ -5,9 +5,8 @@
 -- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set);
 -- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
 -- ARGV[1]: the place timeout in ms (the cap on the lock's PTTL for the head's base); ARGV[2]: the
--- message ("0"); ARGV[3]: the publish command; ARGV[4]: now, epoch ms (read by fair_prune.lua,
--- which every fair script shares: hence this position); ARGV[5..]: pairs of a holder this
--- client has a place for and that place's wait in ms.
+-- message ("0"); ARGV[3]: the publish command; ARGV[4..]: pairs of a holder this client has a
+-- place for and that place's wait in ms. (`now` is the server's clock: fair_prune.lua.)
 -- Each listed holder still queued gets the come-back rule of fair_queue.lua, never an earlier
 -- deadline: its wait after the deadline of the waiter ahead, or for the head its wait after now
 -- plus the lock's PTTL capped at the place timeout. The queue is walked in order, so adjacent
@@ -23,7 +22,7 @@
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 local cap = tonumber(ARGV[1])
 local mine = {}
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
     mine[ARGV[i]] = tonumber(ARGV[i + 1])
 end
 local pttl = math.max(redis.call('pttl', KEYS[1]), 0)
@@ -66,7 +65,7 @@ if redis.call('exists', KEYS[1]) == 0 and queue[1] ~= nil then
         redis.call(ARGV[3], KEYS[4] .. ':' .. queue[1], ARGV[2])
     end
 end
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
     if not found[ARGV[i]] then
         out[#out + 1] = ARGV[i]
     end
