@@ -11,7 +11,7 @@
 -- (lockman; protocol.md, "Fair lock").
 -- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
---        back yet) the time until the head's deadline.
+--        back yet) the time until the head's deadline (the place timeout when it has none).
 -- Reply {0} (lockman): the request re-enters a hold (ARGV[5] > 0) whose field is gone; nothing
 -- is taken, and the client counts that hold lost before it asks again as a new hold (a
 -- re-entry never creates the field: a request sent again could not tell its own new field

@@ -14,12 +14,14 @@ local clock = redis.call('time')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- Sets `pruned` when a head was dropped: a script that then finds the lock free wakes the new
 -- head (protocol.md, "Fair lock"), as a release would, since nobody else will.
+-- A head with no deadline (a Redisson client can leave one) stays, as Redisson's prune keeps
+-- it: its owner takes its turn when it comes back.
 local pruned = false
 while true do
     local head = redis.call('lindex', KEYS[2], 0)
     if head == false then break end
     local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline ~= nil and deadline > now then break end
+    if deadline == nil or deadline > now then break end
     redis.call('zrem', KEYS[3], head)
     redis.call('lpop', KEYS[2])
     pruned = true
