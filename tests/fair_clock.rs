@@ -106,7 +106,7 @@ async fn a_lockman_client_15_s_slow_keeps_its_head_place_and_is_served() {
     child.expect_line("ACQUIRED", Duration::from_secs(5));
     let fields: HashMap<String, String> = raw.hgetall(SLOW).unwrap();
     assert_eq!(fields, HashMap::from([(slow.clone(), "1".to_owned())]));
-    assert_eq!(queue(&mut raw, SLOW), [on_time_id.clone()]);
+    assert_eq!(queue(&mut raw, SLOW), [on_time_id.as_str()]);
     assert!(!waiter.is_finished(), "served before the slow head");
     child.say("release");
     child.expect_line("RELEASED", Duration::from_secs(5));
