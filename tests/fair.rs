@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::fair::{deadlines, epoch_ms, queue};
+use support::fair::{deadlines, epoch_ms, queue, server_ms};
 use support::{RedisServer, eventually, redisson};
 
 async fn manager(server: &RedisServer) -> LockManager {
@@ -654,4 +654,120 @@ async fn an_acquire_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_wait
     );
     g.release().await.unwrap();
     assert!(queue(&mut raw, "acquire-wake").is_empty());
+}
+
+/// A queue whose tail has no deadline (a member of the list that the set lacks: a Redisson
+/// client can leave one), behind a lock Redisson clients hold and wait for. lockman's join used
+/// to fail on it with a Lua error (the tail's score read as a number), as did its come-back
+/// behind it; every lockman join failed until that member became the head, where lockman's
+/// prune then dropped it. Now lockman joins as Redisson 4's join does: the lock's PTTL stands
+/// for the tail's deadline. The tail keeps its turn and, served, hands the lock on to lockman.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lockman_join_behind_a_tail_with_no_deadline_counts_the_pttl_as_redisson_does() {
+    const NAME: &str = "scoreless-tail";
+    const HOLDER: &str = "java-client:1";
+    const AHEAD: &str = "java-client:2";
+    const TAIL: &str = "java-client:3";
+    const LEASE: i64 = 30_000;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let ahead_due = server_ms(&mut raw) + 60_000;
+    let _: () = redis::pipe()
+        .atomic()
+        .hset(NAME, HOLDER, 1)
+        .ignore()
+        .pexpire(NAME, LEASE)
+        .ignore()
+        .rpush("redisson_lock_queue:{scoreless-tail}", &[AHEAD, TAIL])
+        .ignore()
+        .zadd("redisson_lock_timeout:{scoreless-tail}", AHEAD, ahead_due)
+        .ignore()
+        .query(&mut raw)
+        .unwrap();
+    // When the lock expires, in the server's clock.
+    let expiry = server_ms(&mut raw) + raw.pttl::<_, i64>(NAME).unwrap();
+    let lock = mgr.fair_lock(NAME);
+    let id = lock.holder_id();
+    let waiter = tokio::spawn(async move { lock.acquire().await });
+    queue_reaches(&server, NAME, 3).await;
+    assert_eq!(queue(&mut raw, NAME), [AHEAD, TAIL, id.as_str()]);
+    // Redisson's join there: ttl = the PTTL, deadline = now + ttl + wait (lockman's place wait,
+    // min(300 s, K) = 5 s), so the lock's expiry + 5 s; neither the come-back after subscribing
+    // nor a refresh (now + min(PTTL, K) + wait, behind the tail) moves it earlier. The tail has
+    // still no deadline, the waiter ahead its own (later than the lockman place's: Redisson's
+    // chain gives the same).
+    let d: std::collections::HashMap<String, i64> = deadlines(&mut raw, NAME).into_iter().collect();
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!(d.get(AHEAD), Some(&ahead_due), "{d:?}");
+    let off = d[&id] - (expiry + 5_000);
+    assert!(
+        (-5..=5).contains(&off),
+        "{off} ms off Redisson's deadline: {d:?}"
+    );
+    assert!(!waiter.is_finished(), "the lockman waiter waits");
+    // The Java side takes its turns: the holder unlocks, the waiter ahead takes and unlocks (its
+    // unlock wakes the tail), the tail, never pruned though it has no deadline, takes it and
+    // unlocks, which wakes the lockman waiter now at the head. (Each Java grant takes its wait,
+    // 5 s as the lockman place's, off every deadline, as Redisson's does.)
+    assert_eq!(
+        redisson::fair_unlock(&mut raw, NAME, HOLDER, LEASE),
+        Some(1)
+    );
+    assert_eq!(
+        redisson::fair_try_lock(&mut raw, NAME, AHEAD, LEASE, 5_000),
+        None
+    );
+    assert_eq!(redisson::fair_unlock(&mut raw, NAME, AHEAD, LEASE), Some(1));
+    assert_eq!(queue(&mut raw, NAME), [TAIL, id.as_str()]);
+    assert_eq!(
+        redisson::fair_try_lock(&mut raw, NAME, TAIL, LEASE, 5_000),
+        None,
+        "the tail's turn"
+    );
+    assert_eq!(queue(&mut raw, NAME), [id.as_str()]);
+    assert_eq!(redisson::fair_unlock(&mut raw, NAME, TAIL, LEASE), Some(1));
+    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    assert_eq!(g.holder_id(), id);
+    assert!(queue(&mut raw, NAME).is_empty());
+    assert!(deadlines(&mut raw, NAME).is_empty());
+    g.release().await.unwrap();
+}
+
+/// A free lock whose queue head has no deadline: Redisson's prune keeps such a head (it is not
+/// known to be gone), and so does lockman's now (it dropped it, and a lockman try took the lock
+/// out of the head's turn). A lockman try is told to come back later, with nothing changed; the
+/// head, back, takes its turn.
+#[tokio::test]
+async fn a_head_with_no_deadline_is_not_pruned() {
+    const NAME: &str = "scoreless-head";
+    const HEAD: &str = "java-client:1";
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let _: () = raw
+        .rpush("redisson_lock_queue:{scoreless-head}", HEAD)
+        .unwrap();
+    let lock = mgr.fair_lock(NAME);
+    assert!(
+        lock.try_acquire().await.unwrap().is_none(),
+        "the head's turn, not the try's"
+    );
+    assert_eq!(queue(&mut raw, NAME), [HEAD]);
+    assert!(deadlines(&mut raw, NAME).is_empty());
+    assert!(!raw.exists::<_, bool>(NAME).unwrap());
+    assert_eq!(
+        redisson::fair_try_lock(&mut raw, NAME, HEAD, 30_000, 60_000),
+        None,
+        "the head, back, takes its turn"
+    );
+    assert!(queue(&mut raw, NAME).is_empty());
+    assert_eq!(redisson::fair_unlock(&mut raw, NAME, HEAD, 30_000), Some(1));
+    lock.try_acquire()
+        .await
+        .unwrap()
+        .expect("free, nobody queued")
+        .release()
+        .await
+        .unwrap();
 }

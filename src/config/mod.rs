@@ -378,6 +378,12 @@ impl Config {
     /// both well above the round trip to Redis (a refresh later than two thirds of a place's wait
     /// loses the place, and its waiter queues again at the tail).
     ///
+    /// Places are dated and judged by the Redis server's clock, not lockman's clients': their
+    /// clocks need not agree with each other. A Redisson client sends its own clock, so its skew
+    /// against the server's moves the places it makes and the ones it prunes (one more than
+    /// about `2K` ahead prunes live lockman places at the head): keep such clients' clocks well
+    /// within `K` of the server's (protocol.md, "Fair lock", "Now, and clock skew").
+    ///
     /// Default: [`DEFAULT_FAIR_LOCK_PLACE_TIMEOUT`] (5 s).
     pub fn fair_lock_place_timeout(mut self, timeout: Duration) -> Self {
         self.fair_lock_place_timeout = timeout;

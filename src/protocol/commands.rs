@@ -151,7 +151,9 @@ impl Commands {
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = ScriptCall::new(script, 4, 9, room + name.len());
+                // No `now`: lockman's fair scripts read the server's clock (`fair_prune.lua`),
+                // so that every lockman client judges the places by the same one.
+                let mut call = ScriptCall::new(script, 4, 8, room + name.len());
                 call.key(key)
                     .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
@@ -159,14 +161,13 @@ impl Commands {
                     .arg(lease)
                     .arg(holder)
                     .arg(millis(fair.wait))
-                    .arg(epoch_millis())
                     .arg(if fair.once { "1" } else { "0" });
                 call
             }
         };
         call.arg(expect.count);
         if kind.is_fair() {
-            // fair_acquire.lua, ARGV[7..9]: the place timeout, and what wakes the new head of a
+            // fair_acquire.lua, ARGV[6..8]: the place timeout, and what wakes the new head of a
             // free lock should the prune drop the one before.
             call.arg(millis(fair.cap))
                 .arg(UNLOCK_MESSAGE)
@@ -228,7 +229,7 @@ impl Commands {
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = ScriptCall::new(&FAIR_RELEASE, 4, 6, room);
+                let mut call = ScriptCall::new(&FAIR_RELEASE, 4, 5, room);
                 call.key(key)
                     .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
@@ -236,7 +237,6 @@ impl Commands {
                     .arg(UNLOCK_MESSAGE)
                     .arg(millis(lease))
                     .arg(holder)
-                    .arg(epoch_millis())
                     .arg(self.publish());
                 call
             }
@@ -349,7 +349,7 @@ impl Commands {
 
     /// Keeps this client's fair-queue places alive (`fair_refresh.lua`): each of `places` (a
     /// holder and its place's wait) still queued gets the come-back rule, the head's base capped
-    /// at `cap` after now. Not synced to replicas: a refresh lost in a failover is made again a
+    /// at `cap` after now (the server's clock). Not synced to replicas: a refresh lost in a failover is made again a
     /// third of a place timeout later.
     pub(crate) async fn fair_refresh(
         &self,
@@ -364,8 +364,7 @@ impl Commands {
             .key(keys::unlock_channel(name))
             .arg(millis(cap))
             .arg(UNLOCK_MESSAGE)
-            .arg(self.publish())
-            .arg(epoch_millis());
+            .arg(self.publish());
         for (holder, wait) in places {
             call.arg(&**holder).arg(millis(*wait));
         }
@@ -399,8 +398,7 @@ impl Commands {
                     .key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
                     .arg("")
-                    .arg(self.publish())
-                    .arg(epoch_millis());
+                    .arg(self.publish());
                 call
             }
             LockKind::Read

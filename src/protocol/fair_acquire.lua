@@ -1,17 +1,18 @@
 -- Fair lock: acquire (protocol.md, "Fair lock").
 -- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set);
 -- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
--- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: now, epoch ms;
--- ARGV[5]: "1" for a try-once attempt, which never enqueues; ARGV[6]: the holder's count the
--- client expects before this request (protocol.md, "Sent again"); ARGV[7]: the place timeout
--- (fair_queue.lua); ARGV[8]: the message ("0"); ARGV[9]: the publish command.
+-- ARGV[1]: lease in ms; ARGV[2]: holder; ARGV[3]: wait in ms; ARGV[4]: "1" for a try-once
+-- attempt, which never enqueues; ARGV[5]: the holder's count the client expects before this
+-- request (protocol.md, "Sent again"); ARGV[6]: the place timeout (fair_queue.lua); ARGV[7]: the
+-- message ("0"); ARGV[8]: the publish command. (Redisson's acquire sends its clock as `now`;
+-- lockman's reads the server's: fair_prune.lua.)
 -- A prune that dropped the head of a free lock wakes the new head on its own channel, unless
 -- it is this holder (which takes the lock below): as a release would, since nobody else will
 -- (lockman; protocol.md, "Fair lock").
 -- Reply: {count} when acquired (the holder's count: 1 is a new hold); otherwise how long in ms until something changes: when enqueued,
 --        the protocol's ttl; else the holder's PTTL, or with no holder (the head has not come
---        back yet) the time until the head's deadline.
--- Reply {0} (lockman): the request re-enters a hold (ARGV[6] > 0) whose field is gone; nothing
+--        back yet) the time until the head's deadline (the place timeout when it has none).
+-- Reply {0} (lockman): the request re-enters a hold (ARGV[5] > 0) whose field is gone; nothing
 -- is taken, and the client counts that hold lost before it asks again as a new hold (a
 -- re-entry never creates the field: a request sent again could not tell its own new field
 -- from the count it expected).
@@ -19,12 +20,12 @@
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 -- Continued by fair_reenter.lua (a non-reentrant fair lock: fair_refuse_reentry.lua), then
 -- fair_queue.lua: joined into one script when the crate is built.
-local expect = tonumber(ARGV[6])
+local expect = tonumber(ARGV[5])
 if redis.call('exists', KEYS[1]) == 0 then
     if pruned then
         local new_head = redis.call('lindex', KEYS[2], 0)
         if new_head ~= false and new_head ~= ARGV[2] then
-            redis.call(ARGV[9], KEYS[4] .. ':' .. new_head, ARGV[8])
+            redis.call(ARGV[8], KEYS[4] .. ':' .. new_head, ARGV[7])
         end
     end
     if expect > 0 then

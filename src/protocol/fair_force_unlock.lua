@@ -5,7 +5,7 @@
 -- KEYS[1]: the lock hash; KEYS[2]: the queue; KEYS[3]: the deadlines;
 -- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
 -- ARGV[1]: the unlock message ("0"); ARGV[2]: unused (force_unlock.lua's mode, which a fair lock
--- has none of); ARGV[3]: the publish command; ARGV[4]: now, epoch ms (fair_prune.lua).
+-- has none of); ARGV[3]: the publish command. (`now` is the server's clock: fair_prune.lua.)
 -- Reply: 1 when the key was deleted (and the head, if any, woken); 0 when there was no key (the
 -- new head is woken then only when the prune dropped the one before: lockman, protocol.md).
 -- A lock key of another type is not a lock: it is left alone and WRONGTYPE is raised (after the

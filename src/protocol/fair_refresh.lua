@@ -5,14 +5,13 @@
 -- KEYS[1]: the lock hash; KEYS[2]: the queue (list); KEYS[3]: the deadlines (sorted set);
 -- KEYS[4]: the channel prefix ("redisson_lock__channel:{name}"; the head's is ":<holder>" more).
 -- ARGV[1]: the place timeout in ms (the cap on the lock's PTTL for the head's base); ARGV[2]: the
--- message ("0"); ARGV[3]: the publish command; ARGV[4]: now, epoch ms (read by fair_prune.lua,
--- which every fair script shares: hence this position); ARGV[5..]: pairs of a holder this
--- client has a place for and that place's wait in ms.
+-- message ("0"); ARGV[3]: the publish command; ARGV[4..]: pairs of a holder this client has a
+-- place for and that place's wait in ms. (`now` is the server's clock: fair_prune.lua.)
 -- Each listed holder still queued gets the come-back rule of fair_queue.lua, never an earlier
--- deadline: its wait after the deadline of the waiter ahead, or for the head its wait after now
--- plus the lock's PTTL capped at the place timeout. The queue is walked in order, so adjacent
--- places of this client chain on each other's new deadline, and every place behind one that
--- moved on moves on by as much: a Redisson waiter's deadline stays its own wait after the one
+-- deadline: its wait after the deadline of the waiter ahead, or for the head (and behind a
+-- waiter with no deadline) its wait after now plus the lock's PTTL capped at the place timeout.
+-- The queue is walked in order, so adjacent places of this client chain on each other's new
+-- deadline, and every place behind one that moved on moves on by as much: a Redisson waiter's deadline stays its own wait after the one
 -- ahead of it (`D = D_ahead + wait`), so the time it is told to come back in never goes
 -- negative while the place ahead of it lives (a Redisson `lock()` would then wait for a
 -- message with no time limit).
@@ -23,7 +22,7 @@
 -- (fair_prune.lua runs first: stale heads are gone, and `now` is set.)
 local cap = tonumber(ARGV[1])
 local mine = {}
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
     mine[ARGV[i]] = tonumber(ARGV[i + 1])
 end
 local pttl = math.max(redis.call('pttl', KEYS[1]), 0)
@@ -41,9 +40,14 @@ for _, holder in ipairs(queue) do
     local wait = mine[holder]
     if wait ~= nil then
         found[holder] = true
-        local base = now + math.min(pttl, cap)
+        -- After the place ahead; at the head, or behind a waiter with no deadline (a Redisson
+        -- client's), after the lock's PTTL capped at the place timeout (fair_queue.lua's rule).
+        local base = nil
         if prev ~= nil then
-            base = tonumber(redis.call('zscore', KEYS[3], prev)) or now
+            base = tonumber(redis.call('zscore', KEYS[3], prev))
+        end
+        if base == nil then
+            base = now + math.min(pttl, cap)
         end
         if deadline == nil or base + wait > deadline then
             deadline = base + wait
@@ -66,7 +70,7 @@ if redis.call('exists', KEYS[1]) == 0 and queue[1] ~= nil then
         redis.call(ARGV[3], KEYS[4] .. ':' .. queue[1], ARGV[2])
     end
 end
-for i = 5, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
     if not found[ARGV[i]] then
         out[#out + 1] = ARGV[i]
     end

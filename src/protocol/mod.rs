@@ -252,12 +252,6 @@ fn decode_attempt(kind: LockKind, reply: Value) -> Result<Attempt, LockError> {
     }
 }
 
-/// Now, as epoch milliseconds on this client's clock (fair-lock deadlines).
-fn epoch_millis() -> u64 {
-    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// A duration as whole milliseconds, at least 1 (PEXPIRE 0 would delete the key).
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)

@@ -1,0 +1,181 @@
+//! The fair lock with clients whose clocks are off: lockman's fair scripts read the Redis
+//! server's clock (`TIME`), so a lockman client 15 s slow or fast neither loses its own live
+//! place nor prunes another's. Each skewed client is a child process of this test binary run
+//! under libfaketime (the `faketime` command), its monotonic clock left true.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lockman::{Config, LockManager};
+use redis::Commands;
+use support::fair::{SkewedChild, deadlines, epoch_ms, queue, server_ms};
+use support::{RedisServer, eventually, redisson};
+
+const CHILD_URL: &str = "LOCKMAN_TEST_FAIR_CLOCK_CHILD_URL";
+const SLOW: &str = "skew-slow";
+const FAST: &str = "skew-fast";
+/// The default place timeout `K`: a place at the head of a held lock is due `2K` from now.
+const K: i64 = 5_000;
+/// How long a child may take to start (a test binary under libfaketime) and answer.
+const CHILD_LIMIT: Duration = Duration::from_secs(30);
+
+async fn manager(url: String) -> LockManager {
+    LockManager::start(Config::new(url))
+        .await
+        .expect("manager starts")
+}
+
+/// Asserts that the child's wall clock is `skew_ms` off this one's, give or take 2 s (the
+/// child printed it as `CLOCK <epoch ms>`): the skew is real.
+fn assert_skew(child: &mut SkewedChild, skew_ms: i64) {
+    let clock: i64 = child.expect_line("CLOCK ", CHILD_LIMIT).parse().unwrap();
+    let off = clock - epoch_ms();
+    assert!(
+        (skew_ms - 2_000..=skew_ms + 2_000).contains(&off),
+        "the child's clock is {off} ms off, not {skew_ms}"
+    );
+}
+
+/// The body of the slow child of
+/// `a_lockman_client_15_s_slow_keeps_its_head_place_and_is_served`: waits for the lock, holds
+/// it until told on stdin, releases it.
+#[tokio::test]
+#[ignore = "child process of a_lockman_client_15_s_slow_keeps_its_head_place_and_is_served"]
+async fn child_waits_for_the_fair_lock_and_holds_it_until_told() {
+    let url = std::env::var(CHILD_URL).expect("run by the parent test");
+    let mgr = manager(url).await;
+    let lock = mgr.fair_lock(SLOW);
+    println!("CLOCK {}", epoch_ms());
+    println!("WAITING {}", lock.holder_id());
+    let guard = lock.acquire().await.unwrap();
+    println!("ACQUIRED");
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+    println!("RELEASED");
+    mgr.shutdown().await;
+}
+
+/// A lockman client whose clock is 15 s slow waits at the head of a held fair lock, and a
+/// client with a true clock queues behind it. With each client's own clock as `now`, the slow
+/// client's head place (`now + min(PTTL, K) + K`, 10 s ahead of its clock) was 5 s in the past
+/// by the others': the true client's join pruned it, and the slow client queued again at the
+/// tail (under contention, each time it reached the head: starved). With the server's clock the
+/// place is 10 s ahead, it stays at the head, and the slow client is served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lockman_client_15_s_slow_keeps_its_head_place_and_is_served() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (holder, other) = (manager(server.url()).await, manager(server.url()).await);
+    let held = holder.fair_lock(SLOW).acquire().await.unwrap(); // 30 s lease, renewed
+    let mut child = SkewedChild::spawn(
+        "child_waits_for_the_fair_lock_and_holds_it_until_told",
+        (CHILD_URL, &server.url()),
+        "-15s",
+    );
+    assert_skew(&mut child, -15_000);
+    let slow = child.expect_line("WAITING ", CHILD_LIMIT);
+    assert!(
+        eventually(Duration::from_secs(5), || queue(&mut raw, SLOW)
+            == [slow.clone()])
+        .await,
+        "{:?}",
+        queue(&mut raw, SLOW)
+    );
+    // Its place, in the server's clock: `min(PTTL, K) + K` ahead when it joined, moved on by a
+    // refresh (every K/3) since.
+    let due = deadlines(&mut raw, SLOW)[0].1 - server_ms(&mut raw);
+    assert!(
+        (2 * K - K / 3 - 1_000..=2 * K).contains(&due),
+        "the slow client's head place is due in {due} ms"
+    );
+    let on_time = other.fair_lock(SLOW);
+    let on_time_id = on_time.holder_id();
+    let waiter = tokio::spawn(async move { on_time.acquire().await });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(&mut raw, SLOW).len() == 2).await,
+        "{:?}",
+        queue(&mut raw, SLOW)
+    );
+    assert_eq!(queue(&mut raw, SLOW), [slow.clone(), on_time_id.clone()]);
+    held.release().await.unwrap(); // wakes the head
+    child.expect_line("ACQUIRED", Duration::from_secs(5));
+    let fields: HashMap<String, String> = raw.hgetall(SLOW).unwrap();
+    assert_eq!(fields, HashMap::from([(slow.clone(), "1".to_owned())]));
+    assert_eq!(queue(&mut raw, SLOW), [on_time_id.as_str()]);
+    assert!(!waiter.is_finished(), "served before the slow head");
+    child.say("release");
+    child.expect_line("RELEASED", Duration::from_secs(5));
+    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    assert_eq!(g.holder_id(), on_time_id);
+    assert!(child.wait());
+    g.release().await.unwrap();
+    assert!(queue(&mut raw, SLOW).is_empty());
+    assert!(deadlines(&mut raw, SLOW).is_empty());
+}
+
+/// The body of the fast child of `a_lockman_client_15_s_fast_prunes_no_live_place`: one try
+/// (which prunes the queue first, and never queues).
+#[tokio::test]
+#[ignore = "child process of a_lockman_client_15_s_fast_prunes_no_live_place"]
+async fn child_tries_the_fair_lock_once() {
+    let url = std::env::var(CHILD_URL).expect("run by the parent test");
+    let mgr = manager(url).await;
+    println!("CLOCK {}", epoch_ms());
+    let got = mgr.fair_lock(FAST).try_acquire().await.unwrap();
+    println!("TRIED {}", if got.is_some() { "acquired" } else { "busy" });
+    mgr.shutdown().await;
+}
+
+/// A lockman client whose clock is 15 s fast tries a held fair lock once. With its own clock as
+/// `now`, its prune dropped the live lockman place at the head (due 10 s from now, so 5 s
+/// before its `now`), which queued again at the tail, behind the Redisson waiter that had been
+/// behind it. With the server's clock nothing is pruned: the order stays, and the lockman
+/// waiter is served first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lockman_client_15_s_fast_prunes_no_live_place() {
+    const JAVA: &str = "java-client:1";
+    const JAVA_WAIT: i64 = 300_000;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let (holder, other) = (manager(server.url()).await, manager(server.url()).await);
+    let held = holder.fair_lock(FAST).acquire().await.unwrap(); // 30 s lease, renewed
+    let lockman = other.fair_lock(FAST);
+    let id = lockman.holder_id();
+    let waiter = tokio::spawn(async move { lockman.acquire().await });
+    assert!(
+        eventually(Duration::from_secs(5), || queue(&mut raw, FAST)
+            == [id.clone()])
+        .await,
+        "{:?}",
+        queue(&mut raw, FAST)
+    );
+    // A Redisson waiter behind it: it never refreshes nor queues again by itself, so the order
+    // tells whether the lockman place was ever dropped.
+    let busy = redisson::fair_try_lock(&mut raw, FAST, JAVA, 30_000, JAVA_WAIT);
+    assert!(busy.is_some(), "the lock is held");
+    assert_eq!(queue(&mut raw, FAST), [id.clone(), JAVA.to_owned()]);
+    let mut child = SkewedChild::spawn(
+        "child_tries_the_fair_lock_once",
+        (CHILD_URL, &server.url()),
+        "+15s",
+    );
+    assert_skew(&mut child, 15_000);
+    assert_eq!(child.expect_line("TRIED ", CHILD_LIMIT), "busy");
+    assert!(child.wait());
+    assert_eq!(queue(&mut raw, FAST), [id.clone(), JAVA.to_owned()]);
+    let d = deadlines(&mut raw, FAST);
+    let now = server_ms(&mut raw);
+    let at = |h: &str| d.iter().find(|(x, _)| x == h).map(|(_, at)| *at).unwrap();
+    assert!(at(&id) > now, "{d:?}");
+    assert_eq!(at(JAVA) - at(&id), JAVA_WAIT, "{d:?}");
+    held.release().await.unwrap();
+    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    assert_eq!(g.holder_id(), id);
+    g.release().await.unwrap();
+    assert_eq!(queue(&mut raw, FAST), [JAVA.to_owned()]);
+}
