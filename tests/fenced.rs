@@ -207,3 +207,41 @@ async fn storage_refuses_a_stale_holders_write() {
     let value: String = server.conn().hget("record", "value").unwrap();
     assert_eq!(value, "new");
 }
+
+/// A re-entry takes a new token; every guard of the one hold still writes, with the hold's
+/// newest token: the outer guard is not stale while its hold lives. A later holder's write
+/// fences them all out.
+#[tokio::test]
+async fn every_guard_of_a_reentrant_hold_writes_with_the_holds_newest_token() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let lock = mgr.fenced_lock("doc");
+    let outer = lock.acquire().await.unwrap();
+    let inner = lock.clone().acquire().await.unwrap();
+    assert!(
+        inner.token() > outer.token(),
+        "a re-entry takes a new token"
+    );
+    assert!(inner.fenced_set("{doc}:body", "inner").await.unwrap());
+    assert_eq!(outer.fence_token(), inner.token());
+    assert!(
+        outer.fenced_set("{doc}:body", "outer").await.unwrap(),
+        "the outer guard of a live hold is refused"
+    );
+    assert_eq!(raw.get::<_, String>("{doc}:body").unwrap(), "outer");
+    inner.release().await.unwrap();
+    assert!(outer.fenced_set("{doc}:body", "outer again").await.unwrap());
+    let fence: u64 = raw.hget("lockman_fence:{doc}", "{doc}:body").unwrap();
+    assert_eq!(fence, outer.fence_token());
+    outer.release().await.unwrap();
+
+    // The next hold (another holder) writes; a guard of it is never helped by the old hold's
+    // tokens, and the old hold's tokens are below its own.
+    let next = mgr.fenced_lock("doc").acquire().await.unwrap();
+    assert_eq!(next.fence_token(), next.token());
+    assert!(next.token() > fence);
+    assert!(next.fenced_set("{doc}:body", "next").await.unwrap());
+    next.release().await.unwrap();
+    mgr.shutdown().await;
+}

@@ -61,6 +61,11 @@ impl Grant {
         self.actor_id == actor_id
     }
 
+    /// The hold's epoch: the same for every grant of one hold (its re-entries), never reused.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// Takes the hold out of the grant: the caller releases it.
     pub(crate) fn disarm(&mut self) -> (HoldKey, u64) {
         self.armed = false;

@@ -1,6 +1,7 @@
 //! [`FencedLock`]: the reentrant lock plus a token that grows with every acquisition.
 
 use std::ops::Deref;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Lock, LockGuard};
@@ -17,11 +18,55 @@ use crate::error::LockError;
 ///
 /// All the verbs of [`Lock`] (through `Deref`); the acquiring ones return a [`FencedGuard`].
 #[derive(Clone, Debug)]
-pub struct FencedLock(Lock);
+pub struct FencedLock(Lock, Newest);
+
+/// The newest token granted to a fenced lock's holder, with the epoch of the hold it belongs
+/// to: shared by the handle's clones (one holder) and their guards, so that every guard of one
+/// re-entrant hold fences with the hold's newest token. A re-entry takes a new token (as
+/// Redisson's does); the outer guard's own token is then below the one the inner guard may
+/// have written with, and would be refused though its hold never ended.
+#[derive(Clone, Debug, Default)]
+struct Newest(Arc<Mutex<(u64, u64)>>);
+
+impl Newest {
+    /// Records the token of a grant of hold `epoch`.
+    fn granted(&self, epoch: u64, token: u64) {
+        let mut newest = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if newest.0 == epoch {
+            newest.1 = newest.1.max(token);
+        } else {
+            *newest = (epoch, token);
+        }
+    }
+
+    /// The token a guard of hold `epoch` with its own `token` fences with: the hold's newest
+    /// (a later hold's tokens are never used: its epoch differs).
+    fn of(&self, epoch: u64, token: u64) -> u64 {
+        let newest = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if newest.0 == epoch {
+            newest.1.max(token)
+        } else {
+            token
+        }
+    }
+}
 
 impl FencedLock {
     pub(crate) fn new(lock: Lock) -> Self {
-        Self(lock)
+        Self(lock, Newest::default())
+    }
+
+    /// Wraps a guard of this lock, recording its token as its hold's newest.
+    fn guard(&self, guard: LockGuard) -> FencedGuard {
+        let guard = FencedGuard(guard, self.1.clone());
+        self.1.granted(guard.0.epoch(), guard.token());
+        guard
     }
 
     /// As [`Lock::acquire`], with the acquisition's token.
@@ -29,7 +74,7 @@ impl FencedLock {
     /// # Errors
     /// As [`Lock::acquire`].
     pub async fn acquire(&self) -> Result<FencedGuard, LockError> {
-        self.0.acquire().await.map(FencedGuard)
+        self.0.acquire().await.map(|g| self.guard(g))
     }
 
     /// As [`Lock::acquire_with_lease`], with the acquisition's token.
@@ -37,7 +82,10 @@ impl FencedLock {
     /// # Errors
     /// As [`Lock::acquire_with_lease`].
     pub async fn acquire_with_lease(&self, lease: Duration) -> Result<FencedGuard, LockError> {
-        self.0.acquire_with_lease(lease).await.map(FencedGuard)
+        self.0
+            .acquire_with_lease(lease)
+            .await
+            .map(|g| self.guard(g))
     }
 
     /// As [`Lock::try_acquire`], with the acquisition's token.
@@ -45,7 +93,7 @@ impl FencedLock {
     /// # Errors
     /// As [`Lock::try_acquire`].
     pub async fn try_acquire(&self) -> Result<Option<FencedGuard>, LockError> {
-        Ok(self.0.try_acquire().await?.map(FencedGuard))
+        Ok(self.0.try_acquire().await?.map(|g| self.guard(g)))
     }
 
     /// As [`Lock::try_acquire_for`], with the acquisition's token.
@@ -53,7 +101,7 @@ impl FencedLock {
     /// # Errors
     /// As [`Lock::try_acquire_for`].
     pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<FencedGuard>, LockError> {
-        Ok(self.0.try_acquire_for(wait).await?.map(FencedGuard))
+        Ok(self.0.try_acquire_for(wait).await?.map(|g| self.guard(g)))
     }
 
     /// As [`Lock::try_acquire_with_lease`], with the acquisition's token.
@@ -69,7 +117,7 @@ impl FencedLock {
             .0
             .try_acquire_with_lease(wait, lease)
             .await?
-            .map(FencedGuard))
+            .map(|g| self.guard(g)))
     }
 }
 
@@ -90,7 +138,7 @@ impl From<FencedLock> for Lock {
 /// One hold of a [`FencedLock`]: a [`LockGuard`] (through `Deref`) with its token.
 #[must_use = "dropping a guard releases the lock at once"]
 #[derive(Debug)]
-pub struct FencedGuard(LockGuard);
+pub struct FencedGuard(LockGuard, Newest);
 
 impl FencedGuard {
     /// This acquisition's token: greater than every token handed out before for this name.
@@ -99,12 +147,21 @@ impl FencedGuard {
         self.0.token().unwrap_or_default()
     }
 
+    /// The token this guard's fenced writes carry: its hold's newest. A re-entry takes a new
+    /// token, so while an inner guard of the same hold lives (or after it wrote), the outer
+    /// guard writes with the inner one's: the hold is one, and a write of its outer guard is
+    /// not stale. Equal to [`token`](Self::token) for a hold taken once.
+    pub fn fence_token(&self) -> u64 {
+        self.1.of(self.0.epoch(), self.token())
+    }
+
     /// Sets the Redis key `key` to `value` only if no token newer than this one was seen
     /// there: a **fenced write**. The newest token seen per key is kept in the hash
     /// `lockman_fence:{name}` (this lock's slot), checked and advanced in the same script as the
     /// write (`fenced_set.lua`). `Ok(false)`: refused, a newer holder wrote there already, so
     /// this hold is stale whatever its guard knows yet. A holder may write again with its own
-    /// token. The decision is the store's: a guard not yet known lost is refused all the same.
+    /// token. The write carries [`fence_token`](Self::fence_token): the hold's newest, so
+    /// every guard of a re-entrant hold may write. The decision is the store's: a guard not yet known lost is refused all the same.
     ///
     /// In a Redis Cluster `key` must be in the lock's slot (`{name}:…`, say); Redis refuses
     /// another slot (`CROSSSLOT`).
@@ -116,7 +173,7 @@ impl FencedGuard {
         let manager = self.0.manager().ok_or(LockError::Shutdown)?;
         manager
             .commands
-            .fenced_set(self.0.key(), (key, value.as_ref()), self.token())
+            .fenced_set(self.0.key(), (key, value.as_ref()), self.fence_token())
             .await
     }
 
