@@ -387,8 +387,25 @@ async fn sync_replicas_waits_for_the_replica_and_undoes_without_it() {
     let on_replica: Vec<String> = replica.async_conn().await.hkeys("synced").await.unwrap();
     assert_eq!(on_replica, vec![guard.holder_id().to_owned()]);
     guard.release().await.unwrap();
+    // A fenced write is synced too: on the replica, with its fence, once it returns.
+    let fenced = mgr.fenced_lock("doc").acquire().await.unwrap();
+    assert!(fenced.fenced_set("{doc}:body", "v1").await.unwrap());
+    let mut on_replica = replica.async_conn().await;
+    let body: String = on_replica.get("{doc}:body").await.unwrap();
+    let fence: u64 = on_replica
+        .hget("lockman_fence:{doc}", "{doc}:body")
+        .await
+        .unwrap();
+    assert_eq!((body.as_str(), fence), ("v1", fenced.token()));
 
     replica.stop();
+    let started = Instant::now();
+    let err = fenced
+        .fenced_set("{doc}:body", "v2")
+        .await
+        .expect_err("no replica to acknowledge the fenced write");
+    support::assert_unacknowledged(&err, started);
+    drop(fenced);
     let started = Instant::now();
     let err = lock
         .try_acquire()

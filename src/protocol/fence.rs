@@ -34,7 +34,19 @@ impl Commands {
         let fence = fence_key(name);
         let mut call = FENCED_SET.key(&fence);
         call.key(key).arg(token.to_string()).arg(value);
-        match self.conn().run("fenced set", &fence, call).await? {
+        // Synced like acquires when replica sync is on: a write the primary acknowledged but
+        // no replica has could be lost in a failover with its fence, letting the old term's
+        // writes through again.
+        let (reply, acked) = self
+            .conn()
+            .run_synced("fenced set", &fence, &FENCED_SET, call)
+            .await?;
+        if let (Some(acked), Some(wanted)) = (acked, self.conn().sync_wanted())
+            && acked < wanted
+        {
+            return Err(LockError::ReplicaSync { acked, wanted });
+        }
+        match reply {
             Value::Int(n) => Ok(n == 1),
             other => Err(super::unexpected("fenced set", other)),
         }
