@@ -906,6 +906,7 @@ impl Runner {
                 "reentry_refused": get("pattern:reentry_refused"),
                 "non_reentrant_refused": get("pattern:non_reentrant_refused"),
                 "non_reentrant_reentered": get("non_reentrant:reentered"),
+                "non_reentrant_lost_then_new": get("pattern:non_reentrant_lost_then_new"),
                 "lost_with_twin_release": get("pattern:lost_with_twin"),
                 "shutdowns_while_acquiring": get("pattern:shutdown"),
                 "shutdown_left_a_live_guard": get("shutdown:live_guard"),

@@ -615,7 +615,9 @@ impl Ctx {
     /// dropped before the critical section, which then runs on the other alone. A re-entry that
     /// is refused, or a hold that reports itself lost right after its twin's release, is
     /// counted. A non-reentrant lock must refuse the second hold (`AlreadyHeld`, counted as
-    /// such): a second hold it granted is counted as a violation of its rule, and released.
+    /// such): a second hold it granted while the first was live is counted as a violation of
+    /// its rule (one granted after the first was found gone is the first's loss, counted apart),
+    /// and released.
     async fn take_lock(
         &self,
         lock: Lock,
@@ -680,8 +682,15 @@ impl Ctx {
             (kept, _) => return Ok(kept),
         };
         if non_reentrant {
-            // Two holds of one holder at once: what a non-reentrant lock must never grant.
-            counts.push(("non_reentrant:reentered".into(), 1));
+            if kept.is_lost() || twin.is_lost() {
+                // The first hold was gone from Redis (a failover, a data loss) and the second
+                // found it so: the first is told lost, and the second is a new hold.
+                counts.push(("pattern:non_reentrant_lost_then_new".into(), 1));
+            } else {
+                // Two live holds of one holder at once: what a non-reentrant lock must never
+                // grant.
+                counts.push(("non_reentrant:reentered".into(), 1));
+            }
         }
         if rng.below(2) == 0 {
             std::mem::swap(&mut kept, &mut twin);
