@@ -1,7 +1,8 @@
 //! The CI-sized chaos runs: the chaos runner (examples/chaos) for about 25 s with three worker
 //! processes and every fault at least once, on one server, on a Sentinel group (with replica
 //! sync) and on a Redis Cluster (without); each JSON summary must show no unexplained exclusion
-//! violation, no stale fenced write accepted and no fenced token gone backwards, no stuck
+//! violation (every lock kind in the mix, the non-reentrant ones included, whose holder's second
+//! hold must be refused), no stale fenced write accepted and no fenced token gone backwards, no stuck
 //! waiter, no free fair lock whose live head went unserved past its bound outside a fault, no
 //! lock left behind and no worker that crashed or hung; and for the leaders (every
 //! worker campaigns in two elections) terms won and fenced writes made, no two leaders at once
@@ -174,6 +175,17 @@ fn check(summary: &Value, faults: &[&str]) {
     }
     assert_eq!(
         n(&summary["patterns"]["shutdown_left_a_live_guard"]),
+        0,
+        "{show}"
+    );
+    // The non-reentrant kinds: their holder's second hold (nested, or a clone's at once) was
+    // refused, and never granted.
+    assert!(
+        n(&summary["patterns"]["non_reentrant_refused"]) > 0,
+        "{show}"
+    );
+    assert_eq!(
+        n(&summary["patterns"]["non_reentrant_reentered"]),
         0,
         "{show}"
     );

@@ -1,6 +1,7 @@
-//! One acceptance suite that every exclusive lock kind runs (reentrant, fenced, fair, and the
-//! write side of a read-write lock): exclusion counted exactly, bad input, lost-lock reporting,
-//! cancel safety. They share one core; this checks that each kind really gets its behaviour.
+//! One acceptance suite that every exclusive lock kind runs (reentrant, fenced, fair, the write
+//! side of a read-write lock, non-reentrant and non-reentrant fair): exclusion counted exactly,
+//! bad input, lost-lock reporting, cancel safety. They share one core; this checks that each
+//! kind really gets its behaviour.
 
 mod support;
 
@@ -18,6 +19,11 @@ fn kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
         ("fenced", mgr.fenced_lock(name).into()),
         ("fair", mgr.fair_lock(name).into()),
         ("write", mgr.read_write_lock(name).write().into()),
+        ("non-reentrant", mgr.non_reentrant_lock(name)),
+        (
+            "non-reentrant fair",
+            mgr.non_reentrant_fair_lock(name).into(),
+        ),
     ]
 }
 

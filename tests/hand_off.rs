@@ -106,14 +106,31 @@ async fn fenced_tokens_grow_across_hand_offs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_process_gets_its_turn_while_local_tasks_hand_off() {
+    another_process_gets_its_turn(false).await;
+}
+
+/// The same with the non-reentrant lock, which hands off as the reentrant one does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_gets_its_turn_while_local_non_reentrant_tasks_hand_off() {
+    another_process_gets_its_turn(true).await;
+}
+
+async fn another_process_gets_its_turn(non_reentrant: bool) {
     let server = RedisServer::start();
     let (busy, other) = (manager(&server).await, manager(&server).await);
+    let lock = |mgr: &LockManager| {
+        if non_reentrant {
+            mgr.non_reentrant_lock("t")
+        } else {
+            mgr.lock("t")
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let conn = server.async_conn().await;
     let mut tasks = Vec::new();
     // Four local tasks keep the lock busy: hand-off after hand-off.
     for _ in 0..4 {
-        let (lock, stop, conn) = (busy.lock("t"), stop.clone(), conn.clone());
+        let (lock, stop, conn) = (lock(&busy), stop.clone(), conn.clone());
         tasks.push(tokio::spawn(async move {
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -128,7 +145,7 @@ async fn another_process_gets_its_turn_while_local_tasks_hand_off() {
     // streak ends, not only when the 30 s lease would run out.
     let started = Instant::now();
     for _ in 0..3 {
-        support::count_rounds(other.lock("t"), conn.clone(), "t:count", 1).await;
+        support::count_rounds(lock(&other), conn.clone(), "t:count", 1).await;
     }
     let waited = started.elapsed();
     stop.store(true, Ordering::Relaxed);
@@ -200,4 +217,56 @@ async fn clones_of_one_holder_re_enter_concurrently_and_leave_nothing() {
     assert!((2..=16).contains(&max), "{max}");
     let exists: bool = raw.exists("clones").unwrap();
     assert!(!exists, "a count was left behind");
+}
+
+/// The non-reentrant lock: a release hands the lock to a local waiter in one script with no
+/// publish, as the reentrant lock's does; the holder's own clone, asking while that waiter waits,
+/// is refused at once rather than queued behind it, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_reentrant_release_hands_off_and_the_holders_clone_is_refused_meanwhile() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let (a, b) = (mgr.non_reentrant_lock("n"), mgr.non_reentrant_lock("n"));
+    let held = a.acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { b.acquire().await }
+    });
+    let mut probe = server.conn();
+    assert!(
+        support::subscribed(
+            &mut probe,
+            "redisson_lock__channel:{n}",
+            Duration::from_secs(5)
+        )
+        .await
+    );
+    let started = Instant::now();
+    let again = tokio::time::timeout(Duration::from_secs(5), a.clone().acquire())
+        .await
+        .expect("answered, not queued behind the waiter");
+    assert!(
+        matches!(again, Err(lockman::LockError::AlreadyHeld { .. })),
+        "{again:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    let fields: Vec<(String, String)> = raw.hgetall("n").unwrap();
+    assert_eq!(fields, vec![(a.holder_id(), "1".to_string())]);
+    assert!(!waiting.is_finished(), "b still waits");
+    support::reset_stats(&mut raw);
+    held.release().await.unwrap();
+    let got = woken(waiting, Duration::from_secs(1)).await;
+    let fields: Vec<(String, String)> = raw.hgetall("n").unwrap();
+    assert_eq!(fields, vec![(b.holder_id(), "1".to_string())]);
+    // One script, no message: the lock was never free.
+    assert_eq!(support::command_calls(&mut raw, "evalsha"), 1);
+    assert_eq!(support::command_calls(&mut raw, "publish"), 0);
+    got.release().await.unwrap();
+    let exists: bool = raw.exists("n").unwrap();
+    assert!(!exists);
 }

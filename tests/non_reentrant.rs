@@ -263,3 +263,77 @@ async fn the_fair_kind_queues_behind_java_and_is_woken_on_its_channel() {
     assert!(!raw.exists::<_, bool>(name).unwrap());
     mgr.shutdown().await;
 }
+
+/// Both kinds under contention, counted exactly: three tasks in each of two managers (two client
+/// ids), each with its own handle, take the name again and again. Inside, the holder's re-entry
+/// (a clone's single try) is refused every time, leaving its count at 1 and, for the fair kind,
+/// no place of it in the queue; the counter misses no round; nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_kinds_exclude_across_managers_and_refuse_the_holder_inside() {
+    use redis::AsyncCommands;
+    const TASKS: u64 = 3;
+    const ROUNDS: u64 = 25;
+    let server = RedisServer::start();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let conn = server.async_conn().await;
+    for fair in [false, true] {
+        let name = if fair { "crowd:fair" } else { "crowd" };
+        let counter = format!("{name}:counter");
+        let queue = prefix_name("redisson_lock_queue", name);
+        let mut tasks = Vec::new();
+        for mgr in [&a, &b] {
+            for _ in 0..TASKS {
+                let lock = if fair {
+                    (*mgr.non_reentrant_fair_lock(name)).clone()
+                } else {
+                    mgr.non_reentrant_lock(name)
+                };
+                let (mut conn, counter, queue) = (conn.clone(), counter.clone(), queue.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..ROUNDS {
+                        let guard = lock.acquire().await.unwrap();
+                        let n: u64 = conn
+                            .get::<_, Option<u64>>(&counter)
+                            .await
+                            .unwrap()
+                            .unwrap_or(0);
+                        already_held(lock.clone().try_acquire().await, name);
+                        let count: Option<String> =
+                            conn.hget(name, lock.holder_id()).await.unwrap();
+                        assert_eq!(
+                            count.as_deref(),
+                            Some("1"),
+                            "a refused re-entry counts nothing"
+                        );
+                        let place: Option<u64> = redis::cmd("LPOS")
+                            .arg(&queue)
+                            .arg(lock.holder_id())
+                            .query_async(&mut conn)
+                            .await
+                            .unwrap();
+                        assert_eq!(place, None, "a refused re-entry does not queue");
+                        tokio::task::yield_now().await;
+                        let _: () = conn.set(&counter, n + 1).await.unwrap();
+                        guard.release().await.unwrap();
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut raw = conn.clone();
+        let total: u64 = raw.get(&counter).await.unwrap();
+        assert_eq!(
+            total,
+            2 * TASKS * ROUNDS,
+            "fair {fair}: a round lost to an overlap"
+        );
+        let left: bool = raw.exists(name).await.unwrap();
+        assert!(!left, "fair {fair}: the lock left behind");
+        let queued: u64 = raw.llen(&queue).await.unwrap();
+        assert_eq!(queued, 0, "fair {fair}: places left in the queue");
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -53,13 +53,17 @@ pub enum Kind {
     Semaphore,
     /// A count-down latch round: set 2, two count-downs, a waiter that must open after both.
     Latch,
+    /// The non-reentrant lock: the holder's second hold is refused (`AlreadyHeld`).
+    NonReentrant,
+    /// The non-reentrant fair lock: the fair lock's queue, refusing the holder's second hold.
+    NonReentrantFair,
 }
 
 /// The permits of each chaos semaphore: never more holders inside at once.
 pub const SEMAPHORE_PERMITS: u32 = 2;
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Lock,
         Kind::Fair,
         Kind::Read,
@@ -69,6 +73,8 @@ impl Kind {
         Kind::RedLock,
         Kind::Semaphore,
         Kind::Latch,
+        Kind::NonReentrant,
+        Kind::NonReentrantFair,
     ];
 
     pub fn name(self) -> &'static str {
@@ -82,6 +88,23 @@ impl Kind {
             Kind::RedLock => "redlock",
             Kind::Semaphore => "sem",
             Kind::Latch => "latch",
+            Kind::NonReentrant => "nonreentrant",
+            Kind::NonReentrantFair => "nonreentrant_fair",
+        }
+    }
+
+    /// The fair kinds: their waiters queue in Redis (`heads.rs` samples their names).
+    pub fn is_fair(self) -> bool {
+        matches!(self, Kind::Fair | Kind::NonReentrantFair)
+    }
+
+    /// Where its names live: `chaos:<family>:<i>`.
+    pub fn family(self) -> &'static str {
+        match self {
+            Kind::Read | Kind::Write => "rw",
+            Kind::NonReentrant => "nr",
+            Kind::NonReentrantFair => "nrfair",
+            other => other.name(),
         }
     }
 

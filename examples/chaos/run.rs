@@ -159,7 +159,11 @@ impl Runner {
         let fair_names: Vec<String> = all_names(false)
             .into_iter()
             .map(|(name, _)| name)
-            .filter(|name| name.starts_with("chaos:fair:"))
+            .filter(|name| {
+                [Kind::Fair, Kind::NonReentrantFair]
+                    .iter()
+                    .any(|k| name.starts_with(&format!("chaos:{}:", k.family())))
+            })
             .collect();
         let heads = Heads::start(
             self.deployment.locator(),
@@ -812,6 +816,7 @@ impl Runner {
             && within
             && get("shutdown:live_guard") == 0
             && get("shutdown:task_panicked") == 0
+            && get("non_reentrant:reentered") == 0
             && self.checker_errors == 0
             && !nothing_injected
             && stale == 0
@@ -899,6 +904,9 @@ impl Runner {
                 "nested_holds": get("pattern:nested"),
                 "clones_at_once": get("pattern:clones"),
                 "reentry_refused": get("pattern:reentry_refused"),
+                "non_reentrant_refused": get("pattern:non_reentrant_refused"),
+                "non_reentrant_reentered": get("non_reentrant:reentered"),
+                "non_reentrant_lost_then_new": get("pattern:non_reentrant_lost_then_new"),
                 "lost_with_twin_release": get("pattern:lost_with_twin"),
                 "shutdowns_while_acquiring": get("pattern:shutdown"),
                 "shutdown_left_a_live_guard": get("shutdown:live_guard"),
@@ -952,8 +960,8 @@ impl Runner {
     /// - release errors: at most 2 per task per fault of any server or process stall;
     /// - holds lost: at most one per task per fault or process stall (a fault ends at most
     ///   every task's hold);
-    /// - time-outs: at most a third of each kind's attempts; half for the fair lock, whose
-    ///   queue keeps the place of a killed or frozen waiter until the fair wait timeout, so
+    /// - time-outs: at most a third of each kind's attempts; half for the fair locks (fair
+    ///   and non-reentrant fair), whose queue keeps the place of a killed or frozen waiter until the fair wait timeout, so
     ///   that every waiter behind it waits too.
     ///
     /// A fault is counted here whether or not its injection succeeded: one that failed may
@@ -1033,7 +1041,8 @@ impl Runner {
         ];
         for (kind, &n) in timed_out {
             let attempts = n + acquired[kind] + acquire_errors[kind];
-            let share = if *kind == Kind::Fair.name() { 2 } else { 3 };
+            let fair = Kind::ALL.iter().any(|k| k.is_fair() && k.name() == *kind);
+            let share = if fair { 2 } else { 3 };
             rows.push(row(format!("{kind} time-outs"), n, attempts / share));
         }
         rows

@@ -304,10 +304,7 @@ impl Ctx {
     }
 
     fn names(&self, kind: Kind, rng: &mut Rng) -> Vec<String> {
-        let family = match kind {
-            Kind::Read | Kind::Write => "rw",
-            other => other.name(),
-        };
+        let family = kind.family();
         match kind {
             // Two of four names, in random order: MultiLock must cope with any order.
             Kind::Multi => {
@@ -375,7 +372,13 @@ impl Ctx {
         // of the queue from a dead one by it. One fair acquire in three waits longer than the
         // sampler's bound, so that a live head left unserved on a free lock lasts long enough
         // to be seen; the worker's usual wait ends before the bound.
-        let fair = (kind == Kind::Fair).then(|| (*self.lock.fair_lock(names[0].as_str())).clone());
+        let fair = match kind {
+            Kind::Fair => Some((*self.lock.fair_lock(names[0].as_str())).clone()),
+            Kind::NonReentrantFair => {
+                Some((*self.lock.non_reentrant_fair_lock(names[0].as_str())).clone())
+            }
+            _ => None,
+        };
         let wait = match fair {
             Some(_) if rng.below(3) == 0 => patient_fair_wait(),
             _ => wait,
@@ -527,6 +530,15 @@ impl Ctx {
                 let lock = fair.unwrap_or_else(|| (*self.lock.fair_lock(name)).clone());
                 guard(self.take_lock(lock, wait, rng, counts).await?)
             }
+            Kind::NonReentrant => guard(
+                self.take_lock(self.lock.non_reentrant_lock(name), wait, rng, counts)
+                    .await?,
+            ),
+            Kind::NonReentrantFair => {
+                let lock =
+                    fair.unwrap_or_else(|| (*self.lock.non_reentrant_fair_lock(name)).clone());
+                guard(self.take_lock(lock, wait, rng, counts).await?)
+            }
             Kind::Read => {
                 let lock = (*self.lock.read_write_lock(name).read()).clone();
                 guard(self.take_lock(lock, wait, rng, counts).await?)
@@ -596,12 +608,16 @@ impl Ctx {
         })
     }
 
-    /// A lock (reentrant, fair, read or write) taken the ways users take one: a bounded wait, one attempt, an
-    /// `acquire()` cancelled at the wait's end, with a lease or the watchdog; now and then two
-    /// holds of one holder (nested on one handle, or two clones of it at once, mixing a lease and
-    /// the watchdog) of which one is released or dropped before the critical section, which then
-    /// runs on the other alone. A re-entry that is refused, or a hold that reports itself lost
-    /// right after its twin's release, is counted.
+    /// A lock (reentrant, fair, read, write, non-reentrant or non-reentrant fair) taken the ways
+    /// users take one: a bounded wait, one attempt, an `acquire()` cancelled at the wait's end,
+    /// with a lease or the watchdog; now and then two holds of one holder (nested on one handle,
+    /// or two clones of it at once, mixing a lease and the watchdog) of which one is released or
+    /// dropped before the critical section, which then runs on the other alone. A re-entry that
+    /// is refused, or a hold that reports itself lost right after its twin's release, is
+    /// counted. A non-reentrant lock must refuse the second hold (`AlreadyHeld`, counted as
+    /// such): a second hold it granted while the first was live is counted as a violation of
+    /// its rule (one granted after the first was found gone is the first's loss, counted apart),
+    /// and released.
     async fn take_lock(
         &self,
         lock: Lock,
@@ -610,6 +626,17 @@ impl Ctx {
         counts: &mut Vec<(String, i64)>,
     ) -> Result<Option<LockGuard>, LockError> {
         let lease = self.settings.lease;
+        let non_reentrant = lock.kind().is_non_reentrant();
+        // A non-reentrant lock's refusal of a clone's hold while the other clone holds:
+        // counted, and no hold.
+        let refused = |res: Result<Option<LockGuard>, LockError>,
+                       counts: &mut Vec<(String, i64)>| match res {
+            Err(LockError::AlreadyHeld { .. }) if non_reentrant => {
+                counts.push(("pattern:non_reentrant_refused".into(), 1));
+                Ok(None)
+            }
+            other => other,
+        };
         let first = Take::pick(rng, lease);
         let (kept, twin) = match rng.below(10) {
             0..=5 => (first.run(&lock, wait).await?, None),
@@ -624,6 +651,10 @@ impl Ctx {
                     None => lock.try_acquire_with_lease(Duration::ZERO, lease).await,
                 };
                 match inner {
+                    Err(LockError::AlreadyHeld { .. }) if non_reentrant => {
+                        counts.push(("pattern:non_reentrant_refused".into(), 1));
+                        (Some(outer), None)
+                    }
                     Ok(Some(inner)) => (Some(outer), Some(inner)),
                     Ok(None) => {
                         counts.push(("pattern:reentry_refused".into(), 1));
@@ -637,6 +668,7 @@ impl Ctx {
                 let clone = lock.clone();
                 let second = Take::pick(rng, lease);
                 let (a, b) = tokio::join!(first.run(&lock, wait), second.run(&clone, wait));
+                let (a, b) = (refused(a, counts), refused(b, counts));
                 match (a, b) {
                     (Ok(Some(a)), Ok(Some(b))) => (Some(a), Some(b)),
                     (Ok(Some(g)), _) | (_, Ok(Some(g))) => (Some(g), None),
@@ -649,6 +681,17 @@ impl Ctx {
             (Some(kept), Some(twin)) => (kept, twin),
             (kept, _) => return Ok(kept),
         };
+        if non_reentrant {
+            if kept.is_lost() || twin.is_lost() {
+                // The first hold was gone from Redis (a failover, a data loss) and the second
+                // found it so: the first is told lost, and the second is a new hold.
+                counts.push(("pattern:non_reentrant_lost_then_new".into(), 1));
+            } else {
+                // Two live holds of one holder at once: what a non-reentrant lock must never
+                // grant.
+                counts.push(("non_reentrant:reentered".into(), 1));
+            }
+        }
         if rng.below(2) == 0 {
             std::mem::swap(&mut kept, &mut twin);
         }
@@ -995,7 +1038,9 @@ impl Ctx {
 /// locks three names on the cluster's shards ([`redlock_members`]).
 pub fn all_names(cluster: bool) -> Vec<(String, Vec<String>)> {
     let mut names = Vec::new();
-    for family in ["lock", "fair", "rw", "fenced", "redlock", "sem"] {
+    for family in [
+        "lock", "fair", "rw", "fenced", "redlock", "sem", "nr", "nrfair",
+    ] {
         for i in 0..NAMES {
             let name = format!("chaos:{family}:{i}");
             let keys = match (family, cluster) {

@@ -519,7 +519,16 @@ impl LockState {
                 .front()
                 .filter(|w| w.kind == key.1 && w.may_wait() && w.holder != key.0)
                 .map(|w| (w.id, (w.holder.clone(), w.kind), w.lease))
-                .filter(|(_, to, _)| !self.is_unsure(to) && !self.abandoned.contains(to))
+                // Nor to a holder with a hold here: beside this releasing holder's, that hold is
+                // gone from Redis unnoticed (its key deleted, say), and a hand-off would count a
+                // fresh hold as a re-entry of it, so its guard would never be told lost (and a
+                // non-reentrant lock would grant its holder a second hold). The waiter's own
+                // attempt finds it gone and asks again as a new hold.
+                .filter(|(_, to, _)| {
+                    !self.is_unsure(to)
+                        && !self.abandoned.contains(to)
+                        && !self.holds.contains_key(to)
+                })
         } else {
             None
         };

@@ -498,3 +498,60 @@ fn bad_requests_are_refused_without_a_round_trip() {
     }
     assert!(runs(&fx).is_empty());
 }
+
+/// Found by the simulation with the non-reentrant kind (seed 92222): a holder's hold was gone
+/// from Redis unnoticed (its key deleted by someone else), another holder of this manager took
+/// the lock, and its release handed it to a waiter of the first holder. The hand-off counted
+/// the fresh hold as a re-entry of the gone one: its guard was never told lost, and a
+/// non-reentrant lock granted one holder two live holds. Now no hand-off goes to a holder with
+/// a hold here: the release publishes, and the waiter's own attempt finds its hold gone.
+#[test]
+fn no_hand_off_to_a_holder_whose_hold_here_is_gone_from_redis() {
+    for kind in [LockKind::NonReentrant, LockKind::Reentrant] {
+        let mut s = state(kind);
+        let now = Instant::now();
+        let ask = |holder: &str, wait| Request {
+            kind,
+            ..req(holder, wait)
+        };
+        let a = s.request(ask("a", Wait::Forever), now);
+        s.ran(acquired(), now);
+        let (_, stale) = granted(&s.drain(), a).expect("a granted");
+        // The key is deleted behind a's back; b takes the free lock.
+        let b = s.request(ask("b", Wait::No), now);
+        s.ran(acquired(), now);
+        let (key_b, epoch_b) = granted(&s.drain(), b).expect("b granted");
+        // c tries once (its attempt under way), b releases, and a asks again behind them.
+        let c = s.request(ask("c", Wait::No), now);
+        s.release(key_b, epoch_b, Some(1), now);
+        let again = s.request(ask("a", Wait::Forever), now);
+        s.drain();
+        s.ran(busy(), now);
+        let fx = s.drain();
+        assert!(answered(&fx, c));
+        assert!(
+            matches!(runs(&fx)[..], [Op::Release { .. }]),
+            "{kind:?}: released, not handed to a: {fx:?}"
+        );
+        s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), now);
+        // a's attempt, queued behind the release, goes next: it finds its hold gone, the old
+        // hold is lost, and a asks again as a new hold.
+        assert_eq!(
+            sent_of(&s.drain()).1,
+            1,
+            "{kind:?}: a re-entry of the stale hold"
+        );
+        s.ran(Outcome::Acquire(Ok(Attempt::Gone)), now);
+        let fx = s.drain();
+        assert!(
+            fx.iter()
+                .any(|e| matches!(e, Effect::Lost(e, Loss::Reentry) if *e == stale)),
+            "{kind:?}: {fx:?}"
+        );
+        assert_eq!(sent_of(&fx).1, 0, "{kind:?}: asked again as a new hold");
+        s.ran(acquired(), now);
+        let (_, fresh) = granted(&s.drain(), again).expect("a granted anew");
+        assert_ne!(fresh, stale, "{kind:?}: a new hold, not the gone one");
+        assert_eq!(s.holds.get(&("a".into(), kind)).map(|h| h.count), Some(1));
+    }
+}

@@ -1,9 +1,11 @@
-//! A model of Redis as the scripts of one reentrant, fenced, read-write or fair lock see it
-//! (`protocol.md`): the holder counts of the lock hash (a writer's field is `<holder>:write`),
+//! A model of Redis as the scripts of one reentrant, fenced, read-write, fair or non-reentrant
+//! (plain or fair) lock see it (`protocol.md`): the holder counts of the lock hash (a writer's field is `<holder>:write`),
 //! its `mode`, its PTTL, the token counter, a fair lock's queue and deadlines and the unlock
 //! messages published. Each acquire, release and hand-off checks the counts it expects first, as
 //! the scripts do (protocol.md, "Sent again"): one sent again after its first run replies as
-//! then. A read hold's own timeout key is not modelled: the
+//! then. A non-reentrant lock's acquire by a holder Redis counts already is refused with
+//! `NON_REENTRANT_REACQUIRE` (`LockError::AlreadyHeld`), changing nothing but what a fair
+//! script's prune did before it. A read hold's own timeout key is not modelled: the
 //! remaining readers are taken as live when a reader leaves. Time is the caller's: the model only compares
 //! instants, so a simulation can run hours of virtual time in microseconds. Shared by the
 //! property test and the simulation.
@@ -415,6 +417,15 @@ impl Redis {
         }
     }
 
+    /// `nonreentrant_acquire.lua`, `fair_refuse_reentry.lua`: whether the acquire of
+    /// non-reentrant `kind` by `holder`, expecting `expect`, is refused. Only a holder that Redis
+    /// counts is refused, and not a request sent again that finds its own first run's hold (the
+    /// count it expected, plus one), which is answered as then before the refusal.
+    fn refuses(&self, kind: LockKind, holder: &str, expect: u32) -> bool {
+        let count = self.count(&kind.field(holder));
+        kind.is_non_reentrant() && count > 0 && !(self.check_counts && count == expect + 1)
+    }
+
     fn release(
         &mut self,
         (kind, holder): (LockKind, &str),
@@ -422,7 +433,7 @@ impl Redis {
         expect: u32,
         now: Instant,
     ) -> Released {
-        if kind == LockKind::Fair {
+        if kind.is_fair() {
             // `fair_release.lua`: a free lock wakes its queue's head all the same.
             self.prune(now);
             if self.counts.is_empty() {
@@ -476,7 +487,7 @@ impl Redis {
             }
         }
         self.clear();
-        if kind == LockKind::Fair {
+        if kind.is_fair() {
             self.wake_head();
         } else {
             self.published += 1;
@@ -530,10 +541,23 @@ impl Redis {
                 fair,
                 expect,
                 ..
-            } => Outcome::Acquire(Ok(match kind {
-                LockKind::Fair => self.fair_acquire(holder, *ttl, (*fair, expect.count), now),
-                _ => self.acquire((*kind, holder), *ttl, expect.count, now),
-            })),
+            } => {
+                if self.refuses(*kind, holder, expect.count) {
+                    if kind.is_fair() {
+                        // The fair script prunes before it refuses; what it pruned stays
+                        // pruned. The key exists, so no new head is woken.
+                        self.prune(now);
+                    }
+                    return Outcome::Acquire(Err(LockError::AlreadyHeld {
+                        name: "name".into(),
+                    }));
+                }
+                Outcome::Acquire(Ok(if kind.is_fair() {
+                    self.fair_acquire(holder, *ttl, (*fair, expect.count), now)
+                } else {
+                    self.acquire((*kind, holder), *ttl, expect.count, now)
+                }))
+            }
             Op::Release {
                 kind,
                 holder,

@@ -1,8 +1,9 @@
 //! The property test: random event sequences, answered by a model of Redis, with the invariants
 //! of the state machine checked after every step.
 //!
-//! The lock is reentrant, fenced, read-write (a request takes either side) or fair (its queue
-//! and its waiters' own channels in the model), chosen per case; a request has a lease or
+//! The lock is reentrant, fenced, read-write (a request takes either side), fair (its queue
+//! and its waiters' own channels in the model), non-reentrant or non-reentrant fair, chosen per
+//! case; a request has a lease or
 //! none (a lease's end is a timer, which a step may fire at any time). Every round trip may fail: an acquire,
 //! release or hand-off with an unknown outcome (the request ran or not; sent again, it expects
 //! the same counts and the model recognises a run from them), the others before or after
@@ -10,7 +11,9 @@
 //! come twice, or with nothing released. After every step: one holder at most, and Redis counts
 //! at least what its live guards hold (a count below it would be a hold taken back); whenever
 //! the state is quiet, exactly what they hold; fencing tokens only go up; a free lock with
-//! waiters has a round trip, a timer or a message coming. At the end the state stops: every
+//! waiters has a round trip, a timer or a message coming; a non-reentrant lock counts no holder
+//! twice, in Redis or in its live guards (a second acquire by the holder is refused,
+//! `AlreadyHeld`, and only while Redis counts it). At the end the state stops: every
 //! waiter is answered, and Redis holds nothing (unless the shutdown never reached it: then its
 //! holds expire, nobody renewing them).
 //!
@@ -99,6 +102,10 @@ struct Shell {
     stopping: bool,
     /// The shutdown's round trip never reached Redis.
     shutdown_failed: bool,
+    /// The case's lock kind (a read-write lock's: `Read`).
+    family: LockKind,
+    /// Requests answered `AlreadyHeld`.
+    refused: u32,
 }
 
 impl Default for Shell {
@@ -117,6 +124,8 @@ impl Default for Shell {
             token: 0,
             stopping: false,
             shutdown_failed: false,
+            family: LockKind::Reentrant,
+            refused: 0,
         }
     }
 }
@@ -137,6 +146,14 @@ impl Shell {
                     prop_assert!(self.answered.insert(id), "waiter {id} answered twice");
                     prop_assert!(!s.is_waiting(id), "waiter {id} answered but still waiting");
                     self.waiting.remove(&id);
+                    if let Answer::Failed(LockError::AlreadyHeld { .. }) = &answer {
+                        // Refused by the model's script, which refuses only a holder it counts.
+                        prop_assert!(
+                            self.family.is_non_reentrant(),
+                            "waiter {id}: AlreadyHeld from a reentrant kind"
+                        );
+                        self.refused += 1;
+                    }
                     if let Answer::Granted { key, epoch, token } = answer {
                         if let Some(token) = token {
                             prop_assert!(token > self.token, "token {token} after {}", self.token);
@@ -203,6 +220,15 @@ impl Shell {
         }
         if s.waiters.is_empty() {
             prop_assert!(self.subscribed.is_empty(), "subscribed without a waiter");
+        }
+        if self.family.is_non_reentrant() {
+            // The non-reentrant rule: one hold per holder at most, in Redis and in live guards.
+            let twice = self.redis.counts.iter().find(|(_, n)| **n > 1);
+            prop_assert!(twice.is_none(), "counted twice in Redis: {twice:?}");
+            let mut holders: Vec<&str> = self.guards.iter().map(|((h, _), _)| &**h).collect();
+            let all = holders.len();
+            holders.dedup();
+            prop_assert_eq!(holders.len(), all, "two live guards of one holder");
         }
         self.counts(s)?;
         // No stranded place: when the state is quiet, every place in the fair queue is a local
@@ -326,24 +352,33 @@ proptest! {
 
     #[test]
     fn random_event_sequences_keep_the_invariants(
-        family in 0u8..4,
+        family in 0u8..6,
         steps in proptest::collection::vec(step(), 1..120),
     ) {
         run(family, steps)?;
     }
 }
 
-/// One case: the lock of `family` (0 reentrant, 1 fenced, 2 read-write, 3 fair) driven by `steps`.
+/// One case: the lock of `family` (0 reentrant, 1 fenced, 2 read-write, 3 fair, 4 non-reentrant,
+/// 5 non-reentrant fair) driven by `steps`.
 fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
+    run_counting(family, steps).map(|_| ())
+}
+
+/// [`run`], returning how many requests were refused `AlreadyHeld`.
+fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
     let family = [
         LockKind::Reentrant,
         LockKind::Fenced,
         LockKind::Read,
         LockKind::Fair,
+        LockKind::NonReentrant,
+        LockKind::NonReentrantFair,
     ][family as usize];
     let mut s = state(family);
     let mut sh = Shell {
         redis: Redis::new(family == LockKind::Fenced),
+        family,
         ..Shell::default()
     };
     let holders = ["a", "b", "c"];
@@ -460,7 +495,7 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
             sh.redis.queue
         );
     }
-    Ok(())
+    Ok(sh.refused)
 }
 
 // Cases the property test found, kept as they were shrunk (each failed before its fix).

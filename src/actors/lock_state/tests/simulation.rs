@@ -11,8 +11,10 @@
 //! trip finished (its reply delivered, lost after the request ran, or lost before it ran), an
 //! unlock message delivered, lost or delivered twice, a resubscription, time passing (timers,
 //! watchdog renewals, expiry), the key deleted by someone else, or a manager shut down. The lock
-//! is reentrant, fenced or fair; with the fair kind also a manager killed (its places stay, its
-//! holds expire) and a leave lost in a failover (it ran, replied, and was undone).
+//! is reentrant, fenced, fair, non-reentrant or non-reentrant fair; with the fair kinds also a
+//! manager killed (its places stay, its holds expire) and a leave lost in a failover (it ran,
+//! replied, and was undone). A non-reentrant kind's second acquire by a holder is refused by the
+//! model's script (`AlreadyHeld`) while Redis counts that holder.
 //!
 //! Fair kind, after every step: when no live manager has anything under way, every place in the
 //! queue is a live waiter's or one whose failed leave is being sent again (but for a killed
@@ -22,7 +24,8 @@
 //! After every step: never two holders with live guards (but for guards whose key someone else
 //! deleted: that is the documented window fenced tokens exist for); a hold ended by release has
 //! no live guard left; every waiter and every release is answered once; fenced tokens are never
-//! handed out twice. Whenever a manager is quiet (nothing under way, nothing unresolved), Redis
+//! handed out twice; a non-reentrant kind never counts a holder twice, in Redis or in its live
+//! guards, and no other kind is ever refused `AlreadyHeld`. Whenever a manager is quiet (nothing under way, nothing unresolved), Redis
 //! counts each of its holders exactly as many holds as its live guards (or, for a holder with
 //! none, a count nobody renews that expires by itself: a lease is reported lost when it ends
 //! counted from the request, a little before Redis's copy of it ends). At the end every manager
@@ -104,9 +107,11 @@ type Failure = String;
 impl Sim {
     fn new(seed: u64, trace: bool) -> Self {
         let mut rng = Rng(seed);
-        let kind = match rng.below(10) {
+        let kind = match rng.below(14) {
             0..=2 => LockKind::Fenced,
             3..=5 => LockKind::Fair,
+            6..=7 => LockKind::NonReentrant,
+            8..=9 => LockKind::NonReentrantFair,
             _ => LockKind::Reentrant,
         };
         let now = Instant::now();
@@ -574,6 +579,14 @@ impl Sim {
                     return Err(format!("m{m}: waiter {id} answered but still waiting"));
                 }
                 mgr.waiting.remove(&id);
+                if let Answer::Failed(LockError::AlreadyHeld { .. }) = &answer
+                    && !self.kind.is_non_reentrant()
+                {
+                    return Err(format!(
+                        "m{m}: waiter {id} refused AlreadyHeld by {:?}",
+                        self.kind
+                    ));
+                }
                 if let Answer::Granted { key, epoch, token } = answer {
                     if let Some(token) = token
                         && !self.tokens.insert(token)
@@ -650,6 +663,24 @@ impl Sim {
             .collect();
         if holders.len() > 1 {
             return Err(format!("two holders inside: {holders:?}"));
+        }
+        if self.kind.is_non_reentrant() {
+            // The non-reentrant rule: never two holds of one holder, in Redis or in live guards.
+            if let Some(twice) = self.redis.counts.iter().find(|(_, n)| **n > 1) {
+                return Err(format!("counted twice in Redis: {twice:?}"));
+            }
+            for m in &self.managers {
+                let live: Vec<&str> = m
+                    .guards
+                    .iter()
+                    .filter(|g| !g.lost)
+                    .map(|g| &*g.key.0)
+                    .collect();
+                let distinct: BTreeSet<&str> = live.iter().copied().collect();
+                if distinct.len() != live.len() {
+                    return Err(format!("two live guards of one holder: {live:?}"));
+                }
+            }
         }
         self.no_stranded_place()?;
         if self.named >= 3 {
