@@ -128,6 +128,10 @@ async fn child_tries_the_fair_lock_once() {
     println!("CLOCK {}", epoch_ms());
     let got = mgr.fair_lock(FAST).try_acquire().await.unwrap();
     println!("TRIED {}", if got.is_some() { "acquired" } else { "busy" });
+    // What `describe` (`lockman inspect`) says of the head's place, read with this clock.
+    let info = mgr.describe(FAST).await.unwrap();
+    let due = info.queue.first().map_or(0, |w| w.times_out_in.as_millis());
+    println!("DUE {due}");
     mgr.shutdown().await;
 }
 
@@ -135,7 +139,7 @@ async fn child_tries_the_fair_lock_once() {
 /// `now`, its prune dropped the live lockman place at the head (due 10 s from now, so 5 s
 /// before its `now`), which queued again at the tail, behind the Redisson waiter that had been
 /// behind it. With the server's clock nothing is pruned: the order stays, and the lockman
-/// waiter is served first.
+/// waiter is served first. Its `describe` counts the place's countdown from the server's clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lockman_client_15_s_fast_prunes_no_live_place() {
     const JAVA: &str = "java-client:1";
@@ -166,6 +170,14 @@ async fn a_lockman_client_15_s_fast_prunes_no_live_place() {
     );
     assert_skew(&mut child, 15_000);
     assert_eq!(child.expect_line("TRIED ", CHILD_LIMIT), "busy");
+    // The place's countdown is counted from the server's clock, not the reader's (15 s
+    // ahead, it would have read the place as due already).
+    let due: i64 = child.expect_line("DUE ", CHILD_LIMIT).parse().unwrap();
+    let true_due = deadlines(&mut raw, FAST)[0].1 - server_ms(&mut raw);
+    assert!(
+        (true_due - 1_000..=true_due + 1_000).contains(&due) && due > 0,
+        "describe under a 15 s fast clock: due in {due} ms, truly {true_due} ms"
+    );
     assert!(child.wait());
     assert_eq!(queue(&mut raw, FAST), [id.clone(), JAVA.to_owned()]);
     let d = deadlines(&mut raw, FAST);

@@ -461,7 +461,7 @@ impl Commands {
         let Value::Array(parts) = &reply else {
             return Err(bad(&reply));
         };
-        let [fields, pttl, queue, deadlines, token] = parts.as_slice() else {
+        let [fields, pttl, queue, deadlines, token, now] = parts.as_slice() else {
             return Err(bad(&reply));
         };
         let strings = |v: &Value| -> Result<Vec<String>, LockError> {
@@ -484,6 +484,10 @@ impl Commands {
                 .ok()
                 .flatten()
                 .and_then(|t| t.parse().ok()),
+            now_ms: match now {
+                Value::Int(ms) => u64::try_from(*ms).ok(),
+                _ => None,
+            },
         })
     }
 

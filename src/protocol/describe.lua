@@ -5,7 +5,8 @@
 -- Reply: {the hash's fields and values (flat), its PTTL in ms (-2 when there is no hash), the
 --         queue (oldest first), the deadlines (flat: waiter, ms), the token counter (false when
 --         absent)}. A key of another type where the hash should be is no lock: WRONGTYPE. Other
---         keys of an unexpected type are read as absent.
+--         keys of an unexpected type are read as absent; the server's clock in epoch ms, which
+--         the fair deadlines of lockman's waiters are set by.
 local kind = redis.call('type', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
@@ -26,4 +27,6 @@ local token = false
 if redis.call('type', KEYS[4])['ok'] == 'string' then
     token = redis.call('get', KEYS[4])
 end
-return {fields, redis.call('pttl', KEYS[1]), queue, deadlines, token}
+local now = redis.call('time')
+return {fields, redis.call('pttl', KEYS[1]), queue, deadlines, token,
+        tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}

@@ -218,6 +218,8 @@ pub(crate) struct Described {
     pub deadlines: Vec<(String, String)>,
     /// A fenced lock's counter: the newest token handed out.
     pub token: Option<u64>,
+    /// The server's clock when it was read (epoch ms): what the deadlines are counted from.
+    pub now_ms: Option<u64>,
 }
 
 /// A lock's state as seen by one holder.

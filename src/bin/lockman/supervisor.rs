@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use lockman::LockError;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::exec::start_child;
 use crate::{Failure, code};
 
 /// A hold the command runs under: a lock's or a permit's guard, or a lead.
@@ -145,7 +144,7 @@ pub(crate) async fn supervise<H: Hold>(
     // it as its id, so after the reap it still names our group while any member lives.
     let send = |sig: i32| {
         if let Some(pid) = pid {
-            crate::exec::kill(-pid, sig);
+            kill(-pid, sig);
         }
     };
     let ending = hold.ending(on_end.grace());
@@ -300,5 +299,81 @@ fn with_sigttou_blocked(f: impl FnOnce()) {
         libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
         f();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+}
+
+/// Makes the command die with this process (Linux and Android): killed by SIGKILL the moment
+/// lockman ends, whatever ends it, SIGKILL and the OOM killer included. Without it the command
+/// would run on after a killed lockman while the lock expires a watchdog timeout later, and the
+/// next `exec` would start a second command beside it: exactly what the lock is there to
+/// prevent. SIGKILL rather than SIGTERM because a command may trap or ignore SIGTERM and so
+/// outlive the lock; nobody is left to send a second signal.
+///
+/// The signal follows the *thread* that forked the child (prctl(2)): `run` is driven by
+/// `block_on` on the main thread (src/bin/lockman/main.rs), which lives as long as the
+/// process, and `Command::spawn` forks on the calling thread.
+///
+/// Only the command's own process is covered: children it forks itself are not (a shell that
+/// runs its last command with `exec` passes the setting on, since it survives execve).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn die_with_lockman(command: &mut tokio::process::Command) {
+    // Taken before the fork: the child compares it with its parent's pid after prctl, since
+    // lockman may have died between fork and prctl, and then no signal will ever come.
+    // A pid fits in pid_t, the kernel's own type; std hands it out as u32.
+    let lockman = std::process::id() as libc::pid_t;
+    let before_exec = move || {
+        // SAFETY: prctl(2) and getppid(2) are system calls that take integers and touch no
+        // memory of this process; PR_SET_PDEATHSIG with a valid signal cannot fail otherwise.
+        // prctl is variadic: its arguments are passed as the unsigned longs the kernel reads.
+        let (signal, unused): (libc::c_ulong, libc::c_ulong) = (libc::SIGKILL as _, 0);
+        unsafe {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal, unused, unused, unused) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != lockman {
+                // lockman is gone already (reparented to init or a subreaper): do not start
+                // the command. std then ends the child with _exit(2).
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe work is allowed (another thread may have held the allocator's lock at
+    // the fork). It makes two system calls and builds an io::Error from an errno, which
+    // stores the integer and allocates nothing; it captures only a copied pid.
+    unsafe {
+        command.pre_exec(before_exec);
+    }
+}
+
+/// Elsewhere there is no such guarantee: a command whose lockman was killed with SIGKILL runs
+/// on (README, "The lockman command").
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn die_with_lockman(_command: &mut tokio::process::Command) {}
+
+/// Starts the command, which dies with lockman ([`die_with_lockman`]): the child and its pid.
+pub(crate) fn start_child(
+    command: &mut tokio::process::Command,
+    program: &str,
+) -> Result<(tokio::process::Child, Option<i32>), Failure> {
+    die_with_lockman(command);
+    let child = command.spawn().map_err(|e| {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => code::NOT_FOUND,
+            _ => code::CANNOT_RUN,
+        };
+        Failure::new(code, format!("{program}: {e}"))
+    })?;
+    let pid = child.id().and_then(|p| i32::try_from(p).ok());
+    Ok((child, pid))
+}
+
+/// Sends `sig` to `pid`, or to the process group `-pid` (kill(2); an error, such as a child
+/// that just exited, is ignored).
+pub(crate) fn kill(pid: i32, sig: i32) {
+    // SAFETY: kill(2) takes two integers and touches no memory of this process.
+    unsafe {
+        libc::kill(pid, sig);
     }
 }

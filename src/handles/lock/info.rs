@@ -99,10 +99,17 @@ impl LockInfo {
                 }),
             }
         }
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as f64)
-            .unwrap_or(0.0);
+        // The deadlines are the server's clock (lockman's waiters) or their client's (Redisson's):
+        // counted from the server's, not this reader's, whose clock may be off.
+        let now_ms = d.now_ms.map_or_else(
+            || {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_millis() as f64)
+                    .unwrap_or(0.0)
+            },
+            |ms| ms as f64,
+        );
         let deadline = |holder: &str| {
             d.deadlines
                 .iter()
