@@ -12,8 +12,8 @@
 //!   is counted once, given back when its caller left, never takes a later hold;
 //! - "Recovery": waiters parked through a cut are served once it heals; a client whose old
 //!   connections stay black-holed, or whose pub/sub flow goes silent, recovers (two defects);
-//! - `shutdown` while cut off; bounded waits of the synchronizers while replies are lost (a
-//!   defect).
+//! - `shutdown` while cut off; bounded waits of the synchronizers while replies are lost (they
+//!   end about when their wait does).
 
 mod support;
 
@@ -1105,11 +1105,6 @@ async fn a_semaphore_acquire_that_ran_but_whose_reply_was_lost_gives_its_permits
 /// asymmetric cut), each synchronizer call must still end about when its wait does, not when
 /// the request's resend horizon (a third of the watchdog timeout, 10 s here) runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "defect: a synchronizer waiter whose request's reply is missing is answered only \
-            when the request's resend horizon (watchdog_timeout / 3) ends, whatever its wait: \
-            try_acquire_for(_, 400ms), wait_for(400ms) and try_acquire take ~9.9 s \
-            (src/actors/sync_state/trips.rs, SyncState::ran resends until the horizon before \
-            the waiter is answered; a lock's wait ends on time)"]
 async fn synchronizer_bounded_waits_end_on_time_when_replies_are_lost() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());

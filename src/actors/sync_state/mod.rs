@@ -33,6 +33,13 @@
 //!   stays unknown, or whose permits refused by replica sync were not given back (its ids may
 //!   be held: a take with them again would take its permits twice). At its deadline a parked waiter tries once more
 //!   (a latch re-reads its count) and is answered with that outcome;
+//! - a waiter's wait ends at its deadline even when Redis does not answer: one whose attempt's
+//!   reply is missing (being sent again) is answered `TimedOut` then, and one whose attempt is
+//!   under way (its last, or one begun before) gets [`LAST_ATTEMPT_GRACE`] more for its outcome,
+//!   then `TimedOut`; a reply found missing after its deadline (or for a single attempt, whose
+//!   caller gets the error, as a lock's does) answers it at once. The request goes on being sent
+//!   again after its waiter left, so what it took, had it run, is given back, once (the same
+//!   request latch), and what it found free is passed on to the waiters still parked;
 //! - a reconnected pub/sub connection makes every parked waiter try again;
 //! - permits given back here may go straight to the first parked waiter they fit (a hand-off:
 //!   a plain semaphore's, at most [`MAX_HAND_OFF_STREAK`] in a row, never with replica sync);
@@ -59,6 +66,13 @@ use crate::actors::name::{
 };
 use crate::error::LockError;
 use crate::protocol::{SyncKind, Take};
+
+/// How long after its deadline a waiter waits for the outcome of an attempt under way (the last
+/// one the deadline starts, or one begun before it) before it is answered `TimedOut`. A healthy
+/// Redis answers within milliseconds; one that does not answer (paused, cut off, a reply lost)
+/// would otherwise hold the waiter for a response timeout, or for as long as its request is sent
+/// again (a third of the watchdog timeout), far past the wait its caller asked for.
+pub(crate) const LAST_ATTEMPT_GRACE: Duration = Duration::from_millis(250);
 
 /// The outcome of one attempt, as the state reads it from its round trip.
 #[derive(Debug)]
@@ -113,6 +127,8 @@ struct Waiter {
     again: bool,
     /// Its deadline passed (or it never waits): the next outcome answers it.
     last: bool,
+    /// A single attempt (no wait): a reply found missing answers it with the error.
+    once: bool,
     /// The timer should make it try.
     due: bool,
     /// Retryable failures in a row.
@@ -245,6 +261,7 @@ impl SyncState {
             trying: !queue,
             again: false,
             last: once,
+            once,
             due: false,
             failures: 0,
             waited: queue,
@@ -289,6 +306,18 @@ impl SyncState {
     /// Waiter `id`'s attempt came back.
     fn tried(&mut self, id: WaiterId, tried: Tried, now: Instant) {
         let Some(at) = self.position(id) else {
+            // Its waiter left first (its wait ended while the reply was missing): what the
+            // attempt found is passed on as its waiter would have, a permit semaphore's hint
+            // to the first parked waiter (nothing publishes a lease's end).
+            if let Tried::Short { free, retry_in } = tried {
+                if let Some(after) = retry_in
+                    && let Some(next) = self.waiters.iter_mut().find(|w| !w.trying)
+                {
+                    next.due = true;
+                    self.arm(now + after, now);
+                }
+                self.pass_on(free);
+            }
             return;
         };
         let waiter = &mut self.waiters[at];
@@ -446,14 +475,24 @@ impl SyncState {
         self.attempt_all(woken);
     }
 
-    /// Waiter `id`'s deadline passed: one more attempt decides.
+    /// Waiter `id`'s deadline passed: one more attempt decides, if its outcome comes within
+    /// [`LAST_ATTEMPT_GRACE`]. The timer is armed again for then: firing on a waiter whose
+    /// outcome is still to come, it answers `TimedOut`. So does the deadline itself when the
+    /// reply of the waiter's attempt is known missing (the request is being sent again): no
+    /// outcome is coming soon. The request goes on without it (see [`SyncState::ran`]).
     fn deadline(&mut self, id: WaiterId) {
         let Some(at) = self.position(id) else {
             return;
         };
-        let waiter = &mut self.waiters[at];
-        waiter.last = true;
-        if !waiter.trying {
+        let (trying, last) = (self.waiters[at].trying, self.waiters[at].last);
+        if trying && (last || self.reply_missing(id)) {
+            self.stop_waiting(id);
+            return;
+        }
+        self.waiters[at].last = true;
+        self.effects
+            .push(Effect::Arm(Timer::Deadline(id), LAST_ATTEMPT_GRACE));
+        if !self.waiters[at].trying {
             self.attempt(id);
         }
     }

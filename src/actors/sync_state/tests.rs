@@ -1080,3 +1080,251 @@ proptest! {
         world.drain()?;
     }
 }
+
+/// The error of a request whose reply never came.
+fn lost(kind: SyncKind) -> Outcome {
+    let error = LockError::Timeout {
+        op: "synchronizer",
+        after: Duration::from_millis(300),
+    };
+    if kind == SyncKind::CountDownLatch {
+        Outcome::Reply(Err(error))
+    } else {
+        Outcome::Take(Err(error))
+    }
+}
+
+/// The first round trip among `effects`.
+fn first_run(effects: Vec<Effect>) -> Trip {
+    effects
+        .into_iter()
+        .find_map(|e| match e {
+            Effect::Run(trip) => Some(trip),
+            _ => None,
+        })
+        .expect("a round trip")
+}
+
+/// A bounded wait whose attempt's reply is missing (being sent again) ends at its deadline, not
+/// when the request is resolved (up to a third of the watchdog timeout later). The request goes
+/// on, as it was; when it turns out to have taken permits, they are given back, once, on its lane.
+#[test]
+fn a_waiter_whose_reply_is_missing_is_answered_at_its_deadline_and_what_it_took_goes_back() {
+    let wait = Duration::from_millis(400);
+    for kind in [
+        SyncKind::Semaphore,
+        SyncKind::PermitSemaphore,
+        SyncKind::CountDownLatch,
+    ] {
+        let now = Instant::now();
+        let mut s = state(kind);
+        s.request(1, want(1), Wait::Up(wait), now);
+        let first = first_run(effects(&mut s));
+        s.ran(first.seq, lost(kind), now + Duration::from_millis(300));
+        let e = effects(&mut s);
+        assert!(
+            matches!(e.as_slice(), [Effect::Arm(Timer::Resend(seq), _)] if *seq == first.seq),
+            "{kind:?}: before its deadline the waiter waits for the request sent again: {e:?}"
+        );
+        s.fired(Timer::Deadline(1), now + wait);
+        let e = effects(&mut s);
+        assert!(
+            matches!(e.as_slice(), [Effect::Answer(1, Answer::TimedOut), ..]),
+            "{kind:?}: answered at its deadline: {e:?}"
+        );
+        assert!(!s.has(1));
+        assert!(
+            !e.iter().any(|e| matches!(e, Effect::Run(_) | Effect::Idle)),
+            "{kind:?}: no new attempt, and the request still under way: {e:?}"
+        );
+        assert!(s.is_under_way(first.seq));
+        // The request goes on as it was, on its latch.
+        let later = now + wait + backoff(0);
+        s.fired(Timer::Resend(first.seq), later);
+        let e = effects(&mut s);
+        assert!(
+            matches!(e.as_slice(), [Effect::Run(t)] if t.seq == first.seq && t.lane == first.lane),
+            "{kind:?}: {e:?}"
+        );
+        if kind == SyncKind::CountDownLatch {
+            s.ran(first.seq, Outcome::Reply(Ok(1)), later);
+            let e = effects(&mut s);
+            assert!(matches!(e.as_slice(), [Effect::Idle]), "{kind:?}: {e:?}");
+            continue;
+        }
+        // It had run: what it took goes back, once, as the next request of its lane.
+        s.ran(first.seq, Outcome::Take(Ok(Take::Taken)), later);
+        let e = effects(&mut s);
+        assert!(
+            !e.iter().any(|e| matches!(e, Effect::Answer(..))),
+            "{kind:?}: {e:?}"
+        );
+        let give = give_sent(&e, 1);
+        assert!(matches!(&e[..], [Effect::Run(t)] if t.lane == first.lane));
+        s.ran(give, Outcome::Reply(Ok(1)), later);
+        let e = effects(&mut s);
+        assert!(matches!(e.as_slice(), [Effect::Idle]), "{kind:?}: {e:?}");
+        assert!(s.trips.is_empty() && s.holds.is_empty());
+    }
+}
+
+/// A reply found missing after the waiter's deadline answers it at once; a single attempt's
+/// (no wait) answers it with the error, as a lock's single attempt is. Either way the request
+/// goes on being sent, and what it took goes back.
+#[test]
+fn a_reply_found_missing_past_the_deadline_or_for_a_single_attempt_answers_at_once() {
+    for (wait, answer) in [
+        (Wait::No, "failed"),
+        (Wait::Up(Duration::from_millis(400)), "timed out"),
+    ] {
+        let now = Instant::now();
+        let mut s = state(SyncKind::Semaphore);
+        s.request(1, want(1), wait, now);
+        let first = first_run(effects(&mut s));
+        let late = now + Duration::from_millis(500);
+        if let Wait::Up(d) = wait {
+            s.fired(Timer::Deadline(1), now + d);
+            let e = effects(&mut s);
+            assert!(
+                matches!(e.as_slice(), [Effect::Arm(Timer::Deadline(1), g)] if *g == LAST_ATTEMPT_GRACE),
+                "its attempt under way gets a grace for its outcome: {e:?}"
+            );
+        }
+        s.ran(first.seq, lost(SyncKind::Semaphore), late);
+        let e = effects(&mut s);
+        let answered = match &e[..] {
+            [Effect::Arm(Timer::Resend(seq), _), Effect::Answer(1, a)] if *seq == first.seq => a,
+            _ => panic!("{answer}: not answered at once: {e:?}"),
+        };
+        match answer {
+            "failed" => assert!(
+                matches!(answered, Answer::Failed(LockError::Timeout { .. })),
+                "{answered:?}"
+            ),
+            _ => assert!(matches!(answered, Answer::TimedOut), "{answered:?}"),
+        }
+        s.fired(Timer::Resend(first.seq), late + backoff(0));
+        effects(&mut s);
+        s.ran(first.seq, Outcome::Take(Ok(Take::Taken)), late + backoff(0));
+        let give = give_sent(&effects(&mut s), 1);
+        s.ran(give, Outcome::Reply(Ok(1)), late + backoff(0));
+        assert!(matches!(effects(&mut s).as_slice(), [Effect::Idle]));
+    }
+}
+
+/// An attempt under way at the deadline (Redis slow or paused, no reply yet) gets
+/// `LAST_ATTEMPT_GRACE` for its outcome: an outcome within it answers the waiter (a healthy
+/// Redis's last attempt still decides); past it the waiter is answered `TimedOut`, and what its
+/// attempt finds when it comes back is passed on to the waiters still parked.
+#[test]
+fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_times_out() {
+    let now = Instant::now();
+    let wait = Duration::from_millis(400);
+    // In time: a parked waiter's last attempt succeeds within the grace.
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Up(wait), now);
+    effects(&mut s);
+    report(&mut s, 1, short(), now);
+    effects(&mut s);
+    s.fired(Timer::Deadline(1), now + wait);
+    let e = effects(&mut s);
+    assert_eq!(tries(&e), vec![1]);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Deadline(1), g) if *g == LAST_ATTEMPT_GRACE))
+    );
+    report(
+        &mut s,
+        1,
+        Tried::Done,
+        now + wait + Duration::from_millis(5),
+    );
+    let e = effects(&mut s);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [Effect::Answer(1, Answer::Done { grant: Some(_), .. }), ..]
+        ),
+        "{e:?}"
+    );
+    s.fired(Timer::Deadline(1), now + wait + LAST_ATTEMPT_GRACE);
+    assert!(
+        !effects(&mut s)
+            .iter()
+            .any(|e| matches!(e, Effect::Answer(..))),
+        "answered once"
+    );
+
+    // Too late: waiter 2 (wanting 2) is parked; waiter 1's attempt gets no reply in time.
+    let mut s = state(SyncKind::Semaphore);
+    s.request(2, want(2), Wait::Forever, now);
+    effects(&mut s);
+    report(&mut s, 2, short(), now);
+    s.subscribed(true, now);
+    effects(&mut s);
+    report(&mut s, 2, short(), now);
+    s.request(1, want(1), Wait::Up(wait), now);
+    let first = first_run(effects(&mut s));
+    s.fired(Timer::Deadline(1), now + wait);
+    effects(&mut s);
+    s.fired(Timer::Deadline(1), now + wait + LAST_ATTEMPT_GRACE);
+    let e = effects(&mut s);
+    assert!(
+        matches!(e.as_slice(), [Effect::Answer(1, Answer::TimedOut)]),
+        "answered when its grace ends: {e:?}"
+    );
+    assert!(s.is_under_way(first.seq));
+    // Its attempt comes back short with 2 free: waiter 2 fits, and tries.
+    let later = now + Duration::from_secs(5);
+    let found = Take::Short {
+        free: 2,
+        retry_in: None,
+    };
+    s.ran(first.seq, Outcome::Take(Ok(found)), later);
+    assert_eq!(tries(&effects(&mut s)), vec![2]);
+    assert!(s.has(2));
+}
+
+/// Permits taken without the replicas' acknowledgement are given back before their waiter is
+/// answered; when that give-back's reply is missing at the waiter's deadline, the waiter is
+/// answered then with the replica-sync error, while the give-back goes on being sent.
+#[test]
+fn a_waiter_whose_unsynced_permits_give_back_is_missing_is_answered_at_its_deadline() {
+    let now = Instant::now();
+    let wait = Duration::from_millis(400);
+    let mut s = state(SyncKind::PermitSemaphore);
+    s.request(1, want(1), Wait::Up(wait), now);
+    let take = first_run(effects(&mut s));
+    let unsynced = Take::Unsynced {
+        acked: 0,
+        wanted: 1,
+    };
+    s.ran(take.seq, Outcome::Take(Ok(unsynced)), now);
+    let give = give_sent(&effects(&mut s), 1);
+    s.ran(
+        give,
+        Outcome::Reply(Err(LockError::Timeout {
+            op: "give back",
+            after: Duration::from_millis(300),
+        })),
+        now + Duration::from_millis(300),
+    );
+    effects(&mut s);
+    s.fired(Timer::Deadline(1), now + wait);
+    let e = effects(&mut s);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [Effect::Answer(
+                1,
+                Answer::Failed(LockError::ReplicaSync { .. })
+            )]
+        ),
+        "{e:?}"
+    );
+    assert!(s.is_under_way(give));
+    s.fired(Timer::Resend(give), now + wait);
+    effects(&mut s);
+    s.ran(give, Outcome::Reply(Ok(1)), now + wait);
+    assert!(matches!(effects(&mut s).as_slice(), [Effect::Idle]));
+}

@@ -3,7 +3,9 @@
 //! each request's outcome under its latch. A request whose reply never came (a time-out, a
 //! dropped connection) is sent again as it is after a backoff, with the same latch, so Redis
 //! counts it once and replies as its first run did; until `horizon` after it was first sent,
-//! and then its caller gets the error.
+//! and then its caller gets the error. A waiter does not wait for that: past its deadline (or
+//! for a single attempt) it is answered as soon as its attempt's reply is found missing, and
+//! the request goes on being sent without it; a take that ran is then given back, once.
 
 use std::time::{Duration, Instant};
 
@@ -94,6 +96,31 @@ impl SyncState {
                 tracing::debug!(?outcome, "synchronizer request sent again");
                 under.failures += 1;
                 self.effects.push(Effect::Arm(Timer::Resend(seq), after));
+                // A waiter past its deadline (or making a single attempt) is answered now, not
+                // when the request is resolved: that can take until the horizon, far past its
+                // wait. The request goes on; what it took, should it have run, is given back
+                // (below: its waiter is gone).
+                let (waiter, attempt) = match under.purpose {
+                    Purpose::Attempt(id) => (Some(id), true),
+                    Purpose::Unsynced { waiter, .. } => (Some(waiter), false),
+                    _ => (None, false),
+                };
+                if let Some(id) = waiter
+                    && let Some(at) = self.position(id)
+                    && self.waiters[at].last
+                {
+                    match outcome {
+                        // A single attempt fails as a lock's does when its reply is missing.
+                        Outcome::Take(Err(error)) | Outcome::Reply(Err(error))
+                            if attempt && self.waiters[at].once =>
+                        {
+                            self.answer(at, Answer::Failed(error));
+                        }
+                        _ => self.stop_waiting(id),
+                    }
+                    self.unsubscribe_if_unused();
+                    self.update_busy();
+                }
                 return;
             }
         }
@@ -209,6 +236,40 @@ impl SyncState {
         }
         self.maybe_stopped();
         self.update_busy();
+    }
+
+    /// Whether the reply of waiter `id`'s attempt (or of the give-back of permits its attempt
+    /// took unsynced) is known missing: its request is being sent again.
+    pub(super) fn reply_missing(&self, id: WaiterId) -> bool {
+        self.trips.values().any(|u| {
+            u.failures > 0
+                && matches!(u.purpose,
+                    Purpose::Attempt(w) | Purpose::Unsynced { waiter: w, .. } if w == id)
+        })
+    }
+
+    /// Waiter `id` stops waiting for the outcome of its attempt under way: `TimedOut`, or, when
+    /// its permits were taken unsynced and are being given back, the replica-sync error they
+    /// get anyway. Its round trip goes on without it.
+    pub(super) fn stop_waiting(&mut self, id: WaiterId) {
+        let Some(at) = self.position(id) else {
+            return;
+        };
+        let unsynced = self.trips.values().find_map(|u| match u.purpose {
+            Purpose::Unsynced {
+                waiter,
+                acked,
+                wanted,
+            } if waiter == id => Some(LockError::ReplicaSync { acked, wanted }),
+            _ => None,
+        });
+        tracing::debug!(name = %self.name, "waiter answered before its attempt's outcome");
+        let answer = match unsynced {
+            Some(error) => Answer::Failed(error),
+            None => Answer::TimedOut,
+        };
+        self.answer(at, answer);
+        self.unsubscribe_if_unused();
     }
 
     /// Waiter `id`'s outcome coming now answers it, whatever it is.
