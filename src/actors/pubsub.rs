@@ -134,8 +134,9 @@ impl PubSubActor {
         ctx.run_later(PING_EVERY, move |act, ctx| act.check(connection, ctx));
     }
 
-    /// Pings connection `connection` (if it is still the current one): answered, the next PING
-    /// follows; unanswered in time, or refused, the connection is replaced (`restart`).
+    /// Pings connection `connection` (if it is still the current one): answered (even with an
+    /// error reply), the next PING follows; unanswered in time, or failed on the client's side
+    /// (the connection closed), the connection is replaced (`restart`).
     fn check(&mut self, connection: u64, ctx: &mut Context<Self>) {
         let Some(mut sink) = self.sink.clone() else {
             return;
@@ -151,7 +152,10 @@ impl PubSubActor {
                 return;
             }
             match res {
+                // Any reply is an answer, a refusal too (an ACL user without PING): the flow
+                // is alive.
                 Ok(()) => act.check_later(connection, ctx),
+                Err(error) if error.code().is_some() => act.check_later(connection, ctx),
                 Err(error) if error.is_timeout() => {
                     tracing::warn!(
                         ?answer,
@@ -160,7 +164,7 @@ impl PubSubActor {
                     act.restart("the connection went silent", ctx);
                 }
                 Err(error) => {
-                    tracing::warn!(%error, "the pub/sub connection refused a PING; reconnecting");
+                    tracing::warn!(%error, "a PING on the pub/sub connection failed; reconnecting");
                     act.restart("PING failed", ctx);
                 }
             }
