@@ -12,8 +12,8 @@
 //! A connection can also go silent without ending: a NAT, firewall or load balancer that forgot
 //! the flow drops its packets without a reset, and a subscribed connection that hears no message
 //! cannot tell. So the actor sends a PING every [`PING_EVERY`], and restarts the same way when
-//! no answer comes within the response timeout (at least [`PING_ANSWER_MIN`]), or when a
-//! SUBSCRIBE or UNSUBSCRIBE is not confirmed within it.
+//! no answer comes within the response timeout (at least [`ANSWER_MIN`]), or when a SUBSCRIBE or
+//! UNSUBSCRIBE is not confirmed within it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -33,9 +33,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// in a middlebox that forgets flows idle for long.
 const PING_EVERY: Duration = Duration::from_secs(3);
 
-/// The least time a PING is given to be answered, however short the response timeout: a busy
-/// server answers late, and a needless reconnection makes every waiter try again.
-const PING_ANSWER_MIN: Duration = Duration::from_secs(1);
+/// The least time a PING, SUBSCRIBE or UNSUBSCRIBE is given to be answered, however short the
+/// response timeout: a busy server answers late, a needless reconnection makes every waiter try
+/// again, and a bound that a healthy server cannot meet would make them reconnect for good.
+const ANSWER_MIN: Duration = Duration::from_secs(1);
 
 /// The actor that owns the pub/sub connection.
 pub struct PubSubActor {
@@ -78,9 +79,10 @@ impl PubSubActor {
         }
     }
 
-    /// How long a SUBSCRIBE or UNSUBSCRIBE may take to be confirmed (the response timeout).
+    /// How long a PING, SUBSCRIBE or UNSUBSCRIBE may take to be answered: the response
+    /// timeout, at least [`ANSWER_MIN`].
     fn answer(&self) -> Duration {
-        self.endpoint.response_timeout()
+        self.endpoint.response_timeout().max(ANSWER_MIN)
     }
 
     fn connect(&mut self, ctx: &mut Context<Self>) {
@@ -144,7 +146,7 @@ impl PubSubActor {
         if connection != self.connection || self.halted {
             return;
         }
-        let answer = self.answer().max(PING_ANSWER_MIN);
+        let answer = self.answer();
         let work = async move { sink.ping(answer).await };
         // Spawned, not waited on: messages are handled meanwhile.
         ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
