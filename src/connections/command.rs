@@ -12,7 +12,7 @@
 
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -31,6 +31,15 @@ pub(crate) struct Conn {
     inner: Arc<Inner>,
     lane: usize,
 }
+
+/// The least time between two renewals of a lane's connections: a server that is only slow (a
+/// long script, `CLIENT PAUSE`) times every call out, and each renewal opens a connection.
+const RENEW_GAP: Duration = Duration::from_secs(1);
+
+/// How long replaced connections are kept open: requests already sent on them still run on a
+/// server that was only slow, as they would have without the replacement (closing a connection
+/// discards what the server has not read yet). With [`RENEW_GAP`], at most five per lane.
+const RETIRED_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs a future on a lane's own thread (an actix arbiter's, given by the layer above).
 pub(crate) type Spawner = Arc<dyn Fn(Pin<Box<dyn Future<Output = ()> + Send>>) + Send + Sync>;
@@ -56,6 +65,8 @@ struct Lane {
     generation: u64,
     /// Whether new connections are being made for this lane after a timeout: one at a time.
     renewing: bool,
+    /// When the last renewal began (see [`RENEW_GAP`]).
+    renewed_at: Option<Instant>,
 }
 
 #[derive(Clone)]
@@ -100,6 +111,7 @@ impl Conn {
                 home,
                 generation: 0,
                 renewing: false,
+                renewed_at: None,
             }]),
             endpoint,
             settings,
@@ -127,6 +139,7 @@ impl Conn {
             home: Some(home),
             generation: 0,
             renewing: false,
+            renewed_at: None,
         });
         Ok(Self {
             inner: self.inner.clone(),
@@ -179,9 +192,10 @@ impl Conn {
 
     /// A command on this lane's connections of `generation` got no reply within the response
     /// timeout: make new ones, in the background, and use them from then on. The old ones are
-    /// dropped once the calls still under way on them end. Nothing is done when they were
-    /// replaced already or a renewal is under way; a failed attempt leaves them in place, and
-    /// the next timeout tries again.
+    /// closed [`RETIRED_GRACE`] later (once the calls still under way on them end, if later).
+    /// Nothing is done when they were replaced already, a renewal is under way or began less
+    /// than [`RENEW_GAP`] ago; a failed attempt leaves them in place, and a later timeout tries
+    /// again.
     fn renew(&self, generation: u64) {
         let home = {
             let mut lanes = self
@@ -192,10 +206,15 @@ impl Conn {
             let Some(lane) = lanes.get_mut(self.lane) else {
                 return;
             };
-            if lane.generation != generation || lane.renewing {
+            let now = Instant::now();
+            let recent = lane
+                .renewed_at
+                .is_some_and(|at| now.saturating_duration_since(at) < RENEW_GAP);
+            if lane.generation != generation || lane.renewing || recent {
                 return;
             }
             lane.renewing = true;
+            lane.renewed_at = Some(now);
             lane.home.clone()
         };
         let this = self.clone();
@@ -208,26 +227,37 @@ impl Conn {
                 inner.sync.is_some(),
             )
             .await;
-            let mut lanes = inner.lanes.write().unwrap_or_else(PoisonError::into_inner);
-            let Some(lane) = lanes.get_mut(this.lane) else {
-                return;
+            let retired = {
+                let mut lanes = inner.lanes.write().unwrap_or_else(PoisonError::into_inner);
+                let Some(lane) = lanes.get_mut(this.lane) else {
+                    return;
+                };
+                lane.renewing = false;
+                match made {
+                    Ok(pair) if lane.generation == generation => {
+                        lane.generation += 1;
+                        Some(std::mem::replace(&mut lane.pair, pair))
+                    }
+                    // A failover's switch replaced them meanwhile.
+                    Ok(_) => None,
+                    Err(error) => {
+                        tracing::warn!(%error, lane = this.lane, "replacing timed-out command connections failed");
+                        None
+                    }
+                }
             };
-            lane.renewing = false;
-            match made {
-                Ok(pair) if lane.generation == generation => {
-                    lane.pair = pair;
-                    lane.generation += 1;
-                    tracing::info!(
-                        lane = this.lane,
-                        "command connections replaced after a response timeout"
-                    );
-                    crate::metrics::reconnected("commands");
-                }
-                // A failover's switch replaced them meanwhile.
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, lane = this.lane, "replacing timed-out command connections failed");
-                }
+            let lane = this.lane;
+            // Only the retired connections are kept through the grace, not every lane's (`this`):
+            // a manager dropped meanwhile still closes its own at once.
+            drop(this);
+            if let Some(retired) = retired {
+                tracing::info!(
+                    lane,
+                    "command connections replaced after a response timeout"
+                );
+                crate::metrics::reconnected("commands");
+                tokio::time::sleep(RETIRED_GRACE).await;
+                drop(retired);
             }
         };
         match home {
