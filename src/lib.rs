@@ -102,13 +102,20 @@
 //! **When Redis fails**, only the pub/sub connection is restarted: the `PubSubActor` runs under an
 //! actix `Supervisor`, and when its message stream ends it stops, is restarted, reconnects with
 //! backoff, subscribes every routed channel again and tells each actor to retry its waiters (the
-//! messages of the gap are gone). The `Watchdog` and `FailoverWatch` are supervised too, but a
-//! Redis failure does not stop them: they try again on their schedule. Commands are not restarted but **resent**, as above: the command
-//! connections reconnect by themselves, and each per-name state sends its request again until
-//! Redis answers or its horizon passes. Renewal is **one manager-wide `Watchdog`**, not a timer per
-//! name: every third of the watchdog timeout it renews every hold taken without a lease in script
-//! calls of up to 100 holds each (`RENEW_BATCH`), so 10,000 holds cost 100 calls a tick, not
-//! 10,000 timers and calls; a lock hold reaches it only once it has lived a sixth of the timeout.
+//! messages of the gap are gone). A connection can also go silent without ending (a NAT, firewall
+//! or load balancer that forgot its flow drops its packets without a reset), so the actor sends
+//! it a PING every 3 s and restarts the same way when no answer comes within the response timeout
+//! (at least 1 s), or when a SUBSCRIBE or UNSUBSCRIBE is not confirmed within it. The `Watchdog`
+//! and `FailoverWatch` are supervised too, but a Redis failure does not stop them: they try again
+//! on their schedule. Commands are not restarted but **resent**, as above: the command
+//! connections reconnect by themselves when their socket fails, and are replaced (in the
+//! background, on their lane's thread) after a command that got no reply within the response
+//! timeout, since redis-rs would reuse a silent one for good; each per-name state sends its
+//! request again until Redis answers or its horizon passes. Renewal is **one manager-wide
+//! `Watchdog`**, not a timer per name: every third of the watchdog timeout it renews every hold
+//! taken without a lease in script calls of up to 100 holds each (`RENEW_BATCH`), so 10,000 holds
+//! cost 100 calls a tick, not 10,000 timers and calls; a lock hold reaches it only once it has
+//! lived a sixth of the timeout.
 //!
 //! [actix]: https://docs.rs/actix
 //! [Redisson]: https://redisson.org

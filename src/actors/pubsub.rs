@@ -8,6 +8,12 @@
 //! It runs under an actix `Supervisor`. When the connection drops, the message stream ends, the
 //! actor stops and is restarted; it reconnects with backoff, subscribes every routed channel again
 //! and tells each routed actor to retry, since messages sent in the gap are gone.
+//!
+//! A connection can also go silent without ending: a NAT, firewall or load balancer that forgot
+//! the flow drops its packets without a reset, and a subscribed connection that hears no message
+//! cannot tell. So the actor sends a PING every [`PING_EVERY`], and restarts the same way when
+//! no answer comes within the response timeout (at least [`ANSWER_MIN`]), or when a SUBSCRIBE or
+//! UNSUBSCRIBE is not confirmed within it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -21,6 +27,16 @@ use crate::error::LockError;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// How often the connection is checked with a PING: a silent connection is noticed within this
+/// plus the answer's bound. One PING per manager per interval; it also keeps an idle flow alive
+/// in a middlebox that forgets flows idle for long.
+const PING_EVERY: Duration = Duration::from_secs(3);
+
+/// The least time a PING, SUBSCRIBE or UNSUBSCRIBE is given to be answered, however short the
+/// response timeout: a busy server answers late, a needless reconnection makes every waiter try
+/// again, and a bound that a healthy server cannot meet would make them reconnect for good.
+const ANSWER_MIN: Duration = Duration::from_secs(1);
 
 /// The actor that owns the pub/sub connection.
 pub struct PubSubActor {
@@ -39,6 +55,9 @@ pub struct PubSubActor {
     connected_before: bool,
     /// Set by `Halt`: no more connections.
     halted: bool,
+    /// Counts the connections made: a PING's answer, or its absence, is about the connection it
+    /// was sent on, not a later one.
+    connection: u64,
 }
 
 struct Route {
@@ -56,22 +75,41 @@ impl PubSubActor {
             backoff: BACKOFF_MIN,
             connected_before: false,
             halted: false,
+            connection: 0,
         }
+    }
+
+    /// How long a PING, SUBSCRIBE or UNSUBSCRIBE may take to be answered: the response
+    /// timeout, at least [`ANSWER_MIN`].
+    fn answer(&self) -> Duration {
+        self.endpoint.response_timeout().max(ANSWER_MIN)
     }
 
     fn connect(&mut self, ctx: &mut Context<Self>) {
         if self.halted {
             return;
         }
-        let (endpoint, limit) = (self.endpoint.clone(), self.connect_timeout);
+        let (endpoint, limit, answer) =
+            (self.endpoint.clone(), self.connect_timeout, self.answer());
         let channels: Vec<String> = self.routes.keys().cloned().collect();
         // Under `ctx.wait`: no Subscribe is handled while connecting, so `channels` is complete.
-        let work = async move { subscription::open(&endpoint, &channels, limit).await };
+        // Every step is bounded: a connection accepted but silent must not hold the actor.
+        let work = async move {
+            let (mut sink, stream) = subscription::open(&endpoint, &[], limit).await?;
+            if !channels.is_empty() {
+                sink.subscribe_within(&channels, answer)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>((sink, stream))
+        };
         ctx.wait(work.into_actor(self).map(|res, act, ctx| match res {
             Ok(_) if act.halted => {}
             Ok((sink, stream)) => {
                 act.sink = Some(sink);
                 act.backoff = BACKOFF_MIN;
+                act.connection += 1;
+                act.check_later(act.connection, ctx);
                 ctx.add_stream(stream);
                 if std::mem::replace(&mut act.connected_before, true) {
                     tracing::info!(
@@ -93,6 +131,57 @@ impl PubSubActor {
 }
 
 impl PubSubActor {
+    /// Sends the next PING on connection `connection` after [`PING_EVERY`].
+    fn check_later(&self, connection: u64, ctx: &mut Context<Self>) {
+        ctx.run_later(PING_EVERY, move |act, ctx| act.check(connection, ctx));
+    }
+
+    /// Pings connection `connection` (if it is still the current one): answered (even with an
+    /// error reply), the next PING follows; unanswered in time, or failed on the client's side
+    /// (the connection closed), the connection is replaced (`restart`).
+    fn check(&mut self, connection: u64, ctx: &mut Context<Self>) {
+        let Some(mut sink) = self.sink.clone() else {
+            return;
+        };
+        if connection != self.connection || self.halted {
+            return;
+        }
+        let answer = self.answer();
+        let work = async move { sink.ping(answer).await };
+        // Spawned, not waited on: messages are handled meanwhile.
+        ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
+            if connection != act.connection || act.sink.is_none() {
+                return;
+            }
+            match res {
+                // Any reply is an answer, a refusal too (an ACL user without PING): the flow
+                // is alive.
+                Ok(()) => act.check_later(connection, ctx),
+                Err(error) if error.code().is_some() => act.check_later(connection, ctx),
+                Err(error) if error.is_timeout() => {
+                    tracing::warn!(
+                        ?answer,
+                        "the pub/sub connection did not answer a PING; reconnecting"
+                    );
+                    act.restart("the connection went silent", ctx);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "a PING on the pub/sub connection failed; reconnecting");
+                    act.restart("PING failed", ctx);
+                }
+            }
+        }));
+    }
+
+    /// After a SUBSCRIBE or UNSUBSCRIBE failed: one not confirmed in time means the connection
+    /// went silent, so it is replaced (its waiters retry once it is back).
+    fn failed(&mut self, error: &redis::RedisError, ctx: &mut Context<Self>) {
+        if error.is_timeout() {
+            tracing::warn!(%error, "the pub/sub connection did not confirm in time; reconnecting");
+            self.restart("a subscription change was not confirmed", ctx);
+        }
+    }
+
     /// Drops the connection and stops: the supervisor restarts this actor, which connects to
     /// the endpoint's current primary (or cluster), subscribes every routed channel again and
     /// makes every waiter retry, since messages of the gap are gone.
@@ -128,10 +217,15 @@ impl PubSubActor {
             .iter()
             .map(|r| r.actor.resubscribed.clone())
             .collect();
-        let work = async move { sink.subscribe(std::slice::from_ref(&channel)).await };
-        ctx.wait(work.into_actor(self).map(move |res, _, _| {
+        let answer = self.answer();
+        let work = async move {
+            sink.subscribe_within(std::slice::from_ref(&channel), answer)
+                .await
+        };
+        ctx.wait(work.into_actor(self).map(move |res, act, ctx| {
             if let Err(error) = res {
                 tracing::warn!(%error, "subscribing again failed; waiters rely on the lock's TTL");
+                act.failed(&error, ctx);
             }
             for actor in actors.iter().filter_map(actix::WeakRecipient::upgrade) {
                 actor.do_send(Resubscribed);
@@ -227,15 +321,20 @@ impl Handler<Subscribe> for PubSubActor {
             // Not connected: the channel is subscribed with the others at the next connection.
             return AtomicResponse::new(Box::pin(actix::fut::ready(Ok(()))));
         };
+        let answer = self.answer();
         let work = async move {
-            sink.subscribe(std::slice::from_ref(&msg.channel))
+            sink.subscribe_within(std::slice::from_ref(&msg.channel), answer)
                 .await
-                .map_err(|source| LockError::Redis {
+        };
+        AtomicResponse::new(Box::pin(work.into_actor(self).map(|res, act, ctx| {
+            res.map_err(|source| {
+                act.failed(&source, ctx);
+                LockError::Redis {
                     op: "subscribe",
                     source,
-                })
-        };
-        AtomicResponse::new(Box::pin(work.into_actor(self)))
+                }
+            })
+        })))
     }
 }
 
@@ -253,10 +352,12 @@ impl Handler<Unsubscribe> for PubSubActor {
         }
         self.routes.remove(&msg.channel);
         if let Some(mut sink) = self.sink.clone() {
-            let work = async move { sink.unsubscribe(&msg.channel).await };
-            ctx.wait(work.into_actor(self).map(|res, _, _| {
+            let answer = self.answer();
+            let work = async move { sink.unsubscribe_within(&msg.channel, answer).await };
+            ctx.wait(work.into_actor(self).map(|res, act, ctx| {
                 if let Err(error) = res {
                     tracing::debug!(%error, "unsubscribe failed");
+                    act.failed(&error, ctx);
                 }
             }));
         }

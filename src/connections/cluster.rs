@@ -97,6 +97,7 @@ impl ClusterTarget {
         let mut builder = ClusterClientBuilder::new(self.nodes.clone())
             .connection_timeout(self.connect_timeout)
             .response_timeout(self.response_timeout)
+            .tcp_settings(crate::connections::url::keepalive(Default::default()))
             .retries(3);
         if let Some(push) = push {
             builder = builder

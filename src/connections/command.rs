@@ -1,11 +1,18 @@
 //! The command connections of one manager: a multiplexed connection to the primary (redis-rs's
-//! `ConnectionManager`, which reconnects by itself), a second one for replica-synced writes
-//! when [`Config::sync_replicas`] is on, and the switch of both to a new primary after a
-//! failover. (The access check made at start is the protocol's: `protocol/probe.rs`.)
+//! `ConnectionManager`, which reconnects by itself when its socket fails), a second one for
+//! replica-synced writes when [`Config::sync_replicas`] is on, the switch of both to a new
+//! primary after a failover, and their replacement after a command that got no reply within
+//! the response timeout. (The access check made at start is the protocol's: `protocol/probe.rs`.)
+//!
+//! Why the replacement: a connection whose flow a NAT, firewall or load balancer forgot (no
+//! reset) stays open and silently drops everything. redis-rs reconnects only on errors it deems
+//! unrecoverable (a closed or reset socket); a response timeout, its own or ours, is not one
+//! (`RetryMethod::RetryImmediately`), so without this the same dead connection is reused for
+//! every later call, for good. The cluster connection does the same with its node connections.
 
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -24,6 +31,15 @@ pub(crate) struct Conn {
     inner: Arc<Inner>,
     lane: usize,
 }
+
+/// The least time between two renewals of a lane's connections: a server that is only slow (a
+/// long script, `CLIENT PAUSE`) times every call out, and each renewal opens a connection.
+const RENEW_GAP: Duration = Duration::from_secs(1);
+
+/// How long replaced connections are kept open: requests already sent on them still run on a
+/// server that was only slow, as they would have without the replacement (closing a connection
+/// discards what the server has not read yet). With [`RENEW_GAP`], at most five per lane.
+const RETIRED_GRACE: Duration = Duration::from_secs(5);
 
 /// Runs a future on a lane's own thread (an actix arbiter's, given by the layer above).
 pub(crate) type Spawner = Arc<dyn Fn(Pin<Box<dyn Future<Output = ()> + Send>>) + Send + Sync>;
@@ -44,6 +60,13 @@ struct Lane {
     pair: Pair,
     /// Where its connections are made (so that their I/O runs there); `None`: where asked.
     home: Option<Spawner>,
+    /// Which connections `pair` is: one more at every replacement (a failover's switch, or a
+    /// renewal after a timeout), so that a renewal replaces only the connections that timed out.
+    generation: u64,
+    /// Whether new connections are being made for this lane after a timeout: one at a time.
+    renewing: bool,
+    /// When the last renewal began (see [`RENEW_GAP`]).
+    renewed_at: Option<Instant>,
 }
 
 #[derive(Clone)]
@@ -75,8 +98,21 @@ impl Conn {
         });
         let connect_timeout = config.get_connect_timeout();
         let pair = pair_for(&endpoint, &settings, connect_timeout, sync.is_some()).await?;
+        // Lane 0's replacements are made where it was (the manager's arbiter), not on the thread
+        // of whichever caller saw the timeout (a user's runtime, which may end before the manager).
+        let home = tokio::runtime::Handle::try_current().ok().map(|here| {
+            Arc::new(move |work: Pin<Box<dyn Future<Output = ()> + Send>>| {
+                here.spawn(work);
+            }) as Spawner
+        });
         let inner = Inner {
-            lanes: RwLock::new(vec![Lane { pair, home: None }]),
+            lanes: RwLock::new(vec![Lane {
+                pair,
+                home,
+                generation: 0,
+                renewing: false,
+                renewed_at: None,
+            }]),
             endpoint,
             settings,
             connect_timeout,
@@ -101,6 +137,9 @@ impl Conn {
         lanes.push(Lane {
             pair,
             home: Some(home),
+            generation: 0,
+            renewing: false,
+            renewed_at: None,
         });
         Ok(Self {
             inner: self.inner.clone(),
@@ -146,22 +185,114 @@ impl Conn {
             .unwrap_or_else(PoisonError::into_inner);
         for (lane, pair) in lanes.iter_mut().zip(pairs) {
             lane.pair = pair;
+            lane.generation += 1;
         }
         Ok(())
+    }
+
+    /// A command on this lane's connections of `generation` got no reply within the response
+    /// timeout: make new ones, in the background, and use them from then on. The old ones are
+    /// closed [`RETIRED_GRACE`] later (once the calls still under way on them end, if later).
+    /// Nothing is done when they were replaced already, a renewal is under way or began less
+    /// than [`RENEW_GAP`] ago; a failed attempt leaves them in place, and a later timeout tries
+    /// again.
+    fn renew(&self, generation: u64) {
+        let home = {
+            let mut lanes = self
+                .inner
+                .lanes
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(lane) = lanes.get_mut(self.lane) else {
+                return;
+            };
+            let now = Instant::now();
+            let recent = lane
+                .renewed_at
+                .is_some_and(|at| now.saturating_duration_since(at) < RENEW_GAP);
+            if lane.generation != generation || lane.renewing || recent {
+                return;
+            }
+            lane.renewing = true;
+            lane.renewed_at = Some(now);
+            lane.home.clone()
+        };
+        let this = self.clone();
+        let work = async move {
+            let inner = &*this.inner;
+            let made = pair_for(
+                &inner.endpoint,
+                &inner.settings,
+                inner.connect_timeout,
+                inner.sync.is_some(),
+            )
+            .await;
+            let retired = {
+                let mut lanes = inner.lanes.write().unwrap_or_else(PoisonError::into_inner);
+                let Some(lane) = lanes.get_mut(this.lane) else {
+                    return;
+                };
+                lane.renewing = false;
+                match made {
+                    Ok(pair) if lane.generation == generation => {
+                        lane.generation += 1;
+                        Some(std::mem::replace(&mut lane.pair, pair))
+                    }
+                    // A failover's switch replaced them meanwhile.
+                    Ok(_) => None,
+                    Err(error) => {
+                        tracing::warn!(%error, lane = this.lane, "replacing timed-out command connections failed");
+                        None
+                    }
+                }
+            };
+            let lane = this.lane;
+            // Only the retired connections are kept through the grace, not every lane's (`this`):
+            // a manager dropped meanwhile still closes its own at once.
+            drop(this);
+            if let Some(retired) = retired {
+                tracing::info!(
+                    lane,
+                    "command connections replaced after a response timeout"
+                );
+                crate::metrics::reconnected("commands");
+                tokio::time::sleep(RETIRED_GRACE).await;
+                drop(retired);
+            }
+        };
+        match home {
+            Some(home) => home(Box::pin(work)),
+            None => match tokio::runtime::Handle::try_current() {
+                Ok(here) => drop(here.spawn(work)),
+                Err(_) => {
+                    // No runtime to connect on: let the next timeout try again.
+                    let mut lanes = self
+                        .inner
+                        .lanes
+                        .write()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if let Some(lane) = lanes.get_mut(self.lane) {
+                        lane.renewing = false;
+                    }
+                }
+            },
+        }
     }
 
     pub(crate) fn endpoint(&self) -> &Endpoint {
         &self.inner.endpoint
     }
 
-    fn pair(&self) -> Pair {
+    /// This lane's connections, and their generation (for [`renew`](Self::renew)).
+    fn pair(&self) -> (Pair, u64) {
         let lanes = self
             .inner
             .lanes
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         // Lanes are only ever added, so a clone's lane is always there.
-        lanes.get(self.lane).unwrap_or(&lanes[0]).pair.clone()
+        let lane = lanes.get(self.lane).unwrap_or(&lanes[0]);
+        (lane.pair.clone(), lane.generation)
     }
 
     /// Runs one script call, bounded by the response timeout even while reconnecting.
@@ -171,9 +302,10 @@ impl Conn {
         key: &str,
         invocation: ScriptInvocation<'_>,
     ) -> Result<Value, LockError> {
-        let mut conn = self.pair().main;
+        let (pair, generation) = self.pair();
+        let mut conn = pair.main;
         let reply = self.bounded(op, invocation.invoke_async(&mut conn)).await;
-        self.classify(op, key, reply)
+        self.classify(op, key, reply, generation)
     }
 
     /// Runs one script call, bounded by the response timeout even while reconnecting; a
@@ -184,14 +316,15 @@ impl Conn {
         key: &str,
         call: &ScriptCall<'_>,
     ) -> Result<Value, LockError> {
-        let mut conn = self.pair().main;
+        let (pair, generation) = self.pair();
+        let mut conn = pair.main;
         let mut reply = self.bounded(op, call.cmd.query_async(&mut conn)).await;
         if no_script(&reply) {
             let loaded = self.bounded(op, call.script.load_async(&mut conn)).await;
-            self.classify(op, key, loaded)?;
+            self.classify(op, key, loaded, generation)?;
             reply = self.bounded(op, call.cmd.query_async(&mut conn)).await;
         }
-        self.classify(op, key, reply)
+        self.classify(op, key, reply, generation)
     }
 
     /// Runs one script call that writes, then (with replica sync) `WAIT`s on the same
@@ -206,7 +339,14 @@ impl Conn {
         let Some((count, wait_ms)) = self.inner.sync else {
             return Ok((self.run(op, key, invocation).await?, None));
         };
-        let Some(mut conn) = self.pair().synced else {
+        let (
+            Pair {
+                synced: Some(mut conn),
+                ..
+            },
+            generation,
+        ) = self.pair()
+        else {
             return Ok((self.run(op, key, invocation).await?, None));
         };
         let mut pipe = redis::pipe();
@@ -222,12 +362,12 @@ impl Conn {
         {
             // A restarted server, or SCRIPT FLUSH: load it, then once more.
             let loaded = self.bounded(op, script.load_async(&mut conn)).await;
-            self.classify(op, key, loaded)?;
+            self.classify(op, key, loaded, generation)?;
             reply = self
                 .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
                 .await;
         }
-        let (value, acked) = self.classify(op, key, reply)?;
+        let (value, acked) = self.classify(op, key, reply, generation)?;
         Ok((value, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
     }
 
@@ -242,7 +382,14 @@ impl Conn {
         let Some((count, wait_ms)) = self.inner.sync else {
             return Ok((self.call(op, key, call).await?, None));
         };
-        let Some(mut conn) = self.pair().synced else {
+        let (
+            Pair {
+                synced: Some(mut conn),
+                ..
+            },
+            generation,
+        ) = self.pair()
+        else {
             return Ok((self.call(op, key, call).await?, None));
         };
         let mut pipe = redis::pipe();
@@ -255,12 +402,12 @@ impl Conn {
             .await;
         if no_script(&reply) {
             let loaded = self.bounded(op, call.script.load_async(&mut conn)).await;
-            self.classify(op, key, loaded)?;
+            self.classify(op, key, loaded, generation)?;
             reply = self
                 .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
                 .await;
         }
-        let (value, acked) = self.classify(op, key, reply)?;
+        let (value, acked) = self.classify(op, key, reply, generation)?;
         Ok((value, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
     }
 
@@ -280,15 +427,27 @@ impl Conn {
             .map_err(|_| LockError::Timeout { op, after: limit })
     }
 
+    /// The reply of a call on the connections of `generation`, as lockman reports it; a
+    /// timeout has them replaced (`renew`), since a dead flow never ends by itself.
     fn classify<T>(
         &self,
         op: &'static str,
         key: &str,
         reply: Result<redis::RedisResult<T>, LockError>,
+        generation: u64,
     ) -> Result<T, LockError> {
         let result = match reply {
-            Ok(reply) => reply.map_err(|e| LockError::redis(op, key, e)),
-            Err(timeout) => Err(timeout),
+            Ok(reply) => reply.map_err(|e| {
+                // redis-rs's own timeout (the cluster connection has one): the same silence.
+                if e.is_timeout() {
+                    self.renew(generation);
+                }
+                LockError::redis(op, key, e)
+            }),
+            Err(timeout) => {
+                self.renew(generation);
+                Err(timeout)
+            }
         };
         if let Err(e) = &result
             && e.hints_failover()
@@ -300,7 +459,7 @@ impl Conn {
 
     /// The main connection, for one-off commands (the start-time probe).
     pub(crate) fn main_link(&self) -> Link {
-        self.pair().main
+        self.pair().0.main
     }
 
     /// How long connecting may take.

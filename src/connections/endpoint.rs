@@ -37,6 +37,8 @@ struct Inner {
     label: String,
     /// Raised when a command saw a sign of a failover (READONLY, a dropped connection).
     suspect: tokio::sync::Notify,
+    /// How long a reply may take ([`Config::response_timeout`]): also the pub/sub connection's.
+    response_timeout: Duration,
 }
 
 impl Endpoint {
@@ -78,6 +80,7 @@ impl Endpoint {
                 sentinel,
                 label,
                 suspect: tokio::sync::Notify::new(),
+                response_timeout: config.get_response_timeout(),
             }),
         })
     }
@@ -108,6 +111,12 @@ impl Endpoint {
     /// The deployment, without passwords: for errors and logs.
     pub(crate) fn label(&self) -> &str {
         &self.inner.label
+    }
+
+    /// How long a reply may take before the connection is deemed silent
+    /// ([`Config::response_timeout`]).
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.inner.response_timeout
     }
 
     /// Whether the primary can move (Sentinel).

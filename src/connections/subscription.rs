@@ -53,6 +53,63 @@ impl Sink {
         }
     }
 
+    /// [`subscribe`](Self::subscribe), failing with a timeout error when no confirmation comes
+    /// within `answer` (for each call made: one per channel with sharded pub/sub; the single
+    /// call of many channels is given `answer` for every thousand of them).
+    pub(crate) async fn subscribe_within(
+        &mut self,
+        channels: &[String],
+        answer: Duration,
+    ) -> redis::RedisResult<()> {
+        match self {
+            Sink::Cluster {
+                conn,
+                sharded: true,
+            } => {
+                for channel in channels {
+                    within(answer, conn.ssubscribe(channel)).await?;
+                }
+                Ok(())
+            }
+            _ => {
+                let thousands = u32::try_from(channels.len() / 1000).unwrap_or(u32::MAX);
+                let limit = answer.saturating_mul(thousands.saturating_add(1));
+                within(limit, self.subscribe(channels)).await
+            }
+        }
+    }
+
+    /// [`unsubscribe`](Self::unsubscribe), failing with a timeout error when no confirmation
+    /// comes within `answer`.
+    pub(crate) async fn unsubscribe_within(
+        &mut self,
+        channel: &str,
+        answer: Duration,
+    ) -> redis::RedisResult<()> {
+        within(answer, self.unsubscribe(channel)).await
+    }
+
+    /// Whether the connection still answers: a PING, answered within `answer` (by every
+    /// primary of a cluster, since subscriptions are spread over them). A RESP2 subscribed
+    /// connection answers it with a pong message, which redis-rs's sink takes as the reply.
+    pub(crate) async fn ping(&mut self, answer: Duration) -> redis::RedisResult<()> {
+        match self {
+            Sink::Server(sink) => within(answer, sink.ping::<Value>()).await.map(drop),
+            Sink::Cluster { conn, .. } => {
+                use redis::cluster_routing::{
+                    MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo,
+                };
+                let all = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                within(answer, conn.route_command(redis::cmd("PING"), all))
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+
     pub(crate) async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
         match self {
             Sink::Server(sink) => sink.unsubscribe(channel).await,
@@ -122,5 +179,16 @@ fn heard(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// `work`, or a timeout error (as redis-rs reports its own: `is_timeout()`) after `limit`.
+async fn within<T>(
+    limit: Duration,
+    work: impl Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    match tokio::time::timeout(limit, work).await {
+        Ok(done) => done,
+        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
     }
 }

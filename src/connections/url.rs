@@ -1,6 +1,9 @@
 //! URLs and TLS: a server URL parsed into redis-rs connection info (refusing `rediss://` in a
 //! build without TLS), and the client built with the config's CA and client identity.
 
+use std::time::Duration;
+
+use redis::io::tcp::{TcpSettings, socket2};
 use redis::{Client, ConnectionAddr, IntoConnectionInfo};
 
 use crate::config::Config;
@@ -50,8 +53,34 @@ pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
             ),
         ));
     }
-    url.into_connection_info()
-        .map_err(|e| LockError::invalid("redis url", format!("{}: {e}", redacted(url))))
+    let info = url
+        .into_connection_info()
+        .map_err(|e| LockError::invalid("redis url", format!("{}: {e}", redacted(url))))?;
+    let tcp = keepalive(info.tcp_settings().clone());
+    Ok(info.set_tcp_settings(tcp))
+}
+
+/// How long a connection may be idle before the kernel sends a keepalive probe.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+/// Between unanswered probes, and how many go unanswered before the socket fails (where the
+/// platform lets us set them).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+const KEEPALIVE_PROBES: u32 = 3;
+
+/// `tcp` with TCP keepalive on: an idle connection is probed every 30 s, which keeps its flow
+/// alive in a NAT or firewall that forgets idle flows, and fails the socket (so redis-rs
+/// reconnects) when a forgotten flow's probes go unanswered. The PING of the pub/sub connection
+/// and the replacement of command connections after a timeout notice a silent connection
+/// sooner; this is the kernel's own check besides them.
+pub(crate) fn keepalive(tcp: TcpSettings) -> TcpSettings {
+    let probe = socket2::TcpKeepalive::new().with_time(KEEPALIVE_IDLE);
+    #[cfg(any(target_os = "linux", target_os = "macos"))]
+    let probe = probe
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    tcp.set_keepalive(probe)
 }
 
 #[cfg(feature = "tls")]
