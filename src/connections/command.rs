@@ -255,7 +255,8 @@ impl Conn {
                     lane,
                     "command connections replaced after a response timeout"
                 );
-                crate::metrics::reconnected("commands");
+                // No metric here: the metrics facade sits above the connections layer
+                // (tests/layers.rs); the log line is the record.
                 tokio::time::sleep(RETIRED_GRACE).await;
                 drop(retired);
             }
