@@ -37,6 +37,9 @@ impl Shape {
 const DOWN_AFTER: Duration = Duration::from_millis(1500);
 /// How long a failover, a demotion or a slot move may take before the fault counts as failed.
 const LIMIT: Duration = Duration::from_secs(30);
+/// How long a cluster's manual failover is waited for before it is asked again: past Redis's
+/// own manual-failover timeout (5 s), after which the replica has given it up.
+const MANUAL_FAILOVER_RETRY: Duration = Duration::from_secs(6);
 
 pub enum Deployment {
     /// One server, with `appendonly yes` and `appendfsync always`, so that it can be restarted
@@ -264,20 +267,33 @@ fn cluster_failover(cluster: &mut Cluster, fault: Fault, master: u16) -> Result<
         c.nodes.iter().position(|n| n.port() == port).unwrap_or(0)
     };
     let (m, r) = (node(cluster, master), node(cluster, replica));
-    match fault {
-        Fault::FailoverKill => cluster.nodes[m].stop(),
+    let promoted_now = |c: &Cluster| is_master(&c.nodes[r]) && cluster_ok(&c.nodes[r]);
+    let promoted = match fault {
+        Fault::FailoverKill => {
+            cluster.nodes[m].stop();
+            until("the replica promoted", || promoted_now(cluster))
+        }
         Fault::FailoverManual => {
-            // The replica waits until it has every write of its master, then takes over.
-            redis::cmd("CLUSTER")
-                .arg("FAILOVER")
-                .query::<()>(&mut cluster.nodes[r].conn())
-                .map_err(|e| format!("CLUSTER FAILOVER: {e}"))?;
+            // The replica waits until it has every write of its master, then takes over. Redis
+            // aborts a manual failover that has not completed within its own 5 s
+            // (CLUSTER_MF_TIMEOUT), as it may on a loaded machine: ask again until LIMIT.
+            let deadline = Instant::now() + LIMIT;
+            loop {
+                redis::cmd("CLUSTER")
+                    .arg("FAILOVER")
+                    .query::<()>(&mut cluster.nodes[r].conn())
+                    .map_err(|e| format!("CLUSTER FAILOVER: {e}"))?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                if until_within(left.min(MANUAL_FAILOVER_RETRY), || promoted_now(cluster)) {
+                    break Ok(());
+                }
+                if Instant::now() >= deadline {
+                    break Err(format!("the replica promoted: not within {LIMIT:?}"));
+                }
+            }
         }
         other => return Err(format!("{} is not a cluster failover", other.name())),
-    }
-    let promoted = until("the replica promoted", || {
-        is_master(&cluster.nodes[r]) && cluster_ok(&cluster.nodes[r])
-    });
+    };
     if fault == Fault::FailoverKill {
         // Back with its node file: it rejoins as the replica of the master that replaced it.
         cluster.nodes[m].restart();
