@@ -40,12 +40,57 @@ pub(crate) fn kind_label(kind: LockKind) -> &'static str {
     }
 }
 
+/// Which family's series a per-name actor reports to: lock kinds' or synchronizer kinds'
+/// (`kind`: the kind's label).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Series {
+    Locks,
+    Syncs,
+}
+
+impl Series {
+    /// A request began or stopped waiting for its answer (`delta` +1 or -1).
+    #[inline]
+    pub(crate) fn waiters(self, kind: &'static str, delta: f64) {
+        match self {
+            Series::Locks => waiters(kind, delta),
+            Series::Syncs => sync_waiters(kind, delta),
+        }
+    }
+
+    /// A request was answered (`outcome`: acquired, opened, timed_out, failed, abandoned).
+    #[inline]
+    pub(crate) fn answered(self, kind: &'static str, outcome: &'static str, since: Since) {
+        match self {
+            Series::Locks => answered(kind, outcome, since),
+            Series::Syncs => sync_answered(kind, outcome, since),
+        }
+    }
+
+    /// A hold began or ended (`amount`: 1 for a lock's hold, a grant's permits), signed.
+    #[inline]
+    pub(crate) fn held(self, kind: &'static str, amount: f64) {
+        match self {
+            Series::Locks => holds(kind, amount),
+            Series::Syncs => permits(kind, amount),
+        }
+    }
+
+    /// A hold was lost (`why`: the reason label).
+    #[inline]
+    pub(crate) fn lost(self, kind: &'static str, why: &'static str) {
+        match self {
+            Series::Locks => lost(kind, why),
+            Series::Syncs => permits_lost(kind, why),
+        }
+    }
+}
+
 /// An acquire request was answered.
 #[inline]
-pub(crate) fn answered(kind: LockKind, outcome: &'static str, since: Since) {
+fn answered(kind: &'static str, outcome: &'static str, since: Since) {
     #[cfg(feature = "metrics")]
     {
-        let kind = kind_label(kind);
         metrics::counter!("lockman_acquire_total", "kind" => kind, "outcome" => outcome)
             .increment(1);
         metrics::histogram!("lockman_acquire_wait_seconds", "kind" => kind)
@@ -57,28 +102,27 @@ pub(crate) fn answered(kind: LockKind, outcome: &'static str, since: Since) {
 
 /// A request began or stopped waiting for its answer (`delta` +1 or -1).
 #[inline]
-pub(crate) fn waiters(kind: LockKind, delta: f64) {
+fn waiters(kind: &'static str, delta: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("lockman_waiters", "kind" => kind_label(kind)).increment(delta);
+    metrics::gauge!("lockman_waiters", "kind" => kind).increment(delta);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, delta);
 }
 
 /// A hold began or ended (`delta` +1 or -1).
 #[inline]
-pub(crate) fn holds(kind: LockKind, delta: f64) {
+fn holds(kind: &'static str, delta: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("lockman_holds", "kind" => kind_label(kind)).increment(delta);
+    metrics::gauge!("lockman_holds", "kind" => kind).increment(delta);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, delta);
 }
 
 /// A hold ended without its release.
 #[inline]
-pub(crate) fn lost(kind: LockKind, why: &'static str) {
+fn lost(kind: &'static str, why: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("lockman_lost_total", "kind" => kind_label(kind), "reason" => why)
-        .increment(1);
+    metrics::counter!("lockman_lost_total", "kind" => kind, "reason" => why).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, why);
 }
@@ -108,7 +152,7 @@ pub(crate) fn reconnected(connection: &'static str) {
 /// Permits of a semaphore kind (`kind`: its label) began or stopped being held here (`delta`:
 /// how many, signed).
 #[inline]
-pub(crate) fn permits(kind: &'static str, delta: f64) {
+fn permits(kind: &'static str, delta: f64) {
     #[cfg(feature = "metrics")]
     metrics::gauge!("lockman_permits_held", "kind" => kind).increment(delta);
     #[cfg(not(feature = "metrics"))]
@@ -117,7 +161,7 @@ pub(crate) fn permits(kind: &'static str, delta: f64) {
 
 /// A synchronizer request began or stopped waiting (`delta` +1 or -1).
 #[inline]
-pub(crate) fn sync_waiters(kind: &'static str, delta: f64) {
+fn sync_waiters(kind: &'static str, delta: f64) {
     #[cfg(feature = "metrics")]
     metrics::gauge!("lockman_sync_waiters", "kind" => kind).increment(delta);
     #[cfg(not(feature = "metrics"))]
@@ -126,7 +170,7 @@ pub(crate) fn sync_waiters(kind: &'static str, delta: f64) {
 
 /// A synchronizer wait was answered (`outcome`: acquired, opened, timed_out, failed).
 #[inline]
-pub(crate) fn sync_answered(kind: &'static str, outcome: &'static str, since: Since) {
+fn sync_answered(kind: &'static str, outcome: &'static str, since: Since) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!("lockman_sync_wait_total", "kind" => kind, "outcome" => outcome)
@@ -140,7 +184,7 @@ pub(crate) fn sync_answered(kind: &'static str, outcome: &'static str, since: Si
 
 /// Permits of one grant were lost (`why`: renewal found them gone, or their lease ran out).
 #[inline]
-pub(crate) fn permits_lost(kind: &'static str, why: &'static str) {
+fn permits_lost(kind: &'static str, why: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!("lockman_permits_lost_total", "kind" => kind, "reason" => why).increment(1);
     #[cfg(not(feature = "metrics"))]

@@ -219,3 +219,49 @@ fn nothing_inside_the_crate_imports_through_its_root() {
     }
     assert!(through_root.is_empty(), "{}", through_root.join("\n"));
 }
+
+/// The rules of a per-name state are pure (`actors/lock_state/`, `actors/sync_state/` and the
+/// vocabulary they share, `actors/name/`): no actix, no tokio, no Redis, no actor messages, no
+/// connection, and not the shell that carries their effects out. So they run, and are tested,
+/// without a runtime or a server; the shell (`actors/shell/`) and the two actors are where IO
+/// lives.
+#[test]
+fn the_rules_of_a_name_are_pure() {
+    const PURE: [&str; 3] = ["lock_state", "sync_state", "name"];
+    const FORBIDDEN: [&str; 8] = [
+        "actix",
+        "tokio",
+        "tokio_util",
+        "futures_util",
+        "redis",
+        "crate::actors::messages",
+        "crate::connections",
+        "crate::actors::shell",
+    ];
+    let mut impure = Vec::new();
+    for (module, path, _) in modules(&src()) {
+        if module.len() < 2 || module[0] != "actors" || !PURE.contains(&module[1].as_str()) {
+            continue;
+        }
+        for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            for name in FORBIDDEN {
+                let used = code
+                    .match_indices(name)
+                    .any(|(at, _)| code[at + name.len()..].starts_with("::"))
+                    || code.contains(&format!("use {name};"));
+                // `redis` also prefixes the crate's own names (`redisson_…`): a path only.
+                let path_start = code
+                    .match_indices(name)
+                    .all(|(at, _)| at == 0 || !code.as_bytes()[at - 1].is_ascii_alphanumeric());
+                if used && path_start {
+                    impure.push(format!("{}:{}: {}", module.join("::"), n + 1, code));
+                }
+            }
+        }
+    }
+    assert!(impure.is_empty(), "{}", impure.join("\n"));
+}

@@ -395,3 +395,126 @@ async fn a_record_has_exact_fields_and_expires_with_the_watchdog() {
     assert!(reader.clients().await.unwrap().is_empty());
     reader.shutdown().await;
 }
+
+/// Synchronizer waiters are on the board like lock waiters (issue 44): a permit semaphore's
+/// waiter (`lockman exec --semaphore`, behind a holder of its only permit), a latch's waiter
+/// (`lockman latch wait`) and a plain semaphore's waiter (this process's manager) each show in
+/// their process's record, in `ls` and in `top`. Without the shared shell's board writes, only
+/// lock actors wrote the board and these waits never showed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronizer_waiters_show_in_ls_and_top() {
+    let server = RedisServer::start();
+    let spawn = |service: &str, args: &[&str]| {
+        let mut all = vec!["--client-name", service];
+        all.extend_from_slice(args);
+        Killed(
+            lockman(&server, &all)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn lockman"),
+        )
+    };
+    let exec = [
+        "exec",
+        "--semaphore",
+        "--permits",
+        "1",
+        "jobs",
+        "--",
+        "sleep",
+    ];
+    let _holder = spawn("worker-a", &[&exec[..], &["20"]].concat());
+    let holds_it = support::eventually(Duration::from_secs(10), || {
+        services(&server)
+            .iter()
+            .any(|(s, c)| s == "worker-a" && c["pid"].is_u64())
+    })
+    .await;
+    assert!(holds_it, "worker-a never started");
+    // Its permit is taken before the next one asks: one id in the held set.
+    let mut con = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let taken = support::eventually(Duration::from_secs(10), || {
+        con.zcard::<_, u64>("jobs:timeout").unwrap_or(0) == 1
+    })
+    .await;
+    assert!(taken, "worker-a never took its permit");
+    let _waiter = spawn("worker-b", &[&exec[..], &["0"]].concat());
+    let out = run(&server, &["latch", "gate", "set", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    let _gate = spawn("gate", &["latch", "gate", "wait"]);
+
+    let manager = LockManager::start(
+        Config::new(server.url())
+            .client_name("tester")
+            .watchdog_timeout(Duration::from_secs(3)),
+    )
+    .await
+    .unwrap();
+    let sem = manager.semaphore("slots");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let first = sem.acquire(1).await.unwrap();
+    let sem2 = sem.clone();
+    let second = tokio::spawn(async move { sem2.acquire(1).await });
+
+    let mut all = Vec::new();
+    let ready = support::eventually(Duration::from_secs(15), || {
+        all = services(&server);
+        let waits = |service: &str| -> Vec<String> {
+            all.iter()
+                .filter(|(s, _)| s == service)
+                .flat_map(|(_, c)| c["waits"].as_array().cloned().unwrap_or_default())
+                .map(|w| w["name"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        };
+        waits("worker-b") == ["jobs"] && waits("gate") == ["gate"] && waits("tester") == ["slots"]
+    })
+    .await;
+    assert!(
+        ready,
+        "records never showed every synchronizer wait: {all:?}"
+    );
+
+    let frame = json(&run(&server, &["top", "--once", "--json"]));
+    let mut waited: Vec<(String, u64)> = frame["waited"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["name"].as_str().unwrap().to_owned(),
+                w["waiters"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    waited.sort();
+    assert_eq!(
+        waited,
+        [
+            ("gate".to_owned(), 1),
+            ("jobs".to_owned(), 1),
+            ("slots".to_owned(), 1)
+        ],
+        "{frame}"
+    );
+    let text = stdout(&run(&server, &["ls"]));
+    assert!(text.contains("waits  jobs  1 waiter for"), "{text}");
+    assert!(text.contains("waits  gate  1 waiter for"), "{text}");
+
+    // The wait ends: off the board at the next refresh.
+    drop(first);
+    let granted = second.await.unwrap().unwrap();
+    let gone = support::eventually(Duration::from_secs(10), || {
+        services(&server)
+            .iter()
+            .filter(|(s, _)| s == "tester")
+            .all(|(_, c)| c["waits"].as_array().is_some_and(Vec::is_empty))
+    })
+    .await;
+    assert!(gone, "the plain semaphore's wait stayed on the board");
+    drop(granted);
+    manager.shutdown().await;
+}

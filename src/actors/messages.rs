@@ -14,6 +14,7 @@ use actix::{Actor, Addr, Handler, Message, WeakRecipient};
 use std::sync::Arc;
 
 pub use super::name::Wait;
+pub use super::sync_state::Adjustment;
 use crate::error::LockError;
 use crate::protocol::{LockKind, SyncKind};
 
@@ -109,7 +110,7 @@ pub(crate) struct Track {
     /// When Redis last set the hold's PTTL to the full timeout (its grant).
     pub confirmed: std::time::Instant,
     /// Where each renewal is published for the hold's guards (`valid_until`).
-    pub validity: Option<super::name::lost::Validity>,
+    pub validity: Option<super::shell::lost::Validity>,
     pub actor: WeakRecipient<HoldLost>,
 }
 
@@ -191,75 +192,6 @@ pub struct AwaitLatch {
 #[derive(Clone, Copy, Debug, Message)]
 #[rtype(result = "Result<i64, LockError>")]
 pub struct Adjust(pub Adjustment);
-
-/// What an [`Adjust`] does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Adjustment {
-    /// Semaphores: set the permits when the semaphore has none. Replies 1 when set, 0 when it
-    /// had a count already.
-    SetPermits(u32),
-    /// Plain semaphore: set the permits when the semaphore has none, its key expiring after
-    /// the duration (Redisson's `trySetPermits(permits, ttl)`). Replies as `SetPermits`.
-    SetPermitsWithTtl(u32, std::time::Duration),
-    /// Plain semaphore: give back permits only when the semaphore's key exists (Redisson's
-    /// `releaseIfExists`). Replies 1 when given back, 0 when the key is missing.
-    ReleaseIfExists(u32),
-    /// Semaphores: add permits (negative: remove). Replies the new free count.
-    AddPermits(i64),
-    /// Semaphores: take every free permit. Replies how many there were.
-    Drain,
-    /// Plain semaphore: give back permits taken earlier (or add them). Replies the new free
-    /// count.
-    Release(u32),
-    /// Semaphores: the free permits (a permit semaphore reclaims expired permits first).
-    Available,
-    /// Permit semaphore: the permits held, by anyone (after reclaiming expired ones).
-    Acquired,
-    /// Count-down latch: set the count when the latch is open. Replies 1 when set, 0 when a
-    /// count was set already.
-    SetCount(u64),
-    /// Count-down latch: count down once. Replies the count after it (0 or less: open).
-    CountDown,
-}
-
-impl Adjustment {
-    /// Refuses what makes no sense for `kind`, or bad numbers, before anything is sent.
-    pub(crate) fn check(self, kind: SyncKind) -> Result<(), LockError> {
-        let latch = kind == SyncKind::CountDownLatch;
-        let fits = match self {
-            Adjustment::SetCount(_) | Adjustment::CountDown => latch,
-            Adjustment::Release(_)
-            | Adjustment::SetPermitsWithTtl(..)
-            | Adjustment::ReleaseIfExists(_) => kind == SyncKind::Semaphore,
-            Adjustment::Acquired => kind == SyncKind::PermitSemaphore,
-            _ => !latch,
-        };
-        if !fits {
-            return Err(LockError::invalid(
-                "operation",
-                format!("{self:?} does not apply to a {}", kind.label()),
-            ));
-        }
-        match self {
-            Adjustment::SetPermits(0)
-            | Adjustment::Release(0)
-            | Adjustment::ReleaseIfExists(0)
-            | Adjustment::SetPermitsWithTtl(0, _) => {
-                Err(LockError::invalid("permits", "must be at least 1"))
-            }
-            Adjustment::SetPermitsWithTtl(_, ttl) if ttl.is_zero() => {
-                Err(LockError::invalid("ttl", "must not be zero"))
-            }
-            Adjustment::AddPermits(0) => Err(LockError::invalid("permits", "must not be 0")),
-            Adjustment::SetCount(0) => Err(LockError::invalid(
-                "count",
-                "must be at least 1 (a latch with no count is open)",
-            )),
-            _ => Ok(()),
-        }
-    }
-}
 
 /// Permits were dropped: give them back in the background.
 #[derive(Message)]

@@ -2,7 +2,7 @@
 //!
 //! - [`Registry`]: name → its [`LockActor`] or [`SyncActor`], started on demand;
 //! - [`LockActor`]: one per busy name, the shell of its `LockState` (`lock_state`: the rules of
-//!   one name, pure); stops itself when it has been idle a while (`name::linger`);
+//!   one name, pure); stops itself when it has been idle a while (`shell::linger`);
 //! - [`SyncActor`]: one per busy synchronizer name, the same way the shell of its `SyncState`
 //!   (`sync_state`); both families are made of the parts in `name`;
 //! - [`PubSubActor`]: the pub/sub connection, routing each channel's messages (supervised);
@@ -21,6 +21,7 @@ pub(crate) mod name;
 pub(crate) mod pubsub;
 pub(crate) mod registry;
 pub(crate) mod services;
+pub(crate) mod shell;
 pub(crate) mod sync_actor;
 pub(crate) mod sync_state;
 pub(crate) mod system;

@@ -30,7 +30,7 @@ use rustc_hash::FxHashMap;
 
 use super::board::Board;
 use super::messages::*;
-use super::name::lost::Validity;
+use super::shell::lost::Validity;
 use crate::config::Config;
 use crate::protocol::keys;
 use crate::protocol::{Commands, RENEW_BATCH};

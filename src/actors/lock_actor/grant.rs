@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::actors::name::lost::LostSignal;
+use crate::actors::shell::lost::LostSignal;
 use actix::Addr;
 
 use super::LockActor;
@@ -17,45 +17,23 @@ use crate::protocol::LockKind;
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
     /// Shared with the actor's own address while it is busy: a grant costs no new address.
-    actor: Arc<Addr<LockActor>>,
+    pub(super) actor: Arc<Addr<LockActor>>,
     /// The granting actor's id: a `Release` is refused by any other actor.
-    actor_id: u64,
-    name: Arc<str>,
-    holder: Arc<str>,
-    kind: LockKind,
-    epoch: u64,
+    pub(super) actor_id: u64,
+    pub(super) name: Arc<str>,
+    pub(super) holder: Arc<str>,
+    pub(super) kind: LockKind,
+    pub(super) epoch: u64,
     /// A fenced lock's token for this acquisition.
-    token: Option<u64>,
-    lost: LostSignal,
+    pub(super) token: Option<u64>,
+    pub(super) lost: LostSignal,
     /// Whether the request waited for it (its first attempt found the lock taken).
-    waited: bool,
+    pub(super) waited: bool,
     /// Whether dropping it still has to release its hold.
-    armed: bool,
+    pub(super) armed: bool,
 }
 
 impl Grant {
-    pub(crate) fn new(
-        (actor, actor_id): (Arc<Addr<LockActor>>, u64),
-        name: Arc<str>,
-        (holder, kind): HoldKey,
-        epoch: u64,
-        lost: LostSignal,
-        (token, waited): (Option<u64>, bool),
-    ) -> Self {
-        Self {
-            actor,
-            actor_id,
-            name,
-            holder,
-            kind,
-            epoch,
-            token,
-            lost,
-            waited,
-            armed: true,
-        }
-    }
-
     /// Whether the actor of id `actor_id` granted it.
     pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
         self.actor_id == actor_id

@@ -1,57 +1,41 @@
 //! What the state machine asks its shell to do, and what the shell reports back.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{HoldKey, ReplyId, WaiterId};
+use super::{HoldKey, WaiterId};
 pub(crate) use crate::actors::name::Loss;
+use crate::actors::name::effect::{Family, Never};
 use crate::error::LockError;
 use crate::protocol::{Attempt, Expect, FairArgs, HandedOff, LockKind, Refreshed};
 
-/// One effect, carried out by the shell in the order given.
+/// The lock family, for the effects both families share ([`name::effect`]).
+///
+/// [`name::effect`]: crate::actors::name::effect
 #[derive(Debug)]
-pub(crate) enum Effect {
-    /// Make this round trip to Redis and report its [`Outcome`] with `LockState::ran`. At most
-    /// one is under way at a time: round trips of one name never interleave.
-    Run(Op),
-    /// Tell waiter `id`'s caller how its request ended.
-    Answer(WaiterId, Answer),
-    /// Watch waiter `id`'s caller from now on, and report its going away with
-    /// `LockState::caller_gone`. Once per waiter, when it is first left waiting: a request whose
-    /// first attempt is under way is not watched yet (its grant, if nobody takes it, comes
-    /// back and is released), so an uncontended acquire costs no watch.
-    Watch(WaiterId),
-    /// Tell the sender of release request `id` how it went.
-    ReleaseDone(ReplyId, Result<(), LockError>),
-    /// Route this channel here and subscribe it; report with `LockState::subscribed`.
-    Subscribe(Arc<str>),
-    /// No waiter needs this channel any more.
-    Unsubscribe(Arc<str>),
-    /// Fire `timer` after this long (replacing the same timer if armed); report with
-    /// `LockState::fired`.
-    Arm(Timer, Duration),
-    /// Disarm `timer` (nothing when it is not armed).
-    Cancel(Timer),
-    /// Hand this hold to the Watchdog for renewal. `confirmed`: when Redis last set its PTTL.
-    Track {
-        key: HoldKey,
-        epoch: u64,
-        confirmed: Instant,
-    },
-    /// The Watchdog stops renewing this hold.
-    Untrack { key: HoldKey, epoch: u64 },
-    /// The hold of this epoch is gone from Redis: tell its guards.
-    Lost(u64, Loss),
-    /// The hold of this epoch ended by release: its guards are gone, forget its signal.
-    Ended(u64),
-    /// The first hold or waiter arrived: stay alive.
-    Busy,
-    /// No hold, no waiter and no round trip left: the actor may stop, after lingering a while
-    /// in case the name is used again (calling [`LockState::retire`] before it goes).
-    Idle,
-    /// A requested stop has done its last round trip.
-    Stopped,
+pub(crate) struct Locks;
+
+impl Family for Locks {
+    type Op = Op;
+    type Answer = Answer;
+    type Timer = Timer;
+    type Hold = HoldKey;
+    type Own = Never;
+
+    fn deadline(timer: &Timer) -> Option<WaiterId> {
+        match timer {
+            Timer::Deadline(id) => Some(*id),
+            _ => None,
+        }
+    }
+
+    fn deadline_timer(id: WaiterId) -> Timer {
+        Timer::Deadline(id)
+    }
 }
+
+/// One effect of a lock name, carried out by the shell in the order given.
+pub(crate) type Effect = crate::actors::name::effect::Effect<Locks>;
 
 /// How a request ended.
 #[derive(Debug)]

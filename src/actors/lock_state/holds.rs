@@ -124,7 +124,7 @@ impl LockState {
             }
             hold.tracked = true;
             self.out.push(Effect::Track {
-                key: key.clone(),
+                hold: key.clone(),
                 epoch: hold.epoch,
                 confirmed: hold.granted,
             });
@@ -180,7 +180,7 @@ impl LockState {
             .push(Effect::Cancel(Timer::SettleHold(key.clone(), epoch)));
         if hold.tracked {
             self.out.push(Effect::Untrack {
-                key: key.clone(),
+                hold: key.clone(),
                 epoch,
             });
         }

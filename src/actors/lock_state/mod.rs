@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-pub(crate) use effects::{Answer, Effect, Loss, Op, Outcome, Timer};
+pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
 use holds::Hold;
 
 use round_trips::{Flight, Leaving, Pending};
@@ -41,8 +41,7 @@ pub(crate) use crate::actors::name::{
 use crate::error::LockError;
 use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released};
 
-/// A release request's number, chosen by the shell.
-pub(crate) type ReplyId = u64;
+pub(crate) use crate::actors::name::effect::ReplyId;
 /// A hold's identity: its holder and its kind (a read-write holder may hold both sides).
 pub(crate) type HoldKey = (Arc<str>, LockKind);
 
@@ -460,7 +459,7 @@ impl LockState {
         for (key, hold) in std::mem::take(&mut self.holds) {
             if hold.tracked {
                 self.out.push(Effect::Untrack {
-                    key,
+                    hold: key,
                     epoch: hold.epoch,
                 });
             }

@@ -1,12 +1,10 @@
-//! What every per-name actor is made of, whatever its family (locks in `lock_state/` and
-//! `lock_actor/`, synchronizers in `sync_state/` and `sync_actor/`): how long a request may
-//! wait ([`Wait`]), how waiters are numbered, the backoff after errors, why a hold ends without
-//! its release ([`Loss`]), the one future serving all of an actor's waiters (`crowd`), the lost
-//! signal a grant carries (`lost`), and lingering while idle (`linger`).
+//! The vocabulary of a per-name state, whatever its family (locks in `lock_state/`,
+//! synchronizers in `sync_state/`), pure like them (no actix, tokio or Redis): how long a request
+//! may wait ([`Wait`]), how waiters are numbered, the backoff after errors, why a hold ends
+//! without its release ([`Loss`]), and the effects both states emit (`effect`), which the shell
+//! (`actors::shell`) carries out.
 
-pub(crate) mod crowd;
-pub(crate) mod linger;
-pub(crate) mod lost;
+pub(crate) mod effect;
 #[cfg(test)]
 pub(crate) mod seeded;
 

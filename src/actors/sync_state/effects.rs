@@ -3,59 +3,49 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::actors::messages::Adjustment;
-use crate::actors::name::{Loss, WaiterId};
+use crate::actors::name::WaiterId;
+use crate::actors::name::effect::Family;
 use crate::error::LockError;
-use crate::protocol::Take;
+use crate::protocol::{SyncKind, Take};
 
-/// The number of a caller waiting for a give-back's or an adjustment's reply, chosen by the
-/// shell.
-pub(crate) type ReplyId = u64;
+pub(crate) use crate::actors::name::effect::ReplyId;
 
-/// One effect, carried out by the shell in the order given.
+/// The synchronizer family, for the effects both families share ([`name::effect`]).
+///
+/// [`name::effect`]: crate::actors::name::effect
 #[derive(Debug)]
-pub(crate) enum Effect {
-    /// Make this round trip to Redis and report its [`Outcome`] with `SyncState::ran`. A trip
-    /// of a number seen before is the same request sent again: it goes with the same request
-    /// latch (made once per number, on `lane`), so Redis counts it once.
-    Run(Trip),
-    /// Answer waiter `id`'s caller; the waiter is gone from the state.
-    Answer(WaiterId, Answer),
-    /// Tell the sender of give-back `id` how it went.
-    ReleaseDone(ReplyId, Result<(), LockError>),
+pub(crate) struct Syncs;
+
+impl Family for Syncs {
+    type Op = Trip;
+    type Answer = Answer;
+    type Timer = Timer;
+    /// A grant's permit ids (none for a plain semaphore's).
+    type Hold = Arc<[u8]>;
+    type Own = Own;
+
+    fn deadline(timer: &Timer) -> Option<WaiterId> {
+        match timer {
+            Timer::Deadline(id) => Some(*id),
+            _ => None,
+        }
+    }
+
+    fn deadline_timer(id: WaiterId) -> Timer {
+        Timer::Deadline(id)
+    }
+}
+
+/// One effect of a synchronizer name, carried out by the shell in the order given. A trip
+/// ([`Effect::Run`]) of a number seen before is the same request sent again: it goes with the
+/// same request latch (made once per number, on its `lane`), so Redis counts it once.
+pub(crate) type Effect = crate::actors::name::effect::Effect<Syncs>;
+
+/// What only synchronizers do.
+#[derive(Debug)]
+pub(crate) enum Own {
     /// Tell the sender of adjustment `id` what Redis replied.
     AdjustDone(ReplyId, Result<i64, LockError>),
-    /// Subscribe the channel; report with `SyncState::subscribed`.
-    Subscribe,
-    Unsubscribe,
-    /// Fire `timer` after this long (replacing the same timer if armed); report with
-    /// `SyncState::fired`.
-    Arm(Timer, Duration),
-    /// Disarm `timer` (nothing when it is not armed).
-    Cancel(Timer),
-    /// Hand the permits of this epoch (taken without a lease) to the Watchdog for renewal.
-    /// `confirmed`: when Redis last set their PTTL.
-    Track {
-        epoch: u64,
-        ids: Arc<[u8]>,
-        confirmed: Instant,
-    },
-    /// The Watchdog stops renewing the permits of this epoch.
-    Untrack {
-        epoch: u64,
-        ids: Arc<[u8]>,
-    },
-    /// The permits of this epoch are gone from Redis: tell their guard.
-    Lost(u64, Loss),
-    /// The permits of this epoch were given back (or are being): forget their signal.
-    Ended(u64),
-    /// The first waiter, hold or round trip arrived: stay alive.
-    Busy,
-    /// No waiter, hold or round trip left: the actor may stop, after lingering a while.
-    Idle,
-    /// A requested stop has done its last round trip: every signal left is lost, and the
-    /// actor stops.
-    Stopped,
 }
 
 /// One round trip: its number, the request-latch lane it runs on, and what it runs.
@@ -69,16 +59,21 @@ pub(crate) struct Trip {
 /// One Redis round trip of a synchronizer name. Every one but a latch's read carries a request
 /// latch, so a request sent again is counted once (docs/protocol.md, "Requests sent again").
 #[derive(Clone, Debug)]
-pub enum Op {
+pub(crate) enum Op {
     /// Take a waiter's permits, for `lease` (the watchdog timeout when taken without one).
     Take {
+        /// Whose (the state knows it by the trip's number; shown in traces and read by tests).
+        #[cfg_attr(not(test), allow(dead_code))]
         waiter: WaiterId,
         permits: u32,
         ids: Arc<[u8]>,
         lease: Duration,
     },
     /// Read a latch's count for a waiter.
-    Read { waiter: WaiterId },
+    Read {
+        #[cfg_attr(not(test), allow(dead_code))]
+        waiter: WaiterId,
+    },
     /// Give back permits (a plain semaphore's carry no ids).
     Give { permits: u32, ids: Arc<[u8]> },
     /// A public adjustment.
@@ -141,4 +136,73 @@ pub(crate) enum Timer {
     Expiry(u64),
     /// Send again request `seq`, whose reply never came.
     Resend(u64),
+}
+
+/// What an [`Adjust`](crate::Adjust) does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Adjustment {
+    /// Semaphores: set the permits when the semaphore has none. Replies 1 when set, 0 when it
+    /// had a count already.
+    SetPermits(u32),
+    /// Plain semaphore: set the permits when the semaphore has none, its key expiring after
+    /// the duration (Redisson's `trySetPermits(permits, ttl)`). Replies as `SetPermits`.
+    SetPermitsWithTtl(u32, std::time::Duration),
+    /// Plain semaphore: give back permits only when the semaphore's key exists (Redisson's
+    /// `releaseIfExists`). Replies 1 when given back, 0 when the key is missing.
+    ReleaseIfExists(u32),
+    /// Semaphores: add permits (negative: remove). Replies the new free count.
+    AddPermits(i64),
+    /// Semaphores: take every free permit. Replies how many there were.
+    Drain,
+    /// Plain semaphore: give back permits taken earlier (or add them). Replies the new free
+    /// count.
+    Release(u32),
+    /// Semaphores: the free permits (a permit semaphore reclaims expired permits first).
+    Available,
+    /// Permit semaphore: the permits held, by anyone (after reclaiming expired ones).
+    Acquired,
+    /// Count-down latch: set the count when the latch is open. Replies 1 when set, 0 when a
+    /// count was set already.
+    SetCount(u64),
+    /// Count-down latch: count down once. Replies the count after it (0 or less: open).
+    CountDown,
+}
+
+impl Adjustment {
+    /// Refuses what makes no sense for `kind`, or bad numbers, before anything is sent.
+    pub(crate) fn check(self, kind: SyncKind) -> Result<(), LockError> {
+        let latch = kind == SyncKind::CountDownLatch;
+        let fits = match self {
+            Adjustment::SetCount(_) | Adjustment::CountDown => latch,
+            Adjustment::Release(_)
+            | Adjustment::SetPermitsWithTtl(..)
+            | Adjustment::ReleaseIfExists(_) => kind == SyncKind::Semaphore,
+            Adjustment::Acquired => kind == SyncKind::PermitSemaphore,
+            _ => !latch,
+        };
+        if !fits {
+            return Err(LockError::invalid(
+                "operation",
+                format!("{self:?} does not apply to a {}", kind.label()),
+            ));
+        }
+        match self {
+            Adjustment::SetPermits(0)
+            | Adjustment::Release(0)
+            | Adjustment::ReleaseIfExists(0)
+            | Adjustment::SetPermitsWithTtl(0, _) => {
+                Err(LockError::invalid("permits", "must be at least 1"))
+            }
+            Adjustment::SetPermitsWithTtl(_, ttl) if ttl.is_zero() => {
+                Err(LockError::invalid("ttl", "must not be zero"))
+            }
+            Adjustment::AddPermits(0) => Err(LockError::invalid("permits", "must not be 0")),
+            Adjustment::SetCount(0) => Err(LockError::invalid(
+                "count",
+                "must be at least 1 (a latch with no count is open)",
+            )),
+            _ => Ok(()),
+        }
+    }
 }

@@ -59,8 +59,8 @@ impl SyncState {
             if held.tracked {
                 // Redis set their PTTL when the take ran, no earlier than it was first sent.
                 self.effects.push(Effect::Track {
+                    hold: held.ids.clone(),
                     epoch,
-                    ids: held.ids.clone(),
                     confirmed: waiter.sent,
                 });
             }
@@ -80,6 +80,7 @@ impl SyncState {
             return;
         }
         held.lost = true;
+        tracing::warn!(name = %self.name, kind = self.kind.label(), reason = why.describe(), "permits lost");
         self.effects.push(Effect::Lost(epoch, why));
         if std::mem::take(&mut held.expires) && why != Loss::Lease {
             self.effects.push(Effect::Cancel(Timer::Expiry(epoch)));
@@ -113,8 +114,8 @@ impl SyncState {
         self.effects.push(Effect::Ended(epoch));
         if held.tracked {
             self.effects.push(Effect::Untrack {
+                hold: held.ids.clone(),
                 epoch,
-                ids: held.ids.clone(),
             });
         }
         if held.expires {

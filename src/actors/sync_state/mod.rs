@@ -57,7 +57,8 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, ReplyId, Timer, Trip};
+pub use effects::Adjustment;
+pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, Own, ReplyId, Syncs, Timer, Trip};
 use held::Held;
 use trips::{Purpose, Under};
 
@@ -135,6 +136,9 @@ struct Waiter {
     failures: u32,
     /// It was left waiting: queued at arrival, or an attempt fell short.
     waited: bool,
+    /// Its caller is watched (`Effect::Watch`): it waits, after an attempt fell short or
+    /// failed, or queued at arrival.
+    watched: bool,
     lease: Option<Duration>,
     ids: Arc<[u8]>,
     /// When its latest take was first sent: a grant's TTL runs from no earlier.
@@ -146,6 +150,8 @@ struct Waiter {
 pub(crate) struct SyncState {
     kind: SyncKind,
     name: Arc<str>,
+    /// The channel its waiters are woken on.
+    channel: Arc<str>,
     settings: Settings,
     /// In arrival order.
     waiters: Vec<Waiter>,
@@ -177,6 +183,7 @@ pub(crate) struct SyncState {
 impl SyncState {
     pub(crate) fn new(kind: SyncKind, name: Arc<str>, settings: Settings, now: Instant) -> Self {
         Self {
+            channel: kind.channel(&name).into(),
             kind,
             name,
             settings,
@@ -265,14 +272,26 @@ impl SyncState {
             due: false,
             failures: 0,
             waited: queue,
+            watched: false,
             lease: want.lease,
             ids: want.ids,
             sent: now,
         });
-        if !queue {
+        if queue {
+            self.watch_caller(id);
+        } else {
             self.attempt(id);
         }
         self.update_busy();
+    }
+
+    /// Has waiter `id`'s caller watched, once (`Effect::Watch`).
+    fn watch_caller(&mut self, id: WaiterId) {
+        if let Some(at) = self.position(id)
+            && !std::mem::replace(&mut self.waiters[at].watched, true)
+        {
+            self.effects.push(Effect::Watch(id));
+        }
     }
 
     /// Runs waiter `id`'s attempt: take its permits, or read the latch's count.
@@ -336,6 +355,7 @@ impl SyncState {
                 let after = backoff(waiter.failures);
                 tracing::debug!(%error, ?after, "synchronizer attempt failed; retrying");
                 self.arm(now + after, now);
+                self.watch_caller(id);
             }
             Tried::Short { free, retry_in } if waiter.last => {
                 // Its hint outlives it: handed on as it leaves, to a waiter parked behind it.
@@ -349,6 +369,8 @@ impl SyncState {
             Tried::Short { free, retry_in } => {
                 waiter.failures = 0;
                 waiter.waited = true;
+                self.watch_caller(id);
+                let waiter = &mut self.waiters[at];
                 if std::mem::take(&mut waiter.again) {
                     self.attempt(id);
                 } else {
@@ -358,7 +380,7 @@ impl SyncState {
                     }
                     if self.subscription == Subscription::None {
                         self.subscription = Subscription::Asked;
-                        self.effects.push(Effect::Subscribe);
+                        self.effects.push(Effect::Subscribe(self.channel.clone()));
                     }
                 }
                 self.pass_on(free);
@@ -580,7 +602,7 @@ impl SyncState {
     fn unsubscribe_if_unused(&mut self) {
         if self.waiters.is_empty() && self.subscription != Subscription::None {
             self.subscription = Subscription::None;
-            self.effects.push(Effect::Unsubscribe);
+            self.effects.push(Effect::Unsubscribe(self.channel.clone()));
         }
     }
 

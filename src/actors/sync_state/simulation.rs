@@ -29,7 +29,6 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 
 use super::*;
-use crate::actors::messages::Adjustment;
 use crate::actors::name::seeded::{Rng, Schedule, must_catch, run_one, run_schedules};
 
 /// Schedules run by `cargo test` (each with its own seed).
@@ -720,17 +719,19 @@ impl Sim {
                     }
                 }
             }
-            Effect::ReleaseDone(r, _) | Effect::AdjustDone(r, _) if !mgr.replies.remove(&r) => {
+            Effect::ReleaseDone(r, _) | Effect::Own(Own::AdjustDone(r, _))
+                if !mgr.replies.remove(&r) =>
+            {
                 return Err(format!("m{m}: reply {r} sent twice, or never asked"));
             }
-            Effect::ReleaseDone(..) | Effect::AdjustDone(..) => {}
-            Effect::Subscribe => {
+            Effect::ReleaseDone(..) | Effect::Own(Own::AdjustDone(..)) => {}
+            Effect::Subscribe(_) => {
                 if mgr.subscribing || mgr.listening {
                     return Err(format!("m{m}: subscribed twice"));
                 }
                 mgr.subscribing = true;
             }
-            Effect::Unsubscribe => {
+            Effect::Unsubscribe(_) => {
                 mgr.subscribing = false;
                 mgr.listening = false;
                 mgr.inbox.clear();
@@ -757,7 +758,7 @@ impl Sim {
                 // Given back by the stop: its guard learns it lost.
                 mgr.guards.remove(&epoch);
             }
-            Effect::Busy | Effect::Idle => {}
+            Effect::Busy | Effect::Idle | Effect::Watch(_) => {}
             Effect::Stopped => {
                 mgr.stopped = true;
                 mgr.guards.clear();

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::*;
-use crate::actors::messages::Adjustment;
 
 fn effects(state: &mut SyncState) -> Vec<Effect> {
     let mut out = Vec::new();
@@ -103,7 +102,9 @@ fn a_short_attempt_parks_and_subscribes_once_then_everyone_retries_when_subscrib
     report(&mut s, 2, short(), now);
     let e = effects(&mut s);
     assert_eq!(
-        e.iter().filter(|e| matches!(e, Effect::Subscribe)).count(),
+        e.iter()
+            .filter(|e| matches!(e, Effect::Subscribe(_)))
+            .count(),
         1
     );
     s.subscribed(true, now);
@@ -287,7 +288,7 @@ fn a_latch_opens_every_waiter_on_zero_and_ignores_a_new_count() {
     );
     assert!(matches!(
         e.as_slice(),
-        [.., Effect::Unsubscribe, Effect::Idle]
+        [.., Effect::Unsubscribe(_), Effect::Idle]
     ));
     assert!(s.is_idle());
 }
@@ -420,7 +421,7 @@ fn a_caller_leaving_a_parked_waiter_drops_it_and_the_subscription() {
     s.caller_gone(1, Instant::now());
     assert!(matches!(
         effects(&mut s).as_slice(),
-        [Effect::Unsubscribe, Effect::Idle]
+        [Effect::Unsubscribe(_), Effect::Idle]
     ));
     assert!(s.is_idle());
 }
@@ -829,11 +830,11 @@ impl Process {
                     self.last_answer = Some(id);
                     prop_assert!(matches!(answer, Answer::Done { .. }), "{answer:?}");
                 }
-                Effect::Subscribe => {
+                Effect::Subscribe(_) => {
                     prop_assert!(!self.subscribing && !self.listening, "subscribed twice");
                     self.subscribing = true;
                 }
-                Effect::Unsubscribe => {
+                Effect::Unsubscribe(_) => {
                     self.subscribing = false;
                     self.listening = false;
                 }

@@ -230,7 +230,7 @@ impl SyncState {
                         Outcome::Reply(res) => res,
                         Outcome::Take(res) => res.map(|_| 0),
                     };
-                    self.effects.push(Effect::AdjustDone(reply, res));
+                    self.effects.push(Effect::Own(Own::AdjustDone(reply, res)));
                 }
             }
         }

@@ -622,10 +622,12 @@ impl Sim {
             Effect::Cancel(t) => {
                 mgr.timers.remove(&format!("{t:?}"));
             }
-            Effect::Track { key, epoch, .. } => {
+            Effect::Track {
+                hold: key, epoch, ..
+            } => {
                 mgr.tracked.insert(key.0.clone(), (key, epoch));
             }
-            Effect::Untrack { key, epoch } => {
+            Effect::Untrack { hold: key, epoch } => {
                 if mgr.tracked.get(&key.0).is_some_and(|(_, e)| *e == epoch) {
                     mgr.tracked.remove(&key.0);
                 }

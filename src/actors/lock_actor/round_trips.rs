@@ -1,6 +1,5 @@
-//! Carrying out the state's effects: round trips (each [`Op`] a future of its own, spawned on the
-//! actor's context, its [`Outcome`] going back to the state), subscriptions, timers, words to the
-//! Watchdog, lost signals.
+//! A lock's round trips: each [`Op`] a future of its own, spawned on the actor's context, its
+//! [`Outcome`] going back to the state.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,18 +7,15 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use super::LockActor;
-use crate::actors::lock_state::{Effect, Op, Outcome};
-use crate::actors::messages::{
-    HoldLost, Listener, Renewal, Subscribe, Track, Unsubscribe, Untrack,
-};
-use crate::metrics;
+use crate::actors::lock_state::{Op, Outcome};
+use crate::actors::shell;
 use crate::protocol::{Commands, HandedOff, LockKind};
 
 impl LockActor {
     /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a
     /// future of its own size (the rare, large ones are not what every acquire pays for).
-    pub(super) fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
-        let (cmds, name) = (self.svc.commands.clone(), self.name.clone());
+    pub(super) fn run_op(&mut self, op: Op, ctx: &mut Context<Self>) {
+        let (cmds, name) = (self.shell.svc.commands.clone(), self.shell.name.clone());
         match op {
             Op::Acquire {
                 kind,
@@ -95,83 +91,8 @@ impl LockActor {
     ) {
         ctx.spawn(op.into_actor(self).map(|outcome, act, ctx| {
             act.state.ran(outcome, Instant::now());
-            act.apply(ctx);
+            shell::apply(act, ctx);
         }));
-    }
-
-    pub(super) fn effect(&mut self, effect: Effect, ctx: &mut Context<Self>) {
-        match effect {
-            Effect::Run(op) => self.run(op, ctx),
-            Effect::Answer(id, answer) => self.answer(id, answer, ctx),
-            Effect::ReleaseDone(id, res) => {
-                if let Some(tx) = self.releasing.remove(&id) {
-                    let _ = tx.send(res);
-                }
-            }
-            Effect::Subscribe(channel) => {
-                let request = self.svc.pubsub.send(Subscribe {
-                    channel: channel.to_string(),
-                    id: self.id,
-                    actor: Listener::of(&ctx.address()),
-                });
-                ctx.spawn(request.into_actor(self).map(move |res, act, ctx| {
-                    let ok = !matches!(res, Ok(Err(_)));
-                    act.state.subscribed(&channel, ok, Instant::now());
-                    act.apply(ctx);
-                }));
-            }
-            Effect::Unsubscribe(channel) => self.svc.pubsub.do_send(Unsubscribe {
-                channel: channel.to_string(),
-                id: self.id,
-            }),
-            Effect::Arm(timer, after) => self.arm(timer, after, ctx),
-            Effect::Cancel(timer) => self.disarm(&timer, ctx),
-            Effect::Watch(id) => self.watch(id, ctx),
-            Effect::Track {
-                key: (holder, kind),
-                epoch,
-                confirmed,
-            } => self.svc.watchdog.do_send(Track {
-                name: self.name.clone(),
-                holder,
-                kind: Renewal::Lock(kind),
-                epoch,
-                confirmed,
-                validity: self.lost.get(&epoch).map(|(_, _, v)| v.clone()),
-                actor: ctx.address().recipient::<HoldLost>().downgrade(),
-            }),
-            Effect::Untrack {
-                key: (holder, kind),
-                epoch,
-            } => self.svc.watchdog.do_send(Untrack {
-                name: self.name.clone(),
-                holder,
-                kind: Renewal::Lock(kind),
-                epoch,
-            }),
-            Effect::Lost(epoch, loss) => {
-                if let Some((lost, kind, _)) = self.lost.remove(&epoch) {
-                    // Counted before the guard is told: whoever the guard wakes reads the
-                    // counters already moved.
-                    metrics::holds(kind, -1.0);
-                    metrics::lost(kind, loss.label());
-                    lost.send_replace(true);
-                }
-            }
-            Effect::Ended(epoch) => {
-                if let Some((_, kind, _)) = self.lost.remove(&epoch) {
-                    metrics::holds(kind, -1.0);
-                }
-            }
-            Effect::Busy => self.busy(ctx),
-            Effect::Idle => crate::actors::name::linger::Linger::idle(self, ctx),
-            Effect::Stopped => {
-                for tx in self.stop_replies.drain(..) {
-                    let _ = tx.send(());
-                }
-                ctx.stop();
-            }
-        }
     }
 }
 

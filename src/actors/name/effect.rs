@@ -1,0 +1,91 @@
+//! [`Effect`]: what a per-name state asks its shell to do, the same for both families. Each
+//! family fills in what is its own through [`Family`]: the round trip it runs, how a waiter is
+//! answered, its timers, what identifies a hold for renewal, and the rare effect only it emits.
+//! The shell (`actors::shell`) carries out every variant but [`Effect::Run`], [`Effect::Answer`]
+//! and [`Effect::Own`] once for both families.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{Loss, WaiterId};
+use crate::error::LockError;
+
+/// The number of a caller waiting for a release's (or a synchronizer adjustment's) reply,
+/// chosen by the shell.
+pub(crate) type ReplyId = u64;
+
+/// What differs between the lock family and the synchronizer family, as types.
+pub(crate) trait Family {
+    /// One Redis round trip of the name.
+    type Op: Debug;
+    /// How a waiter's request ended.
+    type Answer: Debug;
+    /// The family's timers (a waiter's deadline among them, see [`Family::deadline`]).
+    type Timer: Clone + Debug + Eq + Hash;
+    /// What the Watchdog renews a hold by, besides its epoch.
+    type Hold: Debug;
+    /// An effect only this family emits.
+    type Own: Debug;
+
+    /// The waiter whose deadline `timer` is, when it is one: waiters' deadlines are served by one
+    /// future per actor (`shell::crowd`), every other timer by a timer of its own.
+    fn deadline(timer: &Self::Timer) -> Option<WaiterId>;
+    /// Waiter `id`'s deadline, as a timer.
+    fn deadline_timer(id: WaiterId) -> Self::Timer;
+}
+
+/// One effect, carried out by the shell in the order given.
+#[derive(Debug)]
+pub(crate) enum Effect<F: Family> {
+    /// Make this round trip to Redis and report its outcome with the state's `ran`. Round trips
+    /// of one name never interleave, or carry what makes them safe to (a synchronizer's
+    /// request latch).
+    Run(F::Op),
+    /// Answer waiter `id`'s caller; the waiter is gone from the state.
+    Answer(WaiterId, F::Answer),
+    /// Watch waiter `id`'s caller from now on, and report its going away with the state's
+    /// `caller_gone`. Once per waiter, when it is first left waiting: a request whose first
+    /// attempt is under way is not watched yet (a grant that reaches nobody comes back and is
+    /// released), so an uncontended request costs no watch. A watched waiter is one that
+    /// waits: the shell puts it on the manager's board (client records, `lockman top`).
+    Watch(WaiterId),
+    /// Tell the sender of release request `id` how it went.
+    ReleaseDone(ReplyId, Result<(), LockError>),
+    /// Route this channel here and subscribe it; report with the state's `subscribed`.
+    Subscribe(Arc<str>),
+    /// No waiter needs this channel any more.
+    Unsubscribe(Arc<str>),
+    /// Fire `timer` after this long (replacing the same timer if armed); report with the
+    /// state's `fired`.
+    Arm(F::Timer, Duration),
+    /// Disarm `timer` (nothing when it is not armed).
+    Cancel(F::Timer),
+    /// Hand this hold to the Watchdog for renewal. `confirmed`: when Redis last set its PTTL.
+    Track {
+        hold: F::Hold,
+        epoch: u64,
+        confirmed: Instant,
+    },
+    /// The Watchdog stops renewing this hold.
+    Untrack { hold: F::Hold, epoch: u64 },
+    /// The hold of this epoch is gone from Redis: tell its guards.
+    Lost(u64, Loss),
+    /// The hold of this epoch ended (released, or being given back): forget its signal.
+    Ended(u64),
+    /// The first hold, waiter or round trip arrived: stay alive.
+    Busy,
+    /// No hold, no waiter and no round trip left: the actor may stop, after lingering a while
+    /// in case the name is used again.
+    Idle,
+    /// A requested stop has done its last round trip: every signal left is lost, and the actor
+    /// stops.
+    Stopped,
+    /// What only this family does.
+    Own(F::Own),
+}
+
+/// The lock family has no effect of its own.
+#[derive(Debug)]
+pub(crate) enum Never {}

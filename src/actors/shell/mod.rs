@@ -1,0 +1,510 @@
+//! The per-name shell: what every per-name actor does, whatever its family. A lock actor
+//! (`lock_actor/`) and a synchronizer actor (`sync_actor/`) are adapters: they take requests
+//! in, run their family's round trips and build its answers ([`PerName`]); everything else
+//! their state asks for ([`Effect`]) is carried out here, once for both:
+//!
+//! - timers: a waiter's deadline in the actor's [`Crowd`], which also watches its caller; any
+//!   other timer an actix timer of its own;
+//! - the channel subscriptions, through the [`PubSubActor`](crate::actors::pubsub::PubSubActor);
+//! - holds handed to the Watchdog and taken back, their lost signals and validity (`lost`),
+//!   and the metric series of waiters, holds and losses;
+//! - who waits on the name, on the manager's [`Board`](crate::actors::board::Board) (client
+//!   records, `lockman top`), for every waiter left waiting;
+//! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
+//!
+//! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
+//! concrete types, as [`Crowded`] and [`Lingers`] already were.
+
+pub(crate) mod crowd;
+pub(crate) mod linger;
+pub(crate) mod lost;
+pub(crate) mod reply;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use rustc_hash::FxHashMap;
+use tokio::sync::{oneshot, watch};
+
+use crate::actors::messages::{
+    HoldLost, Listener, Renewal, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe, Untrack,
+};
+use crate::actors::name::effect::{Effect, Family, ReplyId};
+use crate::actors::name::{Loss, WaiterId};
+use crate::actors::services::Services;
+use crate::error::LockError;
+use crate::metrics::{Series, Since};
+use crowd::{Caller, Crowd, Crowded, Sender};
+use linger::{Linger, Lingers};
+use lost::Validity;
+use reply::{Expecting, Handed};
+
+/// A family's timer, as an actor of type `A` arms it.
+pub(crate) type TimerOf<A> = <<A as PerName>::Family as Family>::Timer;
+/// An effect, as an actor of type `A`'s state emits it.
+pub(crate) type EffectOf<A> = Effect<<A as PerName>::Family>;
+
+/// A per-name actor: the shell of one per-name state, with what its family does its own way.
+pub(crate) trait PerName:
+    Actor<Context = Context<Self>> + Handler<Unlocked> + Handler<Resubscribed> + Handler<HoldLost>
+{
+    /// The state's family.
+    type Family: Family;
+    /// How a waiter's caller is answered.
+    type Tx: Sender;
+    /// How a release's (or an adjustment's) caller is answered.
+    type Reply: 'static;
+    /// The metric series it reports to.
+    const SERIES: Series;
+
+    fn shell(&mut self) -> &mut Shell<Self>;
+    fn shell_ref(&self) -> &Shell<Self>;
+
+    /// Moves the state's queued effects into `out`, in order.
+    fn drain(&mut self, out: &mut Vec<EffectOf<Self>>);
+    /// Tells the state that `timer` fired.
+    fn fired(&mut self, timer: TimerOf<Self>, now: Instant);
+    /// Tells the state how subscribing `channel` went.
+    fn subscribed(&mut self, channel: &str, ok: bool, now: Instant);
+    /// Tells the state that waiter `id`'s caller left; true when the waiter is gone from the
+    /// state (false: it is answered soon, and its answer finds nobody).
+    fn caller_gone(&mut self, id: WaiterId, now: Instant) -> bool;
+    /// Tells the state it is going (its last timers are cancelled).
+    fn retire(&mut self);
+    /// Tells the state its actor stopped: it answers every waiter and lets go of its holds.
+    fn abandon(&mut self);
+    /// Tells the registry this actor stopped.
+    fn forget(&self);
+
+    /// Starts one round trip; its outcome goes back to the state.
+    fn run(&mut self, op: <Self::Family as Family>::Op, ctx: &mut Context<Self>);
+    /// The `outcome` label of an answer, for the metrics.
+    fn outcome(&self, answer: &<Self::Family as Family>::Answer) -> &'static str;
+    /// Answers waiter `id`'s caller (`None` when it is gone): the shell has taken the waiter off
+    /// its books already.
+    fn answer(
+        &mut self,
+        id: WaiterId,
+        answer: <Self::Family as Family>::Answer,
+        caller: Option<Caller<Self::Tx>>,
+        ctx: &mut Context<Self>,
+    );
+    /// Carries out what only its family does.
+    fn own(&mut self, own: <Self::Family as Family>::Own, ctx: &mut Context<Self>);
+    /// Whose reply `own` is, when it answers a caller.
+    fn own_reply(own: &<Self::Family as Family>::Own) -> Option<ReplyId>;
+    /// What the Watchdog renews `hold` by: its holder field and its renewal kind.
+    fn renewal(&self, hold: &<Self::Family as Family>::Hold) -> (Arc<str>, Renewal);
+    /// Tells a release's caller how it went.
+    fn reply(tx: Self::Reply, res: Result<(), LockError>);
+}
+
+/// A waiting request's caller, its kind's label and its arrival (for the metrics).
+pub(crate) struct Waiting<T> {
+    pub caller: Caller<T>,
+    pub kind: &'static str,
+    pub since: Since,
+}
+
+/// A hold's lost signal, by epoch: its guards hold the receivers.
+pub(crate) struct Signal {
+    pub lost: watch::Sender<bool>,
+    pub validity: Validity,
+    /// Its kind's label, and how much it counts in the held series (a hold, or its permits).
+    kind: &'static str,
+    amount: f64,
+}
+
+/// What the shell keeps of one per-name actor.
+pub(crate) struct Shell<A: PerName> {
+    /// Tells this actor apart from every other per-name actor of the process (earlier and later
+    /// ones of the same name, other managers').
+    pub id: u64,
+    /// The name's key in Redis.
+    pub name: Arc<str>,
+    pub svc: Services,
+    /// The callers of waiting requests, by waiter.
+    pub waiting: FxHashMap<WaiterId, Waiting<A::Tx>>,
+    /// The watched callers and the waiters' deadlines, served by one future.
+    crowd: Crowd<A::Tx>,
+    /// The senders of releases (and adjustments) under way.
+    pub replies: FxHashMap<ReplyId, A::Reply>,
+    next_reply: ReplyId,
+    /// Timers other than waiters' deadlines: actix timers.
+    timers: FxHashMap<TimerOf<A>, SpawnHandle>,
+    /// Each hold's lost signal, by epoch.
+    pub signals: FxHashMap<u64, Signal>,
+    /// A strong address to itself while busy or lingering: actix stops an actor once no strong
+    /// address is left, its mailbox is empty and no timer is armed. Shared with its grants
+    /// (each actix address made or cloned allocates).
+    keepalive: Option<Arc<Addr<A>>>,
+    /// Its lingering while idle.
+    linger: Linger,
+    /// Who waits for a requested stop.
+    stop_replies: Vec<oneshot::Sender<()>>,
+    /// The effects being carried out (a buffer kept between events).
+    effects: Vec<EffectOf<A>>,
+    /// When each waiter that actually waits (a watched caller) began waiting: for the board.
+    /// Empty while nobody waits.
+    waits_began: FxHashMap<WaiterId, Instant>,
+    /// Reply senders on their way in, and the effects held back for them (`reply`).
+    handed: Rc<RefCell<Vec<Handed<A>>>>,
+    expecting: Option<Expecting>,
+    held: Vec<EffectOf<A>>,
+}
+
+impl<A: PerName> Shell<A> {
+    pub(crate) fn new(id: u64, name: Arc<str>, svc: Services) -> Self {
+        Self {
+            id,
+            name,
+            svc,
+            waiting: FxHashMap::default(),
+            crowd: Crowd::default(),
+            replies: FxHashMap::default(),
+            next_reply: 0,
+            timers: FxHashMap::default(),
+            signals: FxHashMap::default(),
+            keepalive: None,
+            linger: Linger::default(),
+            stop_replies: Vec::new(),
+            effects: Vec::new(),
+            waits_began: FxHashMap::default(),
+            handed: Rc::default(),
+            expecting: None,
+            held: Vec::new(),
+        }
+    }
+
+    /// A new waiter's caller, whose reply sender is on its way (`reply`).
+    pub(crate) fn coming(&mut self, id: WaiterId, kind: &'static str) {
+        A::SERIES.waiters(kind, 1.0);
+        self.waiting.insert(
+            id,
+            Waiting {
+                caller: Caller::Coming,
+                kind,
+                since: Since::now(),
+            },
+        );
+    }
+
+    /// A number for a release's (or an adjustment's) reply.
+    pub(crate) fn next_reply(&mut self) -> ReplyId {
+        self.next_reply += 1;
+        self.next_reply
+    }
+
+    /// Its own strong address, shared: made once per stay, kept while busy or lingering.
+    pub(crate) fn link(&mut self, ctx: &mut Context<A>) -> Arc<Addr<A>> {
+        self.keepalive
+            .get_or_insert_with(|| Arc::new(ctx.address()))
+            .clone()
+    }
+
+    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held).
+    pub(crate) fn signal(&mut self, epoch: u64, kind: &'static str, amount: f64) -> &Signal {
+        self.signals.entry(epoch).or_insert_with(|| {
+            A::SERIES.held(kind, amount);
+            Signal {
+                lost: watch::channel(false).0,
+                validity: Validity::new(),
+                kind,
+                amount,
+            }
+        })
+    }
+
+    /// Waiter `id`'s wait is over (answered, or its caller left): off the board.
+    fn wait_over(&mut self, id: WaiterId) {
+        if self.waits_began.is_empty() {
+            return;
+        }
+        if let Some(began) = self.waits_began.remove(&id) {
+            self.svc.board.wait_ended(&self.name, began);
+        }
+    }
+
+    /// The hold of `epoch` is gone without its release: its guards learn it.
+    fn lose(&mut self, epoch: u64, loss: Loss) {
+        if let Some(signal) = self.signals.remove(&epoch) {
+            // Counted before the guard is told: whoever the guard wakes reads the counters
+            // already moved.
+            A::SERIES.held(signal.kind, -signal.amount);
+            A::SERIES.lost(signal.kind, loss.label());
+            signal.lost.send_replace(true);
+        }
+    }
+}
+
+/// Carries out what the state asked for, in order (into a buffer kept between calls); first
+/// takes in the reply senders handed over since the last step. An effect addressed to the
+/// caller of the request being handled waits for its reply sender (`reply`).
+pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
+    reply::adopt(act, ctx, true);
+    let mut effects = std::mem::take(&mut act.shell().effects);
+    act.drain(&mut effects);
+    for effect in effects.drain(..) {
+        if reply::holds_back(act.shell(), &effect) {
+            act.shell().held.push(effect);
+        } else {
+            perform(act, effect, ctx);
+        }
+    }
+    act.shell().effects = effects;
+}
+
+/// Carries out one effect.
+pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Context<A>) {
+    match effect {
+        Effect::Run(op) => act.run(op, ctx),
+        Effect::Answer(id, answer) => answer_waiter(act, id, answer, ctx),
+        Effect::Own(own) => act.own(own, ctx),
+        Effect::Watch(id) => watch(act, id, ctx),
+        Effect::ReleaseDone(id, res) => {
+            if let Some(tx) = act.shell().replies.remove(&id) {
+                A::reply(tx, res);
+            }
+        }
+        Effect::Subscribe(channel) => subscribe(act, channel, ctx),
+        Effect::Unsubscribe(channel) => {
+            let shell = act.shell();
+            shell.svc.pubsub.do_send(Unsubscribe {
+                channel: channel.to_string(),
+                id: shell.id,
+            });
+        }
+        Effect::Arm(timer, after) => arm(act, timer, after, ctx),
+        Effect::Cancel(timer) => {
+            let shell = act.shell();
+            if let Some(id) = A::Family::deadline(&timer) {
+                shell.crowd.disarm(id);
+            } else if let Some(handle) = shell.timers.remove(&timer) {
+                ctx.cancel_future(handle);
+            }
+        }
+        Effect::Track {
+            hold,
+            epoch,
+            confirmed,
+        } => {
+            let (holder, kind) = act.renewal(&hold);
+            let actor = ctx.address().recipient::<HoldLost>().downgrade();
+            let shell = act.shell();
+            shell.svc.watchdog.do_send(Track {
+                name: shell.name.clone(),
+                holder,
+                kind,
+                epoch,
+                confirmed,
+                validity: shell.signals.get(&epoch).map(|s| s.validity.clone()),
+                actor,
+            });
+        }
+        Effect::Untrack { hold, epoch } => {
+            let (holder, kind) = act.renewal(&hold);
+            let shell = act.shell();
+            shell.svc.watchdog.do_send(Untrack {
+                name: shell.name.clone(),
+                holder,
+                kind,
+                epoch,
+            });
+        }
+        Effect::Lost(epoch, loss) => act.shell().lose(epoch, loss),
+        Effect::Ended(epoch) => {
+            if let Some(signal) = act.shell().signals.remove(&epoch) {
+                A::SERIES.held(signal.kind, -signal.amount);
+            }
+        }
+        Effect::Busy => {
+            Linger::busy(act);
+            act.shell().link(ctx);
+        }
+        Effect::Idle => {
+            // Kept alive by its own address while it lingers (round trips may have kept it so
+            // far, with no hold or waiter that took the address).
+            if act.shell().linger.is_busy() {
+                act.shell().link(ctx);
+            }
+            Linger::idle(act, ctx);
+        }
+        Effect::Stopped => {
+            let shell = act.shell();
+            for (_, signal) in shell.signals.drain() {
+                A::SERIES.held(signal.kind, -signal.amount);
+                signal.lost.send_replace(true);
+            }
+            for tx in shell.stop_replies.drain(..) {
+                let _ = tx.send(());
+            }
+            shell.keepalive = None;
+            ctx.stop();
+        }
+    }
+}
+
+/// Answers waiter `id`: off the books (metrics, board, deadline), then its family's answer.
+fn answer_waiter<A: PerName>(
+    act: &mut A,
+    id: WaiterId,
+    answer: <A::Family as Family>::Answer,
+    ctx: &mut Context<A>,
+) {
+    let outcome = act.outcome(&answer);
+    let shell = act.shell();
+    shell.wait_over(id);
+    shell.crowd.disarm(id);
+    let caller = shell.waiting.remove(&id).map(|w| {
+        A::SERIES.waiters(w.kind, -1.0);
+        A::SERIES.answered(w.kind, outcome, w.since);
+        w.caller
+    });
+    act.answer(id, answer, caller, ctx);
+}
+
+/// Watches waiter `id`'s caller from now on (`Effect::Watch`): a watched caller is one that
+/// waits, so it goes on the board.
+fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
+    let shell = act.shell();
+    let Some(mut waiting) = shell.waiting.remove(&id) else {
+        return;
+    };
+    // A watch for a caller whose reply sender is still on its way is held back until it is
+    // here (`reply`).
+    debug_assert!(
+        !matches!(waiting.caller, Caller::Coming),
+        "watch before the sender came"
+    );
+    waiting.caller = shell.crowd.watch(id, waiting.caller, ctx);
+    shell.waiting.insert(id, waiting);
+    let now = Instant::now();
+    if shell.waits_began.insert(id, now).is_none() {
+        shell.svc.board.wait_began(&shell.name, now);
+    }
+}
+
+/// Waiter `id`'s caller dropped its request: the waiter leaves.
+pub(crate) fn caller_gone<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
+    if act.caller_gone(id, Instant::now()) {
+        let shell = act.shell();
+        shell.wait_over(id);
+        shell.crowd.disarm(id);
+        if let Some(w) = shell.waiting.remove(&id) {
+            A::SERIES.waiters(w.kind, -1.0);
+            A::SERIES.answered(w.kind, "abandoned", w.since);
+        }
+    }
+    apply(act, ctx);
+}
+
+/// Routes `channel` here and subscribes it; the state learns how it went.
+fn subscribe<A: PerName>(act: &mut A, channel: Arc<str>, ctx: &mut Context<A>) {
+    let shell = act.shell();
+    let request = shell.svc.pubsub.send(Subscribe {
+        channel: channel.to_string(),
+        id: shell.id,
+        actor: Listener::of(&ctx.address()),
+    });
+    ctx.spawn(request.into_actor(act).map(move |res, act, ctx| {
+        act.subscribed(&channel, matches!(res, Ok(Ok(()))), Instant::now());
+        apply(act, ctx);
+    }));
+}
+
+/// Fires `timer` after `after`, replacing the same timer if armed.
+fn arm<A: PerName>(act: &mut A, timer: TimerOf<A>, after: Duration, ctx: &mut Context<A>) {
+    if let Some(id) = A::Family::deadline(&timer) {
+        act.shell().crowd.arm(id, after, ctx);
+        return;
+    }
+    // One per actor or per hold, not per waiter: an actix timer of its own, which fires to the
+    // millisecond (a lease's expiry must not come after Redis's).
+    let t = timer.clone();
+    let handle = ctx.run_later(after, move |act, ctx| {
+        act.shell().timers.remove(&t);
+        act.fired(t, Instant::now());
+        apply(act, ctx);
+    });
+    if let Some(old) = act.shell().timers.insert(timer, handle) {
+        ctx.cancel_future(old);
+    }
+}
+
+/// Asks the actor to stop: `stop` tells its state; the reply comes once it has stopped.
+pub(crate) fn stop<A: PerName>(
+    act: &mut A,
+    stop: impl FnOnce(&mut A),
+    ctx: &mut Context<A>,
+) -> ResponseFuture<()> {
+    let (tx, rx) = oneshot::channel();
+    act.shell().stop_replies.push(tx);
+    stop(act);
+    apply(act, ctx);
+    Box::pin(async move {
+        let _ = rx.await;
+    })
+}
+
+/// The actor stopped (asked to, or it departed): its waiters are answered, its channels and
+/// renewals given up, its callers told.
+pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
+    reply::adopt(act, ctx, false);
+    Linger::stopped(act);
+    act.forget();
+    act.abandon();
+    // Effects still held back for a reply sender (none, normally: they are carried out before
+    // anything else) come first.
+    let mut effects = std::mem::take(&mut act.shell().held);
+    act.drain(&mut effects);
+    for effect in effects {
+        match effect {
+            Effect::Answer(id, answer) => answer_waiter(act, id, answer, ctx),
+            Effect::Unsubscribe(_) | Effect::Untrack { .. } | Effect::ReleaseDone(..) => {
+                perform(act, effect, ctx)
+            }
+            Effect::Own(own) if A::own_reply(&own).is_some() => act.own(own, ctx),
+            _ => {}
+        }
+    }
+    for (_, tx) in act.shell().replies.drain() {
+        A::reply(tx, Err(LockError::Shutdown));
+    }
+}
+
+impl<A: PerName> Crowded for A {
+    type Reply = A::Tx;
+
+    fn crowd(&mut self) -> &mut Crowd<A::Tx> {
+        &mut self.shell().crowd
+    }
+
+    fn caller_left(&mut self, id: WaiterId, ctx: &mut Context<Self>) {
+        caller_gone(self, id, ctx);
+    }
+
+    fn deadline(&mut self, id: WaiterId, now: Instant, ctx: &mut Context<Self>) {
+        self.fired(<A::Family as Family>::deadline_timer(id), now);
+        apply(self, ctx);
+    }
+}
+
+impl<A: PerName> Lingers for A {
+    fn linger(&mut self) -> &mut Linger {
+        &mut self.shell().linger
+    }
+
+    fn services(&self) -> &Services {
+        &self.shell_ref().svc
+    }
+
+    /// Cancels its last timers (through the state) and drops its own address.
+    fn depart(&mut self, ctx: &mut Context<Self>) {
+        self.retire();
+        apply(self, ctx);
+        self.shell().keepalive = None;
+    }
+}

@@ -1,0 +1,100 @@
+//! A synchronizer's round trips: each [`Op`] a future of its own, spawned on the actor's
+//! context, behind its request latch, its [`Outcome`] going back to the state.
+
+use std::time::Instant;
+
+use actix::prelude::*;
+
+use super::SyncActor;
+use crate::actors::shell;
+use crate::actors::sync_state::{Adjustment, Op, Outcome, Trip};
+use crate::protocol::{Commands, SyncKind, SyncLatch};
+
+impl SyncActor {
+    /// Makes one round trip; its outcome goes back to the state. A request sent again goes
+    /// with the latch of its first run.
+    pub(super) fn run_trip(&mut self, Trip { seq, lane, op }: Trip, ctx: &mut Context<Self>) {
+        let latch = match op {
+            Op::Read { .. } => None,
+            _ => {
+                let prefix = &self.latch_prefix;
+                let latch = self.latches.entry(seq).or_insert_with(|| SyncLatch {
+                    lane: format!("{prefix}:{lane}"),
+                    id: crate::protocol::Latch::new().id,
+                });
+                Some(latch.clone())
+            }
+        };
+        let (commands, kind, name) = (
+            self.shell.svc.commands.clone(),
+            self.kind,
+            self.shell.name.clone(),
+        );
+        let work = async move { perform(&commands, (kind, &name), op, latch.as_ref()).await };
+        ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
+            act.state.ran(seq, outcome, Instant::now());
+            if !act.state.is_under_way(seq) {
+                act.latches.remove(&seq);
+            }
+            shell::apply(act, ctx);
+        }));
+    }
+}
+
+/// Runs one op of a synchronizer on Redis.
+async fn perform(
+    commands: &Commands,
+    (kind, name): (SyncKind, &str),
+    op: Op,
+    latch: Option<&SyncLatch>,
+) -> Outcome {
+    let Some(latch) = latch else {
+        return Outcome::Reply(commands.read_counter(name).await);
+    };
+    let res = match op {
+        Op::Take {
+            permits,
+            ids,
+            lease,
+            ..
+        } => {
+            let taken = commands.take_permits(kind, name, (permits, &ids, lease), latch);
+            return Outcome::Take(taken.await);
+        }
+        Op::Read { .. } => commands.read_counter(name).await,
+        Op::Give { permits, ids } => {
+            commands
+                .give_permits(kind, name, (permits, &ids), latch)
+                .await
+        }
+        Op::ReleaseIds(ids) => commands.release_all_permits(name, &ids, latch).await,
+        Op::Adjust(adjustment) => match adjustment {
+            Adjustment::SetPermits(n) => commands
+                .set_permits(kind, name, (n, None), latch)
+                .await
+                .map(i64::from),
+            Adjustment::SetPermitsWithTtl(n, ttl) => commands
+                .set_permits(kind, name, (n, Some(ttl)), latch)
+                .await
+                .map(i64::from),
+            Adjustment::ReleaseIfExists(n) => commands
+                .release_if_exists(name, n, latch)
+                .await
+                .map(i64::from),
+            Adjustment::AddPermits(d) => commands.add_permits(kind, name, d, latch).await,
+            Adjustment::Drain => commands.drain_permits(name, latch).await,
+            Adjustment::Release(n) => commands.give_permits(kind, name, (n, &[]), latch).await,
+            Adjustment::Available => commands
+                .count_permits(kind, name)
+                .await
+                .map(|(free, _)| free),
+            Adjustment::Acquired => commands
+                .count_permits(kind, name)
+                .await
+                .map(|(_, held)| held),
+            Adjustment::SetCount(c) => commands.set_count(name, c, latch).await.map(i64::from),
+            Adjustment::CountDown => commands.count_down(name, latch).await,
+        },
+    };
+    Outcome::Reply(res)
+}
