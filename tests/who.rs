@@ -438,7 +438,7 @@ async fn synchronizer_waiters_show_in_ls_and_top() {
         .get_connection()
         .unwrap();
     let taken = support::eventually(Duration::from_secs(10), || {
-        con.zcard::<_, u64>("jobs:timeout").unwrap_or(0) == 1
+        con.zcard::<_, u64>("{jobs}:timeout").unwrap_or(0) == 1
     })
     .await;
     assert!(taken, "worker-a never took its permit");
