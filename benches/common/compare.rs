@@ -5,7 +5,9 @@
 //! runtime. Criterion reports each; the closing table gives medians of interleaved batches:
 //! in a tight loop, and with the name idle between pairs (the caller yields once after each
 //! pair, as a request handler's lock is idle between requests), each against two floors:
-//! `ScriptInvocation` (redis-rs's usual way) and one presized `Cmd` (its cheapest).
+//! `ScriptInvocation` (redis-rs's usual way) and one presized `Cmd` (its cheapest). A third
+//! pattern makes the handle per request, as a web handler does (`manager.lock(name)`, then the
+//! pair, the name idle between requests): the table's `request` rows.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -35,14 +37,17 @@ async fn idle_after<F: std::future::Future<Output = ()>>(op: F) {
     tokio::task::yield_now().await;
 }
 
+/// A request handler's pair: a handle made for the request, then acquire and release.
+async fn per_request(manager: &LockManager, name: &str) {
+    lockman_once(&manager.lock(name)).await;
+}
+
 /// Runs the comparison: `client` makes the raw side's connections, `config` lockman's.
 pub fn uncontended(title: &str, client: impl Fn() -> redis::Client, config: impl Fn() -> Config) {
     let rt = stats::tokio_runtime();
     let raw = rt.block_on(raw::connect_client(client()));
-    let tokio_lock = rt.block_on(async {
-        let manager = LockManager::start(config()).await.expect("manager");
-        manager.lock("tokio")
-    });
+    let tokio_mgr = rt.block_on(LockManager::start(config())).expect("manager");
+    let tokio_lock = tokio_mgr.lock("tokio");
     // Created after the tokio manager: an actix System makes this thread's arbiter its own.
     let actix = actix_rt::System::new();
     let raw_actix = actix.block_on(raw::connect_client(client()));
@@ -78,7 +83,7 @@ pub fn uncontended(title: &str, client: impl Fn() -> redis::Client, config: impl
     actix.block_on(raw::load(&raw_actix));
     // Interleaved batches, so that noise hits every series alike; medians of batch means.
     // Series: raw, raw as one Cmd, lockman; each tight and idle between pairs; on both runtimes.
-    let mut series = vec![Vec::new(); 12];
+    let mut series = vec![Vec::new(); 18];
     let n = u64::from(BATCH);
     for _ in 0..BATCHES {
         let tokio_side = [
@@ -88,6 +93,9 @@ pub fn uncontended(title: &str, client: impl Fn() -> redis::Client, config: impl
             rt.block_on(timed(n, || idle_after(raw_once(&raw)))),
             rt.block_on(timed(n, || idle_after(raw_cmd_once(&raw)))),
             rt.block_on(timed(n, || idle_after(lockman_once(&tokio_lock)))),
+            rt.block_on(timed(n, || idle_after(raw_once(&raw)))),
+            rt.block_on(timed(n, || idle_after(raw_cmd_once(&raw)))),
+            rt.block_on(timed(n, || idle_after(per_request(&tokio_mgr, "tokio-r")))),
         ];
         let actix_side = [
             actix.block_on(timed(n, || raw_once(&raw_actix))),
@@ -96,6 +104,9 @@ pub fn uncontended(title: &str, client: impl Fn() -> redis::Client, config: impl
             actix.block_on(timed(n, || idle_after(raw_once(&raw_actix)))),
             actix.block_on(timed(n, || idle_after(raw_cmd_once(&raw_actix)))),
             actix.block_on(timed(n, || idle_after(lockman_once(&actix_lock)))),
+            actix.block_on(timed(n, || idle_after(raw_once(&raw_actix)))),
+            actix.block_on(timed(n, || idle_after(raw_cmd_once(&raw_actix)))),
+            actix.block_on(timed(n, || idle_after(per_request(&actix_mgr, "actix-r")))),
         ];
         for (i, d) in tokio_side.into_iter().chain(actix_side).enumerate() {
             series[i].push(d / BATCH);
@@ -110,8 +121,10 @@ pub fn uncontended(title: &str, client: impl Fn() -> redis::Client, config: impl
     let rows = [
         ("tokio", "tight"),
         ("tokio", "idle"),
+        ("tokio", "request"),
         ("actix", "tight"),
         ("actix", "idle"),
+        ("actix", "request"),
     ];
     for (i, (runtime, pattern)) in rows.into_iter().enumerate() {
         let (r, c, l) = (m[3 * i], m[3 * i + 1], m[3 * i + 2]);

@@ -1,6 +1,7 @@
 //! The [`Board`]: which names this manager's callers wait on now, and how long waits on each
-//! name took since the Watchdog last looked. Lock actors write it only when a caller actually
-//! waits (its first attempt found the lock taken), never for an uncontended acquire; the
+//! name took since the Watchdog last looked. Per-name actors, lock and synchronizer alike
+//! (`shell`), write it only when a caller actually waits (its first attempt found the lock
+//! taken, or too few permits, or the latch closed), never for an uncontended request; the
 //! Watchdog reads it once a tick, for the client record (docs/protocol.md, "Client records")
 //! and for the per-name contention series (the top K names by wait time).
 //!
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-/// Shared by the manager's lock actors and its Watchdog.
+/// Shared by the manager's per-name actors and its Watchdog.
 #[derive(Default)]
 pub(crate) struct Board {
     inner: Mutex<Inner>,

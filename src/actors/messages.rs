@@ -1,8 +1,8 @@
 //! The messages the actors say to each other, in one place, naming no actor type: where a
 //! message carries a return address it is a `WeakRecipient`. The requests a caller sends and the
 //! grants they answer with live beside the actor that answers them ([`Acquire`] and [`Release`]
-//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `sync_actor`), and the registry's
-//! in `registry`.
+//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `sync_actor`), and the
+//! registry's `Resolve` and `ResolveSync` in `registry`.
 //!
 //! [`Acquire`]: super::lock_actor::Acquire
 //! [`Release`]: super::lock_actor::Release
@@ -69,7 +69,7 @@ pub(crate) struct Forget {
     pub id: u64,
 }
 
-/// Registry: how many lock actors are alive.
+/// Registry: how many per-name actors (lock and synchronizer) are alive.
 #[derive(Message)]
 #[rtype(result = "usize")]
 pub(crate) struct CountLive;

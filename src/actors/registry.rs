@@ -1,4 +1,5 @@
-//! The Registry: resolves a lock name to its live lock actor, starting one when there is none.
+//! The Registry: resolves a lock or synchronizer name to its live actor, starting one when there
+//! is none.
 //!
 //! It keeps only weak addresses, so it never keeps an idle lock actor alive; a lock actor tells it
 //! when it stops. The lock actors' addresses are in a [`Directory`] it shares with the handles, so
@@ -79,7 +80,7 @@ pub(crate) struct Home {
     pub svc: Services,
 }
 
-/// The actor that maps lock names to lock actors.
+/// The actor that maps lock and synchronizer names to their actors.
 pub struct Registry {
     /// The services of the registry's own arbiter, where synchronizer actors run too.
     svc: Services,

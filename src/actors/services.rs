@@ -11,7 +11,8 @@ use super::watchdog::Watchdog;
 use crate::config::Config;
 use crate::protocol::Commands;
 
-/// What every lock actor needs: the command connection, the settings, and the two services.
+/// What every per-name actor (lock or synchronizer) needs: the command connection, the
+/// settings, the pub/sub actor, the Watchdog, the client id, the board and the lingering count.
 #[derive(Clone)]
 pub(crate) struct Services {
     pub commands: Commands,

@@ -1,8 +1,11 @@
-//! The handles: what users hold. They own nothing but addresses and send messages to the
-//! actors: the [`LockManager`](manager::LockManager) façade and the manager state the handles
-//! share (`state`), the locks (`lock`), the compositions (`compose`), the synchronizers
-//! (`sync`), how a handle reaches its name's actor (`reach`), where the actors run (`runtime`),
-//! their spans (`trace`) and the actix-web extractors (`web`).
+//! The handles: what users hold. Every acquire and release is a message to the name's actor
+//! (they hold its address, and a command connection only for reads: `describe`, `inspect`,
+//! counts, and `force_unlock`): the [`LockManager`](manager::LockManager) façade and the manager
+//! state the handles share (`state`), where a name becomes a key (`name`), the locks (`lock`),
+//! the compositions (`compose`), the synchronizers (`sync`), elections (`election`), a hold's
+//! deadline (`scope`), client records (`clients`), how a handle reaches its name's actor
+//! (`reach`), where the actors run (`runtime`), their spans (`trace`) and the actix-web
+//! extractors (`web`).
 
 pub(crate) mod clients;
 pub(crate) mod compose;

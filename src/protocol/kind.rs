@@ -65,7 +65,8 @@ impl LockKind {
         matches!(self, LockKind::NonReentrant | LockKind::NonReentrantFair)
     }
 
-    /// Kinds that share a channel share a lock actor: both sides of a read-write lock.
+    /// Kinds served by one lock actor: both sides of a read-write lock. (Other kinds share a
+    /// channel without sharing an actor: the pub/sub actor routes a channel to each listener.)
     pub(crate) fn family(self) -> LockKind {
         match self {
             LockKind::Write => LockKind::Read,

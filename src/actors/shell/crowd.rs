@@ -151,8 +151,8 @@ impl<R: Sender> Crowd<R> {
 
 /// A waiter's caller, as the actor keeps it.
 pub(crate) enum Caller<R> {
-    /// Its sender is on its way (a lock actor takes a request in before actix hands it the
-    /// reply sender).
+    /// Its sender is on its way (an actor takes a request in before actix hands it the reply
+    /// sender: `shell::reply`).
     Coming,
     /// Not watched (its first attempt is under way): the reply sender itself.
     Unwatched(R),

@@ -47,7 +47,7 @@ impl Confirmed {
     }
 }
 
-/// The sending side of a hold's validity: its lock actor publishes each grant of the hold, the
+/// The sending side of a hold's validity: its per-name actor publishes each grant of the hold, the
 /// Watchdog each renewal. Published values never go backwards.
 #[derive(Clone, Debug)]
 pub(crate) struct Validity(Arc<watch::Sender<Option<Confirmed>>>);

@@ -1,7 +1,8 @@
 //! The synchronizers' handles, wire-compatible with Redisson's: [`Semaphore`] (RSemaphore),
 //! [`PermitSemaphore`] (RPermitExpirableSemaphore) and [`CountDownLatch`] (RCountDownLatch).
-//! Like the locks' handles they hold nothing but addresses: every change is a message to the
-//! name's synchronizer actor, which owns its waiters, its subscription and its permits.
+//! Like the locks' handles, every acquire, give-back and adjustment is a message to the name's
+//! synchronizer actor, which owns its waiters, its subscription and its permits (reads such as
+//! `read` go to Redis directly).
 
 mod guard;
 mod info;
