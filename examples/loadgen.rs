@@ -20,9 +20,11 @@
 //! `loadgen peer <lockman|rslock|raw> URL NAME` and `loadgen memory URL COUNT`.
 //!
 //! For instruction counts, which stay put on a noisy machine:
-//! `valgrind --tool=callgrind target/release/examples/loadgen pairs <lockman|raw> URL ITERS`
-//! runs 64 tasks on 64 names, ITERS acquire+release pairs each, in an actix System; the
-//! difference between two ITERS, divided by 64 × their difference, is the cost of one pair.
+//! `valgrind --tool=callgrind target/release/examples/loadgen pairs <lockman|raw> URL ITERS
+//! [tight|request] [TASKS]` runs TASKS tasks (64) on as many names, ITERS acquire+release pairs
+//! each, in an actix System; the difference between two ITERS, divided by TASKS × their
+//! difference, is the cost of one pair. `request` is a web handler's pattern: a handle made per
+//! pair (`manager.lock(name)`, lockman only) and the name idle between pairs (a yield, both).
 
 #[path = "../benches/common/raw.rs"]
 mod raw;
@@ -111,6 +113,8 @@ fn main() {
                 Impl::parse(&args[1]),
                 &args[2],
                 args[3].parse().expect("iters"),
+                args.get(4).is_some_and(|p| p == "request"),
+                args.get(5).map_or(64, |t| t.parse().expect("tasks")),
             );
         }
         _ => {}
@@ -473,15 +477,22 @@ fn memory_role(url: &str, names: usize) {
 }
 
 /// 64 tasks on 64 names, `iters` uncontended acquire + release pairs each (for callgrind).
-fn pairs(imp: Impl, url: &str, iters: u64) {
+fn pairs(imp: Impl, url: &str, iters: u64, request: bool, tasks: usize) {
     actix_rt::System::new().block_on(async {
         let clients = Clients::connect(url).await;
-        join_all((0..64).map(|t| {
+        join_all((0..tasks).map(|t| {
             let clients = &clients;
             async move {
                 let (name, id) = (format!("pairs:{}:{t}", imp.name()), format!("pairs:{t}"));
-                let lock = clients.lockman.lock(name.as_str());
+                let reused = clients.lockman.lock(name.as_str());
                 for _ in 0..iters {
+                    let made;
+                    let lock = if request {
+                        made = clients.lockman.lock(name.as_str());
+                        &made
+                    } else {
+                        &reused
+                    };
                     match imp {
                         Impl::Raw => raw::pair(&clients.raw, &name, &id).await,
                         _ => lock
@@ -491,6 +502,9 @@ fn pairs(imp: Impl, url: &str, iters: u64) {
                             .release()
                             .await
                             .expect("release"),
+                    }
+                    if request {
+                        tokio::task::yield_now().await;
                     }
                 }
             }

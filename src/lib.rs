@@ -121,7 +121,12 @@
 //! [Redisson]: https://redisson.org
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![warn(
+    missing_docs,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod actors;

@@ -39,7 +39,7 @@ const PING_EVERY: Duration = Duration::from_secs(3);
 const ANSWER_MIN: Duration = Duration::from_secs(1);
 
 /// The actor that owns the pub/sub connection.
-pub struct PubSubActor {
+pub(crate) struct PubSubActor {
     /// Where the primary is; asked again at every connection (it moves with a failover).
     endpoint: Endpoint,
     connect_timeout: Duration,

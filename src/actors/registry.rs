@@ -81,7 +81,7 @@ pub(crate) struct Home {
 }
 
 /// The actor that maps lock and synchronizer names to their actors.
-pub struct Registry {
+pub(crate) struct Registry {
     /// The services of the registry's own arbiter, where synchronizer actors run too.
     svc: Services,
     /// Where lock actors run, by the hash of their name: the registry's arbiter first.

@@ -44,7 +44,7 @@ const MAX_RETRY: Duration = Duration::from_millis(500);
 const RETRIES_PER_INTERVAL: u32 = 4;
 
 /// The actor that owns renewal.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     commands: Commands,
     timeout: Duration,
     interval: Duration,

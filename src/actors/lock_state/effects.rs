@@ -135,7 +135,7 @@ pub(crate) enum Op {
 
 impl Op {
     /// The holds it may change: its holder's, and a hand-off's next holder's.
-    pub fn keys(&self) -> impl Iterator<Item = HoldKey> {
+    pub(crate) fn keys(&self) -> impl Iterator<Item = HoldKey> {
         let (first, second) = match self {
             Op::Acquire { kind, holder, .. } | Op::Release { kind, holder, .. } => {
                 (Some((holder.clone(), *kind)), None)

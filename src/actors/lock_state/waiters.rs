@@ -26,7 +26,7 @@ pub(super) struct Waiter {
 }
 
 impl Waiter {
-    pub fn may_wait(&self) -> bool {
+    pub(super) fn may_wait(&self) -> bool {
         self.wait != Wait::No
     }
 }
@@ -50,7 +50,7 @@ struct Count {
 }
 
 impl Waiters {
-    pub fn push(&mut self, w: Waiter) {
+    pub(super) fn push(&mut self, w: Waiter) {
         let count = self.by_holder.entry(w.holder.clone()).or_default();
         count.all += 1;
         if w.may_wait() {
@@ -62,7 +62,7 @@ impl Waiters {
     }
 
     /// Removes waiter `id`; the flag says whether it was its holder's last.
-    pub fn remove(&mut self, id: WaiterId) -> Option<(Waiter, bool)> {
+    pub(super) fn remove(&mut self, id: WaiterId) -> Option<(Waiter, bool)> {
         let w = self.live.remove(&id)?;
         let mut last = true;
         if let Some(count) = self.by_holder.get_mut(&w.holder) {
@@ -83,20 +83,20 @@ impl Waiters {
         Some((w, last))
     }
 
-    pub fn get(&self, id: WaiterId) -> Option<&Waiter> {
+    pub(super) fn get(&self, id: WaiterId) -> Option<&Waiter> {
         self.live.get(&id)
     }
 
-    pub fn get_mut(&mut self, id: WaiterId) -> Option<&mut Waiter> {
+    pub(super) fn get_mut(&mut self, id: WaiterId) -> Option<&mut Waiter> {
         self.live.get_mut(&id)
     }
 
-    pub fn contains(&self, id: WaiterId) -> bool {
+    pub(super) fn contains(&self, id: WaiterId) -> bool {
         self.live.contains_key(&id)
     }
 
     /// The oldest waiter.
-    pub fn front(&mut self) -> Option<&Waiter> {
+    pub(super) fn front(&mut self) -> Option<&Waiter> {
         while let Some(id) = self.order.front() {
             if self.live.contains_key(id) {
                 return self.live.get(id);
@@ -107,31 +107,31 @@ impl Waiters {
     }
 
     /// Every waiter, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = &Waiter> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Waiter> {
         self.order.iter().filter_map(|id| self.live.get(id))
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.live.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.live.is_empty()
     }
 
     /// Whether a waiter of `holder` is here.
-    pub fn has_holder(&self, holder: &str) -> bool {
+    pub(super) fn has_holder(&self, holder: &str) -> bool {
         self.by_holder.contains_key(holder)
     }
 
     /// How many waiters that may wait belong to holders other than `holder`.
-    pub fn others_waiting(&self, holder: &str) -> usize {
+    pub(super) fn others_waiting(&self, holder: &str) -> usize {
         self.may_wait - self.by_holder.get(holder).map_or(0, |c| c.may_wait)
     }
 
     /// Empties the queue, oldest first.
-    pub fn drain(&mut self) -> Vec<Waiter> {
+    pub(super) fn drain(&mut self) -> Vec<Waiter> {
         let mut out = Vec::with_capacity(self.live.len());
         for id in std::mem::take(&mut self.order) {
             if let Some(w) = self.live.remove(&id) {

@@ -41,7 +41,7 @@ pub(super) struct Redis {
 }
 
 impl Redis {
-    pub fn new(fenced: bool) -> Self {
+    pub(crate) fn new(fenced: bool) -> Self {
         Self {
             counts: BTreeMap::new(),
             mode: None,
@@ -57,24 +57,24 @@ impl Redis {
     }
 
     /// Expires the key when its time has come.
-    pub fn tick(&mut self, now: Instant) {
+    pub(crate) fn tick(&mut self, now: Instant) {
         if self.expires.is_some_and(|at| at <= now) {
             self.clear();
         }
     }
 
     /// A queued holder's deadline.
-    pub fn deadline(&self, holder: &str) -> Option<Instant> {
+    pub(crate) fn deadline(&self, holder: &str) -> Option<Instant> {
         self.deadlines.get(holder).copied()
     }
 
     /// Whether `holder` has a place in the fair queue.
-    pub fn queued(&self, holder: &str) -> bool {
+    pub(crate) fn queued(&self, holder: &str) -> bool {
         self.queue.iter().any(|h| &**h == holder)
     }
 
     /// A place lost (a failover's lost write, a prune while its waiter could not come back).
-    pub fn drop_place(&mut self, holder: &str) {
+    pub(crate) fn drop_place(&mut self, holder: &str) {
         self.queue.retain(|h| &**h != holder);
         self.deadlines.remove(holder);
     }
@@ -82,7 +82,7 @@ impl Redis {
     /// A failover to a replica that still had `holder`'s place: it is queued again at the tail,
     /// its deadline a minute after `since` (an old deadline, still ahead). Whether it was not
     /// queued before.
-    pub fn clone_place_of(&mut self, holder: &str, since: Instant) -> bool {
+    pub(crate) fn clone_place_of(&mut self, holder: &str, since: Instant) -> bool {
         if self.queued(holder) {
             return false;
         }
@@ -93,12 +93,12 @@ impl Redis {
     }
 
     /// The holder's count (0: no field).
-    pub fn count(&self, holder: &str) -> u32 {
+    pub(crate) fn count(&self, holder: &str) -> u32 {
         self.counts.get(holder).copied().unwrap_or(0)
     }
 
     /// The count of a holder's hold of `kind` (0: no field).
-    pub fn held(&self, holder: &str, kind: LockKind) -> u32 {
+    pub(crate) fn held(&self, holder: &str, kind: LockKind) -> u32 {
         self.count(&kind.field(holder))
     }
 
@@ -109,7 +109,7 @@ impl Redis {
     }
 
     /// The key is deleted (a force unlock, or a failover that lost it).
-    pub fn delete(&mut self) {
+    pub(crate) fn delete(&mut self) {
         if !self.counts.is_empty() {
             self.clear();
             self.published += 1;
@@ -118,7 +118,7 @@ impl Redis {
 
     /// The watchdog's renewal of one hold: `true` while the holder's field is there. A read
     /// hold's (`renew_read.lua`) only lengthens the PTTL: another reader's longer lease needs it.
-    pub fn renew(&mut self, holder: &str, now: Instant, timeout: Duration) -> bool {
+    pub(crate) fn renew(&mut self, holder: &str, now: Instant, timeout: Duration) -> bool {
         self.tick(now);
         if self.counts.contains_key(holder) {
             let reader = self.mode.is_some() && !holder.ends_with(":write");
@@ -531,7 +531,7 @@ impl Redis {
     }
 
     /// Runs one round trip as its script would, at `now`.
-    pub fn run(&mut self, op: &Op, now: Instant) -> Outcome {
+    pub(crate) fn run(&mut self, op: &Op, now: Instant) -> Outcome {
         self.tick(now);
         match op {
             Op::Acquire {
