@@ -9,7 +9,8 @@ mod support;
 
 use std::time::Duration;
 
-use lockman::{Acquire, LockError, LockKind, LockManager, Release, Wait};
+use lockman::actix::{Acquire, Release, Wait};
+use lockman::{LockError, LockKind, LockManager};
 
 #[actix_rt::main]
 async fn main() {

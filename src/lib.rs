@@ -1,8 +1,34 @@
 //! # lockman
 //!
-//! Distributed locks on Redis for Rust services, built as an [actix] actor system and
-//! compatible on the wire with [Redisson]: a Rust service and a Java service can lock the same
-//! names, exclude each other and wake each other.
+//! **The package is `lockman-redis`; the library it gives is `lockman`** (the crate named
+//! `lockman` on crates.io is unrelated):
+//!
+//! ```toml
+//! [dependencies]
+//! lockman-redis = "0.1"
+//! ```
+//!
+//! Distributed locks and synchronizers on Redis for Rust services, built as an [actix] actor
+//! system and compatible on the wire with [Redisson]: a Rust service and a Java service can lock
+//! the same names, exclude each other and wake each other.
+//!
+//! ## What it offers
+//!
+//! - **Locks**, every Redisson kind, from a [`LockManager`]: [`Lock`] (reentrant),
+//!   [`FairLock`] (first come, first served across processes), [`ReadWriteLock`],
+//!   [`FencedLock`] (a token per acquisition that never goes backwards), and non-reentrant locks
+//!   ([`LockManager::non_reentrant_lock`]).
+//! - **Compositions**: [`MultiLock`] (all or nothing) and [`RedLock`] (a majority of servers).
+//! - **Synchronizers**: [`Semaphore`], [`PermitSemaphore`] (permits with a lease, or renewed by
+//!   the watchdog) and [`CountDownLatch`].
+//! - **Elections**: [`Election`], with fenced terms and fenced writes ([`Leadership`]).
+//! - **Guards that tell**: a hold lost is reported (a guard's `lost()` resolves); its
+//!   guarantee has an end (`valid_until()`), and [`LockGuard::scope`] stops work before it.
+//! - **Who holds what**: client records read by [`LockManager::clients`] and by the `lockman`
+//!   command (`ls`, `top`, `inspect`; `exec` and `elect` run a command under a lock or a lead).
+//! - **Deployments**: TLS, ACL users, Sentinel, Cluster, replica sync; metrics, tracing spans and
+//!   actix-web extractors ([`web`]).
+//! - **For actix users**, the messages the handles send: [`actix`].
 //!
 //! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
 //! how many times that holder took it (**reentrant**); the key's PTTL is the **lease**. A lock taken
@@ -72,25 +98,35 @@
 //! and fails with [`LockError::ReplicaSync`] while fewer replicas are up. Without it, use a
 //! [`FencedLock`] wherever a stale holder's write would do harm.
 //!
-//! ## Architecture
+//! ## Layout
 //!
 //! The folders are the layers, top to bottom; each imports only from the ones below it
-//! (`tests/layers.rs` checks it, and that no module imports one that imports it back):
+//! (`tests/layers.rs` checks it, that no module imports one that imports it back, and that the
+//! rules of a name are pure):
 //!
-//! | layer | what is there |
-//! |---|---|
-//! | `handles/` | what users hold: actor addresses, and the command connections for what needs no actor (reads, `force_unlock`): [`LockManager`] (`manager.rs`) and the state its handles share (`state.rs`); the one place a user's name becomes a key, with the name prefix (`name.rs`); [`Lock`], [`LockGuard`] and the other kinds (`lock/`); [`MultiLock`], [`RedLock`] (`compose/`); [`Semaphore`], [`PermitSemaphore`], [`CountDownLatch`], [`PermitGuard`] (`sync/`); [`Election`] and [`Leadership`] (`election/`); the `scope` of every guard (`scope.rs`); how a handle reaches its name's actor (`reach.rs`); where the actors run (`runtime.rs`); the spans (`trace.rs`); the actix-web extractors ([`web`], `web.rs`) |
-//! | `actors/` | one [`LockActor`] per lock name in use (`lock_actor/`, with the [`Grant`] and the public [`Acquire`] and [`Release`] it answers), the shell of a pure `LockState` (`lock_state/`: waiters, holds, hand-offs, requests of unknown outcome resent; events in, effects out); one [`SyncActor`] per synchronizer name (`sync_actor/`, with [`Permits`], [`AcquirePermits`], [`ReleasePermits`]), the shell of a pure `SyncState` (`sync_state/`: waiters, permits held and their leases, give-backs, hand-offs, requests resent); what both families are made of (`name/`: the public [`Wait`], the backoff, the `Crowd` serving waiters, the lost signal, lingering); the `Registry` (name → actor, started on demand); the supervised `PubSubActor` (routes each channel's messages to every actor listening on it: kinds of one name share a channel), `Watchdog` (batched renewal of locks and permits without a lease) and `FailoverWatch` (Sentinel); what they all need (`services.rs`), how they start (`system.rs`), and the messages they exchange, which name no actor type (`messages.rs`) |
-//! | `metrics.rs` | the `metrics` feature: what the actors report |
-//! | `protocol/` | one Lua script per operation, run by EVALSHA (`*.lua`, `sync/*.lua`), their typed calls (`commands.rs`, `sync.rs`, fenced writes in `fence.rs`), the lock kinds (`kind.rs`), the names of keys and channels (`keys.rs`, Redisson's layout, `docs/protocol.md`), the start-time permission probe (`probe.rs`) |
-//! | `connections/` | URLs and TLS (`url.rs`), typed connection failures (`failure.rs`), one server or Sentinel's primary (`endpoint.rs`), a Redis Cluster (`cluster.rs`), the command connections and replica sync (`command.rs`), the pub/sub connection (`subscription.rs`) |
-//! | `config/`, `error.rs` | the settings (with the redaction of passwords, `redact.rs`) and the one error type |
+//! - `handles/`: what users hold: the [`LockManager`], every kind's handle and guard, where a
+//!   name becomes a key (`name.rs`), how a handle reaches its name's actor, spans, [`web`].
+//! - `actors/`: one actor per busy name, a lock's or a synchronizer's, and the services they share.
+//!   - `lock_state/`, `sync_state/`: the rules of one name, pure (events in, effects out; no
+//!     actix, timers or Redis), with their unit, property and seeded simulation tests;
+//!   - `name/`: what both states speak, pure: [`Wait`](actix::Wait), the backoff, the effects
+//!     both emit;
+//!   - `shell/`: what every per-name actor does, once for both families: timers, pub/sub,
+//!     watchdog, lost signals, lingering, the board of waits, reply senders;
+//!   - `lock_actor/`, `sync_actor/`: the adapters: requests in, round trips, answers out;
+//!   - the `Registry` (name → actor), the supervised `PubSubActor` (each channel's messages to
+//!     every actor listening on it), `Watchdog` and `FailoverWatch`, and `messages.rs`.
+//! - `metrics.rs`: what the `metrics` feature reports.
+//! - `protocol/`: one Lua script per operation, their typed calls, lock kinds, key and channel
+//!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe.
+//! - `connections/`: URLs and TLS, one server, Sentinel's primary or a Cluster, command
+//!   connections (resent requests, replica sync), the pub/sub connection.
+//! - `config/`, `error.rs`: the settings and the one error type.
 //!
 //! `src/bin/lockman` (`cli` feature) is the `lockman` command, over the public API only.
-//! Nothing under `actors/` knows the handles: a lock actor replies a [`Grant`], which the handle
-//! wraps into a [`LockGuard`], and the guard's release is a [`Release`] to that same actor.
-//! Handles share with the actors messages, the lost signal a grant carries, and the command
-//! connections, on which they run what no actor serves (reads, `force_unlock`).
+//! Nothing under `actors/` knows the handles: a lock actor replies a [`Grant`](actix::Grant),
+//! which the handle wraps into a [`LockGuard`], and the guard's release is a
+//! [`Release`](actix::Release) to that same actor.
 //!
 //! A request whose reply never came (a time-out, a reset connection, a caller gone mid-trip) is
 //! resent as it was: every lock script carries the count its holder had before it and
@@ -140,11 +176,20 @@ mod protocol;
 #[cfg(feature = "actix-web")]
 pub use handles::web;
 
-pub use actors::messages::{Adjust, Adjustment, AwaitLatch, Wait};
-pub use actors::{
-    Acquire, AcquirePermits, AcquireReply, Grant, LockActor, MAX_HAND_OFF_STREAK, Permits, Release,
-    ReleasePermits, ReleaseReply, SyncActor, SyncDone, SyncReply,
-};
+pub use actors::MAX_HAND_OFF_STREAK;
+
+/// The message API, for actix users: the actor of a name
+/// ([`LockManager::lock_actor`](crate::LockManager::lock_actor),
+/// [`LockManager::sync_actor`](crate::LockManager::sync_actor)) and the messages the handles send
+/// it. Every handle is a thin wrapper over these: an actix user may send them directly (see
+/// `examples/messages.rs`), as actix's own `dev` module gathers what most users never name.
+pub mod actix {
+    pub use crate::actors::messages::{Adjust, Adjustment, AwaitLatch, Wait};
+    pub use crate::actors::{
+        Acquire, AcquirePermits, AcquireReply, Grant, LockActor, Permits, Release, ReleasePermits,
+        ReleaseReply, SyncActor, SyncDone, SyncReply,
+    };
+}
 pub use handles::clients::{ClientInfo, HeldName, WaitedName};
 pub use handles::compose::{
     CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,

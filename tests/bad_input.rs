@@ -14,9 +14,8 @@ use std::net::TcpListener;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use lockman::{
-    Acquire, Config, LockError, LockKind, LockManager, MultiLock, RedLock, Release, Wait,
-};
+use lockman::actix::{Acquire, Release, Wait};
+use lockman::{Config, LockError, LockKind, LockManager, MultiLock, RedLock};
 use redis::Commands;
 use support::{Options, RedisServer, closed_port};
 

@@ -338,10 +338,10 @@ async fn a_request_of_another_kind_is_refused_by_an_actor() {
     let server = RedisServer::start();
     let mgr = manager(&server).await;
     let actor = mgr.lock_actor("k").await.unwrap(); // the reentrant lock's actor
-    let acquire = lockman::Acquire {
+    let acquire = lockman::actix::Acquire {
         holder: mgr.lock("k").holder_id().into(),
         lease: None,
-        wait: lockman::Wait::No,
+        wait: lockman::actix::Wait::No,
         kind: lockman::LockKind::Write,
     };
     let err = actor.send(acquire).await.unwrap().unwrap_err();

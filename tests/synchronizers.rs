@@ -491,7 +491,10 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
     let actor = permits.actor().clone();
     let ids: Vec<Vec<u8>> = raw.zrange("{bad}:timeout", 0, 0).unwrap();
     let _: () = raw.zrem("{bad}:timeout", &ids[0][..]).unwrap(); // released behind its back
-    let reply = actor.send(lockman::ReleasePermits(permits)).await.unwrap();
+    let reply = actor
+        .send(lockman::actix::ReleasePermits(permits))
+        .await
+        .unwrap();
     assert!(matches!(reply, Err(LockError::NotHeld { .. })), "{reply:?}");
     assert_eq!(
         get(&mut raw, "bad").as_deref(),

@@ -246,10 +246,10 @@ async fn dropping_the_manager_stops_renewal_and_the_lock_expires() {
     // A guard taken with the message API does not keep the manager alive (one from
     // `Lock::acquire` does); forgotten, it never releases.
     let actor = mgr.lock_actor("abandoned").await.unwrap();
-    let acquire = lockman::Acquire {
+    let acquire = lockman::actix::Acquire {
         holder: lock.holder_id().into(),
         lease: None,
-        wait: lockman::Wait::No,
+        wait: lockman::actix::Wait::No,
         kind: lockman::LockKind::Reentrant,
     };
     std::mem::forget(actor.send(acquire).await.unwrap().unwrap().unwrap());

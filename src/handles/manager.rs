@@ -180,7 +180,7 @@ impl LockManager {
     }
 
     /// The synchronizer actor serving the synchronizer of `kind` named `name` now, for actix
-    /// users who send it [`AcquirePermits`](crate::AcquirePermits) and the others themselves.
+    /// users who send it [`AcquirePermits`](crate::actix::AcquirePermits) and the others themselves.
     ///
     /// # Errors
     /// As [`lock_actor`](Self::lock_actor).
@@ -194,8 +194,8 @@ impl LockManager {
         self.inner.sync_actor(kind, name.key().clone()).await
     }
 
-    /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::Acquire)
-    /// and [`Release`](crate::Release) themselves. Holding the address keeps that actor alive.
+    /// The lock actor serving `name` now, for actix users who send it [`Acquire`](crate::actix::Acquire)
+    /// and [`Release`](crate::actix::Release) themselves. Holding the address keeps that actor alive.
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for an empty name; [`LockError::Shutdown`] after shutdown.

@@ -1,4 +1,4 @@
-//! [`Grant`]: what a lock actor replies to a granted [`Acquire`](crate::Acquire): one hold, with
+//! [`Grant`]: what a lock actor replies to a granted [`Acquire`](crate::actix::Acquire): one hold, with
 //! the address that releases it and the signal that tells when it is lost. The handles wrap it
 //! into a [`LockGuard`](crate::LockGuard); actix users may keep it as it is.
 
@@ -13,7 +13,7 @@ use crate::actors::messages::ReleaseHold;
 use crate::protocol::LockKind;
 
 /// One hold of a lock, as granted by its [`LockActor`]. Dropping it releases the hold in the
-/// background; send it back in a [`Release`](crate::Release) to learn the outcome.
+/// background; send it back in a [`Release`](crate::actix::Release) to learn the outcome.
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
     /// Shared with the actor's own address while it is busy: a grant costs no new address.
@@ -50,7 +50,7 @@ impl Grant {
         ((self.holder.clone(), self.kind), self.epoch)
     }
 
-    /// The lock actor that granted it: send it a [`Release`](crate::Release) of this grant.
+    /// The lock actor that granted it: send it a [`Release`](crate::actix::Release) of this grant.
     pub fn actor(&self) -> &Addr<LockActor> {
         &self.actor
     }

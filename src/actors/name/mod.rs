@@ -13,7 +13,7 @@ use std::time::Duration;
 /// A waiter's number, unique within its actor.
 pub(crate) type WaiterId = u64;
 
-/// How long an [`Acquire`](crate::Acquire) (or a synchronizer's wait) may wait while the lock is
+/// How long an [`Acquire`](crate::actix::Acquire) (or a synchronizer's wait) may wait while the lock is
 /// held by someone else (or too few permits are free).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]

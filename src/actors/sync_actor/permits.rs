@@ -1,5 +1,5 @@
 //! [`Permits`]: what a synchronizer actor replies to a granted
-//! [`AcquirePermits`](crate::AcquirePermits): permits of a semaphore, with the address that gives
+//! [`AcquirePermits`](crate::actix::AcquirePermits): permits of a semaphore, with the address that gives
 //! them back and the signal that tells when they are lost. The handles wrap it into a guard;
 //! actix users may keep it as it is.
 
@@ -19,7 +19,7 @@ use crate::error::LockError;
 use crate::protocol::{SyncKind, hex};
 
 /// Permits of a semaphore, as granted by its [`SyncActor`]. Dropping them gives them back in the
-/// background; send them back in a [`ReleasePermits`](crate::ReleasePermits) to learn the
+/// background; send them back in a [`ReleasePermits`](crate::actix::ReleasePermits) to learn the
 /// outcome.
 #[must_use = "dropping permits gives them back at once"]
 pub struct Permits {
@@ -40,7 +40,7 @@ pub struct Permits {
 }
 
 impl Permits {
-    /// The actor that granted them: send it a [`ReleasePermits`](crate::ReleasePermits).
+    /// The actor that granted them: send it a [`ReleasePermits`](crate::actix::ReleasePermits).
     pub fn actor(&self) -> &Addr<SyncActor> {
         &self.actor
     }
@@ -80,7 +80,7 @@ impl Permits {
     }
 
     /// The latest instant (monotonic clock) at which the permits are still guaranteed (as
-    /// [`Grant::valid_until`](crate::Grant::valid_until)); `None` for a plain semaphore's
+    /// [`Grant::valid_until`](crate::actix::Grant::valid_until)); `None` for a plain semaphore's
     /// permits, which never expire.
     pub fn valid_until(&self) -> Option<std::time::Instant> {
         self.lost.confirmed().map(|c| c.valid_until())

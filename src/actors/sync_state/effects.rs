@@ -138,7 +138,7 @@ pub(crate) enum Timer {
     Resend(u64),
 }
 
-/// What an [`Adjust`](crate::Adjust) does.
+/// What an [`Adjust`](crate::actix::Adjust) does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Adjustment {

@@ -93,7 +93,7 @@ impl CompositeGuard {
 
     /// The latest instant (monotonic clock) at which the composition is still guaranteed:
     /// the instant by which fewer than its quorum of members would still be valid (each
-    /// member's [`Grant::valid_until`](crate::Grant::valid_until); for a MultiLock the
+    /// member's [`Grant::valid_until`](crate::actix::Grant::valid_until); for a MultiLock the
     /// earliest), and no later than [`validity_deadline`](Self::validity_deadline).
     pub fn valid_until(&self) -> Instant {
         let mut each: Vec<Instant> = self

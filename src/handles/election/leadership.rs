@@ -72,7 +72,7 @@ impl Leadership {
         self.guard().lost().await;
     }
 
-    /// The latest instant the lead is still guaranteed (as [`Grant::valid_until`](crate::Grant::valid_until)).
+    /// The latest instant the lead is still guaranteed (as [`Grant::valid_until`](crate::actix::Grant::valid_until)).
     pub fn valid_until(&self) -> Instant {
         self.guard().valid_until()
     }

@@ -167,7 +167,7 @@ impl FencedGuard {
     /// another slot (`CROSSSLOT`).
     ///
     /// # Errors
-    /// [`LockError::Shutdown`] for a guard made from a bare [`Grant`](crate::Grant); Redis
+    /// [`LockError::Shutdown`] for a guard made from a bare [`Grant`](crate::actix::Grant); Redis
     /// errors (`WRONGTYPE` when the fence hash is not a hash).
     pub async fn fenced_set(&self, key: &str, value: impl AsRef<[u8]>) -> Result<bool, LockError> {
         let manager = self.0.manager().ok_or(LockError::Shutdown)?;
