@@ -37,12 +37,12 @@ impl LockState {
     /// Nothing of the state is under way, unresolved or waiting to be settled: Redis then counts
     /// exactly what it grants (with no round trip in flight in its shell either).
     fn is_quiet(&self) -> bool {
-        self.flight.is_none()
-            && self.todo.is_empty()
-            && self.unsure.is_empty()
-            && self.held_back.is_empty()
-            && self.abandoned.is_empty()
-            && self.holds.values().all(|h| !h.settle_armed)
+        self.trips.under_way.is_none()
+            && self.trips.todo.is_empty()
+            && self.trips.unsure.is_empty()
+            && self.trips.held_back.is_empty()
+            && self.trips.abandoned.is_empty()
+            && !self.timers.iter().any(|t| matches!(t, Timer::Settle(_)))
     }
 }
 
