@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::unsure::Unsure;
 use super::{Answer, HoldKey, Op, ReplyId, WaiterId};
 use crate::error::LockError;
 
@@ -188,6 +187,20 @@ impl Trips {
             && self.unsure.is_empty()
             && self.abandoned.is_empty()
     }
+}
+
+/// One request under resolution.
+#[derive(Debug)]
+pub(super) struct Unsure {
+    /// The request, sent again as it is.
+    pub op: Op,
+    /// What its outcome needs; `None` while it is under way again.
+    pub flight: Option<Flight>,
+    /// When its first reply went missing: the resolution gives up `horizon` later.
+    pub since: Instant,
+    pub failures: u32,
+    /// Why its reply is missing: what a single attempt of the same holder fails with meanwhile.
+    pub error: LockError,
 }
 
 /// Why a holder can take nothing new for now.

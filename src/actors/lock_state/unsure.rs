@@ -11,24 +11,10 @@
 //! unresolved, down to what this actor still grants, which is all the holder holds: every hold of
 //! a holder is its lock actor's.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::trips::{Flight, Pending};
+use super::trips::{Flight, Pending, Unsure};
 use super::*;
-
-/// One request under resolution.
-#[derive(Debug)]
-pub(super) struct Unsure {
-    /// The request, sent again as it is.
-    pub op: Op,
-    /// What its outcome needs; `None` while it is under way again.
-    pub flight: Option<Flight>,
-    /// When its first reply went missing: the resolution gives up `horizon` later.
-    pub since: Instant,
-    pub failures: u32,
-    /// Why its reply is missing: what a single attempt of the same holder fails with meanwhile.
-    pub error: LockError,
-}
 
 impl LockState {
     /// The reply of an acquire, release or hand-off came: it is resolved.
