@@ -220,6 +220,28 @@ impl LockState {
         }
     }
 
+    /// A release of one of `key`'s holds ran and Redis still counts the holder: its lease is
+    /// `lease` again from `started`.
+    fn still_held(&mut self, key: &HoldKey, epoch: u64, lease: Duration, started: Instant) {
+        let last = self.holds.of_mut(key, epoch).is_some_and(|hold| {
+            hold.count -= 1;
+            hold.count == 0
+        });
+        if !last {
+            self.expire_at(key, lease, started + lease);
+            return;
+        }
+        // Redis still counts this holder. An unresolved acquire of it went through: its
+        // resolution grants that count anew. Otherwise it is what a request given up left (the
+        // holder is this actor's alone): settled to none.
+        self.end_hold(key, epoch, None);
+        if !self.trips.is_unsure(key) {
+            tracing::warn!(lock = %self.name, holder = %key.0, "Redis counts more holds than were granted; settling");
+            self.trips.abandoned.insert(key.clone());
+            self.settle(key.clone());
+        }
+    }
+
     /// A release's outcome: the hold's count, loss or hand-off, and the answer to who waits for
     /// it.
     pub(super) fn released(&mut self, release: ReleaseFlight, res: Result<HandedOff, LockError>) {
@@ -233,23 +255,7 @@ impl LockState {
         } = release;
         let res = match res {
             Ok(HandedOff::No(Released::StillHeld)) => {
-                let last = self.holds.of_mut(&key, epoch).is_some_and(|hold| {
-                    hold.count -= 1;
-                    hold.count == 0
-                });
-                if last {
-                    // Redis still counts this holder. An unresolved acquire of it went through:
-                    // its resolution grants that count anew. Otherwise it is what a request
-                    // given up left (the holder is this actor's alone): settled to none.
-                    self.end_hold(&key, epoch, None);
-                    if !self.trips.is_unsure(&key) {
-                        tracing::warn!(lock = %self.name, holder = %key.0, "Redis counts more holds than were granted; settling");
-                        self.trips.abandoned.insert(key.clone());
-                        self.settle(key.clone());
-                    }
-                } else {
-                    self.expire_at(&key, lease, started + lease);
-                }
+                self.still_held(&key, epoch, lease, started);
                 Ok(())
             }
             Ok(HandedOff::No(Released::Unlocked)) => {
