@@ -9,10 +9,11 @@ use rustc_hash::FxHashMap;
 use super::{Effect, HoldKey, LockState, Loss, Timer};
 
 /// Every hold gets a number no other hold in this process had, so a stale guard can never
-/// release a later hold of the same holder. Process-wide, not per state: the Watchdog (one per
-/// manager) knows a hold by its name, holder, kind and epoch, and a name's actor that stopped
-/// after lingering is followed by a new one, whose holds must not repeat the epochs of the old
-/// one's (a late `Untrack` of an old hold would stop renewing a new one).
+/// release a later hold of the same holder. Process-wide, not per state: a name's actor that
+/// stopped after lingering is followed by a new one, and what outlives an actor must not mistake
+/// a hold of the new one for one of the old: a `FencedLock` handle keeps its hold's newest token
+/// by epoch (a stale guard would fence with a later hold's token), and the Watchdog, one per
+/// manager, knows a hold by its name, holder, kind and epoch.
 static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The share of the watchdog timeout a watchdog hold lives before the Watchdog renews it. Its
