@@ -259,7 +259,7 @@ impl LockState {
             // cannot run now: settled as the holder's, to what this actor still grants.
             self.settle(key.clone());
         } else {
-            self.trips.settle_failures.remove(key);
+            self.trips.settle_over(key);
         }
         Some(hold)
     }

@@ -286,11 +286,10 @@ impl LockState {
             self.out.push(Effect::Cancel(Timer::Resend(id)));
             unsettled.extend(u.op.keys());
         }
-        for key in std::mem::take(&mut self.trips.abandoned) {
+        for key in self.trips.take_abandoned() {
             self.timers.stop(&Timer::Settle(key.clone()), &mut self.out);
             unsettled.push(key);
         }
-        self.trips.settle_failures.clear();
         for pending in std::mem::take(&mut self.trips.todo) {
             match pending {
                 Pending::Settle { key } => unsettled.push(key),

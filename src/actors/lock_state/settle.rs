@@ -29,7 +29,7 @@ impl LockState {
         if queued || self.timers.is_armed(&timer) {
             return;
         }
-        let failures = self.trips.settle_failures.get(key).copied().unwrap_or(0);
+        let failures = self.trips.settle_failures(key);
         self.timers.set(timer, backoff(failures), &mut self.out);
     }
 
@@ -113,8 +113,7 @@ impl LockState {
     }
 
     fn settle_failed(&mut self, key: HoldKey) {
-        let failures = self.trips.settle_failures.entry(key.clone()).or_default();
-        *failures = failures.saturating_add(1);
+        self.trips.settle_failed(&key);
         self.settle_later(&key);
     }
 
@@ -128,7 +127,7 @@ impl LockState {
     /// must be Redis's already.
     pub(super) fn settled_ending(&mut self, key: &HoldKey, end: impl FnOnce(&mut Self)) {
         let settling = self.trips.abandoned.remove(key);
-        self.trips.settle_failures.remove(key);
+        self.trips.settle_over(key);
         end(self);
         self.timers.stop(&Timer::Settle(key.clone()), &mut self.out);
         if settling {

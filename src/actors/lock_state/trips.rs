@@ -101,8 +101,9 @@ pub(super) struct InFlight {
     pub sent: Option<Op>,
 }
 
-/// The round trips of the name. Invariant: one under way at most; a release or settling of a
-/// holder with an unresolved request waits in `held_back`, never in `todo`, until none is.
+/// The round trips of the name. Invariant: one under way at most; no release or settling of a
+/// holder is sent while a request of that holder is unresolved (`pump` moves it to `held_back`,
+/// and it is queued again once none is).
 #[derive(Debug, Default)]
 pub(super) struct Trips {
     /// Round trips waiting their turn, in order.
@@ -118,7 +119,7 @@ pub(super) struct Trips {
     /// of their requests is unresolved; they take nothing new until then.
     pub abandoned: FxHashSet<HoldKey>,
     /// Consecutive failed settlings of a holder's count, for the backoff of the next.
-    pub settle_failures: FxHashMap<HoldKey, u32>,
+    settle_failures: FxHashMap<HoldKey, u32>,
     /// The last request number given.
     seq: u64,
 }
@@ -178,6 +179,28 @@ impl Trips {
             .partition(|p| p.key() == Some(key));
         self.held_back = keep;
         self.todo.extend(back);
+    }
+
+    /// How many settlings of `key`'s count failed in a row.
+    pub fn settle_failures(&self, key: &HoldKey) -> u32 {
+        self.settle_failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// One more settling of `key`'s count failed.
+    pub fn settle_failed(&mut self, key: &HoldKey) {
+        let failures = self.settle_failures.entry(key.clone()).or_default();
+        *failures = failures.saturating_add(1);
+    }
+
+    /// `key`'s count needs no settling any more.
+    pub fn settle_over(&mut self, key: &HoldKey) {
+        self.settle_failures.remove(key);
+    }
+
+    /// Stopping: the holders whose count was to be settled, which none is any more.
+    pub fn take_abandoned(&mut self) -> FxHashSet<HoldKey> {
+        self.settle_failures.clear();
+        std::mem::take(&mut self.abandoned)
     }
 
     /// Nothing queued, under way, unresolved or to be settled.
