@@ -59,6 +59,16 @@ impl LockKind {
         matches!(self, LockKind::Fair | LockKind::NonReentrantFair)
     }
 
+    /// Whether one holder at a time holds it and its waiters queue nowhere but in their own
+    /// process: not a fair kind (those queue in Redis) and not a read-write side (readers
+    /// share). Only these are served in local order and handed from a release to a waiter.
+    pub(crate) fn is_exclusive_unfair(self) -> bool {
+        matches!(
+            self,
+            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant
+        )
+    }
+
     /// Whether a second acquire by the holder that holds it is refused
     /// ([`LockError::AlreadyHeld`](crate::LockError::AlreadyHeld)) rather than re-entering.
     pub fn is_non_reentrant(self) -> bool {

@@ -63,11 +63,10 @@ pub(crate) enum Timer {
     Track,
     /// A lease hold's lease runs out.
     Expiry(HoldKey, u64),
-    /// Settle a hold's unconfirmed releases.
-    SettleHold(HoldKey, u64),
     /// Send again request `seq` ([`Op::seq`]), whose reply never came.
     Resend(u64),
-    /// Try again to settle this holder's count.
+    /// Settle this holder's count (`Op::Settle`): again after a failure, or a hold's
+    /// unconfirmed releases.
     Settle(HoldKey),
     /// Refresh this actor's fair-queue places.
     Refresh,

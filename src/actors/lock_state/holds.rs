@@ -4,10 +4,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Effect, HoldKey, LockState, Loss, Pending, Timer, backoff};
+use rustc_hash::FxHashMap;
+
+use super::{Effect, HoldKey, LockState, Loss, Timer};
 
 /// Every hold gets a number no other hold in this process had, so a stale guard can never
-/// release a later hold of the same holder.
+/// release a later hold of the same holder. Process-wide, not per state: a name's actor that
+/// stopped after lingering is followed by a new one, and what outlives an actor must not mistake
+/// a hold of the new one for one of the old: a `FencedLock` handle keeps its hold's newest token
+/// by epoch (a stale guard would fence with a later hold's token), and the Watchdog, one per
+/// manager, knows a hold by its name, holder, kind and epoch.
 static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The share of the watchdog timeout a watchdog hold lives before the Watchdog renews it. Its
@@ -32,22 +38,107 @@ pub(super) struct Hold {
     /// When a lease hold ends unless renewed by a re-entry (`Timer::Expiry`).
     pub ends: Option<Instant>,
     /// Releases asked for but not confirmed by Redis (an error, or a reply that never came).
-    /// `count` still includes them until settling the hold learns what happened.
+    /// `count` still includes them until settling the holder's count learns what happened.
     pub unreleased: u32,
-    pub settle_armed: bool,
-    /// Consecutive failed settlings of it, for the backoff.
-    pub settle_failures: u32,
+}
+
+/// The holds, one per holder and kind. Invariant: every hold counts at least one grant, and
+/// its epoch is its own for as long as the process lives.
+#[derive(Debug, Default)]
+pub(super) struct Holds {
+    by_key: FxHashMap<HoldKey, Hold>,
+}
+
+impl Holds {
+    pub(super) fn get(&self, key: &HoldKey) -> Option<&Hold> {
+        self.by_key.get(key)
+    }
+
+    /// The hold of `key`, if it is the one of `epoch`.
+    pub(super) fn of(&self, key: &HoldKey, epoch: u64) -> Option<&Hold> {
+        self.by_key.get(key).filter(|h| h.epoch == epoch)
+    }
+
+    /// The hold of `key`, if it is the one of `epoch`.
+    pub(super) fn of_mut(&mut self, key: &HoldKey, epoch: u64) -> Option<&mut Hold> {
+        self.by_key.get_mut(key).filter(|h| h.epoch == epoch)
+    }
+
+    pub(super) fn contains(&self, key: &HoldKey) -> bool {
+        self.by_key.contains_key(key)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// How many grants the hold of `key` counts (0 with none).
+    pub(super) fn count(&self, key: &HoldKey) -> u32 {
+        self.by_key.get(key).map_or(0, |h| h.count)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&HoldKey, &Hold)> {
+        self.by_key.iter()
+    }
+
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = (&HoldKey, &mut Hold)> {
+        self.by_key.iter_mut()
+    }
+
+    #[cfg(test)]
+    pub(super) fn values(&self) -> impl Iterator<Item = &Hold> {
+        self.by_key.values()
+    }
+
+    /// One more grant of `key`'s hold, or a new hold with a new epoch: its epoch.
+    pub(super) fn add(&mut self, key: &HoldKey, lease: Duration, started: Instant) -> u64 {
+        if let Some(hold) = self.by_key.get_mut(key) {
+            hold.count += 1;
+            hold.granted = hold.granted.max(started);
+            return hold.epoch;
+        }
+        let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
+        let hold = Hold {
+            count: 1,
+            epoch,
+            watchdog: false,
+            tracked: false,
+            granted: started,
+            lease,
+            ends: None,
+            unreleased: 0,
+        };
+        self.by_key.insert(key.clone(), hold);
+        epoch
+    }
+
+    /// Removes the hold of `key`, if it is the one of `epoch`.
+    pub(super) fn remove(&mut self, key: &HoldKey, epoch: u64) -> Option<Hold> {
+        self.of(key, epoch)?;
+        self.by_key.remove(key)
+    }
+
+    /// Removes every hold.
+    pub(super) fn take_all(&mut self) -> FxHashMap<HoldKey, Hold> {
+        std::mem::take(&mut self.by_key)
+    }
+}
+
+#[cfg(test)]
+impl<'a> IntoIterator for &'a Holds {
+    type Item = (&'a HoldKey, &'a Hold);
+    type IntoIter = std::collections::hash_map::Iter<'a, HoldKey, Hold>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.by_key.iter()
+    }
 }
 
 impl LockState {
-    pub(super) fn hold_mut(&mut self, key: &HoldKey, epoch: u64) -> Option<&mut Hold> {
-        self.holds.get_mut(key).filter(|h| h.epoch == epoch)
-    }
-
     /// When the hold of `key` was last granted by Redis (the grant's call was sent then) and
     /// the TTL that grant set: what its guards' validity starts from.
     pub(crate) fn granted_at(&self, key: &HoldKey, epoch: u64) -> Option<(Instant, Duration)> {
-        let hold = self.holds.get(key).filter(|h| h.epoch == epoch)?;
+        let hold = self.holds.of(key, epoch)?;
         Some((hold.granted, hold.lease))
     }
 
@@ -55,30 +146,7 @@ impl LockState {
     pub(super) fn grant(&mut self, key: HoldKey, lease: Option<Duration>, started: Instant) -> u64 {
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(self.settings.watchdog_timeout);
-        let epoch = match self.holds.get_mut(&key) {
-            Some(hold) => {
-                hold.count += 1;
-                hold.granted = hold.granted.max(started);
-                hold.epoch
-            }
-            None => {
-                let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
-                let hold = Hold {
-                    count: 1,
-                    epoch,
-                    watchdog: false,
-                    tracked: false,
-                    granted: started,
-                    lease,
-                    ends: None,
-                    unreleased: 0,
-                    settle_armed: false,
-                    settle_failures: 0,
-                };
-                self.holds.insert(key.clone(), hold);
-                epoch
-            }
-        };
+        let epoch = self.holds.add(&key, lease, started);
         if watchdog {
             self.watch(&key);
         } else {
@@ -92,7 +160,7 @@ impl LockState {
     /// Puts a hold under the watchdog (for good: it renews until the hold ends).
     fn watch(&mut self, key: &HoldKey) {
         let timeout = self.settings.watchdog_timeout;
-        let Some(hold) = self.holds.get_mut(key) else {
+        let Some(hold) = self.holds.by_key.get_mut(key) else {
             return;
         };
         if !hold.watchdog {
@@ -101,10 +169,9 @@ impl LockState {
         }
         hold.lease = timeout;
         hold.watchdog = true;
-        if !hold.tracked && !self.track_armed {
-            self.track_armed = true;
-            self.out
-                .push(Effect::Arm(Timer::Track, timeout / TRACK_AFTER));
+        if !hold.tracked && !self.timers.is_armed(&Timer::Track) {
+            self.timers
+                .set(Timer::Track, timeout / TRACK_AFTER, &mut self.out);
         }
     }
 
@@ -113,7 +180,7 @@ impl LockState {
     pub(super) fn track_due(&mut self) {
         let after = self.settings.watchdog_timeout / TRACK_AFTER;
         let mut next: Option<Duration> = None;
-        for (key, hold) in &mut self.holds {
+        for (key, hold) in self.holds.iter_mut() {
             if !hold.watchdog || hold.tracked {
                 continue;
             }
@@ -130,15 +197,14 @@ impl LockState {
             });
         }
         if let Some(next) = next {
-            self.track_armed = true;
-            self.out.push(Effect::Arm(Timer::Track, next));
+            self.timers.set(Timer::Track, next, &mut self.out);
         }
     }
 
     /// A lease hold is lost when its lease runs out, since nobody renews it.
     pub(super) fn expire_at(&mut self, key: &HoldKey, lease: Duration, at: Instant) {
         let now = self.now;
-        let Some(hold) = self.holds.get_mut(key) else {
+        let Some(hold) = self.holds.by_key.get_mut(key) else {
             return;
         };
         if hold.watchdog {
@@ -172,12 +238,12 @@ impl LockState {
         epoch: u64,
         lost: Option<Loss>,
     ) -> Option<Hold> {
-        self.holds.get(key).filter(|h| h.epoch == epoch)?;
-        let hold = self.holds.remove(key)?;
+        let hold = self.holds.remove(key, epoch)?;
         self.out
             .push(Effect::Cancel(Timer::Expiry(key.clone(), epoch)));
-        self.out
-            .push(Effect::Cancel(Timer::SettleHold(key.clone(), epoch)));
+        // Unconfirmed releases of it, if any, end with it.
+        self.timers
+            .cancel(Timer::Settle(key.clone()), &mut self.out);
         if hold.tracked {
             self.out.push(Effect::Untrack {
                 hold: key.clone(),
@@ -188,31 +254,13 @@ impl LockState {
             Some(loss) => Effect::Lost(epoch, loss),
             None => Effect::Ended(epoch),
         });
-        if self.abandoned.contains(key) {
+        if self.trips.abandoned.contains(key) {
             // Its holder's count was to be settled, by settling this hold, which
             // cannot run now: settled as the holder's, to what this actor still grants.
-            self.todo.push_back(Pending::Settle { key: key.clone() });
+            self.settle(key.clone());
+        } else {
+            self.trips.settle_over(key);
         }
         Some(hold)
-    }
-
-    pub(super) fn schedule_settle_hold(&mut self, key: &HoldKey) {
-        let Some(hold) = self.holds.get_mut(key) else {
-            return;
-        };
-        if hold.settle_armed
-            || self
-                .todo
-                .iter()
-                .any(|p| matches!(p, Pending::SettleHold { key: k, .. } if k == key))
-        {
-            return;
-        }
-        hold.settle_armed = true;
-        let delay = backoff(hold.settle_failures);
-        self.out.push(Effect::Arm(
-            Timer::SettleHold(key.clone(), hold.epoch),
-            delay,
-        ));
     }
 }

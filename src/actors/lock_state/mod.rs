@@ -11,33 +11,41 @@
 //! - a grant nobody takes any more is released, never leaked;
 //! - fair lock: when nothing is under way, each place of this actor's holders in the Redis queue
 //!   has a local waiter, or its failed leave is being sent again (`places`, `leaving`).
+//!
+//! The state is made of rooms, each with its own invariant: the waiters (`waiters.rs`), the
+//! holds (`holds.rs`), the fair-queue places (`places.rs`), the round trips (`trips.rs`) and the
+//! timers the state owns (`timers.rs`). The rules that join them are `impl LockState` blocks by
+//! subject: sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
+//! (`settle.rs`), requests of unknown outcome (`unsure.rs`), waking waiters (`wake.rs`).
 
 mod effects;
 mod holds;
 mod outcomes;
+mod places;
 mod round_trips;
+mod settle;
 #[cfg(test)]
 mod tests;
+mod timers;
+mod trips;
 mod unsure;
 mod waiters;
 mod wake;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
-use holds::Hold;
+use holds::Holds;
 
-use round_trips::{Flight, Leaving, Pending};
-use unsure::Unsure;
+use places::FairPlaces;
+use timers::Timers;
+use trips::{InFlight, Pending, Trips};
 use waiters::{Waiter, Waiters};
 
-pub(crate) use crate::actors::name::{
-    ERROR_BACKOFF_MAX, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
-};
+pub(crate) use crate::actors::name::{MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff};
 use crate::error::LockError;
 use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released};
 
@@ -68,10 +76,6 @@ pub(crate) struct Settings {
     pub hand_off: bool,
 }
 
-/// `recent_leaves` is swept of expired leaves when it reaches this size, then at twice what is
-/// left.
-const RECENT_LEAVES_MIN: usize = 64;
-
 /// The longest lease accepted: PEXPIRE must not overflow.
 pub(crate) const MAX_LEASE: Duration = crate::config::MAX_EXPIRY;
 
@@ -83,60 +87,21 @@ pub(crate) struct LockState {
     /// The lock's unlock channel (a fair waiter's own channel derives from it).
     channel: Arc<str>,
     settings: Settings,
-    holds: FxHashMap<HoldKey, Hold>,
+    holds: Holds,
     waiters: Waiters,
-    todo: VecDeque<Pending>,
-    flight: Option<Flight>,
-    /// The acquire, release or hand-off under way, kept to be sent again should its reply never
-    /// come.
-    sent: Option<Op>,
-    /// Requests whose reply never came, by number ([`Op::seq`]), until Redis answers one of
-    /// their resends.
-    unsure: FxHashMap<u64, Unsure>,
-    /// The last request number given.
-    seq: u64,
-    /// Holders whose count in Redis may be above what this actor grants (a request given up
-    /// unresolved, a lease ended here a little before Redis's copy): settled by count once none
-    /// of their requests is unresolved; they take nothing new until then.
-    abandoned: FxHashSet<HoldKey>,
-    /// Releases and settlings held back behind an unresolved request of their holder.
-    held_back: Vec<Pending>,
-    /// Consecutive retryable errors, for the backoff; reset by any answer from Redis.
-    failures: u32,
-    retry_armed: bool,
-    track_armed: bool,
-    /// Fair lock: the places' refresh is armed (while `places` is not empty).
-    refresh_armed: bool,
+    /// Fair lock: this actor's places in the Redis queue.
+    fair: FairPlaces,
+    trips: Trips,
+    timers: Timers,
     /// The channels routed here: while a waiter needs them.
     subscribed: FxHashSet<Arc<str>>,
-    /// Fair lock: the holders this actor may have a place for in the Redis queue, each with the
-    /// wait its place was made with. Fixed at the holder's first queued attempt and used by all
-    /// its requests (come-back, grant, leave), so that what a grant or a leave takes off the
-    /// deadlines behind is what the place added. A place is left when its holder's last waiter
-    /// ends without the lock, whichever of its waiters queued it. The wait is the manager's,
-    /// `min(fair_wait_timeout, fair_place_timeout)`, the same for every waiter, never a caller's
-    /// own wait: a place outlives the waiter that made it whenever a clone of the handle still
-    /// waits, and must serve that clone as well (a place made with a 1 s wait, 1 s behind a
-    /// dead place ahead, would expire within a refresh period of it, and the clone would queue
-    /// again at the tail). A caller's short wait costs nothing there: it leaves when it gives
-    /// up, and its leave takes off what its place added.
-    places: FxHashMap<Arc<str>, Duration>,
-    /// Fair lock: places whose leave failed or went unanswered, sent again until they would have
-    /// expired (see `Leaving`).
-    leaving: FxHashMap<Arc<str>, Leaving>,
-    /// Fair lock: leaves that ran, with their wait and when, kept while the place they removed
-    /// could have come back and still be alive (a failover to a replica that missed the leave):
-    /// sent again, idempotently, when the pub/sub connection comes back (see `resubscribed`).
-    recent_leaves: FxHashMap<Arc<str>, (Duration, Instant)>,
-    /// The size of `recent_leaves` at which its expired leaves are dropped next (amortized).
-    recent_leaves_cap: usize,
-    /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
-    pending_wakes: VecDeque<WaiterId>,
+    /// Consecutive retryable errors of attempts, for the backoff; reset by any answer from
+    /// Redis.
+    failures: u32,
     /// Local hand-offs since the last release that published.
     streak: u32,
     phase: Phase,
     busy: bool,
-    next_waiter: WaiterId,
     now: Instant,
     out: Vec<Effect>,
 }
@@ -148,29 +113,16 @@ impl LockState {
             channel: family.channel(&name).into(),
             name,
             settings,
-            holds: FxHashMap::default(),
+            holds: Holds::default(),
             waiters: Waiters::default(),
-            todo: VecDeque::new(),
-            flight: None,
-            sent: None,
-            unsure: FxHashMap::default(),
-            seq: 0,
-            abandoned: FxHashSet::default(),
-            held_back: Vec::new(),
-            failures: 0,
-            retry_armed: false,
-            track_armed: false,
-            refresh_armed: false,
+            fair: FairPlaces::default(),
+            trips: Trips::default(),
+            timers: Timers::default(),
             subscribed: FxHashSet::default(),
-            places: FxHashMap::default(),
-            leaving: FxHashMap::default(),
-            recent_leaves: FxHashMap::default(),
-            recent_leaves_cap: RECENT_LEAVES_MIN,
-            pending_wakes: VecDeque::new(),
+            failures: 0,
             streak: 0,
             phase: Phase::Running,
             busy: false,
-            next_waiter: 0,
             now,
             out: Vec::new(),
         }
@@ -197,8 +149,7 @@ impl LockState {
     /// A new request. Returns its waiter id; its answer may already be among the effects.
     pub(crate) fn request(&mut self, req: Request, now: Instant) -> WaiterId {
         self.now = now;
-        self.next_waiter += 1;
-        let id = self.next_waiter;
+        let id = self.waiters.next_id();
         if self.phase != Phase::Running {
             self.out
                 .push(Effect::Answer(id, Answer::Failed(LockError::Shutdown)));
@@ -228,7 +179,7 @@ impl LockState {
             self.subscribe(id);
         } else {
             self.attempt(id);
-            if !matches!(self.flight, Some(Flight::Attempt { id: f, .. }) if f == id) {
+            if self.trips.attempting() != Some(id) {
                 // Queued behind another round trip: it waits from now on.
                 self.watch_caller(id);
             }
@@ -245,15 +196,16 @@ impl LockState {
         now: Instant,
     ) {
         self.now = now;
-        self.todo.push_back(Pending::Release { key, epoch, reply });
+        self.trips
+            .todo
+            .push_back(Pending::Release { key, epoch, reply });
         self.pump();
     }
 
     /// The round trip under way finished.
     pub(crate) fn ran(&mut self, outcome: Outcome, now: Instant) {
         self.now = now;
-        let sent = self.sent.take();
-        let Some(flight) = self.flight.take() else {
+        let Some(InFlight { flight, sent }) = self.trips.under_way.take() else {
             return;
         };
         let resolved = match sent {
@@ -275,56 +227,6 @@ impl LockState {
         }
         self.maybe_idle();
         self.pump();
-    }
-
-    fn apply_outcome(&mut self, flight: Flight, outcome: Outcome) {
-        match (flight, outcome) {
-            (
-                Flight::Attempt {
-                    id,
-                    key,
-                    lease,
-                    started,
-                    place,
-                },
-                Outcome::Acquire(res),
-            ) => {
-                self.attempted(id, key, lease, started, place, res);
-                self.next_wake();
-            }
-            (Flight::Release(release), Outcome::Release(res)) => self.released(release, res),
-            (Flight::Settle { key }, Outcome::Settle(res)) => match res {
-                Ok(0) => self.settled(&key),
-                Ok(left) => {
-                    tracing::warn!(lock = %self.name, left, "could not settle a holder's count yet");
-                    self.out
-                        .push(Effect::Arm(Timer::Settle(key), ERROR_BACKOFF_MAX));
-                }
-                Err(error) => {
-                    tracing::warn!(lock = %self.name, %error, "could not settle a holder's count yet");
-                    self.out
-                        .push(Effect::Arm(Timer::Settle(key), ERROR_BACKOFF_MAX));
-                }
-            },
-            (Flight::SettleHold { key, epoch }, Outcome::Settle(res)) => {
-                self.hold_settled(key, epoch, res)
-            }
-            (Flight::Leave { holder, wait, then }, Outcome::LeaveQueue(res)) => {
-                self.left(holder, wait, res);
-                if let Some((id, answer)) = then {
-                    self.out.push(Effect::Answer(id, answer));
-                }
-            }
-            (Flight::Refresh, Outcome::FairRefresh(res)) => self.refreshed(res),
-            (Flight::Shutdown, Outcome::Shutdown) => {
-                // Nothing runs any more: releases asked for meanwhile fail (`pump`).
-                self.phase = Phase::Stopped;
-                self.out.push(Effect::Stopped);
-            }
-            (flight, outcome) => {
-                tracing::error!(lock = %self.name, ?flight, ?outcome, "a round trip's outcome does not match it");
-            }
-        }
     }
 
     /// An unlock message on `channel`: wake every waiter (`all`, a write release) or one.
@@ -373,10 +275,10 @@ impl LockState {
     /// A timer armed earlier fired.
     pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
         self.now = now;
+        self.timers.fired(&timer);
         match timer {
             Timer::Deadline(id) => self.give_up(id, "its wait ran out"),
             Timer::Retry => {
-                self.retry_armed = false;
                 if self.family.is_fair() {
                     // Each fair waiter has its own place, and the head of the Redis queue need
                     // not be the oldest local waiter: every one of them tries.
@@ -385,51 +287,40 @@ impl LockState {
                     self.wake_one();
                 }
             }
-            Timer::Track => {
-                self.track_armed = false;
-                self.track_due();
-            }
+            Timer::Track => self.track_due(),
             Timer::Expiry(key, epoch) => {
                 // Told lost from when the lease, counted from the request, ends; Redis's copy
                 // began when the script ran, a little later, and may still count: settled
                 // before the holder takes it again, so that it is not counted twice.
-                if self.hold_mut(&key, epoch).is_some() {
+                if self.holds.of(&key, epoch).is_some() {
                     self.lose(&key, epoch, Loss::Lease);
-                    self.abandoned.insert(key.clone());
-                    self.todo.push_back(Pending::Settle { key });
+                    self.trips.abandoned.insert(key.clone());
+                    self.settle(key);
                     self.pump();
                 }
             }
             Timer::Settle(key) => {
-                if self.abandoned.contains(&key) {
-                    self.todo.push_back(Pending::Settle { key });
+                if self.settle_due(&key) {
+                    self.settle(key);
                     self.pump();
                 }
             }
             Timer::Resend(id) => self.resend(id),
             Timer::Refresh => {
-                self.refresh_armed = false;
-                if !self.places.is_empty() {
-                    self.todo.push_back(Pending::Refresh);
+                if !self.fair.places.is_empty() {
+                    self.trips.todo.push_back(Pending::Refresh);
                     self.arm_refresh();
                     self.pump();
                 }
             }
             Timer::Leave(holder) => {
-                if let Some(leaving) = self.leaving.get(&holder) {
+                if let Some(leaving) = self.fair.leaving.get(&holder) {
                     let wait = leaving.wait;
-                    self.todo.push_front(Pending::Leave {
+                    self.trips.todo.push_front(Pending::Leave {
                         holder,
                         wait,
                         then: None,
                     });
-                    self.pump();
-                }
-            }
-            Timer::SettleHold(key, epoch) => {
-                if let Some(hold) = self.hold_mut(&key, epoch) {
-                    hold.settle_armed = false;
-                    self.todo.push_back(Pending::SettleHold { key, epoch });
                     self.pump();
                 }
             }
@@ -447,7 +338,7 @@ impl LockState {
     pub(crate) fn stop(&mut self, release: bool, now: Instant) {
         self.now = now;
         self.phase = Phase::Stopping;
-        self.todo.push_back(Pending::Shutdown { release });
+        self.trips.todo.push_back(Pending::Shutdown { release });
         self.pump();
     }
 
@@ -456,7 +347,7 @@ impl LockState {
     pub(crate) fn abandon(&mut self) {
         // Too late to leave fair queues: those places expire.
         self.fail_waiters();
-        for (key, hold) in std::mem::take(&mut self.holds) {
+        for (key, hold) in self.holds.take_all() {
             if hold.tracked {
                 self.out.push(Effect::Untrack {
                     hold: key,

@@ -2,107 +2,164 @@
 
 use std::time::{Duration, Instant};
 
-use super::round_trips::{Pending, ReleaseFlight};
+use super::trips::{Flight, Pending, ReleaseFlight};
 use super::*;
 
 impl LockState {
-    pub(super) fn attempted(
-        &mut self,
-        id: WaiterId,
-        key: HoldKey,
-        lease: Option<Duration>,
-        started: Instant,
-        place: Option<Duration>,
-        res: Result<Attempt, LockError>,
-    ) {
+    /// Carries out `outcome`, the reply to the round trip `flight` stood for (an unknown one
+    /// is `unsure`'s).
+    pub(super) fn apply_outcome(&mut self, flight: Flight, outcome: Outcome) {
+        match (flight, outcome) {
+            (
+                Flight::Attempt {
+                    id,
+                    key,
+                    lease,
+                    started,
+                    place,
+                },
+                Outcome::Acquire(res),
+            ) => {
+                let tried = Tried {
+                    id,
+                    key,
+                    lease,
+                    started,
+                    place,
+                };
+                self.attempted(tried, res);
+                self.next_wake();
+            }
+            (Flight::Release(release), Outcome::Release(res)) => self.released(release, res),
+            (Flight::Settle { key, epoch }, Outcome::Settle(res)) => {
+                self.settle_ran(key, epoch, res)
+            }
+            (Flight::Leave { holder, wait, then }, Outcome::LeaveQueue(res)) => {
+                self.left(holder, wait, res);
+                if let Some((id, answer)) = then {
+                    self.out.push(Effect::Answer(id, answer));
+                }
+            }
+            (Flight::Refresh, Outcome::FairRefresh(res)) => self.refreshed(res),
+            (Flight::Shutdown, Outcome::Shutdown) => {
+                // Nothing runs any more: releases asked for meanwhile fail (`pump`).
+                self.phase = Phase::Stopped;
+                self.out.push(Effect::Stopped);
+            }
+            (flight, outcome) => {
+                tracing::error!(lock = %self.name, ?flight, ?outcome, "a round trip's outcome does not match it");
+            }
+        }
+    }
+
+    /// An attempt's outcome.
+    fn attempted(&mut self, tried: Tried, res: Result<Attempt, LockError>) {
+        let Tried {
+            id,
+            key,
+            lease,
+            started,
+            ..
+        } = &tried;
         if key.1.is_fair() && matches!(res, Ok(Attempt::Acquired { .. } | Attempt::Unsynced { .. }))
         {
             // The grant took the holder out of the queue.
-            self.places.remove(&key.0);
-            if self.leaving.remove(&key.0).is_some() {
-                self.out.push(Effect::Cancel(Timer::Leave(key.0.clone())));
-            }
+            self.fair.granted(&key.0, &mut self.out);
+        }
+        if res.is_ok() {
+            // Redis answered: the backoff of failed attempts starts over.
+            self.failures = 0;
         }
         match res {
-            Ok(Attempt::Acquired { token, fresh }) => {
-                self.failures = 0;
-                if fresh && let Some(old) = self.holds.get(&key).map(|h| h.epoch) {
-                    // Redis counted nothing of this holder: the hold counted here is gone (its
-                    // key deleted or expired before a renewal noticed). Its guards are told, and
-                    // its releases find it gone, so that none of them takes back this new hold.
-                    self.lose(&key, old, Loss::Reentry);
-                }
-                if key.1 == LockKind::Read {
-                    // Readers share: every other reader waiting here may enter too.
-                    let new: Vec<WaiterId> = self
-                        .waiters
-                        .iter()
-                        .filter(|w| w.kind == LockKind::Read && w.id != id)
-                        .map(|w| w.id)
-                        .filter(|id| !self.pending_wakes.contains(id))
-                        .collect();
-                    self.pending_wakes.extend(new);
-                }
-                self.granted(id, key, lease, started, token);
-            }
-            Ok(Attempt::Busy { ttl }) => {
-                self.failures = 0;
-                if let Some(wait) = place {
-                    // The holder is queued now (it joined, or came back), even when its waiter
-                    // left before this request ran (sent again after an unknown outcome, after
-                    // the leave): unless another waiter of the holder needs it, it leaves again.
-                    self.take_place(&key.0, wait);
-                    if !self.waiters.contains(id) {
-                        self.leave_unused(&key.0, None);
-                    }
-                }
-                let Some(w) = self.waiters.get(id) else {
-                    // Its caller left meanwhile. This wake-up was the others' too: they wait for
-                    // the next message, or this TTL.
-                    if let (false, Some(ttl)) = (self.waiters.is_empty(), ttl) {
-                        self.schedule_retry(ttl);
-                    }
-                    return;
-                };
-                if !w.may_wait() {
-                    return self.answer(id, Answer::TimedOut);
-                }
-                self.subscribe(id);
-                // No TTL (a key without expiry): only the unlock message can wake us.
-                if let Some(ttl) = ttl {
-                    self.schedule_retry(ttl);
-                }
-            }
+            Ok(Attempt::Acquired { token, fresh }) => self.acquired(tried, token, fresh),
+            Ok(Attempt::Busy { ttl }) => self.found_busy(tried, ttl),
             Ok(Attempt::Gone) => {
                 // Redis counts nothing of this holder: the hold counted here is gone (its key
                 // deleted or expired before a renewal noticed). Its guards are told, and its
                 // releases find it gone; the waiter asks again at once, as a new hold.
-                self.failures = 0;
-                if let Some(old) = self.holds.get(&key).map(|h| h.epoch) {
-                    self.lose(&key, old, Loss::Reentry);
+                if let Some(old) = self.holds.get(key).map(|h| h.epoch) {
+                    self.lose(key, old, Loss::Reentry);
                 }
-                if self.waiters.contains(id) {
-                    self.attempt(id);
-                    if !matches!(self.flight, Some(Flight::Attempt { id: f, .. }) if f == id) {
+                if self.waiters.contains(*id) {
+                    self.attempt(*id);
+                    if self.trips.attempting() != Some(*id) {
                         // Queued behind another round trip: it waits from now on.
-                        self.watch_caller(id);
+                        self.watch_caller(*id);
                     }
                 }
             }
             Ok(Attempt::Unsynced { acked, wanted }) => {
                 // Redis granted it, but too few replicas have it: give it back, as a release
                 // of a hold nobody took.
-                self.failures = 0;
-                let epoch = self.grant(key.clone(), lease, started);
-                self.todo.push_back(Pending::Release {
-                    key,
+                let epoch = self.grant(key.clone(), *lease, *started);
+                self.trips.todo.push_back(Pending::Release {
+                    key: key.clone(),
                     epoch,
                     reply: None,
                 });
-                self.attempt_failed(id, LockError::ReplicaSync { acked, wanted });
+                self.attempt_failed(*id, LockError::ReplicaSync { acked, wanted });
             }
             // Redis answered (a reply that never came is `unsure`'s): nothing was taken.
-            Err(e) => self.attempt_failed(id, e),
+            Err(e) => self.attempt_failed(*id, e),
+        }
+    }
+
+    /// Redis granted an attempt.
+    fn acquired(&mut self, tried: Tried, token: Option<u64>, fresh: bool) {
+        let Tried {
+            id,
+            key,
+            lease,
+            started,
+            ..
+        } = tried;
+        if fresh && let Some(old) = self.holds.get(&key).map(|h| h.epoch) {
+            // Redis counted nothing of this holder: the hold counted here is gone (its key
+            // deleted or expired before a renewal noticed). Its guards are told, and its
+            // releases find it gone, so that none of them takes back this new hold.
+            self.lose(&key, old, Loss::Reentry);
+        }
+        if key.1 == LockKind::Read {
+            // Readers share: every other reader waiting here may enter too.
+            let new: Vec<WaiterId> = self
+                .waiters
+                .iter()
+                .filter(|w| w.kind == LockKind::Read && w.id != id)
+                .map(|w| w.id)
+                .filter(|id| !self.waiters.wakes.contains(id))
+                .collect();
+            self.waiters.wakes.extend(new);
+        }
+        self.granted(id, key, lease, started, token);
+    }
+
+    /// An attempt found the lock taken, for `ttl` more (none: a key without expiry).
+    fn found_busy(&mut self, tried: Tried, ttl: Option<Duration>) {
+        let Tried { id, key, place, .. } = tried;
+        if let Some(wait) = place {
+            // The holder is queued now (it joined, or came back), even when its waiter
+            // left before this request ran (sent again after an unknown outcome, after
+            // the leave): unless another waiter of the holder needs it, it leaves again.
+            self.take_place(&key.0, wait);
+            if !self.waiters.contains(id) {
+                self.leave_unused(&key.0, None);
+            }
+        }
+        let Some(w) = self.waiters.get(id) else {
+            // Its caller left meanwhile. This wake-up was the others' too: they wait for
+            // the next message, or this TTL.
+            if let (false, Some(ttl)) = (self.waiters.is_empty(), ttl) {
+                self.schedule_retry(ttl);
+            }
+            return;
+        };
+        if !w.may_wait() {
+            return self.answer(id, Answer::TimedOut);
+        }
+        self.subscribe(id);
+        // No TTL (a key without expiry): only the unlock message can wake us.
+        if let Some(ttl) = ttl {
+            self.schedule_retry(ttl);
         }
     }
 
@@ -151,7 +208,7 @@ impl LockState {
                 self.attempt(twin);
             }
         } else {
-            self.todo.push_back(Pending::Release {
+            self.trips.todo.push_back(Pending::Release {
                 key,
                 epoch,
                 reply: None,
@@ -160,6 +217,28 @@ impl LockState {
         if !self.waiters.is_empty() {
             // We hold it now: the others wake at our release, or when our lease ends.
             self.schedule_retry(lease.unwrap_or(self.settings.watchdog_timeout));
+        }
+    }
+
+    /// A release of one of `key`'s holds ran and Redis still counts the holder: its lease is
+    /// `lease` again from `started`.
+    fn still_held(&mut self, key: &HoldKey, epoch: u64, lease: Duration, started: Instant) {
+        let last = self.holds.of_mut(key, epoch).is_some_and(|hold| {
+            hold.count -= 1;
+            hold.count == 0
+        });
+        if !last {
+            self.expire_at(key, lease, started + lease);
+            return;
+        }
+        // Redis still counts this holder. An unresolved acquire of it went through: its
+        // resolution grants that count anew. Otherwise it is what a request given up left (the
+        // holder is this actor's alone): settled to none.
+        self.end_hold(key, epoch, None);
+        if !self.trips.is_unsure(key) {
+            tracing::warn!(lock = %self.name, holder = %key.0, "Redis counts more holds than were granted; settling");
+            self.trips.abandoned.insert(key.clone());
+            self.settle(key.clone());
         }
     }
 
@@ -176,28 +255,13 @@ impl LockState {
         } = release;
         let res = match res {
             Ok(HandedOff::No(Released::StillHeld)) => {
-                let last = self.hold_mut(&key, epoch).is_some_and(|hold| {
-                    hold.count -= 1;
-                    hold.count == 0
-                });
-                if last {
-                    // Redis still counts this holder. An unresolved acquire of it went through:
-                    // its resolution grants that count anew. Otherwise it is what a request
-                    // given up left (the holder is this actor's alone): settled to none.
-                    self.end_hold(&key, epoch, None);
-                    if !self.is_unsure(&key) {
-                        tracing::warn!(lock = %self.name, holder = %key.0, "Redis counts more holds than were granted; settling");
-                        self.abandoned.insert(key.clone());
-                        self.todo.push_back(Pending::Settle { key: key.clone() });
-                    }
-                } else {
-                    self.expire_at(&key, lease, started + lease);
-                }
+                self.still_held(&key, epoch, lease, started);
                 Ok(())
             }
             Ok(HandedOff::No(Released::Unlocked)) => {
                 self.streak = 0;
-                if self.hold_mut(&key, epoch).is_some_and(|h| h.count > 1) && !self.is_unsure(&key)
+                if self.holds.of_mut(&key, epoch).is_some_and(|h| h.count > 1)
+                    && !self.trips.is_unsure(&key)
                 {
                     // Redis counted fewer holds than were granted (and no unresolved release
                     // of them explains it): the others are gone.
@@ -207,8 +271,7 @@ impl LockState {
                 }
                 // A write release that leaves its holder reading publishes nothing
                 // (protocol.md): wake this process's waiters here.
-                if key.1 == LockKind::Write
-                    && self.holds.contains_key(&(key.0.clone(), LockKind::Read))
+                if key.1 == LockKind::Write && self.holds.contains(&(key.0.clone(), LockKind::Read))
                 {
                     self.wake_all();
                 }
@@ -230,9 +293,9 @@ impl LockState {
                 // Redis answered with an error (a reply that never came is `unsure`'s): the
                 // release did not run. Settling the hold finishes it, so a released (or dropped)
                 // guard never leaves a hold renewed forever.
-                if let Some(hold) = self.hold_mut(&key, epoch) {
+                if let Some(hold) = self.holds.of_mut(&key, epoch) {
                     hold.unreleased += 1;
-                    self.schedule_settle_hold(&key);
+                    self.settle_later(&key);
                 }
                 Err(e)
             }
@@ -242,44 +305,15 @@ impl LockState {
             self.out.push(Effect::ReleaseDone(reply, res));
         }
     }
+}
 
-    pub(super) fn hold_settled(&mut self, key: HoldKey, epoch: u64, res: Result<u32, LockError>) {
-        let name = self.name.clone();
-        let Some(hold) = self.hold_mut(&key, epoch) else {
-            // The hold ended meanwhile: a settle it stood for was queued again when it ended
-            // (`end_hold`).
-            return;
-        };
-        let holder = &key.0;
-        let target = hold.count - hold.unreleased;
-        match res {
-            Ok(0) if target == 0 => {
-                tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
-                self.settled_ending(&key, |s| {
-                    s.end_hold(&key, epoch, None);
-                });
-            }
-            Ok(0) => {
-                self.settled_ending(&key, |s| s.lose(&key, epoch, Loss::Unconfirmed));
-            }
-            Ok(in_redis) if in_redis > target => {
-                hold.count = in_redis;
-                hold.unreleased = in_redis - target;
-                hold.settle_failures = hold.settle_failures.saturating_add(1);
-                self.schedule_settle_hold(&key);
-            }
-            Ok(in_redis) => {
-                hold.count = in_redis;
-                hold.unreleased = 0;
-                hold.settle_failures = 0;
-                tracing::debug!(lock = %name, %holder, "unconfirmed releases settled");
-                self.settled(&key);
-            }
-            Err(error) => {
-                hold.settle_failures = hold.settle_failures.saturating_add(1);
-                tracing::warn!(lock = %name, %holder, %error, "cannot settle releases yet");
-                self.schedule_settle_hold(&key);
-            }
-        }
-    }
+/// An attempt that Redis answered: its waiter, the hold it asked for, its lease, when it was
+/// sent, and a fair attempt's place wait.
+#[derive(Debug)]
+struct Tried {
+    id: WaiterId,
+    key: HoldKey,
+    lease: Option<Duration>,
+    started: Instant,
+    place: Option<Duration>,
 }

@@ -3,7 +3,7 @@
 //! before it (`Expect`), so a request that ran already finds the count its first run left and
 //! replies as then (docs/protocol.md, "Sent again"); the state learns exactly what Redis counts
 //! and never takes back a hold by guessing. Meanwhile other round trips of the name go on; a
-//! release of the same hold waits behind it (see `release_op`).
+//! release or settling of the same holder waits behind it (`Trips::held_back`, see `pump`).
 //!
 //! Redis out of reach for longer than the watchdog timeout (a third of it for an acquire: see
 //! `horizon`): the request is given up. Its holder's
@@ -11,24 +11,10 @@
 //! unresolved, down to what this actor still grants, which is all the holder holds: every hold of
 //! a holder is its lock actor's.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::round_trips::{Flight, Pending};
+use super::trips::{Flight, Pending, Unsure};
 use super::*;
-
-/// One request under resolution.
-#[derive(Debug)]
-pub(super) struct Unsure {
-    /// The request, sent again as it is.
-    pub op: Op,
-    /// What its outcome needs; `None` while it is under way again.
-    pub flight: Option<Flight>,
-    /// When its first reply went missing: the resolution gives up `horizon` later.
-    pub since: Instant,
-    pub failures: u32,
-    /// Why its reply is missing: what a single attempt of the same holder fails with meanwhile.
-    pub error: LockError,
-}
 
 impl LockState {
     /// The reply of an acquire, release or hand-off came: it is resolved.
@@ -36,7 +22,7 @@ impl LockState {
         let Some(seq) = op.seq() else {
             return;
         };
-        if self.unsure.remove(&seq).is_some() {
+        if self.trips.unsure.remove(&seq).is_some() {
             self.out.push(Effect::Cancel(Timer::Resend(seq)));
             for key in op.keys() {
                 self.settle_if_clear(key);
@@ -53,7 +39,7 @@ impl LockState {
             return;
         };
         let now = self.now;
-        let (since, failures) = match self.unsure.get(&id) {
+        let (since, failures) = match self.trips.unsure.get(&id) {
             Some(u) => (u.since, u.failures + 1),
             None => (now, 1),
         };
@@ -77,7 +63,7 @@ impl LockState {
         }
         let attempt = matches!(flight, Flight::Attempt { .. });
         if give_up {
-            self.unsure.remove(&id);
+            self.trips.unsure.remove(&id);
             self.give_up_on(&op, flight);
         } else {
             self.out
@@ -89,7 +75,7 @@ impl LockState {
                 failures,
                 error: error.clone(),
             };
-            self.unsure.insert(id, unsure);
+            self.trips.unsure.insert(id, unsure);
         }
         if let Some(reply) = reply {
             self.out
@@ -121,17 +107,17 @@ impl LockState {
 
     /// The resend timer of request `id` fired: it goes first.
     pub(super) fn resend(&mut self, id: u64) {
-        let expired = self
-            .unsure
-            .get(&id)
-            .is_some_and(|u| self.now.saturating_duration_since(u.since) >= self.horizon(&u.op));
+        let expired =
+            self.trips.unsure.get(&id).is_some_and(|u| {
+                self.now.saturating_duration_since(u.since) >= self.horizon(&u.op)
+            });
         if expired {
             // Past its horizon: given up.
             if let Some(Unsure {
                 op,
                 flight: Some(flight),
                 ..
-            }) = self.unsure.remove(&id)
+            }) = self.trips.unsure.remove(&id)
             {
                 tracing::warn!(lock = %self.name, "a request's reply never came; given up");
                 self.give_up_on(&op, flight);
@@ -140,44 +126,29 @@ impl LockState {
             }
             return;
         }
-        if self.unsure.contains_key(&id) {
-            self.todo.push_front(Pending::Resend(id));
+        if self.trips.unsure.contains_key(&id) {
+            self.trips.todo.push_front(Pending::Resend(id));
             self.pump();
         }
     }
 
     /// The request and its flight, to run again.
     pub(super) fn resend_op(&mut self, id: u64) -> Option<(Op, Flight)> {
-        let u = self.unsure.get_mut(&id)?;
+        let u = self.trips.unsure.get_mut(&id)?;
         let flight = u.flight.take()?;
         Some((u.op.clone(), flight))
-    }
-
-    /// The error of `key`'s unresolved request, if it has one.
-    pub(super) fn unsure_error(&self, key: &HoldKey) -> Option<LockError> {
-        self.unsure
-            .values()
-            .find(|u| u.op.keys().any(|k| k == *key))
-            .map(|u| u.error.clone())
-    }
-
-    /// Whether a request of `key` is unresolved. Until none is, no other request of that holder
-    /// runs: a resend must find the holder's count as its first run left it (or as before it,
-    /// had it not run), since that count is all that tells the two apart.
-    pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
-        self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
     }
 
     /// Redis stayed out of reach: what the request may have done to its holder's count is
     /// settled by count, once nothing else of that holder is unresolved.
     fn give_up_on(&mut self, op: &Op, flight: Flight) {
         if let Flight::Release(release) = &flight
-            && let Some(hold) = self.hold_mut(&release.key, release.epoch)
+            && let Some(hold) = self.holds.of_mut(&release.key, release.epoch)
         {
             hold.unreleased += 1;
         }
         for key in op.keys() {
-            self.abandoned.insert(key.clone());
+            self.trips.abandoned.insert(key.clone());
             self.settle_if_clear(key);
         }
         if let Flight::Attempt {
@@ -197,33 +168,12 @@ impl LockState {
     /// Once no request of `key` is unresolved: its releases held back meanwhile go on, and its
     /// count is settled if a request of it was given up.
     fn settle_if_clear(&mut self, key: HoldKey) {
-        if self.is_unsure(&key) {
+        if self.trips.is_unsure(&key) {
             return;
         }
-        let (back, keep) = std::mem::take(&mut self.held_back)
-            .into_iter()
-            .partition(|p| p.key() == Some(&key));
-        self.held_back = keep;
-        self.todo.extend::<Vec<Pending>>(back);
-        if self.abandoned.contains(&key) {
-            self.todo.push_back(Pending::Settle { key });
-        }
-    }
-
-    /// `key`'s count is what this actor grants again: its waiters may go on.
-    pub(super) fn settled(&mut self, key: &HoldKey) {
-        self.settled_ending(key, |_| {});
-    }
-
-    /// `key`'s count is settled, and `end` ends what ends with it (its hold) before its waiters
-    /// go on: an attempt started by their wake-up expects the count the state then has, so that
-    /// must be Redis's already.
-    pub(super) fn settled_ending(&mut self, key: &HoldKey, end: impl FnOnce(&mut Self)) {
-        let settling = self.abandoned.remove(key);
-        end(self);
-        if settling {
-            self.out.push(Effect::Cancel(Timer::Settle(key.clone())));
-            self.wake_all();
+        self.trips.release_held_back(&key);
+        if self.trips.abandoned.contains(&key) {
+            self.settle(key);
         }
     }
 }

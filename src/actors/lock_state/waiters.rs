@@ -1,5 +1,5 @@
-//! The local waiters of one lock name: FIFO order with O(1) insertion and removal by id, and the
-//! counts per holder that spare a scan of the queue.
+//! The local waiters of one lock name: FIFO order with O(1) insertion and removal by id, the
+//! counts per holder that spare a scan of the queue, and the wake-ups still to give.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -41,6 +41,10 @@ pub(super) struct Waiters {
     may_wait: usize,
     /// Per holder: how many live waiters, and how many of them may wait.
     by_holder: FxHashMap<Arc<str>, Count>,
+    /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
+    pub wakes: VecDeque<WaiterId>,
+    /// The last waiter id given.
+    last_id: WaiterId,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +54,12 @@ struct Count {
 }
 
 impl Waiters {
+    /// A new waiter id, never given before by this queue.
+    pub(super) fn next_id(&mut self) -> WaiterId {
+        self.last_id += 1;
+        self.last_id
+    }
+
     pub(super) fn push(&mut self, w: Waiter) {
         let count = self.by_holder.entry(w.holder.clone()).or_default();
         count.all += 1;
@@ -130,7 +140,7 @@ impl Waiters {
         self.may_wait - self.by_holder.get(holder).map_or(0, |c| c.may_wait)
     }
 
-    /// Empties the queue, oldest first.
+    /// Empties the queue (and its wake-ups), oldest first.
     pub(super) fn drain(&mut self) -> Vec<Waiter> {
         let mut out = Vec::with_capacity(self.live.len());
         for id in std::mem::take(&mut self.order) {
@@ -138,7 +148,9 @@ impl Waiters {
                 out.push(w);
             }
         }
+        let last_id = self.last_id;
         *self = Self::default();
+        self.last_id = last_id;
         out
     }
 }

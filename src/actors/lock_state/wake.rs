@@ -16,11 +16,9 @@ impl LockState {
         let Some(new) = self.waiters.get(id) else {
             return false;
         };
-        matches!(
-            new.kind,
-            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant
-        ) && new.may_wait()
-            && !self.holds.contains_key(&(new.holder.clone(), new.kind))
+        new.kind.is_exclusive_unfair()
+            && new.may_wait()
+            && !self.holds.contains(&(new.holder.clone(), new.kind))
             && self.waiters.others_waiting(&new.holder) > 0
     }
 
@@ -50,9 +48,8 @@ impl LockState {
         if let Wait::Up(_) = w.wait {
             self.out.push(Effect::Cancel(Timer::Deadline(id)));
         }
-        if self.waiters.is_empty() && self.retry_armed {
-            self.retry_armed = false;
-            self.out.push(Effect::Cancel(Timer::Retry));
+        if self.waiters.is_empty() {
+            self.timers.stop(&Timer::Retry, &mut self.out);
         }
         if self.family.is_fair() && !matches!(answer, Answer::Granted { .. }) {
             self.leave_unused(&w.holder, Some((id, answer)));
@@ -84,10 +81,7 @@ impl LockState {
 
     /// One wake-up (unlock message, TTL run out, reconnection): one attempt for the head waiter.
     pub(super) fn wake_one(&mut self) {
-        if self.retry_armed {
-            self.retry_armed = false;
-            self.out.push(Effect::Cancel(Timer::Retry));
-        }
+        self.timers.stop(&Timer::Retry, &mut self.out);
         if let Some(id) = self.waiters.front().map(|w| w.id) {
             self.attempt(id);
         }
@@ -96,18 +90,15 @@ impl LockState {
     /// A wake-all message (a write release): every waiter gets one attempt, oldest first, one
     /// round trip at a time.
     pub(super) fn wake_all(&mut self) {
-        if self.retry_armed {
-            self.retry_armed = false;
-            self.out.push(Effect::Cancel(Timer::Retry));
-        }
-        self.pending_wakes = self.waiters.iter().map(|w| w.id).collect();
+        self.timers.stop(&Timer::Retry, &mut self.out);
+        self.waiters.wakes = self.waiters.iter().map(|w| w.id).collect();
         self.next_wake();
     }
 
     /// The next pending wake-up, skipping waiters that have left meanwhile. Whether there was
     /// one.
     pub(super) fn next_wake(&mut self) -> bool {
-        while let Some(id) = self.pending_wakes.pop_front() {
+        while let Some(id) = self.waiters.wakes.pop_front() {
             if self.waiters.contains(id) {
                 self.attempt(id);
                 return true;
@@ -128,8 +119,7 @@ impl LockState {
     }
 
     pub(super) fn schedule_retry(&mut self, after: Duration) {
-        self.retry_armed = true;
-        self.out.push(Effect::Arm(Timer::Retry, after));
+        self.timers.set(Timer::Retry, after, &mut self.out);
     }
 
     /// Subscribes waiter `id`'s channel (then `subscribed` tries once more).
@@ -173,23 +163,16 @@ impl LockState {
     pub(super) fn maybe_idle(&mut self) {
         let idle = self.holds.is_empty()
             && self.waiters.is_empty()
-            && self.todo.is_empty()
-            && self.flight.is_none()
-            && self.unsure.is_empty()
-            && self.abandoned.is_empty()
-            && self.leaving.is_empty();
+            && self.trips.is_idle()
+            && self.fair.leaving.is_empty();
         if !idle || !self.busy {
             return;
         }
         // The hand-over tick stays armed: a name used again soon (the actor lingers, see
         // `retire`) then arms no timer per hold; it fires once, finds nothing, and is not
         // armed again.
-        if std::mem::take(&mut self.retry_armed) {
-            self.out.push(Effect::Cancel(Timer::Retry));
-        }
-        if std::mem::take(&mut self.refresh_armed) {
-            self.out.push(Effect::Cancel(Timer::Refresh));
-        }
+        self.timers.stop(&Timer::Retry, &mut self.out);
+        self.timers.stop(&Timer::Refresh, &mut self.out);
         for channel in std::mem::take(&mut self.subscribed) {
             self.out.push(Effect::Unsubscribe(channel));
         }
@@ -200,8 +183,8 @@ impl LockState {
     /// The actor is about to leave after lingering idle: cancels the hand-over tick, the one
     /// timer an idle state may still have armed, so that nothing keeps the actor alive.
     pub(crate) fn retire(&mut self) {
-        if !self.busy && std::mem::take(&mut self.track_armed) {
-            self.out.push(Effect::Cancel(Timer::Track));
+        if !self.busy {
+            self.timers.stop(&Timer::Track, &mut self.out);
         }
     }
 }

@@ -96,30 +96,13 @@ impl SyncState {
                 tracing::debug!(?outcome, "synchronizer request sent again");
                 under.failures += 1;
                 self.effects.push(Effect::Arm(Timer::Resend(seq), after));
-                // A waiter past its deadline (or making a single attempt) is answered now, not
-                // when the request is resolved: that can take until the horizon, far past its
-                // wait. The request goes on; what it took, should it have run, is given back
-                // (below: its waiter is gone).
-                let (waiter, attempt) = match under.purpose {
-                    Purpose::Attempt(id) => (Some(id), true),
-                    Purpose::Unsynced { waiter, .. } => (Some(waiter), false),
-                    _ => (None, false),
+                let purpose = match under.purpose {
+                    Purpose::Attempt(id) => Some((id, true)),
+                    Purpose::Unsynced { waiter, .. } => Some((waiter, false)),
+                    _ => None,
                 };
-                if let Some(id) = waiter
-                    && let Some(at) = self.position(id)
-                    && self.waiters[at].last
-                {
-                    match outcome {
-                        // A single attempt fails as a lock's does when its reply is missing.
-                        Outcome::Take(Err(error)) | Outcome::Reply(Err(error))
-                            if attempt && self.waiters[at].once =>
-                        {
-                            self.answer(at, Answer::Failed(error));
-                        }
-                        _ => self.stop_waiting(id),
-                    }
-                    self.unsubscribe_if_unused();
-                    self.update_busy();
+                if let Some((waiter, attempt)) = purpose {
+                    self.reply_lost(waiter, attempt, outcome);
                 }
                 return;
             }
@@ -127,15 +110,39 @@ impl SyncState {
         let Some(under) = self.trips.remove(&seq) else {
             return;
         };
-        let lane = under.lane;
-        // A permit semaphore's take whose outcome stays unknown may have run, and one whose
-        // refused permits were not given back did: its ids may be held in Redis. Its waiter
-        // cannot try again with them (the script takes free permits for ids it adds again, so
-        // they would be taken twice, the first time for good): it is answered with the error.
-        let ids_may_be_held = |outcome: &Outcome| {
-            self.kind == SyncKind::PermitSemaphore
-                && matches!(outcome, Outcome::Take(Err(_)) | Outcome::Reply(Err(_)))
+        self.finished(under, outcome);
+        self.maybe_stopped();
+        self.update_busy();
+    }
+
+    /// The reply of waiter `id`'s attempt (`attempt`), or of the give-back of what its attempt
+    /// took unsynced, went missing, and the request is sent again. A waiter past its deadline
+    /// (or making a single attempt) is answered now, not when the request is resolved: that can
+    /// take until the horizon, far past its wait. The request goes on; what it took, should it
+    /// have run, is given back (in `finished`: its waiter is gone).
+    fn reply_lost(&mut self, id: WaiterId, attempt: bool, outcome: Outcome) {
+        let Some(at) = self.position(id) else {
+            return;
         };
+        if !self.waiters[at].last {
+            return;
+        }
+        match outcome {
+            // A single attempt fails as a lock's does when its reply is missing.
+            Outcome::Take(Err(error)) | Outcome::Reply(Err(error))
+                if attempt && self.waiters[at].once =>
+            {
+                self.answer(at, Answer::Failed(error));
+            }
+            _ => self.stop_waiting(id),
+        }
+        self.unsubscribe_if_unused();
+        self.update_busy();
+    }
+
+    /// Round trip `under` is over with `outcome`: what it was for gets it.
+    fn finished(&mut self, under: Under, outcome: Outcome) {
+        let lane = under.lane;
         match (under.purpose, outcome, under.op) {
             (
                 Purpose::Attempt(waiter),
@@ -168,26 +175,7 @@ impl SyncState {
             }
             (Purpose::Attempt(waiter), outcome, _) => {
                 self.free_lanes.push(lane);
-                if outcome.unknown() && ids_may_be_held(&outcome) {
-                    self.last_try(waiter);
-                }
-                let tried = match outcome {
-                    Outcome::Take(Ok(Take::Taken)) => Tried::Done,
-                    Outcome::Take(Ok(Take::Short { free, retry_in })) => {
-                        Tried::Short { free, retry_in }
-                    }
-                    Outcome::Take(Ok(Take::Unsynced { acked, wanted })) => {
-                        Tried::Failed(LockError::ReplicaSync { acked, wanted })
-                    }
-                    // A latch's read: open at 0.
-                    Outcome::Reply(Ok(count)) if count <= 0 => Tried::Done,
-                    Outcome::Reply(Ok(_)) => Tried::Short {
-                        free: 0,
-                        retry_in: None,
-                    },
-                    Outcome::Take(Err(e)) | Outcome::Reply(Err(e)) => Tried::Failed(e),
-                };
-                self.tried(waiter, tried, now);
+                self.attempt_ran(waiter, outcome);
             }
             (
                 Purpose::Unsynced {
@@ -199,17 +187,7 @@ impl SyncState {
                 _,
             ) => {
                 self.free_lanes.push(lane);
-                if let Outcome::Reply(Err(error)) | Outcome::Take(Err(error)) = &outcome {
-                    tracing::warn!(%error, "permits refused by replica sync not given back");
-                }
-                if ids_may_be_held(&outcome) {
-                    self.last_try(waiter);
-                }
-                self.tried(
-                    waiter,
-                    Tried::Failed(LockError::ReplicaSync { acked, wanted }),
-                    now,
-                );
+                self.unsynced_given_back(waiter, LockError::ReplicaSync { acked, wanted }, outcome);
             }
             (
                 Purpose::GiveBack {
@@ -223,19 +201,62 @@ impl SyncState {
                 self.free_lanes.push(lane);
                 self.given_back(reply, (permits, was_lost), outcome);
             }
-            (Purpose::Adjust(reply), outcome, _) => {
+            (Purpose::Adjust(Some(reply)), outcome, _) => {
                 self.free_lanes.push(lane);
-                if let Some(reply) = reply {
-                    let res = match outcome {
-                        Outcome::Reply(res) => res,
-                        Outcome::Take(res) => res.map(|_| 0),
-                    };
-                    self.effects.push(Effect::Own(Own::AdjustDone(reply, res)));
-                }
+                let res = match outcome {
+                    Outcome::Reply(res) => res,
+                    Outcome::Take(res) => res.map(|_| 0),
+                };
+                self.effects.push(Effect::Own(Own::AdjustDone(reply, res)));
             }
+            (Purpose::Adjust(None), _, _) => self.free_lanes.push(lane),
         }
-        self.maybe_stopped();
-        self.update_busy();
+    }
+
+    /// Waiter `id`'s attempt (a take, or a latch's read) is over with `outcome`.
+    fn attempt_ran(&mut self, id: WaiterId, outcome: Outcome) {
+        if outcome.unknown() && self.ids_may_be_held(&outcome) {
+            self.last_try(id);
+        }
+        let tried = match outcome {
+            Outcome::Take(Ok(Take::Taken)) => Tried::Done,
+            Outcome::Take(Ok(Take::Short { free, retry_in })) => Tried::Short { free, retry_in },
+            Outcome::Take(Ok(Take::Unsynced { acked, wanted })) => {
+                Tried::Failed(LockError::ReplicaSync { acked, wanted })
+            }
+            // A latch's read: open at 0.
+            Outcome::Reply(Ok(count)) if count <= 0 => Tried::Done,
+            Outcome::Reply(Ok(_)) => Tried::Short {
+                free: 0,
+                retry_in: None,
+            },
+            Outcome::Take(Err(e)) | Outcome::Reply(Err(e)) => Tried::Failed(e),
+        };
+        let now = self.now;
+        self.tried(id, tried, now);
+    }
+
+    /// The permits waiter `id`'s attempt took unsynced were given back (or not, by `outcome`):
+    /// it fails with the replica-sync `error` it got.
+    fn unsynced_given_back(&mut self, id: WaiterId, error: LockError, outcome: Outcome) {
+        if let Outcome::Reply(Err(error)) | Outcome::Take(Err(error)) = &outcome {
+            tracing::warn!(%error, "permits refused by replica sync not given back");
+        }
+        if self.ids_may_be_held(&outcome) {
+            self.last_try(id);
+        }
+        let now = self.now;
+        self.tried(id, Tried::Failed(error), now);
+    }
+
+    /// Whether a request that ended with `outcome` may leave its ids held in Redis: a permit
+    /// semaphore's take whose outcome stays unknown may have run, and one whose refused permits
+    /// were not given back did. Its waiter cannot try again with them (the script takes free
+    /// permits for ids it adds again, so they would be taken twice, the first time for good):
+    /// it is answered with the error.
+    fn ids_may_be_held(&self, outcome: &Outcome) -> bool {
+        self.kind == SyncKind::PermitSemaphore
+            && matches!(outcome, Outcome::Take(Err(_)) | Outcome::Reply(Err(_)))
     }
 
     /// Whether the reply of waiter `id`'s attempt (or of the give-back of permits its attempt

@@ -301,8 +301,8 @@ fn a_failed_leave_is_sent_again_until_it_runs() {
         "{fx:?}"
     );
     assert!(redis.queued("a"));
-    assert_eq!(s.leaving.len(), 0);
-    assert_eq!(s.places.len(), 1);
+    assert_eq!(s.fair.leaving.len(), 0);
+    assert_eq!(s.fair.places.len(), 1);
 }
 
 /// A stop leaves the places being left too.
@@ -466,7 +466,7 @@ fn a_failed_leave_is_sent_again_until_the_place_would_have_expired() {
     s.ran(Outcome::LeaveQueue(Err(timeout())), t3);
     let fx = s.drain();
     assert!(!leave_armed(&fx), "{fx:?}");
-    assert!(s.leaving.is_empty());
+    assert!(s.fair.leaving.is_empty());
 }
 
 /// The model's refresh and come-back move every place behind a place that moved on by as much,

@@ -37,12 +37,12 @@ impl LockState {
     /// Nothing of the state is under way, unresolved or waiting to be settled: Redis then counts
     /// exactly what it grants (with no round trip in flight in its shell either).
     fn is_quiet(&self) -> bool {
-        self.flight.is_none()
-            && self.todo.is_empty()
-            && self.unsure.is_empty()
-            && self.held_back.is_empty()
-            && self.abandoned.is_empty()
-            && self.holds.values().all(|h| !h.settle_armed)
+        self.trips.under_way.is_none()
+            && self.trips.todo.is_empty()
+            && self.trips.unsure.is_empty()
+            && self.trips.held_back.is_empty()
+            && self.trips.abandoned.is_empty()
+            && !self.timers.iter().any(|t| matches!(t, Timer::Settle(_)))
     }
 }
 
@@ -554,4 +554,109 @@ fn no_hand_off_to_a_holder_whose_hold_here_is_gone_from_redis() {
         assert_ne!(fresh, stale, "{kind:?}: a new hold, not the gone one");
         assert_eq!(s.holds.get(&("a".into(), kind)).map(|h| h.count), Some(1));
     }
+}
+
+/// The `Arm` of the settle timer of `key` among `effects`, with its delay.
+fn settle_armed(effects: &[Effect], key: &HoldKey) -> Option<Duration> {
+    effects.iter().find_map(|e| match e {
+        Effect::Arm(Timer::Settle(k), after) if k == key => Some(*after),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_lease_ended_here_is_settled_before_its_holder_takes_again_and_a_single_try_finds_it_taken() {
+    let mut s = state(LockKind::Reentrant);
+    let t0 = Instant::now();
+    let leased = Request {
+        lease: Some(SECOND),
+        ..req("a", Wait::Forever)
+    };
+    let a = s.request(leased, t0);
+    s.ran(acquired(), t0);
+    let (key, epoch) = granted(&s.drain(), a).expect("granted");
+    // The lease ends here a little before Redis's copy, which may still count: the holder's
+    // count is settled to none before it takes anything new.
+    let t1 = t0 + SECOND;
+    s.fired(Timer::Expiry(key.clone(), epoch), t1);
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
+        "{fx:?}"
+    );
+    // It fails: tried again on the one settle timer, after the backoff of one failure.
+    s.ran(Outcome::Settle(Err(timeout())), t1);
+    let fx = s.drain();
+    assert_eq!(settle_armed(&fx, &key), Some(backoff(1)), "{fx:?}");
+    // Meanwhile a single try of the holder cannot wait for the settling: the lock is not free
+    // to it (Redis may still count its ended hold), so it is answered as a busy lock is.
+    let once = s.request(req("a", Wait::No), t1);
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty(), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Answer(i, Answer::TimedOut) if *i == once)),
+        "{fx:?}"
+    );
+    // A waiter that may wait waits for it, and tries once the count is settled.
+    let waiter = s.request(req("a", Wait::Forever), t1);
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty() && !answered(&fx, waiter), "{fx:?}");
+    let t2 = t1 + backoff(1);
+    s.fired(Timer::Settle(key.clone()), t2);
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
+        "{fx:?}"
+    );
+    s.ran(Outcome::Settle(Ok(0)), t2);
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::Acquire { expect, .. }] if expect.count == 0),
+        "{fx:?}"
+    );
+}
+
+#[test]
+fn a_refused_release_and_its_failed_settling_share_one_settle_timer_and_backoff() {
+    let mut s = state(LockKind::Reentrant);
+    let t0 = Instant::now();
+    let a = s.request(req("a", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let (key, epoch) = granted(&s.drain(), a).expect("granted");
+    s.request(req("a", Wait::Forever), t0);
+    s.ran(reentered(), t0);
+    s.drain();
+    s.release(key.clone(), epoch, Some(1), t0);
+    s.drain();
+    // Redis answered with an error: the release did not run; the hold's count is settled
+    // after the first backoff.
+    let refused = LockError::OutOfMemory { op: "test" };
+    s.ran(Outcome::Release(Err(refused)), t0);
+    let fx = s.drain();
+    assert_eq!(settle_armed(&fx, &key), Some(backoff(0)), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::ReleaseDone(1, Err(_))))
+    );
+    s.fired(Timer::Settle(key.clone()), t0 + backoff(0));
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::Settle { target: 1, .. }]),
+        "{fx:?}"
+    );
+    // Still two in Redis: the same timer again, one failure further.
+    s.ran(Outcome::Settle(Ok(2)), t0 + backoff(0));
+    let fx = s.drain();
+    assert_eq!(settle_armed(&fx, &key), Some(backoff(1)), "{fx:?}");
+    s.fired(Timer::Settle(key.clone()), t0 + SECOND);
+    s.drain();
+    s.ran(Outcome::Settle(Ok(1)), t0 + SECOND);
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty(), "{fx:?}");
+    assert_eq!(
+        s.holds.get(&key).map(|h| (h.count, h.unreleased)),
+        Some((1, 0))
+    );
+    assert!(s.is_quiet());
 }

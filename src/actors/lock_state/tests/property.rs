@@ -191,10 +191,7 @@ impl Shell {
         s.check()?;
         // Every waiter is watched, but the one whose attempt is under way: a caller that leaves
         // is noticed.
-        let attempting = match &s.flight {
-            Some(Flight::Attempt { id, .. }) => Some(*id),
-            _ => None,
-        };
+        let attempting = s.trips.attempting();
         for id in &self.waiting {
             if s.is_waiting(*id) && Some(*id) != attempting {
                 prop_assert!(self.watched.contains(id), "waiter {id} waits unwatched");
@@ -236,7 +233,7 @@ impl Shell {
         if self.flight.is_none() && s.is_quiet() && !self.stopping {
             for h in &self.redis.queue {
                 prop_assert!(
-                    s.waiters.has_holder(h) || s.leaving.contains_key(h),
+                    s.waiters.has_holder(h) || s.fair.leaving.contains_key(h),
                     "a place of {h} with no waiter: queue {:?}",
                     self.redis.queue
                 );

@@ -361,9 +361,13 @@ impl Sim {
                 .waiters
                 .iter()
                 .any(|w| w.holder == *head && w.may_wait())
-            && !self.managers[m].state.is_unsure(&(head.clone(), self.kind))
             && !self.managers[m]
                 .state
+                .trips
+                .is_unsure(&(head.clone(), self.kind))
+            && !self.managers[m]
+                .state
+                .trips
                 .abandoned
                 .contains(&(head.clone(), self.kind))
         {
@@ -378,8 +382,8 @@ impl Sim {
         self.managers[m].state.ran(outcome, now);
         if let Some(holder) = failed_leave {
             let state = &self.managers[m].state;
-            if !state.leaving.contains_key(&holder)
-                && !state.places.contains_key(&holder)
+            if !state.fair.leaving.contains_key(&holder)
+                && !state.fair.places.contains_key(&holder)
                 && self.redis.queued(&holder)
             {
                 // Its resends ended when the place would have expired at the head; behind
@@ -749,7 +753,7 @@ impl Sim {
             if mgr.dead || self.orphans.contains(h) {
                 continue;
             }
-            if !mgr.state.waiters.has_holder(h) && !mgr.state.leaving.contains_key(h) {
+            if !mgr.state.waiters.has_holder(h) && !mgr.state.fair.leaving.contains_key(h) {
                 return Err(format!(
                     "a place of {h} with no waiter: queue {:?}",
                     self.redis.queue

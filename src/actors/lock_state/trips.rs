@@ -1,0 +1,236 @@
+//! The round trips of one name, as data: what is queued, the one under way (one at a time),
+//! the requests whose reply never came, what waits behind them, and the holders whose count is
+//! to be settled. What each trip does to the rest of the state is in `round_trips.rs` (sending)
+//! and `outcomes.rs` (its outcome).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::{Answer, HoldKey, Op, ReplyId, WaiterId};
+use crate::error::LockError;
+
+/// A round trip waiting its turn.
+#[derive(Debug)]
+pub(super) enum Pending {
+    Attempt(WaiterId),
+    Release {
+        key: HoldKey,
+        epoch: u64,
+        reply: Option<ReplyId>,
+    },
+    /// Bring the holder's count in Redis to what this actor still grants it (0 with no hold):
+    /// after requests of it were given up unresolved, after a lease hold ended here while
+    /// Redis's copy of it (set a little later, when the script ran) may still count, or after
+    /// releases of its hold went unconfirmed (`Hold::unreleased`). The one door: see `settle.rs`.
+    Settle {
+        key: HoldKey,
+    },
+    /// Send again a request whose reply never came (`unsure`).
+    Resend(u64),
+    /// Leave the fair queue, then answer the waiter (if any) that gave up.
+    Leave {
+        holder: Arc<str>,
+        wait: Duration,
+        then: Option<(WaiterId, Answer)>,
+    },
+    /// Refresh the fair-queue places (`Op::FairRefresh`).
+    Refresh,
+    Shutdown {
+        release: bool,
+    },
+}
+
+impl Pending {
+    /// The hold a release or a settling is for.
+    pub(super) fn key(&self) -> Option<&HoldKey> {
+        match self {
+            Pending::Release { key, .. } | Pending::Settle { key } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// A release under way: the hold, the lease it keeps while other holds remain, who waits for
+/// its outcome, and when it was sent.
+#[derive(Debug)]
+pub(super) struct ReleaseFlight {
+    pub key: HoldKey,
+    pub epoch: u64,
+    pub lease: Duration,
+    pub reply: Option<ReplyId>,
+    pub started: Instant,
+    /// A hand-off: the waiter and its lease.
+    pub to: Option<(WaiterId, HoldKey, Option<Duration>)>,
+}
+
+/// What a round trip's outcome needs.
+#[derive(Debug)]
+pub(super) enum Flight {
+    Attempt {
+        id: WaiterId,
+        key: HoldKey,
+        lease: Option<Duration>,
+        started: Instant,
+        /// A fair attempt that may queue its holder: its place's wait.
+        place: Option<Duration>,
+    },
+    Release(ReleaseFlight),
+    /// Settling a holder's count (see `Pending::Settle`): `epoch` is its hold's when it was
+    /// sent, `None` when it had none here.
+    Settle {
+        key: HoldKey,
+        epoch: Option<u64>,
+    },
+    Leave {
+        holder: Arc<str>,
+        wait: Duration,
+        then: Option<(WaiterId, Answer)>,
+    },
+    Refresh,
+    Shutdown,
+}
+
+/// The round trip under way: what its outcome needs, and for a request (an acquire, release or
+/// hand-off, see [`Op::seq`]) the request as sent, to send again should its reply never come.
+#[derive(Debug)]
+pub(super) struct InFlight {
+    pub flight: Flight,
+    pub sent: Option<Op>,
+}
+
+/// The round trips of the name. Invariant: one under way at most; no release or settling of a
+/// holder is sent while a request of that holder is unresolved (`pump` moves it to `held_back`,
+/// and it is queued again once none is).
+#[derive(Debug, Default)]
+pub(super) struct Trips {
+    /// Round trips waiting their turn, in order.
+    pub todo: VecDeque<Pending>,
+    pub under_way: Option<InFlight>,
+    /// Requests whose reply never came, by number ([`Op::seq`]), until Redis answers one of
+    /// their resends.
+    pub unsure: FxHashMap<u64, Unsure>,
+    /// Releases and settlings held back behind an unresolved request of their holder.
+    pub held_back: Vec<Pending>,
+    /// Holders whose count in Redis may be above what this actor grants (a request given up
+    /// unresolved, a lease ended here a little before Redis's copy): settled by count once none
+    /// of their requests is unresolved; they take nothing new until then.
+    pub abandoned: FxHashSet<HoldKey>,
+    /// Consecutive failed settlings of a holder's count, for the backoff of the next.
+    settle_failures: FxHashMap<HoldKey, u32>,
+    /// The last request number given.
+    seq: u64,
+}
+
+impl Trips {
+    /// A new request number.
+    pub(super) fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Whether a round trip matching `which` is queued.
+    pub(super) fn is_queued(&self, which: impl Fn(&Pending) -> bool) -> bool {
+        self.todo.iter().any(which)
+    }
+
+    /// Queues an attempt for waiter `id`, unless one is queued already.
+    pub(super) fn queue_attempt(&mut self, id: WaiterId) {
+        if !self.is_queued(|p| matches!(p, Pending::Attempt(x) if *x == id)) {
+            self.todo.push_back(Pending::Attempt(id));
+        }
+    }
+
+    /// The waiter whose attempt is under way.
+    pub(super) fn attempting(&self) -> Option<WaiterId> {
+        match self.under_way {
+            Some(InFlight {
+                flight: Flight::Attempt { id, .. },
+                ..
+            }) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Whether a request of `key` is unresolved. Until none is, no other request of that holder
+    /// runs: each carries the holder's count before it, and only a count Redis confirmed is
+    /// exact (a request sent again recognises whether it ran from the count it finds, and that
+    /// count is all that tells the two apart).
+    pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
+        self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
+    }
+
+    /// Why `key`'s holder can take nothing new now, if it cannot.
+    pub(super) fn blocked(&self, key: &HoldKey) -> Option<Blocked> {
+        let unresolved = self
+            .unsure
+            .values()
+            .find(|u| u.op.keys().any(|k| k == *key))
+            .map(|u| Blocked::Unresolved(u.error.clone()));
+        unresolved.or_else(|| self.abandoned.contains(key).then_some(Blocked::Settling))
+    }
+
+    /// Moves what was held back behind `key`'s unresolved requests to the queue.
+    pub(super) fn release_held_back(&mut self, key: &HoldKey) {
+        let (back, keep): (Vec<Pending>, Vec<Pending>) = std::mem::take(&mut self.held_back)
+            .into_iter()
+            .partition(|p| p.key() == Some(key));
+        self.held_back = keep;
+        self.todo.extend(back);
+    }
+
+    /// How many settlings of `key`'s count failed in a row.
+    pub(super) fn settle_failures(&self, key: &HoldKey) -> u32 {
+        self.settle_failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// One more settling of `key`'s count failed.
+    pub(super) fn settle_failed(&mut self, key: &HoldKey) {
+        let failures = self.settle_failures.entry(key.clone()).or_default();
+        *failures = failures.saturating_add(1);
+    }
+
+    /// `key`'s count needs no settling any more.
+    pub(super) fn settle_over(&mut self, key: &HoldKey) {
+        self.settle_failures.remove(key);
+    }
+
+    /// Stopping: the holders whose count was to be settled, which none is any more.
+    pub(super) fn take_abandoned(&mut self) -> FxHashSet<HoldKey> {
+        self.settle_failures.clear();
+        std::mem::take(&mut self.abandoned)
+    }
+
+    /// Nothing queued, under way, unresolved or to be settled.
+    pub(super) fn is_idle(&self) -> bool {
+        self.todo.is_empty()
+            && self.under_way.is_none()
+            && self.unsure.is_empty()
+            && self.abandoned.is_empty()
+    }
+}
+
+/// One request under resolution.
+#[derive(Debug)]
+pub(super) struct Unsure {
+    /// The request, sent again as it is.
+    pub op: Op,
+    /// What its outcome needs; `None` while it is under way again.
+    pub flight: Option<Flight>,
+    /// When its first reply went missing: the resolution gives up `horizon` later.
+    pub since: Instant,
+    pub failures: u32,
+    /// Why its reply is missing: what a single attempt of the same holder fails with meanwhile.
+    pub error: LockError,
+}
+
+/// Why a holder can take nothing new for now.
+#[derive(Debug)]
+pub(super) enum Blocked {
+    /// A request of it went unanswered and is being sent again: it failed with this.
+    Unresolved(LockError),
+    /// Its count in Redis is being settled (see [`Trips::abandoned`]).
+    Settling,
+}
