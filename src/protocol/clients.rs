@@ -13,6 +13,7 @@ use redis::{Script, Value};
 
 use super::commands::Commands;
 use super::{millis, unexpected};
+use crate::connections::command::{Replicas, ScriptCall};
 use crate::error::LockError;
 
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/record.lua")));
@@ -42,37 +43,49 @@ impl Commands {
         fields: &[(String, String)],
     ) -> Result<(), LockError> {
         let key = client_key(id);
-        let mut call = RECORD.key(&key);
-        call.key(CLIENT_INDEX).arg(millis(ttl)).arg(id);
+        let bytes: usize = fields.iter().map(|(f, v)| f.len() + v.len() + 8).sum();
+        let mut call = ScriptCall::new(&RECORD, 2, 2 + 2 * fields.len(), 2 * key.len() + bytes);
+        call.key(&key).key(CLIENT_INDEX).arg(millis(ttl)).arg(id);
         for (f, v) in fields {
             call.arg(f).arg(v);
         }
-        self.conn().run("client record", &key, call).await?;
+        self.conn()
+            .eval("client record", &key, &call, Replicas::Skip)
+            .await?;
         Ok(())
     }
 
     /// Deletes this manager's record (`clients/forget.lua`).
     pub(crate) async fn forget_client_record(&self, id: &str) -> Result<(), LockError> {
         let key = client_key(id);
-        let mut call = FORGET.key(&key);
-        call.key(CLIENT_INDEX).arg(id);
-        self.conn().run("client record", &key, call).await?;
+        let mut call = ScriptCall::new(&FORGET, 2, 1, 2 * key.len());
+        call.key(&key).key(CLIENT_INDEX).arg(id);
+        self.conn()
+            .eval("client record", &key, &call, Replicas::Skip)
+            .await?;
         Ok(())
     }
 
     /// The service name in client `id`'s record (`clients/service.lua`), if it has one.
     pub(crate) async fn client_service(&self, id: &str) -> Result<Option<String>, LockError> {
         let key = client_key(id);
-        let call = SERVICE.key(&key);
-        let reply = self.conn().run("read clients", &key, call).await?;
-        Ok(redis::from_redis_value(reply).ok().flatten())
+        let mut call = ScriptCall::new(&SERVICE, 1, 0, key.len());
+        call.key(&key);
+        let reply = self
+            .conn()
+            .eval("read clients", &key, &call, Replicas::Skip)
+            .await?;
+        Ok(redis::from_redis_value(reply.value).ok().flatten())
     }
 
     /// Every live record (`clients/read.lua`) and the server's time (epoch ms).
     pub(crate) async fn read_client_records(&self) -> Result<(u64, Vec<RawRecord>), LockError> {
-        let mut call = READ.key(CLIENT_INDEX);
-        call.arg(format!("{CLIENT_INDEX}:"));
-        let reply = self.conn().run("read clients", CLIENT_INDEX, call).await?;
+        let mut call = ScriptCall::new(&READ, 1, 1, 2 * CLIENT_INDEX.len() + 1);
+        call.key(CLIENT_INDEX).arg(format!("{CLIENT_INDEX}:"));
+        let reply = self
+            .conn()
+            .eval("read clients", CLIENT_INDEX, &call, Replicas::Skip);
+        let reply = reply.await?.value;
         let bad = || unexpected("read clients", reply.clone());
         let Value::Array(items) = &reply else {
             return Err(bad());

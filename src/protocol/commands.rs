@@ -6,7 +6,7 @@ use redis::{Script, Value};
 
 use super::*;
 use crate::config::Config;
-use crate::connections::command::{Conn, ScriptCall, Spawner};
+use crate::connections::command::{Conn, Replicas, ScriptCall, Spawner, Unsynced};
 use crate::connections::endpoint::Endpoint;
 use crate::error::LockError;
 use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
@@ -90,15 +90,6 @@ impl Commands {
         self.conn.endpoint().publish_command()
     }
 
-    async fn run(
-        &self,
-        op: &'static str,
-        key: &str,
-        invocation: redis::ScriptInvocation<'_>,
-    ) -> Result<Value, LockError> {
-        self.conn.run(op, key, invocation).await
-    }
-
     /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
     /// `write_acquire.lua`, `fair_acquire.lua`); `expect`: the holder's count before it.
     pub(crate) async fn acquire(
@@ -173,16 +164,17 @@ impl Commands {
                 .arg(UNLOCK_MESSAGE)
                 .arg(self.publish());
         }
-        let (reply, acked) = self.conn.call_synced("acquire", key, &call).await?;
-        let attempt = decode_attempt(kind, reply)?;
-        if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
-            (attempt, acked, self.conn.sync_wanted())
-            && acked < wanted
-        {
+        let reply = self
+            .conn
+            .eval("acquire", key, &call, Replicas::Wait)
+            .await?;
+        match (decode_attempt(kind, reply.value)?, reply.unsynced) {
             // Not on enough replicas to survive a failover: the caller gives it back.
-            return Ok(Attempt::Unsynced { acked, wanted });
+            (Attempt::Acquired { .. }, Some(Unsynced { acked, wanted })) => {
+                Ok(Attempt::Unsynced { acked, wanted })
+            }
+            (attempt, _) => Ok(attempt),
         }
-        Ok(attempt)
     }
 
     /// Releases one hold of `kind`, restoring `lease` when holds remain; `expect`: the holder's
@@ -242,7 +234,12 @@ impl Commands {
             }
         };
         call.arg(expect.count);
-        match self.conn.call("release", key, &call).await? {
+        match self
+            .conn
+            .eval("release", key, &call, Replicas::Skip)
+            .await?
+            .value
+        {
             Value::Nil => Ok(Released::NotHeld),
             Value::Int(0) => Ok(Released::StillHeld),
             Value::Int(1) => Ok(Released::Unlocked),
@@ -274,7 +271,12 @@ impl Commands {
             .arg(millis(to_lease))
             .arg(if kind == LockKind::Fenced { "1" } else { "0" })
             .arg(expect.to);
-        match self.conn.call("hand off", key, &call).await? {
+        match self
+            .conn
+            .eval("hand off", key, &call, Replicas::Skip)
+            .await?
+            .value
+        {
             Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
             Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
             Value::Array(items) => match items.as_slice() {
@@ -322,8 +324,9 @@ impl Commands {
         wait: Duration,
     ) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
-        let mut call = FAIR_LEAVE.key(key);
-        call.key(keys::fair_queue(name))
+        let mut call = ScriptCall::new(&FAIR_LEAVE, 4, 4, 4 * name.len() + holder.len() + 96);
+        call.key(key)
+            .key(keys::fair_queue(name))
             .key(keys::fair_deadlines(name))
             .key(keys::unlock_channel(name))
             .arg(holder)
@@ -332,16 +335,8 @@ impl Commands {
             .arg(self.publish());
         // With replica sync, a leave the replicas did not take is an error: sent again (it is
         // idempotent), since a failover would otherwise bring the place back.
-        let (reply, acked) = self
-            .conn
-            .run_synced("leave queue", key, &FAIR_LEAVE, call)
-            .await?;
-        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
-            && acked < wanted
-        {
-            return Err(LockError::ReplicaSync { acked, wanted });
-        }
-        match reply {
+        let reply = self.conn.eval("leave queue", key, &call, Replicas::Wait);
+        match reply.await?.synced()? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("leave queue", other)),
         }
@@ -358,8 +353,15 @@ impl Commands {
         cap: Duration,
     ) -> Result<Refreshed, LockError> {
         let key = keys::lock_key(name);
-        let mut call = FAIR_REFRESH.key(key);
-        call.key(keys::fair_queue(name))
+        let held: usize = places.iter().map(|(holder, _)| holder.len() + 20).sum();
+        let mut call = ScriptCall::new(
+            &FAIR_REFRESH,
+            4,
+            3 + 2 * places.len(),
+            4 * name.len() + held + 96,
+        );
+        call.key(key)
+            .key(keys::fair_queue(name))
             .key(keys::fair_deadlines(name))
             .key(keys::unlock_channel(name))
             .arg(millis(cap))
@@ -368,7 +370,8 @@ impl Commands {
         for (holder, wait) in places {
             call.arg(&**holder).arg(millis(*wait));
         }
-        match self.run("fair refresh", key, call).await? {
+        let reply = self.conn.eval("fair refresh", key, &call, Replicas::Skip);
+        match reply.await?.value {
             Value::Array(items) => {
                 let mut items = items.into_iter().map(|v| match v {
                     Value::BulkString(b) => String::from_utf8(b).ok().map(Arc::<str>::from),
@@ -390,10 +393,12 @@ impl Commands {
     /// channel, as Redisson's does: a fair waiter listens on no other.
     pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
+        let room = 4 * name.len() + 96;
         let call = match kind {
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = FAIR_FORCE_UNLOCK.key(key);
-                call.key(keys::fair_queue(name))
+                let mut call = ScriptCall::new(&FAIR_FORCE_UNLOCK, 4, 3, room);
+                call.key(key)
+                    .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
                     .key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
@@ -411,15 +416,17 @@ impl Commands {
                     LockKind::Write => (WAKE_ALL_MESSAGE, "write"),
                     _ => (UNLOCK_MESSAGE, ""),
                 };
-                let mut call = FORCE_UNLOCK.key(key);
-                call.key(kind.channel(name))
+                let mut call = ScriptCall::new(&FORCE_UNLOCK, 2, 3, room);
+                call.key(key)
+                    .key(kind.channel(name))
                     .arg(message)
                     .arg(mode)
                     .arg(self.publish());
                 call
             }
         };
-        match self.run("force unlock", key, call).await? {
+        let reply = self.conn.eval("force unlock", key, &call, Replicas::Skip);
+        match reply.await?.value {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("force unlock", other)),
         }
@@ -433,9 +440,14 @@ impl Commands {
         holder: &str,
     ) -> Result<Inspection, LockError> {
         let key = keys::lock_key(name);
-        let mut call = INSPECT.key(key);
-        call.arg(kind.field(holder));
-        match self.run("inspect", key, call).await? {
+        let mut call = ScriptCall::new(&INSPECT, 1, 1, name.len() + holder.len() + 32);
+        call.key(key).arg(kind.field(holder));
+        match self
+            .conn
+            .eval("inspect", key, &call, Replicas::Skip)
+            .await?
+            .value
+        {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(exists), Value::Int(count), Value::Int(ttl)] => Ok(Inspection {
                     locked: *exists == 1,
@@ -452,11 +464,13 @@ impl Commands {
     /// of a [`LockInfo`](crate::LockInfo).
     pub(crate) async fn describe(&self, name: &str) -> Result<Described, LockError> {
         let key = keys::lock_key(name);
-        let mut call = DESCRIBE.key(key);
-        call.key(keys::fair_queue(name))
+        let mut call = ScriptCall::new(&DESCRIBE, 4, 0, 4 * name.len() + 96);
+        call.key(key)
+            .key(keys::fair_queue(name))
             .key(keys::fair_deadlines(name))
             .key(keys::token_key(name));
-        let reply = self.run("describe", key, call).await?;
+        let reply = self.conn.eval("describe", key, &call, Replicas::Skip);
+        let reply = reply.await?.value;
         let bad = |v: &Value| unexpected("describe", v.clone());
         let Value::Array(parts) = &reply else {
             return Err(bad(&reply));
@@ -500,29 +514,30 @@ impl Commands {
         holds: &[(&str, &str)],
         timeout: Duration,
     ) -> Result<Vec<bool>, LockError> {
-        let mut call = match kind {
-            LockKind::Read => RENEW_READ.prepare_invoke(),
-            _ => RENEW.prepare_invoke(),
-        };
+        let read = kind == LockKind::Read;
+        let (script, per_hold): (&Script, usize) =
+            if read { (&RENEW_READ, 2) } else { (&RENEW, 1) };
+        let bytes: usize = holds
+            .iter()
+            .map(|(name, holder)| (1 + per_hold) * (name.len() + 24) + holder.len())
+            .sum();
+        let mut call = ScriptCall::new(script, holds.len(), 1 + per_hold * holds.len(), bytes);
+        for (name, _) in holds {
+            call.key(keys::lock_key(name));
+        }
         call.arg(millis(timeout));
         for (name, holder) in holds {
-            call.key(keys::lock_key(name)).arg(kind.field(holder));
-            if kind == LockKind::Read {
+            call.arg(kind.field(holder));
+            if read {
                 call.arg(keys::tagged(name));
             }
         }
-        let script: &Script = if kind == LockKind::Read {
-            &RENEW_READ
-        } else {
-            &RENEW
-        };
-        let (reply, acked) = self.conn.run_synced("renew", "", script, call).await?;
-        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
-            && acked < wanted
+        match self
+            .conn
+            .eval("renew", "", &call, Replicas::Wait)
+            .await?
+            .synced()?
         {
-            return Err(LockError::ReplicaSync { acked, wanted });
-        }
-        match reply {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
