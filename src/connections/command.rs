@@ -566,23 +566,3 @@ async fn pair_for(
 fn no_script<T>(reply: &Result<redis::RedisResult<T>, LockError>) -> bool {
     matches!(reply, Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
 }
-
-/// A reply with NOPERM turned into [`LockError::NoPermission`] for `what`.
-pub(crate) fn denied<T>(
-    what: &str,
-    reply: Result<redis::RedisResult<T>, LockError>,
-) -> Result<T, LockError> {
-    match reply? {
-        Ok(value) => Ok(value),
-        Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("NOPERM") => {
-            Err(LockError::NoPermission {
-                what: what.to_owned(),
-                detail: e.to_string(),
-            })
-        }
-        Err(source) => Err(LockError::Redis {
-            op: "check permissions",
-            source,
-        }),
-    }
-}

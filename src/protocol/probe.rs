@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::connections::command::{Conn, Link, ScriptCall, denied};
+use crate::connections::command::{Conn, Link, ScriptCall};
 use crate::connections::failure::connect_error;
 use crate::error::LockError;
 use crate::protocol::keys;
@@ -117,4 +117,14 @@ async fn check_subscribe(conn: &Conn) -> Result<(), LockError> {
         denied(&what, done)?;
     }
     Ok(())
+}
+
+/// A step of the probe's reply: a refusal as [`LockError::NoPermission`] for `what`.
+fn denied<T>(what: &str, reply: Result<redis::RedisResult<T>, LockError>) -> Result<T, LockError> {
+    reply?.map_err(|source| {
+        LockError::no_permission(|| what.to_owned(), &source).unwrap_or(LockError::Redis {
+            op: "check permissions",
+            source,
+        })
+    })
 }
