@@ -27,25 +27,12 @@ impl Since {
     }
 }
 
-/// The `kind` label of a lock kind (also the kind a client record gives a hold).
-pub(crate) fn kind_label(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::Reentrant => "lock",
-        LockKind::Fenced => "fenced",
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Fair => "fair",
-        LockKind::NonReentrant => "non_reentrant",
-        LockKind::NonReentrantFair => "non_reentrant_fair",
-    }
-}
-
 /// An acquire request was answered.
 #[inline]
 pub(crate) fn answered(kind: LockKind, outcome: &'static str, since: Since) {
     #[cfg(feature = "metrics")]
     {
-        let kind = kind_label(kind);
+        let kind = kind.label();
         metrics::counter!("lockman_acquire_total", "kind" => kind, "outcome" => outcome)
             .increment(1);
         metrics::histogram!("lockman_acquire_wait_seconds", "kind" => kind)
@@ -59,7 +46,7 @@ pub(crate) fn answered(kind: LockKind, outcome: &'static str, since: Since) {
 #[inline]
 pub(crate) fn waiters(kind: LockKind, delta: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("lockman_waiters", "kind" => kind_label(kind)).increment(delta);
+    metrics::gauge!("lockman_waiters", "kind" => kind.label()).increment(delta);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, delta);
 }
@@ -68,7 +55,7 @@ pub(crate) fn waiters(kind: LockKind, delta: f64) {
 #[inline]
 pub(crate) fn holds(kind: LockKind, delta: f64) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("lockman_holds", "kind" => kind_label(kind)).increment(delta);
+    metrics::gauge!("lockman_holds", "kind" => kind.label()).increment(delta);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, delta);
 }
@@ -77,8 +64,7 @@ pub(crate) fn holds(kind: LockKind, delta: f64) {
 #[inline]
 pub(crate) fn lost(kind: LockKind, why: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("lockman_lost_total", "kind" => kind_label(kind), "reason" => why)
-        .increment(1);
+    metrics::counter!("lockman_lost_total", "kind" => kind.label(), "reason" => why).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (kind, why);
 }

@@ -65,6 +65,19 @@ impl LockKind {
         matches!(self, LockKind::NonReentrant | LockKind::NonReentrantFair)
     }
 
+    /// A label for logs, metrics (the `kind` label) and client records.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LockKind::Reentrant => "lock",
+            LockKind::Fenced => "fenced",
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+            LockKind::Fair => "fair",
+            LockKind::NonReentrant => "non_reentrant",
+            LockKind::NonReentrantFair => "non_reentrant_fair",
+        }
+    }
+
     /// Kinds that share a channel share a lock actor: both sides of a read-write lock.
     pub(crate) fn family(self) -> LockKind {
         match self {

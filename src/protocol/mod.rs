@@ -16,7 +16,7 @@ use redis::{Script, Value};
 
 use crate::error::LockError;
 
-pub(crate) use clients::RawRecord;
+pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::Commands;
 pub use kind::LockKind;
 pub use sync::SyncKind;
