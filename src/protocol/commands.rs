@@ -90,8 +90,22 @@ impl Commands {
         self.conn.endpoint().publish_command()
     }
 
-    /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
-    /// `write_acquire.lua`, `fair_acquire.lua`); `expect`: the holder's count before it.
+    /// The requests of `holder` on the lock `name` of `kind`.
+    pub(crate) fn holder<'a>(
+        &'a self,
+        kind: LockKind,
+        name: &'a str,
+        holder: &'a str,
+    ) -> HolderCalls<'a> {
+        HolderCalls {
+            commands: self,
+            kind,
+            name,
+            holder,
+        }
+    }
+
+    /// [`HolderCalls::acquire`], in the form the per-name actors call today.
     pub(crate) async fn acquire(
         &self,
         kind: LockKind,
@@ -100,85 +114,12 @@ impl Commands {
         fair: FairArgs,
         expect: Expect,
     ) -> Result<Attempt, LockError> {
-        let key = keys::lock_key(name);
-        let lease = millis(lease);
-        let script: &Script = match kind {
-            LockKind::Reentrant => &ACQUIRE,
-            LockKind::Fenced => &FENCED_ACQUIRE,
-            LockKind::Read => &READ_ACQUIRE,
-            LockKind::Write => &WRITE_ACQUIRE,
-            LockKind::Fair => &FAIR_ACQUIRE,
-            LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
-            LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
-        };
-        // Room for the keys and arguments of the longest (fair) attempt: one presized command.
-        let room = 3 * name.len() + holder.len() + 96;
-        let mut call = match kind {
-            LockKind::Reentrant | LockKind::NonReentrant => {
-                let mut call = ScriptCall::new(script, 1, 3, room);
-                call.key(key).arg(lease).arg(holder);
-                call
-            }
-            LockKind::Fenced => {
-                let mut call = ScriptCall::new(script, 2, 3, room);
-                call.key(key)
-                    .key(keys::token_key(name))
-                    .arg(lease)
-                    .arg(holder);
-                call
-            }
-            LockKind::Read => {
-                let mut call = ScriptCall::new(script, 2, 4, room + holder.len());
-                call.key(key)
-                    .key(keys::read_timeout_prefix(name, holder))
-                    .arg(lease)
-                    .arg(holder)
-                    .arg(keys::write_field(holder));
-                call
-            }
-            LockKind::Write => {
-                let mut call = ScriptCall::new(script, 1, 3, room);
-                call.key(key).arg(lease).arg(keys::write_field(holder));
-                call
-            }
-            LockKind::Fair | LockKind::NonReentrantFair => {
-                // No `now`: lockman's fair scripts read the server's clock (`fair_prune.lua`),
-                // so that every lockman client judges the places by the same one.
-                let mut call = ScriptCall::new(script, 4, 8, room + name.len());
-                call.key(key)
-                    .key(keys::fair_queue(name))
-                    .key(keys::fair_deadlines(name))
-                    .key(keys::unlock_channel(name))
-                    .arg(lease)
-                    .arg(holder)
-                    .arg(millis(fair.wait))
-                    .arg(if fair.once { "1" } else { "0" });
-                call
-            }
-        };
-        call.arg(expect.count);
-        if kind.is_fair() {
-            // fair_acquire.lua, ARGV[6..8]: the place timeout, and what wakes the new head of a
-            // free lock should the prune drop the one before.
-            call.arg(millis(fair.cap))
-                .arg(UNLOCK_MESSAGE)
-                .arg(self.publish());
-        }
-        let reply = self
-            .conn
-            .eval("acquire", key, &call, Replicas::Wait)
-            .await?;
-        match (decode_attempt(kind, reply.value)?, reply.unsynced) {
-            // Not on enough replicas to survive a failover: the caller gives it back.
-            (Attempt::Acquired { .. }, Some(Unsynced { acked, wanted })) => {
-                Ok(Attempt::Unsynced { acked, wanted })
-            }
-            (attempt, _) => Ok(attempt),
-        }
+        self.holder(kind, name, holder)
+            .acquire(lease, fair, expect)
+            .await
     }
 
-    /// Releases one hold of `kind`, restoring `lease` when holds remain; `expect`: the holder's
-    /// count before it.
+    /// [`HolderCalls::release`], in the form the per-name actors call today.
     pub(crate) async fn release(
         &self,
         kind: LockKind,
@@ -186,70 +127,10 @@ impl Commands {
         lease: Duration,
         expect: Expect,
     ) -> Result<Released, LockError> {
-        let key = keys::lock_key(name);
-        let room = 3 * name.len() + holder.len() + 96;
-        let mut call = match kind {
-            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
-                let mut call = ScriptCall::new(&RELEASE, 2, 5, room);
-                call.key(key)
-                    .key(keys::unlock_channel(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(self.publish());
-                call
-            }
-            LockKind::Read => {
-                let mut call = ScriptCall::new(&READ_RELEASE, 4, 4, room + holder.len());
-                call.key(key)
-                    .key(keys::rwlock_channel(name))
-                    .key(keys::read_timeout_prefix(name, holder))
-                    .key(keys::tagged(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(holder)
-                    .arg(self.publish());
-                call
-            }
-            LockKind::Write => {
-                let mut call = ScriptCall::new(&WRITE_RELEASE, 2, 5, room);
-                call.key(key)
-                    .key(keys::rwlock_channel(name))
-                    .arg(WAKE_ALL_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(keys::write_field(holder))
-                    .arg(self.publish());
-                call
-            }
-            LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = ScriptCall::new(&FAIR_RELEASE, 4, 5, room);
-                call.key(key)
-                    .key(keys::fair_queue(name))
-                    .key(keys::fair_deadlines(name))
-                    .key(keys::unlock_channel(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(self.publish());
-                call
-            }
-        };
-        call.arg(expect.count);
-        match self
-            .conn
-            .eval("release", key, &call, Replicas::Skip)
-            .await?
-            .value
-        {
-            Value::Nil => Ok(Released::NotHeld),
-            Value::Int(0) => Ok(Released::StillHeld),
-            Value::Int(1) => Ok(Released::Unlocked),
-            other => Err(unexpected("release", other)),
-        }
+        self.holder(kind, name, holder).release(lease, expect).await
     }
 
-    /// Releases one hold of `from` and, when that frees the lock, grants it to `to` for
-    /// `to_lease` in the same call (`hand_off.lua`): reentrant and fenced locks only. `expect`:
-    /// both holders' counts before it.
+    /// [`HolderCalls::hand_off`], in the form the per-name actors call today.
     pub(crate) async fn hand_off(
         &self,
         kind: LockKind,
@@ -258,36 +139,13 @@ impl Commands {
         (to, to_lease): (&str, Duration),
         expect: Expect,
     ) -> Result<HandedOff, LockError> {
-        let key = keys::lock_key(name);
-        let room = 3 * name.len() + from.len() + to.len() + 96;
-        let mut call = ScriptCall::new(&HAND_OFF, 2, 8, room);
-        call.key(key)
-            .key(keys::token_key(name))
-            .arg(UNLOCK_MESSAGE)
-            .arg(millis(lease))
-            .arg(from)
-            .arg(to)
-            .arg(expect.count)
-            .arg(millis(to_lease))
-            .arg(if kind == LockKind::Fenced { "1" } else { "0" })
-            .arg(expect.to);
-        match self
-            .conn
-            .eval("hand off", key, &call, Replicas::Skip)
-            .await?
-            .value
-        {
-            Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
-            Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1)] => Ok(HandedOff::To { token: None }),
-                [Value::Int(1), Value::Int(t)] => Ok(HandedOff::To {
-                    token: u64::try_from(*t).ok(),
-                }),
-                _ => Err(unexpected("hand off", Value::Array(items))),
-            },
-            other => Err(unexpected("hand off", other)),
-        }
+        let to = Successor {
+            holder: to,
+            lease: to_lease,
+        };
+        self.holder(kind, name, from)
+            .hand_off(lease, to, expect)
+            .await
     }
 
     /// Brings `holder`'s count in Redis down to `target` when requests of unknown outcome were
@@ -306,7 +164,7 @@ impl Commands {
         let mut in_redis = self.inspect(kind, name, holder).await?.count;
         while in_redis > target {
             let expect = Expect::count(in_redis);
-            match self.release(kind, (name, holder), lease, expect).await {
+            match self.holder(kind, name, holder).release(lease, expect).await {
                 Ok(Released::StillHeld) => in_redis -= 1,
                 Ok(Released::Unlocked | Released::NotHeld) => in_redis = 0,
                 Err(_) => break,
@@ -542,6 +400,122 @@ impl Commands {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
+        }
+    }
+}
+
+/// One holder's requests on one lock: what a lock actor asks of Redis for a holder. Each
+/// script is its kind's ([`LockKind::acquire_call`], [`LockKind::release_call`]).
+#[derive(Clone, Copy)]
+pub(crate) struct HolderCalls<'a> {
+    commands: &'a Commands,
+    kind: LockKind,
+    name: &'a str,
+    holder: &'a str,
+}
+
+/// Whom a hand-off grants the lock to, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Successor<'a> {
+    pub holder: &'a str,
+    pub lease: Duration,
+}
+
+impl HolderCalls<'_> {
+    /// One acquire attempt, for `lease`; `expect`: the holder's count before it. Waits for
+    /// replicas with replica sync: a grant too few of them have is [`Attempt::Unsynced`].
+    pub(crate) async fn acquire(
+        self,
+        lease: Duration,
+        fair: FairArgs,
+        expect: Expect,
+    ) -> Result<Attempt, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            holder,
+        } = self;
+        let publish = commands.publish();
+        let call = kind.acquire_call(name, holder, lease, fair, expect, publish);
+        let key = keys::lock_key(name);
+        let reply = commands
+            .conn
+            .eval("acquire", key, &call, Replicas::Wait)
+            .await?;
+        match (decode_attempt(kind, reply.value)?, reply.unsynced) {
+            // Not on enough replicas to survive a failover: the caller gives it back.
+            (Attempt::Acquired { .. }, Some(Unsynced { acked, wanted })) => {
+                Ok(Attempt::Unsynced { acked, wanted })
+            }
+            (attempt, _) => Ok(attempt),
+        }
+    }
+
+    /// Releases one hold, restoring `lease` when holds remain; `expect`: the holder's count
+    /// before it.
+    pub(crate) async fn release(
+        self,
+        lease: Duration,
+        expect: Expect,
+    ) -> Result<Released, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            holder,
+        } = self;
+        let call = kind.release_call(name, holder, lease, expect, commands.publish());
+        let key = keys::lock_key(name);
+        let reply = commands.conn.eval("release", key, &call, Replicas::Skip);
+        match reply.await?.value {
+            Value::Nil => Ok(Released::NotHeld),
+            Value::Int(0) => Ok(Released::StillHeld),
+            Value::Int(1) => Ok(Released::Unlocked),
+            other => Err(unexpected("release", other)),
+        }
+    }
+
+    /// Releases one hold of this holder (its lease `lease` restored when holds remain) and,
+    /// when that frees the lock, grants it to `to` in the same call (`hand_off.lua`): reentrant
+    /// and fenced locks only. `expect`: both holders' counts before it.
+    pub(crate) async fn hand_off(
+        self,
+        lease: Duration,
+        to: Successor<'_>,
+        expect: Expect,
+    ) -> Result<HandedOff, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            holder,
+        } = self;
+        let key = keys::lock_key(name);
+        let room = 3 * name.len() + holder.len() + to.holder.len() + 96;
+        let mut call = ScriptCall::new(&HAND_OFF, 2, 8, room);
+        call.key(key)
+            .key(keys::token_key(name))
+            .arg(UNLOCK_MESSAGE)
+            .arg(millis(lease))
+            .arg(holder)
+            .arg(to.holder)
+            .arg(expect.count)
+            .arg(millis(to.lease))
+            .arg(if kind == LockKind::Fenced { "1" } else { "0" })
+            .arg(expect.to);
+        let reply = commands.conn.eval("hand off", key, &call, Replicas::Skip);
+        match reply.await?.value {
+            Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
+            Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1)] => Ok(HandedOff::To { token: None }),
+                [Value::Int(1), Value::Int(t)] => Ok(HandedOff::To {
+                    token: u64::try_from(*t).ok(),
+                }),
+                _ => Err(unexpected("hand off", Value::Array(items))),
+            },
+            other => Err(unexpected("hand off", other)),
         }
     }
 }

@@ -29,7 +29,8 @@ impl Commands {
     pub(crate) async fn fenced_set(
         &self,
         name: &str,
-        (key, value): (&str, &[u8]),
+        key: &str,
+        value: &[u8],
         token: u64,
     ) -> Result<bool, LockError> {
         let fence = fence_key(name);

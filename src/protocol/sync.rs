@@ -198,8 +198,22 @@ impl Commands {
         ints(op, reply.value)
     }
 
-    /// One attempt to take `permits` permits (`semaphore_acquire.lua`, `permit_acquire.lua`);
-    /// a permit semaphore's carry `ids` (16 bytes each) and expire after `lease`.
+    /// The requests on the semaphore `name` of `kind` that run behind `latch`.
+    pub(crate) fn permits<'a>(
+        &'a self,
+        kind: SyncKind,
+        name: &'a str,
+        latch: &'a SyncLatch,
+    ) -> PermitCalls<'a> {
+        PermitCalls {
+            commands: self,
+            kind,
+            name,
+            latch,
+        }
+    }
+
+    /// [`PermitCalls::take`], in the form the synchronizer actor calls today.
     pub(crate) async fn take_permits(
         &self,
         kind: SyncKind,
@@ -207,44 +221,12 @@ impl Commands {
         (permits, ids, lease): (u32, &[u8], Duration),
         latch: &SyncLatch,
     ) -> Result<Take, LockError> {
-        let (reply, unsynced) = if kind == SyncKind::PermitSemaphore {
-            let (set, channel) = (keys::permit_set(name), kind.channel(name));
-            let mut call = latched(
-                &PERMIT_ACQUIRE,
-                &[name, &set, &channel],
-                4,
-                ids.len(),
-                latch,
-            );
-            call.arg(self.publish_command())
-                .arg(permits)
-                .arg(millis(lease))
-                .arg(ids);
-            let take = self.run_latched("acquire permits", call, name, latch, Replicas::Wait);
-            take.await?
-        } else {
-            let mut call = latched(&SEMAPHORE_ACQUIRE, &[name], 1, 0, latch);
-            call.arg(permits);
-            let take = self.run_latched("acquire permits", call, name, latch, Replicas::Wait);
-            take.await?
-        };
-        match (reply.as_slice(), unsynced) {
-            ([1], Some(Unsynced { acked, wanted })) => Ok(Take::Unsynced { acked, wanted }),
-            ([1], None) => Ok(Take::Taken),
-            ([0, free], _) => Ok(Take::Short {
-                free: *free,
-                retry_in: None,
-            }),
-            ([0, free, wait], _) => Ok(Take::Short {
-                free: *free,
-                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
-            }),
-            (other, _) => Err(unexpected_ints("acquire permits", other)),
-        }
+        self.permits(kind, name, latch)
+            .take(permits, ids, lease)
+            .await
     }
 
-    /// Gives permits back: `permits` of a semaphore (the new free count is the reply), or the
-    /// permits `ids` of a permit semaphore (the reply is how many were still held).
+    /// [`PermitCalls::give`], in the form the synchronizer actor calls today.
     pub(crate) async fn give_permits(
         &self,
         kind: SyncKind,
@@ -252,31 +234,10 @@ impl Commands {
         (permits, ids): (u32, &[u8]),
         latch: &SyncLatch,
     ) -> Result<i64, LockError> {
-        let channel = kind.channel(name);
-        let call = if kind == SyncKind::PermitSemaphore {
-            let set = keys::permit_set(name);
-            let mut call = latched(
-                &PERMIT_RELEASE,
-                &[name, &set, &channel],
-                2,
-                ids.len(),
-                latch,
-            );
-            call.arg(self.publish_command()).arg(ids);
-            call
-        } else {
-            let mut call = latched(&SEMAPHORE_RELEASE, &[name, &channel], 2, 0, latch);
-            call.arg(permits).arg(self.publish_command());
-            call
-        };
-        let (reply, _) = self
-            .run_latched("release permits", call, name, latch, Replicas::Skip)
-            .await?;
-        first("release permits", &reply)
+        self.permits(kind, name, latch).give(permits, ids).await
     }
 
-    /// Sets the permits of a semaphore that has none, the key living `ttl` when given: whether
-    /// it did.
+    /// [`PermitCalls::set`], in the form the synchronizer actor calls today.
     pub(crate) async fn set_permits(
         &self,
         kind: SyncKind,
@@ -284,15 +245,7 @@ impl Commands {
         (permits, ttl): (u32, Option<Duration>),
         latch: &SyncLatch,
     ) -> Result<bool, LockError> {
-        let channel = kind.channel(name);
-        let mut call = latched(&SEMAPHORE_SET, &[name, &channel], 3, 0, latch);
-        call.arg(permits)
-            .arg(self.publish_command())
-            .arg(ttl.map_or(0, millis));
-        let (reply, _) = self
-            .run_latched("set permits", call, name, latch, Replicas::Skip)
-            .await?;
-        Ok(first("set permits", &reply)? == 1)
+        self.permits(kind, name, latch).set(permits, ttl).await
     }
 
     /// Adds `delta` permits (negative: removes): the new free count.
@@ -495,6 +448,120 @@ impl Commands {
             held: pairs,
             now: int(now),
         })
+    }
+}
+
+/// Requests on one semaphore (or permit semaphore) behind one request latch: taking, giving
+/// back and setting its permits.
+#[derive(Clone, Copy)]
+pub(crate) struct PermitCalls<'a> {
+    commands: &'a Commands,
+    kind: SyncKind,
+    name: &'a str,
+    latch: &'a SyncLatch,
+}
+
+impl PermitCalls<'_> {
+    /// One attempt to take `permits` permits (`semaphore_acquire.lua`, `permit_acquire.lua`);
+    /// a permit semaphore's carry `ids` (16 bytes each) and expire after `lease`.
+    pub(crate) async fn take(
+        self,
+        permits: u32,
+        ids: &[u8],
+        lease: Duration,
+    ) -> Result<Take, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            latch,
+        } = self;
+        let call = if kind == SyncKind::PermitSemaphore {
+            let (set, channel) = (keys::permit_set(name), kind.channel(name));
+            let mut call = latched(
+                &PERMIT_ACQUIRE,
+                &[name, &set, &channel],
+                4,
+                ids.len(),
+                latch,
+            );
+            call.arg(commands.publish_command())
+                .arg(permits)
+                .arg(millis(lease))
+                .arg(ids);
+            call
+        } else {
+            let mut call = latched(&SEMAPHORE_ACQUIRE, &[name], 1, 0, latch);
+            call.arg(permits);
+            call
+        };
+        let take = commands.run_latched("acquire permits", call, name, latch, Replicas::Wait);
+        let (reply, unsynced) = take.await?;
+        match (reply.as_slice(), unsynced) {
+            ([1], Some(Unsynced { acked, wanted })) => Ok(Take::Unsynced { acked, wanted }),
+            ([1], None) => Ok(Take::Taken),
+            ([0, free], _) => Ok(Take::Short {
+                free: *free,
+                retry_in: None,
+            }),
+            ([0, free, wait], _) => Ok(Take::Short {
+                free: *free,
+                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
+            }),
+            (other, _) => Err(unexpected_ints("acquire permits", other)),
+        }
+    }
+
+    /// Gives permits back: `permits` of a semaphore (the new free count is the reply), or the
+    /// permits `ids` of a permit semaphore (the reply is how many were still held).
+    pub(crate) async fn give(self, permits: u32, ids: &[u8]) -> Result<i64, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            latch,
+        } = self;
+        let channel = kind.channel(name);
+        let call = if kind == SyncKind::PermitSemaphore {
+            let set = keys::permit_set(name);
+            let mut call = latched(
+                &PERMIT_RELEASE,
+                &[name, &set, &channel],
+                2,
+                ids.len(),
+                latch,
+            );
+            call.arg(commands.publish_command()).arg(ids);
+            call
+        } else {
+            let mut call = latched(&SEMAPHORE_RELEASE, &[name, &channel], 2, 0, latch);
+            call.arg(permits).arg(commands.publish_command());
+            call
+        };
+        let (reply, _) = commands
+            .run_latched("release permits", call, name, latch, Replicas::Skip)
+            .await?;
+        first("release permits", &reply)
+    }
+
+    /// Sets the permits of a semaphore that has none, the key living `ttl` when given: whether
+    /// it did.
+    pub(crate) async fn set(self, permits: u32, ttl: Option<Duration>) -> Result<bool, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            latch,
+        } = self;
+        let channel = kind.channel(name);
+        let mut call = latched(&SEMAPHORE_SET, &[name, &channel], 3, 0, latch);
+        call.arg(permits)
+            .arg(commands.publish_command())
+            .arg(ttl.map_or(0, millis));
+        let (reply, _) = commands
+            .run_latched("set permits", call, name, latch, Replicas::Skip)
+            .await?;
+        Ok(first("set permits", &reply)? == 1)
     }
 }
 
