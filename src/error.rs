@@ -254,6 +254,20 @@ impl LockError {
         }
     }
 
+    /// [`LockError::NoPermission`] for `what` when Redis refused for want of an ACL permission
+    /// (NOPERM, which a script's `redis.call` reports inside its error text); `None` otherwise.
+    /// The one place that recognises a refusal, for script calls and the start-time probe alike.
+    pub(crate) fn no_permission(
+        what: impl FnOnce() -> String,
+        source: &redis::RedisError,
+    ) -> Option<Self> {
+        let refused = source.code() == Some("NOPERM") || source.to_string().contains("NOPERM");
+        refused.then(|| Self::NoPermission {
+            what: what(),
+            detail: source.to_string(),
+        })
+    }
+
     /// Classifies a redis-rs error of step `op` on `key`.
     pub(crate) fn redis(op: &'static str, key: &str, source: redis::RedisError) -> Self {
         let wrong_type =
@@ -270,11 +284,8 @@ impl LockError {
                 name: key.to_owned(),
             };
         }
-        if source.code() == Some("NOPERM") || source.to_string().contains("NOPERM") {
-            return Self::NoPermission {
-                what: format!("{op} on {key:?}"),
-                detail: source.to_string(),
-            };
+        if let Some(refused) = Self::no_permission(|| format!("{op} on {key:?}"), &source) {
+            return refused;
         }
         if source.code() == Some("OOM") {
             return Self::OutOfMemory { op };

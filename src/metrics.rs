@@ -8,8 +8,6 @@
 #[cfg(feature = "metrics")]
 use std::time::Instant;
 
-use crate::protocol::LockKind;
-
 /// When an acquire request arrived: an `Instant` with the feature, nothing without.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Since {
@@ -24,19 +22,6 @@ impl Since {
             #[cfg(feature = "metrics")]
             at: Instant::now(),
         }
-    }
-}
-
-/// The `kind` label of a lock kind (also the kind a client record gives a hold).
-pub(crate) fn kind_label(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::Reentrant => "lock",
-        LockKind::Fenced => "fenced",
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Fair => "fair",
-        LockKind::NonReentrant => "non_reentrant",
-        LockKind::NonReentrantFair => "non_reentrant_fair",
     }
 }
 

@@ -387,6 +387,17 @@ async fn sync_replicas_waits_for_the_replica_and_undoes_without_it() {
     let on_replica: Vec<String> = replica.async_conn().await.hkeys("synced").await.unwrap();
     assert_eq!(on_replica, vec![guard.holder_id().to_owned()]);
     guard.release().await.unwrap();
+    // A primary that forgot its scripts (SCRIPT FLUSH, a restart) is given them again on the
+    // synced path as well: acquired, and on the replica, all the same.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut primary.async_conn().await)
+        .await
+        .unwrap();
+    let guard = lock.acquire().await.expect("acquired after SCRIPT FLUSH");
+    let on_replica: Vec<String> = replica.async_conn().await.hkeys("synced").await.unwrap();
+    assert_eq!(on_replica, vec![guard.holder_id().to_owned()]);
+    guard.release().await.unwrap();
     // A fenced write is synced too: on the replica, with its fence, once it returns.
     let fenced = mgr.fenced_lock("doc").acquire().await.unwrap();
     assert!(fenced.fenced_set("{doc}:body", "v1").await.unwrap());

@@ -112,6 +112,18 @@ fn three_processes_show_in_inspect_ls_and_top() {
         Duration::from_secs(10),
         || { run(&server, &["inspect", "orders:42"]).status.success() }
     ));
+    // Billing's hold shows in its record (old enough to be renewed) before shipping takes its
+    // own, so that the two holds "longest first" compares below are that far apart: more than
+    // a record written late on a loaded machine understates an age by (its ages are counted
+    // when the write is made, `seen` when it lands).
+    assert!(support::eventually_blocking(
+        Duration::from_secs(15),
+        || {
+            services(&server).iter().any(|(s, c)| {
+                s == "billing" && c["holds"].as_array().is_some_and(|h| !h.is_empty())
+            })
+        }
+    ));
     let _shipping_holds = hold(&server, "shipping", "audit:1", "20");
     assert!(support::eventually_blocking(
         Duration::from_secs(10),

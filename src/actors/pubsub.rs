@@ -21,12 +21,10 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::messages::*;
+use super::name::backoff;
 use crate::connections::endpoint::Endpoint;
 use crate::connections::subscription::{self, Heard, Sink};
 use crate::error::LockError;
-
-const BACKOFF_MIN: Duration = Duration::from_millis(50);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// How often the connection is checked with a PING: a silent connection is noticed within this
 /// plus the answer's bound. One PING per manager per interval; it also keeps an idle flow alive
@@ -49,8 +47,9 @@ pub(crate) struct PubSubActor {
     routes: HashMap<String, Vec<Route>>,
     /// The subscribing half of the connection: `Some` while connected.
     sink: Option<Sink>,
-    /// The delay before the next connection attempt.
-    backoff: Duration,
+    /// Connection attempts failed in a row: the next waits [`backoff`] of it, the curve the
+    /// per-name actors retry on.
+    failures: u32,
     /// Whether a connection was ever made (a later one is a reconnection).
     connected_before: bool,
     /// Set by `Halt`: no more connections.
@@ -72,7 +71,7 @@ impl PubSubActor {
             connect_timeout,
             routes: HashMap::new(),
             sink: None,
-            backoff: BACKOFF_MIN,
+            failures: 0,
             connected_before: false,
             halted: false,
             connection: 0,
@@ -107,7 +106,7 @@ impl PubSubActor {
             Ok(_) if act.halted => {}
             Ok((sink, stream)) => {
                 act.sink = Some(sink);
-                act.backoff = BACKOFF_MIN;
+                act.failures = 0;
                 act.connection += 1;
                 act.check_later(act.connection, ctx);
                 ctx.add_stream(stream);
@@ -121,10 +120,11 @@ impl PubSubActor {
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, retry_in = ?act.backoff, "pub/sub connection failed");
+                let retry_in = backoff(act.failures);
+                tracing::warn!(%error, ?retry_in, "pub/sub connection failed");
                 act.endpoint.suspect_failover();
-                ctx.run_later(act.backoff, |act, ctx| act.connect(ctx));
-                act.backoff = (act.backoff * 2).min(BACKOFF_MAX);
+                ctx.run_later(retry_in, |act, ctx| act.connect(ctx));
+                act.failures = act.failures.saturating_add(1);
             }
         }));
     }
@@ -240,7 +240,7 @@ impl Actor for PubSubActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         if self.connected_before {
             // A restart after a lost connection: give the server a moment.
-            ctx.run_later(self.backoff, |act, ctx| act.connect(ctx));
+            ctx.run_later(backoff(self.failures), |act, ctx| act.connect(ctx));
         } else {
             self.connect(ctx);
         }

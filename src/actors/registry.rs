@@ -1,10 +1,11 @@
-//! The Registry: resolves a lock or synchronizer name to its live actor, starting one when there
-//! is none.
+//! The Registry: resolves a name to its live per-name actor (a lock's or a synchronizer's),
+//! starting one when there is none.
 //!
-//! It keeps only weak addresses, so it never keeps an idle lock actor alive; a lock actor tells it
-//! when it stops. The lock actors' addresses are in a [`Directory`] it shares with the handles, so
-//! that a handle made for a name whose actor lives (a new handle per request, say) reaches it
-//! without a round trip to the Registry; only starting an actor goes through it. Resolving and stopping cannot race into a lost request: a resolved address is
+//! It keeps only weak addresses, so it never keeps an idle actor alive; an actor tells it when it
+//! stops. The addresses are in a [`Directory`] it shares with the handles: the one cache from a
+//! name to its actor, so that any handle of a name whose actor lives (a handle kept, or a new one
+//! per request) reaches it without a round trip to the Registry; only starting an actor goes
+//! through it. Resolving and stopping cannot race into a lost request: a resolved address is
 //! strong (the actor cannot stop while it is held), and a message that reaches an actor already
 //! stopping comes back `Closed`, unhandled, for the sender to resolve again.
 
@@ -50,26 +51,92 @@ fn home_of(name: &str, homes: usize) -> usize {
 /// Lock actor ids, for every manager of the process.
 static NEXT_ACTOR_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// (Kind family, name) → (actor id, its address), for every live lock actor of a manager: from
-/// the first request for that lock until its actor stops. Written by the Registry only.
-#[derive(Clone, Default)]
-pub(crate) struct Directory(Arc<Mutex<LockActors>>);
+/// Key → (actor id, its address), for every live actor of one family of a manager: from the
+/// first request for its name until the actor stops. Written by the Registry only.
+pub(crate) struct Table<K, A: Actor>(Arc<Mutex<Entries<K, A>>>);
 
-type LockActors = FxHashMap<(LockKind, Arc<str>), (u64, WeakAddr<LockActor>)>;
+type Entries<K, A> = FxHashMap<K, Entry<A>>;
 
-impl Directory {
-    /// The live actor of the lock of `kind` named `name`, if there is one.
-    pub(crate) fn find(&self, kind: LockKind, name: &Arc<str>) -> Option<Addr<LockActor>> {
-        let actors = self.lock();
-        let (_, weak) = actors.get(&(kind.family(), name.clone()))?;
-        weak.upgrade().filter(Addr::connected)
+/// One live actor: its id (so that a stopped actor's word does not forget its successor), and
+/// its address, weak (an idle actor still stops).
+struct Entry<A: Actor> {
+    id: u64,
+    actor: WeakAddr<A>,
+}
+
+impl<K, A: Actor> Clone for Table<K, A> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<K, A: Actor> Default for Table<K, A> {
+    fn default() -> Self {
+        Self(Arc::default())
+    }
+}
+
+impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
+    /// The live actor of `key`, if there is one.
+    fn find(&self, key: &K) -> Option<Addr<A>> {
+        let map = self.map();
+        map.get(key)?.actor.upgrade().filter(Addr::connected)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LockActors> {
+    fn insert(&self, key: K, id: u64, actor: &Addr<A>) {
+        let actor = actor.downgrade();
+        self.map().insert(key, Entry { id, actor });
+    }
+
+    /// Forgets actor `id` of `key` (stopped); a newer actor of the key stays.
+    fn forget(&self, key: &K, id: u64) {
+        let mut map = self.map();
+        if map.get(key).is_some_and(|entry| entry.id == id) {
+            map.remove(key);
+        }
+    }
+
+    /// How many of its actors run.
+    fn live(&self) -> usize {
+        let map = self.map();
+        let running = map.values().filter_map(|entry| entry.actor.upgrade());
+        running.filter(Addr::connected).count()
+    }
+
+    /// Every running actor, forgotten all at once.
+    fn drain(&self) -> Vec<Addr<A>> {
+        let mut map = self.map();
+        map.drain()
+            .filter_map(|(_, entry)| entry.actor.upgrade())
+            .collect()
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, Entries<K, A>> {
         // Nothing panics while holding it; a poisoned map is still a valid map.
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Every live per-name actor of a manager, by name: lock actors by (kind family, name),
+/// synchronizer actors by (kind, name). Shared by the Registry, which writes it, and the
+/// handles, which find live actors in it.
+#[derive(Clone, Default)]
+pub(crate) struct Directory {
+    locks: Table<(LockKind, Arc<str>), LockActor>,
+    syncs: Table<(SyncKind, Arc<str>), SyncActor>,
+}
+
+impl Directory {
+    /// The live actor of the lock of `kind` named `name`, if there is one.
+    pub(crate) fn find(&self, kind: LockKind, name: &Arc<str>) -> Option<Addr<LockActor>> {
+        self.locks.find(&(kind.family(), name.clone()))
+    }
+
+    /// The live actor of the synchronizer of `kind` named `name`, if there is one.
+    pub(crate) fn find_sync(&self, kind: SyncKind, name: &Arc<str>) -> Option<Addr<SyncActor>> {
+        self.syncs.find(&(kind, name.clone()))
     }
 }
 
@@ -86,10 +153,8 @@ pub(crate) struct Registry {
     svc: Services,
     /// Where lock actors run, by the hash of their name: the registry's arbiter first.
     homes: Vec<Home>,
-    /// The lock actors, shared with the handles.
+    /// The live actors, shared with the handles.
     actors: Directory,
-    /// (Kind, name) → its synchronizer actor, likewise.
-    syncs: FxHashMap<(SyncKind, Arc<str>), (u64, WeakAddr<SyncActor>)>,
     /// Set by `Shutdown`: no new lock actors.
     shut: bool,
 }
@@ -100,7 +165,6 @@ impl Registry {
             svc: homes[0].svc.clone(),
             homes,
             actors,
-            syncs: FxHashMap::default(),
             shut: false,
         }
     }
@@ -133,7 +197,7 @@ impl Handler<Resolve> for Registry {
                 LockActor::new(id, kind, name, svc, me)
             }),
         };
-        self.actors.lock().insert(key, (id, addr.downgrade()));
+        self.actors.locks.insert(key, id, &addr);
         Ok(addr)
     }
 }
@@ -149,15 +213,14 @@ impl Handler<ResolveSync> for Registry {
         if msg.kind == SyncKind::CountDownLatch && self.svc.commands.by_slot() {
             crate::protocol::keys::check_latch_name(&msg.name)?;
         }
-        let key = (msg.kind, msg.name);
-        let live = self.syncs.get(&key).and_then(|(_, weak)| weak.upgrade());
-        if let Some(addr) = live.filter(|a| a.connected()) {
+        if let Some(addr) = self.actors.find_sync(msg.kind, &msg.name) {
             return Ok(addr);
         }
+        let key = (msg.kind, msg.name);
         let id = NEXT_ACTOR_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (svc, me) = (self.svc.clone(), ctx.address().recipient().downgrade());
         let addr = SyncActor::new(id, key.0, key.1.clone(), svc, me).start();
-        self.syncs.insert(key, (id, addr.downgrade()));
+        self.actors.syncs.insert(key, id, &addr);
         Ok(addr)
     }
 }
@@ -166,10 +229,7 @@ impl Handler<ForgetSync> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: ForgetSync, _: &mut Context<Self>) {
-        let key = (msg.kind, msg.name);
-        if self.syncs.get(&key).is_some_and(|(id, _)| *id == msg.id) {
-            self.syncs.remove(&key);
-        }
+        self.actors.syncs.forget(&(msg.kind, msg.name), msg.id);
     }
 }
 
@@ -177,11 +237,7 @@ impl Handler<Forget> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
-        let key = (msg.family, msg.name);
-        let mut actors = self.actors.lock();
-        if actors.get(&key).is_some_and(|(id, _)| *id == msg.id) {
-            actors.remove(&key);
-        }
+        self.actors.locks.forget(&(msg.family, msg.name), msg.id);
     }
 }
 
@@ -189,12 +245,7 @@ impl Handler<CountLive> for Registry {
     type Result = usize;
 
     fn handle(&mut self, _: CountLive, _: &mut Context<Self>) -> usize {
-        let actors = self.actors.lock();
-        let locks = actors.values();
-        let locks = locks.filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()));
-        let syncs = self.syncs.values();
-        let syncs = syncs.filter(|(_, weak)| weak.upgrade().is_some_and(|a| a.connected()));
-        locks.count() + syncs.count()
+        self.actors.locks.live() + self.actors.syncs.live()
     }
 }
 
@@ -203,17 +254,8 @@ impl Handler<Shutdown> for Registry {
 
     fn handle(&mut self, msg: Shutdown, _: &mut Context<Self>) -> Self::Result {
         self.shut = true;
-        let live: Vec<_> = self
-            .actors
-            .lock()
-            .drain()
-            .filter_map(|(_, (_, w))| w.upgrade())
-            .collect();
-        let syncs: Vec<_> = self
-            .syncs
-            .drain()
-            .filter_map(|(_, (_, w))| w.upgrade())
-            .collect();
+        let live = self.actors.locks.drain();
+        let syncs = self.actors.syncs.drain();
         let release = msg.release;
         let stops = join_all(live.into_iter().map(|a| a.send(StopLock { release })));
         let sync_stops = join_all(syncs.into_iter().map(|a| a.send(StopSync { release })));

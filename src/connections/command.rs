@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, Script, ScriptInvocation, Value};
+use redis::{Client, Cmd, Script, Value};
 
 use crate::config::Config;
 use crate::connections::endpoint::Endpoint;
@@ -296,125 +296,44 @@ impl Conn {
         (lane.pair.clone(), lane.generation)
     }
 
-    /// Runs one script call, bounded by the response timeout even while reconnecting.
-    pub(crate) async fn run(
-        &self,
-        op: &'static str,
-        key: &str,
-        invocation: ScriptInvocation<'_>,
-    ) -> Result<Value, LockError> {
-        let (pair, generation) = self.pair();
-        let mut conn = pair.main;
-        let reply = self.bounded(op, invocation.invoke_async(&mut conn)).await;
-        self.classify(op, key, reply, generation)
-    }
-
     /// Runs one script call, bounded by the response timeout even while reconnecting; a
     /// server that does not know the script (restarted, or SCRIPT FLUSH) is given it first.
-    pub(crate) async fn call(
+    /// With [`Replicas::Wait`] and replica sync on, the call is followed by `WAIT` on a
+    /// connection of its own (`WAIT` blocks it), and the reply says how many acknowledged.
+    pub(crate) async fn eval(
         &self,
         op: &'static str,
         key: &str,
         call: &ScriptCall<'_>,
-    ) -> Result<Value, LockError> {
+        replicas: Replicas,
+    ) -> Result<Reply, LockError> {
         let (pair, generation) = self.pair();
-        let mut conn = pair.main;
-        let mut reply = self.bounded(op, call.cmd.query_async(&mut conn)).await;
+        let (mut conn, request) = match (replicas, self.inner.sync, pair.synced) {
+            (Replicas::Wait, Some((count, wait_ms)), Some(synced)) => {
+                let mut pipe = redis::pipe();
+                pipe.add_command(call.cmd.clone())
+                    .cmd("WAIT")
+                    .arg(count)
+                    .arg(wait_ms);
+                (synced, Request::Waited(pipe))
+            }
+            _ => (pair.main, Request::One(&call.cmd)),
+        };
+        let mut reply = self.bounded(op, request.send(&mut conn)).await;
         if no_script(&reply) {
             let loaded = self.bounded(op, call.script.load_async(&mut conn)).await;
             self.classify(op, key, loaded, generation)?;
-            reply = self.bounded(op, call.cmd.query_async(&mut conn)).await;
-        }
-        self.classify(op, key, reply, generation)
-    }
-
-    /// Runs one script call that writes, then (with replica sync) `WAIT`s on the same
-    /// connection: the reply and, with sync, how many replicas acknowledged it.
-    pub(crate) async fn run_synced(
-        &self,
-        op: &'static str,
-        key: &str,
-        script: &Script,
-        invocation: ScriptInvocation<'_>,
-    ) -> Result<(Value, Option<u32>), LockError> {
-        let Some((count, wait_ms)) = self.inner.sync else {
-            return Ok((self.run(op, key, invocation).await?, None));
-        };
-        let (
-            Pair {
-                synced: Some(mut conn),
-                ..
-            },
-            generation,
-        ) = self.pair()
-        else {
-            return Ok((self.run(op, key, invocation).await?, None));
-        };
-        let mut pipe = redis::pipe();
-        pipe.invoke_script(&invocation)
-            .cmd("WAIT")
-            .arg(count)
-            .arg(wait_ms);
-        let mut reply = self
-            .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
-            .await;
-        if let Ok(Err(e)) = &reply
-            && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
-        {
-            // A restarted server, or SCRIPT FLUSH: load it, then once more.
-            let loaded = self.bounded(op, script.load_async(&mut conn)).await;
-            self.classify(op, key, loaded, generation)?;
-            reply = self
-                .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
-                .await;
+            reply = self.bounded(op, request.send(&mut conn)).await;
         }
         let (value, acked) = self.classify(op, key, reply, generation)?;
-        Ok((value, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
-    }
-
-    /// [`call`](Self::call) for a script that writes: then (with replica sync) `WAIT`s on the
-    /// same connection. The reply and, with sync, how many replicas acknowledged it.
-    pub(crate) async fn call_synced(
-        &self,
-        op: &'static str,
-        key: &str,
-        call: &ScriptCall<'_>,
-    ) -> Result<(Value, Option<u32>), LockError> {
-        let Some((count, wait_ms)) = self.inner.sync else {
-            return Ok((self.call(op, key, call).await?, None));
+        let unsynced = match (acked, self.inner.sync) {
+            (Some(acked), Some((wanted, _))) => {
+                let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
+                (acked < wanted).then_some(Unsynced { acked, wanted })
+            }
+            _ => None,
         };
-        let (
-            Pair {
-                synced: Some(mut conn),
-                ..
-            },
-            generation,
-        ) = self.pair()
-        else {
-            return Ok((self.call(op, key, call).await?, None));
-        };
-        let mut pipe = redis::pipe();
-        pipe.add_command(call.cmd.clone())
-            .cmd("WAIT")
-            .arg(count)
-            .arg(wait_ms);
-        let mut reply = self
-            .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
-            .await;
-        if no_script(&reply) {
-            let loaded = self.bounded(op, call.script.load_async(&mut conn)).await;
-            self.classify(op, key, loaded, generation)?;
-            reply = self
-                .bounded(op, pipe.query_async::<(Value, i64)>(&mut conn))
-                .await;
-        }
-        let (value, acked) = self.classify(op, key, reply, generation)?;
-        Ok((value, Some(u32::try_from(acked.max(0)).unwrap_or(u32::MAX))))
-    }
-
-    /// The number of replicas replica sync asks for.
-    pub(crate) fn sync_wanted(&self) -> Option<u32> {
-        self.inner.sync.map(|(count, _)| count)
+        Ok(Reply { value, unsynced })
     }
 
     pub(crate) async fn bounded<T>(
@@ -469,6 +388,60 @@ impl Conn {
     }
 }
 
+/// Whether a script call waits for replicas to acknowledge it, with replica sync on
+/// ([`Config::sync_replicas`]): the writes a failover must not lose do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Replicas {
+    /// `WAIT` after the call, on the same connection.
+    Wait,
+    /// No `WAIT`: reads, and writes that are made again anyway.
+    Skip,
+}
+
+/// A script call's reply.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub value: Value,
+    /// With [`Replicas::Wait`]: fewer replicas acknowledged the call than replica sync asks for.
+    pub unsynced: Option<Unsynced>,
+}
+
+/// How many replicas acknowledged a write, of how many replica sync asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unsynced {
+    pub acked: u32,
+    pub wanted: u32,
+}
+
+impl Reply {
+    /// The value, or [`LockError::ReplicaSync`] when too few replicas acknowledged the call.
+    pub(crate) fn synced(self) -> Result<Value, LockError> {
+        match self.unsynced {
+            None => Ok(self.value),
+            Some(Unsynced { acked, wanted }) => Err(LockError::ReplicaSync { acked, wanted }),
+        }
+    }
+}
+
+/// What [`Conn::eval`] sends: the script call alone, or followed by `WAIT`.
+enum Request<'c> {
+    One(&'c Cmd),
+    Waited(redis::Pipeline),
+}
+
+impl Request<'_> {
+    /// The script's reply and, after a `WAIT`, how many replicas acknowledged it.
+    async fn send(&self, conn: &mut Link) -> redis::RedisResult<(Value, Option<i64>)> {
+        match self {
+            Request::One(cmd) => cmd.query_async(conn).await.map(|value| (value, None)),
+            Request::Waited(pipe) => pipe
+                .query_async::<(Value, i64)>(conn)
+                .await
+                .map(|(value, acked)| (value, Some(acked))),
+        }
+    }
+}
+
 /// One EVALSHA of a script, built in place as a single presized command: redis-rs's
 /// `ScriptInvocation` keeps each key and argument in a buffer of its own and copies them all
 /// into a new command at every send (about 25 allocations per acquire+release, BENCHMARKS.md).
@@ -505,6 +478,11 @@ impl<'s> ScriptCall<'s> {
         debug_assert_eq!(self.keys_left, 0, "an argument before the last key");
         self.cmd.arg(arg);
         self
+    }
+
+    /// The EVALSHA command, for a caller that routes it itself (the start-time probe).
+    pub(crate) fn cmd(&self) -> &Cmd {
+        &self.cmd
     }
 }
 
@@ -587,24 +565,4 @@ async fn pair_for(
 /// Whether Redis answered that it does not know the script.
 fn no_script<T>(reply: &Result<redis::RedisResult<T>, LockError>) -> bool {
     matches!(reply, Ok(Err(e)) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
-}
-
-/// A reply with NOPERM turned into [`LockError::NoPermission`] for `what`.
-pub(crate) fn denied<T>(
-    what: &str,
-    reply: Result<redis::RedisResult<T>, LockError>,
-) -> Result<T, LockError> {
-    match reply? {
-        Ok(value) => Ok(value),
-        Err(e) if e.code() == Some("NOPERM") || e.to_string().contains("NOPERM") => {
-            Err(LockError::NoPermission {
-                what: what.to_owned(),
-                detail: e.to_string(),
-            })
-        }
-        Err(source) => Err(LockError::Redis {
-            op: "check permissions",
-            source,
-        }),
-    }
 }

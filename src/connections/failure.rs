@@ -17,11 +17,8 @@ pub(crate) fn connect_error(label: &str, source: redis::RedisError) -> LockError
             detail: source.to_string(),
         };
     }
-    if source.code() == Some("NOPERM") {
-        return LockError::NoPermission {
-            what: "connect".into(),
-            detail: source.to_string(),
-        };
+    if let Some(refused) = LockError::no_permission(|| "connect".into(), &source) {
+        return refused;
     }
     // The cluster client reports a refused password inside its own error, as text.
     let text = source.to_string();

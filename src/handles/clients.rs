@@ -62,40 +62,29 @@ pub struct WaitedName {
 impl ClientInfo {
     /// A record read at `now` (the server's epoch ms). Ages in the record are as of its last
     /// refresh (`seen`, the server's time then), so the time since is added.
-    pub(crate) fn from_record((id, fields): RawRecord, now: u64) -> Self {
-        let get = |f: &str| fields.iter().find(|(k, _)| k == f).map(|(_, v)| v.as_str());
-        let num = |f: &str| get(f).and_then(|v| v.parse::<u64>().ok());
-        let since_seen = num("seen").map_or(0, |seen| now.saturating_sub(seen));
+    pub(crate) fn from_record(RawRecord { id, record }: RawRecord, now: u64) -> Self {
+        let since_seen = record.seen.map_or(0, |seen| now.saturating_sub(seen));
         let age = |ms: u64| Duration::from_millis(ms.saturating_add(since_seen));
-        let mut holds = Vec::new();
-        let mut waits = Vec::new();
-        for (field, value) in &fields {
-            if let Some(name) = field.strip_prefix("hold:") {
-                let mut parts = value.splitn(3, ' ');
-                let held = parts.next().and_then(|v| v.parse().ok());
-                let (Some(held), Some(kind)) = (held, parts.next()) else {
-                    continue;
-                };
-                holds.push(HeldName {
-                    name: name.to_owned(),
-                    kind: kind.to_owned(),
-                    holder: parts.next().unwrap_or_default().to_owned(),
-                    held: age(held),
-                });
-            } else if let Some(name) = field.strip_prefix("wait:") {
-                let mut parts = value.split(' ');
-                let waiters = parts.next().and_then(|v| v.parse().ok());
-                let waited = parts.next().and_then(|v| v.parse().ok());
-                let (Some(waiters), Some(waited)) = (waiters, waited) else {
-                    continue;
-                };
-                waits.push(WaitedName {
-                    name: name.to_owned(),
-                    waiters,
-                    waited: age(waited),
-                });
-            }
-        }
+        let (holds_total, waits_total) = (record.holds.len(), record.waits.len());
+        let mut holds: Vec<HeldName> = record
+            .holds
+            .into_iter()
+            .map(|h| HeldName {
+                name: h.name,
+                kind: h.kind,
+                holder: h.holder,
+                held: age(h.held_ms),
+            })
+            .collect();
+        let mut waits: Vec<WaitedName> = record
+            .waits
+            .into_iter()
+            .map(|w| WaitedName {
+                name: w.name,
+                waiters: w.waiters,
+                waited: age(w.waited_ms),
+            })
+            .collect();
         holds.sort_by(|a, b| b.held.cmp(&a.held).then_with(|| a.name.cmp(&b.name)));
         waits.sort_by(|a, b| {
             (b.waiters, b.waited)
@@ -103,13 +92,15 @@ impl ClientInfo {
                 .then_with(|| a.name.cmp(&b.name))
         });
         Self {
-            service: get("service").unwrap_or_default().to_owned(),
-            host: get("host").unwrap_or_default().to_owned(),
-            pid: get("pid").and_then(|p| p.parse().ok()),
-            version: get("version").unwrap_or_default().to_owned(),
-            up: num("started").map(|s| Duration::from_millis(now.saturating_sub(s))),
-            holds_total: num("holds").map_or(holds.len(), |n| n as usize),
-            waits_total: num("waits").map_or(waits.len(), |n| n as usize),
+            service: record.service,
+            host: record.host,
+            pid: record.pid,
+            version: record.version,
+            up: record
+                .started
+                .map(|s| Duration::from_millis(now.saturating_sub(s))),
+            holds_total: record.holds_total.unwrap_or(holds_total),
+            waits_total: record.waits_total.unwrap_or(waits_total),
             holds,
             waits,
             id,
@@ -132,9 +123,9 @@ mod tests {
     #[test]
     fn a_record_reads_back_with_ages_as_of_the_read() {
         let f = |k: &str, v: &str| (k.to_owned(), v.to_owned());
-        let record = (
-            "c1".to_owned(),
-            vec![
+        let record = RawRecord {
+            id: "c1".to_owned(),
+            record: crate::protocol::ClientRecord::decode(&[
                 f("service", "billing"),
                 f("host", "web1"),
                 f("pid", "42"),
@@ -146,8 +137,8 @@ mod tests {
                 f("waits", "1"),
                 f("wait:c", "3 200"),
                 f("seen", "10000"),
-            ],
-        );
+            ]),
+        };
         let c = ClientInfo::from_record(record, 10_100);
         assert_eq!(
             (c.service.as_str(), c.host.as_str(), c.pid),

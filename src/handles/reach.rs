@@ -1,36 +1,37 @@
-//! How a handle reaches the actor of its name: the address it reached last, kept weakly (so an
-//! idle actor still stops) and shared by its clones, or else a resolve through the Registry. It
-//! spares a round trip to the registry, which matters when that is a hop to another thread
-//! (lockman's own System). A stale address costs one `Closed` and a resolve.
+//! How a handle reaches the actor of its name: each request resolves it through the manager
+//! (its `Directory` of live actors, the one cache from a name to its actor, else the Registry,
+//! which starts one), and is sent again when the actor it reached stopped at that very moment
+//! (it comes back `Closed`, unhandled).
 
-use std::sync::{Arc, Mutex};
+use std::marker::PhantomData;
 
 use actix::dev::ToEnvelope;
-use actix::{Actor, Addr, Handler, MailboxError, Message, WeakAddr};
+use actix::{Actor, Addr, Handler, MailboxError, Message};
 
 use crate::error::LockError;
 
 /// How often a request is sent again when the actor it resolved stopped at that very moment.
 const RESOLVE_ATTEMPTS: usize = 8;
 
-/// The actor a handle reached last.
-pub(crate) struct Reach<A: Actor>(Arc<Mutex<Option<WeakAddr<A>>>>);
+/// How a handle's requests reach the actor of its name. Holds nothing: handles of a name share
+/// their manager's directory, so a handle made per request finds a live actor as a kept one does.
+pub(crate) struct Reach<A: Actor>(PhantomData<fn() -> A>);
 
 impl<A: Actor> Clone for Reach<A> {
     fn clone(&self) -> Self {
-        Self(self.0.clone())
+        Self(PhantomData)
     }
 }
 
 impl<A: Actor> Default for Reach<A> {
     fn default() -> Self {
-        Self(Arc::default())
+        Self(PhantomData)
     }
 }
 
 impl<A: Actor> Reach<A> {
-    /// Sends the message `make` builds to the actor, resolving it with `resolve` when none is
-    /// remembered or the remembered one stopped before handling it (nothing happened then).
+    /// Sends the message `make` builds to the actor `resolve` finds, resolving it again when it
+    /// stopped before handling it (nothing happened then).
     pub(crate) async fn send<M, F>(
         &self,
         resolve: impl Fn() -> F,
@@ -44,32 +45,12 @@ impl<A: Actor> Reach<A> {
         F: Future<Output = Result<Addr<A>, LockError>>,
     {
         for _ in 0..RESOLVE_ATTEMPTS {
-            let actor = match self.cached() {
-                Some(actor) => actor,
-                None => {
-                    let actor = resolve().await?;
-                    if let Ok(mut slot) = self.0.lock() {
-                        *slot = Some(actor.downgrade());
-                    }
-                    actor
-                }
-            };
-            match actor.send(make()).await {
+            match resolve().await?.send(make()).await {
                 Ok(reply) => return Ok(reply),
-                Err(MailboxError::Closed) => {
-                    if let Ok(mut slot) = self.0.lock() {
-                        *slot = None;
-                    }
-                }
+                Err(MailboxError::Closed) => {}
                 Err(MailboxError::Timeout) => break,
             }
         }
         Err(LockError::Shutdown)
-    }
-
-    /// The remembered actor, when it is still running.
-    fn cached(&self) -> Option<Addr<A>> {
-        let slot = self.0.lock().ok()?;
-        slot.as_ref()?.upgrade().filter(Addr::connected)
     }
 }

@@ -69,6 +69,9 @@ impl Inner {
         kind: crate::protocol::SyncKind,
         name: Arc<str>,
     ) -> Result<Addr<crate::actors::sync_actor::SyncActor>, LockError> {
+        if let Some(live) = self.directory.find_sync(kind, &name) {
+            return Ok(live);
+        }
         let resolve = ResolveSync { kind, name };
         let sent = self.registry.send(resolve).await;
         sent.map_err(|_| LockError::Shutdown)?

@@ -13,6 +13,7 @@ use redis::{Script, Value};
 
 use super::commands::Commands;
 use super::{millis, unexpected};
+use crate::connections::command::{Replicas, ScriptCall};
 use crate::error::LockError;
 
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/record.lua")));
@@ -30,8 +31,144 @@ pub(crate) fn client_key(id: &str) -> String {
     format!("{CLIENT_INDEX}:{id}")
 }
 
-/// One live record as read: the client id and the hash's fields.
-pub(crate) type RawRecord = (String, Vec<(String, String)>);
+/// One live record as read: the client id, and what its record says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RawRecord {
+    pub id: String,
+    pub record: ClientRecord,
+}
+
+/// What a client record says (docs/protocol.md, "Client records"): the hash's fields as types.
+/// [`encode`](Self::encode) is what a manager's watchdog writes, [`decode`](Self::decode) what
+/// [`LockManager::clients`](crate::LockManager::clients) reads; this is the one place that
+/// knows how the fields are spelled.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ClientRecord {
+    /// `Config::client_name`.
+    pub service: String,
+    pub host: String,
+    pub pid: Option<u32>,
+    /// lockman's version.
+    pub version: String,
+    /// When the manager started: epoch ms, by its own clock.
+    pub started: Option<u64>,
+    /// The server's clock at the record's last write (epoch ms): `record.lua` sets it, so
+    /// [`encode`](Self::encode) leaves it out; the ages below are as of then.
+    pub seen: Option<u64>,
+    /// How many holds the manager has that are old enough to be renewed.
+    pub holds_total: Option<usize>,
+    /// The oldest of them (one per name, at most [`MAX_LISTED`] written).
+    pub holds: Vec<RecordedHold>,
+    /// How many names its callers wait on.
+    pub waits_total: Option<usize>,
+    /// The most waited of them (at most [`MAX_LISTED`] written).
+    pub waits: Vec<RecordedWait>,
+}
+
+/// One `hold:<name>` field: `<held ms> <kind> <holder>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecordedHold {
+    pub name: String,
+    /// A [`LockKind::label`](super::LockKind::label), or `permits` (a permit semaphore's grant,
+    /// whose holder is then its permit ids).
+    pub kind: String,
+    pub holder: String,
+    /// How long it had been held at `seen`.
+    pub held_ms: u64,
+}
+
+/// One `wait:<name>` field: `<waiters> <waited ms>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecordedWait {
+    pub name: String,
+    pub waiters: u32,
+    /// How long the longest of them had waited at `seen`.
+    pub waited_ms: u64,
+}
+
+/// The most holds, and the most waited names, one record lists (the longest held, the most
+/// waited on); the record counts them all.
+pub(crate) const MAX_LISTED: usize = 1000;
+
+impl ClientRecord {
+    /// The hash's fields, in the order written: who the manager is, the counts, then each hold
+    /// and each waited name (`seen` is the script's).
+    pub(crate) fn encode(&self) -> Vec<(String, String)> {
+        let mut fields = Vec::with_capacity(7 + self.holds.len() + self.waits.len());
+        let mut put = |field: &str, value: String| fields.push((field.to_owned(), value));
+        put("service", self.service.clone());
+        put("host", self.host.clone());
+        if let Some(pid) = self.pid {
+            put("pid", pid.to_string());
+        }
+        put("version", self.version.clone());
+        if let Some(started) = self.started {
+            put("started", started.to_string());
+        }
+        if let Some(total) = self.holds_total {
+            put("holds", total.to_string());
+        }
+        if let Some(total) = self.waits_total {
+            put("waits", total.to_string());
+        }
+        for h in &self.holds {
+            let value = format!("{} {} {}", h.held_ms, h.kind, h.holder);
+            fields.push((format!("hold:{}", h.name), value));
+        }
+        for w in &self.waits {
+            let value = format!("{} {}", w.waiters, w.waited_ms);
+            fields.push((format!("wait:{}", w.name), value));
+        }
+        fields
+    }
+
+    /// A record from its hash's fields, as read. Fields it does not know (a newer lockman's)
+    /// and malformed hold or wait fields are skipped; the lists keep the hash's order.
+    pub(crate) fn decode(fields: &[(String, String)]) -> Self {
+        let mut record = Self::default();
+        for (field, value) in fields {
+            if let Some(name) = field.strip_prefix("hold:") {
+                let mut parts = value.splitn(3, ' ');
+                let held = parts.next().and_then(|v| v.parse().ok());
+                let (Some(held_ms), Some(kind)) = (held, parts.next()) else {
+                    continue;
+                };
+                record.holds.push(RecordedHold {
+                    name: name.to_owned(),
+                    kind: kind.to_owned(),
+                    holder: parts.next().unwrap_or_default().to_owned(),
+                    held_ms,
+                });
+                continue;
+            }
+            if let Some(name) = field.strip_prefix("wait:") {
+                let mut parts = value.split(' ');
+                let waiters = parts.next().and_then(|v| v.parse().ok());
+                let waited = parts.next().and_then(|v| v.parse().ok());
+                if let (Some(waiters), Some(waited_ms)) = (waiters, waited) {
+                    record.waits.push(RecordedWait {
+                        name: name.to_owned(),
+                        waiters,
+                        waited_ms,
+                    });
+                }
+                continue;
+            }
+            match field.as_str() {
+                "service" => record.service.clone_from(value),
+                "host" => record.host.clone_from(value),
+                "pid" => record.pid = value.parse().ok(),
+                "version" => record.version.clone_from(value),
+                "started" => record.started = value.parse().ok(),
+                "seen" => record.seen = value.parse().ok(),
+                "holds" => record.holds_total = value.parse().ok(),
+                "waits" => record.waits_total = value.parse().ok(),
+                _ => {}
+            }
+        }
+        record
+    }
+}
 
 impl Commands {
     /// Writes this manager's record (`clients/record.lua`), to expire after `ttl`.
@@ -39,40 +176,53 @@ impl Commands {
         &self,
         id: &str,
         ttl: Duration,
-        fields: &[(String, String)],
+        record: &ClientRecord,
     ) -> Result<(), LockError> {
         let key = client_key(id);
-        let mut call = RECORD.key(&key);
-        call.key(CLIENT_INDEX).arg(millis(ttl)).arg(id);
-        for (f, v) in fields {
+        let fields = record.encode();
+        let bytes: usize = fields.iter().map(|(f, v)| f.len() + v.len() + 8).sum();
+        let mut call = ScriptCall::new(&RECORD, 2, 2 + 2 * fields.len(), 2 * key.len() + bytes);
+        call.key(&key).key(CLIENT_INDEX).arg(millis(ttl)).arg(id);
+        for (f, v) in &fields {
             call.arg(f).arg(v);
         }
-        self.conn().run("client record", &key, call).await?;
+        self.conn()
+            .eval("client record", &key, &call, Replicas::Skip)
+            .await?;
         Ok(())
     }
 
     /// Deletes this manager's record (`clients/forget.lua`).
     pub(crate) async fn forget_client_record(&self, id: &str) -> Result<(), LockError> {
         let key = client_key(id);
-        let mut call = FORGET.key(&key);
-        call.key(CLIENT_INDEX).arg(id);
-        self.conn().run("client record", &key, call).await?;
+        let mut call = ScriptCall::new(&FORGET, 2, 1, 2 * key.len());
+        call.key(&key).key(CLIENT_INDEX).arg(id);
+        self.conn()
+            .eval("client record", &key, &call, Replicas::Skip)
+            .await?;
         Ok(())
     }
 
     /// The service name in client `id`'s record (`clients/service.lua`), if it has one.
     pub(crate) async fn client_service(&self, id: &str) -> Result<Option<String>, LockError> {
         let key = client_key(id);
-        let call = SERVICE.key(&key);
-        let reply = self.conn().run("read clients", &key, call).await?;
-        Ok(redis::from_redis_value(reply).ok().flatten())
+        let mut call = ScriptCall::new(&SERVICE, 1, 0, key.len());
+        call.key(&key);
+        let reply = self
+            .conn()
+            .eval("read clients", &key, &call, Replicas::Skip)
+            .await?;
+        Ok(redis::from_redis_value(reply.value).ok().flatten())
     }
 
     /// Every live record (`clients/read.lua`) and the server's time (epoch ms).
     pub(crate) async fn read_client_records(&self) -> Result<(u64, Vec<RawRecord>), LockError> {
-        let mut call = READ.key(CLIENT_INDEX);
-        call.arg(format!("{CLIENT_INDEX}:"));
-        let reply = self.conn().run("read clients", CLIENT_INDEX, call).await?;
+        let mut call = ScriptCall::new(&READ, 1, 1, 2 * CLIENT_INDEX.len() + 1);
+        call.key(CLIENT_INDEX).arg(format!("{CLIENT_INDEX}:"));
+        let reply = self
+            .conn()
+            .eval("read clients", CLIENT_INDEX, &call, Replicas::Skip);
+        let reply = reply.await?.value;
         let bad = || unexpected("read clients", reply.clone());
         let Value::Array(items) = &reply else {
             return Err(bad());
@@ -84,12 +234,88 @@ impl Commands {
         for pair in rest.chunks_exact(2) {
             let id: String = redis::from_redis_value(pair[0].clone()).map_err(|_| bad())?;
             let flat: Vec<String> = redis::from_redis_value(pair[1].clone()).map_err(|_| bad())?;
-            let fields = flat
+            let fields: Vec<(String, String)> = flat
                 .chunks_exact(2)
                 .map(|p| (p[0].clone(), p[1].clone()))
                 .collect();
-            records.push((id, fields));
+            let record = ClientRecord::decode(&fields);
+            records.push(RawRecord { id, record });
         }
         Ok((u64::try_from(*now).unwrap_or(0), records))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> ClientRecord {
+        ClientRecord {
+            service: "billing".into(),
+            host: "web1".into(),
+            pid: Some(42),
+            version: "0.1.0".into(),
+            started: Some(1000),
+            seen: None,
+            holds_total: Some(3),
+            holds: vec![
+                RecordedHold {
+                    name: "orders:{7}".into(),
+                    kind: "fair".into(),
+                    holder: "c1:2".into(),
+                    held_ms: 9000,
+                },
+                RecordedHold {
+                    // A name with spaces and colons, and permit ids as holder.
+                    name: "a b:c".into(),
+                    kind: "permits".into(),
+                    holder: "00ff,a1b2".into(),
+                    held_ms: 500,
+                },
+            ],
+            waits_total: Some(1),
+            waits: vec![RecordedWait {
+                name: "hot name".into(),
+                waiters: 3,
+                waited_ms: 200,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written() {
+        let written = record();
+        let fields = written.encode();
+        assert_eq!(ClientRecord::decode(&fields), written);
+        // The spelling other versions read (docs/protocol.md), field by field.
+        let get = |f: &str| fields.iter().find(|(k, _)| k == f).map(|(_, v)| v.as_str());
+        assert_eq!(get("hold:orders:{7}"), Some("9000 fair c1:2"));
+        assert_eq!(get("hold:a b:c"), Some("500 permits 00ff,a1b2"));
+        assert_eq!(get("wait:hot name"), Some("3 200"));
+        assert_eq!(
+            (get("holds"), get("waits"), get("pid")),
+            (Some("3"), Some("1"), Some("42"))
+        );
+        assert_eq!(get("seen"), None, "seen is the script's to write");
+    }
+
+    #[test]
+    fn a_record_skips_what_it_cannot_read() {
+        let f = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let read = ClientRecord::decode(&[
+            f("seen", "10000"),
+            f("hold:x", "not-a-number lock c1:1"),
+            f("hold:y", "12"),
+            f("wait:z", "3"),
+            f("future_field", "1"),
+            f("hold:ok", "7 lock"),
+        ]);
+        assert_eq!(read.seen, Some(10_000));
+        assert_eq!(read.waits, vec![]);
+        assert_eq!(read.holds.len(), 1);
+        assert_eq!(
+            (read.holds[0].held_ms, read.holds[0].holder.as_str()),
+            (7, "")
+        );
     }
 }

@@ -6,7 +6,7 @@ use redis::{Script, Value};
 
 use super::*;
 use crate::config::Config;
-use crate::connections::command::{Conn, ScriptCall, Spawner};
+use crate::connections::command::{Conn, Replicas, ScriptCall, Spawner, Unsynced};
 use crate::connections::endpoint::Endpoint;
 use crate::error::LockError;
 use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
@@ -90,201 +90,18 @@ impl Commands {
         self.conn.endpoint().publish_command()
     }
 
-    async fn run(
-        &self,
-        op: &'static str,
-        key: &str,
-        invocation: redis::ScriptInvocation<'_>,
-    ) -> Result<Value, LockError> {
-        self.conn.run(op, key, invocation).await
-    }
-
-    /// One acquire attempt of `kind` (`acquire.lua`, `fenced_acquire.lua`, `read_acquire.lua`,
-    /// `write_acquire.lua`, `fair_acquire.lua`); `expect`: the holder's count before it.
-    pub(crate) async fn acquire(
-        &self,
+    /// The requests of `holder` on the lock `name` of `kind`.
+    pub(crate) fn holder<'a>(
+        &'a self,
         kind: LockKind,
-        (name, holder): (&str, &str),
-        lease: Duration,
-        fair: FairArgs,
-        expect: Expect,
-    ) -> Result<Attempt, LockError> {
-        let key = keys::lock_key(name);
-        let lease = millis(lease);
-        let script: &Script = match kind {
-            LockKind::Reentrant => &ACQUIRE,
-            LockKind::Fenced => &FENCED_ACQUIRE,
-            LockKind::Read => &READ_ACQUIRE,
-            LockKind::Write => &WRITE_ACQUIRE,
-            LockKind::Fair => &FAIR_ACQUIRE,
-            LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
-            LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
-        };
-        // Room for the keys and arguments of the longest (fair) attempt: one presized command.
-        let room = 3 * name.len() + holder.len() + 96;
-        let mut call = match kind {
-            LockKind::Reentrant | LockKind::NonReentrant => {
-                let mut call = ScriptCall::new(script, 1, 3, room);
-                call.key(key).arg(lease).arg(holder);
-                call
-            }
-            LockKind::Fenced => {
-                let mut call = ScriptCall::new(script, 2, 3, room);
-                call.key(key)
-                    .key(keys::token_key(name))
-                    .arg(lease)
-                    .arg(holder);
-                call
-            }
-            LockKind::Read => {
-                let mut call = ScriptCall::new(script, 2, 4, room + holder.len());
-                call.key(key)
-                    .key(keys::read_timeout_prefix(name, holder))
-                    .arg(lease)
-                    .arg(holder)
-                    .arg(keys::write_field(holder));
-                call
-            }
-            LockKind::Write => {
-                let mut call = ScriptCall::new(script, 1, 3, room);
-                call.key(key).arg(lease).arg(keys::write_field(holder));
-                call
-            }
-            LockKind::Fair | LockKind::NonReentrantFair => {
-                // No `now`: lockman's fair scripts read the server's clock (`fair_prune.lua`),
-                // so that every lockman client judges the places by the same one.
-                let mut call = ScriptCall::new(script, 4, 8, room + name.len());
-                call.key(key)
-                    .key(keys::fair_queue(name))
-                    .key(keys::fair_deadlines(name))
-                    .key(keys::unlock_channel(name))
-                    .arg(lease)
-                    .arg(holder)
-                    .arg(millis(fair.wait))
-                    .arg(if fair.once { "1" } else { "0" });
-                call
-            }
-        };
-        call.arg(expect.count);
-        if kind.is_fair() {
-            // fair_acquire.lua, ARGV[6..8]: the place timeout, and what wakes the new head of a
-            // free lock should the prune drop the one before.
-            call.arg(millis(fair.cap))
-                .arg(UNLOCK_MESSAGE)
-                .arg(self.publish());
-        }
-        let (reply, acked) = self.conn.call_synced("acquire", key, &call).await?;
-        let attempt = decode_attempt(kind, reply)?;
-        if let (Attempt::Acquired { .. }, Some(acked), Some(wanted)) =
-            (attempt, acked, self.conn.sync_wanted())
-            && acked < wanted
-        {
-            // Not on enough replicas to survive a failover: the caller gives it back.
-            return Ok(Attempt::Unsynced { acked, wanted });
-        }
-        Ok(attempt)
-    }
-
-    /// Releases one hold of `kind`, restoring `lease` when holds remain; `expect`: the holder's
-    /// count before it.
-    pub(crate) async fn release(
-        &self,
-        kind: LockKind,
-        (name, holder): (&str, &str),
-        lease: Duration,
-        expect: Expect,
-    ) -> Result<Released, LockError> {
-        let key = keys::lock_key(name);
-        let room = 3 * name.len() + holder.len() + 96;
-        let mut call = match kind {
-            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
-                let mut call = ScriptCall::new(&RELEASE, 2, 5, room);
-                call.key(key)
-                    .key(keys::unlock_channel(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(self.publish());
-                call
-            }
-            LockKind::Read => {
-                let mut call = ScriptCall::new(&READ_RELEASE, 4, 4, room + holder.len());
-                call.key(key)
-                    .key(keys::rwlock_channel(name))
-                    .key(keys::read_timeout_prefix(name, holder))
-                    .key(keys::tagged(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(holder)
-                    .arg(self.publish());
-                call
-            }
-            LockKind::Write => {
-                let mut call = ScriptCall::new(&WRITE_RELEASE, 2, 5, room);
-                call.key(key)
-                    .key(keys::rwlock_channel(name))
-                    .arg(WAKE_ALL_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(keys::write_field(holder))
-                    .arg(self.publish());
-                call
-            }
-            LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = ScriptCall::new(&FAIR_RELEASE, 4, 5, room);
-                call.key(key)
-                    .key(keys::fair_queue(name))
-                    .key(keys::fair_deadlines(name))
-                    .key(keys::unlock_channel(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(self.publish());
-                call
-            }
-        };
-        call.arg(expect.count);
-        match self.conn.call("release", key, &call).await? {
-            Value::Nil => Ok(Released::NotHeld),
-            Value::Int(0) => Ok(Released::StillHeld),
-            Value::Int(1) => Ok(Released::Unlocked),
-            other => Err(unexpected("release", other)),
-        }
-    }
-
-    /// Releases one hold of `from` and, when that frees the lock, grants it to `to` for
-    /// `to_lease` in the same call (`hand_off.lua`): reentrant and fenced locks only. `expect`:
-    /// both holders' counts before it.
-    pub(crate) async fn hand_off(
-        &self,
-        kind: LockKind,
-        name: &str,
-        (from, lease): (&str, Duration),
-        (to, to_lease): (&str, Duration),
-        expect: Expect,
-    ) -> Result<HandedOff, LockError> {
-        let key = keys::lock_key(name);
-        let room = 3 * name.len() + from.len() + to.len() + 96;
-        let mut call = ScriptCall::new(&HAND_OFF, 2, 8, room);
-        call.key(key)
-            .key(keys::token_key(name))
-            .arg(UNLOCK_MESSAGE)
-            .arg(millis(lease))
-            .arg(from)
-            .arg(to)
-            .arg(expect.count)
-            .arg(millis(to_lease))
-            .arg(if kind == LockKind::Fenced { "1" } else { "0" })
-            .arg(expect.to);
-        match self.conn.call("hand off", key, &call).await? {
-            Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
-            Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1)] => Ok(HandedOff::To { token: None }),
-                [Value::Int(1), Value::Int(t)] => Ok(HandedOff::To {
-                    token: u64::try_from(*t).ok(),
-                }),
-                _ => Err(unexpected("hand off", Value::Array(items))),
-            },
-            other => Err(unexpected("hand off", other)),
+        name: &'a str,
+        holder: &'a str,
+    ) -> HolderCalls<'a> {
+        HolderCalls {
+            commands: self,
+            kind,
+            name,
+            holder,
         }
     }
 
@@ -304,7 +121,7 @@ impl Commands {
         let mut in_redis = self.inspect(kind, name, holder).await?.count;
         while in_redis > target {
             let expect = Expect::count(in_redis);
-            match self.release(kind, (name, holder), lease, expect).await {
+            match self.holder(kind, name, holder).release(lease, expect).await {
                 Ok(Released::StillHeld) => in_redis -= 1,
                 Ok(Released::Unlocked | Released::NotHeld) => in_redis = 0,
                 Err(_) => break,
@@ -322,8 +139,9 @@ impl Commands {
         wait: Duration,
     ) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
-        let mut call = FAIR_LEAVE.key(key);
-        call.key(keys::fair_queue(name))
+        let mut call = ScriptCall::new(&FAIR_LEAVE, 4, 4, 4 * name.len() + holder.len() + 96);
+        call.key(key)
+            .key(keys::fair_queue(name))
             .key(keys::fair_deadlines(name))
             .key(keys::unlock_channel(name))
             .arg(holder)
@@ -332,16 +150,8 @@ impl Commands {
             .arg(self.publish());
         // With replica sync, a leave the replicas did not take is an error: sent again (it is
         // idempotent), since a failover would otherwise bring the place back.
-        let (reply, acked) = self
-            .conn
-            .run_synced("leave queue", key, &FAIR_LEAVE, call)
-            .await?;
-        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
-            && acked < wanted
-        {
-            return Err(LockError::ReplicaSync { acked, wanted });
-        }
-        match reply {
+        let reply = self.conn.eval("leave queue", key, &call, Replicas::Wait);
+        match reply.await?.synced()? {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("leave queue", other)),
         }
@@ -358,8 +168,15 @@ impl Commands {
         cap: Duration,
     ) -> Result<Refreshed, LockError> {
         let key = keys::lock_key(name);
-        let mut call = FAIR_REFRESH.key(key);
-        call.key(keys::fair_queue(name))
+        let held: usize = places.iter().map(|(holder, _)| holder.len() + 20).sum();
+        let mut call = ScriptCall::new(
+            &FAIR_REFRESH,
+            4,
+            3 + 2 * places.len(),
+            4 * name.len() + held + 96,
+        );
+        call.key(key)
+            .key(keys::fair_queue(name))
             .key(keys::fair_deadlines(name))
             .key(keys::unlock_channel(name))
             .arg(millis(cap))
@@ -368,7 +185,8 @@ impl Commands {
         for (holder, wait) in places {
             call.arg(&**holder).arg(millis(*wait));
         }
-        match self.run("fair refresh", key, call).await? {
+        let reply = self.conn.eval("fair refresh", key, &call, Replicas::Skip);
+        match reply.await?.value {
             Value::Array(items) => {
                 let mut items = items.into_iter().map(|v| match v {
                     Value::BulkString(b) => String::from_utf8(b).ok().map(Arc::<str>::from),
@@ -390,10 +208,12 @@ impl Commands {
     /// channel, as Redisson's does: a fair waiter listens on no other.
     pub(crate) async fn force_unlock(&self, kind: LockKind, name: &str) -> Result<bool, LockError> {
         let key = keys::lock_key(name);
+        let room = 4 * name.len() + 96;
         let call = match kind {
             LockKind::Fair | LockKind::NonReentrantFair => {
-                let mut call = FAIR_FORCE_UNLOCK.key(key);
-                call.key(keys::fair_queue(name))
+                let mut call = ScriptCall::new(&FAIR_FORCE_UNLOCK, 4, 3, room);
+                call.key(key)
+                    .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
                     .key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
@@ -411,15 +231,17 @@ impl Commands {
                     LockKind::Write => (WAKE_ALL_MESSAGE, "write"),
                     _ => (UNLOCK_MESSAGE, ""),
                 };
-                let mut call = FORCE_UNLOCK.key(key);
-                call.key(kind.channel(name))
+                let mut call = ScriptCall::new(&FORCE_UNLOCK, 2, 3, room);
+                call.key(key)
+                    .key(kind.channel(name))
                     .arg(message)
                     .arg(mode)
                     .arg(self.publish());
                 call
             }
         };
-        match self.run("force unlock", key, call).await? {
+        let reply = self.conn.eval("force unlock", key, &call, Replicas::Skip);
+        match reply.await?.value {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("force unlock", other)),
         }
@@ -433,9 +255,14 @@ impl Commands {
         holder: &str,
     ) -> Result<Inspection, LockError> {
         let key = keys::lock_key(name);
-        let mut call = INSPECT.key(key);
-        call.arg(kind.field(holder));
-        match self.run("inspect", key, call).await? {
+        let mut call = ScriptCall::new(&INSPECT, 1, 1, name.len() + holder.len() + 32);
+        call.key(key).arg(kind.field(holder));
+        match self
+            .conn
+            .eval("inspect", key, &call, Replicas::Skip)
+            .await?
+            .value
+        {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(exists), Value::Int(count), Value::Int(ttl)] => Ok(Inspection {
                     locked: *exists == 1,
@@ -452,11 +279,13 @@ impl Commands {
     /// of a [`LockInfo`](crate::LockInfo).
     pub(crate) async fn describe(&self, name: &str) -> Result<Described, LockError> {
         let key = keys::lock_key(name);
-        let mut call = DESCRIBE.key(key);
-        call.key(keys::fair_queue(name))
+        let mut call = ScriptCall::new(&DESCRIBE, 4, 0, 4 * name.len() + 96);
+        call.key(key)
+            .key(keys::fair_queue(name))
             .key(keys::fair_deadlines(name))
             .key(keys::token_key(name));
-        let reply = self.run("describe", key, call).await?;
+        let reply = self.conn.eval("describe", key, &call, Replicas::Skip);
+        let reply = reply.await?.value;
         let bad = |v: &Value| unexpected("describe", v.clone());
         let Value::Array(parts) = &reply else {
             return Err(bad(&reply));
@@ -500,33 +329,150 @@ impl Commands {
         holds: &[(&str, &str)],
         timeout: Duration,
     ) -> Result<Vec<bool>, LockError> {
-        let mut call = match kind {
-            LockKind::Read => RENEW_READ.prepare_invoke(),
-            _ => RENEW.prepare_invoke(),
-        };
+        let read = kind == LockKind::Read;
+        let (script, per_hold): (&Script, usize) =
+            if read { (&RENEW_READ, 2) } else { (&RENEW, 1) };
+        let bytes: usize = holds
+            .iter()
+            .map(|(name, holder)| (1 + per_hold) * (name.len() + 24) + holder.len())
+            .sum();
+        let mut call = ScriptCall::new(script, holds.len(), 1 + per_hold * holds.len(), bytes);
+        for (name, _) in holds {
+            call.key(keys::lock_key(name));
+        }
         call.arg(millis(timeout));
         for (name, holder) in holds {
-            call.key(keys::lock_key(name)).arg(kind.field(holder));
-            if kind == LockKind::Read {
+            call.arg(kind.field(holder));
+            if read {
                 call.arg(keys::tagged(name));
             }
         }
-        let script: &Script = if kind == LockKind::Read {
-            &RENEW_READ
-        } else {
-            &RENEW
-        };
-        let (reply, acked) = self.conn.run_synced("renew", "", script, call).await?;
-        if let (Some(acked), Some(wanted)) = (acked, self.conn.sync_wanted())
-            && acked < wanted
+        match self
+            .conn
+            .eval("renew", "", &call, Replicas::Wait)
+            .await?
+            .synced()?
         {
-            return Err(LockError::ReplicaSync { acked, wanted });
-        }
-        match reply {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
+        }
+    }
+}
+
+/// One holder's requests on one lock: what a lock actor asks of Redis for a holder. Each
+/// script is its kind's ([`LockKind::acquire_call`], [`LockKind::release_call`]).
+#[derive(Clone, Copy)]
+pub(crate) struct HolderCalls<'a> {
+    commands: &'a Commands,
+    kind: LockKind,
+    name: &'a str,
+    holder: &'a str,
+}
+
+/// Whom a hand-off grants the lock to, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Successor<'a> {
+    pub holder: &'a str,
+    pub lease: Duration,
+}
+
+impl HolderCalls<'_> {
+    /// One acquire attempt, for `lease`; `expect`: the holder's count before it. Waits for
+    /// replicas with replica sync: a grant too few of them have is [`Attempt::Unsynced`].
+    pub(crate) async fn acquire(
+        self,
+        lease: Duration,
+        fair: FairArgs,
+        expect: Expect,
+    ) -> Result<Attempt, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            holder,
+        } = self;
+        let publish = commands.publish();
+        let call = kind.acquire_call(name, holder, lease, fair, expect, publish);
+        let key = keys::lock_key(name);
+        let reply = commands
+            .conn
+            .eval("acquire", key, &call, Replicas::Wait)
+            .await?;
+        match (decode_attempt(kind, reply.value)?, reply.unsynced) {
+            // Not on enough replicas to survive a failover: the caller gives it back.
+            (Attempt::Acquired { .. }, Some(Unsynced { acked, wanted })) => {
+                Ok(Attempt::Unsynced { acked, wanted })
+            }
+            (attempt, _) => Ok(attempt),
+        }
+    }
+
+    /// Releases one hold, restoring `lease` when holds remain; `expect`: the holder's count
+    /// before it.
+    pub(crate) async fn release(
+        self,
+        lease: Duration,
+        expect: Expect,
+    ) -> Result<Released, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            holder,
+        } = self;
+        let call = kind.release_call(name, holder, lease, expect, commands.publish());
+        let key = keys::lock_key(name);
+        let reply = commands.conn.eval("release", key, &call, Replicas::Skip);
+        match reply.await?.value {
+            Value::Nil => Ok(Released::NotHeld),
+            Value::Int(0) => Ok(Released::StillHeld),
+            Value::Int(1) => Ok(Released::Unlocked),
+            other => Err(unexpected("release", other)),
+        }
+    }
+
+    /// Releases one hold of this holder (its lease `lease` restored when holds remain) and,
+    /// when that frees the lock, grants it to `to` in the same call (`hand_off.lua`): reentrant
+    /// and fenced locks only. `expect`: both holders' counts before it.
+    pub(crate) async fn hand_off(
+        self,
+        lease: Duration,
+        to: Successor<'_>,
+        expect: Expect,
+    ) -> Result<HandedOff, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            holder,
+        } = self;
+        let key = keys::lock_key(name);
+        let room = 3 * name.len() + holder.len() + to.holder.len() + 96;
+        let mut call = ScriptCall::new(&HAND_OFF, 2, 8, room);
+        call.key(key)
+            .key(keys::token_key(name))
+            .arg(UNLOCK_MESSAGE)
+            .arg(millis(lease))
+            .arg(holder)
+            .arg(to.holder)
+            .arg(expect.count)
+            .arg(millis(to.lease))
+            .arg(if kind == LockKind::Fenced { "1" } else { "0" })
+            .arg(expect.to);
+        let reply = commands.conn.eval("hand off", key, &call, Replicas::Skip);
+        match reply.await?.value {
+            Value::Nil => Ok(HandedOff::No(Released::NotHeld)),
+            Value::Int(0) => Ok(HandedOff::No(Released::StillHeld)),
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1)] => Ok(HandedOff::To { token: None }),
+                [Value::Int(1), Value::Int(t)] => Ok(HandedOff::To {
+                    token: u64::try_from(*t).ok(),
+                }),
+                _ => Err(unexpected("hand off", Value::Array(items))),
+            },
+            other => Err(unexpected("hand off", other)),
         }
     }
 }

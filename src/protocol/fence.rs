@@ -7,6 +7,7 @@ use redis::{Script, Value};
 
 use super::Commands;
 use super::keys;
+use crate::connections::command::{Replicas, ScriptCall};
 use crate::error::LockError;
 
 static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fenced_set.lua")));
@@ -28,25 +29,21 @@ impl Commands {
     pub(crate) async fn fenced_set(
         &self,
         name: &str,
-        (key, value): (&str, &[u8]),
+        key: &str,
+        value: &[u8],
         token: u64,
     ) -> Result<bool, LockError> {
         let fence = fence_key(name);
-        let mut call = FENCED_SET.key(&fence);
-        call.key(key).arg(token.to_string()).arg(value);
+        let bytes = fence.len() + key.len() + value.len() + 20;
+        let mut call = ScriptCall::new(&FENCED_SET, 2, 2, bytes);
+        call.key(&fence).key(key).arg(token.to_string()).arg(value);
         // Synced like acquires when replica sync is on: a write the primary acknowledged but
         // no replica has could be lost in a failover with its fence, letting the old term's
         // writes through again.
-        let (reply, acked) = self
+        let reply = self
             .conn()
-            .run_synced("fenced set", &fence, &FENCED_SET, call)
-            .await?;
-        if let (Some(acked), Some(wanted)) = (acked, self.conn().sync_wanted())
-            && acked < wanted
-        {
-            return Err(LockError::ReplicaSync { acked, wanted });
-        }
-        match reply {
+            .eval("fenced set", &fence, &call, Replicas::Wait);
+        match reply.await?.synced()? {
             Value::Int(n) => Ok(n == 1),
             other => Err(super::unexpected("fenced set", other)),
         }

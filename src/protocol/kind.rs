@@ -1,6 +1,16 @@
 //! The kinds of lock, and what tells them apart on the wire: script, hash field, channel.
 
-use crate::protocol::keys;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::{
+    ACQUIRE, Expect, FAIR_ACQUIRE, FAIR_NON_REENTRANT_ACQUIRE, FAIR_RELEASE, FENCED_ACQUIRE,
+    FairArgs, NON_REENTRANT_ACQUIRE, READ_ACQUIRE, READ_RELEASE, RELEASE, WRITE_ACQUIRE,
+    WRITE_RELEASE, millis,
+};
+use crate::connections::command::ScriptCall;
+use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 
 /// The kinds of lock: each has its own scripts, hash field and channel (protocol.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -75,6 +85,19 @@ impl LockKind {
         matches!(self, LockKind::NonReentrant | LockKind::NonReentrantFair)
     }
 
+    /// A label for logs, metrics (the `kind` label) and client records.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            LockKind::Reentrant => "lock",
+            LockKind::Fenced => "fenced",
+            LockKind::Read => "read",
+            LockKind::Write => "write",
+            LockKind::Fair => "fair",
+            LockKind::NonReentrant => "non_reentrant",
+            LockKind::NonReentrantFair => "non_reentrant_fair",
+        }
+    }
+
     /// Kinds served by one lock actor: both sides of a read-write lock. (Other kinds share a
     /// channel without sharing an actor: the pub/sub actor routes a channel to each listener.)
     pub(crate) fn family(self) -> LockKind {
@@ -82,5 +105,151 @@ impl LockKind {
             LockKind::Write => LockKind::Read,
             other => other,
         }
+    }
+}
+
+/// What each kind's scripts are and take (protocol.md: one acquire script per kind; the
+/// releases are shared more).
+impl LockKind {
+    /// Its acquire script.
+    fn acquire_script(self) -> &'static Script {
+        match self {
+            LockKind::Reentrant => &ACQUIRE,
+            LockKind::Fenced => &FENCED_ACQUIRE,
+            LockKind::Read => &READ_ACQUIRE,
+            LockKind::Write => &WRITE_ACQUIRE,
+            LockKind::Fair => &FAIR_ACQUIRE,
+            LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
+            LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
+        }
+    }
+
+    /// An acquire attempt of `holder` on the lock `name`, for `lease`: its script with the
+    /// keys and arguments of this kind, in one presized command. `expect`: the holder's count
+    /// before it; `publish`: `publish` or `spublish` (a fair prune wakes the next head).
+    pub(super) fn acquire_call(
+        self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+        fair: FairArgs,
+        expect: Expect,
+        publish: &'static str,
+    ) -> ScriptCall<'static> {
+        let (key, lease, script) = (keys::lock_key(name), millis(lease), self.acquire_script());
+        // Room for the keys and arguments of the longest (fair) attempt.
+        let room = 3 * name.len() + holder.len() + 96;
+        let mut call = match self {
+            LockKind::Reentrant | LockKind::NonReentrant => {
+                let mut call = ScriptCall::new(script, 1, 3, room);
+                call.key(key).arg(lease).arg(holder);
+                call
+            }
+            LockKind::Fenced => {
+                let mut call = ScriptCall::new(script, 2, 3, room);
+                call.key(key)
+                    .key(keys::token_key(name))
+                    .arg(lease)
+                    .arg(holder);
+                call
+            }
+            LockKind::Read => {
+                let mut call = ScriptCall::new(script, 2, 4, room + holder.len());
+                call.key(key)
+                    .key(keys::read_timeout_prefix(name, holder))
+                    .arg(lease)
+                    .arg(holder)
+                    .arg(keys::write_field(holder));
+                call
+            }
+            LockKind::Write => {
+                let mut call = ScriptCall::new(script, 1, 3, room);
+                call.key(key).arg(lease).arg(keys::write_field(holder));
+                call
+            }
+            LockKind::Fair | LockKind::NonReentrantFair => {
+                // No `now`: lockman's fair scripts read the server's clock (`fair_prune.lua`),
+                // so that every lockman client judges the places by the same one.
+                let mut call = ScriptCall::new(script, 4, 8, room + name.len());
+                call.key(key)
+                    .key(keys::fair_queue(name))
+                    .key(keys::fair_deadlines(name))
+                    .key(keys::unlock_channel(name))
+                    .arg(lease)
+                    .arg(holder)
+                    .arg(millis(fair.wait))
+                    .arg(if fair.once { "1" } else { "0" });
+                call
+            }
+        };
+        call.arg(expect.count);
+        if self.is_fair() {
+            // fair_acquire.lua, ARGV[6..8]: the place timeout, and what wakes the new head of a
+            // free lock should the prune drop the one before.
+            call.arg(millis(fair.cap)).arg(UNLOCK_MESSAGE).arg(publish);
+        }
+        call
+    }
+
+    /// A release of one hold of `holder` on the lock `name`, restoring `lease` when holds
+    /// remain: its script with the keys and arguments of this kind. `expect`: the holder's
+    /// count before it.
+    pub(super) fn release_call(
+        self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+        expect: Expect,
+        publish: &'static str,
+    ) -> ScriptCall<'static> {
+        let key = keys::lock_key(name);
+        let room = 3 * name.len() + holder.len() + 96;
+        let mut call = match self {
+            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
+                let mut call = ScriptCall::new(&RELEASE, 2, 5, room);
+                call.key(key)
+                    .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
+                    .arg(publish);
+                call
+            }
+            LockKind::Read => {
+                let mut call = ScriptCall::new(&READ_RELEASE, 4, 4, room + holder.len());
+                call.key(key)
+                    .key(keys::rwlock_channel(name))
+                    .key(keys::read_timeout_prefix(name, holder))
+                    .key(keys::tagged(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(holder)
+                    .arg(publish);
+                call
+            }
+            LockKind::Write => {
+                let mut call = ScriptCall::new(&WRITE_RELEASE, 2, 5, room);
+                call.key(key)
+                    .key(keys::rwlock_channel(name))
+                    .arg(WAKE_ALL_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(keys::write_field(holder))
+                    .arg(publish);
+                call
+            }
+            LockKind::Fair | LockKind::NonReentrantFair => {
+                let mut call = ScriptCall::new(&FAIR_RELEASE, 4, 5, room);
+                call.key(key)
+                    .key(keys::fair_queue(name))
+                    .key(keys::fair_deadlines(name))
+                    .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
+                    .arg(publish);
+                call
+            }
+        };
+        call.arg(expect.count);
+        call
     }
 }

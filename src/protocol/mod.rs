@@ -16,8 +16,8 @@ use redis::{Script, Value};
 
 use crate::error::LockError;
 
-pub(crate) use clients::RawRecord;
-pub(crate) use commands::Commands;
+pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
+pub(crate) use commands::{Commands, Successor};
 pub use kind::LockKind;
 pub use sync::SyncKind;
 pub(crate) use sync::{NO_LEASE_SCORE, SyncDescribed, SyncLatch, Take, hex};

@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::connections::command::{Conn, Link, denied};
+use crate::connections::command::{Conn, Link, ScriptCall};
 use crate::connections::failure::connect_error;
 use crate::error::LockError;
 use crate::protocol::keys;
@@ -40,19 +40,16 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
     // Loaded above with the others (on every node of a cluster). The probe declares no key,
     // so in a cluster redis-rs would send it to any node, a replica included, whose READONLY
     // says nothing of where locks go: a master runs it.
-    let mut probe = redis::cmd("EVALSHA");
-    probe
-        .arg(ACL_PROBE.get_hash())
-        .arg(0)
-        .arg(PROBE_KEY)
-        .arg(&probe_channels());
+    let channels = probe_channels();
+    let mut probe = ScriptCall::new(&ACL_PROBE, 0, 3, 3 * PROBE.len() + 64);
+    probe.arg(PROBE_KEY).arg(&channels);
     let call = async {
         match &mut link {
-            Link::Server(server) => probe.query_async::<Vec<String>>(server).await,
+            Link::Server(server) => probe.cmd().query_async::<Vec<String>>(server).await,
             Link::Cluster(cluster) => {
                 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
                 let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
-                let reply = cluster.route_command(probe, master).await?;
+                let reply = cluster.route_command(probe.cmd().clone(), master).await?;
                 redis::from_redis_value(reply).map_err(Into::into)
             }
         }
@@ -120,4 +117,14 @@ async fn check_subscribe(conn: &Conn) -> Result<(), LockError> {
         denied(&what, done)?;
     }
     Ok(())
+}
+
+/// A step of the probe's reply: a refusal as [`LockError::NoPermission`] for `what`.
+fn denied<T>(what: &str, reply: Result<redis::RedisResult<T>, LockError>) -> Result<T, LockError> {
+    reply?.map_err(|source| {
+        LockError::no_permission(|| what.to_owned(), &source).unwrap_or(LockError::Redis {
+            op: "check permissions",
+            source,
+        })
+    })
 }

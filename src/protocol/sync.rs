@@ -10,6 +10,7 @@ use redis::{Script, Value};
 
 use super::commands::Commands;
 use super::{millis, unexpected};
+use crate::connections::command::{Replicas, ScriptCall, Unsynced};
 use crate::error::LockError;
 use crate::protocol::keys;
 
@@ -171,124 +172,45 @@ pub(crate) struct SyncDescribed {
 pub(crate) const NO_LEASE_SCORE: i64 = 922_337_203_685_477;
 
 impl Commands {
-    /// Runs `script` with `call`'s keys and arguments behind `latch` (the latch key and the
-    /// request's id and PTTL appended), and decodes its array of integers.
+    /// Runs a call made by [`latched`] behind `latch` (the request's id and PTTL appended to
+    /// its arguments), and decodes its array of integers.
     async fn run_latched(
         &self,
         op: &'static str,
-        (script, mut call): (&Script, redis::ScriptInvocation<'_>),
+        mut call: ScriptCall<'_>,
         name: &str,
         latch: &SyncLatch,
-        synced: bool,
-    ) -> Result<(Vec<i64>, Option<u32>), LockError> {
-        call.key(keys::latch(name, &latch.lane))
-            .arg(latch.id)
-            .arg(self.latch_ttl_ms());
-        let (reply, acked) = if synced {
-            self.conn().run_synced(op, name, script, call).await?
-        } else {
-            (self.conn().run(op, name, call).await?, None)
-        };
-        Ok((ints(op, reply)?, acked))
+        replicas: Replicas,
+    ) -> Result<(Vec<i64>, Option<Unsynced>), LockError> {
+        call.arg(latch.id).arg(self.latch_ttl_ms());
+        let reply = self.conn().eval(op, name, &call, replicas).await?;
+        Ok((ints(op, reply.value)?, reply.unsynced))
     }
 
-    fn sync_call<'a>(
-        script: &'a Script,
-        keys: &[&str],
-    ) -> (&'a Script, redis::ScriptInvocation<'a>) {
-        let mut call = script.prepare_invoke();
-        for key in keys {
-            call.key(*key);
+    /// Runs a call that changes nothing and decodes its array of integers.
+    async fn run_plain(
+        &self,
+        op: &'static str,
+        call: &ScriptCall<'_>,
+        name: &str,
+    ) -> Result<Vec<i64>, LockError> {
+        let reply = self.conn().eval(op, name, call, Replicas::Skip).await?;
+        ints(op, reply.value)
+    }
+
+    /// The requests on the semaphore `name` of `kind` that run behind `latch`.
+    pub(crate) fn permits<'a>(
+        &'a self,
+        kind: SyncKind,
+        name: &'a str,
+        latch: &'a SyncLatch,
+    ) -> PermitCalls<'a> {
+        PermitCalls {
+            commands: self,
+            kind,
+            name,
+            latch,
         }
-        (script, call)
-    }
-
-    /// One attempt to take `permits` permits (`semaphore_acquire.lua`, `permit_acquire.lua`);
-    /// a permit semaphore's carry `ids` (16 bytes each) and expire after `lease`.
-    pub(crate) async fn take_permits(
-        &self,
-        kind: SyncKind,
-        name: &str,
-        (permits, ids, lease): (u32, &[u8], Duration),
-        latch: &SyncLatch,
-    ) -> Result<Take, LockError> {
-        let (set, channel) = (keys::permit_set(name), kind.channel(name));
-        let (reply, acked) = if kind == SyncKind::PermitSemaphore {
-            let (script, mut call) = Self::sync_call(&PERMIT_ACQUIRE, &[name, &set, &channel]);
-            call.arg(self.publish_command())
-                .arg(permits)
-                .arg(millis(lease))
-                .arg(ids);
-            self.run_latched("acquire permits", (script, call), name, latch, true)
-                .await?
-        } else {
-            let (script, mut call) = Self::sync_call(&SEMAPHORE_ACQUIRE, &[name]);
-            call.arg(permits);
-            self.run_latched("acquire permits", (script, call), name, latch, true)
-                .await?
-        };
-        match reply.as_slice() {
-            [1] => match (acked, self.conn().sync_wanted()) {
-                (Some(acked), Some(wanted)) if acked < wanted => {
-                    Ok(Take::Unsynced { acked, wanted })
-                }
-                _ => Ok(Take::Taken),
-            },
-            [0, free] => Ok(Take::Short {
-                free: *free,
-                retry_in: None,
-            }),
-            [0, free, wait] => Ok(Take::Short {
-                free: *free,
-                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
-            }),
-            _ => Err(unexpected("acquire permits", Value::Nil)),
-        }
-    }
-
-    /// Gives permits back: `permits` of a semaphore (the new free count is the reply), or the
-    /// permits `ids` of a permit semaphore (the reply is how many were still held).
-    pub(crate) async fn give_permits(
-        &self,
-        kind: SyncKind,
-        name: &str,
-        (permits, ids): (u32, &[u8]),
-        latch: &SyncLatch,
-    ) -> Result<i64, LockError> {
-        let (set, channel) = (keys::permit_set(name), kind.channel(name));
-        let call = if kind == SyncKind::PermitSemaphore {
-            let (script, mut call) = Self::sync_call(&PERMIT_RELEASE, &[name, &set, &channel]);
-            call.arg(self.publish_command()).arg(ids);
-            (script, call)
-        } else {
-            let (script, mut call) = Self::sync_call(&SEMAPHORE_RELEASE, &[name, &channel]);
-            call.arg(permits).arg(self.publish_command());
-            (script, call)
-        };
-        let (reply, _) = self
-            .run_latched("release permits", call, name, latch, false)
-            .await?;
-        first("release permits", &reply)
-    }
-
-    /// Sets the permits of a semaphore that has none, the key living `ttl` when given: whether
-    /// it did.
-    pub(crate) async fn set_permits(
-        &self,
-        kind: SyncKind,
-        name: &str,
-        (permits, ttl): (u32, Option<Duration>),
-        latch: &SyncLatch,
-    ) -> Result<bool, LockError> {
-        let channel = kind.channel(name);
-        let (script, mut call) = Self::sync_call(&SEMAPHORE_SET, &[name, &channel]);
-        call.arg(permits)
-            .arg(self.publish_command())
-            .arg(ttl.map_or(0, millis));
-        let (reply, _) = self
-            .run_latched("set permits", (script, call), name, latch, false)
-            .await?;
-        Ok(first("set permits", &reply)? == 1)
     }
 
     /// Adds `delta` permits (negative: removes): the new free count.
@@ -300,7 +222,7 @@ impl Commands {
         latch: &SyncLatch,
     ) -> Result<i64, LockError> {
         let channel = kind.channel(name);
-        let (script, mut call) = Self::sync_call(&SEMAPHORE_ADD, &[name, &channel]);
+        let mut call = latched(&SEMAPHORE_ADD, &[name, &channel], 3, 0, latch);
         let flavour = if kind == SyncKind::PermitSemaphore {
             "p"
         } else {
@@ -308,7 +230,7 @@ impl Commands {
         };
         call.arg(delta).arg(self.publish_command()).arg(flavour);
         let (reply, _) = self
-            .run_latched("add permits", (script, call), name, latch, false)
+            .run_latched("add permits", call, name, latch, Replicas::Skip)
             .await?;
         first("add permits", &reply)
     }
@@ -322,10 +244,10 @@ impl Commands {
         latch: &SyncLatch,
     ) -> Result<bool, LockError> {
         let channel = keys::semaphore_channel(name);
-        let (script, mut call) = Self::sync_call(&SEMAPHORE_RELEASE_IF_EXISTS, &[name, &channel]);
+        let mut call = latched(&SEMAPHORE_RELEASE_IF_EXISTS, &[name, &channel], 2, 0, latch);
         call.arg(permits).arg(self.publish_command());
         let (reply, _) = self
-            .run_latched("release if exists", (script, call), name, latch, false)
+            .run_latched("release if exists", call, name, latch, Replicas::Skip)
             .await?;
         Ok(first("release if exists", &reply)? == 1)
     }
@@ -339,10 +261,11 @@ impl Commands {
         latch: &SyncLatch,
     ) -> Result<i64, LockError> {
         let (set, channel) = (keys::permit_set(name), keys::semaphore_channel(name));
-        let (script, mut call) = Self::sync_call(&PERMIT_RELEASE_ALL, &[name, &set, &channel]);
+        let keys = [name, &set, &channel];
+        let mut call = latched(&PERMIT_RELEASE_ALL, &keys, 2, ids.len(), latch);
         call.arg(self.publish_command()).arg(ids);
         let (reply, _) = self
-            .run_latched("release permits", (script, call), name, latch, false)
+            .run_latched("release permits", call, name, latch, Replicas::Skip)
             .await?;
         first("release permits", &reply)
     }
@@ -351,12 +274,9 @@ impl Commands {
     /// Redisson's getLeaseTime reply (ms left, -1 for no lease, 0 when not held).
     pub(crate) async fn permit_lease_time(&self, name: &str, id: &[u8]) -> Result<i64, LockError> {
         let (set, channel) = (keys::permit_set(name), keys::semaphore_channel(name));
-        let (_, mut call) = Self::sync_call(&PERMIT_LEASE_TIME, &[name, &set, &channel]);
+        let mut call = plain(&PERMIT_LEASE_TIME, &[name, &set, &channel], 2);
         call.arg(self.publish_command()).arg(id);
-        let reply = ints(
-            "lease time",
-            self.conn().run("lease time", name, call).await?,
-        )?;
+        let reply = self.run_plain("lease time", &call, name).await?;
         first("lease time", &reply)
     }
 
@@ -366,9 +286,9 @@ impl Commands {
         name: &str,
         latch: &SyncLatch,
     ) -> Result<i64, LockError> {
-        let (script, call) = Self::sync_call(&SEMAPHORE_DRAIN, &[name]);
+        let call = latched(&SEMAPHORE_DRAIN, &[name], 0, 0, latch);
         let (reply, _) = self
-            .run_latched("drain permits", (script, call), name, latch, false)
+            .run_latched("drain permits", call, name, latch, Replicas::Skip)
             .await?;
         first("drain permits", &reply)
     }
@@ -384,25 +304,22 @@ impl Commands {
             return Ok((self.read_counter(name).await?, 0));
         }
         let (set, channel) = (keys::permit_set(name), kind.channel(name));
-        let (_, mut call) = Self::sync_call(&PERMIT_AVAILABLE, &[name, &set, &channel]);
+        let mut call = plain(&PERMIT_AVAILABLE, &[name, &set, &channel], 1);
         call.arg(self.publish_command());
-        let reply = ints(
-            "count permits",
-            self.conn().run("count permits", name, call).await?,
-        )?;
-        match reply.as_slice() {
+        match self
+            .run_plain("count permits", &call, name)
+            .await?
+            .as_slice()
+        {
             [free, held] => Ok((*free, *held)),
-            _ => Err(unexpected("count permits", Value::Nil)),
+            other => Err(unexpected_ints("count permits", other)),
         }
     }
 
     /// A semaphore's free permits or a latch's count, without changing anything (missing: 0).
     pub(crate) async fn read_counter(&self, name: &str) -> Result<i64, LockError> {
-        let (_, call) = Self::sync_call(&COUNTER, &[name]);
-        let reply = ints(
-            "read count",
-            self.conn().run("read count", name, call).await?,
-        )?;
+        let call = plain(&COUNTER, &[name], 0);
+        let reply = self.run_plain("read count", &call, name).await?;
         first("read count", &reply)
     }
 
@@ -414,10 +331,10 @@ impl Commands {
         latch: &SyncLatch,
     ) -> Result<bool, LockError> {
         let channel = keys::countdown_channel(name);
-        let (script, mut call) = Self::sync_call(&LATCH_SET, &[name, &channel]);
+        let mut call = latched(&LATCH_SET, &[name, &channel], 2, 0, latch);
         call.arg(count).arg(self.publish_command());
         let (reply, _) = self
-            .run_latched("set count", (script, call), name, latch, false)
+            .run_latched("set count", call, name, latch, Replicas::Skip)
             .await?;
         Ok(first("set count", &reply)? == 1)
     }
@@ -425,10 +342,10 @@ impl Commands {
     /// Counts a latch down once: the count after it (0 or less: open).
     pub(crate) async fn count_down(&self, name: &str, latch: &SyncLatch) -> Result<i64, LockError> {
         let channel = keys::countdown_channel(name);
-        let (script, mut call) = Self::sync_call(&LATCH_COUNT_DOWN, &[name, &channel]);
+        let mut call = latched(&LATCH_COUNT_DOWN, &[name, &channel], 1, 0, latch);
         call.arg(self.publish_command());
         let (reply, _) = self
-            .run_latched("count down", (script, call), name, latch, false)
+            .run_latched("count down", call, name, latch, Replicas::Skip)
             .await?;
         first("count down", &reply)
     }
@@ -440,25 +357,22 @@ impl Commands {
         grants: &[(&str, &str)],
         timeout: Duration,
     ) -> Result<Vec<bool>, LockError> {
-        let mut call = PERMIT_RENEW.prepare_invoke();
+        let bytes: usize = grants
+            .iter()
+            .map(|(name, ids)| 2 * name.len() + ids.len() + 32)
+            .sum();
+        let mut call = ScriptCall::new(&PERMIT_RENEW, 2 * grants.len(), 1 + grants.len(), bytes);
+        for (name, _) in grants {
+            call.key(*name).key(keys::permit_set(name));
+        }
         call.arg(millis(timeout));
-        for (name, ids) in grants {
-            call.key(*name)
-                .key(keys::permit_set(name))
-                .arg(ids_from_hex(ids));
+        for (_, ids) in grants {
+            call.arg(ids_from_hex(ids));
         }
-        let (reply, acked) = self
-            .conn()
-            .run_synced("renew permits", "", &PERMIT_RENEW, call)
-            .await?;
-        if let (Some(acked), Some(wanted)) = (acked, self.conn().sync_wanted())
-            && acked < wanted
-        {
-            return Err(LockError::ReplicaSync { acked, wanted });
-        }
-        let flags = ints("renew permits", reply)?;
+        let reply = self.conn().eval("renew permits", "", &call, Replicas::Wait);
+        let flags = ints("renew permits", reply.await?.synced()?)?;
         if flags.len() != grants.len() {
-            return Err(unexpected("renew permits", Value::Nil));
+            return Err(unexpected_ints("renew permits", &flags));
         }
         Ok(flags.into_iter().map(|f| f == 1).collect())
     }
@@ -466,8 +380,9 @@ impl Commands {
     /// Everything about one synchronizer, changing nothing.
     pub(crate) async fn describe_sync(&self, name: &str) -> Result<SyncDescribed, LockError> {
         let set = keys::permit_set(name);
-        let (_, call) = Self::sync_call(&DESCRIBE, &[name, &set]);
-        let reply = self.conn().run("describe", name, call).await?;
+        let call = plain(&DESCRIBE, &[name, &set], 0);
+        let reply = self.conn().eval("describe", name, &call, Replicas::Skip);
+        let reply = reply.await?.value;
         let Value::Array(items) = reply else {
             return Err(unexpected("describe", reply));
         };
@@ -501,6 +416,150 @@ impl Commands {
     }
 }
 
+/// Requests on one semaphore (or permit semaphore) behind one request latch: taking, giving
+/// back and setting its permits.
+#[derive(Clone, Copy)]
+pub(crate) struct PermitCalls<'a> {
+    commands: &'a Commands,
+    kind: SyncKind,
+    name: &'a str,
+    latch: &'a SyncLatch,
+}
+
+impl PermitCalls<'_> {
+    /// One attempt to take `permits` permits (`semaphore_acquire.lua`, `permit_acquire.lua`);
+    /// a permit semaphore's carry `ids` (16 bytes each) and expire after `lease`.
+    pub(crate) async fn take(
+        self,
+        permits: u32,
+        ids: &[u8],
+        lease: Duration,
+    ) -> Result<Take, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            latch,
+        } = self;
+        let call = if kind == SyncKind::PermitSemaphore {
+            let (set, channel) = (keys::permit_set(name), kind.channel(name));
+            let mut call = latched(
+                &PERMIT_ACQUIRE,
+                &[name, &set, &channel],
+                4,
+                ids.len(),
+                latch,
+            );
+            call.arg(commands.publish_command())
+                .arg(permits)
+                .arg(millis(lease))
+                .arg(ids);
+            call
+        } else {
+            let mut call = latched(&SEMAPHORE_ACQUIRE, &[name], 1, 0, latch);
+            call.arg(permits);
+            call
+        };
+        let take = commands.run_latched("acquire permits", call, name, latch, Replicas::Wait);
+        let (reply, unsynced) = take.await?;
+        match (reply.as_slice(), unsynced) {
+            ([1], Some(Unsynced { acked, wanted })) => Ok(Take::Unsynced { acked, wanted }),
+            ([1], None) => Ok(Take::Taken),
+            ([0, free], _) => Ok(Take::Short {
+                free: *free,
+                retry_in: None,
+            }),
+            ([0, free, wait], _) => Ok(Take::Short {
+                free: *free,
+                retry_in: u64::try_from(*wait).ok().map(Duration::from_millis),
+            }),
+            (other, _) => Err(unexpected_ints("acquire permits", other)),
+        }
+    }
+
+    /// Gives permits back: `permits` of a semaphore (the new free count is the reply), or the
+    /// permits `ids` of a permit semaphore (the reply is how many were still held).
+    pub(crate) async fn give(self, permits: u32, ids: &[u8]) -> Result<i64, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            latch,
+        } = self;
+        let channel = kind.channel(name);
+        let call = if kind == SyncKind::PermitSemaphore {
+            let set = keys::permit_set(name);
+            let mut call = latched(
+                &PERMIT_RELEASE,
+                &[name, &set, &channel],
+                2,
+                ids.len(),
+                latch,
+            );
+            call.arg(commands.publish_command()).arg(ids);
+            call
+        } else {
+            let mut call = latched(&SEMAPHORE_RELEASE, &[name, &channel], 2, 0, latch);
+            call.arg(permits).arg(commands.publish_command());
+            call
+        };
+        let (reply, _) = commands
+            .run_latched("release permits", call, name, latch, Replicas::Skip)
+            .await?;
+        first("release permits", &reply)
+    }
+
+    /// Sets the permits of a semaphore that has none, the key living `ttl` when given: whether
+    /// it did.
+    pub(crate) async fn set(self, permits: u32, ttl: Option<Duration>) -> Result<bool, LockError> {
+        let Self {
+            commands,
+            kind,
+            name,
+            latch,
+        } = self;
+        let channel = kind.channel(name);
+        let mut call = latched(&SEMAPHORE_SET, &[name, &channel], 3, 0, latch);
+        call.arg(permits)
+            .arg(commands.publish_command())
+            .arg(ttl.map_or(0, millis));
+        let (reply, _) = commands
+            .run_latched("set permits", call, name, latch, Replicas::Skip)
+            .await?;
+        Ok(first("set permits", &reply)? == 1)
+    }
+}
+
+/// A call of `script` on `keys` (the synchronizer first), followed by the latch key of
+/// `latch` (`KEYS[#KEYS]`, `sync/latch.lua`); then come `args` arguments of about `bytes` bytes
+/// in all, and [`Commands::run_latched`] appends the latch's two.
+fn latched<'s>(
+    script: &'s Script,
+    keys: &[&str],
+    args: usize,
+    bytes: usize,
+    latch: &SyncLatch,
+) -> ScriptCall<'s> {
+    let name = keys.first().copied().unwrap_or_default();
+    let room: usize = keys.iter().map(|k| k.len()).sum::<usize>() + name.len() + bytes + 96;
+    let mut call = ScriptCall::new(script, keys.len() + 1, args + 2, room + latch.lane.len());
+    for key in keys {
+        call.key(*key);
+    }
+    call.key(keys::latch(name, &latch.lane));
+    call
+}
+
+/// A call of `script` on `keys` without a latch: `args` arguments follow.
+fn plain<'s>(script: &'s Script, keys: &[&str], args: usize) -> ScriptCall<'s> {
+    let room: usize = keys.iter().map(|k| k.len()).sum::<usize>() + 64;
+    let mut call = ScriptCall::new(script, keys.len(), args, room);
+    for key in keys {
+        call.key(*key);
+    }
+    call
+}
+
 /// A reply that is an array of integers.
 fn ints(op: &'static str, reply: Value) -> Result<Vec<i64>, LockError> {
     match reply {
@@ -519,7 +578,15 @@ fn first(op: &'static str, reply: &[i64]) -> Result<i64, LockError> {
     reply
         .first()
         .copied()
-        .ok_or_else(|| unexpected(op, Value::Nil))
+        .ok_or_else(|| unexpected_ints(op, reply))
+}
+
+/// An array of integers the protocol does not allow here, reported as it came.
+fn unexpected_ints(op: &'static str, reply: &[i64]) -> LockError {
+    LockError::UnexpectedReply {
+        op,
+        detail: format!("{reply:?}"),
+    }
 }
 
 /// Bytes as lowercase hex: how Java shows a permit id.

@@ -43,7 +43,7 @@ use super::shell::lost::LostSignal;
 use super::shell::reply::{Expecting, Taken, take_in};
 use super::shell::{self, PerName, Shell};
 use crate::error::LockError;
-use crate::metrics::{self, Series};
+use crate::metrics::Series;
 use crate::protocol::LockKind;
 
 type AcquireResult = Result<Option<Grant>, LockError>;
@@ -167,7 +167,7 @@ impl PerName for LockActor {
         let reply = match answer {
             Answer::Granted { key, epoch, token } => {
                 let confirmed = self.state.granted_at(&key, epoch);
-                let signal = self.shell.signal(epoch, metrics::kind_label(key.1), 1.0);
+                let signal = self.shell.signal(epoch, key.1.label(), 1.0);
                 if let Some((sent, ttl)) = confirmed {
                     signal.validity.confirm(sent, ttl);
                 }
@@ -238,7 +238,7 @@ impl Handler<Acquire> for LockActor {
             self,
             |act| {
                 let id = act.state.request(req, Instant::now());
-                act.shell.coming(id, metrics::kind_label(kind));
+                act.shell.coming(id, kind.label());
                 Expecting::Waiter(id)
             },
             ctx,

@@ -9,7 +9,7 @@ use actix::prelude::*;
 use super::LockActor;
 use crate::actors::lock_state::{Op, Outcome};
 use crate::actors::shell;
-use crate::protocol::{Commands, HandedOff, LockKind};
+use crate::protocol::{Commands, HandedOff, LockKind, Successor};
 
 impl LockActor {
     /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a
@@ -25,7 +25,7 @@ impl LockActor {
                 expect,
                 ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds.acquire(kind, (&name, &holder), ttl, fair, expect);
+                let res = cmds.holder(kind, &name, &holder).acquire(ttl, fair, expect);
                 Outcome::Acquire(res.await)
             }),
             Op::Release {
@@ -35,7 +35,10 @@ impl LockActor {
                 expect,
                 ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds.release(kind, (&name, &holder), lease, expect).await;
+                let res = cmds
+                    .holder(kind, &name, &holder)
+                    .release(lease, expect)
+                    .await;
                 Outcome::Release(res.map(HandedOff::No))
             }),
             Op::HandOff {
@@ -47,7 +50,13 @@ impl LockActor {
                 expect,
                 ..
             } => self.spawn_op(ctx, async move {
-                let res = cmds.hand_off(kind, &name, (&from, lease), (&to, to_lease), expect);
+                let next = Successor {
+                    holder: &to,
+                    lease: to_lease,
+                };
+                let res = cmds
+                    .holder(kind, &name, &from)
+                    .hand_off(lease, next, expect);
                 Outcome::Release(res.await)
             }),
             Op::LeaveQueue { holder, wait } => self.spawn_op(

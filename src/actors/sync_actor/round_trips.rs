@@ -58,23 +58,28 @@ async fn perform(
             lease,
             ..
         } => {
-            let taken = commands.take_permits(kind, name, (permits, &ids, lease), latch);
+            let taken = commands
+                .permits(kind, name, latch)
+                .take(permits, &ids, lease);
             return Outcome::Take(taken.await);
         }
         Op::Read { .. } => commands.read_counter(name).await,
         Op::Give { permits, ids } => {
             commands
-                .give_permits(kind, name, (permits, &ids), latch)
+                .permits(kind, name, latch)
+                .give(permits, &ids)
                 .await
         }
         Op::ReleaseIds(ids) => commands.release_all_permits(name, &ids, latch).await,
         Op::Adjust(adjustment) => match adjustment {
             Adjustment::SetPermits(n) => commands
-                .set_permits(kind, name, (n, None), latch)
+                .permits(kind, name, latch)
+                .set(n, None)
                 .await
                 .map(i64::from),
             Adjustment::SetPermitsWithTtl(n, ttl) => commands
-                .set_permits(kind, name, (n, Some(ttl)), latch)
+                .permits(kind, name, latch)
+                .set(n, Some(ttl))
                 .await
                 .map(i64::from),
             Adjustment::ReleaseIfExists(n) => commands
@@ -83,7 +88,7 @@ async fn perform(
                 .map(i64::from),
             Adjustment::AddPermits(d) => commands.add_permits(kind, name, d, latch).await,
             Adjustment::Drain => commands.drain_permits(name, latch).await,
-            Adjustment::Release(n) => commands.give_permits(kind, name, (n, &[]), latch).await,
+            Adjustment::Release(n) => commands.permits(kind, name, latch).give(n, &[]).await,
             Adjustment::Available => commands
                 .count_permits(kind, name)
                 .await

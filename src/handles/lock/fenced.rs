@@ -173,7 +173,7 @@ impl FencedGuard {
         let manager = self.0.manager().ok_or(LockError::Shutdown)?;
         manager
             .commands
-            .fenced_set(self.0.key(), (key, value.as_ref()), self.fence_token())
+            .fenced_set(self.0.key(), key, value.as_ref(), self.fence_token())
             .await
     }
 
