@@ -162,4 +162,4 @@ pub use handles::sync::{
     CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
 pub use protocol::keys::release_channels;
-pub use protocol::{LockKind, SyncKind};
+pub use protocol::{Check, CheckStatus, Diagnosis, LockKind, SyncKind};
