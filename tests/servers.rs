@@ -454,3 +454,49 @@ async fn valkey_is_named_and_diagnosed_and_refused_without_scripting() {
         .expect_err("no scripts");
     assert!(matches!(err, LockError::NoScripting { .. }), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_is_diagnosed_through_one_master() {
+    let cluster = support::cluster::Cluster::start(3, 1);
+    let diagnosis = diagnose(Config::cluster(cluster.urls())).await;
+    let server = check(&diagnosis, "server");
+    assert!(
+        server.seen.contains(" (cluster, one master's view) at "),
+        "{server:?}"
+    );
+    let sharded = check(&diagnosis, "sharded_pubsub");
+    assert_eq!(sharded.status, CheckStatus::Ok);
+    assert_eq!(
+        sharded.seen,
+        "SPUBLISH is there; unlock messages are sharded"
+    );
+    // Asynchronous replicas behind every master, no WAIT asked (it would block a master's
+    // connection that locks use).
+    let replication = check(&diagnosis, "replication");
+    assert_eq!(replication.status, CheckStatus::Warn, "{replication:?}");
+    assert!(
+        replication
+            .seen
+            .starts_with("1 replicas, min-replicas-to-write 0: replication is asynchronous"),
+        "{replication:?}"
+    );
+    assert_eq!(check(&diagnosis, "acl").status, CheckStatus::Ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_deployment_is_diagnosed_on_its_primary() {
+    use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
+    let group = SentinelGroup::start();
+    let config = Config::sentinel(MASTER, group.sentinel_urls()).master_auth(None, DATA_PASSWORD);
+    let diagnosis = diagnose(config).await;
+    let server = check(&diagnosis, "server");
+    assert!(server.seen.contains(" (standalone) at "), "{server:?}");
+    let replication = check(&diagnosis, "replication");
+    assert_eq!(replication.status, CheckStatus::Warn, "{replication:?}");
+    assert!(
+        replication
+            .seen
+            .starts_with("1 replicas, min-replicas-to-write 0; WAIT works (1 of 1 acknowledged"),
+        "{replication:?}"
+    );
+}

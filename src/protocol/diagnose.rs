@@ -540,10 +540,10 @@ fn replication(facts: &Facts, config: &Config) -> Check {
             format!("{seen}: sync_replicas({count}, …): a failover keeps every granted lock"),
             "",
         ),
-        None if replicas == 0 && !facts.cluster => Check::new(
+        None if replicas == 0 => Check::new(
             "replication",
             CheckStatus::Ok,
-            format!("{seen}: one server, nothing to fail over to"),
+            format!("{seen}: nothing to fail over to"),
             "",
         ),
         None => Check::new(
