@@ -234,7 +234,7 @@ async fn a_replica_without_replica_sync_warns_and_with_it_passes() {
     assert_eq!(replication.status, CheckStatus::Warn);
     assert!(
         replication.seen.starts_with(
-            "1 replicas, min-replicas-to-write 0; WAIT works (1 of 1 acknowledged within "
+            "1 replica, min-replicas-to-write 0; WAIT works (1 of 1 acknowledged within "
         ),
         "{replication:?}"
     );
@@ -269,7 +269,7 @@ async fn a_replica_without_replica_sync_warns_and_with_it_passes() {
     assert!(
         replication
             .seen
-            .starts_with("1 replicas, min-replicas-to-write 1;"),
+            .starts_with("1 replica, min-replicas-to-write 1;"),
         "{replication:?}"
     );
 }
@@ -477,7 +477,7 @@ async fn a_cluster_is_diagnosed_through_one_master() {
     assert!(
         replication
             .seen
-            .starts_with("1 replicas, min-replicas-to-write 0: replication is asynchronous"),
+            .starts_with("1 replica, min-replicas-to-write 0: replication is asynchronous"),
         "{replication:?}"
     );
     assert_eq!(check(&diagnosis, "acl").status, CheckStatus::Ok);
@@ -496,7 +496,7 @@ async fn a_sentinel_deployment_is_diagnosed_on_its_primary() {
     assert!(
         replication
             .seen
-            .starts_with("1 replicas, min-replicas-to-write 0; WAIT works (1 of 1 acknowledged"),
+            .starts_with("1 replica, min-replicas-to-write 0; WAIT works (1 of 1 acknowledged"),
         "{replication:?}"
     );
 }

@@ -190,9 +190,14 @@ impl Commands {
         let mut target = if cluster {
             Target::Cluster(conn.main_link())
         } else {
+            // Its replies bounded here (`bounded`), not by redis-rs's default, shorter than the
+            // WAIT below may take.
+            let settings = redis::AsyncConnectionConfig::new().set_response_timeout(None);
             let opened = tokio::time::timeout(
                 conn.connect_timeout(),
-                endpoint.client().get_multiplexed_async_connection(),
+                endpoint
+                    .client()
+                    .get_multiplexed_async_connection_with_config(&settings),
             )
             .await;
             match opened {
@@ -516,10 +521,11 @@ fn replication(facts: &Facts, config: &Config) -> Check {
             "; WAIT works ({acked} of {replicas} acknowledged within {})",
             short(facts.wait_limit)
         ),
-        Some(Err(e)) => format!("; WAIT refused: {e}"),
+        Some(Err(e)) => format!("; WAIT failed: {e}"),
         None => String::new(),
     };
-    let seen = format!("{replicas} replicas, min-replicas-to-write {min}{wait}");
+    let noun = if replicas == 1 { "replica" } else { "replicas" };
+    let seen = format!("{replicas} {noun}, min-replicas-to-write {min}{wait}");
     let wait_refused = matches!(facts.wait, Some(Err(_)));
     match config.get_sync_replicas() {
         Some((count, _)) if wait_refused => Check::new(
