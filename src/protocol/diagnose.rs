@@ -462,7 +462,14 @@ fn eviction(facts: &Facts) -> Check {
 }
 
 fn persistence(facts: &Facts) -> Check {
-    let aof = facts.info.get("aof_enabled").map(String::as_str) == Some("1");
+    let Some(aof) = facts.info.get("aof_enabled").map(|on| on == "1") else {
+        return Check::new(
+            "persistence",
+            CheckStatus::Warn,
+            "unknown: INFO could not be read",
+            "check that AOF is on (appendonly yes)",
+        );
+    };
     let save = match facts.config.get("save") {
         Some(Ok(save)) => Some(save.trim().to_owned()),
         _ => None,
@@ -493,14 +500,21 @@ fn persistence(facts: &Facts) -> Check {
              fenced tokens go on from the server's clock, a Redisson client's from 1",
             "appendonly yes (appendfsync everysec or always), or run a replica and fail over to it",
         ),
+        (false, None) => Check::new(
+            "persistence",
+            CheckStatus::Warn,
+            "no AOF; RDB snapshots unknown (CONFIG GET save refused): a restart loses at least \
+             every write since the last snapshot, and every one without snapshots",
+            "appendonly yes (appendfsync everysec or always)",
+        ),
         (false, save) => Check::new(
             "persistence",
             CheckStatus::Warn,
             format!(
-                "RDB snapshots only (save {}): a restart loses every write since the last \
+                "RDB snapshots only (save {:?}): a restart loses every write since the last \
                  snapshot: locks taken since are free to a second holder, locks released since \
                  come back held until they expire; fenced tokens go on from the server's clock",
-                save.map_or("?".to_owned(), |s| format!("{s:?}"))
+                save.unwrap_or_default()
             ),
             "appendonly yes (appendfsync everysec or always)",
         ),
@@ -509,9 +523,15 @@ fn persistence(facts: &Facts) -> Check {
 
 fn replication(facts: &Facts, config: &Config) -> Check {
     let info = |k: &str| facts.info.get(k).map(String::as_str);
-    let replicas: u32 = info("connected_slaves")
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let Some(replicas) = info("connected_slaves").and_then(|n| n.parse::<u32>().ok()) else {
+        return Check::new(
+            "replication",
+            CheckStatus::Warn,
+            "replicas unknown: INFO could not be read",
+            "without replica sync a failover can lose a lock granted just before it: \
+             Config::sync_replicas where replicas run",
+        );
+    };
     let min = match facts.config.get("min-replicas-to-write") {
         Some(Ok(n)) => n.clone(),
         _ => "?".to_owned(),
