@@ -463,7 +463,7 @@ async fn a_cluster_is_diagnosed_through_one_master() {
     let diagnosis = diagnose(Config::cluster(cluster.urls())).await;
     let server = check(&diagnosis, "server");
     assert!(
-        server.seen.contains(" (cluster, one master's view) at "),
+        server.seen.contains(" (cluster, the master of slot 0) at "),
         "{server:?}"
     );
     let sharded = check(&diagnosis, "sharded_pubsub");

@@ -131,7 +131,7 @@ impl LockManager {
     /// notifications, the clock offset, and the round trip against the timeouts (the
     /// `lockman doctor` command; a health endpoint can serve it). Writes nothing; on one server
     /// it reads on a connection of its own, so that its `WAIT` holds up no lock command; in a
-    /// cluster it reads what one master says.
+    /// cluster it reads what the master of slot 0 says.
     ///
     /// # Errors
     /// [`LockError::Connect`] or [`LockError::Timeout`] when the server cannot be reached,

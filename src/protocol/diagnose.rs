@@ -121,7 +121,7 @@ pub(crate) struct Facts {
     wait: Option<Result<i64, String>>,
     /// How long `WAIT` was given.
     wait_limit: Duration,
-    /// Whether this is a cluster (the facts are one master's).
+    /// Whether this is a cluster (the facts are the master of slot 0's).
     cluster: bool,
     /// Whether unlock messages go by sharded pub/sub (`SPUBLISH`).
     sharded: bool,
@@ -142,32 +142,35 @@ const SETTINGS: [&str; 5] = [
 const PINGS: usize = 5;
 
 /// Where the diagnosis reads: a connection of its own to one server (so that `WAIT` blocks no
-/// lock command), or a cluster's connection, each command sent to one master.
+/// lock command), or the manager's main connection, which in a cluster sends every command to
+/// one node: the master of slot 0, so that every read is of the same server.
 enum Target {
-    Server(redis::aio::MultiplexedConnection),
-    Cluster(Link),
+    Own(redis::aio::MultiplexedConnection),
+    Shared(Link),
 }
 
 impl Target {
     async fn ask<T: FromRedisValue>(&mut self, cmd: &Cmd) -> redis::RedisResult<T> {
         match self {
-            Self::Server(conn) => cmd.query_async(conn).await,
-            Self::Cluster(Link::Cluster(cluster)) => {
-                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-                let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary);
+            Self::Own(conn) => cmd.query_async(conn).await,
+            Self::Shared(Link::Cluster(cluster)) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(0, SlotAddr::Master),
+                ));
                 let reply = cluster.route_command(cmd.clone(), master).await?;
                 redis::from_redis_value(reply).map_err(Into::into)
             }
-            Self::Cluster(Link::Server(conn)) => cmd.query_async(conn).await,
+            Self::Shared(Link::Server(conn)) => cmd.query_async(conn).await,
         }
     }
 }
 
 impl Commands {
-    /// `INFO memory`'s `maxmemory_policy` (in a cluster, one master's): for the start-time
+    /// `INFO memory`'s `maxmemory_policy` (in a cluster, the master of slot 0's): for the start-time
     /// eviction check.
     pub(crate) async fn eviction_policy(&self) -> Result<Option<String>, LockError> {
-        let mut target = Target::Cluster(self.conn().main_link());
+        let mut target = Target::Shared(self.conn().main_link());
         let mut info = redis::cmd("INFO");
         info.arg("memory");
         let reply = self
@@ -188,7 +191,7 @@ impl Commands {
         let endpoint = conn.endpoint();
         let cluster = endpoint.cluster().is_some();
         let mut target = if cluster {
-            Target::Cluster(conn.main_link())
+            Target::Shared(conn.main_link())
         } else {
             // Its replies bounded here (`bounded`), not by redis-rs's default, shorter than the
             // WAIT below may take.
@@ -201,7 +204,7 @@ impl Commands {
             )
             .await;
             match opened {
-                Ok(Ok(server)) => Target::Server(server),
+                Ok(Ok(server)) => Target::Own(server),
                 Ok(Err(source)) => {
                     return Err(LockError::Connect {
                         url: endpoint.label().to_owned(),
@@ -315,14 +318,14 @@ fn short(d: Duration) -> String {
 /// used the lock channels.
 fn started_checks(facts: &Facts) -> Vec<Check> {
     let info = |k: &str| facts.info.get(k).map(String::as_str);
-    let (server, version) = match (info("server_name"), info("valkey_version")) {
-        (Some(name), Some(v)) if name.eq_ignore_ascii_case("valkey") => ("Valkey", v),
-        (_, Some(v)) => ("Valkey", v),
-        _ => ("Redis", info("redis_version").unwrap_or("?")),
+    // Valkey answers `redis_version` too (7.2.4, for clients that check it).
+    let (server, version) = match info("valkey_version") {
+        Some(v) => ("Valkey", v),
+        None => ("Redis", info("redis_version").unwrap_or("?")),
     };
     let mode = info("redis_mode").unwrap_or("standalone");
     let one = if facts.cluster {
-        ", one master's view"
+        ", the master of slot 0"
     } else {
         ""
     };
