@@ -10,6 +10,7 @@ use redis::{Cmd, FromRedisValue, Value};
 use super::Commands;
 use crate::config::Config;
 use crate::connections::command::Link;
+use crate::connections::failure::connect_error;
 use crate::error::LockError;
 
 /// How a [`Check`] came out.
@@ -46,6 +47,7 @@ impl CheckStatus {
 /// One line of a [`Diagnosis`]: what was checked, how it came out, what was seen, and what to
 /// do about it (empty when nothing).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Check {
     /// Which check: `server`, `scripting`, `lpos`, `sharded_pubsub`, `acl`, `eviction`,
     /// `persistence`, `replication`, `keyspace_events`, `clock`, `round_trip`.
@@ -79,12 +81,19 @@ impl Check {
 /// server a [`LockManager`](crate::LockManager) is connected to
 /// ([`LockManager::diagnose`](crate::LockManager::diagnose)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Diagnosis {
     /// The checks, in a fixed order.
     pub checks: Vec<Check>,
 }
 
 impl Diagnosis {
+    /// A diagnosis of these checks: for reports made of their own lines (`lockman doctor` when
+    /// the start failed).
+    pub fn new(checks: Vec<Check>) -> Self {
+        Self { checks }
+    }
+
     /// The worst status of any check ([`CheckStatus::Ok`] when there are none).
     pub fn worst(&self) -> CheckStatus {
         self.checks
@@ -205,12 +214,7 @@ impl Commands {
             .await;
             match opened {
                 Ok(Ok(server)) => Target::Own(server),
-                Ok(Err(source)) => {
-                    return Err(LockError::Connect {
-                        url: endpoint.label().to_owned(),
-                        source,
-                    });
-                }
+                Ok(Err(source)) => return Err(connect_error(endpoint.label(), source)),
                 Err(_) => {
                     return Err(LockError::Timeout {
                         op: "connect",
@@ -271,8 +275,8 @@ impl Commands {
             let local_ms = local
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            let server_ms =
-                i64::try_from(secs.saturating_mul(1000) + micros / 1000).unwrap_or(i64::MAX);
+            let server_ms = i64::try_from(secs.saturating_mul(1000).saturating_add(micros / 1000))
+                .unwrap_or(i64::MAX);
             facts.clock_offset_ms = Some(server_ms - local_ms);
         }
         if !cluster {

@@ -81,12 +81,7 @@ fn refused(e: LockError) -> Result<(Diagnosis, bool), Failure> {
         ),
         _ => return Err(Failure::redis(e)),
     };
-    Ok((
-        Diagnosis {
-            checks: vec![check],
-        },
-        unreachable,
-    ))
+    Ok((Diagnosis::new(vec![check]), unreachable))
 }
 
 /// The width of the check names' column.
