@@ -327,7 +327,10 @@ fn started_checks(facts: &Facts) -> Vec<Check> {
         Some(v) => ("Valkey", v),
         None => ("Redis", info("redis_version").unwrap_or("?")),
     };
-    let mode = info("redis_mode").unwrap_or("standalone");
+    // Valkey says `server_mode`, Redis `redis_mode`.
+    let mode = info("server_mode")
+        .or_else(|| info("redis_mode"))
+        .unwrap_or("standalone");
     let one = if facts.cluster {
         ", the master of slot 0"
     } else {
