@@ -138,6 +138,27 @@ pub enum LockError {
         /// How many members there are.
         members: usize,
     },
+    /// The server runs no scripts, and every lock is a script: a Valkey built or started
+    /// without its Lua engine (Valkey 9.1 made scripting a part that can be left out), or a
+    /// server whose `EVALSHA` and `SCRIPT` commands were renamed away. Found when the manager
+    /// starts. Not a permission problem: no ACL can give it.
+    #[error("{url} cannot run Lua scripts, which every lock needs: {detail}")]
+    NoScripting {
+        /// The URL (without its password, if any).
+        url: String,
+        /// What the server answered to `SCRIPT LOAD`.
+        detail: String,
+    },
+    /// [`Config::refuse_evicting_server`](crate::Config::refuse_evicting_server): the server's
+    /// `maxmemory-policy` may evict lock keys under memory pressure (two holders), so the
+    /// manager did not start. Set it to `noeviction`.
+    #[error("{url} may evict lock keys (maxmemory-policy {policy}); lockman needs noeviction")]
+    EvictingServer {
+        /// The URL (without its password, if any).
+        url: String,
+        /// The server's `maxmemory-policy`.
+        policy: String,
+    },
     /// The manager was shut down (or its actors are gone).
     #[error("the lock manager is shut down")]
     Shutdown,

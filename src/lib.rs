@@ -118,7 +118,8 @@
 //!     every actor listening on it), `Watchdog` and `FailoverWatch`, and `messages.rs`.
 //! - `metrics.rs`: what the `metrics` feature reports.
 //! - `protocol/`: one Lua script per operation, their typed calls, lock kinds, key and channel
-//!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe.
+//!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe, the
+//!   diagnosis of a deployment ([`Diagnosis`], `lockman doctor`).
 //! - `connections/`: URLs and TLS, one server, Sentinel's primary or a Cluster, command
 //!   connections (resent requests, replica sync), the pub/sub connection.
 //! - `config/`, `error.rs`: the settings and the one error type.
@@ -212,4 +213,4 @@ pub use handles::sync::{
     CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
 pub use protocol::keys::release_channels;
-pub use protocol::{LockKind, SyncKind};
+pub use protocol::{Check, CheckStatus, Diagnosis, LockKind, SyncKind};

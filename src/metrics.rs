@@ -223,3 +223,13 @@ pub(crate) fn term(name: &str, outcome: &'static str) {
     #[cfg(not(feature = "metrics"))]
     let _ = (name, outcome);
 }
+
+/// Whether the server this manager started on may evict lock keys (its `maxmemory-policy` is
+/// not `noeviction`): the `lockman_evicting_server` gauge, 1 or 0.
+#[inline]
+pub(crate) fn evicting_server(evicts: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("lockman_evicting_server").set(if evicts { 1.0 } else { 0.0 });
+    #[cfg(not(feature = "metrics"))]
+    let _ = evicts;
+}

@@ -19,6 +19,7 @@ impl std::fmt::Debug for Config {
             client_name,
             contention_top_k,
             name_prefix,
+            refuse_evicting_server,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -53,6 +54,7 @@ impl std::fmt::Debug for Config {
             .field("client_name", client_name)
             .field("contention_top_k", contention_top_k)
             .field("name_prefix", name_prefix)
+            .field("refuse_evicting_server", refuse_evicting_server)
             .finish()
     }
 }

@@ -67,6 +67,7 @@ pub struct Config {
     client_name: Option<String>,
     contention_top_k: usize,
     name_prefix: String,
+    refuse_evicting_server: bool,
 }
 
 /// Where the Redis of a config is.
@@ -238,6 +239,7 @@ impl Config {
             contention_top_k: DEFAULT_CONTENTION_TOP_K,
             arbiters: None,
             name_prefix: String::new(),
+            refuse_evicting_server: false,
         }
     }
 
@@ -315,6 +317,20 @@ impl Config {
     /// Default: off.
     pub fn sync_replicas(mut self, count: u32, timeout: Duration) -> Self {
         self.sync_replicas = Some((count, timeout));
+        self
+    }
+
+    /// Whether [`LockManager::start`](crate::LockManager::start) refuses a server whose
+    /// `maxmemory-policy` is anything but `noeviction`, with [`LockError::EvictingServer`],
+    /// instead of warning once. Every lock key has a TTL, so under memory pressure the
+    /// `volatile-*` policies evict exactly lock keys, and the `allkeys-*` ones may: the lock is
+    /// then free while its holder still believes it holds it (two holders), and nothing in
+    /// Redis says so.
+    ///
+    /// Default: off (a warning in the log, and the `lockman_evicting_server` gauge with the
+    /// `metrics` feature).
+    pub fn refuse_evicting_server(mut self, refuse: bool) -> Self {
+        self.refuse_evicting_server = refuse;
         self
     }
 
@@ -535,6 +551,11 @@ impl Config {
     #[cfg_attr(not(feature = "tls"), allow(dead_code))]
     pub(crate) fn tls(&self) -> &TlsSettings {
         &self.tls
+    }
+
+    /// See [`Config::refuse_evicting_server`](Self::refuse_evicting_server()).
+    pub fn get_refuse_evicting_server(&self) -> bool {
+        self.refuse_evicting_server
     }
 
     /// See [`Config::watchdog_timeout`](Self::watchdog_timeout()).

@@ -20,6 +20,10 @@ use crate::handles::runtime::Host;
 use crate::protocol::LockKind;
 use crate::protocol::keys;
 
+/// The name whose keys [`LockManager::diagnose`] reads to check the user's key patterns (it
+/// never exists).
+const DOCTOR_NAME: &str = "lockman-doctor";
+
 /// How much longer than the connect timeout starting may take before it counts as stuck.
 const STARTUP_GRACE: Duration = Duration::from_secs(1);
 
@@ -72,7 +76,7 @@ impl LockManager {
         let deployment = config.deployment().label();
         tracing::info!(%client_id, %deployment, own_system = host.owned.is_some(), "lock manager started");
         let next_holder = AtomicU64::new(0);
-        Ok(Self {
+        let manager = Self {
             inner: Arc::new(Inner {
                 client_id,
                 registry,
@@ -82,7 +86,85 @@ impl LockManager {
                 next_holder,
                 host,
             }),
-        })
+        };
+        if let Err(e) = manager.check_eviction().await {
+            manager.shutdown().await;
+            return Err(e);
+        }
+        Ok(manager)
+    }
+
+    /// The start-time eviction check: a `maxmemory-policy` that can evict lock keys is warned
+    /// about once (and set on the `lockman_evicting_server` gauge), or refused with
+    /// [`LockError::EvictingServer`] under [`Config::refuse_evicting_server`]. A server that
+    /// does not say its policy passes: the diagnosis says what could not be read.
+    async fn check_eviction(&self) -> Result<(), LockError> {
+        let policy = match self.inner.commands.eviction_policy().await {
+            Ok(Some(policy)) => policy,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, "the eviction policy could not be read");
+                return Ok(());
+            }
+        };
+        let evicts = crate::protocol::evicts_locks(&policy);
+        crate::metrics::evicting_server(evicts);
+        if !evicts {
+            return Ok(());
+        }
+        let url = self.inner.commands.endpoint().label().to_owned();
+        if self.inner.config.get_refuse_evicting_server() {
+            return Err(LockError::EvictingServer { url, policy });
+        }
+        tracing::warn!(
+            %url,
+            %policy,
+            "the server may evict lock keys: {}; set maxmemory-policy noeviction",
+            crate::protocol::eviction_risk(&policy)
+        );
+        Ok(())
+    }
+
+    /// What this deployment guarantees to locks, read from the server now, one
+    /// [`Check`](crate::Check) per concern: server and version, scripting, `LPOS`, sharded
+    /// pub/sub, permissions, eviction policy, persistence, replicas and `WAIT`, keyspace
+    /// notifications, the clock offset, and the round trip against the timeouts (the
+    /// `lockman doctor` command; a health endpoint can serve it). Writes nothing; on one server
+    /// it reads on a connection of its own, so that its `WAIT` holds up no lock command; in a
+    /// cluster it reads what the master of slot 0 says.
+    ///
+    /// # Errors
+    /// [`LockError::Connect`] or [`LockError::Timeout`] when the server cannot be reached,
+    /// [`LockError::Redis`] when it refuses `INFO`.
+    pub async fn diagnose(&self) -> Result<crate::protocol::Diagnosis, LockError> {
+        let facts = self.inner.commands.facts().await?;
+        let mut diagnosis = crate::protocol::judge(&facts, &self.inner.config);
+        // The start-time probe declares no key: the user's key patterns show only when a
+        // script declares the keys of a name, as this read-only one does (with the prefix).
+        let name = self.inner.name(DOCTOR_NAME);
+        let refused = match self.describe(DOCTOR_NAME).await {
+            Err(LockError::NoPermission { detail, .. }) => Some(detail),
+            Err(LockError::Redis { source, .. }) if source.code() == Some("NOPERM") => {
+                Some(source.to_string())
+            }
+            _ => None,
+        };
+        if let (Some(detail), Some(acl)) = (
+            refused,
+            diagnosis.checks.iter_mut().find(|c| c.name == "acl"),
+        ) {
+            *acl = crate::protocol::Check::new(
+                "acl",
+                crate::protocol::CheckStatus::Fail,
+                format!(
+                    "the user may not use the keys of the lock {:?}: {detail}",
+                    name.key()
+                ),
+                "give the user the key patterns of docs/protocol.md, \"Deployments\" \
+                 (~redisson_lock* and the names, with the prefix)",
+            );
+        }
+        Ok(diagnosis)
     }
 
     /// [`start`](Self::start) with the default settings.

@@ -3,6 +3,7 @@
 
 mod clients;
 mod commands;
+mod diagnose;
 mod fence;
 pub(crate) mod keys;
 mod kind;
@@ -18,6 +19,8 @@ use crate::error::LockError;
 
 pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::{Commands, Successor};
+pub use diagnose::{Check, CheckStatus, Diagnosis};
+pub(crate) use diagnose::{eviction_risk, evicts_locks, judge};
 pub use kind::LockKind;
 pub use sync::SyncKind;
 pub(crate) use sync::{NO_LEASE_SCORE, SyncDescribed, SyncLatch, Take, hex};

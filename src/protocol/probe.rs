@@ -35,6 +35,14 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
         let loaded = conn
             .bounded("load scripts", script.load_async(&mut link))
             .await;
+        if let Ok(Err(e)) = &loaded
+            && scripting_absent(e)
+        {
+            return Err(LockError::NoScripting {
+                url: conn.endpoint().label().to_owned(),
+                detail: e.to_string(),
+            });
+        }
         denied("run SCRIPT LOAD", loaded)?;
     }
     // Loaded above with the others (on every node of a cluster). The probe declares no key,
@@ -68,6 +76,15 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
         });
     }
     check_subscribe(conn).await
+}
+
+/// Whether `SCRIPT LOAD`'s error says the server runs no scripts at all: a Valkey without
+/// its Lua engine answers `Could not find scripting engine 'lua'`, a server whose `SCRIPT`
+/// command was renamed away (`rename-command`) answers `unknown command`. An ACL refusal is
+/// `NOPERM` instead, and stays [`LockError::NoPermission`].
+pub(crate) fn scripting_absent(e: &redis::RedisError) -> bool {
+    let said = e.to_string();
+    said.contains("scripting engine") || said.contains("unknown command")
 }
 
 /// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family (in a cluster, SSUBSCRIBE

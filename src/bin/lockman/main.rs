@@ -12,11 +12,13 @@
 //! lockman top [PATTERN] [--once] [--json]
 //! lockman elect [--once] [--stop-grace DUR] NAME -- CMD [ARGS…]
 //! lockman leader NAME [--watch] [--json]
+//! lockman doctor [--json]
 //! ```
 //!
 //! Exit codes: see [`code`]; `exec` otherwise passes on its command's (128 + n for a signal).
 
 mod clients;
+mod doctor;
 mod elect;
 mod exec;
 mod inspect;
@@ -36,6 +38,7 @@ use lockman::{Config, LockError, LockManager};
 /// The documented exit codes (README, "The lockman command").
 pub mod code {
     /// `inspect`: the lock is free. `unlock`: it was not locked. `leader`: nobody leads.
+    /// `doctor`: a check warned (⚠) and none failed.
     pub const FREE: u8 = 1;
     /// Bad usage (clap's own, or a `--stop-grace` too long for the hold's TTL).
     pub const USAGE: u8 = 2;
@@ -44,6 +47,8 @@ pub mod code {
     /// `exec`: the lock was lost, or about to expire unrenewed, while the command ran (and the
     /// command was stopped); `elect --once`: the lead was.
     pub const LOST: u8 = 73;
+    /// `doctor`: a check failed (✘): lockman cannot work on this deployment as configured.
+    pub const UNFIT: u8 = 78;
     /// `exec`: the lock could not be had within `--wait`.
     pub const NOT_ACQUIRED: u8 = 75;
     /// `exec`: the command could not be run (not executable).
@@ -206,6 +211,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check what this deployment guarantees to locks, one line each (✔ ⚠ ✘ and what to do):
+    /// server and version, scripting, LPOS, sharded pub/sub, permissions, eviction policy,
+    /// persistence, replicas and WAIT, keyspace notifications, clock offset, round trip.
+    /// Exit 0 if all is well, 1 on a warning, 78 on a failed check, 69 if unreachable.
+    Doctor {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a lock's acquire, release and expiry events as they happen, until Ctrl-C.
     Watch {
         /// The lock name.
@@ -352,6 +366,7 @@ fn main() -> ExitCode {
             Command::Inspect { name, json } => inspect::inspect(&cli.server, &name, json).await,
             Command::Unlock { name, yes, .. } => inspect::unlock(&cli.server, &name, yes).await,
             Command::Watch { name } => watch::run(&cli.server, &name).await,
+            Command::Doctor { json } => doctor::doctor(&cli.server, json).await,
             Command::Ls { pattern, json } => {
                 clients::ls(&cli.server, pattern.as_deref(), json).await
             }

@@ -1,0 +1,132 @@
+//! `lockman doctor`: what this deployment guarantees to locks, one line per check.
+
+use lockman::{Check, CheckStatus, Diagnosis, LockError, LockManager};
+
+use crate::json::escape;
+use crate::text::clean;
+use crate::{Failure, Server, code};
+
+pub async fn doctor(server: &Server, json: bool) -> Result<u8, Failure> {
+    let config = server.config()?;
+    let (diagnosis, unreachable) = match LockManager::start(config).await {
+        Ok(manager) => {
+            let diagnosis = manager.diagnose().await;
+            manager.shutdown().await;
+            (diagnosis.map_err(Failure::redis)?, false)
+        }
+        Err(e) => refused(e)?,
+    };
+    if json {
+        println!("{}", to_json(&diagnosis));
+    } else {
+        print!("{}", to_text(&diagnosis));
+    }
+    Ok(match diagnosis.worst() {
+        _ if unreachable => code::REDIS,
+        CheckStatus::Ok => 0,
+        CheckStatus::Warn => code::FREE,
+        CheckStatus::Fail => code::UNFIT,
+    })
+}
+
+/// The report of a start that failed, when the failure is a finding about the deployment: the
+/// one check that failed, and whether the server could not be reached at all.
+fn refused(e: LockError) -> Result<(Diagnosis, bool), Failure> {
+    let said = e.to_string();
+    let (check, unreachable) = match &e {
+        LockError::Connect { .. } | LockError::Timeout { .. } | LockError::Tls { .. } => (
+            Check::new(
+                "server",
+                CheckStatus::Fail,
+                said,
+                "check the URL, the port, TLS (--tls-ca) and the network",
+            ),
+            true,
+        ),
+        LockError::Auth { .. } => (
+            Check::new(
+                "server",
+                CheckStatus::Fail,
+                said,
+                "check the user and password in the URL (Sentinel: --master-user, --master-password)",
+            ),
+            true,
+        ),
+        LockError::ReadOnly { .. } => (
+            Check::new(
+                "server",
+                CheckStatus::Fail,
+                said,
+                "name the primary, or use --sentinel",
+            ),
+            false,
+        ),
+        LockError::NoScripting { .. } => (
+            Check::new(
+                "scripting",
+                CheckStatus::Fail,
+                said,
+                "load the server's Lua engine (Valkey 9.1: the Lua module), or restore EVALSHA and SCRIPT",
+            ),
+            false,
+        ),
+        LockError::NoPermission { .. } => (
+            Check::new(
+                "acl",
+                CheckStatus::Fail,
+                said,
+                "grant the user what docs/protocol.md, \"Deployments\", lists",
+            ),
+            false,
+        ),
+        _ => return Err(Failure::redis(e)),
+    };
+    Ok((Diagnosis::new(vec![check]), unreachable))
+}
+
+/// The width of the check names' column.
+const NAME_WIDTH: usize = 16;
+
+fn to_text(diagnosis: &Diagnosis) -> String {
+    let mut out = String::new();
+    for check in &diagnosis.checks {
+        out += &format!(
+            "{} {:<NAME_WIDTH$} {}\n",
+            check.status.symbol(),
+            check.name,
+            clean(&check.seen)
+        );
+        if !check.advice.is_empty() && check.status != CheckStatus::Ok {
+            out += &format!("  {:<NAME_WIDTH$} → {}\n", "", clean(&check.advice));
+        }
+    }
+    let count = |s: CheckStatus| diagnosis.checks.iter().filter(|c| c.status == s).count();
+    out += &format!(
+        "{} ok, {} warnings, {} failures\n",
+        count(CheckStatus::Ok),
+        count(CheckStatus::Warn),
+        count(CheckStatus::Fail)
+    );
+    out
+}
+
+fn to_json(diagnosis: &Diagnosis) -> String {
+    let checks: Vec<String> = diagnosis
+        .checks
+        .iter()
+        .map(|c| {
+            format!(
+                "{{\"name\":\"{}\",\"status\":\"{}\",\"seen\":\"{}\",\"advice\":\"{}\"}}",
+                escape(c.name),
+                c.status.as_str(),
+                escape(&c.seen),
+                escape(&c.advice)
+            )
+        })
+        .collect();
+    format!(
+        "{{\"status\":\"{}\",\"checks\":[{}]}}",
+        diagnosis.worst().as_str(),
+        checks.join(",")
+    )
+}

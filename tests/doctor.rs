@@ -1,0 +1,212 @@
+//! `lockman doctor`, end to end: the binary run against servers started here, its text and JSON
+//! read line by line and field by field, and its exit codes (0 all well, 1 a warning, 78 a
+//! failed check, 69 unreachable). Run with `cargo test --features cli --test doctor`.
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+use support::{Options, RedisServer};
+
+const LOCKMAN: &str = env!("CARGO_BIN_EXE_lockman");
+
+fn doctor(url: &str, args: &[&str]) -> Output {
+    Command::new(LOCKMAN)
+        .arg("--url")
+        .arg(url)
+        .arg("doctor")
+        .args(args)
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKMAN_PREFIX")
+        .output()
+        .expect("run lockman")
+}
+
+fn server_with(args: &[&str]) -> RedisServer {
+    RedisServer::start_with(Options {
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        ..Options::default()
+    })
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+/// Each check's name and status, from `--json`.
+fn statuses(json: &Value) -> Vec<(String, String)> {
+    json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(n, s)| ((*n).to_owned(), (*s).to_owned()))
+        .collect()
+}
+
+#[test]
+fn an_evicting_server_without_persistence_warns_and_exits_1() {
+    let server = server_with(&["--maxmemory-policy", "volatile-lru"]);
+    let out = doctor(&server.url(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    // One line per check, its advice under it when it is not ✔, and the count.
+    let marks: Vec<String> = lines
+        .iter()
+        .filter(|l| !l.starts_with("  "))
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        marks,
+        [
+            "✔ server",
+            "✔ scripting",
+            "✔ lpos",
+            "✔ sharded_pubsub",
+            "✔ acl",
+            "⚠ eviction",
+            "⚠ persistence",
+            "✔ replication",
+            "✔ keyspace_events",
+            "✔ clock",
+            "✔ round_trip",
+            "9 ok,",
+        ],
+        "{text}"
+    );
+    assert!(
+        lines.contains(
+            &"⚠ eviction         maxmemory-policy volatile-lru (maxmemory 0: no limit is set yet): \
+               under memory pressure it evicts keys with a TTL, and every lock key has one: a \
+               lock can vanish while held, and a second holder take it"
+        ),
+        "{text}"
+    );
+    assert!(
+        lines.contains(
+            &"                   → CONFIG SET maxmemory-policy noeviction (or keep locks on a \
+               server of their own); Config::refuse_evicting_server(true) refuses to start here"
+        ),
+        "{text}"
+    );
+    assert_eq!(lines.last(), Some(&"9 ok, 2 warnings, 0 failures"));
+
+    let out = doctor(&server.url(), &["--json"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["status"], "warn");
+    assert_eq!(
+        statuses(&json),
+        pairs(&[
+            ("server", "ok"),
+            ("scripting", "ok"),
+            ("lpos", "ok"),
+            ("sharded_pubsub", "ok"),
+            ("acl", "ok"),
+            ("eviction", "warn"),
+            ("persistence", "warn"),
+            ("replication", "ok"),
+            ("keyspace_events", "ok"),
+            ("clock", "ok"),
+            ("round_trip", "ok"),
+        ])
+    );
+    let persistence = &json["checks"][6];
+    assert!(
+        persistence["seen"]
+            .as_str()
+            .unwrap()
+            .starts_with("none (no AOF, no RDB snapshots)"),
+        "{persistence}"
+    );
+    assert_eq!(
+        persistence["advice"],
+        "appendonly yes (appendfsync everysec or always), or run a replica and fail over to it"
+    );
+}
+
+#[test]
+fn a_server_as_lockman_needs_it_exits_0() {
+    let server = server_with(&["--appendonly", "yes", "--notify-keyspace-events", "Kghx"]);
+    let out = doctor(&server.url(), &["--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["status"], "ok");
+    assert!(statuses(&json).iter().all(|(_, s)| s == "ok"), "{json}");
+    assert_eq!(
+        json["checks"][8]["seen"],
+        "notify-keyspace-events \"ghxK\": lockman watch shows acquires, renewals and expiries"
+    );
+    let out = doctor(&server.url(), &[]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).ends_with("11 ok, 0 warnings, 0 failures\n"));
+}
+
+#[test]
+fn an_unreachable_server_exits_69_with_one_failed_check() {
+    let url = format!("redis://127.0.0.1:{}", support::closed_port());
+    let out = doctor(&url, &["--connect-timeout", "2s"]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("✘ server           cannot connect to redis://127.0.0.1:"),
+        "{text}"
+    );
+    assert!(text.ends_with("0 ok, 0 warnings, 1 failures\n"), "{text}");
+    let out = doctor(&url, &["--json", "--connect-timeout", "2s"]);
+    assert_eq!(out.status.code(), Some(69));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(statuses(&json), pairs(&[("server", "fail")]));
+}
+
+#[test]
+fn no_scripting_and_missing_key_patterns_fail_with_78() {
+    let bare = server_with(&[
+        "--rename-command",
+        "SCRIPT",
+        "",
+        "--rename-command",
+        "EVALSHA",
+        "",
+    ]);
+    let out = doctor(&bare.url(), &["--json"]);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["status"], "fail");
+    assert_eq!(statuses(&json), pairs(&[("scripting", "fail")]));
+    let seen = json["checks"][0]["seen"].as_str().unwrap();
+    assert!(
+        seen.contains("cannot run Lua scripts, which every lock needs"),
+        "{seen}"
+    );
+
+    let acl = server_with(&["--user", "appkeys", "on", ">pw", "~app:*", "&*", "+@all"]);
+    let url = format!("redis://appkeys:pw@127.0.0.1:{}/0", acl.port());
+    let out = Command::new(LOCKMAN)
+        .args(["--url", &url, "--prefix", "app:", "doctor"])
+        .env_remove("LOCKMAN_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.lines().any(|l| l.starts_with(
+            "✘ acl              the user may not use the keys of the lock \"app:lockman-doctor\": "
+        )),
+        "{text}"
+    );
+}
