@@ -5,6 +5,11 @@
 //! waits until it answers PING, and is killed when dropped. It can be stopped and restarted on
 //! the same port, to test what happens while Redis is away. Nothing here touches any other server.
 //!
+//! Every server of a test process (plain, Sentinel, cluster node) runs that one binary; the first
+//! start says on stderr which server and version it is (`Redis server v=7.0.15`, `Valkey server
+//! v=9.1.2`), and from then on every panic in the process ends with that name, so a failing test
+//! says what it ran on (CI runs the suite on Redis and on Valkey).
+//!
 //! [`Options`] make other kinds of server: TLS-only with certificates made at test time
 //! ([`certs`]), with a unix socket, with ACL users or any other setting; [`sentinel`] starts a
 //! primary, a replica and three sentinels; [`cluster`] a local Redis Cluster.
@@ -70,7 +75,7 @@ impl RedisServer {
                 Err(e) => last_error = e,
             }
         }
-        panic!("could not start redis-server: {last_error}");
+        panic!("could not start {}: {last_error}", server().version);
     }
 
     /// `redis://127.0.0.1:<port>/0`, or for TLS `rediss://localhost:<port>/0` (the name the
@@ -168,7 +173,8 @@ impl RedisServer {
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!(
-            "could not restart redis-server on {}: {last_error}",
+            "could not restart {} on {}: {last_error}",
+            server().version,
             self.port
         );
     }
@@ -200,7 +206,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+        let bin = &server().bin;
         let log = self.dir.path().join("redis.log");
         let listen = match &self.options.tls {
             Some(certs) => certs.server_args(self.port, self.options.tls_auth_clients),
@@ -215,7 +221,7 @@ impl RedisServer {
             ],
             false => Vec::new(),
         };
-        let child = Command::new(&bin)
+        let child = Command::new(bin)
             .args(listen)
             .args(["--bind", "127.0.0.1"])
             .args(socket)
@@ -273,6 +279,57 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The server binary every test server of this process runs, and what it says it is.
+pub struct ServerBinary {
+    /// `REDIS_SERVER_BIN`, else `redis-server` (found on the PATH).
+    pub bin: std::ffi::OsString,
+    /// The start of its `--version` line, `Redis server v=7.0.15` or `Valkey server v=9.1.2`;
+    /// the path when it does not answer `--version` (starting it then fails and says why).
+    pub version: String,
+}
+
+/// The server binary of this test process, read once. The first call says on stderr which it is,
+/// and chains a panic hook that names it after every panic message: a test that fails on one
+/// server of CI's matrix and not on another says which (a test's captured output holds the hook's
+/// line right after its panic message).
+pub fn server() -> &'static ServerBinary {
+    static SERVER: std::sync::OnceLock<ServerBinary> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+        let version = Command::new(&bin)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| {
+                let line = String::from_utf8_lossy(&out.stdout).into_owned();
+                // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 …": the name and
+                // version; the build details would only make every failure longer.
+                let words: Vec<&str> = line.split_whitespace().take(3).collect();
+                (!words.is_empty()).then(|| words.join(" "))
+            })
+            .unwrap_or_else(|| bin.to_string_lossy().into_owned());
+        let path = bin.to_string_lossy();
+        let named = match version == path {
+            true => version.clone(),
+            false => format!("{version}, {path}"),
+        };
+        // Written to the process's stderr, not through `eprintln!`, which a test's output capture
+        // would keep (and show only if that one test failed).
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "test servers: {named}");
+        let previous = std::panic::take_hook();
+        // Before the panic message, not after: with RUST_BACKTRACE set the message is followed
+        // by a long backtrace that would bury the line.
+        std::panic::set_hook(Box::new(move |info| {
+            eprintln!("(test servers: {named})");
+            previous(info);
+        }));
+        ServerBinary { bin, version }
+    })
 }
 
 /// Whether a server answers PING within `limit`.
@@ -477,6 +534,7 @@ pub fn eventually_blocking(limit: Duration, mut check: impl FnMut() -> bool) -> 
 /// Ok when the redis-server binary runs; else its name.
 fn redis_server_installed() -> Result<(), std::ffi::OsString> {
     let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+    // Not `server()`: an example says how to install a missing server, without a panic hook.
     let runs = Command::new(&bin)
         .arg("--version")
         .stdout(Stdio::null())

@@ -205,7 +205,7 @@ impl SentinelGroup {
 
 impl SentinelProcess {
     fn start(primary: u16, down_after: Duration) -> Self {
-        let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
+        let bin = &super::server().bin;
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let conf = dir.path().join("sentinel.conf");
@@ -222,14 +222,14 @@ impl SentinelProcess {
             down = down_after.as_millis()
         );
         std::fs::write(&conf, text).expect("write sentinel.conf");
-        let child = Command::new(&bin)
+        let child = Command::new(bin)
             .arg(&conf)
             .arg("--sentinel")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start redis-server --sentinel");
+            .unwrap_or_else(|e| panic!("cannot run {bin:?} --sentinel: {e}"));
         let process = Self { port, child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);
         let client = redis::Client::open(process.url()).expect("url");
