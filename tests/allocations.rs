@@ -56,6 +56,11 @@ const CEILING: f64 = 32.0;
 /// name to its actor), which this ceiling would have caught.
 const NEW_HANDLE_CEILING: f64 = 32.5;
 
+/// What the `metrics` feature adds to both ceilings: the facade builds each series' label list
+/// per call (no recorder needed), 6 per pair measured when it was set (33 in a tight loop and
+/// with the name idle, 38 with a handle per pair), in the suite's all-features build.
+const METRICS: f64 = if cfg!(feature = "metrics") { 6.0 } else { 0.0 };
+
 /// Allocations per acquire+release of one lock, with `yields` yields after each pair.
 async fn per_pair(mgr: &LockManager, name: &str, yields: u32) -> f64 {
     let lock = mgr.lock(name);
@@ -112,15 +117,18 @@ fn an_uncontended_pair_stays_under_its_allocation_ceiling() {
         "allocations per pair: tight loop {tight:.1}, name idle between pairs {idle:.1}, a handle per pair {fresh:.1}"
     );
     assert!(
-        tight <= CEILING,
-        "tight loop: {tight:.1} allocations per pair, ceiling {CEILING}"
+        tight <= CEILING + METRICS,
+        "tight loop: {tight:.1} allocations per pair, ceiling {}",
+        CEILING + METRICS
     );
     assert!(
-        idle <= CEILING,
-        "name idle between pairs: {idle:.1} allocations per pair, ceiling {CEILING}"
+        idle <= CEILING + METRICS,
+        "name idle between pairs: {idle:.1} allocations per pair, ceiling {}",
+        CEILING + METRICS
     );
     assert!(
-        fresh <= NEW_HANDLE_CEILING,
-        "a handle per pair: {fresh:.2} allocations per pair, ceiling {NEW_HANDLE_CEILING}"
+        fresh <= NEW_HANDLE_CEILING + METRICS,
+        "a handle per pair: {fresh:.2} allocations per pair, ceiling {}",
+        NEW_HANDLE_CEILING + METRICS
     );
 }
