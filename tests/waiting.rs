@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::Commands;
 use support::{
-    RedisServer, command_calls, eventually, load_scripts, lock_actors_stop, reset_stats,
+    RedisServer, command_calls, eventually, load_scripts, lock_actors_stop, reset_stats, wait,
 };
 
 async fn manager(server: &RedisServer) -> LockManager {
@@ -110,6 +110,7 @@ async fn one_unlock_message_wakes_one_local_waiter() {
 
     let acquired = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
+    reset_stats(&mut raw);
     for _ in 0..WAITERS {
         let (lock, acquired) = (waiter_mgr.lock("hot"), acquired.clone());
         tasks.push(tokio::spawn(async move {
@@ -119,10 +120,11 @@ async fn one_unlock_message_wakes_one_local_waiter() {
             guard.release().await.unwrap();
         }));
     }
-    // Every waiter has made its first attempt (and the post-subscribe one) by now.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The first waiter has made its first attempt and the post-subscribe one; the others
+    // queued behind it (or tried too); then nothing runs: every waiter is parked.
+    wait::calls_reach(&mut raw, "evalsha", 2).await;
+    wait::quiet(&mut raw).await;
     assert_eq!(acquired.load(Ordering::SeqCst), 0);
-    reset_stats(&mut raw);
 
     held.release().await.unwrap();
     for t in tasks {
@@ -173,9 +175,11 @@ async fn a_new_request_queues_behind_local_waiters_without_a_round_trip() {
             guard.release().await.unwrap();
         })
     };
-    let first = waiter(1);
-    tokio::time::sleep(Duration::from_millis(200)).await; // its attempts are done: it waits
     reset_stats(&mut raw);
+    let first = waiter(1);
+    // Its attempts (the first, and the one once subscribed) are done: it waits.
+    wait::calls_reach(&mut raw, "evalsha", 2).await;
+    wait::quiet(&mut raw).await;
     let second = waiter(2);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
