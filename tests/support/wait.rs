@@ -66,5 +66,8 @@ pub async fn queued(raw: &mut redis::Connection, name: &str, len: usize) {
 
 /// Waits until `check` holds, and panics with `what` when it does not within [`LIMIT`].
 pub async fn until(what: &str, check: impl FnMut() -> bool) {
-    assert!(eventually(LIMIT, check).await, "not within {LIMIT:?}: {what}");
+    assert!(
+        eventually(LIMIT, check).await,
+        "not within {LIMIT:?}: {what}"
+    );
 }
