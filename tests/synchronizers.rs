@@ -624,7 +624,8 @@ async fn a_latch_whose_key_vanished_without_a_message_opens_for_new_waiters_and_
         latch.wait_for(Duration::from_secs(5)).await.unwrap(),
         "a new waiter reads it"
     );
-    assert!(started.elapsed() < Duration::from_millis(500));
+    // Not the parked waiter's 5 s deadline: a new waiter reads the count at once.
+    assert!(started.elapsed() < Duration::from_secs(2));
     assert!(
         parked.await.unwrap().unwrap(),
         "the parked one reads it again at its deadline"

@@ -41,9 +41,11 @@ async fn waiter_gets_an_expired_lease_lock_right_after_its_ttl() {
         "acquired {:?} before the lease ran out",
         t0 + lease - got
     );
+    // A waiter that never retries would wait for good (`acquire`); one that waited for a
+    // message would too (nobody publishes). 500 ms leaves a loaded machine room.
     let late = got.saturating_duration_since(t1 + lease);
     assert!(
-        late <= Duration::from_millis(100),
+        late <= Duration::from_millis(500),
         "acquired {late:?} after the TTL ran out"
     );
     assert_eq!(
@@ -69,8 +71,10 @@ async fn try_acquire_for_gives_up_after_about_the_wait() {
         let took = started.elapsed();
         assert!(got.is_none());
         assert!(took >= wait, "gave up early: {took:?} < {wait:?}");
+        // Left to anything but its own deadline it would wait for the holder's 30 s lease:
+        // 250 ms over leaves a loaded machine room.
         assert!(
-            took <= wait + Duration::from_millis(50),
+            took <= wait + Duration::from_millis(250),
             "gave up late: {took:?} for {wait:?}"
         );
     }
@@ -379,8 +383,9 @@ async fn a_waiter_arriving_as_another_leaves_is_still_woken_by_message() {
             .await
             .unwrap_or_else(|_| panic!("round {round}: not woken by the unlock message"))
             .unwrap();
+        // Not woken, it would wait for the holder's 30 s lease.
         assert!(
-            released.elapsed() < Duration::from_millis(500),
+            released.elapsed() < Duration::from_millis(1_500),
             "round {round}"
         );
     }
