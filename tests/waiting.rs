@@ -172,20 +172,28 @@ async fn a_new_request_queues_behind_local_waiters_without_a_round_trip() {
     load_scripts(&holder_mgr.lock("warm")).await;
     let held = holder_mgr.lock("q").acquire().await.unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let waiter = |who: usize| {
-        let (lock, order) = (waiter_mgr.lock("q"), order.clone());
+    let waiter = |who: usize, lock: lockman::Lock| {
+        let order = order.clone();
         tokio::spawn(async move {
             let guard = lock.acquire().await.unwrap();
             order.lock().unwrap().push(who);
             guard.release().await.unwrap();
         })
     };
+    // The second waiter's handle knows its lock actor already (one attempt, before the counts
+    // start), so its request is in the actor's mailbox from its task's first poll on.
+    let second_lock = waiter_mgr.lock("q");
+    assert!(second_lock.try_acquire().await.unwrap().is_none());
     reset_stats(&mut raw);
-    let first = waiter(1);
+    let first = waiter(1, waiter_mgr.lock("q"));
     // Its attempts (the first, and the one once subscribed) are done: it waits.
     wait::calls_reach(&mut raw, "evalsha", 2).await;
     wait::quiet(&mut raw).await;
-    let second = waiter(2);
+    let second = waiter(2, second_lock);
+    // Its task runs before this one goes on (one thread): its request is sent, ahead of the
+    // unlock message that the release below brings the same actor. Then a window for an
+    // attempt it should not make.
+    tokio::task::yield_now().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         command_calls(&mut raw, "evalsha"),
@@ -211,9 +219,17 @@ async fn local_waiters_take_turns_in_arrival_order() {
     let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
     let held = holder_mgr.lock("turns").acquire().await.unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Each handle knows its lock actor already (one attempt each), so each task's request is
+    // in the actor's mailbox from its first poll on: arrival order is spawn order.
+    let mut locks = Vec::new();
+    for _ in 0..WAITERS {
+        let lock = waiter_mgr.lock("turns");
+        assert!(lock.try_acquire().await.unwrap().is_none());
+        locks.push(lock);
+    }
     let mut tasks = Vec::new();
-    for who in 0..WAITERS {
-        let (lock, order) = (waiter_mgr.lock("turns"), order.clone());
+    for (who, lock) in locks.into_iter().enumerate() {
+        let order = order.clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 // Released and asked for again at once: it goes to the back of the queue rather
@@ -223,7 +239,8 @@ async fn local_waiters_take_turns_in_arrival_order() {
                 guard.release().await.unwrap();
             }
         }));
-        tokio::time::sleep(Duration::from_millis(50)).await; // arrives after the one before
+        // Its task runs before this one goes on (one thread): it has asked before the next.
+        tokio::task::yield_now().await;
     }
     held.release().await.unwrap();
     for t in tasks {
