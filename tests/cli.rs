@@ -284,8 +284,14 @@ async fn on_lost_warn_lets_the_command_finish() {
 #[tokio::test]
 async fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
     let server = RedisServer::start();
-    let script = "trap 'exit 42' TERM; sleep 30 & wait";
-    let child = lockman(&server, &["exec", "sig", "--", "sh", "-c", script])
+    let dir = tempfile::tempdir().unwrap();
+    let trapped = dir.path().join("trapped");
+    // The file says the trap is set: a TERM before it would end the shell with 143, not 42.
+    let script = format!(
+        "trap 'exit 42' TERM; touch {}; sleep 30 & wait",
+        trapped.display()
+    );
+    let child = lockman(&server, &["exec", "sig", "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
     let mut raw = server.conn();
@@ -295,7 +301,7 @@ async fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
             .unwrap())
         .await
     );
-    tokio::time::sleep(Duration::from_millis(200)).await; // the trap is set
+    support::wait::until("the trap is set", || trapped.exists()).await;
     let out = signal_and_wait(child, "-TERM").await;
     assert_eq!(out.status.code(), Some(42));
     assert!(!raw.exists::<_, bool>("sig").unwrap(), "released");
@@ -463,7 +469,9 @@ async fn unlock_force_wakes_a_waiter() {
             at
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The waiter found the lock taken and listens for its release.
+    let mut raw = server.conn();
+    support::wait::subscribers(&mut raw, "redisson_lock__channel:{stuck}", 1).await;
     let before = Instant::now();
     let out = run(&server, &["unlock", "--force", "--yes", "stuck"]);
     assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
@@ -504,22 +512,50 @@ async fn watch_prints_acquire_and_release_until_interrupted() {
         .arg("Kghx")
         .query(&mut raw)
         .unwrap();
-    let child = lockman(&server, &["watch", "seen"])
+    let mut child = lockman(&server, &["watch", "seen"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // Its output as it comes, read on a thread: each step below waits for the line it caused.
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let (stdout, printed) = (child.stdout.take().unwrap(), printed.clone());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut text = printed.lock().unwrap();
+                text.push_str(&line);
+                text.push('\n');
+            }
+        })
+    };
+    let shows = |what: &'static str| {
+        let printed = printed.clone();
+        move || printed.lock().unwrap().contains(what)
+    };
     assert!(
         support::subscribed(&mut raw, "__keyspace@0__:seen", Duration::from_secs(10)).await,
         "watch subscribed"
     );
     let mgr = manager(&server).await;
     let guard = mgr.lock("seen").acquire().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::wait::until("watch printed the acquire", shows("held by")).await;
     guard.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its last line for the release (the keyspace events come first): watch is back to
+    // waiting, where an interrupt ends it. (A SIGINT while it prints an event is lost:
+    // src/bin/lockman/watch.rs makes a new `ctrl_c()` each turn of its loop.)
+    support::wait::until(
+        "watch printed the release",
+        shows("released: a waiter may go"),
+    )
+    .await;
     let out = signal_and_wait(child, "-INT").await;
     assert_eq!(out.status.code(), Some(0));
-    let text = String::from_utf8_lossy(&out.stdout);
+    reader.join().unwrap();
+    let text = printed.lock().unwrap().clone();
     let acquired = text.find("acquired").expect(&text);
     let held = text.find("held by").expect(&text);
     let released = text.find("released: a waiter may go").expect(&text);

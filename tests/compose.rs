@@ -139,7 +139,8 @@ async fn a_stalled_server_costs_at_most_the_member_timeout() {
         .unwrap()
         .expect("the two live servers are a majority");
     let took = started.elapsed();
-    assert!(took <= Duration::from_millis(300), "stalled {took:?}");
+    // The member timeout is 100 ms; waiting the stall out takes the whole second.
+    assert!(took <= Duration::from_millis(700), "stalled {took:?}");
     assert_eq!(guard.members_held(), 2);
     guard.release().await.unwrap();
     stall.join().unwrap();
@@ -179,8 +180,9 @@ async fn multilock_is_all_or_nothing_and_wakes_when_the_busy_member_is_released(
         .unwrap()
         .unwrap()
         .unwrap();
+    // Not woken, it would wait for the 5 s lease: 1.5 s leaves a loaded machine room.
     assert!(
-        released.elapsed() < Duration::from_millis(500),
+        released.elapsed() < Duration::from_millis(1_500),
         "woken by the release: {:?}",
         released.elapsed()
     );
@@ -205,10 +207,13 @@ async fn a_lease_redlock_knows_its_validity() {
         .await
         .unwrap()
         .unwrap();
+    let returned = Instant::now();
     let deadline = guard.validity_deadline().unwrap();
     let drift = lease / 100 + Duration::from_millis(2);
+    // Counted from the sends, which were between `started` and `returned` however late a
+    // loaded machine made them.
     assert!(
-        deadline <= started + lease - drift + Duration::from_millis(20),
+        deadline <= returned + lease - drift,
         "{:?}",
         deadline - started
     );

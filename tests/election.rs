@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, Leader, LockManager};
 use redis::Commands;
-use support::RedisServer;
+use support::{RedisServer, wait};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -99,17 +99,69 @@ async fn a_dropped_campaign_never_leads() {
     let mgr = manager(&server).await;
     let election = mgr.election("dropped");
     let lead = election.campaign().await.unwrap();
-    // Even a clone of the leader's own election is another candidate: no re-entry.
+    // Even a clone of the leader's own election is another candidate: no re-entry. It waits
+    // (subscribed to the election's channel) until its caller drops it.
+    let waiting = election.clone();
+    let candidate = {
+        let waiting = waiting.clone();
+        tokio::spawn(async move { waiting.campaign().await.map(|_| ()) })
+    };
+    let channel = "redisson_lock__channel:{dropped}";
+    wait::subscribers(&mut raw, channel, 1).await;
+    assert!(
+        !candidate.is_finished(),
+        "the second candidate led beside the first"
+    );
+    candidate.abort();
+    // Its waiter left: the actor unsubscribed the channel, which nobody else needs.
+    wait::until("the dropped candidate left", || {
+        redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query::<(String, u64)>(&mut raw)
+            .is_ok_and(|(_, n)| n == 0)
+    })
+    .await;
+    let term = lead.term();
+    lead.resign().await.unwrap();
+    // Everything the manager had under way for the name is over once its actor stopped.
+    assert!(
+        support::lock_actors_stop(&mgr, Duration::from_secs(5)).await,
+        "the election's actor stopped"
+    );
+    assert_eq!(waiting.leader().await.unwrap(), None);
+    assert_eq!(raw.exists::<_, bool>("dropped"), Ok(false));
+    // Never led, not led and let go: every lead takes a token from the counter, and it still
+    // holds the first lead's.
+    let counter: u64 = raw.get("redisson_lock_token:{dropped}").unwrap();
+    assert_eq!(counter, term, "a dropped candidate took a term");
+}
+
+/// The same, with the resign right after the drop, before the actor has seen the caller go.
+#[tokio::test]
+#[ignore = "fails today: the resign hands the lead (and a new term) to the candidate whose \
+            caller dropped it just before, and the grant is released when it finds nobody"]
+async fn a_campaign_dropped_just_before_the_resign_never_leads() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let election = mgr.election("dropped");
+    let lead = election.campaign().await.unwrap();
     let waiting = election.clone();
     let gave_up = tokio::time::timeout(Duration::from_millis(200), waiting.campaign()).await;
     assert!(
         gave_up.is_err(),
         "the second candidate led beside the first"
     );
+    let term = lead.term();
     lead.resign().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(waiting.leader().await.unwrap(), None);
+    assert!(
+        support::lock_actors_stop(&mgr, Duration::from_secs(5)).await,
+        "the election's actor stopped"
+    );
     assert_eq!(raw.exists::<_, bool>("dropped"), Ok(false));
+    let counter: u64 = raw.get("redisson_lock_token:{dropped}").unwrap();
+    assert_eq!(counter, term, "a dropped candidate took a term");
 }
 
 #[tokio::test]

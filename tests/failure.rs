@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
-use support::{RedisServer, load_scripts};
+use support::{RedisServer, load_scripts, wait};
 
 const RESPONSE: Duration = Duration::from_millis(500);
 const WATCHDOG: Duration = Duration::from_millis(900);
@@ -98,26 +98,42 @@ async fn redis_restart_fails_calls_briefly_then_everything_recovers() {
         restarted.elapsed()
     );
 
-    // Pub/sub was resubscribed: a release wakes a local waiter by message (its TTL is ~0.9 s).
-    let second = {
-        let lock = mgr.lock("p");
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let g = lock.acquire().await.unwrap();
-            (started.elapsed(), g)
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let released = Instant::now();
+    // Pub/sub is back: a release wakes a waiter of the *other* manager by message. A waiter of
+    // the holder's own manager would get the lock inside the release script (a local
+    // hand-off) with no message at all; and the holder's 30 s lease leaves the waiter no other
+    // way in within the bound below.
     p.release().await.unwrap();
-    let (_, g) = tokio::time::timeout(Duration::from_secs(5), second)
+    let leased = mgr
+        .lock("p")
+        .acquire_with_lease(Duration::from_secs(30))
         .await
-        .unwrap()
         .unwrap();
-    let handoff = released.elapsed();
+    let mut raw = server.conn();
+    support::reset_stats(&mut raw);
+    let second = {
+        let lock = other.lock("p");
+        tokio::spawn(async move { lock.acquire().await.unwrap() })
+    };
+    // Its attempts are done (the first, and the one once its subscription took effect): only
+    // a message can wake it now. (Less the client records' writes, one ZADD each, which both
+    // managers make every 300 ms.)
+    wait::until("the waiter's two attempts", || {
+        support::command_calls(&mut raw, "evalsha")
+            .saturating_sub(support::command_calls(&mut raw, "zadd"))
+            >= 2
+    })
+    .await;
+    let released = Instant::now();
+    leased.release().await.unwrap();
+    let g = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("woken before the 30 s lease ran out")
+        .unwrap();
+    let woken = released.elapsed();
+    // 3 s: far from the 30 s lease, whatever the load.
     assert!(
-        handoff < Duration::from_millis(250),
-        "woken by the message: {handoff:?}"
+        woken < Duration::from_secs(3),
+        "woken by the message: {woken:?}"
     );
 
     // Renewal works again: a watchdog hold outlives several timeouts.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::Commands;
 use support::fair::{deadlines, epoch_ms, queue, server_ms};
-use support::{RedisServer, eventually, redisson};
+use support::{RedisServer, eventually, redisson, wait};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -26,25 +26,40 @@ async fn waiters_queue_with_protocol_deadlines_and_only_the_head_is_woken() {
     let (w1, w2, w3) = (b.fair_lock("q"), a.fair_lock("q"), b.fair_lock("q"));
     let now = epoch_ms();
     let mut tasks = Vec::new();
-    for w in [w1.clone(), w2.clone(), w3.clone()] {
+    for (i, w) in [w1.clone(), w2.clone(), w3.clone()].into_iter().enumerate() {
         tasks.push(tokio::spawn(async move {
             w.try_acquire_for(Duration::from_secs(5)).await.unwrap()
         }));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Queued before the next one is spawned: the order below is the spawn order.
+        wait::queued(&mut raw, "q", i + 1).await;
     }
+    let queued_by = epoch_ms();
     assert_eq!(
         queue(&mut raw, "q"),
         vec![w1.holder_id(), w2.holder_id(), w3.holder_id()]
     );
     // protocol.md: with a 30 000 ms lease and wait 5 000, successive waiters are told 30 000,
     // 35 000, 40 000; lockman's places count at most the place timeout (5 s) of the lease for
-    // the head: deadlines 10 000, 15 000, 20 000 ms from now (Redisson's: 35 000, 40 000, 45 000).
+    // the head: deadlines 10 000, 15 000, 20 000 ms from when the head queued (Redisson's:
+    // 35 000, 40 000, 45 000), and each place behind is its wait after the one ahead. The head
+    // queued between `now` and `queued_by`, however long the machine took; 300 ms either side
+    // still tells 10 s from Redisson's 35 s and from the whole 30 s lease.
     let d: Vec<i64> = deadlines(&mut raw, "q")
         .into_iter()
         .map(|(_, at)| at - now)
         .collect();
-    for (got, want) in d.iter().zip([10_000, 15_000, 20_000]) {
-        assert!((want - 300..=want + 300).contains(got), "deadlines {d:?}");
+    assert_eq!(d.len(), 3, "deadlines {d:?}");
+    let head_by = queued_by - now;
+    assert!(
+        (10_000 - 300..=10_000 + head_by + 300).contains(&d[0]),
+        "deadlines {d:?}, the head queued within {head_by} ms"
+    );
+    for pair in d.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            (5_000 - 300..=5_000 + 300).contains(&gap),
+            "deadlines {d:?}"
+        );
     }
     // Only the head's channel hears the release.
     let mut sub = server.client().get_connection().unwrap();
@@ -87,6 +102,7 @@ async fn waiters_in_several_managers_acquire_in_arrival_order() {
         manager(&server).await,
         manager(&server).await,
     ];
+    let mut raw = server.conn();
     let held = managers[0].fair_lock("fifo").acquire().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
@@ -98,7 +114,8 @@ async fn waiters_in_several_managers_acquire_in_arrival_order() {
             tokio::time::sleep(Duration::from_millis(10)).await;
             g.release().await.unwrap();
         }));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Queued in Redis before the next one is spawned: arrival order is spawn order.
+        wait::queued(&mut raw, "fifo", i + 1).await;
     }
     held.release().await.unwrap();
     for t in tasks {
@@ -111,14 +128,22 @@ async fn waiters_in_several_managers_acquire_in_arrival_order() {
 async fn a_waiter_that_gives_up_leaves_at_once_and_delays_nobody() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let (a, b) = (manager(&server).await, manager(&server).await);
+    // Places of 30 s, refreshed every 10 s: no refresh moves a deadline between the reads
+    // below, however long a loaded machine takes for the steps between them.
+    let places = || Config::new(server.url()).fair_lock_place_timeout(Duration::from_secs(30));
+    let (a, b) = (
+        LockManager::start(places()).await.unwrap(),
+        LockManager::start(places()).await.unwrap(),
+    );
     let held = a.fair_lock("leave").acquire().await.unwrap();
     let quitter = b.fair_lock("leave");
     let quit = {
         let q = quitter.clone();
-        tokio::spawn(async move { q.try_acquire_for(Duration::from_millis(300)).await.unwrap() })
+        // 3 s: time enough for the steps below on a loaded machine before it leaves, and
+        // not the 30 s a leaver's place gives back to those behind it.
+        tokio::spawn(async move { q.try_acquire_for(Duration::from_secs(3)).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait::queued(&mut raw, "leave", 1).await;
     let dropped = b.fair_lock("leave");
     let _ = tokio::time::timeout(Duration::from_millis(100), dropped.acquire()).await; // cancelled
     let stayer = a.fair_lock("leave");
@@ -126,12 +151,11 @@ async fn a_waiter_that_gives_up_leaves_at_once_and_delays_nobody() {
         let s = stayer.clone();
         tokio::spawn(async move { s.try_acquire_for(Duration::from_secs(10)).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(
-        queue(&mut raw, "leave"),
-        vec![quitter.holder_id(), stayer.holder_id()],
-        "the dropped one left"
-    );
+    let want = vec![quitter.holder_id(), stayer.holder_id()];
+    wait::until("the dropped one left, the stayer queued", || {
+        queue(&mut raw, "leave") == want
+    })
+    .await;
     let before = deadlines(&mut raw, "leave")
         .into_iter()
         .find(|(h, _)| *h == stayer.holder_id())
@@ -142,15 +166,16 @@ async fn a_waiter_that_gives_up_leaves_at_once_and_delays_nobody() {
     let after = deadlines(&mut raw, "leave")[0].1;
     assert_eq!(
         before - after,
-        5_000,
+        30_000,
         "those behind get the leaver's place wait back: the manager's (min(fair wait timeout, \
-         place timeout)), not the caller's 300 ms"
+         place timeout)), not the caller's 3 s"
     );
     let released = Instant::now();
     held.release().await.unwrap();
     let g = stay.await.unwrap().expect("the new head");
+    // Not woken, it would retry only when the 30 s lease runs out (or give up at 10 s).
     assert!(
-        released.elapsed() < Duration::from_millis(300),
+        released.elapsed() < Duration::from_secs(3),
         "woken on its channel: {:?}",
         released.elapsed()
     );

@@ -245,3 +245,72 @@ async fn every_guard_of_a_reentrant_hold_writes_with_the_holds_newest_token() {
     next.release().await.unwrap();
     mgr.shutdown().await;
 }
+
+/// The error rows of a fenced write: a fence hash of the wrong type is Redis's `WRONGTYPE`
+/// (nothing written), and the write is refused, not applied, whatever the target holds.
+#[tokio::test]
+async fn a_fence_of_the_wrong_type_is_an_error_and_writes_nothing() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let guard = mgr.fenced_lock("typed").acquire().await.unwrap();
+    let _: () = raw.set("lockman_fence:{typed}", "not a hash").unwrap();
+    let err = guard
+        .fenced_set("{typed}:out", "value")
+        .await
+        .expect_err("a fence that is not a hash");
+    assert!(
+        err.to_string().contains("WRONGTYPE")
+            || matches!(err, lockman::LockError::WrongType { .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable(), "{err:?}");
+    assert_eq!(
+        raw.exists::<_, bool>("{typed}:out"),
+        Ok(false),
+        "nothing written"
+    );
+    let fence: String = raw.get("lockman_fence:{typed}").unwrap();
+    assert_eq!(fence, "not a hash", "the fence left as it was");
+    // Once the fence is a hash again, the same guard writes.
+    let _: () = raw.del("lockman_fence:{typed}").unwrap();
+    assert!(guard.fenced_set("{typed}:out", "value").await.unwrap());
+    assert_eq!(raw.get::<_, String>("{typed}:out").unwrap(), "value");
+    guard.release().await.unwrap();
+}
+
+/// Under `Config::name_prefix` the fence is the mapped name's (`lockman_fence:{app1:f}`), beside
+/// its token counter, and it fences as without a prefix: the newer holder's write wins, the
+/// stale one is refused and changes nothing.
+#[tokio::test]
+async fn fenced_writes_under_a_name_prefix_use_the_mapped_names_fence() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let prefixed = || Config::new(server.url()).name_prefix("app1:");
+    let (m1, m2) = (
+        LockManager::start(prefixed()).await.unwrap(),
+        LockManager::start(prefixed()).await.unwrap(),
+    );
+    let old = m1.fenced_lock("f").acquire().await.unwrap();
+    assert!(old.fenced_set("{app1:f}:out", "old").await.unwrap());
+    let seen: Option<u64> = raw.hget("lockman_fence:{app1:f}", "{app1:f}:out").unwrap();
+    assert_eq!(seen, Some(old.token()), "the mapped name's fence");
+    let counter: u64 = raw.get("redisson_lock_token:{app1:f}").unwrap();
+    assert_eq!(counter, old.token());
+    // No key of the unmapped name.
+    let stray: Vec<String> = raw.keys("*{f}*").unwrap();
+    assert!(stray.is_empty(), "{stray:?}");
+    // The old holder's key goes (a pause past its TTL), and another takes the name.
+    let _: () = raw.del("app1:f").unwrap();
+    let new = m2.fenced_lock("f").acquire().await.unwrap();
+    assert!(new.token() > old.token());
+    assert!(new.fenced_set("{app1:f}:out", "new").await.unwrap());
+    assert!(
+        !old.fenced_set("{app1:f}:out", "stale").await.unwrap(),
+        "the stale holder's write is refused"
+    );
+    assert_eq!(raw.get::<_, String>("{app1:f}:out").unwrap(), "new");
+    let seen: u64 = raw.hget("lockman_fence:{app1:f}", "{app1:f}:out").unwrap();
+    assert_eq!(seen, new.token());
+    new.release().await.unwrap();
+}

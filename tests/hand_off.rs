@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, woken};
+use support::{RedisServer, wait, woken};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -43,12 +43,15 @@ async fn a_release_hands_the_lock_to_a_local_waiter_without_a_publish() {
     let mgr = manager(&server).await;
     let (a, b) = (mgr.lock("h"), mgr.lock("h"));
     let held = a.acquire().await.unwrap();
+    support::reset_stats(&mut raw);
     let waiting = tokio::spawn({
         let b = b.clone();
         async move { b.acquire().await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await; // b has tried, and waits
-    support::reset_stats(&mut raw);
+    // b has tried (its first attempt, and the one once its subscription took effect) and is
+    // parked: the release's counts below are the release's alone.
+    wait::calls_reach(&mut raw, "evalsha", 2).await;
+    wait::quiet(&mut raw).await;
     held.release().await.unwrap();
     let got = woken(waiting, Duration::from_secs(1)).await;
     // The hash is the one Redisson expects: only the new holder, count 1, the watchdog lease.
@@ -140,7 +143,12 @@ async fn another_process_gets_its_turn(non_reentrant: bool) {
             rounds
         }));
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The local tasks are busy: several streaks of hand-offs have run.
+    let mut raw = server.conn();
+    wait::until("the local tasks took 50 turns", || {
+        raw.get::<_, Option<u64>>("t:count").unwrap().unwrap_or(0) >= 50
+    })
+    .await;
     // A waiter in another manager (another process, as far as Redis can tell) is woken when a
     // streak ends, not only when the 30 s lease would run out.
     let started = Instant::now();
@@ -155,7 +163,6 @@ async fn another_process_gets_its_turn(non_reentrant: bool) {
     }
     assert!(waited < Duration::from_secs(10), "{waited:?}");
     // Exclusion held throughout: every round counted (a lost update would leave it short).
-    let mut raw = server.conn();
     let count: u64 = raw.get("t:count").unwrap();
     assert_eq!(count, rounds);
     assert!(rounds > 50, "the local tasks were busy: {rounds}");
@@ -168,11 +175,13 @@ async fn a_holder_re_enters_while_another_waits_and_its_last_release_hands_off()
     let mgr = manager(&server).await;
     let (a, b) = (mgr.lock("r"), mgr.lock("r"));
     let first = a.acquire().await.unwrap();
+    support::reset_stats(&mut raw);
     let waiting = tokio::spawn({
         let b = b.clone();
         async move { b.acquire().await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // b's two attempts found the lock taken: it waits.
+    wait::calls_reach(&mut raw, "evalsha", 2).await;
     // Another holder waits, but a's holder re-enters at once.
     let second = a.acquire().await.unwrap();
     let count: String = raw.hget("r", a.holder_id()).unwrap();

@@ -16,16 +16,27 @@ async fn manager(server: &RedisServer, linger: Duration, max: usize) -> LockMana
     LockManager::start(config).await.expect("manager starts")
 }
 
-/// How many lock actors live once `limit` has passed with none starting or leaving any more.
-async fn live_after(mgr: &LockManager, limit: Duration) -> usize {
-    tokio::time::sleep(limit).await;
-    mgr.live_lock_actors().await
+/// How many lock actors live, once that is `want` or 5 s have passed (actors stop on their
+/// own threads: the count reaches its value a moment after the release that set it going).
+/// The tests that use it linger 3 s, so a count that overshoots to `want` on its way down
+/// (lingering actors leaving) cannot come within that time.
+async fn live_becomes(mgr: &LockManager, want: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let live = mgr.live_lock_actors().await;
+        if live == want || Instant::now() >= deadline {
+            return live;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]
 async fn a_name_idle_between_pairs_keeps_its_actor_then_it_leaves() {
     let server = RedisServer::start();
-    let linger = Duration::from_millis(400);
+    // 1 s: a loaded machine's pause between two pairs stays well inside it, and two lingers
+    // plus the slack below (3.5 s) still end before the 5 s tick that the test tells apart.
+    let linger = Duration::from_secs(1);
     let mgr = manager(&server, linger, 100).await;
     let lock = mgr.lock("idle-between");
     lock.acquire().await.unwrap().release().await.unwrap();
@@ -48,7 +59,7 @@ async fn a_name_idle_between_pairs_keeps_its_actor_then_it_leaves() {
     // it, so the actor stops within two lingers, not when the tick fires.
     let started = Instant::now();
     assert!(
-        support::eventually(Duration::from_secs(3), || first.upgrade().is_none()).await,
+        support::eventually(Duration::from_secs(10), || first.upgrade().is_none()).await,
         "the idle actor left"
     );
     assert!(
@@ -71,20 +82,20 @@ async fn at_most_max_lingering_idle_actors_stay() {
         lock.acquire().await.unwrap().release().await.unwrap();
     }
     // Well within the linger: the first two idle actors took both places, the other four left.
-    let live = live_after(&mgr, Duration::from_millis(300)).await;
+    let live = live_becomes(&mgr, 2).await;
     assert_eq!(live, 2, "two linger, the rest stopped at once");
     // A lingering actor that is used again gives its place back while busy.
     let busy = mgr.lock("many-0").acquire().await.unwrap();
     let lock = mgr.lock("many-5");
     lock.acquire().await.unwrap().release().await.unwrap();
     assert_eq!(
-        live_after(&mgr, Duration::from_millis(100)).await,
+        live_becomes(&mgr, 3).await,
         3,
         "many-0 busy, many-1 and many-5 lingering"
     );
     busy.release().await.unwrap();
     assert_eq!(
-        live_after(&mgr, Duration::from_millis(100)).await,
+        live_becomes(&mgr, 2).await,
         2,
         "many-0 found no free place once idle again, and left"
     );
@@ -133,7 +144,8 @@ async fn bad_linger_settings_are_refused() {
 #[tokio::test]
 async fn a_semaphore_idle_between_uses_keeps_its_actor_then_it_leaves() {
     let server = RedisServer::start();
-    let linger = Duration::from_millis(400);
+    // 1 s: a loaded machine's pause between two uses stays well inside it.
+    let linger = Duration::from_secs(1);
     let mgr = manager(&server, linger, 100).await;
     let semaphore = mgr.semaphore("idle-permits");
     assert!(semaphore.try_set_permits(2).await.unwrap());
@@ -149,7 +161,7 @@ async fn a_semaphore_idle_between_uses_keeps_its_actor_then_it_leaves() {
     tokio::time::sleep(linger / 10).await;
     assert!(first.upgrade().is_some(), "the same actor served every use");
     assert!(
-        support::eventually(Duration::from_secs(3), || first.upgrade().is_none()).await,
+        support::eventually(Duration::from_secs(5), || first.upgrade().is_none()).await,
         "the idle actor left"
     );
 }

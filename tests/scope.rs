@@ -100,7 +100,8 @@ async fn a_lease_hold_stops_its_work_before_the_lease_ends_and_a_lost_hold_says_
     let server = RedisServer::start();
     let mut raw = server.conn();
     let mgr = manager(&server).await;
-    let lease = Duration::from_millis(800);
+    // 3 s: scope's margin, a tenth, is 300 ms of slack for a loaded machine.
+    let lease = Duration::from_secs(3);
     let sent = Instant::now();
     let guard = mgr.lock("leased").acquire_with_lease(lease).await.unwrap();
     let pttl: i64 = raw.pttl("leased").unwrap();
@@ -131,6 +132,39 @@ async fn a_lease_hold_stops_its_work_before_the_lease_ends_and_a_lost_hold_says_
         matches!(res, Err(LockError::HoldLost { ref name }) if name == "deleted"),
         "{res:?}"
     );
+}
+
+#[tokio::test]
+async fn scope_with_margin_stops_the_work_that_margin_before_the_validity_ends() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let lease = Duration::from_secs(4);
+    let margin = Duration::from_millis(1_500);
+    let guard = mgr.lock("margin").acquire_with_lease(lease).await.unwrap();
+    let valid = guard.valid_until();
+    let steps = Arc::new(AtomicU64::new(0));
+    let res = guard
+        .scope_with_margin(margin, count_steps(steps.clone()))
+        .await;
+    let stopped = Instant::now();
+    assert!(
+        matches!(res, Err(LockError::HoldExpiring { ref name }) if name == "margin"),
+        "{res:?}"
+    );
+    // Not before the margin (timers never fire early), and well before the default tenth's
+    // 400 ms would stop it: 750 ms of slack for a loaded machine on each side of that.
+    assert!(
+        stopped + Duration::from_millis(5) >= valid - margin,
+        "stopped {:?} before the margin",
+        (valid - margin) - stopped
+    );
+    assert!(
+        stopped < valid - margin / 2,
+        "stopped {:?} before the end: not the 1.5 s margin",
+        valid - stopped
+    );
+    assert!(steps.load(Ordering::SeqCst) > 0, "the work ran meanwhile");
+    guard.release().await.unwrap();
 }
 
 #[tokio::test]

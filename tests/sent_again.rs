@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, reset_stats};
+use support::{RedisServer, command_calls, reset_stats, wait};
 
 const RESPONSE: Duration = Duration::from_millis(500);
 /// Longer than the response time-out, shorter than two.
@@ -174,9 +174,11 @@ async fn no_lock_operation_writes_a_latch_key() {
     // A local hand-off: the release grants the lock to the waiter in the same script.
     let (a, b) = (mgr.lock("mix:hand-off"), mgr.lock("mix:hand-off"));
     let held = a.acquire().await.unwrap();
-    let waiting = tokio::spawn(async move { b.acquire().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
     reset_stats(&mut raw);
+    let waiting = tokio::spawn(async move { b.acquire().await });
+    // b has made both its attempts (the first, and the one once subscribed) and is parked.
+    wait::calls_reach(&mut raw, "evalsha", 2).await;
+    wait::quiet(&mut raw).await;
     held.release().await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
@@ -192,7 +194,7 @@ async fn no_lock_operation_writes_a_latch_key() {
     let f1 = fair.acquire().await.unwrap();
     let next = mgr.fair_lock("mix:fair");
     let queued = tokio::spawn(async move { next.acquire().await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait::queued(&mut raw, "mix:fair", 1).await;
     no_latch(&mut raw, "fair held, a waiter queued");
     f1.release().await.unwrap();
     let f2 = tokio::time::timeout(Duration::from_secs(5), queued)

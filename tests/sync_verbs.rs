@@ -41,11 +41,12 @@ fn hex(id: [u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Waits until a waiter subscribed to `name`'s channel, then a little for its attempt after it.
+/// Waits until a waiter subscribed to `name`'s channel, then until its attempt after that is
+/// done (no script runs for 200 ms): it is parked, and only a message or its deadline wakes it.
 async fn parked(raw: &mut redis::Connection, name: &str) {
     let channel = format!("redisson_sc:{{{name}}}");
     assert!(subscribed(raw, &channel, Duration::from_secs(5)).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::wait::quiet(raw).await;
 }
 
 #[tokio::test]

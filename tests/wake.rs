@@ -322,19 +322,6 @@ async fn a_woken_waiter_that_falls_short_lets_in_one_that_fits_what_it_found() {
     let _ = five.await;
 }
 
-/// Waits until no script runs for 200 ms (every waiter's attempts are done), then resets the
-/// command counts.
-async fn quiet(raw: &mut redis::Connection) {
-    for _ in 0..50 {
-        support::reset_stats(raw);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        if support::command_calls(raw, "evalsha") == 0 {
-            return;
-        }
-    }
-    panic!("scripts kept running with every waiter parked");
-}
-
 #[tokio::test]
 async fn a_message_of_1_costs_one_attempt_with_200_waiters_for_2() {
     let server = RedisServer::start();
@@ -356,7 +343,7 @@ async fn a_message_of_1_costs_one_attempt_with_200_waiters_for_2() {
         })
         .collect();
     assert!(support::subscribed(&mut raw, "redisson_sc:{herd}", Duration::from_secs(5)).await);
-    quiet(&mut raw).await;
+    support::wait::quiet(&mut raw).await;
 
     assert_eq!(sem.add_permits(1).await.unwrap(), 2);
     assert!(

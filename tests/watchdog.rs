@@ -75,24 +75,24 @@ async fn renewal_is_batched_a_hundred_locks_per_round_trip() {
     for i in 0..LOCKS {
         guards.push(mgr.lock(format!("batch:{i}")).acquire().await.unwrap());
     }
-    // Each hold goes to the watchdog once it has lived a sixth of the timeout (150 ms).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each hold goes to the watchdog once it has lived a sixth of the timeout (150 ms): counted
+    // from the first renewals on, over five ticks' worth of them however long the machine takes.
     reset_stats(&mut raw);
-    tokio::time::sleep(Duration::from_millis(1_500)).await; // about 5 ticks of 300 ms
+    support::wait::calls_reach(&mut raw, "pexpire", 1).await;
+    reset_stats(&mut raw);
+    support::wait::calls_reach(&mut raw, "pexpire", 5 * LOCKS as u64).await;
     // Less the client record's writes (one ZADD each; docs/protocol.md, "Client records").
     let calls = command_calls(&mut raw, "evalsha") - command_calls(&mut raw, "zadd");
     let pexpires = command_calls(&mut raw, "pexpire");
-    // 3 script calls per tick (100 + 100 + 50); one call per lock would be 250 per tick.
+    // 3 script calls per tick (100 + 100 + 50 locks). The counts may start and end inside a
+    // tick (the reset and the reads land between its calls), but every call renews at least 50
+    // locks, full ticks or not; one call per lock renews 1 per call, 10 per call 10.
     assert!(
-        (9..=21).contains(&calls),
-        "{calls} renewal calls in ~5 ticks"
+        calls > 0 && pexpires >= 50 * calls,
+        "{calls} renewal calls for {pexpires} renewals"
     );
-    assert_eq!(
-        pexpires % LOCKS as u64,
-        0,
-        "every lock renewed at each tick: {pexpires}"
-    );
-    for i in [0, 124, 249] {
+    // Every lock renewed at each tick: all 250 are still held, three 900 ms timeouts on.
+    for i in 0..LOCKS {
         let ttl: i64 = raw.pttl(format!("batch:{i}")).unwrap();
         assert!(ttl > 0, "batch:{i} is still held");
     }
@@ -115,27 +115,38 @@ async fn short_holds_cost_the_watchdog_nothing() {
     reset_stats(&mut raw);
     let start = Instant::now();
     let mut holds = 0u64;
+    // Renewals a stretched hold may have earned: a loaded machine can stretch a 10 ms hold
+    // past the 150 ms after which the watchdog renews it (then at each 300 ms tick). Zero
+    // unless that happened; the count is exact either way.
+    let mut earned = 0u64;
     // Held 10 ms of every ~11: over 4 ticks of 300 ms, most ticks find a hold. None lives the
     // 150 ms after which the watchdog would renew it, so no tick renews any.
     while start.elapsed() < Duration::from_millis(1_200) {
+        let asked = Instant::now();
         let guard = lock.acquire().await.unwrap();
         tokio::time::sleep(Duration::from_millis(10)).await;
         guard.release().await.unwrap();
+        let lived = asked.elapsed();
+        if lived >= Duration::from_millis(150) {
+            earned += 1 + (lived.as_millis() / 300) as u64;
+        }
         holds += 1;
     }
     // Besides the client record's write each tick (one ZADD each; docs/protocol.md, "Client
     // records").
-    assert_eq!(
-        command_calls(&mut raw, "evalsha") - command_calls(&mut raw, "zadd"),
-        2 * holds,
-        "only the acquires and releases of {holds} holds"
+    let scripts = command_calls(&mut raw, "evalsha") - command_calls(&mut raw, "zadd");
+    let renewals = scripts as i64 - 2 * holds as i64;
+    assert!(
+        (0..=earned as i64).contains(&renewals),
+        "{renewals} renewals besides the acquires and releases of {holds} holds \
+         ({earned} earned by holds a stall stretched)"
     );
-    // A hold that lives on is renewed.
+    // A hold that lives on is renewed: unrenewed, its 900 ms lease would be over.
     let guard = lock.acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(!guard.is_lost());
     let ttl: i64 = raw.pttl("short").unwrap();
-    assert!(ttl > 300, "renewed: PTTL {ttl} ms");
+    assert!(ttl > 0, "renewed: PTTL {ttl} ms");
     guard.release().await.unwrap();
 }
 
@@ -143,14 +154,23 @@ async fn short_holds_cost_the_watchdog_nothing() {
 async fn a_deleted_lock_is_reported_lost_and_no_longer_renewed() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mgr = manager(&server).await;
+    // A 3 s timeout (ticks of 1 s): the hold reaches the watchdog after 500 ms and the next
+    // tick finds it gone, by 1.5 s; a loss found only when renewals fail for a whole timeout
+    // takes 3 s. 2.2 s between them leaves a loaded machine 700 ms.
+    let watchdog = Duration::from_secs(3);
+    let config = Config::new(server.url()).watchdog_timeout(watchdog);
+    let mgr = LockManager::start(config).await.expect("manager starts");
     let guard = mgr.lock("deleted").acquire().await.unwrap();
     let _: () = raw.del("deleted").unwrap();
     let deleted = Instant::now();
-    tokio::time::timeout(WATCHDOG, guard.lost())
+    tokio::time::timeout(watchdog, guard.lost())
         .await
         .expect("lost within one renewal interval");
-    assert!(deleted.elapsed() <= WATCHDOG / 3 + Duration::from_millis(100));
+    assert!(
+        deleted.elapsed() <= Duration::from_millis(2_200),
+        "{:?}",
+        deleted.elapsed()
+    );
     assert!(guard.is_lost());
     // Someone else takes it; the lost holder's renewals must not touch the new hold.
     let other = mgr.lock("deleted");
@@ -158,10 +178,11 @@ async fn a_deleted_lock_is_reported_lost_and_no_longer_renewed() {
         .acquire_with_lease(Duration::from_secs(10))
         .await
         .unwrap();
-    tokio::time::sleep(WATCHDOG).await;
+    tokio::time::sleep(watchdog / 2).await;
     let ttl: i64 = raw.pttl("deleted").unwrap();
+    // A stale renewal would have set it to the 3 s timeout.
     assert!(
-        ttl > 9_000,
+        ttl > 5_000,
         "the new lease was not overwritten by a stale renewal: {ttl}"
     );
     assert!(matches!(

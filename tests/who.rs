@@ -225,6 +225,82 @@ fn three_processes_show_in_inspect_ls_and_top() {
     assert!(line.contains("billing@"), "{line}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_process_leaves_clients_ls_and_top() {
+    let server = RedisServer::start();
+    // The `sleep` of a killed `lockman exec` outlives it: short, so it does not linger.
+    let mut doomed = hold(&server, "doomed", "gone:1", "20");
+    let _survivor = hold(&server, "survivor", "kept:1", "20");
+    let mgr = LockManager::start(Config::new(server.url())).await.unwrap();
+    let services_of = |clients: &[lockman::ClientInfo]| {
+        let mut s: Vec<String> = clients.iter().map(|c| c.service.clone()).collect();
+        s.sort();
+        s
+    };
+    // Both listed, each with its hold (records refresh every second; holds show once 0.5 s
+    // old): in `clients()`, `ls` and `top`.
+    let mut all = Vec::new();
+    let listed = support::eventually_blocking(Duration::from_secs(15), || {
+        all = services(&server);
+        ["doomed", "survivor"].iter().all(|s| {
+            all.iter()
+                .any(|(x, c)| x == s && c["holds"].as_array().is_some_and(|h| h.len() == 1))
+        })
+    });
+    assert!(listed, "both clients with their hold: {all:?}");
+    let doomed_id = client(&all, "doomed")["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
+    let clients = mgr.clients().await.unwrap();
+    assert!(
+        services_of(&clients).contains(&"doomed".to_string()),
+        "{clients:?}"
+    );
+    let held = |frame: &Value| -> Vec<String> {
+        frame["held"]
+            .as_array()
+            .map(|h| h.iter().map(|h| h["name"].to_string()).collect())
+            .unwrap_or_default()
+    };
+    let frame = json(&run(&server, &["top", "--once", "--json"]));
+    assert!(held(&frame).contains(&"\"gone:1\"".to_string()), "{frame}");
+
+    // SIGKILL: no shutdown deletes its record. It expires with the watchdog timeout (3 s);
+    // a record that never expired would stay for good, so 15 s tells them apart at any load.
+    doomed.0.kill().unwrap();
+    doomed.0.wait().unwrap();
+    let gone = support::eventually_blocking(Duration::from_secs(15), || {
+        all = services(&server);
+        !all.iter().any(|(s, _)| s == "doomed")
+    });
+    assert!(gone, "the killed client is still listed by ls: {all:?}");
+    assert!(
+        all.iter().any(|(s, _)| s == "survivor"),
+        "the live one still is: {all:?}"
+    );
+    let clients = mgr.clients().await.unwrap();
+    let services = services_of(&clients);
+    assert!(!services.contains(&"doomed".to_string()), "{clients:?}");
+    assert!(services.contains(&"survivor".to_string()), "{clients:?}");
+    let frame = json(&run(&server, &["top", "--once", "--json"]));
+    let names = held(&frame);
+    assert!(!names.contains(&"\"gone:1\"".to_string()), "{frame}");
+    assert!(names.contains(&"\"kept:1\"".to_string()), "{frame}");
+    // Its record is gone from Redis, not only hidden, and its index entry goes at the next
+    // record write of another client (the survivor's, every second).
+    let mut raw = server.conn();
+    let record = format!("lockman_client:{{lockman}}:{doomed_id}");
+    assert_eq!(raw.exists::<_, bool>(&record), Ok(false));
+    let mut index: Vec<String> = Vec::new();
+    let dropped = support::eventually_blocking(Duration::from_secs(15), || {
+        index = raw.zrange("lockman_client:{lockman}", 0, -1).unwrap();
+        !index.contains(&doomed_id)
+    });
+    assert!(dropped, "{doomed_id} still in the index {index:?}");
+    mgr.shutdown().await;
+}
+
 #[test]
 fn top_runs_in_a_terminal_and_quits_on_q() {
     if Command::new("tmux").arg("-V").output().is_err() {

@@ -110,6 +110,10 @@ usage: cargo run --release --example chaos -- [options]
                      SIGSTOP the primary past the sentinels' down-after time); reshard
                      (cluster: move a slot holding live locks) (\"none\": no faults)
   --fault-gap MS     pause between two faults (default 1000)
+  --each-fault-once SECS
+                     when --duration ends before every fault asked for was injected once
+                     (a loaded machine can take longer to inject them than planned), go on
+                     until it was, for at most SECS more (default 0: stop at --duration)
   --redlock N        RedLock servers, 3 or 5 (default 3)
   --lease MS         watchdog timeout of the workers' locks (default 2000)
   --seed N           the random seed (default: from the clock; printed)
@@ -131,6 +135,9 @@ pub struct Options {
     pub failovers: u64,
     pub faults: Vec<Fault>,
     pub fault_gap: Duration,
+    /// How long past `duration` the run may go on until every fault of `faults` was injected
+    /// once; zero: it ends at `duration` whatever was injected.
+    pub each_fault_once: Duration,
     pub redlock: usize,
     pub lease: Duration,
     pub seed: u64,
@@ -151,6 +158,7 @@ impl Options {
             failovers: 0,
             faults: Vec::new(),
             fault_gap: Duration::from_millis(1000),
+            each_fault_once: Duration::ZERO,
             redlock: 3,
             lease: Duration::from_millis(2000),
             seed: SystemTime::now()
@@ -161,7 +169,7 @@ impl Options {
             json: false,
         };
         let usage = "usage: chaos [--deployment single|sentinel|cluster] [--sync-replicas N] [--workers N] [--duration SECS] [--acquisitions N] [--failovers N] [--faults LIST|none] \
-                     [--fault-gap MS] [--redlock 3|5] [--lease MS] [--seed N] [--progress SECS] [--json] (--help: what they mean)";
+                     [--fault-gap MS] [--each-fault-once SECS] [--redlock 3|5] [--lease MS] [--seed N] [--progress SECS] [--json] (--help: what they mean)";
         let mut faults = None;
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -189,6 +197,9 @@ impl Options {
                 "--acquisitions" => o.acquisitions = Some(num(value()?)?),
                 "--failovers" => o.failovers = num(value()?)?,
                 "--fault-gap" => o.fault_gap = Duration::from_millis(num(value()?)?),
+                "--each-fault-once" => {
+                    o.each_fault_once = Duration::from_secs(num(value()?)?.min(24 * 3600))
+                }
                 "--redlock" => match num(value()?)? {
                     n @ (3 | 5) => o.redlock = n as usize,
                     n => return Err(format!("--redlock: 3 or 5, not {n}\n{usage}")),

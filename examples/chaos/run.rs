@@ -111,7 +111,9 @@ pub fn main(options: Options) -> i32 {
         options.sync_replicas,
         checker.url()
     );
-    let until_unix_ms = unix_ms() + options.duration.as_millis();
+    // The workers may compete as long as the run may go on; the runner's `stop` ends them
+    // when it ends sooner.
+    let until_unix_ms = unix_ms() + (options.duration + options.each_fault_once).as_millis();
     let mut runner = Runner {
         rng: Rng::new(options.seed),
         options,
@@ -176,8 +178,16 @@ impl Runner {
         // sees each of them once when it lasts long enough.
         let mut order: Vec<Fault> = Vec::new();
         let mut retries = 0;
-        let end = started + self.options.duration;
-        while Instant::now() < end && !self.interrupted() && !self.enough() {
+        let planned = started + self.options.duration;
+        let mut extended = false;
+        while let Some(end) = self.horizon(planned)
+            && !self.interrupted()
+            && !self.enough()
+        {
+            if Instant::now() >= planned && !extended {
+                extended = true;
+                eprintln!("chaos: going on past --duration until every fault was injected once");
+            }
             self.sleep_watching(
                 self.options
                     .fault_gap
@@ -290,6 +300,23 @@ impl Runner {
     }
 
     /// Whether the acquisitions (and failovers) asked for were counted.
+    /// When the fault loop ends: at `planned` (the end of `--duration`); past it, with
+    /// `--each-fault-once`, when every fault asked for was injected once or its time is up.
+    /// `None`: it has ended.
+    fn horizon(&self, planned: Instant) -> Option<Instant> {
+        let now = Instant::now();
+        if now < planned {
+            return Some(planned);
+        }
+        let cap = planned + self.options.each_fault_once;
+        let missing = self
+            .options
+            .faults
+            .iter()
+            .any(|f| self.faults.get(f.name()).copied().unwrap_or(0) == 0);
+        (missing && now < cap).then_some(cap)
+    }
+
     fn enough(&mut self) -> bool {
         let Some(wanted) = self.options.acquisitions else {
             return false;

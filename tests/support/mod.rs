@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod fair;
 pub mod redisson;
 pub mod sentinel;
+pub mod wait;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
