@@ -49,10 +49,14 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
     print_state(&manager, name, "now").await;
     let started = Instant::now();
     let mut messages = pubsub.on_message();
+    // One Ctrl-C future for the whole watch: a signal that arrives while an event is printed
+    // (the select not polling) is kept for the next turn, where one made per turn would lose it.
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     loop {
         let message = tokio::select! {
             message = messages.next() => message,
-            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut interrupted => break,
         };
         let Some(message) = message else {
             manager.shutdown().await;
