@@ -290,30 +290,8 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             hold,
             epoch,
             confirmed,
-        } => {
-            let (holder, kind) = act.renewal(&hold);
-            let actor = ctx.address().recipient::<HoldLost>().downgrade();
-            let shell = act.shell();
-            shell.svc.watchdog.do_send(Track {
-                name: shell.name.clone(),
-                holder,
-                kind,
-                epoch,
-                confirmed,
-                validity: shell.signals.get(&epoch).map(|s| s.validity.clone()),
-                actor,
-            });
-        }
-        Effect::Untrack { hold, epoch } => {
-            let (holder, kind) = act.renewal(&hold);
-            let shell = act.shell();
-            shell.svc.watchdog.do_send(Untrack {
-                name: shell.name.clone(),
-                holder,
-                kind,
-                epoch,
-            });
-        }
+        } => track(act, &hold, epoch, Some(confirmed), ctx),
+        Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
         Effect::Lost(epoch, loss) => act.shell().lose(epoch, loss),
         Effect::Ended(epoch) => {
             if let Some(signal) = act.shell().signals.remove(&epoch) {
@@ -345,6 +323,38 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             ctx.stop();
         }
     }
+}
+
+/// Hands the hold of `epoch` to the Watchdog for renewal (`confirmed`: when Redis last set its
+/// PTTL), or takes it back (`None`).
+fn track<A: PerName>(
+    act: &mut A,
+    hold: &<A::Family as Family>::Hold,
+    epoch: u64,
+    confirmed: Option<Instant>,
+    ctx: &mut Context<A>,
+) {
+    let (holder, kind) = act.renewal(hold);
+    let shell = act.shell();
+    let name = shell.name.clone();
+    let Some(confirmed) = confirmed else {
+        shell.svc.watchdog.do_send(Untrack {
+            name,
+            holder,
+            kind,
+            epoch,
+        });
+        return;
+    };
+    shell.svc.watchdog.do_send(Track {
+        name,
+        holder,
+        kind,
+        epoch,
+        confirmed,
+        validity: shell.signals.get(&epoch).map(|s| s.validity.clone()),
+        actor: ctx.address().recipient::<HoldLost>().downgrade(),
+    });
 }
 
 /// Answers waiter `id`: off the books (metrics, board, deadline), then its family's answer.
