@@ -84,8 +84,8 @@ impl LockActor {
         }
     }
 
-    /// Releases a hold; `reply` gets the outcome.
-    fn release(&mut self, (key, epoch): (HoldKey, u64), reply: Option<ReplyId>) {
+    /// Releases the hold of `key` of this `epoch`; `reply` gets the outcome.
+    fn release(&mut self, key: HoldKey, epoch: u64, reply: Option<ReplyId>) {
         self.state.release(key, epoch, reply, Instant::now());
     }
 }
@@ -274,7 +274,8 @@ impl Handler<Release> for LockActor {
             self,
             |act| {
                 let id = act.shell.next_reply();
-                act.release(grant.disarm(), Some(id));
+                let (key, epoch) = grant.disarm();
+                act.release(key, epoch, Some(id));
                 Expecting::Reply(id)
             },
             ctx,
@@ -300,7 +301,7 @@ impl Handler<ReleaseHold> for LockActor {
 
     /// A dropped grant's release: nobody waits for its outcome.
     fn handle(&mut self, msg: ReleaseHold, ctx: &mut Context<Self>) {
-        self.release(((msg.holder, msg.kind), msg.epoch), None);
+        self.release((msg.holder, msg.kind), msg.epoch, None);
         shell::apply(self, ctx);
     }
 }

@@ -30,7 +30,7 @@ impl SyncActor {
             self.kind,
             self.shell.name.clone(),
         );
-        let work = async move { perform(&commands, (kind, &name), op, latch.as_ref()).await };
+        let work = async move { perform(&commands, kind, &name, op, latch.as_ref()).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
             act.state.ran(seq, outcome, Instant::now());
             if !act.state.is_under_way(seq) {
@@ -44,7 +44,8 @@ impl SyncActor {
 /// Runs one op of a synchronizer on Redis.
 async fn perform(
     commands: &Commands,
-    (kind, name): (SyncKind, &str),
+    kind: SyncKind,
+    name: &str,
     op: Op,
     latch: Option<&SyncLatch>,
 ) -> Outcome {
