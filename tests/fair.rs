@@ -642,6 +642,13 @@ async fn an_acquire_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_wait
     let next_id = next.holder_id();
     let waiter = tokio::spawn(async move { next.acquire().await });
     queue_reaches(&server, "acquire-wake", 2).await;
+    // The waiter subscribes its channel once queued, then tries once more (it finds the dead
+    // head still alive, and waits): only after that attempt is the head made dead, so that the
+    // prober's try is what prunes it. Made dead earlier, the waiter's own attempt pruned it and
+    // took the lock with no message (seen twice in CI under load).
+    let channel = format!("redisson_lock__channel:{{acquire-wake}}:{next_id}");
+    wait::subscribers(&mut raw, &channel, 1).await;
+    wait::quiet(&mut raw).await;
     let mut sub = server.client().get_connection().unwrap();
     let mut pubsub = sub.as_pubsub();
     watch_waiter_channels(&mut pubsub, "acquire-wake");
@@ -667,13 +674,7 @@ async fn an_acquire_that_prunes_the_dead_head_of_a_free_lock_wakes_the_next_wait
         .unwrap();
     let took = pruned.elapsed();
     assert!(took < Duration::from_millis(1_500), "{took:?}");
-    assert_eq!(
-        messages(&mut pubsub),
-        [(
-            format!("redisson_lock__channel:{{acquire-wake}}:{next_id}"),
-            "0".to_owned()
-        )]
-    );
+    assert_eq!(messages(&mut pubsub), [(channel, "0".to_owned())]);
     g.release().await.unwrap();
     assert!(queue(&mut raw, "acquire-wake").is_empty());
 }
