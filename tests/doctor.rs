@@ -210,3 +210,52 @@ fn no_scripting_and_missing_key_patterns_fail_with_78() {
         "{text}"
     );
 }
+
+/// The clock check at its edge: `lockman doctor` run under libfaketime 30 s ahead of the server
+/// (its monotonic clock left true) reports the offset, a warning, and exits 1; the same server
+/// read from an unskewed process is ✔. Catches an offset computed from the monotonic clock, or
+/// with its sign lost, or a skew that never reaches the report.
+#[test]
+fn a_client_clock_30s_ahead_is_a_clock_warning() {
+    let server = server_with(&["--appendonly", "yes"]);
+    let skewed = Command::new("faketime")
+        .args(["-m", "-f", "+30s", LOCKMAN, "--url"])
+        .arg(server.url())
+        .args(["doctor", "--json"])
+        .env("DONT_FAKE_MONOTONIC", "1")
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKMAN_PREFIX")
+        .output()
+        .expect("the `faketime` command (Debian package `faketime`; .ci/run installs it)");
+    let json: Value = serde_json::from_slice(&skewed.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", stdout(&skewed)));
+    let clock = json["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "clock")
+        .unwrap_or_else(|| panic!("no clock check: {json}"));
+    assert_eq!(clock["status"], "warn", "{clock}");
+    let seen = clock["seen"].as_str().unwrap();
+    let ms: i64 = seen
+        .trim_start_matches("the server's clock is ")
+        .split("ms")
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{seen}"));
+    assert!((29_000..=31_000).contains(&ms), "{seen}");
+    assert!(
+        seen.contains("behind"),
+        "the server is behind this client: {seen}"
+    );
+    assert_eq!(skewed.status.code(), Some(1), "{}", stdout(&skewed));
+
+    let plain = doctor(&server.url(), &["--json"]);
+    let json: Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let status = statuses(&json)
+        .into_iter()
+        .find(|(n, _)| n == "clock")
+        .map(|(_, s)| s);
+    assert_eq!(status.as_deref(), Some("ok"), "{json}");
+}
