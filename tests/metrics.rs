@@ -262,6 +262,9 @@ async fn synchronizer_metrics_count_permits_waits_and_losses_alone() {
         value("lockman_permits_lost_total{kind=permit_semaphore,reason=watchdog}"),
         1.0
     );
+    // Lost permits are held no more, before their guard gives them back (as a lost lock's
+    // hold leaves lockman_holds at the loss).
+    assert_eq!(value("lockman_permits_held{kind=permit_semaphore}"), 0.0);
     let _ = two.release().await;
     assert_eq!(value("lockman_permits_held{kind=permit_semaphore}"), 0.0);
     // A latch wait.
