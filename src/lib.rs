@@ -174,6 +174,7 @@ mod handles;
 mod metrics;
 mod protocol;
 
+pub use handles::deadlock;
 #[cfg(feature = "actix-web")]
 pub use handles::web;
 

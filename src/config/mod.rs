@@ -68,6 +68,23 @@ pub struct Config {
     contention_top_k: usize,
     name_prefix: String,
     refuse_evicting_server: bool,
+    deadlocks: Deadlocks,
+}
+
+/// What a manager does when the waits of its callers close a cycle (a deadlock: task A holds
+/// `x` and waits for `y` while task B holds `y` and waits for `x`). See [`crate::deadlock`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Deadlocks {
+    /// The youngest wait of the cycle fails with [`LockError::Deadlock`](crate::LockError::Deadlock)
+    /// and leaves its queue, so the others go on; the cycle is also reported (a warning, and the
+    /// `lockman_deadlocks_total` counter with the `metrics` feature).
+    #[default]
+    Break,
+    /// Only report it: every wait goes on until its own timeout or a lease ends it.
+    Report,
+    /// Look for none: no waits-for graph is kept.
+    Off,
 }
 
 /// Where the Redis of a config is.
@@ -240,6 +257,7 @@ impl Config {
             arbiters: None,
             name_prefix: String::new(),
             refuse_evicting_server: false,
+            deadlocks: Deadlocks::Break,
         }
     }
 
@@ -331,6 +349,18 @@ impl Config {
     /// `metrics` feature).
     pub fn refuse_evicting_server(mut self, refuse: bool) -> Self {
         self.refuse_evicting_server = refuse;
+        self
+    }
+
+    /// What to do when the waits of this manager's callers close a cycle: break it (the
+    /// youngest wait fails with [`LockError::Deadlock`](crate::LockError::Deadlock)), only
+    /// report it, or look for none. Cycles are looked for among this manager's locks of every
+    /// kind (not synchronizers: any one permit's release ends a semaphore wait), when the wait
+    /// that closes one begins; see [`crate::deadlock`] for whom a wait belongs to.
+    ///
+    /// Default: [`Deadlocks::Break`].
+    pub fn deadlocks(mut self, deadlocks: Deadlocks) -> Self {
+        self.deadlocks = deadlocks;
         self
     }
 
@@ -556,6 +586,11 @@ impl Config {
     /// See [`Config::refuse_evicting_server`](Self::refuse_evicting_server()).
     pub fn get_refuse_evicting_server(&self) -> bool {
         self.refuse_evicting_server
+    }
+
+    /// See [`Config::deadlocks`](Self::deadlocks()).
+    pub fn get_deadlocks(&self) -> Deadlocks {
+        self.deadlocks
     }
 
     /// See [`Config::watchdog_timeout`](Self::watchdog_timeout()).

@@ -9,6 +9,7 @@
 
 pub(crate) mod clients;
 pub(crate) mod compose;
+pub mod deadlock;
 pub(crate) mod election;
 pub(crate) mod lock;
 pub(crate) mod manager;
