@@ -28,6 +28,8 @@
 //!   command (`ls`, `top`, `inspect`; `exec` and `elect` run a command under a lock or a lead).
 //! - **Deployments**: TLS, ACL users, Sentinel, Cluster, replica sync; metrics, tracing spans and
 //!   actix-web extractors ([`web`]).
+//! - **For axum, tonic and tower users**, a lock or a permit per request: `lockman::tower` (`tower`
+//!   feature).
 //! - **For actix users**, the messages the handles send: [`actix`].
 //!
 //! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
@@ -174,6 +176,8 @@ mod handles;
 mod metrics;
 mod protocol;
 
+#[cfg(feature = "tower")]
+pub use handles::tower;
 #[cfg(feature = "actix-web")]
 pub use handles::web;
 
