@@ -316,7 +316,7 @@ async fn two_routers_with_two_managers_share_a_permit_semaphore() {
                 "/tenants/{tenant}/export",
                 post({
                     let overlap = overlap.clone();
-                    move || overlap.clone().work(Duration::from_millis(20))
+                    move || overlap.clone().work(Duration::from_millis(50))
                 }),
             )
             .route_layer(
