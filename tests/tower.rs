@@ -19,7 +19,7 @@ use axum::http::{HeaderName, StatusCode};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use lockman::LockManager;
-use lockman::tower::{LockLayer, PermitLayer};
+use lockman::tower::{LockHeld, LockLayer, PermitHeld, PermitLayer};
 use support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -129,9 +129,15 @@ async fn a_lock_per_request_excludes_every_other_request_on_its_name() {
             "/accounts/{account}/deposit",
             post({
                 let (alice, bob) = (alice.clone(), bob.clone());
-                move |axum::extract::Path(account): axum::extract::Path<String>| {
+                move |axum::extract::Path(account): axum::extract::Path<String>,
+                      axum::Extension(held): axum::Extension<LockHeld>| {
                     let counter = if account == "alice" { alice } else { bob };
-                    counter.work(Duration::from_millis(5))
+                    async move {
+                        // The handler sees the lock it runs under.
+                        assert_eq!(held.name(), format!("account:{account}"));
+                        assert!(!held.is_lost());
+                        counter.work(Duration::from_millis(5)).await
+                    }
                 }
             }),
         )
@@ -316,7 +322,10 @@ async fn two_routers_with_two_managers_share_a_permit_semaphore() {
                 "/tenants/{tenant}/export",
                 post({
                     let overlap = overlap.clone();
-                    move || overlap.clone().work(Duration::from_millis(50))
+                    move |axum::Extension(held): axum::Extension<PermitHeld>| {
+                        assert_eq!(held.name(), "exports:acme");
+                        overlap.clone().work(Duration::from_millis(50))
+                    }
                 }),
             )
             .route_layer(

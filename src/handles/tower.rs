@@ -12,7 +12,9 @@
 //! **How long the lock is held**: until the response's body has been sent (its last frame read),
 //! or dropped unsent (a client gone, a cancelled request). A streaming body is thus sent under
 //! the lock too, where actix-web's extractor releases when the handler returns. A request whose
-//! future is dropped while it waits for its lock gives up its wait.
+//! future is dropped while it waits for its lock gives up its wait. The inner service finds the
+//! guard in the request's extensions, as a [`LockHeld`] or a [`PermitHeld`] (axum:
+//! `Extension<LockHeld>`), for its name, lost signal and deadline.
 //!
 //! What a refused request gets (the status, a `Retry-After` for the retryable ones, and a one-line
 //! text body) is the same as with `lockman::web`:
@@ -188,7 +190,7 @@ impl Admission {
                 let lock = self.manager.lock(name.as_str());
                 lock.try_acquire_for(self.wait)
                     .await
-                    .map(|g| g.map(Held::Lock))
+                    .map(|g| g.map(|g| Held::Lock(Arc::new(g))))
             }
             Gate::Permits { permits, set } => {
                 let sem = self.manager.permit_semaphore(name.as_str());
@@ -196,7 +198,7 @@ impl Admission {
                     Ok(()) => sem
                         .try_acquire_for(1, self.wait)
                         .await
-                        .map(|g| g.map(Held::Permit)),
+                        .map(|g| g.map(|g| Held::Permit(Arc::new(g)))),
                     Err(e) => Err(e),
                 };
                 if let Ok(None) = outcome {
@@ -437,7 +439,7 @@ where
         let admission = self.admission.clone();
         let (head, body) = req.into_parts();
         let name = admission.name(&head);
-        let req = Request::from_parts(head, body);
+        let mut req = Request::from_parts(head, body);
         Box::pin(async move {
             let held = match name {
                 Ok(name) => admission.admit(name).await,
@@ -445,6 +447,7 @@ where
             };
             match held {
                 Ok(held) => {
+                    held.lend(&mut req);
                     let response = inner.call(req).await?;
                     Ok(response.map(|body| Guarded::holding(body, held)))
                 }
@@ -454,12 +457,57 @@ where
     }
 }
 
-/// The guard a request holds, kept for its drop: dropping it releases the lock or the permit.
+/// The guard a request holds, kept for its drop: dropping the last of its handles (this one and
+/// the request extension's) releases the lock or the permit.
 #[derive(Debug)]
-#[expect(dead_code, reason = "the guards are held for their drop, never read")]
 enum Held {
-    Lock(LockGuard),
-    Permit(PermitGuard),
+    Lock(Arc<LockGuard>),
+    Permit(Arc<PermitGuard>),
+}
+
+impl Held {
+    /// Hands the inner service a handle on the guard, in the request's extensions.
+    fn lend<B>(&self, req: &mut Request<B>) {
+        let extensions = req.extensions_mut();
+        match self {
+            Self::Lock(guard) => {
+                extensions.insert(LockHeld(guard.clone()));
+            }
+            Self::Permit(guard) => {
+                extensions.insert(PermitHeld(guard.clone()));
+            }
+        }
+    }
+}
+
+/// The lock of this request, in its extensions for the inner service (axum:
+/// `Extension<LockHeld>`): it dereferences to its [`LockGuard`] (name, lost signal, deadline,
+/// [`scope`](LockGuard::scope)). The lock is released once the response's body is sent **and**
+/// every `LockHeld` is dropped: a handler that keeps one (a spawned task) keeps the lock.
+#[derive(Clone, Debug)]
+pub struct LockHeld(Arc<LockGuard>);
+
+impl std::ops::Deref for LockHeld {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.0
+    }
+}
+
+/// The permit of this request, in its extensions for the inner service (axum:
+/// `Extension<PermitHeld>`): it dereferences to its [`PermitGuard`] (lost signal, ids,
+/// deadline). As with [`LockHeld`], the permit is given back once the body is sent and every
+/// `PermitHeld` is dropped.
+#[derive(Clone, Debug)]
+pub struct PermitHeld(Arc<PermitGuard>);
+
+impl std::ops::Deref for PermitHeld {
+    type Target = PermitGuard;
+
+    fn deref(&self) -> &PermitGuard {
+        &self.0
+    }
 }
 
 pin_project_lite::pin_project! {
