@@ -27,7 +27,10 @@
 //! | lockman failed otherwise | `500` |
 //!
 //! The refusal is a response, not an error of the service: the layer keeps the inner service's
-//! error type, and axum's `Router::layer` / `route_layer` take it as is.
+//! error type, and axum's `Router::layer` / `route_layer` and tonic's `Server::builder().layer`
+//! take it as is. Under tonic a refusal is an HTTP status, not a gRPC one: gRPC clients map it as
+//! the gRPC spec says (`429` and `503` to `UNAVAILABLE`, `409` to `UNKNOWN`, `400` to
+//! `INTERNAL`); a path segment there is `1` for the method of `/package.Service/Method`.
 //!
 //! ```no_run
 //! use std::time::Duration;
