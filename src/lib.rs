@@ -24,10 +24,15 @@
 //! - **Elections**: [`Election`], with fenced terms and fenced writes ([`Leadership`]).
 //! - **Guards that tell**: a hold lost is reported (a guard's `lost()` resolves); its
 //!   guarantee has an end (`valid_until()`), and [`LockGuard::scope`] stops work before it.
+//! - **Deadlocks found, not waited out** ([`deadlock`]): a cycle of waits among a manager's
+//!   callers, or through other processes, is found and its youngest wait fails with
+//!   [`LockError::Deadlock`], naming the cycle.
 //! - **Who holds what**: client records read by [`LockManager::clients`] and by the `lockman`
 //!   command (`ls`, `top`, `inspect`; `exec` and `elect` run a command under a lock or a lead).
 //! - **Deployments**: TLS, ACL users, Sentinel, Cluster, replica sync; metrics, tracing spans and
 //!   actix-web extractors ([`web`]).
+//! - **For axum, tonic and tower users**, a lock or a permit per request: `lockman::tower` (`tower`
+//!   feature).
 //! - **For actix users**, the messages the handles send: [`actix`].
 //!
 //! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
@@ -175,6 +180,8 @@ mod metrics;
 mod protocol;
 
 pub use handles::deadlock;
+#[cfg(feature = "tower")]
+pub use handles::tower;
 #[cfg(feature = "actix-web")]
 pub use handles::web;
 

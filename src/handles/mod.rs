@@ -4,8 +4,8 @@
 //! state the handles share (`state`), where a name becomes a key (`name`), the locks (`lock`),
 //! the compositions (`compose`), the synchronizers (`sync`), elections (`election`), a hold's
 //! deadline (`scope`), client records (`clients`), how a handle reaches its name's actor
-//! (`reach`), where the actors run (`runtime`), their spans (`trace`) and the actix-web
-//! extractors (`web`).
+//! (`reach`), where the actors run (`runtime`), their spans (`trace`), the actix-web
+//! extractors (`web`) and the tower layers (`tower`).
 
 pub(crate) mod clients;
 pub(crate) mod compose;
@@ -19,6 +19,8 @@ pub(crate) mod runtime;
 pub(crate) mod scope;
 pub(crate) mod state;
 pub(crate) mod sync;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub(crate) mod trace;
 #[cfg(feature = "actix-web")]
 pub mod web;
