@@ -110,7 +110,8 @@
 //! rules of a name are pure):
 //!
 //! - `handles/`: what users hold: the [`LockManager`], every kind's handle and guard, where a
-//!   name becomes a key (`name.rs`), how a handle reaches its name's actor, spans, [`web`].
+//!   name becomes a key (`name.rs`), whom a wait belongs to (`deadlock.rs`), how a handle
+//!   reaches its name's actor, spans, [`web`] and `tower`.
 //! - `actors/`: one actor per busy name, a lock's or a synchronizer's, and the services they share.
 //!   - `lock_state/`, `sync_state/`: the rules of one name, pure (events in, effects out; no
 //!     actix, timers or Redis), with their unit, property and seeded simulation tests;
@@ -120,7 +121,8 @@
 //!     watchdog, lost signals, lingering, the board of waits, reply senders;
 //!   - `lock_actor/`, `sync_actor/`: the adapters: requests in, round trips, answers out;
 //!   - the `Registry` (name → actor), the supervised `PubSubActor` (each channel's messages to
-//!     every actor listening on it), `Watchdog` and `FailoverWatch`, and `messages.rs`.
+//!     every actor listening on it), `Watchdog` and `FailoverWatch`, the `WaitsFor` graph
+//!     (deadlocks), and `messages.rs`.
 //! - `metrics.rs`: what the `metrics` feature reports.
 //! - `protocol/`: one Lua script per operation, their typed calls, lock kinds, key and channel
 //!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe, the

@@ -3,9 +3,9 @@
 //! counts, and `force_unlock`): the [`LockManager`](manager::LockManager) façade and the manager
 //! state the handles share (`state`), where a name becomes a key (`name`), the locks (`lock`),
 //! the compositions (`compose`), the synchronizers (`sync`), elections (`election`), a hold's
-//! deadline (`scope`), client records (`clients`), how a handle reaches its name's actor
-//! (`reach`), where the actors run (`runtime`), their spans (`trace`), the actix-web
-//! extractors (`web`) and the tower layers (`tower`).
+//! deadline (`scope`), whom a wait belongs to (`deadlock`), client records (`clients`), how a
+//! handle reaches its name's actor (`reach`), where the actors run (`runtime`), their spans
+//! (`trace`), the actix-web extractors (`web`) and the tower layers (`tower`).
 
 pub(crate) mod clients;
 pub(crate) mod compose;
