@@ -411,13 +411,19 @@ impl Failure {
     }
 }
 
-/// Resolves at the first SIGINT from now on. Its handler replaces an ignored SIGINT too: a
-/// shell starts a background job with SIGINT ignored, and `kill -INT` must still end a
-/// long-running subcommand.
-pub async fn interrupted() {
-    if tokio::signal::ctrl_c().await.is_err() {
-        // No handler could be installed: SIGINT does what it did before.
-        std::future::pending::<()>().await;
+/// Resolves at the first SIGINT from the call on (the handler is installed by the call, not
+/// at the first poll). The handler replaces an ignored SIGINT too: a shell starts a background
+/// job with SIGINT ignored, and `kill -INT` must still end a long-running subcommand.
+pub fn interrupted() -> impl Future<Output = ()> {
+    let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+    async move {
+        match signal {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            // No handler could be installed: SIGINT does what it did before.
+            Err(_) => std::future::pending::<()>().await,
+        }
     }
 }
 
