@@ -127,6 +127,22 @@ fn not_redis() -> u16 {
 }
 
 #[test]
+fn doctor_names_a_port_that_is_not_redis() {
+    let url = format!("redis://127.0.0.1:{}/0", not_redis());
+    let out = run_at(&url, &["doctor"]);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let first = report.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        format!(
+            "✘ server           {url} is not a Redis server (what answered does not speak RESP)"
+        ),
+        "{report}"
+    );
+}
+
+#[test]
 fn a_port_that_is_not_redis_is_named_as_such() {
     let url = format!("redis://127.0.0.1:{}/0", not_redis());
     for args in [&["inspect", "x"][..], &["exec", "x", "--", "true"]] {
@@ -539,12 +555,7 @@ async fn leader_names_the_service_that_leads() {
 
 /// The one holder field of the election's hash.
 fn lead_holder(server: &RedisServer) -> String {
-    let fields: Vec<String> = redis::cmd("HKEYS")
-        .arg("jobs")
-        .query(&mut server.conn())
-        .unwrap();
-    assert_eq!(fields.len(), 1, "{fields:?}");
-    fields[0].clone()
+    lead_holder_of(server, "jobs")
 }
 
 fn hostname() -> String {
@@ -614,3 +625,123 @@ fn a_closed_stdout_ends_lockman_quietly() {
 
 /// SIGPIPE's number (13 on Linux and the BSDs).
 const SIGPIPE: i32 = 13;
+
+/// A tmux server of its own for one test, ended however the test ends.
+struct Tmux(String);
+
+impl Tmux {
+    fn new(name: &str) -> Option<Self> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
+            return None;
+        }
+        Some(Self(format!("lockman-{name}-{}", std::process::id())))
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.0])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    /// Runs `command` (a shell line) in a 200-column terminal.
+    fn start(&self, command: &str) {
+        let out = self.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "200",
+            "-y",
+            "10",
+            "sh",
+            "-c",
+            command,
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// On a terminal, `exec`'s waiting line and `unlock --force`'s question name the holder's
+/// service, host and pid (from its client record) beside its holder id.
+#[tokio::test]
+async fn the_waiting_line_and_the_unlock_prompt_name_the_holders_service() {
+    let Some(tmux) = Tmux::new("holder") else {
+        return;
+    };
+    let server = RedisServer::start();
+    // Records are first written a third of the watchdog timeout after the start.
+    let config = Config::new(server.url())
+        .client_name("billing")
+        .watchdog_timeout(Duration::from_secs(3));
+    let manager = LockManager::start(config).await.unwrap();
+    let guard = manager.lock("orders").acquire().await.unwrap();
+    let mut recorded = false;
+    for _ in 0..100 {
+        if !manager.clients().await.unwrap().is_empty() {
+            recorded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recorded, "the manager's client record was written");
+    let holder = lead_holder_of(&server, "orders");
+    let who = format!("billing@{}:{} ({holder})", hostname(), std::process::id());
+    let url = server.url();
+    // The question first (answered no), then the wait, both while the test holds the lock.
+    tmux.start(&format!(
+        "{LOCKMAN} --url {url} unlock --force orders; {LOCKMAN} --url {url} exec orders -- true; sleep 30"
+    ));
+    let question = format!("force-unlock \"orders\", held by {who}? [y/N]");
+    let socket = tmux.0.clone();
+    tokio::task::spawn_blocking(move || screen_shows(&socket, &question))
+        .await
+        .unwrap();
+    let out = tmux.run(&["send-keys", "-t", "t", "n", "Enter"]);
+    assert!(out.status.success(), "{out:?}");
+    let (socket, text) = (
+        tmux.0.clone(),
+        format!("waiting for \"orders\": held by {who}"),
+    );
+    let screen = tokio::task::spawn_blocking(move || screen_shows(&socket, &text))
+        .await
+        .unwrap();
+    assert!(screen.contains("not confirmed; nothing done"), "{screen}");
+    drop(guard);
+    manager.shutdown().await;
+}
+
+/// Waits (15 s at most) until the screen of the tmux server `socket` contains `text`; the
+/// screen.
+fn screen_shows(socket: &str, text: &str) -> String {
+    let mut seen = String::new();
+    let shown = support::eventually_blocking(Duration::from_secs(15), || {
+        let out = Command::new("tmux")
+            .args(["-L", socket, "capture-pane", "-p", "-t", "t"])
+            .output()
+            .expect("run tmux");
+        seen = String::from_utf8_lossy(&out.stdout).into_owned();
+        seen.contains(text)
+    });
+    assert!(shown, "never showed {text:?}: {seen}");
+    seen
+}
+
+/// The one holder field of the hash `name`.
+fn lead_holder_of(server: &RedisServer, name: &str) -> String {
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(name)
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    fields[0].clone()
+}

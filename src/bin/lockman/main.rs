@@ -383,20 +383,7 @@ impl Failure {
             LockError::InvalidArgument { .. } => code::USAGE,
             _ => code::REDIS,
         };
-        let message = match &e {
-            // What answered the first command was not RESP: an HTTP server, say, on that port.
-            LockError::Connect { url, source } if source.kind() == redis::ErrorKind::Parse => {
-                format!("{url} is not a Redis server (what answered does not speak RESP)")
-            }
-            // The library meets NOAUTH at its first command, as any Redis error.
-            other if other.to_string().contains("NOAUTH") => {
-                "redis wants a password (NOAUTH): give it in the URL, redis://:PASSWORD@host:port \
-                 (or redis://USER:PASSWORD@host:port for an ACL user)"
-                    .to_owned()
-            }
-            other => other.to_string(),
-        };
-        Self::new(code, message)
+        Self::new(code, said(&e))
     }
 
     /// The message on one line: a multi-line error from below joined with "; ".
@@ -429,6 +416,24 @@ pub fn interrupted() -> impl Future<Output = ()> {
 
 /// The exit code of a subcommand ended by SIGINT, as the shell reports a process it killed.
 pub const INTERRUPTED: u8 = 128 + libc::SIGINT as u8;
+
+/// What `e` means, said for a person at a shell: the library's message, but for the causes
+/// it reports in redis-rs's words.
+pub fn said(e: &LockError) -> String {
+    match e {
+        // What answered the first command was not RESP: an HTTP server, say, on that port.
+        LockError::Connect { url, source } if source.kind() == redis::ErrorKind::Parse => {
+            format!("{url} is not a Redis server (what answered does not speak RESP)")
+        }
+        // The library meets NOAUTH at its first command, as any Redis error.
+        other if other.to_string().contains("NOAUTH") => {
+            "redis wants a password (NOAUTH): give it in the URL, redis://:PASSWORD@host:port \
+             (or redis://USER:PASSWORD@host:port for an ACL user)"
+                .to_owned()
+        }
+        other => other.to_string(),
+    }
+}
 
 /// Sets `signal`'s disposition to the default.
 fn default_disposition(signal: libc::c_int) {
