@@ -169,6 +169,7 @@ async fn a_wrong_kind_names_what_the_name_holds() {
         .await
         .unwrap();
     let _fenced = manager.fenced_lock("fe").acquire().await.unwrap();
+    let _fair = manager.fair_lock("fl").acquire().await.unwrap();
     assert!(manager.semaphore("sem").try_set_permits(3).await.unwrap());
     assert!(
         manager
@@ -185,7 +186,26 @@ async fn a_wrong_kind_names_what_the_name_holds() {
         .arg("a")
         .query(&mut server.conn())
         .unwrap();
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 14] = [
+        // A fair lock with nobody queued is the plain lock's hash and nothing else: "a lock".
+        (
+            &["latch", "fl", "count-down"],
+            r#""fl" holds a lock, not a latch"#,
+        ),
+        (
+            &[
+                "exec",
+                "--wait",
+                "1s",
+                "--semaphore",
+                "--permits",
+                "1",
+                "fl",
+                "--",
+                "true",
+            ],
+            r#""fl" holds a lock, not a permit semaphore"#,
+        ),
         (
             &["latch", "lk", "set", "2"],
             r#""lk" holds a lock, not a latch"#,
