@@ -85,7 +85,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
             acquired = acquire => acquired,
             () = crate::interrupted() => {
                 manager.shutdown().await;
-                return Ok(crate::INTERRUPTED);
+                return Ok(code::INTERRUPTED);
             }
         }
     };

@@ -56,6 +56,9 @@ pub mod code {
     pub const CANNOT_RUN: u8 = 126;
     /// `exec`: the command was not found.
     pub const NOT_FOUND: u8 = 127;
+    /// `exec` waiting for the lock, `latch wait`: ended by SIGINT (as the shell reports a
+    /// process that SIGINT killed).
+    pub const INTERRUPTED: u8 = 128 + libc::SIGINT as u8;
 }
 
 /// Redisson-compatible distributed locks on Redis, from the shell.
@@ -413,9 +416,6 @@ pub fn interrupted() -> impl Future<Output = ()> {
         }
     }
 }
-
-/// The exit code of a subcommand ended by SIGINT, as the shell reports a process it killed.
-pub const INTERRUPTED: u8 = 128 + libc::SIGINT as u8;
 
 /// What `e` means, said for a person at a shell: the library's message, but for the causes
 /// it reports in redis-rs's words.

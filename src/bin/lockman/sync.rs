@@ -130,7 +130,7 @@ pub async fn latch(
                 waited = latch.wait() => if let Err(e) = waited {
                     return Err(wrong(e).await);
                 },
-                () = crate::interrupted() => return Ok(crate::INTERRUPTED),
+                () = crate::interrupted() => return Ok(code::INTERRUPTED),
             },
             Some(LatchOp::Wait { timeout: Some(t) }) => {
                 let opened = tokio::select! {
@@ -138,7 +138,7 @@ pub async fn latch(
                         Ok(opened) => opened,
                         Err(e) => return Err(wrong(e).await),
                     },
-                    () = crate::interrupted() => return Ok(crate::INTERRUPTED),
+                    () = crate::interrupted() => return Ok(code::INTERRUPTED),
                 };
                 if !opened {
                     return Err(Failure::new(
