@@ -475,6 +475,7 @@ async fn sigint_ends_every_long_running_subcommand_started_with_it_ignored() {
     let server = RedisServer::start();
     let manager = LockManager::start(Config::new(server.url())).await.unwrap();
     let _busy = manager.lock("busy").acquire().await.unwrap();
+    let _lead = manager.election("jobs").campaign().await.unwrap();
     assert!(
         manager
             .count_down_latch("gate")
@@ -509,6 +510,10 @@ async fn sigint_ends_every_long_running_subcommand_started_with_it_ignored() {
         (
             &["latch", "gate", "wait"],
             "redisson_countdownlatch__channel__{gate}",
+        ),
+        (
+            &["elect", "jobs", "--", "true"],
+            "redisson_lock__channel:{jobs}",
         ),
     ] {
         let child = spawn_ignoring_sigint(&server, args);
