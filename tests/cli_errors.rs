@@ -170,6 +170,14 @@ async fn a_wrong_kind_names_what_the_name_holds() {
         .unwrap();
     let _fenced = manager.fenced_lock("fe").acquire().await.unwrap();
     let _fair = manager.fair_lock("fl").acquire().await.unwrap();
+    // A fair lock with a waiter in its queue ("fq"): its queue keys make it "a fair lock".
+    let _fair_held = manager.fair_lock("fq").acquire().await.unwrap();
+    let other = LockManager::start(Config::new(server.url())).await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = other.fair_lock("fq");
+        async move { lock.acquire().await }
+    });
+    support::wait::queued(&mut server.conn(), "fq", 1).await;
     assert!(manager.semaphore("sem").try_set_permits(3).await.unwrap());
     assert!(
         manager
@@ -186,7 +194,11 @@ async fn a_wrong_kind_names_what_the_name_holds() {
         .arg("a")
         .query(&mut server.conn())
         .unwrap();
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 15] = [
+        (
+            &["semaphore", "fq", "--set", "1"],
+            r#""fq" holds a fair lock, not a semaphore"#,
+        ),
         // A fair lock with nobody queued is the plain lock's hash and nothing else: "a lock".
         (
             &["latch", "fl", "count-down"],
@@ -295,6 +307,8 @@ async fn a_wrong_kind_names_what_the_name_holds() {
         .query(&mut conn)
         .unwrap();
     assert_eq!(counts, (2, 3));
+    waiter.abort();
+    other.shutdown().await;
     manager.shutdown().await;
 }
 
