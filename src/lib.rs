@@ -224,3 +224,10 @@ pub use handles::sync::{
 };
 pub use protocol::keys::release_channels;
 pub use protocol::{Check, CheckStatus, Diagnosis, LockKind, SyncKind};
+
+/// The README's rust blocks, compiled by `cargo test --doc` (only then is this item built). The
+/// README shows whole functions and programs, with no rustdoc-hidden `# ` lines, so GitHub and
+/// the registry show the same code that is compiled here.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -130,6 +130,9 @@ pub(crate) struct SentinelSettings {
     pub master_tls: bool,
 }
 
+/// What starts each certificate of a PEM file.
+const PEM_CERTIFICATE: &[u8] = b"-----BEGIN CERTIFICATE-----";
+
 /// Certificates for `rediss://` connections.
 #[derive(Clone, Default)]
 pub(crate) struct TlsSettings {
@@ -293,7 +296,9 @@ impl Config {
     }
 
     /// Trust the certificate authorities in this PEM (one or more certificates) for `rediss://`
-    /// connections, instead of the public webpki roots: for a private CA.
+    /// connections, instead of the public webpki roots: for a private CA. A PEM with no
+    /// certificate in it (empty, DER, a key) is refused by [`LockManager::start`](crate::LockManager::start)
+    /// with [`LockError::InvalidArgument`].
     ///
     /// Default: the webpki roots.
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -672,6 +677,18 @@ impl Config {
             return Err(LockError::invalid(
                 "idle linger",
                 format!("{:?} is above {MAX_EXPIRY:?}", self.idle_linger),
+            ));
+        }
+        // redis-rs skips what is not a PEM certificate and would go on with no CA of ours: a
+        // `rediss://` connection then fails its handshake as untrusted, far from the cause.
+        if let Some(pem) = &self.tls.ca_pem
+            && !pem
+                .windows(PEM_CERTIFICATE.len())
+                .any(|w| w == PEM_CERTIFICATE)
+        {
+            return Err(LockError::invalid(
+                "tls CA",
+                "no PEM certificate in it (a \"-----BEGIN CERTIFICATE-----\" block)",
             ));
         }
         if let Some((count, timeout)) = self.sync_replicas {

@@ -38,6 +38,9 @@ pub async fn top(
     let manager = server.connect().await?;
     let result = async {
         let _raw = if once { None } else { RawMode::enter() };
+        // `q` (or Ctrl-C, a byte in raw mode) quits on a terminal; SIGINT does elsewhere.
+        let interrupted = crate::interrupted();
+        tokio::pin!(interrupted);
         loop {
             let clients = read(&manager, pattern).await?;
             let mut out = std::io::stdout().lock();
@@ -56,9 +59,12 @@ pub async fn top(
             if once {
                 return Ok(0);
             }
-            let quit = tokio::task::spawn_blocking(|| quit_within(Duration::from_secs(1)))
-                .await
-                .unwrap_or(true);
+            let quit = tokio::select! {
+                quit = tokio::task::spawn_blocking(|| quit_within(Duration::from_secs(1))) => {
+                    quit.unwrap_or(true)
+                }
+                () = &mut interrupted => true,
+            };
             if quit {
                 return Ok(0);
             }

@@ -64,7 +64,15 @@ pub async fn unlock(server: &Server, name: &str, yes: bool) -> Result<u8, Failur
             return Ok(code::FREE);
         }
         if !yes && std::io::stdin().is_terminal() {
-            let who: Vec<_> = info.holders.iter().map(|h| clean(&h.holder)).collect();
+            let clients = manager.clients().await.unwrap_or_default();
+            let who: Vec<_> = info
+                .holders
+                .iter()
+                .map(|h| {
+                    let client = clients.iter().find(|c| c.owns(&h.holder));
+                    crate::elect::holder_text(&h.holder, client)
+                })
+                .collect();
             eprint!("force-unlock {name:?}, held by {}? [y/N] ", who.join(", "));
             let _ = std::io::stderr().flush();
             let mut answer = String::new();
