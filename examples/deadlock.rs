@@ -35,7 +35,10 @@ async fn main() {
 }
 
 fn say(who: &str, started: Instant, what: &str) {
-    println!("{:>6.0} ms  {who:<5} {what}", started.elapsed().as_secs_f64() * 1000.0);
+    println!(
+        "{:>6.0} ms  {who:<5} {what}",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
 }
 
 /// The first process: holds alice, starts west (which holds bob), then waits for bob. Both
@@ -55,9 +58,15 @@ async fn east(url: &str) -> Result<(), LockError> {
         .map_err(failed)?;
     // West's lines, printed as they come; the first that says it holds bob is passed on.
     let (holds_bob, mut west_holds_bob) = tokio::sync::mpsc::unbounded_channel();
-    let stdout = west.stdout.take().ok_or_else(|| LockError::invalid("example", "no stdout"))?;
+    let stdout = west
+        .stdout
+        .take()
+        .ok_or_else(|| LockError::invalid("example", "no stdout"))?;
     let printer = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             println!("{line}");
             if line.ends_with("holds bob") {
                 let _ = holds_bob.send(());
@@ -67,7 +76,10 @@ async fn east(url: &str) -> Result<(), LockError> {
     let _ = west_holds_bob.recv().await;
     // West is told to ask for alice a moment after east has begun to wait for bob: its wait
     // closes the cycle, and is the youngest.
-    let mut stdin = west.stdin.take().ok_or_else(|| LockError::invalid("example", "no stdin"))?;
+    let mut stdin = west
+        .stdin
+        .take()
+        .ok_or_else(|| LockError::invalid("example", "no stdin"))?;
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         let _ = writeln!(stdin, "go");
@@ -93,7 +105,11 @@ async fn west(url: &str) -> Result<(), LockError> {
     say("west", started, "waits for alice");
     match manager.lock(ALICE).acquire().await {
         Err(LockError::Deadlock { cycle }) => {
-            say("west", started, "told: a deadlock, and this wait was the youngest:");
+            say(
+                "west",
+                started,
+                "told: a deadlock, and this wait was the youngest:",
+            );
             for step in &cycle.steps {
                 println!(
                     "             {} of {} (client {}) waits for {} {:?}",

@@ -277,8 +277,9 @@ async fn report_only_leaves_both_waits_to_their_timeouts() {
     let (_a_me, a_go, a) = party(async move { x.acquire().await }, async move {
         y.try_acquire_for(wait_for).await.map(|g| g.is_some())
     });
+    // B waits longer: it is still waiting when A's wait runs out and A lets x go.
     let (_b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
-        x2.try_acquire_for(wait_for).await.map(|g| g.is_some())
+        x2.try_acquire_for(wait_for * 10).await.map(|g| g.is_some())
     });
     _a_me.await.unwrap();
     _b_me.await.unwrap();

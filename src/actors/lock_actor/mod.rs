@@ -242,11 +242,16 @@ impl Handler<Acquire> for LockActor {
 
     fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireReply {
         let kind = msg.kind;
-        let whose = msg.owner.map(|owner| Whose {
-            owner,
-            holder: msg.holder.clone(),
-            forever: msg.wait == Wait::Forever,
-        });
+        // A single attempt never waits for a holder (queued behind a round trip, it is watched,
+        // but it answers `None` rather than wait): it is no wait of the waits-for graph.
+        let whose = msg
+            .owner
+            .filter(|_| msg.wait.normalized() != Wait::No)
+            .map(|owner| Whose {
+                owner,
+                holder: msg.holder.clone(),
+                forever: msg.wait == Wait::Forever,
+            });
         let req = Request {
             holder: msg.holder,
             kind,

@@ -244,7 +244,12 @@ impl<A: PerName> Shell<A> {
         amount: f64,
         owner: Option<(Owner, Arc<str>)>,
     ) -> &Signal {
-        self.signals.entry(epoch).or_insert_with(|| {
+        let entry = self.signals.entry(epoch).and_modify(|s| {
+            if s.owner.as_ref().map(|o| o.0) != owner.as_ref().map(|o| o.0) {
+                s.owner = None;
+            }
+        });
+        entry.or_insert_with(|| {
             A::SERIES.held(kind, amount);
             Signal {
                 lost: watch::channel(false).0,
