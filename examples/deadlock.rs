@@ -43,25 +43,20 @@ fn say(who: &str, started: Instant, what: &str) {
 
 /// The first process: holds alice, starts west (which holds bob), then waits for bob. Both
 /// locks are taken by this one future, the owner of the hold and of the wait.
-async fn east(url: &str) -> Result<(), LockError> {
+async fn east(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let manager = LockManager::start(Config::new(url).client_name("east")).await?;
     let alice = manager.lock(ALICE).acquire().await?;
     say("east", started, "holds alice");
-    let failed = |e: std::io::Error| LockError::invalid("example", e.to_string());
-    let me = std::env::current_exe().map_err(failed)?;
+    let me = std::env::current_exe()?;
     let mut west = Command::new(me)
         .env("DEADLOCK_EXAMPLE_URL", url)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .spawn()
-        .map_err(failed)?;
+        .spawn()?;
     // West's lines, printed as they come; the first that says it holds bob is passed on.
     let (holds_bob, mut west_holds_bob) = tokio::sync::mpsc::unbounded_channel();
-    let stdout = west
-        .stdout
-        .take()
-        .ok_or_else(|| LockError::invalid("example", "no stdout"))?;
+    let stdout = west.stdout.take().ok_or("no stdout")?;
     let printer = std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout)
             .lines()
@@ -76,10 +71,7 @@ async fn east(url: &str) -> Result<(), LockError> {
     let _ = west_holds_bob.recv().await;
     // West is told to ask for alice a moment after east has begun to wait for bob: its wait
     // closes the cycle, and is the youngest.
-    let mut stdin = west
-        .stdin
-        .take()
-        .ok_or_else(|| LockError::invalid("example", "no stdin"))?;
+    let mut stdin = west.stdin.take().ok_or("no stdin")?;
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         let _ = writeln!(stdin, "go");
@@ -95,7 +87,7 @@ async fn east(url: &str) -> Result<(), LockError> {
 }
 
 /// The second process: holds bob, and when told, waits for alice.
-async fn west(url: &str) -> Result<(), LockError> {
+async fn west(url: &str) -> Result<(), Box<dyn std::error::Error>> {
     let started = Instant::now();
     let manager = LockManager::start(Config::new(url).client_name("west")).await?;
     let bob = manager.lock(BOB).acquire().await?;
@@ -119,7 +111,7 @@ async fn west(url: &str) -> Result<(), LockError> {
             say("west", started, "lets bob go");
         }
         Ok(_) => say("west", started, "got alice (no deadlock?)"),
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     }
     drop(bob);
     manager.shutdown().await;
