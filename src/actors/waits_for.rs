@@ -267,12 +267,14 @@ impl WaitsFor {
             .into_iter()
             .all(|r| matches!(r, Ok(true)));
         let mut graph = self.lock();
-        let found = graph.find(&links);
-        for &(owner, i) in found.iter().flatten() {
-            if let Some(edge) = graph.waits.get_mut(&owner).and_then(|e| e.get_mut(i)) {
+        // Every wait of it still there may be suspected again, whatever comes of this one.
+        for link in &links {
+            let edges = graph.waits.get_mut(&link.owner).into_iter().flatten();
+            for edge in edges.filter(|e| e.actor == link.actor && e.waiter == link.waiter) {
                 edge.suspected = false;
             }
         }
+        let found = graph.find(&links);
         let Some(path) = found.filter(|path| still && graph.closes(path)) else {
             return;
         };
