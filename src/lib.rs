@@ -201,7 +201,7 @@ pub mod actix {
         ReleaseReply, SyncActor, SyncDone, SyncReply,
     };
 }
-pub use handles::clients::{ClientInfo, HeldName, WaitedName};
+pub use handles::clients::{ClientInfo, HeldName, RecentDeadlock, WaitedName};
 pub use handles::compose::{
     CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,
 };

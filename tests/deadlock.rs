@@ -597,3 +597,69 @@ async fn no_cycle_no_report_across_processes_with_long_waits() {
         m.shutdown().await;
     }
 }
+
+/// A cycle left in place (report only) shows in its finder's client record: `clients()`, and
+/// with the `cli` feature `lockman ls` and `lockman inspect` on a name of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    // A short watchdog timeout: the record is written every third of it.
+    let mgr = manager(&server, |c| {
+        c.deadlocks(Deadlocks::Report)
+            .watchdog_timeout(Duration::from_millis(900))
+    })
+    .await;
+    let (x, y, x2, y2) = (mgr.lock("x"), mgr.lock("y"), mgr.lock("x"), mgr.lock("y"));
+    let (a_me, a_go, a) = party(async move { x.acquire().await }, async move {
+        y.acquire().await.map(drop)
+    });
+    let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
+        x2.acquire().await.map(drop)
+    });
+    let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{y}", 1).await;
+    b_go.send(()).unwrap();
+    let want = format!(
+        "{b_me} of deadlock-test waits for lock \"x\" held by {a_me} of deadlock-test, \
+         which waits for lock \"y\" held by {b_me} of deadlock-test"
+    );
+    let mut seen = None;
+    for _ in 0..100 {
+        let clients = mgr.clients().await.unwrap();
+        let mine = clients.iter().find(|c| c.id == mgr.client_id().to_string());
+        if let Some(d) = mine.and_then(|c| c.deadlocks.first()) {
+            seen = Some(d.cycle.clone());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen.as_deref(), Some(want.as_str()));
+    #[cfg(feature = "cli")]
+    {
+        let lockman = |args: &[&str]| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
+                .arg("--url")
+                .arg(server.url())
+                .args(args)
+                .env_remove("LOCKMAN_URL")
+                .env_remove("REDIS_URL")
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let ls = lockman(&["ls"]);
+        assert!(ls.contains("  deadlock  ") && ls.contains(&want), "{ls}");
+        let inspect = lockman(&["inspect", "y"]);
+        assert!(
+            inspect.contains("deadlock: ") && inspect.contains(&want),
+            "{inspect}"
+        );
+        assert!(!lockman(&["inspect", "z"]).contains("deadlock"));
+    }
+    // Both still wait (reported, not broken): end them.
+    a.abort();
+    b.abort();
+    mgr.shutdown().await;
+}

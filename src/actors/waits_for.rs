@@ -39,7 +39,14 @@ struct Graph {
     /// The holds of each lock name waited for, per actor (the kinds of one name may be served
     /// by more than one).
     holders: FxHashMap<Arc<str>, Vec<(u64, Vec<Hold>)>>,
+    /// The cycles this manager broke or reported lately, newest last: for its client record
+    /// (`lockman top`, `inspect`).
+    recent: std::collections::VecDeque<(Instant, String)>,
 }
+
+/// How many recent cycles are kept, and for how long.
+const RECENT: usize = 5;
+const RECENT_FOR: Duration = Duration::from_secs(600);
 
 /// One hold of a name, as its actor reports it.
 pub(crate) struct Hold {
@@ -296,6 +303,7 @@ impl WaitsFor {
                 if edges.is_empty() {
                     graph.waits.remove(&owner);
                 }
+                graph.remember(&cycle);
                 drop(graph);
                 tracing::warn!(%cycle, "deadlock: its youngest wait fails");
                 crate::metrics::deadlock("broken");
@@ -310,6 +318,7 @@ impl WaitsFor {
                         edge.reported = true;
                     }
                 }
+                graph.remember(&cycle);
                 drop(graph);
                 tracing::warn!(%cycle, "deadlock: reported only (Config::deadlocks)");
                 crate::metrics::deadlock("reported");
@@ -370,6 +379,7 @@ impl WaitsFor {
                 if edges.is_empty() {
                     graph.waits.remove(&wait.owner);
                 }
+                graph.remember(&cycle);
                 drop(graph);
                 tracing::warn!(%cycle, "deadlock across processes: its youngest wait fails");
                 crate::metrics::deadlock("broken");
@@ -382,12 +392,26 @@ impl WaitsFor {
                 if std::mem::replace(&mut edges[i].reported, true) {
                     return;
                 }
+                graph.remember(&cycle);
                 drop(graph);
                 tracing::warn!(%cycle, "deadlock across processes: reported only");
                 crate::metrics::deadlock("reported");
             }
             Deadlocks::Off => {}
         }
+    }
+
+    /// The cycles this manager broke or reported in the last ten minutes (at most five), newest
+    /// first, with how long ago, as their `Display` says them.
+    pub(crate) fn recent_cycles(&self, now: Instant) -> Vec<(Duration, String)> {
+        let graph = self.lock();
+        graph
+            .recent
+            .iter()
+            .rev()
+            .map(|(at, text)| (now.saturating_duration_since(*at), text.clone()))
+            .filter(|(ago, _)| *ago <= RECENT_FOR)
+            .collect()
     }
 
     /// A name as a cycle shows it: without this manager's prefix.
@@ -425,6 +449,14 @@ impl WaitsFor {
 }
 
 impl Graph {
+    /// Keeps `cycle` among the recent ones.
+    fn remember(&mut self, cycle: &Cycle) {
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((Instant::now(), cycle.to_string()));
+    }
+
     fn edge(&self, (owner, i): (Owner, usize)) -> &Edge {
         &self.waits[&owner][i]
     }

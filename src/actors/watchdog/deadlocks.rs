@@ -73,6 +73,11 @@ impl Probe {
         self.running = false;
     }
 
+    /// The cycles this manager broke or reported lately, for its client record.
+    pub(super) fn recent_cycles(&self, now: Instant) -> Vec<(Duration, String)> {
+        self.waits_for.recent_cycles(now)
+    }
+
     pub(super) const EVERY: Duration = PROBE_EVERY;
 }
 

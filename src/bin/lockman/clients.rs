@@ -182,8 +182,27 @@ fn ls_text(clients: &[ClientInfo]) -> String {
                 short(w.waited)
             );
         }
+        for d in &c.deadlocks {
+            out += &format!("  deadlock  {} ago  {}\n", short(d.ago), clean(&d.cycle));
+        }
     }
     out
+}
+
+/// A client's recent deadlocks as a JSON array.
+pub fn deadlocks_json(c: &ClientInfo) -> String {
+    let all: Vec<String> = c
+        .deadlocks
+        .iter()
+        .map(|d| {
+            format!(
+                "{{\"ago_ms\":{},\"cycle\":\"{}\"}}",
+                d.ago.as_millis(),
+                escape(&d.cycle)
+            )
+        })
+        .collect();
+    format!("[{}]", all.join(","))
 }
 
 /// One client as JSON.
@@ -215,7 +234,7 @@ pub fn client_json(c: &ClientInfo) -> String {
         })
         .collect();
     format!(
-        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"version\":{},\"up_ms\":{},\"holds_total\":{},\"waits_total\":{},\"holds\":[{}],\"waits\":[{}]}}",
+        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"version\":{},\"up_ms\":{},\"holds_total\":{},\"waits_total\":{},\"holds\":[{}],\"waits\":[{}],\"deadlocks\":{}}}",
         s(&c.id),
         s(&c.service),
         s(&c.host),
@@ -225,7 +244,8 @@ pub fn client_json(c: &ClientInfo) -> String {
         c.holds_total,
         c.waits_total,
         holds.join(","),
-        waits.join(",")
+        waits.join(","),
+        deadlocks_json(c)
     )
 }
 
@@ -315,6 +335,20 @@ fn frame_text(clients: &[ClientInfo]) -> String {
             fit(&clean(w.name), 32),
             fit(&w.holder.map_or("?".into(), who), WIDTH - 51)
         );
+    }
+    let deadlocks: Vec<_> = clients
+        .iter()
+        .flat_map(|c| c.deadlocks.iter().map(move |d| (c, d)))
+        .collect();
+    if !deadlocks.is_empty() {
+        out += "\nDEADLOCKS (last 10 min)\n";
+        for (c, d) in deadlocks.iter().take(ROWS) {
+            out += &format!(
+                "{:>8}  {}\n",
+                short(d.ago),
+                fit(&format!("{}: {}", who(c), clean(&d.cycle)), WIDTH - 10)
+            );
+        }
     }
     out
 }
