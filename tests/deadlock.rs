@@ -663,3 +663,48 @@ async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
     b.abort();
     mgr.shutdown().await;
 }
+
+/// On a Redis Cluster the locks of a cycle live on different masters, the waits hashes on the
+/// records' one: followed all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_cycle_through_two_processes_is_found() {
+    let cluster = support::cluster::Cluster::start(3, 0);
+    let start =
+        |name: &'static str| LockManager::start(Config::cluster(cluster.urls()).client_name(name));
+    let (east, west) = (start("east").await.unwrap(), start("west").await.unwrap());
+    let (x, y) = ("cx", "cy");
+    assert_ne!(cluster.owner_of(x), cluster.owner_of(y), "two masters");
+    let (x1, y1, x2, y2) = (east.lock(x), east.lock(y), west.lock(x), west.lock(y));
+    let (a_me, a_go, a) = party(async move { x1.acquire().await }, async move {
+        y1.acquire().await.map(drop)
+    });
+    let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
+        x2.acquire().await.map(drop)
+    });
+    let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
+    // Both close the cycle at once: which wait is the younger is not set here, so either may be
+    // broken; exactly one is, its cycle names it first, and the other goes on.
+    a_go.send(()).unwrap();
+    b_go.send(()).unwrap();
+    let both = tokio::time::timeout(FOUND_ACROSS_WITHIN * 3, async {
+        (a.await.unwrap().0, b.await.unwrap().0)
+    });
+    let (a_res, b_res) = both.await.expect("the cycle is broken");
+    let (cycle, broken, other) = match (a_res, b_res) {
+        (Err(LockError::Deadlock { cycle }), Ok(())) => {
+            (cycle, (a_me, "east", y), (b_me, "west", x))
+        }
+        (Ok(()), Err(LockError::Deadlock { cycle })) => {
+            (cycle, (b_me, "west", x), (a_me, "east", y))
+        }
+        other => panic!("one deadlock and one grant, not {other:?}"),
+    };
+    let steps: Vec<(Owner, &str, &str)> = cycle
+        .steps
+        .iter()
+        .map(|s| (s.owner, s.service.as_str(), s.name.as_str()))
+        .collect();
+    assert_eq!(steps, vec![broken, other]);
+    east.shutdown().await;
+    west.shutdown().await;
+}
