@@ -708,3 +708,67 @@ async fn on_a_cluster_a_cycle_through_two_processes_is_found() {
     east.shutdown().await;
     west.shutdown().await;
 }
+
+/// An ACL user without `~lockman_waits:*` still has its manager's own cycles broken; cycles
+/// through other processes are not looked for (one warning), and locking goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_permission_for_waits_hashes_only_cycles_within_a_manager_are_found() {
+    let user = "app on >pw ~app:* ~redisson_* ~lockman_client:* &* +@all";
+    let server = RedisServer::start_with(support::Options {
+        args: std::iter::once("--user".to_owned())
+            .chain(user.split(' ').map(str::to_owned))
+            .collect(),
+        ..support::Options::default()
+    });
+    let url = format!("redis://app:pw@127.0.0.1:{}/0", server.port());
+    let mut raw = server.conn();
+    let start = |name: &'static str| LockManager::start(Config::new(url.clone()).client_name(name));
+    let (east, west) = (start("east").await.unwrap(), start("west").await.unwrap());
+    // Within one manager: broken as ever.
+    let (x, y, x2, y2) = (
+        east.lock("app:x"),
+        east.lock("app:y"),
+        east.lock("app:x"),
+        east.lock("app:y"),
+    );
+    let (_a_me, a_go, a) = party(async move { x.acquire().await }, async move {
+        y.acquire().await.map(drop)
+    });
+    let (_b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
+        x2.acquire().await.map(drop)
+    });
+    let (_, _) = (_a_me.await.unwrap(), _b_me.await.unwrap());
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{app:y}", 1).await;
+    b_go.send(()).unwrap();
+    let (b_res, _) = tokio::time::timeout(FOUND_WITHIN * 5, b)
+        .await
+        .unwrap()
+        .unwrap();
+    deadlock_of(b_res);
+    a.await.unwrap().0.expect("A goes on");
+    // Through two managers: not found; both waits run out, the first then lets go.
+    let (x, y) = (east.lock("app:x"), west.lock("app:y"));
+    let (x2, y2) = (west.lock("app:x"), east.lock("app:y"));
+    let patience = Duration::from_millis(2500);
+    let (_a_me, a_go, a) = party(async move { x.acquire().await }, async move {
+        y2.try_acquire_for(patience).await.map(|g| g.is_some())
+    });
+    let (_b_me, b_go, b) = party(async move { y.acquire().await }, async move {
+        x2.try_acquire_for(patience * 4).await.map(|g| g.is_some())
+    });
+    let (_, _) = (_a_me.await.unwrap(), _b_me.await.unwrap());
+    a_go.send(()).unwrap();
+    b_go.send(()).unwrap();
+    let (a_res, _) = a.await.unwrap();
+    let (b_res, _) = b.await.unwrap();
+    assert!(matches!(a_res, Ok(false)), "{a_res:?}");
+    assert!(matches!(b_res, Ok(true)), "{b_res:?}");
+    let waits: Vec<String> = redis::cmd("KEYS")
+        .arg("lockman_waits:*")
+        .query(&mut raw)
+        .unwrap();
+    assert!(waits.is_empty(), "{waits:?}");
+    east.shutdown().await;
+    west.shutdown().await;
+}

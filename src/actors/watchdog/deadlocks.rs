@@ -52,6 +52,9 @@ pub(super) struct Probe {
     running: bool,
     /// Whether this manager's waits hash may hold something (to delete).
     pub(super) published: bool,
+    /// The user may not write `lockman_waits:*`: cycles through other processes are not looked
+    /// for, after one warning (those inside this manager still are).
+    off: bool,
 }
 
 impl Probe {
@@ -66,6 +69,7 @@ impl Probe {
             client,
             running: false,
             published: false,
+            off: false,
         }
     }
 
@@ -85,7 +89,7 @@ impl Watchdog {
     /// Publishes and follows this manager's long waits (see the module).
     pub(super) fn probe(&mut self, ctx: &mut Context<Self>) {
         let probe = &mut self.probe;
-        if self.halted || probe.running || !probe.waits_for.is_on() {
+        if self.halted || probe.running || probe.off || !probe.waits_for.is_on() {
             return;
         }
         let long = probe.waits_for.long_waits(LONG_WAIT, Instant::now());
@@ -107,6 +111,10 @@ impl Watchdog {
                     act.probe.running = false;
                     match res {
                         Ok(()) => act.probe.published = published,
+                        Err(error @ LockError::NoPermission { .. }) => {
+                            act.probe.off = true;
+                            tracing::warn!(%error, "no permission for lockman_waits:* keys: deadlocks through other processes are not looked for (those within this manager still are)");
+                        }
                         Err(error) => tracing::debug!(%error, "deadlock probe failed; again soon"),
                     }
                 }),
