@@ -134,7 +134,8 @@ async fn run(args: Args) {
         eprintln!("chaos worker: bad target {}", args.target);
         std::process::exit(2);
     };
-    let mut lock_config = tune(lock_config);
+    // Named after the worker: a cycle across workers names each step's process by it.
+    let mut lock_config = tune(lock_config).client_name(format!("chaos-w{}", args.id));
     if settings.sync_replicas > 0 {
         // WAIT must end before the response timeout.
         lock_config = lock_config.sync_replicas(settings.sync_replicas, settings.response / 2);
