@@ -13,8 +13,8 @@
 //!   waits published in Redis, once they lasted 1 s), with how long each wait lasted;
 //! - `missed`: second acquires still waiting after [`missed_after`] (20 s on one server): a
 //!   cycle that formed and was not found. The wait is then given up (counted), which ends the
-//!   cycle, so the run goes on. With unbounded waits every cycle ends only by being found, so
-//!   `formed = found + missed`;
+//!   cycle, so the run goes on. With no other bound on any wait, a cycle ends only by being
+//!   found or by this one, so `formed = found + missed`;
 //! - `false_reports`: any `Deadlock` in `ordered` mode, and in either mode a `Deadlock` on a
 //!   first acquire (the task holds nothing then, so it cannot be in a cycle);
 //! - `bad_cycles`: a `Deadlock` whose cycle does not start with this wait (this task's owner,
@@ -24,7 +24,9 @@
 //!   such waits too), and first acquires still waiting after [`FIRST_STUCK`] (a wait that no
 //!   cycle explains, since every second wait ends within [`missed_after`]).
 //!
-//! The run fails on any missed cycle, false report, bad cycle or stuck first acquire.
+//! The run fails on any missed cycle, false report, bad cycle, stuck first acquire or stuck
+//! release. In every mode the summary also shows the other tasks' acquires that failed with
+//! `Deadlock` (`deadlock:elsewhere:<kind>`, counted by `worker.rs`), which are not judged.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -49,7 +51,7 @@ const NAMES: u64 = 3;
 const MISSED_AFTER: Duration = Duration::from_secs(20);
 /// How long a first acquire may wait before it is counted stuck: a first wait waits for
 /// holders that are in their second wait (bounded by [`missed_after`]) or holding a moment.
-pub const FIRST_STUCK: Duration = Duration::from_secs(60);
+const FIRST_STUCK: Duration = Duration::from_secs(60);
 /// The threshold past which a wait is published and followed across processes.
 const LONG_WAIT: Duration = Duration::from_secs(1);
 /// One hold in this many lasts 200 ms to 1.5 s (the others under 5 ms): waits behind it pass
