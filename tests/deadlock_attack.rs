@@ -1182,3 +1182,300 @@ async fn report_only_across_processes_breaks_no_wait() {
     east.shutdown().await;
     west.shutdown().await;
 }
+
+/// Non-reentrant kinds: the holder that asks again through the same handle is refused at once
+/// (`AlreadyHeld`, no wait, no report); through another handle of the same task it waits for
+/// itself and is told at once. Catches: the refusal taken for a wait (a report instead of
+/// `AlreadyHeld`), or a non-reentrant self-wait missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_reentrant_again_is_refused_and_through_another_handle_is_a_self_wait() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, |c| c).await;
+    let me = deadlock::current();
+    let s = |o, n: &str, k: &str| (o, n.to_owned(), k.to_owned());
+    let nr = mgr.non_reentrant_lock("nr");
+    let held = nr.acquire().await.unwrap();
+    let again = tokio::time::timeout(FOUND_WITHIN, nr.acquire())
+        .await
+        .expect("refused at once");
+    assert!(
+        matches!(&again, Err(LockError::AlreadyHeld { name, .. }) if name == "nr"),
+        "{again:?}"
+    );
+    let cycle = deadlock_of(
+        tokio::time::timeout(FOUND_WITHIN, mgr.non_reentrant_lock("nr").acquire())
+            .await
+            .expect("the self-wait is broken"),
+    );
+    assert_eq!(steps(&cycle), vec![s(me, "nr", "non_reentrant")]);
+    held.release().await.unwrap();
+    let nrf = mgr.non_reentrant_fair_lock("nrf");
+    let held = nrf.acquire().await.unwrap();
+    let again = tokio::time::timeout(FOUND_WITHIN, nrf.acquire())
+        .await
+        .expect("refused at once");
+    assert!(
+        matches!(&again, Err(LockError::AlreadyHeld { name, .. }) if name == "nrf"),
+        "{again:?}"
+    );
+    let cycle = deadlock_of(
+        tokio::time::timeout(FOUND_WITHIN, mgr.non_reentrant_fair_lock("nrf").acquire())
+            .await
+            .expect("the self-wait is broken"),
+    );
+    assert_eq!(steps(&cycle), vec![s(me, "nrf", "non_reentrant_fair")]);
+    // The broken fair self-wait left no queue entry behind.
+    assert!(support::fair::queue(&mut raw, "nrf").is_empty());
+    held.release().await.unwrap();
+    nothing_left(&mut raw).await;
+    mgr.shutdown().await;
+}
+
+/// A cycle of three with two steps in one process and one in another, closed once by the other
+/// process's wait (it is the youngest, and its process breaks it) and once by a wait of the
+/// process with two steps. Catches: a cycle that runs through one process's in-memory graph
+/// and through Redis not followed (the two steps of one process must be followed through its
+/// own published waits), or the wrong wait broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_a_cycle_of_three_with_two_steps_in_one_process() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let east = manager(&server, |c| c.client_name("east")).await;
+    let west = manager(&server, |c| c.client_name("west")).await;
+    // T1 (east) holds a, waits for b; T2 (east) holds b, waits for c; T3 (west) holds c, waits
+    // for a. Round 0 starts the waits in the order T1, T2, T3; round 1 in the order T3, T1, T2.
+    for round in 0..2 {
+        let n = |s: &str| format!("{s}{round}");
+        let (t1_me, t1_go, t1) = party(
+            {
+                let l = east.lock(n("a"));
+                async move { l.acquire().await }
+            },
+            {
+                let l = east.lock(n("b"));
+                async move { l.acquire().await.map(drop) }
+            },
+        );
+        let (t2_me, t2_go, t2) = party(
+            {
+                let l = east.lock(n("b"));
+                async move { l.acquire().await }
+            },
+            {
+                let l = east.lock(n("c"));
+                async move { l.acquire().await.map(drop) }
+            },
+        );
+        let (t3_me, t3_go, t3) = party(
+            {
+                let l = west.lock(n("c"));
+                async move { l.acquire().await }
+            },
+            {
+                let l = west.lock(n("a"));
+                async move { l.acquire().await.map(drop) }
+            },
+        );
+        let (t1_me, t2_me, t3_me) = (
+            t1_me.await.unwrap(),
+            t2_me.await.unwrap(),
+            t3_me.await.unwrap(),
+        );
+        let channel = |s: &str| format!("redisson_lock__channel:{{{s}{round}}}");
+        // Margins between the waits, as across processes the youngest is told by the server's
+        // clock (see tests/deadlock.rs).
+        let margin = Duration::from_millis(200);
+        let (youngest, mut others) = if round == 0 {
+            t1_go.send(()).unwrap();
+            wait::subscribers(&mut raw, &channel("b"), 1).await;
+            tokio::time::sleep(margin).await;
+            t2_go.send(()).unwrap();
+            wait::subscribers(&mut raw, &channel("c"), 1).await;
+            tokio::time::sleep(margin).await;
+            t3_go.send(()).unwrap();
+            (t3, vec![t1, t2])
+        } else {
+            t3_go.send(()).unwrap();
+            wait::subscribers(&mut raw, &channel("a"), 1).await;
+            tokio::time::sleep(margin).await;
+            t1_go.send(()).unwrap();
+            wait::subscribers(&mut raw, &channel("b"), 1).await;
+            tokio::time::sleep(margin).await;
+            t2_go.send(()).unwrap();
+            (t2, vec![t1, t3])
+        };
+        let closed = Instant::now();
+        let (res, done) = tokio::time::timeout(Duration::from_secs(24), youngest)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the cycle is not broken"))
+            .unwrap();
+        assert!(
+            done - closed < Duration::from_secs(8),
+            "round {round}: found after {:?}",
+            done - closed
+        );
+        let cycle = deadlock_of(res);
+        let got: Vec<(Owner, uuid::Uuid, String)> = cycle
+            .steps
+            .iter()
+            .map(|s| (s.owner, s.client, s.name.clone()))
+            .collect();
+        let (e, w) = (east.client_id(), west.client_id());
+        let want = if round == 0 {
+            vec![(t3_me, w, n("a")), (t1_me, e, n("b")), (t2_me, e, n("c"))]
+        } else {
+            vec![(t2_me, e, n("c")), (t3_me, w, n("a")), (t1_me, e, n("b"))]
+        };
+        assert_eq!(got, want, "round {round}");
+        // The other two go on: the one behind the broken wait first, then the last.
+        for other in others.drain(..).rev() {
+            let (r, _) = tokio::time::timeout(Duration::from_secs(10), other)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: a wait does not go on"))
+                .unwrap();
+            r.unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+    }
+    nothing_left(&mut raw).await;
+    east.shutdown().await;
+    west.shutdown().await;
+}
+
+/// Across processes, a writer waits for every reader: W (east) holds x and waits to write r,
+/// read by R1 and R2 (west); R2 then waits for x. The cycle runs through the second reader
+/// only, whichever read first: the follower must try every holder of r, not the first. R2's
+/// wait (the youngest) fails, naming W's write wait; W goes on once both readers let r go.
+/// Catches: only one holder of a shared hold followed across processes (the cycle missed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_a_writer_waits_for_every_reader() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let east = manager(&server, |c| c.client_name("east")).await;
+    let west = manager(&server, |c| c.client_name("west")).await;
+    for round in 0..2 {
+        let (xn, rn) = (format!("x{round}"), format!("r{round}"));
+        let reader = |first: bool| {
+            let rw = west.read_write_lock(&rn);
+            let x = west.lock(&xn);
+            party(async move { rw.read().acquire().await }, async move {
+                if first {
+                    Ok(())
+                } else {
+                    x.acquire().await.map(drop)
+                }
+            })
+        };
+        // Round 0: the bystander R1 reads first; round 1: R2, of the cycle, does.
+        let ((_r1_me, r1_go, r1), (r2_me, r2_go, r2)) = if round == 0 {
+            let r1 = reader(true);
+            let r1_me = r1.0.await.unwrap();
+            let r2 = reader(false);
+            let r2_me = r2.0.await.unwrap();
+            ((r1_me, r1.1, r1.2), (r2_me, r2.1, r2.2))
+        } else {
+            let r2 = reader(false);
+            let r2_me = r2.0.await.unwrap();
+            let r1 = reader(true);
+            let r1_me = r1.0.await.unwrap();
+            ((r1_me, r1.1, r1.2), (r2_me, r2.1, r2.2))
+        };
+        let (w_me, w_go, w) = party(
+            {
+                let x = east.lock(&xn);
+                async move { x.acquire().await }
+            },
+            {
+                let rw = east.read_write_lock(&rn);
+                async move { rw.write().acquire().await.map(drop) }
+            },
+        );
+        let w_me = w_me.await.unwrap();
+        wait::until("two readers of r", || {
+            raw.hlen::<_, usize>(&rn).unwrap() == 3 // mode and two readers
+        })
+        .await;
+        w_go.send(()).unwrap();
+        wait::subscribers(&mut raw, &format!("redisson_rwlock:{{{rn}}}"), 1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let closed = Instant::now();
+        r2_go.send(()).unwrap();
+        let (r2_res, r2_done) = tokio::time::timeout(Duration::from_secs(24), r2)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the cycle is not broken"))
+            .unwrap();
+        assert!(
+            r2_done - closed < Duration::from_secs(8),
+            "round {round}: found after {:?}",
+            r2_done - closed
+        );
+        let cycle = deadlock_of(r2_res);
+        let got: Vec<(Owner, String, String)> = steps(&cycle);
+        assert_eq!(
+            got,
+            vec![
+                (r2_me, xn.clone(), "lock".to_owned()),
+                (w_me, rn.clone(), "write".to_owned())
+            ],
+            "round {round}"
+        );
+        r1_go.send(()).unwrap();
+        r1.await.unwrap().0.unwrap();
+        let (w_res, _) = tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("W goes on")
+            .unwrap();
+        w_res.unwrap_or_else(|e| panic!("round {round}: W: {e}"));
+    }
+    nothing_left(&mut raw).await;
+    east.shutdown().await;
+    west.shutdown().await;
+}
+
+/// Across processes under a name prefix: the keys carry it, the published waits name keys, and
+/// the cycle must still be found and show the names as given. Catches: a prefix added twice or
+/// not stripped when following or naming another process's steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_under_a_name_prefix() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let east = manager(&server, |c| c.client_name("east").name_prefix("app:")).await;
+    let west = manager(&server, |c| c.client_name("west").name_prefix("app:")).await;
+    let (x, y) = (east.lock("x"), east.fair_lock("y"));
+    let (x2, y2) = (west.lock("x"), west.fair_lock("y"));
+    let (a_me, a_go, a) = party(async move { x.acquire().await }, async move {
+        y.acquire().await.map(drop)
+    });
+    let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
+        x2.acquire().await.map(drop)
+    });
+    let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
+    a_go.send(()).unwrap();
+    wait::queued(&mut raw, "app:y", 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let closed = Instant::now();
+    b_go.send(()).unwrap();
+    let (b_res, b_done) = tokio::time::timeout(Duration::from_secs(24), b)
+        .await
+        .expect("the cycle is broken")
+        .unwrap();
+    assert!(
+        b_done - closed < Duration::from_secs(8),
+        "found after {:?}",
+        b_done - closed
+    );
+    let cycle = deadlock_of(b_res);
+    let s = |o, n: &str, k: &str| (o, n.to_owned(), k.to_owned());
+    assert_eq!(
+        steps(&cycle),
+        vec![s(b_me, "x", "lock"), s(a_me, "y", "fair")]
+    );
+    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
+        .await
+        .expect("A goes on")
+        .unwrap();
+    a_res.expect("A takes y");
+    nothing_left(&mut raw).await;
+    east.shutdown().await;
+    west.shutdown().await;
+}
