@@ -1479,3 +1479,131 @@ async fn across_processes_under_a_name_prefix() {
     east.shutdown().await;
     west.shutdown().await;
 }
+
+/// The broken wait leaves nothing behind: B holds y and its wait for x is broken, and B keeps y;
+/// then nobody waits for x (no subscription of x's channel left), A still waits for y (one), and
+/// once B lets y go A takes it. Catches: a broken wait's subscription or waiter left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_wait_leaves_no_subscription() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, |c| c).await;
+    let (x, y) = (mgr.lock("x"), mgr.lock("y"));
+    let held_y = y.acquire().await.unwrap();
+    let (_a_me, a_go, a) = party(
+        {
+            let x = mgr.lock("x");
+            async move { x.acquire().await }
+        },
+        {
+            let y = mgr.lock("y");
+            async move { y.acquire().await.map(drop) }
+        },
+    );
+    _a_me.await.unwrap();
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{y}", 1).await;
+    wait::quiet(&mut raw).await;
+    deadlock_of(
+        tokio::time::timeout(FOUND_WITHIN * 5, x.acquire())
+            .await
+            .expect("the cycle is broken"),
+    );
+    let numsub = |raw: &mut redis::Connection, channel: &str| {
+        redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query::<(String, u64)>(raw)
+            .unwrap()
+            .1
+    };
+    wait::until("x's channel unsubscribed", || {
+        numsub(&mut raw, "redisson_lock__channel:{x}") == 0
+    })
+    .await;
+    assert_eq!(numsub(&mut raw, "redisson_lock__channel:{y}"), 1);
+    assert!(!a.is_finished(), "A still waits for y");
+    held_y.release().await.unwrap();
+    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
+        .await
+        .expect("A goes on")
+        .unwrap();
+    a_res.expect("A takes y");
+    nothing_left(&mut raw).await;
+    mgr.shutdown().await;
+}
+
+/// Across processes, the youngest wait ends by its own time limit about when its cycle is
+/// confirmed, and its owner at once begins a wait in no cycle (for z, held by C, who waits for
+/// nothing and lets z go 1.5 s later). That new wait must never be told of the old cycle; the
+/// timed-out one may be, only as its result. Swept over limits around the detection time.
+/// Catches: a break aimed at an owner (or a lock actor) rather than at the wait of the cycle,
+/// landing on the owner's next wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_a_break_never_lands_on_the_owner_s_next_wait() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let east = manager(&server, |c| c.client_name("east")).await;
+    let west = manager(&server, |c| c.client_name("west")).await;
+    let mut wrong = Vec::new();
+    let mut outcomes = Vec::new();
+    for (round, limit_ms) in [950u64, 1000, 1050, 1100, 1150, 1200, 1250, 1300]
+        .into_iter()
+        .enumerate()
+    {
+        let (xn, yn, zn) = (
+            format!("x{round}"),
+            format!("y{round}"),
+            format!("z{round}"),
+        );
+        let (x, y) = (east.lock(&xn), east.lock(&yn));
+        let (x2, y2, z2) = (west.lock(&xn), west.lock(&yn), west.lock(&zn));
+        let limit = Duration::from_millis(limit_ms);
+        let (_c_me, c_go, c) = holder({
+            let z = west.lock(&zn);
+            async move { z.acquire().await }
+        });
+        _c_me.await.unwrap();
+        let (a_me, a_go, a) = party(async move { x.acquire().await }, async move {
+            y.acquire().await.map(drop)
+        });
+        let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
+            let first = x2.try_acquire_for(limit).await.map(|g| g.is_some());
+            let next = z2.acquire().await.map(drop);
+            (first, next)
+        });
+        a_me.await.unwrap();
+        b_me.await.unwrap();
+        a_go.send(()).unwrap();
+        wait::subscribers(&mut raw, &format!("redisson_lock__channel:{{{yn}}}"), 1).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        b_go.send(()).unwrap();
+        // C lets z go once B's first wait ended and B waits for z (or after 1.5 s anyway).
+        wait::subscribers(&mut raw, &format!("redisson_lock__channel:{{{zn}}}"), 1).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        c_go.send(()).unwrap();
+        c.await.unwrap();
+        let ((first, next), _) = tokio::time::timeout(Duration::from_secs(20), b)
+            .await
+            .expect("B's waits end")
+            .unwrap();
+        let (a_res, _) = tokio::time::timeout(Duration::from_secs(20), a)
+            .await
+            .expect("A's wait ends")
+            .unwrap();
+        outcomes.push(format!(
+            "{limit_ms} ms: first {first:?}, next {next:?}, A {a_res:?}"
+        ));
+        if matches!(next, Err(LockError::Deadlock { .. })) || a_res.is_err() {
+            wrong.push(outcomes.last().unwrap().clone());
+        }
+        if !matches!(first, Ok(false) | Err(LockError::Deadlock { .. })) {
+            wrong.push(outcomes.last().unwrap().clone());
+        }
+    }
+    eprintln!("{}", outcomes.join("\n"));
+    assert!(wrong.is_empty(), "wrong outcomes:\n{}", wrong.join("\n"));
+    nothing_left(&mut raw).await;
+    east.shutdown().await;
+    west.shutdown().await;
+}
