@@ -10,7 +10,9 @@
 //!    up to [`MAX_STEPS`] steps, until a step comes back to the wait followed: a cycle;
 //! 3. a cycle's **youngest wait** (by when it began, on the server's clock) is broken, or
 //!    reported, by the manager whose wait it is, so each cycle is acted on once: when it is
-//!    this manager's, it fails with `LockError::Deadlock` once its actor confirms it still waits.
+//!    this manager's, it fails with `LockError::Deadlock` once the same cycle was found by two
+//!    probes in a row (another process's hash may say a wait that ended since, until its next
+//!    probe rewrites it: a half-second at most) and its actor confirms it still waits.
 //!
 //! With no wait that long it costs nothing but an empty check of the graph each period: no
 //! Redis command, and nothing on any acquire's path.
@@ -55,7 +57,13 @@ pub(super) struct Probe {
     /// The user may not write `lockman_waits:*`: cycles through other processes are not looked
     /// for, after one warning (those inside this manager still are).
     off: bool,
+    /// The cycles the last probe found whose youngest wait is this manager's: acted on when the
+    /// next probe finds them again.
+    suspects: FxHashSet<Signature>,
 }
+
+/// A cycle, by its steps' clients, owners and names.
+type Signature = Vec<(uuid::Uuid, Owner, String)>;
 
 impl Probe {
     pub(super) fn new(
@@ -70,6 +78,7 @@ impl Probe {
             running: false,
             published: false,
             off: false,
+            suspects: FxHashSet::default(),
         }
     }
 
@@ -104,13 +113,17 @@ impl Watchdog {
             client: probe.client,
         };
         let published = !long.is_empty();
+        let suspects = std::mem::take(&mut probe.suspects);
         ctx.spawn(
-            async move { run.go(long).await }
+            async move { run.go(long, suspects).await }
                 .into_actor(self)
                 .map(move |res, act, _| {
                     act.probe.running = false;
                     match res {
-                        Ok(()) => act.probe.published = published,
+                        Ok(suspects) => {
+                            act.probe.published = published;
+                            act.probe.suspects = suspects;
+                        }
                         Err(error @ LockError::NoPermission { .. }) => {
                             act.probe.off = true;
                             tracing::warn!(%error, "no permission for lockman_waits:* keys: deadlocks through other processes are not looked for (those within this manager still are)");
@@ -143,7 +156,14 @@ struct Found {
 }
 
 impl Run {
-    async fn go(self, long: Vec<LongWait>) -> Result<(), LockError> {
+    /// Publishes and follows; acts on the cycles `suspected` by the last probe and found again.
+    /// Returns the cycles to act on if the next probe finds them too.
+    async fn go(
+        self,
+        long: Vec<LongWait>,
+        suspected: FxHashSet<Signature>,
+    ) -> Result<FxHashSet<Signature>, LockError> {
+        let mut suspects = FxHashSet::default();
         let me = self.client.hyphenated().to_string();
         let mut mine = Vec::with_capacity(long.len());
         if !long.is_empty() {
@@ -206,6 +226,15 @@ impl Run {
             // The youngest is acted on by its own manager: here only if it is the wait
             // followed (a cycle through two of this manager's waits is found from either).
             if youngest.is_some_and(|(i, s)| i == 0 && s.client == self.client) {
+                let signature: Signature = cycle
+                    .iter()
+                    .map(|s| (s.client, s.owner, s.name.clone()))
+                    .collect();
+                let again = suspected.contains(&signature);
+                suspects.insert(signature);
+                if !again {
+                    continue;
+                }
                 let steps = cycle
                     .iter()
                     .map(|s| Step {
@@ -219,7 +248,7 @@ impl Run {
                 self.waits_for.break_found(wait, Cycle { steps }).await;
             }
         }
-        Ok(())
+        Ok(suspects)
     }
 
     /// Follows `start`'s wait through the holders of what it waits for, their clients' waits
