@@ -1020,6 +1020,7 @@ async fn awkward_names_work() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let mgr = LockManager::start(Config::new(server.url())).await.unwrap();
+    let other = LockManager::start(Config::new(server.url())).await.unwrap();
     let long = "k".repeat(64 * 1024);
     let names = [
         "{braced}",
@@ -1037,9 +1038,10 @@ async fn awkward_names_work() {
         let guard = lock.acquire().await.unwrap();
         let field: Option<String> = raw.hget(name, lock.holder_id()).unwrap();
         assert_eq!(field.as_deref(), Some("1"), "{:.40}", name);
-        // A waiter is woken on the channel of that exact name.
+        // A waiter of another manager (one of the holder's own would be handed the lock inside
+        // the release, with no message) is woken on the channel of that exact name.
         let waiter = {
-            let lock = mgr.lock(name);
+            let lock = other.lock(name);
             tokio::spawn(async move {
                 let started = std::time::Instant::now();
                 let g = lock.acquire().await.unwrap();
@@ -1047,7 +1049,14 @@ async fn awkward_names_work() {
                 started.elapsed()
             })
         };
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Redisson's channel: the name in a hash tag, unless it has braces of its own.
+        let channel = if name.contains('{') {
+            format!("redisson_lock__channel:{name}")
+        } else {
+            format!("redisson_lock__channel:{{{name}}}")
+        };
+        support::wait::subscribers(&mut raw, &channel, 1).await;
+        support::wait::quiet(&mut raw).await;
         guard.release().await.unwrap();
         let waited = waiter.await.unwrap();
         assert!(
