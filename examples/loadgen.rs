@@ -25,6 +25,9 @@
 //! each, in an actix System; the difference between two ITERS, divided by TASKS × their
 //! difference, is the cost of one pair. `request` is a web handler's pattern: a handle made per
 //! pair (`manager.lock(name)`, lockman only) and the name idle between pairs (a yield, both).
+//! `loadgen turns <lockman|raw|rslock> URL COUNT [TASKS]` is the contended counterpart: TASKS
+//! tasks (8), each spawned on its own, take turns on one name until COUNT acquisitions; it
+//! prints how many it made (up to TASKS − 1 more than COUNT), the divisor of the difference.
 
 #[path = "../benches/common/raw.rs"]
 mod raw;
@@ -115,6 +118,14 @@ fn main() {
                 args[3].parse().expect("iters"),
                 args.get(4).is_some_and(|p| p == "request"),
                 args.get(5).map_or(64, |t| t.parse().expect("tasks")),
+            );
+        }
+        Some("turns") => {
+            return turns(
+                Impl::parse(&args[1]),
+                &args[2],
+                args[3].parse().expect("count"),
+                args.get(4).map_or(8, |t| t.parse().expect("tasks")),
             );
         }
         _ => {}
@@ -513,6 +524,40 @@ fn pairs(imp: Impl, url: &str, iters: u64, request: bool, tasks: usize) {
     });
 }
 
+/// `tasks` tasks take turns on one name until `count` acquisitions (for callgrind), each
+/// holder **spawned as its own task**: a lock's waits and holds belong to the task that makes
+/// them, so holders joined in one task would be one owner waiting for itself.
+fn turns(imp: Impl, url: &str, count: u64, tasks: usize) {
+    use std::rc::Rc;
+    actix_rt::System::new().block_on(async {
+        let clients = Clients::connect(url).await;
+        let name = format!("turns:{}", imp.name());
+        let holders: Vec<Holder> =
+            join_all((0..tasks).map(|_| Holder::new(imp, &clients, &name))).await;
+        holders[0].acquire().await.release().await; // connect, load scripts
+        let (made, inside) = (Rc::new(Cell::new(0u64)), Rc::new(Cell::new(false)));
+        let running: Vec<_> = holders
+            .into_iter()
+            .map(|h| {
+                let (made, inside) = (made.clone(), inside.clone());
+                actix_rt::spawn(async move {
+                    while made.get() < count {
+                        let held = h.acquire().await;
+                        assert!(!inside.replace(true), "two holders at once");
+                        made.set(made.get() + 1);
+                        inside.set(false);
+                        held.release().await;
+                    }
+                })
+            })
+            .collect();
+        for task in running {
+            task.await.expect("holder task");
+        }
+        println!("{}", made.get());
+    });
+}
+
 /// `tasks` tasks loop acquire + release on one name for `run`; acquisitions per second.
 async fn contended(imp: Impl, clients: &Clients, tasks: usize, run: Duration) -> (u64, f64) {
     let name = format!("contended:{}", imp.name());
@@ -524,12 +569,14 @@ async fn contended(imp: Impl, clients: &Clients, tasks: usize, run: Duration) ->
 }
 
 /// Every holder loops acquire + release on their one name while `more(acquisitions so far)`,
-/// checking that no two hold it at once; returns the number of acquisitions.
+/// checking that no two hold it at once; returns the number of acquisitions. The holders are
+/// joined in one task, so each runs in a deadlock scope of its own: as one owner, a holder's
+/// waits would be waits for itself, which lockman reports as a deadlock.
 async fn take_turns(holders: &[Holder], more: impl Fn(u64) -> bool) -> u64 {
     let (count, inside) = (Cell::new(0u64), Cell::new(false));
     join_all(holders.iter().map(|h| {
         let (count, inside, more) = (&count, &inside, &more);
-        async move {
+        lockman::deadlock::scope(lockman::deadlock::Owner::new(), async move {
             while more(count.get()) {
                 let held = h.acquire().await;
                 assert!(!inside.replace(true), "two holders at once");
@@ -537,7 +584,7 @@ async fn take_turns(holders: &[Holder], more: impl Fn(u64) -> bool) -> u64 {
                 inside.set(false);
                 held.release().await;
             }
-        }
+        })
     }))
     .await;
     count.get()

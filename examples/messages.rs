@@ -33,6 +33,7 @@ async fn run(url: &str) -> Result<(), LockError> {
         lease: Some(Duration::from_secs(5)),
         wait: Wait::No,
         kind: LockKind::Reentrant,
+        owner: Some(lockman::deadlock::current()),
     };
     let guard = actor
         .send(acquire.clone())
@@ -59,6 +60,7 @@ async fn run(url: &str) -> Result<(), LockError> {
         lease: None,
         wait: Wait::No,
         kind: LockKind::Reentrant,
+        owner: Some(lockman::deadlock::current()),
     };
     let refused = actor.send(other).await.map_err(|_| LockError::Shutdown)??;
     println!("another holder got it: {}", refused.is_some());

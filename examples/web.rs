@@ -27,7 +27,7 @@ use std::time::Duration;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use lockman::LockManager;
 use lockman::web::{RequestGuard, RequestLock, RequestPermit, RequestPermits};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 
@@ -141,7 +141,17 @@ async fn main() -> std::io::Result<()> {
         Duration::from_millis(arg("--wait-ms", 200)),
     );
     let (url, _server) = support::or_exit(support::redis_for_example());
+    // lockman's histograms as histograms (`_bucket` series, which the Grafana dashboard's
+    // quantile panels read), not the summaries the exporter renders by default. The README's
+    // Metrics section gives these buckets; tests/dashboard.rs checks they agree.
     let prometheus = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Prefix("lockman_".into()),
+            &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ],
+        )
+        .map_err(std::io::Error::other)?
         .install_recorder()
         .map_err(std::io::Error::other)?;
     let manager = LockManager::connect(&url)

@@ -162,6 +162,16 @@ pub enum LockError {
     /// The manager was shut down (or its actors are gone).
     #[error("the lock manager is shut down")]
     Shutdown,
+    /// This wait closed a cycle of waits ([`Cycle`]): every owner in it waits for a lock the
+    /// next one holds, so none would ever proceed. It was the youngest wait of the cycle and
+    /// has left its queue, so the others go on. Nothing changed in Redis; the caller's other
+    /// holds are still held: release them (usually by returning the error) and try again.
+    /// See [`Config::deadlocks`](crate::Config::deadlocks).
+    #[error("deadlock: {cycle}")]
+    Deadlock {
+        /// The cycle, starting with this wait.
+        cycle: Cycle,
+    },
     /// A guard's `scope` stopped its work because the hold is known to be lost (its key gone,
     /// force-unlocked, or unrenewable for a whole watchdog timeout).
     #[error("the hold of {name:?} is lost; its scoped work was stopped")]
@@ -179,6 +189,88 @@ pub enum LockError {
         /// The lock (or semaphore, or election) name.
         name: String,
     },
+}
+
+/// Whom a wait and a hold belong to, for deadlock detection ([`crate::deadlock`]): by default the
+/// tokio task that called `acquire` (the thread, outside any task); inside
+/// [`deadlock::scope`](crate::deadlock::scope), the scope's owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Owner {
+    /// A tokio task (actix runs each actor and each spawned future as one), by its id.
+    Task(u64),
+    /// A thread, by its id: what a future run by `block_on` (the body of `#[tokio::main]`,
+    /// of a `#[tokio::test]`, of `System::block_on`) has in place of a task.
+    Thread(u64),
+    /// An owner made by [`Owner::new`] and entered with [`deadlock::scope`](crate::deadlock::scope).
+    Scope(u64),
+}
+
+/// Scope owners, for every manager of the process.
+static NEXT_SCOPE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Owner {
+    /// A new owner, unlike any other in this process: enter it with
+    /// [`deadlock::scope`](crate::deadlock::scope) in every task that acts for it.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Owner::Scope(NEXT_SCOPE.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Task(n) => write!(f, "task {n}"),
+            Owner::Thread(n) => write!(f, "thread {n}"),
+            Owner::Scope(n) => write!(f, "scope {n}"),
+        }
+    }
+}
+
+/// A cycle of waits: each step's owner waits for a lock that the next step's owner holds, and
+/// the last step's waits for one the first's holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cycle {
+    /// The steps, the broken wait first.
+    pub steps: Vec<Step>,
+}
+
+/// One wait of a [`Cycle`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Whose wait it is.
+    pub owner: Owner,
+    /// The process it waits in: its manager's client id
+    /// ([`LockManager::client_id`](crate::LockManager::client_id)).
+    pub client: uuid::Uuid,
+    /// That manager's service name ([`Config::client_name`](crate::Config::client_name)).
+    pub service: String,
+    /// The lock waited for, as given (without the name prefix).
+    pub name: String,
+    /// How it is waited for: `lock`, `fair`, `read`, `write`, … (the `kind` label of the
+    /// metrics).
+    pub kind: String,
+}
+
+impl std::fmt::Display for Cycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some((first, rest)) = self.steps.split_first() else {
+            return f.write_str("an empty cycle");
+        };
+        write!(
+            f,
+            "{} of {} waits for {} {:?}",
+            first.owner, first.service, first.kind, first.name
+        )?;
+        for step in rest {
+            write!(
+                f,
+                " held by {} of {}, which waits for {} {:?}",
+                step.owner, step.service, step.kind, step.name
+            )?;
+        }
+        write!(f, " held by {} of {}", first.owner, first.service)
+    }
 }
 
 /// How a TLS handshake failed ([`LockError::Tls`]).

@@ -24,10 +24,15 @@
 //! - **Elections**: [`Election`], with fenced terms and fenced writes ([`Leadership`]).
 //! - **Guards that tell**: a hold lost is reported (a guard's `lost()` resolves); its
 //!   guarantee has an end (`valid_until()`), and [`LockGuard::scope`] stops work before it.
+//! - **Deadlocks found, not waited out** ([`deadlock`]): a cycle of waits among a manager's
+//!   callers, or through other processes, is found and its youngest wait fails with
+//!   [`LockError::Deadlock`], naming the cycle.
 //! - **Who holds what**: client records read by [`LockManager::clients`] and by the `lockman`
 //!   command (`ls`, `top`, `inspect`; `exec` and `elect` run a command under a lock or a lead).
 //! - **Deployments**: TLS, ACL users, Sentinel, Cluster, replica sync; metrics, tracing spans and
 //!   actix-web extractors ([`web`]).
+//! - **For axum, tonic and tower users**, a lock or a permit per request: `lockman::tower` (`tower`
+//!   feature).
 //! - **For actix users**, the messages the handles send: [`actix`].
 //!
 //! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
@@ -105,7 +110,8 @@
 //! rules of a name are pure):
 //!
 //! - `handles/`: what users hold: the [`LockManager`], every kind's handle and guard, where a
-//!   name becomes a key (`name.rs`), how a handle reaches its name's actor, spans, [`web`].
+//!   name becomes a key (`name.rs`), whom a wait belongs to (`deadlock.rs`), how a handle
+//!   reaches its name's actor, spans, [`web`] and `tower`.
 //! - `actors/`: one actor per busy name, a lock's or a synchronizer's, and the services they share.
 //!   - `lock_state/`, `sync_state/`: the rules of one name, pure (events in, effects out; no
 //!     actix, timers or Redis), with their unit, property and seeded simulation tests;
@@ -115,7 +121,8 @@
 //!     watchdog, lost signals, lingering, the board of waits, reply senders;
 //!   - `lock_actor/`, `sync_actor/`: the adapters: requests in, round trips, answers out;
 //!   - the `Registry` (name → actor), the supervised `PubSubActor` (each channel's messages to
-//!     every actor listening on it), `Watchdog` and `FailoverWatch`, and `messages.rs`.
+//!     every actor listening on it), `Watchdog` and `FailoverWatch`, the `WaitsFor` graph
+//!     (deadlocks), and `messages.rs`.
 //! - `metrics.rs`: what the `metrics` feature reports.
 //! - `protocol/`: one Lua script per operation, their typed calls, lock kinds, key and channel
 //!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe, the
@@ -174,6 +181,9 @@ mod handles;
 mod metrics;
 mod protocol;
 
+pub use handles::deadlock;
+#[cfg(feature = "tower")]
+pub use handles::tower;
 #[cfg(feature = "actix-web")]
 pub use handles::web;
 
@@ -191,7 +201,7 @@ pub mod actix {
         ReleaseReply, SyncActor, SyncDone, SyncReply,
     };
 }
-pub use handles::clients::{ClientInfo, HeldName, WaitedName};
+pub use handles::clients::{ClientInfo, HeldName, RecentDeadlock, WaitedName};
 pub use handles::compose::{
     CompositeGuard, DEFAULT_MEMBER_TIMEOUT, MultiLock, MultiLockGuard, RedLock, RedLockGuard,
 };
@@ -214,3 +224,10 @@ pub use handles::sync::{
 };
 pub use protocol::keys::release_channels;
 pub use protocol::{Check, CheckStatus, Diagnosis, LockKind, SyncKind};
+
+/// The README's rust blocks, compiled by `cargo test --doc` (only then is this item built). The
+/// README shows whole functions and programs, with no rustdoc-hidden `# ` lines, so GitHub and
+/// the registry show the same code that is compiled here.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -233,3 +233,13 @@ pub(crate) fn evicting_server(evicts: bool) {
     #[cfg(not(feature = "metrics"))]
     let _ = evicts;
 }
+
+/// A cycle of waits was found among this manager's callers (`action`: `broken`, its youngest
+/// wait failed; `reported`, left as it was): the `lockman_deadlocks_total` counter.
+#[inline]
+pub(crate) fn deadlock(action: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lockman_deadlocks_total", "action" => action).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = action;
+}

@@ -758,6 +758,7 @@ fn table() -> Vec<Row> {
                     lease: None,
                     wait: Wait::Up(WAIT),
                     kind: LockKind::Reentrant,
+                    owner: Some(lockman::deadlock::current()),
                 };
                 let grant = b.send(acquire).await.map_err(|_| LockError::Shutdown)??;
                 let grant = grant.expect("b is free");

@@ -36,7 +36,7 @@ impl Shape {
 /// `stall-redis` fault (0.8 s), so that a stall does not turn into a failover.
 const DOWN_AFTER: Duration = Duration::from_millis(1500);
 /// How long a failover, a demotion or a slot move may take before the fault counts as failed.
-const LIMIT: Duration = Duration::from_secs(30);
+pub const LIMIT: Duration = Duration::from_secs(30);
 /// How long a cluster's manual failover is waited for before it is asked again: past Redis's
 /// own manual-failover timeout (5 s), after which the replica has given it up.
 const MANUAL_FAILOVER_RETRY: Duration = Duration::from_secs(6);

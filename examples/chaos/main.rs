@@ -11,7 +11,9 @@
 //! `--help` lists the options ([`options::HELP`]): the deployment (one server, a Sentinel group
 //! or a Redis Cluster), replica sync, workers, how long or how many acquisitions and failovers,
 //! which faults and how often, RedLock's servers, the lease, the seed, the progress line and
-//! JSON output. The summary goes to stdout; a progress line (elapsed, acquisitions, faults
+//! JSON output, and the deadlock mode (`--deadlocks random|ordered`, `deadlocks.rs`: cycles of
+//! waits formed on purpose, or never, and whether lockman found each and reported no other).
+//! The summary goes to stdout; a progress line (elapsed, acquisitions, faults
 //! injected and failed, violations so far) goes to stderr every few seconds.
 //!
 //! Servers: the deployment that holds the locks (a single server has `appendonly yes`,
@@ -28,6 +30,7 @@
 mod support;
 
 mod checker;
+mod deadlocks;
 mod deployment;
 mod heads;
 mod leaders;

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::deadlocks;
 use crate::deployment::Shape;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -117,6 +118,11 @@ usage: cargo run --release --example chaos -- [options]
   --redlock N        RedLock servers, 3 or 5 (default 3)
   --lease MS         watchdog timeout of the workers' locks (default 2000)
   --seed N           the random seed (default: from the clock; printed)
+  --deadlocks M      off (default), random or ordered: every worker also runs 2 tasks that
+                     take two of 3 locks (chaos:dl:0..2) with acquire(), no timeout, then
+                     release both; random: in a random order (cycles of waits form, in one
+                     worker and across workers: each must be found, none missed), ordered:
+                     in ascending order (no cycle: any LockError::Deadlock is a false report)
   --progress SECS    a progress line on stderr every SECS seconds (default 5; 0: none)
   --json             print the summary as JSON instead of a table
   -h, --help         print this and exit
@@ -144,6 +150,8 @@ pub struct Options {
     /// How often a progress line goes to stderr; zero: never.
     pub progress: Duration,
     pub json: bool,
+    /// The deadlock tasks' mode (`deadlocks.rs`); off: none.
+    pub deadlocks: deadlocks::Mode,
 }
 
 impl Options {
@@ -167,9 +175,10 @@ impl Options {
                 .unwrap_or(1),
             progress: Duration::from_secs(5),
             json: false,
+            deadlocks: deadlocks::Mode::Off,
         };
         let usage = "usage: chaos [--deployment single|sentinel|cluster] [--sync-replicas N] [--workers N] [--duration SECS] [--acquisitions N] [--failovers N] [--faults LIST|none] \
-                     [--fault-gap MS] [--each-fault-once SECS] [--redlock 3|5] [--lease MS] [--seed N] [--progress SECS] [--json] (--help: what they mean)";
+                     [--fault-gap MS] [--each-fault-once SECS] [--redlock 3|5] [--lease MS] [--seed N] [--deadlocks off|random|ordered] [--progress SECS] [--json] (--help: what they mean)";
         let mut faults = None;
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -208,6 +217,12 @@ impl Options {
                 "--seed" => o.seed = num(value()?)?,
                 "--progress" => o.progress = Duration::from_secs(num(value()?)?),
                 "--json" => o.json = true,
+                "--deadlocks" => {
+                    let v = value()?;
+                    o.deadlocks = deadlocks::Mode::parse(&v).ok_or_else(|| {
+                        format!("--deadlocks: off, random or ordered, not {v}\n{usage}")
+                    })?;
+                }
                 "--faults" => {
                     let list = value()?;
                     let mut chosen = Vec::new();

@@ -92,8 +92,19 @@ fn line(checker: &redis::Client, started: Instant, planned: Duration, tally: &Ta
     let acquired = sum(&|k| k.starts_with("acquired:") && k != "acquired:leader");
     let unexplained = sum(&|k| k.starts_with("violation:") && k.ends_with(":unexplained"));
     let explained = sum(&|k| k.starts_with("violation:")) - unexplained;
+    let found = sum(&|k| k.starts_with("deadlock:found:"));
+    let get = |k: &str| counts.get(k).copied().unwrap_or(0);
+    // With --deadlocks: the cycles found so far, and what must stay 0.
+    let deadlocks = match counts.keys().any(|k| k.starts_with("deadlock:")) {
+        true => format!(
+            "; deadlocks: {found} found, {} missed, {} false reports",
+            get("deadlock:missed"),
+            get("deadlock:false_report")
+        ),
+        false => String::new(),
+    };
     format!(
         "{head}: {acquired} acquisitions, {faults}, violations: {unexplained} unexplained, \
-         {explained} explained by a fault"
+         {explained} explained by a fault{deadlocks}"
     )
 }

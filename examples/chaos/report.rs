@@ -157,6 +157,48 @@ pub fn print_table(s: &Value) {
         row(&format!("{what} (bound {})", b["bound"]), &b["count"]);
     }
     row("stuck waiters", &s["stuck_waiters"]);
+    let dl = &s["deadlocks"];
+    if dl["mode"] != "off" {
+        row("deadlock tasks: mode", &dl["mode"]);
+        row("  rounds (both locks held)", &dl["rounds"]);
+        row("  cycles formed (found + missed)", &dl["formed"]);
+        row("  found in one process", &dl["found_in_process"]);
+        row("  found across processes", &dl["found_across_processes"]);
+        let after = |v: &Value| json!(format!("{}/{}/{}", v["p50"], v["p99"], v["max"]));
+        row(
+            "  found after ms, in process: p50/p99/max",
+            &after(&dl["found_after_ms"]["in_process"]),
+        );
+        row(
+            "  found after ms, across: p50/p99/max",
+            &after(&dl["found_after_ms"]["across_processes"]),
+        );
+        row(
+            &format!("  missed (still waiting after {} s)", dl["missed_after_s"]),
+            &dl["missed"],
+        );
+        row("  false reports", &dl["false_reports"]);
+        row("  bad cycles", &dl["bad_cycles"]);
+        row("  first waits over 1 s", &dl["waits_over_1s"]["first"]);
+        row("  second waits over 1 s", &dl["waits_over_1s"]["second"]);
+        row(
+            &format!("  first waits stuck ({} s)", dl["first_stuck_after_s"]),
+            &dl["first_waits_stuck"],
+        );
+        row("  acquire errors", &dl["acquire_errors"]);
+        row("  holds lost (a fault)", &dl["holds_lost"]);
+        row("  release errors", &dl["release_errors"]);
+        row("  stuck releases", &dl["stuck_releases"]);
+        row("  ok", &dl["ok"]);
+    }
+    // Whatever the mode: `Deadlock` errors of the other tasks' acquires, by kind.
+    for (k, v) in dl["reported_to_other_tasks"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        row(&format!("deadlock reported to a {k} acquire"), v);
+    }
     row("held while every guard was gone", &s["held_while_alive"]);
     row("locks left behind", &s["leftover_locks"]);
     row("worker crashes", &s["worker_crashes"]);
@@ -171,6 +213,9 @@ pub fn print_table(s: &Value) {
     row("ok", &s["ok"]);
     for line in s["unexplained_sample"].as_array().into_iter().flatten() {
         println!("unexplained: {line}");
+    }
+    for line in s["deadlocks"]["notes"].as_array().into_iter().flatten() {
+        println!("deadlock: {line}");
     }
     for line in heads["unexplained_sample"].as_array().into_iter().flatten() {
         println!("fair live head not served: {line}");

@@ -15,7 +15,7 @@ use crate::progress::{Progress, Tally};
 use crate::report::print_table;
 use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
-use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, leaders};
+use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, deadlocks, leaders};
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down: a
 /// patient fair acquire (`2K + 2 s`, 12 s) and the stuck limit past it (10 s), with a margin.
@@ -361,6 +361,7 @@ impl Runner {
             until_unix_ms: self.until_unix_ms,
             seed: self.rng.next_u64(),
             settings: self.settings,
+            deadlocks: self.options.deadlocks,
         };
         let exe = std::env::current_exe().expect("own executable");
         let child = Command::new(exe)
@@ -419,11 +420,18 @@ impl Runner {
         })
     }
 
-    /// When a worker still running at the end must have finished its last attempt.
+    /// When a worker still running at the end must have finished its last attempt: a deadlock
+    /// task's second wait goes on past the deadline until it is granted, found in a cycle, or
+    /// counted missed.
     fn finish_limit(&self) -> Instant {
+        let deadlock_wait = match self.options.deadlocks {
+            deadlocks::Mode::Off => Duration::ZERO,
+            _ => deadlocks::missed_after(self.deployment.shape()),
+        };
         Instant::now()
             + Duration::from_millis(self.until_unix_ms.saturating_sub(unix_ms()) as u64)
             + WORKER_GRACE
+            + deadlock_wait
     }
 
     /// Waits until every worker has finished its tasks (it says so in `idle`, its managers still
@@ -835,6 +843,12 @@ impl Runner {
             (&excused, get("stalls")),
         );
         let within = bounds.iter().all(|b| b["within"] == Value::Bool(true));
+        let (deadlocks, deadlocks_ok) = deadlocks::summary(
+            self.options.deadlocks,
+            self.deployment.shape(),
+            &counts,
+            &mut conn,
+        );
         // Faults were tried and none could be injected: the run saw no fault at all, and a
         // green verdict would say nothing about faults.
         let injected_total = self.faults.values().sum::<u64>();
@@ -853,7 +867,8 @@ impl Runner {
             && held_while_alive.is_empty()
             && leftover.is_empty()
             && self.worker_crashes == 0
-            && hung == 0;
+            && hung == 0
+            && deadlocks_ok;
         json!({
             "deployment": self.deployment.shape().name(),
             "sync_replicas": self.options.sync_replicas,
@@ -942,6 +957,7 @@ impl Runner {
                 "shutdown_left_held": get("shutdown:left_held"),
             },
             "bounds": bounds,
+            "deadlocks": deadlocks,
             "faults": self.faults,
             "faults_failed": self.faults_failed,
             "fault_ms": self.fault_ms,

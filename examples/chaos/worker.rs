@@ -11,7 +11,7 @@ use lockman::{
 use redis::aio::MultiplexedConnection;
 
 use crate::{Kind, LEADER_NAMES, Rng, SEMAPHORE_PERMITS, Settings, TASKS};
-use crate::{checker, deployment};
+use crate::{checker, deadlocks, deployment};
 
 /// How long past its wait an acquire may take before the worker calls it stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(10);
@@ -38,7 +38,7 @@ const WRITE_EVERY: Duration = Duration::from_millis(60);
 
 /// A call to the checker, which the run's counts depend on: a failure ends the worker with a
 /// non-zero exit, which the runner counts as a crash, so the run fails instead of miscounting.
-fn must<T>(what: &str, reply: redis::RedisResult<T>) -> T {
+pub fn must<T>(what: &str, reply: redis::RedisResult<T>) -> T {
     match reply {
         Ok(v) => v,
         Err(e) => {
@@ -58,6 +58,8 @@ pub struct Args {
     pub until_unix_ms: u128,
     pub seed: u64,
     pub settings: Settings,
+    /// Whether it runs deadlock tasks too, and how they order their names.
+    pub deadlocks: deadlocks::Mode,
 }
 
 impl Args {
@@ -74,6 +76,7 @@ impl Args {
             self.settings.response.as_millis().to_string(),
             self.settings.wait.as_millis().to_string(),
             self.settings.sync_replicas.to_string(),
+            self.deadlocks.name().into(),
         ]
     }
 
@@ -97,6 +100,7 @@ impl Args {
                 wait: ms(argv.get(9)?)?,
                 sync_replicas: argv.get(10)?.parse().ok()?,
             },
+            deadlocks: deadlocks::Mode::parse(argv.get(11)?)?,
         })
     }
 }
@@ -130,7 +134,8 @@ async fn run(args: Args) {
         eprintln!("chaos worker: bad target {}", args.target);
         std::process::exit(2);
     };
-    let mut lock_config = tune(lock_config);
+    // Named after the worker: a cycle across workers names each step's process by it.
+    let mut lock_config = tune(lock_config).client_name(format!("chaos-w{}", args.id));
     if settings.sync_replicas > 0 {
         // WAIT must end before the response timeout.
         lock_config = lock_config.sync_replicas(settings.sync_replicas, settings.response / 2);
@@ -190,6 +195,25 @@ async fn run(args: Args) {
     for (i, name) in leader_names().into_iter().enumerate() {
         let task = TASKS + i as u64;
         tasks.push(tokio::spawn(ctx(task).lead(name, seed(task))));
+    }
+    // The deadlock tasks, after the candidates: each is a tokio task of its own, so each is an
+    // owner of its own for lockman's deadlock detection.
+    if args.deadlocks != deadlocks::Mode::Off {
+        let stop = deadlocks::watch_stop(checker.clone());
+        for i in 0..deadlocks::TASKS {
+            let task = TASKS + LEADER_NAMES + i;
+            let dl = deadlocks::Task {
+                worker: args.id,
+                mode: args.deadlocks,
+                lock: lock.clone(),
+                checker: checker.clone(),
+                deadline,
+                stop: stop.clone(),
+                missed_after: deadlocks::missed_after(shape),
+                release_within: settings.response * 4 + Duration::from_secs(5),
+            };
+            tasks.push(tokio::spawn(dl.run(seed(task))));
+        }
     }
     for task in tasks {
         if task.await.is_err() {
@@ -420,6 +444,12 @@ impl Ctx {
             }
             Ok(Err(e)) => {
                 count!(format!("acquire_error:{}", kind.name()));
+                if matches!(e, LockError::Deadlock { .. }) {
+                    // Beside the deadlock tasks' own (`deadlocks.rs`): these tasks wait holding
+                    // nothing (a MultiLock or RedLock lets its members go before it waits for
+                    // one; a nested hold is a single try), so none is expected.
+                    count!(format!("deadlock:elsewhere:{}", kind.name()));
+                }
                 self.note_error(kind, "acquire", &e).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 return counts;

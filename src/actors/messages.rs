@@ -39,6 +39,35 @@ pub(crate) struct Unlocked {
     pub channel: String,
 }
 
+/// The waits-for graph found a cycle of waits through waiter `waiter` of this actor: is it
+/// still waiting, with its caller there? A cycle is acted on only once every wait in it says
+/// so: a caller that dropped its request (a timeout around it, a `select!`) has moved on,
+/// though its watch may not have reported it yet.
+#[derive(Message)]
+#[rtype(result = "bool")]
+pub(crate) struct StillWaiting {
+    pub waiter: super::name::WaiterId,
+}
+
+/// Which holds of this lock actor belong to one of `owners` (and are still claimed): asked of
+/// every lock actor by a manager with a wait past the publishing threshold, for the holds it
+/// publishes (deadlock detection across processes). Replies each hold's owner, lock key and
+/// holder field.
+#[derive(Message)]
+#[rtype(result = "Vec<(crate::error::Owner, Arc<str>, Arc<str>)>")]
+pub(crate) struct HoldsOf {
+    pub owners: Arc<[crate::error::Owner]>,
+}
+
+/// The waits-for graph chose waiter `waiter` of this actor to break a cycle of waits: the
+/// waiter fails with [`LockError::Deadlock`] and leaves its queue.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct Deadlocked {
+    pub waiter: super::name::WaiterId,
+    pub cycle: crate::error::Cycle,
+}
+
 /// The pub/sub connection came back (messages may have been lost): waiters should retry.
 #[derive(Message)]
 #[rtype(result = "()")]

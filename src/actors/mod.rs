@@ -7,6 +7,7 @@
 //!   (`sync_state`); both families are made of the parts in `name`;
 //! - [`PubSubActor`]: the pub/sub connection, routing each channel's messages (supervised);
 //! - [`Watchdog`]: batched renewal of holds taken without a lease (supervised);
+//! - `WaitsFor`: the waits-for graph of the manager's lock waits, where deadlocks are found;
 //! - `FailoverWatch`: with Sentinel, follows the primary and moves the others with it
 //!   (supervised).
 //!
@@ -25,6 +26,7 @@ pub(crate) mod shell;
 pub(crate) mod sync_actor;
 pub(crate) mod sync_state;
 pub(crate) mod system;
+pub(crate) mod waits_for;
 pub(crate) mod watchdog;
 
 pub use lock_actor::{Acquire, AcquireReply, Grant, LockActor, Release, ReleaseReply};

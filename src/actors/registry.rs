@@ -103,6 +103,15 @@ impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
         running.filter(Addr::connected).count()
     }
 
+    /// Every running actor.
+    fn all(&self) -> Vec<Addr<A>> {
+        let map = self.map();
+        map.values()
+            .filter_map(|entry| entry.actor.upgrade())
+            .filter(Addr::connected)
+            .collect()
+    }
+
     /// Every running actor, forgotten all at once.
     fn drain(&self) -> Vec<Addr<A>> {
         let mut map = self.map();
@@ -116,6 +125,13 @@ impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A manager with a long wait asks each live lock actor for its waiting owners' holds.
+impl super::watchdog::LockActors for Directory {
+    fn live(&self) -> Vec<actix::Recipient<super::messages::HoldsOf>> {
+        self.locks.all().into_iter().map(Addr::recipient).collect()
     }
 }
 

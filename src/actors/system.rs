@@ -39,7 +39,16 @@ pub(crate) async fn start(
     let pubsub_endpoint = endpoint.clone();
     let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
     let board = Arc::new(super::board::Board::default());
-    let watchdog = Watchdog::new(commands.clone(), &config, client_id, board.clone());
+    let waits_for = Arc::new(super::waits_for::WaitsFor::new(&config, client_id));
+    let directory = Directory::default();
+    let watchdog = Watchdog::new(
+        commands.clone(),
+        &config,
+        client_id,
+        board.clone(),
+        waits_for.clone(),
+        Arc::new(directory.clone()),
+    );
     let watchdog = Supervisor::start(move |_| watchdog);
     if endpoint.follows_failover() {
         let watch = FailoverWatch::new(commands.clone(), pubsub.clone(), watchdog.clone(), &config);
@@ -48,6 +57,7 @@ pub(crate) async fn start(
     }
     let svc = Services {
         commands: commands.clone(),
+        waits_for,
         config,
         pubsub,
         watchdog,
@@ -70,7 +80,6 @@ pub(crate) async fn start(
             svc,
         });
     }
-    let directory = Directory::default();
     Ok(Started {
         registry: Registry::new(homes, directory.clone()).start(),
         directory,

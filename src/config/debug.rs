@@ -20,6 +20,7 @@ impl std::fmt::Debug for Config {
             contention_top_k,
             name_prefix,
             refuse_evicting_server,
+            deadlocks,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -55,6 +56,7 @@ impl std::fmt::Debug for Config {
             .field("contention_top_k", contention_top_k)
             .field("name_prefix", name_prefix)
             .field("refuse_evicting_server", refuse_evicting_server)
+            .field("deadlocks", deadlocks)
             .finish()
     }
 }

@@ -68,6 +68,23 @@ pub struct Config {
     contention_top_k: usize,
     name_prefix: String,
     refuse_evicting_server: bool,
+    deadlocks: Deadlocks,
+}
+
+/// What a manager does when the waits of its callers close a cycle (a deadlock: task A holds
+/// `x` and waits for `y` while task B holds `y` and waits for `x`). See [`crate::deadlock`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Deadlocks {
+    /// The youngest wait of the cycle fails with [`LockError::Deadlock`](crate::LockError::Deadlock)
+    /// and leaves its queue, so the others go on; the cycle is also reported (a warning, and the
+    /// `lockman_deadlocks_total` counter with the `metrics` feature).
+    #[default]
+    Break,
+    /// Only report it: every wait goes on until its own timeout or a lease ends it.
+    Report,
+    /// Look for none: no waits-for graph is kept.
+    Off,
 }
 
 /// Where the Redis of a config is.
@@ -112,6 +129,9 @@ pub(crate) struct SentinelSettings {
     pub master_db: i64,
     pub master_tls: bool,
 }
+
+/// What starts each certificate of a PEM file.
+const PEM_CERTIFICATE: &[u8] = b"-----BEGIN CERTIFICATE-----";
 
 /// Certificates for `rediss://` connections.
 #[derive(Clone, Default)]
@@ -240,6 +260,7 @@ impl Config {
             arbiters: None,
             name_prefix: String::new(),
             refuse_evicting_server: false,
+            deadlocks: Deadlocks::Break,
         }
     }
 
@@ -275,7 +296,9 @@ impl Config {
     }
 
     /// Trust the certificate authorities in this PEM (one or more certificates) for `rediss://`
-    /// connections, instead of the public webpki roots: for a private CA.
+    /// connections, instead of the public webpki roots: for a private CA. A PEM with no
+    /// certificate in it (empty, DER, a key) is refused by [`LockManager::start`](crate::LockManager::start)
+    /// with [`LockError::InvalidArgument`].
     ///
     /// Default: the webpki roots.
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -331,6 +354,18 @@ impl Config {
     /// `metrics` feature).
     pub fn refuse_evicting_server(mut self, refuse: bool) -> Self {
         self.refuse_evicting_server = refuse;
+        self
+    }
+
+    /// What to do when the waits of this manager's callers close a cycle: break it (the
+    /// youngest wait fails with [`LockError::Deadlock`](crate::LockError::Deadlock)), only
+    /// report it, or look for none. Cycles are looked for among this manager's locks of every
+    /// kind (not synchronizers: any one permit's release ends a semaphore wait), when the wait
+    /// that closes one begins; see [`crate::deadlock`] for whom a wait belongs to.
+    ///
+    /// Default: [`Deadlocks::Break`].
+    pub fn deadlocks(mut self, deadlocks: Deadlocks) -> Self {
+        self.deadlocks = deadlocks;
         self
     }
 
@@ -558,6 +593,11 @@ impl Config {
         self.refuse_evicting_server
     }
 
+    /// See [`Config::deadlocks`](Self::deadlocks()).
+    pub fn get_deadlocks(&self) -> Deadlocks {
+        self.deadlocks
+    }
+
     /// See [`Config::watchdog_timeout`](Self::watchdog_timeout()).
     pub fn get_watchdog_timeout(&self) -> Duration {
         self.watchdog_timeout
@@ -637,6 +677,18 @@ impl Config {
             return Err(LockError::invalid(
                 "idle linger",
                 format!("{:?} is above {MAX_EXPIRY:?}", self.idle_linger),
+            ));
+        }
+        // redis-rs skips what is not a PEM certificate and would go on with no CA of ours: a
+        // `rediss://` connection then fails its handshake as untrusted, far from the cause.
+        if let Some(pem) = &self.tls.ca_pem
+            && !pem
+                .windows(PEM_CERTIFICATE.len())
+                .any(|w| w == PEM_CERTIFICATE)
+        {
+            return Err(LockError::invalid(
+                "tls CA",
+                "no PEM certificate in it (a \"-----BEGIN CERTIFICATE-----\" block)",
             ));
         }
         if let Some((count, timeout)) = self.sync_replicas {

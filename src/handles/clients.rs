@@ -31,6 +31,20 @@ pub struct ClientInfo {
     pub holds: Vec<HeldName>,
     /// The names its callers wait on, most waiters first.
     pub waits: Vec<WaitedName>,
+    /// The cycles of waits (deadlocks) it broke or reported in the last ten minutes, newest
+    /// first (at most five).
+    pub deadlocks: Vec<RecentDeadlock>,
+}
+
+/// A cycle of waits a client found lately ([`crate::deadlock`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecentDeadlock {
+    /// How long ago it was found, as of the read.
+    pub ago: Duration,
+    /// The cycle, as [`Cycle`](crate::deadlock::Cycle)'s `Display` says it: each owner, its
+    /// service, and the kind and name it waits for.
+    pub cycle: String,
 }
 
 /// A name a client has held long enough to be renewed.
@@ -103,6 +117,14 @@ impl ClientInfo {
             waits_total: record.waits_total.unwrap_or(waits_total),
             holds,
             waits,
+            deadlocks: record
+                .deadlocks
+                .into_iter()
+                .map(|(ago_ms, cycle)| RecentDeadlock {
+                    ago: age(ago_ms),
+                    cycle,
+                })
+                .collect(),
             id,
         }
     }

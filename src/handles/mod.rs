@@ -3,12 +3,13 @@
 //! counts, and `force_unlock`): the [`LockManager`](manager::LockManager) façade and the manager
 //! state the handles share (`state`), where a name becomes a key (`name`), the locks (`lock`),
 //! the compositions (`compose`), the synchronizers (`sync`), elections (`election`), a hold's
-//! deadline (`scope`), client records (`clients`), how a handle reaches its name's actor
-//! (`reach`), where the actors run (`runtime`), their spans (`trace`) and the actix-web
-//! extractors (`web`).
+//! deadline (`scope`), whom a wait belongs to (`deadlock`), client records (`clients`), how a
+//! handle reaches its name's actor (`reach`), where the actors run (`runtime`), their spans
+//! (`trace`), the actix-web extractors (`web`) and the tower layers (`tower`).
 
 pub(crate) mod clients;
 pub(crate) mod compose;
+pub mod deadlock;
 pub(crate) mod election;
 pub(crate) mod lock;
 pub(crate) mod manager;
@@ -18,6 +19,8 @@ pub(crate) mod runtime;
 pub(crate) mod scope;
 pub(crate) mod state;
 pub(crate) mod sync;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub(crate) mod trace;
 #[cfg(feature = "actix-web")]
 pub mod web;

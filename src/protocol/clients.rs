@@ -63,6 +63,9 @@ pub(crate) struct ClientRecord {
     pub waits_total: Option<usize>,
     /// The most waited of them (at most [`MAX_LISTED`] written).
     pub waits: Vec<RecordedWait>,
+    /// The cycles of waits it broke or reported lately (`deadlock:<n>` = `<ms ago> <cycle>`),
+    /// newest first.
+    pub deadlocks: Vec<(u64, String)>,
 }
 
 /// One `hold:<name>` field: `<held ms> <kind> <holder>`.
@@ -119,6 +122,9 @@ impl ClientRecord {
             let value = format!("{} {}", w.waiters, w.waited_ms);
             fields.push((format!("wait:{}", w.name), value));
         }
+        for (n, (ago_ms, cycle)) in self.deadlocks.iter().enumerate() {
+            fields.push((format!("deadlock:{n}"), format!("{ago_ms} {cycle}")));
+        }
         fields
     }
 
@@ -151,6 +157,14 @@ impl ClientRecord {
                         waiters,
                         waited_ms,
                     });
+                }
+                continue;
+            }
+            if field.starts_with("deadlock:") {
+                if let Some((ago, cycle)) = value.split_once(' ')
+                    && let Ok(ago_ms) = ago.parse()
+                {
+                    record.deadlocks.push((ago_ms, cycle.to_owned()));
                 }
                 continue;
             }
@@ -279,6 +293,10 @@ mod tests {
                 waiters: 3,
                 waited_ms: 200,
             }],
+            deadlocks: vec![(
+                1500,
+                "task 1 of a waits for lock \"x y\" held by task 2 of b".into(),
+            )],
         }
     }
 

@@ -3,6 +3,7 @@
 
 mod clients;
 mod commands;
+mod deadlocks;
 mod diagnose;
 mod fence;
 pub(crate) mod keys;
@@ -19,6 +20,7 @@ use crate::error::LockError;
 
 pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::{Commands, Successor};
+pub(crate) use deadlocks::{Blocked, holder_of};
 pub use diagnose::{Check, CheckStatus, Diagnosis};
 pub(crate) use diagnose::{eviction_risk, evicts_locks, judge};
 pub use kind::LockKind;

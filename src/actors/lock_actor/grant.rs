@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::actors::shell::lost::LostSignal;
+use crate::actors::shell::lost::{LostSignal, Validity};
 use actix::Addr;
 
 use super::LockActor;
@@ -31,6 +31,8 @@ pub struct Grant {
     pub(super) waited: bool,
     /// Whether dropping it still has to release its hold.
     pub(super) armed: bool,
+    /// Its claim on the hold, for the waits-for graph: let go with the hold (`disarm`).
+    pub(super) claim: Validity,
 }
 
 impl Grant {
@@ -46,6 +48,9 @@ impl Grant {
 
     /// Takes the hold out of the grant: the caller releases it.
     pub(crate) fn disarm(&mut self) -> (HoldKey, u64) {
+        if self.armed {
+            self.claim.let_go();
+        }
         self.armed = false;
         ((self.holder.clone(), self.kind), self.epoch)
     }

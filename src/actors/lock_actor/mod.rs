@@ -41,8 +41,9 @@ use super::services::Services;
 use super::shell::crowd::Caller;
 use super::shell::lost::LostSignal;
 use super::shell::reply::{Expecting, Taken, take_in};
-use super::shell::{self, PerName, Shell};
-use crate::error::LockError;
+use super::shell::{self, PerName, Shell, Whose};
+use super::waits_for::Asks;
+use crate::error::{LockError, Owner};
 use crate::metrics::Series;
 use crate::protocol::LockKind;
 
@@ -162,16 +163,20 @@ impl PerName for LockActor {
         _: WaiterId,
         answer: Answer,
         caller: Option<Caller<AcquireTx>>,
+        owner: Option<Owner>,
         ctx: &mut Context<Self>,
     ) {
         let reply = match answer {
             Answer::Granted { key, epoch, token } => {
                 let confirmed = self.state.granted_at(&key, epoch);
-                let signal = self.shell.signal(epoch, key.1.label(), 1.0);
+                let owner = owner.map(|owner| (owner, key.0.clone()));
+                let signal = self.shell.signal(epoch, key.1.label(), 1.0, owner);
                 if let Some((sent, ttl)) = confirmed {
                     signal.validity.confirm(sent, ttl);
                 }
                 let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
+                let claim = signal.validity.clone();
+                claim.claim();
                 Ok(Some(Grant {
                     actor: self.shell.link(ctx),
                     actor_id: self.shell.id,
@@ -183,6 +188,7 @@ impl PerName for LockActor {
                     lost,
                     waited: matches!(caller, Some(Caller::Watched(_))),
                     armed: true,
+                    claim,
                 }))
             }
             Answer::TimedOut => Ok(None),
@@ -191,6 +197,14 @@ impl PerName for LockActor {
         if let Some(caller) = caller {
             caller.send(reply);
         }
+    }
+
+    fn asks(ctx: &mut Context<Self>) -> Option<Asks> {
+        let me = ctx.address();
+        Some(Asks {
+            still: me.clone().recipient(),
+            broken: me.recipient(),
+        })
     }
 
     fn own(&mut self, never: Never, _: &mut Context<Self>) {
@@ -228,6 +242,16 @@ impl Handler<Acquire> for LockActor {
 
     fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireReply {
         let kind = msg.kind;
+        // A single attempt never waits for a holder (queued behind a round trip, it is watched,
+        // but it answers `None` rather than wait): it is no wait of the waits-for graph.
+        let whose = msg
+            .owner
+            .filter(|_| msg.wait.normalized() != Wait::No)
+            .map(|owner| Whose {
+                owner,
+                holder: msg.holder.clone(),
+                forever: msg.wait == Wait::Forever,
+            });
         let req = Request {
             holder: msg.holder,
             kind,
@@ -238,7 +262,7 @@ impl Handler<Acquire> for LockActor {
             self,
             |act| {
                 let id = act.state.request(req, Instant::now());
-                act.shell.coming(id, kind.label());
+                act.shell.coming(id, kind.label(), whose);
                 Expecting::Waiter(id)
             },
             ctx,
@@ -317,6 +341,40 @@ impl Handler<Unlocked> for LockActor {
         shell::gone_first(self, ctx);
         let all = crate::protocol::keys::wakes_all(msg.count);
         self.state.unlocked(all, &msg.channel, Instant::now());
+        shell::apply(self, ctx);
+    }
+}
+
+impl Handler<HoldsOf> for LockActor {
+    type Result = MessageResult<HoldsOf>;
+
+    fn handle(&mut self, msg: HoldsOf, _: &mut Context<Self>) -> Self::Result {
+        let name = self.shell.name.clone();
+        let holds = shell::holds_of(self, &msg.owners);
+        MessageResult(
+            holds
+                .into_iter()
+                .map(|(o, h)| (o, name.clone(), h))
+                .collect(),
+        )
+    }
+}
+
+impl Handler<StillWaiting> for LockActor {
+    type Result = bool;
+
+    fn handle(&mut self, msg: StillWaiting, _: &mut Context<Self>) -> bool {
+        shell::still_waiting(self, msg.waiter) && self.state.is_waiting(msg.waiter)
+    }
+}
+
+impl Handler<Deadlocked> for LockActor {
+    type Result = ();
+
+    /// The waits-for graph chose this waiter to break a cycle of waits.
+    fn handle(&mut self, msg: Deadlocked, ctx: &mut Context<Self>) {
+        let error = crate::error::LockError::Deadlock { cycle: msg.cycle };
+        self.state.deadlocked(msg.waiter, error, Instant::now());
         shell::apply(self, ctx);
     }
 }

@@ -9,7 +9,7 @@ use actix::Message;
 
 use super::grant::Grant;
 use crate::actors::name::Wait;
-use crate::error::LockError;
+use crate::error::{LockError, Owner};
 use crate::protocol::LockKind;
 
 /// Take the lock for `holder`: the reply is a [`Grant`], or `None` when the wait ran out.
@@ -31,6 +31,10 @@ pub struct Acquire {
     /// Which lock: [`LockKind::Reentrant`], or another kind served by the same actor family
     /// (both sides of a read-write lock go to one actor).
     pub kind: LockKind,
+    /// Whom the wait and the hold belong to, for deadlock detection
+    /// ([`deadlock::current()`](crate::deadlock::current) in the caller's task); `None` keeps
+    /// them out of the waits-for graph.
+    pub owner: Option<Owner>,
 }
 
 /// Release the hold of one grant. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.

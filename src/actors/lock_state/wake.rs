@@ -30,6 +30,17 @@ impl LockState {
         self.maybe_idle();
     }
 
+    /// The waits-for graph chose waiter `id` to break a cycle of waits: it fails with
+    /// `error` (a deadlock) and leaves, as a waiter whose wait ran out does.
+    pub(crate) fn deadlocked(&mut self, id: WaiterId, error: LockError, now: Instant) {
+        self.now = now;
+        if self.waiters.contains(id) {
+            tracing::debug!(lock = %self.name, "waiter left: a deadlock");
+            self.answer(id, Answer::Failed(error));
+        }
+        self.maybe_idle();
+    }
+
     /// Removes waiter `id` with its deadline and answers it, then unsubscribes its channel when
     /// no other waiter needs it. The answer goes out before the pub/sub traffic. A fair waiter
     /// that ends without the lock first leaves its holder's place in the Redis queue (unless

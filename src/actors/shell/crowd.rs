@@ -23,11 +23,17 @@ use super::WaiterId;
 /// How a waiter's caller is answered: a reply sender that tells when its caller has gone.
 pub(crate) trait Sender: 'static {
     fn poll_closed(&mut self, cx: &mut std::task::Context<'_>) -> Poll<()>;
+    /// Whether the caller has dropped its request already (its watch may not have seen it yet).
+    fn is_closed(&self) -> bool;
 }
 
 impl<T: 'static> Sender for OneshotSender<T> {
     fn poll_closed(&mut self, cx: &mut std::task::Context<'_>) -> Poll<()> {
         OneshotSender::poll_closed(self, cx)
+    }
+
+    fn is_closed(&self) -> bool {
+        OneshotSender::is_closed(self)
     }
 }
 
@@ -192,6 +198,17 @@ pub(crate) enum Caller<R> {
 pub(crate) struct Shared<R> {
     tx: Option<R>,
     waker: Option<Waker>,
+}
+
+impl<R: Sender> Caller<R> {
+    /// Whether the caller has dropped its request (seen now, before its watch reports it).
+    pub(crate) fn is_gone(&self) -> bool {
+        match self {
+            Caller::Coming => false,
+            Caller::Unwatched(tx) => tx.is_closed(),
+            Caller::Watched(shared) => shared.borrow().tx.as_ref().is_none_or(R::is_closed),
+        }
+    }
 }
 
 impl<R> Caller<R> {

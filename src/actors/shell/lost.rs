@@ -3,6 +3,7 @@
 //! actors besides messages.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
@@ -49,13 +50,60 @@ impl Confirmed {
 
 /// The sending side of a hold's validity: its per-name actor publishes each grant of the hold, the
 /// Watchdog each renewal. Published values never go backwards.
+///
+/// It also counts the hold's **claims**: its grants not released or dropped yet. A hold whose
+/// every grant is let go is being released and will be without its owner doing anything more, so
+/// the waits-for graph no longer counts it as the owner's ([`Claim`]). A grant lets go in its
+/// owner's task, before that task can wait for anything else: the graph never sees a stale claim.
 #[derive(Clone, Debug)]
-pub(crate) struct Validity(Arc<watch::Sender<Option<Confirmed>>>);
+pub(crate) struct Validity(Arc<Shared>);
+
+/// Whether a hold is still its owner's, for the waits-for graph: some grant of it is neither
+/// released nor dropped. A hold let go is being released, and will be without its owner's
+/// doing: it blocks nobody on the owner's account.
+pub(crate) trait Claim: Send + Sync + std::fmt::Debug {
+    fn is_claimed(&self) -> bool;
+}
+
+#[derive(Debug)]
+struct Shared {
+    confirmed: watch::Sender<Option<Confirmed>>,
+    claims: AtomicU32,
+}
+
+impl Claim for Shared {
+    fn is_claimed(&self) -> bool {
+        self.claims.load(Ordering::Acquire) > 0
+    }
+}
 
 impl Validity {
     /// A hold not confirmed yet (or one that never expires: a plain semaphore's permits).
     pub(crate) fn new() -> Self {
-        Self(Arc::new(watch::channel(None).0))
+        Self(Arc::new(Shared {
+            confirmed: watch::channel(None).0,
+            claims: AtomicU32::new(0),
+        }))
+    }
+
+    /// A grant of the hold was made: one claim more, until [`let_go`](Self::let_go).
+    pub(crate) fn claim(&self) {
+        self.0.claims.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A grant of the hold was released or dropped.
+    pub(crate) fn let_go(&self) {
+        self.0.claims.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Whether a grant of the hold still claims it.
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.0.is_claimed()
+    }
+
+    /// The hold's claims, for the waits-for graph.
+    pub(crate) fn claims(&self) -> Arc<dyn Claim> {
+        self.0.clone()
     }
 
     /// Redis confirmed the hold by a call sent at `sent` that set its TTL to `ttl`; ignored
@@ -72,7 +120,7 @@ impl Validity {
     /// stand a suspended host's clocks up with it).
     pub(crate) fn confirm_at(&self, sent: Instant, wall: SystemTime, ttl: Duration) {
         let new = Confirmed { sent, wall, ttl };
-        self.0.send_if_modified(|c| {
+        self.0.confirmed.send_if_modified(|c| {
             if c.is_some_and(|c| c.valid_until() >= new.valid_until()) {
                 return false;
             }
@@ -82,7 +130,7 @@ impl Validity {
     }
 
     fn subscribe(&self) -> watch::Receiver<Option<Confirmed>> {
-        self.0.subscribe()
+        self.0.confirmed.subscribe()
     }
 }
 

@@ -9,7 +9,8 @@
 //! - holds handed to the Watchdog and taken back, their lost signals and validity (`lost`),
 //!   and the metric series of waiters, holds and losses;
 //! - who waits on the name, on the manager's [`Board`](crate::actors::board::Board) (client
-//!   records, `lockman top`), for every waiter left waiting;
+//!   records, `lockman top`), for every waiter left waiting; and for locks, who waits for whom,
+//!   in the manager's [`WaitsFor`](crate::actors::waits_for::WaitsFor) graph (deadlocks);
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
 //! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
@@ -35,7 +36,8 @@ use crate::actors::messages::{
 use crate::actors::name::effect::{Effect, Family, ReplyId};
 use crate::actors::name::{Loss, WaiterId};
 use crate::actors::services::Services;
-use crate::error::LockError;
+use crate::actors::waits_for;
+use crate::error::{LockError, Owner};
 use crate::metrics::{Series, Since};
 use crowd::{Caller, Crowd, Crowded, Sender};
 use linger::{Linger, Lingers};
@@ -83,15 +85,19 @@ pub(crate) trait PerName:
     fn run(&mut self, op: <Self::Family as Family>::Op, ctx: &mut Context<Self>);
     /// The `outcome` label of an answer, for the metrics.
     fn outcome(&self, answer: &<Self::Family as Family>::Answer) -> &'static str;
-    /// Answers waiter `id`'s caller (`None` when it is gone): the shell has taken the waiter off
-    /// its books already.
+    /// Answers waiter `id`'s caller (`None` when it is gone), whose waits and holds belong to
+    /// `owner`: the shell has taken the waiter off its books already.
     fn answer(
         &mut self,
         id: WaiterId,
         answer: <Self::Family as Family>::Answer,
         caller: Option<Caller<Self::Tx>>,
+        owner: Option<Owner>,
         ctx: &mut Context<Self>,
     );
+    /// Where the waits-for graph asks about this actor's waits and breaks one: `None` for a
+    /// family whose waits are not in the graph (synchronizers: any one release ends their wait).
+    fn asks(ctx: &mut Context<Self>) -> Option<waits_for::Asks>;
     /// Carries out what only its family does.
     fn own(&mut self, own: <Self::Family as Family>::Own, ctx: &mut Context<Self>);
     /// Whose reply `own` is, when it answers a caller.
@@ -102,11 +108,23 @@ pub(crate) trait PerName:
     fn reply(tx: Self::Reply, res: Result<(), LockError>);
 }
 
-/// A waiting request's caller, its kind's label and its arrival (for the metrics).
+/// A waiting request's caller, its kind's label and its arrival (for the metrics), and whose
+/// it is (deadlock detection).
 pub(crate) struct Waiting<T> {
     pub caller: Caller<T>,
     pub kind: &'static str,
     pub since: Since,
+    pub whose: Option<Whose>,
+}
+
+/// Whose request it is, for the waits-for graph (a lock's; synchronizers' are not in it).
+#[derive(Clone, Debug)]
+pub(crate) struct Whose {
+    pub owner: Owner,
+    /// Its holder field: what it re-enters rather than waits for.
+    pub holder: Arc<str>,
+    /// Whether it waits with no bound.
+    pub forever: bool,
 }
 
 /// A hold's lost signal, by epoch: its guards hold the receivers.
@@ -116,6 +134,9 @@ pub(crate) struct Signal {
     /// Its kind's label, and how much it counts in the held series (a hold, or its permits).
     kind: &'static str,
     amount: f64,
+    /// Whom the hold belongs to (its first grant's owner) and its holder field, for the
+    /// waits-for graph.
+    owner: Option<(Owner, Arc<str>)>,
 }
 
 /// What the shell keeps of one per-name actor.
@@ -147,9 +168,14 @@ pub(crate) struct Shell<A: PerName> {
     stop_replies: Vec<oneshot::Sender<()>>,
     /// The effects being carried out (a buffer kept between events).
     effects: Vec<EffectOf<A>>,
-    /// When each waiter that actually waits (a watched caller) began waiting: for the board.
-    /// Empty while nobody waits.
-    waits_began: FxHashMap<WaiterId, Instant>,
+    /// When each waiter that actually waits (a watched caller) began waiting: for the board;
+    /// and its owner when the wait is in the waits-for graph. Empty while nobody waits.
+    waits_began: FxHashMap<WaiterId, (Instant, Option<Owner>)>,
+    /// How many of those are in the waits-for graph.
+    in_graph: usize,
+    /// The owners of this name's holds (with their epochs) as the waits-for graph last learned
+    /// them, sorted: kept there while a wait of this actor is in it.
+    published: Vec<(Owner, u64)>,
     /// Reply senders on their way in, and the effects held back for them (`reply`).
     handed: Rc<RefCell<Vec<Handed<A>>>>,
     expecting: Option<Expecting>,
@@ -173,14 +199,17 @@ impl<A: PerName> Shell<A> {
             stop_replies: Vec::new(),
             effects: Vec::new(),
             waits_began: FxHashMap::default(),
+            in_graph: 0,
+            published: Vec::new(),
             handed: Rc::default(),
             expecting: None,
             held: Vec::new(),
         }
     }
 
-    /// A new waiter's caller, whose reply sender is on its way (`reply`).
-    pub(crate) fn coming(&mut self, id: WaiterId, kind: &'static str) {
+    /// A new waiter's caller, whose reply sender is on its way (`reply`), and whose request it
+    /// is.
+    pub(crate) fn coming(&mut self, id: WaiterId, kind: &'static str, whose: Option<Whose>) {
         A::SERIES.waiters(kind, 1.0);
         self.waiting.insert(
             id,
@@ -188,6 +217,7 @@ impl<A: PerName> Shell<A> {
                 caller: Caller::Coming,
                 kind,
                 since: Since::now(),
+                whose,
             },
         );
     }
@@ -205,26 +235,79 @@ impl<A: PerName> Shell<A> {
             .clone()
     }
 
-    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held).
-    pub(crate) fn signal(&mut self, epoch: u64, kind: &'static str, amount: f64) -> &Signal {
-        self.signals.entry(epoch).or_insert_with(|| {
+    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held),
+    /// which `owner`'s request took.
+    pub(crate) fn signal(
+        &mut self,
+        epoch: u64,
+        kind: &'static str,
+        amount: f64,
+        owner: Option<(Owner, Arc<str>)>,
+    ) -> &Signal {
+        let entry = self.signals.entry(epoch).and_modify(|s| {
+            if s.owner.as_ref().map(|o| o.0) != owner.as_ref().map(|o| o.0) {
+                s.owner = None;
+            }
+        });
+        entry.or_insert_with(|| {
             A::SERIES.held(kind, amount);
             Signal {
                 lost: watch::channel(false).0,
                 validity: Validity::new(),
                 kind,
                 amount,
+                owner,
             }
         })
     }
 
-    /// Waiter `id`'s wait is over (answered, or its caller left): off the board.
+    /// Waiter `id`'s wait is over (answered, or its caller left): off the board and out of the
+    /// waits-for graph.
     fn wait_over(&mut self, id: WaiterId) {
         if self.waits_began.is_empty() {
             return;
         }
-        if let Some(began) = self.waits_began.remove(&id) {
+        if let Some((began, in_graph)) = self.waits_began.remove(&id) {
             self.svc.board.wait_ended(&self.name, began);
+            if let Some(owner) = in_graph {
+                self.in_graph -= 1;
+                self.svc.waits_for.wait_ended(owner, self.id, id);
+            }
+        }
+    }
+
+    /// Tells the waits-for graph who holds this name now, while one of its waits is there
+    /// (and that nobody does, once none is): whoever it waits for. Compares first, so the
+    /// graph's lock is taken only when the owners changed.
+    fn publish_holders(&mut self) {
+        if self.in_graph == 0 && self.published.is_empty() {
+            return;
+        }
+        let mut owners: Vec<(Owner, u64)> = if self.in_graph == 0 {
+            Vec::new()
+        } else {
+            self.signals
+                .iter()
+                .filter_map(|(epoch, s)| Some((s.owner.as_ref()?.0, *epoch)))
+                .collect()
+        };
+        owners.sort_unstable();
+        if owners != self.published {
+            let holds = owners
+                .iter()
+                .filter_map(|(_, epoch)| {
+                    let signal = self.signals.get(epoch)?;
+                    let (owner, holder) = signal.owner.clone()?;
+                    Some(waits_for::Hold {
+                        owner,
+                        holder,
+                        kind: signal.kind,
+                        claim: signal.validity.claims(),
+                    })
+                })
+                .collect();
+            self.published = owners;
+            self.svc.waits_for.holders(&self.name, self.id, holds);
         }
     }
 
@@ -254,7 +337,9 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
             perform(act, effect, ctx);
         }
     }
-    act.shell().effects = effects;
+    let shell = act.shell();
+    shell.effects = effects;
+    shell.publish_holders();
 }
 
 /// Carries out one effect.
@@ -368,12 +453,15 @@ fn answer_waiter<A: PerName>(
     let shell = act.shell();
     shell.wait_over(id);
     shell.crowd.disarm(id);
-    let caller = shell.waiting.remove(&id).map(|w| {
-        A::SERIES.waiters(w.kind, -1.0);
-        A::SERIES.answered(w.kind, outcome, w.since);
-        w.caller
-    });
-    act.answer(id, answer, caller, ctx);
+    let (caller, owner) = match shell.waiting.remove(&id) {
+        Some(w) => {
+            A::SERIES.waiters(w.kind, -1.0);
+            A::SERIES.answered(w.kind, outcome, w.since);
+            (Some(w.caller), w.whose.map(|w| w.owner))
+        }
+        None => (None, None),
+    };
+    act.answer(id, answer, caller, owner, ctx);
 }
 
 /// Watches waiter `id`'s caller from now on (`Effect::Watch`): a watched caller is one that
@@ -390,11 +478,57 @@ fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
         "watch before the sender came"
     );
     waiting.caller = shell.crowd.watch(id, waiting.caller, ctx);
+    let (kind, whose) = (waiting.kind, waiting.whose.clone());
     shell.waiting.insert(id, waiting);
     let now = Instant::now();
-    if shell.waits_began.insert(id, now).is_none() {
-        shell.svc.board.wait_began(&shell.name, now);
+    if shell.waits_began.contains_key(&id) {
+        return;
     }
+    shell.svc.board.wait_began(&shell.name, now);
+    // Into the waits-for graph, with the name's holders first: the search this wait starts
+    // must see whom it waits for.
+    let graph = whose
+        .filter(|_| shell.svc.waits_for.is_on())
+        .and_then(|whose| Some((whose, A::asks(ctx)?)));
+    let shell = act.shell();
+    shell
+        .waits_began
+        .insert(id, (now, graph.as_ref().map(|g| g.0.owner)));
+    let Some((whose, asks)) = graph else {
+        return;
+    };
+    shell.in_graph += 1;
+    shell.publish_holders();
+    shell.svc.waits_for.wait_began(waits_for::Wait {
+        owner: whose.owner,
+        name: shell.name.clone(),
+        kind,
+        holder: whose.holder,
+        forever: whose.forever,
+        actor: shell.id,
+        waiter: id,
+        since: now,
+        asks,
+    });
+}
+
+/// Whether waiter `id` still waits, with its caller there (asked by the waits-for graph about
+/// a cycle found: a caller that dropped its request may not have been reported yet).
+pub(crate) fn still_waiting<A: PerName>(act: &mut A, id: WaiterId) -> bool {
+    let shell = act.shell();
+    shell.waits_began.contains_key(&id)
+        && shell.waiting.get(&id).is_some_and(|w| !w.caller.is_gone())
+}
+
+/// The holds of this actor claimed by one of `owners`: each one's owner and holder field.
+pub(crate) fn holds_of<A: PerName>(act: &mut A, owners: &[Owner]) -> Vec<(Owner, Arc<str>)> {
+    act.shell()
+        .signals
+        .values()
+        .filter(|s| s.validity.is_claimed())
+        .filter_map(|s| s.owner.clone())
+        .filter(|(owner, _)| owners.contains(owner))
+        .collect()
 }
 
 /// Waiter `id`'s caller dropped its request: the waiter leaves.
@@ -489,9 +623,13 @@ pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
             _ => {}
         }
     }
-    for (_, tx) in act.shell().replies.drain() {
+    let shell = act.shell();
+    for (_, tx) in shell.replies.drain() {
         A::reply(tx, Err(LockError::Shutdown));
     }
+    // Its holds leave the waits-for graph with it.
+    shell.in_graph = 0;
+    shell.publish_holders();
 }
 
 impl<A: PerName> Crowded for A {

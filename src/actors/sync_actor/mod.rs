@@ -34,7 +34,7 @@ use crate::actors::shell::{self, PerName, Shell};
 use crate::actors::sync_state::{
     Answer, Effect, Op, Own, Settings, SyncState, Syncs, Timer, Trip, Want,
 };
-use crate::error::LockError;
+use crate::error::{LockError, Owner};
 use crate::metrics::Series;
 use crate::protocol::{SyncKind, SyncLatch, hex};
 
@@ -54,6 +54,13 @@ impl Sender for SyncTx {
         match self {
             SyncTx::Permits(tx) => tx.poll_closed(cx),
             SyncTx::Latch(tx) => tx.poll_closed(cx),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        match self {
+            SyncTx::Permits(tx) => tx.is_closed(),
+            SyncTx::Latch(tx) => tx.is_closed(),
         }
     }
 }
@@ -120,7 +127,7 @@ impl SyncActor {
         } else {
             Arc::from([])
         };
-        self.shell.coming(id, self.kind.label());
+        self.shell.coming(id, self.kind.label(), None);
         let want = Want {
             permits,
             lease,
@@ -204,6 +211,7 @@ impl PerName for SyncActor {
         _: WaiterId,
         answer: Answer,
         caller: Option<Caller<SyncTx>>,
+        _: Option<Owner>,
         ctx: &mut Context<Self>,
     ) {
         let opened = matches!(answer, Answer::Done { .. });
@@ -212,9 +220,12 @@ impl PerName for SyncActor {
                 waited,
                 grant: Some(grant),
             } => {
-                let signal =
-                    self.shell
-                        .signal(grant.epoch, self.kind.label(), f64::from(grant.permits));
+                let signal = self.shell.signal(
+                    grant.epoch,
+                    self.kind.label(),
+                    f64::from(grant.permits),
+                    None,
+                );
                 // A plain semaphore's permits never expire: their validity stays unconfirmed.
                 if let Some((sent, ttl)) = grant.confirmed {
                     signal.validity.confirm(sent, ttl);
@@ -245,6 +256,12 @@ impl PerName for SyncActor {
             }
             None => {}
         }
+    }
+
+    /// Not in the waits-for graph: any one release of permits (or a count down) ends a
+    /// synchronizer's wait, so no holder alone is what it waits for.
+    fn asks(_: &mut Context<Self>) -> Option<crate::actors::waits_for::Asks> {
+        None
     }
 
     fn own(&mut self, Own::AdjustDone(id, res): Own, _: &mut Context<Self>) {

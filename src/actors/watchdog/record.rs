@@ -119,11 +119,18 @@ impl Watchdog {
                 waited_ms: millis(now.saturating_duration_since(w.since)),
             })
             .collect();
+        let deadlocks = self
+            .probe
+            .recent_cycles(now)
+            .into_iter()
+            .map(|(ago, cycle)| (millis(ago), cycle))
+            .collect();
         ClientRecord {
             holds_total: Some(holds_total),
             holds,
             waits_total: Some(waits_total),
             waits,
+            deadlocks,
             ..self.record.identity.clone()
         }
     }

@@ -38,6 +38,9 @@ pub async fn top(
     let manager = server.connect().await?;
     let result = async {
         let _raw = if once { None } else { RawMode::enter() };
+        // `q` (or Ctrl-C, a byte in raw mode) quits on a terminal; SIGINT does elsewhere.
+        let interrupted = crate::interrupted();
+        tokio::pin!(interrupted);
         loop {
             let clients = read(&manager, pattern).await?;
             let mut out = std::io::stdout().lock();
@@ -56,9 +59,12 @@ pub async fn top(
             if once {
                 return Ok(0);
             }
-            let quit = tokio::task::spawn_blocking(|| quit_within(Duration::from_secs(1)))
-                .await
-                .unwrap_or(true);
+            let quit = tokio::select! {
+                quit = tokio::task::spawn_blocking(|| quit_within(Duration::from_secs(1))) => {
+                    quit.unwrap_or(true)
+                }
+                () = &mut interrupted => true,
+            };
             if quit {
                 return Ok(0);
             }
@@ -176,8 +182,27 @@ fn ls_text(clients: &[ClientInfo]) -> String {
                 short(w.waited)
             );
         }
+        for d in &c.deadlocks {
+            out += &format!("  deadlock  {} ago  {}\n", short(d.ago), clean(&d.cycle));
+        }
     }
     out
+}
+
+/// A client's recent deadlocks as a JSON array.
+pub fn deadlocks_json(c: &ClientInfo) -> String {
+    let all: Vec<String> = c
+        .deadlocks
+        .iter()
+        .map(|d| {
+            format!(
+                "{{\"ago_ms\":{},\"cycle\":\"{}\"}}",
+                d.ago.as_millis(),
+                escape(&d.cycle)
+            )
+        })
+        .collect();
+    format!("[{}]", all.join(","))
 }
 
 /// One client as JSON.
@@ -209,7 +234,7 @@ pub fn client_json(c: &ClientInfo) -> String {
         })
         .collect();
     format!(
-        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"version\":{},\"up_ms\":{},\"holds_total\":{},\"waits_total\":{},\"holds\":[{}],\"waits\":[{}]}}",
+        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"version\":{},\"up_ms\":{},\"holds_total\":{},\"waits_total\":{},\"holds\":[{}],\"waits\":[{}],\"deadlocks\":{}}}",
         s(&c.id),
         s(&c.service),
         s(&c.host),
@@ -219,7 +244,8 @@ pub fn client_json(c: &ClientInfo) -> String {
         c.holds_total,
         c.waits_total,
         holds.join(","),
-        waits.join(",")
+        waits.join(","),
+        deadlocks_json(c)
     )
 }
 
@@ -309,6 +335,20 @@ fn frame_text(clients: &[ClientInfo]) -> String {
             fit(&clean(w.name), 32),
             fit(&w.holder.map_or("?".into(), who), WIDTH - 51)
         );
+    }
+    let deadlocks: Vec<_> = clients
+        .iter()
+        .flat_map(|c| c.deadlocks.iter().map(move |d| (c, d)))
+        .collect();
+    if !deadlocks.is_empty() {
+        out += "\nDEADLOCKS (last 10 min)\n";
+        for (c, d) in deadlocks.iter().take(ROWS) {
+            out += &format!(
+                "{:>8}  {}\n",
+                short(d.ago),
+                fit(&format!("{}: {}", who(c), clean(&d.cycle)), WIDTH - 10)
+            );
+        }
     }
     out
 }

@@ -32,7 +32,7 @@ pub async fn doctor(server: &Server, json: bool) -> Result<u8, Failure> {
 /// The report of a start that failed, when the failure is a finding about the deployment: the
 /// one check that failed, and whether the server could not be reached at all.
 fn refused(e: LockError) -> Result<(Diagnosis, bool), Failure> {
-    let said = e.to_string();
+    let said = crate::said(&e);
     let (check, unreachable) = match &e {
         LockError::Connect { .. } | LockError::Timeout { .. } | LockError::Tls { .. } => (
             Check::new(

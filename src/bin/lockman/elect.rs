@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use lockman::{Election, Leader, Leadership, LockError};
+use lockman::{ClientInfo, Election, Leader, Leadership, LockError};
 
 use crate::supervisor::{Ending, Hold, OnEnd, Signals, stop_grace, supervise};
 use crate::{Failure, Server, code, duration, json, text};
@@ -25,6 +25,13 @@ pub struct ElectArgs {
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, num_args = 1..)]
     command: Vec<String>,
+}
+
+impl ElectArgs {
+    /// The name given on the command line.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// How a term of the command ended.
@@ -136,16 +143,40 @@ pub async fn leader(
     let election = manager.election(name);
     let outcome = if watch {
         let mut observer = election.observe();
+        let clients = manager.clients().await.unwrap_or_default();
+        let interrupted = crate::interrupted();
+        tokio::pin!(interrupted);
         loop {
-            match observer.next().await {
-                Ok(now) => println!("{}", show(name, now.as_ref(), as_json)),
+            let next = tokio::select! {
+                next = observer.next() => next,
+                () = &mut interrupted => break Ok(0),
+            };
+            match next {
+                Ok(now) => {
+                    // A new leader may have started after the records were read.
+                    let known = now
+                        .as_ref()
+                        .is_none_or(|l| clients.iter().any(|c| c.owns(&l.holder)));
+                    let fresh;
+                    let clients = if known {
+                        &clients
+                    } else {
+                        fresh = manager.clients().await.unwrap_or_default();
+                        &fresh
+                    };
+                    println!("{}", show(name, now.as_ref(), clients, as_json));
+                }
                 Err(e) => break Err(Failure::redis(e)),
             }
         }
     } else {
         match election.leader().await {
             Ok(now) => {
-                println!("{}", show(name, now.as_ref(), as_json));
+                let clients = match &now {
+                    Some(_) => manager.clients().await.unwrap_or_default(),
+                    None => Vec::new(),
+                };
+                println!("{}", show(name, now.as_ref(), &clients, as_json));
                 Ok(if now.is_some() { 0 } else { code::FREE })
             }
             Err(e) => Err(Failure::redis(e)),
@@ -155,25 +186,38 @@ pub async fn leader(
     outcome
 }
 
-/// One line: text, or a JSON object.
-fn show(name: &str, leader: Option<&Leader>, as_json: bool) -> String {
+/// One line: text, or a JSON object; the leader's service (from its client record) when known.
+fn show(name: &str, leader: Option<&Leader>, clients: &[ClientInfo], as_json: bool) -> String {
+    let client = leader.and_then(|l| clients.iter().find(|c| c.owns(&l.holder)));
     match (leader, as_json) {
         (Some(l), true) => format!(
-            "{{\"name\":\"{}\",\"leader\":\"{}\",\"term\":{}}}",
+            "{{\"name\":\"{}\",\"leader\":\"{}\",\"service\":{},\"term\":{}}}",
             json::escape(name),
             json::escape(&l.holder),
+            client.map_or("null".into(), |c| format!(
+                "\"{}\"",
+                json::escape(&c.service)
+            )),
             l.term
         ),
         (None, true) => format!(
-            "{{\"name\":\"{}\",\"leader\":null,\"term\":null}}",
+            "{{\"name\":\"{}\",\"leader\":null,\"service\":null,\"term\":null}}",
             json::escape(name)
         ),
         (Some(l), false) => format!(
             "{}: led by {}, term {}",
             text::clean(name),
-            text::clean(&l.holder),
+            holder_text(&l.holder, client),
             l.term
         ),
         (None, false) => format!("{}: no leader", text::clean(name)),
+    }
+}
+
+/// `service@host:pid (holder id)` when the holder's client record is known, else the holder id.
+pub fn holder_text(holder: &str, client: Option<&ClientInfo>) -> String {
+    match client {
+        Some(c) => format!("{} ({})", crate::clients::who(c), text::clean(holder)),
+        None => text::clean(holder).into_owned(),
     }
 }

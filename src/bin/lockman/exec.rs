@@ -48,6 +48,13 @@ pub struct ExecArgs {
     command: Vec<String>,
 }
 
+impl ExecArgs {
+    /// The name given on the command line.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum OnLost {
     Kill,
@@ -63,12 +70,23 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     )?;
     let manager = server.connect().await?;
     let acquired = {
-        let acquire = acquire(&manager, &args);
-        tokio::pin!(acquire);
-        if std::io::stderr().is_terminal() {
-            waiting_line(&manager, (&args.name, args.semaphore), acquire).await
-        } else {
-            acquire.await
+        let acquire = async {
+            let acquire = acquire(&manager, &args);
+            tokio::pin!(acquire);
+            if std::io::stderr().is_terminal() {
+                waiting_line(&manager, (&args.name, args.semaphore), acquire).await
+            } else {
+                acquire.await
+            }
+        };
+        // SIGINT while waiting gives up the wait (and a fair lock's place) and exits as the
+        // shell reports an interrupted command, also when it was started with SIGINT ignored.
+        tokio::select! {
+            acquired = acquire => acquired,
+            () = crate::interrupted() => {
+                manager.shutdown().await;
+                return Ok(code::INTERRUPTED);
+            }
         }
     };
     let held = match acquired {
@@ -86,8 +104,14 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
             ));
         }
         Err(e) => {
+            let wanted = if args.semaphore {
+                "a permit semaphore"
+            } else {
+                kind_words(args.kind)
+            };
+            let failure = crate::kinds::failure(&manager, &args.name, wanted, e).await;
             manager.shutdown().await;
-            return Err(Failure::redis(e));
+            return Err(failure);
         }
     };
     let outcome = command(&args, &held, grace).await;
@@ -98,6 +122,16 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     }
     manager.shutdown().await;
     outcome
+}
+
+/// The kind `--kind` asks for, in the words of a wrong-kind error.
+fn kind_words(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Lock | Kind::NonReentrant => "a lock",
+        Kind::Fair | Kind::NonReentrantFair => "a fair lock",
+        Kind::Read | Kind::Write => "a read-write lock",
+        Kind::Fenced => "a fenced lock",
+    }
 }
 
 /// What `exec` holds while its command runs.
@@ -210,7 +244,12 @@ where
                 } else if spin % 4 == 0 {
                     holder = match manager.describe(name).await {
                         Ok(info) if info.is_held() => {
-                            let who: Vec<_> = info.holders.iter().map(|h| crate::text::clean(&h.holder)).collect();
+                            let clients = manager.clients().await.unwrap_or_default();
+                            let who: Vec<_> = info
+                                .holders
+                                .iter()
+                                .map(|h| crate::elect::holder_text(&h.holder, clients.iter().find(|c| c.owns(&h.holder))))
+                                .collect();
                             let ttl = info.ttl.map(|t| format!(", ttl {:.1}s", t.as_secs_f64())).unwrap_or_default();
                             format!("held by {}{ttl}", who.join(", "))
                         }

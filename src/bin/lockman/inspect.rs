@@ -64,7 +64,15 @@ pub async fn unlock(server: &Server, name: &str, yes: bool) -> Result<u8, Failur
             return Ok(code::FREE);
         }
         if !yes && std::io::stdin().is_terminal() {
-            let who: Vec<_> = info.holders.iter().map(|h| clean(&h.holder)).collect();
+            let clients = manager.clients().await.unwrap_or_default();
+            let who: Vec<_> = info
+                .holders
+                .iter()
+                .map(|h| {
+                    let client = clients.iter().find(|c| c.owns(&h.holder));
+                    crate::elect::holder_text(&h.holder, client)
+                })
+                .collect();
             eprint!("force-unlock {name:?}, held by {}? [y/N] ", who.join(", "));
             let _ = std::io::stderr().flush();
             let mut answer = String::new();
@@ -156,7 +164,28 @@ fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
     if let Some(token) = info.token {
         out += &format!("token:   {token}\n");
     }
+    for (c, d) in deadlocks_of(clients, &info.name) {
+        out += &format!(
+            "deadlock: {} ago, found by {}: {}\n",
+            crate::clients::short(d.ago),
+            crate::clients::who(c),
+            clean(&d.cycle)
+        );
+    }
     out
+}
+
+/// The recent cycles of waits (a client's record lists those it found) through `name`.
+fn deadlocks_of<'c>(
+    clients: &'c [ClientInfo],
+    name: &str,
+) -> Vec<(&'c ClientInfo, &'c lockman::RecentDeadlock)> {
+    let quoted = format!("{name:?}");
+    clients
+        .iter()
+        .flat_map(|c| c.deadlocks.iter().map(move |d| (c, d)))
+        .filter(|(_, d)| d.cycle.contains(&quoted))
+        .collect()
 }
 
 /// JSON by hand: the output is small and flat, and the binary needs no serializer for it.
@@ -197,8 +226,19 @@ fn to_json(info: &LockInfo, clients: &[ClientInfo]) -> String {
             )
         })
         .collect();
+    let deadlocks: Vec<String> = deadlocks_of(clients, &info.name)
+        .into_iter()
+        .map(|(c, d)| {
+            format!(
+                "{{\"ago_ms\":{},\"client\":{},\"cycle\":{}}}",
+                d.ago.as_millis(),
+                s(&c.id),
+                s(&d.cycle)
+            )
+        })
+        .collect();
     format!(
-        "{{\"name\":{},\"kind\":{},\"held\":{},\"ttl_ms\":{},\"mode\":{},\"holders\":[{}],\"queue\":[{}],\"token\":{}}}",
+        "{{\"name\":{},\"kind\":{},\"held\":{},\"ttl_ms\":{},\"mode\":{},\"holders\":[{}],\"queue\":[{}],\"token\":{},\"deadlocks\":[{}]}}",
         s(&info.name),
         s(info.shape.as_str()),
         info.is_held(),
@@ -207,5 +247,6 @@ fn to_json(info: &LockInfo, clients: &[ClientInfo]) -> String {
         holders.join(","),
         queue.join(","),
         opt(info.token.map(|t| t.to_string())),
+        deadlocks.join(","),
     )
 }

@@ -23,6 +23,7 @@ mod elect;
 mod exec;
 mod inspect;
 mod json;
+mod kinds;
 mod supervisor;
 mod sync;
 mod text;
@@ -55,13 +56,16 @@ pub mod code {
     pub const CANNOT_RUN: u8 = 126;
     /// `exec`: the command was not found.
     pub const NOT_FOUND: u8 = 127;
+    /// `exec` waiting for the lock, `latch wait`: ended by SIGINT (as the shell reports a
+    /// process that SIGINT killed).
+    pub const INTERRUPTED: u8 = 128 + libc::SIGINT as u8;
 }
 
 /// Redisson-compatible distributed locks on Redis, from the shell.
 #[derive(Parser, Debug)]
 #[command(name = "lockman", version)]
 struct Cli {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Connection options")]
     server: Server,
     #[command(subcommand)]
     command: Command,
@@ -305,17 +309,60 @@ impl Server {
             config = config.name_prefix(prefix.as_str());
         }
         if let Some(path) = &self.tls_ca {
-            let pem = std::fs::read(path)
-                .map_err(|e| Failure::new(code::USAGE, format!("{}: {e}", path.display())))?;
-            config = config.tls_ca_pem(pem);
+            config = config.tls_ca_pem(self.tls_ca_pem(path)?);
         }
         Ok(config)
+    }
+
+    /// The `--tls-ca` file's bytes; an unreadable file is refused (the library refuses one
+    /// with no PEM certificate in it when the manager starts).
+    fn tls_ca_pem(&self, path: &std::path::Path) -> Result<Vec<u8>, Failure> {
+        std::fs::read(path).map_err(|e| {
+            Failure::new(
+                code::USAGE,
+                format!("--tls-ca {}: cannot read it: {e}", path.display()),
+            )
+        })
     }
 
     async fn connect(&self) -> Result<LockManager, Failure> {
         LockManager::start(self.config()?)
             .await
-            .map_err(Failure::redis)
+            .map_err(|e| match (&e, &self.tls_ca) {
+                (
+                    LockError::InvalidArgument {
+                        what: "tls CA",
+                        reason,
+                    },
+                    Some(path),
+                ) => Failure::new(
+                    code::USAGE,
+                    format!("--tls-ca {}: {reason}", path.display()),
+                ),
+                _ => Failure::redis(e),
+            })
+    }
+}
+
+impl Command {
+    /// The name the subcommand works on, for those that take one.
+    fn name(&self) -> Option<&str> {
+        match self {
+            Command::Exec(args) => Some(args.name()),
+            Command::Elect(args) => Some(args.name()),
+            Command::Leader { name, .. }
+            | Command::Inspect { name, .. }
+            | Command::Unlock { name, .. }
+            | Command::Semaphore { name, .. }
+            | Command::Latch { name, .. }
+            | Command::Watch { name } => Some(name),
+            Command::Ls { .. } | Command::Top { .. } | Command::Doctor { .. } => None,
+        }
+    }
+
+    /// Whether the subcommand runs a command under a hold (`exec`, `elect`).
+    fn supervises(&self) -> bool {
+        matches!(self, Command::Exec(_) | Command::Elect(_))
     }
 }
 
@@ -339,12 +386,77 @@ impl Failure {
             LockError::InvalidArgument { .. } => code::USAGE,
             _ => code::REDIS,
         };
-        Self::new(code, e.to_string())
+        Self::new(code, said(&e))
+    }
+
+    /// The message on one line: a multi-line error from below joined with "; ".
+    fn one_line(&self) -> String {
+        let lines: Vec<&str> = self
+            .message
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        lines.join("; ")
+    }
+}
+
+/// Resolves at the first SIGINT from the call on (the handler is installed by the call, not
+/// at the first poll). The handler replaces an ignored SIGINT too: a shell starts a background
+/// job with SIGINT ignored, and `kill -INT` must still end a long-running subcommand.
+pub fn interrupted() -> impl Future<Output = ()> {
+    let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+    async move {
+        match signal {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            // No handler could be installed: SIGINT does what it did before.
+            Err(_) => std::future::pending::<()>().await,
+        }
+    }
+}
+
+/// What `e` means, said for a person at a shell: the library's message, but for the causes
+/// it reports in redis-rs's words.
+pub fn said(e: &LockError) -> String {
+    match e {
+        // What answered the first command was not RESP: an HTTP server, say, on that port.
+        LockError::Connect { url, source } if source.kind() == redis::ErrorKind::Parse => {
+            format!("{url} is not a Redis server (what answered does not speak RESP)")
+        }
+        // The library meets NOAUTH at its first command, as any Redis error.
+        other if other.to_string().contains("NOAUTH") => {
+            "redis wants a password (NOAUTH): give it in the URL, redis://:PASSWORD@host:port \
+             (or redis://USER:PASSWORD@host:port for an ACL user)"
+                .to_owned()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Sets `signal`'s disposition to the default.
+fn default_disposition(signal: libc::c_int) {
+    // SAFETY: signal(2) with SIG_DFL installs no handler and touches no memory of ours; it is
+    // called before the runtime starts a thread.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.command.name() == Some("") {
+        // Refused before connecting: nothing is sent, no client record written.
+        eprintln!("lockman: the name must not be empty");
+        return ExitCode::from(code::USAGE);
+    }
+    if !cli.command.supervises() {
+        // `lockman ls | head`: a closed pipe ends lockman quietly, as it does any filter,
+        // instead of the panic of a failed print. `exec` and `elect` keep SIGPIPE ignored:
+        // they must outlive a closed stdout to stop their command and release the hold.
+        default_disposition(libc::SIGPIPE);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -388,7 +500,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("lockman: {}", failure.message);
+            eprintln!("lockman: {}", failure.one_line());
             ExitCode::from(failure.code)
         }
     }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Subcommand;
-use lockman::{LockManager, SyncInfo};
+use lockman::{LockError, LockManager, SyncInfo};
 
 use crate::json::escape;
 use crate::{Failure, Server, code, duration};
@@ -39,44 +39,60 @@ pub async fn semaphore(
             .describe_synchronizer(name)
             .await
             .map_err(Failure::redis)?;
-        refuse_other_types(&info)?;
-        // A name with held permits is a permit semaphore: change it as one (what its adds
-        // publish differs).
-        let permit = !info.held.is_empty();
-        let (plain, expiring) = (manager.semaphore(name), manager.permit_semaphore(name));
-        if let Some(n) = set {
-            let done = if permit {
-                expiring.try_set_permits(n).await
-            } else {
-                plain.try_set_permits(n).await
-            }
-            .map_err(Failure::redis)?;
-            if !done {
-                eprintln!("lockman: {name:?} has permits already; not set");
-            }
-        }
-        if let Some(d) = add {
-            if permit {
-                expiring.add_permits(d).await
-            } else {
-                plain.add_permits(d).await
-            }
-            .map_err(Failure::redis)?;
-        }
-        if drain {
-            let taken = if permit {
-                expiring.drain().await
-            } else {
-                plain.drain().await
-            }
-            .map_err(Failure::redis)?;
-            eprintln!("lockman: drained {taken} permits");
-        }
-        show(&manager, name, json).await
+        refuse_other_types(&manager, &info, "a semaphore").await?;
+        let changed =
+            change_semaphore(&manager, name, !info.held.is_empty(), (set, add, drain)).await;
+        let changed = match changed {
+            Ok(changed) => changed,
+            Err(e) => return Err(crate::kinds::failure(&manager, name, "a semaphore", e).await),
+        };
+        let shown = show(&manager, name, json).await?;
+        // `--set` that found permits set: nothing else was changed, and the exit code says so.
+        Ok(if changed { shown } else { code::FREE })
     }
     .await;
     manager.shutdown().await;
     result
+}
+
+/// `--set`, then `--add`, then `--drain`; false when `--set` found permits set already (and
+/// then nothing is changed).
+async fn change_semaphore(
+    manager: &LockManager,
+    name: &str,
+    // A name with held permits is a permit semaphore: change it as one (what its adds
+    // publish differs).
+    permit: bool,
+    (set, add, drain): (Option<u32>, Option<i64>, bool),
+) -> Result<bool, LockError> {
+    let (plain, expiring) = (manager.semaphore(name), manager.permit_semaphore(name));
+    if let Some(n) = set {
+        let done = if permit {
+            expiring.try_set_permits(n).await?
+        } else {
+            plain.try_set_permits(n).await?
+        };
+        if !done {
+            eprintln!("lockman: {name:?} has permits already; not set");
+            return Ok(false);
+        }
+    }
+    if let Some(d) = add {
+        if permit {
+            expiring.add_permits(d).await?;
+        } else {
+            plain.add_permits(d).await?;
+        }
+    }
+    if drain {
+        let taken = if permit {
+            expiring.drain().await?
+        } else {
+            plain.drain().await?
+        };
+        eprintln!("lockman: drained {taken} permits");
+    }
+    Ok(true)
 }
 
 /// `lockman latch NAME [set N | count-down | wait]`.
@@ -89,22 +105,42 @@ pub async fn latch(
     let manager = server.connect().await?;
     let latch = manager.count_down_latch(name);
     let result = async {
+        let wrong = async |e| crate::kinds::failure(&manager, name, "a latch", e).await;
         match op {
             None => return show(&manager, name, json).await,
             Some(LatchOp::Set { count }) => {
-                if !latch.try_set_count(count).await.map_err(Failure::redis)? {
+                let set = match latch.try_set_count(count).await {
+                    Ok(set) => set,
+                    Err(e) => return Err(wrong(e).await),
+                };
+                if !set {
                     eprintln!("lockman: {name:?} has a count already; not set");
                     return Ok(code::FREE);
                 }
             }
             Some(LatchOp::CountDown) => {
-                let left = latch.count_down().await.map_err(Failure::redis)?;
+                let left = match latch.count_down().await {
+                    Ok(left) => left,
+                    Err(e) => return Err(wrong(e).await),
+                };
                 println!("{left}");
                 return Ok(0);
             }
-            Some(LatchOp::Wait { timeout: None }) => latch.wait().await.map_err(Failure::redis)?,
+            Some(LatchOp::Wait { timeout: None }) => tokio::select! {
+                waited = latch.wait() => if let Err(e) = waited {
+                    return Err(wrong(e).await);
+                },
+                () = crate::interrupted() => return Ok(code::INTERRUPTED),
+            },
             Some(LatchOp::Wait { timeout: Some(t) }) => {
-                if !latch.wait_for(t).await.map_err(Failure::redis)? {
+                let opened = tokio::select! {
+                    opened = latch.wait_for(t) => match opened {
+                        Ok(opened) => opened,
+                        Err(e) => return Err(wrong(e).await),
+                    },
+                    () = crate::interrupted() => return Ok(code::INTERRUPTED),
+                };
+                if !opened {
                     return Err(Failure::new(
                         code::NOT_ACQUIRED,
                         format!("latch {name:?} not open within {t:?}"),
@@ -119,17 +155,24 @@ pub async fn latch(
     result
 }
 
-fn refuse_other_types(info: &SyncInfo) -> Result<(), Failure> {
-    match &info.other_type {
-        Some(kind) => Err(Failure::new(
-            code::REDIS,
-            format!(
-                "{:?} holds a redis {kind}, not a semaphore or latch",
-                info.name
-            ),
-        )),
-        None => Ok(()),
-    }
+/// Refuses a name that holds something else than a counter: a lock (named as such) or
+/// another redis type.
+async fn refuse_other_types(
+    manager: &LockManager,
+    info: &SyncInfo,
+    wanted: &str,
+) -> Result<(), Failure> {
+    let Some(kind) = &info.other_type else {
+        return Ok(());
+    };
+    let what = match crate::kinds::what_it_holds(manager, &info.name).await {
+        Some(what) => what,
+        None => format!("a redis {kind}"),
+    };
+    Err(Failure::new(
+        code::REDIS,
+        format!("{:?} holds {what}, not {wanted}", info.name),
+    ))
 }
 
 /// Prints a synchronizer; exit 0 when it exists, 1 when its key is missing.
@@ -138,7 +181,7 @@ async fn show(manager: &LockManager, name: &str, json: bool) -> Result<u8, Failu
         .describe_synchronizer(name)
         .await
         .map_err(Failure::redis)?;
-    refuse_other_types(&info)?;
+    refuse_other_types(manager, &info, "a semaphore or latch").await?;
     print(&info, json);
     Ok(if info.count.is_some() { 0 } else { code::FREE })
 }

@@ -45,14 +45,15 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
     if with_keyspace {
         pubsub.subscribe(&keyspace).await.map_err(redis_err)?;
     }
+    // One Ctrl-C future for the whole watch: a signal that arrives while an event is printed
+    // (the select not polling) is kept for the next turn, where one made per turn would lose it.
+    // Made before the first line, so that a SIGINT sent once it is read is not missed.
+    let interrupted = crate::interrupted();
+    tokio::pin!(interrupted);
     println!("watching {name:?} (Ctrl-C to stop)");
     print_state(&manager, name, "now").await;
     let started = Instant::now();
     let mut messages = pubsub.on_message();
-    // One Ctrl-C future for the whole watch: a signal that arrives while an event is printed
-    // (the select not polling) is kept for the next turn, where one made per turn would lose it.
-    let interrupted = tokio::signal::ctrl_c();
-    tokio::pin!(interrupted);
     loop {
         let message = tokio::select! {
             message = messages.next() => message,

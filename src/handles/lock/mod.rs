@@ -235,11 +235,14 @@ impl Lock {
     ) -> Result<Option<LockGuard>, LockError> {
         let key = self.name.key();
         let resolve = || self.mgr.lock_actor(self.kind, key.clone());
+        // The caller's task (or scope): `deadlock` says why.
+        let owner = Some(crate::handles::deadlock::current());
         let acquire = || Acquire {
             holder: self.holder.clone(),
             lease,
             wait,
             kind: self.kind,
+            owner,
         };
         let span = crate::handles::trace::acquire(key, &self.kind, wait);
         let send = async { self.actor.send(resolve, acquire).await? };

@@ -1,0 +1,301 @@
+//! The Watchdog's fourth job: deadlocks across processes (docs/protocol.md, "Waits for
+//! deadlock detection"). A cycle inside this manager is found by its waits-for graph the moment
+//! it closes (`waits_for`); one through other processes needs what they say of their waits.
+//! Every [`PROBE_EVERY`], while a wait of this manager has lasted [`LONG_WAIT`]:
+//!
+//! 1. **publish**: each such wait's owner, what it waits for and what it holds (asked of every
+//!    live lock actor, `HoldsOf`), in this manager's waits hash (`protocol/deadlocks.rs`);
+//! 2. **follow** each such wait: the lock's holder fields name the holding client; its waits
+//!    hash says which of its owners holds that lock and what that owner waits for; and so on,
+//!    up to [`MAX_STEPS`] steps, until a step comes back to the wait followed: a cycle;
+//! 3. a cycle's **youngest wait** (by when it began, on the server's clock) is broken, or
+//!    reported, by the manager whose wait it is, so each cycle is acted on once: when it is
+//!    this manager's, it fails with `LockError::Deadlock` once its actor confirms it still waits.
+//!
+//! With no wait that long it costs nothing but an empty check of the graph each period: no
+//! Redis command, and nothing on any acquire's path.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::Watchdog;
+use crate::actors::messages::HoldsOf;
+use crate::actors::waits_for::{LongWait, WaitsFor};
+use crate::error::{Cycle, LockError, Owner, Step};
+use crate::protocol::{Blocked, Commands, holder_of};
+
+/// How long a wait lasts before this manager publishes it and follows it through other
+/// processes.
+pub(crate) const LONG_WAIT: Duration = Duration::from_secs(1);
+/// How often the long waits are published and followed.
+const PROBE_EVERY: Duration = Duration::from_millis(500);
+/// How long a published waits hash lives without being written again (a dead process's goes).
+const WAITS_TTL: Duration = Duration::from_secs(5);
+/// The longest cycle followed, in steps (waits).
+const MAX_STEPS: usize = 8;
+
+/// The live lock actors of the manager, asked for their waiting owners' holds (the registry's
+/// directory; a trait here, since the registry's actors use the Watchdog).
+pub(crate) trait LockActors: Send + Sync {
+    fn live(&self) -> Vec<Recipient<HoldsOf>>;
+}
+
+/// The job's state.
+pub(super) struct Probe {
+    waits_for: Arc<WaitsFor>,
+    actors: Arc<dyn LockActors>,
+    client: uuid::Uuid,
+    /// A probe under way (a slow Redis must not pile them up).
+    running: bool,
+    /// Whether this manager's waits hash may hold something (to delete).
+    pub(super) published: bool,
+    /// The user may not write `lockman_waits:*`: cycles through other processes are not looked
+    /// for, after one warning (those inside this manager still are).
+    off: bool,
+}
+
+impl Probe {
+    pub(super) fn new(
+        waits_for: Arc<WaitsFor>,
+        actors: Arc<dyn LockActors>,
+        client: uuid::Uuid,
+    ) -> Self {
+        Self {
+            waits_for,
+            actors,
+            client,
+            running: false,
+            published: false,
+            off: false,
+        }
+    }
+
+    pub(super) fn restarted(&mut self) {
+        self.running = false;
+    }
+
+    /// The cycles this manager broke or reported lately, for its client record.
+    pub(super) fn recent_cycles(&self, now: Instant) -> Vec<(Duration, String)> {
+        self.waits_for.recent_cycles(now)
+    }
+
+    pub(super) const EVERY: Duration = PROBE_EVERY;
+}
+
+impl Watchdog {
+    /// Publishes and follows this manager's long waits (see the module).
+    pub(super) fn probe(&mut self, ctx: &mut Context<Self>) {
+        let probe = &mut self.probe;
+        if self.halted || probe.running || probe.off || !probe.waits_for.is_on() {
+            return;
+        }
+        let long = probe.waits_for.long_waits(LONG_WAIT, Instant::now());
+        if long.is_empty() && !probe.published {
+            return;
+        }
+        probe.running = true;
+        let run = Run {
+            commands: self.commands.clone(),
+            waits_for: probe.waits_for.clone(),
+            actors: probe.actors.clone(),
+            client: probe.client,
+        };
+        let published = !long.is_empty();
+        ctx.spawn(
+            async move { run.go(long).await }
+                .into_actor(self)
+                .map(move |res, act, _| {
+                    act.probe.running = false;
+                    match res {
+                        Ok(()) => act.probe.published = published,
+                        Err(error @ LockError::NoPermission { .. }) => {
+                            act.probe.off = true;
+                            tracing::warn!(%error, "no permission for lockman_waits:* keys: deadlocks through other processes are not looked for (those within this manager still are)");
+                        }
+                        Err(error) => tracing::debug!(%error, "deadlock probe failed; again soon"),
+                    }
+                }),
+        );
+    }
+}
+
+/// One probe: what it needs, off the actor.
+struct Run {
+    commands: Commands,
+    waits_for: Arc<WaitsFor>,
+    actors: Arc<dyn LockActors>,
+    client: uuid::Uuid,
+}
+
+/// One step of a cycle being followed.
+#[derive(Clone, Debug)]
+struct Found {
+    owner: Owner,
+    client: uuid::Uuid,
+    service: String,
+    /// The lock it waits for (its key) and how.
+    name: String,
+    kind: String,
+    since_ms: u64,
+}
+
+impl Run {
+    async fn go(self, long: Vec<LongWait>) -> Result<(), LockError> {
+        let me = self.client.hyphenated().to_string();
+        let mut mine = Vec::with_capacity(long.len());
+        if !long.is_empty() {
+            let owners: Arc<[Owner]> = long.iter().map(|w| w.owner).collect();
+            let asked = self.actors.live().into_iter().map(|a| {
+                a.send(HoldsOf {
+                    owners: owners.clone(),
+                })
+            });
+            let mut holds: FxHashMap<Owner, Vec<(String, String)>> = FxHashMap::default();
+            for reply in futures_util::future::join_all(asked).await {
+                for (owner, name, holder) in reply.unwrap_or_default() {
+                    holds
+                        .entry(owner)
+                        .or_default()
+                        .push((name.to_string(), holder.to_string()));
+                }
+            }
+            for wait in &long {
+                let blocked = Blocked {
+                    owner: wait.owner,
+                    service: self.waits_for.service().to_owned(),
+                    name: wait.name.to_string(),
+                    kind: wait.kind.to_owned(),
+                    holder: wait.holder.to_string(),
+                    since_ms: 0,
+                    holds: holds.get(&wait.owner).cloned().unwrap_or_default(),
+                };
+                mine.push((blocked, wait.since));
+            }
+        }
+        // How long each has waited, as of now: the server stamps it with its own clock on
+        // arrival, so waits of different processes compare by one clock, give or take a
+        // one-way trip.
+        let mine: Vec<(Blocked, Duration)> = mine
+            .into_iter()
+            .map(|(b, since)| (b, since.elapsed()))
+            .collect();
+        let now_ms = self.commands.publish_blocked(&me, WAITS_TTL, &mine).await?;
+        let mine: Vec<Blocked> = mine
+            .into_iter()
+            .map(|(b, waited)| Blocked {
+                since_ms: now_ms.saturating_sub(crate::protocol::millis(waited)),
+                ..b
+            })
+            .collect();
+        let mut others: FxHashMap<String, Vec<Blocked>> = FxHashMap::default();
+        others.insert(me.clone(), mine.clone());
+        for (wait, start) in long.iter().zip(&mine) {
+            let Some(cycle) = self.follow(start, &me, &mut others).await? else {
+                continue;
+            };
+            // Only cycles through another process: the graph finds the others itself.
+            if cycle.iter().all(|s| s.client == self.client) {
+                continue;
+            }
+            let youngest = cycle.iter().enumerate().max_by(|(_, a), (_, b)| {
+                (a.since_ms, a.client, a.owner).cmp(&(b.since_ms, b.client, b.owner))
+            });
+            // The youngest is acted on by its own manager: here only if it is the wait
+            // followed (a cycle through two of this manager's waits is found from either).
+            if youngest.is_some_and(|(i, s)| i == 0 && s.client == self.client) {
+                let steps = cycle
+                    .iter()
+                    .map(|s| Step {
+                        owner: s.owner,
+                        client: s.client,
+                        service: s.service.clone(),
+                        name: self.waits_for.given(&s.name).to_owned(),
+                        kind: s.kind.clone(),
+                    })
+                    .collect();
+                self.waits_for.break_found(wait, Cycle { steps }).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Follows `start`'s wait through the holders of what it waits for, their clients' waits
+    /// hashes, and so on: the cycle back to `start`, if there is one within [`MAX_STEPS`].
+    /// Depth first; `hashes` caches each client's hash for this probe.
+    async fn follow(
+        &self,
+        start: &Blocked,
+        me: &str,
+        hashes: &mut FxHashMap<String, Vec<Blocked>>,
+    ) -> Result<Option<Vec<Found>>, LockError> {
+        let step = |b: &Blocked, client: &str| Found {
+            owner: b.owner,
+            client: uuid::Uuid::parse_str(client).unwrap_or_default(),
+            service: b.service.clone(),
+            name: b.name.clone(),
+            kind: b.kind.clone(),
+            since_ms: b.since_ms,
+        };
+        // Each frame: a step of the path, and the next steps still to try from it.
+        let mut path: Vec<(Found, Vec<(String, Blocked)>)> = Vec::new();
+        let mut seen: FxHashSet<(String, Owner)> = FxHashSet::default();
+        seen.insert((me.to_owned(), start.owner));
+        let next = self.next_steps(start, hashes).await?;
+        path.push((step(start, me), next));
+        while let Some((_, next)) = path.last_mut() {
+            let Some((client, blocked)) = next.pop() else {
+                path.pop();
+                continue;
+            };
+            if client == me && blocked.owner == start.owner {
+                return Ok(Some(path.into_iter().map(|(f, _)| f).collect()));
+            }
+            if path.len() >= MAX_STEPS || !seen.insert((client.clone(), blocked.owner)) {
+                continue;
+            }
+            let after = self.next_steps(&blocked, hashes).await?;
+            path.push((step(&blocked, &client), after));
+        }
+        Ok(None)
+    }
+
+    /// The owners (by client) that hold what `blocked` waits for and themselves wait, as
+    /// their hashes say: the steps after it.
+    async fn next_steps(
+        &self,
+        blocked: &Blocked,
+        hashes: &mut FxHashMap<String, Vec<Blocked>>,
+    ) -> Result<Vec<(String, Blocked)>, LockError> {
+        let described = self.commands.describe(&blocked.name).await?;
+        let mut next = Vec::new();
+        for (field, _) in &described.fields {
+            let Some((client, holder)) = holder_of(field) else {
+                continue;
+            };
+            // Its own re-entry is no wait (a read hold under a write wait is, as in the graph).
+            let upgrade = blocked.kind == "write" && !field.ends_with(":write");
+            if holder == blocked.holder && !upgrade {
+                continue;
+            }
+            if !hashes.contains_key(client) {
+                let read = self.commands.read_blocked(client).await?;
+                hashes.insert(client.to_owned(), read);
+            }
+            let Some(theirs) = hashes.get(client) else {
+                continue;
+            };
+            for b in theirs {
+                if b.holds
+                    .iter()
+                    .any(|(n, h)| *n == blocked.name && h == holder)
+                {
+                    next.push((client.to_owned(), b.clone()));
+                }
+            }
+        }
+        Ok(next)
+    }
+}

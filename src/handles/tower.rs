@@ -1,0 +1,668 @@
+//! tower integration (the `tower` feature): hold a lock, or a semaphore's permit, for each request
+//! of an axum, tonic or any tower HTTP service, as `lockman::web` does for actix-web.
+//!
+//! A [`LockLayer`] says which part of a request names its lock (a path segment, a header, or a
+//! closure over the request's head), how long to wait, and what to answer when the lock stays
+//! busy. The wrapped service is called only once the lock is held; a request that cannot have it
+//! within the wait gets `409 Conflict` (or the status you choose, e.g. `503`) with `Retry-After`,
+//! and the inner service never sees it. [`PermitLayer`] does the same with a permit semaphore per
+//! name: at most N requests per name run at once across every instance, the others get `429 Too
+//! Many Requests` (or `503`) with `Retry-After`.
+//!
+//! **How long the lock is held**: until the response's body has been sent (its last frame read),
+//! or dropped unsent (a client gone, a cancelled request). A streaming body is thus sent under
+//! the lock too, where actix-web's extractor releases when the handler returns. A request whose
+//! future is dropped while it waits for its lock gives up its wait. The inner service finds the
+//! guard in the request's extensions, as a [`LockHeld`] or a [`PermitHeld`] (axum:
+//! `Extension<LockHeld>`), for its name, lost signal and deadline.
+//!
+//! What a refused request gets (the status, a `Retry-After` for the retryable ones, and a one-line
+//! text body) is the same as with `lockman::web`:
+//!
+//! | why | status |
+//! |---|---|
+//! | the request has no value to name its lock (segment or header missing or empty, the closure said `None` or `""`) | `400` |
+//! | the lock stayed busy for the whole wait | `409` (lock) or `429` (permit), or [`busy_status`](LockLayer::busy_status); `Retry-After` |
+//! | lockman failed and may succeed later (Redis away) | `503`, `Retry-After` |
+//! | lockman failed otherwise | `500` |
+//!
+//! The refusal is a response, not an error of the service: the layer keeps the inner service's
+//! error type, and axum's `Router::layer` / `route_layer` and tonic's `Server::builder().layer`
+//! take it as is. Under tonic a refusal is an HTTP status, not a gRPC one: gRPC clients map it as
+//! the gRPC spec says (`429` and `503` to `UNAVAILABLE`, `409` to `UNKNOWN`, `400` to
+//! `INTERNAL`); a path segment there is `1` for the method of `/package.Service/Method`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use axum::{Router, routing::post};
+//! use lockman::tower::LockLayer;
+//!
+//! async fn deposit() -> &'static str {
+//!     // ... read, change and write the account: no other request on it runs meanwhile ...
+//!     "ok"
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let manager = lockman::LockManager::connect("redis://127.0.0.1:6379/0").await?;
+//! let app: Router = Router::new()
+//!     .route("/accounts/{account}/deposit", post(deposit))
+//!     // The lock of `/accounts/alice/deposit` is `account:alice`: segment 1 of the path.
+//!     .route_layer(
+//!         LockLayer::segment(manager, 1)
+//!             .prefix("account:")
+//!             .wait(Duration::from_millis(200)),
+//!     );
+//! # Ok(()) }
+//! ```
+//!
+//! **Path segments** are counted in the path the layer sees, from 0, empty segments skipped:
+//! in `/accounts/alice/deposit`, `accounts` is 0 and `alice` is 1 (in axum, a router nested under
+//! a prefix sees the path without it). Use [`LockLayer::with`] for anything else, such as a
+//! percent-decoded segment, a query parameter or an extension an earlier layer set.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::request::Parts;
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+
+use crate::error::LockError;
+use crate::handles::lock::LockGuard;
+use crate::handles::manager::LockManager;
+use crate::handles::sync::{PermitGuard, PermitSemaphore};
+
+/// A closure that names a request's lock from its head.
+type Namer = dyn Fn(&Parts) -> Option<String> + Send + Sync;
+
+/// Where a request's lock name comes from.
+#[derive(Clone)]
+enum Key {
+    /// The path segment at this index (from 0, empty ones skipped).
+    Segment(usize),
+    Header(HeaderName),
+    With(Arc<Namer>),
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Segment(i) => write!(f, "Segment({i})"),
+            Self::Header(h) => write!(f, "Header({h:?})"),
+            Self::With(_) => f.write_str("With(..)"),
+        }
+    }
+}
+
+impl Key {
+    /// What a request lacks when it has no value: for the `400`'s text.
+    fn describe(&self) -> String {
+        match self {
+            Self::Segment(i) => format!("path segment {i}"),
+            Self::Header(h) => format!("header {:?}", h.as_str()),
+            Self::With(_) => "value (the naming closure found none)".to_owned(),
+        }
+    }
+
+    fn value(&self, head: &Parts) -> Option<String> {
+        match self {
+            Self::Segment(i) => head
+                .uri
+                .path()
+                .split('/')
+                .filter(|s| !s.is_empty())
+                .nth(*i)
+                .map(str::to_owned),
+            Self::Header(name) => head
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            Self::With(f) => f(head),
+        }
+    }
+}
+
+/// The lock or the permits a layer takes.
+#[derive(Clone, Debug)]
+enum Gate {
+    Lock,
+    Permits {
+        permits: u32,
+        /// Names whose permits this process has set (or found set): set once, not per request.
+        set: Arc<Mutex<HashSet<String>>>,
+    },
+}
+
+/// How many names a [`PermitLayer`] remembers as set before it forgets them all (and sets each
+/// again, once, when next seen): a bound on its memory.
+const REMEMBERED_NAMES: usize = 10_000;
+
+/// What every service of a layer shares: the manager, which part of a request names the lock,
+/// how long to wait, what to answer when it stays busy.
+#[derive(Clone, Debug)]
+struct Admission {
+    manager: LockManager,
+    gate: Gate,
+    key: Key,
+    prefix: String,
+    wait: Duration,
+    busy: StatusCode,
+    retry_after: Duration,
+}
+
+impl Admission {
+    fn new(manager: LockManager, key: Key, gate: Gate) -> Self {
+        let busy = match gate {
+            Gate::Lock => StatusCode::CONFLICT,
+            Gate::Permits { .. } => StatusCode::TOO_MANY_REQUESTS,
+        };
+        Self {
+            manager,
+            gate,
+            key,
+            prefix: String::new(),
+            wait: Duration::from_secs(1),
+            busy,
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
+    fn name(&self, head: &Parts) -> Result<String, Refusal> {
+        match self.key.value(head).filter(|v| !v.is_empty()) {
+            Some(v) => Ok(format!("{}{v}", self.prefix)),
+            None => Err(Refusal::NoKey(self.key.describe())),
+        }
+    }
+
+    fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
+    }
+
+    /// Takes the lock or a permit of `name`, waiting up to the configured time.
+    async fn admit(&self, name: String) -> Result<Held, Refusal> {
+        let outcome = match &self.gate {
+            Gate::Lock => {
+                let lock = self.manager.lock(name.as_str());
+                lock.try_acquire_for(self.wait)
+                    .await
+                    .map(|g| g.map(|g| Held::Lock(Arc::new(g))))
+            }
+            Gate::Permits { permits, set } => {
+                let sem = self.manager.permit_semaphore(name.as_str());
+                let outcome = match ensure_set(&sem, *permits, set).await {
+                    Ok(()) => sem
+                        .try_acquire_for(1, self.wait)
+                        .await
+                        .map(|g| g.map(|g| Held::Permit(Arc::new(g)))),
+                    Err(e) => Err(e),
+                };
+                if let Ok(None) = outcome {
+                    // Busy, or the semaphore's key was lost (a restart without its data): set it
+                    // again at the next request, which is a no-op when it exists.
+                    if let Ok(mut set) = set.lock() {
+                        set.remove(&name);
+                    }
+                }
+                outcome
+            }
+        };
+        match outcome {
+            Ok(Some(held)) => Ok(held),
+            Ok(None) => Err(Refusal::Busy {
+                name,
+                status: self.busy,
+                retry_after: self.retry_after_secs(),
+            }),
+            Err(source) => Err(Refusal::Lock {
+                source,
+                retry_after: self.retry_after_secs(),
+            }),
+        }
+    }
+}
+
+/// Sets the permits of `sem` unless this process did already (a semaphore set before keeps its
+/// own count).
+async fn ensure_set(
+    sem: &PermitSemaphore,
+    permits: u32,
+    set: &Mutex<HashSet<String>>,
+) -> Result<(), LockError> {
+    let known = set.lock().is_ok_and(|set| set.contains(sem.name()));
+    if !known {
+        sem.try_set_permits(permits).await?;
+        if let Ok(mut set) = set.lock() {
+            if set.len() >= REMEMBERED_NAMES {
+                set.clear();
+            }
+            set.insert(sem.name().to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// The builder methods of a layer, which holds its [`Admission`] in `admission` (built, not yet
+/// shared: a layer's services share it once the layer is applied).
+macro_rules! admission_builders {
+    ($what:literal, $busy:literal) => {
+        #[doc = concat!("Prepended to the segment, header or closure value to make the ", $what, " name (e.g. `account:`).")]
+        pub fn prefix(mut self, prefix: &str) -> Self {
+            self.edit().prefix = prefix.to_owned();
+            self
+        }
+
+        #[doc = concat!("How long a request waits for its ", $what, ". Default: 1 s.")]
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.edit().wait = wait;
+            self
+        }
+
+        #[doc = concat!("The status of a request whose ", $what, " stayed busy: ", $busy, " by default.")]
+        pub fn busy_status(mut self, status: StatusCode) -> Self {
+            self.edit().busy = status;
+            self
+        }
+
+        /// The `Retry-After` of a busy (or retryable failure's) answer, in whole seconds (at
+        /// least 1). Default: 1 s.
+        pub fn retry_after(mut self, after: Duration) -> Self {
+            self.edit().retry_after = after;
+            self
+        }
+    };
+}
+
+/// A tower [`Layer`](::tower::Layer) that holds a lock per request, named by a path segment, a
+/// header or a closure, until the response's body is sent. Its services answer a request that
+/// cannot have the lock within the wait with `409 Conflict` (or
+/// [`busy_status`](Self::busy_status)) and `Retry-After`, without calling the inner service.
+#[derive(Clone, Debug)]
+pub struct LockLayer {
+    admission: Arc<Admission>,
+}
+
+impl LockLayer {
+    /// The lock is named by the path segment at `index`, counted from 0 and skipping empty
+    /// segments (`/accounts/alice/deposit`: `alice` is 1), as the request's path has it (not
+    /// percent-decoded).
+    pub fn segment(manager: LockManager, index: usize) -> Self {
+        Self::new(manager, Key::Segment(index))
+    }
+
+    /// The lock is named by the request header `name` (a value that is not visible ASCII counts
+    /// as missing).
+    pub fn header(manager: LockManager, name: HeaderName) -> Self {
+        Self::new(manager, Key::Header(name))
+    }
+
+    /// The lock is named by what `name` returns for the request's head (method, URI, headers,
+    /// extensions); `None` or `""` is answered `400`.
+    pub fn with<F>(manager: LockManager, name: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Self::new(manager, Key::With(Arc::new(name)))
+    }
+
+    fn new(manager: LockManager, key: Key) -> Self {
+        let admission = Arc::new(Admission::new(manager, key, Gate::Lock));
+        Self { admission }
+    }
+
+    /// The admission being built; a layer cloned before a builder call is given its own copy.
+    fn edit(&mut self) -> &mut Admission {
+        Arc::make_mut(&mut self.admission)
+    }
+
+    admission_builders!(
+        "lock",
+        "`409 Conflict`; `503 Service Unavailable` is the other usual choice"
+    );
+}
+
+/// A tower [`Layer`](::tower::Layer) that holds a permit of a permit semaphore per request: at
+/// most `permits` requests per name at once, across every instance of the service (a
+/// [`PermitSemaphore`](crate::PermitSemaphore) per name, whose permits the watchdog renews, so
+/// an instance that dies gives its permits back). The others get `429 Too Many Requests` (or
+/// [`busy_status`](Self::busy_status)) with `Retry-After`.
+///
+/// ```no_run
+/// use axum::{Router, routing::post};
+/// use lockman::tower::PermitLayer;
+///
+/// # fn demo(manager: lockman::LockManager) {
+/// let app: Router = Router::new()
+///     .route("/tenants/{tenant}/export", post(|| async { "exported" }))
+///     // At most 2 exports per tenant run at once, everywhere.
+///     .route_layer(PermitLayer::segment(manager, 1, 2).prefix("exports:"));
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct PermitLayer {
+    admission: Arc<Admission>,
+}
+
+impl PermitLayer {
+    /// `permits` per name, the name taken from the path segment at `index` (as
+    /// [`LockLayer::segment`]).
+    pub fn segment(manager: LockManager, index: usize, permits: u32) -> Self {
+        Self::new(manager, Key::Segment(index), permits)
+    }
+
+    /// `permits` per name, the name taken from the request header `name`.
+    pub fn header(manager: LockManager, name: HeaderName, permits: u32) -> Self {
+        Self::new(manager, Key::Header(name), permits)
+    }
+
+    /// `permits` per name, the name returned by `name` for the request's head (as
+    /// [`LockLayer::with`]).
+    pub fn with<F>(manager: LockManager, name: F, permits: u32) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Self::new(manager, Key::With(Arc::new(name)), permits)
+    }
+
+    fn new(manager: LockManager, key: Key, permits: u32) -> Self {
+        let gate = Gate::Permits {
+            permits,
+            set: Arc::default(),
+        };
+        let admission = Arc::new(Admission::new(manager, key, gate));
+        Self { admission }
+    }
+
+    /// The admission being built; a layer cloned before a builder call is given its own copy.
+    fn edit(&mut self) -> &mut Admission {
+        Arc::make_mut(&mut self.admission)
+    }
+
+    admission_builders!(
+        "permit",
+        "`429 Too Many Requests`; `503 Service Unavailable` is the other usual choice"
+    );
+}
+
+impl<S> ::tower::Layer<S> for LockLayer {
+    type Service = Admit<S>;
+
+    fn layer(&self, inner: S) -> Admit<S> {
+        Admit {
+            inner,
+            admission: self.admission.clone(),
+        }
+    }
+}
+
+impl<S> ::tower::Layer<S> for PermitLayer {
+    type Service = Admit<S>;
+
+    fn layer(&self, inner: S) -> Admit<S> {
+        Admit {
+            inner,
+            admission: self.admission.clone(),
+        }
+    }
+}
+
+/// The service of a [`LockLayer`] or a [`PermitLayer`]: calls `S` with each request once the
+/// request's lock or permit is held, and holds it until the response's body is sent.
+#[derive(Clone, Debug)]
+pub struct Admit<S> {
+    inner: S,
+    admission: Arc<Admission>,
+}
+
+impl<S, ReqBody, ResBody> ::tower::Service<Request<ReqBody>> for Admit<S>
+where
+    S: ::tower::Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+{
+    type Response = Response<Guarded<ResBody>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        // The service made ready by `poll_ready` is the one to call; a clone stays for the next.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let admission = self.admission.clone();
+        let (head, body) = req.into_parts();
+        let name = admission.name(&head);
+        let mut req = Request::from_parts(head, body);
+        Box::pin(async move {
+            let held = match name {
+                Ok(name) => admission.admit(name).await,
+                Err(refusal) => Err(refusal),
+            };
+            match held {
+                Ok(held) => {
+                    held.lend(&mut req);
+                    let response = inner.call(req).await?;
+                    Ok(response.map(|body| Guarded::holding(body, held)))
+                }
+                Err(refusal) => Ok(refusal.response()),
+            }
+        })
+    }
+}
+
+/// The guard a request holds, kept for its drop: dropping the last of its handles (this one and
+/// the request extension's) releases the lock or the permit.
+#[derive(Debug)]
+enum Held {
+    Lock(Arc<LockGuard>),
+    Permit(Arc<PermitGuard>),
+}
+
+impl Held {
+    /// Hands the inner service a handle on the guard, in the request's extensions.
+    fn lend<B>(&self, req: &mut Request<B>) {
+        let extensions = req.extensions_mut();
+        match self {
+            Self::Lock(guard) => {
+                extensions.insert(LockHeld(guard.clone()));
+            }
+            Self::Permit(guard) => {
+                extensions.insert(PermitHeld(guard.clone()));
+            }
+        }
+    }
+}
+
+/// The lock of this request, in its extensions for the inner service (axum:
+/// `Extension<LockHeld>`): it dereferences to its [`LockGuard`] (name, lost signal, deadline,
+/// [`scope`](LockGuard::scope)). The lock is released once the response's body is sent **and**
+/// every `LockHeld` is dropped: a handler that keeps one (a spawned task) keeps the lock.
+#[derive(Clone, Debug)]
+pub struct LockHeld(Arc<LockGuard>);
+
+impl std::ops::Deref for LockHeld {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.0
+    }
+}
+
+/// The permit of this request, in its extensions for the inner service (axum:
+/// `Extension<PermitHeld>`): it dereferences to its [`PermitGuard`] (lost signal, ids,
+/// deadline). As with [`LockHeld`], the permit is given back once the body is sent and every
+/// `PermitHeld` is dropped.
+#[derive(Clone, Debug)]
+pub struct PermitHeld(Arc<PermitGuard>);
+
+impl std::ops::Deref for PermitHeld {
+    type Target = PermitGuard;
+
+    fn deref(&self) -> &PermitGuard {
+        &self.0
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The body of an [`Admit`] service's response: the inner service's body, with the request's
+    /// lock or permit held until its last frame is read or it is dropped; or the text of a
+    /// refusal.
+    pub struct Guarded<B> {
+        #[pin]
+        inner: Option<B>,
+        refusal: Option<Bytes>,
+        held: Option<Held>,
+    }
+}
+
+impl<B> Guarded<B> {
+    fn holding(body: B, held: Held) -> Self {
+        Self {
+            inner: Some(body),
+            refusal: None,
+            held: Some(held),
+        }
+    }
+
+    fn refusal(text: String) -> Self {
+        Self {
+            inner: None,
+            refusal: Some(Bytes::from(text)),
+            held: None,
+        }
+    }
+
+    /// Whether the request's lock or permit is still held by this body (until its end is read).
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
+    }
+}
+
+impl<B> fmt::Debug for Guarded<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guarded")
+            .field("refusal", &self.refusal)
+            .field("holds", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Body for Guarded<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = self.project();
+        match this.inner.as_pin_mut() {
+            Some(inner) => {
+                let frame = std::task::ready!(inner.poll_frame(cx));
+                if frame.is_none() {
+                    // The whole body is out: the request is done, give its lock back.
+                    *this.held = None;
+                }
+                Poll::Ready(frame)
+            }
+            None => Poll::Ready(this.refusal.take().map(|text| Ok(Frame::data(text)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.inner {
+            Some(inner) => inner.is_end_stream(),
+            None => self.refusal.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match (&self.inner, &self.refusal) {
+            (Some(inner), _) => inner.size_hint(),
+            (None, Some(text)) => SizeHint::with_exact(text.len() as u64),
+            (None, None) => SizeHint::with_exact(0),
+        }
+    }
+}
+
+/// Why a request did not get its lock or permit. The service answers it itself (a status, a
+/// `Retry-After` for the retryable ones, this error's text as the body); it is public for its
+/// [`status`](Self::status) and text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The request lacks what names its lock: `400`.
+    #[error("the request has no {0} to name its lock")]
+    NoKey(String),
+    /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
+    /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
+    #[error("{name:?} is busy; retry later")]
+    Busy {
+        /// The lock or semaphore name.
+        name: String,
+        /// The answer's status.
+        status: StatusCode,
+        /// Its `Retry-After`, in seconds.
+        retry_after: u64,
+    },
+    /// lockman failed: `503` with `Retry-After` when the error is retryable (Redis away), `500`
+    /// otherwise.
+    #[error("lock unavailable: {source}")]
+    Lock {
+        /// What lockman said.
+        source: LockError,
+        /// `Retry-After`, in seconds, for a retryable error.
+        retry_after: u64,
+    },
+}
+
+impl Refusal {
+    /// The status of the answer.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::NoKey(_) => StatusCode::BAD_REQUEST,
+            Self::Busy { status, .. } => *status,
+            Self::Lock { source, .. } if source.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Lock { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Its `Retry-After`, in seconds, when it has one.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::Busy { retry_after, .. } => Some(*retry_after),
+            Self::Lock {
+                source,
+                retry_after,
+            } if source.is_retryable() => Some(*retry_after),
+            _ => None,
+        }
+    }
+
+    fn response<B>(&self) -> Response<Guarded<B>> {
+        let mut response = Response::new(Guarded::refusal(self.to_string()));
+        *response.status_mut() = self.status();
+        let headers = response.headers_mut();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        if let Some(after) = self.retry_after() {
+            headers.insert(RETRY_AFTER, HeaderValue::from(after));
+        }
+        response
+    }
+}

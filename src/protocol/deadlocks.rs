@@ -1,0 +1,227 @@
+//! Long waits, published for deadlock detection across processes (docs/protocol.md, "Waits for
+//! deadlock detection"): each manager whose callers have waited past the threshold keeps one
+//! hash, `lockman_waits:{lockman}:<client id>`, with one field per such owner: what it waits
+//! for, and what it holds (each hold's name and holder field). A manager following a wait reads
+//! the lock's holder fields, whose first part is the holding client's id, and that client's
+//! hash tells which of its owners holds it and what that owner waits for.
+//!
+//! The hashes share the records' hash tag `{lockman}`: on a cluster they live in one slot.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::commands::Commands;
+use super::{millis, unexpected};
+use crate::connections::command::{Replicas, ScriptCall};
+use crate::error::{LockError, Owner};
+
+static PUBLISH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("deadlocks/publish.lua")));
+static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("deadlocks/read.lua")));
+
+/// The hash of client `id`'s long waits.
+pub(crate) fn waits_key(id: &str) -> String {
+    format!("lockman_waits:{{lockman}}:{id}")
+}
+
+/// One owner's long wait, as published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Blocked {
+    pub owner: Owner,
+    /// Its manager's service name.
+    pub service: String,
+    /// What it waits for: the lock's key, its kind's label and the wait's holder field.
+    pub name: String,
+    pub kind: String,
+    pub holder: String,
+    /// When the wait began, by the server's clock (epoch ms): set by `publish.lua`.
+    pub since_ms: u64,
+    /// What the owner holds: each hold's lock key and holder field.
+    pub holds: Vec<(String, String)>,
+}
+
+impl Blocked {
+    /// The field and value written (the value without the `since` line `publish.lua` adds).
+    fn encode(&self) -> (String, String) {
+        let mut value = String::new();
+        for part in [&self.service, &self.kind, &self.name, &self.holder] {
+            netstring(&mut value, part);
+        }
+        for (name, holder) in &self.holds {
+            netstring(&mut value, name);
+            netstring(&mut value, holder);
+        }
+        (owner_field(self.owner), value)
+    }
+
+    /// A field and value as read; `None` for one this version cannot read.
+    fn decode(field: &str, value: &str) -> Option<Self> {
+        let owner = parse_owner(field)?;
+        let (since, mut rest) = value.split_once('\n')?;
+        let mut parts = Vec::new();
+        while !rest.is_empty() {
+            let (part, after) = take_netstring(rest)?;
+            parts.push(part.to_owned());
+            rest = after;
+        }
+        if parts.len() < 4 || parts.len() % 2 != 0 {
+            return None;
+        }
+        let holds = parts[4..]
+            .chunks_exact(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect();
+        let mut parts = parts.into_iter();
+        Some(Self {
+            owner,
+            service: parts.next()?,
+            kind: parts.next()?,
+            name: parts.next()?,
+            holder: parts.next()?,
+            since_ms: since.parse().ok()?,
+            holds,
+        })
+    }
+}
+
+fn owner_field(owner: Owner) -> String {
+    match owner {
+        Owner::Task(n) => format!("task:{n}"),
+        Owner::Thread(n) => format!("thread:{n}"),
+        Owner::Scope(n) => format!("scope:{n}"),
+    }
+}
+
+fn parse_owner(field: &str) -> Option<Owner> {
+    let (kind, n) = field.split_once(':')?;
+    let n = n.parse().ok()?;
+    match kind {
+        "task" => Some(Owner::Task(n)),
+        "thread" => Some(Owner::Thread(n)),
+        "scope" => Some(Owner::Scope(n)),
+        _ => None,
+    }
+}
+
+/// `<bytes>:<text>,`: any text, newlines and commas included.
+fn netstring(out: &mut String, text: &str) {
+    use std::fmt::Write;
+    let _ = write!(out, "{}:{text},", text.len());
+}
+
+fn take_netstring(s: &str) -> Option<(&str, &str)> {
+    let (len, rest) = s.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let text = rest.get(..len)?;
+    let rest = rest.get(len..)?.strip_prefix(',')?;
+    Some((text, rest))
+}
+
+/// The client id of a holder field (`<client id>:<n>`, a read-write lock's writer
+/// `<client id>:<n>:write`) and the holder it names (without `:write`); `None` for a field that is
+/// no holder (`mode`) or not lockman's or Redisson's shape.
+pub(crate) fn holder_of(field: &str) -> Option<(&str, &str)> {
+    let holder = field.strip_suffix(":write").unwrap_or(field);
+    let (client, n) = holder.rsplit_once(':')?;
+    (n.parse::<u64>().is_ok() && uuid::Uuid::parse_str(client).is_ok()).then_some((client, holder))
+}
+
+impl Commands {
+    /// Replaces client `id`'s long waits with `blocked` (each with how long it has waited), to
+    /// expire after `ttl`; none deletes them. Returns the server's time (epoch ms).
+    pub(crate) async fn publish_blocked(
+        &self,
+        id: &str,
+        ttl: Duration,
+        blocked: &[(Blocked, Duration)],
+    ) -> Result<u64, LockError> {
+        let key = waits_key(id);
+        let entries: Vec<(String, String, String)> = blocked
+            .iter()
+            .map(|(b, waited)| {
+                let (field, value) = b.encode();
+                (field, millis(*waited).to_string(), value)
+            })
+            .collect();
+        let bytes: usize = entries
+            .iter()
+            .map(|(f, w, v)| f.len() + w.len() + v.len() + 12)
+            .sum();
+        let mut call = ScriptCall::new(&PUBLISH, 1, 1 + 3 * entries.len(), key.len() + bytes);
+        call.key(&key).arg(millis(ttl));
+        for (field, waited, value) in &entries {
+            call.arg(field).arg(waited).arg(value);
+        }
+        let reply = self
+            .conn()
+            .eval("publish waits", &key, &call, Replicas::Skip)
+            .await?
+            .value;
+        match reply {
+            redis::Value::Int(now) => Ok(u64::try_from(now).unwrap_or(0)),
+            other => Err(unexpected("publish waits", other)),
+        }
+    }
+
+    /// Client `id`'s long waits, as it last published them.
+    pub(crate) async fn read_blocked(&self, id: &str) -> Result<Vec<Blocked>, LockError> {
+        let key = waits_key(id);
+        let mut call = ScriptCall::new(&READ, 1, 0, key.len());
+        call.key(&key);
+        let reply = self
+            .conn()
+            .eval("read waits", &key, &call, Replicas::Skip)
+            .await?
+            .value;
+        let flat: Vec<String> =
+            redis::from_redis_value(reply.clone()).map_err(|_| unexpected("read waits", reply))?;
+        Ok(flat
+            .chunks_exact(2)
+            .filter_map(|p| Blocked::decode(&p[0], &p[1]))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_reads_back_as_written_whatever_its_names_hold() {
+        let blocked = Blocked {
+            owner: Owner::Task(42),
+            service: "orders".into(),
+            name: "a,b:\n{c}".into(),
+            kind: "write".into(),
+            holder: "00000000-0000-0000-0000-000000000001:7".into(),
+            since_ms: 0,
+            holds: vec![("x".into(), "h:1".into()), ("".into(), "h:2".into())],
+        };
+        let (field, value) = blocked.encode();
+        let read = Blocked::decode(&field, &format!("1234\n{value}")).unwrap();
+        assert_eq!(
+            read,
+            Blocked {
+                since_ms: 1234,
+                ..blocked
+            }
+        );
+        assert_eq!(Blocked::decode("task:x", "1\n"), None);
+        assert_eq!(Blocked::decode("task:1", "1\n3:ab,"), None);
+        for owner in [Owner::Task(1), Owner::Thread(2), Owner::Scope(3)] {
+            assert_eq!(parse_owner(&owner_field(owner)), Some(owner));
+        }
+    }
+
+    #[test]
+    fn holder_fields_name_their_client() {
+        let id = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+        let (plain, write) = (format!("{id}:12"), format!("{id}:12:write"));
+        assert_eq!(holder_of(&plain), Some((id, plain.as_str())));
+        assert_eq!(holder_of(&write), Some((id, plain.as_str())));
+        assert_eq!(holder_of("mode"), None);
+        assert_eq!(holder_of("someone:else"), None);
+    }
+}

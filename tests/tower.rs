@@ -1,0 +1,444 @@
+//! The tower layers (`lockman::tower`) under axum, over real HTTP on loopback ports and a
+//! throwaway redis-server: a lock per request excludes exactly (an in-handler overlap counter
+//! over many concurrent requests), is held until a streamed body has been sent, and answers a
+//! busy lock or permit with its status and `Retry-After` after the configured wait; two routers
+//! with two managers share a permit semaphore; requests that do not name a lock are answered
+//! `400`. Run with `cargo test --features tower --test tower`.
+#![cfg(feature = "tower")]
+
+mod support;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderName, StatusCode};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use lockman::LockManager;
+use lockman::tower::{LockHeld, LockLayer, PermitHeld, PermitLayer};
+use support::RedisServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How many requests are inside a handler now, and the most seen at once.
+#[derive(Clone, Default)]
+struct Overlap {
+    inside: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+    done: Arc<AtomicUsize>,
+}
+
+impl Overlap {
+    /// A handler that stays inside for `work`, counted.
+    async fn work(self, work: Duration) -> &'static str {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        // The work itself, during which an unexcluded request would enter: not an ordering wait.
+        tokio::time::sleep(work).await;
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+        self.done.fetch_add(1, Ordering::SeqCst);
+        "done"
+    }
+
+    fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+
+    fn done(&self) -> usize {
+        self.done.load(Ordering::SeqCst)
+    }
+}
+
+/// Serves `app` on a free loopback port; returns the port.
+async fn serve(app: Router) -> u16 {
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    port
+}
+
+/// An HTTP/1.1 response as read off the wire.
+struct Answer {
+    status: u16,
+    /// The head, lower-cased.
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            l.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .map(str::trim)
+        })
+    }
+}
+
+/// Sends a request on its own connection and returns the connection, the request written.
+async fn send(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("Content-Length: 0\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Reads a whole response (the server closes the connection after it).
+async fn read(mut stream: TcpStream) -> Answer {
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .expect("a response within 30 s")
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        head: head.to_ascii_lowercase(),
+        body: body.to_owned(),
+    }
+}
+
+async fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+    read(send(port, method, path, headers).await).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_per_request_excludes_every_other_request_on_its_name() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let alice = Overlap::default();
+    let bob = Overlap::default();
+    let app = Router::new()
+        .route(
+            "/accounts/{account}/deposit",
+            post({
+                let (alice, bob) = (alice.clone(), bob.clone());
+                move |axum::extract::Path(account): axum::extract::Path<String>,
+                      axum::Extension(held): axum::Extension<LockHeld>| {
+                    let counter = if account == "alice" { alice } else { bob };
+                    async move {
+                        // The handler sees the lock it runs under.
+                        assert_eq!(held.name(), format!("account:{account}"));
+                        assert!(!held.is_lost());
+                        counter.work(Duration::from_millis(5)).await
+                    }
+                }
+            }),
+        )
+        .route_layer(
+            LockLayer::segment(manager.clone(), 1)
+                .prefix("account:")
+                .wait(Duration::from_secs(30)),
+        );
+    let port = serve(app).await;
+
+    const EACH: usize = 40;
+    let requests = (0..2 * EACH).map(|i| {
+        let account = if i % 2 == 0 { "alice" } else { "bob" };
+        tokio::spawn(async move {
+            http(port, "POST", &format!("/accounts/{account}/deposit"), &[]).await
+        })
+    });
+    for answer in futures_util::future::join_all(requests).await {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!((alice.done(), bob.done()), (EACH, EACH));
+    // One request at a time per account: every overlap would have been counted.
+    assert_eq!(alice.most(), 1, "two alice deposits ran at once");
+    assert_eq!(bob.most(), 1, "two bob deposits ran at once");
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_streamed_body_is_sent_under_the_lock() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    // The handler returns at once with a body whose second chunk waits for `finish`.
+    let finish = Arc::new(tokio::sync::Notify::new());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route(
+            "/report/{name}",
+            get({
+                let (finish, calls) = (finish.clone(), calls.clone());
+                move || async move {
+                    let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+                    let chunks = futures_util::stream::unfold(0, move |n| {
+                        let finish = finish.clone();
+                        async move {
+                            match n {
+                                0 => Some((Ok::<_, Infallible>(Bytes::from("first-chunk;")), 1)),
+                                1 if first => {
+                                    finish.notified().await;
+                                    Some((Ok(Bytes::from("last-chunk")), 2))
+                                }
+                                _ => None,
+                            }
+                        }
+                    });
+                    Body::from_stream(chunks)
+                }
+            }),
+        )
+        .route_layer(LockLayer::segment(manager.clone(), 1).wait(Duration::from_millis(300)));
+    // The same lock names, with a wait long enough for a release on its way.
+    let patient = Router::new()
+        .route("/patient/{name}", get(|| async { "done" }))
+        .route_layer(LockLayer::segment(manager.clone(), 1).wait(Duration::from_secs(30)));
+    let port = serve(app.merge(patient)).await;
+
+    let mut streaming = send(port, "GET", "/report/r1", &[]).await;
+    // Read until the first chunk is out: the handler has returned, the body is being sent.
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("first-chunk;") {
+        let mut buf = [0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(30), streaming.read(&mut buf))
+            .await
+            .expect("the first chunk within 30 s")
+            .unwrap();
+        assert!(n > 0, "the connection closed before the first chunk");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // The body is not done: the lock is still held, so another request waits, then is refused.
+    let busy = http(port, "GET", "/report/r1", &[]).await;
+    assert_eq!(busy.status, 409, "{}", busy.body);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the refused request ran");
+
+    finish.notify_one();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), streaming.read_to_end(&mut rest))
+        .await
+        .expect("the rest of the body within 30 s")
+        .unwrap();
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("last-chunk"), "{rest}");
+    // The body is sent: the lock is free again.
+    let after = http(port, "GET", "/patient/r1", &[]).await;
+    assert_eq!(after.status, 200, "{}", after.body);
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_lock_or_permit_is_answered_with_its_status_and_retry_after_after_the_wait() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let ran = Overlap::default();
+    let wait = Duration::from_millis(400);
+    let handler = {
+        let ran = ran.clone();
+        move || ran.clone().work(Duration::ZERO)
+    };
+    let app = Router::new()
+        .route("/locked/{name}", post(handler.clone()))
+        .route_layer(
+            LockLayer::segment(manager.clone(), 1)
+                .wait(wait)
+                .retry_after(Duration::from_millis(1500)),
+        )
+        .merge(
+            Router::new()
+                .route("/unavailable/{name}", post(handler.clone()))
+                .route_layer(
+                    LockLayer::segment(manager.clone(), 1)
+                        .wait(wait)
+                        .busy_status(StatusCode::SERVICE_UNAVAILABLE),
+                ),
+        )
+        .merge(
+            Router::new()
+                .route("/limited/{name}", post(handler))
+                .route_layer(PermitLayer::segment(manager.clone(), 1, 1).wait(wait)),
+        );
+    let port = serve(app).await;
+
+    // Another holder, outside the server: the lock `busy` and the only permit of `few`.
+    let holder = LockManager::connect(&redis.url()).await.unwrap();
+    let _lock = holder.lock("busy").acquire().await.unwrap();
+    let few = holder.permit_semaphore("few");
+    assert!(few.try_set_permits(1).await.unwrap());
+    let _permit = few.acquire(1).await.unwrap();
+
+    for (path, status, retry_after) in [
+        ("/locked/busy", 409, "2"),
+        ("/unavailable/busy", 503, "1"),
+        ("/limited/few", 429, "1"),
+    ] {
+        let started = Instant::now();
+        let answer = http(port, "POST", path, &[]).await;
+        let took = started.elapsed();
+        assert_eq!(answer.status, status, "{path}: {}", answer.body);
+        assert_eq!(answer.header("retry-after"), Some(retry_after), "{path}");
+        assert!(
+            took >= wait,
+            "{path} answered after {took:?}, before the wait"
+        );
+        assert!(
+            answer.body.contains("is busy; retry later"),
+            "{}",
+            answer.body
+        );
+    }
+    assert_eq!(ran.done(), 0, "a refused request reached its handler");
+
+    // Free names go through at once.
+    for path in ["/locked/free", "/unavailable/free", "/limited/free"] {
+        let answer = http(port, "POST", path, &[]).await;
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+    assert_eq!(ran.done(), 3);
+    holder.shutdown().await;
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_routers_with_two_managers_share_a_permit_semaphore() {
+    let redis = RedisServer::start();
+    const PERMITS: u32 = 2;
+    // One counter over both routers: only the semaphore in Redis coordinates them.
+    let overlap = Overlap::default();
+    let mut ports = Vec::new();
+    let mut managers = Vec::new();
+    for _ in 0..2 {
+        let manager = LockManager::connect(&redis.url()).await.unwrap();
+        let app = Router::new()
+            .route(
+                "/tenants/{tenant}/export",
+                post({
+                    let overlap = overlap.clone();
+                    move |axum::Extension(held): axum::Extension<PermitHeld>| {
+                        assert_eq!(held.name(), "exports:acme");
+                        overlap.clone().work(Duration::from_millis(50))
+                    }
+                }),
+            )
+            .route_layer(
+                PermitLayer::segment(manager.clone(), 1, PERMITS)
+                    .prefix("exports:")
+                    .wait(Duration::from_secs(30)),
+            );
+        ports.push(serve(app).await);
+        managers.push(manager);
+    }
+
+    const REQUESTS: usize = 30;
+    let requests = (0..REQUESTS).map(|i| {
+        let port = ports[i % 2];
+        tokio::spawn(async move { http(port, "POST", "/tenants/acme/export", &[]).await })
+    });
+    for answer in futures_util::future::join_all(requests).await {
+        let answer = answer.unwrap();
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    assert_eq!(overlap.done(), REQUESTS);
+    assert!(
+        overlap.most() <= PERMITS as usize,
+        "{} exports ran at once with {PERMITS} permits",
+        overlap.most()
+    );
+    // The permits were used: more than one export ran at once.
+    assert_eq!(overlap.most(), PERMITS as usize);
+    for manager in managers {
+        manager.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_names_no_lock_is_answered_400_and_never_runs() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let ran = Overlap::default();
+    let handler = {
+        let ran = ran.clone();
+        move || ran.clone().work(Duration::ZERO)
+    };
+    let app = Router::new()
+        .route("/by-header", post(handler.clone()))
+        .route_layer(LockLayer::header(
+            manager.clone(),
+            HeaderName::from_static("x-account"),
+        ))
+        .merge(
+            Router::new()
+                .route("/by-closure", post(handler.clone()))
+                .route_layer(LockLayer::with(manager.clone(), |head| {
+                    // The query string names the lock: `?account=…`.
+                    head.uri
+                        .query()
+                        .and_then(|q| q.strip_prefix("account="))
+                        .map(str::to_owned)
+                })),
+        )
+        .merge(
+            Router::new()
+                .route("/short", post(handler))
+                .route_layer(PermitLayer::segment(manager.clone(), 3, 1)),
+        );
+    let port = serve(app).await;
+
+    for (path, headers, says) in [
+        (
+            "/by-header",
+            &[][..],
+            "the request has no header \"x-account\" to name its lock",
+        ),
+        (
+            "/by-header",
+            &[("x-account", "")][..],
+            "the request has no header \"x-account\" to name its lock",
+        ),
+        (
+            "/by-closure",
+            &[][..],
+            "the request has no value (the naming closure found none) to name its lock",
+        ),
+        (
+            "/by-closure?account=",
+            &[][..],
+            "the request has no value (the naming closure found none) to name its lock",
+        ),
+        (
+            "/short",
+            &[][..],
+            "the request has no path segment 3 to name its lock",
+        ),
+    ] {
+        let answer = http(port, "POST", path, headers).await;
+        assert_eq!(answer.status, 400, "{path} {headers:?}: {}", answer.body);
+        assert_eq!(answer.body, says, "{path} {headers:?}");
+        assert_eq!(answer.header("retry-after"), None, "{path}");
+        assert_eq!(
+            answer.header("content-type"),
+            Some("text/plain; charset=utf-8")
+        );
+    }
+    assert_eq!(
+        ran.done(),
+        0,
+        "a request without a name reached its handler"
+    );
+
+    // The same routes with a name go through.
+    let named = http(port, "POST", "/by-header", &[("x-account", "alice")]).await;
+    assert_eq!(named.status, 200, "{}", named.body);
+    let named = http(port, "POST", "/by-closure?account=alice", &[]).await;
+    assert_eq!(named.status, 200, "{}", named.body);
+    assert_eq!(ran.done(), 2);
+    manager.shutdown().await;
+}
