@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use actix::Recipient;
+use actix::WeakRecipient;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::messages::{Deadlocked, StillWaiting};
@@ -71,11 +71,11 @@ impl Hold {
     }
 }
 
-/// Where a wait's actor is asked about it and told to break it.
-#[derive(Clone)]
+/// Where a wait's actor is asked about it and told to break it: weak, so that the graph never
+/// keeps an actor alive; made once per actor and shared by its waits.
 pub(crate) struct Asks {
-    pub still: Recipient<StillWaiting>,
-    pub broken: Recipient<Deadlocked>,
+    pub still: WeakRecipient<StillWaiting>,
+    pub broken: WeakRecipient<Deadlocked>,
 }
 
 /// One wait: an owner's waiter in a lock actor.
@@ -83,12 +83,10 @@ struct Edge {
     name: Arc<str>,
     kind: &'static str,
     holder: Arc<str>,
-    /// Whether it waits with no bound (`Wait::Forever`).
-    forever: bool,
     actor: u64,
     waiter: WaiterId,
     since: Instant,
-    asks: Asks,
+    asks: Arc<Asks>,
     /// In a cycle being confirmed, or reported already (`Deadlocks::Report`): not looked at
     /// again until that ends.
     suspected: bool,
@@ -101,11 +99,10 @@ pub(crate) struct Wait {
     pub name: Arc<str>,
     pub kind: &'static str,
     pub holder: Arc<str>,
-    pub forever: bool,
     pub actor: u64,
     pub waiter: WaiterId,
     pub since: Instant,
-    pub asks: Asks,
+    pub asks: Arc<Asks>,
 }
 
 /// A wait past the publishing threshold, as `long_waits` gives it.
@@ -119,7 +116,7 @@ pub(crate) struct LongWait {
     pub since: Instant,
     actor: u64,
     waiter: WaiterId,
-    asks: Asks,
+    asks: Arc<Asks>,
 }
 
 /// One wait of a cycle found, by identity (the graph may change while it is confirmed).
@@ -128,7 +125,7 @@ struct Link {
     owner: Owner,
     actor: u64,
     waiter: WaiterId,
-    asks: Asks,
+    asks: Arc<Asks>,
 }
 
 impl WaitsFor {
@@ -159,7 +156,6 @@ impl WaitsFor {
             name,
             kind,
             holder,
-            forever,
             actor,
             waiter,
             since,
@@ -170,7 +166,6 @@ impl WaitsFor {
             name,
             kind,
             holder,
-            forever,
             actor,
             waiter,
             since,
@@ -196,15 +191,23 @@ impl WaitsFor {
     /// more). An owner new among them may close a cycle through a wait for `name`.
     pub(crate) fn holders(self: &Arc<Self>, name: &Arc<str>, actor: u64, holds: Vec<Hold>) {
         let mut graph = self.lock();
-        let slots = graph.holders.entry(name.clone()).or_default();
-        let before = slots.iter().position(|(a, _)| *a == actor);
-        let added = {
-            let old: &[Hold] = before.map_or(&[], |i| &slots[i].1);
+        // A new cycle runs through a new holder, and on from it only if it waits itself: a
+        // hand-off to an owner that waits for nothing else (the usual one) needs no search.
+        let searched = {
+            let old = graph
+                .holders
+                .get(name)
+                .and_then(|slots| slots.iter().find(|(a, _)| *a == actor))
+                .map_or(&[][..], |(_, holds)| holds.as_slice());
             holds.iter().any(|h| {
-                !old.iter()
-                    .any(|o| o.owner == h.owner && o.holder == h.holder)
+                graph.waits.contains_key(&h.owner)
+                    && !old
+                        .iter()
+                        .any(|o| o.owner == h.owner && o.holder == h.holder)
             })
         };
+        let slots = graph.holders.entry(name.clone()).or_default();
+        let before = slots.iter().position(|(a, _)| *a == actor);
         match (before, holds.is_empty()) {
             (Some(i), true) => {
                 slots.swap_remove(i);
@@ -216,7 +219,7 @@ impl WaitsFor {
         if slots.is_empty() {
             graph.holders.remove(name);
         }
-        if !added {
+        if !searched {
             return;
         }
         // Every new edge ends at an added owner and starts at a waiter of `name`.
@@ -266,13 +269,11 @@ impl WaitsFor {
     /// reported). A caller that dropped its request before the wait that closed the cycle
     /// began is seen gone here, whatever its watch has reported: no stale wait makes a cycle.
     async fn confirm(&self, links: Vec<Link>) {
-        let asked = links
-            .iter()
-            .map(|l| l.asks.still.send(StillWaiting { waiter: l.waiter }));
+        let asked = links.iter().map(|l| still_waiting(&l.asks, l.waiter));
         let still = futures_util::future::join_all(asked)
             .await
             .into_iter()
-            .all(|r| matches!(r, Ok(true)));
+            .all(|still| still);
         let mut graph = self.lock();
         // Every wait of it still there may be suspected again, whatever comes of this one.
         for link in &links {
@@ -307,10 +308,12 @@ impl WaitsFor {
                 drop(graph);
                 tracing::warn!(%cycle, "deadlock: its youngest wait fails");
                 crate::metrics::deadlock("broken");
-                edge.asks.broken.do_send(Deadlocked {
-                    waiter: edge.waiter,
-                    cycle,
-                });
+                if let Some(broken) = edge.asks.broken.upgrade() {
+                    broken.do_send(Deadlocked {
+                        waiter: edge.waiter,
+                        cycle,
+                    });
+                }
             }
             Deadlocks::Report => {
                 for &(owner, i) in &path {
@@ -353,14 +356,7 @@ impl WaitsFor {
     /// `wait` itself: once its actor confirms it still waits (and it is still in the graph),
     /// it is broken or reported as an in-process cycle's would be.
     pub(crate) async fn break_found(&self, wait: &LongWait, cycle: Cycle) {
-        let still = wait
-            .asks
-            .still
-            .send(StillWaiting {
-                waiter: wait.waiter,
-            })
-            .await;
-        if !matches!(still, Ok(true)) {
+        if !still_waiting(&wait.asks, wait.waiter).await {
             return;
         }
         let mut graph = self.lock();
@@ -383,10 +379,12 @@ impl WaitsFor {
                 drop(graph);
                 tracing::warn!(%cycle, "deadlock across processes: its youngest wait fails");
                 crate::metrics::deadlock("broken");
-                edge.asks.broken.do_send(Deadlocked {
-                    waiter: edge.waiter,
-                    cycle,
-                });
+                if let Some(broken) = edge.asks.broken.upgrade() {
+                    broken.do_send(Deadlocked {
+                        waiter: edge.waiter,
+                        cycle,
+                    });
+                }
             }
             Deadlocks::Report => {
                 if std::mem::replace(&mut edges[i].reported, true) {
@@ -448,6 +446,15 @@ impl WaitsFor {
     }
 }
 
+/// Whether waiter `waiter` of the actor of `asks` still waits, its caller there (false when the
+/// actor is gone).
+async fn still_waiting(asks: &Asks, waiter: WaiterId) -> bool {
+    match asks.still.upgrade() {
+        Some(still) => matches!(still.send(StillWaiting { waiter }).await, Ok(true)),
+        None => false,
+    }
+}
+
 impl Graph {
     /// Keeps `cycle` among the recent ones.
     fn remember(&mut self, cycle: &Cycle) {
@@ -499,6 +506,14 @@ impl Graph {
     /// leads to the next step's owner (a holder of that wait's name); the last leads back to
     /// `start`. Depth first, each owner entered once: linear in the graph's edges.
     fn cycle_from(&self, start: Owner) -> Option<Vec<(Owner, usize)>> {
+        // Most waits wait for owners that wait for nothing: no cycle, and nothing allocated.
+        let onward = self.waits.get(&start)?.iter().any(|e| {
+            self.blockers(e)
+                .any(|o| o != start && self.waits.contains_key(&o))
+        });
+        if !onward {
+            return None;
+        }
         let mut seen: FxHashSet<Owner> = FxHashSet::default();
         seen.insert(start);
         let mut stack: Vec<Frame> = Vec::new();
@@ -507,9 +522,10 @@ impl Graph {
             if let Some((owner, wait)) = next.take()
                 && let Some(mut frame) = self.frame(owner, wait)
             {
-                if stack.is_empty() && !self.edge((owner, wait)).forever {
-                    // A wait with a bound for a lock its own owner holds ends at its bound and
-                    // stalls nobody else (tests probe a lock that way): not a cycle by itself.
+                if stack.is_empty() {
+                    // A wait for a lock its own owner holds (through another handle) is no
+                    // cycle by itself: it may be another branch of the same task (`join!`),
+                    // which will let it go; or a probe with a timeout. Left to its wait.
                     frame.holders.retain(|h| *h != start);
                 }
                 let closes = frame.holders.contains(&start);
@@ -613,8 +629,17 @@ mod tests {
     struct Bench {
         graph: Arc<WaitsFor>,
         broken: Arc<Mutex<Vec<(WaiterId, Cycle)>>>,
-        asks: Asks,
-        gone: Asks,
+        asks: Arc<Asks>,
+        gone: Arc<Asks>,
+        /// The two actors, kept alive (the graph holds them weakly).
+        _actors: (Addr<Actor_>, Addr<Actor_>),
+    }
+
+    fn asks_of(actor: &Addr<Actor_>) -> Arc<Asks> {
+        Arc::new(Asks {
+            still: actor.clone().recipient().downgrade(),
+            broken: actor.clone().recipient().downgrade(),
+        })
     }
 
     fn bench(policy: Deadlocks) -> Bench {
@@ -633,25 +658,19 @@ mod tests {
         Bench {
             graph: Arc::new(WaitsFor::new(&config, uuid::Uuid::nil())),
             broken,
-            asks: Asks {
-                still: there.clone().recipient(),
-                broken: there.recipient(),
-            },
-            gone: Asks {
-                still: gone.clone().recipient(),
-                broken: gone.recipient(),
-            },
+            asks: asks_of(&there),
+            gone: asks_of(&gone),
+            _actors: (there, gone),
         }
     }
 
     impl Bench {
-        fn wait(&self, owner: u64, name: &str, waiter: WaiterId, asks: &Asks) {
+        fn wait(&self, owner: u64, name: &str, waiter: WaiterId, asks: &Arc<Asks>) {
             self.graph.wait_began(Wait {
                 owner: Owner::Task(owner),
                 name: name.into(),
                 kind: "lock",
                 holder: format!("h{waiter}").into(),
-                forever: true,
                 actor: 1,
                 waiter,
                 since: Instant::now(),
@@ -766,15 +785,14 @@ mod tests {
     }
 
     #[actix_rt::test]
-    async fn waits_for_a_lock_its_owner_holds() {
+    async fn a_wait_for_a_lock_its_own_owner_holds_is_no_cycle() {
         let b = bench(Deadlocks::Break);
-        let wait = |holder: &str, kind, forever, waiter| {
+        let wait = |holder: &str, kind, waiter| {
             b.graph.wait_began(Wait {
                 owner: Owner::Task(1),
                 name: "rw".into(),
                 kind,
                 holder: holder.into(),
-                forever,
                 actor: 1,
                 waiter,
                 since: Instant::now(),
@@ -789,19 +807,15 @@ mod tests {
         };
         // A re-entry of the holder (queued behind a round trip) waits for nobody.
         b.graph.holders(&"rw".into(), 1, vec![held("lock")]);
-        wait("h", "lock", true, 1);
+        wait("h", "lock", 1);
         assert!(b.settled().await.is_empty());
         b.graph.wait_ended(Owner::Task(1), 1, 1);
-        // A reader that waits to write, with a bound, is left to its bound (a probe)...
+        // A reader that waits to write, or another handle of the same task: maybe another
+        // branch of the task (`join!`) that will let go. Left to its wait.
         b.graph.holders(&"rw".into(), 1, vec![held("read")]);
-        wait("h", "write", false, 2);
+        wait("h", "write", 2);
+        wait("other", "lock", 3);
         assert!(b.settled().await.is_empty());
-        b.graph.wait_ended(Owner::Task(1), 1, 2);
-        // ...and without one it would wait forever: a cycle of one.
-        wait("h", "write", true, 3);
-        let broken = b.settled().await;
-        assert_eq!(broken.len(), 1);
-        assert_eq!(broken[0].1.steps.len(), 1);
     }
 
     #[test]
@@ -813,14 +827,13 @@ mod tests {
             name: name.into(),
             kind: "lock",
             holder: "waiter".into(),
-            forever: true,
             actor: 1,
             waiter: 0,
             since: Instant::now(),
-            asks: Asks {
+            asks: Arc::new(Asks {
                 still: dead_recipient(),
                 broken: dead_recipient(),
-            },
+            }),
             suspected: false,
             reported: false,
         };
@@ -838,7 +851,7 @@ mod tests {
     }
 
     /// A recipient nobody reads, for graphs searched without an actor system.
-    fn dead_recipient<M>() -> Recipient<M>
+    fn dead_recipient<M>() -> WeakRecipient<M>
     where
         M: Message + Send + 'static,
         M::Result: Send,
@@ -852,6 +865,7 @@ mod tests {
             }
             .start()
             .recipient()
+            .downgrade()
         })
     }
 }

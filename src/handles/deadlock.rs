@@ -34,8 +34,12 @@
 //! another waits for the same holder, so any cycle through the queue's order also runs through
 //! the holder and is found. Not counted: synchronizers (any one release ends a semaphore wait,
 //! so a holder is no one waiter's blocker), a [`Wait::No`](crate::actix::Wait) attempt (it never
-//! waits), holds of other managers and processes (they are someone else's graph), and holds
-//! taken with the message API without an owner.
+//! waits), a hold re-entered by another owner (clones of one handle in two tasks), a wait for a
+//! lock its own owner holds through another handle (it may be another branch of the same task,
+//! which will let go: no cycle of one is reported), and holds taken with the message API
+//! without an owner. Holds of other managers and processes count through Redis: a wait that
+//! has lasted a second is followed through them (docs/protocol.md, "Waits for deadlock
+//! detection").
 
 use std::future::Future;
 

@@ -202,8 +202,8 @@ impl PerName for LockActor {
     fn asks(ctx: &mut Context<Self>) -> Option<Asks> {
         let me = ctx.address();
         Some(Asks {
-            still: me.clone().recipient(),
-            broken: me.recipient(),
+            still: me.clone().recipient().downgrade(),
+            broken: me.recipient().downgrade(),
         })
     }
 
@@ -250,7 +250,6 @@ impl Handler<Acquire> for LockActor {
             .map(|owner| Whose {
                 owner,
                 holder: msg.holder.clone(),
-                forever: msg.wait == Wait::Forever,
             });
         let req = Request {
             holder: msg.holder,

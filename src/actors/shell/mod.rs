@@ -123,8 +123,6 @@ pub(crate) struct Whose {
     pub owner: Owner,
     /// Its holder field: what it re-enters rather than waits for.
     pub holder: Arc<str>,
-    /// Whether it waits with no bound.
-    pub forever: bool,
 }
 
 /// A hold's lost signal, by epoch: its guards hold the receivers.
@@ -173,6 +171,8 @@ pub(crate) struct Shell<A: PerName> {
     waits_began: FxHashMap<WaiterId, (Instant, Option<Owner>)>,
     /// How many of those are in the waits-for graph.
     in_graph: usize,
+    /// How the waits-for graph asks this actor about its waits (made at its first wait there).
+    asks: Option<Arc<waits_for::Asks>>,
     /// The owners of this name's holds (with their epochs) as the waits-for graph last learned
     /// them, sorted: kept there while a wait of this actor is in it.
     published: Vec<(Owner, u64)>,
@@ -200,6 +200,7 @@ impl<A: PerName> Shell<A> {
             effects: Vec::new(),
             waits_began: FxHashMap::default(),
             in_graph: 0,
+            asks: None,
             published: Vec::new(),
             handed: Rc::default(),
             expecting: None,
@@ -487,9 +488,12 @@ fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
     shell.svc.board.wait_began(&shell.name, now);
     // Into the waits-for graph, with the name's holders first: the search this wait starts
     // must see whom it waits for.
+    if whose.is_some() && shell.asks.is_none() && shell.svc.waits_for.is_on() {
+        shell.asks = A::asks(ctx).map(Arc::new);
+    }
     let graph = whose
         .filter(|_| shell.svc.waits_for.is_on())
-        .and_then(|whose| Some((whose, A::asks(ctx)?)));
+        .and_then(|whose| Some((whose, shell.asks.clone()?)));
     let shell = act.shell();
     shell
         .waits_began
@@ -504,7 +508,6 @@ fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
         name: shell.name.clone(),
         kind,
         holder: whose.holder,
-        forever: whose.forever,
         actor: shell.id,
         waiter: id,
         since: now,
