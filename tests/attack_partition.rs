@@ -805,8 +805,9 @@ async fn waiters_parked_through_a_cut_are_served_promptly_once_it_heals() {
             "{channel}: nobody waits"
         );
     }
-    // Each waiter has made its first attempt (a waiter subscribes before it tries).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each waiter has made its attempts (the one after its subscription too) and is parked:
+    // no script for a while.
+    support::wait::quiet(&mut probe).await;
 
     proxy.cut();
     held.release().await.unwrap();
@@ -888,7 +889,8 @@ async fn a_client_whose_old_connections_stay_black_holed_recovers_on_new_ones() 
         )
         .await
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its post-subscribe attempt has run and it is parked: no script for a while.
+    support::wait::quiet(&mut probe).await;
 
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -974,7 +976,8 @@ async fn a_silent_pubsub_connection_neither_hangs_bounded_waits_nor_loses_wake_u
         )
         .await
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Its post-subscribe attempt has run and it is parked: no script for a while.
+    support::wait::quiet(&mut probe).await;
     held.release().await.unwrap();
     let warm = tokio::time::timeout(Duration::from_secs(2), waiter)
         .await
@@ -998,7 +1001,8 @@ async fn a_silent_pubsub_connection_neither_hangs_bounded_waits_nor_loses_wake_u
         )
         .await
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Its post-subscribe attempt has run and it is parked: no script for a while.
+    support::wait::quiet(&mut probe).await;
 
     proxy.forget_pubsub_flows();
     // Commands still work.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockError, LockManager, MultiLock, RedLock, ShardedSubscription};
 use redis::AsyncCommands;
 use support::cluster::Cluster;
-use support::{RedisServer, count_rounds, listen, next_message, woken};
+use support::{RedisServer, count_rounds, listen, next_message, wait, woken};
 
 async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     let config = Config::cluster(cluster.urls()).watchdog_timeout(watchdog);
@@ -122,7 +122,8 @@ async fn unlock_messages_travel_by_sharded_pubsub_both_ways() {
     let _: () = raw.pexpire(name, 60_000).await.unwrap();
     let waiter = mgr.lock(name);
     let waiting = tokio::spawn(async move { waiter.acquire().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The SPUBLISH below counts its receivers: the waiter must be one.
+    wait::shard_subscribers(&mut cluster.node(owner).conn(), &channel, 1).await;
     let _: () = raw.del(name).await.unwrap();
     let receivers: i64 = redis::cmd("SPUBLISH")
         .arg(&channel)
@@ -248,6 +249,38 @@ async fn every_kind_works_and_holds_over_many_slots_are_renewed() {
     first.release().await.unwrap();
     let second = fenced.acquire().await.unwrap();
     assert!(second.token() > t1);
+    // Fenced writes: a key in the lock's slot (`{name}:…`) is written on the lock's master,
+    // its fence beside it; a key in another slot is refused by Redis (CROSSSLOT), a typed
+    // error that is not retried, and nothing is written anywhere.
+    let owner = cluster.owner_of("kinds:fenced");
+    let mut on_owner = node_conn(&cluster, owner).await;
+    assert!(second.fenced_set("{kinds:fenced}:out", "v").await.unwrap());
+    let written: String = on_owner.get("{kinds:fenced}:out").await.unwrap();
+    assert_eq!(written, "v");
+    let seen: u64 = on_owner
+        .hget("lockman_fence:{kinds:fenced}", "{kinds:fenced}:out")
+        .await
+        .unwrap();
+    assert_eq!(seen, second.token());
+    assert_ne!(
+        cluster.slot_of("elsewhere"),
+        cluster.slot_of("kinds:fenced")
+    );
+    let before = cluster.total_keys();
+    let err = second
+        .fenced_set("elsewhere", "v")
+        .await
+        .expect_err("a key in another slot");
+    assert!(
+        matches!(
+            &err,
+            LockError::Redis { op: "fenced set", source }
+                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::CrossSlot)
+        ),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable(), "{err:?}");
+    assert_eq!(cluster.total_keys(), before, "nothing written");
 
     // Forty holds spread over the slots, renewed for three watchdog timeouts.
     let mut held = Vec::new();
@@ -445,8 +478,9 @@ async fn synchronizers_work_on_every_master_by_sharded_pubsub() {
         let on_master: i64 = raw.zcard(format!("{{{name}}}:timeout")).await.unwrap();
         assert_eq!(on_master, 1, "{name}: the held set is on the name's master");
         let waiting = tokio::spawn(async move { sb.acquire(1).await });
-        tokio::time::sleep(Duration::from_millis(200)).await;
         let channel = format!("redisson_sc:{{{name}}}");
+        // Woken by the message: it waits on the channel before the release.
+        wait::shard_subscribers(&mut cluster.node(owner).conn(), &channel, 1).await;
         let mut listener = listen(cluster.node(owner).conn(), "SSUBSCRIBE", &channel);
         let released = Instant::now();
         guard.release().await.unwrap();

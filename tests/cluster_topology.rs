@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::AsyncCommands;
 use support::cluster::Cluster;
-use support::woken;
+use support::{wait, woken};
 
 async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     let config = Config::cluster(cluster.urls())
@@ -44,7 +44,13 @@ async fn a_slot_migration_keeps_holds_and_waiters_and_moves_subscriptions() {
     let renewed = a.lock("{mv}:renewed").acquire().await.unwrap(); // the watchdog renews it
     let waiter = b.lock("mv");
     let waiting = tokio::spawn(async move { waiter.acquire().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // B waits on the slot's shard channel before the slot moves.
+    wait::shard_subscribers(
+        &mut cluster.node(from).conn(),
+        "redisson_lock__channel:{mv}",
+        1,
+    )
+    .await;
 
     let early = a.lock("{mv}:early").acquire().await.unwrap();
     cluster.begin_migration(slot, from, to);
@@ -168,7 +174,13 @@ async fn a_master_failover_keeps_other_shards_moves_waiters_and_reports_lost_hol
     assert_eq!(count, 1);
 
     // The waiter subscribed again on the promoted replica: a release there wakes it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait::shard_subscribers(
+        &mut nodes.node(replica).conn(),
+        // The name has its own hash tag: the channel keeps it as it is (no braces added).
+        &format!("redisson_lock__channel:{waited_name}"),
+        1,
+    )
+    .await;
     assert!(!waiting.is_finished());
     assert!(!held.is_lost());
     let released = Instant::now();

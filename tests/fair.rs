@@ -430,7 +430,9 @@ async fn live_waiters_keep_their_places_while_the_holder_holds_many_place_timeou
             order.lock().unwrap().push(i);
             g.release().await.unwrap();
         }));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Queued before the next one is spawned: spawned 50 ms apart, the second of m1 was
+        // once queued first on a loaded machine.
+        wait::queued(&mut raw, "alive", i + 1).await;
     }
     let ids: Vec<String> = locks.iter().map(|l| l.holder_id()).collect();
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::Commands;
 use support::redisson::{self as java, prefix_name, read_timeout_key};
-use support::{RedisServer, listen, next_message, subscribed};
+use support::{RedisServer, listen, next_message, subscribed, wait};
 
 /// Java's holder: Redisson's `<client uuid>:<thread id>`.
 const JAVA: &str = "6f1d2c3b-0a9e-4d8c-b7f6-5e4d3c2b1a09:1";
@@ -52,9 +52,19 @@ async fn a_java_readers_longer_lease_is_not_cut_by_lockman_renewal() {
     let mine = rw.read().acquire().await.unwrap();
     let own_key = read_timeout_key(name, &rw.holder_id(), 1);
 
-    // Renewal ticks every second, a hold's first after half a second to a second and a half:
-    // by 3.5 s each hold has been renewed at least twice.
-    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    // Renewal ticks every second: waits for two renewals of lockman's own hold (its timeout
+    // key's PTTL goes back up), however late a loaded machine runs them.
+    let mut last = pttl(&mut raw, &own_key);
+    let mut renewals = 0;
+    wait::until("two renewals of lockman's read hold", || {
+        let now = pttl(&mut raw, &own_key);
+        if now > last {
+            renewals += 1;
+        }
+        last = now;
+        renewals >= 2
+    })
+    .await;
     let own = pttl(&mut raw, &own_key);
     assert!(
         (1..=3_000).contains(&own),
@@ -108,7 +118,9 @@ async fn a_java_readers_longer_lease_is_not_cut_by_lockman_renewal() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The writer waits on the channel, its attempts made, before the Java reader leaves.
+    wait::subscribers(&mut raw, &prefix_name("redisson_rwlock", name), 1).await;
+    wait::quiet(&mut raw).await;
     let freed = Instant::now();
     assert_eq!(java::read_unlock(&mut raw, name, JAVA), Some(1));
     let w = waiting.await.unwrap().unwrap().expect("the writer gets in");
@@ -159,13 +171,12 @@ async fn a_dead_java_reader_runs_out_and_the_last_lockman_release_wakes_the_writ
         }
     });
     // lockman's hold is renewed (its first renewal comes 1-3 s after it was taken, then every
-    // 2 s); the Java hold's lease (4 s) runs out all the same.
-    tokio::time::sleep(Duration::from_millis(5_000)).await;
-    assert_eq!(
-        pttl(&mut raw, &java_key),
-        -2,
-        "the dead Java reader's hold expired at its lease"
-    );
+    // 2 s); the Java hold's lease (4 s) runs out all the same. Renewed with lockman's, it would
+    // never run out: the wait's limit (10 s) is past its lease.
+    wait::until("the dead Java reader's hold expired at its lease", || {
+        pttl(&mut raw, &java_key) == -2
+    })
+    .await;
     assert!(pttl(&mut raw, &read_timeout_key(name, &rw.holder_id(), 1)) > 0);
     assert_eq!(
         hash(&mut raw, name),

@@ -364,3 +364,131 @@ async fn a_stalled_thread_never_runs_scoped_work_past_the_deadline_for_any_guard
     })
     .await;
 }
+
+/// `scope_with_margin` for every guard kind but the lock's (above): the work runs until
+/// `margin` before the guard's validity ends, and is stopped there, not at the default tenth.
+/// Each lease is 6 s and each margin 3 s, so the stop is 3 s in, with 1.5 s of slack for a
+/// loaded machine on the late side; the default tenth would stop it only 600 ms before the end.
+const LEASE: Duration = Duration::from_secs(6);
+const MARGIN: Duration = Duration::from_secs(3);
+
+/// Checks a stop of scoped work that counted `steps` at `stopped`, for a guard `valid` until
+/// then: not before the margin (timers never fire early), well before the default tenth, and
+/// no step once the scope returned (the work was dropped).
+async fn stopped_at_the_margin(stopped: Instant, valid: Instant, steps: &AtomicU64) {
+    assert!(
+        stopped + Duration::from_millis(5) >= valid - MARGIN,
+        "stopped {:?} before the margin",
+        (valid - MARGIN) - stopped
+    );
+    assert!(
+        stopped < valid - MARGIN / 2,
+        "stopped {:?} before the end: not the 3 s margin",
+        valid.saturating_duration_since(stopped)
+    );
+    let after = steps.load(Ordering::SeqCst);
+    assert!(after > 0, "the work ran meanwhile");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(steps.load(Ordering::SeqCst), after, "the work still runs");
+}
+
+/// A MultiLock's scope stops at its margin before its leased members end; and, renewed, as soon
+/// as one member is lost: a MultiLock needs every member, so the one left (still renewed, valid
+/// for as long as the guard lives) does not keep the work running.
+#[tokio::test]
+async fn a_multilock_scope_with_margin_stops_at_its_margin_and_when_one_member_is_lost() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let multi = MultiLock::new(vec![mgr.lock("mm1"), mgr.lock("mm2")]);
+    let both = multi.acquire_with_lease(LEASE).await.unwrap();
+    let steps = Arc::new(AtomicU64::new(0));
+    let res = both
+        .scope_with_margin(MARGIN, count_steps(steps.clone()))
+        .await;
+    let stopped = Instant::now();
+    assert!(
+        matches!(res, Err(LockError::HoldExpiring { .. })),
+        "{res:?}"
+    );
+    stopped_at_the_margin(stopped, both.valid_until(), &steps).await;
+    both.release().await.unwrap();
+
+    let both = multi.acquire().await.unwrap();
+    let _: () = raw.del("mm2").unwrap();
+    let steps = Arc::new(AtomicU64::new(0));
+    // Bounded: with the member's loss ignored the work would run as long as the guard lives.
+    let res = tokio::time::timeout(
+        WATCHDOG * 5,
+        both.scope_with_margin(Duration::from_millis(100), count_steps(steps.clone())),
+    )
+    .await
+    .expect("the scope went on after a member was lost");
+    assert!(matches!(res, Err(LockError::HoldLost { .. })), "{res:?}");
+    let after = steps.load(Ordering::SeqCst);
+    assert!(after > 0, "the work ran meanwhile");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(steps.load(Ordering::SeqCst), after, "the work still runs");
+    // The member left is still held (renewed): the stop came from the lost one.
+    assert_eq!(raw.exists::<_, bool>("mm1"), Ok(true));
+    assert_eq!(raw.exists::<_, bool>("mm2"), Ok(false));
+    drop(both);
+}
+
+/// Leased permits: the scope stops at its margin before the lease ends (no renewal moves it).
+#[tokio::test]
+async fn a_leased_permit_scope_with_margin_stops_at_its_margin() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let permits = mgr.permit_semaphore("mps");
+    assert!(permits.try_set_permits(2).await.unwrap());
+    let guard = permits.acquire_with_lease(1, LEASE).await.unwrap();
+    let steps = Arc::new(AtomicU64::new(0));
+    // Bounded: with the lease ignored (no deadline) the work would run until the permit is lost.
+    let res = tokio::time::timeout(
+        LEASE * 2,
+        guard.scope_with_margin(MARGIN, count_steps(steps.clone())),
+    )
+    .await
+    .expect("the scope ran past the lease");
+    let stopped = Instant::now();
+    assert!(
+        matches!(res, Err(LockError::HoldExpiring { ref name }) if name == "mps"),
+        "{res:?}"
+    );
+    let valid = guard.valid_until().expect("leased permits have a validity");
+    stopped_at_the_margin(stopped, valid, &steps).await;
+    guard.release().await.unwrap();
+}
+
+/// A lead whose renewals stop (Redis's writes paused): the scope stops its margin before the
+/// term's validity ends.
+#[tokio::test]
+async fn a_leaderships_scope_with_margin_stops_at_its_margin_when_renewals_stop() {
+    let server = RedisServer::start();
+    let config = Config::new(server.url())
+        .watchdog_timeout(LEASE)
+        .response_timeout(Duration::from_millis(300));
+    let mgr = LockManager::start(config).await.unwrap();
+    let lead = mgr.election("mlead").campaign().await.unwrap();
+    let steps = Arc::new(AtomicU64::new(0));
+    let work = lead.scope_with_margin(MARGIN, count_steps(steps.clone()));
+    // Paused past the stop: no renewal is confirmed from the pause on.
+    let expires_no_sooner = freeze_writes(&server, "mlead", 5000);
+    let res = tokio::time::timeout(LEASE * 2, work)
+        .await
+        .expect("the scope ran on: not stopped at its margin while renewals stopped");
+    let stopped = Instant::now();
+    let valid = lead.valid_until();
+    redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query::<()>(&mut server.conn())
+        .expect("CLIENT UNPAUSE");
+    assert!(
+        matches!(res, Err(LockError::HoldExpiring { ref name }) if name == "mlead"),
+        "{res:?}"
+    );
+    assert!(valid <= expires_no_sooner);
+    stopped_at_the_margin(stopped, valid, &steps).await;
+    lead.resign().await.unwrap();
+}

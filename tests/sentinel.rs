@@ -113,7 +113,20 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
     fresh_b.release().await.unwrap();
 
     // The waiter subscribed again on the new primary: a release there wakes it at once.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut probe_second =
+        redis::Client::open(format!("redis://:{DATA_PASSWORD}@127.0.0.1:{second}/0"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+    assert!(
+        support::subscribed(
+            &mut probe_second,
+            "redisson_lock__channel:{wake}",
+            support::wait::LIMIT
+        )
+        .await,
+        "the waiter waits on the new primary"
+    );
     assert!(
         !waiting.is_finished(),
         "the waiter must still wait: A holds the lock"

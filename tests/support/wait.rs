@@ -71,3 +71,22 @@ pub async fn until(what: &str, check: impl FnMut() -> bool) {
         "not within {LIMIT:?}: {what}"
     );
 }
+
+/// Waits until the shard channel `channel` has at least `n` subscribers on the node `raw` is
+/// connected to (`PUBSUB SHARDNUMSUB`: a Cluster's lockman waits by SSUBSCRIBE on the owning
+/// shard). Panics after [`LIMIT`].
+pub async fn shard_subscribers(raw: &mut redis::Connection, channel: &str, n: u64) {
+    let count = |raw: &mut redis::Connection| {
+        redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query::<(String, u64)>(raw)
+            .map_or(0, |(_, n)| n)
+    };
+    let reached = eventually(LIMIT, || count(raw) >= n).await;
+    assert!(
+        reached,
+        "{channel} has {} shard subscribers, not {n}",
+        count(raw)
+    );
+}

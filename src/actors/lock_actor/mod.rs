@@ -293,6 +293,8 @@ impl Handler<Release> for LockActor {
                 ),
             )));
         }
+        // A waiter whose caller left just before must not be handed the lock.
+        shell::gone_first(self, ctx);
         ReleaseReply(Ok(take_in(
             self,
             |act| {
@@ -324,6 +326,7 @@ impl Handler<ReleaseHold> for LockActor {
 
     /// A dropped grant's release: nobody waits for its outcome.
     fn handle(&mut self, msg: ReleaseHold, ctx: &mut Context<Self>) {
+        shell::gone_first(self, ctx);
         self.release((msg.holder, msg.kind), msg.epoch, None);
         shell::apply(self, ctx);
     }
@@ -333,6 +336,8 @@ impl Handler<Unlocked> for LockActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
+        // A waiter whose caller left just before must not be woken to take the lock.
+        shell::gone_first(self, ctx);
         let all = crate::protocol::keys::wakes_all(msg.count);
         self.state.unlocked(all, &msg.channel, Instant::now());
         shell::apply(self, ctx);

@@ -140,6 +140,34 @@ impl<R: Sender> Crowd<R> {
         self.pump(ctx);
     }
 
+    /// The waiters whose callers have already dropped their requests, now rather than at the
+    /// pump's next turn: actix handles the messages in an actor's mailbox before its spawned
+    /// futures, so a message sent after a caller dropped its request (a release right after a
+    /// campaign's time-out) would otherwise be handled while that caller still counts as
+    /// waiting. Only the watches woken since are polled (`FuturesUnordered`), with the pump's own
+    /// waker, so that later wake-ups still reach the pump.
+    pub(crate) fn gone_now(&mut self) -> Vec<WaiterId> {
+        let mut gone = Vec::new();
+        // No waker: the pump has not run yet, so nothing it watches has been polled, and no
+        // caller can have been seen gone.
+        let Some(waker) = self.waker.clone() else {
+            return gone;
+        };
+        let mut task = std::task::Context::from_waker(&waker);
+        loop {
+            match self.watches.poll_next_unpin(&mut task) {
+                Poll::Ready(Some(Some(id))) => gone.push(id),
+                Poll::Ready(Some(None)) => {}
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+        if !gone.is_empty() {
+            // The pump ends at its next turn when nothing is left to serve (an idle actor stops).
+            waker.wake();
+        }
+        gone
+    }
+
     /// Disarms waiter `id`'s deadline (nothing when none is armed).
     pub(crate) fn disarm(&mut self, id: WaiterId) {
         if let Some((key, _)) = self.due.remove(&id) {

@@ -548,6 +548,15 @@ pub(crate) fn caller_gone<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Conte
     apply(act, ctx);
 }
 
+/// Waiters whose callers dropped their requests before this message leave first: called before
+/// an event that may hand the lock to a waiter (a release, a wake), so that the lock (and, for
+/// a fenced lock, a term) never goes to a caller already gone (`Crowd::gone_now`).
+pub(crate) fn gone_first<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
+    for id in act.shell().crowd.gone_now() {
+        caller_gone(act, id, ctx);
+    }
+}
+
 /// Routes `channel` here and subscribes it; the state learns how it went.
 fn subscribe<A: PerName>(act: &mut A, channel: Arc<str>, ctx: &mut Context<A>) {
     let shell = act.shell();
