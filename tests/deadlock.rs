@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use lockman::deadlock::{self, Deadlocks, Owner};
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
+use support::party::{deadlock_of, party};
 use support::{RedisServer, wait};
 use tokio::sync::oneshot;
 
@@ -26,37 +27,6 @@ const FOUND_WITHIN: Duration = Duration::from_secs(2);
 async fn manager(server: &RedisServer, config: impl FnOnce(Config) -> Config) -> LockManager {
     let config = config(Config::new(server.url()).client_name("deadlock-test"));
     LockManager::start(config).await.expect("manager starts")
-}
-
-/// A task that takes its first lock, says who it is, waits for `go`, then runs `then` (its
-/// second wait) and gives back what that returned, still holding the first lock until then.
-fn party<T: Send + 'static>(
-    first: impl Future<Output = Result<lockman::LockGuard, LockError>> + Send + 'static,
-    then: impl Future<Output = T> + Send + 'static,
-) -> (
-    oneshot::Receiver<Owner>,
-    oneshot::Sender<()>,
-    tokio::task::JoinHandle<(T, Instant)>,
-) {
-    let (me_tx, me_rx) = oneshot::channel();
-    let (go_tx, go_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let held = first.await.expect("first lock");
-        me_tx.send(deadlock::current()).unwrap();
-        go_rx.await.unwrap();
-        let out = then.await;
-        let at = Instant::now();
-        drop(held);
-        (out, at)
-    });
-    (me_rx, go_tx, task)
-}
-
-fn deadlock_of<T: std::fmt::Debug>(res: Result<T, LockError>) -> lockman::deadlock::Cycle {
-    match res {
-        Err(LockError::Deadlock { cycle }) => cycle,
-        other => panic!("expected a deadlock, got {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use lockman::deadlock::{self, Cycle, Owner};
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
+use support::party::{deadlock_of, party};
 use support::{RedisServer, wait};
 use tokio::sync::oneshot;
 
@@ -28,38 +29,6 @@ const PATIENCE: Duration = Duration::from_millis(600);
 async fn manager(server: &RedisServer, config: impl FnOnce(Config) -> Config) -> LockManager {
     let config = config(Config::new(server.url()).client_name("attack"));
     LockManager::start(config).await.expect("manager starts")
-}
-
-/// A task that takes its first lock (any kind of guard), says who it is, waits for `go`, then
-/// runs `then` (its second wait) and gives back what that returned and when, still holding the
-/// first lock until then.
-fn party<G: Send + 'static, T: Send + 'static>(
-    first: impl Future<Output = Result<G, LockError>> + Send + 'static,
-    then: impl Future<Output = T> + Send + 'static,
-) -> (
-    oneshot::Receiver<Owner>,
-    oneshot::Sender<()>,
-    tokio::task::JoinHandle<(T, Instant)>,
-) {
-    let (me_tx, me_rx) = oneshot::channel();
-    let (go_tx, go_rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let held = first.await.expect("first lock");
-        me_tx.send(deadlock::current()).unwrap();
-        go_rx.await.unwrap();
-        let out = then.await;
-        let at = Instant::now();
-        drop(held);
-        (out, at)
-    });
-    (me_rx, go_tx, task)
-}
-
-fn deadlock_of<T: std::fmt::Debug>(res: Result<T, LockError>) -> Cycle {
-    match res {
-        Err(LockError::Deadlock { cycle }) => cycle,
-        other => panic!("expected a deadlock, got {other:?}"),
-    }
 }
 
 fn steps(cycle: &Cycle) -> Vec<(Owner, String, String)> {

@@ -296,24 +296,12 @@ impl WaitsFor {
         let cycle = self.describe(&graph, &path);
         match self.policy {
             Deadlocks::Break => {
-                let (owner, i) = path[0];
-                let Some(edges) = graph.waits.get_mut(&owner) else {
+                let Some(edge) = graph.take(path[0]) else {
                     return;
                 };
-                let edge = edges.swap_remove(i);
-                if edges.is_empty() {
-                    graph.waits.remove(&owner);
-                }
                 graph.remember(&cycle);
                 drop(graph);
-                tracing::warn!(%cycle, "deadlock: its youngest wait fails");
-                crate::metrics::deadlock("broken");
-                if let Some(broken) = edge.asks.broken.upgrade() {
-                    broken.do_send(Deadlocked {
-                        waiter: edge.waiter,
-                        cycle,
-                    });
-                }
+                tell(edge, cycle, "in this manager");
             }
             Deadlocks::Report => {
                 for &(owner, i) in &path {
@@ -323,8 +311,7 @@ impl WaitsFor {
                 }
                 graph.remember(&cycle);
                 drop(graph);
-                tracing::warn!(%cycle, "deadlock: reported only (Config::deadlocks)");
-                crate::metrics::deadlock("reported");
+                report(&cycle, "in this manager");
             }
             Deadlocks::Off => {}
         }
@@ -371,20 +358,12 @@ impl WaitsFor {
         };
         match self.policy {
             Deadlocks::Break => {
-                let edge = edges.swap_remove(i);
-                if edges.is_empty() {
-                    graph.waits.remove(&wait.owner);
-                }
+                let Some(edge) = graph.take((wait.owner, i)) else {
+                    return;
+                };
                 graph.remember(&cycle);
                 drop(graph);
-                tracing::warn!(%cycle, "deadlock across processes: its youngest wait fails");
-                crate::metrics::deadlock("broken");
-                if let Some(broken) = edge.asks.broken.upgrade() {
-                    broken.do_send(Deadlocked {
-                        waiter: edge.waiter,
-                        cycle,
-                    });
-                }
+                tell(edge, cycle, "across processes");
             }
             Deadlocks::Report => {
                 if std::mem::replace(&mut edges[i].reported, true) {
@@ -392,8 +371,7 @@ impl WaitsFor {
                 }
                 graph.remember(&cycle);
                 drop(graph);
-                tracing::warn!(%cycle, "deadlock across processes: reported only");
-                crate::metrics::deadlock("reported");
+                report(&cycle, "across processes");
             }
             Deadlocks::Off => {}
         }
@@ -446,6 +424,25 @@ impl WaitsFor {
     }
 }
 
+/// Breaks `cycle` at `edge`, its youngest wait (taken out of the graph already): logged,
+/// counted, and its actor told, which fails the waiter with `LockError::Deadlock`.
+fn tell(edge: Edge, cycle: Cycle, found: &'static str) {
+    tracing::warn!(%cycle, found, "deadlock: its youngest wait fails");
+    crate::metrics::deadlock("broken");
+    if let Some(broken) = edge.asks.broken.upgrade() {
+        broken.do_send(Deadlocked {
+            waiter: edge.waiter,
+            cycle,
+        });
+    }
+}
+
+/// Reports `cycle`, breaking nothing (`Deadlocks::Report`).
+fn report(cycle: &Cycle, found: &'static str) {
+    tracing::warn!(%cycle, found, "deadlock: reported only (Config::deadlocks)");
+    crate::metrics::deadlock("reported");
+}
+
 /// Whether waiter `waiter` of the actor of `asks` still waits, its caller there (false when the
 /// actor is gone).
 async fn still_waiting(asks: &Asks, waiter: WaiterId) -> bool {
@@ -456,6 +453,19 @@ async fn still_waiting(asks: &Asks, waiter: WaiterId) -> bool {
 }
 
 impl Graph {
+    /// Takes the wait `i` of `owner` out of the graph.
+    fn take(&mut self, (owner, i): (Owner, usize)) -> Option<Edge> {
+        let edges = self.waits.get_mut(&owner)?;
+        if i >= edges.len() {
+            return None;
+        }
+        let edge = edges.swap_remove(i);
+        if edges.is_empty() {
+            self.waits.remove(&owner);
+        }
+        Some(edge)
+    }
+
     /// Keeps `cycle` among the recent ones.
     fn remember(&mut self, cycle: &Cycle) {
         if self.recent.len() == RECENT {

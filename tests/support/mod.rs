@@ -18,6 +18,7 @@
 pub mod certs;
 pub mod cluster;
 pub mod fair;
+pub mod party;
 pub mod redisson;
 pub mod sentinel;
 pub mod wait;
