@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::Commands;
 use support::fair::{deadlines, epoch_ms, queue, server_ms};
-use support::{RedisServer, eventually, redisson, wait};
+use support::{RedisServer, redisson, wait};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -189,54 +189,67 @@ async fn a_waiter_that_gives_up_leaves_at_once_and_delays_nobody() {
 const CHILD_URL: &str = "LOCKMAN_TEST_FAIR_CHILD_URL";
 const WAIT: Duration = Duration::from_millis(1_000);
 
-/// The body of the child process of `a_dead_waiter_is_skipped_after_the_wait_timeout`.
+/// The body of the child process of `a_dead_waiter_is_skipped_after_the_wait_timeout`. Its
+/// place is kept `WAIT` after its turn, the lock's PTTL counted at most `WAIT` (the place
+/// timeout): a dead place ends about two `WAIT`s after its last refresh.
 #[tokio::test]
 #[ignore = "child process of a_dead_waiter_is_skipped_after_the_wait_timeout"]
 async fn child_waits_in_the_fair_queue_until_killed() {
     let url = std::env::var(CHILD_URL).expect("run by the parent test");
-    let mgr = LockManager::start(Config::new(url).fair_lock_wait_timeout(WAIT))
-        .await
-        .unwrap();
+    let config = Config::new(url)
+        .fair_lock_wait_timeout(WAIT)
+        .fair_lock_place_timeout(WAIT);
+    let mgr = LockManager::start(config).await.unwrap();
     let lock = mgr.fair_lock("dead");
     println!("WAITING {}", lock.holder_id());
     let _ = lock.acquire().await;
 }
 
+/// A waiter killed in the queue walls it until its place's deadline, and not a moment longer.
+/// The holder holds by the watchdog until the child has queued (a lease could run out before a
+/// slow child starts, and the child would take the lock instead); the deadline is read from
+/// Redis once the child is dead, so the bounds hold however late its last refresh came.
 #[tokio::test]
 async fn a_dead_waiter_is_skipped_after_the_wait_timeout() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mgr = LockManager::start(Config::new(server.url()).fair_lock_wait_timeout(WAIT))
-        .await
-        .unwrap();
-    let held = mgr
-        .fair_lock("dead")
-        .acquire_with_lease(Duration::from_millis(500))
-        .await
-        .unwrap();
+    let mgr = manager(&server).await;
+    let held = mgr.fair_lock("dead").acquire().await.unwrap();
     let (mut child, dead) = support::spawn_child_test(
         "child_waits_in_the_fair_queue_until_killed",
         (CHILD_URL, &server.url()),
         "WAITING ",
     );
-    assert!(
-        eventually(Duration::from_secs(5), || queue(&mut raw, "dead")
-            == vec![dead.clone()])
-        .await
-    );
+    wait::until("the child queued", || {
+        queue(&mut raw, "dead") == vec![dead.clone()]
+    })
+    .await;
     child.kill().unwrap(); // SIGKILL: it never leaves the queue
     child.wait().unwrap();
+    let due = deadlines(&mut raw, "dead")
+        .into_iter()
+        .find(|(h, _)| *h == dead)
+        .map(|(_, at)| at)
+        .expect("the dead waiter's place has a deadline");
+    let left = Duration::from_millis((due - server_ms(&mut raw)).max(0) as u64);
+    // Its place: the lock's PTTL capped at the place timeout, then its wait.
+    assert!(left >= WAIT, "{left:?}");
+    held.release().await.unwrap();
     let started = Instant::now();
     let g = mgr.fair_lock("dead").acquire().await.unwrap();
     let took = started.elapsed();
-    // Its turn came when the 500 ms lease ran out; its place expired a wait (1 s) later.
-    assert!(took <= Duration::from_secs(3), "{took:?}");
+    // Not before the dead place's deadline (100 ms for the reads and the release between),
+    // and soon after it: the live waiter asks again when the place is due, not a place
+    // timeout (5 s) later.
     assert!(
-        took >= Duration::from_millis(900),
-        "not before the dead waiter's place expired: {took:?}"
+        took + Duration::from_millis(100) >= left,
+        "not before the dead waiter's place expired: took {took:?}, {left:?} left"
+    );
+    assert!(
+        took <= left + Duration::from_secs(2),
+        "took {took:?}, {left:?} left"
     );
     assert!(!queue(&mut raw, "dead").contains(&dead));
-    drop(held);
     g.release().await.unwrap();
 }
 
@@ -355,21 +368,16 @@ async fn a_dead_place_walls_a_free_lock_for_about_two_place_timeouts() {
         (CHILD_PLACE_URL, &server.url()),
         "WAITING ",
     );
-    assert!(
-        eventually(Duration::from_secs(5), || queue(&mut raw, "wall")
-            == vec![dead.clone()])
-        .await
-    );
+    wait::until("the child queued", || {
+        queue(&mut raw, "wall") == vec![dead.clone()]
+    })
+    .await;
     let live = b.fair_lock("wall");
     let waiter = tokio::spawn({
         let live = live.clone();
         async move { live.acquire().await }
     });
-    assert!(
-        eventually(Duration::from_secs(5), || queue(&mut raw, "wall").len()
-            == 2)
-        .await
-    );
+    wait::queued(&mut raw, "wall", 2).await;
     assert_eq!(
         queue(&mut raw, "wall"),
         vec![dead.clone(), live.holder_id()]
@@ -483,13 +491,10 @@ async fn a_java_waiter_behind_a_refreshed_place_keeps_its_wait_after_it() {
     let id = lock.holder_id();
     let waiter =
         tokio::spawn(async move { lock.acquire().await.map(|g| g.holder_id().to_owned()) });
-    assert!(
-        eventually(Duration::from_secs(5), || queue(
-            &mut server.conn(),
-            "java-behind"
-        ) == [id.clone()])
-        .await
-    );
+    wait::until("the lockman waiter queued", || {
+        queue(&mut server.conn(), "java-behind") == [id.clone()]
+    })
+    .await;
     let java = "java-client:1".to_owned();
     let ahead = deadlines(&mut raw, "java-behind")[0].1;
     // Joined in one script (Redisson's tryLock attempt): read-then-write from here would race a
@@ -530,12 +535,7 @@ fn queue_a_dead_head(raw: &mut redis::Connection, name: &str) -> &'static str {
 
 /// Waits until `name`'s queue holds `n` places.
 async fn queue_reaches(server: &RedisServer, name: &str, n: usize) {
-    let mut raw = server.conn();
-    assert!(
-        eventually(Duration::from_secs(5), || queue(&mut raw, name).len() == n).await,
-        "{:?}",
-        queue(&mut raw, name)
-    );
+    wait::queued(&mut server.conn(), name, n).await;
 }
 
 /// Every message on `name`'s waiter channels (`pubsub` subscribed by `watch_waiter_channels`)

@@ -228,7 +228,6 @@ impl LockState {
                 tracing::debug!(lock = %self.name, %holder, ?kind, why, "lease hold ended");
             }
         }
-        self.maybe_idle();
     }
 
     /// Removes a hold (released, or `lost`) and its schedules.

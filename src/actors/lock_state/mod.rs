@@ -131,11 +131,15 @@ impl LockState {
     /// The effects produced since the last call, in order.
     #[cfg(test)]
     pub(crate) fn drain(&mut self) -> Vec<Effect> {
+        self.update_busy();
         std::mem::take(&mut self.out)
     }
 
-    /// Moves the effects produced since the last call, in order, to the end of `into`.
+    /// Moves the effects produced since the last call, in order, to the end of `into`, the
+    /// last of them whether the actor is busy (`Effect::Busy`, `Effect::Idle`) when that
+    /// changed.
     pub(crate) fn drain_into(&mut self, into: &mut Vec<Effect>) {
+        self.update_busy();
         into.append(&mut self.out);
     }
 
@@ -214,7 +218,6 @@ impl LockState {
                     return;
                 };
                 self.unresolved(op, flight, e);
-                self.maybe_idle();
                 self.pump();
                 return;
             }
@@ -225,7 +228,6 @@ impl LockState {
         if let Some(op) = resolved {
             self.resolved(&op);
         }
-        self.maybe_idle();
         self.pump();
     }
 

@@ -121,7 +121,6 @@ impl LockState {
             {
                 tracing::warn!(lock = %self.name, "a request's reply never came; given up");
                 self.give_up_on(&op, flight);
-                self.maybe_idle();
                 self.pump();
             }
             return;

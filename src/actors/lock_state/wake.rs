@@ -27,7 +27,6 @@ impl LockState {
             tracing::debug!(lock = %self.name, why, "waiter left");
             self.answer(id, Answer::TimedOut);
         }
-        self.maybe_idle();
     }
 
     /// The waits-for graph chose waiter `id` to break a cycle of waits: it fails with
@@ -38,7 +37,6 @@ impl LockState {
             tracing::debug!(lock = %self.name, "waiter left: a deadlock");
             self.answer(id, Answer::Failed(error));
         }
-        self.maybe_idle();
     }
 
     /// Removes waiter `id` with its deadline and answers it, then unsubscribes its channel when
@@ -171,12 +169,26 @@ impl LockState {
         }
     }
 
-    pub(super) fn maybe_idle(&mut self) {
-        let idle = self.holds.is_empty()
+    /// Nothing held, waited for, under way or being left: the actor may linger and stop.
+    pub(super) fn has_nothing(&self) -> bool {
+        self.holds.is_empty()
             && self.waiters.is_empty()
             && self.trips.is_idle()
-            && self.fair.leaving.is_empty();
-        if !idle || !self.busy {
+            && self.fair.leaving.is_empty()
+    }
+
+    /// Tells the actor whether it is busy, once per event, as its effects are taken
+    /// (`drain_into`): whatever the event did, an actor with nothing left falls idle (it may
+    /// linger and stop) and one with something left is busy. Decided here rather than where
+    /// each thing ends, which once missed an attempt dropped from the queue after its waiter
+    /// left (the actor never stopped) and a lease settled after the hold ended (it could
+    /// stop with the settling under way).
+    pub(super) fn update_busy(&mut self) {
+        if !self.has_nothing() {
+            self.set_busy();
+            return;
+        }
+        if !self.busy {
             return;
         }
         // The hand-over tick stays armed: a name used again soon (the actor lingers, see

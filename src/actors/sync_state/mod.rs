@@ -204,8 +204,10 @@ impl SyncState {
         }
     }
 
-    /// Moves the queued effects into `out`, in order.
+    /// Moves the queued effects into `out`, in order, the last of them whether the actor is
+    /// busy when that changed (as a lock state's are).
     pub(crate) fn drain_into(&mut self, out: &mut Vec<Effect>) {
+        self.update_busy();
         out.append(&mut self.effects);
     }
 
@@ -606,10 +608,15 @@ impl SyncState {
         }
     }
 
+    /// A waiter, a hold or a round trip.
+    pub(super) fn has_something(&self) -> bool {
+        !self.waiters.is_empty() || !self.holds.is_empty() || !self.trips.is_empty()
+    }
+
     /// Tells the actor when it becomes busy (a waiter, a hold or a round trip) and when it
     /// falls idle; a stopping actor does not linger.
     fn update_busy(&mut self) {
-        let busy = !self.waiters.is_empty() || !self.holds.is_empty() || !self.trips.is_empty();
+        let busy = self.has_something();
         if busy == self.busy {
             return;
         }

@@ -776,6 +776,15 @@ impl Sim {
             if !mgr.alive {
                 continue;
             }
+            // Busy while it has anything, idle (free to linger and stop) once it has nothing.
+            let s = &mgr.state;
+            if s.busy != s.has_something() {
+                return Err(format!(
+                    "m{m}: busy {} with something {}",
+                    s.busy,
+                    s.has_something()
+                ));
+            }
             let held: i64 = mgr.guards.values().map(|g| i64::from(g.permits)).sum();
             if self.redis.kind == SyncKind::Semaphore {
                 if held > mgr.in_redis {

@@ -689,6 +689,21 @@ impl Sim {
             }
         }
         self.no_stranded_place()?;
+        // An actor with nothing left says so (`Effect::Idle`), or it never lingers and stops:
+        // a leak of one actor per name ever used. One with something left is busy.
+        for (i, m) in self.managers.iter().enumerate() {
+            if m.dead || m.stopping {
+                continue;
+            }
+            let s = &m.state;
+            if s.busy == s.has_nothing() {
+                return Err(format!(
+                    "m{i}: busy {} with nothing left {}",
+                    s.busy,
+                    s.has_nothing()
+                ));
+            }
+        }
         if self.named >= 3 {
             return Err(format!(
                 "a free fair lock: {} refreshes named its live head, never taken",
