@@ -194,8 +194,15 @@ impl PerName for LockActor {
             Answer::TimedOut => Ok(None),
             Answer::Failed(e) => Err(e),
         };
-        if let Some(caller) = caller {
-            caller.send(reply);
+        if let Some(caller) = caller
+            && let Err(Ok(Some(mut grant))) = caller.deliver(reply)
+        {
+            // The caller went as its grant came. Released now: dropped, the grant would send
+            // its release behind the messages already queued, and an attempt of the same
+            // holder among them would find the hold counted with no release of it known (a
+            // non-reentrant holder is then refused as holding it already).
+            let (key, epoch) = grant.disarm();
+            self.state.release(key, epoch, None, Instant::now());
         }
     }
 

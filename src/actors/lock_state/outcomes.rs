@@ -169,6 +169,24 @@ impl LockState {
         let Some(w) = self.waiters.get(id) else {
             return;
         };
+        if let LockError::AlreadyHeld { .. } = e {
+            // Redis still counted a hold of this holder that nobody holds any more: one being
+            // given back (its release was queued while this attempt was under way) or one that
+            // ended here a little before Redis's copy (being settled). The attempt goes again
+            // once that is done; a hold with a guard is refused.
+            let key = (w.holder.clone(), w.kind);
+            let passing = if self.holds.contains(&key) {
+                self.trips.releasing(&key)
+            } else {
+                self.trips.blocked(&key).is_some()
+            };
+            if passing {
+                // Queued behind what it waits for: it waits from now on.
+                self.trips.queue_attempt(id);
+                self.watch_caller(id);
+                return;
+            }
+        }
         if e.is_retryable() && w.may_wait() {
             self.failures = self.failures.saturating_add(1);
             let backoff = backoff(self.failures);

@@ -136,6 +136,13 @@ impl Trips {
         self.todo.iter().any(which)
     }
 
+    /// Whether a release of one of `key`'s holds is queued (or held back behind an unresolved
+    /// request of its holder).
+    pub(super) fn releasing(&self, key: &HoldKey) -> bool {
+        let release = |p: &Pending| matches!(p, Pending::Release { key: k, .. } if k == key);
+        self.is_queued(release) || self.held_back.iter().any(release)
+    }
+
     /// Queues an attempt for waiter `id`, unless one is queued already.
     pub(super) fn queue_attempt(&mut self, id: WaiterId) {
         if !self.is_queued(|p| matches!(p, Pending::Attempt(x) if *x == id)) {

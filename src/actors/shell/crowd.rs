@@ -230,10 +230,12 @@ impl<R> Caller<R> {
 }
 
 impl<T> Caller<OneshotSender<T>> {
-    /// Sends the answer; a watched caller's watch then ends.
-    pub(crate) fn send(self, reply: T) {
-        if let Some(tx) = self.take() {
-            let _ = tx.send(reply); // the caller may have gone
+    /// Sends the answer, or gives it back when the caller has gone meanwhile; a watched
+    /// caller's watch then ends.
+    pub(crate) fn deliver(self, reply: T) -> Result<(), T> {
+        match self.take() {
+            Some(tx) => tx.send(reply),
+            None => Err(reply),
         }
     }
 }

@@ -330,12 +330,19 @@ impl<A: PerName> Shell<A> {
 pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     reply::adopt(act, ctx, true);
     let mut effects = std::mem::take(&mut act.shell().effects);
-    act.drain(&mut effects);
-    for effect in effects.drain(..) {
-        if reply::holds_back(act.shell(), &effect) {
-            act.shell().held.push(effect);
-        } else {
-            perform(act, effect, ctx);
+    // Until none is left: carrying one out may tell the state more (a grant whose caller
+    // has gone is released at once).
+    loop {
+        act.drain(&mut effects);
+        if effects.is_empty() {
+            break;
+        }
+        for effect in effects.drain(..) {
+            if reply::holds_back(act.shell(), &effect) {
+                act.shell().held.push(effect);
+            } else {
+                perform(act, effect, ctx);
+            }
         }
     }
     let shell = act.shell();

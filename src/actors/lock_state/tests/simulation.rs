@@ -69,6 +69,12 @@ struct Manager {
     /// The Watchdog's holds, by holder (one kind per schedule).
     tracked: BTreeMap<Arc<str>, (HoldKey, u64)>,
     waiting: BTreeSet<WaiterId>,
+    /// Each waiter's holder.
+    whose: BTreeMap<WaiterId, Arc<str>>,
+    /// Waiters whose holder had a guard at some time while they waited: only those may be
+    /// refused `AlreadyHeld` (a fair waiter's answer waits for its leave, by when the guard may
+    /// be gone).
+    saw_guard: BTreeSet<WaiterId>,
     answered: BTreeSet<WaiterId>,
     releases: BTreeSet<ReplyId>,
     guards: Vec<Guard>,
@@ -123,6 +129,8 @@ impl Sim {
                 timers: BTreeMap::new(),
                 tracked: BTreeMap::new(),
                 waiting: BTreeSet::new(),
+                whose: BTreeMap::new(),
+                saw_guard: BTreeSet::new(),
                 answered: BTreeSet::new(),
                 releases: BTreeSet::new(),
                 guards: Vec::new(),
@@ -274,6 +282,11 @@ impl Sim {
         let id = self.managers[m].state.request(req, now);
         self.log(|| format!("m{m} request {id}: {holder} {wait:?} lease {lease:?}"));
         self.managers[m].waiting.insert(id);
+        let mgr = &mut self.managers[m];
+        if mgr.guards.iter().any(|g| g.key.0 == holder) {
+            mgr.saw_guard.insert(id);
+        }
+        mgr.whose.insert(id, holder);
     }
 
     fn release(&mut self, m: usize, reply: bool) {
@@ -566,6 +579,9 @@ impl Sim {
     fn effect(&mut self, m: usize, e: Effect) -> Result<(), Failure> {
         self.log(|| format!("  m{m} {e:?}"));
         let now = self.now;
+        // The caller goes as its grant comes: the shell releases the hold at once
+        // (`LockActor::answer`).
+        let went = matches!(e, Effect::Answer(_, Answer::Granted { .. })) && self.rng.chance(5);
         let mgr = &mut self.managers[m];
         match e {
             Effect::Run(op) => {
@@ -583,21 +599,33 @@ impl Sim {
                     return Err(format!("m{m}: waiter {id} answered but still waiting"));
                 }
                 mgr.waiting.remove(&id);
-                if let Answer::Failed(LockError::AlreadyHeld { .. }) = &answer
-                    && !self.kind.is_non_reentrant()
-                {
-                    return Err(format!(
-                        "m{m}: waiter {id} refused AlreadyHeld by {:?}",
-                        self.kind
-                    ));
+                if let Answer::Failed(LockError::AlreadyHeld { .. }) = &answer {
+                    if !self.kind.is_non_reentrant() {
+                        return Err(format!(
+                            "m{m}: waiter {id} refused AlreadyHeld by {:?}",
+                            self.kind
+                        ));
+                    }
+                    // Only a holder with a guard holds it already.
+                    if !mgr.saw_guard.contains(&id) {
+                        return Err(format!(
+                            "m{m}: waiter {id} of {:?} refused AlreadyHeld, its holder with no guard",
+                            mgr.whose.get(&id)
+                        ));
+                    }
                 }
-                if let Answer::Granted { key, epoch, token } = answer {
+                if let (true, Answer::Granted { key, epoch, .. }) = (went, &answer) {
+                    mgr.state.release(key.clone(), *epoch, None, now);
+                } else if let Answer::Granted { key, epoch, token } = answer {
                     if let Some(token) = token
                         && !self.tokens.insert(token)
                     {
                         return Err(format!("token {token} handed out twice"));
                     }
                     let tainted = mgr.tainted.contains(&epoch);
+                    for (w, _) in mgr.whose.iter().filter(|(_, h)| **h == key.0) {
+                        mgr.saw_guard.insert(*w);
+                    }
                     mgr.guards.push(Guard {
                         key,
                         epoch,
