@@ -169,12 +169,13 @@ impl LockState {
         }
     }
 
-    /// Nothing held, waited for, under way or being left: the actor may linger and stop.
-    pub(super) fn has_nothing(&self) -> bool {
-        self.holds.is_empty()
-            && self.waiters.is_empty()
-            && self.trips.is_idle()
-            && self.fair.leaving.is_empty()
+    /// Something held, waited for, under way or being left: the actor is busy; without any,
+    /// it may linger and stop (`update_busy`).
+    pub(super) fn has_work(&self) -> bool {
+        !self.holds.is_empty()
+            || !self.waiters.is_empty()
+            || !self.trips.is_idle()
+            || !self.fair.leaving.is_empty()
     }
 
     /// Tells the actor whether it is busy, once per event, as its effects are taken
@@ -184,7 +185,7 @@ impl LockState {
     /// left (the actor never stopped) and a lease settled after the hold ended (it could
     /// stop with the settling under way).
     pub(super) fn update_busy(&mut self) {
-        if !self.has_nothing() {
+        if self.has_work() {
             self.set_busy();
             return;
         }

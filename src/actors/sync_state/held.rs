@@ -100,7 +100,6 @@ impl SyncState {
     pub(crate) fn release(&mut self, epoch: u64, reply: Option<ReplyId>, now: Instant) {
         self.now = now;
         self.give_back_now(epoch, reply);
-        self.update_busy();
     }
 
     fn give_back_now(&mut self, epoch: u64, reply: Option<ReplyId>) {

@@ -284,7 +284,6 @@ impl SyncState {
         } else {
             self.attempt(id);
         }
-        self.update_busy();
     }
 
     /// Has waiter `id`'s caller watched, once (`Effect::Watch`).
@@ -481,7 +480,6 @@ impl SyncState {
             Timer::Expiry(epoch) => self.lose(epoch, Loss::Lease),
             Timer::Resend(seq) => self.resend(seq),
         }
-        self.update_busy();
     }
 
     /// The retry timer fired: the waiters it was armed for try again.
@@ -533,7 +531,6 @@ impl SyncState {
         } else {
             self.leave(at);
             self.unsubscribe_if_unused();
-            self.update_busy();
         }
     }
 
@@ -549,7 +546,6 @@ impl SyncState {
             self.effects.push(Effect::Answer(w.id, answer));
         }
         self.unsubscribe_if_unused();
-        self.update_busy();
     }
 
     fn position(&self, id: WaiterId) -> Option<usize> {
@@ -608,15 +604,16 @@ impl SyncState {
         }
     }
 
-    /// A waiter, a hold or a round trip.
-    pub(super) fn has_something(&self) -> bool {
+    /// A waiter, a hold or a round trip: the actor is busy (`update_busy`).
+    pub(super) fn has_work(&self) -> bool {
         !self.waiters.is_empty() || !self.holds.is_empty() || !self.trips.is_empty()
     }
 
     /// Tells the actor when it becomes busy (a waiter, a hold or a round trip) and when it
-    /// falls idle; a stopping actor does not linger.
+    /// falls idle, once per event, as its effects are taken (`drain_into`); a stopping actor
+    /// does not linger.
     fn update_busy(&mut self) {
-        let busy = self.has_something();
+        let busy = self.has_work();
         if busy == self.busy {
             return;
         }

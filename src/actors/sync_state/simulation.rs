@@ -778,11 +778,11 @@ impl Sim {
             }
             // Busy while it has anything, idle (free to linger and stop) once it has nothing.
             let s = &mgr.state;
-            if s.busy != s.has_something() {
+            if s.busy != s.has_work() {
                 return Err(format!(
-                    "m{m}: busy {} with something {}",
+                    "m{m}: busy {} with work left {}",
                     s.busy,
-                    s.has_something()
+                    s.has_work()
                 ));
             }
             let held: i64 = mgr.guards.values().map(|g| i64::from(g.permits)).sum();

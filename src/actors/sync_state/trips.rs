@@ -74,7 +74,6 @@ impl SyncState {
                 failures: 0,
             },
         );
-        self.update_busy();
     }
 
     /// How long a request is sent again: a third of the watchdog timeout, as a lock's acquire
@@ -112,7 +111,6 @@ impl SyncState {
         };
         self.finished(under, outcome);
         self.maybe_stopped();
-        self.update_busy();
     }
 
     /// The reply of waiter `id`'s attempt (`attempt`), or of the give-back of what its attempt
@@ -137,7 +135,6 @@ impl SyncState {
             _ => self.stop_waiting(id),
         }
         self.unsubscribe_if_unused();
-        self.update_busy();
     }
 
     /// Round trip `under` is over with `outcome`: what it was for gets it.

@@ -724,11 +724,11 @@ impl Sim {
                 continue;
             }
             let s = &m.state;
-            if s.busy == s.has_nothing() {
+            if s.busy != s.has_work() {
                 return Err(format!(
-                    "m{i}: busy {} with nothing left {}",
+                    "m{i}: busy {} with work left {}",
                     s.busy,
-                    s.has_nothing()
+                    s.has_work()
                 ));
             }
         }
