@@ -520,6 +520,67 @@ async fn an_acquire_that_ran_but_whose_reply_was_lost_is_given_back_after_the_ca
     direct.shutdown().await;
 }
 
+/// The same, for the non-reentrant kinds, whose holder asks again with the same handle while
+/// cut off: that request waits behind the lost acquire's resends (docs/protocol.md, "Sent
+/// again": one request of a holder at a time), and once replies flow the grant nobody took is
+/// given back first. The holder is never told `AlreadyHeld` (the grant never reached it) and
+/// gets a hold of its own, counted once, which its guard releases. A second request sent ahead
+/// would find the count the first left, take that hold for its own, and lose it to the
+/// give-back (its guard's release says `NotHeld`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_reentrant_acquire_whose_reply_was_lost_never_refuses_its_holders_next_acquire() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let proxy = Proxy::start(server.port());
+    let cut_off = LockManager::start(slow_watchdog(proxy.url()))
+        .await
+        .unwrap();
+    for (kind, lock) in [
+        ("non-reentrant", cut_off.non_reentrant_lock("nr-lost")),
+        (
+            "non-reentrant fair",
+            cut_off.non_reentrant_fair_lock("nr-lost").into(),
+        ),
+    ] {
+        support::load_scripts(&lock).await;
+        proxy.cut_replies();
+        let gave_up = lock.try_acquire_for(Duration::from_millis(400)).await;
+        let count: Option<String> = raw.hget("nr-lost", lock.holder_id()).unwrap();
+        assert_eq!(
+            count.as_deref(),
+            Some("1"),
+            "{kind}: the acquire did not run once"
+        );
+        assert!(
+            !matches!(gave_up, Ok(Some(_))),
+            "{kind}: a grant came through a cut: {gave_up:?}"
+        );
+        let again = {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.try_acquire_for(Duration::from_secs(20)).await })
+        };
+        // The heal may come before or after the second request reaches the name's actor; the
+        // outcome must be the same.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.heal();
+        let guard = again
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{kind}: {e:?}"))
+            .unwrap_or_else(|| panic!("{kind}: not free once the grant nobody took is given back"));
+        let fields: std::collections::HashMap<String, String> = raw.hgetall("nr-lost").unwrap();
+        assert_eq!(
+            fields,
+            std::collections::HashMap::from([(lock.holder_id(), "1".to_owned())]),
+            "{kind}"
+        );
+        guard.release().await.unwrap();
+        let left: Vec<String> = raw.keys("*nr-lost*").unwrap();
+        assert!(left.is_empty(), "{kind}: left in Redis: {left:?}");
+    }
+    cut_off.shutdown().await;
+}
+
 /// A release that ran in Redis but whose reply was lost: the hold was released by its own
 /// release, exactly once, and never renewed again. Its guard must not be told the lock was
 /// lost (README: `NotHeld` "when the lock was lost meanwhile"), and a waiter elsewhere gets in

@@ -343,39 +343,48 @@ async fn both_kinds_exclude_across_managers_and_refuse_the_holder_inside() {
 /// request is not refused as holding the lock already; it takes the lock after that release.
 /// (The dropped grant's release used to come behind the second attempt, which Redis then
 /// refused with `NON_REENTRANT_REACQUIRE`: a spurious `AlreadyHeld` from a holder with no guard.)
+/// Also under a name prefix: the release nobody asked for goes to the prefixed keys, or the
+/// hold it leaves refuses the second request.
 #[tokio::test]
 async fn a_grant_whose_caller_went_never_refuses_the_next_acquire_of_its_holder() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mgr = manager(&server).await;
-    for (kind, lock) in [
-        ("non-reentrant", mgr.non_reentrant_lock("went")),
-        (
-            "non-reentrant fair",
-            mgr.non_reentrant_fair_lock("went").into(),
-        ),
-    ] {
-        support::load_scripts(&lock).await;
-        let stall = server.stall(1.0);
-        // Sent at once; it runs when the pause ends, long after its caller went.
-        let first = tokio::time::timeout(Duration::from_millis(300), lock.acquire()).await;
-        assert!(
-            first.is_err(),
-            "{kind}: answered through the pause: {first:?}"
-        );
-        let second = lock.try_acquire_for(Duration::from_secs(10)).await;
-        stall.join().unwrap();
-        let guard = second
-            .unwrap_or_else(|e| panic!("{kind}: {e:?}"))
-            .unwrap_or_else(|| panic!("{kind}: free once the grant nobody took is released"));
-        assert_eq!(
-            hash(&mut raw, "went"),
-            HashMap::from([(lock.holder_id(), "1".to_owned())]),
-            "{kind}"
-        );
-        guard.release().await.unwrap();
-        assert!(!raw.exists::<_, bool>("went").unwrap(), "{kind}");
-        let queue: i64 = raw.llen("redisson_lock_queue:{went}").unwrap();
-        assert_eq!(queue, 0, "{kind}");
+    for prefix in ["", "app1:"] {
+        let mgr = LockManager::start(Config::new(server.url()).name_prefix(prefix))
+            .await
+            .expect("manager starts");
+        let key = format!("{prefix}went");
+        for (kind, lock) in [
+            ("non-reentrant", mgr.non_reentrant_lock("went")),
+            (
+                "non-reentrant fair",
+                mgr.non_reentrant_fair_lock("went").into(),
+            ),
+        ] {
+            let kind = format!("{kind}, prefix {prefix:?}");
+            support::load_scripts(&lock).await;
+            let stall = server.stall(1.0);
+            // Sent at once; it runs when the pause ends, long after its caller went.
+            let first = tokio::time::timeout(Duration::from_millis(300), lock.acquire()).await;
+            assert!(
+                first.is_err(),
+                "{kind}: answered through the pause: {first:?}"
+            );
+            let second = lock.try_acquire_for(Duration::from_secs(10)).await;
+            stall.join().unwrap();
+            let guard = second
+                .unwrap_or_else(|e| panic!("{kind}: {e:?}"))
+                .unwrap_or_else(|| panic!("{kind}: free once the grant nobody took is released"));
+            assert_eq!(
+                hash(&mut raw, &key),
+                HashMap::from([(lock.holder_id(), "1".to_owned())]),
+                "{kind}"
+            );
+            guard.release().await.unwrap();
+            // No hash, fair queue or timeout set of the name is left.
+            let left: Vec<String> = raw.keys("*went*").unwrap();
+            assert!(left.is_empty(), "{kind}: left in Redis: {left:?}");
+        }
+        mgr.shutdown().await;
     }
 }
