@@ -4,9 +4,12 @@
 //! `LockError::Deadlock { cycle }` naming each step while the others go on, and that there is
 //! never a report without a real cycle. Each test here pushes one edge of that: waits given up
 //! or holds ended just before a wait that would close a cycle through them, holds shared by
-//! several owners, attempts that never wait, cycles through every kind, and cycles closed by a
-//! hold granted rather than by a wait beginning.
+//! several owners, attempts that never wait, cycles through every kind, cycles closed by a
+//! hold granted rather than by a wait beginning, and a process cut off from Redis whose last
+//! published wait has ended.
 
+#[path = "support/proxy.rs"]
+mod proxy;
 mod support;
 
 use std::future::Future;
@@ -14,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use lockman::deadlock::{self, Cycle, Owner};
 use lockman::{Config, LockError, LockManager};
+use proxy::Proxy;
 use redis::Commands;
 use support::party::{deadlock_of, party};
 use support::{RedisServer, wait};
@@ -1559,6 +1563,58 @@ async fn across_processes_a_break_never_lands_on_the_owner_s_next_wait() {
     eprintln!("{}", outcomes.join("\n"));
     assert!(wrong.is_empty(), "wrong outcomes:\n{}", wrong.join("\n"));
     nothing_left(&mut raw).await;
+    east.shutdown().await;
+    west.shutdown().await;
+}
+
+/// A process cut off from Redis cannot take back what it said it waits for: its waits hash
+/// stays until it expires. Here east's owner holds `x` and waits for `y` (published: it has
+/// waited a second), east is cut off, and that wait ends (its own time-out) while west's owner,
+/// holding `y`, begins to wait for `x`. No cycle exists any more: east's owner waits for
+/// nothing. West's wait must not be broken by east's stale word; it runs to its own time-out
+/// (east's hold on `x` is still in Redis, unrenewed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_ended_in_a_process_cut_off_from_redis_closes_no_cycle() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mut proxy = Proxy::start(([127, 0, 0, 1], server.port()).into());
+    let east = LockManager::start(
+        Config::new(proxy.url())
+            .client_name("east")
+            .response_timeout(Duration::from_millis(300))
+            .connect_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .expect("east starts");
+    let west = manager(&server, |c| c.client_name("west")).await;
+    let (x, y) = (east.lock("x"), east.lock("y"));
+    let (x2, y2) = (west.lock("x"), west.lock("y"));
+    let east_wait = Duration::from_millis(2500);
+    let (_a_me, a_go, a) = party(async move { x.acquire().await }, async move {
+        y.try_acquire_for(east_wait).await.map(|g| g.is_some())
+    });
+    let (_b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
+        x2.try_acquire_for(Duration::from_secs(6)).await.map(drop)
+    });
+    a_go.send(()).unwrap();
+    let waits = format!("lockman_waits:{{lockman}}:{}", east.client_id());
+    wait::until("east published its wait", || {
+        raw.exists::<_, bool>(&waits).unwrap()
+    })
+    .await;
+    proxy.cut();
+    b_go.send(()).unwrap();
+    let (a_res, a_done) = a.await.unwrap();
+    // East's wait ended, a time-out (it is cut off; it never got `y`).
+    assert!(!matches!(a_res, Ok(true)), "{a_res:?}");
+    let still = raw.exists::<_, bool>(&waits).unwrap();
+    let (b_res, b_done) = b.await.unwrap();
+    assert!(
+        !matches!(b_res, Err(LockError::Deadlock { .. })),
+        "west was told of a cycle {:?} after east's wait ended \
+         (east's hash still there then: {still})",
+        b_done - a_done
+    );
     east.shutdown().await;
     west.shutdown().await;
 }

@@ -165,23 +165,54 @@ impl Commands {
         }
     }
 
-    /// Client `id`'s long waits, as it last published them.
-    pub(crate) async fn read_blocked(&self, id: &str) -> Result<Vec<Blocked>, LockError> {
+    /// Client `id`'s long waits, as it last published them (with `ttl`, which dates its last
+    /// write).
+    pub(crate) async fn read_blocked(
+        &self,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<Published, LockError> {
         let key = waits_key(id);
-        let mut call = ScriptCall::new(&READ, 1, 0, key.len());
-        call.key(&key);
+        let mut call = ScriptCall::new(&READ, 1, 1, key.len() + 8);
+        call.key(&key).arg(millis(ttl));
         let reply = self
             .conn()
             .eval("read waits", &key, &call, Replicas::Skip)
             .await?
             .value;
-        let flat: Vec<String> =
-            redis::from_redis_value(reply.clone()).map_err(|_| unexpected("read waits", reply))?;
-        Ok(flat
+        decode_published(reply)
+    }
+}
+
+/// What a manager last published: when, and its long waits.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Published {
+    /// When it was last written, by the server's clock (epoch ms); 0 for none or unknown.
+    pub written_ms: u64,
+    pub waits: Vec<Blocked>,
+}
+
+/// `read.lua`'s reply: nothing, or the time of the last write and the fields and values.
+fn decode_published(reply: redis::Value) -> Result<Published, LockError> {
+    let bad = |reply: &redis::Value| unexpected("read waits", reply.clone());
+    let redis::Value::Array(items) = &reply else {
+        return Err(bad(&reply));
+    };
+    let Some((written, flat)) = items.split_first() else {
+        return Ok(Published::default());
+    };
+    let redis::Value::Int(written) = written else {
+        return Err(bad(&reply));
+    };
+    let flat: Vec<String> =
+        redis::from_redis_value(redis::Value::Array(flat.to_vec())).map_err(|_| bad(&reply))?;
+    Ok(Published {
+        written_ms: u64::try_from(*written).unwrap_or(0),
+        waits: flat
             .chunks_exact(2)
             .filter_map(|p| Blocked::decode(&p[0], &p[1]))
-            .collect())
-    }
+            .collect(),
+    })
 }
 
 #[cfg(test)]

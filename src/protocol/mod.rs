@@ -20,7 +20,7 @@ use crate::error::LockError;
 
 pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::{Commands, Successor};
-pub(crate) use deadlocks::{Blocked, holder_of};
+pub(crate) use deadlocks::{Blocked, Published, holder_of};
 pub use diagnose::{Check, CheckStatus, Diagnosis};
 pub(crate) use diagnose::{eviction_risk, evicts_locks, judge};
 pub use kind::LockKind;

@@ -11,8 +11,11 @@
 //! 3. a cycle's **youngest wait** (by when it began, on the server's clock) is broken, or
 //!    reported, by the manager whose wait it is, so each cycle is acted on once: when it is
 //!    this manager's, it fails with `LockError::Deadlock` once the same cycle was found by two
-//!    probes in a row (another process's hash may say a wait that ended since, until its next
-//!    probe rewrites it: a half-second at most) and its actor confirms it still waits.
+//!    probes in a row, every other process on it having written its hash again between them,
+//!    and its actor confirms it still waits. Another process's hash may say a wait that ended
+//!    since it was written: until its next probe rewrites it (a half-second), or for as long as
+//!    that process cannot write at all (cut off from Redis, frozen), up to the hash's TTL. A
+//!    wait found again in a hash written after the last probe read it was still there then.
 //!
 //! With no wait that long it costs nothing but an empty check of the graph each period: no
 //! Redis command, and nothing on any acquire's path.
@@ -27,7 +30,7 @@ use super::Watchdog;
 use crate::actors::messages::HoldsOf;
 use crate::actors::waits_for::{LongWait, WaitsFor};
 use crate::error::{Cycle, LockError, Owner, Step};
-use crate::protocol::{Blocked, Commands, holder_of};
+use crate::protocol::{Blocked, Commands, Published, holder_of};
 
 /// How long a wait lasts before this manager publishes it and follows it through other
 /// processes.
@@ -57,10 +60,14 @@ pub(super) struct Probe {
     /// The user may not write `lockman_waits:*`: cycles through other processes are not looked
     /// for, after one warning (those inside this manager still are).
     off: bool,
-    /// The cycles the last probe found whose youngest wait is this manager's: acted on when the
-    /// next probe finds them again.
-    suspects: FxHashSet<Signature>,
+    /// The cycles the last probe found whose youngest wait is this manager's, each with when
+    /// each step's hash was written: acted on when the next probe finds them again, from
+    /// hashes written since.
+    suspects: Suspects,
 }
+
+/// Cycles found by a probe, with when each step's hash was written (server clock, ms).
+type Suspects = FxHashMap<Signature, Vec<u64>>;
 
 /// A cycle, by its steps' clients, owners and names.
 type Signature = Vec<(uuid::Uuid, Owner, String)>;
@@ -78,7 +85,7 @@ impl Probe {
             running: false,
             published: false,
             off: false,
-            suspects: FxHashSet::default(),
+            suspects: Suspects::default(),
         }
     }
 
@@ -153,17 +160,15 @@ struct Found {
     name: String,
     kind: String,
     since_ms: u64,
+    /// When its client's hash was last written (server clock, ms).
+    written_ms: u64,
 }
 
 impl Run {
     /// Publishes and follows; acts on the cycles `suspected` by the last probe and found again.
     /// Returns the cycles to act on if the next probe finds them too.
-    async fn go(
-        self,
-        long: Vec<LongWait>,
-        suspected: FxHashSet<Signature>,
-    ) -> Result<FxHashSet<Signature>, LockError> {
-        let mut suspects = FxHashSet::default();
+    async fn go(self, long: Vec<LongWait>, suspected: Suspects) -> Result<Suspects, LockError> {
+        let mut suspects = Suspects::default();
         let me = self.client.hyphenated().to_string();
         let mut mine = Vec::with_capacity(long.len());
         if !long.is_empty() {
@@ -210,8 +215,14 @@ impl Run {
                 ..b
             })
             .collect();
-        let mut others: FxHashMap<String, Vec<Blocked>> = FxHashMap::default();
-        others.insert(me.clone(), mine.clone());
+        let mut others: FxHashMap<String, Published> = FxHashMap::default();
+        others.insert(
+            me.clone(),
+            Published {
+                written_ms: now_ms,
+                waits: mine.clone(),
+            },
+        );
         for (wait, start) in long.iter().zip(&mine) {
             let Some(cycle) = self.follow(start, &me, &mut others).await? else {
                 continue;
@@ -230,8 +241,11 @@ impl Run {
                     .iter()
                     .map(|s| (s.client, s.owner, s.name.clone()))
                     .collect();
-                let again = suspected.contains(&signature);
-                suspects.insert(signature);
+                let written: Vec<u64> = cycle.iter().map(|s| s.written_ms).collect();
+                let again = suspected
+                    .get(&signature)
+                    .is_some_and(|then| rewritten(&cycle, then, self.client));
+                suspects.insert(signature, written);
                 if !again {
                     continue;
                 }
@@ -258,22 +272,23 @@ impl Run {
         &self,
         start: &Blocked,
         me: &str,
-        hashes: &mut FxHashMap<String, Vec<Blocked>>,
+        hashes: &mut FxHashMap<String, Published>,
     ) -> Result<Option<Vec<Found>>, LockError> {
-        let step = |b: &Blocked, client: &str| Found {
+        let step = |b: &Blocked, client: &str, hashes: &FxHashMap<String, Published>| Found {
             owner: b.owner,
             client: uuid::Uuid::parse_str(client).unwrap_or_default(),
             service: b.service.clone(),
             name: b.name.clone(),
             kind: b.kind.clone(),
             since_ms: b.since_ms,
+            written_ms: hashes.get(client).map_or(0, |h| h.written_ms),
         };
         // Each frame: a step of the path, and the next steps still to try from it.
         let mut path: Vec<(Found, Vec<(String, Blocked)>)> = Vec::new();
         let mut seen: FxHashSet<(String, Owner)> = FxHashSet::default();
         seen.insert((me.to_owned(), start.owner));
         let next = self.next_steps(start, hashes).await?;
-        path.push((step(start, me), next));
+        path.push((step(start, me, hashes), next));
         while let Some((_, next)) = path.last_mut() {
             let Some((client, blocked)) = next.pop() else {
                 path.pop();
@@ -286,7 +301,7 @@ impl Run {
                 continue;
             }
             let after = self.next_steps(&blocked, hashes).await?;
-            path.push((step(&blocked, &client), after));
+            path.push((step(&blocked, &client, hashes), after));
         }
         Ok(None)
     }
@@ -296,7 +311,7 @@ impl Run {
     async fn next_steps(
         &self,
         blocked: &Blocked,
-        hashes: &mut FxHashMap<String, Vec<Blocked>>,
+        hashes: &mut FxHashMap<String, Published>,
     ) -> Result<Vec<(String, Blocked)>, LockError> {
         let described = self.commands.describe(&blocked.name).await?;
         let mut next = Vec::new();
@@ -310,13 +325,13 @@ impl Run {
                 continue;
             }
             if !hashes.contains_key(client) {
-                let read = self.commands.read_blocked(client).await?;
+                let read = self.commands.read_blocked(client, WAITS_TTL).await?;
                 hashes.insert(client.to_owned(), read);
             }
             let Some(theirs) = hashes.get(client) else {
                 continue;
             };
-            for b in theirs {
+            for b in &theirs.waits {
                 if b.holds
                     .iter()
                     .any(|(n, h)| *n == blocked.name && h == holder)
@@ -326,5 +341,52 @@ impl Run {
             }
         }
         Ok(next)
+    }
+}
+
+/// Whether every step of `cycle` from another client was read from a hash written after the
+/// one the last probe read (`then`, in the cycle's order): each such wait was still there after
+/// that probe. A process that cannot write (cut off from Redis, frozen) never passes, however
+/// long its stale hash lives.
+fn rewritten(cycle: &[Found], then: &[u64], me: uuid::Uuid) -> bool {
+    cycle.len() == then.len()
+        && cycle
+            .iter()
+            .zip(then)
+            .all(|(s, &before)| s.client == me || s.written_ms > before)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(client: uuid::Uuid, written_ms: u64) -> Found {
+        Found {
+            owner: Owner::Task(1),
+            client,
+            service: String::new(),
+            name: "x".into(),
+            kind: "lock".into(),
+            since_ms: 0,
+            written_ms,
+        }
+    }
+
+    #[test]
+    fn a_cycle_is_acted_on_only_through_hashes_written_since_the_last_probe() {
+        let (me, east, north) = (
+            uuid::Uuid::from_u128(1),
+            uuid::Uuid::from_u128(2),
+            uuid::Uuid::from_u128(3),
+        );
+        let then = [100, 200, 300];
+        // Both others wrote again; this manager's own step is never judged by its stamp.
+        let cycle = [found(me, 0), found(east, 201), found(north, 301)];
+        assert!(rewritten(&cycle, &then, me));
+        // One other's hash is the one read before: it may say a wait that has ended.
+        let stale = [found(me, 150), found(east, 250), found(north, 300)];
+        assert!(!rewritten(&stale, &then, me));
+        // A cycle of another shape is not the one suspected.
+        assert!(!rewritten(&cycle[..2], &then, me));
     }
 }
