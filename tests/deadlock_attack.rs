@@ -5,8 +5,8 @@
 //! never a report without a real cycle. Each test here pushes one edge of that: waits given up
 //! or holds ended just before a wait that would close a cycle through them, holds shared by
 //! several owners, attempts that never wait, cycles through every kind, cycles closed by a
-//! hold granted rather than by a wait beginning, and a process cut off from Redis whose last
-//! published wait has ended.
+//! hold granted rather than by a wait beginning, a process cut off from Redis whose last
+//! published wait has ended, and clients whose wall clocks are off.
 
 #[path = "support/proxy.rs"]
 mod proxy;
@@ -19,6 +19,7 @@ use lockman::deadlock::{self, Cycle, Owner};
 use lockman::{Config, LockError, LockManager};
 use proxy::Proxy;
 use redis::Commands;
+use support::fair::SkewedChild;
 use support::party::{deadlock_of, party};
 use support::{RedisServer, wait};
 use tokio::sync::oneshot;
@@ -1617,4 +1618,96 @@ async fn a_wait_that_ended_in_a_process_cut_off_from_redis_closes_no_cycle() {
     );
     east.shutdown().await;
     west.shutdown().await;
+}
+
+/// The environment variable that makes `child_holds_x_then_waits_for_y` run (with the URL).
+const SKEWED_CHILD_URL: &str = "LOCKMAN_TEST_DEADLOCK_CLOCK_CHILD_URL";
+/// How long a child under libfaketime may take to start and answer.
+const CHILD_LIMIT: Duration = Duration::from_secs(30);
+
+/// The child of `across_processes_the_younger_wait_is_told_by_the_server_s_clock_not_a_client_s`,
+/// run under libfaketime: holds `x`, prints its client id, waits for a line on stdin, then
+/// waits for `y` and prints how that wait ended.
+#[tokio::test]
+#[ignore = "child process of across_processes_the_younger_wait_is_told_by_the_server_s_clock_not_a_client_s"]
+async fn child_holds_x_then_waits_for_y() {
+    let url = std::env::var(SKEWED_CHILD_URL).expect("run by the parent test");
+    let mgr = LockManager::start(Config::new(url).client_name("skewed"))
+        .await
+        .expect("manager starts");
+    let x = mgr.lock("x").acquire().await.expect("x is free");
+    println!("HOLDING {}", mgr.client_id());
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    match mgr.lock("y").try_acquire_for(Duration::from_secs(20)).await {
+        Ok(Some(y)) => {
+            println!("ENDED acquired");
+            y.release().await.unwrap();
+        }
+        Ok(None) => println!("ENDED timed out"),
+        Err(LockError::Deadlock { .. }) => println!("ENDED deadlock"),
+        Err(e) => println!("ENDED error {e}"),
+    }
+    x.release().await.unwrap();
+    mgr.shutdown().await;
+}
+
+/// Across processes the youngest wait of a cycle is told by when each began on the Redis
+/// server's clock (docs/protocol.md, "Waits for deadlock detection"), so a client whose wall
+/// clock is 15 s off is judged by its real order. A child 15 s fast whose wait began first
+/// would look 14 s the younger by its own clock: the other wait is broken and it gets `y`. A
+/// child 15 s slow whose wait began last would look the older: its own wait is broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_the_younger_wait_is_told_by_the_server_s_clock_not_a_client_s() {
+    for (skew, child_first) in [("+15s", true), ("-15s", false)] {
+        let server = RedisServer::start();
+        let mut raw = server.conn();
+        let mut child = SkewedChild::spawn(
+            "child_holds_x_then_waits_for_y",
+            (SKEWED_CHILD_URL, &server.url()),
+            skew,
+        );
+        let child_id = child.expect_line("HOLDING ", CHILD_LIMIT);
+        let mgr = manager(&server, |c| c.client_name("true-clock")).await;
+        let (y, x) = (mgr.lock("y"), mgr.lock("x"));
+        let (me, go, mine) = party(async move { y.acquire().await }, async move {
+            x.try_acquire_for(Duration::from_secs(20)).await.map(drop)
+        });
+        me.await.unwrap();
+        // The first wait has lasted a second (it is published) before the second begins.
+        let published = |id: String| format!("lockman_waits:{{lockman}}:{id}");
+        if child_first {
+            child.say("go");
+            let key = published(child_id.clone());
+            wait::until("the child's wait is published", || {
+                raw.exists::<_, bool>(&key).unwrap()
+            })
+            .await;
+            go.send(()).unwrap();
+        } else {
+            go.send(()).unwrap();
+            let key = published(mgr.client_id().to_string());
+            wait::until("this wait is published", || {
+                raw.exists::<_, bool>(&key).unwrap()
+            })
+            .await;
+            child.say("go");
+        }
+        let (res, _) = tokio::time::timeout(Duration::from_secs(30), mine)
+            .await
+            .expect("this wait ends")
+            .unwrap();
+        let ended = child.expect_line("ENDED ", CHILD_LIMIT);
+        if child_first {
+            deadlock_of(res);
+            assert_eq!(ended, "acquired", "skew {skew}");
+        } else {
+            res.unwrap_or_else(|e| panic!("skew {skew}: {e:?}"));
+            assert_eq!(ended, "deadlock", "skew {skew}");
+        }
+        assert!(child.wait(), "skew {skew}: the child failed");
+        mgr.shutdown().await;
+    }
 }
