@@ -40,9 +40,10 @@
 //! without an owner. Holds of other managers and processes count through Redis: a wait that
 //! has lasted a second is followed through them (docs/protocol.md, "Waits for deadlock
 //! detection"); a process that cannot say what it waits for now (cut off from Redis, frozen)
-//! closes no cycle with what it said before. One limit: each manager publishes the holds of the owners that wait in it, so
-//! an owner that holds through one manager and waits through another of the same process is
-//! not followed; share one manager per process (it is cheap to clone), as is usual anyway.
+//! closes no cycle with what it said before. One limit: each manager publishes the holds of
+//! the owners that wait in it, so an owner that holds through one manager and waits through
+//! another of the same process is not followed; share one manager per process (it is cheap to
+//! clone), as is usual anyway.
 
 use std::future::Future;
 
