@@ -165,3 +165,39 @@ async fn a_semaphore_idle_between_uses_keeps_its_actor_then_it_leaves() {
         "the idle actor left"
     );
 }
+
+/// A permit-semaphore waiter that gives up (its wait timed out, or its `acquire` dropped) while
+/// every permit is another manager's leaves no actor behind: the actor goes a linger or two
+/// after, not when the retry it had armed for the earliest permit to expire (a watchdog
+/// timeout, 30 s, away) fires. That armed timer kept a departed actor alive 30 s.
+#[tokio::test]
+async fn a_permit_semaphore_waiter_that_gave_up_leaves_no_actor_behind() {
+    let server = RedisServer::start();
+    let mgr = manager(&server, Duration::from_millis(300), 100).await;
+    let other = manager(&server, Duration::from_millis(300), 100).await;
+    for (i, drop_it) in [false, true].into_iter().enumerate() {
+        let name = format!("gave-up-{i}");
+        let permits = mgr.permit_semaphore(&name);
+        assert!(permits.try_set_permits(1).await.unwrap());
+        let held = other.permit_semaphore(&name).acquire(1).await.unwrap();
+        let actor = mgr
+            .sync_actor(lockman::SyncKind::PermitSemaphore, &name)
+            .await
+            .unwrap()
+            .downgrade();
+        if drop_it {
+            let waited = tokio::time::timeout(Duration::from_millis(200), permits.acquire(1));
+            assert!(waited.await.is_err(), "no permit is free");
+        } else {
+            let waited = permits.try_acquire_for(1, Duration::from_millis(200)).await;
+            assert!(waited.unwrap().is_none(), "no permit is free");
+        }
+        held.release().await.unwrap();
+        let gave_up = Instant::now();
+        assert!(
+            support::eventually(Duration::from_secs(5), || actor.upgrade().is_none()).await,
+            "drop {drop_it}: the actor still lives {:?} after its waiter gave up",
+            gave_up.elapsed()
+        );
+    }
+}

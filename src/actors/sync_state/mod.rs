@@ -611,7 +611,9 @@ impl SyncState {
 
     /// Tells the actor when it becomes busy (a waiter, a hold or a round trip) and when it
     /// falls idle, once per event, as its effects are taken (`drain_into`); a stopping actor
-    /// does not linger.
+    /// does not linger. An idle actor's retry timer goes: it would wake nobody, and an armed
+    /// timer keeps an actix actor alive (a permit semaphore's is armed for the earliest permit
+    /// to expire, a watchdog timeout away, and held a departed actor that long).
     fn update_busy(&mut self) {
         let busy = self.has_work();
         if busy == self.busy {
@@ -620,7 +622,12 @@ impl SyncState {
         self.busy = busy;
         if busy {
             self.effects.push(Effect::Busy);
-        } else if self.phase == Phase::Running {
+            return;
+        }
+        if self.timer.take().is_some() {
+            self.effects.push(Effect::Cancel(Timer::Retry));
+        }
+        if self.phase == Phase::Running {
             self.effects.push(Effect::Idle);
         }
     }

@@ -785,6 +785,13 @@ impl Sim {
                     s.has_work()
                 ));
             }
+            // An idle actor keeps no timer armed: an armed actix timer keeps the actor alive
+            // after it departs (a permit semaphore's retry, armed a watchdog timeout away, held
+            // one 30 s).
+            if !s.busy && !mgr.timers.is_empty() {
+                let armed: Vec<&String> = mgr.timers.keys().collect();
+                return Err(format!("m{m}: idle with timers armed: {armed:?}"));
+            }
             let held: i64 = mgr.guards.values().map(|g| i64::from(g.permits)).sum();
             if self.redis.kind == SyncKind::Semaphore {
                 if held > mgr.in_redis {
