@@ -1711,3 +1711,87 @@ async fn across_processes_the_younger_wait_is_told_by_the_server_s_clock_not_a_c
         mgr.shutdown().await;
     }
 }
+
+/// Across processes, a reader that asks to write waits for every other reader, and for its own
+/// read too (it cannot upgrade): A (east) holds read `r` and waits for `y`; B (west) holds read
+/// `r` and `y` and asks to write `r`. That is a cycle (B waits for A's read, A for B's `y`),
+/// found whichever reader took `r` first; B's wait, the younger, is broken and A gets `y`.
+/// Following B's wait used to come back to B through its own read first when east had read
+/// first (the lock's holder fields in that order), and took that cycle of one for the answer:
+/// the real cycle was missed and both waits ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_a_reader_asking_to_write_closes_a_cycle_whichever_read_came_first() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    for east_reads_first in [true, false] {
+        let east = manager(&server, |c| c.client_name("east")).await;
+        let west = manager(&server, |c| c.client_name("west")).await;
+        let (ra, ya) = (east.read_write_lock("r"), east.lock("y"));
+        let (rb, yb) = (west.read_write_lock("r"), west.lock("y"));
+        let rb_write = rb.clone();
+        let (a_read, a_reads) = oneshot::channel::<()>();
+        let (b_read, b_reads) = oneshot::channel::<()>();
+        let (a_me, a_go, a) = party(
+            async move {
+                a_reads.await.unwrap();
+                ra.read().acquire().await
+            },
+            async move {
+                ya.try_acquire_for(Duration::from_secs(15))
+                    .await
+                    .map(|g| g.is_some())
+            },
+        );
+        let (b_me, b_go, b) = party(
+            async move {
+                b_reads.await.unwrap();
+                let r = rb.read().acquire().await?;
+                let y = yb.acquire().await?;
+                Ok::<_, LockError>((r, y))
+            },
+            async move {
+                rb_write
+                    .write()
+                    .try_acquire_for(Duration::from_secs(15))
+                    .await
+                    .map(|g| g.is_some())
+            },
+        );
+        let (first, second) = if east_reads_first {
+            ((a_read, a_me), (b_read, b_me))
+        } else {
+            ((b_read, b_me), (a_read, a_me))
+        };
+        first.0.send(()).unwrap();
+        first.1.await.unwrap();
+        second.0.send(()).unwrap();
+        second.1.await.unwrap();
+        a_go.send(()).unwrap();
+        let published = format!("lockman_waits:{{lockman}}:{}", east.client_id());
+        wait::until("A's wait is published", || {
+            raw.exists::<_, bool>(&published).unwrap()
+        })
+        .await;
+        b_go.send(()).unwrap();
+        let (b_res, _) = b.await.unwrap();
+        let cycle = deadlock_of(b_res);
+        let names: Vec<(&str, &str)> = cycle
+            .steps
+            .iter()
+            .map(|s| (s.name.as_str(), s.kind.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [("r", "write"), ("y", "lock")],
+            "east reads first: {east_reads_first}"
+        );
+        let (a_res, _) = a.await.unwrap();
+        assert!(
+            a_res.unwrap(),
+            "east reads first {east_reads_first}: A gets y"
+        );
+        east.shutdown().await;
+        west.shutdown().await;
+        nothing_left(&mut raw).await;
+    }
+}

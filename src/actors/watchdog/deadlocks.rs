@@ -39,6 +39,10 @@ pub(crate) const LONG_WAIT: Duration = Duration::from_secs(1);
 const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// How long a published waits hash lives without being written again (a dead process's goes).
 const WAITS_TTL: Duration = Duration::from_secs(5);
+/// How much later than the one read before a hash's write must be to count as a new one.
+/// Writes come a probe period apart; the time of one write, as `read.lua` derives it, can read
+/// a millisecond apart from one read to the next (`TIME` against the command's clock).
+const REWRITTEN_AFTER: Duration = Duration::from_millis(250);
 /// The longest cycle followed, in steps (waits).
 const MAX_STEPS: usize = 8;
 
@@ -295,7 +299,13 @@ impl Run {
                 continue;
             };
             if client == me && blocked.owner == start.owner {
-                return Ok(Some(path.into_iter().map(|(f, _)| f).collect()));
+                // Back at the start: a cycle, unless it never left it (a reader asking to write
+                // waits for its own read too): a cycle of one is no deadlock, as in the graph,
+                // and the other holders of that lock are still to be followed.
+                if path.len() > 1 {
+                    return Ok(Some(path.into_iter().map(|(f, _)| f).collect()));
+                }
+                continue;
             }
             if path.len() >= MAX_STEPS || !seen.insert((client.clone(), blocked.owner)) {
                 continue;
@@ -345,15 +355,16 @@ impl Run {
 }
 
 /// Whether every step of `cycle` from another client was read from a hash written after the
-/// one the last probe read (`then`, in the cycle's order): each such wait was still there after
-/// that probe. A process that cannot write (cut off from Redis, frozen) never passes, however
-/// long its stale hash lives.
+/// one the last probe read (`then`, in the cycle's order; [`REWRITTEN_AFTER`] later at least):
+/// each such wait was still there after that probe. A process that cannot write (cut off from
+/// Redis, frozen) never passes, however long its stale hash lives.
 fn rewritten(cycle: &[Found], then: &[u64], me: uuid::Uuid) -> bool {
+    let after = crate::protocol::millis(REWRITTEN_AFTER);
     cycle.len() == then.len()
         && cycle
             .iter()
             .zip(then)
-            .all(|(s, &before)| s.client == me || s.written_ms > before)
+            .all(|(s, &before)| s.client == me || s.written_ms >= before.saturating_add(after))
 }
 
 #[cfg(test)]
@@ -379,12 +390,14 @@ mod tests {
             uuid::Uuid::from_u128(2),
             uuid::Uuid::from_u128(3),
         );
-        let then = [100, 200, 300];
-        // Both others wrote again; this manager's own step is never judged by its stamp.
-        let cycle = [found(me, 0), found(east, 201), found(north, 301)];
+        let then = [100, 1_000, 2_000];
+        // Both others wrote again (a probe period later); this manager's own step is never
+        // judged by its stamp.
+        let cycle = [found(me, 0), found(east, 1_500), found(north, 2_490)];
         assert!(rewritten(&cycle, &then, me));
-        // One other's hash is the one read before: it may say a wait that has ended.
-        let stale = [found(me, 150), found(east, 250), found(north, 300)];
+        // One other's hash is the one read before: it may say a wait that has ended. Its
+        // write time, derived from its TTL, may read a millisecond later the second time.
+        let stale = [found(me, 150), found(east, 1_500), found(north, 2_001)];
         assert!(!rewritten(&stale, &then, me));
         // A cycle of another shape is not the one suspected.
         assert!(!rewritten(&cycle[..2], &then, me));
