@@ -247,6 +247,57 @@ mod tests {
     }
 
     #[test]
+    fn read_replies_decode_or_are_refused_with_a_typed_error() {
+        use redis::Value;
+        let blocked = Blocked {
+            owner: Owner::Task(7),
+            service: "s".into(),
+            name: "x".into(),
+            kind: "lock".into(),
+            holder: "00000000-0000-0000-0000-000000000001:1".into(),
+            since_ms: 0,
+            holds: vec![],
+        };
+        let (field, value) = blocked.encode();
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        // No hash: nothing published, no write time.
+        assert_eq!(
+            decode_published(Value::Array(vec![])).unwrap(),
+            Published::default()
+        );
+        let read = decode_published(Value::Array(vec![
+            Value::Int(1_234),
+            bulk(&field),
+            bulk(&format!("99\n{value}")),
+        ]))
+        .unwrap();
+        assert_eq!(read.written_ms, 1_234);
+        assert_eq!(
+            read.waits,
+            vec![Blocked {
+                since_ms: 99,
+                ..blocked
+            }]
+        );
+        // Not an array, or a write time that is not an integer: refused, typed.
+        for bad in [
+            Value::Int(1),
+            Value::Array(vec![bulk("1234"), bulk(&field), bulk(&value)]),
+        ] {
+            assert!(
+                matches!(
+                    decode_published(bad),
+                    Err(LockError::UnexpectedReply {
+                        op: "read waits",
+                        ..
+                    })
+                ),
+                "a malformed reply is refused"
+            );
+        }
+    }
+
+    #[test]
     fn holder_fields_name_their_client() {
         let id = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
         let (plain, write) = (format!("{id}:12"), format!("{id}:12:write"));
