@@ -606,3 +606,175 @@ async fn synchronizer_waiters_show_in_ls_and_top() {
     drop(granted);
     manager.shutdown().await;
 }
+
+/// Whether tmux runs here (the terminal tests need it).
+fn tmux_installed() -> bool {
+    let installed = Command::new("tmux").arg("-V").output().is_ok();
+    if !installed {
+        eprintln!("SKIPPED: tmux is not installed (apt-get install tmux)");
+    }
+    installed
+}
+
+/// A tmux server of this test's own (`-L`), ended however the test ends.
+struct Tmux(String);
+
+impl Tmux {
+    fn new(test: &str) -> Self {
+        Self(format!("lockman-{test}-{}", std::process::id()))
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.0])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+/// Issue 57: `lockman top` into a pipe or a file is `--once`: one frame, no screen escapes,
+/// and it ends (it used to home and clear a screen every second until killed).
+#[test]
+fn top_into_a_pipe_prints_one_frame_without_escapes_and_ends() {
+    let server = RedisServer::start();
+    let _holder = hold(&server, "billing", "orders:42", "20");
+    let shown = support::eventually_blocking(Duration::from_secs(10), || {
+        stdout(&run(&server, &["top", "--once"])).contains("billing@")
+    });
+    assert!(shown, "the holder's record never showed");
+    let mut top = Killed(
+        lockman(&server, &["top"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockman top"),
+    );
+    let ended = support::eventually_blocking(Duration::from_secs(10), || {
+        top.0.try_wait().expect("try_wait").is_some()
+    });
+    assert!(ended, "lockman top with stdout a pipe did not end");
+    let child = std::mem::replace(
+        &mut top.0,
+        Command::new("true").spawn().expect("spawn true"),
+    );
+    let out = child.wait_with_output().expect("top's output");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = stdout(&out);
+    assert!(!text.contains('\x1b'), "escapes in a pipe: {text:?}");
+    assert_eq!(text.matches("lockman top:").count(), 1, "{text}");
+    assert!(text.contains("orders:42") && text.contains("billing@"), "{text}");
+}
+
+/// Issue 57: a waiting `exec` whose stderr is not a terminal shows nobody a waiting line, so it
+/// sends Redis nothing while it waits: no reads for the line, and no deadlock probe (a waiting
+/// `exec` holds nothing, so its wait closes no cycle). It used to send about six scripts a
+/// second. Counted on the server: every command from 1.5 s into the wait, for 3 s, but the
+/// pub/sub connection's PINGs and this test's own INFO.
+#[tokio::test]
+async fn a_waiting_exec_without_a_terminal_sends_redis_nothing() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    // Held by a holder of no process: no renewal, no record, nothing else on the server.
+    let _: () = redis::pipe()
+        .hset("quiet:x", "00000000-0000-0000-0000-000000000000:1", 1)
+        .pexpire("quiet:x", 60_000)
+        .query(&mut conn)
+        .unwrap();
+    // The default watchdog timeout: its record is refreshed every 10 s, after the count.
+    let _waiter = Killed(
+        Command::new(LOCKMAN)
+            .args(["--url", &server.url(), "exec", "quiet:x", "--", "true"])
+            .env_remove("LOCKMAN_URL")
+            .env_remove("REDIS_URL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn lockman exec"),
+    );
+    let waiting = support::subscribed(
+        &mut conn,
+        "redisson_lock__channel:{quiet:x}",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(waiting, "the exec never waited");
+    // Past the second after which a wait is published and probed for deadlocks.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    support::reset_stats(&mut conn);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
+    let sent: Vec<(&str, u64)> = info
+        .lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (command, rest) = l.split_once(":calls=")?;
+            Some((command, rest.split(',').next()?.parse().ok()?))
+        })
+        .filter(|(command, _)| !matches!(*command, "ping" | "info" | "config"))
+        .collect();
+    let total: u64 = sent.iter().map(|(_, n)| n).sum();
+    assert!(total <= 2, "a waiting exec sent {sent:?} in 3 s");
+}
+
+/// Issue 57: the waiting line fits the terminal. In an 80-column terminal, behind a holder
+/// whose service name is long, the line (about 130 columns before) stays on one row: no row
+/// of the pane, wrapped rows joined (`capture-pane -J`), is longer than 79 columns, and one
+/// row shows the line, naming the holder by its service.
+#[test]
+fn the_waiting_line_fits_an_80_column_terminal() {
+    if !tmux_installed() {
+        return;
+    }
+    let server = RedisServer::start();
+    let service = "billing-service-with-a-rather-long-name-for-a-service";
+    let _holder = hold(&server, service, "orders:tty", "60");
+    let known = support::eventually_blocking(Duration::from_secs(10), || {
+        stdout(&run(&server, &["ls"])).contains(service)
+    });
+    assert!(known, "the holder's record never showed");
+    let tmux = Tmux::new("waiting-line");
+    let waiter = format!(
+        "{LOCKMAN} --url {} exec --wait 30s orders:tty -- true; sleep 60",
+        server.url()
+    );
+    let out = tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "w",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "sh",
+        "-c",
+        &waiter,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let screen = || stdout(&tmux.run(&["capture-pane", "-p", "-J", "-t", "w"]));
+    let mut seen = String::new();
+    // A few redraws after the holder is named: a line too long would add a row at each.
+    let shown = support::eventually_blocking(Duration::from_secs(15), || {
+        seen = screen();
+        seen.contains("waited 3s")
+    });
+    assert!(shown, "no waiting line: {seen}");
+    let rows: Vec<&str> = seen.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(
+        rows.iter().all(|r| r.chars().count() <= 79),
+        "a row wider than the terminal: {seen}"
+    );
+    assert_eq!(rows.len(), 1, "{seen}");
+    assert!(rows[0].contains("waiting for \"orders:tty\": held by billing-service"), "{seen}");
+    assert!(rows[0].ends_with("waited 3s"), "{seen}");
+}

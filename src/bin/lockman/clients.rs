@@ -35,6 +35,10 @@ pub async fn top(
     once: bool,
     json: bool,
 ) -> Result<u8, Failure> {
+    // A screen needs a terminal: into a pipe or a file (`lockman top | head`, `> file`) the
+    // text is one frame, with no escapes, and top ends, as with `--once`. JSON frames are one
+    // line each, meant for a pipe, and go on until `q` or SIGINT.
+    let once = once || (!json && !std::io::stdout().is_terminal());
     let manager = server.connect().await?;
     let result = async {
         let _raw = if once { None } else { RawMode::enter() };
@@ -136,7 +140,7 @@ pub fn who(c: &ClientInfo) -> String {
 }
 
 /// At most `n` characters of `s` (an ellipsis in the last place when cut).
-fn fit(s: &str, n: usize) -> String {
+pub fn fit(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_owned()
     } else {

@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use lockman::deadlock::Deadlocks;
 use lockman::{LockError, LockGuard, LockManager, PermitGuard};
 
 use crate::supervisor::{Ending, Hold, OnEnd, Signals, stop_grace, supervise};
@@ -68,7 +69,12 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
         args.lease.unwrap_or(server.watchdog_timeout),
         args.lease.is_none(),
     )?;
-    let manager = server.connect().await?;
+    // Deadlocks are not looked for: a waiting `exec` holds nothing, so its wait closes no
+    // cycle, and looking would only cost Redis calls (a wait that lasts a second is published
+    // and probed, three scripts every half second, whoever watches).
+    let manager = server
+        .start(server.config()?.deadlocks(Deadlocks::Off))
+        .await?;
     let acquired = {
         let acquire = async {
             let acquire = acquire(&manager, &args);
@@ -211,7 +217,9 @@ async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>,
     Ok(held.map(Held::Lock))
 }
 
-/// Waits for `acquire`, showing on stderr who holds the lock and for how long we have waited.
+/// Waits for `acquire`, showing on stderr who holds the lock and for how long we have waited,
+/// on one line that fits the terminal (called only when stderr is one: nobody else sees the
+/// line, and its reads of the lock and the records are Redis calls).
 async fn waiting_line<F, T>(
     manager: &LockManager,
     (name, semaphore): (&str, bool),
@@ -223,7 +231,7 @@ where
     const SPIN: [char; 4] = ['|', '/', '-', '\\'];
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
-    let (mut shown, mut spin, mut holder) = (false, 0, String::new());
+    let (mut shown, mut spin, mut state) = (false, 0, String::new());
     loop {
         tokio::select! {
             done = &mut acquire => {
@@ -237,18 +245,23 @@ where
                     continue;
                 }
                 if spin % 4 == 0 && semaphore {
-                    holder = match manager.describe_synchronizer(name).await {
+                    state = match manager.describe_synchronizer(name).await {
                         Ok(info) => format!("{} free, {} held", info.count.unwrap_or(0), info.held.len()),
                         Err(e) => e.to_string(),
                     };
                 } else if spin % 4 == 0 {
-                    holder = match manager.describe(name).await {
+                    state = match manager.describe(name).await {
                         Ok(info) if info.is_held() => {
                             let clients = manager.clients().await.unwrap_or_default();
+                            // A holder by its `service@host:pid` when its record is there (its
+                            // id says nothing more to a person), else by its id.
                             let who: Vec<_> = info
                                 .holders
                                 .iter()
-                                .map(|h| crate::elect::holder_text(&h.holder, clients.iter().find(|c| c.owns(&h.holder))))
+                                .map(|h| match clients.iter().find(|c| c.owns(&h.holder)) {
+                                    Some(c) => crate::clients::who(c),
+                                    None => crate::text::clean(&h.holder).into_owned(),
+                                })
                                 .collect();
                             let ttl = info.ttl.map(|t| format!(", ttl {:.1}s", t.as_secs_f64())).unwrap_or_default();
                             format!("held by {}{ttl}", who.join(", "))
@@ -257,16 +270,43 @@ where
                         Err(e) => e.to_string(),
                     };
                 }
-                eprint!(
-                    "\r\x1b[2K{} waiting for {name:?}: {holder}; waited {:.0}s",
-                    SPIN[spin % 4],
-                    started.elapsed().as_secs_f64()
-                );
+                let line = waiting_text(SPIN[spin % 4], name, &state, started.elapsed(), columns());
+                eprint!("\r\x1b[2K{line}");
                 shown = true;
                 spin += 1;
             }
         }
     }
+}
+
+/// The waiting line, in fewer than `columns` characters: a line as wide as the terminal would
+/// wrap (on some terminals) and every redraw would then add a row. What is cut is the state in
+/// the middle, so that the name and the time waited stay.
+fn waiting_text(spin: char, name: &str, state: &str, waited: Duration, columns: usize) -> String {
+    let width = columns.saturating_sub(1).max(1);
+    let head = format!("{spin} waiting for {name:?}: ");
+    let tail = format!("; waited {:.0}s", waited.as_secs_f64());
+    let room = width.saturating_sub(head.chars().count() + tail.chars().count());
+    let line = if room >= 12 {
+        format!("{head}{}{tail}", crate::clients::fit(state, room))
+    } else {
+        format!("{head}{state}{tail}")
+    };
+    crate::clients::fit(&line, width)
+}
+
+/// The columns of the terminal on stderr, else `$COLUMNS`, else 80.
+fn columns() -> usize {
+    // SAFETY: TIOCGWINSZ fills the winsize it is given, and only reads fd 2.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    if unsafe { libc::ioctl(2, libc::TIOCGWINSZ, &mut size) } == 0 && size.ws_col > 0 {
+        return usize::from(size.ws_col);
+    }
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .filter(|&c| c > 0)
+        .unwrap_or(80)
 }
 
 /// Runs the command while the lock is held (see [`supervise`]); returns the exit code, or 73
@@ -308,4 +348,28 @@ async fn command(args: &ExecArgs, held: &Held, grace: Duration) -> Result<u8, Fa
 /// What `exec` takes: a lock, or a semaphore's permit.
 fn what(args: &ExecArgs) -> &'static str {
     if args.semaphore { "permit of" } else { "lock" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_waiting_line_fits_the_terminal_and_keeps_the_time_waited() {
+        let state = "held by billing-service-with-a-long-name@build-host-17.example.internal:24331, \
+                     ttl 27.5s";
+        let waited = Duration::from_secs(12);
+        for columns in [200, 80, 60, 40, 20, 5, 1] {
+            let line = waiting_text('|', "orders:42", state, waited, columns);
+            assert!(
+                line.chars().count() < columns.max(2),
+                "{columns}: {line:?}"
+            );
+        }
+        let wide = waiting_text('|', "orders:42", state, waited, 200);
+        assert_eq!(wide, format!("| waiting for \"orders:42\": {state}; waited 12s"));
+        let narrow = waiting_text('|', "orders:42", state, waited, 80);
+        assert!(narrow.starts_with("| waiting for \"orders:42\": held by billing"), "{narrow}");
+        assert!(narrow.ends_with("…; waited 12s"), "{narrow}");
+    }
 }

@@ -204,11 +204,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Names by holding time and by waiters, refreshed every second; `q` quits.
+    /// Names by holding time and by waiters, refreshed every second; `q` quits. With stdout
+    /// not a terminal, the text is one frame, as with --once.
     Top {
         /// Only names matching this glob.
         pattern: Option<String>,
-        /// Print one frame and exit.
+        /// Print one frame and exit (always so for text when stdout is not a terminal).
         #[arg(long)]
         once: bool,
         /// Print JSON frames instead of the screen (one line each).
@@ -326,7 +327,12 @@ impl Server {
     }
 
     async fn connect(&self) -> Result<LockManager, Failure> {
-        LockManager::start(self.config()?)
+        self.start(self.config()?).await
+    }
+
+    /// Starts a manager on `config`: [`Self::config`], as a subcommand adjusts it.
+    async fn start(&self, config: Config) -> Result<LockManager, Failure> {
+        LockManager::start(config)
             .await
             .map_err(|e| match (&e, &self.tls_ca) {
                 (
