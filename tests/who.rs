@@ -669,7 +669,10 @@ fn top_into_a_pipe_prints_one_frame_without_escapes_and_ends() {
     let text = stdout(&out);
     assert!(!text.contains('\x1b'), "escapes in a pipe: {text:?}");
     assert_eq!(text.matches("lockman top:").count(), 1, "{text}");
-    assert!(text.contains("orders:42") && text.contains("billing@"), "{text}");
+    assert!(
+        text.contains("orders:42") && text.contains("billing@"),
+        "{text}"
+    );
 }
 
 /// Issue 57: a waiting `exec` whose stderr is not a terminal shows nobody a waiting line, so it
@@ -777,6 +780,9 @@ fn the_waiting_line_fits_an_80_column_terminal() {
         "a row wider than the terminal: {seen}"
     );
     assert_eq!(rows.len(), 1, "{seen}");
-    assert!(rows[0].contains("waiting for \"orders:tty\": held by billing-service"), "{seen}");
+    assert!(
+        rows[0].contains("waiting for \"orders:tty\": held by billing-service"),
+        "{seen}"
+    );
     assert!(rows[0].ends_with("waited 3s"), "{seen}");
 }

@@ -361,15 +361,18 @@ mod tests {
         let waited = Duration::from_secs(12);
         for columns in [200, 80, 60, 40, 20, 5, 1] {
             let line = waiting_text('|', "orders:42", state, waited, columns);
-            assert!(
-                line.chars().count() < columns.max(2),
-                "{columns}: {line:?}"
-            );
+            assert!(line.chars().count() < columns.max(2), "{columns}: {line:?}");
         }
         let wide = waiting_text('|', "orders:42", state, waited, 200);
-        assert_eq!(wide, format!("| waiting for \"orders:42\": {state}; waited 12s"));
+        assert_eq!(
+            wide,
+            format!("| waiting for \"orders:42\": {state}; waited 12s")
+        );
         let narrow = waiting_text('|', "orders:42", state, waited, 80);
-        assert!(narrow.starts_with("| waiting for \"orders:42\": held by billing"), "{narrow}");
+        assert!(
+            narrow.starts_with("| waiting for \"orders:42\": held by billing"),
+            "{narrow}"
+        );
         assert!(narrow.ends_with("…; waited 12s"), "{narrow}");
     }
 }
