@@ -253,14 +253,14 @@ where
                     state = match manager.describe(name).await {
                         Ok(info) if info.is_held() => {
                             let clients = manager.clients().await.unwrap_or_default();
-                            // A holder by its `service@host:pid` when its record is there (its
-                            // id says nothing more to a person), else by its id.
                             let who: Vec<_> = info
                                 .holders
                                 .iter()
-                                .map(|h| match clients.iter().find(|c| c.owns(&h.holder)) {
-                                    Some(c) => crate::clients::who(c),
-                                    None => crate::text::clean(&h.holder).into_owned(),
+                                .map(|h| {
+                                    crate::elect::holder_text(
+                                        &h.holder,
+                                        clients.iter().find(|c| c.owns(&h.holder)),
+                                    )
                                 })
                                 .collect();
                             let ttl = info.ttl.map(|t| format!(", ttl {:.1}s", t.as_secs_f64())).unwrap_or_default();
