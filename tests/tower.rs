@@ -442,3 +442,146 @@ async fn a_request_that_names_no_lock_is_answered_400_and_never_runs() {
     assert_eq!(ran.done(), 2);
     manager.shutdown().await;
 }
+
+/// Handlers that record, per value they see, how many requests are inside at once, and whether
+/// the lock each runs under is named by that value.
+#[derive(Clone, Default)]
+struct PerValue {
+    counters: Arc<std::sync::Mutex<std::collections::HashMap<String, Overlap>>>,
+    /// `(lock name, value seen)` of each request whose lock is not `prefix + value`.
+    mismatched: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl PerValue {
+    async fn work(self, prefix: &str, value: String, lock: &str) -> &'static str {
+        if lock != format!("{prefix}{value}") {
+            self.mismatched
+                .lock()
+                .unwrap()
+                .push((lock.to_owned(), value.clone()));
+        }
+        let counter = self
+            .counters
+            .lock()
+            .unwrap()
+            .entry(value)
+            .or_default()
+            .clone();
+        counter.work(Duration::from_millis(30)).await
+    }
+
+    /// `(value, most inside at once, requests done)`, sorted by value.
+    fn seen(&self) -> Vec<(String, usize, usize)> {
+        let mut seen: Vec<_> = self
+            .counters
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(v, c)| (v.clone(), c.most(), c.done()))
+            .collect();
+        seen.sort();
+        seen
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spellings_of_one_value_take_one_lock_as_the_handler_sees_it() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let accounts = PerValue::default();
+    let users = PerValue::default();
+    let deposit = {
+        let accounts = accounts.clone();
+        move |axum::extract::Path(account): axum::extract::Path<String>,
+              axum::Extension(held): axum::Extension<LockHeld>| {
+            accounts
+                .clone()
+                .work_owned("account:", account, held.name().to_owned())
+        }
+    };
+    // The handler treats `Alice` and `alice` as one user, and tells the layer so.
+    let rename = {
+        let users = users.clone();
+        move |axum::extract::Path(user): axum::extract::Path<String>,
+              axum::Extension(held): axum::Extension<LockHeld>| {
+            users
+                .clone()
+                .work_owned("user:", user.to_lowercase(), held.name().to_owned())
+        }
+    };
+    let app = Router::new()
+        .route("/accounts/{account}", post(deposit.clone()))
+        .route("/accounts/{account}/", post(deposit))
+        .route_layer(
+            LockLayer::segment(manager.clone(), 1)
+                .prefix("account:")
+                .wait(Duration::from_secs(30)),
+        )
+        .merge(
+            Router::new().route("/users/{user}", post(rename)).route_layer(
+                LockLayer::segment(manager.clone(), 1)
+                    .prefix("user:")
+                    .canonical(|v| v.to_lowercase())
+                    .wait(Duration::from_secs(30)),
+            ),
+        );
+    let port = serve(app).await;
+
+    // Each spelling is sent three times, all at once; the handler sees the value after `=>`.
+    let accounts_sent = [
+        ("alice", "alice"),
+        ("%61lice", "alice"),
+        ("%61%6C%69%63%65", "alice"),
+        ("alice/", "alice"),
+        ("%61lice/", "alice"),
+        ("a%2Fb", "a/b"),
+        ("a%2fb", "a/b"),
+        ("%61%2Fb", "a/b"),
+        ("a+b", "a+b"),
+        ("a%2Bb", "a+b"),
+        ("a%2bb", "a+b"),
+        ("a%25b", "a%b"),
+        ("%61%25b", "a%b"),
+        ("ALICE", "ALICE"),
+        ("%41LICE", "ALICE"),
+    ];
+    let users_sent = ["alice", "Alice", "ALICE", "%41lice", "%61LICE"];
+    let paths: Vec<String> = accounts_sent
+        .iter()
+        .map(|(raw, _)| format!("/accounts/{raw}"))
+        .chain(users_sent.iter().map(|raw| format!("/users/{raw}")))
+        .flat_map(|path| [path.clone(), path.clone(), path])
+        .collect();
+    let requests = paths.iter().cloned().map(|path| {
+        tokio::spawn(async move { (http(port, "POST", &path, &[]).await, path) })
+    });
+    for answer in futures_util::future::join_all(requests).await {
+        let (answer, path) = answer.unwrap();
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+
+    // Every request ran under the lock of the value its handler saw ...
+    assert_eq!(*accounts.mismatched.lock().unwrap(), []);
+    assert_eq!(*users.mismatched.lock().unwrap(), []);
+    // ... so requests that saw one value never overlapped.
+    let each = |value: &str, spellings: usize| (value.to_owned(), 1, 3 * spellings);
+    assert_eq!(
+        accounts.seen(),
+        [
+            each("ALICE", 2),
+            each("a%b", 2),
+            each("a+b", 3),
+            each("a/b", 3),
+            each("alice", 5),
+        ]
+    );
+    assert_eq!(users.seen(), [each("alice", 5)]);
+    manager.shutdown().await;
+}
+
+impl PerValue {
+    /// [`PerValue::work`] with owned arguments, for a handler's `'static` future.
+    async fn work_owned(self, prefix: &'static str, value: String, lock: String) -> &'static str {
+        self.work(prefix, value, &lock).await
+    }
+}

@@ -17,14 +17,22 @@
 //! `Extension<LockHeld>`), for its name, lost signal and deadline.
 //!
 //! What a refused request gets (the status, a `Retry-After` for the retryable ones, and a one-line
-//! text body) is the same as with `lockman::web`:
+//! `text/plain; charset=utf-8` body with `X-Content-Type-Options: nosniff`) is the same as with
+//! `lockman::web`:
 //!
-//! | why | status |
-//! |---|---|
-//! | the request has no value to name its lock (segment or header missing or empty, the closure said `None` or `""`) | `400` |
-//! | the lock stayed busy for the whole wait | `409` (lock) or `429` (permit), or [`busy_status`](LockLayer::busy_status); `Retry-After` |
-//! | lockman failed and may succeed later (Redis away) | `503`, `Retry-After` |
-//! | lockman failed otherwise | `500` |
+//! | why | status | body |
+//! |---|---|---|
+//! | the request has no value to name its lock (segment or header missing or empty, the closure said `None` or `""`) | `400` | `the request has no path segment 1 to name its lock` |
+//! | the value holds `{` or `}`, or (without a prefix) starts with `redisson_` or `lockman_` | `400` | `the request's lock name is refused: …` (the rule, not the value) |
+//! | the [`known`](LockLayer::known) hook said `false` | `404` | `not found` |
+//! | the lock stayed busy for the whole wait | `409` (lock) or `429` (permit), or [`busy_status`](LockLayer::busy_status); `Retry-After` | `busy; retry later` |
+//! | lockman failed and may succeed later (Redis away) | `503`, `Retry-After` | `lock service unavailable` |
+//! | lockman failed otherwise | `500` | `lock service unavailable` |
+//!
+//! No body repeats the request's value, and none carries a [`LockError`]'s text (which can name
+//! the Redis host, its user or a key): a `500` or `503` is logged (`tracing`, at `error` or `warn`,
+//! with the lock name and the error), and the response carries its [`Refusal`] in its extensions
+//! for an outer layer that wants the detail (`response.extensions().get::<Refusal>()`).
 //!
 //! The refusal is a response, not an error of the service: the layer keeps the inner service's
 //! error type, and axum's `Router::layer` / `route_layer` and tonic's `Server::builder().layer`
@@ -57,8 +65,31 @@
 //!
 //! **Path segments** are counted in the path the layer sees, from 0, empty segments skipped:
 //! in `/accounts/alice/deposit`, `accounts` is 0 and `alice` is 1 (in axum, a router nested under
-//! a prefix sees the path without it). Use [`LockLayer::with`] for anything else, such as a
-//! percent-decoded segment, a query parameter or an extension an earlier layer set.
+//! a prefix sees the path without it). Use [`LockLayer::with`] for anything else, such as a query
+//! parameter or an extension an earlier layer set.
+//!
+//! **The lock is named by the value the handler sees.** A segment is percent-decoded as axum's
+//! `Path` decodes it: every `%XX` (`%2F`, `%25` and `%2B` too; `+` stays `+`), bytes that are not
+//! UTF-8 replaced by U+FFFD. So `/accounts/alice/deposit` and `/accounts/%61lice/deposit`, which
+//! both run the handler for `alice`, take the one lock `account:alice`. Nothing else is changed:
+//! `Alice` and `alice`, a Unicode string and its normalised form, `007` and `7` are different
+//! locks. When the handler treats such values as one account, give the layer the same rule with
+//! [`canonical`](LockLayer::canonical) (`.canonical(|v| v.to_lowercase())`), or name the lock
+//! yourself with [`LockLayer::with`]: a lock protects a handler only if both agree on the name.
+//! A header's value is taken as it is (visible ASCII, not decoded).
+//!
+//! **Names from requests**: a client chooses them, so give every layer a
+//! [`prefix`](LockLayer::prefix) (`account:`), which keeps them apart from other names and from
+//! Redisson's and lockman's own keys. The layer refuses (`400`) a value holding `{` or `}` (lock
+//! `x` and lock `{x}` share their derived keys) and, without a prefix, one that starts with
+//! `redisson_` or `lockman_`.
+//!
+//! **A [`PermitLayer`] leaves a key in Redis for every name it sees**, for good: a permit
+//! semaphore's count is a string key without expiry (Redisson's layout), written the first time
+//! a name is used. Its names must come from a **bounded** set (tenant ids an earlier layer
+//! authenticated, a fixed list), never from free client input, or any client can fill Redis
+//! (and under `noeviction` stop every lock). Give it a [`known`](PermitLayer::known) hook that
+//! says which values exist: the others are answered `404` before anything is written.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -69,12 +100,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::error::LockError;
+use crate::handles::admission::{self, Naming, Unnamed};
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
 use crate::handles::sync::{PermitGuard, PermitSemaphore};
@@ -113,13 +145,15 @@ impl Key {
 
     fn value(&self, head: &Parts) -> Option<String> {
         match self {
+            // Split before decoding: an encoded `/` (`%2F`) is part of its segment, as for the
+            // router, and decoded as the handler's `Path` decodes it.
             Self::Segment(i) => head
                 .uri
                 .path()
                 .split('/')
                 .filter(|s| !s.is_empty())
                 .nth(*i)
-                .map(str::to_owned),
+                .map(admission::percent_decoded),
             Self::Header(name) => head
                 .headers
                 .get(name)
@@ -152,7 +186,7 @@ struct Admission {
     manager: LockManager,
     gate: Gate,
     key: Key,
-    prefix: String,
+    naming: Naming,
     wait: Duration,
     busy: StatusCode,
     retry_after: Duration,
@@ -168,7 +202,7 @@ impl Admission {
             manager,
             gate,
             key,
-            prefix: String::new(),
+            naming: Naming::default(),
             wait: Duration::from_secs(1),
             busy,
             retry_after: Duration::from_secs(1),
@@ -176,10 +210,13 @@ impl Admission {
     }
 
     fn name(&self, head: &Parts) -> Result<String, Refusal> {
-        match self.key.value(head).filter(|v| !v.is_empty()) {
-            Some(v) => Ok(format!("{}{v}", self.prefix)),
-            None => Err(Refusal::NoKey(self.key.describe())),
-        }
+        self.naming
+            .name(self.key.value(head))
+            .map_err(|unnamed| match unnamed {
+                Unnamed::Missing => Refusal::NoKey(self.key.describe()),
+                Unnamed::Refused { value, reason } => Refusal::Refused { value, reason },
+                Unnamed::Unknown { value } => Refusal::Unknown { value },
+            })
     }
 
     fn retry_after_secs(&self) -> u64 {
@@ -221,10 +258,13 @@ impl Admission {
                 status: self.busy,
                 retry_after: self.retry_after_secs(),
             }),
-            Err(source) => Err(Refusal::Lock {
-                source,
-                retry_after: self.retry_after_secs(),
-            }),
+            Err(source) => {
+                admission::log_failure(&name, &source);
+                Err(Refusal::Lock {
+                    source,
+                    retry_after: self.retry_after_secs(),
+                })
+            }
         }
     }
 }
@@ -253,9 +293,32 @@ async fn ensure_set(
 /// shared: a layer's services share it once the layer is applied).
 macro_rules! admission_builders {
     ($what:literal, $busy:literal) => {
-        #[doc = concat!("Prepended to the segment, header or closure value to make the ", $what, " name (e.g. `account:`).")]
+        #[doc = concat!("Prepended to the segment, header or closure value to make the ", $what, " name (e.g. `account:`). ")]
+        /// Set one whenever names come from requests (see the module's docs).
         pub fn prefix(mut self, prefix: &str) -> Self {
-            self.edit().prefix = prefix.to_owned();
+            self.edit().naming.prefix = prefix.to_owned();
+            self
+        }
+
+        /// The canonical form of a request's value, applied first (before the checks, the
+        /// [`known`](Self::known) hook and the prefix): e.g. `|v| v.to_lowercase()` when the
+        /// handler treats `Alice` and `alice` as one. An empty result is answered `400`.
+        pub fn canonical<F>(mut self, canonical: F) -> Self
+        where
+            F: Fn(&str) -> String + Send + Sync + 'static,
+        {
+            self.edit().naming.canonical = Some(Arc::new(canonical));
+            self
+        }
+
+        /// Which values exist: a request whose (canonical) value `known` refuses is answered
+        /// `404 Not Found` before anything is written to Redis or the inner service is called.
+        /// It is called on the request's task, once per request: keep it quick (a set lookup).
+        pub fn known<F>(mut self, known: F) -> Self
+        where
+            F: Fn(&str) -> bool + Send + Sync + 'static,
+        {
+            self.edit().naming.known = Some(Arc::new(known));
             self
         }
 
@@ -291,8 +354,8 @@ pub struct LockLayer {
 
 impl LockLayer {
     /// The lock is named by the path segment at `index`, counted from 0 and skipping empty
-    /// segments (`/accounts/alice/deposit`: `alice` is 1), as the request's path has it (not
-    /// percent-decoded).
+    /// segments (`/accounts/alice/deposit`: `alice` is 1), percent-decoded as axum's `Path`
+    /// decodes it (`%61lice` is `alice`; see the module's docs).
     pub fn segment(manager: LockManager, index: usize) -> Self {
         Self::new(manager, Key::Segment(index))
     }
@@ -334,15 +397,24 @@ impl LockLayer {
 /// an instance that dies gives its permits back). The others get `429 Too Many Requests` (or
 /// [`busy_status`](Self::busy_status)) with `Retry-After`.
 ///
+/// **Each name leaves a key in Redis that never expires** (the semaphore's count, Redisson's
+/// layout): names must come from a bounded set. Say which with [`known`](Self::known); any other
+/// value is answered `404` and writes nothing.
+///
 /// ```no_run
 /// use axum::{Router, routing::post};
 /// use lockman::tower::PermitLayer;
 ///
 /// # fn demo(manager: lockman::LockManager) {
+/// const TENANTS: [&str; 2] = ["acme", "globex"];
 /// let app: Router = Router::new()
 ///     .route("/tenants/{tenant}/export", post(|| async { "exported" }))
-///     // At most 2 exports per tenant run at once, everywhere.
-///     .route_layer(PermitLayer::segment(manager, 1, 2).prefix("exports:"));
+///     // At most 2 exports per tenant run at once, everywhere; only known tenants get a key.
+///     .route_layer(
+///         PermitLayer::segment(manager, 1, 2)
+///             .prefix("exports:")
+///             .known(|tenant| TENANTS.contains(&tenant)),
+///     );
 /// # }
 /// ```
 #[derive(Clone, Debug)]
@@ -599,14 +671,30 @@ where
 }
 
 /// Why a request did not get its lock or permit. The service answers it itself (a status, a
-/// `Retry-After` for the retryable ones, this error's text as the body); it is public for its
-/// [`status`](Self::status) and text.
-#[derive(Debug, thiserror::Error)]
+/// `Retry-After` for the retryable ones, a fixed text as the body: see the module's docs); the
+/// response carries it in its extensions, for its [`status`](Self::status) and its text (this
+/// error's `Display`, with the name and the [`LockError`], which the body leaves out).
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
     /// The request lacks what names its lock: `400`.
     #[error("the request has no {0} to name its lock")]
     NoKey(String),
+    /// The request's value cannot name a lock (it holds `{` or `}`, or, without a prefix,
+    /// starts with `redisson_` or `lockman_`): `400`.
+    #[error("lock name {value:?} refused: {reason}")]
+    Refused {
+        /// The value, after the canonical form.
+        value: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// The [`known`](LockLayer::known) hook refused the request's value: `404`.
+    #[error("{value:?} is not a known name")]
+    Unknown {
+        /// The value, after the canonical form.
+        value: String,
+    },
     /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
     /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
     #[error("{name:?} is busy; retry later")]
@@ -633,7 +721,8 @@ impl Refusal {
     /// The status of the answer.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::NoKey(_) => StatusCode::BAD_REQUEST,
+            Self::NoKey(_) | Self::Refused { .. } => StatusCode::BAD_REQUEST,
+            Self::Unknown { .. } => StatusCode::NOT_FOUND,
             Self::Busy { status, .. } => *status,
             Self::Lock { source, .. } if source.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Lock { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -652,17 +741,30 @@ impl Refusal {
         }
     }
 
-    fn response<B>(&self) -> Response<Guarded<B>> {
-        let mut response = Response::new(Guarded::refusal(self.to_string()));
+    /// The answer's body: never the request's value, never a [`LockError`]'s text.
+    fn body(&self) -> String {
+        match self {
+            Self::NoKey(_) => self.to_string(),
+            Self::Refused { reason, .. } => admission::refused_text(reason),
+            Self::Unknown { .. } => admission::UNKNOWN.to_owned(),
+            Self::Busy { .. } => admission::BUSY.to_owned(),
+            Self::Lock { .. } => admission::UNAVAILABLE.to_owned(),
+        }
+    }
+
+    fn response<B>(self) -> Response<Guarded<B>> {
+        let mut response = Response::new(Guarded::refusal(self.body()));
         *response.status_mut() = self.status();
         let headers = response.headers_mut();
         headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         if let Some(after) = self.retry_after() {
             headers.insert(RETRY_AFTER, HeaderValue::from(after));
         }
+        response.extensions_mut().insert(self);
         response
     }
 }

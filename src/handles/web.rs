@@ -12,6 +12,33 @@
 //! N requests per key run at once across every instance, and the others get `429 Too Many
 //! Requests` (or `503`) with `Retry-After`.
 //!
+//! **The lock is named by the value the handler sees.** A path segment is taken fully
+//! percent-decoded, as `web::Path` gives it to the handler (`match_info` keeps `%2F`, `%25` and
+//! `%2B` encoded; the name does not): every `%XX`, `+` kept as `+`, bytes that are not UTF-8
+//! replaced by U+FFFD. So `/accounts/alice/deposit` and `/accounts/%61lice/deposit` take the one
+//! lock `account:alice`, and `a+b` and `a%2Bb` the lock of `a+b`. Nothing else is changed: case,
+//! Unicode normalisation, leading zeros are the application's; when its handler treats `Alice`
+//! and `alice` as one, give the extractor the same rule with `canonical`
+//! ([`RequestLock::canonical`]): a lock protects a handler only if both agree on the name. A
+//! header's value is taken as it is (visible ASCII, not decoded).
+//!
+//! **Names from requests**: a client chooses them, so always set a
+//! [`prefix`](RequestLock::prefix) (`account:`), which keeps them apart from other names and from
+//! Redisson's and lockman's own keys. A value holding `{` or `}` (lock `x` and lock `{x}` share
+//! their derived keys) or, without a prefix, starting with `redisson_` or `lockman_` is answered
+//! `400`. **[`RequestPermits`] leaves a key in Redis that never expires for every name it sees**
+//! (a permit semaphore's count, Redisson's layout): its names must come from a bounded set; say
+//! which with [`known`](RequestPermits::known), and any other value is answered `404` before
+//! anything is written.
+//!
+//! Every refusal is `text/plain; charset=utf-8` with `X-Content-Type-Options: nosniff`, and its
+//! body never repeats the request's value: `busy; retry later` (`409`, `429` or your status),
+//! `not found` (`404`), `the request's lock name is refused: …` or `the request has no … to name
+//! its lock` (`400`). A `500` or `503` says only `lock service unavailable`; its [`LockError`]
+//! (which can name the Redis host, its user or a key) is logged (`tracing`, at `error` or
+//! `warn`) and kept in the [`RequestLockError`], which actix-web attaches to the response
+//! (`response.error()` in a middleware).
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use actix_web::{App, HttpResponse, HttpServer, web};
@@ -46,10 +73,11 @@ use std::time::Duration;
 
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
-use actix_web::http::header::RETRY_AFTER;
+use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
 
 use crate::error::LockError;
+use crate::handles::admission::{self, Naming, Unnamed};
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
 use crate::handles::sync::PermitGuard;
@@ -66,7 +94,7 @@ enum Key {
 #[derive(Clone, Debug)]
 struct Admission {
     key: Key,
-    prefix: String,
+    naming: Naming,
     wait: Duration,
     busy: StatusCode,
     retry_after: Duration,
@@ -75,9 +103,32 @@ struct Admission {
 /// The builder methods of a type that holds an [`Admission`] in `admission`.
 macro_rules! admission_builders {
     ($what:literal, $busy:literal) => {
-        #[doc = concat!("Prepended to the segment or header value to make the ", $what, " name (e.g. `account:`).")]
+        #[doc = concat!("Prepended to the segment or header value to make the ", $what, " name (e.g. `account:`). ")]
+        /// Set one whenever names come from requests (see the module's docs).
         pub fn prefix(mut self, prefix: &str) -> Self {
-            self.admission.prefix = prefix.to_owned();
+            self.admission.naming.prefix = prefix.to_owned();
+            self
+        }
+
+        /// The canonical form of a request's value, applied first (before the checks, the
+        /// [`known`](Self::known) hook and the prefix): e.g. `|v| v.to_lowercase()` when the
+        /// handler treats `Alice` and `alice` as one. An empty result is answered `400`.
+        pub fn canonical<F>(mut self, canonical: F) -> Self
+        where
+            F: Fn(&str) -> String + Send + Sync + 'static,
+        {
+            self.admission.naming.canonical = Some(std::sync::Arc::new(canonical));
+            self
+        }
+
+        /// Which values exist: a request whose (canonical) value `known` refuses is answered
+        /// `404 Not Found` before anything is written to Redis or the handler runs. It is called
+        /// once per request on the server's thread: keep it quick (a set lookup).
+        pub fn known<F>(mut self, known: F) -> Self
+        where
+            F: Fn(&str) -> bool + Send + Sync + 'static,
+        {
+            self.admission.naming.known = Some(std::sync::Arc::new(known));
             self
         }
 
@@ -105,7 +156,7 @@ impl Admission {
     fn new(key: Key, busy: StatusCode) -> Self {
         Self {
             key,
-            prefix: String::new(),
+            naming: Naming::default(),
             wait: Duration::from_secs(1),
             busy,
             retry_after: Duration::from_secs(1),
@@ -114,20 +165,23 @@ impl Admission {
 
     fn name(&self, req: &HttpRequest) -> Result<String, RequestLockError> {
         let value = match &self.key {
-            Key::Path(param) => req.match_info().get(param).map(str::to_owned),
+            // `match_info` decodes every escape but `%2F`, `%25` and `%2B`; `web::Path` decodes
+            // its value once more, fully: the same decoding here gives the handler's value.
+            Key::Path(param) => req.match_info().get(param).map(admission::percent_decoded),
             Key::Header(name) => req
                 .headers()
                 .get(name.as_str())
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
         };
-        match value.filter(|v| !v.is_empty()) {
-            Some(v) => Ok(format!("{}{v}", self.prefix)),
-            None => Err(RequestLockError::NoKey(match &self.key {
+        self.naming.name(value).map_err(|unnamed| match unnamed {
+            Unnamed::Missing => RequestLockError::NoKey(match &self.key {
                 Key::Path(p) => format!("path segment {p:?}"),
                 Key::Header(h) => format!("header {h:?}"),
-            })),
-        }
+            }),
+            Unnamed::Refused { value, reason } => RequestLockError::Refused { value, reason },
+            Unnamed::Unknown { value } => RequestLockError::Unknown { value },
+        })
     }
 
     fn retry_after_secs(&self) -> u64 {
@@ -147,10 +201,13 @@ impl Admission {
                 status: self.busy,
                 retry_after: self.retry_after_secs(),
             }),
-            Err(e) => Err(RequestLockError::Lock {
-                retry_after: self.retry_after_secs(),
-                source: e,
-            }),
+            Err(e) => {
+                admission::log_failure(&name, &e);
+                Err(RequestLockError::Lock {
+                    retry_after: self.retry_after_secs(),
+                    source: e,
+                })
+            }
         }
     }
 }
@@ -164,7 +221,8 @@ pub struct RequestLock {
 }
 
 impl RequestLock {
-    /// The lock is named by the path segment `param` (as in `/accounts/{account}`).
+    /// The lock is named by the path segment `param` (as in `/accounts/{account}`), decoded as
+    /// `web::Path` decodes it (`%61lice` is `alice`; see the module's docs).
     pub fn path(manager: LockManager, param: &str) -> Self {
         let admission = Admission::new(Key::Path(param.to_owned()), StatusCode::CONFLICT);
         Self { manager, admission }
@@ -187,6 +245,10 @@ impl RequestLock {
 /// watchdog renews, so an instance that dies gives its permits back). Put it in `app_data`;
 /// [`RequestPermit`] reads it.
 ///
+/// **Each name leaves a key in Redis that never expires** (the semaphore's count, Redisson's
+/// layout): names must come from a bounded set. Say which with [`known`](Self::known); any other
+/// value is answered `404` and writes nothing.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use actix_web::{App, HttpResponse, web};
@@ -197,8 +259,13 @@ impl RequestLock {
 /// }
 ///
 /// # fn demo(manager: lockman::LockManager) {
+/// const TENANTS: [&str; 2] = ["acme", "globex"];
 /// let app = App::new()
-///     .app_data(RequestPermits::path(manager, "tenant", 2).prefix("exports:"))
+///     .app_data(
+///         RequestPermits::path(manager, "tenant", 2)
+///             .prefix("exports:")
+///             .known(|tenant| TENANTS.contains(&tenant)),
+///     )
 ///     .route("/tenants/{tenant}/export", web::post().to(export));
 /// # }
 /// ```
@@ -298,8 +365,8 @@ impl FromRequest for RequestGuard {
         let config = req.app_data::<RequestLock>().cloned();
         let name = config.as_ref().map(|c| c.admission.name(req));
         Box::pin(async move {
-            let config = config.ok_or(RequestLockError::NotConfigured)?;
-            let name = name.ok_or(RequestLockError::NotConfigured)??;
+            let config = config.ok_or_else(RequestLockError::not_configured)?;
+            let name = name.ok_or_else(RequestLockError::not_configured)??;
             let lock = config.manager.lock(name.as_str());
             let outcome = lock.try_acquire_for(config.admission.wait).await;
             config.admission.admit(name, outcome).map(RequestGuard)
@@ -339,8 +406,8 @@ impl FromRequest for RequestPermit {
         let config = req.app_data::<RequestPermits>().cloned();
         let name = config.as_ref().map(|c| c.admission.name(req));
         Box::pin(async move {
-            let config = config.ok_or(RequestLockError::NotConfigured)?;
-            let name = name.ok_or(RequestLockError::NotConfigured)??;
+            let config = config.ok_or_else(RequestLockError::not_configured)?;
+            let name = name.ok_or_else(RequestLockError::not_configured)??;
             let sem = config.manager.permit_semaphore(name.as_str());
             let outcome = match config.ensure_set(&sem).await {
                 Ok(()) => sem.try_acquire_for(1, config.admission.wait).await,
@@ -356,7 +423,9 @@ impl FromRequest for RequestPermit {
     }
 }
 
-/// Why a request did not get its lock or permit; each is an HTTP answer ([`ResponseError`]).
+/// Why a request did not get its lock or permit; each is an HTTP answer ([`ResponseError`]),
+/// whose body is a fixed text (see the module's docs); this error's `Display` has the detail
+/// (the name, the [`LockError`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestLockError {
@@ -366,6 +435,22 @@ pub enum RequestLockError {
     /// The request lacks what names its lock: `400`.
     #[error("the request has no {0} to name its lock")]
     NoKey(String),
+    /// The request's value cannot name a lock (it holds `{` or `}`, or, without a prefix,
+    /// starts with `redisson_` or `lockman_`): `400`.
+    #[error("lock name {value:?} refused: {reason}")]
+    Refused {
+        /// The value, after the canonical form.
+        value: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// The `known` hook ([`RequestLock::known`], [`RequestPermits::known`]) refused the
+    /// request's value: `404`.
+    #[error("{value:?} is not a known name")]
+    Unknown {
+        /// The value, after the canonical form.
+        value: String,
+    },
     /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
     /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
     #[error("{name:?} is busy; retry later")]
@@ -388,11 +473,32 @@ pub enum RequestLockError {
     },
 }
 
+impl RequestLockError {
+    fn not_configured() -> Self {
+        tracing::error!(
+            "request answered 500: no lockman::web::RequestLock or RequestPermits in app_data"
+        );
+        Self::NotConfigured
+    }
+
+    /// The answer's body: never the request's value, never a [`LockError`]'s text.
+    fn body(&self) -> String {
+        match self {
+            Self::NoKey(_) => self.to_string(),
+            Self::Refused { reason, .. } => admission::refused_text(reason),
+            Self::Unknown { .. } => admission::UNKNOWN.to_owned(),
+            Self::Busy { .. } => admission::BUSY.to_owned(),
+            Self::NotConfigured | Self::Lock { .. } => admission::UNAVAILABLE.to_owned(),
+        }
+    }
+}
+
 impl ResponseError for RequestLockError {
     fn status_code(&self) -> StatusCode {
         match self {
             Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::NoKey(_) => StatusCode::BAD_REQUEST,
+            Self::NoKey(_) | Self::Refused { .. } => StatusCode::BAD_REQUEST,
+            Self::Unknown { .. } => StatusCode::NOT_FOUND,
             Self::Busy { status, .. } => *status,
             Self::Lock { source, .. } if source.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Lock { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -401,6 +507,8 @@ impl ResponseError for RequestLockError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
+        response.insert_header((CONTENT_TYPE, "text/plain; charset=utf-8"));
+        response.insert_header((X_CONTENT_TYPE_OPTIONS, "nosniff"));
         match self {
             Self::Busy { retry_after, .. } => {
                 response.insert_header((RETRY_AFTER, retry_after.to_string()));
@@ -413,6 +521,6 @@ impl ResponseError for RequestLockError {
             }
             _ => {}
         }
-        response.body(self.to_string())
+        response.body(self.body())
     }
 }
