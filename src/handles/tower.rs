@@ -768,3 +768,43 @@ impl Refusal {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure of lockman is never answered as busy: retryable is `503` with `Retry-After`,
+    /// anything else `500`, both with the fixed text, and the error kept in the extensions.
+    #[test]
+    fn a_failure_is_503_when_retryable_else_500_never_busy() {
+        let timeout = LockError::Timeout {
+            op: "acquire",
+            after: Duration::from_secs(1),
+        };
+        let wrong = LockError::WrongType {
+            key: "account:secret-host".into(),
+        };
+        for (source, status, retry_after) in [
+            (timeout, StatusCode::SERVICE_UNAVAILABLE, Some("3")),
+            (wrong, StatusCode::INTERNAL_SERVER_ERROR, None),
+        ] {
+            let refusal = Refusal::Lock {
+                source,
+                retry_after: 3,
+            };
+            let response: Response<Guarded<String>> = refusal.response();
+            assert_eq!(response.status(), status);
+            let header = |name| response.headers().get(name).map(|v| v.to_str().unwrap());
+            assert_eq!(header(RETRY_AFTER), retry_after);
+            assert_eq!(header(X_CONTENT_TYPE_OPTIONS), Some("nosniff"));
+            assert_eq!(
+                response.body().refusal.as_deref(),
+                Some(&b"lock service unavailable"[..])
+            );
+            assert!(matches!(
+                response.extensions().get::<Refusal>(),
+                Some(Refusal::Lock { .. })
+            ));
+        }
+    }
+}
