@@ -516,12 +516,14 @@ async fn spellings_of_one_value_take_one_lock_as_the_handler_sees_it() {
                 .wait(Duration::from_secs(30)),
         )
         .merge(
-            Router::new().route("/users/{user}", post(rename)).route_layer(
-                LockLayer::segment(manager.clone(), 1)
-                    .prefix("user:")
-                    .canonical(|v| v.to_lowercase())
-                    .wait(Duration::from_secs(30)),
-            ),
+            Router::new()
+                .route("/users/{user}", post(rename))
+                .route_layer(
+                    LockLayer::segment(manager.clone(), 1)
+                        .prefix("user:")
+                        .canonical(|v| v.to_lowercase())
+                        .wait(Duration::from_secs(30)),
+                ),
         );
     let port = serve(app).await;
 
@@ -550,9 +552,10 @@ async fn spellings_of_one_value_take_one_lock_as_the_handler_sees_it() {
         .chain(users_sent.iter().map(|raw| format!("/users/{raw}")))
         .flat_map(|path| [path.clone(), path.clone(), path])
         .collect();
-    let requests = paths.iter().cloned().map(|path| {
-        tokio::spawn(async move { (http(port, "POST", &path, &[]).await, path) })
-    });
+    let requests = paths
+        .iter()
+        .cloned()
+        .map(|path| tokio::spawn(async move { (http(port, "POST", &path, &[]).await, path) }));
     for answer in futures_util::future::join_all(requests).await {
         let (answer, path) = answer.unwrap();
         assert_eq!(answer.status, 200, "{path}: {}", answer.body);
@@ -656,7 +659,11 @@ async fn request_names_are_checked_before_anything_is_written() {
     // Forty distinct tenants, two of them known: the known ones leave their semaphore's count,
     // the others nothing at all.
     for i in 0..40 {
-        let tenant = if i < 2 { TENANTS[i].to_owned() } else { format!("t{i}") };
+        let tenant = if i < 2 {
+            TENANTS[i].to_owned()
+        } else {
+            format!("t{i}")
+        };
         let answer = http(port, "POST", &format!("/tenants/{tenant}/export"), &[]).await;
         let want = if i < 2 { 200 } else { 404 };
         assert_eq!(answer.status, want, "{tenant}: {}", answer.body);
@@ -773,9 +780,11 @@ async fn refusals_show_neither_the_request_nor_redis() {
         &LockLayer::segment(manager.clone(), 1).prefix("account:"),
         app.clone(),
     );
-    std::future::poll_fn(|cx| ::tower::Service::<axum::http::Request<Body>>::poll_ready(&mut service, cx))
-        .await
-        .unwrap();
+    std::future::poll_fn(|cx| {
+        ::tower::Service::<axum::http::Request<Body>>::poll_ready(&mut service, cx)
+    })
+    .await
+    .unwrap();
     let request = axum::http::Request::post("/accounts/wrong-type")
         .body(Body::empty())
         .unwrap();
@@ -792,7 +801,10 @@ async fn refusals_show_neither_the_request_nor_redis() {
         ),
         "{refusal:?}"
     );
-    assert!(refusal.to_string().contains("account:wrong-type"), "{refusal}");
+    assert!(
+        refusal.to_string().contains("account:wrong-type"),
+        "{refusal}"
+    );
     holder.shutdown().await;
     manager.shutdown().await;
 }

@@ -264,12 +264,18 @@ async fn deposit(
     account: web::Path<String>,
     seen: web::Data<Accounts>,
 ) -> HttpResponse {
-    seen.0.work("account:", account.into_inner(), lock.name()).await;
+    seen.0
+        .work("account:", account.into_inner(), lock.name())
+        .await;
     HttpResponse::Ok().finish()
 }
 
 /// The handler treats `Alice` and `alice` as one user (and its `RequestLock` says so).
-async fn rename(lock: RequestGuard, user: web::Path<String>, seen: web::Data<Users>) -> HttpResponse {
+async fn rename(
+    lock: RequestGuard,
+    user: web::Path<String>,
+    seen: web::Data<Users>,
+) -> HttpResponse {
     seen.0.work("user:", user.to_lowercase(), lock.name()).await;
     HttpResponse::Ok().finish()
 }
@@ -330,10 +336,11 @@ async fn spellings_of_one_value_take_one_lock_as_web_path_sees_it() {
         .chain(users_sent.iter().map(|raw| format!("/users/{raw}")))
         .flat_map(|path| [path.clone(), path.clone(), path])
         .collect();
-    let answers = futures_util::future::join_all(paths.iter().map(|path| {
-        test::call_service(&app, test::TestRequest::post().uri(path).to_request())
-    }))
-    .await;
+    let answers =
+        futures_util::future::join_all(paths.iter().map(|path| {
+            test::call_service(&app, test::TestRequest::post().uri(path).to_request())
+        }))
+        .await;
     for (answer, path) in answers.iter().zip(&paths) {
         assert_eq!(answer.status(), 200, "{path}");
     }
@@ -417,7 +424,8 @@ async fn request_names_are_checked_before_anything_is_written() {
         ("/tenants/ACME/export", 404, "not found"),
         ("/tenants/%7Bacme%7D/export", 400, braces),
     ] {
-        let answer = test::call_service(&app, test::TestRequest::post().uri(path).to_request()).await;
+        let answer =
+            test::call_service(&app, test::TestRequest::post().uri(path).to_request()).await;
         assert_eq!(answer.status().as_u16(), status, "{path}");
         assert_eq!(answer.headers().get("retry-after"), None, "{path}");
         let got = test::read_body(answer).await;
@@ -427,7 +435,9 @@ async fn request_names_are_checked_before_anything_is_written() {
 
     let answer = test::call_service(
         &app,
-        test::TestRequest::post().uri("/prefixed/redisson_x").to_request(),
+        test::TestRequest::post()
+            .uri("/prefixed/redisson_x")
+            .to_request(),
     )
     .await;
     assert_eq!(answer.status(), 200);
@@ -435,7 +445,11 @@ async fn request_names_are_checked_before_anything_is_written() {
     // Forty distinct tenants, two of them known: the known ones leave their semaphore's count,
     // the others nothing at all.
     for i in 0..40 {
-        let tenant = if i < 2 { TENANTS[i].to_owned() } else { format!("t{i}") };
+        let tenant = if i < 2 {
+            TENANTS[i].to_owned()
+        } else {
+            format!("t{i}")
+        };
         let request = test::TestRequest::post()
             .uri(&format!("/tenants/{tenant}/export"))
             .to_request();
@@ -498,7 +512,8 @@ async fn refusals_show_neither_the_request_nor_redis() {
         ),
         ("/unconfigured/x", 500, "lock service unavailable"),
     ] {
-        let answer = test::call_service(&app, test::TestRequest::post().uri(path).to_request()).await;
+        let answer =
+            test::call_service(&app, test::TestRequest::post().uri(path).to_request()).await;
         assert_eq!(answer.status().as_u16(), status, "{path}");
         let header = |name: &str| {
             answer
@@ -512,7 +527,11 @@ async fn refusals_show_neither_the_request_nor_redis() {
             Some("text/plain; charset=utf-8"),
             "{path}"
         );
-        assert_eq!(header("x-content-type-options").as_deref(), Some("nosniff"), "{path}");
+        assert_eq!(
+            header("x-content-type-options").as_deref(),
+            Some("nosniff"),
+            "{path}"
+        );
         // The detail stays with the error, which actix-web attaches to the response.
         let error = answer
             .response()

@@ -50,10 +50,7 @@ pub(crate) enum Unnamed {
     /// The value is missing, or empty (after the canonical form): `400`.
     Missing,
     /// The value cannot name a lock (`reason`: [`BRACES`] or [`RESERVED`]): `400`.
-    Refused {
-        value: String,
-        reason: &'static str,
-    },
+    Refused { value: String, reason: &'static str },
     /// The `known` hook refused it: `404`.
     Unknown { value: String },
 }
@@ -180,7 +177,10 @@ mod tests {
         let plain = Naming::default();
         assert_eq!(plain.name(Some("alice".into())).unwrap(), "alice");
         assert!(matches!(plain.name(None), Err(Unnamed::Missing)));
-        assert!(matches!(plain.name(Some(String::new())), Err(Unnamed::Missing)));
+        assert!(matches!(
+            plain.name(Some(String::new())),
+            Err(Unnamed::Missing)
+        ));
         for (value, why) in [
             ("{x}", BRACES),
             ("a}", BRACES),
@@ -202,7 +202,10 @@ mod tests {
             prefixed.name(Some("redisson_x".into())).unwrap(),
             "account:redisson_x"
         );
-        assert_eq!(prefixed.name(Some("ALICE".into())).unwrap(), "account:alice");
+        assert_eq!(
+            prefixed.name(Some("ALICE".into())).unwrap(),
+            "account:alice"
+        );
         assert!(matches!(
             prefixed.name(Some("Mallory".into())),
             Err(Unnamed::Unknown { .. })
