@@ -658,12 +658,11 @@ async fn request_names_are_checked_before_anything_is_written() {
 
     // Forty distinct tenants, two of them known: the known ones leave their semaphore's count,
     // the others nothing at all.
-    for i in 0..40 {
-        let tenant = if i < 2 {
-            TENANTS[i].to_owned()
-        } else {
-            format!("t{i}")
-        };
+    let tenants = TENANTS
+        .map(String::from)
+        .into_iter()
+        .chain((2..40).map(|i| format!("t{i}")));
+    for (i, tenant) in tenants.enumerate() {
         let answer = http(port, "POST", &format!("/tenants/{tenant}/export"), &[]).await;
         let want = if i < 2 { 200 } else { 404 };
         assert_eq!(answer.status, want, "{tenant}: {}", answer.body);

@@ -212,11 +212,14 @@ fn exports_across_two_instances_never_exceed_the_permits_and_busy_ones_get_429()
     assert!(metrics.contains("lockman_sync_wait_total"), "{metrics}");
 }
 
+/// Per value: `(inside now, most inside at once, done)`.
+type Counts = HashMap<String, (usize, usize, usize)>;
+
 /// How many requests are inside a handler now, and the most seen at once, per value the
 /// handler sees; and each request whose lock is not named by that value.
 #[derive(Clone, Default)]
 struct PerValue {
-    counters: Arc<Mutex<HashMap<String, (usize, usize, usize)>>>,
+    counters: Arc<Mutex<Counts>>,
     mismatched: Arc<Mutex<Vec<(String, String)>>>,
 }
 
@@ -444,12 +447,11 @@ async fn request_names_are_checked_before_anything_is_written() {
 
     // Forty distinct tenants, two of them known: the known ones leave their semaphore's count,
     // the others nothing at all.
-    for i in 0..40 {
-        let tenant = if i < 2 {
-            TENANTS[i].to_owned()
-        } else {
-            format!("t{i}")
-        };
+    let tenants = TENANTS
+        .map(String::from)
+        .into_iter()
+        .chain((2..40).map(|i| format!("t{i}")));
+    for (i, tenant) in tenants.enumerate() {
         let request = test::TestRequest::post()
             .uri(&format!("/tenants/{tenant}/export"))
             .to_request();
