@@ -1,5 +1,8 @@
 //! What the HTTP fronts (`lockman::tower` and `lockman::web`) share: how a value read from a
-//! request becomes a lock name, and the fixed texts of their answers.
+//! request becomes a lock name, how a request takes its lock or permit (the [`Admission`]: the
+//! wait, the `Retry-After`, the names whose permits are set), and the fixed texts of their
+//! answers. Each front keeps only reading the request, its own refusal type (status, headers),
+//! and handing the guard over.
 //!
 //! **The name is the value the handler sees.** A path segment is percent-decoded once, every
 //! `%XX` escape (`%2F`, `%25` and `%2B` included; an invalid escape such as `%zz` kept as it is,
@@ -13,10 +16,15 @@
 //! starts with `redisson_` or `lockman_` (Redisson's and lockman's own keys), is refused with
 //! `400`; a value the `known` hook refuses gets `404`.
 
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::error::LockError;
+use crate::handles::lock::LockGuard;
+use crate::handles::manager::LockManager;
+use crate::handles::sync::{PermitGuard, PermitSemaphore};
 
 /// The body of every `500` and `503`: the `LockError` behind it goes to the log, not the client.
 pub(crate) const UNAVAILABLE: &str = "lock service unavailable";
@@ -106,6 +114,124 @@ impl Naming {
     }
 }
 
+/// What a request is given for its lock name, the same for every front: how long it waits, and
+/// the `Retry-After` of a busy or retryable answer.
+#[derive(Clone, Debug)]
+pub(crate) struct Admission {
+    manager: LockManager,
+    pub(crate) naming: Naming,
+    pub(crate) wait: Duration,
+    pub(crate) retry_after: Duration,
+}
+
+/// Why a request did not get its lock or permit once it had a name; each front makes its
+/// refusal of it.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Busy (or no permit free) for the whole wait.
+    Busy,
+    /// lockman failed (logged already).
+    Lock(LockError),
+}
+
+/// The permits of a permit semaphore per name, and the names this process has set (or found
+/// set): set once, not per request.
+#[derive(Clone, Debug)]
+pub(crate) struct Permits {
+    permits: u32,
+    set: Arc<Mutex<HashSet<String>>>,
+}
+
+/// How many names [`Permits`] remembers as set before it forgets them all (and sets each again,
+/// once, when next seen): a bound on its memory.
+const REMEMBERED_NAMES: usize = 10_000;
+
+impl Permits {
+    pub(crate) fn new(permits: u32) -> Self {
+        Self {
+            permits,
+            set: Arc::default(),
+        }
+    }
+
+    /// Sets the permits of `sem` unless this process did already (a semaphore set before keeps
+    /// its own count).
+    async fn ensure_set(&self, sem: &PermitSemaphore) -> Result<(), LockError> {
+        let known = self.set.lock().is_ok_and(|set| set.contains(sem.name()));
+        if !known {
+            sem.try_set_permits(self.permits).await?;
+            if let Ok(mut set) = self.set.lock() {
+                if set.len() >= REMEMBERED_NAMES {
+                    set.clear();
+                }
+                set.insert(sem.name().to_owned());
+            }
+        }
+        Ok(())
+    }
+
+    fn forget(&self, name: &str) {
+        if let Ok(mut set) = self.set.lock() {
+            set.remove(name);
+        }
+    }
+}
+
+impl Admission {
+    /// Defaults: no prefix, no hooks, a wait of 1 s, `Retry-After: 1`.
+    pub(crate) fn new(manager: LockManager) -> Self {
+        Self {
+            manager,
+            naming: Naming::default(),
+            wait: Duration::from_secs(1),
+            retry_after: Duration::from_secs(1),
+        }
+    }
+
+    /// The `Retry-After` in whole seconds, at least 1.
+    pub(crate) fn retry_after_secs(&self) -> u64 {
+        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
+    }
+
+    /// Takes the lock `name`, waiting up to the configured time.
+    pub(crate) async fn lock(&self, name: &str) -> Result<LockGuard, Failure> {
+        let outcome = self.manager.lock(name).try_acquire_for(self.wait).await;
+        settle(name, outcome)
+    }
+
+    /// Takes a permit of the semaphore `name` (setting its permits first, once), waiting up to
+    /// the configured time.
+    pub(crate) async fn permit(
+        &self,
+        name: &str,
+        permits: &Permits,
+    ) -> Result<PermitGuard, Failure> {
+        let sem = self.manager.permit_semaphore(name);
+        let outcome = match permits.ensure_set(&sem).await {
+            Ok(()) => sem.try_acquire_for(1, self.wait).await,
+            Err(e) => Err(e),
+        };
+        if let Ok(None) = outcome {
+            // Busy, or the semaphore's key was lost (a restart without its data): set it again
+            // at the next request, which is a no-op when it exists.
+            permits.forget(name);
+        }
+        settle(name, outcome)
+    }
+}
+
+/// The end of a request's wait: a failure of lockman is logged here, and is never busy.
+fn settle<G>(name: &str, outcome: Result<Option<G>, LockError>) -> Result<G, Failure> {
+    match outcome {
+        Ok(Some(guard)) => Ok(guard),
+        Ok(None) => Err(Failure::Busy),
+        Err(e) => {
+            log_failure(name, &e);
+            Err(Failure::Lock(e))
+        }
+    }
+}
+
 /// `segment` percent-decoded as axum's `Path` and actix-web's `web::Path` decode it: every `%`
 /// followed by two hex digits is that byte, anything else is kept, and the bytes are read as
 /// UTF-8 with U+FFFD for what is not (axum refuses such a segment with `400` before the handler
@@ -134,7 +260,7 @@ pub(crate) fn percent_decoded(segment: &str) -> String {
 }
 
 /// Logs why a request was answered `500` or `503`, since its body says only [`UNAVAILABLE`].
-pub(crate) fn log_failure(name: &str, error: &LockError) {
+fn log_failure(name: &str, error: &LockError) {
     if error.is_retryable() {
         tracing::warn!(lock = ?name, %error, "request answered 503: {UNAVAILABLE}");
     } else {

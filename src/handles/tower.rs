@@ -91,11 +91,10 @@
 //! (and under `noeviction` stop every lock). Give it a [`known`](PermitLayer::known) hook that
 //! says which values exist: the others are answered `404` before anything is written.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -106,10 +105,10 @@ use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::error::LockError;
-use crate::handles::admission::{self, Naming, Unnamed};
+use crate::handles::admission::{self, Admission, Failure, Permits, Unnamed};
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
-use crate::handles::sync::{PermitGuard, PermitSemaphore};
+use crate::handles::sync::PermitGuard;
 
 /// A closure that names a request's lock from its head.
 type Namer = dyn Fn(&Parts) -> Option<String> + Send + Sync;
@@ -168,49 +167,37 @@ impl Key {
 #[derive(Clone, Debug)]
 enum Gate {
     Lock,
-    Permits {
-        permits: u32,
-        /// Names whose permits this process has set (or found set): set once, not per request.
-        set: Arc<Mutex<HashSet<String>>>,
-    },
+    Permits(Permits),
 }
 
-/// How many names a [`PermitLayer`] remembers as set before it forgets them all (and sets each
-/// again, once, when next seen): a bound on its memory.
-const REMEMBERED_NAMES: usize = 10_000;
-
-/// What every service of a layer shares: the manager, which part of a request names the lock,
-/// how long to wait, what to answer when it stays busy.
+/// What every service of a layer shares: which part of a request names the lock, the lock or
+/// the permits it takes, what to answer when it stays busy, and the [`Admission`] (name rules,
+/// wait, `Retry-After`) that `lockman::web` shares.
 #[derive(Clone, Debug)]
-struct Admission {
-    manager: LockManager,
-    gate: Gate,
+struct Front {
     key: Key,
-    naming: Naming,
-    wait: Duration,
+    gate: Gate,
     busy: StatusCode,
-    retry_after: Duration,
+    admission: Admission,
 }
 
-impl Admission {
+impl Front {
     fn new(manager: LockManager, key: Key, gate: Gate) -> Self {
         let busy = match gate {
             Gate::Lock => StatusCode::CONFLICT,
-            Gate::Permits { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Gate::Permits(_) => StatusCode::TOO_MANY_REQUESTS,
         };
         Self {
-            manager,
-            gate,
             key,
-            naming: Naming::default(),
-            wait: Duration::from_secs(1),
+            gate,
             busy,
-            retry_after: Duration::from_secs(1),
+            admission: Admission::new(manager),
         }
     }
 
     fn name(&self, head: &Parts) -> Result<String, Refusal> {
-        self.naming
+        self.admission
+            .naming
             .name(self.key.value(head))
             .map_err(|unnamed| match unnamed {
                 Unnamed::Missing => Refusal::NoKey(self.key.describe()),
@@ -219,84 +206,43 @@ impl Admission {
             })
     }
 
-    fn retry_after_secs(&self) -> u64 {
-        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
-    }
-
     /// Takes the lock or a permit of `name`, waiting up to the configured time.
     async fn admit(&self, name: String) -> Result<Held, Refusal> {
         let outcome = match &self.gate {
-            Gate::Lock => {
-                let lock = self.manager.lock(name.as_str());
-                lock.try_acquire_for(self.wait)
-                    .await
-                    .map(|g| g.map(|g| Held::Lock(Arc::new(g))))
-            }
-            Gate::Permits { permits, set } => {
-                let sem = self.manager.permit_semaphore(name.as_str());
-                let outcome = match ensure_set(&sem, *permits, set).await {
-                    Ok(()) => sem
-                        .try_acquire_for(1, self.wait)
-                        .await
-                        .map(|g| g.map(|g| Held::Permit(Arc::new(g)))),
-                    Err(e) => Err(e),
-                };
-                if let Ok(None) = outcome {
-                    // Busy, or the semaphore's key was lost (a restart without its data): set it
-                    // again at the next request, which is a no-op when it exists.
-                    if let Ok(mut set) = set.lock() {
-                        set.remove(&name);
-                    }
-                }
-                outcome
-            }
+            Gate::Lock => self
+                .admission
+                .lock(&name)
+                .await
+                .map(|g| Held::Lock(Arc::new(g))),
+            Gate::Permits(permits) => self
+                .admission
+                .permit(&name, permits)
+                .await
+                .map(|g| Held::Permit(Arc::new(g))),
         };
-        match outcome {
-            Ok(Some(held)) => Ok(held),
-            Ok(None) => Err(Refusal::Busy {
+        let retry_after = self.admission.retry_after_secs();
+        outcome.map_err(|failure| match failure {
+            Failure::Busy => Refusal::Busy {
                 name,
                 status: self.busy,
-                retry_after: self.retry_after_secs(),
-            }),
-            Err(source) => {
-                admission::log_failure(&name, &source);
-                Err(Refusal::Lock {
-                    source,
-                    retry_after: self.retry_after_secs(),
-                })
-            }
-        }
+                retry_after,
+            },
+            Failure::Lock(source) => Refusal::Lock {
+                source,
+                retry_after,
+            },
+        })
     }
 }
 
-/// Sets the permits of `sem` unless this process did already (a semaphore set before keeps its
-/// own count).
-async fn ensure_set(
-    sem: &PermitSemaphore,
-    permits: u32,
-    set: &Mutex<HashSet<String>>,
-) -> Result<(), LockError> {
-    let known = set.lock().is_ok_and(|set| set.contains(sem.name()));
-    if !known {
-        sem.try_set_permits(permits).await?;
-        if let Ok(mut set) = set.lock() {
-            if set.len() >= REMEMBERED_NAMES {
-                set.clear();
-            }
-            set.insert(sem.name().to_owned());
-        }
-    }
-    Ok(())
-}
-
-/// The builder methods of a layer, which holds its [`Admission`] in `admission` (built, not yet
-/// shared: a layer's services share it once the layer is applied).
+/// The builder methods of a layer, which holds its [`Front`] in `front` (built, not yet shared: a
+/// layer's services share it once the layer is applied).
 macro_rules! admission_builders {
     ($what:literal, $busy:literal) => {
         #[doc = concat!("Prepended to the segment, header or closure value to make the ", $what, " name (e.g. `account:`). ")]
         /// Set one whenever names come from requests (see the module's docs).
         pub fn prefix(mut self, prefix: &str) -> Self {
-            self.edit().naming.prefix = prefix.to_owned();
+            self.edit().admission.naming.prefix = prefix.to_owned();
             self
         }
 
@@ -307,7 +253,7 @@ macro_rules! admission_builders {
         where
             F: Fn(&str) -> String + Send + Sync + 'static,
         {
-            self.edit().naming.canonical = Some(Arc::new(canonical));
+            self.edit().admission.naming.canonical = Some(Arc::new(canonical));
             self
         }
 
@@ -318,13 +264,13 @@ macro_rules! admission_builders {
         where
             F: Fn(&str) -> bool + Send + Sync + 'static,
         {
-            self.edit().naming.known = Some(Arc::new(known));
+            self.edit().admission.naming.known = Some(Arc::new(known));
             self
         }
 
         #[doc = concat!("How long a request waits for its ", $what, ". Default: 1 s.")]
         pub fn wait(mut self, wait: Duration) -> Self {
-            self.edit().wait = wait;
+            self.edit().admission.wait = wait;
             self
         }
 
@@ -337,7 +283,7 @@ macro_rules! admission_builders {
         /// The `Retry-After` of a busy (or retryable failure's) answer, in whole seconds (at
         /// least 1). Default: 1 s.
         pub fn retry_after(mut self, after: Duration) -> Self {
-            self.edit().retry_after = after;
+            self.edit().admission.retry_after = after;
             self
         }
     };
@@ -349,7 +295,7 @@ macro_rules! admission_builders {
 /// [`busy_status`](Self::busy_status)) and `Retry-After`, without calling the inner service.
 #[derive(Clone, Debug)]
 pub struct LockLayer {
-    admission: Arc<Admission>,
+    front: Arc<Front>,
 }
 
 impl LockLayer {
@@ -376,13 +322,13 @@ impl LockLayer {
     }
 
     fn new(manager: LockManager, key: Key) -> Self {
-        let admission = Arc::new(Admission::new(manager, key, Gate::Lock));
-        Self { admission }
+        let front = Arc::new(Front::new(manager, key, Gate::Lock));
+        Self { front }
     }
 
-    /// The admission being built; a layer cloned before a builder call is given its own copy.
-    fn edit(&mut self) -> &mut Admission {
-        Arc::make_mut(&mut self.admission)
+    /// The front being built; a layer cloned before a builder call is given its own copy.
+    fn edit(&mut self) -> &mut Front {
+        Arc::make_mut(&mut self.front)
     }
 
     admission_builders!(
@@ -419,7 +365,7 @@ impl LockLayer {
 /// ```
 #[derive(Clone, Debug)]
 pub struct PermitLayer {
-    admission: Arc<Admission>,
+    front: Arc<Front>,
 }
 
 impl PermitLayer {
@@ -444,17 +390,14 @@ impl PermitLayer {
     }
 
     fn new(manager: LockManager, key: Key, permits: u32) -> Self {
-        let gate = Gate::Permits {
-            permits,
-            set: Arc::default(),
-        };
-        let admission = Arc::new(Admission::new(manager, key, gate));
-        Self { admission }
+        let gate = Gate::Permits(Permits::new(permits));
+        let front = Arc::new(Front::new(manager, key, gate));
+        Self { front }
     }
 
-    /// The admission being built; a layer cloned before a builder call is given its own copy.
-    fn edit(&mut self) -> &mut Admission {
-        Arc::make_mut(&mut self.admission)
+    /// The front being built; a layer cloned before a builder call is given its own copy.
+    fn edit(&mut self) -> &mut Front {
+        Arc::make_mut(&mut self.front)
     }
 
     admission_builders!(
@@ -469,7 +412,7 @@ impl<S> ::tower::Layer<S> for LockLayer {
     fn layer(&self, inner: S) -> Admit<S> {
         Admit {
             inner,
-            admission: self.admission.clone(),
+            front: self.front.clone(),
         }
     }
 }
@@ -480,7 +423,7 @@ impl<S> ::tower::Layer<S> for PermitLayer {
     fn layer(&self, inner: S) -> Admit<S> {
         Admit {
             inner,
-            admission: self.admission.clone(),
+            front: self.front.clone(),
         }
     }
 }
@@ -490,7 +433,7 @@ impl<S> ::tower::Layer<S> for PermitLayer {
 #[derive(Clone, Debug)]
 pub struct Admit<S> {
     inner: S,
-    admission: Arc<Admission>,
+    front: Arc<Front>,
 }
 
 impl<S, ReqBody, ResBody> ::tower::Service<Request<ReqBody>> for Admit<S>
@@ -511,13 +454,13 @@ where
         // The service made ready by `poll_ready` is the one to call; a clone stays for the next.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let admission = self.admission.clone();
+        let front = self.front.clone();
         let (head, body) = req.into_parts();
-        let name = admission.name(&head);
+        let name = front.name(&head);
         let mut req = Request::from_parts(head, body);
         Box::pin(async move {
             let held = match name {
-                Ok(name) => admission.admit(name).await,
+                Ok(name) => front.admit(name).await,
                 Err(refusal) => Err(refusal),
             };
             match held {

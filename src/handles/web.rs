@@ -77,7 +77,7 @@ use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS}
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
 
 use crate::error::LockError;
-use crate::handles::admission::{self, Naming, Unnamed};
+use crate::handles::admission::{self, Admission, Failure, Permits, Unnamed};
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
 use crate::handles::sync::PermitGuard;
@@ -89,24 +89,23 @@ enum Key {
     Header(String),
 }
 
-/// What both extractors are told: which part of the request names the lock or semaphore, how
-/// long to wait, and what to answer when it stays busy.
+/// What both extractors are told: which part of the request names the lock or semaphore, what
+/// to answer when it stays busy, and the [`Admission`] (name rules, wait, `Retry-After`) that
+/// `lockman::tower` shares.
 #[derive(Clone, Debug)]
-struct Admission {
+struct Front {
     key: Key,
-    naming: Naming,
-    wait: Duration,
     busy: StatusCode,
-    retry_after: Duration,
+    admission: Admission,
 }
 
-/// The builder methods of a type that holds an [`Admission`] in `admission`.
+/// The builder methods of a type that holds a [`Front`] in `front`.
 macro_rules! admission_builders {
     ($what:literal, $busy:literal) => {
         #[doc = concat!("Prepended to the segment or header value to make the ", $what, " name (e.g. `account:`). ")]
         /// Set one whenever names come from requests (see the module's docs).
         pub fn prefix(mut self, prefix: &str) -> Self {
-            self.admission.naming.prefix = prefix.to_owned();
+            self.front.admission.naming.prefix = prefix.to_owned();
             self
         }
 
@@ -117,7 +116,7 @@ macro_rules! admission_builders {
         where
             F: Fn(&str) -> String + Send + Sync + 'static,
         {
-            self.admission.naming.canonical = Some(std::sync::Arc::new(canonical));
+            self.front.admission.naming.canonical = Some(std::sync::Arc::new(canonical));
             self
         }
 
@@ -128,38 +127,36 @@ macro_rules! admission_builders {
         where
             F: Fn(&str) -> bool + Send + Sync + 'static,
         {
-            self.admission.naming.known = Some(std::sync::Arc::new(known));
+            self.front.admission.naming.known = Some(std::sync::Arc::new(known));
             self
         }
 
         #[doc = concat!("How long a request waits for its ", $what, ". Default: 1 s.")]
         pub fn wait(mut self, wait: Duration) -> Self {
-            self.admission.wait = wait;
+            self.front.admission.wait = wait;
             self
         }
 
         #[doc = concat!("The status of a request whose ", $what, " stayed busy: ", $busy, " by default.")]
         pub fn busy_status(mut self, status: StatusCode) -> Self {
-            self.admission.busy = status;
+            self.front.busy = status;
             self
         }
 
         /// The `Retry-After` of a busy answer, in whole seconds (at least 1). Default: 1 s.
         pub fn retry_after(mut self, after: Duration) -> Self {
-            self.admission.retry_after = after;
+            self.front.admission.retry_after = after;
             self
         }
     };
 }
 
-impl Admission {
-    fn new(key: Key, busy: StatusCode) -> Self {
+impl Front {
+    fn new(manager: LockManager, key: Key, busy: StatusCode) -> Self {
         Self {
             key,
-            naming: Naming::default(),
-            wait: Duration::from_secs(1),
             busy,
-            retry_after: Duration::from_secs(1),
+            admission: Admission::new(manager),
         }
     }
 
@@ -174,40 +171,32 @@ impl Admission {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
         };
-        self.naming.name(value).map_err(|unnamed| match unnamed {
-            Unnamed::Missing => RequestLockError::NoKey(match &self.key {
-                Key::Path(p) => format!("path segment {p:?}"),
-                Key::Header(h) => format!("header {h:?}"),
-            }),
-            Unnamed::Refused { value, reason } => RequestLockError::Refused { value, reason },
-            Unnamed::Unknown { value } => RequestLockError::Unknown { value },
-        })
+        self.admission
+            .naming
+            .name(value)
+            .map_err(|unnamed| match unnamed {
+                Unnamed::Missing => RequestLockError::NoKey(match &self.key {
+                    Key::Path(p) => format!("path segment {p:?}"),
+                    Key::Header(h) => format!("header {h:?}"),
+                }),
+                Unnamed::Refused { value, reason } => RequestLockError::Refused { value, reason },
+                Unnamed::Unknown { value } => RequestLockError::Unknown { value },
+            })
     }
 
-    fn retry_after_secs(&self) -> u64 {
-        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
-    }
-
-    /// The answer to a request whose wait ended with `outcome`.
-    fn admit<G>(
-        &self,
-        name: String,
-        outcome: Result<Option<G>, LockError>,
-    ) -> Result<G, RequestLockError> {
-        match outcome {
-            Ok(Some(guard)) => Ok(guard),
-            Ok(None) => Err(RequestLockError::Busy {
+    /// The refusal of a request named `name` that did not get its lock or permit.
+    fn refusal(&self, name: String, failure: Failure) -> RequestLockError {
+        let retry_after = self.admission.retry_after_secs();
+        match failure {
+            Failure::Busy => RequestLockError::Busy {
                 name,
                 status: self.busy,
-                retry_after: self.retry_after_secs(),
-            }),
-            Err(e) => {
-                admission::log_failure(&name, &e);
-                Err(RequestLockError::Lock {
-                    retry_after: self.retry_after_secs(),
-                    source: e,
-                })
-            }
+                retry_after,
+            },
+            Failure::Lock(source) => RequestLockError::Lock {
+                source,
+                retry_after,
+            },
         }
     }
 }
@@ -216,22 +205,21 @@ impl Admission {
 /// to answer when it is busy. Put it in `app_data`; [`RequestGuard`] reads it.
 #[derive(Clone, Debug)]
 pub struct RequestLock {
-    manager: LockManager,
-    admission: Admission,
+    front: Front,
 }
 
 impl RequestLock {
     /// The lock is named by the path segment `param` (as in `/accounts/{account}`), decoded as
     /// `web::Path` decodes it (`%61lice` is `alice`; see the module's docs).
     pub fn path(manager: LockManager, param: &str) -> Self {
-        let admission = Admission::new(Key::Path(param.to_owned()), StatusCode::CONFLICT);
-        Self { manager, admission }
+        let front = Front::new(manager, Key::Path(param.to_owned()), StatusCode::CONFLICT);
+        Self { front }
     }
 
     /// The lock is named by the request header `name`.
     pub fn header(manager: LockManager, name: &str) -> Self {
-        let admission = Admission::new(Key::Header(name.to_owned()), StatusCode::CONFLICT);
-        Self { manager, admission }
+        let front = Front::new(manager, Key::Header(name.to_owned()), StatusCode::CONFLICT);
+        Self { front }
     }
 
     admission_builders!(
@@ -271,16 +259,9 @@ impl RequestLock {
 /// ```
 #[derive(Clone, Debug)]
 pub struct RequestPermits {
-    manager: LockManager,
-    admission: Admission,
-    permits: u32,
-    /// Names whose permits this process has set (or found set): set once, not per request.
-    set: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    front: Front,
+    permits: Permits,
 }
-
-/// How many names [`RequestPermits`] remembers as set before it forgets them all (and sets
-/// each again, once, when next seen): a bound on its memory.
-const REMEMBERED_NAMES: usize = 10_000;
 
 impl RequestPermits {
     /// `permits` per name, the name taken from the path segment `param`.
@@ -295,10 +276,8 @@ impl RequestPermits {
 
     fn new(manager: LockManager, key: Key, permits: u32) -> Self {
         Self {
-            manager,
-            admission: Admission::new(key, StatusCode::TOO_MANY_REQUESTS),
-            permits,
-            set: std::sync::Arc::default(),
+            front: Front::new(manager, key, StatusCode::TOO_MANY_REQUESTS),
+            permits: Permits::new(permits),
         }
     }
 
@@ -306,31 +285,6 @@ impl RequestPermits {
         "permit",
         "`429 Too Many Requests`; `503 Service Unavailable` is the other usual choice"
     );
-
-    fn forget(&self, name: &str) {
-        if let Ok(mut set) = self.set.lock() {
-            set.remove(name);
-        }
-    }
-
-    /// Sets the permits of `name` unless this process did already (a semaphore set before
-    /// keeps its own count).
-    async fn ensure_set(
-        &self,
-        sem: &crate::handles::sync::PermitSemaphore,
-    ) -> Result<(), LockError> {
-        let known = self.set.lock().is_ok_and(|set| set.contains(sem.name()));
-        if !known {
-            sem.try_set_permits(self.permits).await?;
-            if let Ok(mut set) = self.set.lock() {
-                if set.len() >= REMEMBERED_NAMES {
-                    set.clear();
-                }
-                set.insert(sem.name().to_owned());
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The lock of this request, held while the handler runs. It dereferences to its [`LockGuard`]
@@ -363,13 +317,15 @@ impl FromRequest for RequestGuard {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let config = req.app_data::<RequestLock>().cloned();
-        let name = config.as_ref().map(|c| c.admission.name(req));
+        let name = config.as_ref().map(|c| c.front.name(req));
         Box::pin(async move {
             let config = config.ok_or_else(RequestLockError::not_configured)?;
             let name = name.ok_or_else(RequestLockError::not_configured)??;
-            let lock = config.manager.lock(name.as_str());
-            let outcome = lock.try_acquire_for(config.admission.wait).await;
-            config.admission.admit(name, outcome).map(RequestGuard)
+            let front = &config.front;
+            match front.admission.lock(&name).await {
+                Ok(guard) => Ok(RequestGuard(guard)),
+                Err(failure) => Err(front.refusal(name, failure)),
+            }
         })
     }
 }
@@ -404,21 +360,15 @@ impl FromRequest for RequestPermit {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let config = req.app_data::<RequestPermits>().cloned();
-        let name = config.as_ref().map(|c| c.admission.name(req));
+        let name = config.as_ref().map(|c| c.front.name(req));
         Box::pin(async move {
             let config = config.ok_or_else(RequestLockError::not_configured)?;
             let name = name.ok_or_else(RequestLockError::not_configured)??;
-            let sem = config.manager.permit_semaphore(name.as_str());
-            let outcome = match config.ensure_set(&sem).await {
-                Ok(()) => sem.try_acquire_for(1, config.admission.wait).await,
-                Err(e) => Err(e),
-            };
-            if let Ok(None) = outcome {
-                // Busy, or the semaphore's key was lost (a restart without its data): set it
-                // again at the next request, which is a no-op when it exists.
-                config.forget(&name);
+            let front = &config.front;
+            match front.admission.permit(&name, &config.permits).await {
+                Ok(guard) => Ok(RequestPermit(guard)),
+                Err(failure) => Err(front.refusal(name, failure)),
             }
-            config.admission.admit(name, outcome).map(RequestPermit)
         })
     }
 }
