@@ -38,7 +38,7 @@
 //! error type, and axum's `Router::layer` / `route_layer` and tonic's `Server::builder().layer`
 //! take it as is. Under tonic a refusal is an HTTP status, not a gRPC one: gRPC clients map it as
 //! the gRPC spec says (`429` and `503` to `UNAVAILABLE`, `409` to `UNKNOWN`, `400` to
-//! `INTERNAL`); a path segment there is `1` for the method of `/package.Service/Method`.
+//! `INTERNAL`, `404` to `UNIMPLEMENTED`); a path segment there is `1` for the method of `/package.Service/Method`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -313,7 +313,9 @@ impl LockLayer {
     }
 
     /// The lock is named by what `name` returns for the request's head (method, URI, headers,
-    /// extensions); `None` or `""` is answered `400`.
+    /// extensions); `None` or `""` is answered `400`. The value is used as returned (decode it
+    /// as the handler does), then checked and prefixed as a segment's is (see the module's
+    /// docs).
     pub fn with<F>(manager: LockManager, name: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
