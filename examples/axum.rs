@@ -11,6 +11,7 @@
 //! curl -X POST localhost:8080/accounts/alice/deposit/5   # 200: the new balance
 //! curl localhost:8080/accounts/alice                      # the balance
 //! curl -X POST localhost:8080/tenants/acme/export          # 200, or 429 when two run already
+//! curl -X POST localhost:8080/tenants/nobody/export        # 404: not a tenant, nothing written
 //! ```
 //!
 //! Redis: `REDIS_URL` when set, else 127.0.0.1:6379, else a private redis-server for the run.
@@ -35,6 +36,10 @@ const WORK: Duration = Duration::from_millis(10);
 
 /// Exports of one tenant that may run at once, across every process.
 const EXPORTS_PER_TENANT: u32 = 2;
+
+/// The tenants that exist. Each tenant's permit semaphore is a Redis key that stays, so the
+/// layer takes permits only for these: any other tenant is answered `404` and writes nothing.
+const TENANTS: [&str; 2] = ["acme", "globex"];
 
 fn balance_key(account: &str) -> String {
     format!("balance:{account}")
@@ -110,7 +115,9 @@ async fn main() -> std::io::Result<()> {
     let port = u16::try_from(port).map_err(std::io::Error::other)?;
 
     // `route_layer`: only matched routes take a lock (an unknown path is a plain 404). Segment 1
-    // of `/accounts/alice/deposit/5` is `alice`.
+    // of `/accounts/alice/deposit/5` is `alice`, decoded as `Path` decodes it for `deposit`
+    // (`/accounts/%61lice/deposit/5` takes the same lock). The prefix keeps client-chosen names
+    // apart from every other key.
     let accounts = Router::new()
         .route("/accounts/{account}/deposit/{amount}", post(deposit))
         .route_layer(
@@ -124,6 +131,7 @@ async fn main() -> std::io::Result<()> {
         .route_layer(
             PermitLayer::segment(manager.clone(), 1, EXPORTS_PER_TENANT)
                 .prefix("exports:")
+                .known(|tenant| TENANTS.contains(&tenant))
                 .wait(wait),
         );
     let app = accounts.merge(tenants).with_state(redis);

@@ -13,6 +13,7 @@
 //! curl -X POST localhost:8080/accounts/alice/deposit/5   # 200: the new balance
 //! curl localhost:8080/accounts/alice                      # the balance
 //! curl -X POST localhost:8080/tenants/acme/export          # 200, or 429 when two run already
+//! curl -X POST localhost:8080/tenants/nobody/export        # 404: not a tenant, nothing written
 //! curl localhost:8080/tenants/acme/most                   # the most exports seen at once
 //! curl localhost:8080/metrics                             # lockman_* in Prometheus format
 //! ```
@@ -64,6 +65,10 @@ async fn deposit(
 
 /// Exports of one tenant that may run at once, across every process.
 const EXPORTS_PER_TENANT: u32 = 2;
+
+/// The tenants that exist. Each tenant's permit semaphore is a Redis key that stays, so exports
+/// take permits only for these: any other tenant is answered `404` and writes nothing.
+const TENANTS: [&str; 2] = ["acme", "globex"];
 
 /// `POST /tenants/{tenant}/export`: runs only while this request holds one of the tenant's
 /// permits. It counts how many exports of the tenant run at once, in Redis (so across
@@ -168,6 +173,9 @@ async fn main() -> std::io::Result<()> {
         App::new()
             .app_data(web::Data::new(redis.clone()))
             .app_data(web::Data::new(prometheus.clone()))
+            // The lock of `/accounts/alice/deposit/5` is `account:alice`, the account `deposit`
+            // sees in its `web::Path` (`/accounts/%61lice/deposit/5` takes the same lock). The
+            // prefix keeps client-chosen names apart from every other key.
             .app_data(
                 RequestLock::path(manager.clone(), "account")
                     .prefix("account:")
@@ -183,6 +191,7 @@ async fn main() -> std::io::Result<()> {
                     .app_data(
                         RequestPermits::path(manager.clone(), "tenant", EXPORTS_PER_TENANT)
                             .prefix("exports:")
+                            .known(|tenant| TENANTS.contains(&tenant))
                             .wait(wait),
                     )
                     .route("/{tenant}/export", web::post().to(export))

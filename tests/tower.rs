@@ -3,7 +3,9 @@
 //! over many concurrent requests), is held until a streamed body has been sent, and answers a
 //! busy lock or permit with its status and `Retry-After` after the configured wait; two routers
 //! with two managers share a permit semaphore; requests that do not name a lock are answered
-//! `400`. Run with `cargo test --features tower --test tower`.
+//! `400`; every spelling of a value takes the lock of the value the handler sees; names from
+//! requests are checked before anything is written; refusals show neither the request's value
+//! nor lockman's error. Run with `cargo test --features tower --test tower`.
 #![cfg(feature = "tower")]
 
 mod support;
@@ -19,7 +21,7 @@ use axum::http::{HeaderName, StatusCode};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use lockman::LockManager;
-use lockman::tower::{LockHeld, LockLayer, PermitHeld, PermitLayer};
+use lockman::tower::{LockHeld, LockLayer, PermitHeld, PermitLayer, Refusal};
 use support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -289,11 +291,7 @@ async fn a_busy_lock_or_permit_is_answered_with_its_status_and_retry_after_after
             took >= wait,
             "{path} answered after {took:?}, before the wait"
         );
-        assert!(
-            answer.body.contains("is busy; retry later"),
-            "{}",
-            answer.body
-        );
+        assert_eq!(answer.body, "busy; retry later", "{path}");
     }
     assert_eq!(ran.done(), 0, "a refused request reached its handler");
 
@@ -440,5 +438,372 @@ async fn a_request_that_names_no_lock_is_answered_400_and_never_runs() {
     let named = http(port, "POST", "/by-closure?account=alice", &[]).await;
     assert_eq!(named.status, 200, "{}", named.body);
     assert_eq!(ran.done(), 2);
+    manager.shutdown().await;
+}
+
+/// Handlers that record, per value they see, how many requests are inside at once, and whether
+/// the lock each runs under is named by that value.
+#[derive(Clone, Default)]
+struct PerValue {
+    counters: Arc<std::sync::Mutex<std::collections::HashMap<String, Overlap>>>,
+    /// `(lock name, value seen)` of each request whose lock is not `prefix + value`.
+    mismatched: Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl PerValue {
+    async fn work(self, prefix: &str, value: String, lock: &str) -> &'static str {
+        if lock != format!("{prefix}{value}") {
+            self.mismatched
+                .lock()
+                .unwrap()
+                .push((lock.to_owned(), value.clone()));
+        }
+        let counter = self
+            .counters
+            .lock()
+            .unwrap()
+            .entry(value)
+            .or_default()
+            .clone();
+        counter.work(Duration::from_millis(30)).await
+    }
+
+    /// `(value, most inside at once, requests done)`, sorted by value.
+    fn seen(&self) -> Vec<(String, usize, usize)> {
+        let mut seen: Vec<_> = self
+            .counters
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(v, c)| (v.clone(), c.most(), c.done()))
+            .collect();
+        seen.sort();
+        seen
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spellings_of_one_value_take_one_lock_as_the_handler_sees_it() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let accounts = PerValue::default();
+    let users = PerValue::default();
+    let deposit = {
+        let accounts = accounts.clone();
+        move |axum::extract::Path(account): axum::extract::Path<String>,
+              axum::Extension(held): axum::Extension<LockHeld>| {
+            accounts
+                .clone()
+                .work_owned("account:", account, held.name().to_owned())
+        }
+    };
+    // The handler treats `Alice` and `alice` as one user, and tells the layer so.
+    let rename = {
+        let users = users.clone();
+        move |axum::extract::Path(user): axum::extract::Path<String>,
+              axum::Extension(held): axum::Extension<LockHeld>| {
+            users
+                .clone()
+                .work_owned("user:", user.to_lowercase(), held.name().to_owned())
+        }
+    };
+    let app = Router::new()
+        .route("/accounts/{account}", post(deposit.clone()))
+        .route("/accounts/{account}/", post(deposit))
+        .route_layer(
+            LockLayer::segment(manager.clone(), 1)
+                .prefix("account:")
+                .wait(Duration::from_secs(30)),
+        )
+        .merge(
+            Router::new()
+                .route("/users/{user}", post(rename))
+                .route_layer(
+                    LockLayer::segment(manager.clone(), 1)
+                        .prefix("user:")
+                        .canonical(|v| v.to_lowercase())
+                        .wait(Duration::from_secs(30)),
+                ),
+        );
+    let port = serve(app).await;
+
+    // Each spelling is sent three times, all at once; the handler sees the value after `=>`.
+    let accounts_sent = [
+        ("alice", "alice"),
+        ("%61lice", "alice"),
+        ("%61%6C%69%63%65", "alice"),
+        ("alice/", "alice"),
+        ("%61lice/", "alice"),
+        ("a%2Fb", "a/b"),
+        ("a%2fb", "a/b"),
+        ("%61%2Fb", "a/b"),
+        ("a+b", "a+b"),
+        ("a%2Bb", "a+b"),
+        ("a%2bb", "a+b"),
+        ("a%25b", "a%b"),
+        ("%61%25b", "a%b"),
+        ("ALICE", "ALICE"),
+        ("%41LICE", "ALICE"),
+    ];
+    let users_sent = ["alice", "Alice", "ALICE", "%41lice", "%61LICE"];
+    let paths: Vec<String> = accounts_sent
+        .iter()
+        .map(|(raw, _)| format!("/accounts/{raw}"))
+        .chain(users_sent.iter().map(|raw| format!("/users/{raw}")))
+        .flat_map(|path| [path.clone(), path.clone(), path])
+        .collect();
+    let requests = paths
+        .iter()
+        .cloned()
+        .map(|path| tokio::spawn(async move { (http(port, "POST", &path, &[]).await, path) }));
+    for answer in futures_util::future::join_all(requests).await {
+        let (answer, path) = answer.unwrap();
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+
+    // Every request ran under the lock of the value its handler saw ...
+    assert_eq!(*accounts.mismatched.lock().unwrap(), []);
+    assert_eq!(*users.mismatched.lock().unwrap(), []);
+    // ... so requests that saw one value never overlapped.
+    let each = |value: &str, spellings: usize| (value.to_owned(), 1, 3 * spellings);
+    assert_eq!(
+        accounts.seen(),
+        [
+            each("ALICE", 2),
+            each("a%b", 2),
+            each("a+b", 3),
+            each("a/b", 3),
+            each("alice", 5),
+        ]
+    );
+    assert_eq!(users.seen(), [each("alice", 5)]);
+    manager.shutdown().await;
+}
+
+impl PerValue {
+    /// [`PerValue::work`] with owned arguments, for a handler's `'static` future.
+    async fn work_owned(self, prefix: &'static str, value: String, lock: String) -> &'static str {
+        self.work(prefix, value, &lock).await
+    }
+}
+
+/// Keys in Redis without an expiry.
+fn lasting_keys(redis: &RedisServer) -> std::collections::BTreeSet<String> {
+    let mut conn = redis.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    keys.into_iter()
+        .filter(|k| redis::cmd("PTTL").arg(k).query::<i64>(&mut conn).unwrap() == -1)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_names_are_checked_before_anything_is_written() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let ran = Overlap::default();
+    let handler = {
+        let ran = ran.clone();
+        move || ran.clone().work(Duration::ZERO)
+    };
+    const TENANTS: [&str; 2] = ["acme", "globex"];
+    let app = Router::new()
+        .route("/bare/{name}", post(handler.clone()))
+        .route_layer(LockLayer::segment(manager.clone(), 1))
+        .merge(
+            Router::new()
+                .route("/prefixed/{name}", post(handler.clone()))
+                .route_layer(LockLayer::segment(manager.clone(), 1).prefix("account:")),
+        )
+        .merge(
+            Router::new()
+                .route("/tenants/{tenant}/export", post(handler.clone()))
+                .route_layer(
+                    PermitLayer::segment(manager.clone(), 1, 2)
+                        .prefix("exports:")
+                        .known(|tenant| TENANTS.contains(&tenant)),
+                ),
+        )
+        .merge(
+            Router::new()
+                .route("/open/{tenant}/export", post(handler))
+                .route_layer(PermitLayer::segment(manager.clone(), 1, 2).prefix("open:")),
+        );
+    let port = serve(app).await;
+    let before = lasting_keys(&redis);
+
+    let braces = "the request's lock name is refused: it holds `{` or `}`";
+    let reserved = "the request's lock name is refused: it starts with `redisson_` or `lockman_`";
+    for (path, status, body) in [
+        ("/bare/%7Bx%7D", 400, braces),
+        ("/bare/x%7D", 400, braces),
+        ("/prefixed/%7Bx%7D", 400, braces),
+        ("/bare/redisson_lock_queue:x", 400, reserved),
+        ("/bare/lockman_client:1", 400, reserved),
+        ("/bare/%6Cockman_waits", 400, reserved),
+        ("/tenants/nobody/export", 404, "not found"),
+        ("/tenants/ACME/export", 404, "not found"),
+        ("/tenants/%7Bacme%7D/export", 400, braces),
+    ] {
+        let answer = http(port, "POST", path, &[]).await;
+        assert_eq!(answer.status, status, "{path}: {}", answer.body);
+        assert_eq!(answer.body, body, "{path}");
+        assert_eq!(answer.header("retry-after"), None, "{path}");
+    }
+    assert_eq!(ran.done(), 0, "a refused name reached its handler");
+    assert_eq!(lasting_keys(&redis), before, "a refused name wrote a key");
+
+    // With a prefix, a name only starts as lockman's own keys do after it.
+    let answer = http(port, "POST", "/prefixed/redisson_x", &[]).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    // Forty distinct tenants, two of them known: the known ones leave their semaphore's count,
+    // the others nothing at all.
+    let tenants = TENANTS
+        .map(String::from)
+        .into_iter()
+        .chain((2..40).map(|i| format!("t{i}")));
+    for (i, tenant) in tenants.enumerate() {
+        let answer = http(port, "POST", &format!("/tenants/{tenant}/export"), &[]).await;
+        let want = if i < 2 { 200 } else { 404 };
+        assert_eq!(answer.status, want, "{tenant}: {}", answer.body);
+    }
+    // (Once the two exports' permits are back: the set of held permits goes with the last.)
+    let expected: std::collections::BTreeSet<String> =
+        ["exports:acme", "exports:globex"].map(String::from).into();
+    let left = || {
+        let mut left = lasting_keys(&redis);
+        left.retain(|k| !before.contains(k));
+        left
+    };
+    support::eventually(Duration::from_secs(10), || left() == expected).await;
+    assert_eq!(left(), expected);
+
+    // Without `known`, each distinct name leaves its key for good, as the docs say.
+    for i in 0..10 {
+        let answer = http(port, "POST", &format!("/open/t{i}/export"), &[]).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let mut left = lasting_keys(&redis);
+    left.retain(|k| !before.contains(k) && k.starts_with("open:"));
+    assert_eq!(left.len(), 10, "{left:?}");
+    manager.shutdown().await;
+}
+
+/// What the tests' process logs, for the tests that look for a line.
+fn captured_log() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOG: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        log
+    })
+}
+
+struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_show_neither_the_request_nor_redis() {
+    let log = captured_log();
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let app = Router::new()
+        .route("/accounts/{account}", post(|| async { "done" }))
+        .route_layer(
+            LockLayer::segment(manager.clone(), 1)
+                .prefix("account:")
+                .wait(Duration::from_millis(200)),
+        );
+    let port = serve(app.clone()).await;
+
+    // A key of another type where the lock would be: lockman fails (500), not the request.
+    let mut conn = redis.conn();
+    redis::cmd("SET")
+        .arg("account:wrong-type")
+        .arg("x")
+        .query::<()>(&mut conn)
+        .unwrap();
+    // A name a browser could take for HTML, held elsewhere: busy (409).
+    let script = "<script>alert(1)</script>";
+    let holder = LockManager::connect(&redis.url()).await.unwrap();
+    let _held = holder
+        .lock(format!("account:{script}").as_str())
+        .acquire()
+        .await
+        .unwrap();
+
+    for (path, status, body) in [
+        ("/accounts/wrong-type", 500, "lock service unavailable"),
+        (
+            "/accounts/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+            409,
+            "busy; retry later",
+        ),
+    ] {
+        let answer = http(port, "POST", path, &[]).await;
+        assert_eq!(answer.status, status, "{path}: {}", answer.body);
+        assert_eq!(answer.body, body, "{path}");
+        assert_eq!(
+            answer.header("content-type"),
+            Some("text/plain; charset=utf-8")
+        );
+        assert_eq!(answer.header("x-content-type-options"), Some("nosniff"));
+    }
+    // The detail is in the log ...
+    let logged = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    assert!(
+        logged
+            .lines()
+            .any(|l| l.contains("request answered 500") && l.contains("account:wrong-type")),
+        "{logged}"
+    );
+
+    // ... and in the response's extensions, for an outer layer.
+    let mut service = ::tower::Layer::layer(
+        &LockLayer::segment(manager.clone(), 1).prefix("account:"),
+        app.clone(),
+    );
+    std::future::poll_fn(|cx| {
+        ::tower::Service::<axum::http::Request<Body>>::poll_ready(&mut service, cx)
+    })
+    .await
+    .unwrap();
+    let request = axum::http::Request::post("/accounts/wrong-type")
+        .body(Body::empty())
+        .unwrap();
+    let response = ::tower::Service::call(&mut service, request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    let refusal = response.extensions().get::<Refusal>().expect("the refusal");
+    assert!(
+        matches!(
+            refusal,
+            Refusal::Lock {
+                source: lockman::LockError::WrongType { .. },
+                ..
+            }
+        ),
+        "{refusal:?}"
+    );
+    assert!(
+        refusal.to_string().contains("account:wrong-type"),
+        "{refusal}"
+    );
+    holder.shutdown().await;
     manager.shutdown().await;
 }

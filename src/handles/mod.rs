@@ -5,8 +5,11 @@
 //! the compositions (`compose`), the synchronizers (`sync`), elections (`election`), a hold's
 //! deadline (`scope`), whom a wait belongs to (`deadlock`), client records (`clients`), how a
 //! handle reaches its name's actor (`reach`), where the actors run (`runtime`), their spans
-//! (`trace`), the actix-web extractors (`web`) and the tower layers (`tower`).
+//! (`trace`), the actix-web extractors (`web`) and the tower layers (`tower`), and how both of
+//! those turn a request into a lock name (`admission`).
 
+#[cfg(any(feature = "tower", feature = "actix-web"))]
+pub(crate) mod admission;
 pub(crate) mod clients;
 pub(crate) mod compose;
 pub mod deadlock;

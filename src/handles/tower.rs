@@ -17,20 +17,28 @@
 //! `Extension<LockHeld>`), for its name, lost signal and deadline.
 //!
 //! What a refused request gets (the status, a `Retry-After` for the retryable ones, and a one-line
-//! text body) is the same as with `lockman::web`:
+//! `text/plain; charset=utf-8` body with `X-Content-Type-Options: nosniff`) is the same as with
+//! `lockman::web`:
 //!
-//! | why | status |
-//! |---|---|
-//! | the request has no value to name its lock (segment or header missing or empty, the closure said `None` or `""`) | `400` |
-//! | the lock stayed busy for the whole wait | `409` (lock) or `429` (permit), or [`busy_status`](LockLayer::busy_status); `Retry-After` |
-//! | lockman failed and may succeed later (Redis away) | `503`, `Retry-After` |
-//! | lockman failed otherwise | `500` |
+//! | why | status | body |
+//! |---|---|---|
+//! | the request has no value to name its lock (segment or header missing or empty, the closure said `None` or `""`) | `400` | `the request has no path segment 1 to name its lock` |
+//! | the value holds `{` or `}`, or (without a prefix) starts with `redisson_` or `lockman_` | `400` | `the request's lock name is refused: …` (the rule, not the value) |
+//! | the [`known`](LockLayer::known) hook said `false` | `404` | `not found` |
+//! | the lock stayed busy for the whole wait | `409` (lock) or `429` (permit), or [`busy_status`](LockLayer::busy_status); `Retry-After` | `busy; retry later` |
+//! | lockman failed and may succeed later (Redis away) | `503`, `Retry-After` | `lock service unavailable` |
+//! | lockman failed otherwise | `500` | `lock service unavailable` |
+//!
+//! No body repeats the request's value, and none carries a [`LockError`]'s text (which can name
+//! the Redis host, its user or a key): a `500` or `503` is logged (`tracing`, at `error` or `warn`,
+//! with the lock name and the error), and the response carries its [`Refusal`] in its extensions
+//! for an outer layer that wants the detail (`response.extensions().get::<Refusal>()`).
 //!
 //! The refusal is a response, not an error of the service: the layer keeps the inner service's
 //! error type, and axum's `Router::layer` / `route_layer` and tonic's `Server::builder().layer`
 //! take it as is. Under tonic a refusal is an HTTP status, not a gRPC one: gRPC clients map it as
 //! the gRPC spec says (`429` and `503` to `UNAVAILABLE`, `409` to `UNKNOWN`, `400` to
-//! `INTERNAL`); a path segment there is `1` for the method of `/package.Service/Method`.
+//! `INTERNAL`, `404` to `UNIMPLEMENTED`); a path segment there is `1` for the method of `/package.Service/Method`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -57,27 +65,50 @@
 //!
 //! **Path segments** are counted in the path the layer sees, from 0, empty segments skipped:
 //! in `/accounts/alice/deposit`, `accounts` is 0 and `alice` is 1 (in axum, a router nested under
-//! a prefix sees the path without it). Use [`LockLayer::with`] for anything else, such as a
-//! percent-decoded segment, a query parameter or an extension an earlier layer set.
+//! a prefix sees the path without it). Use [`LockLayer::with`] for anything else, such as a query
+//! parameter or an extension an earlier layer set.
+//!
+//! **The lock is named by the value the handler sees.** A segment is percent-decoded as axum's
+//! `Path` decodes it: every `%XX` (`%2F`, `%25` and `%2B` too; `+` stays `+`), bytes that are not
+//! UTF-8 replaced by U+FFFD. So `/accounts/alice/deposit` and `/accounts/%61lice/deposit`, which
+//! both run the handler for `alice`, take the one lock `account:alice`. Nothing else is changed:
+//! `Alice` and `alice`, a Unicode string and its normalised form, `007` and `7` are different
+//! locks. When the handler treats such values as one account, give the layer the same rule with
+//! [`canonical`](LockLayer::canonical) (`.canonical(|v| v.to_lowercase())`), or name the lock
+//! yourself with [`LockLayer::with`]: a lock protects a handler only if both agree on the name.
+//! A header's value is taken as it is (visible ASCII, not decoded).
+//!
+//! **Names from requests**: a client chooses them, so give every layer a
+//! [`prefix`](LockLayer::prefix) (`account:`), which keeps them apart from other names and from
+//! Redisson's and lockman's own keys. The layer refuses (`400`) a value holding `{` or `}` (lock
+//! `x` and lock `{x}` share their derived keys) and, without a prefix, one that starts with
+//! `redisson_` or `lockman_`.
+//!
+//! **A [`PermitLayer`] leaves a key in Redis for every name it sees**, for good: a permit
+//! semaphore's count is a string key without expiry (Redisson's layout), written the first time
+//! a name is used. Its names must come from a **bounded** set (tenant ids an earlier layer
+//! authenticated, a fixed list), never from free client input, or any client can fill Redis
+//! (and under `noeviction` stop every lock). Give it a [`known`](PermitLayer::known) hook that
+//! says which values exist: the others are answered `404` before anything is written.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::error::LockError;
+use crate::handles::admission::{self, Admission, Failure, Permits, Unnamed};
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
-use crate::handles::sync::{PermitGuard, PermitSemaphore};
+use crate::handles::sync::PermitGuard;
 
 /// A closure that names a request's lock from its head.
 type Namer = dyn Fn(&Parts) -> Option<String> + Send + Sync;
@@ -113,13 +144,15 @@ impl Key {
 
     fn value(&self, head: &Parts) -> Option<String> {
         match self {
+            // Split before decoding: an encoded `/` (`%2F`) is part of its segment, as for the
+            // router, and decoded as the handler's `Path` decodes it.
             Self::Segment(i) => head
                 .uri
                 .path()
                 .split('/')
                 .filter(|s| !s.is_empty())
                 .nth(*i)
-                .map(str::to_owned),
+                .map(admission::percent_decoded),
             Self::Header(name) => head
                 .headers
                 .get(name)
@@ -134,134 +167,110 @@ impl Key {
 #[derive(Clone, Debug)]
 enum Gate {
     Lock,
-    Permits {
-        permits: u32,
-        /// Names whose permits this process has set (or found set): set once, not per request.
-        set: Arc<Mutex<HashSet<String>>>,
-    },
+    Permits(Permits),
 }
 
-/// How many names a [`PermitLayer`] remembers as set before it forgets them all (and sets each
-/// again, once, when next seen): a bound on its memory.
-const REMEMBERED_NAMES: usize = 10_000;
-
-/// What every service of a layer shares: the manager, which part of a request names the lock,
-/// how long to wait, what to answer when it stays busy.
+/// What every service of a layer shares: which part of a request names the lock, the lock or
+/// the permits it takes, what to answer when it stays busy, and the [`Admission`] (name rules,
+/// wait, `Retry-After`) that `lockman::web` shares.
 #[derive(Clone, Debug)]
-struct Admission {
-    manager: LockManager,
-    gate: Gate,
+struct Front {
     key: Key,
-    prefix: String,
-    wait: Duration,
+    gate: Gate,
     busy: StatusCode,
-    retry_after: Duration,
+    admission: Admission,
 }
 
-impl Admission {
+impl Front {
     fn new(manager: LockManager, key: Key, gate: Gate) -> Self {
         let busy = match gate {
             Gate::Lock => StatusCode::CONFLICT,
-            Gate::Permits { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Gate::Permits(_) => StatusCode::TOO_MANY_REQUESTS,
         };
         Self {
-            manager,
-            gate,
             key,
-            prefix: String::new(),
-            wait: Duration::from_secs(1),
+            gate,
             busy,
-            retry_after: Duration::from_secs(1),
+            admission: Admission::new(manager),
         }
     }
 
     fn name(&self, head: &Parts) -> Result<String, Refusal> {
-        match self.key.value(head).filter(|v| !v.is_empty()) {
-            Some(v) => Ok(format!("{}{v}", self.prefix)),
-            None => Err(Refusal::NoKey(self.key.describe())),
-        }
-    }
-
-    fn retry_after_secs(&self) -> u64 {
-        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
+        self.admission
+            .naming
+            .name(self.key.value(head))
+            .map_err(|unnamed| match unnamed {
+                Unnamed::Missing => Refusal::NoKey(self.key.describe()),
+                Unnamed::Refused { value, reason } => Refusal::Refused { value, reason },
+                Unnamed::Unknown { value } => Refusal::Unknown { value },
+            })
     }
 
     /// Takes the lock or a permit of `name`, waiting up to the configured time.
     async fn admit(&self, name: String) -> Result<Held, Refusal> {
         let outcome = match &self.gate {
-            Gate::Lock => {
-                let lock = self.manager.lock(name.as_str());
-                lock.try_acquire_for(self.wait)
-                    .await
-                    .map(|g| g.map(|g| Held::Lock(Arc::new(g))))
-            }
-            Gate::Permits { permits, set } => {
-                let sem = self.manager.permit_semaphore(name.as_str());
-                let outcome = match ensure_set(&sem, *permits, set).await {
-                    Ok(()) => sem
-                        .try_acquire_for(1, self.wait)
-                        .await
-                        .map(|g| g.map(|g| Held::Permit(Arc::new(g)))),
-                    Err(e) => Err(e),
-                };
-                if let Ok(None) = outcome {
-                    // Busy, or the semaphore's key was lost (a restart without its data): set it
-                    // again at the next request, which is a no-op when it exists.
-                    if let Ok(mut set) = set.lock() {
-                        set.remove(&name);
-                    }
-                }
-                outcome
-            }
+            Gate::Lock => self
+                .admission
+                .lock(&name)
+                .await
+                .map(|g| Held::Lock(Arc::new(g))),
+            Gate::Permits(permits) => self
+                .admission
+                .permit(&name, permits)
+                .await
+                .map(|g| Held::Permit(Arc::new(g))),
         };
-        match outcome {
-            Ok(Some(held)) => Ok(held),
-            Ok(None) => Err(Refusal::Busy {
+        let retry_after = self.admission.retry_after_secs();
+        outcome.map_err(|failure| match failure {
+            Failure::Busy => Refusal::Busy {
                 name,
                 status: self.busy,
-                retry_after: self.retry_after_secs(),
-            }),
-            Err(source) => Err(Refusal::Lock {
+                retry_after,
+            },
+            Failure::Lock(source) => Refusal::Lock {
                 source,
-                retry_after: self.retry_after_secs(),
-            }),
-        }
+                retry_after,
+            },
+        })
     }
 }
 
-/// Sets the permits of `sem` unless this process did already (a semaphore set before keeps its
-/// own count).
-async fn ensure_set(
-    sem: &PermitSemaphore,
-    permits: u32,
-    set: &Mutex<HashSet<String>>,
-) -> Result<(), LockError> {
-    let known = set.lock().is_ok_and(|set| set.contains(sem.name()));
-    if !known {
-        sem.try_set_permits(permits).await?;
-        if let Ok(mut set) = set.lock() {
-            if set.len() >= REMEMBERED_NAMES {
-                set.clear();
-            }
-            set.insert(sem.name().to_owned());
-        }
-    }
-    Ok(())
-}
-
-/// The builder methods of a layer, which holds its [`Admission`] in `admission` (built, not yet
-/// shared: a layer's services share it once the layer is applied).
+/// The builder methods of a layer, which holds its [`Front`] in `front` (built, not yet shared: a
+/// layer's services share it once the layer is applied).
 macro_rules! admission_builders {
     ($what:literal, $busy:literal) => {
-        #[doc = concat!("Prepended to the segment, header or closure value to make the ", $what, " name (e.g. `account:`).")]
+        #[doc = concat!("Prepended to the segment, header or closure value to make the ", $what, " name (e.g. `account:`). ")]
+        /// Set one whenever names come from requests (see the module's docs).
         pub fn prefix(mut self, prefix: &str) -> Self {
-            self.edit().prefix = prefix.to_owned();
+            self.edit().admission.naming.prefix = prefix.to_owned();
+            self
+        }
+
+        /// The canonical form of a request's value, applied first (before the checks, the
+        /// [`known`](Self::known) hook and the prefix): e.g. `|v| v.to_lowercase()` when the
+        /// handler treats `Alice` and `alice` as one. An empty result is answered `400`.
+        pub fn canonical<F>(mut self, canonical: F) -> Self
+        where
+            F: Fn(&str) -> String + Send + Sync + 'static,
+        {
+            self.edit().admission.naming.canonical = Some(Arc::new(canonical));
+            self
+        }
+
+        /// Which values exist: a request whose (canonical) value `known` refuses is answered
+        /// `404 Not Found` before anything is written to Redis or the inner service is called.
+        /// It is called on the request's task, once per request: keep it quick (a set lookup).
+        pub fn known<F>(mut self, known: F) -> Self
+        where
+            F: Fn(&str) -> bool + Send + Sync + 'static,
+        {
+            self.edit().admission.naming.known = Some(Arc::new(known));
             self
         }
 
         #[doc = concat!("How long a request waits for its ", $what, ". Default: 1 s.")]
         pub fn wait(mut self, wait: Duration) -> Self {
-            self.edit().wait = wait;
+            self.edit().admission.wait = wait;
             self
         }
 
@@ -274,7 +283,7 @@ macro_rules! admission_builders {
         /// The `Retry-After` of a busy (or retryable failure's) answer, in whole seconds (at
         /// least 1). Default: 1 s.
         pub fn retry_after(mut self, after: Duration) -> Self {
-            self.edit().retry_after = after;
+            self.edit().admission.retry_after = after;
             self
         }
     };
@@ -286,13 +295,13 @@ macro_rules! admission_builders {
 /// [`busy_status`](Self::busy_status)) and `Retry-After`, without calling the inner service.
 #[derive(Clone, Debug)]
 pub struct LockLayer {
-    admission: Arc<Admission>,
+    front: Arc<Front>,
 }
 
 impl LockLayer {
     /// The lock is named by the path segment at `index`, counted from 0 and skipping empty
-    /// segments (`/accounts/alice/deposit`: `alice` is 1), as the request's path has it (not
-    /// percent-decoded).
+    /// segments (`/accounts/alice/deposit`: `alice` is 1), percent-decoded as axum's `Path`
+    /// decodes it (`%61lice` is `alice`; see the module's docs).
     pub fn segment(manager: LockManager, index: usize) -> Self {
         Self::new(manager, Key::Segment(index))
     }
@@ -304,7 +313,9 @@ impl LockLayer {
     }
 
     /// The lock is named by what `name` returns for the request's head (method, URI, headers,
-    /// extensions); `None` or `""` is answered `400`.
+    /// extensions); `None` or `""` is answered `400`. The value is used as returned (decode it
+    /// as the handler does), then checked and prefixed as a segment's is (see the module's
+    /// docs).
     pub fn with<F>(manager: LockManager, name: F) -> Self
     where
         F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
@@ -313,13 +324,13 @@ impl LockLayer {
     }
 
     fn new(manager: LockManager, key: Key) -> Self {
-        let admission = Arc::new(Admission::new(manager, key, Gate::Lock));
-        Self { admission }
+        let front = Arc::new(Front::new(manager, key, Gate::Lock));
+        Self { front }
     }
 
-    /// The admission being built; a layer cloned before a builder call is given its own copy.
-    fn edit(&mut self) -> &mut Admission {
-        Arc::make_mut(&mut self.admission)
+    /// The front being built; a layer cloned before a builder call is given its own copy.
+    fn edit(&mut self) -> &mut Front {
+        Arc::make_mut(&mut self.front)
     }
 
     admission_builders!(
@@ -334,20 +345,29 @@ impl LockLayer {
 /// an instance that dies gives its permits back). The others get `429 Too Many Requests` (or
 /// [`busy_status`](Self::busy_status)) with `Retry-After`.
 ///
+/// **Each name leaves a key in Redis that never expires** (the semaphore's count, Redisson's
+/// layout): names must come from a bounded set. Say which with [`known`](Self::known); any other
+/// value is answered `404` and writes nothing.
+///
 /// ```no_run
 /// use axum::{Router, routing::post};
 /// use lockman::tower::PermitLayer;
 ///
 /// # fn demo(manager: lockman::LockManager) {
+/// const TENANTS: [&str; 2] = ["acme", "globex"];
 /// let app: Router = Router::new()
 ///     .route("/tenants/{tenant}/export", post(|| async { "exported" }))
-///     // At most 2 exports per tenant run at once, everywhere.
-///     .route_layer(PermitLayer::segment(manager, 1, 2).prefix("exports:"));
+///     // At most 2 exports per tenant run at once, everywhere; only known tenants get a key.
+///     .route_layer(
+///         PermitLayer::segment(manager, 1, 2)
+///             .prefix("exports:")
+///             .known(|tenant| TENANTS.contains(&tenant)),
+///     );
 /// # }
 /// ```
 #[derive(Clone, Debug)]
 pub struct PermitLayer {
-    admission: Arc<Admission>,
+    front: Arc<Front>,
 }
 
 impl PermitLayer {
@@ -372,17 +392,14 @@ impl PermitLayer {
     }
 
     fn new(manager: LockManager, key: Key, permits: u32) -> Self {
-        let gate = Gate::Permits {
-            permits,
-            set: Arc::default(),
-        };
-        let admission = Arc::new(Admission::new(manager, key, gate));
-        Self { admission }
+        let gate = Gate::Permits(Permits::new(permits));
+        let front = Arc::new(Front::new(manager, key, gate));
+        Self { front }
     }
 
-    /// The admission being built; a layer cloned before a builder call is given its own copy.
-    fn edit(&mut self) -> &mut Admission {
-        Arc::make_mut(&mut self.admission)
+    /// The front being built; a layer cloned before a builder call is given its own copy.
+    fn edit(&mut self) -> &mut Front {
+        Arc::make_mut(&mut self.front)
     }
 
     admission_builders!(
@@ -397,7 +414,7 @@ impl<S> ::tower::Layer<S> for LockLayer {
     fn layer(&self, inner: S) -> Admit<S> {
         Admit {
             inner,
-            admission: self.admission.clone(),
+            front: self.front.clone(),
         }
     }
 }
@@ -408,7 +425,7 @@ impl<S> ::tower::Layer<S> for PermitLayer {
     fn layer(&self, inner: S) -> Admit<S> {
         Admit {
             inner,
-            admission: self.admission.clone(),
+            front: self.front.clone(),
         }
     }
 }
@@ -418,7 +435,7 @@ impl<S> ::tower::Layer<S> for PermitLayer {
 #[derive(Clone, Debug)]
 pub struct Admit<S> {
     inner: S,
-    admission: Arc<Admission>,
+    front: Arc<Front>,
 }
 
 impl<S, ReqBody, ResBody> ::tower::Service<Request<ReqBody>> for Admit<S>
@@ -439,13 +456,13 @@ where
         // The service made ready by `poll_ready` is the one to call; a clone stays for the next.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let admission = self.admission.clone();
+        let front = self.front.clone();
         let (head, body) = req.into_parts();
-        let name = admission.name(&head);
+        let name = front.name(&head);
         let mut req = Request::from_parts(head, body);
         Box::pin(async move {
             let held = match name {
-                Ok(name) => admission.admit(name).await,
+                Ok(name) => front.admit(name).await,
                 Err(refusal) => Err(refusal),
             };
             match held {
@@ -599,14 +616,30 @@ where
 }
 
 /// Why a request did not get its lock or permit. The service answers it itself (a status, a
-/// `Retry-After` for the retryable ones, this error's text as the body); it is public for its
-/// [`status`](Self::status) and text.
-#[derive(Debug, thiserror::Error)]
+/// `Retry-After` for the retryable ones, a fixed text as the body: see the module's docs); the
+/// response carries it in its extensions, for its [`status`](Self::status) and its text (this
+/// error's `Display`, with the name and the [`LockError`], which the body leaves out).
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
     /// The request lacks what names its lock: `400`.
     #[error("the request has no {0} to name its lock")]
     NoKey(String),
+    /// The request's value cannot name a lock (it holds `{` or `}`, or, without a prefix,
+    /// starts with `redisson_` or `lockman_`): `400`.
+    #[error("lock name {value:?} refused: {reason}")]
+    Refused {
+        /// The value, after the canonical form.
+        value: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// The [`known`](LockLayer::known) hook refused the request's value: `404`.
+    #[error("{value:?} is not a known name")]
+    Unknown {
+        /// The value, after the canonical form.
+        value: String,
+    },
     /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
     /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
     #[error("{name:?} is busy; retry later")]
@@ -633,7 +666,8 @@ impl Refusal {
     /// The status of the answer.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::NoKey(_) => StatusCode::BAD_REQUEST,
+            Self::NoKey(_) | Self::Refused { .. } => StatusCode::BAD_REQUEST,
+            Self::Unknown { .. } => StatusCode::NOT_FOUND,
             Self::Busy { status, .. } => *status,
             Self::Lock { source, .. } if source.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Lock { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -652,17 +686,70 @@ impl Refusal {
         }
     }
 
-    fn response<B>(&self) -> Response<Guarded<B>> {
-        let mut response = Response::new(Guarded::refusal(self.to_string()));
+    /// The answer's body: never the request's value, never a [`LockError`]'s text.
+    fn body(&self) -> String {
+        match self {
+            Self::NoKey(_) => self.to_string(),
+            Self::Refused { reason, .. } => admission::refused_text(reason),
+            Self::Unknown { .. } => admission::UNKNOWN.to_owned(),
+            Self::Busy { .. } => admission::BUSY.to_owned(),
+            Self::Lock { .. } => admission::UNAVAILABLE.to_owned(),
+        }
+    }
+
+    fn response<B>(self) -> Response<Guarded<B>> {
+        let mut response = Response::new(Guarded::refusal(self.body()));
         *response.status_mut() = self.status();
         let headers = response.headers_mut();
         headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         if let Some(after) = self.retry_after() {
             headers.insert(RETRY_AFTER, HeaderValue::from(after));
         }
+        response.extensions_mut().insert(self);
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure of lockman is never answered as busy: retryable is `503` with `Retry-After`,
+    /// anything else `500`, both with the fixed text, and the error kept in the extensions.
+    #[test]
+    fn a_failure_is_503_when_retryable_else_500_never_busy() {
+        let timeout = LockError::Timeout {
+            op: "acquire",
+            after: Duration::from_secs(1),
+        };
+        let wrong = LockError::WrongType {
+            key: "account:secret-host".into(),
+        };
+        for (source, status, retry_after) in [
+            (timeout, StatusCode::SERVICE_UNAVAILABLE, Some("3")),
+            (wrong, StatusCode::INTERNAL_SERVER_ERROR, None),
+        ] {
+            let refusal = Refusal::Lock {
+                source,
+                retry_after: 3,
+            };
+            let response: Response<Guarded<String>> = refusal.response();
+            assert_eq!(response.status(), status);
+            let header = |name| response.headers().get(name).map(|v| v.to_str().unwrap());
+            assert_eq!(header(RETRY_AFTER), retry_after);
+            assert_eq!(header(X_CONTENT_TYPE_OPTIONS), Some("nosniff"));
+            assert_eq!(
+                response.body().refusal.as_deref(),
+                Some(&b"lock service unavailable"[..])
+            );
+            assert!(matches!(
+                response.extensions().get::<Refusal>(),
+                Some(Refusal::Lock { .. })
+            ));
+        }
     }
 }

@@ -12,6 +12,33 @@
 //! N requests per key run at once across every instance, and the others get `429 Too Many
 //! Requests` (or `503`) with `Retry-After`.
 //!
+//! **The lock is named by the value the handler sees.** A path segment is taken fully
+//! percent-decoded, as `web::Path` gives it to the handler (`match_info` keeps `%2F`, `%25` and
+//! `%2B` encoded; the name does not): every `%XX`, `+` kept as `+`, bytes that are not UTF-8
+//! replaced by U+FFFD. So `/accounts/alice/deposit` and `/accounts/%61lice/deposit` take the one
+//! lock `account:alice`, and `a+b` and `a%2Bb` the lock of `a+b`. Nothing else is changed: case,
+//! Unicode normalisation, leading zeros are the application's; when its handler treats `Alice`
+//! and `alice` as one, give the extractor the same rule with `canonical`
+//! ([`RequestLock::canonical`]): a lock protects a handler only if both agree on the name. A
+//! header's value is taken as it is (visible ASCII, not decoded).
+//!
+//! **Names from requests**: a client chooses them, so always set a
+//! [`prefix`](RequestLock::prefix) (`account:`), which keeps them apart from other names and from
+//! Redisson's and lockman's own keys. A value holding `{` or `}` (lock `x` and lock `{x}` share
+//! their derived keys) or, without a prefix, starting with `redisson_` or `lockman_` is answered
+//! `400`. **[`RequestPermits`] leaves a key in Redis that never expires for every name it sees**
+//! (a permit semaphore's count, Redisson's layout): its names must come from a bounded set; say
+//! which with [`known`](RequestPermits::known), and any other value is answered `404` before
+//! anything is written.
+//!
+//! Every refusal is `text/plain; charset=utf-8` with `X-Content-Type-Options: nosniff`, and its
+//! body never repeats the request's value: `busy; retry later` (`409`, `429` or your status),
+//! `not found` (`404`), `the request's lock name is refused: …` or `the request has no … to name
+//! its lock` (`400`). A `500` or `503` says only `lock service unavailable`; its [`LockError`]
+//! (which can name the Redis host, its user or a key) is logged (`tracing`, at `error` or
+//! `warn`) and kept in the [`RequestLockError`], which actix-web attaches to the response
+//! (`response.error()` in a middleware).
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use actix_web::{App, HttpResponse, HttpServer, web};
@@ -46,10 +73,11 @@ use std::time::Duration;
 
 use actix_web::dev::Payload;
 use actix_web::http::StatusCode;
-use actix_web::http::header::RETRY_AFTER;
+use actix_web::http::header::{CONTENT_TYPE, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, ResponseError};
 
 use crate::error::LockError;
+use crate::handles::admission::{self, Admission, Failure, Permits, Unnamed};
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
 use crate::handles::sync::PermitGuard;
@@ -61,96 +89,114 @@ enum Key {
     Header(String),
 }
 
-/// What both extractors are told: which part of the request names the lock or semaphore, how
-/// long to wait, and what to answer when it stays busy.
+/// What both extractors are told: which part of the request names the lock or semaphore, what
+/// to answer when it stays busy, and the [`Admission`] (name rules, wait, `Retry-After`) that
+/// `lockman::tower` shares.
 #[derive(Clone, Debug)]
-struct Admission {
+struct Front {
     key: Key,
-    prefix: String,
-    wait: Duration,
     busy: StatusCode,
-    retry_after: Duration,
+    admission: Admission,
 }
 
-/// The builder methods of a type that holds an [`Admission`] in `admission`.
+/// The builder methods of a type that holds a [`Front`] in `front`.
 macro_rules! admission_builders {
     ($what:literal, $busy:literal) => {
-        #[doc = concat!("Prepended to the segment or header value to make the ", $what, " name (e.g. `account:`).")]
+        #[doc = concat!("Prepended to the segment or header value to make the ", $what, " name (e.g. `account:`). ")]
+        /// Set one whenever names come from requests (see the module's docs).
         pub fn prefix(mut self, prefix: &str) -> Self {
-            self.admission.prefix = prefix.to_owned();
+            self.front.admission.naming.prefix = prefix.to_owned();
+            self
+        }
+
+        /// The canonical form of a request's value, applied first (before the checks, the
+        /// [`known`](Self::known) hook and the prefix): e.g. `|v| v.to_lowercase()` when the
+        /// handler treats `Alice` and `alice` as one. An empty result is answered `400`.
+        pub fn canonical<F>(mut self, canonical: F) -> Self
+        where
+            F: Fn(&str) -> String + Send + Sync + 'static,
+        {
+            self.front.admission.naming.canonical = Some(std::sync::Arc::new(canonical));
+            self
+        }
+
+        /// Which values exist: a request whose (canonical) value `known` refuses is answered
+        /// `404 Not Found` before anything is written to Redis or the handler runs. It is called
+        /// once per request on the server's thread: keep it quick (a set lookup).
+        pub fn known<F>(mut self, known: F) -> Self
+        where
+            F: Fn(&str) -> bool + Send + Sync + 'static,
+        {
+            self.front.admission.naming.known = Some(std::sync::Arc::new(known));
             self
         }
 
         #[doc = concat!("How long a request waits for its ", $what, ". Default: 1 s.")]
         pub fn wait(mut self, wait: Duration) -> Self {
-            self.admission.wait = wait;
+            self.front.admission.wait = wait;
             self
         }
 
         #[doc = concat!("The status of a request whose ", $what, " stayed busy: ", $busy, " by default.")]
         pub fn busy_status(mut self, status: StatusCode) -> Self {
-            self.admission.busy = status;
+            self.front.busy = status;
             self
         }
 
         /// The `Retry-After` of a busy answer, in whole seconds (at least 1). Default: 1 s.
         pub fn retry_after(mut self, after: Duration) -> Self {
-            self.admission.retry_after = after;
+            self.front.admission.retry_after = after;
             self
         }
     };
 }
 
-impl Admission {
-    fn new(key: Key, busy: StatusCode) -> Self {
+impl Front {
+    fn new(manager: LockManager, key: Key, busy: StatusCode) -> Self {
         Self {
             key,
-            prefix: String::new(),
-            wait: Duration::from_secs(1),
             busy,
-            retry_after: Duration::from_secs(1),
+            admission: Admission::new(manager),
         }
     }
 
     fn name(&self, req: &HttpRequest) -> Result<String, RequestLockError> {
         let value = match &self.key {
-            Key::Path(param) => req.match_info().get(param).map(str::to_owned),
+            // `match_info` decodes every escape but `%2F`, `%25` and `%2B`; `web::Path` decodes
+            // its value once more, fully: the same decoding here gives the handler's value.
+            Key::Path(param) => req.match_info().get(param).map(admission::percent_decoded),
             Key::Header(name) => req
                 .headers()
                 .get(name.as_str())
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
         };
-        match value.filter(|v| !v.is_empty()) {
-            Some(v) => Ok(format!("{}{v}", self.prefix)),
-            None => Err(RequestLockError::NoKey(match &self.key {
-                Key::Path(p) => format!("path segment {p:?}"),
-                Key::Header(h) => format!("header {h:?}"),
-            })),
-        }
+        self.admission
+            .naming
+            .name(value)
+            .map_err(|unnamed| match unnamed {
+                Unnamed::Missing => RequestLockError::NoKey(match &self.key {
+                    Key::Path(p) => format!("path segment {p:?}"),
+                    Key::Header(h) => format!("header {h:?}"),
+                }),
+                Unnamed::Refused { value, reason } => RequestLockError::Refused { value, reason },
+                Unnamed::Unknown { value } => RequestLockError::Unknown { value },
+            })
     }
 
-    fn retry_after_secs(&self) -> u64 {
-        self.retry_after.as_secs_f64().ceil().max(1.0) as u64
-    }
-
-    /// The answer to a request whose wait ended with `outcome`.
-    fn admit<G>(
-        &self,
-        name: String,
-        outcome: Result<Option<G>, LockError>,
-    ) -> Result<G, RequestLockError> {
-        match outcome {
-            Ok(Some(guard)) => Ok(guard),
-            Ok(None) => Err(RequestLockError::Busy {
+    /// The refusal of a request named `name` that did not get its lock or permit.
+    fn refusal(&self, name: String, failure: Failure) -> RequestLockError {
+        let retry_after = self.admission.retry_after_secs();
+        match failure {
+            Failure::Busy => RequestLockError::Busy {
                 name,
                 status: self.busy,
-                retry_after: self.retry_after_secs(),
-            }),
-            Err(e) => Err(RequestLockError::Lock {
-                retry_after: self.retry_after_secs(),
-                source: e,
-            }),
+                retry_after,
+            },
+            Failure::Lock(source) => RequestLockError::Lock {
+                source,
+                retry_after,
+            },
         }
     }
 }
@@ -159,21 +205,21 @@ impl Admission {
 /// to answer when it is busy. Put it in `app_data`; [`RequestGuard`] reads it.
 #[derive(Clone, Debug)]
 pub struct RequestLock {
-    manager: LockManager,
-    admission: Admission,
+    front: Front,
 }
 
 impl RequestLock {
-    /// The lock is named by the path segment `param` (as in `/accounts/{account}`).
+    /// The lock is named by the path segment `param` (as in `/accounts/{account}`), decoded as
+    /// `web::Path` decodes it (`%61lice` is `alice`; see the module's docs).
     pub fn path(manager: LockManager, param: &str) -> Self {
-        let admission = Admission::new(Key::Path(param.to_owned()), StatusCode::CONFLICT);
-        Self { manager, admission }
+        let front = Front::new(manager, Key::Path(param.to_owned()), StatusCode::CONFLICT);
+        Self { front }
     }
 
     /// The lock is named by the request header `name`.
     pub fn header(manager: LockManager, name: &str) -> Self {
-        let admission = Admission::new(Key::Header(name.to_owned()), StatusCode::CONFLICT);
-        Self { manager, admission }
+        let front = Front::new(manager, Key::Header(name.to_owned()), StatusCode::CONFLICT);
+        Self { front }
     }
 
     admission_builders!(
@@ -187,6 +233,10 @@ impl RequestLock {
 /// watchdog renews, so an instance that dies gives its permits back). Put it in `app_data`;
 /// [`RequestPermit`] reads it.
 ///
+/// **Each name leaves a key in Redis that never expires** (the semaphore's count, Redisson's
+/// layout): names must come from a bounded set. Say which with [`known`](Self::known); any other
+/// value is answered `404` and writes nothing.
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use actix_web::{App, HttpResponse, web};
@@ -197,23 +247,21 @@ impl RequestLock {
 /// }
 ///
 /// # fn demo(manager: lockman::LockManager) {
+/// const TENANTS: [&str; 2] = ["acme", "globex"];
 /// let app = App::new()
-///     .app_data(RequestPermits::path(manager, "tenant", 2).prefix("exports:"))
+///     .app_data(
+///         RequestPermits::path(manager, "tenant", 2)
+///             .prefix("exports:")
+///             .known(|tenant| TENANTS.contains(&tenant)),
+///     )
 ///     .route("/tenants/{tenant}/export", web::post().to(export));
 /// # }
 /// ```
 #[derive(Clone, Debug)]
 pub struct RequestPermits {
-    manager: LockManager,
-    admission: Admission,
-    permits: u32,
-    /// Names whose permits this process has set (or found set): set once, not per request.
-    set: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    front: Front,
+    permits: Permits,
 }
-
-/// How many names [`RequestPermits`] remembers as set before it forgets them all (and sets
-/// each again, once, when next seen): a bound on its memory.
-const REMEMBERED_NAMES: usize = 10_000;
 
 impl RequestPermits {
     /// `permits` per name, the name taken from the path segment `param`.
@@ -228,10 +276,8 @@ impl RequestPermits {
 
     fn new(manager: LockManager, key: Key, permits: u32) -> Self {
         Self {
-            manager,
-            admission: Admission::new(key, StatusCode::TOO_MANY_REQUESTS),
-            permits,
-            set: std::sync::Arc::default(),
+            front: Front::new(manager, key, StatusCode::TOO_MANY_REQUESTS),
+            permits: Permits::new(permits),
         }
     }
 
@@ -239,31 +285,6 @@ impl RequestPermits {
         "permit",
         "`429 Too Many Requests`; `503 Service Unavailable` is the other usual choice"
     );
-
-    fn forget(&self, name: &str) {
-        if let Ok(mut set) = self.set.lock() {
-            set.remove(name);
-        }
-    }
-
-    /// Sets the permits of `name` unless this process did already (a semaphore set before
-    /// keeps its own count).
-    async fn ensure_set(
-        &self,
-        sem: &crate::handles::sync::PermitSemaphore,
-    ) -> Result<(), LockError> {
-        let known = self.set.lock().is_ok_and(|set| set.contains(sem.name()));
-        if !known {
-            sem.try_set_permits(self.permits).await?;
-            if let Ok(mut set) = self.set.lock() {
-                if set.len() >= REMEMBERED_NAMES {
-                    set.clear();
-                }
-                set.insert(sem.name().to_owned());
-            }
-        }
-        Ok(())
-    }
 }
 
 /// The lock of this request, held while the handler runs. It dereferences to its [`LockGuard`]
@@ -296,13 +317,15 @@ impl FromRequest for RequestGuard {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let config = req.app_data::<RequestLock>().cloned();
-        let name = config.as_ref().map(|c| c.admission.name(req));
+        let name = config.as_ref().map(|c| c.front.name(req));
         Box::pin(async move {
-            let config = config.ok_or(RequestLockError::NotConfigured)?;
-            let name = name.ok_or(RequestLockError::NotConfigured)??;
-            let lock = config.manager.lock(name.as_str());
-            let outcome = lock.try_acquire_for(config.admission.wait).await;
-            config.admission.admit(name, outcome).map(RequestGuard)
+            let config = config.ok_or_else(RequestLockError::not_configured)?;
+            let name = name.ok_or_else(RequestLockError::not_configured)??;
+            let front = &config.front;
+            match front.admission.lock(&name).await {
+                Ok(guard) => Ok(RequestGuard(guard)),
+                Err(failure) => Err(front.refusal(name, failure)),
+            }
         })
     }
 }
@@ -337,26 +360,22 @@ impl FromRequest for RequestPermit {
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
         let config = req.app_data::<RequestPermits>().cloned();
-        let name = config.as_ref().map(|c| c.admission.name(req));
+        let name = config.as_ref().map(|c| c.front.name(req));
         Box::pin(async move {
-            let config = config.ok_or(RequestLockError::NotConfigured)?;
-            let name = name.ok_or(RequestLockError::NotConfigured)??;
-            let sem = config.manager.permit_semaphore(name.as_str());
-            let outcome = match config.ensure_set(&sem).await {
-                Ok(()) => sem.try_acquire_for(1, config.admission.wait).await,
-                Err(e) => Err(e),
-            };
-            if let Ok(None) = outcome {
-                // Busy, or the semaphore's key was lost (a restart without its data): set it
-                // again at the next request, which is a no-op when it exists.
-                config.forget(&name);
+            let config = config.ok_or_else(RequestLockError::not_configured)?;
+            let name = name.ok_or_else(RequestLockError::not_configured)??;
+            let front = &config.front;
+            match front.admission.permit(&name, &config.permits).await {
+                Ok(guard) => Ok(RequestPermit(guard)),
+                Err(failure) => Err(front.refusal(name, failure)),
             }
-            config.admission.admit(name, outcome).map(RequestPermit)
         })
     }
 }
 
-/// Why a request did not get its lock or permit; each is an HTTP answer ([`ResponseError`]).
+/// Why a request did not get its lock or permit; each is an HTTP answer ([`ResponseError`]),
+/// whose body is a fixed text (see the module's docs); this error's `Display` has the detail
+/// (the name, the [`LockError`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestLockError {
@@ -366,6 +385,22 @@ pub enum RequestLockError {
     /// The request lacks what names its lock: `400`.
     #[error("the request has no {0} to name its lock")]
     NoKey(String),
+    /// The request's value cannot name a lock (it holds `{` or `}`, or, without a prefix,
+    /// starts with `redisson_` or `lockman_`): `400`.
+    #[error("lock name {value:?} refused: {reason}")]
+    Refused {
+        /// The value, after the canonical form.
+        value: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// The `known` hook ([`RequestLock::known`], [`RequestPermits::known`]) refused the
+    /// request's value: `404`.
+    #[error("{value:?} is not a known name")]
+    Unknown {
+        /// The value, after the canonical form.
+        value: String,
+    },
     /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
     /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
     #[error("{name:?} is busy; retry later")]
@@ -388,11 +423,32 @@ pub enum RequestLockError {
     },
 }
 
+impl RequestLockError {
+    fn not_configured() -> Self {
+        tracing::error!(
+            "request answered 500: no lockman::web::RequestLock or RequestPermits in app_data"
+        );
+        Self::NotConfigured
+    }
+
+    /// The answer's body: never the request's value, never a [`LockError`]'s text.
+    fn body(&self) -> String {
+        match self {
+            Self::NoKey(_) => self.to_string(),
+            Self::Refused { reason, .. } => admission::refused_text(reason),
+            Self::Unknown { .. } => admission::UNKNOWN.to_owned(),
+            Self::Busy { .. } => admission::BUSY.to_owned(),
+            Self::NotConfigured | Self::Lock { .. } => admission::UNAVAILABLE.to_owned(),
+        }
+    }
+}
+
 impl ResponseError for RequestLockError {
     fn status_code(&self) -> StatusCode {
         match self {
             Self::NotConfigured => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::NoKey(_) => StatusCode::BAD_REQUEST,
+            Self::NoKey(_) | Self::Refused { .. } => StatusCode::BAD_REQUEST,
+            Self::Unknown { .. } => StatusCode::NOT_FOUND,
             Self::Busy { status, .. } => *status,
             Self::Lock { source, .. } if source.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
             Self::Lock { .. } => StatusCode::INTERNAL_SERVER_ERROR,
@@ -401,6 +457,8 @@ impl ResponseError for RequestLockError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
+        response.insert_header((CONTENT_TYPE, "text/plain; charset=utf-8"));
+        response.insert_header((X_CONTENT_TYPE_OPTIONS, "nosniff"));
         match self {
             Self::Busy { retry_after, .. } => {
                 response.insert_header((RETRY_AFTER, retry_after.to_string()));
@@ -413,6 +471,6 @@ impl ResponseError for RequestLockError {
             }
             _ => {}
         }
-        response.body(self.to_string())
+        response.body(self.body())
     }
 }
