@@ -246,3 +246,129 @@ async fn no_output_shows_a_password_from_any_url_form() {
         }
     }
 }
+
+/// A sentinel reached over TLS only, watching one TLS-only primary as `mymaster` (quorum 1),
+/// and naming it `localhost` (the name the test certificate is for): killed when dropped.
+#[cfg(feature = "tls")]
+struct TlsSentinel {
+    port: u16,
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "tls")]
+impl TlsSentinel {
+    fn start(certs: &support::certs::TestCerts, primary: u16, primary_password: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = support::free_port();
+        let file = |name: &str| certs.file(name).display().to_string();
+        let text = format!(
+            "port 0\ntls-port {port}\nbind 127.0.0.1\nprotected-mode no\n\
+             tls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n\
+             tls-auth-clients no\ntls-replication yes\n\
+             dir {dir}\nlogfile {dir}/sentinel.log\n\
+             sentinel resolve-hostnames yes\nsentinel announce-hostnames yes\n\
+             sentinel monitor mymaster localhost {primary} 1\n\
+             sentinel auth-pass mymaster {primary_password}\n",
+            cert = file("server.pem"),
+            key = file("server.key"),
+            ca = file("ca.pem"),
+            dir = dir.path().display(),
+        );
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(&conf, text).expect("write sentinel.conf");
+        let child = Command::new(&support::server().bin)
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("run the sentinel");
+        let sentinel = Self { port, child, dir };
+        // Up, and knowing the primary's address.
+        let client = redis::Client::build_with_tls(
+            format!("rediss://localhost:{port}"),
+            certs.redis_certificates(),
+        )
+        .expect("a tls client");
+        let known = support::eventually_blocking(Duration::from_secs(15), || {
+            let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(300))
+            else {
+                return false;
+            };
+            let addr: Option<Vec<String>> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg("mymaster")
+                .query(&mut conn)
+                .unwrap_or_default();
+            addr.is_some_and(|a| a.first().map(String::as_str) == Some("localhost"))
+        });
+        assert!(known, "the sentinel never named the primary: {}", sentinel.log());
+        sentinel
+    }
+
+    fn url(&self) -> String {
+        format!("rediss://localhost:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sentinels reached over TLS: the primary is reached over TLS too by default (its password
+/// never in clear), and `master_tls(false)`, the explicit opt-out, is warned about and here
+/// cannot reach the TLS-only primary. Catches the old default (plain TCP to the primary
+/// whatever the sentinels' scheme): the first start then fails.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_primary_gets_tls_when_the_sentinels_use_it() {
+    let logs = logs();
+    let certs = Arc::new(support::certs::TestCerts::generate());
+    let primary = RedisServer::start_with(Options {
+        tls: Some(certs.clone()),
+        password: Some("data-pw".into()),
+        ..Options::default()
+    });
+    let sentinel = TlsSentinel::start(&certs, primary.port(), "data-pw");
+    let config = || {
+        Config::sentinel("mymaster", [sentinel.url()])
+            .master_auth(None, "data-pw")
+            .tls_ca_pem(certs.ca_pem.clone())
+            .connect_timeout(Duration::from_secs(2))
+    };
+    let manager = LockManager::start(config())
+        .await
+        .unwrap_or_else(|e| panic!("TLS to the primary by default: {e}; {}", sentinel.log()));
+    assert!(format!("{:?}", config()).contains("master_tls: true"));
+    let guard = manager.lock("tls-primary").acquire().await.unwrap();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg("tls-primary")
+        .query(&mut primary.conn())
+        .unwrap();
+    assert_eq!(fields.len(), 1, "held on the TLS primary: {fields:?}");
+    guard.release().await.unwrap();
+    manager.shutdown().await;
+    let before = logs.lock().unwrap().len();
+    let warned = |logs: &Arc<Mutex<Vec<u8>>>| {
+        String::from_utf8_lossy(&logs.lock().unwrap()[before..])
+            .matches("the sentinels are reached over TLS but the primary in plain text")
+            .count()
+    };
+    assert_eq!(warned(&logs), 0, "no warning while the primary gets TLS");
+
+    let plain = config().master_tls(false);
+    assert!(format!("{plain:?}").contains("master_tls: false"));
+    let refused = LockManager::start(plain).await;
+    assert!(refused.is_err(), "plain TCP to a TLS-only primary cannot work");
+    assert_eq!(warned(&logs), 1, "warned once at start");
+}
