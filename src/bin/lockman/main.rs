@@ -190,13 +190,17 @@ enum Command {
     /// covered, not children it starts (a shell should `exec` its last command). Other systems
     /// have no such guarantee: there CMD outlives a killed lockman, and the next `exec` may
     /// start a second CMD beside it once the lock expires.
+    ///
+    /// CMD gets lockman's environment without lockman's secrets (LOCKMAN_URL, LOCKMAN_PASSWORD,
+    /// LOCKMAN_MASTER_PASSWORD; --keep-env passes them on); REDIS_URL is passed on.
     Exec(exec::ExecArgs),
     /// Run a command only while leading the election NAME: campaign (waiting), run CMD with
     /// LOCKMAN_TERM set to the term; when the lead is about to expire unrenewed, stop CMD
     /// (SIGTERM --stop-grace before the lead's guarantee ends, SIGKILL to its process group
     /// when it ends), or when the lead is known lost (SIGKILL at once), then campaign again
     /// and restart it (--once: exit 73 instead). Exits with CMD's code when CMD exits by
-    /// itself. CMD dies with lockman, as for `exec`.
+    /// itself. CMD dies with lockman, and gets its environment without lockman's secrets, as
+    /// for `exec`.
     Elect(elect::ElectArgs),
     /// Show who leads the election NAME and its term. Exit 0 if someone leads, 1 if nobody.
     Leader {
@@ -365,6 +369,26 @@ impl Server {
         Ok(std::env::var("LOCKMAN_PASSWORD")
             .ok()
             .filter(|p| !p.is_empty()))
+    }
+
+    /// The one server's URL parsed, with the password of `--password-file` or
+    /// `$LOCKMAN_PASSWORD` in place of its own: for a connection of the command's own (`watch`).
+    fn connection_info(&self) -> Result<redis::ConnectionInfo, Failure> {
+        use redis::IntoConnectionInfo;
+        let url = self.url();
+        let info = url.trim().into_connection_info().map_err(|_| {
+            Failure::new(
+                code::USAGE,
+                format!("invalid redis url: {}", lockman::redacted_url(&url)),
+            )
+        })?;
+        Ok(match self.password()? {
+            Some(password) => {
+                let settings = info.redis_settings().clone().set_password(password);
+                info.set_redis_settings(settings)
+            }
+            None => info,
+        })
     }
 
     /// The warnings due before connecting, each once on stderr: a password on the command line
