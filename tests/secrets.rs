@@ -372,3 +372,44 @@ async fn a_sentinel_primary_gets_tls_when_the_sentinels_use_it() {
     assert!(refused.is_err(), "plain TCP to a TLS-only primary cannot work");
     assert_eq!(warned(&logs), 1, "warned once at start");
 }
+
+/// `#insecure` (TLS without certificate and host checks) is logged as a warning once per
+/// manager at start, naming the deployment; a verified TLS URL is not.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insecure_tls_is_warned_once_per_manager() {
+    let logs = logs();
+    let certs = Arc::new(support::certs::TestCerts::generate());
+    let server = RedisServer::start_with(Options {
+        tls: Some(certs.clone()),
+        ..Options::default()
+    });
+    let port = server.port();
+    let warnings = || {
+        String::from_utf8_lossy(&logs.lock().unwrap())
+            .lines()
+            .filter(|l| {
+                l.contains("TLS certificate and host checks are OFF")
+                    && l.contains(&format!("localhost:{port}/0#insecure"))
+                    && l.contains("WARN")
+            })
+            .count()
+    };
+    let insecure = format!("rediss://localhost:{port}/#insecure");
+    let a = LockManager::start(Config::new(insecure.as_str())).await.unwrap();
+    let b = LockManager::start(Config::new(insecure.as_str())).await.unwrap();
+    let guard = a.lock("insecure").acquire().await.unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(warnings(), 2, "once per manager");
+    let verified = Config::new(format!("rediss://localhost:{port}/")).tls_ca_pem(certs.ca_pem.clone());
+    let c = LockManager::start(verified).await.unwrap();
+    let log = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    assert_eq!(
+        log.matches("TLS certificate and host checks are OFF").count(),
+        2,
+        "none for a verified URL: {log}"
+    );
+    for manager in [a, b, c] {
+        manager.shutdown().await;
+    }
+}
