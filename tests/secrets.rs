@@ -371,6 +371,34 @@ async fn a_sentinel_primary_gets_tls_when_the_sentinels_use_it() {
     let refused = LockManager::start(plain).await;
     assert!(refused.is_err(), "plain TCP to a TLS-only primary cannot work");
     assert_eq!(warned(&logs), 1, "warned once at start");
+
+    // The command: TLS to the primary by default, `--master-tls=false` warned and refused.
+    let ca = certs.file("ca.pem");
+    let sentinel_url = sentinel.url();
+    let cli = |more: &[&str]| {
+        let args = [
+            &["--sentinel", "mymaster", "--url", sentinel_url.as_str()][..],
+            &["--tls-ca", ca.to_str().unwrap()],
+            more,
+            &["inspect", "x"],
+        ]
+        .concat();
+        lockman(&args, &[("LOCKMAN_MASTER_PASSWORD", "data-pw")])
+    };
+    let out = cli(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    let out = cli(&["--master-tls"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = cli(&["--master-tls=false"]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.starts_with(
+            "lockman: warning: the sentinels are reached over TLS but the primary in plain text"
+        ),
+        "{err}"
+    );
 }
 
 /// `#insecure` (TLS without certificate and host checks) is logged as a warning once per

@@ -793,3 +793,45 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `{:?}` of the parsed command line shows no password: not the URL's (TCP or a socket's
+    /// `?pass=`), not `--master-password`.
+    #[test]
+    fn the_command_lines_debug_shows_no_password() {
+        for url in [
+            "redis://app:Mk7pQz@127.0.0.1:6379/0",
+            "redis+unix:///run/r.sock?pass=Mk7pQz",
+            "redis//:Mk7pQz@127.0.0.1:6379",
+            "redis://:Mk7pQz@10.0.0.1:26379,redis://:Mk7pQz@10.0.0.2:26379",
+        ] {
+            let cli = Cli::try_parse_from([
+                "lockman",
+                "--url",
+                url,
+                "--master-password",
+                "Mk7pQz",
+                "doctor",
+            ])
+            .expect("parses");
+            let shown = format!("{cli:?}");
+            assert!(!shown.contains("Mk7pQz"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn kind_names_are_taken_out_and_other_dashes_kept() {
+        assert_eq!(
+            without_kind_names("redis at x refused: Password authentication failed - AuthenticationFailed"),
+            "redis at x refused: Password authentication failed"
+        );
+        assert_eq!(
+            without_kind_names("bad - InvalidClientConfig: detail - ok - Not"),
+            "bad: detail - ok - Not"
+        );
+    }
+}
