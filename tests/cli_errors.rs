@@ -414,7 +414,11 @@ fn a_missing_or_wrong_password_is_one_line() {
         "the right password works: {}",
         stderr(&out)
     );
-    assert_eq!(stderr(&out), "", "no warning for a URL from the environment");
+    assert_eq!(
+        stderr(&out),
+        "",
+        "no warning for a URL from the environment"
+    );
 }
 
 /// A password given to a server that has none is said so (Redis refuses it; redis-rs reports
@@ -444,7 +448,10 @@ fn a_password_for_a_server_without_one_and_a_url_without_scheme_are_said_plainly
         &[("LOCKMAN_PASSWORD", "pw")],
     ));
     assert_eq!(code, 69);
-    assert!(line.contains("has no password, but one was given"), "{line}");
+    assert!(
+        line.contains("has no password, but one was given"),
+        "{line}"
+    );
     for url in [
         format!("127.0.0.1:{port}"),
         format!("redis//127.0.0.1:{port}"),
@@ -491,7 +498,10 @@ fn a_password_in_argv_is_warned_and_a_password_file_replaces_the_urls() {
     let warning = "lockman: warning: the password in --url is visible to every user of this \
                    machine (ps, /proc/PID/cmdline); give it with --password-file FILE or \
                    $LOCKMAN_PASSWORD, or the URL in $LOCKMAN_URL";
-    let out = run_at(&format!("redis://:pw@127.0.0.1:{port}/0"), &["inspect", "x"]);
+    let out = run_at(
+        &format!("redis://:pw@127.0.0.1:{port}/0"),
+        &["inspect", "x"],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(stderr(&out), format!("{warning}\n"));
     // A socket's ?pass= too.
@@ -499,7 +509,11 @@ fn a_password_in_argv_is_warned_and_a_password_file_replaces_the_urls() {
         "redis+unix:///nonexistent-dir/r.sock?pass=pw",
         &["inspect", "x"],
     );
-    assert!(stderr(&out).starts_with(&format!("{warning}\n")), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("{warning}\n")),
+        "{}",
+        stderr(&out)
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let (right, wrong) = (dir.path().join("right"), dir.path().join("wrong"));
@@ -563,7 +577,12 @@ fn exec_and_elect_warn_once_on_a_server_that_may_evict_lock_keys() {
     assert_eq!((out.status.code(), stderr(&out)), (Some(0), warning.into()));
     let out = run(&evicting, &["elect", "--once", "e", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stderr(&out).matches("may evict lock keys").count(), 1, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("may evict lock keys").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
     let out = run(&evicting, &["inspect", "x"]);
     assert_eq!((out.status.code(), stderr(&out)), (Some(1), String::new()));
     let safe = RedisServer::start();

@@ -121,12 +121,17 @@ async fn no_output_shows_a_password_from_any_url_form() {
     for url in &good {
         let config = Config::new(url.as_str()).client_name("secrets");
         seen.add(format!("Config Debug of {url}"), format!("{config:?}"));
-        let manager = LockManager::start(config).await.expect("the manager starts");
+        let manager = LockManager::start(config)
+            .await
+            .expect("the manager starts");
         let guard = manager.lock("secrets:x").acquire().await.unwrap();
         let diagnosis = manager.diagnose().await.expect("a diagnosis");
         seen.add("Diagnosis Debug", format!("{diagnosis:?}"));
         for check in diagnosis.checks.iter() {
-            seen.add(format!("check {}", check.name), format!("{} {}", check.seen, check.advice));
+            seen.add(
+                format!("check {}", check.name),
+                format!("{} {}", check.seen, check.advice),
+            );
         }
         seen.add(
             "clients",
@@ -173,7 +178,12 @@ async fn no_output_shows_a_password_from_any_url_form() {
 
     // The command: every URL, on the command line and from the environment.
     for url in good.iter().chain(&bad) {
-        for args in [&["inspect", "x"][..], &["doctor"], &["doctor", "--json"], &["ls"]] {
+        for args in [
+            &["inspect", "x"][..],
+            &["doctor"],
+            &["doctor", "--json"],
+            &["ls"],
+        ] {
             let out = lockman(&[&["--url", url.as_str()][..], args].concat(), &[]);
             seen.output(&format!("lockman --url {url} {args:?}"), &out);
         }
@@ -186,13 +196,22 @@ async fn no_output_shows_a_password_from_any_url_form() {
     std::fs::write(&file, format!("{MARKER}x\n")).unwrap();
     let plain = format!("redis://127.0.0.1:{port}/0");
     let out = lockman(
-        &["--url", &plain, "--password-file", file.to_str().unwrap(), "doctor"],
+        &[
+            "--url",
+            &plain,
+            "--password-file",
+            file.to_str().unwrap(),
+            "doctor",
+        ],
         &[],
     );
     assert_eq!(out.status.code(), Some(69), "a wrong password: {out:?}");
     seen.output("--password-file (wrong)", &out);
     let wrong = format!("{MARKER}x");
-    let out = lockman(&["--url", &plain, "inspect", "x"], &[("LOCKMAN_PASSWORD", &wrong)]);
+    let out = lockman(
+        &["--url", &plain, "inspect", "x"],
+        &[("LOCKMAN_PASSWORD", &wrong)],
+    );
     assert_eq!(out.status.code(), Some(69), "a wrong password: {out:?}");
     seen.output("LOCKMAN_PASSWORD (wrong)", &out);
 
@@ -205,7 +224,10 @@ async fn no_output_shows_a_password_from_any_url_form() {
     let exec = lockman(&["exec", "secrets:env", "--", "env"], &secrets);
     assert_eq!(exec.status.code(), Some(0), "{exec:?}");
     let env = String::from_utf8_lossy(&exec.stdout).into_owned();
-    assert!(env.contains("LOCKMAN_LOCK=secrets:env"), "the command ran: {env}");
+    assert!(
+        env.contains("LOCKMAN_LOCK=secrets:env"),
+        "the command ran: {env}"
+    );
     seen.output("exec -- env", &exec);
     let elect = lockman(&["elect", "--once", "secrets:elect", "--", "env"], &secrets);
     assert_eq!(elect.status.code(), Some(0), "{elect:?}");
@@ -215,10 +237,16 @@ async fn no_output_shows_a_password_from_any_url_form() {
     );
     seen.output("elect -- env", &elect);
     // --keep-env passes them on: the marker is found where it is (the check can fail).
-    let kept = lockman(&["exec", "--keep-env", "secrets:env", "--", "env"], &secrets);
+    let kept = lockman(
+        &["exec", "--keep-env", "secrets:env", "--", "env"],
+        &secrets,
+    );
     let kept = String::from_utf8_lossy(&kept.stdout).into_owned();
     for (name, value) in secrets {
-        assert!(kept.contains(&format!("{name}={value}")), "{name} kept: {kept}");
+        assert!(
+            kept.contains(&format!("{name}={value}")),
+            "{name} kept: {kept}"
+        );
     }
 
     let log = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
@@ -304,7 +332,11 @@ impl TlsSentinel {
                 .unwrap_or_default();
             addr.is_some_and(|a| a.first().map(String::as_str) == Some("localhost"))
         });
-        assert!(known, "the sentinel never named the primary: {}", sentinel.log());
+        assert!(
+            known,
+            "the sentinel never named the primary: {}",
+            sentinel.log()
+        );
         sentinel
     }
 
@@ -369,7 +401,10 @@ async fn a_sentinel_primary_gets_tls_when_the_sentinels_use_it() {
     let plain = config().master_tls(false);
     assert!(format!("{plain:?}").contains("master_tls: false"));
     let refused = LockManager::start(plain).await;
-    assert!(refused.is_err(), "plain TCP to a TLS-only primary cannot work");
+    assert!(
+        refused.is_err(),
+        "plain TCP to a TLS-only primary cannot work"
+    );
     assert_eq!(warned(&logs), 1, "warned once at start");
 
     // The command: TLS to the primary by default, `--master-tls=false` warned and refused.
@@ -424,16 +459,22 @@ async fn insecure_tls_is_warned_once_per_manager() {
             .count()
     };
     let insecure = format!("rediss://localhost:{port}/#insecure");
-    let a = LockManager::start(Config::new(insecure.as_str())).await.unwrap();
-    let b = LockManager::start(Config::new(insecure.as_str())).await.unwrap();
+    let a = LockManager::start(Config::new(insecure.as_str()))
+        .await
+        .unwrap();
+    let b = LockManager::start(Config::new(insecure.as_str()))
+        .await
+        .unwrap();
     let guard = a.lock("insecure").acquire().await.unwrap();
     guard.release().await.unwrap();
     assert_eq!(warnings(), 2, "once per manager");
-    let verified = Config::new(format!("rediss://localhost:{port}/")).tls_ca_pem(certs.ca_pem.clone());
+    let verified =
+        Config::new(format!("rediss://localhost:{port}/")).tls_ca_pem(certs.ca_pem.clone());
     let c = LockManager::start(verified).await.unwrap();
     let log = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
     assert_eq!(
-        log.matches("TLS certificate and host checks are OFF").count(),
+        log.matches("TLS certificate and host checks are OFF")
+            .count(),
         2,
         "none for a verified URL: {log}"
     );

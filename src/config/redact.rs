@@ -87,7 +87,9 @@ pub(crate) fn redacted(url: &str) -> String {
 /// reads it.
 pub(crate) fn is_insecure(url: &str) -> bool {
     matches!(
-        url.trim().into_connection_info().map(|info| info.addr().clone()),
+        url.trim()
+            .into_connection_info()
+            .map(|info| info.addr().clone()),
         Ok(ConnectionAddr::TcpTls { insecure: true, .. })
     )
 }

@@ -86,7 +86,15 @@ fn unparsable(url: &str, error: &redis::RedisError) -> String {
              rediss:// (TLS) or redis+unix:// (a socket), e.g. redis://127.0.0.1:6379"
         );
     };
-    let known = ["redis", "rediss", "valkey", "valkeys", "redis+unix", "valkey+unix", "unix"];
+    let known = [
+        "redis",
+        "rediss",
+        "valkey",
+        "valkeys",
+        "redis+unix",
+        "valkey+unix",
+        "unix",
+    ];
     if !known.contains(&scheme.to_ascii_lowercase().as_str()) {
         return format!(
             "{shown}: the scheme is not one of redis://, rediss:// (TLS) or redis+unix:// (a \

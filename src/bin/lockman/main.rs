@@ -149,7 +149,10 @@ impl std::fmt::Debug for Server {
             .field("password_file", &self.password_file)
             .field("sentinel", &self.sentinel)
             .field("master_user", &self.master_user)
-            .field("master_password", &self.master_password.as_ref().map(|_| "***"))
+            .field(
+                "master_password",
+                &self.master_password.as_ref().map(|_| "***"),
+            )
             .field("master_tls", &self.master_tls)
             .field("cluster", &self.cluster)
             .field("tls_ca", &self.tls_ca)
@@ -164,7 +167,8 @@ impl std::fmt::Debug for Server {
 /// The environment variables that carry lockman's own secrets: `exec` and `elect` take them out
 /// of their command's environment unless `--keep-env` is given. `REDIS_URL` is not one of them:
 /// it is a common convention that the command may use for its own Redis, and is passed on.
-pub const SECRET_VARIABLES: [&str; 3] = ["LOCKMAN_URL", "LOCKMAN_PASSWORD", "LOCKMAN_MASTER_PASSWORD"];
+pub const SECRET_VARIABLES: [&str; 3] =
+    ["LOCKMAN_URL", "LOCKMAN_PASSWORD", "LOCKMAN_MASTER_PASSWORD"];
 
 /// Takes [`SECRET_VARIABLES`] out of `command`'s environment, unless `keep`.
 pub fn strip_secrets(command: &mut tokio::process::Command, keep: bool) {
@@ -361,7 +365,10 @@ impl Server {
             if password.is_empty() {
                 return Err(Failure::new(
                     code::USAGE,
-                    format!("--password-file {}: its first line is empty", path.display()),
+                    format!(
+                        "--password-file {}: its first line is empty",
+                        path.display()
+                    ),
                 ));
             }
             return Ok(Some(password.to_owned()));
@@ -397,14 +404,14 @@ impl Server {
     fn warn(&self) {
         let argv: Vec<String> = std::env::args().collect();
         // `--url` comes from the command line only (the environment's URL is not in ps).
-        if let Some(url) = &self.url {
-            if url.split(',').any(|u| has_password(u.trim())) {
-                eprintln!(
-                    "lockman: warning: the password in --url is visible to every user of this \
-                     machine (ps, /proc/PID/cmdline); give it with --password-file FILE or \
-                     $LOCKMAN_PASSWORD, or the URL in $LOCKMAN_URL"
-                );
-            }
+        if let Some(url) = &self.url
+            && url.split(',').any(|u| has_password(u.trim()))
+        {
+            eprintln!(
+                "lockman: warning: the password in --url is visible to every user of this \
+                 machine (ps, /proc/PID/cmdline); give it with --password-file FILE or \
+                 $LOCKMAN_PASSWORD, or the URL in $LOCKMAN_URL"
+            );
         }
         if argv
             .iter()
@@ -416,7 +423,11 @@ impl Server {
             );
         }
         let url = self.url();
-        let urls: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+        let urls: Vec<&str> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
         if urls.iter().any(|u| is_insecure(u)) {
             eprintln!(
                 "lockman: warning: TLS certificate and host checks are OFF (#insecure in the \
@@ -549,7 +560,10 @@ impl Server {
         };
         let ping = async {
             let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-            redis::cmd("PING").query_async::<String>(&mut conn).await.ok()
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .ok()
         };
         matches!(
             tokio::time::timeout(self.connect_timeout, ping).await,
@@ -560,12 +574,12 @@ impl Server {
     /// The failure of a manager that did not start.
     fn failure(&self, e: LockError) -> Failure {
         match (&e, &self.tls_ca) {
-                (
-                    LockError::InvalidArgument {
-                        what: "tls CA",
-                        reason,
-                    },
-                    Some(path),
+            (
+                LockError::InvalidArgument {
+                    what: "tls CA",
+                    reason,
+                },
+                Some(path),
             ) => Failure::new(
                 code::USAGE,
                 format!("--tls-ca {}: {reason}", path.display()),
@@ -826,7 +840,9 @@ mod tests {
     #[test]
     fn kind_names_are_taken_out_and_other_dashes_kept() {
         assert_eq!(
-            without_kind_names("redis at x refused: Password authentication failed - AuthenticationFailed"),
+            without_kind_names(
+                "redis at x refused: Password authentication failed - AuthenticationFailed"
+            ),
             "redis at x refused: Password authentication failed"
         );
         assert_eq!(
