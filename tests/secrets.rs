@@ -6,6 +6,9 @@
 //! Run with `cargo test --all-features --test secrets`.
 #![cfg(feature = "cli")]
 
+#[cfg(feature = "metrics")]
+#[path = "support/recorder.rs"]
+mod recorder;
 mod support;
 
 use std::process::{Command, Output};
@@ -89,6 +92,8 @@ fn lockman(args: &[&str], env: &[(&str, &str)]) -> Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_output_shows_a_password_from_any_url_form() {
     let logs = logs();
+    #[cfg(feature = "metrics")]
+    let metrics = recorder::recorded();
     let server = RedisServer::start_with(Options {
         password: Some(MARKER.into()),
         unix_socket: true,
@@ -255,6 +260,15 @@ async fn no_output_shows_a_password_from_any_url_form() {
         "the log was captured at TRACE level: {log}"
     );
     seen.add("the library's log", log);
+    // Every metric's name and labels.
+    #[cfg(feature = "metrics")]
+    {
+        let values = metrics.values.lock().unwrap();
+        let samples = metrics.samples.lock().unwrap();
+        assert!(!values.is_empty(), "metrics were recorded");
+        let keys: Vec<&String> = values.keys().chain(samples.keys()).collect();
+        seen.add("metrics", format!("{keys:?}"));
+    }
     let mut leaks = Vec::new();
     for (what, text) in &seen.0 {
         // The URLs themselves are in the labels `what`, never in `text`.
