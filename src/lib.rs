@@ -210,7 +210,7 @@ pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTENTION_TOP_K, DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
     DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_IDLE_LINGER, DEFAULT_MAX_LINGERING,
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT, MIN_FAIR_LOCK_PLACE_TIMEOUT,
-    MIN_WATCHDOG_TIMEOUT, ShardedSubscription,
+    MIN_WATCHDOG_TIMEOUT, ShardedSubscription, redacted_url,
 };
 pub use error::{LockError, TlsFailure};
 pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};

@@ -330,6 +330,36 @@ fn semaphore_set_on_a_set_semaphore_exits_1_and_changes_nothing() {
     );
 }
 
+/// `lockman ARGS…` with the URL in `$LOCKMAN_URL` (not on the command line, where a password
+/// is warned about) and the environment's `extra`.
+fn run_env(url: &str, args: &[&str], extra: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(LOCKMAN);
+    cmd.args(args)
+        .env("LOCKMAN_URL", url)
+        .env_remove("REDIS_URL")
+        .env_remove("LOCKMAN_PASSWORD")
+        .env_remove("LOCKMAN_MASTER_PASSWORD")
+        .env_remove("LOCKMAN_PREFIX");
+    for (name, value) in extra {
+        cmd.env(name, value);
+    }
+    cmd.stdin(Stdio::null()).output().expect("run lockman")
+}
+
+/// A line of redis-rs's own: an error-kind name (`- AuthenticationFailed`), which means nothing
+/// at a shell.
+fn has_kind_name(line: &str) -> bool {
+    [
+        "AuthenticationFailed",
+        "InvalidClientConfig",
+        "ResponseError",
+        "IoError",
+        "ClientError",
+    ]
+    .iter()
+    .any(|kind| line.contains(kind))
+}
+
 #[test]
 fn a_missing_or_wrong_password_is_one_line() {
     let server = RedisServer::start_with(Options {
@@ -345,10 +375,11 @@ fn a_missing_or_wrong_password_is_one_line() {
         &["inspect", "x"],
     ));
     assert_eq!(code, 69);
+    // The hint names the ways that keep the password out of ps, not the command line.
     assert_eq!(
         line,
-        "lockman: redis wants a password (NOAUTH): give it in the URL, redis://:PASSWORD@host:port \
-         (or redis://USER:PASSWORD@host:port for an ACL user)"
+        "lockman: redis wants a password (NOAUTH): give it with --password-file FILE or \
+         $LOCKMAN_PASSWORD (or the whole URL in $LOCKMAN_URL: redis://USER:PASSWORD@host:port)"
     );
     for (url, shown) in [
         (
@@ -360,19 +391,22 @@ fn a_missing_or_wrong_password_is_one_line() {
             format!("redis://app:***@127.0.0.1:{port}/0"),
         ),
     ] {
-        let (code, line) = one_line(&run_at(&url, &["inspect", "x"]));
+        let (code, line) = one_line(&run_env(&url, &["inspect", "x"], &[]));
         assert_eq!(code, 69, "{line}");
-        assert!(
-            line.starts_with(&format!(
-                "lockman: redis at {shown} refused the credentials"
-            )),
-            "{line}"
+        assert_eq!(
+            line,
+            format!(
+                "lockman: redis at {shown} refused the user name or password: check them (the \
+                 password: --password-file, $LOCKMAN_PASSWORD or the URL; an ACL user: \
+                 redis://USER:PASSWORD@host:port)"
+            ),
         );
-        assert!(!line.contains("nope"), "no password shown: {line}");
+        assert!(!has_kind_name(&line), "{line}");
     }
-    let out = run_at(
+    let out = run_env(
         &format!("redis://app:apppw@127.0.0.1:{port}/0"),
         &["inspect", "x"],
+        &[],
     );
     assert_eq!(
         out.status.code(),
@@ -380,6 +414,204 @@ fn a_missing_or_wrong_password_is_one_line() {
         "the right password works: {}",
         stderr(&out)
     );
+    assert_eq!(
+        stderr(&out),
+        "",
+        "no warning for a URL from the environment"
+    );
+}
+
+/// A password given to a server that has none is said so (Redis refuses it; redis-rs reports
+/// it as any refused password), and a URL without a scheme gets the hint of one.
+#[test]
+fn a_password_for_a_server_without_one_and_a_url_without_scheme_are_said_plainly() {
+    let server = RedisServer::start();
+    let port = server.port();
+    let (code, line) = one_line(&run_env(
+        &format!("redis://:pw@127.0.0.1:{port}/0"),
+        &["inspect", "x"],
+        &[],
+    ));
+    assert_eq!(code, 69);
+    assert_eq!(
+        line,
+        format!(
+            "lockman: redis at redis://:***@127.0.0.1:{port}/0 has no password, but one was \
+             given: leave it out (of the URL, --password-file and $LOCKMAN_PASSWORD), or set one \
+             on the server"
+        )
+    );
+    // The same given by LOCKMAN_PASSWORD.
+    let (code, line) = one_line(&run_env(
+        &format!("redis://127.0.0.1:{port}/0"),
+        &["inspect", "x"],
+        &[("LOCKMAN_PASSWORD", "pw")],
+    ));
+    assert_eq!(code, 69);
+    assert!(
+        line.contains("has no password, but one was given"),
+        "{line}"
+    );
+    for url in [
+        format!("127.0.0.1:{port}"),
+        format!("redis//127.0.0.1:{port}"),
+    ] {
+        let (code, line) = one_line(&run_at(&url, &["inspect", "x"]));
+        assert_eq!(code, 2, "{line}");
+        assert_eq!(
+            line,
+            "lockman: invalid redis url: …: it does not start with a scheme; a Redis URL starts \
+             with redis://, rediss:// (TLS) or redis+unix:// (a socket), e.g. \
+             redis://127.0.0.1:6379"
+        );
+    }
+    for (url, said) in [
+        (
+            format!("http://127.0.0.1:{port}"),
+            "lockman: invalid redis url: http://…: the scheme is not one of redis://, rediss:// \
+             (TLS) or redis+unix:// (a socket)",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}/x"),
+            "lockman: invalid redis url: redis://…: Invalid database number",
+        ),
+        (
+            "redis://127.0.0.1:99999".to_owned(),
+            "lockman: invalid redis url: redis://…: it is not a valid URL (a password with @ / : \
+             ? # or % needs percent-encoding)",
+        ),
+    ] {
+        let (code, line) = one_line(&run_at(&url, &["inspect", "x"]));
+        assert_eq!((code, line.as_str()), (2, said), "{url}");
+    }
+}
+
+/// A password on the command line is warned about (ps shows it); `--password-file` and
+/// `$LOCKMAN_PASSWORD` give it instead, and replace the URL's.
+#[test]
+fn a_password_in_argv_is_warned_and_a_password_file_replaces_the_urls() {
+    let server = RedisServer::start_with(Options {
+        password: Some("pw".into()),
+        ..Options::default()
+    });
+    let port = server.port();
+    let warning = "lockman: warning: the password in --url is visible to every user of this \
+                   machine (ps, /proc/PID/cmdline); give it with --password-file FILE or \
+                   $LOCKMAN_PASSWORD, or the URL in $LOCKMAN_URL";
+    let out = run_at(
+        &format!("redis://:pw@127.0.0.1:{port}/0"),
+        &["inspect", "x"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(stderr(&out), format!("{warning}\n"));
+    // A socket's ?pass= too.
+    let out = run_at(
+        "redis+unix:///nonexistent-dir/r.sock?pass=pw",
+        &["inspect", "x"],
+    );
+    assert!(
+        stderr(&out).starts_with(&format!("{warning}\n")),
+        "{}",
+        stderr(&out)
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (right, wrong) = (dir.path().join("right"), dir.path().join("wrong"));
+    std::fs::write(&right, "pw\n").unwrap();
+    std::fs::write(&wrong, "nope\n").unwrap();
+    let plain = format!("redis://127.0.0.1:{port}/0");
+    let out = run_at(
+        &plain,
+        &["--password-file", right.to_str().unwrap(), "inspect", "x"],
+    );
+    assert_eq!((out.status.code(), stderr(&out)), (Some(1), String::new()));
+    // It replaces the URL's password, and wins over LOCKMAN_PASSWORD.
+    let out = run_env(
+        &format!("redis://:nope@127.0.0.1:{port}/0"),
+        &["--password-file", right.to_str().unwrap(), "inspect", "x"],
+        &[("LOCKMAN_PASSWORD", "nope")],
+    );
+    assert_eq!((out.status.code(), stderr(&out)), (Some(1), String::new()));
+    let out = run_env(&plain, &["inspect", "x"], &[("LOCKMAN_PASSWORD", "pw")]);
+    assert_eq!((out.status.code(), stderr(&out)), (Some(1), String::new()));
+    let (code, line) = one_line(&run_env(
+        &plain,
+        &["--password-file", wrong.to_str().unwrap(), "inspect", "x"],
+        &[],
+    ));
+    assert_eq!(code, 69);
+    assert!(line.contains("refused the user name or password"), "{line}");
+    let missing = dir.path().join("missing");
+    let (code, line) = one_line(&run_env(
+        &plain,
+        &["--password-file", missing.to_str().unwrap(), "inspect", "x"],
+        &[],
+    ));
+    assert_eq!(
+        (code, line),
+        (
+            2,
+            format!(
+                "lockman: --password-file {}: cannot read it: No such file or directory (os \
+                 error 2)",
+                missing.display()
+            )
+        )
+    );
+}
+
+/// `exec` and `elect` warn once on stderr before holding on a server that may evict lock keys;
+/// nothing on one that may not, nor for commands that hold nothing.
+#[test]
+fn exec_and_elect_warn_once_on_a_server_that_may_evict_lock_keys() {
+    let evicting = RedisServer::start_with(Options {
+        args: ["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]
+            .map(String::from)
+            .into(),
+        ..Options::default()
+    });
+    let warning = "lockman: warning: the server may evict lock keys (maxmemory-policy \
+                   allkeys-lru): under memory pressure a lock can vanish while held, and a second \
+                   holder take it; set maxmemory-policy noeviction (lockman doctor says more)\n";
+    let out = run(&evicting, &["exec", "x", "--", "true"]);
+    assert_eq!((out.status.code(), stderr(&out)), (Some(0), warning.into()));
+    let out = run(&evicting, &["elect", "--once", "e", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out).matches("may evict lock keys").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&evicting, &["inspect", "x"]);
+    assert_eq!((out.status.code(), stderr(&out)), (Some(1), String::new()));
+    let safe = RedisServer::start();
+    let out = run(&safe, &["exec", "x", "--", "true"]);
+    assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()));
+}
+
+/// `#insecure` is said once on stderr, whatever happens next.
+#[test]
+fn insecure_tls_is_warned_on_stderr() {
+    let port = support::closed_port();
+    let out = run_at(
+        &format!("rediss://127.0.0.1:{port}/#insecure"),
+        &["--connect-timeout", "1s", "inspect", "x"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(
+        lines[0],
+        "lockman: warning: TLS certificate and host checks are OFF (#insecure in the URL): \
+         anyone in the middle can read and change every command"
+    );
+    let out = run_at(
+        &format!("rediss://127.0.0.1:{port}/"),
+        &["--connect-timeout", "1s", "inspect", "x"],
+    );
+    assert!(!stderr(&out).contains("#insecure"), "{}", stderr(&out));
 }
 
 #[test]

@@ -6,6 +6,7 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let Self {
             deployment,
+            password,
             tls,
             sync_replicas,
             watchdog_timeout,
@@ -36,9 +37,10 @@ impl std::fmt::Debug for Config {
                     &s.master_password.as_ref().map(|_| "***"),
                 )
                 .field("master_db", &s.master_db)
-                .field("master_tls", &s.master_tls),
+                .field("master_tls", &s.master_tls()),
         };
-        d.field("tls_ca_pem", &tls.ca_pem.as_ref().map(|_| "<set>"))
+        d.field("password", &password.as_ref().map(|_| "***"))
+            .field("tls_ca_pem", &tls.ca_pem.as_ref().map(|_| "<set>"))
             .field(
                 "tls_client_identity",
                 &tls.client_identity.as_ref().map(|_| "<set>"),

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) mod redact;
+pub use redact::redacted_url;
 
 use crate::error::LockError;
 use redact::redacted;
@@ -54,6 +55,7 @@ pub const MIN_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_millis(100);
 #[derive(Clone)]
 pub struct Config {
     deployment: Deployment,
+    password: Option<String>,
     tls: TlsSettings,
     sync_replicas: Option<(u32, Duration)>,
     watchdog_timeout: Duration,
@@ -127,7 +129,29 @@ pub(crate) struct SentinelSettings {
     pub master_user: Option<String>,
     pub master_password: Option<String>,
     pub master_db: i64,
-    pub master_tls: bool,
+    /// `None`: as the sentinels ([`SentinelSettings::master_tls`]).
+    pub master_tls: Option<bool>,
+}
+
+impl SentinelSettings {
+    /// Whether every sentinel URL asks for TLS (`rediss://`, `valkeys://`).
+    pub(crate) fn sentinels_all_tls(&self) -> bool {
+        !self.sentinels.is_empty() && self.sentinels.iter().all(|url| redact::is_tls(url))
+    }
+
+    /// Whether the primary is reached over TLS: as set by [`Config::master_tls`], else as the
+    /// sentinels are reached (TLS when every sentinel URL is `rediss://`).
+    pub(crate) fn master_tls(&self) -> bool {
+        self.master_tls.unwrap_or_else(|| self.sentinels_all_tls())
+    }
+
+    /// Whether the primary's TLS skips certificate and host checks: only when TLS follows the
+    /// sentinels (not set by [`Config::master_tls`]) and every sentinel URL ends in `#insecure`.
+    pub(crate) fn master_insecure(&self) -> bool {
+        self.master_tls.is_none()
+            && self.sentinels_all_tls()
+            && self.sentinels.iter().all(|url| redact::is_insecure(url))
+    }
 }
 
 /// What starts each certificate of a PEM file.
@@ -144,6 +168,16 @@ pub(crate) struct TlsSettings {
 pub(crate) type ClientIdentity = (Arc<[u8]>, Arc<[u8]>);
 
 impl Deployment {
+    /// Whether a TLS connection of this deployment skips certificate and host checks
+    /// (`rediss://…#insecure`).
+    pub(crate) fn insecure_tls(&self) -> bool {
+        match self {
+            Deployment::Server { url } => redact::is_insecure(url),
+            Deployment::Sentinel(s) => s.sentinels.iter().any(|url| redact::is_insecure(url)),
+            Deployment::Cluster { nodes, .. } => nodes.iter().any(|url| redact::is_insecure(url)),
+        }
+    }
+
     /// The deployment as printed: URLs without passwords.
     pub(crate) fn label(&self) -> String {
         match self {
@@ -186,7 +220,8 @@ impl Config {
     ///
     /// The primary's own credentials, database and TLS are set with
     /// [`master_auth`](Self::master_auth), [`master_db`](Self::master_db) and
-    /// [`master_tls`](Self::master_tls).
+    /// [`master_tls`](Self::master_tls). The primary is reached over TLS when every sentinel
+    /// URL is `rediss://`, unless [`master_tls(false)`](Self::master_tls) says otherwise.
     ///
     /// ```
     /// let config = lockman::Config::sentinel(
@@ -207,7 +242,7 @@ impl Config {
             master_user: None,
             master_password: None,
             master_db: 0,
-            master_tls: false,
+            master_tls: None,
         }))
     }
 
@@ -246,6 +281,7 @@ impl Config {
     fn with(deployment: Deployment) -> Self {
         Self {
             deployment,
+            password: None,
             tls: TlsSettings::default(),
             sync_replicas: None,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
@@ -262,6 +298,23 @@ impl Config {
             refuse_evicting_server: false,
             deadlocks: Deadlocks::Break,
         }
+    }
+
+    /// The password of every URL of this config, in place of the one the URL gives (or
+    /// lacks): the server's, the cluster's seed nodes', or the sentinels' own (the primary's is
+    /// [`master_auth`](Self::master_auth)'s). For a password kept apart from the URL, in a file
+    /// or a secret store, so that the URL can be shown or passed on as it is. The user name, if
+    /// any, still comes from the URL.
+    ///
+    /// Default: the URL's.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
+    /// See [`Config::password`](Self::password()): the password set, if any (not the URL's).
+    pub(crate) fn get_password(&self) -> Option<&str> {
+        self.password.as_deref()
     }
 
     /// Sentinel only: the user (`None` for `default`) and password of the primary.
@@ -285,12 +338,17 @@ impl Config {
         self
     }
 
-    /// Sentinel only: reach the primary over TLS (the sentinels' own TLS follows their URLs).
+    /// Sentinel only: whether the primary is reached over TLS (the sentinels' own TLS follows
+    /// their URLs). By default the primary follows the sentinels: TLS, with the same CA and
+    /// client certificate, when every sentinel URL is `rediss://` (and without certificate and
+    /// host checks only when every one of them ends in `#insecure`), plain TCP otherwise. The
+    /// primary's password travels over this connection: `master_tls(false)` with TLS sentinels
+    /// sends it in clear, and the manager logs a warning at start when it does.
     ///
-    /// Default: off.
+    /// Default: as the sentinels.
     pub fn master_tls(mut self, tls: bool) -> Self {
         if let Deployment::Sentinel(s) = &mut self.deployment {
-            s.master_tls = tls;
+            s.master_tls = Some(tls);
         }
         self
     }
@@ -566,7 +624,9 @@ impl Config {
         &self.name_prefix
     }
 
-    /// The URL of a one-server config; `None` for Sentinel and Cluster.
+    /// The URL of a one-server config, **as given, password included**; `None` for Sentinel
+    /// and Cluster. Do not log or print it: `Config`'s `Debug` shows the URL without its
+    /// password (`redis://app:***@host:6379/0`, a unix socket's `?pass=***`).
     pub fn url(&self) -> Option<&str> {
         match &self.deployment {
             Deployment::Server { url } => Some(url),

@@ -40,7 +40,7 @@ impl ClusterTarget {
         }
         let nodes = nodes
             .iter()
-            .map(|url| crate::connections::url::parse_url(url))
+            .map(|url| crate::connections::url::connection_info(url, config))
             .collect::<Result<Vec<_>, _>>()?;
         let mut target = Self {
             nodes,

@@ -16,7 +16,7 @@ use super::failure::connect_error;
 use super::failure::tls_failure;
 #[cfg(feature = "tls")]
 use super::url::certificates;
-use super::url::{install_crypto_provider, parse_url, server_client};
+use super::url::{connection_info, install_crypto_provider, server_client};
 
 /// Where the primary is: fixed for one server, looked up through Sentinel otherwise. Cheap to
 /// clone; clones share the current primary.
@@ -183,7 +183,7 @@ fn sentinel_client(
     let mut auth: Option<(Option<String>, String)> = None;
     let mut sentinel_tls = false;
     for url in &settings.sentinels {
-        let info = parse_url(url)?;
+        let info = connection_info(url, config)?;
         let redis = info.redis_settings();
         if let Some(password) = redis.password() {
             auth = Some((redis.username().map(str::to_owned), password.to_owned()));
@@ -210,18 +210,32 @@ fn sentinel_client(
     if let Some(password) = &settings.master_password {
         builder = builder.set_client_to_redis_password(password);
     }
-    if settings.master_tls {
+    let master_tls = settings.master_tls();
+    if master_tls {
         if !cfg!(feature = "tls") {
             return Err(LockError::invalid(
                 "sentinel master tls",
                 "TLS needs lockman's `tls` cargo feature, which this build leaves out",
             ));
         }
-        builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        builder = builder.set_client_to_redis_tls_mode(if settings.master_insecure() {
+            redis::TlsMode::Insecure
+        } else {
+            redis::TlsMode::Secure
+        });
+    } else if sentinel_tls {
+        // The primary's password and every lock command would travel in clear while the
+        // sentinels are reached over TLS: said once, when the manager starts.
+        tracing::warn!(
+            master = %settings.master_name,
+            "the sentinels are reached over TLS but the primary in plain text (master_tls(false), \
+             or not every sentinel URL is rediss://): its password and every lock command travel \
+             unencrypted"
+        );
     }
     #[cfg(feature = "tls")]
     if let Some(certs) = certificates(config) {
-        if settings.master_tls {
+        if master_tls {
             builder = builder.set_client_to_redis_certificates(certs.clone());
         }
         if sentinel_tls {
@@ -238,24 +252,8 @@ fn sentinel_client(
 mod tests {
     use super::super::url::is_tls_url;
     use super::*;
-    use crate::config::redact::redacted;
     #[cfg(feature = "tls")]
     use crate::error::TlsFailure;
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redacted("redis://:secret@host:1/0"),
-            "redis://:***@host:1/0"
-        );
-        assert_eq!(
-            redacted("rediss://app:s3cr@t/x@host:1/0"),
-            "rediss://app:***@host:1/0"
-        );
-        assert_eq!(redacted("redis://host:1/0"), "redis://host:1/0");
-        assert_eq!(redacted("redis://app@host:1/0"), "redis://app@host:1/0");
-        assert_eq!(redacted("not a url"), "not a url");
-    }
 
     #[test]
     #[cfg(feature = "tls")]
@@ -288,7 +286,7 @@ mod tests {
     #[test]
     #[cfg(not(feature = "tls"))]
     fn rediss_is_refused_without_the_tls_feature() {
-        let err = parse_url("rediss://app:pw@host:6380/0").unwrap_err();
+        let err = super::super::url::parse_url("rediss://app:pw@host:6380/0").unwrap_err();
         let shown = err.to_string();
         assert!(shown.contains("`tls` cargo feature"), "{shown}");
         assert!(!shown.contains("pw@"), "{shown}");

@@ -39,8 +39,23 @@ pub(super) fn is_tls_url(url: &str) -> bool {
 
 /// The client of one server URL, with the config's CA and client identity for `rediss://`.
 pub(super) fn server_client(url: &str, config: &Config) -> Result<Client, LockError> {
-    let info = parse_url(url)?;
+    let info = connection_info(url, config)?;
     tls_client(info, config)
+}
+
+/// `url` parsed, with the config's [password](Config::password) in place of its own.
+pub(crate) fn connection_info(
+    url: &str,
+    config: &Config,
+) -> Result<redis::ConnectionInfo, LockError> {
+    let info = parse_url(url)?;
+    Ok(match config.get_password() {
+        Some(password) => {
+            let settings = info.redis_settings().clone().set_password(password);
+            info.set_redis_settings(settings)
+        }
+        None => info,
+    })
 }
 
 pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
@@ -54,10 +69,56 @@ pub(crate) fn parse_url(url: &str) -> Result<redis::ConnectionInfo, LockError> {
         ));
     }
     let info = url
+        .trim()
         .into_connection_info()
-        .map_err(|e| LockError::invalid("redis url", format!("{}: {e}", redacted(url))))?;
+        .map_err(|e| LockError::invalid("redis url", unparsable(url, &e)))?;
     let tcp = keepalive(info.tcp_settings().clone());
     Ok(info.set_tcp_settings(tcp))
+}
+
+/// Why `url` did not parse, in words, with nothing of it past its scheme (the password may be
+/// anywhere in a URL that does not parse).
+fn unparsable(url: &str, error: &redis::RedisError) -> String {
+    let shown = redacted(url);
+    let Some((scheme, _)) = url.trim().split_once("://") else {
+        return format!(
+            "{shown}: it does not start with a scheme; a Redis URL starts with redis://, \
+             rediss:// (TLS) or redis+unix:// (a socket), e.g. redis://127.0.0.1:6379"
+        );
+    };
+    let known = [
+        "redis",
+        "rediss",
+        "valkey",
+        "valkeys",
+        "redis+unix",
+        "valkey+unix",
+        "unix",
+    ];
+    if !known.contains(&scheme.to_ascii_lowercase().as_str()) {
+        return format!(
+            "{shown}: the scheme is not one of redis://, rediss:// (TLS) or redis+unix:// (a \
+             socket)"
+        );
+    }
+    // redis-rs's description without its error-kind name (`- InvalidClientConfig`).
+    let said = match error.detail() {
+        Some(detail) if error.kind() == redis::ErrorKind::InvalidClientConfig => {
+            let text = error.to_string();
+            let description = text.split(" - ").next().unwrap_or_default().to_owned();
+            // The detail is one of the URL's values (a protocol name), never its password.
+            format!("{description}: {detail}")
+        }
+        _ => error.to_string().replacen(" - InvalidClientConfig", "", 1),
+    };
+    let said = match said.as_str() {
+        "Redis URL did not parse" => {
+            "it is not a valid URL (a password with @ / : ? # or % needs percent-encoding)"
+                .to_owned()
+        }
+        _ => said,
+    };
+    format!("{shown}: {said}")
 }
 
 /// How long a connection may be idle before the kernel sends a keepalive probe.

@@ -75,6 +75,15 @@ impl LockManager {
         let client_id = started.client_id;
         let deployment = config.deployment().label();
         tracing::info!(%client_id, %deployment, own_system = host.owned.is_some(), "lock manager started");
+        if config.deployment().insecure_tls() {
+            // `#insecure` is a test server's setting: said once per manager, so that it is
+            // not left on in production unnoticed.
+            tracing::warn!(
+                %deployment,
+                "TLS certificate and host checks are OFF (#insecure in the URL): anyone in the \
+                 middle can read and change every command"
+            );
+        }
         let next_holder = AtomicU64::new(0);
         let manager = Self {
             inner: Arc::new(Inner {
@@ -123,6 +132,17 @@ impl LockManager {
             crate::protocol::eviction_risk(&policy)
         );
         Ok(())
+    }
+
+    /// The server's `maxmemory-policy`, read now, when it may evict lock keys (anything but
+    /// `noeviction`: see [`Config::refuse_evicting_server`]); `None` when it evicts no lock key
+    /// or does not say (the `lockman` command warns with it before it takes a hold).
+    ///
+    /// # Errors
+    /// As any command: [`LockError::Timeout`], [`LockError::Redis`] (an ACL that refuses `INFO`).
+    pub async fn evicting_policy(&self) -> Result<Option<String>, LockError> {
+        let policy = self.inner.commands.eviction_policy().await?;
+        Ok(policy.filter(|policy| crate::protocol::evicts_locks(policy)))
     }
 
     /// What this deployment guarantees to locks, read from the server now, one

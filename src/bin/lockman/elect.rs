@@ -20,6 +20,11 @@ pub struct ElectArgs {
     /// the watchdog timeout; it must be shorter than half of it.
     #[arg(long, value_name = "DUR", value_parser = duration)]
     stop_grace: Option<Duration>,
+    /// Pass lockman's own secrets on to CMD: $LOCKMAN_URL, $LOCKMAN_PASSWORD and
+    /// $LOCKMAN_MASTER_PASSWORD are taken out of its environment otherwise ($REDIS_URL and
+    /// everything else is passed on).
+    #[arg(long)]
+    keep_env: bool,
     /// The election name (the key of its fenced lock).
     name: String,
     /// The command and its arguments (after `--`).
@@ -115,6 +120,7 @@ async fn term(
         .args(&args.command[1..])
         .env("LOCKMAN_ELECTION", &args.name)
         .env("LOCKMAN_TERM", lead.term().to_string());
+    crate::strip_secrets(&mut command, args.keep_env);
     let what = format!("the lead of {:?}", args.name);
     let ran = supervise(
         lead,

@@ -42,6 +42,11 @@ pub struct ExecArgs {
     /// half the watchdog timeout.
     #[arg(long, value_name = "DUR", value_parser = duration)]
     stop_grace: Option<Duration>,
+    /// Pass lockman's own secrets on to CMD: $LOCKMAN_URL, $LOCKMAN_PASSWORD and
+    /// $LOCKMAN_MASTER_PASSWORD are taken out of its environment otherwise ($REDIS_URL and
+    /// everything else is passed on).
+    #[arg(long)]
+    keep_env: bool,
     /// The lock name.
     name: String,
     /// The command and its arguments (after `--`).
@@ -318,6 +323,7 @@ async fn command(args: &ExecArgs, held: &Held, grace: Duration) -> Result<u8, Fa
     command
         .args(&args.command[1..])
         .env("LOCKMAN_LOCK", &args.name);
+    crate::strip_secrets(&mut command, args.keep_env);
     if args.semaphore {
         command.env("LOCKMAN_SEMAPHORE", &args.name);
     }

@@ -72,19 +72,27 @@ struct Cli {
 }
 
 /// Where Redis is, and the settings that matter from the shell.
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Clone)]
 struct Server {
-    /// The Redis URL: redis://, rediss:// (TLS) or redis+unix://, with user and password if any.
-    /// Default: $LOCKMAN_URL, else $REDIS_URL, else redis://127.0.0.1:6379.
+    /// The Redis URL: redis://, rediss:// (TLS) or redis+unix://, with user (and password) if
+    /// any. Default: $LOCKMAN_URL, else $REDIS_URL, else redis://127.0.0.1:6379. A password
+    /// here is visible to every user of the machine (ps): give it with --password-file or
+    /// $LOCKMAN_PASSWORD, or the whole URL in $LOCKMAN_URL.
     #[arg(long, global = true)]
     url: Option<String>,
+    /// Read the password from FILE (its first line) instead of the URL: it replaces the URL's
+    /// (with --sentinel, the sentinels'; with --cluster, the seed nodes'). Default:
+    /// $LOCKMAN_PASSWORD, else the URL's.
+    #[arg(long, global = true, value_name = "FILE")]
+    password_file: Option<PathBuf>,
     /// Sentinel: the master's name; --url is then the sentinels' URLs, comma-separated.
     #[arg(long, global = true, value_name = "MASTER")]
     sentinel: Option<String>,
     /// Sentinel: the primary's ACL user (its password from --master-password).
     #[arg(long, global = true, value_name = "USER")]
     master_user: Option<String>,
-    /// Sentinel: the primary's password (the sentinels' own come in their URLs).
+    /// Sentinel: the primary's password (the sentinels' own come in their URLs). Visible in
+    /// ps when given here: prefer $LOCKMAN_MASTER_PASSWORD.
     #[arg(
         long,
         global = true,
@@ -92,6 +100,17 @@ struct Server {
         hide_env_values = true
     )]
     master_password: Option<String>,
+    /// Sentinel: reach the primary over TLS (--master-tls), or not (--master-tls=false).
+    /// Default: TLS when every sentinel URL is rediss://.
+    #[arg(
+        long,
+        global = true,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    master_tls: Option<bool>,
     /// Redis Cluster: --url is then seed nodes' URLs, comma-separated.
     #[arg(long, global = true)]
     cluster: bool,
@@ -111,6 +130,53 @@ struct Server {
     /// How long connecting to Redis may take.
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
     connect_timeout: Duration,
+    /// Set by `main`: the subcommand takes a hold (`exec`, `elect`), so that connecting warns
+    /// about a server that may evict lock keys.
+    #[arg(skip)]
+    holds: bool,
+}
+
+/// Never the URL or a password: a `{:?}` of the parsed command line must be safe to print.
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Option<Vec<String>> = self.url.as_ref().map(|url| {
+            url.split(',')
+                .map(|u| lockman::redacted_url(u.trim()))
+                .collect()
+        });
+        f.debug_struct("Server")
+            .field("url", &urls)
+            .field("password_file", &self.password_file)
+            .field("sentinel", &self.sentinel)
+            .field("master_user", &self.master_user)
+            .field(
+                "master_password",
+                &self.master_password.as_ref().map(|_| "***"),
+            )
+            .field("master_tls", &self.master_tls)
+            .field("cluster", &self.cluster)
+            .field("tls_ca", &self.tls_ca)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("client_name", &self.client_name)
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+/// The environment variables that carry lockman's own secrets: `exec` and `elect` take them out
+/// of their command's environment unless `--keep-env` is given. `REDIS_URL` is not one of them:
+/// it is a common convention that the command may use for its own Redis, and is passed on.
+pub const SECRET_VARIABLES: [&str; 3] =
+    ["LOCKMAN_URL", "LOCKMAN_PASSWORD", "LOCKMAN_MASTER_PASSWORD"];
+
+/// Takes [`SECRET_VARIABLES`] out of `command`'s environment, unless `keep`.
+pub fn strip_secrets(command: &mut tokio::process::Command, keep: bool) {
+    if !keep {
+        for name in SECRET_VARIABLES {
+            command.env_remove(name);
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -128,13 +194,17 @@ enum Command {
     /// covered, not children it starts (a shell should `exec` its last command). Other systems
     /// have no such guarantee: there CMD outlives a killed lockman, and the next `exec` may
     /// start a second CMD beside it once the lock expires.
+    ///
+    /// CMD gets lockman's environment without lockman's secrets (LOCKMAN_URL, LOCKMAN_PASSWORD,
+    /// LOCKMAN_MASTER_PASSWORD; --keep-env passes them on); REDIS_URL is passed on.
     Exec(exec::ExecArgs),
     /// Run a command only while leading the election NAME: campaign (waiting), run CMD with
     /// LOCKMAN_TERM set to the term; when the lead is about to expire unrenewed, stop CMD
     /// (SIGTERM --stop-grace before the lead's guarantee ends, SIGKILL to its process group
     /// when it ends), or when the lead is known lost (SIGKILL at once), then campaign again
     /// and restart it (--once: exit 73 instead). Exits with CMD's code when CMD exits by
-    /// itself. CMD dies with lockman, as for `exec`.
+    /// itself. CMD dies with lockman, and gets its environment without lockman's secrets, as
+    /// for `exec`.
     Elect(elect::ElectArgs),
     /// Show who leads the election NAME and its term. Exit 0 if someone leads, 1 if nobody.
     Leader {
@@ -267,6 +337,8 @@ fn duration(s: &str) -> Result<Duration, String> {
 }
 
 impl Server {
+    /// The URL (or comma-separated URLs) given: `--url`, `$LOCKMAN_URL`, `$REDIS_URL`, or the
+    /// default. It may carry a password: never print it (see [`lockman::redacted_url`]).
     fn url(&self) -> String {
         self.url
             .clone()
@@ -280,6 +352,105 @@ impl Server {
         self.sentinel.is_none() && !self.cluster
     }
 
+    /// The password that replaces the URL's: `--password-file`'s first line, else
+    /// `$LOCKMAN_PASSWORD`.
+    fn password(&self) -> Result<Option<String>, Failure> {
+        if let Some(path) = &self.password_file {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(
+                    code::USAGE,
+                    format!("--password-file {}: cannot read it: {e}", path.display()),
+                )
+            })?;
+            let password = text.lines().next().unwrap_or_default();
+            if password.is_empty() {
+                return Err(Failure::new(
+                    code::USAGE,
+                    format!(
+                        "--password-file {}: its first line is empty",
+                        path.display()
+                    ),
+                ));
+            }
+            return Ok(Some(password.to_owned()));
+        }
+        Ok(std::env::var("LOCKMAN_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty()))
+    }
+
+    /// The one server's URL parsed, with the password of `--password-file` or
+    /// `$LOCKMAN_PASSWORD` in place of its own: for a connection of the command's own (`watch`).
+    fn connection_info(&self) -> Result<redis::ConnectionInfo, Failure> {
+        use redis::IntoConnectionInfo;
+        let url = self.url();
+        let info = url.trim().into_connection_info().map_err(|_| {
+            Failure::new(
+                code::USAGE,
+                format!("invalid redis url: {}", lockman::redacted_url(&url)),
+            )
+        })?;
+        Ok(match self.password()? {
+            Some(password) => {
+                let settings = info.redis_settings().clone().set_password(password);
+                info.set_redis_settings(settings)
+            }
+            None => info,
+        })
+    }
+
+    /// The warnings due before connecting, each once on stderr: a password on the command line
+    /// (any user can read it with ps for as long as lockman runs), TLS checks turned off
+    /// (`#insecure`), and a Sentinel primary reached in plain text while the sentinels use TLS.
+    fn warn(&self) {
+        let argv: Vec<String> = std::env::args().collect();
+        // `--url` comes from the command line only (the environment's URL is not in ps).
+        if let Some(url) = &self.url
+            && url.split(',').any(|u| has_password(u.trim()))
+        {
+            eprintln!(
+                "lockman: warning: the password in --url is visible to every user of this \
+                 machine (ps, /proc/PID/cmdline); give it with --password-file FILE or \
+                 $LOCKMAN_PASSWORD, or the URL in $LOCKMAN_URL"
+            );
+        }
+        if argv
+            .iter()
+            .any(|a| a == "--master-password" || a.starts_with("--master-password="))
+        {
+            eprintln!(
+                "lockman: warning: --master-password is visible to every user of this machine \
+                 (ps, /proc/PID/cmdline); give it in $LOCKMAN_MASTER_PASSWORD"
+            );
+        }
+        let url = self.url();
+        let urls: Vec<&str> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        if urls.iter().any(|u| is_insecure(u)) {
+            eprintln!(
+                "lockman: warning: TLS certificate and host checks are OFF (#insecure in the \
+                 URL): anyone in the middle can read and change every command"
+            );
+        }
+        let tls = |u: &&str| {
+            let u = u.to_ascii_lowercase();
+            u.starts_with("rediss://") || u.starts_with("valkeys://")
+        };
+        if self.sentinel.is_some() && urls.iter().any(tls) {
+            let master_tls = self.master_tls.unwrap_or_else(|| urls.iter().all(tls));
+            if !master_tls {
+                eprintln!(
+                    "lockman: warning: the sentinels are reached over TLS but the primary in \
+                     plain text: its password and every lock command travel unencrypted \
+                     (--master-tls turns TLS on for it)"
+                );
+            }
+        }
+    }
+
     fn config(&self) -> Result<Config, Failure> {
         let url = self.url();
         let urls = || url.split(',').map(str::trim).filter(|u| !u.is_empty());
@@ -291,7 +462,10 @@ impl Server {
         }
         let config = match (&self.sentinel, self.cluster) {
             (Some(master), _) => {
-                let config = Config::sentinel(master.as_str(), urls());
+                let mut config = Config::sentinel(master.as_str(), urls());
+                if let Some(tls) = self.master_tls {
+                    config = config.master_tls(tls);
+                }
                 match &self.master_password {
                     Some(pw) => config.master_auth(self.master_user.as_deref(), pw.as_str()),
                     None => config,
@@ -303,6 +477,9 @@ impl Server {
         let mut config = config
             .watchdog_timeout(self.watchdog_timeout)
             .connect_timeout(self.connect_timeout);
+        if let Some(password) = self.password()? {
+            config = config.password(password);
+        }
         if let Some(name) = &self.client_name {
             config = config.client_name(name.as_str());
         }
@@ -330,23 +507,92 @@ impl Server {
         self.start(self.config()?).await
     }
 
-    /// Starts a manager on `config`: [`Self::config`], as a subcommand adjusts it.
+    /// Starts a manager on `config` ([`Self::config`], as a subcommand adjusts it), and warns
+    /// once when the server may evict the locks this command is about to hold.
     async fn start(&self, config: Config) -> Result<LockManager, Failure> {
-        LockManager::start(config)
-            .await
-            .map_err(|e| match (&e, &self.tls_ca) {
-                (
-                    LockError::InvalidArgument {
-                        what: "tls CA",
-                        reason,
-                    },
-                    Some(path),
-                ) => Failure::new(
-                    code::USAGE,
-                    format!("--tls-ca {}: {reason}", path.display()),
+        let manager = self.open(config).await?;
+        if self.holds {
+            // The library warns in its log, which the command does not show: said here, once,
+            // before a hold is taken on a server that may take it away.
+            if let Ok(Some(policy)) = manager.evicting_policy().await {
+                eprintln!(
+                    "lockman: warning: the server may evict lock keys (maxmemory-policy \
+                     {policy}): under memory pressure a lock can vanish while held, and a \
+                     second holder take it; set maxmemory-policy noeviction (lockman doctor \
+                     says more)"
+                );
+            }
+        }
+        Ok(manager)
+    }
+
+    async fn open(&self, config: Config) -> Result<LockManager, Failure> {
+        let e = match LockManager::start(config).await {
+            Ok(manager) => return Ok(manager),
+            Err(e) => e,
+        };
+        // redis-rs reports every refused AUTH alike; Redis refuses a password for a server
+        // that has none too. Asked here, so that the message says which.
+        if let LockError::Auth { url, .. } = &e
+            && self.lets_in_without_password().await
+        {
+            return Err(Failure::new(
+                code::REDIS,
+                format!(
+                    "redis at {url} has no password, but one was given: leave it out (of the \
+                     URL, --password-file and $LOCKMAN_PASSWORD), or set one on the server"
                 ),
-                _ => Failure::redis(e),
-            })
+            ));
+        }
+        Err(self.failure(e))
+    }
+
+    /// Whether the one server named lets a client in without a user or password (its
+    /// `default` user has none): a PING on a connection of its own, within the connect
+    /// timeout. Not asked for a URL with a user name, whose refusal may be the user's.
+    async fn lets_in_without_password(&self) -> bool {
+        use redis::IntoConnectionInfo;
+        if !self.single() {
+            return false;
+        }
+        let Ok(info) = self.url().as_str().into_connection_info() else {
+            return false;
+        };
+        if info.redis_settings().username().is_some() {
+            return false;
+        }
+        let info = info.set_redis_settings(redis::RedisConnectionInfo::default());
+        let Ok(client) = redis::Client::open(info) else {
+            return false;
+        };
+        let ping = async {
+            let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut conn)
+                .await
+                .ok()
+        };
+        matches!(
+            tokio::time::timeout(self.connect_timeout, ping).await,
+            Ok(Some(_))
+        )
+    }
+
+    /// The failure of a manager that did not start.
+    fn failure(&self, e: LockError) -> Failure {
+        match (&e, &self.tls_ca) {
+            (
+                LockError::InvalidArgument {
+                    what: "tls CA",
+                    reason,
+                },
+                Some(path),
+            ) => Failure::new(
+                code::USAGE,
+                format!("--tls-ca {}: {reason}", path.display()),
+            ),
+            _ => Failure::redis(e),
+        }
     }
 }
 
@@ -423,22 +669,77 @@ pub fn interrupted() -> impl Future<Output = ()> {
     }
 }
 
+/// Whether `url` carries a password, as redis-rs reads it (`user:pw@`, a socket's `?pass=`).
+fn has_password(url: &str) -> bool {
+    use redis::IntoConnectionInfo;
+    url.into_connection_info()
+        .is_ok_and(|info| info.redis_settings().password().is_some())
+}
+
+/// Whether `url` turns TLS checks off (`rediss://…#insecure`), as redis-rs reads it.
+fn is_insecure(url: &str) -> bool {
+    use redis::IntoConnectionInfo;
+    url.into_connection_info().is_ok_and(|info| {
+        matches!(
+            info.addr(),
+            redis::ConnectionAddr::TcpTls { insecure: true, .. }
+        )
+    })
+}
+
+/// Where a password goes without showing up in ps.
+const PASSWORD_HINT: &str = "give it with --password-file FILE or $LOCKMAN_PASSWORD \
+     (or the whole URL in $LOCKMAN_URL: redis://USER:PASSWORD@host:port)";
+
 /// What `e` means, said for a person at a shell: the library's message, but for the causes
-/// it reports in redis-rs's words.
+/// it reports in redis-rs's words, and without redis-rs's error-kind names.
 pub fn said(e: &LockError) -> String {
-    match e {
+    let text = match e {
         // What answered the first command was not RESP: an HTTP server, say, on that port.
         LockError::Connect { url, source } if source.kind() == redis::ErrorKind::Parse => {
             format!("{url} is not a Redis server (what answered does not speak RESP)")
         }
+        LockError::Auth { url, .. } => {
+            format!(
+                "redis at {url} refused the user name or password: check them (the password: \
+                 --password-file, $LOCKMAN_PASSWORD or the URL; an ACL user: \
+                 redis://USER:PASSWORD@host:port)"
+            )
+        }
         // The library meets NOAUTH at its first command, as any Redis error.
         other if other.to_string().contains("NOAUTH") => {
-            "redis wants a password (NOAUTH): give it in the URL, redis://:PASSWORD@host:port \
-             (or redis://USER:PASSWORD@host:port for an ACL user)"
-                .to_owned()
+            format!("redis wants a password (NOAUTH): {PASSWORD_HINT}")
         }
         other => other.to_string(),
+    };
+    without_kind_names(&text)
+}
+
+/// `text` without redis-rs's error-kind names (`… failed - AuthenticationFailed`,
+/// `- InvalidClientConfig: detail`), which mean nothing to a person at a shell.
+fn without_kind_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" - ") {
+        let after = &rest[at + 3..];
+        let word_len = after
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(after.len());
+        let word = &after[..word_len];
+        let camel = word.len() > 2
+            && word.starts_with(|c: char| c.is_ascii_uppercase())
+            && word.chars().skip(1).any(|c| c.is_ascii_lowercase())
+            && word.chars().skip(1).any(|c| c.is_ascii_uppercase());
+        out.push_str(&rest[..at]);
+        if camel {
+            rest = &after[word_len..];
+        } else {
+            out.push_str(" - ");
+            rest = after;
+        }
     }
+    out.push_str(rest);
+    out
 }
 
 /// Sets `signal`'s disposition to the default.
@@ -451,7 +752,8 @@ fn default_disposition(signal: libc::c_int) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    cli.server.holds = cli.command.supervises();
     if cli.command.name() == Some("") {
         // Refused before connecting: nothing is sent, no client record written.
         eprintln!("lockman: the name must not be empty");
@@ -463,6 +765,7 @@ fn main() -> ExitCode {
         // they must outlive a closed stdout to stop their command and release the hold.
         default_disposition(libc::SIGPIPE);
     }
+    cli.server.warn();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -509,5 +812,49 @@ fn main() -> ExitCode {
             eprintln!("lockman: {}", failure.one_line());
             ExitCode::from(failure.code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `{:?}` of the parsed command line shows no password: not the URL's (TCP or a socket's
+    /// `?pass=`), not `--master-password`.
+    #[test]
+    fn the_command_lines_debug_shows_no_password() {
+        for url in [
+            "redis://app:Mk7pQz@127.0.0.1:6379/0",
+            "redis+unix:///run/r.sock?pass=Mk7pQz",
+            "redis//:Mk7pQz@127.0.0.1:6379",
+            "redis://:Mk7pQz@10.0.0.1:26379,redis://:Mk7pQz@10.0.0.2:26379",
+        ] {
+            let cli = Cli::try_parse_from([
+                "lockman",
+                "--url",
+                url,
+                "--master-password",
+                "Mk7pQz",
+                "doctor",
+            ])
+            .expect("parses");
+            let shown = format!("{cli:?}");
+            assert!(!shown.contains("Mk7pQz"), "{shown}");
+            assert!(shown.contains("***"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn kind_names_are_taken_out_and_other_dashes_kept() {
+        assert_eq!(
+            without_kind_names(
+                "redis at x refused: Password authentication failed - AuthenticationFailed"
+            ),
+            "redis at x refused: Password authentication failed"
+        );
+        assert_eq!(
+            without_kind_names("bad - InvalidClientConfig: detail - ok - Not"),
+            "bad: detail - ok - Not"
+        );
     }
 }

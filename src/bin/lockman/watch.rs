@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 use lockman::LockManager;
-use redis::IntoConnectionInfo;
 
 use crate::{Failure, Server, code};
 
@@ -18,10 +17,7 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
     // The manager checks the URL, the credentials and the TLS settings, and reads the state.
     let manager = server.connect().await?;
     let redis_err = |e: redis::RedisError| Failure::new(code::REDIS, e.to_string());
-    let info = server
-        .url()
-        .into_connection_info()
-        .map_err(|e| Failure::new(code::USAGE, e.to_string()))?;
+    let info = server.connection_info()?;
     let db = info.redis_settings().db();
     let client = client(server, info)?;
     let mut conn = client
