@@ -10,7 +10,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, Value};
 
 use super::commands::Commands;
 use super::{millis, unexpected};
@@ -20,6 +20,32 @@ use crate::error::{LockError, Owner};
 static PUBLISH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("deadlocks/publish.lua")));
 static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("deadlocks/read.lua")));
+static HOLDERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("deadlocks/holders.lua")));
+
+/// The most fields of another client's waits hash read: one per owner of it whose wait has
+/// lasted past the threshold. A hash with more is not read (`read.lua`).
+pub(crate) const MAX_WAITS_FIELDS: usize = 1000;
+/// The most bytes (as `MEMORY USAGE` counts them) of a waits hash read.
+pub(crate) const MAX_WAITS_BYTES: usize = 1 << 20;
+/// The most fields, and bytes, of a lock's hash the probe reads for its holders
+/// (`holders.lua`): a read-write lock has a field per reader.
+pub(crate) const MAX_HOLDER_FIELDS: usize = 4096;
+pub(crate) const MAX_HOLDER_BYTES: usize = 1 << 20;
+/// The longest service name kept from another client's waits hash (longer ones are cut).
+const MAX_SERVICE: usize = 128;
+
+/// The kinds a wait may have, as `publish.lua` writes them: an entry of another kind is no
+/// entry this version reads.
+const KINDS: [super::LockKind; 7] = [
+    super::LockKind::Reentrant,
+    super::LockKind::Fenced,
+    super::LockKind::Read,
+    super::LockKind::Write,
+    super::LockKind::Fair,
+    super::LockKind::NonReentrant,
+    super::LockKind::NonReentrantFair,
+];
 
 /// The hash of client `id`'s long waits.
 pub(crate) fn waits_key(id: &str) -> String {
@@ -56,7 +82,9 @@ impl Blocked {
         (owner_field(self.owner), value)
     }
 
-    /// A field and value as read; `None` for one this version cannot read.
+    /// A field and value as read; `None` for one this version cannot read (an unknown kind
+    /// among them). Another process wrote it: a service name longer than [`MAX_SERVICE`]
+    /// bytes is cut there.
     fn decode(field: &str, value: &str) -> Option<Self> {
         let owner = parse_owner(field)?;
         let (since, mut rest) = value.split_once('\n')?;
@@ -74,10 +102,23 @@ impl Blocked {
             .map(|p| (p[0].clone(), p[1].clone()))
             .collect();
         let mut parts = parts.into_iter();
+        let mut service = parts.next()?;
+        if service.len() > MAX_SERVICE {
+            let mut end = MAX_SERVICE;
+            while !service.is_char_boundary(end) {
+                end -= 1;
+            }
+            service.truncate(end);
+            service.push('…');
+        }
+        let kind = parts.next()?;
+        if !KINDS.iter().any(|k| k.label() == kind) {
+            return None;
+        }
         Some(Self {
             owner,
-            service: parts.next()?,
-            kind: parts.next()?,
+            service,
+            kind,
             name: parts.next()?,
             holder: parts.next()?,
             since_ms: since.parse().ok()?,
@@ -166,15 +207,19 @@ impl Commands {
     }
 
     /// Client `id`'s long waits, as it last published them (with `ttl`, which dates its last
-    /// write).
+    /// write); `None` for a hash over [`MAX_WAITS_FIELDS`] or [`MAX_WAITS_BYTES`], which is
+    /// not read.
     pub(crate) async fn read_blocked(
         &self,
         id: &str,
         ttl: Duration,
-    ) -> Result<Published, LockError> {
+    ) -> Result<Option<Published>, LockError> {
         let key = waits_key(id);
-        let mut call = ScriptCall::new(&READ, 1, 1, key.len() + 8);
-        call.key(&key).arg(millis(ttl));
+        let mut call = ScriptCall::new(&READ, 1, 3, key.len() + 24);
+        call.key(&key)
+            .arg(millis(ttl))
+            .arg(MAX_WAITS_FIELDS)
+            .arg(MAX_WAITS_BYTES);
         let reply = self
             .conn()
             .eval("read waits", &key, &call, Replicas::Skip)
@@ -182,6 +227,44 @@ impl Commands {
             .value;
         decode_published(reply)
     }
+
+    /// The fields of lock `key`'s hash (`holders.lua`): its holder fields, and `mode`; `None`
+    /// for a hash over [`MAX_HOLDER_FIELDS`] or [`MAX_HOLDER_BYTES`], which is not read.
+    pub(crate) async fn lock_fields(&self, key: &str) -> Result<Option<Vec<String>>, LockError> {
+        let mut call = ScriptCall::new(&HOLDERS, 1, 2, key.len() + 16);
+        call.key(key).arg(MAX_HOLDER_FIELDS).arg(MAX_HOLDER_BYTES);
+        let reply = self
+            .conn()
+            .eval("read holders", key, &call, Replicas::Skip)
+            .await?
+            .value;
+        match reply {
+            Value::Array(fields) => Ok(Some(
+                fields
+                    .iter()
+                    .filter_map(|f| match f {
+                        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                        _ => None,
+                    })
+                    .collect(),
+            )),
+            ref v if oversized(v) => Ok(None),
+            other => Err(unexpected("read holders", other)),
+        }
+    }
+}
+
+/// A bulk string that is UTF-8.
+fn text(v: &Value) -> Option<&str> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+}
+
+/// Whether a reply is the `OVERSIZED` status of `read.lua` or `holders.lua`.
+fn oversized(reply: &Value) -> bool {
+    matches!(reply, Value::SimpleString(s) if s == "OVERSIZED")
 }
 
 /// What a manager last published: when, and its long waits.
@@ -192,27 +275,29 @@ pub(crate) struct Published {
     pub waits: Vec<Blocked>,
 }
 
-/// `read.lua`'s reply: nothing, or the time of the last write and the fields and values.
-fn decode_published(reply: redis::Value) -> Result<Published, LockError> {
-    let bad = |reply: &redis::Value| unexpected("read waits", reply.clone());
-    let redis::Value::Array(items) = &reply else {
-        return Err(bad(&reply));
+/// `read.lua`'s reply: nothing, or the time of the last write and the fields and values
+/// (`None`: the hash was over the bounds). A field or value that is not UTF-8, or not an entry
+/// this version reads, is skipped.
+fn decode_published(reply: Value) -> Result<Option<Published>, LockError> {
+    if oversized(&reply) {
+        return Ok(None);
+    }
+    let Value::Array(items) = reply else {
+        return Err(unexpected("read waits", reply));
     };
     let Some((written, flat)) = items.split_first() else {
-        return Ok(Published::default());
+        return Ok(Some(Published::default()));
     };
-    let redis::Value::Int(written) = written else {
-        return Err(bad(&reply));
+    let Value::Int(written) = written else {
+        return Err(unexpected("read waits", Value::Array(items)));
     };
-    let flat: Vec<String> =
-        redis::from_redis_value(redis::Value::Array(flat.to_vec())).map_err(|_| bad(&reply))?;
-    Ok(Published {
+    Ok(Some(Published {
         written_ms: u64::try_from(*written).unwrap_or(0),
         waits: flat
             .chunks_exact(2)
-            .filter_map(|p| Blocked::decode(&p[0], &p[1]))
+            .filter_map(|p| Blocked::decode(text(&p[0])?, text(&p[1])?))
             .collect(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -241,6 +326,23 @@ mod tests {
         );
         assert_eq!(Blocked::decode("task:x", "1\n"), None);
         assert_eq!(Blocked::decode("task:1", "1\n3:ab,"), None);
+        // Another process's text: an unknown kind is no entry; a long service name is cut.
+        let forged = |service: &str, kind: &str| {
+            let mut value = String::from("5\n");
+            for part in [service, kind, "x", "h:1"] {
+                netstring(&mut value, part);
+            }
+            Blocked::decode("task:1", &value)
+        };
+        assert_eq!(forged("s", "lock\x1b[31m"), None);
+        assert_eq!(forged("s", "write").unwrap().kind, "write");
+        let long = forged(&"é".repeat(1000), "fair").unwrap();
+        assert!(
+            long.service.len() <= MAX_SERVICE + 3,
+            "{}",
+            long.service.len()
+        );
+        assert!(long.service.ends_with('…'));
         for owner in [Owner::Task(1), Owner::Thread(2), Owner::Scope(3)] {
             assert_eq!(parse_owner(&owner_field(owner)), Some(owner));
         }
@@ -263,13 +365,22 @@ mod tests {
         // No hash: nothing published, no write time.
         assert_eq!(
             decode_published(Value::Array(vec![])).unwrap(),
-            Published::default()
+            Some(Published::default())
         );
+        // Over the bounds: not read, not an error.
+        assert_eq!(
+            decode_published(Value::SimpleString("OVERSIZED".into())).unwrap(),
+            None
+        );
+        // An entry that is not UTF-8 is skipped; the others are read.
         let read = decode_published(Value::Array(vec![
             Value::Int(1_234),
+            Value::BulkString(b"task:\xff".to_vec()),
+            bulk(&format!("99\n{value}")),
             bulk(&field),
             bulk(&format!("99\n{value}")),
         ]))
+        .unwrap()
         .unwrap();
         assert_eq!(read.written_ms, 1_234);
         assert_eq!(
