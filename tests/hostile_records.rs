@@ -335,3 +335,57 @@ async fn a_forged_cycle_step_is_escaped_and_an_unknown_kind_refused() {
     );
     mgr.shutdown().await;
 }
+
+/// L5 through the CLI: with the forged records beside a real holder's, `lockman ls` (text and
+/// JSON), `top --once` and `inspect` exit 0 and name the real holder's service.
+/// Catches: any of them failing on the forged records (exit 69 with every record dumped).
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn ls_top_and_inspect_work_beside_forged_records() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    forge_records(&mut raw);
+    let holder = LockManager::start(
+        Config::new(server.url())
+            .client_name("orders-svc")
+            .watchdog_timeout(Duration::from_secs(3)),
+    )
+    .await
+    .unwrap();
+    let held = holder.lock("orders:1").acquire().await.unwrap();
+    let id = holder.client_id().to_string();
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>(record_key(&id))
+            .unwrap())
+        .await
+    );
+    for args in [
+        &["ls"][..],
+        &["ls", "--json"],
+        &["top", "--once"],
+        &["inspect", "orders:1"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
+            .arg("--url")
+            .arg(server.url())
+            .args(args)
+            .env_remove("LOCKMAN_URL")
+            .env_remove("REDIS_URL")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stdout.contains("orders-svc"), "{args:?}: {stdout}");
+        assert!(
+            stderr.len() < 1_000,
+            "{args:?}: {} bytes of stderr",
+            stderr.len()
+        );
+    }
+    held.release().await.unwrap();
+    holder.shutdown().await;
+}
