@@ -366,19 +366,8 @@ async fn ls_top_and_inspect_work_beside_forged_records() {
         &["top", "--once"],
         &["inspect", "orders:1"],
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
-            .arg("--url")
-            .arg(server.url())
-            .args(args)
-            .env_remove("LOCKMAN_URL")
-            .env_remove("REDIS_URL")
-            .output()
-            .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        let (code, stdout, stderr) = cli(&server, args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
         assert!(stdout.contains("orders-svc"), "{args:?}: {stdout}");
         assert!(
             stderr.len() < 1_000,
@@ -388,4 +377,86 @@ async fn ls_top_and_inspect_work_beside_forged_records() {
     }
     held.release().await.unwrap();
     holder.shutdown().await;
+}
+
+/// `lockman --url <server> ARGS…`: its exit code, stdout and stderr.
+#[cfg(feature = "cli")]
+fn cli(server: &RedisServer, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
+        .arg("--url")
+        .arg(server.url())
+        .args(args)
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// L9: `unlock --force` refuses (exit 2, nothing deleted) an application's hash and a client
+/// record, whose fields look like no lock holder; `inspect` says "not a lock" for them;
+/// `--any-hash` deletes one all the same. A real read-write lock (a `mode` field) and a plain
+/// lock held by a manager are still force-unlocked as Redisson does.
+/// Catches: a force unlock that deletes any hash; a check that refuses a real lock.
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn unlock_force_spares_a_hash_that_is_not_a_lock() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let _: () = raw
+        .hset_multiple("user:42", &[("name", "bob"), ("email", "bob@example.com")])
+        .unwrap();
+    // Near misses: a holder-like field whose client is no UUID, or whose count is no number.
+    let _: () = raw
+        .hset_multiple(
+            "near",
+            &[("someone:1", "1"), (&format!("{FORGED}:x") as &str, "1")],
+        )
+        .unwrap();
+    let mgr = LockManager::start(
+        Config::new(server.url())
+            .client_name("records")
+            .watchdog_timeout(Duration::from_secs(3)),
+    )
+    .await
+    .unwrap();
+    let record = record_key(&mgr.client_id().to_string());
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>(&record)
+            .unwrap())
+        .await
+    );
+    for name in ["user:42", "near", &record] {
+        let (code, _, stderr) = cli(&server, &["unlock", "--force", "--yes", name]);
+        assert_eq!(code, Some(2), "{name}: {stderr}");
+        assert!(stderr.contains("not a lock"), "{stderr}");
+        assert!(raw.exists::<_, bool>(name).unwrap(), "{name} is kept");
+        let (code, _, stderr) = cli(&server, &["inspect", name]);
+        assert_ne!(code, Some(0), "{name}");
+        assert!(stderr.contains("not a lock"), "{stderr}");
+    }
+    let (code, stdout, stderr) = cli(
+        &server,
+        &["unlock", "--force", "--yes", "--any-hash", "user:42"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("unlocked"), "{stdout}");
+    assert!(!raw.exists::<_, bool>("user:42").unwrap());
+
+    // Real locks: a reader's (a `mode` field and a holder) and a plain lock's.
+    let _read = mgr.read_write_lock("rw").read().acquire().await.unwrap();
+    let _plain = mgr.lock("plain").acquire().await.unwrap();
+    for name in ["rw", "plain"] {
+        let (code, _, stderr) = cli(&server, &["inspect", name]);
+        assert_eq!(code, Some(0), "{name}: {stderr}");
+        let (code, _, stderr) = cli(&server, &["unlock", "--force", "--yes", name]);
+        assert_eq!(code, Some(0), "{name}: {stderr}");
+        assert!(!raw.exists::<_, bool>(name).unwrap(), "{name} was unlocked");
+    }
+    mgr.shutdown().await;
 }
