@@ -460,3 +460,56 @@ async fn unlock_force_spares_a_hash_that_is_not_a_lock() {
     }
     mgr.shutdown().await;
 }
+
+/// Issue 57 part 4: a `lockman exec` shows in `lockman ls` from its first hold on, not one
+/// renewal interval (10 s with the default watchdog) after its start: the record's first
+/// write is awaited before the first acquire starts, so by the time the lock's key exists the
+/// record does. Measured from the spawn, it is visible within a second.
+/// Catches: the first record written one interval after start (the lock is held, and `ls`
+/// shows nothing for 10 s).
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn an_exec_is_listed_from_its_first_hold_on() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let reader = manager(&server, "reader").await;
+    let started = Instant::now();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
+        .arg("--url")
+        .arg(server.url())
+        .args([
+            "--client-name",
+            "first-use",
+            "exec",
+            "job",
+            "--",
+            "sleep",
+            "5",
+        ])
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(5), || raw
+            .exists::<_, bool>("job")
+            .unwrap())
+        .await,
+        "the exec holds its lock"
+    );
+    // Its lock is held: its record is there already.
+    let clients = reader.clients().await.unwrap();
+    let listed = clients.iter().any(|c| c.service == "first-use");
+    let held_after = started.elapsed();
+    assert!(listed, "held after {held_after:?}, not listed: {clients:?}");
+    eprintln!("held and listed {held_after:?} after the spawn");
+    assert!(held_after < Duration::from_secs(1), "{held_after:?}");
+    let (code, stdout, _) = cli(&server, &["ls"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("first-use"), "{stdout}");
+    let _ = child.kill();
+    let _ = child.wait();
+    reader.shutdown().await;
+}
