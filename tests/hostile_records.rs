@@ -354,9 +354,10 @@ async fn ls_top_and_inspect_work_beside_forged_records() {
     .unwrap();
     let held = holder.lock("orders:1").acquire().await.unwrap();
     let id = holder.client_id().to_string();
+    // Listed in the record once renewed (0.5 s old), at the next write (every second).
     assert!(
         support::eventually(Duration::from_secs(5), || raw
-            .exists::<_, bool>(record_key(&id))
+            .hexists::<_, _, bool>(record_key(&id), "hold:orders:1")
             .unwrap())
         .await
     );
