@@ -171,7 +171,10 @@ pub(crate) fn holder_of(field: &str) -> Option<(&str, &str)> {
 
 impl Commands {
     /// Replaces client `id`'s long waits with `blocked` (each with how long it has waited), to
-    /// expire after `ttl`; none deletes them. Returns the server's time (epoch ms).
+    /// expire after `ttl`; none deletes them. Returns the server's time (epoch ms). Within the
+    /// bounds other clients read ([`MAX_WAITS_FIELDS`], half of [`MAX_WAITS_BYTES`] for the
+    /// hash's own overhead): the longest waits first, the rest left out, so that the hash
+    /// stays readable.
     pub(crate) async fn publish_blocked(
         &self,
         id: &str,
@@ -179,12 +182,21 @@ impl Commands {
         blocked: &[(Blocked, Duration)],
     ) -> Result<u64, LockError> {
         let key = waits_key(id);
-        let entries: Vec<(String, String, String)> = blocked
-            .iter()
+        let mut longest: Vec<&(Blocked, Duration)> = blocked.iter().collect();
+        longest.sort_by_key(|(_, waited)| std::cmp::Reverse(*waited));
+        let mut room = MAX_WAITS_BYTES / 2;
+        let entries: Vec<(String, String, String)> = longest
+            .into_iter()
             .map(|(b, waited)| {
                 let (field, value) = b.encode();
                 (field, millis(*waited).to_string(), value)
             })
+            .take_while(|(f, w, v)| {
+                let size = f.len() + w.len() + v.len() + 16;
+                room = room.checked_sub(size).unwrap_or(0);
+                room > 0
+            })
+            .take(MAX_WAITS_FIELDS)
             .collect();
         let bytes: usize = entries
             .iter()
