@@ -182,22 +182,7 @@ impl Commands {
         blocked: &[(Blocked, Duration)],
     ) -> Result<u64, LockError> {
         let key = waits_key(id);
-        let mut longest: Vec<&(Blocked, Duration)> = blocked.iter().collect();
-        longest.sort_by_key(|(_, waited)| std::cmp::Reverse(*waited));
-        let mut room = MAX_WAITS_BYTES / 2;
-        let entries: Vec<(String, String, String)> = longest
-            .into_iter()
-            .map(|(b, waited)| {
-                let (field, value) = b.encode();
-                (field, millis(*waited).to_string(), value)
-            })
-            .take_while(|(f, w, v)| {
-                let size = f.len() + w.len() + v.len() + 16;
-                room = room.checked_sub(size).unwrap_or(0);
-                room > 0
-            })
-            .take(MAX_WAITS_FIELDS)
-            .collect();
+        let entries = publishable(blocked);
         let bytes: usize = entries
             .iter()
             .map(|(f, w, v)| f.len() + w.len() + v.len() + 12)
@@ -277,6 +262,27 @@ fn text(v: &Value) -> Option<&str> {
 /// Whether a reply is the `OVERSIZED` status of `read.lua` or `holders.lua`.
 fn oversized(reply: &Value) -> bool {
     matches!(reply, Value::SimpleString(s) if s == "OVERSIZED")
+}
+
+/// The field, waited ms and value of each of `blocked` that `publish_blocked` writes: the
+/// longest waits first, at most [`MAX_WAITS_FIELDS`] of them and half of [`MAX_WAITS_BYTES`].
+fn publishable(blocked: &[(Blocked, Duration)]) -> Vec<(String, String, String)> {
+    let mut longest: Vec<&(Blocked, Duration)> = blocked.iter().collect();
+    longest.sort_by_key(|(_, waited)| std::cmp::Reverse(*waited));
+    let mut room = MAX_WAITS_BYTES / 2;
+    longest
+        .into_iter()
+        .map(|(b, waited)| {
+            let (field, value) = b.encode();
+            (field, millis(*waited).to_string(), value)
+        })
+        .take_while(|(f, w, v)| {
+            let size = f.len() + w.len() + v.len() + 16;
+            room = room.saturating_sub(size);
+            room > 0
+        })
+        .take(MAX_WAITS_FIELDS)
+        .collect()
 }
 
 /// What a manager last published: when, and its long waits.
@@ -418,6 +424,40 @@ mod tests {
                 "a malformed reply is refused"
             );
         }
+    }
+
+    #[test]
+    fn a_manager_publishes_its_longest_waits_within_what_readers_read() {
+        let wait = |n: u64, holds: usize| {
+            let blocked = Blocked {
+                owner: Owner::Task(n),
+                service: "s".into(),
+                name: "x".into(),
+                kind: "lock".into(),
+                holder: "h:1".into(),
+                since_ms: 0,
+                holds: vec![("held".into(), "h:1".into()); holds],
+            };
+            (blocked, Duration::from_millis(n))
+        };
+        let many: Vec<_> = (1..=1500).map(|n| wait(n, 0)).collect();
+        let written = publishable(&many);
+        assert_eq!(written.len(), MAX_WAITS_FIELDS);
+        assert_eq!(written[0].1, "1500", "the longest first");
+        assert_eq!(written[999].1, "501");
+        // Big entries: cut by bytes, well under what a reader reads.
+        let big: Vec<_> = (1..=100).map(|n| wait(n, 2_000)).collect();
+        let written = publishable(&big);
+        let bytes: usize = written
+            .iter()
+            .map(|(f, w, v)| f.len() + w.len() + v.len())
+            .sum();
+        assert!(
+            !written.is_empty() && written.len() < 100,
+            "{}",
+            written.len()
+        );
+        assert!(bytes <= MAX_WAITS_BYTES / 2, "{bytes}");
     }
 
     #[test]
