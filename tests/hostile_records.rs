@@ -465,7 +465,7 @@ async fn unlock_force_spares_a_hash_that_is_not_a_lock() {
 /// Issue 57 part 4: a `lockman exec` shows in `lockman ls` from its first hold on, not one
 /// renewal interval (10 s with the default watchdog) after its start: the record's first
 /// write is awaited before the first acquire starts, so by the time the lock's key exists the
-/// record does. Measured from the spawn, it is visible within a second.
+/// record does. Measured from the spawn: 27 to 131 ms on a quiet machine.
 /// Catches: the first record written one interval after start (the lock is held, and `ls`
 /// shows nothing for 10 s).
 #[cfg(feature = "cli")]
@@ -506,7 +506,10 @@ async fn an_exec_is_listed_from_its_first_hold_on() {
     let held_after = started.elapsed();
     assert!(listed, "held after {held_after:?}, not listed: {clients:?}");
     eprintln!("held and listed {held_after:?} after the spawn");
-    assert!(held_after < Duration::from_secs(1), "{held_after:?}");
+    // The old first write came 10 s after the start; a spawn, a connection and an acquire
+    // take tens of ms here (the bound is generous for a loaded machine: the ordering above is
+    // what the test holds to).
+    assert!(held_after < Duration::from_secs(5), "{held_after:?}");
     let (code, stdout, _) = cli(&server, &["ls"]);
     assert_eq!(code, Some(0));
     assert!(stdout.contains("first-use"), "{stdout}");
