@@ -548,3 +548,44 @@ async fn without_memory_usage_the_field_count_alone_bounds_a_record() {
     assert_eq!(ids, ["forged-big", "forged-utf8"]);
     reader.shutdown().await;
 }
+
+/// L10, the index: five forged members of 10 MB each. The read is refused before copying any
+/// member (no command over 5 ms), and fails for nobody: no record is read, the forged index
+/// hiding them as deleting it would.
+/// Catches: a read.lua that copies the index's members (ZRANGEBYSCORE) before checking its size
+/// (about 50 MB into Lua).
+#[tokio::test]
+async fn a_forged_index_of_huge_members_is_not_read() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let reader = manager(&server, "reader").await;
+    // The script loaded before the measure (a first EVALSHA is a NOSCRIPT miss).
+    reader.clients().await.unwrap();
+    for i in 0..5 {
+        let member = format!("{i}{}", "m".repeat(10 << 20));
+        let _: () = raw
+            .zadd(RECORD_INDEX, member, 4_000_000_000_000_i64)
+            .unwrap();
+    }
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(5_000)
+        .query::<()>(&mut raw)
+        .unwrap();
+    redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query::<()>(&mut raw)
+        .unwrap();
+    let clients = reader.clients().await.expect("the read never fails");
+    assert!(clients.is_empty(), "{}", clients.len());
+    let slow = slowlog(&mut raw);
+    let slowest = slow.iter().map(|(d, _)| *d).max().unwrap_or_default();
+    eprintln!(
+        "slowest command of the read: {slowest:?} ({} over 5 ms)",
+        slow.len()
+    );
+    assert!(slowest < BLOCKED_AT_MOST, "{slow:?}");
+    assert!(slow.is_empty(), "{slow:?}");
+    reader.shutdown().await;
+}

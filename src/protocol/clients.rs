@@ -238,13 +238,15 @@ impl Commands {
     /// lossily; what was skipped is said in one warning, never failing the read.
     pub(crate) async fn read_client_records(&self) -> Result<(u64, Vec<RawRecord>), LockError> {
         let b = READ_BOUNDS;
-        let mut call = ScriptCall::new(&READ, 1, 5, 2 * CLIENT_INDEX.len() + 40);
+        let mut call = ScriptCall::new(&READ, 1, 7, 2 * CLIENT_INDEX.len() + 60);
         call.key(CLIENT_INDEX)
             .arg(format!("{CLIENT_INDEX}:"))
             .arg(b.records)
             .arg(b.fields)
             .arg(b.bytes)
-            .arg(b.total_bytes);
+            .arg(b.total_bytes)
+            .arg(b.index_members)
+            .arg(b.index_bytes);
         let reply = self
             .conn()
             .eval("read clients", CLIENT_INDEX, &call, Replicas::Skip);
@@ -268,6 +270,9 @@ pub(crate) struct ReadBounds {
     pub bytes: usize,
     /// The most bytes of every record read together.
     pub total_bytes: usize,
+    /// The most members, and bytes, of the index: one over them (forged) is not read at all.
+    pub index_members: usize,
+    pub index_bytes: usize,
 }
 
 pub(crate) const READ_BOUNDS: ReadBounds = ReadBounds {
@@ -275,6 +280,8 @@ pub(crate) const READ_BOUNDS: ReadBounds = ReadBounds {
     fields: 2 * MAX_LISTED + 32,
     bytes: 1 << 20,
     total_bytes: 32 << 20,
+    index_members: 20_000,
+    index_bytes: 8 << 20,
 };
 
 /// One warning per process for records skipped (`lockman top` reads every second); later ones

@@ -3,7 +3,8 @@
 -- record's fields, flat.
 -- KEYS[1] the index; ARGV[1] the prefix of record keys (the index's name and ':');
 -- ARGV[2] the most index members read; ARGV[3] the most fields, ARGV[4] the most bytes
--- (MEMORY USAGE) of one record; ARGV[5] the most bytes of all records read.
+-- (MEMORY USAGE) of one record; ARGV[5] the most bytes of all records read; ARGV[6] the most
+-- members, ARGV[7] the most bytes of the index itself.
 -- The records share the index's hash tag, so they live in its slot.
 -- Anyone who may write lockman's keys can forge a record: one that is not a hash, has more
 -- fields or bytes than the bounds, or comes after the total is spent is skipped and counted,
@@ -16,6 +17,21 @@ local max_fields, max_bytes = tonumber(ARGV[3]), tonumber(ARGV[4])
 local budget = tonumber(ARGV[5])
 local skipped = 0
 local out = {now, 0}
+-- The index can be forged too (members of megabytes): one over its bounds is not read at all,
+-- and every member counts as skipped (whoever can forge it can delete it as well).
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then
+    return out
+end
+local members = redis.call('ZCARD', KEYS[1])
+local index_ok = members <= tonumber(ARGV[6])
+if index_ok then
+    local usage = redis.pcall('MEMORY', 'USAGE', KEYS[1], 'SAMPLES', '0')
+    index_ok = type(usage) ~= 'number' or usage <= tonumber(ARGV[7])
+end
+if not index_ok then
+    out[2] = members
+    return out
+end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf', 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(ids) do
     local key = ARGV[1] .. id
