@@ -257,21 +257,52 @@ impl std::fmt::Display for Cycle {
         let Some((first, rest)) = self.steps.split_first() else {
             return f.write_str("an empty cycle");
         };
+        // `service` and `kind` of a step through another process come from its waits hash,
+        // which anyone who may write lockman's keys can forge: escaped, so that a newline
+        // cannot forge a log line nor an ESC drive a terminal (the name is quoted as Debug).
         write!(
             f,
             "{} of {} waits for {} {:?}",
-            first.owner, first.service, first.kind, first.name
+            first.owner,
+            Escaped(&first.service),
+            Escaped(&first.kind),
+            first.name
         )?;
         for step in rest {
             write!(
                 f,
                 " held by {} of {}, which waits for {} {:?}",
-                step.owner, step.service, step.kind, step.name
+                step.owner,
+                Escaped(&step.service),
+                Escaped(&step.kind),
+                step.name
             )?;
         }
-        write!(f, " held by {} of {}", first.owner, first.service)
+        write!(f, " held by {} of {}", first.owner, Escaped(&first.service))
     }
 }
+
+/// Text from another process, written with every control character as a visible escape: C0
+/// (newline and tab included) and DEL as `\x1b`, C1 as `\u{9b}`; everything else as it is.
+struct Escaped<'a>(&'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        for c in self.0.chars() {
+            match c as u32 {
+                n @ (0..=0x1f | 0x7f) => write!(f, "\\x{n:02x}")?,
+                n @ 0x80..=0x9f => write!(f, "\\u{{{n:x}}}")?,
+                _ => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The most of a reply [`LockError::UnexpectedReply`] quotes: a reply may hold every client
+/// record, megabytes on one line.
+const DETAIL_BYTES: usize = 300;
 
 /// How a TLS handshake failed ([`LockError::Tls`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -360,6 +391,22 @@ impl LockError {
         }
     }
 
+    /// [`LockError::UnexpectedReply`] of step `op`, its detail cut to its first
+    /// [`DETAIL_BYTES`] (at a character boundary) and the size of the rest.
+    pub(crate) fn unexpected_reply(op: &'static str, detail: impl Into<String>) -> Self {
+        let mut detail = detail.into();
+        if detail.len() > DETAIL_BYTES {
+            let mut end = DETAIL_BYTES;
+            while !detail.is_char_boundary(end) {
+                end -= 1;
+            }
+            let cut = detail.len() - end;
+            detail.truncate(end);
+            detail.push_str(&format!("… ({cut} more bytes)"));
+        }
+        Self::UnexpectedReply { op, detail }
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             what,
@@ -404,5 +451,52 @@ impl LockError {
             return Self::OutOfMemory { op };
         }
         Self::Redis { op, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cycle_escapes_what_other_processes_wrote() {
+        let step = |service: &str, kind: &str, name: &str| Step {
+            owner: Owner::Task(1),
+            client: uuid::Uuid::nil(),
+            service: service.into(),
+            name: name.into(),
+            kind: kind.into(),
+        };
+        let cycle = Cycle {
+            steps: vec![
+                step("orders", "lock", "x"),
+                step(
+                    "evil\n2026-01-01 WARN forged\x1b[31m\u{9b}",
+                    "lock\r\x07",
+                    "y\n",
+                ),
+            ],
+        };
+        let text = cycle.to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert_eq!(
+            text,
+            "task 1 of orders waits for lock \"x\" held by task 1 of \
+             evil\\x0a2026-01-01 WARN forged\\x1b[31m\\u{9b}, which waits for lock\\x0d\\x07 \
+             \"y\\n\" held by task 1 of orders"
+        );
+    }
+
+    #[test]
+    fn an_unexpected_reply_quotes_a_few_hundred_bytes_at_most() {
+        let short = LockError::unexpected_reply("op", "int(1)");
+        assert_eq!(short.to_string(), "unexpected reply during op: int(1)");
+        // Multi-byte characters across the cut: cut at a character boundary.
+        let long = LockError::unexpected_reply("read clients", "é".repeat(1_000_000));
+        let LockError::UnexpectedReply { detail, .. } = &long else {
+            panic!("{long:?}");
+        };
+        assert!(detail.len() < DETAIL_BYTES + 40, "{}", detail.len());
+        assert!(detail.ends_with("… (1999700 more bytes)"), "{detail}");
     }
 }

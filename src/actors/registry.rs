@@ -173,6 +173,9 @@ pub(crate) struct Registry {
     actors: Directory,
     /// Set by `Shutdown`: no new lock actors.
     shut: bool,
+    /// Whether the Watchdog was told of the manager's first use (`FirstUse`): once, when the
+    /// first per-name actor starts, so that its client record is written then.
+    used: bool,
 }
 
 impl Registry {
@@ -182,18 +185,53 @@ impl Registry {
             homes,
             actors,
             shut: false,
+            used: false,
+        }
+    }
+
+    /// Before the first per-name actor starts (the manager is about to hold or wait for the
+    /// first time): the client record's first write (`FirstUse`, one message in the manager's
+    /// life), awaited for at most [`FIRST_RECORD_WAIT`] so that it reaches Redis before the
+    /// first acquire does (`lockman ls` names the process from its first hold or wait on).
+    /// Every later call: nothing to wait for.
+    fn first_use(&mut self) -> impl std::future::Future<Output = ()> + 'static {
+        let first = !self.shut && !std::mem::replace(&mut self.used, true);
+        let watchdog = first.then(|| self.svc.watchdog.clone());
+        async move {
+            if let Some(watchdog) = watchdog {
+                let written = watchdog.send(super::watchdog::FirstUse);
+                let _ = tokio::time::timeout(FIRST_RECORD_WAIT, written).await;
+            }
         }
     }
 }
+
+/// The longest the first per-name actor's start waits for the client record's first write (a
+/// frozen Redis must not hold the first acquire up for a whole response timeout).
+const FIRST_RECORD_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Actor for Registry {
     type Context = Context<Self>;
 }
 
 impl Handler<Resolve> for Registry {
-    type Result = Result<Addr<LockActor>, LockError>;
+    type Result = AtomicResponse<Self, Result<Addr<LockActor>, LockError>>;
 
-    fn handle(&mut self, msg: Resolve, ctx: &mut Context<Self>) -> Self::Result {
+    /// Atomic: no other actor starts while the first one waits for the client record.
+    fn handle(&mut self, msg: Resolve, _: &mut Context<Self>) -> Self::Result {
+        let first = self.first_use().into_actor(self);
+        AtomicResponse::new(Box::pin(
+            first.map(move |(), act, ctx| act.resolve(msg, ctx)),
+        ))
+    }
+}
+
+impl Registry {
+    fn resolve(
+        &mut self,
+        msg: Resolve,
+        ctx: &mut Context<Self>,
+    ) -> Result<Addr<LockActor>, LockError> {
         if self.shut {
             return Err(LockError::Shutdown);
         }
@@ -219,9 +257,23 @@ impl Handler<Resolve> for Registry {
 }
 
 impl Handler<ResolveSync> for Registry {
-    type Result = Result<Addr<SyncActor>, LockError>;
+    type Result = AtomicResponse<Self, Result<Addr<SyncActor>, LockError>>;
 
-    fn handle(&mut self, msg: ResolveSync, ctx: &mut Context<Self>) -> Self::Result {
+    /// Atomic, as `Resolve`.
+    fn handle(&mut self, msg: ResolveSync, _: &mut Context<Self>) -> Self::Result {
+        let first = self.first_use().into_actor(self);
+        AtomicResponse::new(Box::pin(
+            first.map(move |(), act, ctx| act.resolve_sync(msg, ctx)),
+        ))
+    }
+}
+
+impl Registry {
+    fn resolve_sync(
+        &mut self,
+        msg: ResolveSync,
+        ctx: &mut Context<Self>,
+    ) -> Result<Addr<SyncActor>, LockError> {
         if self.shut {
             return Err(LockError::Shutdown);
         }

@@ -337,9 +337,14 @@ impl LockManager {
     /// Every live manager's client record (docs/protocol.md, "Client records"), read in one
     /// round trip on one server (on a cluster, the master of the records' slot), changing
     /// nothing: who each manager is (service, host, pid), the holds it has had long enough to
-    /// renew, and the names its callers wait on. Records are refreshed every third of a
-    /// manager's watchdog timeout, so what they say is that old at most. The `lockman ls`,
-    /// `top` and `inspect` commands.
+    /// renew, and the names its callers wait on. Records are written at a manager's first hold
+    /// or wait and refreshed every third of its watchdog timeout, so what they say is that old
+    /// at most. The `lockman ls`, `top` and `inspect` commands.
+    ///
+    /// Records are unauthenticated hints: anyone who may write `lockman_client:*` can forge
+    /// one. Text that is not UTF-8 is read lossily (U+FFFD); a record that is not a hash, or
+    /// over the read's bounds (docs/protocol.md, "Client records"), is skipped with one
+    /// warning per process, and never fails the read.
     ///
     /// # Errors
     /// Redis errors ([`LockError::NoPermission`] without access to `lockman_client:*` keys).

@@ -93,6 +93,9 @@ pub(crate) struct RecordedWait {
 /// waited on); the record counts them all.
 pub(crate) const MAX_LISTED: usize = 1000;
 
+/// The longest service name read from another client's record for a span (`clients/service.lua`).
+const MAX_SERVICE: usize = 256;
+
 impl ClientRecord {
     /// The hash's fields, in the order written: who the manager is, the counts, then each hold
     /// and each waited name (`seen` is the script's).
@@ -220,43 +223,126 @@ impl Commands {
     /// The service name in client `id`'s record (`clients/service.lua`), if it has one.
     pub(crate) async fn client_service(&self, id: &str) -> Result<Option<String>, LockError> {
         let key = client_key(id);
-        let mut call = ScriptCall::new(&SERVICE, 1, 0, key.len());
-        call.key(&key);
+        let mut call = ScriptCall::new(&SERVICE, 1, 1, key.len() + 8);
+        call.key(&key).arg(MAX_SERVICE);
         let reply = self
             .conn()
             .eval("read clients", &key, &call, Replicas::Skip)
             .await?;
-        Ok(redis::from_redis_value(reply.value).ok().flatten())
+        Ok(lossy(&reply.value))
     }
 
-    /// Every live record (`clients/read.lua`) and the server's time (epoch ms).
+    /// Every live record (`clients/read.lua`) and the server's time (epoch ms). Records are
+    /// written by anyone who may write lockman's keys: one over the bounds ([`READ_BOUNDS`]) is
+    /// not read, one that does not decode is skipped, and text that is not UTF-8 is read
+    /// lossily; what was skipped is said in one warning, never failing the read.
     pub(crate) async fn read_client_records(&self) -> Result<(u64, Vec<RawRecord>), LockError> {
-        let mut call = ScriptCall::new(&READ, 1, 1, 2 * CLIENT_INDEX.len() + 1);
-        call.key(CLIENT_INDEX).arg(format!("{CLIENT_INDEX}:"));
+        let b = READ_BOUNDS;
+        let mut call = ScriptCall::new(&READ, 1, 7, 2 * CLIENT_INDEX.len() + 60);
+        call.key(CLIENT_INDEX)
+            .arg(format!("{CLIENT_INDEX}:"))
+            .arg(b.records)
+            .arg(b.fields)
+            .arg(b.bytes)
+            .arg(b.total_bytes)
+            .arg(b.index_members)
+            .arg(b.index_bytes);
         let reply = self
             .conn()
             .eval("read clients", CLIENT_INDEX, &call, Replicas::Skip);
-        let reply = reply.await?.value;
-        let bad = || unexpected("read clients", reply.clone());
-        let Value::Array(items) = &reply else {
-            return Err(bad());
-        };
-        let Some((Value::Int(now), rest)) = items.split_first() else {
-            return Err(bad());
-        };
-        let mut records = Vec::with_capacity(rest.len() / 2);
-        for pair in rest.chunks_exact(2) {
-            let id: String = redis::from_redis_value(pair[0].clone()).map_err(|_| bad())?;
-            let flat: Vec<String> = redis::from_redis_value(pair[1].clone()).map_err(|_| bad())?;
-            let fields: Vec<(String, String)> = flat
-                .chunks_exact(2)
-                .map(|p| (p[0].clone(), p[1].clone()))
-                .collect();
-            let record = ClientRecord::decode(&fields);
-            records.push(RawRecord { id, record });
+        let (now, records, skipped) = decode_records(reply.await?.value)?;
+        if skipped > 0 {
+            skipped_warning(skipped);
         }
-        Ok((u64::try_from(*now).unwrap_or(0), records))
+        Ok((now, records))
     }
+}
+
+/// The bounds of one read of every record (`clients/read.lua`): a record over them is skipped.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadBounds {
+    /// The most live clients read (index members).
+    pub records: usize,
+    /// The most fields of one record: a manager writes up to [`MAX_LISTED`] holds and as many
+    /// waits, and a dozen more.
+    pub fields: usize,
+    /// The most bytes of one record (as `MEMORY USAGE` counts them).
+    pub bytes: usize,
+    /// The most bytes of every record read together.
+    pub total_bytes: usize,
+    /// The most members, and bytes, of the index: one over them (forged) is not read at all.
+    pub index_members: usize,
+    pub index_bytes: usize,
+}
+
+pub(crate) const READ_BOUNDS: ReadBounds = ReadBounds {
+    records: 10_000,
+    fields: 2 * MAX_LISTED + 32,
+    bytes: 1 << 20,
+    total_bytes: 32 << 20,
+    index_members: 20_000,
+    index_bytes: 8 << 20,
+};
+
+/// One warning per process for records skipped (`lockman top` reads every second); later ones
+/// at debug.
+fn skipped_warning(skipped: usize) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::debug!(
+            skipped,
+            "client records skipped: over the read bounds or malformed"
+        );
+    } else {
+        tracing::warn!(
+            skipped,
+            "client records skipped: over the read bounds or malformed (forged by another client?); the others are read"
+        );
+    }
+}
+
+/// Text from Redis, as UTF-8: bytes that are not are replaced (U+FFFD), never refused.
+fn lossy(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// `read.lua`'s reply: the server's time, the records that decode, and how many were skipped
+/// (by the script, or here: an id or a field list that is not text).
+fn decode_records(reply: Value) -> Result<(u64, Vec<RawRecord>, usize), LockError> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected("read clients", reply));
+    };
+    let (now, skipped) = match items.get(..2) {
+        Some([Value::Int(now), Value::Int(skipped)]) => (*now, *skipped),
+        _ => return Err(unexpected("read clients", Value::Array(items))),
+    };
+    let mut skipped = usize::try_from(skipped).unwrap_or(0);
+    let mut records = Vec::with_capacity(items.len().saturating_sub(2) / 2);
+    for pair in items[2..].chunks(2) {
+        let [id, Value::Array(flat)] = pair else {
+            skipped += 1;
+            continue;
+        };
+        let (Some(id), Some(flat)) = (
+            lossy(id),
+            flat.iter().map(lossy).collect::<Option<Vec<_>>>(),
+        ) else {
+            skipped += 1;
+            continue;
+        };
+        let fields: Vec<(String, String)> = flat
+            .chunks_exact(2)
+            .map(|p| (p[0].clone(), p[1].clone()))
+            .collect();
+        let record = ClientRecord::decode(&fields);
+        records.push(RawRecord { id, record });
+    }
+    Ok((u64::try_from(now).unwrap_or(0), records, skipped))
 }
 
 #[cfg(test)]
@@ -315,6 +401,43 @@ mod tests {
             (Some("3"), Some("1"), Some("42"))
         );
         assert_eq!(get("seen"), None, "seen is the script's to write");
+    }
+
+    #[test]
+    fn records_decode_lossily_and_a_malformed_one_is_skipped_not_fatal() {
+        let bulk = |b: &[u8]| Value::BulkString(b.to_vec());
+        let reply = Value::Array(vec![
+            Value::Int(5_000),
+            Value::Int(2),
+            bulk(b"id-1"),
+            Value::Array(vec![
+                bulk(b"host"),
+                bulk(b"\xff\xfeab"),
+                bulk(b"service"),
+                bulk(b"s"),
+            ]),
+            // Not a field list: skipped and counted with the script's two.
+            bulk(b"id-2"),
+            Value::Int(7),
+            bulk(b"id-\xc3"),
+            Value::Array(vec![bulk(b"pid"), bulk(b"42")]),
+        ]);
+        let (now, records, skipped) = decode_records(reply).unwrap();
+        assert_eq!((now, skipped), (5_000, 3));
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].record.host, "\u{fffd}\u{fffd}ab");
+        assert_eq!(records[0].record.service, "s");
+        assert_eq!(
+            (records[1].id.as_str(), records[1].record.pid),
+            ("id-\u{fffd}", Some(42))
+        );
+        // Not the script's shape at all: refused, typed, and quoted short.
+        let huge = Value::Array(vec![bulk(&vec![b'x'; 100_000])]);
+        let Err(LockError::UnexpectedReply { op, detail }) = decode_records(huge) else {
+            panic!("refused");
+        };
+        assert_eq!(op, "read clients");
+        assert!(detail.len() < 400, "{}", detail.len());
     }
 
     #[test]

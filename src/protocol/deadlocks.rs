@@ -10,7 +10,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
+use redis::{Script, Value};
 
 use super::commands::Commands;
 use super::{millis, unexpected};
@@ -20,6 +20,32 @@ use crate::error::{LockError, Owner};
 static PUBLISH: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("deadlocks/publish.lua")));
 static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("deadlocks/read.lua")));
+static HOLDERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("deadlocks/holders.lua")));
+
+/// The most fields of another client's waits hash read: one per owner of it whose wait has
+/// lasted past the threshold. A hash with more is not read (`read.lua`).
+pub(crate) const MAX_WAITS_FIELDS: usize = 1000;
+/// The most bytes (as `MEMORY USAGE` counts them) of a waits hash read.
+pub(crate) const MAX_WAITS_BYTES: usize = 1 << 20;
+/// The most fields, and bytes, of a lock's hash the probe reads for its holders
+/// (`holders.lua`): a read-write lock has a field per reader.
+pub(crate) const MAX_HOLDER_FIELDS: usize = 4096;
+pub(crate) const MAX_HOLDER_BYTES: usize = 1 << 20;
+/// The longest service name kept from another client's waits hash (longer ones are cut).
+const MAX_SERVICE: usize = 128;
+
+/// The kinds a wait may have, as `publish.lua` writes them: an entry of another kind is no
+/// entry this version reads.
+const KINDS: [super::LockKind; 7] = [
+    super::LockKind::Reentrant,
+    super::LockKind::Fenced,
+    super::LockKind::Read,
+    super::LockKind::Write,
+    super::LockKind::Fair,
+    super::LockKind::NonReentrant,
+    super::LockKind::NonReentrantFair,
+];
 
 /// The hash of client `id`'s long waits.
 pub(crate) fn waits_key(id: &str) -> String {
@@ -56,7 +82,9 @@ impl Blocked {
         (owner_field(self.owner), value)
     }
 
-    /// A field and value as read; `None` for one this version cannot read.
+    /// A field and value as read; `None` for one this version cannot read (an unknown kind
+    /// among them). Another process wrote it: a service name longer than [`MAX_SERVICE`]
+    /// bytes is cut there.
     fn decode(field: &str, value: &str) -> Option<Self> {
         let owner = parse_owner(field)?;
         let (since, mut rest) = value.split_once('\n')?;
@@ -74,10 +102,23 @@ impl Blocked {
             .map(|p| (p[0].clone(), p[1].clone()))
             .collect();
         let mut parts = parts.into_iter();
+        let mut service = parts.next()?;
+        if service.len() > MAX_SERVICE {
+            let mut end = MAX_SERVICE;
+            while !service.is_char_boundary(end) {
+                end -= 1;
+            }
+            service.truncate(end);
+            service.push('…');
+        }
+        let kind = parts.next()?;
+        if !KINDS.iter().any(|k| k.label() == kind) {
+            return None;
+        }
         Some(Self {
             owner,
-            service: parts.next()?,
-            kind: parts.next()?,
+            service,
+            kind,
             name: parts.next()?,
             holder: parts.next()?,
             since_ms: since.parse().ok()?,
@@ -130,7 +171,10 @@ pub(crate) fn holder_of(field: &str) -> Option<(&str, &str)> {
 
 impl Commands {
     /// Replaces client `id`'s long waits with `blocked` (each with how long it has waited), to
-    /// expire after `ttl`; none deletes them. Returns the server's time (epoch ms).
+    /// expire after `ttl`; none deletes them. Returns the server's time (epoch ms). Within the
+    /// bounds other clients read ([`MAX_WAITS_FIELDS`], half of [`MAX_WAITS_BYTES`] for the
+    /// hash's own overhead): the longest waits first, the rest left out, so that the hash
+    /// stays readable.
     pub(crate) async fn publish_blocked(
         &self,
         id: &str,
@@ -138,13 +182,7 @@ impl Commands {
         blocked: &[(Blocked, Duration)],
     ) -> Result<u64, LockError> {
         let key = waits_key(id);
-        let entries: Vec<(String, String, String)> = blocked
-            .iter()
-            .map(|(b, waited)| {
-                let (field, value) = b.encode();
-                (field, millis(*waited).to_string(), value)
-            })
-            .collect();
+        let entries = publishable(blocked);
         let bytes: usize = entries
             .iter()
             .map(|(f, w, v)| f.len() + w.len() + v.len() + 12)
@@ -166,15 +204,19 @@ impl Commands {
     }
 
     /// Client `id`'s long waits, as it last published them (with `ttl`, which dates its last
-    /// write).
+    /// write); `None` for a hash over [`MAX_WAITS_FIELDS`] or [`MAX_WAITS_BYTES`], which is
+    /// not read.
     pub(crate) async fn read_blocked(
         &self,
         id: &str,
         ttl: Duration,
-    ) -> Result<Published, LockError> {
+    ) -> Result<Option<Published>, LockError> {
         let key = waits_key(id);
-        let mut call = ScriptCall::new(&READ, 1, 1, key.len() + 8);
-        call.key(&key).arg(millis(ttl));
+        let mut call = ScriptCall::new(&READ, 1, 3, key.len() + 24);
+        call.key(&key)
+            .arg(millis(ttl))
+            .arg(MAX_WAITS_FIELDS)
+            .arg(MAX_WAITS_BYTES);
         let reply = self
             .conn()
             .eval("read waits", &key, &call, Replicas::Skip)
@@ -182,6 +224,65 @@ impl Commands {
             .value;
         decode_published(reply)
     }
+
+    /// The fields of lock `key`'s hash (`holders.lua`): its holder fields, and `mode`; `None`
+    /// for a hash over [`MAX_HOLDER_FIELDS`] or [`MAX_HOLDER_BYTES`], which is not read.
+    pub(crate) async fn lock_fields(&self, key: &str) -> Result<Option<Vec<String>>, LockError> {
+        let mut call = ScriptCall::new(&HOLDERS, 1, 2, key.len() + 16);
+        call.key(key).arg(MAX_HOLDER_FIELDS).arg(MAX_HOLDER_BYTES);
+        let reply = self
+            .conn()
+            .eval("read holders", key, &call, Replicas::Skip)
+            .await?
+            .value;
+        match reply {
+            Value::Array(fields) => Ok(Some(
+                fields
+                    .iter()
+                    .filter_map(|f| match f {
+                        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+                        _ => None,
+                    })
+                    .collect(),
+            )),
+            ref v if oversized(v) => Ok(None),
+            other => Err(unexpected("read holders", other)),
+        }
+    }
+}
+
+/// A bulk string that is UTF-8.
+fn text(v: &Value) -> Option<&str> {
+    match v {
+        Value::BulkString(b) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+}
+
+/// Whether a reply is the `OVERSIZED` status of `read.lua` or `holders.lua`.
+fn oversized(reply: &Value) -> bool {
+    matches!(reply, Value::SimpleString(s) if s == "OVERSIZED")
+}
+
+/// The field, waited ms and value of each of `blocked` that `publish_blocked` writes: the
+/// longest waits first, at most [`MAX_WAITS_FIELDS`] of them and half of [`MAX_WAITS_BYTES`].
+fn publishable(blocked: &[(Blocked, Duration)]) -> Vec<(String, String, String)> {
+    let mut longest: Vec<&(Blocked, Duration)> = blocked.iter().collect();
+    longest.sort_by_key(|(_, waited)| std::cmp::Reverse(*waited));
+    let mut room = MAX_WAITS_BYTES / 2;
+    longest
+        .into_iter()
+        .map(|(b, waited)| {
+            let (field, value) = b.encode();
+            (field, millis(*waited).to_string(), value)
+        })
+        .take_while(|(f, w, v)| {
+            let size = f.len() + w.len() + v.len() + 16;
+            room = room.saturating_sub(size);
+            room > 0
+        })
+        .take(MAX_WAITS_FIELDS)
+        .collect()
 }
 
 /// What a manager last published: when, and its long waits.
@@ -192,27 +293,29 @@ pub(crate) struct Published {
     pub waits: Vec<Blocked>,
 }
 
-/// `read.lua`'s reply: nothing, or the time of the last write and the fields and values.
-fn decode_published(reply: redis::Value) -> Result<Published, LockError> {
-    let bad = |reply: &redis::Value| unexpected("read waits", reply.clone());
-    let redis::Value::Array(items) = &reply else {
-        return Err(bad(&reply));
+/// `read.lua`'s reply: nothing, or the time of the last write and the fields and values
+/// (`None`: the hash was over the bounds). A field or value that is not UTF-8, or not an entry
+/// this version reads, is skipped.
+fn decode_published(reply: Value) -> Result<Option<Published>, LockError> {
+    if oversized(&reply) {
+        return Ok(None);
+    }
+    let Value::Array(items) = reply else {
+        return Err(unexpected("read waits", reply));
     };
     let Some((written, flat)) = items.split_first() else {
-        return Ok(Published::default());
+        return Ok(Some(Published::default()));
     };
-    let redis::Value::Int(written) = written else {
-        return Err(bad(&reply));
+    let Value::Int(written) = written else {
+        return Err(unexpected("read waits", Value::Array(items)));
     };
-    let flat: Vec<String> =
-        redis::from_redis_value(redis::Value::Array(flat.to_vec())).map_err(|_| bad(&reply))?;
-    Ok(Published {
+    Ok(Some(Published {
         written_ms: u64::try_from(*written).unwrap_or(0),
         waits: flat
             .chunks_exact(2)
-            .filter_map(|p| Blocked::decode(&p[0], &p[1]))
+            .filter_map(|p| Blocked::decode(text(&p[0])?, text(&p[1])?))
             .collect(),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -241,6 +344,23 @@ mod tests {
         );
         assert_eq!(Blocked::decode("task:x", "1\n"), None);
         assert_eq!(Blocked::decode("task:1", "1\n3:ab,"), None);
+        // Another process's text: an unknown kind is no entry; a long service name is cut.
+        let forged = |service: &str, kind: &str| {
+            let mut value = String::from("5\n");
+            for part in [service, kind, "x", "h:1"] {
+                netstring(&mut value, part);
+            }
+            Blocked::decode("task:1", &value)
+        };
+        assert_eq!(forged("s", "lock\x1b[31m"), None);
+        assert_eq!(forged("s", "write").unwrap().kind, "write");
+        let long = forged(&"é".repeat(1000), "fair").unwrap();
+        assert!(
+            long.service.len() <= MAX_SERVICE + 3,
+            "{}",
+            long.service.len()
+        );
+        assert!(long.service.ends_with('…'));
         for owner in [Owner::Task(1), Owner::Thread(2), Owner::Scope(3)] {
             assert_eq!(parse_owner(&owner_field(owner)), Some(owner));
         }
@@ -263,13 +383,22 @@ mod tests {
         // No hash: nothing published, no write time.
         assert_eq!(
             decode_published(Value::Array(vec![])).unwrap(),
-            Published::default()
+            Some(Published::default())
         );
+        // Over the bounds: not read, not an error.
+        assert_eq!(
+            decode_published(Value::SimpleString("OVERSIZED".into())).unwrap(),
+            None
+        );
+        // An entry that is not UTF-8 is skipped; the others are read.
         let read = decode_published(Value::Array(vec![
             Value::Int(1_234),
+            Value::BulkString(b"task:\xff".to_vec()),
+            bulk(&format!("99\n{value}")),
             bulk(&field),
             bulk(&format!("99\n{value}")),
         ]))
+        .unwrap()
         .unwrap();
         assert_eq!(read.written_ms, 1_234);
         assert_eq!(
@@ -295,6 +424,40 @@ mod tests {
                 "a malformed reply is refused"
             );
         }
+    }
+
+    #[test]
+    fn a_manager_publishes_its_longest_waits_within_what_readers_read() {
+        let wait = |n: u64, holds: usize| {
+            let blocked = Blocked {
+                owner: Owner::Task(n),
+                service: "s".into(),
+                name: "x".into(),
+                kind: "lock".into(),
+                holder: "h:1".into(),
+                since_ms: 0,
+                holds: vec![("held".into(), "h:1".into()); holds],
+            };
+            (blocked, Duration::from_millis(n))
+        };
+        let many: Vec<_> = (1..=1500).map(|n| wait(n, 0)).collect();
+        let written = publishable(&many);
+        assert_eq!(written.len(), MAX_WAITS_FIELDS);
+        assert_eq!(written[0].1, "1500", "the longest first");
+        assert_eq!(written[999].1, "501");
+        // Big entries: cut by bytes, well under what a reader reads.
+        let big: Vec<_> = (1..=100).map(|n| wait(n, 2_000)).collect();
+        let written = publishable(&big);
+        let bytes: usize = written
+            .iter()
+            .map(|(f, w, v)| f.len() + w.len() + v.len())
+            .sum();
+        assert!(
+            !written.is_empty() && written.len() < 100,
+            "{}",
+            written.len()
+        );
+        assert!(bytes <= MAX_WAITS_BYTES / 2, "{bytes}");
     }
 
     #[test]

@@ -273,10 +273,7 @@ fn ttl_of(ms: i64) -> Option<Duration> {
 }
 
 fn unexpected(op: &'static str, reply: Value) -> LockError {
-    LockError::UnexpectedReply {
-        op,
-        detail: format!("{reply:?}"),
-    }
+    LockError::unexpected_reply(op, format!("{reply:?}"))
 }
 
 #[cfg(test)]

@@ -98,10 +98,7 @@ async fn check_subscribe(conn: &Conn) -> Result<(), LockError> {
         Some(_) => {
             let (sink, heard) = crate::connections::subscription::open(endpoint, &[], limit)
                 .await
-                .map_err(|detail| LockError::UnexpectedReply {
-                    op: "connect pub/sub",
-                    detail,
-                })?;
+                .map_err(|detail| LockError::unexpected_reply("connect pub/sub", detail))?;
             (sink, Box::new(heard))
         }
         // One server: opened here, for the typed error of a refused connection.

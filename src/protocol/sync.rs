@@ -583,10 +583,7 @@ fn first(op: &'static str, reply: &[i64]) -> Result<i64, LockError> {
 
 /// An array of integers the protocol does not allow here, reported as it came.
 fn unexpected_ints(op: &'static str, reply: &[i64]) -> LockError {
-    LockError::UnexpectedReply {
-        op,
-        detail: format!("{reply:?}"),
-    }
+    LockError::unexpected_reply(op, format!("{reply:?}"))
 }
 
 /// Bytes as lowercase hex: how Java shows a permit id.

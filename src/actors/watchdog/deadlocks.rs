@@ -45,6 +45,10 @@ const WAITS_TTL: Duration = Duration::from_secs(5);
 const REWRITTEN_AFTER: Duration = Duration::from_millis(250);
 /// The longest cycle followed, in steps (waits).
 const MAX_STEPS: usize = 8;
+/// How long a client whose waits hash was over the read bounds (forged?) is not read again
+/// at first; doubled each time it is found so again, up to [`MAX_SHUN`].
+const FIRST_SHUN: Duration = Duration::from_secs(5);
+const MAX_SHUN: Duration = Duration::from_secs(300);
 
 /// The live lock actors of the manager, asked for their waiting owners' holds (the registry's
 /// directory; a trait here, since the registry's actors use the Watchdog).
@@ -68,7 +72,12 @@ pub(super) struct Probe {
     /// each step's hash was written: acted on when the next probe finds them again, from
     /// hashes written since.
     suspects: Suspects,
+    /// Clients whose waits hash was over the read bounds: not read until then.
+    shunned: Shunned,
 }
+
+/// Clients not read for a while, by id: until when, and for how long the last time.
+type Shunned = FxHashMap<String, (Instant, Duration)>;
 
 /// Cycles found by a probe, with when each step's hash was written (server clock, ms).
 type Suspects = FxHashMap<Signature, Vec<u64>>;
@@ -90,6 +99,7 @@ impl Probe {
             published: false,
             off: false,
             suspects: Suspects::default(),
+            shunned: Shunned::default(),
         }
     }
 
@@ -123,15 +133,17 @@ impl Watchdog {
             actors: probe.actors.clone(),
             client: probe.client,
         };
-        let published = !long.is_empty();
+        let was_published = probe.published;
         let suspects = std::mem::take(&mut probe.suspects);
+        let shunned = std::mem::take(&mut probe.shunned);
         ctx.spawn(
-            async move { run.go(long, suspects).await }
+            async move { run.go(long, suspects, shunned, was_published).await }
                 .into_actor(self)
-                .map(move |res, act, _| {
+                .map(move |(shunned, res), act, _| {
                     act.probe.running = false;
+                    act.probe.shunned = shunned;
                     match res {
-                        Ok(suspects) => {
+                        Ok((suspects, published)) => {
                             act.probe.published = published;
                             act.probe.suspects = suspects;
                         }
@@ -169,12 +181,37 @@ struct Found {
 }
 
 impl Run {
+    /// [`run`](Self::run), giving back the clients not to read (whatever came of it).
+    async fn go(
+        self,
+        long: Vec<LongWait>,
+        suspected: Suspects,
+        mut shunned: Shunned,
+        was_published: bool,
+    ) -> (Shunned, Result<(Suspects, bool), LockError>) {
+        let res = self.run(long, suspected, &mut shunned, was_published).await;
+        (shunned, res)
+    }
+
     /// Publishes and follows; acts on the cycles `suspected` by the last probe and found again.
-    /// Returns the cycles to act on if the next probe finds them too.
-    async fn go(self, long: Vec<LongWait>, suspected: Suspects) -> Result<Suspects, LockError> {
+    /// Returns the cycles to act on if the next probe finds them too, and whether this
+    /// manager's waits hash holds anything now.
+    ///
+    /// Only the waits of owners that hold a lock are published and followed: a cycle through
+    /// an owner leads back to it through something it holds, so one that holds nothing closes
+    /// none, and costs no command (a waiter that holds nothing, the usual one, never reads
+    /// what other clients wrote).
+    async fn run(
+        &self,
+        long: Vec<LongWait>,
+        suspected: Suspects,
+        shunned: &mut Shunned,
+        was_published: bool,
+    ) -> Result<(Suspects, bool), LockError> {
         let mut suspects = Suspects::default();
         let me = self.client.hyphenated().to_string();
         let mut mine = Vec::with_capacity(long.len());
+        let mut long = long;
         if !long.is_empty() {
             let owners: Arc<[Owner]> = long.iter().map(|w| w.owner).collect();
             let asked = self.actors.live().into_iter().map(|a| {
@@ -191,6 +228,7 @@ impl Run {
                         .push((name.to_string(), holder.to_string()));
                 }
             }
+            long.retain(|w| holds.get(&w.owner).is_some_and(|h| !h.is_empty()));
             for wait in &long {
                 let blocked = Blocked {
                     owner: wait.owner,
@@ -211,6 +249,9 @@ impl Run {
             .into_iter()
             .map(|(b, since)| (b, since.elapsed()))
             .collect();
+        if mine.is_empty() && !was_published {
+            return Ok((suspects, false));
+        }
         let now_ms = self.commands.publish_blocked(&me, WAITS_TTL, &mine).await?;
         let mine: Vec<Blocked> = mine
             .into_iter()
@@ -228,7 +269,7 @@ impl Run {
             },
         );
         for (wait, start) in long.iter().zip(&mine) {
-            let Some(cycle) = self.follow(start, &me, &mut others).await? else {
+            let Some(cycle) = self.follow(start, &me, &mut others, shunned).await? else {
                 continue;
             };
             // Only cycles through another process: the graph finds the others itself.
@@ -266,7 +307,7 @@ impl Run {
                 self.waits_for.break_found(wait, Cycle { steps }).await;
             }
         }
-        Ok(suspects)
+        Ok((suspects, !mine.is_empty()))
     }
 
     /// Follows `start`'s wait through the holders of what it waits for, their clients' waits
@@ -277,6 +318,7 @@ impl Run {
         start: &Blocked,
         me: &str,
         hashes: &mut FxHashMap<String, Published>,
+        shunned: &mut Shunned,
     ) -> Result<Option<Vec<Found>>, LockError> {
         let step = |b: &Blocked, client: &str, hashes: &FxHashMap<String, Published>| Found {
             owner: b.owner,
@@ -291,7 +333,7 @@ impl Run {
         let mut path: Vec<(Found, Vec<(String, Blocked)>)> = Vec::new();
         let mut seen: FxHashSet<(String, Owner)> = FxHashSet::default();
         seen.insert((me.to_owned(), start.owner));
-        let next = self.next_steps(start, hashes).await?;
+        let next = self.next_steps(start, hashes, shunned).await?;
         path.push((step(start, me, hashes), next));
         while let Some((_, next)) = path.last_mut() {
             let Some((client, blocked)) = next.pop() else {
@@ -310,22 +352,28 @@ impl Run {
             if path.len() >= MAX_STEPS || !seen.insert((client.clone(), blocked.owner)) {
                 continue;
             }
-            let after = self.next_steps(&blocked, hashes).await?;
+            let after = self.next_steps(&blocked, hashes, shunned).await?;
             path.push((step(&blocked, &client, hashes), after));
         }
         Ok(None)
     }
 
     /// The owners (by client) that hold what `blocked` waits for and themselves wait, as
-    /// their hashes say: the steps after it.
+    /// their hashes say: the steps after it. A lock's hash or a client's waits hash over the
+    /// read bounds is not read (it leads nowhere), and that client is not read again for a
+    /// while ([`FIRST_SHUN`], doubling up to [`MAX_SHUN`]).
     async fn next_steps(
         &self,
         blocked: &Blocked,
         hashes: &mut FxHashMap<String, Published>,
+        shunned: &mut Shunned,
     ) -> Result<Vec<(String, Blocked)>, LockError> {
-        let described = self.commands.describe(&blocked.name).await?;
+        let Some(fields) = self.commands.lock_fields(&blocked.name).await? else {
+            tracing::debug!(name = ?blocked.name, "deadlock probe: the lock's hash is over the read bounds; not followed");
+            return Ok(Vec::new());
+        };
         let mut next = Vec::new();
-        for (field, _) in &described.fields {
+        for field in &fields {
             let Some((client, holder)) = holder_of(field) else {
                 continue;
             };
@@ -335,7 +383,7 @@ impl Run {
                 continue;
             }
             if !hashes.contains_key(client) {
-                let read = self.commands.read_blocked(client, WAITS_TTL).await?;
+                let read = self.read(client, shunned).await?;
                 hashes.insert(client.to_owned(), read);
             }
             let Some(theirs) = hashes.get(client) else {
@@ -351,6 +399,34 @@ impl Run {
             }
         }
         Ok(next)
+    }
+}
+
+impl Run {
+    /// Client `client`'s waits, unless it is shunned (then none); a hash over the read bounds
+    /// reads as none, and shuns the client.
+    async fn read(&self, client: &str, shunned: &mut Shunned) -> Result<Published, LockError> {
+        let now = Instant::now();
+        if shunned.get(client).is_some_and(|(until, _)| *until > now) {
+            return Ok(Published::default());
+        }
+        if let Some(read) = self.commands.read_blocked(client, WAITS_TTL).await? {
+            shunned.remove(client);
+            return Ok(read);
+        }
+        let last = shunned.get(client).map(|(_, last)| *last);
+        let next = last.map_or(FIRST_SHUN, |d| (d * 2).min(MAX_SHUN));
+        if last.is_none() {
+            tracing::warn!(
+                client,
+                "deadlock probe: this client's waits hash is over the read bounds (forged?); not read for a while"
+            );
+        }
+        if shunned.len() >= 1024 {
+            shunned.retain(|_, (until, _)| *until > now);
+        }
+        shunned.insert(client.to_owned(), (now + next, next));
+        Ok(Published::default())
     }
 }
 

@@ -42,6 +42,7 @@ use crate::protocol::Commands;
 use contention::Contention;
 pub(crate) use deadlocks::LockActors;
 use deadlocks::Probe;
+pub(crate) use record::FirstUse;
 use record::RecordWriter;
 use renewal::{RenewKey, Renewals, Round, Tracked};
 
@@ -98,8 +99,9 @@ impl Actor for Watchdog {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         if !self.halted {
-            // The first record after one interval, not at start: a manager that lives less
-            // (a `lockman inspect`) leaves none.
+            // The first record when the manager is first used (`FirstUse`), else after one
+            // interval; not at start: a manager that never locks (a `lockman inspect`) leaves
+            // none.
             ctx.run_interval(self.renewals.interval, |act, ctx| {
                 act.publish(ctx);
                 act.tick(ctx, Round::Every)

@@ -1,5 +1,5 @@
 //! The Watchdog's second job: this manager's client record (docs/protocol.md, "Client
-//! records"), written every renewal interval. Its format is `protocol/clients.rs`'s; what goes
+//! records"), written when the manager is first used ([`FirstUse`]) and every renewal interval. Its format is `protocol/clients.rs`'s; what goes
 //! in it is decided here.
 
 use std::time::Instant;
@@ -13,6 +13,26 @@ use crate::actors::messages::Renewal;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::protocol::{ClientRecord, MAX_LISTED, RecordedHold, RecordedWait};
+
+/// The manager is about to hold or wait for the first time (its first per-name actor is
+/// starting): its record is written now rather than one renewal interval after start, so that
+/// `lockman ls` and `inspect` name a short-lived process (a `lockman exec`) at once. Sent once
+/// in a manager's life, by the Registry: nothing on any acquire's path.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(crate) struct FirstUse;
+
+impl Handler<FirstUse> for Watchdog {
+    /// Done when the write is (or when there is none to make).
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: FirstUse, _: &mut Context<Self>) -> Self::Result {
+        let write = (!self.halted && !self.record.written)
+            .then(|| self.record_write(Instant::now()))
+            .flatten();
+        write.unwrap_or_else(|| Box::pin(actix::fut::ready(())))
+    }
+}
 
 /// The client record's state: who this manager is, and whether the record is written.
 pub(super) struct RecordWriter {
@@ -58,8 +78,16 @@ impl RecordWriter {
 impl Watchdog {
     /// Writes the client record (unless one is being written, or records are off).
     pub(super) fn write_record(&mut self, ctx: &mut Context<Self>, now: Instant) {
+        if let Some(write) = self.record_write(now) {
+            ctx.spawn(write);
+        }
+    }
+
+    /// The write of the client record, to run on this actor; `None` while one is being
+    /// written, or when records are off.
+    fn record_write(&mut self, now: Instant) -> Option<ResponseActFuture<Self, ()>> {
         if self.record.off || self.record.writing {
-            return;
+            return None;
         }
         let record = self.client_record(now);
         self.record.writing = true;
@@ -70,7 +98,7 @@ impl Watchdog {
             self.renewals.timeout,
         );
         let write = async move { commands.write_client_record(&id, ttl, &record).await };
-        ctx.spawn(write.into_actor(self).map(|res, act, _| {
+        Some(Box::pin(write.into_actor(self).map(|res, act, _| {
             act.record.writing = false;
             match res {
                 Ok(()) => {}
@@ -80,7 +108,7 @@ impl Watchdog {
                 }
                 Err(error) => tracing::debug!(%error, "client record not written"),
             }
-        }));
+        })))
     }
 
     /// The record as of `now`: who this manager is, how many holds and waited names there

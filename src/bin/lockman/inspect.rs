@@ -37,6 +37,9 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
     };
     manager.shutdown().await;
     let info = info.map_err(Failure::redis)?;
+    if !looks_like_a_lock(&info) {
+        return Err(not_a_lock(name, false));
+    }
     // Records name holds as they are in Redis (with any --prefix); inspect shows names without.
     let mut clients = clients;
     if let Ok(config) = server.config() {
@@ -55,13 +58,46 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
     Ok(if info.is_held() { 0 } else { code::FREE })
 }
 
-pub async fn unlock(server: &Server, name: &str, yes: bool) -> Result<u8, Failure> {
+/// Whether a hash read as a lock looks like one: free (no hash), or with a `mode` field or a
+/// holder field (`<uuid>:<n>`, a writer's `…:write`), as every lock Redisson or lockman
+/// writes has. An application's hash (`user:42`), a client record or a fence hash has none.
+fn looks_like_a_lock(info: &LockInfo) -> bool {
+    !info.is_held()
+        || info.mode.is_some()
+        || info.holders.iter().any(|h| {
+            h.holder.rsplit_once(':').is_some_and(|(client, n)| {
+                n.parse::<u64>().is_ok() && uuid::Uuid::parse_str(client).is_ok()
+            })
+        })
+}
+
+/// `name` holds a hash that is not a lock's.
+fn not_a_lock(name: &str, unlock: bool) -> Failure {
+    let what = format!(
+        "{name:?} is a redis hash with no lock holder field (<uuid>:<n>) and no mode: not a lock"
+    );
+    if unlock {
+        Failure::new(
+            code::USAGE,
+            format!("{what}; nothing done (--any-hash deletes it all the same)"),
+        )
+    } else {
+        Failure::new(code::REDIS, what)
+    }
+}
+
+/// `lockman unlock --force`: deletes the lock whoever holds it; a hash that does not look like
+/// a lock (see [`looks_like_a_lock`]) only with `any_hash`.
+pub async fn unlock(server: &Server, name: &str, yes: bool, any_hash: bool) -> Result<u8, Failure> {
     let manager = server.connect().await?;
     let result = async {
         let info = manager.describe(name).await.map_err(Failure::redis)?;
         if !info.is_held() {
             println!("{name:?} is not locked");
             return Ok(code::FREE);
+        }
+        if !any_hash && !looks_like_a_lock(&info) {
+            return Err(not_a_lock(name, true));
         }
         if !yes && std::io::stdin().is_terminal() {
             let clients = manager.clients().await.unwrap_or_default();

@@ -6,7 +6,7 @@
 //! lockman inspect NAME [--json]
 //! lockman semaphore NAME [--set N] [--add D] [--drain] [--json]
 //! lockman latch NAME [set N | count-down | wait [--timeout DUR]] [--json]
-//! lockman unlock --force NAME [--yes]
+//! lockman unlock --force NAME [--yes] [--any-hash]
 //! lockman watch NAME
 //! lockman ls [PATTERN] [--json]
 //! lockman top [PATTERN] [--once] [--json]
@@ -234,6 +234,10 @@ enum Command {
         /// Do not ask for confirmation on a terminal.
         #[arg(long, short)]
         yes: bool,
+        /// Delete the hash even when none of its fields looks like a lock holder
+        /// (`<uuid>:<n>`) or `mode`: without it such a hash is refused (exit 2).
+        #[arg(long)]
+        any_hash: bool,
         /// The lock name.
         name: String,
     },
@@ -785,7 +789,12 @@ fn main() -> ExitCode {
                 elect::leader(&cli.server, &name, watch, json).await
             }
             Command::Inspect { name, json } => inspect::inspect(&cli.server, &name, json).await,
-            Command::Unlock { name, yes, .. } => inspect::unlock(&cli.server, &name, yes).await,
+            Command::Unlock {
+                name,
+                yes,
+                any_hash,
+                ..
+            } => inspect::unlock(&cli.server, &name, yes, any_hash).await,
             Command::Watch { name } => watch::run(&cli.server, &name).await,
             Command::Doctor { json } => doctor::doctor(&cli.server, json).await,
             Command::Ls { pattern, json } => {
