@@ -74,17 +74,19 @@ fn an_evicting_server_without_persistence_warns_and_exits_1() {
         marks,
         [
             "✔ server",
+            "✔ tls",
             "✔ scripting",
             "✔ lpos",
             "✔ sharded_pubsub",
             "✔ acl",
+            "✔ scratch_lock",
             "⚠ eviction",
             "⚠ persistence",
             "✔ replication",
             "✔ keyspace_events",
             "✔ clock",
             "✔ round_trip",
-            "9 ok,",
+            "11 ok,",
         ],
         "{text}"
     );
@@ -103,7 +105,7 @@ fn an_evicting_server_without_persistence_warns_and_exits_1() {
         ),
         "{text}"
     );
-    assert_eq!(lines.last(), Some(&"9 ok, 2 warnings, 0 failures"));
+    assert_eq!(lines.last(), Some(&"11 ok, 2 warnings, 0 failures"));
 
     let out = doctor(&server.url(), &["--json"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -113,10 +115,12 @@ fn an_evicting_server_without_persistence_warns_and_exits_1() {
         statuses(&json),
         pairs(&[
             ("server", "ok"),
+            ("tls", "ok"),
             ("scripting", "ok"),
             ("lpos", "ok"),
             ("sharded_pubsub", "ok"),
             ("acl", "ok"),
+            ("scratch_lock", "ok"),
             ("eviction", "warn"),
             ("persistence", "warn"),
             ("replication", "ok"),
@@ -125,7 +129,7 @@ fn an_evicting_server_without_persistence_warns_and_exits_1() {
             ("round_trip", "ok"),
         ])
     );
-    let persistence = &json["checks"][6];
+    let persistence = &json["checks"][8];
     assert!(
         persistence["seen"]
             .as_str()
@@ -148,12 +152,12 @@ fn a_server_as_lockman_needs_it_exits_0() {
     assert_eq!(json["status"], "ok");
     assert!(statuses(&json).iter().all(|(_, s)| s == "ok"), "{json}");
     assert_eq!(
-        json["checks"][8]["seen"],
+        json["checks"][10]["seen"],
         "notify-keyspace-events \"ghxK\": lockman watch shows acquires, renewals and expiries"
     );
     let out = doctor(&server.url(), &[]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(stdout(&out).ends_with("11 ok, 0 warnings, 0 failures\n"));
+    assert!(stdout(&out).ends_with("13 ok, 0 warnings, 0 failures\n"));
 }
 
 #[test]
@@ -205,7 +209,7 @@ fn no_scripting_and_missing_key_patterns_fail_with_78() {
     let text = stdout(&out);
     assert!(
         text.lines().any(|l| l.starts_with(
-            "✘ acl              the user may not use the keys of the lock \"app:lockman-doctor\": "
+            "✘ acl              the redis user may not release on \"app:lockman-doctor:"
         )),
         "{text}"
     );
