@@ -641,7 +641,7 @@ pub(crate) fn least_privilege_acl(prefix: &str) -> String {
         "ACL SETUSER <user> reset on ><password> {names} ~redisson_lock_queue:* \
          ~redisson_lock_timeout:* ~redisson_lock_token:* ~redisson_lock__channel:* \
          ~redisson_rwlock:* ~redisson_sc:* ~redisson_countdownlatch__channel__* \
-         ~redisson_unlock_latch:* ~lockman_client:* ~lockman_waits:* \
+         ~redisson_unlock_latch:* ~lockman_fence:* ~lockman_client:* ~lockman_waits:* \
          &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
          &redisson_countdownlatch__channel__* \
          +evalsha +script|load +wait +publish +subscribe +unsubscribe +ping +hello +auth \
