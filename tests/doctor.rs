@@ -373,7 +373,8 @@ fn a_user_missing_the_rwlock_or_semaphore_patterns_fails_acl() {
         assert_eq!(acl["status"], "fail", "{without}: {acl}");
         let seen = acl["seen"].as_str().unwrap();
         assert!(
-            seen.contains("NoPerm") && seen.contains(&format!("(the scratch {kind} \"app:lockman-doctor:")),
+            seen.contains("NoPerm")
+                && seen.contains(&format!("(the scratch {kind} \"app:lockman-doctor:")),
             "{without}: {seen}"
         );
         let advice = acl["advice"].as_str().unwrap();
@@ -460,4 +461,39 @@ fn insecure_tls_is_a_tls_warning() {
         &["--json", "--tls-ca", ca.to_str().unwrap()],
     ));
     assert_eq!(check_of(&json, "tls")["status"], "ok", "{json}");
+}
+
+/// A user refused at start (the least-privilege rule less the read-write lock's channel): ✘ acl
+/// naming the channel, exit 78, and the whole rule for the prefix as advice.
+#[test]
+fn a_user_refused_at_start_gets_the_rule_as_advice() {
+    let server = server_with(&["--appendonly", "yes"]);
+    set_user(
+        &server,
+        &acl_rule("lm", "lmpw", "app:", &["&redisson_rwlock:*"]),
+    );
+    let url = format!("redis://lm:lmpw@127.0.0.1:{}/0", server.port());
+    let out = Command::new(LOCKMAN)
+        .args(["--url", &url, "--prefix", "app:", "doctor", "--json"])
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let json = json_of(&out);
+    assert_eq!(statuses(&json), pairs(&[("acl", "fail")]));
+    let acl = check_of(&json, "acl");
+    assert!(
+        acl["seen"]
+            .as_str()
+            .unwrap()
+            .contains("redisson_rwlock:{lockman:acl-check}"),
+        "{acl}"
+    );
+    let advice = acl["advice"].as_str().unwrap();
+    assert!(
+        advice.contains("ACL SETUSER <user> reset on ><password> ~app:* ~{app:* ")
+            && advice.contains(" &redisson_rwlock:* "),
+        "{advice}"
+    );
 }

@@ -89,7 +89,11 @@ async fn the_documented_acl_runs_every_kind_and_the_doctor_passes() {
             mgr.non_reentrant_lock("b"),
             mgr.non_reentrant_lock("b"),
         ),
-        ("fair lock", mgr.fair_lock("c").into(), mgr.fair_lock("c").into()),
+        (
+            "fair lock",
+            mgr.fair_lock("c").into(),
+            mgr.fair_lock("c").into(),
+        ),
         (
             "non-reentrant fair lock",
             mgr.non_reentrant_fair_lock("d").into(),
@@ -119,10 +123,19 @@ async fn the_documented_acl_runs_every_kind_and_the_doctor_passes() {
     reader.release().await.unwrap();
     second.release().await.unwrap();
     let fenced = mgr.fenced_lock("i").acquire().await.unwrap();
-    assert!(fenced.fenced_set("app:body", "v1").await.expect("fenced_set"));
+    assert!(
+        fenced
+            .fenced_set("app:body", "v1")
+            .await
+            .expect("fenced_set")
+    );
     fenced.release().await.unwrap();
     let lead = mgr.election("j").campaign().await.expect("campaign");
-    assert!(lead.fenced_set("app:leader", "me").await.expect("leader's write"));
+    assert!(
+        lead.fenced_set("app:leader", "me")
+            .await
+            .expect("leader's write")
+    );
     lead.resign().await.unwrap();
 
     let sem = mgr.semaphore("s");
@@ -130,7 +143,7 @@ async fn the_documented_acl_runs_every_kind_and_the_doctor_passes() {
     let permit = sem.acquire(1).await.unwrap();
     let waiting = tokio::spawn({
         let sem = sem.clone();
-        async move { sem.acquire(1).await.map(|p| drop(p)) }
+        async move { sem.acquire(1).await.map(drop) }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     permit.release().await.unwrap();

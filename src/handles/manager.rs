@@ -151,9 +151,7 @@ impl LockManager {
             let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
             keys::holder(&id, n)
         });
-        let name = self
-            .inner
-            .name(format!("{DOCTOR_NAME}:{}", Uuid::new_v4()));
+        let name = self.inner.name(format!("{DOCTOR_NAME}:{}", Uuid::new_v4()));
         self.inner.check(&name)?;
         let lane = format!("{id}:d");
         let trial = self

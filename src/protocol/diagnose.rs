@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Cmd, FromRedisValue, Value};
 
-use super::{Attempt, Commands, Expect, FairArgs, Latch, LockKind, Released, SyncKind, SyncLatch, Take};
+use super::{
+    Attempt, Commands, Expect, FairArgs, Latch, LockKind, Released, SyncKind, SyncLatch, Take,
+};
 use crate::config::{Config, Deployment};
 use crate::connections::command::Link;
 use crate::connections::failure::connect_error;
@@ -108,6 +110,13 @@ impl Diagnosis {
     /// The check named `name`, if there is one.
     pub fn check(&self, name: &str) -> Option<&Check> {
         self.checks.iter().find(|c| c.name == name)
+    }
+
+    /// The least-privilege ACL rule of docs/protocol.md ("ACL") for names under `prefix` (all
+    /// names when empty), as one `ACL SETUSER` command with `<user>` and `<password>` to fill
+    /// in: every kind of lock and synchronizer runs with it, and no dangerous command.
+    pub fn least_privilege_acl(prefix: &str) -> String {
+        least_privilege_acl(prefix)
     }
 }
 
@@ -417,7 +426,9 @@ impl Commands {
                 &[]
             };
             let request = latch();
-            let set = self.permits(kind, &name, &request).set(1, Some(SCRATCH_TTL));
+            let set = self
+                .permits(kind, &name, &request)
+                .set(1, Some(SCRATCH_TTL));
             if !set.await? {
                 return Err(LockError::UnexpectedReply {
                     op: "set permits",
@@ -425,14 +436,18 @@ impl Commands {
                 });
             }
             let request = latch();
-            let taken = self.permits(kind, &name, &request).take(1, ids, SCRATCH_TTL);
+            let taken = self
+                .permits(kind, &name, &request)
+                .take(1, ids, SCRATCH_TTL);
             let unsynced = match taken.await? {
                 Take::Taken => None,
                 Take::Unsynced { acked, wanted } => Some((acked, wanted)),
                 Take::Short { free, .. } => {
                     return Err(LockError::UnexpectedReply {
                         op: "acquire permits",
-                        detail: format!("the scratch semaphore's permit was not taken ({free} free)"),
+                        detail: format!(
+                            "the scratch semaphore's permit was not taken ({free} free)"
+                        ),
                     });
                 }
             };
@@ -958,9 +973,7 @@ fn replication(facts: &Facts, trial: &Trial, config: &Config) -> Check {
                 "{seen}, {good} of them in time: the server refuses every write (NOREPLICAS), \
                  so every acquire fails"
             ),
-            format!(
-                "connect {min} replicas, or CONFIG SET min-replicas-to-write {good} (or 0)"
-            ),
+            format!("connect {min} replicas, or CONFIG SET min-replicas-to-write {good} (or 0)"),
         );
     }
     match (config.get_sync_replicas(), trial.synced) {
@@ -996,9 +1009,7 @@ fn replication(facts: &Facts, trial: &Trial, config: &Config) -> Check {
         (Some((count, _)), None) => Check::new(
             "replication",
             CheckStatus::Warn,
-            format!(
-                "{seen}: sync_replicas({count}, …) not tried (the scratch lock was not taken)"
-            ),
+            format!("{seen}: sync_replicas({count}, …) not tried (the scratch lock was not taken)"),
             "",
         ),
         (None, _) if replicas == 0 => Check::new(
@@ -1188,8 +1199,10 @@ mod tests {
         let synced = config.sync_replicas(2, Duration::from_millis(100));
         assert_eq!(replication(&f, &none, &synced).status, CheckStatus::Fail);
         // What WAIT acknowledged after the scratch write decides, not the replicas connected.
-        let mut unsynced = Trial::default();
-        unsynced.synced = Some(Some((0, 1)));
+        let mut unsynced = Trial {
+            synced: Some(Some((0, 1))),
+            ..Trial::default()
+        };
         let one = Config::new("redis://x").sync_replicas(1, Duration::from_millis(100));
         assert_eq!(replication(&f, &unsynced, &one).status, CheckStatus::Fail);
         unsynced.synced = Some(None);
@@ -1200,7 +1213,10 @@ mod tests {
     fn min_replicas_to_write_above_the_replicas_in_time_fails() {
         let config = Config::new("redis://x");
         let none = Trial::default();
-        let alone = facts(&[("connected_slaves", "0")], &[("min-replicas-to-write", "1")]);
+        let alone = facts(
+            &[("connected_slaves", "0")],
+            &[("min-replicas-to-write", "1")],
+        );
         let c = replication(&alone, &none, &config);
         assert_eq!(c.status, CheckStatus::Fail, "{}", c.seen);
         assert!(c.seen.contains("NOREPLICAS"), "{}", c.seen);
@@ -1208,7 +1224,10 @@ mod tests {
             &[("connected_slaves", "1"), ("min_slaves_good_slaves", "0")],
             &[("min-replicas-to-write", "1")],
         );
-        assert_eq!(replication(&lagging, &none, &config).status, CheckStatus::Fail);
+        assert_eq!(
+            replication(&lagging, &none, &config).status,
+            CheckStatus::Fail
+        );
         let fine = facts(
             &[("connected_slaves", "1"), ("min_slaves_good_slaves", "1")],
             &[("min-replicas-to-write", "1")],
@@ -1263,8 +1282,15 @@ mod tests {
         f.known = Err("NOPERM".into());
         let checks = started_checks(&f, &Trial::default(), &Config::new("redis://x"));
         let lpos = checks.iter().find(|c| c.name == "lpos").expect("lpos");
-        assert!(lpos.seen.starts_with("could not check (COMMAND refused"), "{}", lpos.seen);
-        let sharded = checks.iter().find(|c| c.name == "sharded_pubsub").expect("sharded");
+        assert!(
+            lpos.seen.starts_with("could not check (COMMAND refused"),
+            "{}",
+            lpos.seen
+        );
+        let sharded = checks
+            .iter()
+            .find(|c| c.name == "sharded_pubsub")
+            .expect("sharded");
         assert!(!sharded.seen.contains("missing"), "{}", sharded.seen);
     }
 
