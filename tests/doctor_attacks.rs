@@ -81,7 +81,27 @@ async fn a_frozen_replica_under_replica_sync_fails_replication() {
         .unwrap();
     assert_eq!(left, Vec::<String>::new());
 
-    // The control: the replica acknowledges again, and the same checks pass.
+    // The control: once the replica has acknowledged everything again (it acknowledges on its
+    // own every second), the same checks pass.
+    let caught_up = support::eventually_blocking(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut raw)
+            .unwrap();
+        let field = |key: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(str::to_owned)
+        };
+        let offset = field("master_repl_offset:");
+        let acked = field("slave0:").and_then(|s| {
+            s.split(',')
+                .find_map(|kv| kv.strip_prefix("offset="))
+                .map(str::to_owned)
+        });
+        offset.is_some() && offset == acked
+    });
+    assert!(caught_up, "the replica never acknowledged again");
     let diagnosis = manager.diagnose().await.expect("a diagnosis");
     let replication = check(&diagnosis, "replication");
     assert_eq!(replication.status, CheckStatus::Ok, "{replication:?}");
