@@ -158,6 +158,16 @@ fn a_server_as_lockman_needs_it_exits_0() {
     let out = doctor(&server.url(), &[]);
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).ends_with("13 ok, 0 warnings, 0 failures\n"));
+    // The scratch locks are gone; what the scratch synchronizers leave (their counters and
+    // request latches) expires within a minute: nothing stays for good.
+    let mut conn = server.conn();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    assert!(!keys.is_empty(), "the scratch synchronizers' keys");
+    for key in keys {
+        assert!(key.contains("lockman-doctor:"), "{key}");
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+        assert!((1..=60_000).contains(&ttl), "{key}: {ttl}");
+    }
 }
 
 #[test]
@@ -358,7 +368,14 @@ fn set_user(server: &RedisServer, rule: &[String]) {
 #[test]
 fn a_user_missing_the_rwlock_or_semaphore_patterns_fails_acl() {
     let server = server_with(&["--appendonly", "yes"]);
-    for (without, kind) in [("~{app:*", "read lock"), ("~redisson_sc:*", "semaphore")] {
+    for (without, kind, what) in [
+        ("~{app:*", "read lock", "{app:lockman-doctor:"),
+        (
+            "~redisson_sc:*",
+            "semaphore",
+            "redisson_sc:{app:lockman-doctor:",
+        ),
+    ] {
         set_user(&server, &acl_rule("lm", "lmpw", "app:", &[without]));
         let url = format!("redis://lm:lmpw@127.0.0.1:{}/0", server.port());
         let out = Command::new(LOCKMAN)
@@ -374,7 +391,8 @@ fn a_user_missing_the_rwlock_or_semaphore_patterns_fails_acl() {
         let seen = acl["seen"].as_str().unwrap();
         assert!(
             seen.contains("NoPerm")
-                && seen.contains(&format!("(the scratch {kind} \"app:lockman-doctor:")),
+                && seen.contains(&format!("(the scratch {kind} \"app:lockman-doctor:"))
+                && seen.contains(what),
             "{without}: {seen}"
         );
         let advice = acl["advice"].as_str().unwrap();

@@ -167,9 +167,17 @@ async fn a_primary_killed_or_frozen_mid_diagnosis_is_an_error_in_time() {
         } else {
             assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
             assert!(took <= response + Duration::from_millis(500), "{took:?}");
+        }
+        // As `lockman doctor` does next: the shutdown ends too, the server still away.
+        let shut = Instant::now();
+        tokio::time::timeout(response + Duration::from_secs(2), manager.shutdown())
+            .await
+            .expect("the shutdown ended");
+        let shut = shut.elapsed();
+        assert!(shut <= response + Duration::from_millis(500), "{shut:?}");
+        if !kill {
             primary.signal("CONT");
         }
         replica.signal("CONT");
-        drop(manager);
     }
 }

@@ -673,7 +673,11 @@ fn acl(trial: &Trial, config: &Config) -> Check {
         Some((step, e @ LockError::NoPermission { .. })) => Check::new(
             "acl",
             CheckStatus::Fail,
-            format!("{e} (the scratch {step} {:?})", trial.name),
+            format!(
+                "{e} (the scratch {step} {:?}, whose keys and channels are: {})",
+                trial.name,
+                reached(step, &trial.name).join(", ")
+            ),
             format!(
                 "give the user what every kind needs (docs/protocol.md, \"ACL\"): {}",
                 least_privilege_acl(config.get_name_prefix())
@@ -744,6 +748,55 @@ fn scratch(trial: &Trial) -> Check {
         ),
         advice,
     )
+}
+
+/// The keys a step of the trial declares to its scripts (each checked against the user's key
+/// patterns) and the channels it publishes or subscribes on, so that a refusal names what the
+/// user may lack. `<holder>`, `<n>` and `<lane>` stand for the parts that vary.
+fn reached(step: &str, name: &str) -> Vec<String> {
+    let latch = |name: &str| keys::latch(name, "<lane>");
+    let (sem, permits, counted) = (
+        format!("{name}:s"),
+        format!("{name}:p"),
+        format!("{name}:c"),
+    );
+    match step {
+        "lock" | "non-reentrant lock" => vec![name.to_owned(), keys::unlock_channel(name)],
+        "fair lock" => vec![
+            name.to_owned(),
+            keys::fair_queue(name),
+            keys::fair_deadlines(name),
+            keys::unlock_channel(name),
+        ],
+        "read lock" => vec![
+            name.to_owned(),
+            format!("{}:<n>", keys::read_timeout_prefix(name, "<holder>")),
+            keys::rwlock_channel(name),
+        ],
+        "write lock" => vec![name.to_owned(), keys::rwlock_channel(name)],
+        "fenced lock" => vec![
+            name.to_owned(),
+            keys::fair_queue(name),
+            keys::fair_deadlines(name),
+            keys::token_key(name),
+        ],
+        "semaphore" => vec![sem.clone(), keys::semaphore_channel(&sem), latch(&sem)],
+        "permit semaphore" => vec![
+            permits.clone(),
+            keys::permit_set(&permits),
+            keys::semaphore_channel(&permits),
+            latch(&permits),
+        ],
+        "count-down latch" => vec![
+            counted.clone(),
+            keys::countdown_channel(&counted),
+            latch(&counted),
+        ],
+        _ => vec![
+            keys::semaphore_channel(&sem),
+            keys::countdown_channel(&counted),
+        ],
+    }
 }
 
 /// Whether the connections are encrypted and verified, from the URLs (the start's handshake
@@ -973,7 +1026,11 @@ fn replication(facts: &Facts, trial: &Trial, config: &Config) -> Check {
                 "{seen}, {good} of them in time: the server refuses every write (NOREPLICAS), \
                  so every acquire fails"
             ),
-            format!("connect {min} replicas, or CONFIG SET min-replicas-to-write {good} (or 0)"),
+            if good == 0 {
+                format!("connect {min} replicas, or CONFIG SET min-replicas-to-write 0")
+            } else {
+                format!("connect {min} replicas, or CONFIG SET min-replicas-to-write {good} (or 0)")
+            },
         );
     }
     match (config.get_sync_replicas(), trial.synced) {
