@@ -998,13 +998,35 @@ fn aof_check(fsync: &str) -> Check {
 fn replication(facts: &Facts, trial: &Trial, config: &Config) -> Check {
     let info = |k: &str| facts.info.get(k).map(String::as_str);
     let Some(replicas) = info("connected_slaves").and_then(|n| n.parse::<u32>().ok()) else {
-        return Check::new(
-            "replication",
-            CheckStatus::Warn,
-            "replicas unknown: INFO could not be read",
-            "without replica sync a failover can lose a lock granted just before it: \
-             Config::sync_replicas where replicas run",
-        );
+        // What WAIT acknowledged after the scratch write is known all the same.
+        return match (config.get_sync_replicas(), trial.synced) {
+            (Some((count, timeout)), Some(synced)) => {
+                let (status, acked) = match synced {
+                    Some((acked, wanted)) => (
+                        CheckStatus::Fail,
+                        format!("{acked} of {wanted} replicas acknowledged"),
+                    ),
+                    None => (CheckStatus::Ok, format!("{count} or more acknowledged")),
+                };
+                Check::new(
+                    "replication",
+                    status,
+                    format!(
+                        "replicas unknown (INFO could not be read); WAIT after the scratch \
+                         lock's acquire: {acked} within {} (sync_replicas({count}, …))",
+                        short(timeout)
+                    ),
+                    "",
+                )
+            }
+            _ => Check::new(
+                "replication",
+                CheckStatus::Warn,
+                "replicas unknown: INFO could not be read",
+                "without replica sync a failover can lose a lock granted just before it: \
+                 Config::sync_replicas where replicas run",
+            ),
+        };
     };
     let min = match facts.config.get("min-replicas-to-write") {
         Some(Ok(n)) => n.parse::<u32>().ok(),
@@ -1119,9 +1141,7 @@ fn keyspace_events(facts: &Facts) -> Check {
         Some(Err(e)) => Check::new(
             "keyspace_events",
             CheckStatus::Ok,
-            format!(
-                "notify-keyspace-events could not be read ({e}): lockman watch shows releases only"
-            ),
+            format!("notify-keyspace-events could not be read ({e}); locks need none"),
             "",
         ),
         None => Check::new("keyspace_events", CheckStatus::Ok, "not read", ""),
@@ -1264,6 +1284,27 @@ mod tests {
         assert_eq!(replication(&f, &unsynced, &one).status, CheckStatus::Fail);
         unsynced.synced = Some(None);
         assert_eq!(replication(&f, &unsynced, &one).status, CheckStatus::Ok);
+    }
+
+    #[test]
+    fn without_info_replica_sync_is_judged_by_what_wait_acknowledged() {
+        let mut f = facts(&[], &[]);
+        f.info_refused = Some("NOPERM".into());
+        let one = Config::new("redis://x").sync_replicas(1, Duration::from_millis(100));
+        let unsynced = Trial {
+            synced: Some(Some((0, 1))),
+            ..Trial::default()
+        };
+        let c = replication(&f, &unsynced, &one);
+        assert_eq!(c.status, CheckStatus::Fail, "{}", c.seen);
+        assert!(c.seen.contains("0 of 1 replicas acknowledged"), "{}", c.seen);
+        let synced = Trial {
+            synced: Some(None),
+            ..Trial::default()
+        };
+        assert_eq!(replication(&f, &synced, &one).status, CheckStatus::Ok);
+        let plain = Config::new("redis://x");
+        assert_eq!(replication(&f, &synced, &plain).status, CheckStatus::Warn);
     }
 
     #[test]
