@@ -53,8 +53,9 @@ impl CheckStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Check {
-    /// Which check: `server`, `scripting`, `lpos`, `sharded_pubsub`, `acl`, `eviction`,
-    /// `persistence`, `replication`, `keyspace_events`, `clock`, `round_trip`.
+    /// Which check: `server`, `tls`, `scripting`, `lpos`, `sharded_pubsub`, `acl`,
+    /// `scratch_lock`, `eviction`, `persistence`, `replication`, `keyspace_events`, `clock`,
+    /// `round_trip`.
     pub name: &'static str,
     /// How it came out.
     pub status: CheckStatus,
@@ -1297,7 +1298,11 @@ mod tests {
         };
         let c = replication(&f, &unsynced, &one);
         assert_eq!(c.status, CheckStatus::Fail, "{}", c.seen);
-        assert!(c.seen.contains("0 of 1 replicas acknowledged"), "{}", c.seen);
+        assert!(
+            c.seen.contains("0 of 1 replicas acknowledged"),
+            "{}",
+            c.seen
+        );
         let synced = Trial {
             synced: Some(None),
             ..Trial::default()
