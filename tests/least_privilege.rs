@@ -1,7 +1,8 @@
 //! The least-privilege ACL rule of docs/protocol.md ("ACL"), read from the document itself:
 //! a user given exactly that rule, with prefix `app:`, runs every kind of lock and synchronizer
 //! (plain, non-reentrant, fair, non-reentrant fair, read, write, fenced with `fenced_set`,
-//! election, semaphore, permit semaphore, count-down latch), each taken by one holder while
+//! election, semaphore, permit semaphore, count-down latch, replica sync's WAIT), each taken by
+//! one holder while
 //! another waits, with client records and deadlock detection on; the server's `ACL LOG` then
 //! holds no refusal at all (client records and waits-for edges are written off the callers'
 //! path, where a refusal would only be a warning) but the two refusals that are by design; and
@@ -11,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockman::{CheckStatus, Config, Lock, LockManager};
+use lockman::{CheckStatus, Config, Lock, LockError, LockManager};
 use support::RedisServer;
 
 /// The rule's arguments (after `ACL SETUSER`), for `user`, `password` and `prefix`.
@@ -44,14 +45,14 @@ fn acl_log(server: &RedisServer) -> Vec<String> {
     seen
 }
 
-/// One holder takes `lock`, a second (`other`) waits and gets it on the release.
-async fn take_in_turn(kind: &str, lock: Lock, other: Lock) {
+/// One holder takes `lock` for `hold`, a second (`other`) waits and gets it on the release.
+async fn take_in_turn(kind: &str, lock: Lock, other: Lock, hold: Duration) {
     let held = lock
         .acquire()
         .await
         .unwrap_or_else(|e| panic!("{kind}: {e}"));
     let waiting = tokio::spawn(async move { other.acquire().await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    tokio::time::sleep(hold).await;
     held.release()
         .await
         .unwrap_or_else(|e| panic!("{kind}: {e}"));
@@ -115,8 +116,11 @@ async fn the_documented_acl_runs_every_kind_and_the_doctor_passes() {
             mgr.fenced_lock("g").into(),
         ),
     ];
-    for (kind, lock, other) in pairs {
-        take_in_turn(kind, lock, other).await;
+    for (i, (kind, lock, other)) in pairs.into_iter().enumerate() {
+        // The first wait lasts past a second: the waiter then publishes its waits-for edge
+        // (`lockman_waits:*`) and follows the holder's, as deadlock detection does.
+        let hold = Duration::from_millis(if i == 0 { 1500 } else { 50 });
+        take_in_turn(kind, lock, other, hold).await;
     }
     let reader = mgr.read_write_lock("h").read().acquire().await.unwrap();
     let second = mgr.read_write_lock("h").read().acquire().await.unwrap();
@@ -169,14 +173,37 @@ async fn the_documented_acl_runs_every_kind_and_the_doctor_passes() {
         .expect("the latch's waiter was woken")
         .unwrap()
         .unwrap();
-    // Held long enough for a client record to be written (a third of the watchdog timeout).
+    // Held until this manager's client record is written (a third of the watchdog timeout
+    // after it starts holding) and read back, both as lm.
     let long = mgr.lock("k").acquire().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(
-        !mgr.clients().await.expect("client records").is_empty(),
-        "no client record"
-    );
+    let mut recorded = false;
+    for _ in 0..100 {
+        if !mgr.clients().await.expect("client records").is_empty() {
+            recorded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(recorded, "no client record within 10 s");
     long.release().await.unwrap();
+
+    // Replica sync's WAIT is allowed too: with no replica to acknowledge, an acquire is given
+    // back with ReplicaSync (a refused WAIT would be NoPermission).
+    let synced = LockManager::start(
+        Config::new(format!("redis://lm:lmpw@127.0.0.1:{}/0", server.port()))
+            .name_prefix("app:")
+            .sync_replicas(1, Duration::from_millis(50)),
+    )
+    .await
+    .expect("started as lm, with replica sync");
+    match synced.lock("w").try_acquire().await {
+        Err(LockError::ReplicaSync {
+            acked: 0,
+            wanted: 1,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    synced.shutdown().await;
 
     let diagnosis = mgr.diagnose().await.expect("a diagnosis");
     let failed: Vec<_> = diagnosis
