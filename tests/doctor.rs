@@ -515,3 +515,25 @@ fn a_user_refused_at_start_gets_the_rule_as_advice() {
         "{advice}"
     );
 }
+
+/// A server at `maxmemory` under `noeviction` refuses every write (`OOM`): ✘ scratch_lock with
+/// the refusal, exit 78, although every setting read is as lockman needs it. Catches a doctor
+/// that reads the eviction policy and never writes.
+#[test]
+fn a_server_out_of_memory_fails_the_scratch_lock_with_78() {
+    let server = server_with(&["--appendonly", "yes", "--maxmemory", "1"]);
+    let out = doctor(&server.url(), &["--json"]);
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let json = json_of(&out);
+    let scratch = check_of(&json, "scratch_lock");
+    assert_eq!(scratch["status"], "fail", "{scratch}");
+    assert!(
+        scratch["seen"].as_str().unwrap().contains("out of memory"),
+        "{scratch}"
+    );
+    assert_eq!(
+        scratch["advice"],
+        "the server is at maxmemory: free memory or raise maxmemory"
+    );
+    assert_eq!(check_of(&json, "eviction")["status"], "ok", "{json}");
+}
