@@ -340,6 +340,7 @@ pub fn acl_rule(user: &str, password: &str, prefix: &str, without: &[&str]) -> V
     let docs = include_str!("../docs/protocol.md");
     let line = docs
         .lines()
+        .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER <user>"))
         .expect("the ACL line of docs/protocol.md");
     line.replace("<user>", user)

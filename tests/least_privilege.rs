@@ -20,6 +20,7 @@ fn acl_rule(user: &str, password: &str, prefix: &str) -> Vec<String> {
     let docs = include_str!("../docs/protocol.md");
     let line = docs
         .lines()
+        .map(str::trim)
         .find(|l| l.starts_with("ACL SETUSER <user>"))
         .expect("the ACL line of docs/protocol.md");
     line.replace("<user>", user)

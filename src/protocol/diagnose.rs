@@ -1402,6 +1402,7 @@ mod tests {
         let docs = include_str!("../../docs/protocol.md");
         let line = docs
             .lines()
+            .map(str::trim)
             .find(|l| l.starts_with("ACL SETUSER <user>"))
             .expect("the ACL line in docs/protocol.md");
         assert_eq!(least_privilege_acl("<prefix>"), line);
