@@ -538,3 +538,57 @@ fn a_server_out_of_memory_fails_the_scratch_lock_with_78() {
     );
     assert_eq!(check_of(&json, "eviction")["status"], "ok", "{json}");
 }
+
+/// `lockman --sync-replicas 1 doctor` with its one replica frozen (SIGSTOP, still connected):
+/// ✘ replication with what WAIT acknowledged after the scratch lock's acquire (0 of 1), ✘
+/// scratch_lock, exit 78; with the replica running again, exit 0 on the same server. Catches
+/// the replica count read from INFO (connected_slaves: 1) standing for an acknowledgement
+/// (issue 57, "Done when").
+#[test]
+fn a_frozen_replica_under_sync_replicas_exits_78() {
+    let primary = server_with(&["--appendonly", "yes"]);
+    let replica = server_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    let mut raw = primary.conn();
+    let online = |raw: &mut redis::Connection| {
+        let info: String = redis::cmd("INFO").arg("replication").query(raw).unwrap();
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    };
+    assert!(
+        support::eventually_blocking(std::time::Duration::from_secs(10), || online(&mut raw)),
+        "the replica never came online"
+    );
+    let synced = ["--sync-replicas", "1", "--sync-timeout", "300ms", "--json"];
+    replica.signal("STOP");
+    let out = doctor(&primary.url(), &synced);
+    replica.signal("CONT");
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    let json = json_of(&out);
+    let replication = check_of(&json, "replication");
+    assert_eq!(replication["status"], "fail", "{replication}");
+    assert!(
+        replication["seen"]
+            .as_str()
+            .unwrap()
+            .contains("WAIT after the scratch lock's acquire: 0 of 1 replicas acknowledged"),
+        "{replication}"
+    );
+    assert_eq!(check_of(&json, "scratch_lock")["status"], "fail", "{json}");
+
+    // The replica acknowledges again (on its own, every second): the same command passes.
+    let caught_up = support::eventually_blocking(std::time::Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut raw)
+            .unwrap();
+        let offset = info
+            .lines()
+            .find_map(|l| l.strip_prefix("master_repl_offset:"))
+            .map(str::to_owned);
+        offset.is_some_and(|o| info.contains(&format!(",offset={o},")))
+    });
+    assert!(caught_up, "the replica never acknowledged again");
+    let out = doctor(&primary.url(), &synced);
+    let json = json_of(&out);
+    assert_eq!(check_of(&json, "replication")["status"], "ok", "{json}");
+    assert_eq!(out.status.code(), Some(0), "{json}");
+}

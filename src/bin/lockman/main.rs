@@ -111,6 +111,13 @@ struct Server {
     /// How long connecting to Redis may take.
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
     connect_timeout: Duration,
+    /// After each acquire, wait until N replicas have it (WAIT, as Config::sync_replicas): an
+    /// acquire fewer acknowledged within --sync-timeout is given back and fails.
+    #[arg(long, global = true, value_name = "N")]
+    sync_replicas: Option<u32>,
+    /// How long --sync-replicas waits for the replicas.
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "250ms")]
+    sync_timeout: Duration,
 }
 
 #[derive(Subcommand, Debug)]
@@ -307,6 +314,9 @@ impl Server {
         }
         if let Some(prefix) = &self.prefix {
             config = config.name_prefix(prefix.as_str());
+        }
+        if let Some(count) = self.sync_replicas {
+            config = config.sync_replicas(count, self.sync_timeout);
         }
         if let Some(path) = &self.tls_ca {
             config = config.tls_ca_pem(self.tls_ca_pem(path)?);
