@@ -146,7 +146,8 @@ pub enum LockError {
     NoScripting {
         /// The URL (without its password, if any).
         url: String,
-        /// What the server answered to `SCRIPT LOAD`.
+        /// What the server answered to `SCRIPT LOAD` (or, with only `EVALSHA` renamed away, to
+        /// `EVALSHA`).
         detail: String,
     },
     /// [`Config::refuse_evicting_server`](crate::Config::refuse_evicting_server): the server's

@@ -20,8 +20,8 @@ use crate::handles::runtime::Host;
 use crate::protocol::LockKind;
 use crate::protocol::keys;
 
-/// The name whose keys [`LockManager::diagnose`] reads to check the user's key patterns (it
-/// never exists).
+/// The start of the names of [`LockManager::diagnose`]'s scratch locks
+/// (`lockman-doctor:<uuid>`).
 const DOCTOR_NAME: &str = "lockman-doctor";
 
 /// How much longer than the connect timeout starting may take before it counts as stuck.
@@ -145,46 +145,41 @@ impl LockManager {
         Ok(policy.filter(|policy| crate::protocol::evicts_locks(policy)))
     }
 
-    /// What this deployment guarantees to locks, read from the server now, one
-    /// [`Check`](crate::Check) per concern: server and version, scripting, `LPOS`, sharded
-    /// pub/sub, permissions, eviction policy, persistence, replicas and `WAIT`, keyspace
-    /// notifications, the clock offset, and the round trip against the timeouts (the
-    /// `lockman doctor` command; a health endpoint can serve it). Writes nothing; on one server
-    /// it reads on a connection of its own, so that its `WAIT` holds up no lock command; in a
-    /// cluster it reads what the master of slot 0 says.
+    /// What this deployment guarantees to locks, read from the server and tried on it now, one
+    /// [`Check`](crate::Check) per concern: server and version, TLS, scripting, `LPOS`, sharded
+    /// pub/sub, permissions, a scratch lock of every kind, eviction policy, persistence,
+    /// replicas, keyspace notifications, the clock offset, and the round trip against the
+    /// timeouts (the `lockman doctor` command; a health endpoint can serve it).
+    ///
+    /// It takes and gives back scratch locks of its own, named `lockman-doctor:<uuid>` (under
+    /// the name prefix), as every kind (plain, non-reentrant, fair, read, write; the fenced
+    /// lock's token counter is read, not written), with the configured replica sync (`WAIT`
+    /// after each acquire), and a permit of a scratch semaphore and permit semaphore
+    /// (`lockman-doctor:<uuid>:s`, `:p`, whose counters expire within 10 s) and counts down a
+    /// scratch latch (`:c`): a refusal on the way is a failed check in the server's own words.
+    /// On one server its reads go through a connection of its own; in a cluster it reads what
+    /// the master of slot 0 says.
     ///
     /// # Errors
-    /// [`LockError::Connect`] or [`LockError::Timeout`] when the server cannot be reached,
-    /// [`LockError::Redis`] when it refuses `INFO`.
+    /// [`LockError::Connect`] or [`LockError::Timeout`] when the server cannot be reached or
+    /// stops answering, [`LockError::Redis`] when a connection breaks on the way: no diagnosis
+    /// is made of answers that never came.
     pub async fn diagnose(&self) -> Result<crate::protocol::Diagnosis, LockError> {
         let facts = self.inner.commands.facts().await?;
-        let mut diagnosis = crate::protocol::judge(&facts, &self.inner.config);
-        // The start-time probe declares no key: the user's key patterns show only when a
-        // script declares the keys of a name, as this read-only one does (with the prefix).
-        let name = self.inner.name(DOCTOR_NAME);
-        let refused = match self.describe(DOCTOR_NAME).await {
-            Err(LockError::NoPermission { detail, .. }) => Some(detail),
-            Err(LockError::Redis { source, .. }) if source.code() == Some("NOPERM") => {
-                Some(source.to_string())
-            }
-            _ => None,
-        };
-        if let (Some(detail), Some(acl)) = (
-            refused,
-            diagnosis.checks.iter_mut().find(|c| c.name == "acl"),
-        ) {
-            *acl = crate::protocol::Check::new(
-                "acl",
-                crate::protocol::CheckStatus::Fail,
-                format!(
-                    "the user may not use the keys of the lock {:?}: {detail}",
-                    name.key()
-                ),
-                "give the user the key patterns of docs/protocol.md, \"Deployments\" \
-                 (~redisson_lock* and the names, with the prefix)",
-            );
-        }
-        Ok(diagnosis)
+        let id = self.inner.client_id;
+        let holders = std::array::from_fn(|_| {
+            let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
+            keys::holder(&id, n)
+        });
+        let name = self.inner.name(format!("{DOCTOR_NAME}:{}", Uuid::new_v4()));
+        self.inner.check(&name)?;
+        let lane = format!("{id}:d");
+        let trial = self
+            .inner
+            .commands
+            .trial(name.key(), &holders, &lane)
+            .await?;
+        Ok(crate::protocol::judge(&facts, &trial, &self.inner.config))
     }
 
     /// [`start`](Self::start) with the default settings.

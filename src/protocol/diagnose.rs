@@ -1,17 +1,21 @@
-//! What a deployment guarantees, read from the server and judged: the reads (`INFO`,
-//! `CONFIG GET`, `COMMAND INFO`, `TIME`, `PING`, `WAIT`) and the [`Diagnosis`] made of them
-//! (`LockManager::diagnose`, `lockman doctor`). Nothing here writes a key.
+//! What a deployment guarantees, read from the server and tried on it: the reads (`INFO`,
+//! `CONFIG GET`, `COMMAND INFO`, `TIME`, `PING`), the scratch locks and synchronizers of
+//! [`Commands::trial`], taken and given back through the scripts every lock runs, and the
+//! [`Diagnosis`] made of them (`LockManager::diagnose`, `lockman doctor`).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Cmd, FromRedisValue, Value};
 
-use super::Commands;
-use crate::config::Config;
+use super::{
+    Attempt, Commands, Expect, FairArgs, Latch, LockKind, Released, SyncKind, SyncLatch, Take,
+};
+use crate::config::{Config, Deployment};
 use crate::connections::command::Link;
 use crate::connections::failure::connect_error;
 use crate::error::LockError;
+use crate::protocol::keys;
 
 /// How a [`Check`] came out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,8 +53,9 @@ impl CheckStatus {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Check {
-    /// Which check: `server`, `scripting`, `lpos`, `sharded_pubsub`, `acl`, `eviction`,
-    /// `persistence`, `replication`, `keyspace_events`, `clock`, `round_trip`.
+    /// Which check: `server`, `tls`, `scripting`, `lpos`, `sharded_pubsub`, `acl`,
+    /// `scratch_lock`, `eviction`, `persistence`, `replication`, `keyspace_events`, `clock`,
+    /// `round_trip`.
     pub name: &'static str,
     /// How it came out.
     pub status: CheckStatus,
@@ -107,10 +112,17 @@ impl Diagnosis {
     pub fn check(&self, name: &str) -> Option<&Check> {
         self.checks.iter().find(|c| c.name == name)
     }
+
+    /// The least-privilege ACL rule of docs/protocol.md ("ACL") for names under `prefix` (all
+    /// names when empty), as one `ACL SETUSER` command with `<user>` and `<password>` to fill
+    /// in: every kind of lock and synchronizer runs with it, and no dangerous command.
+    pub fn least_privilege_acl(prefix: &str) -> String {
+        least_privilege_acl(prefix)
+    }
 }
 
 /// The server's answers, as read; judged by [`judge`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub(crate) struct Facts {
     /// `INFO`'s fields.
     info: HashMap<String, String>,
@@ -118,18 +130,12 @@ pub(crate) struct Facts {
     info_refused: Option<String>,
     /// `CONFIG GET` of each setting asked: its value, or why it could not be read.
     config: HashMap<&'static str, Result<String, String>>,
-    /// Whether `COMMAND INFO` knows `LPOS` and `SPUBLISH`.
-    lpos: bool,
-    spublish: bool,
+    /// Whether `COMMAND INFO` knows `LPOS` and `SPUBLISH`, or why it could not be asked.
+    known: Result<(bool, bool), String>,
     /// Round trips of `PING`.
     round_trips: Vec<Duration>,
     /// The server's clock minus this machine's, in ms (half a round trip accounted for).
     clock_offset_ms: Option<i64>,
-    /// `WAIT` for every connected replica: how many acknowledged, or its error; `None` when not
-    /// asked (a cluster).
-    wait: Option<Result<i64, String>>,
-    /// How long `WAIT` was given.
-    wait_limit: Duration,
     /// Whether this is a cluster (the facts are the master of slot 0's).
     cluster: bool,
     /// Whether unlock messages go by sharded pub/sub (`SPUBLISH`).
@@ -150,9 +156,9 @@ const SETTINGS: [&str; 5] = [
 /// How many `PING`s time the round trip.
 const PINGS: usize = 5;
 
-/// Where the diagnosis reads: a connection of its own to one server (so that `WAIT` blocks no
-/// lock command), or the manager's main connection, which in a cluster sends every command to
-/// one node: the master of slot 0, so that every read is of the same server.
+/// Where the diagnosis reads: a connection of its own to one server, or the manager's main
+/// connection, which in a cluster sends every command to one node: the master of slot 0, so
+/// that every read is of the same server.
 enum Target {
     Own(redis::aio::MultiplexedConnection),
     Shared(Link),
@@ -175,6 +181,36 @@ impl Target {
     }
 }
 
+/// A read's outcome as the diagnosis may judge it: the server's answer, or its refusal in its
+/// own words (an error reply: `NOPERM`, `ERR unknown command`). A reply that never came (a
+/// time-out, a connection that broke or closed) is no answer: it fails the whole diagnosis,
+/// so that no check is made of it ("LPOS is missing" from a broken pipe).
+fn answered<T>(
+    op: &'static str,
+    read: Result<redis::RedisResult<T>, LockError>,
+) -> Result<Result<T, String>, LockError> {
+    match read? {
+        Ok(value) => Ok(Ok(value)),
+        Err(e) if e.code().is_some() => Ok(Err(e.to_string())),
+        Err(source) => Err(LockError::Redis { op, source }),
+    }
+}
+
+/// Whether an error of a scratch lock is the server's refusal, in its own words (judged in
+/// the diagnosis), rather than a reply that never came (which fails the diagnosis).
+fn refused(e: &LockError) -> bool {
+    match e {
+        LockError::NoPermission { .. }
+        | LockError::OutOfMemory { .. }
+        | LockError::WrongType { .. }
+        | LockError::AlreadyHeld { .. }
+        | LockError::ReplicaSync { .. }
+        | LockError::UnexpectedReply { .. } => true,
+        LockError::Redis { source, .. } => source.code().is_some(),
+        _ => false,
+    }
+}
+
 impl Commands {
     /// `INFO memory`'s `maxmemory_policy` (in a cluster, the master of slot 0's): for the start-time
     /// eviction check.
@@ -194,7 +230,7 @@ impl Commands {
     }
 
     /// Reads everything the diagnosis judges, each read bounded by the response timeout; a read
-    /// the server refuses is recorded as such, not failed.
+    /// the server refuses is recorded as such, and one whose reply never comes fails it.
     pub(crate) async fn facts(&self) -> Result<Facts, LockError> {
         let conn = self.conn();
         let endpoint = conn.endpoint();
@@ -202,8 +238,7 @@ impl Commands {
         let mut target = if cluster {
             Target::Shared(conn.main_link())
         } else {
-            // Its replies bounded here (`bounded`), not by redis-rs's default, shorter than the
-            // WAIT below may take.
+            // Its replies bounded here (`bounded`), not by redis-rs's default.
             let settings = redis::AsyncConnectionConfig::new().set_response_timeout(None);
             let opened = tokio::time::timeout(
                 conn.connect_timeout(),
@@ -227,41 +262,42 @@ impl Commands {
             cluster,
             sharded: endpoint.publish_command() == "spublish",
             label: endpoint.label().to_owned(),
-            ..Facts::default()
+            info: HashMap::new(),
+            info_refused: None,
+            config: HashMap::new(),
+            known: Ok((false, false)),
+            round_trips: Vec::new(),
+            clock_offset_ms: None,
         };
-        match conn
-            .bounded("read INFO", target.ask::<String>(&redis::cmd("INFO")))
-            .await?
-        {
+        let info = redis::cmd("INFO");
+        let info = conn.bounded("read INFO", target.ask::<String>(&info));
+        match answered("read INFO", info.await)? {
             Ok(info) => facts.info = parse_info(&info),
-            Err(e) => facts.info_refused = Some(e.to_string()),
+            Err(refused) => facts.info_refused = Some(refused),
         }
         for setting in SETTINGS {
             let mut get = redis::cmd("CONFIG");
             get.arg("GET").arg(setting);
             let read = conn.bounded("CONFIG GET", target.ask::<Vec<String>>(&get));
-            let value = match read.await? {
-                Ok(pair) => pair
-                    .get(1)
+            let value = answered("CONFIG GET", read.await)?.and_then(|pair| {
+                pair.get(1)
                     .cloned()
-                    .ok_or_else(|| "no such setting".to_owned()),
-                Err(e) => Err(e.to_string()),
-            };
+                    .ok_or_else(|| "no such setting".to_owned())
+            });
             facts.config.insert(setting, value);
         }
         let mut known = redis::cmd("COMMAND");
         known.arg("INFO").arg("LPOS").arg("SPUBLISH");
-        let known: Vec<Value> = conn
-            .bounded("COMMAND INFO", target.ask(&known))
-            .await?
-            .unwrap_or_default();
-        let present = |i: usize| !matches!(known.get(i), None | Some(Value::Nil));
-        (facts.lpos, facts.spublish) = (present(0), present(1));
+        let known = conn.bounded("COMMAND INFO", target.ask::<Vec<Value>>(&known));
+        facts.known = answered("COMMAND INFO", known.await)?.map(|known| {
+            let present = |i: usize| !matches!(known.get(i), None | Some(Value::Nil));
+            (present(0), present(1))
+        });
         let ping = redis::cmd("PING");
         for _ in 0..PINGS {
             let sent = Instant::now();
             let pong = conn.bounded("PING", target.ask::<String>(&ping));
-            if pong.await?.is_ok() {
+            if answered("PING", pong.await)?.is_ok() {
                 facts.round_trips.push(sent.elapsed());
             }
         }
@@ -269,7 +305,7 @@ impl Commands {
         let sent = Instant::now();
         let time = redis::cmd("TIME");
         let time = conn.bounded("TIME", target.ask::<(u64, u64)>(&time));
-        if let Ok((secs, micros)) = time.await? {
+        if let Ok((secs, micros)) = answered("TIME", time.await)? {
             let trip = sent.elapsed();
             let local = before + trip / 2;
             let local_ms = local
@@ -279,22 +315,190 @@ impl Commands {
                 .unwrap_or(i64::MAX);
             facts.clock_offset_ms = Some(server_ms - local_ms);
         }
-        if !cluster {
-            let replicas: i64 = facts
-                .info
-                .get("connected_slaves")
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
-            // Short of the response timeout, so that a replica that never acknowledges shows as
-            // a count, not as a time-out.
-            let limit = (conn.endpoint().response_timeout() / 2).min(Duration::from_millis(500));
-            facts.wait_limit = limit;
-            let mut wait = redis::cmd("WAIT");
-            wait.arg(replicas).arg(super::millis(limit));
-            let acked = conn.bounded("WAIT", target.ask::<i64>(&wait)).await?;
-            facts.wait = Some(acked.map_err(|e| e.to_string()));
-        }
         Ok(facts)
+    }
+
+    /// Takes and gives back a scratch lock of each kind named `name` (plain, non-reentrant,
+    /// fair, read, write), reads its fenced token counter, takes and gives back a permit of a
+    /// scratch semaphore and permit semaphore and counts down a scratch latch (`name:s`,
+    /// `name:p`, `name:c`), and subscribes once on the synchronizers' channels: through the
+    /// scripts and connections every lock and synchronizer uses, with the configured replica
+    /// sync (`WAIT` after each acquire). Stops at the first refusal, which it records in the
+    /// server's words; a reply that never came fails it. `holders`: one holder id per lock kind;
+    /// `lane`: the synchronizers' request-latch lane. Leaves the synchronizers' counters to
+    /// expire (within [`SCRATCH_TTL`]) and their request latches (within the latch TTL).
+    pub(crate) async fn trial(
+        &self,
+        name: &str,
+        holders: &[String; 5],
+        lane: &str,
+    ) -> Result<Trial, LockError> {
+        let mut trial = Trial {
+            name: name.to_owned(),
+            ..Trial::default()
+        };
+        match self.try_locks(name, holders, &mut trial).await {
+            Ok(()) => {}
+            Err(e) if refused(&e) => return Ok(trial.refuse(e)),
+            Err(e) => return Err(e),
+        }
+        match self.try_synchronizers(name, lane, &mut trial).await {
+            Ok(()) => Ok(trial),
+            Err(e) if refused(&e) => Ok(trial.refuse(e)),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn try_locks(
+        &self,
+        name: &str,
+        holders: &[String; 5],
+        trial: &mut Trial,
+    ) -> Result<(), LockError> {
+        let fair = FairArgs {
+            wait: SCRATCH_TTL,
+            once: true,
+            cap: SCRATCH_TTL,
+        };
+        let kinds = [
+            (LockKind::Reentrant, "lock"),
+            (LockKind::NonReentrant, "non-reentrant lock"),
+            (LockKind::Fair, "fair lock"),
+            (LockKind::Read, "read lock"),
+            (LockKind::Write, "write lock"),
+        ];
+        for ((kind, label), holder) in kinds.into_iter().zip(holders) {
+            trial.step = label;
+            let calls = self.holder(kind, name, holder);
+            let attempt = calls.acquire(SCRATCH_TTL, fair, Expect::count(0)).await?;
+            let unsynced = match attempt {
+                Attempt::Acquired { .. } => None,
+                Attempt::Unsynced { acked, wanted } => Some((acked, wanted)),
+                other => {
+                    return Err(LockError::UnexpectedReply {
+                        op: "acquire",
+                        detail: format!("a free scratch lock was not taken: {other:?}"),
+                    });
+                }
+            };
+            if trial.synced.is_none() {
+                trial.synced = Some(unsynced);
+            }
+            // Given back even when unsynced: a lock's own grant that too few replicas have is.
+            let released = calls.release(SCRATCH_TTL, Expect::count(1)).await?;
+            if released != Released::Unlocked {
+                return Err(LockError::UnexpectedReply {
+                    op: "release",
+                    detail: format!("the scratch lock's only hold, given back: {released:?}"),
+                });
+            }
+            if let Some((acked, wanted)) = unsynced {
+                return Err(LockError::ReplicaSync { acked, wanted });
+            }
+            trial.done.push(label);
+        }
+        trial.step = "fenced lock";
+        // Read, not taken: a token counter is kept for good, and the doctor leaves nothing.
+        self.describe(name).await?;
+        trial.done.push("fenced lock (its token counter read)");
+        Ok(())
+    }
+
+    async fn try_synchronizers(
+        &self,
+        name: &str,
+        lane: &str,
+        trial: &mut Trial,
+    ) -> Result<(), LockError> {
+        let latch = || SyncLatch {
+            lane: lane.to_owned(),
+            id: Latch::new().id,
+        };
+        let id = *uuid::Uuid::new_v4().as_bytes();
+        for (kind, label, suffix) in [
+            (SyncKind::Semaphore, "semaphore", "s"),
+            (SyncKind::PermitSemaphore, "permit semaphore", "p"),
+        ] {
+            trial.step = label;
+            let name = format!("{name}:{suffix}");
+            let ids: &[u8] = if kind == SyncKind::PermitSemaphore {
+                &id
+            } else {
+                &[]
+            };
+            let request = latch();
+            let set = self
+                .permits(kind, &name, &request)
+                .set(1, Some(SCRATCH_TTL));
+            if !set.await? {
+                return Err(LockError::UnexpectedReply {
+                    op: "set permits",
+                    detail: "the scratch semaphore existed".to_owned(),
+                });
+            }
+            let request = latch();
+            let taken = self
+                .permits(kind, &name, &request)
+                .take(1, ids, SCRATCH_TTL);
+            let unsynced = match taken.await? {
+                Take::Taken => None,
+                Take::Unsynced { acked, wanted } => Some((acked, wanted)),
+                Take::Short { free, .. } => {
+                    return Err(LockError::UnexpectedReply {
+                        op: "acquire permits",
+                        detail: format!(
+                            "the scratch semaphore's permit was not taken ({free} free)"
+                        ),
+                    });
+                }
+            };
+            self.permits(kind, &name, &latch()).give(1, ids).await?;
+            if let Some((acked, wanted)) = unsynced {
+                return Err(LockError::ReplicaSync { acked, wanted });
+            }
+            trial.done.push(label);
+        }
+        trial.step = "count-down latch";
+        let counted = format!("{name}:c");
+        self.set_count(&counted, 1, &latch()).await?;
+        self.count_down(&counted, &latch()).await?;
+        trial.done.push("count-down latch");
+        trial.step = "synchronizer channels";
+        let channels = [
+            keys::semaphore_channel(&format!("{name}:s")),
+            keys::countdown_channel(&counted),
+        ];
+        super::probe::check_subscribe(self.conn(), &channels).await?;
+        trial.done.push("their channels subscribed");
+        Ok(())
+    }
+}
+
+/// How long the diagnosis's scratch locks and synchronizers live at most: the lease of each
+/// scratch lock (given back at once), the TTL of each scratch semaphore's counter.
+pub(crate) const SCRATCH_TTL: Duration = Duration::from_secs(10);
+
+/// What the scratch locks and synchronizers of [`Commands::trial`] met.
+#[derive(Debug, Default)]
+pub(crate) struct Trial {
+    /// The scratch name (with the prefix).
+    name: String,
+    /// What was taken and given back (or read), in order.
+    done: Vec<&'static str>,
+    /// The step under way.
+    step: &'static str,
+    /// With replica sync, of the first acquire: `None` when enough replicas acknowledged it,
+    /// else how many did of how many wanted. `None` outside: no acquire was answered.
+    synced: Option<Option<(u32, u32)>>,
+    /// The first step the server refused, and its refusal.
+    refusal: Option<(&'static str, LockError)>,
+}
+
+impl Trial {
+    /// The trial, stopped at its step under way by the server's refusal `e`.
+    fn refuse(mut self, e: LockError) -> Self {
+        self.refusal = Some((self.step, e));
+        self
     }
 }
 
@@ -318,9 +522,9 @@ fn short(d: Duration) -> String {
     }
 }
 
-/// The checks every started manager passed: its start-time probe loaded and ran the scripts and
-/// used the lock channels.
-fn started_checks(facts: &Facts) -> Vec<Check> {
+/// The checks of what the start-time probe and the scratch locks showed: the server, TLS,
+/// scripting, the commands locks need, permissions, and the scratch locks themselves.
+fn started_checks(facts: &Facts, trial: &Trial, config: &Config) -> Vec<Check> {
     let info = |k: &str| facts.info.get(k).map(String::as_str);
     // Valkey answers `redis_version` too (7.2.4, for clients that check it).
     let (server, version) = match info("valkey_version") {
@@ -353,28 +557,47 @@ fn started_checks(facts: &Facts) -> Vec<Check> {
             "let the user run INFO (and CONFIG GET) for a full diagnosis",
         ),
     }];
+    checks.push(tls(config));
     checks.push(Check::new(
         "scripting",
         CheckStatus::Ok,
-        "SCRIPT LOAD and EVALSHA work: every script lockman runs is loaded",
+        if trial.done.is_empty() {
+            "SCRIPT LOAD and EVALSHA work: every script lockman runs is loaded, and one ran"
+        } else {
+            "SCRIPT LOAD and EVALSHA work: every script lockman runs is loaded, and the scratch \
+             locks ran theirs"
+        },
         "",
     ));
-    checks.push(if facts.lpos {
-        Check::new("lpos", CheckStatus::Ok, "LPOS is there (fair locks)", "")
-    } else {
-        Check::new(
+    checks.push(match facts.known {
+        Ok((true, _)) => Check::new("lpos", CheckStatus::Ok, "LPOS is there (fair locks)", ""),
+        Ok((false, _)) => Check::new(
             "lpos",
             CheckStatus::Warn,
-            "LPOS is missing: every fair-lock acquire fails",
+            "LPOS is missing: every fair-lock acquire that queues fails",
             "fair locks need Redis 6.0.6 or later (or any Valkey)",
-        )
+        ),
+        Err(ref refused) => Check::new(
+            "lpos",
+            CheckStatus::Warn,
+            format!("could not check (COMMAND refused: {refused})"),
+            "fair locks need Redis 6.0.6 or later (or any Valkey); let the user run COMMAND INFO \
+             (+command|info) for this check",
+        ),
     });
-    let sharded = facts.sharded;
-    checks.push(match (facts.spublish, facts.cluster, sharded) {
-        (true, _, _) => Check::new(
+    checks.push(sharded_pubsub(facts, trial));
+    checks.push(acl(trial, config));
+    checks.push(scratch(trial));
+    checks
+}
+
+fn sharded_pubsub(facts: &Facts, trial: &Trial) -> Check {
+    let sharded = facts.cluster && facts.sharded;
+    match (&facts.known, sharded) {
+        (Ok((true, _)), _) => Check::new(
             "sharded_pubsub",
             CheckStatus::Ok,
-            match (facts.cluster, sharded) {
+            match (facts.cluster, facts.sharded) {
                 (true, true) => "SPUBLISH is there; unlock messages are sharded",
                 (true, false) => {
                     "SPUBLISH is there; unlock messages are not sharded (as configured)"
@@ -383,34 +606,250 @@ fn started_checks(facts: &Facts) -> Vec<Check> {
             },
             "",
         ),
-        (false, true, true) => Check::new(
+        (Ok((false, _)), true) => Check::new(
             "sharded_pubsub",
             CheckStatus::Fail,
             "SPUBLISH is missing, and unlock messages are configured sharded",
             "use Redis 7.0 or later, or Config::sharded_subscription(ShardedSubscription::Off)",
         ),
-        (false, _, _) => Check::new(
+        (Ok((false, _)), false) => Check::new(
             "sharded_pubsub",
             CheckStatus::Ok,
             "SPUBLISH is missing (Redis before 7.0): not used here",
             "",
         ),
-    });
-    checks.push(Check::new(
-        "acl",
-        CheckStatus::Ok,
-        "the user may load and run the scripts, publish and subscribe on the lock channels, and reach the keys of a lock",
-        "",
-    ));
-    checks
+        (Err(refused), true) if trial.refusal.is_none() && !trial.done.is_empty() => Check::new(
+            "sharded_pubsub",
+            CheckStatus::Ok,
+            format!(
+                "could not check (COMMAND refused: {refused}); the scratch locks' releases \
+                 published with SPUBLISH"
+            ),
+            "",
+        ),
+        (Err(refused), true) => Check::new(
+            "sharded_pubsub",
+            CheckStatus::Warn,
+            format!("could not check (COMMAND refused: {refused}); unlock messages are sharded"),
+            "let the user run COMMAND INFO (+command|info) for this check",
+        ),
+        (Err(refused), false) => Check::new(
+            "sharded_pubsub",
+            CheckStatus::Ok,
+            format!("not used here (COMMAND refused, so not checked: {refused})"),
+            "",
+        ),
+    }
 }
 
-/// Judges the facts for a manager started with `config`.
-pub(crate) fn judge(facts: &Facts, config: &Config) -> Diagnosis {
-    let mut checks = started_checks(facts);
+/// The least-privilege ACL rule that runs every kind of lock and synchronizer on names under
+/// `prefix` (all names when it is empty), with replica sync, and every check of the doctor but
+/// `CONFIG GET` (docs/protocol.md, "ACL"): the user's key patterns, channel patterns and
+/// commands, with no dangerous command.
+/// `<user>` and `<password>` stand for the user's name and password.
+pub(crate) fn least_privilege_acl(prefix: &str) -> String {
+    let names = if prefix.is_empty() {
+        "~*".to_owned()
+    } else {
+        format!("~{prefix}* ~{{{prefix}*")
+    };
+    format!(
+        "ACL SETUSER <user> reset on ><password> {names} ~redisson_lock_queue:* \
+         ~redisson_lock_timeout:* ~redisson_lock_token:* ~redisson_lock__channel:* \
+         ~redisson_rwlock:* ~redisson_sc:* ~redisson_countdownlatch__channel__* \
+         ~redisson_unlock_latch:* ~lockman_fence:* ~lockman_client:* ~lockman_waits:* \
+         &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
+         &redisson_countdownlatch__channel__* \
+         +evalsha +script|load +wait +publish +subscribe +unsubscribe +ping +hello +auth \
+         +select +client|setname +info +command|info \
+         +del +exists +get +set +incr +incrby +decr +decrby +type +time +pttl +pexpire \
+         +pexpireat +hget +hset +hdel +hexists +hgetall +hincrby +hkeys +hlen \
+         +lindex +lpop +lpos +lrange +lrem +rpush +zadd +zcard +zincrby +zrange \
+         +zrangebyscore +zrem +zremrangebyscore +zscore"
+    )
+}
+
+fn acl(trial: &Trial, config: &Config) -> Check {
+    match &trial.refusal {
+        Some((step, e @ LockError::NoPermission { .. })) => Check::new(
+            "acl",
+            CheckStatus::Fail,
+            format!(
+                "{e} (the scratch {step} {:?}, whose keys and channels are: {})",
+                trial.name,
+                reached(step, &trial.name).join(", ")
+            ),
+            format!(
+                "give the user what every kind needs (docs/protocol.md, \"ACL\"): {}",
+                least_privilege_acl(config.get_name_prefix())
+            ),
+        ),
+        None => Check::new(
+            "acl",
+            CheckStatus::Ok,
+            "the user may load and run the scripts, publish and subscribe on the lock channels, \
+             and reach the keys and channels of every kind (the scratch locks)",
+            "",
+        ),
+        Some((step, _)) => Check::new(
+            "acl",
+            CheckStatus::Ok,
+            format!(
+                "the user may load and run the scripts, publish and subscribe on the lock \
+                 channels; the keys of every kind were not all tried (the scratch {step} failed)"
+            ),
+            "",
+        ),
+    }
+}
+
+fn scratch(trial: &Trial) -> Check {
+    let Some((step, e)) = &trial.refusal else {
+        return Check::new(
+            "scratch_lock",
+            CheckStatus::Ok,
+            format!(
+                "took and gave back {:?} as: {}",
+                trial.name,
+                trial.done.join(", ")
+            ),
+            "",
+        );
+    };
+    let said = match e {
+        LockError::Redis { source, .. } => source.to_string(),
+        other => other.to_string(),
+    };
+    let code = match e {
+        LockError::Redis { source, .. } => source.code(),
+        _ => None,
+    };
+    let advice = match (e, code) {
+        (LockError::NoPermission { .. }, _) => "see acl".to_owned(),
+        (LockError::ReplicaSync { .. }, _) => "see replication".to_owned(),
+        (_, Some("NOREPLICAS")) => {
+            "connect the replicas min-replicas-to-write asks for, or lower it".to_owned()
+        }
+        (LockError::OutOfMemory { .. }, _) => {
+            "the server is at maxmemory: free memory or raise maxmemory".to_owned()
+        }
+        _ => String::new(),
+    };
+    let done = if trial.done.is_empty() {
+        String::new()
+    } else {
+        format!(" (after: {})", trial.done.join(", "))
+    };
+    Check::new(
+        "scratch_lock",
+        CheckStatus::Fail,
+        format!(
+            "the scratch {step} {:?} failed: {said}: every {step} here fails so{done}",
+            trial.name
+        ),
+        advice,
+    )
+}
+
+/// The keys a step of the trial declares to its scripts (each checked against the user's key
+/// patterns) and the channels it publishes or subscribes on, so that a refusal names what the
+/// user may lack. `<holder>`, `<n>` and `<lane>` stand for the parts that vary.
+fn reached(step: &str, name: &str) -> Vec<String> {
+    let latch = |name: &str| keys::latch(name, "<lane>");
+    let (sem, permits, counted) = (
+        format!("{name}:s"),
+        format!("{name}:p"),
+        format!("{name}:c"),
+    );
+    match step {
+        "lock" | "non-reentrant lock" => vec![name.to_owned(), keys::unlock_channel(name)],
+        "fair lock" => vec![
+            name.to_owned(),
+            keys::fair_queue(name),
+            keys::fair_deadlines(name),
+            keys::unlock_channel(name),
+        ],
+        "read lock" => vec![
+            name.to_owned(),
+            format!("{}:<n>", keys::read_timeout_prefix(name, "<holder>")),
+            keys::rwlock_channel(name),
+        ],
+        "write lock" => vec![name.to_owned(), keys::rwlock_channel(name)],
+        "fenced lock" => vec![
+            name.to_owned(),
+            keys::fair_queue(name),
+            keys::fair_deadlines(name),
+            keys::token_key(name),
+        ],
+        "semaphore" => vec![sem.clone(), keys::semaphore_channel(&sem), latch(&sem)],
+        "permit semaphore" => vec![
+            permits.clone(),
+            keys::permit_set(&permits),
+            keys::semaphore_channel(&permits),
+            latch(&permits),
+        ],
+        "count-down latch" => vec![
+            counted.clone(),
+            keys::countdown_channel(&counted),
+            latch(&counted),
+        ],
+        _ => vec![
+            keys::semaphore_channel(&sem),
+            keys::countdown_channel(&counted),
+        ],
+    }
+}
+
+/// Whether the connections are encrypted and verified, from the URLs (the start's handshake
+/// verified what they ask for).
+fn tls(config: &Config) -> Check {
+    let urls: Vec<&str> = match config.deployment() {
+        Deployment::Server { url } => vec![url.as_str()],
+        Deployment::Sentinel(s) => s.sentinels.iter().map(String::as_str).collect(),
+        Deployment::Cluster { nodes, .. } => nodes.iter().map(String::as_str).collect(),
+    };
+    let secure = |u: &str| u.starts_with("rediss://") || u.starts_with("valkeys://");
+    let insecure = urls.iter().any(|u| secure(u) && u.ends_with("#insecure"));
+    let all_tls = !urls.is_empty() && urls.iter().all(|u| secure(u));
+    let plain_primary = matches!(config.deployment(), Deployment::Sentinel(s) if !s.master_tls());
+    if insecure {
+        return Check::new(
+            "tls",
+            CheckStatus::Warn,
+            "TLS with certificate and host name checks OFF (#insecure in the URL): anyone on the \
+             path can pose as the server and read the password and every lock",
+            "drop #insecure and trust the server's certificate (--tls-ca, Config::tls_ca_pem)",
+        );
+    }
+    match (all_tls, plain_primary) {
+        (true, true) => Check::new(
+            "tls",
+            CheckStatus::Warn,
+            "the sentinels are reached by TLS, the primary without (master_tls off): its \
+             password and every lock travel in clear",
+            "Config::master_tls(true)",
+        ),
+        (true, false) => Check::new(
+            "tls",
+            CheckStatus::Ok,
+            "TLS, the server's certificate and host name verified",
+            "",
+        ),
+        (false, _) => Check::new(
+            "tls",
+            CheckStatus::Ok,
+            "not used (redis://): fine on a trusted network only",
+            "",
+        ),
+    }
+}
+
+/// Judges the facts and the trial for a manager started with `config`.
+pub(crate) fn judge(facts: &Facts, trial: &Trial, config: &Config) -> Diagnosis {
+    let mut checks = started_checks(facts, trial, config);
     checks.push(eviction(facts));
     checks.push(persistence(facts));
-    checks.push(replication(facts, config));
+    checks.push(replication(facts, trial, config));
     checks.push(keyspace_events(facts));
     checks.push(clock(facts));
     checks.push(round_trip(facts, config));
@@ -489,19 +928,7 @@ fn persistence(facts: &Facts) -> Check {
         _ => "?".to_owned(),
     };
     match (aof, save.as_deref()) {
-        (true, _) => Check::new(
-            "persistence",
-            CheckStatus::Ok,
-            format!(
-                "AOF on (appendfsync {fsync}): a restart keeps holds and fenced tokens{}",
-                if fsync == "always" {
-                    ""
-                } else {
-                    ", but for the last second of writes after a crash"
-                }
-            ),
-            "",
-        ),
+        (true, _) => aof_check(&fsync),
         (false, Some("")) => Check::new(
             "persistence",
             CheckStatus::Warn,
@@ -531,58 +958,147 @@ fn persistence(facts: &Facts) -> Check {
     }
 }
 
-fn replication(facts: &Facts, config: &Config) -> Check {
+/// AOF on: what a crash can lose, per `appendfsync`, as the Redis documentation states it
+/// ("Redis persistence"): a Redis process that dies loses nothing it wrote to the file; a
+/// machine that dies (power, kernel) loses what the OS had not flushed yet.
+fn aof_check(fsync: &str) -> Check {
+    let (status, lost, advice) = match fsync {
+        "always" => (
+            CheckStatus::Ok,
+            "every write is flushed to disk before it is answered: a restart keeps holds and \
+             fenced tokens, even after the machine crashed",
+            "",
+        ),
+        "everysec" => (
+            CheckStatus::Ok,
+            "the file is flushed to disk every second: a restart keeps holds and fenced \
+             tokens, but a crash of the machine can lose the last second of writes",
+            "",
+        ),
+        "no" => (
+            CheckStatus::Warn,
+            "Redis never flushes the file; the OS does when it chooses (typically every 30 s \
+             on Linux): a crash of the machine can lose that much: locks taken since are free \
+             to a second holder, locks released since come back held until they expire",
+            "appendfsync everysec (or always)",
+        ),
+        _ => (
+            CheckStatus::Warn,
+            "how often the file is flushed to disk is unknown (CONFIG GET appendfsync refused)",
+            "check that appendfsync is everysec or always",
+        ),
+    };
+    Check::new(
+        "persistence",
+        status,
+        format!("AOF on (appendfsync {fsync}): {lost}"),
+        advice,
+    )
+}
+
+fn replication(facts: &Facts, trial: &Trial, config: &Config) -> Check {
     let info = |k: &str| facts.info.get(k).map(String::as_str);
     let Some(replicas) = info("connected_slaves").and_then(|n| n.parse::<u32>().ok()) else {
-        return Check::new(
-            "replication",
-            CheckStatus::Warn,
-            "replicas unknown: INFO could not be read",
-            "without replica sync a failover can lose a lock granted just before it: \
-             Config::sync_replicas where replicas run",
-        );
+        // What WAIT acknowledged after the scratch write is known all the same.
+        return match (config.get_sync_replicas(), trial.synced) {
+            (Some((count, timeout)), Some(synced)) => {
+                let (status, acked) = match synced {
+                    Some((acked, wanted)) => (
+                        CheckStatus::Fail,
+                        format!("{acked} of {wanted} replicas acknowledged"),
+                    ),
+                    None => (CheckStatus::Ok, format!("{count} or more acknowledged")),
+                };
+                Check::new(
+                    "replication",
+                    status,
+                    format!(
+                        "replicas unknown (INFO could not be read); WAIT after the scratch \
+                         lock's acquire: {acked} within {} (sync_replicas({count}, …))",
+                        short(timeout)
+                    ),
+                    "",
+                )
+            }
+            _ => Check::new(
+                "replication",
+                CheckStatus::Warn,
+                "replicas unknown: INFO could not be read",
+                "without replica sync a failover can lose a lock granted just before it: \
+                 Config::sync_replicas where replicas run",
+            ),
+        };
     };
     let min = match facts.config.get("min-replicas-to-write") {
-        Some(Ok(n)) => n.clone(),
-        _ => "?".to_owned(),
+        Some(Ok(n)) => n.parse::<u32>().ok(),
+        _ => None,
     };
-    let wait = match &facts.wait {
-        Some(Ok(acked)) => format!(
-            "; WAIT works ({acked} of {replicas} acknowledged within {})",
-            short(facts.wait_limit)
-        ),
-        Some(Err(e)) => format!("; WAIT failed: {e}"),
-        None => String::new(),
-    };
+    let min_text = min.map_or_else(|| "?".to_owned(), |n| n.to_string());
     let noun = if replicas == 1 { "replica" } else { "replicas" };
-    let seen = format!("{replicas} {noun}, min-replicas-to-write {min}{wait}");
-    let wait_refused = matches!(facts.wait, Some(Err(_)));
-    match config.get_sync_replicas() {
-        Some((count, _)) if wait_refused => Check::new(
+    let seen = format!("{replicas} {noun} connected, min-replicas-to-write {min_text}");
+    // The replicas that count for min-replicas-to-write: connected, and heard from within
+    // min-replicas-max-lag (INFO says so only while the setting is on).
+    let good = info("min_slaves_good_slaves")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(replicas);
+    if let Some(min) = min.filter(|&min| min > good) {
+        return Check::new(
             "replication",
             CheckStatus::Fail,
-            format!("{seen}: sync_replicas({count}, …) is set, and every acquire would fail"),
-            "let the user run WAIT, or drop sync_replicas",
+            format!(
+                "{seen}, {good} of them in time: the server refuses every write (NOREPLICAS), \
+                 so every acquire fails"
+            ),
+            if good == 0 {
+                format!("connect {min} replicas, or CONFIG SET min-replicas-to-write 0")
+            } else {
+                format!("connect {min} replicas, or CONFIG SET min-replicas-to-write {good} (or 0)")
+            },
+        );
+    }
+    match (config.get_sync_replicas(), trial.synced) {
+        (Some((count, timeout)), Some(Some((acked, wanted)))) => Check::new(
+            "replication",
+            CheckStatus::Fail,
+            format!(
+                "{seen}: WAIT after the scratch lock's acquire: {acked} of {wanted} replicas \
+                 acknowledged within {}: with sync_replicas({count}, …) every acquire fails \
+                 (ReplicaSync)",
+                short(timeout)
+            ),
+            "find the replica that does not acknowledge (frozen, too slow, or not reading its \
+             primary), or lower sync_replicas",
         ),
-        Some((count, _)) if !facts.cluster && replicas < count => Check::new(
+        (Some((count, timeout)), Some(None)) => Check::new(
+            "replication",
+            CheckStatus::Ok,
+            format!(
+                "{seen}: WAIT after the scratch lock's acquire: {count} or more acknowledged \
+                 within {}: sync_replicas({count}, …) holds, and a failover to one of them \
+                 keeps every granted lock",
+                short(timeout)
+            ),
+            "",
+        ),
+        (Some((count, _)), None) if !facts.cluster && replicas < count => Check::new(
             "replication",
             CheckStatus::Fail,
             format!("{seen}: sync_replicas({count}, …) asks for more: every acquire fails"),
             format!("connect {count} replicas, or lower sync_replicas"),
         ),
-        Some((count, _)) => Check::new(
+        (Some((count, _)), None) => Check::new(
             "replication",
-            CheckStatus::Ok,
-            format!("{seen}: sync_replicas({count}, …): a failover keeps every granted lock"),
+            CheckStatus::Warn,
+            format!("{seen}: sync_replicas({count}, …) not tried (the scratch lock was not taken)"),
             "",
         ),
-        None if replicas == 0 => Check::new(
+        (None, _) if replicas == 0 => Check::new(
             "replication",
             CheckStatus::Ok,
             format!("{seen}: nothing to fail over to"),
             "",
         ),
-        None => Check::new(
+        (None, _) => Check::new(
             "replication",
             CheckStatus::Warn,
             format!(
@@ -626,9 +1142,7 @@ fn keyspace_events(facts: &Facts) -> Check {
         Some(Err(e)) => Check::new(
             "keyspace_events",
             CheckStatus::Ok,
-            format!(
-                "notify-keyspace-events could not be read ({e}): lockman watch shows releases only"
-            ),
+            format!("notify-keyspace-events could not be read ({e}); locks need none"),
             "",
         ),
         None => Check::new("keyspace_events", CheckStatus::Ok, "not read", ""),
@@ -711,12 +1225,9 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (*k, Ok((*v).to_owned())))
                 .collect(),
-            lpos: true,
-            spublish: true,
+            known: Ok((true, true)),
             round_trips: vec![Duration::from_micros(300); 5],
             clock_offset_ms: Some(3),
-            wait: Some(Ok(0)),
-            wait_limit: Duration::from_millis(500),
             cluster: false,
             sharded: false,
             label: "redis://127.0.0.1:6379".into(),
@@ -760,10 +1271,150 @@ mod tests {
     #[test]
     fn replicas_without_sync_warn_and_too_few_for_sync_fail() {
         let f = facts(&[("connected_slaves", "1")], &[]);
+        let none = Trial::default();
         let config = Config::new("redis://127.0.0.1:6379");
-        assert_eq!(replication(&f, &config).status, CheckStatus::Warn);
+        assert_eq!(replication(&f, &none, &config).status, CheckStatus::Warn);
         let synced = config.sync_replicas(2, Duration::from_millis(100));
-        assert_eq!(replication(&f, &synced).status, CheckStatus::Fail);
+        assert_eq!(replication(&f, &none, &synced).status, CheckStatus::Fail);
+        // What WAIT acknowledged after the scratch write decides, not the replicas connected.
+        let mut unsynced = Trial {
+            synced: Some(Some((0, 1))),
+            ..Trial::default()
+        };
+        let one = Config::new("redis://x").sync_replicas(1, Duration::from_millis(100));
+        assert_eq!(replication(&f, &unsynced, &one).status, CheckStatus::Fail);
+        unsynced.synced = Some(None);
+        assert_eq!(replication(&f, &unsynced, &one).status, CheckStatus::Ok);
+    }
+
+    #[test]
+    fn without_info_replica_sync_is_judged_by_what_wait_acknowledged() {
+        let mut f = facts(&[], &[]);
+        f.info_refused = Some("NOPERM".into());
+        let one = Config::new("redis://x").sync_replicas(1, Duration::from_millis(100));
+        let unsynced = Trial {
+            synced: Some(Some((0, 1))),
+            ..Trial::default()
+        };
+        let c = replication(&f, &unsynced, &one);
+        assert_eq!(c.status, CheckStatus::Fail, "{}", c.seen);
+        assert!(
+            c.seen.contains("0 of 1 replicas acknowledged"),
+            "{}",
+            c.seen
+        );
+        let synced = Trial {
+            synced: Some(None),
+            ..Trial::default()
+        };
+        assert_eq!(replication(&f, &synced, &one).status, CheckStatus::Ok);
+        let plain = Config::new("redis://x");
+        assert_eq!(replication(&f, &synced, &plain).status, CheckStatus::Warn);
+    }
+
+    #[test]
+    fn min_replicas_to_write_above_the_replicas_in_time_fails() {
+        let config = Config::new("redis://x");
+        let none = Trial::default();
+        let alone = facts(
+            &[("connected_slaves", "0")],
+            &[("min-replicas-to-write", "1")],
+        );
+        let c = replication(&alone, &none, &config);
+        assert_eq!(c.status, CheckStatus::Fail, "{}", c.seen);
+        assert!(c.seen.contains("NOREPLICAS"), "{}", c.seen);
+        let lagging = facts(
+            &[("connected_slaves", "1"), ("min_slaves_good_slaves", "0")],
+            &[("min-replicas-to-write", "1")],
+        );
+        assert_eq!(
+            replication(&lagging, &none, &config).status,
+            CheckStatus::Fail
+        );
+        let fine = facts(
+            &[("connected_slaves", "1"), ("min_slaves_good_slaves", "1")],
+            &[("min-replicas-to-write", "1")],
+        );
+        assert_eq!(replication(&fine, &none, &config).status, CheckStatus::Warn);
+    }
+
+    #[test]
+    fn each_appendfsync_is_described_as_the_redis_docs_say() {
+        let seen = |fsync: &str| {
+            let f = facts(&[("aof_enabled", "1")], &[("appendfsync", fsync)]);
+            let c = persistence(&f);
+            (c.status, c.seen)
+        };
+        let (status, always) = seen("always");
+        assert_eq!(status, CheckStatus::Ok);
+        assert!(always.contains("before it is answered"), "{always}");
+        let (status, everysec) = seen("everysec");
+        assert_eq!(status, CheckStatus::Ok);
+        assert!(everysec.contains("the last second"), "{everysec}");
+        let (status, no) = seen("no");
+        assert_eq!(status, CheckStatus::Warn);
+        assert!(no.contains("typically every 30 s"), "{no}");
+        assert!(!no.contains("last second"), "{no}");
+    }
+
+    #[test]
+    fn a_read_that_never_came_fails_and_a_refusal_is_recorded() {
+        let broken: redis::RedisError =
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe").into();
+        assert!(matches!(
+            answered::<()>("COMMAND INFO", Ok(Err(broken))),
+            Err(LockError::Redis { .. })
+        ));
+        let timeout = LockError::Timeout {
+            op: "INFO",
+            after: Duration::from_secs(1),
+        };
+        assert!(answered::<()>("INFO", Err(timeout)).is_err());
+        let noperm = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+            "NOPERM",
+            "this user has no permissions to run the 'command|info' command".to_owned(),
+        ));
+        let refusal = answered::<()>("COMMAND INFO", Ok(Err(noperm))).expect("a refusal");
+        assert!(refusal.is_err_and(|said| said.contains("command|info")));
+    }
+
+    #[test]
+    fn command_refused_is_could_not_check_not_missing() {
+        let mut f = facts(&[], &[]);
+        f.known = Err("NOPERM".into());
+        let checks = started_checks(&f, &Trial::default(), &Config::new("redis://x"));
+        let lpos = checks.iter().find(|c| c.name == "lpos").expect("lpos");
+        assert!(
+            lpos.seen.starts_with("could not check (COMMAND refused"),
+            "{}",
+            lpos.seen
+        );
+        let sharded = checks
+            .iter()
+            .find(|c| c.name == "sharded_pubsub")
+            .expect("sharded");
+        assert!(!sharded.seen.contains("missing"), "{}", sharded.seen);
+    }
+
+    #[test]
+    fn the_acl_of_the_advice_is_the_one_of_the_docs() {
+        let docs = include_str!("../../docs/protocol.md");
+        let line = docs
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("ACL SETUSER <user>"))
+            .expect("the ACL line in docs/protocol.md");
+        assert_eq!(least_privilege_acl("<prefix>"), line);
+    }
+
+    #[test]
+    fn insecure_tls_warns() {
+        assert_eq!(tls(&Config::new("redis://x")).status, CheckStatus::Ok);
+        assert_eq!(tls(&Config::new("rediss://x:6380")).status, CheckStatus::Ok);
+        let c = tls(&Config::new("rediss://x:6380/#insecure"));
+        assert_eq!(c.status, CheckStatus::Warn);
+        assert!(c.seen.contains("OFF"), "{}", c.seen);
     }
 
     #[test]

@@ -63,6 +63,16 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
         }
     };
     let reply = conn.bounded("check permissions", call).await;
+    // SCRIPT loaded the scripts, but EVALSHA alone may be renamed away (`rename-command`):
+    // no lock could run either.
+    if let Ok(Err(e)) = &reply
+        && scripting_absent(e)
+    {
+        return Err(LockError::NoScripting {
+            url: conn.endpoint().label().to_owned(),
+            detail: e.to_string(),
+        });
+    }
     let missing = denied("run EVALSHA", reply)?;
     if missing.first().map(String::as_str) == Some("READONLY") {
         return Err(LockError::ReadOnly {
@@ -75,10 +85,10 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
             detail: format!("the ACL of this user refuses: {}", missing.join("; ")),
         });
     }
-    check_subscribe(conn).await
+    check_subscribe(conn, &probe_channels()).await
 }
 
-/// Whether `SCRIPT LOAD`'s error says the server runs no scripts at all: a Valkey without
+/// Whether `SCRIPT LOAD`'s (or `EVALSHA`'s) error says the server runs no scripts at all: a Valkey without
 /// its Lua engine answers `Could not find scripting engine 'lua'`, a server whose `SCRIPT`
 /// command was renamed away (`rename-command`) answers `unknown command`. An ACL refusal is
 /// `NOPERM` instead, and stays [`LockError::NoPermission`].
@@ -87,9 +97,10 @@ pub(crate) fn scripting_absent(e: &redis::RedisError) -> bool {
     said.contains("scripting engine") || said.contains("unknown command")
 }
 
-/// SUBSCRIBE and UNSUBSCRIBE once on each lock channel family (in a cluster, SSUBSCRIBE
-/// and SUNSUBSCRIBE on the node of each channel's slot, when unlock messages are sharded).
-async fn check_subscribe(conn: &Conn) -> Result<(), LockError> {
+/// SUBSCRIBE and UNSUBSCRIBE once on each of `channels` (in a cluster, SSUBSCRIBE and
+/// SUNSUBSCRIBE on the node of each channel's slot, when unlock messages are sharded): at start
+/// one channel of each lock channel family, in the diagnosis the synchronizers' too.
+pub(crate) async fn check_subscribe(conn: &Conn, channels: &[String]) -> Result<(), LockError> {
     use crate::connections::subscription::Sink;
     let endpoint = conn.endpoint();
     let limit = conn.connect_timeout();
@@ -116,17 +127,17 @@ async fn check_subscribe(conn: &Conn) -> Result<(), LockError> {
             }
         },
     };
-    for channel in probe_channels() {
+    for channel in channels {
         let what = format!("subscribe to {channel}");
         let done = conn
             .bounded(
                 "check permissions",
-                sink.subscribe(std::slice::from_ref(&channel)),
+                sink.subscribe(std::slice::from_ref(channel)),
             )
             .await;
         denied(&what, done)?;
         let done = conn
-            .bounded("check permissions", sink.unsubscribe(&channel))
+            .bounded("check permissions", sink.unsubscribe(channel))
             .await;
         denied(&what, done)?;
     }

@@ -8,13 +8,14 @@ use crate::{Failure, Server, code};
 
 pub async fn doctor(server: &Server, json: bool) -> Result<u8, Failure> {
     let config = server.config()?;
+    let prefix = config.get_name_prefix().to_owned();
     let (diagnosis, unreachable) = match LockManager::start(config).await {
         Ok(manager) => {
             let diagnosis = manager.diagnose().await;
             manager.shutdown().await;
             (diagnosis.map_err(Failure::redis)?, false)
         }
-        Err(e) => refused(e)?,
+        Err(e) => refused(e, &prefix)?,
     };
     if json {
         println!("{}", to_json(&diagnosis));
@@ -31,7 +32,7 @@ pub async fn doctor(server: &Server, json: bool) -> Result<u8, Failure> {
 
 /// The report of a start that failed, when the failure is a finding about the deployment: the
 /// one check that failed, and whether the server could not be reached at all.
-fn refused(e: LockError) -> Result<(Diagnosis, bool), Failure> {
+fn refused(e: LockError, prefix: &str) -> Result<(Diagnosis, bool), Failure> {
     let said = crate::said(&e);
     let (check, unreachable) = match &e {
         LockError::Connect { .. } | LockError::Timeout { .. } | LockError::Tls { .. } => (
@@ -75,7 +76,10 @@ fn refused(e: LockError) -> Result<(Diagnosis, bool), Failure> {
                 "acl",
                 CheckStatus::Fail,
                 said,
-                "grant the user what docs/protocol.md, \"Deployments\", lists",
+                format!(
+                    "give the user what every kind needs (docs/protocol.md, \"ACL\"): {}",
+                    Diagnosis::least_privilege_acl(prefix)
+                ),
             ),
             false,
         ),

@@ -130,6 +130,13 @@ struct Server {
     /// How long connecting to Redis may take.
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "5s")]
     connect_timeout: Duration,
+    /// After each acquire, wait until N replicas have it (WAIT, as Config::sync_replicas): an
+    /// acquire fewer acknowledged within --sync-timeout is given back and fails.
+    #[arg(long, global = true, value_name = "N")]
+    sync_replicas: Option<u32>,
+    /// How long --sync-replicas waits for the replicas.
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "250ms")]
+    sync_timeout: Duration,
     /// Set by `main`: the subcommand takes a hold (`exec`, `elect`), so that connecting warns
     /// about a server that may evict lock keys.
     #[arg(skip)]
@@ -160,6 +167,8 @@ impl std::fmt::Debug for Server {
             .field("client_name", &self.client_name)
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.connect_timeout)
+            .field("sync_replicas", &self.sync_replicas)
+            .field("sync_timeout", &self.sync_timeout)
             .finish()
     }
 }
@@ -489,6 +498,9 @@ impl Server {
         }
         if let Some(prefix) = &self.prefix {
             config = config.name_prefix(prefix.as_str());
+        }
+        if let Some(count) = self.sync_replicas {
+            config = config.sync_replicas(count, self.sync_timeout);
         }
         if let Some(path) = &self.tls_ca {
             config = config.tls_ca_pem(self.tls_ca_pem(path)?);
