@@ -42,7 +42,11 @@ impl LockState {
             };
             // A request is kept to be sent again as it is, should its reply never come.
             let sent = op.seq().is_some().then(|| op.clone());
-            self.trips.under_way = Some(InFlight { flight, sent });
+            self.trips.under_way = Some(InFlight {
+                flight,
+                sent,
+                at: self.now,
+            });
             self.out.push(Effect::Run(op));
         }
     }

@@ -86,6 +86,10 @@ impl SyncState {
     pub(crate) fn ran(&mut self, seq: u64, outcome: Outcome, now: Instant) {
         self.now = now;
         let horizon = self.horizon();
+        if !self.trips.contains_key(&seq) {
+            return;
+        }
+        self.heard(&outcome);
         let Some(under) = self.trips.get_mut(&seq) else {
             return;
         };
@@ -282,9 +286,14 @@ impl SyncState {
             _ => None,
         });
         tracing::debug!(name = %self.name, "waiter answered before its attempt's outcome");
+        // No outcome within the grace after its deadline: Redis did not answer its last
+        // attempt (a healthy one answers in milliseconds).
         let answer = match unsynced {
             Some(error) => Answer::Failed(error),
-            None => Answer::TimedOut,
+            None => {
+                let since = self.waiters[at].since;
+                Answer::Failed(self.unavailable(since, self.silence()))
+            }
         };
         self.answer(at, answer);
         self.unsubscribe_if_unused();

@@ -17,6 +17,7 @@ fn settings() -> Settings {
         fair_wait_timeout: Duration::from_secs(300),
         fair_place_timeout: Duration::from_secs(5),
         hand_off: true,
+        unavailable_after: Duration::from_secs(15),
     }
 }
 
