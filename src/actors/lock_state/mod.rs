@@ -219,10 +219,10 @@ impl LockState {
     /// The round trip under way finished.
     pub(crate) fn ran(&mut self, outcome: Outcome, now: Instant) {
         self.now = now;
-        let Some(InFlight { flight, sent, .. }) = self.trips.under_way.take() else {
+        let Some(InFlight { flight, sent, at }) = self.trips.under_way.take() else {
             return;
         };
-        self.heard(&outcome);
+        self.heard(&outcome, at);
         let resolved = match sent {
             Some(op) if outcome.unknown().is_some() => {
                 let (Outcome::Acquire(Err(e)) | Outcome::Release(Err(e))) = outcome else {

@@ -32,9 +32,9 @@ pub(super) struct Outage {
 }
 
 impl LockState {
-    /// What `outcome` says of Redis: it answered, or it did not (or refused for a passing
-    /// state).
-    pub(super) fn heard(&mut self, outcome: &Outcome) {
+    /// What `outcome`, of a round trip sent at `sent`, says of Redis: it answered, or it did
+    /// not (or refused for a passing state) since `sent`.
+    pub(super) fn heard(&mut self, outcome: &Outcome, sent: Instant) {
         let failure = match outcome {
             Outcome::Acquire(Ok(Attempt::Unsynced { acked, wanted })) => {
                 Some(LockError::ReplicaSync {
@@ -51,20 +51,17 @@ impl LockState {
             _ => None,
         };
         match failure {
-            Some(cause) => self.away(cause),
+            Some(cause) => self.away(cause, sent),
             None => self.back(),
         }
     }
 
-    /// Redis did not answer (or refused for a passing state) with `cause`.
-    pub(super) fn away(&mut self, cause: LockError) {
+    /// Redis did not answer (or refused for a passing state) with `cause`, since `since`.
+    pub(super) fn away(&mut self, cause: LockError, since: Instant) {
         match &mut self.outage {
             Some(outage) => outage.cause = cause,
             None => {
-                self.outage = Some(Outage {
-                    since: self.now,
-                    cause,
-                });
+                self.outage = Some(Outage { since, cause });
                 self.arm_unavailable();
             }
         }
@@ -85,7 +82,7 @@ impl LockState {
         if self.waiters.is_empty() {
             return;
         }
-        self.away(why);
+        self.away(why, now);
         if self.family.is_fair() {
             self.wake_all();
         } else {
@@ -136,7 +133,12 @@ impl LockState {
         let first = self
             .waiters
             .iter()
-            .map(|w| bound.saturating_sub(self.now.saturating_duration_since(w.since.max(outage.since))))
+            .map(|w| {
+                bound.saturating_sub(
+                    self.now
+                        .saturating_duration_since(w.since.max(outage.since)),
+                )
+            })
             .min();
         match first {
             Some(after) => self.timers.set(Timer::Unavailable, after, &mut self.out),
@@ -154,7 +156,11 @@ impl LockState {
         let due: Vec<(WaiterId, Duration)> = self
             .waiters
             .iter()
-            .filter(|w| self.now.saturating_duration_since(w.since.max(outage.since)) >= bound)
+            .filter(|w| {
+                self.now
+                    .saturating_duration_since(w.since.max(outage.since))
+                    >= bound
+            })
             .map(|w| (w.id, self.now.saturating_duration_since(w.since)))
             .collect();
         let cause = outage.cause.clone();

@@ -29,7 +29,7 @@ pub(super) struct Outage {
 impl SyncState {
     /// What `outcome` says of Redis: it answered, or it did not (or refused for a passing
     /// state).
-    pub(super) fn heard(&mut self, outcome: &Outcome) {
+    pub(super) fn heard(&mut self, outcome: &Outcome, sent: Instant) {
         let failure = match outcome {
             Outcome::Take(Ok(Take::Unsynced { acked, wanted })) => Some(LockError::ReplicaSync {
                 acked: *acked,
@@ -39,7 +39,7 @@ impl SyncState {
             _ => None,
         };
         match failure {
-            Some(cause) => self.away(cause),
+            Some(cause) => self.away(cause, sent),
             None => {
                 if self.outage.take().is_some() && self.unavailable_at.take().is_some() {
                     self.effects.push(Effect::Cancel(Timer::Unavailable));
@@ -48,14 +48,12 @@ impl SyncState {
         }
     }
 
-    fn away(&mut self, cause: LockError) {
+    /// Redis did not answer (or refused for a passing state) with `cause`, since `since`.
+    fn away(&mut self, cause: LockError, since: Instant) {
         match &mut self.outage {
             Some(outage) => outage.cause = cause,
             None => {
-                self.outage = Some(Outage {
-                    since: self.now,
-                    cause,
-                });
+                self.outage = Some(Outage { since, cause });
                 self.arm_unavailable();
             }
         }
@@ -69,7 +67,7 @@ impl SyncState {
         if self.waiters.is_empty() {
             return;
         }
-        self.away(why);
+        self.away(why, now);
         self.wake_all();
     }
 

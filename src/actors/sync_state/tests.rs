@@ -21,7 +21,12 @@ use super::*;
 /// other rules need not follow it; those of `outage.rs` read it with [`all_effects`].
 fn effects(state: &mut SyncState) -> Vec<Effect> {
     let mut out = all_effects(state);
-    out.retain(|e| !matches!(e, Effect::Arm(Timer::Unavailable, _) | Effect::Cancel(Timer::Unavailable)));
+    out.retain(|e| {
+        !matches!(
+            e,
+            Effect::Arm(Timer::Unavailable, _) | Effect::Cancel(Timer::Unavailable)
+        )
+    });
     out
 }
 
@@ -1289,7 +1294,13 @@ fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_is_told_red
     s.fired(Timer::Deadline(1), now + wait + LAST_ATTEMPT_GRACE);
     let e = effects(&mut s);
     assert!(
-        matches!(e.as_slice(), [Effect::Answer(1, Answer::Failed(LockError::Unavailable { .. }))]),
+        matches!(
+            e.as_slice(),
+            [Effect::Answer(
+                1,
+                Answer::Failed(LockError::Unavailable { .. })
+            )]
+        ),
         "answered when its grace ends, Redis away (no reply): {e:?}"
     );
     assert!(s.is_under_way(first.seq));

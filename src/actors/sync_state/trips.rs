@@ -86,10 +86,11 @@ impl SyncState {
     pub(crate) fn ran(&mut self, seq: u64, outcome: Outcome, now: Instant) {
         self.now = now;
         let horizon = self.horizon();
-        if !self.trips.contains_key(&seq) {
+        let Some(sent) = self.trips.get(&seq).map(|u| u.started) else {
             return;
-        }
-        self.heard(&outcome);
+        };
+        // Sent again, it went unanswered since it was first sent.
+        self.heard(&outcome, sent);
         let Some(under) = self.trips.get_mut(&seq) else {
             return;
         };

@@ -202,6 +202,12 @@ impl Lock {
         self.mgr.commands.endpoint().label()
     }
 
+    /// How long Redis may be away during a wait of this lock's manager
+    /// ([`Config::unavailable_after`](crate::Config::unavailable_after)).
+    pub(crate) fn unavailable_after(&self) -> Duration {
+        self.mgr.config.get_unavailable_after()
+    }
+
     /// The watchdog timeout of this lock's manager: the lease of a hold taken without one.
     pub(crate) fn watchdog_timeout(&self) -> Duration {
         self.mgr.config.get_watchdog_timeout()
