@@ -259,7 +259,16 @@ fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
 async fn check(cases: Vec<Case>, extra: Duration) {
     let started = Instant::now();
     let runs = cases.into_iter().map(|c| async move {
-        let res = c.way.await;
+        // A wait that never ends fails the test rather than hanging it.
+        let limit = c.bound + LATE + extra + Duration::from_secs(5);
+        let res = tokio::time::timeout(limit, c.way)
+            .await
+            .unwrap_or_else(|_| {
+                Err(LockError::Timeout {
+                    op: "the test's own limit: the wait never ended",
+                    after: limit,
+                })
+            });
         (c.what, c.expect, c.bound, res, started.elapsed())
     });
     let mut wrong = Vec::new();
@@ -397,11 +406,12 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
     assert!(matches!(lock.try_acquire_for(WAIT).await, Ok(None)));
 
     // Busy, then the server dies: at the deadline Redis is away.
+    support::reset_stats(&mut raw);
     let waiting = tokio::spawn({
         let lock = lock.clone();
-        async move { lock.try_acquire_for(Duration::from_secs(2)).await }
+        // Shorter than `BOUND`: its deadline, not the bound, ends it.
+        async move { lock.try_acquire_for(Duration::from_millis(1_500)).await }
     });
-    // Found busy, the waiter listens for the release.
     let listening = |raw: &mut redis::Connection| {
         let (_, n): (String, u32) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
@@ -410,9 +420,13 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
             .unwrap();
         n >= 1
     };
+    // Found busy, it listens, and tries once more when the subscription is confirmed (a release
+    // may have come between): after that, only a message, the TTL or an outage wakes it.
     assert!(
-        support::eventually(Duration::from_secs(2), || listening(&mut raw)).await,
-        "the wait found the lock busy"
+        support::eventually(Duration::from_secs(2), || listening(&mut raw)
+            && support::command_calls(&mut raw, "evalsha") >= 2)
+        .await,
+        "the wait found the lock busy, twice"
     );
     server.stop();
     let res = waiting.await.unwrap();
