@@ -35,8 +35,11 @@ const BOUND: Duration = Duration::from_secs(2);
 /// (a response timeout when the server is frozen), scheduling.
 const LATE: Duration = Duration::from_millis(1_500);
 
+/// A short watchdog timeout too: requests whose reply never came are sent again for a third
+/// of it, so managers shut down with Redis away quickly.
 fn config(server: &RedisServer) -> Config {
     Config::new(server.url())
+        .watchdog_timeout(Duration::from_secs(3))
         .response_timeout(RESPONSE)
         .connect_timeout(RESPONSE)
         .unavailable_after(BOUND)
@@ -443,4 +446,207 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
     let res = waiting.await.unwrap();
     assert!(matches!(res, Ok(None)), "{res:?}");
     m.shutdown().await;
+}
+
+/// An HTTP/1.1 answer as read off the wire: its status, its head (lower-cased) and body.
+#[cfg(feature = "tower")]
+async fn http_post(port: u16, path: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+/// The tower layers: a real holder is 409 (a lock) or 429 (a permit); Redis away is 503 with
+/// `Retry-After`, after the wait, and the handler never runs.
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_layers_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
+    use axum::Router;
+    use axum::routing::post;
+    use lockman::tower::{LockLayer, PermitLayer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let mut server = RedisServer::start();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let ran = ran.clone();
+        move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { "done" }
+        }
+    };
+    let wait = Duration::from_millis(500);
+    let app = Router::new()
+        .route("/locked/{name}", post(handler.clone()))
+        .route_layer(LockLayer::segment(m.clone(), 1).wait(wait))
+        .merge(
+            Router::new()
+                .route("/limited/{name}", post(handler))
+                .route_layer(PermitLayer::segment(m.clone(), 1, 1).wait(wait)),
+        );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // A real holder, in another manager: the lock and the only permit.
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let _lock = holder.lock("busy").acquire().await.unwrap();
+    let few = holder.permit_semaphore("few");
+    assert!(few.try_set_permits(1).await.unwrap());
+    let _permit = few.acquire(1).await.unwrap();
+    for (path, status) in [("/locked/busy", 409), ("/limited/few", 429)] {
+        let (got, head, body) = http_post(port, path).await;
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(head.contains("retry-after:"), "{path}: {head}");
+    }
+
+    server.stop();
+    for path in ["/locked/busy", "/limited/few", "/locked/other"] {
+        let started = Instant::now();
+        let (got, head, body) = http_post(port, path).await;
+        let took = started.elapsed();
+        assert_eq!(got, 503, "{path}: {body}");
+        assert!(head.contains("retry-after:"), "{path}: {head}");
+        // A lock's wait says Redis is away; a permit layer may fail before its wait, setting
+        // the semaphore's permits, with Redis's own retryable error.
+        if path.starts_with("/locked") {
+            assert!(body.contains("redis is unavailable"), "{path}: {body}");
+        }
+        assert!(took <= wait + LATE, "{path}: {took:?}");
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "a refused request ran");
+    m.shutdown().await;
+    holder.shutdown().await;
+}
+
+/// The actix-web extractors: the same answers as the tower layers.
+#[cfg(feature = "actix-web")]
+#[actix_rt::test]
+async fn actix_web_extractors_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
+    use actix_web::{App, HttpResponse, test, web};
+    use lockman::web::{RequestGuard, RequestLock, RequestPermit, RequestPermits};
+
+    async fn locked(_guard: RequestGuard) -> HttpResponse {
+        HttpResponse::Ok().finish()
+    }
+    async fn limited(_permit: RequestPermit) -> HttpResponse {
+        HttpResponse::Ok().finish()
+    }
+
+    let mut server = RedisServer::start();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    let wait = Duration::from_millis(500);
+    let app = test::init_service(
+        App::new()
+            .service(
+                web::scope("/locked")
+                    .app_data(RequestLock::path(m.clone(), "name").wait(wait))
+                    .route("/{name}", web::post().to(locked)),
+            )
+            .service(
+                web::scope("/limited")
+                    .app_data(RequestPermits::path(m.clone(), "name", 1).wait(wait))
+                    .route("/{name}", web::post().to(limited)),
+            ),
+    )
+    .await;
+
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let _lock = holder.lock("busy").acquire().await.unwrap();
+    let few = holder.permit_semaphore("few");
+    assert!(few.try_set_permits(1).await.unwrap());
+    let _permit = few.acquire(1).await.unwrap();
+    let answer = |path: &'static str| {
+        let req = test::TestRequest::post().uri(path).to_request();
+        test::call_service(&app, req)
+    };
+    for (path, status) in [("/locked/busy", 409), ("/limited/few", 429)] {
+        let res = answer(path).await;
+        assert_eq!(res.status().as_u16(), status, "{path}");
+        assert!(res.headers().contains_key("retry-after"), "{path}");
+    }
+
+    server.stop();
+    for path in ["/locked/busy", "/limited/few", "/locked/other"] {
+        let started = Instant::now();
+        let res = answer(path).await;
+        let took = started.elapsed();
+        assert_eq!(res.status().as_u16(), 503, "{path}");
+        assert!(res.headers().contains_key("retry-after"), "{path}");
+        assert!(took <= wait + LATE, "{path}: {took:?}");
+    }
+    m.shutdown().await;
+    holder.shutdown().await;
+}
+
+/// `lockman exec`: a wait that ends with Redis away exits 69 with one line naming the cause
+/// (never 75, "not acquired within"); a holder is still 75.
+#[cfg(feature = "cli")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockman_exec_exits_69_naming_the_cause_when_redis_is_away() {
+    use std::process::Command;
+    let mut server = RedisServer::start();
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let _held = holder.lock("job").acquire().await.unwrap();
+    let exec = |server: &RedisServer| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockman"));
+        cmd.args(["--url", &server.url(), "--connect-timeout", "1s"])
+            .args(["exec", "--wait", "2s", "job", "--", "true"])
+            .env_remove("LOCKMAN_URL")
+            .env_remove("REDIS_URL");
+        cmd
+    };
+    let out = exec(&server).output().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+
+    // Started while Redis answers (it finds the lock held), then Redis goes away.
+    let child = exec(&server)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut raw = server.conn();
+    let listening = |raw: &mut redis::Connection| {
+        let (_, n): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{job}")
+            .query(raw)
+            .unwrap();
+        n >= 1
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), || listening(&mut raw)).await,
+        "exec waits for the lock"
+    );
+    server.stop();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("redis is unavailable"), "{stderr}");
+    assert!(!stderr.contains("not acquired within"), "{stderr}");
+    holder.shutdown().await;
 }

@@ -103,6 +103,18 @@ impl SyncState {
                 let purpose = match under.purpose {
                     Purpose::Attempt(id) => Some((id, true)),
                     Purpose::Unsynced { waiter, .. } => Some((waiter, false)),
+                    Purpose::Adjust(ref mut reply) => {
+                        // Its caller hears of the missing reply now, as a lock release's does,
+                        // not a third of the watchdog timeout later; the request goes on being
+                        // sent, so that its latch learns whether it ran.
+                        if let (Some(reply), Outcome::Reply(Err(e)) | Outcome::Take(Err(e))) =
+                            (reply.take(), &outcome)
+                        {
+                            self.effects
+                                .push(Effect::Own(Own::AdjustDone(reply, Err(e.clone()))));
+                        }
+                        None
+                    }
                     _ => None,
                 };
                 if let Some((waiter, attempt)) = purpose {
