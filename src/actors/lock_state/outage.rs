@@ -2,8 +2,9 @@
 //! not `TimedOut`, when what the name last heard of Redis was no answer.
 //!
 //! The rules:
-//! - every round trip's outcome says whether Redis answered: an answer (a grant, a busy lock, a
-//!   refusal that needs a person) ends the outage; no answer (a connection refused, dropped or
+//! - every round trip's outcome says whether Redis answered: an answer to an attempt, a release
+//!   or a settling (a grant, a busy lock, a refusal that needs a person) ends the outage (a fair
+//!   queue's leave or refresh may write nothing, so its success does not); no answer (a connection refused, dropped or
 //!   silent, a reply that never came) or a refusal of a passing state (`LockError::is_outage`:
 //!   `READONLY`, `LOADING`, `NOREPLICAS`, `BUSY`, too few replicas acknowledging, …) begins it,
 //!   or goes on with it, and is its cause. The pub/sub connection's loss begins it too
@@ -47,7 +48,12 @@ impl LockState {
             | Outcome::LeaveQueue(Err(e))
             | Outcome::FairRefresh(Err(e))
             | Outcome::Settle(Err(e)) => e.is_outage().then(|| e.clone()),
-            Outcome::Shutdown => return,
+            // A fair queue's leave or refresh may change nothing, and then runs where writes
+            // are refused (`NOREPLICAS`): its success says nothing of what a waiter's attempt
+            // would meet.
+            Outcome::LeaveQueue(Ok(_)) | Outcome::FairRefresh(Ok(_)) | Outcome::Shutdown => {
+                return;
+            }
             _ => None,
         };
         match failure {

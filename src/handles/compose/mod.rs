@@ -483,7 +483,11 @@ macro_rules! composite_verbs {
         ///
         /// # Errors
         /// [`LockError::InvalidArgument`] for an empty or duplicated member list, any member's
-        /// error that retrying cannot mend (wrong type, shutdown). Retryable errors are retried.
+        /// error that retrying cannot mend (wrong type, shutdown). Retryable errors are retried;
+        /// once too many members have failed for a quorum for
+        /// [`Config::unavailable_after`](crate::Config::unavailable_after), or at the end of a
+        /// bounded wait, a MultiLock fails with [`LockError::Unavailable`] (naming a member) and
+        /// a RedLock with [`LockError::QuorumNotReached`]: see [When Redis is away](crate#when-redis-is-away).
         ///
         /// # Cancel safety
         /// Dropping the future leaves nothing held: members granted afterwards are released.
@@ -515,7 +519,9 @@ macro_rules! composite_verbs {
             super::acquire(&self.plan(), None, Wait::No).await
         }
 
-        /// Tries for up to `wait`; `None` afterwards, with nothing left held.
+        /// Tries for up to `wait`; `None` afterwards when a member was held by someone else,
+        /// with nothing left held (an error when members' Redis was away: see
+        /// [When Redis is away](crate#when-redis-is-away)).
         ///
         /// # Errors
         /// As [`acquire`](Self::acquire).
