@@ -15,6 +15,9 @@
 //! Short bounds keep the file quick: a 1 s wait, a 1 s response timeout, a 2 s
 //! `unavailable_after`, and every way in at once.
 
+#[cfg(feature = "metrics")]
+#[path = "support/recorder.rs"]
+mod recorder;
 mod support;
 
 use std::future::Future;
@@ -312,10 +315,34 @@ async fn check(cases: Vec<Case>, extra: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_server_stopped_every_way_in_is_unavailable_within_its_bound() {
+    #[cfg(feature = "metrics")]
+    let unavailable = |kind: &str| {
+        let series = ["lockman_acquire_total", "lockman_sync_wait_total"]
+            .map(|name| format!("{name}{{kind={kind},outcome=unavailable}}"));
+        let values = recorder::recorded().values.lock().unwrap();
+        series.iter().filter_map(|s| values.get(s)).sum::<f64>()
+    };
+    #[cfg(feature = "metrics")]
+    let before = (unavailable("lock"), unavailable("semaphore"));
     let mut server = RedisServer::start();
     let m = LockManager::start(config(&server)).await.unwrap();
     server.stop();
     check(every_way_in(&m, "stopped", true), Duration::ZERO).await;
+    // Metrics tell an outage from a holder: `unavailable`, not `timed_out`. The lock's: its
+    // bounded and unbounded waits (the single attempt fails with Redis's own error).
+    #[cfg(feature = "metrics")]
+    {
+        assert!(
+            unavailable("lock") >= before.0 + 2.0,
+            "{}",
+            unavailable("lock")
+        );
+        assert!(
+            unavailable("semaphore") >= before.1 + 2.0,
+            "{}",
+            unavailable("semaphore")
+        );
+    }
     // The bound's error says what Redis did and which name waited.
     let err = m.lock("said").acquire().await.unwrap_err();
     let text = err.to_string();
