@@ -1358,3 +1358,112 @@ fn a_waiter_whose_unsynced_permits_give_back_is_missing_is_answered_at_its_deadl
     s.ran(give, Outcome::Reply(Ok(1)), now + wait);
     assert!(matches!(effects(&mut s).as_slice(), [Effect::Idle]));
 }
+
+/// A wait whose last attempt got no answer from Redis ends `Unavailable`; one whose last
+/// attempt was answered short ends `TimedOut` (outage.rs).
+#[test]
+fn the_last_attempt_s_answer_tells_redis_away_from_too_few_permits() {
+    let now = Instant::now();
+    let wait = Duration::from_millis(400);
+    let refused = || {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        LockError::Redis {
+            op: "acquire permits",
+            source: redis::RedisError::from(io),
+        }
+    };
+    for (last, away) in [(Tried::Failed(refused()), true), (short(), false)] {
+        let mut s = state(SyncKind::Semaphore);
+        s.request(1, want(1), Wait::Up(wait), now);
+        effects(&mut s);
+        report(&mut s, 1, short(), now);
+        effects(&mut s);
+        // At its deadline it tries once more, and that attempt's outcome answers it.
+        s.fired(Timer::Deadline(1), now + wait);
+        effects(&mut s);
+        report(&mut s, 1, last, now + wait);
+        let e = effects(&mut s);
+        let answer = e.iter().find_map(|e| match e {
+            Effect::Answer(1, a) => Some(a),
+            _ => None,
+        });
+        if away {
+            assert!(
+                matches!(answer, Some(Answer::Failed(LockError::Unavailable { .. }))),
+                "{e:?}"
+            );
+        } else {
+            assert!(matches!(answer, Some(Answer::TimedOut)), "{e:?}");
+        }
+    }
+}
+
+/// A wait without a deadline fails once Redis has been away for the bound, and an answer in
+/// between starts the bound over.
+#[test]
+fn no_synchronizer_wait_outlasts_an_outage_by_more_than_the_bound() {
+    let now = Instant::now();
+    let bound = SETTINGS.unavailable_after;
+    let mut s = state(SyncKind::PermitSemaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    let first = first_run(effects(&mut s));
+    s.ran(first.seq, lost(SyncKind::PermitSemaphore), now);
+    let e = all_effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Unavailable, d) if *d == bound)),
+        "{e:?}"
+    );
+    s.fired(Timer::Unavailable, now + bound);
+    let e = effects(&mut s);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [
+                Effect::Answer(1, Answer::Failed(LockError::Unavailable { .. })),
+                ..
+            ]
+        ),
+        "{e:?}"
+    );
+
+    // An answer (a short take) ends the outage: the bound's timer goes, and firing finds none.
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    let first = first_run(effects(&mut s));
+    s.ran(first.seq, lost(SyncKind::Semaphore), now);
+    all_effects(&mut s);
+    s.fired(Timer::Resend(first.seq), now + backoff(0));
+    all_effects(&mut s);
+    let found = Take::Short {
+        free: 0,
+        retry_in: None,
+    };
+    s.ran(first.seq, Outcome::Take(Ok(found)), now + backoff(0));
+    let e = all_effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Cancel(Timer::Unavailable))),
+        "{e:?}"
+    );
+    s.fired(Timer::Unavailable, now + bound);
+    assert!(
+        !all_effects(&mut s)
+            .iter()
+            .any(|e| matches!(e, Effect::Answer(..))),
+        "still waiting"
+    );
+}
+
+/// The pub/sub connection lost: every parked waiter tries at once.
+#[test]
+fn a_lost_pubsub_connection_makes_parked_waiters_try() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    effects(&mut s);
+    report(&mut s, 1, short(), now);
+    effects(&mut s);
+    s.connection_lost(LockError::pubsub_lost("the connection was lost"), now);
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
+}

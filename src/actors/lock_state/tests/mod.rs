@@ -4,6 +4,7 @@
 
 mod fair_places;
 mod model;
+mod outage;
 mod property;
 mod simulation;
 
