@@ -160,6 +160,24 @@ pub enum LockError {
         /// The server's `maxmemory-policy`.
         policy: String,
     },
+    /// Redis did not answer this wait: its last attempt (or the last round trip of its name)
+    /// ended without an answer from Redis (the connection refused, dropped or silent, a reply
+    /// that never came) or with a refusal that passes (`READONLY`, `LOADING`, `MASTERDOWN`,
+    /// `TRYAGAIN`, `CLUSTERDOWN`, `BUSY`, `NOREPLICAS`, too few replicas acknowledging). Not
+    /// contention: nobody was seen holding the name at the end. Given at a bounded wait's
+    /// deadline, or, for any wait, once Redis has failed for
+    /// [`Config::unavailable_after`](crate::Config::unavailable_after) without an answer in
+    /// between. Retryable: see the crate docs, "When Redis is away".
+    #[error("redis is unavailable: waited {waited:?} for {name:?}; the last failure: {cause}")]
+    Unavailable {
+        /// The name waited for (a lock's, a synchronizer's or an election's).
+        name: String,
+        /// How long the wait lasted.
+        waited: Duration,
+        /// The last failure seen.
+        #[source]
+        cause: Box<LockError>,
+    },
     /// The manager was shut down (or its actors are gone).
     #[error("the lock manager is shut down")]
     Shutdown,
@@ -336,12 +354,16 @@ impl std::fmt::Display for TlsFailure {
 
 /// Redis error codes that describe a passing state of the deployment: a replica that was the
 /// primary (failover), a server loading its data, a cluster slot moving.
-const TRANSIENT_CODES: [&str; 5] = [
+/// `BUSY` (another client's script runs past `busy-reply-threshold`) ends when the script ends
+/// or is killed; `NOREPLICAS` (`min-replicas-to-write` not met) when a replica comes back.
+const TRANSIENT_CODES: [&str; 7] = [
     "READONLY",
     "LOADING",
     "MASTERDOWN",
     "TRYAGAIN",
     "CLUSTERDOWN",
+    "BUSY",
+    "NOREPLICAS",
 ];
 
 /// The error reply of a non-reentrant lock's acquire by its holder (Redisson's `REENTRY_ERR`).
@@ -352,10 +374,18 @@ impl LockError {
     /// are retryable; bad arguments, wrong types, `NotHeld` and shutdown are not.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Self::Connect { .. }
-            | Self::Timeout { .. }
-            | Self::QuorumNotReached { .. }
-            | Self::ReplicaSync { .. } => true,
+            Self::QuorumNotReached { .. } | Self::Unavailable { .. } => true,
+            _ => self.is_outage(),
+        }
+    }
+
+    /// Whether this error says Redis did not answer, or refused for a passing state of the
+    /// deployment: the errors a wait retries until its end and then reports as
+    /// [`LockError::Unavailable`]. An answer of Redis that is not an outage (a holder, a
+    /// refusal that needs a person: `OOM`, `NOPERM`) is not one.
+    pub(crate) fn is_outage(&self) -> bool {
+        match self {
+            Self::Connect { .. } | Self::Timeout { .. } | Self::ReplicaSync { .. } => true,
             Self::Redis { source, .. } => {
                 source.is_io_error()
                     || source.is_timeout()
@@ -364,6 +394,25 @@ impl LockError {
                     || source.code().is_some_and(|c| TRANSIENT_CODES.contains(&c))
             }
             _ => false,
+        }
+    }
+
+    /// The cause of an outage begun by the pub/sub connection's loss (`why`).
+    pub(crate) fn pubsub_lost(why: &'static str) -> Self {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, why);
+        Self::Redis {
+            op: "pub/sub",
+            source: redis::RedisError::from(io),
+        }
+    }
+
+    /// [`LockError::Unavailable`] for a wait of `name` that lasted `waited`, whose last failure
+    /// was `cause`.
+    pub(crate) fn unavailable(name: &str, waited: Duration, cause: LockError) -> Self {
+        Self::Unavailable {
+            name: name.to_owned(),
+            waited,
+            cause: Box::new(cause),
         }
     }
 

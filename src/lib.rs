@@ -103,6 +103,53 @@
 //! and fails with [`LockError::ReplicaSync`] while fewer replicas are up. Without it, use a
 //! [`FencedLock`] wherever a stale holder's write would do harm.
 //!
+//! ## When Redis is away
+//!
+//! A Redis outage is an error, never contention. A wait ends `Ok(None)` (HTTP 409/429, `lockman`
+//! exit 75) only when Redis's last answer was that someone else holds the name (or too few permits
+//! are free, or the latch is closed). When the last attempt got no answer, the wait ends in
+//! [`LockError::Unavailable`] (`name`, `waited`, `cause`): retryable (`is_retryable()` is
+//! true), its text says `redis is unavailable`, and `cause` is the last failure seen.
+//!
+//! "No answer" is: the connection refused, dropped or silent (a reply that never came within the
+//! response timeout), the pub/sub connection lost, or a refusal of a state that passes by itself:
+//! `READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`, `BUSY`, `NOREPLICAS`, or too few
+//! replicas acknowledging (`ReplicaSync`, with `Config::sync_replicas`). A wait retries those with
+//! backoff until it ends. `OOM` (`OutOfMemory`) and `NOPERM` (`NoPermission`) need a person: they
+//! fail at once, whatever the wait.
+//!
+//! Every wait ends:
+//!
+//! - a bounded wait (`try_acquire_for`, `try_campaign_for`, `wait_for`, …) at its deadline;
+//! - any wait, bounded or not, once Redis has been away for [`Config::unavailable_after`] of it
+//!   (default 15 s; counted from the later of the wait's start and the first unanswered request
+//!   since Redis last answered for that name; one answer starts it over).
+//!
+//! | Way in | Redis stopped or unreachable | Redis frozen (replies never come) | Refusing `NOREPLICAS` (and the other passing refusals) | A real holder |
+//! |---|---|---|---|---|
+//! | `try_acquire_for` of `Lock`, `FairLock`, `ReadLock`, `WriteLock`, `FencedLock`, non-reentrant locks; `try_acquire_with_lease` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline (a fair lock: after its leave of the queue, up to one response timeout later) | `Err(Unavailable)` at the deadline, `cause` Redis's refusal | `Ok(None)` at the deadline |
+//! | `acquire`, `acquire_with_lease` (every lock kind) | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` (from the first unanswered request) | `Err(Unavailable)` after `unavailable_after` | waits |
+//! | `try_acquire` (one attempt, every kind) | Redis's own error (retryable), at once | a retryable time-out after the response timeout | Redis's own error (retryable; `ReplicaSync` with replica sync) | `Ok(None)` |
+//! | `Semaphore`, `PermitSemaphore`: `try_acquire_for`, `try_acquire_with_lease` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline (its last attempt gets 250 ms more) | `Err(Unavailable)` at the deadline | `Ok(None)` at the deadline |
+//! | `Semaphore`, `PermitSemaphore`: `acquire`, `acquire_with_lease` | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` | waits |
+//! | `CountDownLatch::wait_for` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline | a latch is only read, and reads are answered: `Ok(false)` while closed | `Ok(false)` while closed |
+//! | `CountDownLatch::wait` | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` | waits (reads are answered) | waits |
+//! | `Election::try_campaign_for` / `campaign` | as a lock's `try_acquire_for` / `acquire` | same | same | `Ok(None)` / waits |
+//! | `MultiLock::try_acquire_for` / `acquire` | `Err(Unavailable)` naming a member whose Redis is away, at the deadline / after `unavailable_after` | same | same | `Ok(None)` / waits |
+//! | `RedLock::try_acquire_for` | `Err(QuorumNotReached)` (retryable) when too many members fail for a majority; a majority answering works as usual | same | same | `Ok(None)` |
+//! | tower `LockLayer`, `PermitLayer` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |
+//! | actix-web `RequestGuard`, `RequestPermit` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |
+//! | `lockman exec` (`elect`, `latch wait`: the same error mapping) | exit 69, one line naming the cause (`redis is unavailable: …`) | exit 69 | exit 69 | exit 75, "not acquired within" |
+//!
+//! Metrics and spans tell the two apart: the `outcome` label of `lockman_acquire_total` and
+//! `lockman_sync_wait_total`, and the `outcome` field of the `lockman.acquire` and
+//! `lockman.campaign` spans, is `unavailable` for this error, `timed_out` for a holder.
+//!
+//! `tests/outage.rs` shows each row (an unbounded RedLock, `elect` and `latch wait` excepted)
+//! with the server stopped, frozen and refusing `NOREPLICAS` (the HTTP fronts and the CLI with
+//! the server stopped only), on Redis and Valkey, and the `unavailable` metrics label;
+//! docs/outages.md has this table and what the tests cover.
+//!
 //! ## Layout
 //!
 //! The folders are the layers, top to bottom; each imports only from the ones below it
@@ -209,8 +256,8 @@ pub use handles::compose::{
 pub use config::{
     Config, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONTENTION_TOP_K, DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
     DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_IDLE_LINGER, DEFAULT_MAX_LINGERING,
-    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_WATCHDOG_TIMEOUT, MIN_FAIR_LOCK_PLACE_TIMEOUT,
-    MIN_WATCHDOG_TIMEOUT, ShardedSubscription, redacted_url,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_UNAVAILABLE_AFTER, DEFAULT_WATCHDOG_TIMEOUT,
+    MIN_FAIR_LOCK_PLACE_TIMEOUT, MIN_WATCHDOG_TIMEOUT, ShardedSubscription, redacted_url,
 };
 pub use error::{LockError, TlsFailure};
 pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};

@@ -43,7 +43,8 @@ impl Series {
         }
     }
 
-    /// A request was answered (`outcome`: acquired, opened, timed_out, failed, abandoned).
+    /// A request was answered (`outcome`: acquired, opened, timed_out, unavailable, failed,
+    /// abandoned).
     #[inline]
     pub(crate) fn answered(self, kind: &'static str, outcome: &'static str, since: Since) {
         match self {
@@ -153,7 +154,7 @@ fn sync_waiters(kind: &'static str, delta: f64) {
     let _ = (kind, delta);
 }
 
-/// A synchronizer wait was answered (`outcome`: acquired, opened, timed_out, failed).
+/// A synchronizer wait was answered (`outcome`: acquired, opened, timed_out, unavailable, failed).
 #[inline]
 fn sync_answered(kind: &'static str, outcome: &'static str, since: Since) {
     #[cfg(feature = "metrics")]

@@ -34,6 +34,9 @@ enum Outcome {
     OutOfMemory,
     /// Redis refused the command with an error of its own, passed on as `LockError::Redis`.
     Redis,
+    /// Redis refused for a passing state, retried within the wait, then
+    /// `LockError::Unavailable` naming the refusal (the crate docs, "When Redis is away").
+    Unavailable,
 }
 
 impl Outcome {
@@ -49,6 +52,7 @@ impl Outcome {
             Err(LockError::ReadOnly { .. }) => Self::ReadOnly,
             Err(LockError::OutOfMemory { .. }) => Self::OutOfMemory,
             Err(LockError::Redis { .. }) => Self::Redis,
+            Err(LockError::Unavailable { .. }) => Self::Unavailable,
             Err(_) => return None,
         })
     }
@@ -614,8 +618,9 @@ fn table() -> Vec<Row> {
         ),
         row!(
             "Redis busy running a long script (BUSY)",
-            Redis,
-            "Redis's error is passed on at once; nothing was written",
+            Unavailable,
+            "retried within the wait (a script ends, or is killed), then `Unavailable` with \
+             Redis's error as its cause; nothing was written",
             |env| {
                 let mgr = env.manager().await;
                 let lock = mgr.lock("b");
@@ -654,8 +659,9 @@ fn table() -> Vec<Row> {
         ),
         row!(
             "too few replicas for a write (NOREPLICAS)",
-            Redis,
-            "min-replicas-to-write is unmet: Redis's error is passed on",
+            Unavailable,
+            "min-replicas-to-write is unmet: retried within the wait (a replica may come \
+             back), then `Unavailable` with Redis's error as its cause",
             |env| {
                 let mgr = env.manager().await;
                 let lock = mgr.lock("r");

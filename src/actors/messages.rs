@@ -68,10 +68,14 @@ pub(crate) struct Deadlocked {
     pub cycle: crate::error::Cycle,
 }
 
-/// The pub/sub connection came back (messages may have been lost): waiters should retry.
+/// The pub/sub connection came back (messages may have been lost): waiters should retry. Or,
+/// with `lost`, it was just lost (`why`): no message can come until it is back, and Redis may
+/// be away; waiters retry too, so that they learn whether it is.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct Resubscribed;
+pub(crate) struct Resubscribed {
+    pub lost: Option<&'static str>,
+}
 
 /// The watchdog found a hold gone, or could not renew it within the watchdog timeout.
 #[derive(Message)]

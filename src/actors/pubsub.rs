@@ -185,11 +185,18 @@ impl PubSubActor {
     /// Drops the connection and stops: the supervisor restarts this actor, which connects to
     /// the endpoint's current primary (or cluster), subscribes every routed channel again and
     /// makes every waiter retry, since messages of the gap are gone.
-    fn restart(&mut self, why: &str, ctx: &mut Context<Self>) {
+    fn restart(&mut self, why: &'static str, ctx: &mut Context<Self>) {
         if self.halted {
             return;
         }
         tracing::info!(why, "pub/sub reconnects");
+        // Until it is back no unlock message comes, and Redis may be away: every waiter is
+        // told, and tries now (a waiter whose wait ends meanwhile is told it is away).
+        for route in self.routes.values().flatten() {
+            if let Some(actor) = route.actor.resubscribed.upgrade() {
+                actor.do_send(Resubscribed { lost: Some(why) });
+            }
+        }
         self.sink = None;
         self.connected_before = true;
         ctx.stop();
@@ -199,7 +206,7 @@ impl PubSubActor {
     fn all_retry(&self) {
         for route in self.routes.values().flatten() {
             if let Some(actor) = route.actor.resubscribed.upgrade() {
-                actor.do_send(Resubscribed);
+                actor.do_send(Resubscribed { lost: None });
             }
         }
     }
@@ -228,7 +235,7 @@ impl PubSubActor {
                 act.failed(&error, ctx);
             }
             for actor in actors.iter().filter_map(actix::WeakRecipient::upgrade) {
-                actor.do_send(Resubscribed);
+                actor.do_send(Resubscribed { lost: None });
             }
         }));
     }

@@ -15,6 +15,7 @@ impl std::fmt::Debug for Config {
             fair_lock_wait_timeout,
             fair_lock_place_timeout,
             idle_linger,
+            unavailable_after,
             max_lingering,
             arbiters,
             client_name,
@@ -52,6 +53,7 @@ impl std::fmt::Debug for Config {
             .field("fair_lock_wait_timeout", fair_lock_wait_timeout)
             .field("fair_lock_place_timeout", fair_lock_place_timeout)
             .field("idle_linger", idle_linger)
+            .field("unavailable_after", unavailable_after)
             .field("max_lingering", max_lingering)
             .field("arbiters", arbiters)
             .field("client_name", client_name)

@@ -21,6 +21,8 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 pub const DEFAULT_FAIR_LOCK_PLACE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default [`Config::fair_lock_wait_timeout`]: Redisson's.
 pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default [`Config::unavailable_after`].
+pub const DEFAULT_UNAVAILABLE_AFTER: Duration = Duration::from_secs(15);
 /// Default [`Config::idle_linger`].
 pub const DEFAULT_IDLE_LINGER: Duration = Duration::from_secs(1);
 /// Default [`Config::max_lingering`].
@@ -64,6 +66,7 @@ pub struct Config {
     fair_lock_wait_timeout: Duration,
     fair_lock_place_timeout: Duration,
     idle_linger: Duration,
+    unavailable_after: Duration,
     max_lingering: usize,
     arbiters: Option<usize>,
     client_name: Option<String>,
@@ -290,6 +293,7 @@ impl Config {
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
             fair_lock_place_timeout: DEFAULT_FAIR_LOCK_PLACE_TIMEOUT,
             idle_linger: DEFAULT_IDLE_LINGER,
+            unavailable_after: DEFAULT_UNAVAILABLE_AFTER,
             max_lingering: DEFAULT_MAX_LINGERING,
             client_name: None,
             contention_top_k: DEFAULT_CONTENTION_TOP_K,
@@ -526,6 +530,30 @@ impl Config {
         self.idle_linger
     }
 
+    /// How long Redis may be away during any wait (an `acquire()` without a deadline too, of
+    /// every kind) before the wait fails with [`LockError::Unavailable`](crate::LockError::Unavailable):
+    /// counted from the later of the wait's start and the first failure since Redis last
+    /// answered for its name; a single answer of Redis starts it over. A bounded wait shorter
+    /// than it ends at its own deadline (`Unavailable` then too, when Redis is away). See the
+    /// crate docs, "When Redis is away".
+    ///
+    /// The default, 15 s, is below the 30 s that HTTP clients and proxies commonly give a
+    /// request, so a caller that waits without a deadline hears of an outage before its own
+    /// caller gives up; and above a restart of Redis or a Sentinel failover tuned to a few
+    /// seconds, which waits ride out. Lower it where callers must hear sooner; raise it where
+    /// failovers take longer (Sentinel's default `down-after-milliseconds` alone is 30 s).
+    ///
+    /// Default: [`DEFAULT_UNAVAILABLE_AFTER`] (15 s). Must be greater than zero.
+    pub fn unavailable_after(mut self, bound: Duration) -> Self {
+        self.unavailable_after = bound;
+        self
+    }
+
+    /// See [`Config::unavailable_after`](Self::unavailable_after()).
+    pub fn get_unavailable_after(&self) -> Duration {
+        self.unavailable_after
+    }
+
     /// How many idle actors (of locks and synchronizers together) one manager keeps lingering
     /// at most; an actor that falls idle beyond that stops at once. It bounds the memory of a
     /// service that touches many names once each (a few hundred bytes to a few KiB an actor).
@@ -703,6 +731,7 @@ impl Config {
             ("response timeout", self.response_timeout),
             ("fair lock wait timeout", self.fair_lock_wait_timeout),
             ("fair lock place timeout", self.fair_lock_place_timeout),
+            ("unavailable after", self.unavailable_after),
         ] {
             if value.is_zero() {
                 return Err(LockError::invalid(what, "must be greater than zero"));

@@ -5,7 +5,8 @@
 //! request waited for lock `orders:42`, and whether it waited at all.
 //!
 //! Fields: `name`, `kind`, `wait` (how long the caller was willing to wait), then `outcome`
-//! (`acquired`, `timed_out`, `failed`; a latch's `opened`; for a release `released`,
+//! (`acquired`, `timed_out`, `unavailable` (Redis away: [`LockError::Unavailable`]), `failed`;
+//! a latch's `opened`; for a release `released`,
 //! `not_held`, `failed`) and `waited` (the first attempt found it taken: the answer came from a
 //! release's message, a hand-off, a TTL or a retry; not recorded for a latch). A lock acquire
 //! still unanswered after [`LOOKUP_AFTER`] also records whom it waited behind, when the span is
@@ -14,7 +15,7 @@
 //!
 //! Elections have two spans of their own. `lockman.campaign` lives as long as a campaign (its
 //! fenced lock's `lockman.acquire` inside it): `name`, `wait`, then `outcome` (`won`,
-//! `timed_out`, `failed`) and, when won, `term`. `lockman.term` lives as long as the lead it
+//! `timed_out`, `unavailable`, `failed`) and, when won, `term`. `lockman.term` lives as long as the lead it
 //! won, from the win until the [`Leadership`](crate::Leadership) is resigned or dropped:
 //! `name`, `term`, `holder`, then `ended` (`resigned`, or `lost` when the lead was known lost
 //! by then); a resign's `lockman.release` is inside it.
@@ -137,7 +138,7 @@ fn ended<G>(
             record(granted.as_ref());
         }
         Err(e) => {
-            span.record("outcome", "failed");
+            span.record("outcome", failed(e));
             tracing::debug!(parent: span, error = %e, "{what} failed");
         }
     }
@@ -154,9 +155,17 @@ pub(crate) fn opened(span: &Span, res: &Result<bool, LockError>) {
         match res {
             Ok(true) => "opened",
             Ok(false) => "timed_out",
-            Err(_) => "failed",
+            Err(e) => failed(e),
         },
     );
+}
+
+/// The `outcome` of a wait that failed with `e`: Redis away is told apart from other failures.
+fn failed(e: &LockError) -> &'static str {
+    match e {
+        LockError::Unavailable { .. } => "unavailable",
+        _ => "failed",
+    }
 }
 
 /// The span of one campaign for the election `name`.

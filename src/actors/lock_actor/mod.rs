@@ -76,6 +76,7 @@ impl LockActor {
             fair_place_timeout: svc.config.get_fair_lock_place_timeout(),
             // A hand-off grants without an acquire, so without the acquire's replica sync.
             hand_off: svc.config.get_sync_replicas().is_none(),
+            unavailable_after: svc.config.get_unavailable_after(),
         };
         Self {
             family,
@@ -153,6 +154,7 @@ impl PerName for LockActor {
         match answer {
             Answer::Granted { .. } => "acquired",
             Answer::TimedOut => "timed_out",
+            Answer::Failed(crate::error::LockError::Unavailable { .. }) => "unavailable",
             Answer::Failed(_) => "failed",
         }
     }
@@ -388,8 +390,13 @@ impl Handler<Deadlocked> for LockActor {
 impl Handler<Resubscribed> for LockActor {
     type Result = ();
 
-    fn handle(&mut self, _: Resubscribed, ctx: &mut Context<Self>) {
-        self.state.resubscribed(Instant::now());
+    fn handle(&mut self, msg: Resubscribed, ctx: &mut Context<Self>) {
+        match msg.lost {
+            Some(why) => self
+                .state
+                .connection_lost(crate::error::LockError::pubsub_lost(why), Instant::now()),
+            None => self.state.resubscribed(Instant::now()),
+        }
         shell::apply(self, ctx);
     }
 }

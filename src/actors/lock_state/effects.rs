@@ -72,6 +72,8 @@ pub(crate) enum Timer {
     Refresh,
     /// Send again the fair-queue leave of this holder, which failed or went unanswered.
     Leave(Arc<str>),
+    /// Redis has been away for `unavailable_after` of a waiter's wait (`outage.rs`).
+    Unavailable,
 }
 
 /// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry the counts

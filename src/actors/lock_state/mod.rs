@@ -20,6 +20,7 @@
 
 mod effects;
 mod holds;
+mod outage;
 mod outcomes;
 mod places;
 mod round_trips;
@@ -74,6 +75,8 @@ pub(crate) struct Settings {
     pub fair_place_timeout: Duration,
     /// Whether a release may hand the lock to a local waiter (see `release_op`).
     pub hand_off: bool,
+    /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
+    pub unavailable_after: Duration,
 }
 
 /// The longest lease accepted: PEXPIRE must not overflow.
@@ -98,6 +101,8 @@ pub(crate) struct LockState {
     /// Consecutive retryable errors of attempts, for the backoff; reset by any answer from
     /// Redis.
     failures: u32,
+    /// Redis not answering this name (`outage.rs`); `None` once it answers.
+    outage: Option<outage::Outage>,
     /// Local hand-offs since the last release that published.
     streak: u32,
     phase: Phase,
@@ -120,6 +125,7 @@ impl LockState {
             timers: Timers::default(),
             subscribed: FxHashSet::default(),
             failures: 0,
+            outage: None,
             streak: 0,
             phase: Phase::Running,
             busy: false,
@@ -177,6 +183,10 @@ impl LockState {
             watched: false,
         });
         self.set_busy();
+        if self.outage.is_some() && !self.timers.is_armed(&Timer::Unavailable) {
+            // Redis is away already: this wait too ends once it has been for the bound.
+            self.arm_unavailable();
+        }
         if self.joins_queue(id) {
             // Its turn comes at a wake-up, like the waiters ahead of it; the subscription is
             // theirs already (subscribing again changes nothing).
@@ -209,9 +219,10 @@ impl LockState {
     /// The round trip under way finished.
     pub(crate) fn ran(&mut self, outcome: Outcome, now: Instant) {
         self.now = now;
-        let Some(InFlight { flight, sent }) = self.trips.under_way.take() else {
+        let Some(InFlight { flight, sent, at }) = self.trips.under_way.take() else {
             return;
         };
+        self.heard(&outcome, at);
         let resolved = match sent {
             Some(op) if outcome.unknown().is_some() => {
                 let (Outcome::Acquire(Err(e)) | Outcome::Release(Err(e))) = outcome else {
@@ -279,7 +290,8 @@ impl LockState {
         self.now = now;
         self.timers.fired(&timer);
         match timer {
-            Timer::Deadline(id) => self.give_up(id, "its wait ran out"),
+            Timer::Deadline(id) => self.deadline(id),
+            Timer::Unavailable => self.unavailable_due(),
             Timer::Retry => {
                 if self.family.is_fair() {
                     // Each fair waiter has its own place, and the head of the Redis queue need

@@ -42,7 +42,11 @@ impl LockState {
             };
             // A request is kept to be sent again as it is, should its reply never come.
             let sent = op.seq().is_some().then(|| op.clone());
-            self.trips.under_way = Some(InFlight { flight, sent });
+            self.trips.under_way = Some(InFlight {
+                flight,
+                sent,
+                at: self.now,
+            });
             self.out.push(Effect::Run(op));
         }
     }
@@ -84,11 +88,13 @@ impl LockState {
             // Its holder's unresolved request, or the settling of its count, goes first; its
             // end wakes this one. A single attempt cannot wait for that: it fails as that
             // request did, or finds the lock not free for its holder (its count in Redis may
-            // still include a hold that ended here).
+            // still include a hold that ended here); but with Redis away (the settling cannot
+            // run) it fails as the last round trip did: that is no holder.
             if once {
-                let answer = match blocked {
-                    Blocked::Unresolved(error) => Answer::Failed(error),
-                    Blocked::Settling => Answer::TimedOut,
+                let answer = match (blocked, self.outage.as_ref()) {
+                    (Blocked::Unresolved(error), _) => Answer::Failed(error),
+                    (Blocked::Settling, Some(outage)) => Answer::Failed(outage.cause.clone()),
+                    (Blocked::Settling, None) => Answer::TimedOut,
                 };
                 self.answer(id, answer);
             }

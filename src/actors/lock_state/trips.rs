@@ -99,6 +99,8 @@ pub(super) enum Flight {
 pub(super) struct InFlight {
     pub flight: Flight,
     pub sent: Option<Op>,
+    /// When it was sent (a reply long in coming is Redis away: `outage.rs`).
+    pub at: Instant,
 }
 
 /// The round trips of the name. Invariant: one under way at most; no release or settling of a

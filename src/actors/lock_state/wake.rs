@@ -59,6 +59,7 @@ impl LockState {
         }
         if self.waiters.is_empty() {
             self.timers.stop(&Timer::Retry, &mut self.out);
+            self.timers.stop(&Timer::Unavailable, &mut self.out);
         }
         if self.family.is_fair() && !matches!(answer, Answer::Granted { .. }) {
             self.leave_unused(&w.holder, Some((id, answer)));

@@ -99,6 +99,7 @@ impl SyncActor {
             watchdog_timeout: svc.config.get_watchdog_timeout(),
             // A hand-off grants without a take, so without the take's replica sync.
             hand_off: svc.config.get_sync_replicas().is_none(),
+            unavailable_after: svc.config.get_unavailable_after(),
         };
         Self {
             latch_prefix: format!("{}:{}", svc.client_id.simple(), kind.letter()),
@@ -200,6 +201,7 @@ impl PerName for SyncActor {
             (Answer::Done { .. }, SyncKind::CountDownLatch) => "opened",
             (Answer::Done { .. }, _) => "acquired",
             (Answer::TimedOut, _) => "timed_out",
+            (Answer::Failed(crate::error::LockError::Unavailable { .. }), _) => "unavailable",
             (Answer::Failed(_), _) => "failed",
         }
     }
@@ -533,8 +535,13 @@ impl Handler<Unlocked> for SyncActor {
 impl Handler<Resubscribed> for SyncActor {
     type Result = ();
 
-    fn handle(&mut self, _: Resubscribed, ctx: &mut Context<Self>) {
-        self.state.resubscribed(Instant::now());
+    fn handle(&mut self, msg: Resubscribed, ctx: &mut Context<Self>) {
+        match msg.lost {
+            Some(why) => self
+                .state
+                .connection_lost(crate::error::LockError::pubsub_lost(why), Instant::now()),
+            None => self.state.resubscribed(Instant::now()),
+        }
         shell::apply(self, ctx);
     }
 }

@@ -136,6 +136,8 @@ pub(crate) enum Timer {
     Expiry(u64),
     /// Send again request `seq`, whose reply never came.
     Resend(u64),
+    /// Redis has been away for `unavailable_after` of a waiter's wait (`outage.rs`).
+    Unavailable,
 }
 
 /// What an [`Adjust`](crate::actix::Adjust) does.

@@ -50,6 +50,7 @@
 
 mod effects;
 mod held;
+mod outage;
 mod trips;
 
 use std::sync::Arc;
@@ -98,6 +99,8 @@ pub(crate) struct Settings {
     pub watchdog_timeout: Duration,
     /// Whether given-back permits may go straight to a local waiter (not with replica sync).
     pub hand_off: bool,
+    /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
+    pub unavailable_after: Duration,
 }
 
 /// What a waiter wants: permits (none for a latch), a permit semaphore's lease and ids.
@@ -143,6 +146,8 @@ struct Waiter {
     ids: Arc<[u8]>,
     /// When its latest take was first sent: a grant's TTL runs from no earlier.
     sent: Instant,
+    /// When it arrived, for the time waited.
+    since: Instant,
 }
 
 /// The rules of one synchronizer name.
@@ -173,6 +178,10 @@ pub(crate) struct SyncState {
     next_lane: u32,
     /// Hand-offs in a row since the last give-back through Redis.
     streak: u32,
+    /// Redis not answering this name (`outage.rs`); `None` once it answers.
+    outage: Option<outage::Outage>,
+    /// When [`Timer::Unavailable`] fires, if armed.
+    unavailable_at: Option<Instant>,
     phase: Phase,
     /// Whether it has a waiter, a hold or a round trip (told as `Busy` and `Idle`).
     busy: bool,
@@ -197,6 +206,8 @@ impl SyncState {
             free_lanes: Vec::new(),
             next_lane: 0,
             streak: 0,
+            outage: None,
+            unavailable_at: None,
             phase: Phase::Running,
             busy: false,
             now,
@@ -278,7 +289,10 @@ impl SyncState {
             lease: want.lease,
             ids: want.ids,
             sent: now,
+            since: now,
         });
+        // Redis is away already: this wait too ends once it has been for the bound.
+        self.arm_unavailable();
         if queue {
             self.watch_caller(id);
         } else {
@@ -348,6 +362,13 @@ impl SyncState {
                 self.grant(at, waited);
             }
             Tried::Failed(error) if waiter.last || !error.is_retryable() => {
+                // A wait (not a single attempt) that ends on Redis away says so.
+                let (once, since) = (waiter.once, waiter.since);
+                let error = if !once && error.is_outage() {
+                    self.unavailable(since, error)
+                } else {
+                    error
+                };
                 self.answer(at, Answer::Failed(error));
             }
             Tried::Failed(error) => {
@@ -479,6 +500,7 @@ impl SyncState {
             Timer::Retry => self.retry(now),
             Timer::Expiry(epoch) => self.lose(epoch, Loss::Lease),
             Timer::Resend(seq) => self.resend(seq),
+            Timer::Unavailable => self.unavailable_due(),
         }
     }
 
@@ -626,6 +648,9 @@ impl SyncState {
         }
         if self.timer.take().is_some() {
             self.effects.push(Effect::Cancel(Timer::Retry));
+        }
+        if self.unavailable_at.take().is_some() {
+            self.effects.push(Effect::Cancel(Timer::Unavailable));
         }
         if self.phase == Phase::Running {
             self.effects.push(Effect::Idle);

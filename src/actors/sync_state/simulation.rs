@@ -44,6 +44,7 @@ fn settings() -> Settings {
     Settings {
         watchdog_timeout: TIMEOUT,
         hand_off: true,
+        unavailable_after: Duration::from_secs(15),
     }
 }
 

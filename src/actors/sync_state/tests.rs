@@ -17,7 +17,20 @@ use proptest::prelude::*;
 
 use super::*;
 
+/// The effects queued, but the outage bound's timer ([`Timer::Unavailable`]): the tests of
+/// other rules need not follow it; those of `outage.rs` read it with [`all_effects`].
 fn effects(state: &mut SyncState) -> Vec<Effect> {
+    let mut out = all_effects(state);
+    out.retain(|e| {
+        !matches!(
+            e,
+            Effect::Arm(Timer::Unavailable, _) | Effect::Cancel(Timer::Unavailable)
+        )
+    });
+    out
+}
+
+fn all_effects(state: &mut SyncState) -> Vec<Effect> {
     let mut out = Vec::new();
     state.drain_into(&mut out);
     out
@@ -41,6 +54,7 @@ fn attempt(effect: &Effect) -> Option<WaiterId> {
 const SETTINGS: Settings = Settings {
     watchdog_timeout: Duration::from_secs(30),
     hand_off: true,
+    unavailable_after: Duration::from_secs(15),
 };
 
 fn state(kind: SyncKind) -> SyncState {
@@ -492,14 +506,15 @@ fn a_request_whose_reply_never_came_is_sent_again_as_it_was_until_its_horizon() 
         let e = effects(&mut s);
         assert!(!s.is_under_way(first.seq));
         if kind == SyncKind::PermitSemaphore {
-            // Its ids may be held in Redis now: a take with them again would take twice.
+            // Its ids may be held in Redis now: a take with them again would take twice. Its
+            // wait ends on a reply that never came: Redis is away.
             assert!(
                 matches!(
                     e.as_slice(),
                     [
-                        Effect::Answer(1, Answer::Failed(LockError::Timeout { .. })),
+                        Effect::Answer(1, Answer::Failed(LockError::Unavailable { cause, .. })),
                         Effect::Idle
-                    ]
+                    ] if matches!(**cause, LockError::Timeout { .. })
                 ),
                 "{e:?}"
             );
@@ -649,11 +664,11 @@ fn a_permit_waiter_whose_refused_permits_were_not_given_back_is_answered() {
         matches!(
             e.as_slice(),
             [
-                Effect::Answer(1, Answer::Failed(LockError::ReplicaSync { .. })),
+                Effect::Answer(1, Answer::Failed(LockError::Unavailable { cause, .. })),
                 ..
-            ]
+            ] if matches!(**cause, LockError::ReplicaSync { .. })
         ),
-        "{e:?}"
+        "a wait that ends on too few replicas is Redis away: {e:?}"
     );
 }
 
@@ -1130,8 +1145,9 @@ fn a_waiter_whose_reply_is_missing_is_answered_at_its_deadline_and_what_it_took_
         s.fired(Timer::Deadline(1), now + wait);
         let e = effects(&mut s);
         assert!(
-            matches!(e.as_slice(), [Effect::Answer(1, Answer::TimedOut), ..]),
-            "{kind:?}: answered at its deadline: {e:?}"
+            matches!(e.as_slice(), [Effect::Answer(1, Answer::Failed(LockError::Unavailable { cause, .. })), ..]
+                if matches!(**cause, LockError::Timeout { .. })),
+            "{kind:?}: answered at its deadline, Redis away: {e:?}"
         );
         assert!(!s.has(1));
         assert!(
@@ -1176,7 +1192,7 @@ fn a_waiter_whose_reply_is_missing_is_answered_at_its_deadline_and_what_it_took_
 fn a_reply_found_missing_past_the_deadline_or_for_a_single_attempt_answers_at_once() {
     for (wait, answer) in [
         (Wait::No, "failed"),
-        (Wait::Up(Duration::from_millis(400)), "timed out"),
+        (Wait::Up(Duration::from_millis(400)), "unavailable"),
     ] {
         let now = Instant::now();
         let mut s = state(SyncKind::Semaphore);
@@ -1198,11 +1214,17 @@ fn a_reply_found_missing_past_the_deadline_or_for_a_single_attempt_answers_at_on
             _ => panic!("{answer}: not answered at once: {e:?}"),
         };
         match answer {
+            // A single attempt gets the error itself.
             "failed" => assert!(
                 matches!(answered, Answer::Failed(LockError::Timeout { .. })),
                 "{answered:?}"
             ),
-            _ => assert!(matches!(answered, Answer::TimedOut), "{answered:?}"),
+            // A wait whose last reply never came: Redis is away.
+            _ => assert!(
+                matches!(answered, Answer::Failed(LockError::Unavailable { cause, .. })
+                    if matches!(**cause, LockError::Timeout { .. })),
+                "{answered:?}"
+            ),
         }
         s.fired(Timer::Resend(first.seq), late + backoff(0));
         effects(&mut s);
@@ -1215,10 +1237,11 @@ fn a_reply_found_missing_past_the_deadline_or_for_a_single_attempt_answers_at_on
 
 /// An attempt under way at the deadline (Redis slow or paused, no reply yet) gets
 /// `LAST_ATTEMPT_GRACE` for its outcome: an outcome within it answers the waiter (a healthy
-/// Redis's last attempt still decides); past it the waiter is answered `TimedOut`, and what its
-/// attempt finds when it comes back is passed on to the waiters still parked.
+/// Redis's last attempt still decides); past it the waiter is answered `Unavailable` (Redis did
+/// not answer its last attempt), and what its attempt finds when it comes back is passed on to
+/// the waiters still parked.
 #[test]
-fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_times_out() {
+fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_is_told_redis_is_away() {
     let now = Instant::now();
     let wait = Duration::from_millis(400);
     // In time: a parked waiter's last attempt succeeds within the grace.
@@ -1271,8 +1294,14 @@ fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_times_out()
     s.fired(Timer::Deadline(1), now + wait + LAST_ATTEMPT_GRACE);
     let e = effects(&mut s);
     assert!(
-        matches!(e.as_slice(), [Effect::Answer(1, Answer::TimedOut)]),
-        "answered when its grace ends: {e:?}"
+        matches!(
+            e.as_slice(),
+            [Effect::Answer(
+                1,
+                Answer::Failed(LockError::Unavailable { .. })
+            )]
+        ),
+        "answered when its grace ends, Redis away (no reply): {e:?}"
     );
     assert!(s.is_under_way(first.seq));
     // Its attempt comes back short with 2 free: waiter 2 fits, and tries.
@@ -1328,4 +1357,113 @@ fn a_waiter_whose_unsynced_permits_give_back_is_missing_is_answered_at_its_deadl
     effects(&mut s);
     s.ran(give, Outcome::Reply(Ok(1)), now + wait);
     assert!(matches!(effects(&mut s).as_slice(), [Effect::Idle]));
+}
+
+/// A wait whose last attempt got no answer from Redis ends `Unavailable`; one whose last
+/// attempt was answered short ends `TimedOut` (outage.rs).
+#[test]
+fn the_last_attempt_s_answer_tells_redis_away_from_too_few_permits() {
+    let now = Instant::now();
+    let wait = Duration::from_millis(400);
+    let refused = || {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        LockError::Redis {
+            op: "acquire permits",
+            source: redis::RedisError::from(io),
+        }
+    };
+    for (last, away) in [(Tried::Failed(refused()), true), (short(), false)] {
+        let mut s = state(SyncKind::Semaphore);
+        s.request(1, want(1), Wait::Up(wait), now);
+        effects(&mut s);
+        report(&mut s, 1, short(), now);
+        effects(&mut s);
+        // At its deadline it tries once more, and that attempt's outcome answers it.
+        s.fired(Timer::Deadline(1), now + wait);
+        effects(&mut s);
+        report(&mut s, 1, last, now + wait);
+        let e = effects(&mut s);
+        let answer = e.iter().find_map(|e| match e {
+            Effect::Answer(1, a) => Some(a),
+            _ => None,
+        });
+        if away {
+            assert!(
+                matches!(answer, Some(Answer::Failed(LockError::Unavailable { .. }))),
+                "{e:?}"
+            );
+        } else {
+            assert!(matches!(answer, Some(Answer::TimedOut)), "{e:?}");
+        }
+    }
+}
+
+/// A wait without a deadline fails once Redis has been away for the bound, and an answer in
+/// between starts the bound over.
+#[test]
+fn no_synchronizer_wait_outlasts_an_outage_by_more_than_the_bound() {
+    let now = Instant::now();
+    let bound = SETTINGS.unavailable_after;
+    let mut s = state(SyncKind::PermitSemaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    let first = first_run(effects(&mut s));
+    s.ran(first.seq, lost(SyncKind::PermitSemaphore), now);
+    let e = all_effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Unavailable, d) if *d == bound)),
+        "{e:?}"
+    );
+    s.fired(Timer::Unavailable, now + bound);
+    let e = effects(&mut s);
+    assert!(
+        matches!(
+            e.as_slice(),
+            [
+                Effect::Answer(1, Answer::Failed(LockError::Unavailable { .. })),
+                ..
+            ]
+        ),
+        "{e:?}"
+    );
+
+    // An answer (a short take) ends the outage: the bound's timer goes, and firing finds none.
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    let first = first_run(effects(&mut s));
+    s.ran(first.seq, lost(SyncKind::Semaphore), now);
+    all_effects(&mut s);
+    s.fired(Timer::Resend(first.seq), now + backoff(0));
+    all_effects(&mut s);
+    let found = Take::Short {
+        free: 0,
+        retry_in: None,
+    };
+    s.ran(first.seq, Outcome::Take(Ok(found)), now + backoff(0));
+    let e = all_effects(&mut s);
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Effect::Cancel(Timer::Unavailable))),
+        "{e:?}"
+    );
+    s.fired(Timer::Unavailable, now + bound);
+    assert!(
+        !all_effects(&mut s)
+            .iter()
+            .any(|e| matches!(e, Effect::Answer(..))),
+        "still waiting"
+    );
+}
+
+/// The pub/sub connection lost: every parked waiter tries at once.
+#[test]
+fn a_lost_pubsub_connection_makes_parked_waiters_try() {
+    let now = Instant::now();
+    let mut s = state(SyncKind::Semaphore);
+    s.request(1, want(1), Wait::Forever, now);
+    effects(&mut s);
+    report(&mut s, 1, short(), now);
+    effects(&mut s);
+    s.connection_lost(LockError::pubsub_lost("the connection was lost"), now);
+    assert_eq!(tries(&effects(&mut s)), vec![1]);
 }

@@ -86,6 +86,11 @@ impl SyncState {
     pub(crate) fn ran(&mut self, seq: u64, outcome: Outcome, now: Instant) {
         self.now = now;
         let horizon = self.horizon();
+        let Some(sent) = self.trips.get(&seq).map(|u| u.started) else {
+            return;
+        };
+        // Sent again, it went unanswered since it was first sent.
+        self.heard(&outcome, sent);
         let Some(under) = self.trips.get_mut(&seq) else {
             return;
         };
@@ -98,6 +103,18 @@ impl SyncState {
                 let purpose = match under.purpose {
                     Purpose::Attempt(id) => Some((id, true)),
                     Purpose::Unsynced { waiter, .. } => Some((waiter, false)),
+                    Purpose::Adjust(ref mut reply) => {
+                        // Its caller hears of the missing reply now, as a lock release's does,
+                        // not a third of the watchdog timeout later; the request goes on being
+                        // sent, so that its latch learns whether it ran.
+                        if let (Some(reply), Outcome::Reply(Err(e)) | Outcome::Take(Err(e))) =
+                            (reply.take(), &outcome)
+                        {
+                            self.effects
+                                .push(Effect::Own(Own::AdjustDone(reply, Err(e.clone()))));
+                        }
+                        None
+                    }
                     _ => None,
                 };
                 if let Some((waiter, attempt)) = purpose {
@@ -282,9 +299,14 @@ impl SyncState {
             _ => None,
         });
         tracing::debug!(name = %self.name, "waiter answered before its attempt's outcome");
+        // No outcome within the grace after its deadline: Redis did not answer its last
+        // attempt (a healthy one answers in milliseconds).
         let answer = match unsynced {
             Some(error) => Answer::Failed(error),
-            None => Answer::TimedOut,
+            None => {
+                let since = self.waiters[at].since;
+                Answer::Failed(self.unavailable(since, self.silence()))
+            }
         };
         self.answer(at, answer);
         self.unsubscribe_if_unused();

@@ -249,9 +249,19 @@ async fn take(
     // Each member held, with the instant its attempt began (when its lease may have started).
     let mut held: Vec<Option<(LockGuard, Instant)>> = (0..n).map(|_| None).collect();
     let (mut failures, mut splits) = (0u32, 0u32);
+    // Since when too many members have failed for a quorum (their Redis away), with no round
+    // in between where a quorum was possible: an unbounded wait ends once this lasts the
+    // members' `Config::unavailable_after` (the shortest of them), as a lock's does.
+    let mut away_since: Option<Instant> = None;
+    let bound = plan
+        .members
+        .iter()
+        .map(Lock::unavailable_after)
+        .min()
+        .unwrap_or(crate::config::DEFAULT_UNAVAILABLE_AFTER);
     loop {
         let round = Instant::now();
-        let (busy, failed) = attempt_round(plan, lease, &mut held, round).await?;
+        let (busy, failed, last_failure) = attempt_round(plan, lease, &mut held, round).await?;
         let acquired = held.iter().flatten().count();
         if acquired >= plan.quorum
             && let Some(guard) = complete(plan, lease, &mut held, round)
@@ -262,14 +272,27 @@ async fn take(
         release_all(&mut held).await;
 
         let possible = n - failed >= plan.quorum;
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return match (possible, plan.redlock) {
-                (false, true) => Err(LockError::QuorumNotReached {
+        if possible {
+            away_since = None;
+        } else {
+            away_since.get_or_insert(round);
+        }
+        let ended = deadline.is_some_and(|d| Instant::now() >= d)
+            || away_since.is_some_and(|since| since.elapsed() >= bound);
+        if ended {
+            return match (possible, plan.redlock, last_failure) {
+                (false, true, _) => Err(LockError::QuorumNotReached {
                     acquired,
                     failed,
                     needed: plan.quorum,
                     members: n,
                 }),
+                // A member's Redis is away: not contention.
+                (false, false, Some((member, cause))) => Err(LockError::unavailable(
+                    plan.members[member].name(),
+                    start.elapsed(),
+                    cause,
+                )),
                 _ => Ok(None),
             };
         }
@@ -290,6 +313,12 @@ async fn take(
                 match wait_member(&plan.members[i], lease, deadline).await {
                     Ok(Some(guard)) => held[i] = Some((guard, Instant::now())),
                     Ok(None) => return Ok(None),
+                    Err(LockError::Unavailable { waited, .. }) => {
+                        // Its Redis went away while we waited on it: counted from then, and
+                        // the next round decides.
+                        let since = Instant::now().checked_sub(waited).unwrap_or(start);
+                        away_since.get_or_insert(since);
+                    }
                     Err(e) if e.is_retryable() => {}
                     Err(e) => return Err(e),
                 }
@@ -304,21 +333,21 @@ async fn take(
 }
 
 /// One attempt at every member not held yet, all at once: those taken go into `held`. Returns
-/// the busy members and how many failed with a retryable error; any other error releases what
-/// is held and ends the acquire.
+/// the busy members, how many failed with a retryable error, and the last of those failures
+/// with its member; any other error releases what is held and ends the acquire.
 async fn attempt_round(
     plan: &Plan<'_>,
     lease: Option<Duration>,
     held: &mut [Option<(LockGuard, Instant)>],
     round: Instant,
-) -> Result<(Vec<usize>, usize), LockError> {
+) -> Result<(Vec<usize>, usize, Option<(usize, LockError)>), LockError> {
     let attempts = plan
         .members
         .iter()
         .enumerate()
         .filter(|(i, _)| held[*i].is_none())
         .map(|(i, m)| async move { (i, try_member(m, lease, plan.member_timeout).await) });
-    let (mut busy, mut failed) = (Vec::new(), 0);
+    let (mut busy, mut failed, mut last) = (Vec::new(), 0, None);
     for (i, result) in join_all(attempts).await {
         match result {
             Ok(Some(guard)) => held[i] = Some((guard, round)),
@@ -326,6 +355,7 @@ async fn attempt_round(
             Err(e) if e.is_retryable() => {
                 tracing::debug!(member = plan.members[i].name(), error = %e, "member failed");
                 failed += 1;
+                last = Some((i, e));
             }
             Err(e) => {
                 release_all(held).await;
@@ -333,7 +363,7 @@ async fn attempt_round(
             }
         }
     }
-    Ok((busy, failed))
+    Ok((busy, failed, last))
 }
 
 /// The composite guard of a quorum held, when its validity has not run out already (a lease
@@ -453,7 +483,11 @@ macro_rules! composite_verbs {
         ///
         /// # Errors
         /// [`LockError::InvalidArgument`] for an empty or duplicated member list, any member's
-        /// error that retrying cannot mend (wrong type, shutdown). Retryable errors are retried.
+        /// error that retrying cannot mend (wrong type, shutdown). Retryable errors are retried;
+        /// once too many members have failed for a quorum for
+        /// [`Config::unavailable_after`](crate::Config::unavailable_after), or at the end of a
+        /// bounded wait, a MultiLock fails with [`LockError::Unavailable`] (naming a member) and
+        /// a RedLock with [`LockError::QuorumNotReached`]: see [When Redis is away](crate#when-redis-is-away).
         ///
         /// # Cancel safety
         /// Dropping the future leaves nothing held: members granted afterwards are released.
@@ -485,7 +519,9 @@ macro_rules! composite_verbs {
             super::acquire(&self.plan(), None, Wait::No).await
         }
 
-        /// Tries for up to `wait`; `None` afterwards, with nothing left held.
+        /// Tries for up to `wait`; `None` afterwards when a member was held by someone else,
+        /// with nothing left held (an error when members' Redis was away: see
+        /// [When Redis is away](crate#when-redis-is-away)).
         ///
         /// # Errors
         /// As [`acquire`](Self::acquire).

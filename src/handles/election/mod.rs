@@ -118,7 +118,9 @@ impl Election {
         lead.await?.ok_or(LockError::Shutdown)
     }
 
-    /// Waits up to `wait` to become leader; `None` when another candidate still leads then.
+    /// Waits up to `wait` to become leader; `None` when another candidate still leads then
+    /// ([`LockError::Unavailable`] when Redis was away instead: see
+    /// [When Redis is away](crate#when-redis-is-away)).
     ///
     /// # Errors
     /// As [`Lock::try_acquire_for`](crate::Lock::try_acquire_for).

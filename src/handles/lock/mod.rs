@@ -91,7 +91,10 @@ impl Lock {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for an empty name, [`LockError::WrongType`] when the key is
-    /// not a lock, [`LockError::Shutdown`] after shutdown. Redis errors are retried while waiting.
+    /// not a lock, [`LockError::Shutdown`] after shutdown. Redis errors are retried while waiting; a wait that ends with Redis away
+    /// fails with [`LockError::Unavailable`] (at its deadline, or after
+    /// [`Config::unavailable_after`](crate::Config::unavailable_after)): see
+    /// [When Redis is away](crate#when-redis-is-away).
     ///
     /// # Cancel safety
     /// Dropping the future removes the waiter; a grant that arrives after that is released.
@@ -123,8 +126,9 @@ impl Lock {
         self.request(None, Wait::No).await
     }
 
-    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed (a fair
-    /// waiter first leaves the Redis queue: one round trip more).
+    /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed with the
+    /// lock held ([`LockError::Unavailable`] when Redis was away instead: see
+    /// [When Redis is away](crate#when-redis-is-away); a fair waiter first leaves the Redis queue: one round trip more).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
@@ -135,7 +139,9 @@ impl Lock {
         self.request(None, Wait::Up(wait)).await
     }
 
-    /// Waits up to `wait` for the lock, taken for `lease`; `None` once `wait` has passed.
+    /// Waits up to `wait` for the lock, taken for `lease`; `None` once `wait` has passed with
+    /// it held ([`LockError::Unavailable`] when Redis was away instead: see
+    /// [When Redis is away](crate#when-redis-is-away)).
     ///
     /// # Errors
     /// As [`acquire_with_lease`](Self::acquire_with_lease).
@@ -200,6 +206,12 @@ impl Lock {
     /// The deployment of this lock's manager: members with one label are on one server.
     pub(crate) fn server(&self) -> &str {
         self.mgr.commands.endpoint().label()
+    }
+
+    /// How long Redis may be away during a wait of this lock's manager
+    /// ([`Config::unavailable_after`](crate::Config::unavailable_after)).
+    pub(crate) fn unavailable_after(&self) -> Duration {
+        self.mgr.config.get_unavailable_after()
     }
 
     /// The watchdog timeout of this lock's manager: the lease of a hold taken without one.

@@ -78,7 +78,10 @@ impl CountDownLatch {
     ///
     /// # Errors
     /// As [`try_set_count`](Self::try_set_count); [`LockError::Shutdown`] after shutdown.
-    /// Redis errors are retried while waiting.
+    /// Redis errors are retried while waiting; a wait that ends with Redis away
+    /// fails with [`LockError::Unavailable`] (at its deadline, or after
+    /// [`Config::unavailable_after`](crate::Config::unavailable_after)): see
+    /// [When Redis is away](crate#when-redis-is-away).
     ///
     /// # Cancel safety
     /// Dropping the future removes the waiter.
@@ -91,7 +94,9 @@ impl CountDownLatch {
         }
     }
 
-    /// Waits up to `timeout` for the latch to open: whether it did.
+    /// Waits up to `timeout` for the latch to open: whether it did (`false`: Redis answered that
+    /// it is closed; [`LockError::Unavailable`] when Redis was away at the end: see
+    /// [When Redis is away](crate#when-redis-is-away)).
     ///
     /// # Errors
     /// As [`wait`](Self::wait).

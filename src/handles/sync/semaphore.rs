@@ -126,7 +126,10 @@ impl Semaphore {
     ///
     /// # Errors
     /// [`LockError::InvalidArgument`] for 0 permits, [`LockError::WrongType`],
-    /// [`LockError::Shutdown`]. Redis errors are retried while waiting.
+    /// [`LockError::Shutdown`]. Redis errors are retried while waiting; a wait that ends with Redis away
+    /// fails with [`LockError::Unavailable`] (at its deadline, or after
+    /// [`Config::unavailable_after`](crate::Config::unavailable_after)): see
+    /// [When Redis is away](crate#when-redis-is-away).
     ///
     /// # Cancel safety
     /// Dropping the future removes the waiter; permits taken after that are given back.
@@ -145,7 +148,9 @@ impl Semaphore {
         self.handle.acquire(permits, None, Wait::No).await
     }
 
-    /// Waits up to `wait` for `permits` permits; `None` once `wait` has passed.
+    /// Waits up to `wait` for `permits` permits; `None` once `wait` has passed with
+    /// it held ([`LockError::Unavailable`] when Redis was away instead: see
+    /// [When Redis is away](crate#when-redis-is-away)).
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).

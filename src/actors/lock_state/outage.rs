@@ -1,0 +1,180 @@
+//! Redis away, told apart from a holder (issue 57): a wait ends in [`LockError::Unavailable`],
+//! not `TimedOut`, when what the name last heard of Redis was no answer.
+//!
+//! The rules:
+//! - every round trip's outcome says whether Redis answered: an answer to an attempt, a release
+//!   or a settling (a grant, a busy lock, a refusal that needs a person) ends the outage (a fair
+//!   queue's leave or refresh may write nothing, so its success does not); no answer (a connection refused, dropped or
+//!   silent, a reply that never came) or a refusal of a passing state (`LockError::is_outage`:
+//!   `READONLY`, `LOADING`, `NOREPLICAS`, `BUSY`, too few replicas acknowledging, …) begins it,
+//!   or goes on with it, and is its cause. The pub/sub connection's loss begins it too
+//!   (`connection_lost`): an unlock message cannot come, and the waiters try at once, so that an
+//!   answer ends it again;
+//! - a round trip under way for [`SILENT_AFTER`] or more at a deadline counts as no answer;
+//! - at its deadline a waiter is answered `Unavailable` during an outage, `TimedOut` otherwise;
+//! - during an outage, each waiter is answered `Unavailable` once Redis has been away for
+//!   `Settings::unavailable_after` of its wait (counted from the later of its arrival and the
+//!   outage's start), bounded or not: no wait outlasts an outage by more than that.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// How long a round trip may be under way at a waiter's deadline before Redis counts as not
+/// answering: a healthy server answers in milliseconds, and a wake-up's attempt sent just before
+/// the deadline is not an outage.
+pub(crate) const SILENT_AFTER: Duration = Duration::from_millis(250);
+
+/// Redis has not answered this name since `since`; `cause` is the last failure.
+#[derive(Debug)]
+pub(super) struct Outage {
+    pub since: Instant,
+    pub cause: LockError,
+}
+
+impl LockState {
+    /// What `outcome`, of a round trip sent at `sent`, says of Redis: it answered, or it did
+    /// not (or refused for a passing state) since `sent`.
+    pub(super) fn heard(&mut self, outcome: &Outcome, sent: Instant) {
+        let failure = match outcome {
+            Outcome::Acquire(Ok(Attempt::Unsynced { acked, wanted })) => {
+                Some(LockError::ReplicaSync {
+                    acked: *acked,
+                    wanted: *wanted,
+                })
+            }
+            Outcome::Acquire(Err(e))
+            | Outcome::Release(Err(e))
+            | Outcome::LeaveQueue(Err(e))
+            | Outcome::FairRefresh(Err(e))
+            | Outcome::Settle(Err(e)) => e.is_outage().then(|| e.clone()),
+            // A fair queue's leave or refresh may change nothing, and then runs where writes
+            // are refused (`NOREPLICAS`): its success says nothing of what a waiter's attempt
+            // would meet.
+            Outcome::LeaveQueue(Ok(_)) | Outcome::FairRefresh(Ok(_)) | Outcome::Shutdown => {
+                return;
+            }
+            _ => None,
+        };
+        match failure {
+            Some(cause) => self.away(cause, sent),
+            None => self.back(),
+        }
+    }
+
+    /// Redis did not answer (or refused for a passing state) with `cause`, since `since`.
+    pub(super) fn away(&mut self, cause: LockError, since: Instant) {
+        match &mut self.outage {
+            Some(outage) => outage.cause = cause,
+            None => {
+                self.outage = Some(Outage { since, cause });
+                self.arm_unavailable();
+            }
+        }
+    }
+
+    /// Redis answered: the outage, if any, is over.
+    fn back(&mut self) {
+        if self.outage.take().is_some() {
+            self.timers.stop(&Timer::Unavailable, &mut self.out);
+        }
+    }
+
+    /// The pub/sub connection was lost (`why`): no unlock message can come until it is back.
+    /// With waiters, Redis counts as away, and they try at once: an answer ends the outage, a
+    /// failure goes on with it.
+    pub(crate) fn connection_lost(&mut self, why: LockError, now: Instant) {
+        self.now = now;
+        if self.waiters.is_empty() {
+            return;
+        }
+        self.away(why, now);
+        if self.family.is_fair() {
+            self.wake_all();
+        } else {
+            self.wake_one();
+        }
+    }
+
+    /// Why waiter `since`'s wait ends without an answer from Redis, if it does: the outage's
+    /// cause, or a round trip under way too long.
+    fn away_cause(&self) -> Option<LockError> {
+        if let Some(outage) = &self.outage {
+            return Some(outage.cause.clone());
+        }
+        let sent = self.trips.under_way.as_ref()?.at;
+        let silent = self.now.saturating_duration_since(sent);
+        (silent >= SILENT_AFTER).then_some(LockError::Timeout {
+            op: "a round trip",
+            after: silent,
+        })
+    }
+
+    /// Waiter `id`'s wait ran out: `Unavailable` when Redis is away, else `TimedOut`.
+    pub(super) fn deadline(&mut self, id: WaiterId) {
+        let Some(w) = self.waiters.get(id) else {
+            return;
+        };
+        let waited = self.now.saturating_duration_since(w.since);
+        let answer = match self.away_cause() {
+            Some(cause) => {
+                tracing::debug!(lock = %self.name, %cause, "waiter left: redis is away");
+                Answer::Failed(LockError::unavailable(&self.name, waited, cause))
+            }
+            None => {
+                tracing::debug!(lock = %self.name, "waiter left: its wait ran out");
+                Answer::TimedOut
+            }
+        };
+        self.answer(id, answer);
+    }
+
+    /// Arms [`Timer::Unavailable`] for the first waiter whose wait reaches the bound, during an
+    /// outage with waiters.
+    pub(super) fn arm_unavailable(&mut self) {
+        let Some(outage) = &self.outage else {
+            return;
+        };
+        let bound = self.settings.unavailable_after;
+        let first = self
+            .waiters
+            .iter()
+            .map(|w| {
+                bound.saturating_sub(
+                    self.now
+                        .saturating_duration_since(w.since.max(outage.since)),
+                )
+            })
+            .min();
+        match first {
+            Some(after) => self.timers.set(Timer::Unavailable, after, &mut self.out),
+            None => self.timers.stop(&Timer::Unavailable, &mut self.out),
+        }
+    }
+
+    /// [`Timer::Unavailable`] fired: every waiter that has seen Redis away for the bound is
+    /// answered `Unavailable`; the timer is armed again for the next.
+    pub(super) fn unavailable_due(&mut self) {
+        let Some(outage) = &self.outage else {
+            return;
+        };
+        let bound = self.settings.unavailable_after;
+        let due: Vec<(WaiterId, Duration)> = self
+            .waiters
+            .iter()
+            .filter(|w| {
+                self.now
+                    .saturating_duration_since(w.since.max(outage.since))
+                    >= bound
+            })
+            .map(|w| (w.id, self.now.saturating_duration_since(w.since)))
+            .collect();
+        let cause = outage.cause.clone();
+        for (id, waited) in due {
+            tracing::warn!(lock = %self.name, %cause, ?waited, "waiter left: redis away too long");
+            let error = LockError::unavailable(&self.name, waited, cause.clone());
+            self.answer(id, Answer::Failed(error));
+        }
+        self.arm_unavailable();
+    }
+}

@@ -1,0 +1,167 @@
+//! The outage rules (`outage.rs`): a wait's end tells Redis away from a holder by what Redis
+//! last said, and no wait outlasts an outage by more than `Settings::unavailable_after`.
+
+use super::*;
+
+const BOUND: Duration = Duration::from_secs(15);
+
+/// A connection that failed: no answer from Redis (its outcome unknown: sent again).
+fn refused() -> Outcome {
+    let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    Outcome::Acquire(Err(LockError::Redis {
+        op: "acquire",
+        source: redis::RedisError::from(io),
+    }))
+}
+
+fn answer_of(effects: &[Effect], id: WaiterId) -> Option<&Answer> {
+    effects.iter().find_map(|e| match e {
+        Effect::Answer(i, a) if *i == id => Some(a),
+        _ => None,
+    })
+}
+
+fn unavailable(answer: Option<&Answer>) -> bool {
+    matches!(answer, Some(Answer::Failed(LockError::Unavailable { name, cause, .. }))
+        if name == "name" && cause.is_retryable())
+}
+
+#[test]
+fn a_wait_that_ends_with_redis_away_is_unavailable_and_one_that_ends_on_a_holder_times_out() {
+    let t0 = Instant::now();
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
+    s.drain();
+    s.ran(refused(), t0);
+    let fx = s.drain();
+    assert!(answer_of(&fx, id).is_none(), "it retries: {fx:?}");
+    s.fired(Timer::Deadline(id), t0 + SECOND);
+    let fx = s.drain();
+    assert!(unavailable(answer_of(&fx, id)), "{fx:?}");
+
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
+    s.drain();
+    s.ran(busy(), t0);
+    s.fired(Timer::Deadline(id), t0 + SECOND);
+    let fx = s.drain();
+    assert!(
+        matches!(answer_of(&fx, id), Some(Answer::TimedOut)),
+        "{fx:?}"
+    );
+}
+
+/// Busy, then the pub/sub connection is lost (the server died): the waiter tries at once, and
+/// its wait ending before any answer is Redis away. Away, then an answer that the lock is held:
+/// its end is a holder's.
+#[test]
+fn the_last_word_of_redis_decides() {
+    let t0 = Instant::now();
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
+    s.drain();
+    s.ran(busy(), t0);
+    s.drain();
+    s.connection_lost(
+        LockError::pubsub_lost("the connection was lost"),
+        t0 + SECOND / 2,
+    );
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::Acquire { .. }]),
+        "the waiter tries at once: {fx:?}"
+    );
+    s.fired(Timer::Deadline(id), t0 + SECOND);
+    assert!(unavailable(answer_of(&s.drain(), id)));
+
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(3 * SECOND)), t0);
+    s.drain();
+    s.ran(refused(), t0);
+    // Its outcome unknown, the request is sent again.
+    s.fired(Timer::Resend(1), t0 + SECOND);
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]), "{fx:?}");
+    s.ran(busy(), t0 + SECOND);
+    let mut fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Cancel(Timer::Unavailable))),
+        "an answer ends the outage: {fx:?}"
+    );
+    // The resolution wakes the waiter again: Redis answers that attempt too.
+    while !runs(&fx).is_empty() {
+        s.ran(busy(), t0 + SECOND);
+        fx = s.drain();
+    }
+    s.fired(Timer::Deadline(id), t0 + 3 * SECOND);
+    let fx = s.drain();
+    assert!(
+        matches!(answer_of(&fx, id), Some(Answer::TimedOut)),
+        "{fx:?}"
+    );
+}
+
+/// A round trip under way past `SILENT_AFTER` at the deadline is Redis not answering; one sent
+/// just before it is not.
+#[test]
+fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
+    use crate::actors::lock_state::outage::SILENT_AFTER;
+    let t0 = Instant::now();
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
+    s.drain();
+    s.fired(Timer::Deadline(id), t0 + SECOND);
+    let fx = s.drain();
+    assert!(
+        matches!(answer_of(&fx, id), Some(Answer::Failed(LockError::Unavailable { cause, .. }))
+            if matches!(**cause, LockError::Timeout { .. })),
+        "{fx:?}"
+    );
+
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
+    s.drain();
+    s.ran(busy(), t0);
+    // The retry at the TTL's end, sent a moment before the deadline.
+    s.fired(Timer::Retry, t0 + SECOND - SILENT_AFTER / 2);
+    s.drain();
+    s.fired(Timer::Deadline(id), t0 + SECOND);
+    let fx = s.drain();
+    assert!(
+        matches!(answer_of(&fx, id), Some(Answer::TimedOut)),
+        "{fx:?}"
+    );
+}
+
+/// A wait without a deadline fails once Redis has been away for the bound, counted from the
+/// later of its arrival and the first unanswered request; a waiter that came later gets its
+/// whole bound.
+#[test]
+fn no_wait_outlasts_an_outage_by_more_than_the_bound() {
+    let t0 = Instant::now();
+    let mut s = state(LockKind::Reentrant);
+    let first = s.request(req("a", Wait::Forever), t0);
+    s.drain();
+    s.ran(refused(), t0);
+    let fx = s.drain();
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Unavailable, d) if *d == BOUND)),
+        "{fx:?}"
+    );
+    let later = s.request(req("b", Wait::Forever), t0 + 10 * SECOND);
+    s.drain();
+    s.fired(Timer::Unavailable, t0 + BOUND);
+    let fx = s.drain();
+    assert!(unavailable(answer_of(&fx, first)), "{fx:?}");
+    assert!(answer_of(&fx, later).is_none(), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Unavailable, d) if *d == 10 * SECOND)),
+        "armed again for the later waiter: {fx:?}"
+    );
+    s.fired(Timer::Unavailable, t0 + 10 * SECOND + BOUND);
+    let fx = s.drain();
+    assert!(unavailable(answer_of(&fx, later)), "{fx:?}");
+}

@@ -1,0 +1,140 @@
+//! Redis away, told apart from too few permits or a closed latch (issue 57): a wait whose end
+//! finds Redis not answering fails with [`LockError::Unavailable`] rather than `TimedOut`.
+//!
+//! The rules, as a lock's (`lock_state/outage.rs`):
+//! - every round trip's outcome says whether Redis answered: an answer ends the outage; no
+//!   answer, or a refusal of a passing state (`LockError::is_outage`), begins or goes on with it
+//!   and is its cause; so does the pub/sub connection's loss (`connection_lost`), after which
+//!   every parked waiter tries at once;
+//! - a waiter that has waited (not a single attempt) and whose last attempt failed with an
+//!   outage error, or whose last attempt's outcome did not come within the grace after its
+//!   deadline, is answered `Unavailable`; one whose last attempt was answered (too few permits,
+//!   a closed latch) is answered `TimedOut`;
+//! - during an outage, each waiter is answered `Unavailable` once Redis has been away for
+//!   `Settings::unavailable_after` of its wait (from the later of its arrival and the outage's
+//!   start), bounded or not.
+
+use std::time::Instant;
+
+use super::*;
+use crate::protocol::Take;
+
+/// Redis has not answered this name since `since`; `cause` is the last failure.
+#[derive(Debug)]
+pub(super) struct Outage {
+    pub since: Instant,
+    pub cause: LockError,
+}
+
+impl SyncState {
+    /// What `outcome` says of Redis: it answered, or it did not (or refused for a passing
+    /// state).
+    pub(super) fn heard(&mut self, outcome: &Outcome, sent: Instant) {
+        let failure = match outcome {
+            Outcome::Take(Ok(Take::Unsynced { acked, wanted })) => Some(LockError::ReplicaSync {
+                acked: *acked,
+                wanted: *wanted,
+            }),
+            Outcome::Take(Err(e)) | Outcome::Reply(Err(e)) => e.is_outage().then(|| e.clone()),
+            _ => None,
+        };
+        match failure {
+            Some(cause) => self.away(cause, sent),
+            None => {
+                if self.outage.take().is_some() && self.unavailable_at.take().is_some() {
+                    self.effects.push(Effect::Cancel(Timer::Unavailable));
+                }
+            }
+        }
+    }
+
+    /// Redis did not answer (or refused for a passing state) with `cause`, since `since`.
+    fn away(&mut self, cause: LockError, since: Instant) {
+        match &mut self.outage {
+            Some(outage) => outage.cause = cause,
+            None => {
+                self.outage = Some(Outage { since, cause });
+                self.arm_unavailable();
+            }
+        }
+    }
+
+    /// The pub/sub connection was lost (`why`): no message can come until it is back. With
+    /// waiters, Redis counts as away, and every parked waiter tries now: an answer ends the
+    /// outage.
+    pub(crate) fn connection_lost(&mut self, why: LockError, now: Instant) {
+        self.now = now;
+        if self.waiters.is_empty() {
+            return;
+        }
+        self.away(why, now);
+        self.wake_all();
+    }
+
+    /// The error a waiter that arrived at `since` gets for a wait that ends on `cause`.
+    pub(super) fn unavailable(&self, since: Instant, cause: LockError) -> LockError {
+        let waited = self.now.saturating_duration_since(since);
+        LockError::unavailable(&self.name, waited, cause)
+    }
+
+    /// Why a wait ending now without its last attempt's outcome ends: the outage's cause, or
+    /// no reply within the grace.
+    pub(super) fn silence(&self) -> LockError {
+        match &self.outage {
+            Some(outage) => outage.cause.clone(),
+            None => LockError::Timeout {
+                op: "a synchronizer's last attempt",
+                after: LAST_ATTEMPT_GRACE,
+            },
+        }
+    }
+
+    /// Arms [`Timer::Unavailable`] for the first waiter whose wait reaches the bound, during an
+    /// outage with waiters (unless armed already, for as soon or sooner).
+    pub(super) fn arm_unavailable(&mut self) {
+        let Some(outage) = &self.outage else {
+            return;
+        };
+        let bound = self.settings.unavailable_after;
+        let now = self.now;
+        let first = self
+            .waiters
+            .iter()
+            .map(|w| bound.saturating_sub(now.saturating_duration_since(w.since.max(outage.since))))
+            .min();
+        if let Some(after) = first
+            && self.unavailable_at.is_none_or(|at| now + after < at)
+        {
+            self.unavailable_at = Some(now + after);
+            self.effects.push(Effect::Arm(Timer::Unavailable, after));
+        }
+    }
+
+    /// [`Timer::Unavailable`] fired: every waiter that has seen Redis away for the bound is
+    /// answered `Unavailable` (one whose attempt is under way too: that attempt's outcome
+    /// finds it gone, and what it took is given back); the timer is armed again for the next.
+    pub(super) fn unavailable_due(&mut self) {
+        self.unavailable_at = None;
+        let Some(outage) = &self.outage else {
+            return;
+        };
+        let bound = self.settings.unavailable_after;
+        let now = self.now;
+        let cause = outage.cause.clone();
+        let due: Vec<WaiterId> = self
+            .waiters
+            .iter()
+            .filter(|w| now.saturating_duration_since(w.since.max(outage.since)) >= bound)
+            .map(|w| w.id)
+            .collect();
+        for id in due {
+            if let Some(at) = self.position(id) {
+                let error = self.unavailable(self.waiters[at].since, cause.clone());
+                tracing::warn!(name = %self.name, %error, "waiter left: redis away too long");
+                self.answer(at, Answer::Failed(error));
+            }
+        }
+        self.unsubscribe_if_unused();
+        self.arm_unavailable();
+    }
+}

@@ -1,0 +1,681 @@
+//! Redis away is an error, never contention (issue 57; the table is in the crate docs, "When
+//! Redis is away", and docs/outages.md). With the server stopped (SIGKILL), frozen (SIGSTOP)
+//! and refusing every write (`NOREPLICAS`: `min-replicas-to-write 1` and no replica), every way
+//! in answers as the table says, within its bound:
+//! - a bounded wait: `Err(LockError::Unavailable)` at its deadline (a RedLock:
+//!   `QuorumNotReached`; a single attempt: Redis's own retryable error);
+//! - an unbounded wait: `Err(LockError::Unavailable)` once Redis has been away for
+//!   `Config::unavailable_after`;
+//! - a holder is still contention: `Ok(None)`, also when Redis was away during the wait and came
+//!   back before its end; Redis going away after a busy answer is `Unavailable`;
+//! - the tower layers answer 503 with `Retry-After` (never 409/429) during an outage, and
+//!   409/429 for a real holder; so does the actix-web extractor;
+//! - `lockman exec` exits 69 with one line naming the cause, never 75.
+//!
+//! Short bounds keep the file quick: a 1 s wait, a 1 s response timeout, a 2 s
+//! `unavailable_after`, and every way in at once.
+
+#[cfg(feature = "metrics")]
+#[path = "support/recorder.rs"]
+mod recorder;
+mod support;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockError, LockManager, MultiLock, RedLock};
+use support::{Options, RedisServer};
+
+/// The bounded waits' wait.
+const WAIT: Duration = Duration::from_secs(1);
+/// `Config::response_timeout` and `connect_timeout`.
+const RESPONSE: Duration = Duration::from_secs(1);
+/// `Config::unavailable_after`.
+const BOUND: Duration = Duration::from_secs(2);
+/// What an answer may come after its bound: a backoff step (at most 2 s between retries is the
+/// state's, but the bound's timer does not wait for one), a fair waiter's leave of the queue
+/// (a response timeout when the server is frozen), scheduling.
+const LATE: Duration = Duration::from_millis(1_500);
+
+/// A short watchdog timeout too: requests whose reply never came are sent again for a third
+/// of it, so managers shut down with Redis away quickly.
+fn config(server: &RedisServer) -> Config {
+    Config::new(server.url())
+        .watchdog_timeout(Duration::from_secs(3))
+        .response_timeout(RESPONSE)
+        .connect_timeout(RESPONSE)
+        .unavailable_after(BOUND)
+}
+
+type Outcome = Result<bool, LockError>;
+type Way = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// What a way in should answer during an outage.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// `Err(Unavailable)` within `bound + LATE`, not before `at_least`.
+    Unavailable,
+    /// A RedLock whose members all failed: `Err(QuorumNotReached)`.
+    Quorum,
+    /// A single attempt: Redis's own retryable error, at once.
+    Retryable,
+    /// Redis answered (a read during `NOREPLICAS`): `Ok(false)` at its deadline.
+    Contention,
+}
+
+/// One way in: its name, its future, what it should answer, and its bound.
+struct Case {
+    what: &'static str,
+    way: Way,
+    expect: Expect,
+    bound: Duration,
+}
+
+fn got<T>(res: Result<Option<T>, LockError>) -> Outcome {
+    res.map(|g| g.is_some())
+}
+
+/// Every way in on names under `tag`, bounded (`WAIT`) and unbounded (`BOUND`).
+fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
+    let n = |s: &str| format!("{tag}:{s}");
+    let mut cases: Vec<Case> = Vec::new();
+    let mut add = |what, way: Way, expect, bound| {
+        cases.push(Case {
+            what,
+            way,
+            expect,
+            bound,
+        })
+    };
+    let (l, f, rw, fe, nr) = (
+        m.lock(n("lock")),
+        m.fair_lock(n("fair")),
+        m.read_write_lock(n("rw")),
+        m.fenced_lock(n("fenced")),
+        m.non_reentrant_lock(n("nr")),
+    );
+    let (s, p, latch, e) = (
+        m.semaphore(n("sem")),
+        m.permit_semaphore(n("permits")),
+        m.count_down_latch(n("latch")),
+        m.election(n("election")),
+    );
+    let multi = MultiLock::new(vec![m.lock(n("m1")), m.lock(n("m2"))]);
+    let red = RedLock::new(vec![m.lock(n("r1")), m.lock(n("r2")), m.lock(n("r3"))]);
+    use Expect::*;
+    {
+        let l = l.clone();
+        add(
+            "lock",
+            Box::pin(async move { got(l.try_acquire_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
+        let l = l.clone();
+        add(
+            "lock once",
+            Box::pin(async move { got(l.try_acquire().await) }),
+            Retryable,
+            RESPONSE,
+        );
+    }
+    {
+        let f = f.clone();
+        add(
+            "fair",
+            Box::pin(async move { got(f.try_acquire_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
+        let r = rw.read();
+        add(
+            "read",
+            Box::pin(async move { got(r.try_acquire_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
+        let w = rw.write();
+        add(
+            "write",
+            Box::pin(async move { got(w.try_acquire_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    add(
+        "fenced",
+        Box::pin(async move { got(fe.try_acquire_for(WAIT).await) }),
+        Unavailable,
+        WAIT,
+    );
+    add(
+        "non-reentrant",
+        Box::pin(async move { got(nr.try_acquire_for(WAIT).await) }),
+        Unavailable,
+        WAIT,
+    );
+    {
+        let s = s.clone();
+        add(
+            "semaphore",
+            Box::pin(async move { got(s.try_acquire_for(1, WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
+        let p = p.clone();
+        add(
+            "permit semaphore",
+            Box::pin(async move { got(p.try_acquire_for(1, WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
+        let latch = latch.clone();
+        add(
+            "latch",
+            Box::pin(async move { latch.wait_for(WAIT).await }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
+        let e = e.clone();
+        add(
+            "election",
+            Box::pin(async move { got(e.try_campaign_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
+        let multi = multi.clone();
+        add(
+            "multilock",
+            Box::pin(async move { got(multi.try_acquire_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    add(
+        "redlock",
+        Box::pin(async move { got(red.try_acquire_for(WAIT).await) }),
+        Quorum,
+        WAIT,
+    );
+    if unbounded {
+        add(
+            "lock unbounded",
+            Box::pin(async move { l.acquire().await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
+        add(
+            "fair unbounded",
+            Box::pin(async move { f.acquire().await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
+        add(
+            "semaphore unbounded",
+            Box::pin(async move { s.acquire(1).await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
+        add(
+            "permits unbounded",
+            Box::pin(async move { p.acquire(1).await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
+        add(
+            "latch unbounded",
+            Box::pin(async move { latch.wait().await.map(|()| true) }),
+            Unavailable,
+            BOUND,
+        );
+        add(
+            "election unbounded",
+            Box::pin(async move { e.campaign().await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
+        add(
+            "multilock unbounded",
+            Box::pin(async move { multi.acquire().await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
+    }
+    cases
+}
+
+/// Runs every case at once; checks each answer and when it came. `extra`: how much later than
+/// its bound an answer may come beyond `LATE` (a frozen server's first attempt takes a response
+/// timeout to fail).
+async fn check(cases: Vec<Case>, extra: Duration) {
+    let started = Instant::now();
+    let runs = cases.into_iter().map(|c| async move {
+        // A wait that never ends fails the test rather than hanging it.
+        let limit = c.bound + LATE + extra + Duration::from_secs(5);
+        let res = tokio::time::timeout(limit, c.way)
+            .await
+            .unwrap_or_else(|_| {
+                Err(LockError::Timeout {
+                    op: "the test's own limit: the wait never ended",
+                    after: limit,
+                })
+            });
+        (c.what, c.expect, c.bound, res, started.elapsed())
+    });
+    let mut wrong = Vec::new();
+    for (what, expect, bound, res, took) in futures_util::future::join_all(runs).await {
+        let answered = match (&res, expect) {
+            (Err(LockError::Unavailable { name, cause, .. }), Expect::Unavailable) => {
+                !name.is_empty() && cause.is_retryable()
+            }
+            (Err(e @ LockError::QuorumNotReached { .. }), Expect::Quorum) => e.is_retryable(),
+            (Err(e), Expect::Retryable) => {
+                e.is_retryable() && !matches!(e, LockError::Unavailable { .. })
+            }
+            (Ok(false), Expect::Contention) => true,
+            _ => false,
+        };
+        if !answered {
+            wrong.push(format!("{what}: {res:?}, expected {expect:?}"));
+            continue;
+        }
+        if let Err(e) = &res {
+            assert!(e.is_retryable(), "{what}: {e:?}");
+        }
+        // A bounded wait ends no sooner than its deadline (a single attempt at once).
+        let at_least = if expect == Expect::Retryable {
+            Duration::ZERO
+        } else {
+            bound.min(WAIT)
+        };
+        if took < at_least || took > bound + LATE + extra {
+            wrong.push(format!(
+                "{what}: answered after {took:?}, expected within {at_least:?}..{:?}",
+                bound + LATE + extra
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_server_stopped_every_way_in_is_unavailable_within_its_bound() {
+    #[cfg(feature = "metrics")]
+    let unavailable = |kind: &str| {
+        let series = ["lockman_acquire_total", "lockman_sync_wait_total"]
+            .map(|name| format!("{name}{{kind={kind},outcome=unavailable}}"));
+        let values = recorder::recorded().values.lock().unwrap();
+        series.iter().filter_map(|s| values.get(s)).sum::<f64>()
+    };
+    #[cfg(feature = "metrics")]
+    let before = (unavailable("lock"), unavailable("semaphore"));
+    let mut server = RedisServer::start();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    server.stop();
+    check(every_way_in(&m, "stopped", true), Duration::ZERO).await;
+    // Metrics tell an outage from a holder: `unavailable`, not `timed_out`. The lock's: its
+    // bounded and unbounded waits (the single attempt fails with Redis's own error).
+    #[cfg(feature = "metrics")]
+    {
+        assert!(
+            unavailable("lock") >= before.0 + 2.0,
+            "{}",
+            unavailable("lock")
+        );
+        assert!(
+            unavailable("semaphore") >= before.1 + 2.0,
+            "{}",
+            unavailable("semaphore")
+        );
+    }
+    // The bound's error says what Redis did and which name waited.
+    let err = m.lock("said").acquire().await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("redis is unavailable"), "{text}");
+    assert!(text.contains("\"said\""), "{text}");
+    m.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_server_frozen_every_way_in_is_unavailable_within_its_bound() {
+    let server = RedisServer::start();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    server.signal("STOP");
+    // The first attempt's reply never comes: it fails after a response timeout, and the bound
+    // counts from when it was sent.
+    check(every_way_in(&m, "frozen", true), RESPONSE).await;
+    server.signal("CONT");
+    m.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_writes_refused_noreplicas_every_waiting_write_is_unavailable() {
+    let server = RedisServer::start();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    let mut raw = server.conn();
+    // A closed latch is read, not written: Redis answers it.
+    assert!(
+        m.count_down_latch("refused:latch")
+            .try_set_count(1)
+            .await
+            .unwrap()
+    );
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg(1)
+        .query(&mut raw)
+        .unwrap();
+    let cases = every_way_in(&m, "refused", true)
+        .into_iter()
+        // An unbounded latch wait reads, is answered, and waits on.
+        .filter(|c| c.what != "latch unbounded")
+        .map(|mut c| {
+            if c.what == "latch" {
+                c.expect = Expect::Contention;
+            }
+            c
+        })
+        .collect();
+    check(cases, Duration::ZERO).await;
+    // The cause is Redis's own refusal.
+    let err = m
+        .lock("refused:said")
+        .try_acquire_for(WAIT)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LockError::Unavailable { cause, .. } if cause.to_string().contains("NOREPLICAS")),
+        "{err:?}"
+    );
+    // Nothing was written.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("refused:*").query(&mut raw).unwrap();
+    assert!(keys.iter().all(|k| k.contains("latch")), "{keys:?}");
+    m.shutdown().await;
+}
+
+/// A holder is contention, an outage is not: busy, then the server dies, then the deadline is
+/// `Unavailable`; the server away, then back with the lock held, then the deadline is `Ok(None)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_answer_decides_between_a_holder_and_an_outage() {
+    // Persisted, so that the hold is there again after a restart.
+    let mut server = RedisServer::start_with(Options {
+        args: ["--appendonly", "yes", "--appendfsync", "always"]
+            .map(String::from)
+            .to_vec(),
+        ..Options::default()
+    });
+    let mut raw = server.conn();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("held")
+        .arg("someone-else:1")
+        .arg(1)
+        .cmd("PEXPIRE")
+        .arg("held")
+        .arg(120_000)
+        .query(&mut raw)
+        .unwrap();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    let lock = m.lock("held");
+
+    // Held all along: contention.
+    assert!(matches!(lock.try_acquire_for(WAIT).await, Ok(None)));
+
+    // Busy, then the server dies: at the deadline Redis is away.
+    support::reset_stats(&mut raw);
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        // Shorter than `BOUND`: its deadline, not the bound, ends it.
+        async move { lock.try_acquire_for(Duration::from_millis(1_500)).await }
+    });
+    let listening = |raw: &mut redis::Connection| {
+        let (_, n): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{held}")
+            .query(raw)
+            .unwrap();
+        n >= 1
+    };
+    // Found busy, it listens, and tries once more when the subscription is confirmed (a release
+    // may have come between): after that, only a message, the TTL or an outage wakes it.
+    assert!(
+        support::eventually(Duration::from_secs(2), || listening(&mut raw)
+            && support::command_calls(&mut raw, "evalsha") >= 2)
+        .await,
+        "the wait found the lock busy, twice"
+    );
+    server.stop();
+    let res = waiting.await.unwrap();
+    assert!(matches!(res, Err(LockError::Unavailable { .. })), "{res:?}");
+
+    // Away, then back (with the hold, from its append-only file) before the deadline: the last
+    // answer was a holder.
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.try_acquire_for(Duration::from_secs(8)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.restart();
+    let res = waiting.await.unwrap();
+    assert!(matches!(res, Ok(None)), "{res:?}");
+    m.shutdown().await;
+}
+
+/// An HTTP/1.1 answer as read off the wire: its status, its head (lower-cased) and body.
+#[cfg(feature = "tower")]
+async fn http_post(port: u16, path: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut raw))
+        .await
+        .expect("an answer within 30 s")
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+/// The tower layers: a real holder is 409 (a lock) or 429 (a permit); Redis away is 503 with
+/// `Retry-After`, after the wait, and the handler never runs.
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_layers_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
+    use axum::Router;
+    use axum::routing::post;
+    use lockman::tower::{LockLayer, PermitLayer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let mut server = RedisServer::start();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let ran = ran.clone();
+        move || {
+            ran.fetch_add(1, Ordering::SeqCst);
+            async { "done" }
+        }
+    };
+    let wait = Duration::from_millis(500);
+    let app = Router::new()
+        .route("/locked/{name}", post(handler.clone()))
+        .route_layer(LockLayer::segment(m.clone(), 1).wait(wait))
+        .merge(
+            Router::new()
+                .route("/limited/{name}", post(handler))
+                .route_layer(PermitLayer::segment(m.clone(), 1, 1).wait(wait)),
+        );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // A real holder, in another manager: the lock and the only permit.
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let _lock = holder.lock("busy").acquire().await.unwrap();
+    let few = holder.permit_semaphore("few");
+    assert!(few.try_set_permits(1).await.unwrap());
+    let _permit = few.acquire(1).await.unwrap();
+    for (path, status) in [("/locked/busy", 409), ("/limited/few", 429)] {
+        let (got, head, body) = http_post(port, path).await;
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(head.contains("retry-after:"), "{path}: {head}");
+    }
+
+    server.stop();
+    for path in ["/locked/busy", "/limited/few", "/locked/other"] {
+        let started = Instant::now();
+        let (got, head, body) = http_post(port, path).await;
+        let took = started.elapsed();
+        assert_eq!(got, 503, "{path}: {body}");
+        assert!(head.contains("retry-after:"), "{path}: {head}");
+        // A lock's wait says Redis is away; a permit layer may fail before its wait, setting
+        // the semaphore's permits, with Redis's own retryable error.
+        if path.starts_with("/locked") {
+            assert!(body.contains("redis is unavailable"), "{path}: {body}");
+        }
+        assert!(took <= wait + LATE, "{path}: {took:?}");
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "a refused request ran");
+    m.shutdown().await;
+    holder.shutdown().await;
+}
+
+/// The actix-web extractors: the same answers as the tower layers.
+#[cfg(feature = "actix-web")]
+#[actix_rt::test]
+async fn actix_web_extractors_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
+    use actix_web::{App, HttpResponse, test, web};
+    use lockman::web::{RequestGuard, RequestLock, RequestPermit, RequestPermits};
+
+    async fn locked(_guard: RequestGuard) -> HttpResponse {
+        HttpResponse::Ok().finish()
+    }
+    async fn limited(_permit: RequestPermit) -> HttpResponse {
+        HttpResponse::Ok().finish()
+    }
+
+    let mut server = RedisServer::start();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    let wait = Duration::from_millis(500);
+    let app = test::init_service(
+        App::new()
+            .service(
+                web::scope("/locked")
+                    .app_data(RequestLock::path(m.clone(), "name").wait(wait))
+                    .route("/{name}", web::post().to(locked)),
+            )
+            .service(
+                web::scope("/limited")
+                    .app_data(RequestPermits::path(m.clone(), "name", 1).wait(wait))
+                    .route("/{name}", web::post().to(limited)),
+            ),
+    )
+    .await;
+
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let _lock = holder.lock("busy").acquire().await.unwrap();
+    let few = holder.permit_semaphore("few");
+    assert!(few.try_set_permits(1).await.unwrap());
+    let _permit = few.acquire(1).await.unwrap();
+    let answer = |path: &'static str| {
+        let req = test::TestRequest::post().uri(path).to_request();
+        test::call_service(&app, req)
+    };
+    for (path, status) in [("/locked/busy", 409), ("/limited/few", 429)] {
+        let res = answer(path).await;
+        assert_eq!(res.status().as_u16(), status, "{path}");
+        assert!(res.headers().contains_key("retry-after"), "{path}");
+    }
+
+    server.stop();
+    for path in ["/locked/busy", "/limited/few", "/locked/other"] {
+        let started = Instant::now();
+        let res = answer(path).await;
+        let took = started.elapsed();
+        assert_eq!(res.status().as_u16(), 503, "{path}");
+        assert!(res.headers().contains_key("retry-after"), "{path}");
+        assert!(took <= wait + LATE, "{path}: {took:?}");
+    }
+    m.shutdown().await;
+    holder.shutdown().await;
+}
+
+/// `lockman exec`: a wait that ends with Redis away exits 69 with one line naming the cause
+/// (never 75, "not acquired within"); a holder is still 75.
+#[cfg(feature = "cli")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockman_exec_exits_69_naming_the_cause_when_redis_is_away() {
+    use std::process::Command;
+    let mut server = RedisServer::start();
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let _held = holder.lock("job").acquire().await.unwrap();
+    let exec = |server: &RedisServer| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockman"));
+        cmd.args(["--url", &server.url(), "--connect-timeout", "1s"])
+            .args(["exec", "--wait", "2s", "job", "--", "true"])
+            .env_remove("LOCKMAN_URL")
+            .env_remove("REDIS_URL");
+        cmd
+    };
+    let out = exec(&server).output().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+
+    // Started while Redis answers (it finds the lock held), then Redis goes away.
+    let child = exec(&server)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut raw = server.conn();
+    let listening = |raw: &mut redis::Connection| {
+        let (_, n): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{job}")
+            .query(raw)
+            .unwrap();
+        n >= 1
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), || listening(&mut raw)).await,
+        "exec waits for the lock"
+    );
+    server.stop();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("redis is unavailable"), "{stderr}");
+    assert!(!stderr.contains("not acquired within"), "{stderr}");
+    holder.shutdown().await;
+}
