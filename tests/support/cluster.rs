@@ -143,6 +143,24 @@ impl Cluster {
             .sum()
     }
 
+    /// The keys of every node but the client records (`lockman_client:{lockman}…`), which a
+    /// manager writes at its first use of a name, whatever the name's fate.
+    pub fn lock_keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .nodes
+            .iter()
+            .flat_map(|n| {
+                redis::cmd("KEYS")
+                    .arg("*")
+                    .query::<Vec<String>>(&mut n.conn())
+                    .unwrap_or_default()
+            })
+            .filter(|k| !k.starts_with("lockman_client:{lockman}"))
+            .collect();
+        keys.sort();
+        keys
+    }
+
     /// The node id of the node on `port`.
     pub fn node_id(&self, port: u16) -> String {
         redis::cmd("CLUSTER")
