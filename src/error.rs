@@ -397,6 +397,17 @@ impl LockError {
         }
     }
 
+    /// A refused connection during step `op`: an outage, for the tests of the pure states,
+    /// which name no connection type of their own.
+    #[cfg(test)]
+    pub(crate) fn connection_refused(op: &'static str) -> Self {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        Self::Redis {
+            op,
+            source: redis::RedisError::from(io),
+        }
+    }
+
     /// The cause of an outage begun by the pub/sub connection's loss (`why`).
     pub(crate) fn pubsub_lost(why: &'static str) -> Self {
         let io = std::io::Error::new(std::io::ErrorKind::ConnectionAborted, why);

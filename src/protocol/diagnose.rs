@@ -661,7 +661,7 @@ pub(crate) fn least_privilege_acl(prefix: &str) -> String {
          &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
          &redisson_countdownlatch__channel__* \
          +evalsha +script|load +wait +publish +subscribe +unsubscribe +ping +hello +auth \
-         +select +client|setname +info +command|info \
+         +select +client|setname +info +command|info +memory|usage \
          +del +exists +get +set +incr +incrby +decr +decrby +type +time +pttl +pexpire \
          +pexpireat +hget +hset +hdel +hexists +hgetall +hincrby +hkeys +hlen \
          +lindex +lpop +lpos +lrange +lrem +rpush +zadd +zcard +zincrby +zrange \

@@ -1365,13 +1365,7 @@ fn a_waiter_whose_unsynced_permits_give_back_is_missing_is_answered_at_its_deadl
 fn the_last_attempt_s_answer_tells_redis_away_from_too_few_permits() {
     let now = Instant::now();
     let wait = Duration::from_millis(400);
-    let refused = || {
-        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        LockError::Redis {
-            op: "acquire permits",
-            source: redis::RedisError::from(io),
-        }
-    };
+    let refused = || LockError::connection_refused("acquire permits");
     for (last, away) in [(Tried::Failed(refused()), true), (short(), false)] {
         let mut s = state(SyncKind::Semaphore);
         s.request(1, want(1), Wait::Up(wait), now);

@@ -7,11 +7,7 @@ const BOUND: Duration = Duration::from_secs(15);
 
 /// A connection that failed: no answer from Redis (its outcome unknown: sent again).
 fn refused() -> Outcome {
-    let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-    Outcome::Acquire(Err(LockError::Redis {
-        op: "acquire",
-        source: redis::RedisError::from(io),
-    }))
+    Outcome::Acquire(Err(LockError::connection_refused("acquire")))
 }
 
 fn answer_of(effects: &[Effect], id: WaiterId) -> Option<&Answer> {
