@@ -72,6 +72,9 @@ pub(crate) enum Timer {
     Refresh,
     /// Send again the fair-queue leave of this holder, which failed or went unanswered.
     Leave(Arc<str>),
+    /// The hold-back after a streak of local hand-offs ended (see `turns`): the head waiter
+    /// tries.
+    Turn,
 }
 
 /// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry the counts

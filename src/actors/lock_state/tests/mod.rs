@@ -6,6 +6,7 @@ mod fair_places;
 mod model;
 mod property;
 mod simulation;
+mod turns;
 
 use super::*;
 
