@@ -51,25 +51,23 @@ async fn child_contends() {
                 let (mut count, mut timeouts, mut overlaps) = (0u64, 0u64, 0u64);
                 let mut first = Some(started);
                 loop {
-                    let waiting = lock.try_acquire_for(WAIT);
-                    if let Some(started) = first.take() {
-                        // Every task's wait is under way (the parent holds the lock).
-                        tokio::pin!(waiting);
-                        tokio::select! {
-                            biased;
-                            got = &mut waiting => panic!("the parent holds the lock: {got:?}"),
-                            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    let got = match first.take() {
+                        Some(started) => {
+                            // This task's first wait is under way (the parent holds the lock)
+                            // before the child says it is ready.
+                            let waiting = lock.try_acquire_for(WAIT);
+                            tokio::pin!(waiting);
+                            tokio::select! {
+                                biased;
+                                got = &mut waiting => panic!("the parent holds the lock: {got:?}"),
+                                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                            }
+                            started.wait().await;
+                            waiting.await
                         }
-                        started.wait().await;
-                        let got = waiting.await;
-                        if !step(got, &mut conn, &mut count, &mut timeouts, &mut overlaps).await {
-                            break;
-                        }
-                        continue;
-                    }
-                    if !step(waiting.await, &mut conn, &mut count, &mut timeouts, &mut overlaps)
-                        .await
-                    {
+                        None => lock.try_acquire_for(WAIT).await,
+                    };
+                    if !step(got, &mut conn, &mut count, &mut timeouts, &mut overlaps).await {
                         break;
                     }
                 }
@@ -266,18 +264,20 @@ async fn two_processes_take_turns_after_hand_off_streaks() {
     })
     .await;
     gate.release().await.unwrap();
-    let counts: Vec<(u64, u64, u64)> = tokio::task::spawn_blocking(move || {
-        children.into_iter().map(Child::counts).collect()
-    })
-    .await
-    .unwrap();
+    let counts: Vec<(u64, u64, u64)> =
+        tokio::task::spawn_blocking(move || children.into_iter().map(Child::counts).collect())
+            .await
+            .unwrap();
     eprintln!("turns: {counts:?}");
     let taken: u64 = raw.get(TAKEN).unwrap();
     assert!(taken >= TOTAL, "{taken}");
     assert_eq!(counts.iter().map(|c| c.0).sum::<u64>(), TOTAL, "{counts:?}");
     for (i, (count, timeouts, overlaps)) in counts.iter().enumerate() {
         assert_eq!(*overlaps, 0, "child {i}: the lock was held twice at once");
-        assert_eq!(*timeouts, 0, "child {i}: {timeouts} waits ran out: {counts:?}");
+        assert_eq!(
+            *timeouts, 0,
+            "child {i}: {timeouts} waits ran out: {counts:?}"
+        );
         assert!(
             *count >= TOTAL / 4,
             "child {i} took {count} of {TOTAL}: {counts:?}"
