@@ -74,6 +74,9 @@ pub(crate) enum Timer {
     Leave(Arc<str>),
     /// Redis has been away for `unavailable_after` of a waiter's wait (`outage.rs`).
     Unavailable,
+    /// The hold-back after a streak of local hand-offs ended (see `turns`): the head waiter
+    /// tries.
+    Turn,
 }
 
 /// One Redis round trip for the lock's name. Acquires, releases and hand-offs carry the counts

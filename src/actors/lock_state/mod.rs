@@ -29,6 +29,7 @@ mod settle;
 mod tests;
 mod timers;
 mod trips;
+mod turns;
 mod unsure;
 mod waiters;
 mod wake;
@@ -320,6 +321,7 @@ impl LockState {
                 }
             }
             Timer::Resend(id) => self.resend(id),
+            Timer::Turn => self.turn_over(),
             Timer::Refresh => {
                 if !self.fair.places.is_empty() {
                     self.trips.todo.push_back(Pending::Refresh);

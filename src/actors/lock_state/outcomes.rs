@@ -277,7 +277,7 @@ impl LockState {
                 Ok(())
             }
             Ok(HandedOff::No(Released::Unlocked)) => {
-                self.streak = 0;
+                self.streak_over(&key, started);
                 if self.holds.of_mut(&key, epoch).is_some_and(|h| h.count > 1)
                     && !self.trips.is_unsure(&key)
                 {

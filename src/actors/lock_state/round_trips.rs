@@ -10,6 +10,11 @@ use crate::protocol::Expect;
 impl LockState {
     /// Queues an attempt for waiter `id` (unless one is queued already).
     pub(super) fn attempt(&mut self, id: WaiterId) {
+        if self.holds_back(id) {
+            // Its turn comes when the hold-back ends (`turn_over`) or at a later wake-up.
+            self.subscribe(id);
+            return;
+        }
         self.trips.queue_attempt(id);
         self.pump();
     }

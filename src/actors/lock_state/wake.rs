@@ -205,11 +205,13 @@ impl LockState {
         self.out.push(Effect::Idle);
     }
 
-    /// The actor is about to leave after lingering idle: cancels the hand-over tick, the one
-    /// timer an idle state may still have armed, so that nothing keeps the actor alive.
+    /// The actor is about to leave after lingering idle: cancels the hand-over tick and a
+    /// hold-back (`turns`), the timers an idle state may still have armed, so that nothing
+    /// keeps the actor alive.
     pub(crate) fn retire(&mut self) {
         if !self.busy {
             self.timers.stop(&Timer::Track, &mut self.out);
+            self.timers.stop(&Timer::Turn, &mut self.out);
         }
     }
 }

@@ -7,6 +7,7 @@ mod model;
 mod outage;
 mod property;
 mod simulation;
+mod turns;
 
 use super::*;
 

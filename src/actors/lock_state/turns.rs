@@ -1,0 +1,65 @@
+//! Other processes' turn after a streak of local hand-offs.
+//!
+//! A release hands the lock to a local waiter at most [`MAX_HAND_OFF_STREAK`] times in a row
+//! (`hand_off_to`); the next one goes through Redis and publishes. That message is all a waiter
+//! in another process hears, and it must still send its attempt, while this actor's waiters
+//! hear the same message and could try at once: the first attempt to reach Redis wins, so a
+//! process nearer to Redis (or merely less busy) would win nearly every time and the other
+//! could wait for good. So after such a release this actor's waiters hold back a moment (no
+//! attempt; the hold-back timer's end gives the head waiter its attempt), long enough for a
+//! waiter woken by the message elsewhere to take the lock. Nothing changes on the wire.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// The shortest hold-back: a waiter in another process needs the message, its own actor's
+/// turn, and its attempt's way to Redis; on a LAN that is well under a millisecond of network
+/// and the rest is scheduling, so a few milliseconds cover a busy process.
+pub(super) const HOLD_BACK_MIN: Duration = Duration::from_millis(5);
+/// The longest hold-back, however slow the release's round trip was.
+pub(super) const HOLD_BACK_MAX: Duration = Duration::from_millis(100);
+
+/// The hold-back after a release whose round trip took `round_trip`: a client as far from
+/// Redis as this one needs about one round trip (the message's half, then its attempt's) beyond
+/// its own processing; twice that, within [`HOLD_BACK_MIN`]..=[`HOLD_BACK_MAX`].
+pub(super) fn hold_back(round_trip: Duration) -> Duration {
+    (round_trip * 2).clamp(HOLD_BACK_MIN, HOLD_BACK_MAX)
+}
+
+impl LockState {
+    /// A release of `key` sent at `started` freed the lock in Redis and published: the streak
+    /// of hand-offs starts over. When that release ended a full streak (the hand-off it did not
+    /// do was refused for the streak's sake, or the last local waiter just left), other
+    /// processes' waiters get their turn: this actor's hold back (`holds_back`).
+    pub(super) fn streak_over(&mut self, key: &HoldKey, started: Instant) {
+        let full = self.streak >= MAX_HAND_OFF_STREAK;
+        self.streak = 0;
+        if full && key.1.is_exclusive_unfair() {
+            let round_trip = self.now.saturating_duration_since(started);
+            self.timers
+                .set(Timer::Turn, hold_back(round_trip), &mut self.out);
+        }
+    }
+
+    /// Whether waiter `id`'s attempt waits for the end of the hold-back: a waiter that may
+    /// wait, of the kind that hands off, whose holder holds nothing here (a re-entry never
+    /// waits for others). A single attempt goes now: it cannot wait, and it is not one of the
+    /// waiters that would take the lock back every time.
+    pub(super) fn holds_back(&self, id: WaiterId) -> bool {
+        if !self.timers.is_armed(&Timer::Turn) {
+            return false;
+        }
+        self.waiters.get(id).is_some_and(|w| {
+            w.kind.is_exclusive_unfair()
+                && w.may_wait()
+                && !self.holds.contains(&(w.holder.clone(), w.kind))
+        })
+    }
+
+    /// The hold-back ended: the head waiter tries (any wake-up held back meanwhile was for
+    /// it), and finds the lock taken when another process's waiter took its turn.
+    pub(super) fn turn_over(&mut self) {
+        self.wake_one();
+    }
+}
