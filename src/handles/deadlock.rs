@@ -21,6 +21,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **What the message says.** Each wait of the cycle is named by where the code asked for it,
+//! the place of its `acquire` call (`file:line:column`: every handle's acquire verb is
+//! `#[track_caller]`), and by whom: the label of the [`scope_labeled`] it runs in, else its
+//! [`Owner`] (`task 17`: a tokio task id, which only a log of task ids would tell). The error
+//! then says what to do: take the locks in one order everywhere, or retry. A wait in another
+//! process shows its place and label too when that process runs this version of lockman.
+//!
+//! ```no_run
+//! # async fn demo(manager: lockman::LockManager) -> Result<(), lockman::LockError> {
+//! use lockman::deadlock::{self, Owner};
+//!
+//! let orders = manager.lock("orders");
+//! // Its waits show as `"checkout" (scope 1 of <service>) at src/…:line:column`.
+//! deadlock::scope_labeled(Owner::new(), "checkout", async {
+//!     let _orders = orders.acquire().await?;
+//!     Ok(())
+//! })
+//! .await
+//! # }
+//! ```
+//!
 //! **Whom a wait belongs to.** A wait and a hold belong to an [`Owner`]: by default the tokio
 //! task that called `acquire` (inside actix, each actor and each spawned future is one). That is
 //! right for the usual shape, one task that takes its locks one after the other. It is wrong
