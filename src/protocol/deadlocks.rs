@@ -397,6 +397,26 @@ mod tests {
             long.service.len()
         );
         assert!(long.service.ends_with('…'));
+        // A place and a label are cut too, on write and on read; their tags are no holder
+        // field, so a reader that takes them for holds never follows them.
+        let mut value = String::from("5\n");
+        for part in ["s", "lock", "x", "h:1", &"p".repeat(10_000), PLACE_TAG] {
+            netstring(&mut value, part);
+        }
+        netstring(&mut value, &"é".repeat(1000));
+        netstring(&mut value, LABEL_TAG);
+        let read = Blocked::decode("task:1", &value).unwrap();
+        assert!(read.holds.is_empty(), "{:?}", read.holds);
+        assert_eq!(read.place.unwrap().len(), MAX_PLACE + '…'.len_utf8());
+        assert!(read.label.unwrap().len() <= MAX_LABEL + 3);
+        let (_, written) = Blocked {
+            place: Some("q".repeat(10_000)),
+            ..Blocked::decode("task:1", "1\n1:s,4:lock,1:x,3:h:1,").unwrap()
+        }
+        .encode();
+        assert!(written.len() < 400, "{}", written.len());
+        assert_eq!(holder_of(PLACE_TAG), None);
+        assert_eq!(holder_of(LABEL_TAG), None);
         for owner in [Owner::Task(1), Owner::Thread(2), Owner::Scope(3)] {
             assert_eq!(parse_owner(&owner_field(owner)), Some(owner));
         }
