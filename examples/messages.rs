@@ -34,6 +34,7 @@ async fn run(url: &str) -> Result<(), LockError> {
         wait: Wait::No,
         kind: LockKind::Reentrant,
         owner: Some(lockman::deadlock::current()),
+        site: Some(lockman::deadlock::site()),
     };
     let guard = actor
         .send(acquire.clone())
@@ -61,6 +62,7 @@ async fn run(url: &str) -> Result<(), LockError> {
         wait: Wait::No,
         kind: LockKind::Reentrant,
         owner: Some(lockman::deadlock::current()),
+        site: Some(lockman::deadlock::site()),
     };
     let refused = actor.send(other).await.map_err(|_| LockError::Shutdown)??;
     println!("another holder got it: {}", refused.is_some());

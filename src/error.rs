@@ -185,8 +185,13 @@ pub enum LockError {
     /// next one holds, so none would ever proceed. It was the youngest wait of the cycle and
     /// has left its queue, so the others go on. Nothing changed in Redis; the caller's other
     /// holds are still held: release them (usually by returning the error) and try again.
-    /// See [`Config::deadlocks`](crate::Config::deadlocks).
-    #[error("deadlock: {cycle}")]
+    /// See [`Config::deadlocks`](crate::Config::deadlocks). The message names each wait's place
+    /// in the code ([`Step::place`]) and its scope's label ([`Step::label`]), and says what to do.
+    #[error(
+        "deadlock: {cycle}. Take these locks in one order everywhere, or retry: this wait was \
+         broken so that the others go on, and the caller's other holds are still held (release \
+         them, usually by returning this error, before trying again)"
+    )]
     Deadlock {
         /// The cycle, starting with this wait.
         cycle: Cycle,
@@ -254,8 +259,21 @@ pub struct Cycle {
     pub steps: Vec<Step>,
 }
 
+/// Where the user's code asked for a wait, for a [`Cycle`]'s message: the call site of the
+/// acquire (the handles' acquire calls are `#[track_caller]`) and the label of the
+/// [`deadlock::scope_labeled`](crate::deadlock::scope_labeled) it runs in. Made by
+/// [`deadlock::site()`](crate::deadlock::site); carried by an `Acquire` message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// The acquire's call site.
+    pub place: &'static std::panic::Location<'static>,
+    /// The label of the scope it was made in, if any.
+    pub label: Option<std::sync::Arc<str>>,
+}
+
 /// One wait of a [`Cycle`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Step {
     /// Whose wait it is.
     pub owner: Owner,
@@ -269,6 +287,50 @@ pub struct Step {
     /// How it is waited for: `lock`, `fair`, `read`, `write`, … (the `kind` label of the
     /// metrics).
     pub kind: String,
+    /// Where the user's code asked for the wait (`file:line:column` of the acquire call);
+    /// `None` when unknown: a request sent without a [`Site`], or a wait in a process of an
+    /// older version.
+    pub place: Option<String>,
+    /// The label of the [`deadlock::scope_labeled`](crate::deadlock::scope_labeled) the wait
+    /// was made in.
+    pub label: Option<String>,
+}
+
+impl Step {
+    /// Who waits, as the message says it: the scope's label (with its owner, which tells two
+    /// scopes of one label apart), else the owner; and its manager's service name.
+    fn who(&self) -> Who<'_> {
+        Who(self)
+    }
+}
+
+struct Who<'a>(&'a Step);
+
+impl std::fmt::Display for Who<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let step = self.0;
+        // A label from another process is quoted as Debug: its control characters escaped.
+        match &step.label {
+            Some(label) => write!(
+                f,
+                "{label:?} ({} of {})",
+                step.owner,
+                Escaped(&step.service)
+            ),
+            None => write!(f, "{} of {}", step.owner, Escaped(&step.service)),
+        }
+    }
+}
+
+struct At<'a>(&'a Option<String>);
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(place) => write!(f, "at {}", Escaped(place)),
+            None => f.write_str("at an unknown place"),
+        }
+    }
 }
 
 impl std::fmt::Display for Cycle {
@@ -276,28 +338,29 @@ impl std::fmt::Display for Cycle {
         let Some((first, rest)) = self.steps.split_first() else {
             return f.write_str("an empty cycle");
         };
-        // `service` and `kind` of a step through another process come from its waits hash,
-        // which anyone who may write lockman's keys can forge: escaped, so that a newline
-        // cannot forge a log line nor an ESC drive a terminal (the name is quoted as Debug).
+        // `service`, `kind`, `place` and `label` of a step through another process come from
+        // its waits hash, which anyone who may write lockman's keys can forge: escaped, so that
+        // a newline cannot forge a log line nor an ESC drive a terminal (the name and the label
+        // are quoted as Debug).
         write!(
             f,
-            "{} of {} waits for {} {:?}",
-            first.owner,
-            Escaped(&first.service),
+            "{} {} waits for {} {:?}",
+            first.who(),
+            At(&first.place),
             Escaped(&first.kind),
             first.name
         )?;
         for step in rest {
             write!(
                 f,
-                " held by {} of {}, which waits for {} {:?}",
-                step.owner,
-                Escaped(&step.service),
+                " held by {}, which {} waits for {} {:?}",
+                step.who(),
+                At(&step.place),
                 Escaped(&step.kind),
                 step.name
             )?;
         }
-        write!(f, " held by {} of {}", first.owner, Escaped(&first.service))
+        write!(f, " held by {}", first.who())
     }
 }
 
@@ -527,24 +590,51 @@ mod tests {
             service: service.into(),
             name: name.into(),
             kind: kind.into(),
+            place: None,
+            label: None,
         };
         let cycle = Cycle {
             steps: vec![
-                step("orders", "lock", "x"),
-                step(
-                    "evil\n2026-01-01 WARN forged\x1b[31m\u{9b}",
-                    "lock\r\x07",
-                    "y\n",
-                ),
+                Step {
+                    place: Some("src/orders.rs:12:5".into()),
+                    label: Some("checkout".into()),
+                    ..step("orders", "lock", "x")
+                },
+                Step {
+                    place: Some("src/x.rs:1:1\n2026-01-01 WARN forged".into()),
+                    label: Some("l\x1b[31m".into()),
+                    ..step(
+                        "evil\n2026-01-01 WARN forged\x1b[31m\u{9b}",
+                        "lock\r\x07",
+                        "y\n",
+                    )
+                },
             ],
         };
         let text = cycle.to_string();
         assert!(!text.chars().any(char::is_control), "{text:?}");
         assert_eq!(
             text,
-            "task 1 of orders waits for lock \"x\" held by task 1 of \
-             evil\\x0a2026-01-01 WARN forged\\x1b[31m\\u{9b}, which waits for lock\\x0d\\x07 \
-             \"y\\n\" held by task 1 of orders"
+            "\"checkout\" (task 1 of orders) at src/orders.rs:12:5 waits for lock \"x\" held by \
+             \"l\\u{1b}[31m\" (task 1 of evil\\x0a2026-01-01 WARN forged\\x1b[31m\\u{9b}), which \
+             at src/x.rs:1:1\\x0a2026-01-01 WARN forged waits for lock\\x0d\\x07 \"y\\n\" held by \
+             \"checkout\" (task 1 of orders)"
+        );
+        // A step without a label shows its owner; without a place, says so.
+        let plain = Cycle {
+            steps: vec![step("s", "lock", "x"), step("s", "fair", "y")],
+        };
+        assert_eq!(
+            plain.to_string(),
+            "task 1 of s at an unknown place waits for lock \"x\" held by task 1 of s, which at \
+             an unknown place waits for fair \"y\" held by task 1 of s"
+        );
+        // The error says what to do.
+        let error = LockError::Deadlock { cycle: plain }.to_string();
+        assert!(error.starts_with("deadlock: task 1 of s at"), "{error}");
+        assert!(
+            error.contains("Take these locks in one order everywhere, or retry"),
+            "{error}"
         );
     }
 

@@ -765,6 +765,7 @@ fn table() -> Vec<Row> {
                     wait: Wait::Up(WAIT),
                     kind: LockKind::Reentrant,
                     owner: Some(lockman::deadlock::current()),
+                    site: Some(lockman::deadlock::site()),
                 };
                 let grant = b.send(acquire).await.map_err(|_| LockError::Shutdown)??;
                 let grant = grant.expect("b is free");

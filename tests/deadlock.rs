@@ -29,6 +29,15 @@ async fn manager(server: &RedisServer, config: impl FnOnce(Config) -> Config) ->
     LockManager::start(config).await.expect("manager starts")
 }
 
+/// Step `i`'s place, checked to be an acquire call of this file on `line` (`file:line:column`).
+fn place(cycle: &lockman::deadlock::Cycle, i: usize, line: u32) -> String {
+    let place = cycle.steps[i].place.clone().expect("a place");
+    let (at, column) = place.rsplit_once(':').expect("file:line:column");
+    assert_eq!(at, format!("{}:{line}", file!()), "{place}");
+    assert!(column.parse::<u32>().is_ok(), "{place}");
+    place
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_tasks_in_opposite_orders_the_younger_wait_fails_naming_the_cycle() {
     let server = RedisServer::start();
@@ -38,10 +47,11 @@ async fn two_tasks_in_opposite_orders_the_younger_wait_fails_naming_the_cycle() 
     let (x, y) = (mgr.lock("x"), mgr.lock("y"));
     let (x2, y2) = (mgr.lock("x"), mgr.lock("y"));
     let (a_me, a_go, a) = party(async move { x.acquire().await }, async move {
-        y.acquire().await.map(|g| g.holder_id().to_owned())
+        (line!(), y.acquire().await.map(|g| g.holder_id().to_owned()))
     });
     let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
-        x2.acquire().await.map(|g| g.holder_id().to_owned())
+        let (line, got) = (line!(), x2.acquire().await);
+        (line, got.map(|g| g.holder_id().to_owned()))
     });
     let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
     assert_ne!(a_me, b_me);
@@ -51,7 +61,7 @@ async fn two_tasks_in_opposite_orders_the_younger_wait_fails_naming_the_cycle() 
     wait::subscribers(&mut raw, "redisson_lock__channel:{app:y}", 1).await;
     let closed = Instant::now();
     b_go.send(()).unwrap();
-    let (b_res, b_done) = tokio::time::timeout(FOUND_WITHIN * 5, b)
+    let ((b_line, b_res), b_done) = tokio::time::timeout(FOUND_WITHIN * 5, b)
         .await
         .expect("the cycle is broken")
         .unwrap();
@@ -73,18 +83,20 @@ async fn two_tasks_in_opposite_orders_the_younger_wait_fails_naming_the_cycle() 
             .iter()
             .all(|s| s.client == mgr.client_id() && s.service == "deadlock-test")
     );
-    assert_eq!(
-        cycle.to_string(),
-        format!(
-            "{b_me} of deadlock-test waits for lock \"x\" held by {a_me} of deadlock-test, \
-             which waits for lock \"y\" held by {b_me} of deadlock-test"
-        )
-    );
     // B's hold of y went with its task: A gets y and goes on.
-    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
+    let ((a_line, a_res), _) = tokio::time::timeout(Duration::from_secs(10), a)
         .await
         .expect("A goes on")
         .unwrap();
+    // Each wait's place is its acquire call in this file.
+    let (b_at, a_at) = (place(&cycle, 0, b_line), place(&cycle, 1, a_line));
+    assert_eq!(
+        cycle.to_string(),
+        format!(
+            "{b_me} of deadlock-test at {b_at} waits for lock \"x\" held by {a_me} of \
+             deadlock-test, which at {a_at} waits for lock \"y\" held by {b_me} of deadlock-test"
+        )
+    );
     let a_holder = a_res.expect("A takes y");
     // Exact Redis state: both released, nothing of B's wait left behind.
     wait::until("both locks released", || {
@@ -93,6 +105,54 @@ async fn two_tasks_in_opposite_orders_the_younger_wait_fails_naming_the_cycle() 
     })
     .await;
     assert!(a_holder.starts_with(&mgr.client_id().to_string()));
+    mgr.shutdown().await;
+}
+
+/// The message names the user's code: each wait's acquire call (here a fenced lock's and a
+/// MultiLock's, whose member waits) and the label of the scope it runs in, and says what to do.
+/// Catches: a place lost on the way (a wrapper's `acquire` not `#[track_caller]`, the
+/// MultiLock's member wait naming lockman's own source), the label not carried, the advice gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_names_each_wait_s_call_site_and_scope_label_and_what_to_do() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, |c| c).await;
+    // A, in a scope labeled "checkout", holds x and waits for the fenced y; B holds y and
+    // takes the MultiLock [z, x] (z at once, then waits for x), closing the cycle.
+    let (x, y) = (mgr.lock("x"), mgr.fenced_lock("y"));
+    let checkout = Owner::new();
+    let (_a_me, a_go, a) = party(
+        deadlock::scope_labeled(checkout, "checkout", async move { x.acquire().await }),
+        deadlock::scope_labeled(checkout, "checkout", async move {
+            (line!(), y.acquire().await.map(drop))
+        }),
+    );
+    let held_y = mgr.fenced_lock("y").acquire().await.unwrap();
+    let b_me = deadlock::current();
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{y}", 1).await;
+    wait::quiet(&mut raw).await;
+    let multi = lockman::MultiLock::new(vec![mgr.lock("z"), mgr.lock("x")]);
+    let (b_line, res) = (line!(), multi.acquire().await);
+    let error = res.as_ref().map(drop).unwrap_err().to_string();
+    let cycle = deadlock_of(res);
+    drop(held_y);
+    let ((a_line, a_res), _) = tokio::time::timeout(Duration::from_secs(10), a)
+        .await
+        .expect("A goes on")
+        .unwrap();
+    a_res.expect("A takes y");
+    let (b_at, a_at) = (place(&cycle, 0, b_line), place(&cycle, 1, a_line));
+    assert_eq!(
+        error,
+        format!(
+            "deadlock: {b_me} of deadlock-test at {b_at} waits for lock \"x\" held by \
+             \"checkout\" ({checkout} of deadlock-test), which at {a_at} waits for fenced \"y\" \
+             held by {b_me} of deadlock-test. Take these locks in one order everywhere, or \
+             retry: this wait was broken so that the others go on, and the caller's other holds \
+             are still held (release them, usually by returning this error, before trying again)"
+        )
+    );
     mgr.shutdown().await;
 }
 
@@ -381,13 +441,18 @@ async fn two_processes_in_opposite_orders_the_younger_wait_fails_naming_both() {
     let west = manager(&server, |c| c.client_name("west")).await;
     let (x, y) = (east.lock("x"), east.lock("y"));
     let (x2, y2) = (west.lock("x"), west.lock("y"));
-    let (a_me, a_go, a) = party(async move { x.acquire().await }, async move {
-        y.acquire().await.map(drop)
-    });
+    // A's waits in a labeled scope: its label and place reach west through east's waits hash.
+    let a_owner = Owner::new();
+    let (_a_me, a_go, a) = party(
+        deadlock::scope_labeled(a_owner, "east-worker", async move { x.acquire().await }),
+        deadlock::scope_labeled(a_owner, String::from("east-worker"), async move {
+            (line!(), y.acquire().await.map(drop))
+        }),
+    );
     let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
-        x2.acquire().await.map(drop)
+        (line!(), x2.acquire().await.map(drop))
     });
-    let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
+    let (a_me, b_me) = (a_owner, b_me.await.unwrap());
     a_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_lock__channel:{y}", 1).await;
     // Not an ordering (A waits already) but a margin: across processes the youngest wait is
@@ -396,7 +461,7 @@ async fn two_processes_in_opposite_orders_the_younger_wait_fails_naming_both() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let closed = Instant::now();
     b_go.send(()).unwrap();
-    let (b_res, b_done) = tokio::time::timeout(FOUND_ACROSS_WITHIN * 3, b)
+    let ((b_line, b_res), b_done) = tokio::time::timeout(FOUND_ACROSS_WITHIN * 3, b)
         .await
         .expect("the cycle is broken")
         .unwrap();
@@ -426,11 +491,22 @@ async fn two_processes_in_opposite_orders_the_younger_wait_fails_naming_both() {
         ]
     );
     // A goes on; both waits hashes are gone once nobody waits long.
-    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
+    let ((a_line, a_res), _) = tokio::time::timeout(Duration::from_secs(10), a)
         .await
         .expect("A goes on")
         .unwrap();
     a_res.expect("A takes y");
+    // The place and label of east's wait came through its waits hash.
+    let (b_at, a_at) = (place(&cycle, 0, b_line), place(&cycle, 1, a_line));
+    assert_eq!(cycle.steps[0].label, None);
+    assert_eq!(cycle.steps[1].label.as_deref(), Some("east-worker"));
+    assert_eq!(
+        cycle.to_string(),
+        format!(
+            "{b_me} of west at {b_at} waits for lock \"x\" held by \"east-worker\" ({a_me} of \
+             east), which at {a_at} waits for lock \"y\" held by {b_me} of west"
+        )
+    );
     wait::until("no waits hash left", || {
         let keys: Vec<String> = raw.keys("lockman_waits:*").unwrap();
         keys.is_empty()
@@ -588,6 +664,7 @@ async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
     let (a_me, a_go, a) = party(async move { x.acquire().await }, async move {
         y.acquire().await.map(drop)
     });
+    let b_line = line!() + 2;
     let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
         x2.acquire().await.map(drop)
     });
@@ -595,10 +672,10 @@ async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
     a_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_lock__channel:{y}", 1).await;
     b_go.send(()).unwrap();
-    let want = format!(
-        "{b_me} of deadlock-test waits for lock \"x\" held by {a_me} of deadlock-test, \
-         which waits for lock \"y\" held by {b_me} of deadlock-test"
-    );
+    let (at, a_line) = (file!(), b_line - 4);
+    let want = format!("{b_me} of deadlock-test at {at}:{b_line}:");
+    let want_too =
+        format!(" waits for lock \"x\" held by {a_me} of deadlock-test, which at {at}:{a_line}:");
     let mut seen = None;
     for _ in 0..100 {
         let clients = mgr.clients().await.unwrap();
@@ -609,7 +686,17 @@ async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(seen.as_deref(), Some(want.as_str()));
+    let seen = seen.expect("a cycle in the record");
+    assert!(
+        seen.starts_with(&want) && seen.contains(&want_too),
+        "{seen}"
+    );
+    assert!(
+        seen.ends_with(&format!(
+            " waits for lock \"y\" held by {b_me} of deadlock-test"
+        )),
+        "{seen}"
+    );
     #[cfg(feature = "cli")]
     {
         let lockman = |args: &[&str]| {
@@ -624,10 +711,10 @@ async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
             String::from_utf8_lossy(&out.stdout).into_owned()
         };
         let ls = lockman(&["ls"]);
-        assert!(ls.contains("  deadlock  ") && ls.contains(&want), "{ls}");
+        assert!(ls.contains("  deadlock  ") && ls.contains(&seen), "{ls}");
         let inspect = lockman(&["inspect", "y"]);
         assert!(
-            inspect.contains("deadlock: ") && inspect.contains(&want),
+            inspect.contains("deadlock: ") && inspect.contains(&seen),
             "{inspect}"
         );
         assert!(!lockman(&["inspect", "z"]).contains("deadlock"));

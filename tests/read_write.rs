@@ -366,6 +366,7 @@ async fn a_request_of_another_kind_is_refused_by_an_actor() {
         wait: lockman::actix::Wait::No,
         kind: lockman::LockKind::Write,
         owner: Some(lockman::deadlock::current()),
+        site: Some(lockman::deadlock::site()),
     };
     let err = actor.send(acquire).await.unwrap().unwrap_err();
     assert!(matches!(err, LockError::InvalidArgument { .. }), "{err:?}");

@@ -273,6 +273,7 @@ async fn dropping_the_manager_stops_renewal_and_the_lock_expires() {
         wait: lockman::actix::Wait::No,
         kind: lockman::LockKind::Reentrant,
         owner: Some(lockman::deadlock::current()),
+        site: Some(lockman::deadlock::site()),
     };
     std::mem::forget(actor.send(acquire).await.unwrap().unwrap().unwrap());
     drop((actor, lock));

@@ -20,7 +20,7 @@ use super::messages::{Deadlocked, StillWaiting};
 use super::name::WaiterId;
 use super::shell::lost::Claim;
 use crate::config::{Config, Deadlocks};
-use crate::error::{Cycle, Owner, Step};
+use crate::error::{Cycle, Owner, Site, Step};
 
 /// The graph, shared by a manager's lock actors.
 pub(crate) struct WaitsFor {
@@ -83,6 +83,8 @@ struct Edge {
     name: Arc<str>,
     kind: &'static str,
     holder: Arc<str>,
+    /// Where the caller's code asked for it, for the cycle's message.
+    site: Option<Site>,
     actor: u64,
     waiter: WaiterId,
     since: Instant,
@@ -99,6 +101,7 @@ pub(crate) struct Wait {
     pub name: Arc<str>,
     pub kind: &'static str,
     pub holder: Arc<str>,
+    pub site: Option<Site>,
     pub actor: u64,
     pub waiter: WaiterId,
     pub since: Instant,
@@ -112,6 +115,8 @@ pub(crate) struct LongWait {
     pub name: Arc<str>,
     pub kind: &'static str,
     pub holder: Arc<str>,
+    /// Where the caller's code asked for it: published for other processes' messages.
+    pub site: Option<Site>,
     /// When it began.
     pub since: Instant,
     actor: u64,
@@ -156,6 +161,7 @@ impl WaitsFor {
             name,
             kind,
             holder,
+            site,
             actor,
             waiter,
             since,
@@ -166,6 +172,7 @@ impl WaitsFor {
             name,
             kind,
             holder,
+            site,
             actor,
             waiter,
             since,
@@ -331,6 +338,7 @@ impl WaitsFor {
                 name: e.name.clone(),
                 kind: e.kind,
                 holder: e.holder.clone(),
+                site: e.site.clone(),
                 since: e.since,
                 actor: e.actor,
                 waiter: e.waiter,
@@ -417,6 +425,11 @@ impl WaitsFor {
                             .unwrap_or(&edge.name)
                             .to_owned(),
                         kind: edge.kind.to_owned(),
+                        place: edge.site.as_ref().map(|s| s.place.to_string()),
+                        label: edge
+                            .site
+                            .as_ref()
+                            .and_then(|s| s.label.as_deref().map(str::to_owned)),
                     }
                 })
                 .collect(),
@@ -681,6 +694,7 @@ mod tests {
                 name: name.into(),
                 kind: "lock",
                 holder: format!("h{waiter}").into(),
+                site: None,
                 actor: 1,
                 waiter,
                 since: Instant::now(),
@@ -803,6 +817,7 @@ mod tests {
                 name: "rw".into(),
                 kind,
                 holder: holder.into(),
+                site: None,
                 actor: 1,
                 waiter,
                 since: Instant::now(),
@@ -837,6 +852,7 @@ mod tests {
             name: name.into(),
             kind: "lock",
             holder: "waiter".into(),
+            site: None,
             actor: 1,
             waiter: 0,
             since: Instant::now(),

@@ -21,6 +21,27 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **What the message says.** Each wait of the cycle is named by where the code asked for it,
+//! the place of its `acquire` call (`file:line:column`: every handle's acquire verb is
+//! `#[track_caller]`), and by whom: the label of the [`scope_labeled`] it runs in, else its
+//! [`Owner`] (`task 17`: a tokio task id, which only a log of task ids would tell). The error
+//! then says what to do: take the locks in one order everywhere, or retry. A wait in another
+//! process shows its place and label too when that process runs this version of lockman.
+//!
+//! ```no_run
+//! # async fn demo(manager: lockman::LockManager) -> Result<(), lockman::LockError> {
+//! use lockman::deadlock::{self, Owner};
+//!
+//! let orders = manager.lock("orders");
+//! // Its waits show as `"checkout" (scope 1 of <service>) at src/…:line:column`.
+//! deadlock::scope_labeled(Owner::new(), "checkout", async {
+//!     let _orders = orders.acquire().await?;
+//!     Ok(())
+//! })
+//! .await
+//! # }
+//! ```
+//!
 //! **Whom a wait belongs to.** A wait and a hold belong to an [`Owner`]: by default the tokio
 //! task that called `acquire` (inside actix, each actor and each spawned future is one). That is
 //! right for the usual shape, one task that takes its locks one after the other. It is wrong
@@ -46,33 +67,73 @@
 //! clone), as is usual anyway.
 
 use std::future::Future;
+use std::sync::Arc;
 
 pub use crate::config::Deadlocks;
-pub use crate::error::{Cycle, Owner, Step};
+pub use crate::error::{Cycle, Owner, Site, Step};
 #[allow(unused_imports)] // for the docs
 use crate::{Config, LockError};
 
+/// What [`scope`] or [`scope_labeled`] entered: the owner, and the label its waits show.
+struct Entered {
+    owner: Owner,
+    label: Option<Arc<str>>,
+}
+
 tokio::task_local! {
     /// The owner entered with [`scope`], in place of the task.
-    static SCOPE: Owner;
+    static SCOPE: Entered;
 }
 
 /// The owner of a wait or hold begun here: the [`scope`]'s, else the tokio task's, else (in a
 /// future run by `block_on`, which has no task) the thread's. The handles' requests carry it;
 /// a message API caller may send `None` instead, to keep a request out of deadlock detection.
 pub fn current() -> Owner {
-    let owner = SCOPE.try_with(|owner| *owner).ok();
+    let owner = SCOPE.try_with(|entered| entered.owner).ok();
     owner.unwrap_or_else(|| match tokio::task::try_id() {
         Some(id) => Owner::Task(unhash(&id)),
         None => Owner::Thread(unhash(&std::thread::current().id())),
     })
 }
 
+/// Where a wait is asked for, for a deadlock's message: the caller's place in the code (the
+/// caller of a `#[track_caller]` function calling this, such as every handle's `acquire`) and
+/// the label of the [`scope_labeled`] it runs in. The handles send it with each request; a
+/// message API caller may send it too (or `None`: the place is then unknown).
+#[track_caller]
+pub fn site() -> Site {
+    Site {
+        place: std::panic::Location::caller(),
+        // A clone of the scope's `Arc`: no allocation on the acquire's path.
+        label: SCOPE
+            .try_with(|entered| entered.label.clone())
+            .ok()
+            .flatten(),
+    }
+}
+
 /// Runs `work` with every wait and hold begun in it belonging to `owner` instead of the task
 /// that polls it. Enter the same owner in every task that acts for it (a task that receives its
 /// guards, say).
 pub async fn scope<F: Future>(owner: Owner, work: F) -> F::Output {
-    SCOPE.scope(owner, work).await
+    let entered = Entered { owner, label: None };
+    SCOPE.scope(entered, work).await
+}
+
+/// As [`scope`], and a deadlock's message ([`Step::label`]) names the waits begun in `work`
+/// by `label` (a `&'static str` or a `String`: what the code does, such as `"checkout"`),
+/// beside their place in the code. To label a task's waits without a new owner, pass
+/// [`current()`] as the owner, in the task that runs `work`.
+pub async fn scope_labeled<F: Future>(
+    owner: Owner,
+    label: impl Into<Arc<str>>,
+    work: F,
+) -> F::Output {
+    let entered = Entered {
+        owner,
+        label: Some(label.into()),
+    };
+    SCOPE.scope(entered, work).await
 }
 
 /// The number of a tokio task id or a thread id (the number each shows). Both are opaque, but

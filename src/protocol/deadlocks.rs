@@ -34,6 +34,15 @@ pub(crate) const MAX_HOLDER_FIELDS: usize = 4096;
 pub(crate) const MAX_HOLDER_BYTES: usize = 1 << 20;
 /// The longest service name kept from another client's waits hash (longer ones are cut).
 const MAX_SERVICE: usize = 128;
+/// The longest place (`file:line:column`) and scope label written to, and kept from, a waits
+/// hash (longer ones are cut): a wait's entry stays small.
+const MAX_PLACE: usize = 256;
+const MAX_LABEL: usize = 128;
+/// The holder parts that mark a pair after the holds as the wait's place or label, not a
+/// hold: no holder field has this shape (`holder_of`), so a reader of an older version, which
+/// takes the pair for a hold, never follows it.
+const PLACE_TAG: &str = "@place";
+const LABEL_TAG: &str = "@label";
 
 /// The kinds a wait may have, as `publish.lua` writes them: an entry of another kind is no
 /// entry this version reads.
@@ -66,6 +75,10 @@ pub(crate) struct Blocked {
     pub since_ms: u64,
     /// What the owner holds: each hold's lock key and holder field.
     pub holds: Vec<(String, String)>,
+    /// Where its code asked for the wait (`file:line:column`), and its scope's label: for the
+    /// messages of other processes. Cut to [`MAX_PLACE`] and [`MAX_LABEL`] bytes.
+    pub place: Option<String>,
+    pub label: Option<String>,
 }
 
 impl Blocked {
@@ -78,6 +91,16 @@ impl Blocked {
         for (name, holder) in &self.holds {
             netstring(&mut value, name);
             netstring(&mut value, holder);
+        }
+        // After the holds, as pairs an older reader takes for holds it never follows.
+        for (text, tag, most) in [
+            (&self.place, PLACE_TAG, MAX_PLACE),
+            (&self.label, LABEL_TAG, MAX_LABEL),
+        ] {
+            if let Some(text) = text {
+                netstring(&mut value, &cut(text.clone(), most));
+                netstring(&mut value, tag);
+            }
         }
         (owner_field(self.owner), value)
     }
@@ -97,20 +120,16 @@ impl Blocked {
         if parts.len() < 4 || parts.len() % 2 != 0 {
             return None;
         }
-        let holds = parts[4..]
-            .chunks_exact(2)
-            .map(|p| (p[0].clone(), p[1].clone()))
-            .collect();
-        let mut parts = parts.into_iter();
-        let mut service = parts.next()?;
-        if service.len() > MAX_SERVICE {
-            let mut end = MAX_SERVICE;
-            while !service.is_char_boundary(end) {
-                end -= 1;
+        let (mut holds, mut place, mut label) = (Vec::new(), None, None);
+        for pair in parts[4..].chunks_exact(2) {
+            match pair[1].as_str() {
+                PLACE_TAG => place = Some(cut(pair[0].clone(), MAX_PLACE)),
+                LABEL_TAG => label = Some(cut(pair[0].clone(), MAX_LABEL)),
+                _ => holds.push((pair[0].clone(), pair[1].clone())),
             }
-            service.truncate(end);
-            service.push('…');
         }
+        let mut parts = parts.into_iter();
+        let service = cut(parts.next()?, MAX_SERVICE);
         let kind = parts.next()?;
         if !KINDS.iter().any(|k| k.label() == kind) {
             return None;
@@ -123,8 +142,23 @@ impl Blocked {
             holder: parts.next()?,
             since_ms: since.parse().ok()?,
             holds,
+            place,
+            label,
         })
     }
+}
+
+/// `text` cut to at most `most` bytes (at a character boundary), marked with `…` when cut.
+fn cut(mut text: String, most: usize) -> String {
+    if text.len() > most {
+        let mut end = most;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
 
 fn owner_field(owner: Owner) -> String {
@@ -332,6 +366,8 @@ mod tests {
             holder: "00000000-0000-0000-0000-000000000001:7".into(),
             since_ms: 0,
             holds: vec![("x".into(), "h:1".into()), ("".into(), "h:2".into())],
+            place: Some("src/main.rs:12:5".into()),
+            label: Some("check\nout".into()),
         };
         let (field, value) = blocked.encode();
         let read = Blocked::decode(&field, &format!("1234\n{value}")).unwrap();
@@ -361,6 +397,26 @@ mod tests {
             long.service.len()
         );
         assert!(long.service.ends_with('…'));
+        // A place and a label are cut too, on write and on read; their tags are no holder
+        // field, so a reader that takes them for holds never follows them.
+        let mut value = String::from("5\n");
+        for part in ["s", "lock", "x", "h:1", &"p".repeat(10_000), PLACE_TAG] {
+            netstring(&mut value, part);
+        }
+        netstring(&mut value, &"é".repeat(1000));
+        netstring(&mut value, LABEL_TAG);
+        let read = Blocked::decode("task:1", &value).unwrap();
+        assert!(read.holds.is_empty(), "{:?}", read.holds);
+        assert_eq!(read.place.unwrap().len(), MAX_PLACE + '…'.len_utf8());
+        assert!(read.label.unwrap().len() <= MAX_LABEL + 3);
+        let (_, written) = Blocked {
+            place: Some("q".repeat(10_000)),
+            ..Blocked::decode("task:1", "1\n1:s,4:lock,1:x,3:h:1,").unwrap()
+        }
+        .encode();
+        assert!(written.len() < 400, "{}", written.len());
+        assert_eq!(holder_of(PLACE_TAG), None);
+        assert_eq!(holder_of(LABEL_TAG), None);
         for owner in [Owner::Task(1), Owner::Thread(2), Owner::Scope(3)] {
             assert_eq!(parse_owner(&owner_field(owner)), Some(owner));
         }
@@ -377,6 +433,8 @@ mod tests {
             holder: "00000000-0000-0000-0000-000000000001:1".into(),
             since_ms: 0,
             holds: vec![],
+            place: None,
+            label: None,
         };
         let (field, value) = blocked.encode();
         let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
@@ -437,6 +495,8 @@ mod tests {
                 holder: "h:1".into(),
                 since_ms: 0,
                 holds: vec![("held".into(), "h:1".into()); holds],
+                place: None,
+                label: None,
             };
             (blocked, Duration::from_millis(n))
         };

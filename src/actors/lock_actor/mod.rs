@@ -259,6 +259,7 @@ impl Handler<Acquire> for LockActor {
             .map(|owner| Whose {
                 owner,
                 holder: msg.holder.clone(),
+                site: msg.site,
             });
         let req = Request {
             holder: msg.holder,

@@ -9,7 +9,7 @@ use actix::Message;
 
 use super::grant::Grant;
 use crate::actors::name::Wait;
-use crate::error::{LockError, Owner};
+use crate::error::{LockError, Owner, Site};
 use crate::protocol::LockKind;
 
 /// Take the lock for `holder`: the reply is a [`Grant`], or `None` when the wait ran out.
@@ -35,6 +35,9 @@ pub struct Acquire {
     /// ([`deadlock::current()`](crate::deadlock::current) in the caller's task); `None` keeps
     /// them out of the waits-for graph.
     pub owner: Option<Owner>,
+    /// Where the caller's code asked for it ([`deadlock::site()`](crate::deadlock::site)), for
+    /// a deadlock's message; `None`: unknown.
+    pub site: Option<Site>,
 }
 
 /// Release the hold of one grant. Replies [`LockError::NotHeld`] when the lock was lost meanwhile.

@@ -37,7 +37,7 @@ use crate::actors::name::effect::{Effect, Family, ReplyId};
 use crate::actors::name::{Loss, WaiterId};
 use crate::actors::services::Services;
 use crate::actors::waits_for;
-use crate::error::{LockError, Owner};
+use crate::error::{LockError, Owner, Site};
 use crate::metrics::{Series, Since};
 use crowd::{Caller, Crowd, Crowded, Sender};
 use linger::{Linger, Lingers};
@@ -123,6 +123,8 @@ pub(crate) struct Whose {
     pub owner: Owner,
     /// Its holder field: what it re-enters rather than waits for.
     pub holder: Arc<str>,
+    /// Where the caller's code asked for it.
+    pub site: Option<Site>,
 }
 
 /// A hold's lost signal, by epoch: its guards hold the receivers.
@@ -515,6 +517,7 @@ fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
         name: shell.name.clone(),
         kind,
         holder: whose.holder,
+        site: whose.site,
         actor: shell.id,
         waiter: id,
         since: now,

@@ -175,6 +175,9 @@ struct Found {
     /// The lock it waits for (its key) and how.
     name: String,
     kind: String,
+    /// Where its code asked for the wait, and its scope's label, as published.
+    place: Option<String>,
+    label: Option<String>,
     since_ms: u64,
     /// When its client's hash was last written (server clock, ms).
     written_ms: u64,
@@ -238,6 +241,11 @@ impl Run {
                     holder: wait.holder.to_string(),
                     since_ms: 0,
                     holds: holds.get(&wait.owner).cloned().unwrap_or_default(),
+                    place: wait.site.as_ref().map(|s| s.place.to_string()),
+                    label: wait
+                        .site
+                        .as_ref()
+                        .and_then(|s| s.label.as_deref().map(str::to_owned)),
                 };
                 mine.push((blocked, wait.since));
             }
@@ -302,6 +310,8 @@ impl Run {
                         service: s.service.clone(),
                         name: self.waits_for.given(&s.name).to_owned(),
                         kind: s.kind.clone(),
+                        place: s.place.clone(),
+                        label: s.label.clone(),
                     })
                     .collect();
                 self.waits_for.break_found(wait, Cycle { steps }).await;
@@ -326,6 +336,8 @@ impl Run {
             service: b.service.clone(),
             name: b.name.clone(),
             kind: b.kind.clone(),
+            place: b.place.clone(),
+            label: b.label.clone(),
             since_ms: b.since_ms,
             written_ms: hashes.get(client).map_or(0, |h| h.written_ms),
         };
@@ -454,6 +466,8 @@ mod tests {
             service: String::new(),
             name: "x".into(),
             kind: "lock".into(),
+            place: None,
+            label: None,
             since_ms: 0,
             written_ms,
         }

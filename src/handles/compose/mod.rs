@@ -22,7 +22,7 @@ pub use multi::MultiLock;
 pub use redlock::{DEFAULT_MEMBER_TIMEOUT, RedLock};
 
 use crate::actors::messages::Wait;
-use crate::error::LockError;
+use crate::error::{LockError, Site};
 use tracing::Instrument;
 
 use crate::handles::lock::Lock;
@@ -201,15 +201,19 @@ impl Plan<'_> {
     }
 }
 
-/// Takes a quorum of `plan`'s members with `lease` (`None`: watchdog), waiting as `wait` says.
+/// Takes a quorum of `plan`'s members with `lease` (`None`: watchdog), waiting as `wait` says;
+/// `site` is where the caller's code asked (a member's wait in a deadlock's message names it).
 pub(crate) async fn acquire(
     plan: &Plan<'_>,
+    site: Site,
     lease: Option<Duration>,
     wait: Wait,
 ) -> Result<Option<CompositeGuard>, LockError> {
     let kind = if plan.redlock { "RedLock" } else { "MultiLock" };
     let span = crate::handles::trace::acquire(&MemberNames(plan.members), &kind, wait);
-    let res = take(plan, lease, wait).instrument(span.clone()).await;
+    let res = take(plan, &site, lease, wait)
+        .instrument(span.clone())
+        .await;
     // A composition waited when any member did, or when it had to wait for a member.
     crate::handles::trace::acquired(&span, &res, |g: &CompositeGuard| {
         g.guards.iter().any(|m| m.waited())
@@ -235,6 +239,7 @@ impl std::fmt::Display for MemberNames<'_> {
 /// [`acquire`], without its span.
 async fn take(
     plan: &Plan<'_>,
+    site: &Site,
     lease: Option<Duration>,
     wait: Wait,
 ) -> Result<Option<CompositeGuard>, LockError> {
@@ -310,7 +315,7 @@ async fn take(
                 } else {
                     splits = 0;
                 }
-                match wait_member(&plan.members[i], lease, deadline).await {
+                match wait_member(&plan.members[i], site, lease, deadline).await {
                     Ok(Some(guard)) => held[i] = Some((guard, Instant::now())),
                     Ok(None) => return Ok(None),
                     Err(LockError::Unavailable { waited, .. }) => {
@@ -450,15 +455,17 @@ async fn try_member(
 /// Waits for one member (its unlock message, its TTL) until `deadline` (`None`: forever).
 async fn wait_member(
     member: &Lock,
+    site: &Site,
     lease: Option<Duration>,
     deadline: Option<Instant>,
 ) -> Result<Option<LockGuard>, LockError> {
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-    match (left, lease) {
-        (None, None) => member.acquire().await.map(Some),
-        (None, Some(lease)) => member.acquire_with_lease(lease).await.map(Some),
-        (Some(left), None) => member.try_acquire_for(left).await,
-        (Some(left), Some(lease)) => member.try_acquire_with_lease(left, lease).await,
+    let wait = left.map_or(Wait::Forever, Wait::Up);
+    match member.request(site.clone(), lease, wait).await? {
+        Some(guard) => Ok(Some(guard)),
+        // A wait without end answers `None` only at shutdown (as `Lock::acquire`).
+        None if left.is_none() => Err(LockError::Shutdown),
+        None => Ok(None),
     }
 }
 
@@ -491,9 +498,15 @@ macro_rules! composite_verbs {
         ///
         /// # Cancel safety
         /// Dropping the future leaves nothing held: members granted afterwards are released.
-        pub async fn acquire(&self) -> Result<CompositeGuard, LockError> {
-            let got = super::acquire(&self.plan(), None, Wait::Forever).await?;
-            got.ok_or(LockError::Shutdown)
+        #[track_caller]
+        pub fn acquire(
+            &self,
+        ) -> impl std::future::Future<Output = Result<CompositeGuard, LockError>> + '_ {
+            let site = crate::handles::deadlock::site();
+            async move {
+                let got = super::acquire(&self.plan(), site, None, Wait::Forever).await?;
+                got.ok_or(LockError::Shutdown)
+            }
         }
 
         /// Takes the lock with every member leased for `lease`, waiting as long as it takes.
@@ -503,20 +516,28 @@ macro_rules! composite_verbs {
         ///
         /// # Cancel safety
         /// As [`acquire`](Self::acquire).
-        pub async fn acquire_with_lease(
+        #[track_caller]
+        pub fn acquire_with_lease(
             &self,
             lease: Duration,
-        ) -> Result<CompositeGuard, LockError> {
-            let got = super::acquire(&self.plan(), Some(lease), Wait::Forever).await?;
-            got.ok_or(LockError::Shutdown)
+        ) -> impl std::future::Future<Output = Result<CompositeGuard, LockError>> + '_ {
+            let site = crate::handles::deadlock::site();
+            async move {
+                let got = super::acquire(&self.plan(), site, Some(lease), Wait::Forever).await?;
+                got.ok_or(LockError::Shutdown)
+            }
         }
 
         /// One attempt on every member: the guard, or `None` (nothing left held).
         ///
         /// # Errors
         /// As [`acquire`](Self::acquire).
-        pub async fn try_acquire(&self) -> Result<Option<CompositeGuard>, LockError> {
-            super::acquire(&self.plan(), None, Wait::No).await
+        #[track_caller]
+        pub fn try_acquire(
+            &self,
+        ) -> impl std::future::Future<Output = Result<Option<CompositeGuard>, LockError>> + '_ {
+            let site = crate::handles::deadlock::site();
+            async move { super::acquire(&self.plan(), site, None, Wait::No).await }
         }
 
         /// Tries for up to `wait`; `None` afterwards when a member was held by someone else,
@@ -528,11 +549,13 @@ macro_rules! composite_verbs {
         ///
         /// # Cancel safety
         /// As [`acquire`](Self::acquire).
-        pub async fn try_acquire_for(
+        #[track_caller]
+        pub fn try_acquire_for(
             &self,
             wait: Duration,
-        ) -> Result<Option<CompositeGuard>, LockError> {
-            super::acquire(&self.plan(), None, Wait::Up(wait)).await
+        ) -> impl std::future::Future<Output = Result<Option<CompositeGuard>, LockError>> + '_ {
+            let site = crate::handles::deadlock::site();
+            async move { super::acquire(&self.plan(), site, None, Wait::Up(wait)).await }
         }
 
         /// Tries for up to `wait`, members leased for `lease`; `None` afterwards.
@@ -542,12 +565,14 @@ macro_rules! composite_verbs {
         ///
         /// # Cancel safety
         /// As [`acquire`](Self::acquire).
-        pub async fn try_acquire_with_lease(
+        #[track_caller]
+        pub fn try_acquire_with_lease(
             &self,
             wait: Duration,
             lease: Duration,
-        ) -> Result<Option<CompositeGuard>, LockError> {
-            super::acquire(&self.plan(), Some(lease), Wait::Up(wait)).await
+        ) -> impl std::future::Future<Output = Result<Option<CompositeGuard>, LockError>> + '_ {
+            let site = crate::handles::deadlock::site();
+            async move { super::acquire(&self.plan(), site, Some(lease), Wait::Up(wait)).await }
         }
     };
 }

@@ -73,51 +73,60 @@ impl FencedLock {
     ///
     /// # Errors
     /// As [`Lock::acquire`].
-    pub async fn acquire(&self) -> Result<FencedGuard, LockError> {
-        self.0.acquire().await.map(|g| self.guard(g))
+    #[track_caller]
+    pub fn acquire(&self) -> impl Future<Output = Result<FencedGuard, LockError>> + '_ {
+        let acquiring = self.0.acquire();
+        async move { acquiring.await.map(|g| self.guard(g)) }
     }
 
     /// As [`Lock::acquire_with_lease`], with the acquisition's token.
     ///
     /// # Errors
     /// As [`Lock::acquire_with_lease`].
-    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<FencedGuard, LockError> {
-        self.0
-            .acquire_with_lease(lease)
-            .await
-            .map(|g| self.guard(g))
+    #[track_caller]
+    pub fn acquire_with_lease(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<FencedGuard, LockError>> + '_ {
+        let acquiring = self.0.acquire_with_lease(lease);
+        async move { acquiring.await.map(|g| self.guard(g)) }
     }
 
     /// As [`Lock::try_acquire`], with the acquisition's token.
     ///
     /// # Errors
     /// As [`Lock::try_acquire`].
-    pub async fn try_acquire(&self) -> Result<Option<FencedGuard>, LockError> {
-        Ok(self.0.try_acquire().await?.map(|g| self.guard(g)))
+    #[track_caller]
+    pub fn try_acquire(&self) -> impl Future<Output = Result<Option<FencedGuard>, LockError>> + '_ {
+        let acquiring = self.0.try_acquire();
+        async move { Ok(acquiring.await?.map(|g| self.guard(g))) }
     }
 
     /// As [`Lock::try_acquire_for`], with the acquisition's token.
     ///
     /// # Errors
     /// As [`Lock::try_acquire_for`].
-    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<FencedGuard>, LockError> {
-        Ok(self.0.try_acquire_for(wait).await?.map(|g| self.guard(g)))
+    #[track_caller]
+    pub fn try_acquire_for(
+        &self,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<FencedGuard>, LockError>> + '_ {
+        let acquiring = self.0.try_acquire_for(wait);
+        async move { Ok(acquiring.await?.map(|g| self.guard(g))) }
     }
 
     /// As [`Lock::try_acquire_with_lease`], with the acquisition's token.
     ///
     /// # Errors
     /// As [`Lock::try_acquire_with_lease`].
-    pub async fn try_acquire_with_lease(
+    #[track_caller]
+    pub fn try_acquire_with_lease(
         &self,
         wait: Duration,
         lease: Duration,
-    ) -> Result<Option<FencedGuard>, LockError> {
-        Ok(self
-            .0
-            .try_acquire_with_lease(wait, lease)
-            .await?
-            .map(|g| self.guard(g)))
+    ) -> impl Future<Output = Result<Option<FencedGuard>, LockError>> + '_ {
+        let acquiring = self.0.try_acquire_with_lease(wait, lease);
+        async move { Ok(acquiring.await?.map(|g| self.guard(g))) }
     }
 }
 

@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::actors::lock_actor::Acquire;
 use crate::actors::lock_actor::{Grant, LockActor};
 use crate::actors::name::Wait;
-use crate::error::LockError;
+use crate::error::{LockError, Site};
 use crate::handles::name::Name;
 use crate::handles::reach::Reach;
 use crate::handles::state::Inner;
@@ -98,10 +98,14 @@ impl Lock {
     ///
     /// # Cancel safety
     /// Dropping the future removes the waiter; a grant that arrives after that is released.
-    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        self.request(None, Wait::Forever)
-            .await?
-            .ok_or(LockError::Shutdown)
+    #[track_caller]
+    pub fn acquire(&self) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
+        let site = crate::handles::deadlock::site();
+        async move {
+            self.request(site, None, Wait::Forever)
+                .await?
+                .ok_or(LockError::Shutdown)
+        }
     }
 
     /// Takes the lock for `lease`, waiting as long as it takes. No renewal: the lock expires by
@@ -112,18 +116,26 @@ impl Lock {
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
-    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<LockGuard, LockError> {
-        self.request(Some(lease), Wait::Forever)
-            .await?
-            .ok_or(LockError::Shutdown)
+    #[track_caller]
+    pub fn acquire_with_lease(
+        &self,
+        lease: Duration,
+    ) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
+        let site = crate::handles::deadlock::site();
+        async move {
+            self.request(site, Some(lease), Wait::Forever)
+                .await?
+                .ok_or(LockError::Shutdown)
+        }
     }
 
     /// One attempt: the guard, or `None` when someone else holds the lock.
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), and any Redis error (nothing is retried).
-    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
-        self.request(None, Wait::No).await
+    #[track_caller]
+    pub fn try_acquire(&self) -> impl Future<Output = Result<Option<LockGuard>, LockError>> + '_ {
+        self.request(crate::handles::deadlock::site(), None, Wait::No)
     }
 
     /// Waits up to `wait` for the lock (watchdog mode); `None` once `wait` has passed with the
@@ -135,8 +147,12 @@ impl Lock {
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
-    pub async fn try_acquire_for(&self, wait: Duration) -> Result<Option<LockGuard>, LockError> {
-        self.request(None, Wait::Up(wait)).await
+    #[track_caller]
+    pub fn try_acquire_for(
+        &self,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<LockGuard>, LockError>> + '_ {
+        self.request(crate::handles::deadlock::site(), None, Wait::Up(wait))
     }
 
     /// Waits up to `wait` for the lock, taken for `lease`; `None` once `wait` has passed with
@@ -148,12 +164,17 @@ impl Lock {
     ///
     /// # Cancel safety
     /// As [`acquire`](Self::acquire).
-    pub async fn try_acquire_with_lease(
+    #[track_caller]
+    pub fn try_acquire_with_lease(
         &self,
         wait: Duration,
         lease: Duration,
-    ) -> Result<Option<LockGuard>, LockError> {
-        self.request(Some(lease), Wait::Up(wait)).await
+    ) -> impl Future<Output = Result<Option<LockGuard>, LockError>> + '_ {
+        self.request(
+            crate::handles::deadlock::site(),
+            Some(lease),
+            Wait::Up(wait),
+        )
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters (a fair lock's: the head of its
@@ -227,21 +248,24 @@ impl Lock {
             .await
     }
 
-    /// Sends an [`Acquire`] to the name's lock actor and wraps its grant.
-    async fn request(
+    /// Sends an [`Acquire`] to the name's lock actor and wraps its grant; `site` is where the
+    /// caller's code asked (the public verbs are `#[track_caller]`: a deadlock's message names it).
+    pub(crate) async fn request(
         &self,
+        site: Site,
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
         // The cheap check on every call; the registry checks the whole name (its slots, in a
         // cluster) when it starts the name's actor.
         self.name.validate()?;
-        self.via_actor(lease, wait).await
+        self.via_actor(site, lease, wait).await
     }
 
     /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.
     async fn via_actor(
         &self,
+        site: Site,
         lease: Option<Duration>,
         wait: Wait,
     ) -> Result<Option<LockGuard>, LockError> {
@@ -255,6 +279,7 @@ impl Lock {
             wait,
             kind: self.kind,
             owner,
+            site: Some(site.clone()),
         };
         let span = crate::handles::trace::acquire(key, &self.kind, wait);
         let send = async { self.actor.send(resolve, acquire).await? };
