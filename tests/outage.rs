@@ -477,6 +477,52 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
     m.shutdown().await;
 }
 
+/// How Redis goes away under the HTTP fronts.
+#[cfg(any(feature = "tower", feature = "actix-web"))]
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// SIGKILL: connections refused.
+    Stopped,
+    /// SIGSTOP: replies never come.
+    Frozen,
+    /// `min-replicas-to-write 1` without a replica: every write refused `NOREPLICAS`.
+    Refusing,
+}
+
+#[cfg(any(feature = "tower", feature = "actix-web"))]
+impl Fault {
+    fn impose(self, server: &mut RedisServer) {
+        match self {
+            Fault::Stopped => server.stop(),
+            Fault::Frozen => server.signal("STOP"),
+            Fault::Refusing => {
+                let _: () = redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("min-replicas-to-write")
+                    .arg(1)
+                    .query(&mut server.conn())
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Lets the managers shut down promptly (a frozen server's requests would wait).
+    fn lift(self, server: &mut RedisServer) {
+        if let Fault::Frozen = self {
+            server.signal("CONT");
+        }
+    }
+
+    /// How long after the wait an answer may come: a frozen server's first reply is missed
+    /// only after a response timeout (a permit layer's setting of its permits).
+    fn late(self) -> Duration {
+        match self {
+            Fault::Frozen => LATE + RESPONSE,
+            Fault::Stopped | Fault::Refusing => LATE,
+        }
+    }
+}
+
 /// An HTTP/1.1 answer as read off the wire: its status, its head (lower-cased) and body.
 #[cfg(feature = "tower")]
 async fn http_post(port: u16, path: &str) -> (u16, String, String) {
@@ -508,6 +554,23 @@ async fn http_post(port: u16, path: &str) -> (u16, String, String) {
 #[cfg(feature = "tower")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tower_layers_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
+    tower_layers_under(Fault::Stopped).await;
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_layers_answer_503_with_the_server_frozen() {
+    tower_layers_under(Fault::Frozen).await;
+}
+
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_layers_answer_503_with_writes_refused_noreplicas() {
+    tower_layers_under(Fault::Refusing).await;
+}
+
+#[cfg(feature = "tower")]
+async fn tower_layers_under(fault: Fault) {
     use axum::Router;
     use axum::routing::post;
     use lockman::tower::{LockLayer, PermitLayer};
@@ -551,19 +614,27 @@ async fn tower_layers_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
         assert!(head.contains("retry-after:"), "{path}: {head}");
     }
 
-    server.stop();
+    fault.impose(&mut server);
     for path in ["/locked/busy", "/limited/few", "/locked/other"] {
+        if let (Fault::Refusing, "/locked/busy") = (fault, path) {
+            // Redis still answers that the name is held (the script writes nothing then):
+            // contention, told as such.
+            let (got, _, body) = http_post(port, path).await;
+            assert_eq!(got, 409, "{fault:?} {path}: {body}");
+            continue;
+        }
         let started = Instant::now();
         let (got, head, body) = http_post(port, path).await;
         let took = started.elapsed();
-        assert_eq!(got, 503, "{path}: {body}");
-        assert!(head.contains("retry-after:"), "{path}: {head}");
+        assert_eq!(got, 503, "{fault:?} {path}: {body}");
+        assert!(head.contains("retry-after:"), "{fault:?} {path}: {head}");
         // The body says nothing of the inside (the error is logged): the status alone tells
         // an outage from a holder.
-        assert_eq!(body, "lock service unavailable", "{path}");
-        assert!(took <= wait + LATE, "{path}: {took:?}");
+        assert_eq!(body, "lock service unavailable", "{fault:?} {path}");
+        assert!(took <= wait + fault.late(), "{fault:?} {path}: {took:?}");
     }
     assert_eq!(ran.load(Ordering::SeqCst), 0, "a refused request ran");
+    fault.lift(&mut server);
     m.shutdown().await;
     holder.shutdown().await;
 }
@@ -572,6 +643,23 @@ async fn tower_layers_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
 #[cfg(feature = "actix-web")]
 #[actix_rt::test]
 async fn actix_web_extractors_answer_503_for_an_outage_and_409_or_429_for_a_holder() {
+    actix_web_extractors_under(Fault::Stopped).await;
+}
+
+#[cfg(feature = "actix-web")]
+#[actix_rt::test]
+async fn actix_web_extractors_answer_503_with_the_server_frozen() {
+    actix_web_extractors_under(Fault::Frozen).await;
+}
+
+#[cfg(feature = "actix-web")]
+#[actix_rt::test]
+async fn actix_web_extractors_answer_503_with_writes_refused_noreplicas() {
+    actix_web_extractors_under(Fault::Refusing).await;
+}
+
+#[cfg(feature = "actix-web")]
+async fn actix_web_extractors_under(fault: Fault) {
     use actix_web::{App, HttpResponse, test, web};
     use lockman::web::{RequestGuard, RequestLock, RequestPermit, RequestPermits};
 
@@ -615,15 +703,29 @@ async fn actix_web_extractors_answer_503_for_an_outage_and_409_or_429_for_a_hold
         assert!(res.headers().contains_key("retry-after"), "{path}");
     }
 
-    server.stop();
+    fault.impose(&mut server);
     for path in ["/locked/busy", "/limited/few", "/locked/other"] {
+        if let (Fault::Refusing, "/locked/busy") = (fault, path) {
+            // Redis still answers that the name is held (the script writes nothing then):
+            // contention, told as such.
+            assert_eq!(
+                answer(path).await.status().as_u16(),
+                409,
+                "{fault:?} {path}"
+            );
+            continue;
+        }
         let started = Instant::now();
         let res = answer(path).await;
         let took = started.elapsed();
-        assert_eq!(res.status().as_u16(), 503, "{path}");
-        assert!(res.headers().contains_key("retry-after"), "{path}");
-        assert!(took <= wait + LATE, "{path}: {took:?}");
+        assert_eq!(res.status().as_u16(), 503, "{fault:?} {path}");
+        assert!(
+            res.headers().contains_key("retry-after"),
+            "{fault:?} {path}"
+        );
+        assert!(took <= wait + fault.late(), "{fault:?} {path}: {took:?}");
     }
+    fault.lift(&mut server);
     m.shutdown().await;
     holder.shutdown().await;
 }
