@@ -1597,6 +1597,10 @@ async fn a_wait_that_ended_in_a_process_cut_off_from_redis_closes_no_cycle() {
     let (_b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
         x2.try_acquire_for(Duration::from_secs(6)).await.map(drop)
     });
+    // Each holds its first lock before east's wait for `y` begins: were west still to take
+    // `y`, east would get it and publish no wait.
+    _a_me.await.unwrap();
+    _b_me.await.unwrap();
     a_go.send(()).unwrap();
     let waits = format!("lockman_waits:{{lockman}}:{}", east.client_id());
     wait::until("east published its wait", || {
