@@ -580,6 +580,50 @@ async fn spellings_of_one_value_take_one_lock_as_the_handler_sees_it() {
     manager.shutdown().await;
 }
 
+/// An empty segment counts, as the router counts it: `/t//alice/pay` runs the handler of
+/// `/t/{tenant}/{account}/pay` for account `alice` (tenant empty), so the layer's segment 2 must
+/// be `alice` there too. Skipping the empty segment named the lock `account:pay` while the
+/// handler worked on `alice`, beside a request for `/t/acme/alice/pay` under `account:alice`:
+/// two requests inside one account's handler at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_empty_segment_counts_as_the_router_counts_it() {
+    let redis = RedisServer::start();
+    let manager = LockManager::connect(&redis.url()).await.unwrap();
+    let accounts = PerValue::default();
+    let pay = {
+        let accounts = accounts.clone();
+        move |axum::extract::Path((_tenant, account)): axum::extract::Path<(String, String)>,
+              axum::Extension(held): axum::Extension<LockHeld>| {
+            accounts
+                .clone()
+                .work_owned("account:", account, held.name().to_owned())
+        }
+    };
+    let app = Router::new()
+        .route("/t/{tenant}/{account}/pay", post(pay))
+        .route_layer(
+            LockLayer::segment(manager.clone(), 2)
+                .prefix("account:")
+                .wait(Duration::from_secs(30)),
+        );
+    let port = serve(app).await;
+    let paths: [&'static str; 2] = ["/t/acme/alice/pay", "/t//alice/pay"];
+    let requests = paths
+        .repeat(3)
+        .into_iter()
+        .map(|path| tokio::spawn(async move { (http(port, "POST", path, &[]).await, path) }));
+    for answer in futures_util::future::join_all(requests).await {
+        let (answer, path) = answer.unwrap();
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    }
+    assert_eq!(*accounts.mismatched.lock().unwrap(), []);
+    assert_eq!(accounts.seen(), [("alice".to_owned(), 1, 6)]);
+    // A segment that is empty where the lock's name should be is no name at all.
+    let empty = http(port, "POST", "/t/acme//pay", &[]).await;
+    assert_eq!(empty.status, 400, "{}", empty.body);
+    manager.shutdown().await;
+}
+
 impl PerValue {
     /// [`PerValue::work`] with owned arguments, for a handler's `'static` future.
     async fn work_owned(self, prefix: &'static str, value: String, lock: String) -> &'static str {

@@ -63,9 +63,11 @@
 //! # Ok(()) }
 //! ```
 //!
-//! **Path segments** are counted in the path the layer sees, from 0, empty segments skipped:
+//! **Path segments** are counted in the path the layer sees, from 0, as the router counts them:
 //! in `/accounts/alice/deposit`, `accounts` is 0 and `alice` is 1 (in axum, a router nested under
-//! a prefix sees the path without it). Use [`LockLayer::with`] for anything else, such as a query
+//! a prefix sees the path without it). An empty segment counts (in `/t//alice/pay`, 1 is empty
+//! and `alice` is 2, as for a route `/t/{tenant}/{account}/pay`); an empty value is refused
+//! with `400`. Use [`LockLayer::with`] for anything else, such as a query
 //! parameter or an extension an earlier layer set.
 //!
 //! **The lock is named by the value the handler sees.** A segment is percent-decoded as axum's
@@ -116,7 +118,7 @@ type Namer = dyn Fn(&Parts) -> Option<String> + Send + Sync;
 /// Where a request's lock name comes from.
 #[derive(Clone)]
 enum Key {
-    /// The path segment at this index (from 0, empty ones skipped).
+    /// The path segment at this index (from 0, empty ones counted, as the router counts them).
     Segment(usize),
     Header(HeaderName),
     With(Arc<Namer>),
@@ -146,11 +148,15 @@ impl Key {
         match self {
             // Split before decoding: an encoded `/` (`%2F`) is part of its segment, as for the
             // router, and decoded as the handler's `Path` decodes it.
+            // Counted as the router counts them: an empty segment (`/t//alice`) is one, since
+            // a route's parameter matches it (skipping it would name the lock by the next
+            // segment while the handler sees this one's neighbour).
             Self::Segment(i) => head
                 .uri
                 .path()
+                .strip_prefix('/')
+                .unwrap_or(head.uri.path())
                 .split('/')
-                .filter(|s| !s.is_empty())
                 .nth(*i)
                 .map(admission::percent_decoded),
             Self::Header(name) => head
@@ -299,9 +305,10 @@ pub struct LockLayer {
 }
 
 impl LockLayer {
-    /// The lock is named by the path segment at `index`, counted from 0 and skipping empty
-    /// segments (`/accounts/alice/deposit`: `alice` is 1), percent-decoded as axum's `Path`
-    /// decodes it (`%61lice` is `alice`; see the module's docs).
+    /// The lock is named by the path segment at `index`, counted from 0 as the router counts
+    /// them, empty ones too (`/accounts/alice/deposit`: `alice` is 1; `/t//alice/pay`: `alice`
+    /// is 2), percent-decoded as axum's `Path` decodes it (`%61lice` is `alice`; see the
+    /// module's docs).
     pub fn segment(manager: LockManager, index: usize) -> Self {
         Self::new(manager, Key::Segment(index))
     }
