@@ -116,7 +116,12 @@
 //! `READONLY`, `LOADING`, `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`, `BUSY`, `NOREPLICAS`, or too few
 //! replicas acknowledging (`ReplicaSync`, with `Config::sync_replicas`). A wait retries those with
 //! backoff until it ends. `OOM` (`OutOfMemory`) and `NOPERM` (`NoPermission`) need a person: they
-//! fail at once, whatever the wait.
+//! fail at once, whatever the wait, for every waiter of the name.
+//!
+//! At its deadline a lock's wait goes by what Redis says then, not by what it said last (a
+//! server that froze after answering "busy" is not a holder): the request under way, or one last
+//! attempt, decides, and no reply within 250 ms of its sending is `Unavailable`. A bounded wait
+//! so ends at most 250 ms after its deadline.
 //!
 //! Every wait ends:
 //!

@@ -477,6 +477,132 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
     m.shutdown().await;
 }
 
+/// A refusal that is not an outage (`WRONGTYPE` here: a string stored under the lock's name;
+/// `OOM` and `NOPERM` take the same path) fails the waiter whose attempt it answered, and the
+/// turn passes on: the waits queued behind that attempt try too and each gets its own answer.
+/// Before, nothing woke them (the lock is free: no unlock message, no TTL): an unbounded
+/// `acquire()` waited for good and a bounded wait came back `Ok(None)`, contention with nobody
+/// holding. The server's writes are paused so that the first attempt is under way while the
+/// other two queue behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_attempt_passes_the_turn_to_the_waits_queued_behind_it() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    // A response timeout longer than the pause: the attempt's reply comes, late.
+    let m = LockManager::start(config(&server).response_timeout(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("refused")
+        .arg("not a lock")
+        .query(&mut raw)
+        .unwrap();
+    let pause = Duration::from_millis(1_500);
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(pause.as_millis() as u64)
+        .arg("WRITE")
+        .query(&mut raw)
+        .unwrap();
+    let began = Instant::now();
+    let bounded = |m: &LockManager| {
+        let lock = m.lock("refused");
+        tokio::spawn(async move { got(lock.try_acquire_for(Duration::from_secs(20)).await) })
+    };
+    let first = bounded(&m);
+    let unbounded = {
+        let lock = m.lock("refused");
+        tokio::spawn(async move { lock.acquire().await.map(|_| true) })
+    };
+    let third = bounded(&m);
+    let limit = pause + Duration::from_secs(5);
+    for (what, task) in [("first", first), ("acquire()", unbounded), ("third", third)] {
+        let res = tokio::time::timeout(limit.saturating_sub(began.elapsed()), task)
+            .await
+            .unwrap_or_else(|_| panic!("{what} still waits {limit:?} after the refusal began"))
+            .unwrap();
+        assert!(
+            matches!(&res, Err(e) if !e.is_retryable()),
+            "{what}: {res:?} (the lock was never held: the refusal is the answer)"
+        );
+    }
+    // Nothing was taken: the string is still there, alone.
+    let kind: String = redis::cmd("TYPE").arg("refused").query(&mut raw).unwrap();
+    assert_eq!(kind, "string");
+    m.shutdown().await;
+}
+
+/// At its deadline a wait is answered by what Redis says then, not by what it said last. A
+/// wait that found a holder, then saw the server freeze, ended `Ok(None)` at its deadline: a
+/// holder reported for an outage. A 200 ms wait (the HTTP layers' usual) on a free name of a
+/// frozen server ended `Ok(None)` too, its request under way for less than 250 ms: the layers
+/// answered 409 "busy" where nobody held anything. Now each is at its last try: what Redis
+/// answers within 250 ms of the request decides, and nothing is `Unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_its_deadline_a_wait_asks_redis_rather_than_trusting_its_last_answer() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg("held")
+        .arg("someone-else:1")
+        .arg(1)
+        .cmd("PEXPIRE")
+        .arg("held")
+        .arg(120_000)
+        .query(&mut raw)
+        .unwrap();
+    let m = LockManager::start(config(&server)).await.unwrap();
+    let listening = |raw: &mut redis::Connection| {
+        let (_, n): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{held}")
+            .query(raw)
+            .unwrap();
+        n >= 1
+    };
+    // A holder, answering: contention, as ever.
+    assert!(matches!(
+        m.lock("held").try_acquire_for(WAIT).await,
+        Ok(None)
+    ));
+
+    // Found busy, then the server freezes before the deadline.
+    let wait = Duration::from_secs(2);
+    let began = Instant::now();
+    let waiting = tokio::spawn({
+        let lock = m.lock("held");
+        async move { lock.try_acquire_for(wait).await }
+    });
+    assert!(
+        support::eventually(Duration::from_secs(2), || listening(&mut raw)).await,
+        "the wait found the lock busy and listens"
+    );
+    server.signal("STOP");
+    let res = waiting.await.unwrap();
+    let took = began.elapsed();
+    server.signal("CONT");
+    assert!(
+        matches!(res, Err(LockError::Unavailable { .. })),
+        "a frozen server after a busy answer: {res:?}"
+    );
+    assert!(took < wait + LATE, "answered after {took:?}");
+
+    // A short wait on a free name of a frozen server.
+    let wait = Duration::from_millis(200);
+    server.signal("STOP");
+    let began = Instant::now();
+    let res = m.lock("free").try_acquire_for(wait).await;
+    let took = began.elapsed();
+    server.signal("CONT");
+    assert!(
+        matches!(res, Err(LockError::Unavailable { .. })),
+        "a 200 ms wait on a frozen server: {res:?}"
+    );
+    assert!(took < wait + LATE, "answered after {took:?}");
+    m.shutdown().await;
+}
+
 /// How Redis goes away under the HTTP fronts.
 #[cfg(any(feature = "tower", feature = "actix-web"))]
 #[derive(Clone, Copy, Debug)]

@@ -104,6 +104,10 @@ pub(crate) struct LockState {
     failures: u32,
     /// Redis not answering this name (`outage.rs`); `None` once it answers.
     outage: Option<outage::Outage>,
+    /// When Redis last answered this name (`outage.rs`).
+    heard_at: Option<Instant>,
+    /// Waiters at their last try (`outage::deadline`), until Redis's next answer decides.
+    last_tries: Vec<outage::LastTry>,
     /// Local hand-offs since the last release that published.
     streak: u32,
     phase: Phase,
@@ -127,6 +131,8 @@ impl LockState {
             subscribed: FxHashSet::default(),
             failures: 0,
             outage: None,
+            heard_at: None,
+            last_tries: Vec::new(),
             streak: 0,
             phase: Phase::Running,
             busy: false,
@@ -182,6 +188,7 @@ impl LockState {
             wait,
             since: now,
             watched: false,
+            last_try: false,
         });
         self.set_busy();
         if self.outage.is_some() && !self.timers.is_armed(&Timer::Unavailable) {
@@ -241,6 +248,7 @@ impl LockState {
             self.resolved(&op);
         }
         self.pump();
+        self.decide_last_tries();
     }
 
     /// An unlock message on `channel`: wake every waiter (`all`, a write release) or one.
@@ -293,6 +301,7 @@ impl LockState {
         match timer {
             Timer::Deadline(id) => self.deadline(id),
             Timer::Unavailable => self.unavailable_due(),
+            Timer::Verdict => self.verdict_due(),
             Timer::Retry => {
                 if self.family.is_fair() {
                     // Each fair waiter has its own place, and the head of the Redis queue need

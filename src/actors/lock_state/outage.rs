@@ -10,8 +10,15 @@
 //!   or goes on with it, and is its cause. The pub/sub connection's loss begins it too
 //!   (`connection_lost`): an unlock message cannot come, and the waiters try at once, so that an
 //!   answer ends it again;
-//! - a round trip under way for [`SILENT_AFTER`] or more at a deadline counts as no answer;
-//! - at its deadline a waiter is answered `Unavailable` during an outage, `TimedOut` otherwise;
+//! - at its deadline a waiter is answered by what Redis says then, not by what it said last
+//!   (a server frozen after a busy answer is not a holder): `Unavailable` during an outage, or
+//!   when a round trip has been under way for [`SILENT_AFTER`]; `TimedOut` when Redis answered
+//!   within the last [`SILENT_AFTER`] and nothing is under way. Otherwise the waiter is at its
+//!   **last try**: it waits no more, and the next answer decides (the one under way, or, when
+//!   nothing is, one last attempt of its own, as a synchronizer's wait makes): a holder
+//!   `TimedOut`, a grant the lock, no answer within [`SILENT_AFTER`] of the request's sending
+//!   `Unavailable`. A bounded wait so ends at most [`SILENT_AFTER`] after its deadline (a fair
+//!   waiter: after its leave of the queue);
 //! - during an outage, each waiter is answered `Unavailable` once Redis has been away for
 //!   `Settings::unavailable_after` of its wait (counted from the later of its arrival and the
 //!   outage's start), bounded or not: no wait outlasts an outage by more than that.
@@ -24,6 +31,14 @@ use super::*;
 /// answering: a healthy server answers in milliseconds, and a wake-up's attempt sent just before
 /// the deadline is not an outage.
 pub(crate) const SILENT_AFTER: Duration = Duration::from_millis(250);
+
+/// A waiter at its last try: since when, and when its verdict is due.
+#[derive(Debug)]
+pub(super) struct LastTry {
+    id: WaiterId,
+    began: Instant,
+    due: Instant,
+}
 
 /// Redis has not answered this name since `since`; `cause` is the last failure.
 #[derive(Debug)]
@@ -75,6 +90,7 @@ impl LockState {
 
     /// Redis answered: the outage, if any, is over.
     fn back(&mut self) {
+        self.heard_at = Some(self.now);
         if self.outage.take().is_some() {
             self.timers.stop(&Timer::Unavailable, &mut self.out);
         }
@@ -96,8 +112,8 @@ impl LockState {
         }
     }
 
-    /// Why waiter `since`'s wait ends without an answer from Redis, if it does: the outage's
-    /// cause, or a round trip under way too long.
+    /// Why a wait ends without an answer from Redis, if it does: the outage's cause, or a round
+    /// trip under way for [`SILENT_AFTER`].
     fn away_cause(&self) -> Option<LockError> {
         if let Some(outage) = &self.outage {
             return Some(outage.cause.clone());
@@ -110,23 +126,113 @@ impl LockState {
         })
     }
 
-    /// Waiter `id`'s wait ran out: `Unavailable` when Redis is away, else `TimedOut`.
+    /// Waiter `id`'s wait ran out: `Unavailable` when Redis is away, `TimedOut` when it
+    /// answered just now, else its last try (see the module's docs).
     pub(super) fn deadline(&mut self, id: WaiterId) {
+        if !self.waiters.contains(id) {
+            return;
+        }
+        if let Some(cause) = self.away_cause() {
+            return self.unavailable_now(id, cause);
+        }
+        let heard_lately = self
+            .heard_at
+            .is_some_and(|at| self.now.saturating_duration_since(at) < SILENT_AFTER);
+        let under_way = self.trips.under_way.as_ref().map(|f| f.at);
+        // A fair waiter's answer already waits for its leave of the queue, whose outcome tells
+        // an outage: it has no last try.
+        if self.family.is_fair() || (heard_lately && under_way.is_none()) {
+            tracing::debug!(lock = %self.name, "waiter left: its wait ran out");
+            return self.answer(id, Answer::TimedOut);
+        }
+        self.waiters.last_try(id);
+        let due = match under_way {
+            Some(sent) => sent + SILENT_AFTER,
+            None => {
+                // Nothing under way and nothing heard lately: one last attempt asks.
+                self.attempt(id);
+                self.now + SILENT_AFTER
+            }
+        };
+        self.last_tries.push(LastTry {
+            id,
+            began: self.now,
+            due,
+        });
+        self.arm_verdict();
+    }
+
+    /// Arms [`Timer::Verdict`] for the first last try due.
+    fn arm_verdict(&mut self) {
+        match self.last_tries.iter().map(|t| t.due).min() {
+            Some(due) => {
+                let after = due.saturating_duration_since(self.now);
+                self.timers.set(Timer::Verdict, after, &mut self.out);
+            }
+            None => self.timers.stop(&Timer::Verdict, &mut self.out),
+        }
+    }
+
+    /// Waiter `id` is answered `Unavailable` now, with `cause`.
+    fn unavailable_now(&mut self, id: WaiterId, cause: LockError) {
         let Some(w) = self.waiters.get(id) else {
             return;
         };
         let waited = self.now.saturating_duration_since(w.since);
-        let answer = match self.away_cause() {
-            Some(cause) => {
-                tracing::debug!(lock = %self.name, %cause, "waiter left: redis is away");
-                Answer::Failed(LockError::unavailable(&self.name, waited, cause))
-            }
-            None => {
-                tracing::debug!(lock = %self.name, "waiter left: its wait ran out");
-                Answer::TimedOut
-            }
+        tracing::debug!(lock = %self.name, %cause, "waiter left: redis is away");
+        self.answer(
+            id,
+            Answer::Failed(LockError::unavailable(&self.name, waited, cause)),
+        );
+    }
+
+    /// After a round trip's outcome: the waiters at their last try whose own attempt is not
+    /// pending are answered by it: `Unavailable` during an outage, else `TimedOut` (Redis
+    /// answered, and they did not get the lock).
+    pub(super) fn decide_last_tries(&mut self) {
+        if self.last_tries.is_empty() {
+            return;
+        }
+        let pending = |state: &Self, id: WaiterId| {
+            state.trips.attempting() == Some(id) || state.trips.attempt_queued(id)
         };
-        self.answer(id, answer);
+        let (decided, waiting): (Vec<LastTry>, Vec<LastTry>) = std::mem::take(&mut self.last_tries)
+            .into_iter()
+            .filter(|t| self.waiters.contains(t.id))
+            .partition(|t| !pending(self, t.id));
+        self.last_tries = waiting;
+        for t in decided {
+            match self.outage.as_ref().map(|o| o.cause.clone()) {
+                Some(cause) => self.unavailable_now(t.id, cause),
+                None => self.answer(t.id, Answer::TimedOut),
+            }
+        }
+        self.arm_verdict();
+    }
+
+    /// [`Timer::Verdict`] fired: the last tries due are answered, `TimedOut` when Redis has
+    /// answered since each began (their own attempt aside, it said the lock is not theirs),
+    /// else `Unavailable`: nothing came within [`SILENT_AFTER`].
+    pub(super) fn verdict_due(&mut self) {
+        let now = self.now;
+        let (due, later): (Vec<LastTry>, Vec<LastTry>) = std::mem::take(&mut self.last_tries)
+            .into_iter()
+            .partition(|t| t.due <= now);
+        self.last_tries = later;
+        for t in due {
+            let heard_since = self.heard_at.is_some_and(|at| at >= t.began);
+            match self.away_cause() {
+                None if heard_since => self.answer(t.id, Answer::TimedOut),
+                cause => {
+                    let cause = cause.unwrap_or(LockError::Timeout {
+                        op: "a round trip",
+                        after: now.saturating_duration_since(t.began),
+                    });
+                    self.unavailable_now(t.id, cause);
+                }
+            }
+        }
+        self.arm_verdict();
     }
 
     /// Arms [`Timer::Unavailable`] for the first waiter whose wait reaches the bound, during an

@@ -187,6 +187,13 @@ impl LockState {
                 return;
             }
         }
+        if w.last_try && e.is_outage() {
+            // A wait (not a single attempt) whose last try found Redis away says so.
+            let waited = self.now.saturating_duration_since(w.since);
+            let e = LockError::unavailable(&self.name, waited, e);
+            self.answer(id, Answer::Failed(e));
+            return self.pass_wake();
+        }
         if e.is_retryable() && w.may_wait() {
             self.failures = self.failures.saturating_add(1);
             let backoff = backoff(self.failures);
@@ -194,7 +201,18 @@ impl LockState {
             self.subscribe(id);
             self.schedule_retry(backoff);
         } else {
+            // A holder's own second hold refused (non-reentrant): the lock is held, and the
+            // others wait for its release as before.
+            let held = matches!(e, LockError::AlreadyHeld { .. });
             self.answer(id, Answer::Failed(e));
+            if !held {
+                // This waiter had the turn to try (its arrival, or a wake-up): it leaves with
+                // the error, so the turn goes on to the next. Nothing else would wake the
+                // others: the error is the server's, not a holder's, so the lock may be free
+                // and no unlock message or TTL is coming (a wait queued behind this attempt
+                // waited for good).
+                self.pass_wake();
+            }
         }
     }
 

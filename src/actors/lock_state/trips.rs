@@ -152,6 +152,11 @@ impl Trips {
         }
     }
 
+    /// Whether waiter `id`'s attempt is queued (not yet under way).
+    pub(super) fn attempt_queued(&self, id: WaiterId) -> bool {
+        self.is_queued(|p| matches!(p, Pending::Attempt(x) if *x == id))
+    }
+
     /// The waiter whose attempt is under way.
     pub(super) fn attempting(&self) -> Option<WaiterId> {
         match self.under_way {

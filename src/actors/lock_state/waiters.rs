@@ -23,6 +23,9 @@ pub(super) struct Waiter {
     pub since: Instant,
     /// Whether its caller is watched (see `Effect::Watch`).
     pub watched: bool,
+    /// Its deadline passed while what Redis says now was not known (`outage::deadline`): it
+    /// waits no more, and what Redis answers next decides between a holder and an outage.
+    pub last_try: bool,
 }
 
 impl Waiter {
@@ -69,6 +72,22 @@ impl Waiters {
         }
         self.order.push_back(w.id);
         self.live.insert(w.id, w);
+    }
+
+    /// Waiter `id` waits no more (its deadline passed): from now on it is answered as a single
+    /// attempt is, and marked as at its last try.
+    pub(super) fn last_try(&mut self, id: WaiterId) {
+        let Some(w) = self.live.get_mut(&id) else {
+            return;
+        };
+        if w.may_wait() {
+            self.may_wait -= 1;
+            if let Some(count) = self.by_holder.get_mut(&w.holder) {
+                count.may_wait -= 1;
+            }
+        }
+        w.wait = Wait::No;
+        w.last_try = true;
     }
 
     /// Removes waiter `id`; the flag says whether it was its holder's last.

@@ -215,20 +215,39 @@ fn a_hand_off_streak_ends_with_a_release_that_publishes() {
 }
 
 #[test]
-fn a_bounded_wait_ends_at_its_deadline_even_with_a_round_trip_under_way() {
+fn a_bounded_wait_whose_attempt_is_under_way_at_its_deadline_is_answered_by_it() {
+    use crate::actors::lock_state::outage::SILENT_AFTER;
+    let t0 = Instant::now();
     let mut s = state(LockKind::Reentrant);
-    let id = s.request(req("a", Wait::Up(SECOND)), Instant::now());
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
     s.drain();
-    // The attempt is still under way when the deadline fires: the caller hears at once.
-    s.fired(Timer::Deadline(id), Instant::now());
+    // The attempt is still under way when the deadline fires, sent just now: its answer
+    // decides (a holder, an outage or the lock), not the clock.
+    s.fired(Timer::Deadline(id), t0);
+    let fx = s.drain();
+    assert!(!answered(&fx, id), "{fx:?}");
+    s.ran(acquired(), t0 + SILENT_AFTER / 2);
     let fx = s.drain();
     assert!(
         fx.iter()
-            .any(|e| matches!(e, Effect::Answer(i, Answer::TimedOut) if *i == id)),
+            .any(|e| matches!(e, Effect::Answer(i, Answer::Granted { .. }) if *i == id)),
         "{fx:?}"
     );
-    // The late grant goes to nobody: it is released.
-    s.ran(acquired(), Instant::now());
+
+    // Its reply does not come within `SILENT_AFTER`: Redis is away, and the late grant goes to
+    // nobody: it is released.
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
+    s.drain();
+    s.fired(Timer::Deadline(id), t0);
+    s.drain();
+    s.fired(Timer::Verdict, t0 + SILENT_AFTER);
+    let fx = s.drain();
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Answer(i, Answer::Failed(LockError::Unavailable { .. })) if *i == id)),
+        "{fx:?}"
+    );
+    s.ran(acquired(), t0 + SECOND);
     let fx = s.drain();
     assert!(matches!(runs(&fx)[..], [Op::Release { .. }]), "{fx:?}");
 }

@@ -35,11 +35,17 @@ fn a_wait_that_ends_with_redis_away_is_unavailable_and_one_that_ends_on_a_holder
     let fx = s.drain();
     assert!(unavailable(answer_of(&fx, id)), "{fx:?}");
 
+    // Busy a second ago: at the deadline one last attempt asks, and a holder's answer is a
+    // time-out.
     let mut s = state(LockKind::Reentrant);
     let id = s.request(req("a", Wait::Up(SECOND)), t0);
     s.drain();
     s.ran(busy(), t0);
     s.fired(Timer::Deadline(id), t0 + SECOND);
+    let fx = s.drain();
+    assert!(answer_of(&fx, id).is_none(), "{fx:?}");
+    assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]), "{fx:?}");
+    s.ran(busy(), t0 + SECOND);
     let fx = s.drain();
     assert!(
         matches!(answer_of(&fx, id), Some(Answer::TimedOut)),
@@ -90,7 +96,11 @@ fn the_last_word_of_redis_decides() {
         s.ran(busy(), t0 + SECOND);
         fx = s.drain();
     }
+    // Its last try asks once more; the holder's answer is a time-out.
     s.fired(Timer::Deadline(id), t0 + 3 * SECOND);
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]), "{fx:?}");
+    s.ran(busy(), t0 + 3 * SECOND);
     let fx = s.drain();
     assert!(
         matches!(answer_of(&fx, id), Some(Answer::TimedOut)),
@@ -99,7 +109,8 @@ fn the_last_word_of_redis_decides() {
 }
 
 /// A round trip under way past `SILENT_AFTER` at the deadline is Redis not answering; one sent
-/// just before it is not.
+/// just before it decides: its answer if it comes within `SILENT_AFTER` of its sending, Redis
+/// away if it does not.
 #[test]
 fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
     use crate::actors::lock_state::outage::SILENT_AFTER;
@@ -120,12 +131,38 @@ fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
     s.drain();
     s.ran(busy(), t0);
     // The retry at the TTL's end, sent a moment before the deadline.
-    s.fired(Timer::Retry, t0 + SECOND - SILENT_AFTER / 2);
+    let sent = t0 + SECOND - SILENT_AFTER / 2;
+    s.fired(Timer::Retry, sent);
     s.drain();
     s.fired(Timer::Deadline(id), t0 + SECOND);
     let fx = s.drain();
+    assert!(answer_of(&fx, id).is_none(), "{fx:?}");
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Verdict, d) if *d == SILENT_AFTER / 2)),
+        "{fx:?}"
+    );
+    s.ran(busy(), t0 + SECOND + SILENT_AFTER / 4);
+    let fx = s.drain();
     assert!(
         matches!(answer_of(&fx, id), Some(Answer::TimedOut)),
+        "{fx:?}"
+    );
+
+    // The same, and the reply does not come.
+    let mut s = state(LockKind::Reentrant);
+    let id = s.request(req("a", Wait::Up(SECOND)), t0);
+    s.drain();
+    s.ran(busy(), t0);
+    s.fired(Timer::Retry, sent);
+    s.drain();
+    s.fired(Timer::Deadline(id), t0 + SECOND);
+    s.drain();
+    s.fired(Timer::Verdict, sent + SILENT_AFTER);
+    let fx = s.drain();
+    assert!(
+        matches!(answer_of(&fx, id), Some(Answer::Failed(LockError::Unavailable { cause, .. }))
+            if matches!(**cause, LockError::Timeout { .. })),
         "{fx:?}"
     );
 }
