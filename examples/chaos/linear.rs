@@ -248,8 +248,12 @@ pub fn check(lines: &[Value], lease: u64) -> Value {
             };
             let lo = failing.iter().map(|o| o.invoke).min().unwrap_or(0);
             let hi = failing.iter().map(|o| o.complete).max().unwrap_or(0);
-            let workers: Vec<u64> = failing.iter().map(|o| o.worker).collect();
-            let follows = follows(faults, lo, hi, lease, &workers);
+            // Two holders at once follow a fault that struck one worker only when it struck one of
+            // theirs; a busy reply with nobody in the way may come from a hold the history has
+            // not (a killed worker's last grant, never recorded): any fault near it.
+            let workers: Option<Vec<u64>> = (class != "busy_without_holder")
+                .then(|| failing.iter().map(|o| o.worker).collect());
+            let follows = follows(faults, lo, hi, lease, workers.as_deref());
             let tally = out.by_family.entry(family.clone()).or_default();
             *tally
                 .violations
@@ -313,12 +317,21 @@ struct FamilyTally {
 }
 
 /// The faults whose window (to a lease and a second past its end) meets `lo..=hi` and, for a
-/// fault that struck one worker, struck one of `workers`; joined by `+`, or `none`.
-fn follows(faults: &[FaultWindow], lo: u64, hi: u64, lease: u64, workers: &[u64]) -> String {
+/// fault that struck one worker, with `workers`, struck one of them; joined by `+`, or `none`.
+fn follows(
+    faults: &[FaultWindow],
+    lo: u64,
+    hi: u64,
+    lease: u64,
+    workers: Option<&[u64]>,
+) -> String {
     let mut names: Vec<&str> = faults
         .iter()
         .filter(|f| f.from <= hi && lo <= f.to + lease + 1_000_000)
-        .filter(|f| f.worker.is_none_or(|w| workers.contains(&w)))
+        .filter(|f| match (f.worker, workers) {
+            (Some(w), Some(workers)) => workers.contains(&w),
+            _ => true,
+        })
         .map(|f| f.fault.as_str())
         .collect();
     names.sort_unstable();
@@ -332,8 +345,8 @@ fn follows(faults: &[FaultWindow], lo: u64, hi: u64, lease: u64, workers: &[u64]
 /// The model's operations of one name's lines.
 fn ops_of(lines: &[&Value], kills: &HashMap<u64, u64>, lease: u64, end: u64) -> Vec<Op> {
     let mut holders: HashMap<&str, u32> = HashMap::new();
-    // Holds granted and not (yet) released: holder → (worker, count).
-    let mut open: HashMap<u32, (u64, u32)> = HashMap::new();
+    // Holds granted and not (yet) released: holder → (worker, count, the grant's completion).
+    let mut open: HashMap<u32, (u64, u32, u64)> = HashMap::new();
     let mut ops = Vec::new();
     let mut lines: Vec<&Value> = lines.to_vec();
     lines.sort_by_key(|l| l["complete"].as_u64().unwrap_or(0));
@@ -364,7 +377,7 @@ fn ops_of(lines: &[&Value], kills: &HashMap<u64, u64>, lease: u64, end: u64) -> 
         let says_busy = !matches!(kind, "fair" | "nonreentrant_fair" | "multi" | "redlock");
         let call = match (op, outcome) {
             ("release", _) => match open.get_mut(&holder) {
-                Some((_, n)) => {
+                Some((_, n, _)) => {
                     *n -= 1;
                     if *n == 0 {
                         open.remove(&holder);
@@ -374,7 +387,7 @@ fn ops_of(lines: &[&Value], kills: &HashMap<u64, u64>, lease: u64, end: u64) -> 
                 None => continue,
             },
             (_, "granted") => {
-                open.entry(holder).or_insert((worker, 0)).1 += 1;
+                open.entry(holder).or_insert((worker, 0, complete)).1 += 1;
                 Call::Grant {
                     holder,
                     mode,
@@ -392,11 +405,13 @@ fn ops_of(lines: &[&Value], kills: &HashMap<u64, u64>, lease: u64, end: u64) -> 
             text: line.to_string(),
         });
     }
-    // Holds with no release: a killed worker's end between the kill and a lease and a second
-    // after it; any other's (a worker that hung) at the end of the run.
-    for (holder, (worker, n)) in open {
+    // Holds with no release: a killed worker's ends between its grant (the worker may have
+    // left and released it, and been killed before its record was sent) and a lease and a
+    // second after the kill (its key expires by then); any other's (a worker that hung) at
+    // the end of the run.
+    for (holder, (worker, n, granted)) in open {
         let (invoke, complete) = match kills.get(&worker) {
-            Some(&at) => (at, at + lease + 1_000_000),
+            Some(&at) => (granted, at.max(granted) + lease + 1_000_000),
             None => (end, end),
         };
         for _ in 0..n {

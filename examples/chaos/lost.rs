@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+/// Per family of names (writes, lost), and the totals (writes, lost).
+type Lost = (BTreeMap<String, (u64, u64)>, u64, u64);
+
 /// The updates lost, plain and fenced, by family of names. Ok: no fenced update lost, and the
 /// checker answered.
 pub fn count(conn: &mut redis::Connection) -> (Value, bool) {
@@ -26,7 +29,7 @@ pub fn count(conn: &mut redis::Connection) -> (Value, bool) {
         .ok()
         .flatten();
     let ok = matches!(&fenced, Some((_, _, 0)));
-    let side = |t: Option<(BTreeMap<String, (u64, u64)>, u64, u64)>| match t {
+    let side = |t: Option<Lost>| match t {
         Some((by_family, writes, lost)) => json!({
             "writes": writes,
             "lost": lost,
@@ -49,13 +52,12 @@ pub fn count(conn: &mut redis::Connection) -> (Value, bool) {
 
 /// Per family (writes, lost), and the totals, from the writes per name in `writes` and each
 /// name's counter.
-#[allow(clippy::type_complexity)]
 fn lost(
     conn: &mut redis::Connection,
     writes: &str,
     key: impl Fn(&str) -> String,
     hash: bool,
-) -> Option<(BTreeMap<String, (u64, u64)>, u64, u64)> {
+) -> Option<Lost> {
     let per_name: BTreeMap<String, u64> = redis::cmd("HGETALL").arg(writes).query(conn).ok()?;
     let mut by_family: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let (mut all, mut all_lost) = (0, 0);

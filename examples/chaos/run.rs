@@ -1206,7 +1206,7 @@ impl Runner {
     ///   failover are what
     ///   the failover did, reported, not bounded;
     /// - acquire errors of the kinds on the lock server: at most 3 per task per fault of that
-    ///   server (an attempt fails only when a reply is lost or the server is away; the next one
+    ///   server or of one worker's (frozen, cut off, its clock stepped) (an attempt fails only when a reply is lost or the server is away; the next one
     ///   waits for it);
     /// - RedLock acquire errors: at most 10 per task per RedLock fault (a majority down fails
     ///   every attempt for 2.5 s; a task tries again 50 ms after a failure, and most tasks are
@@ -1249,6 +1249,9 @@ impl Runner {
             "clock-server",
             "cut-worker",
             "drop-replies",
+            // A worker frozen, or its clock stepped, while it waits for a reply.
+            "stop-holder",
+            "clock-worker",
         ]
         .map(fault)
         .iter()

@@ -869,6 +869,12 @@ impl Ctx {
     /// count that trusts no clock and no checker.
     async fn lost_update(&mut self, name: &str, token: i64, rng: &mut Rng) {
         let key = format!("counter:{name}");
+        // Mostly a moment, one hold in ten long enough for a fault to land between the read
+        // and the write.
+        let pause = match rng.below(10) {
+            0 => Duration::from_millis(50 + rng.below(450)),
+            _ => Duration::from_micros(rng.below(2000)),
+        };
         let read: Option<u64> = must(
             "counter read",
             redis::cmd("GET")
@@ -876,7 +882,7 @@ impl Ctx {
                 .query_async(&mut self.checker)
                 .await,
         );
-        tokio::time::sleep(Duration::from_micros(rng.below(2000))).await;
+        tokio::time::sleep(pause).await;
         let _: () = must(
             "counter write",
             redis::pipe()
@@ -901,7 +907,7 @@ impl Ctx {
         let written: i64 = match read {
             -1 => -1,
             read => {
-                tokio::time::sleep(Duration::from_micros(rng.below(2000))).await;
+                tokio::time::sleep(pause).await;
                 must(
                     "fenced counter write",
                     checker::FENCED_COUNTER_WRITE_SCRIPT
