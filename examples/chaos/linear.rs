@@ -230,14 +230,53 @@ pub fn check(lines: &[Value], lease: u64) -> Value {
             if linearizable(&window) {
                 continue;
             }
+            // The workers a fault struck around this window: their holds are left out first
+            // when shrinking, so that a violation among the others (which no fault explains)
+            // is the one found when there is one.
+            let lo = window.iter().map(|o| o.invoke).min().unwrap_or(0);
+            let hi = window.iter().map(|o| o.complete).max().unwrap_or(0);
+            let struck: Vec<u64> = faults
+                .iter()
+                .filter(|f| f.from <= hi && lo <= f.to + lease + 1_000_000)
+                .filter_map(|f| f.worker)
+                .collect();
+            let shrink = |ops: Vec<Op>| shrink(ops, &struck);
             let without_busy: Vec<Op> = window
                 .iter()
                 .filter(|o| !matches!(o.call, Call::Busy { .. }))
                 .cloned()
                 .collect();
+            // The holds a fault may have cost their lease: under way when a fault of the
+            // servers began, or when one that struck their worker did. When the window still
+            // fails without them, the violation is one no fault explains, and that is the
+            // sub-history reported.
+            let mut spans: HashMap<u32, (u64, u64, u64)> = HashMap::new();
+            for o in &without_busy {
+                let e = spans
+                    .entry(o.call.holder())
+                    .or_insert((o.worker, o.invoke, o.complete));
+                e.1 = e.1.min(o.invoke);
+                e.2 = e.2.max(o.complete);
+            }
+            let excusable = |h: u32| {
+                spans.get(&h).is_some_and(|&(w, from, to)| {
+                    faults
+                        .iter()
+                        .any(|f| f.worker.is_none_or(|fw| fw == w) && from <= f.to && f.from <= to)
+                })
+            };
+            let unexcused: Vec<Op> = without_busy
+                .iter()
+                .filter(|o| !excusable(o.call.holder()))
+                .cloned()
+                .collect();
+            let unexplained = !linearizable(&unexcused);
             let (class, failing) = match linearizable(&without_busy) {
                 false => {
-                    let smallest = shrink(without_busy);
+                    let smallest = match unexplained {
+                        true => shrink(unexcused),
+                        false => shrink(without_busy),
+                    };
                     let untokened: Vec<Op> = smallest.iter().map(without_token).collect();
                     match linearizable(&untokened) {
                         true => ("token_order", smallest),
@@ -248,12 +287,34 @@ pub fn check(lines: &[Value], lease: u64) -> Value {
             };
             let lo = failing.iter().map(|o| o.invoke).min().unwrap_or(0);
             let hi = failing.iter().map(|o| o.complete).max().unwrap_or(0);
-            // Two holders at once follow a fault that struck one worker only when it struck one of
-            // theirs; a busy reply with nobody in the way may come from a hold the history has
-            // not (a killed worker's last grant, never recorded): any fault near it.
-            let workers: Option<Vec<u64>> = (class != "busy_without_holder")
-                .then(|| failing.iter().map(|o| o.worker).collect());
-            let follows = follows(faults, lo, hi, lease, workers.as_deref());
+            // Two holders at once follow a fault that struck one worker only when one of the holds
+            // was that worker's and lasted through the fault (it was frozen, cut off, killed
+            // or stalled while holding); a busy reply with nobody in the way may come from a
+            // hold the history has not (a killed worker's last grant, never recorded): any
+            // fault near it.
+            let holds: Option<Vec<(u64, u64, u64)>> = (class != "busy_without_holder").then(|| {
+                let mut spans: BTreeMap<u32, (u64, u64, u64)> = BTreeMap::new();
+                for o in &failing {
+                    let e = spans
+                        .entry(o.call.holder())
+                        .or_insert((o.worker, o.invoke, o.complete));
+                    e.1 = e.1.min(o.invoke);
+                    e.2 = e.2.max(o.complete);
+                }
+                spans.into_values().collect()
+            });
+            // A fault that began after the last grant of the sub-history did not cause it.
+            let last_grant = failing
+                .iter()
+                .filter(|o| matches!(o.call, Call::Grant { .. }))
+                .map(|o| o.complete)
+                .max()
+                .unwrap_or(hi);
+            let until = if holds.is_some() { last_grant } else { hi };
+            let follows = match unexplained {
+                true => "none".to_owned(),
+                false => follows(faults, lo, until, lease, holds.as_deref()),
+            };
             let tally = out.by_family.entry(family.clone()).or_default();
             *tally
                 .violations
@@ -317,19 +378,22 @@ struct FamilyTally {
 }
 
 /// The faults whose window (to a lease and a second past its end) meets `lo..=hi` and, for a
-/// fault that struck one worker, with `workers`, struck one of them; joined by `+`, or `none`.
+/// fault that struck one worker, with `holds` (worker, from, to), that struck the worker of a
+/// hold that was under way when the fault began; joined by `+`, or `none`.
 fn follows(
     faults: &[FaultWindow],
     lo: u64,
     hi: u64,
     lease: u64,
-    workers: Option<&[u64]>,
+    holds: Option<&[(u64, u64, u64)]>,
 ) -> String {
     let mut names: Vec<&str> = faults
         .iter()
         .filter(|f| f.from <= hi && lo <= f.to + lease + 1_000_000)
-        .filter(|f| match (f.worker, workers) {
-            (Some(w), Some(workers)) => workers.contains(&w),
+        .filter(|f| match (f.worker, holds) {
+            (Some(w), Some(holds)) => holds
+                .iter()
+                .any(|&(hw, from, to)| hw == w && from <= f.to && to >= f.from),
             _ => true,
         })
         .map(|f| f.fault.as_str())
@@ -493,12 +557,15 @@ fn linearizable(ops: &[Op]) -> bool {
 }
 
 /// A smallest failing sub-history: whole holds (every operation of one holder) left out while
-/// the rest still fails.
-fn shrink(mut ops: Vec<Op>) -> Vec<Op> {
-    let mut holders: Vec<u32> = ops.iter().map(|o| o.call.holder()).collect();
+/// the rest still fails, the holds of the workers in `struck` tried first.
+fn shrink(mut ops: Vec<Op>, struck: &[u64]) -> Vec<Op> {
+    let mut holders: Vec<(bool, u32)> = ops
+        .iter()
+        .map(|o| (!struck.contains(&o.worker), o.call.holder()))
+        .collect();
     holders.sort_unstable();
     holders.dedup();
-    for h in holders {
+    for (_, h) in holders {
         let without: Vec<Op> = ops
             .iter()
             .filter(|o| o.call.holder() != h)
