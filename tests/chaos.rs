@@ -7,7 +7,11 @@
 //! waiter, no free fair lock whose live head went unserved past its bound outside a fault, no
 //! lock left behind and no worker that crashed or hung; and for the leaders (every
 //! worker campaigns in two elections) terms won and fenced writes made, no two leaders at once
-//! unexplained, no stale leader write accepted, and a new leader after every fault. The runs take turns (two at
+//! unexplained, no stale leader write accepted, and a new leader after every fault; and the run's
+//! history, checked by the independent checker (examples/chaos/linear.rs), with no violation of
+//! exclusion or of the token order after no fault that allows one, and no fenced update of the
+//! lost-update workload lost. The new faults (cut-worker, drop-replies, clock-worker,
+//! clock-server) are folded into these runs. The runs take turns (two at
 //! once would share two cores). The long runs behind RELIABILITY.md are the same runner, run by
 //! command.
 
