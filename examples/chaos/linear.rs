@@ -38,6 +38,26 @@ const MOST_OPS: usize = 400;
 /// How many failing sub-histories the summary prints.
 const SAMPLES: usize = 8;
 
+/// The faults that can cost a hold its lease while its holder goes on: a holder that stands
+/// still or is cut off past its lease, the lock data lost, the server's clock past every lease.
+/// Only the holds these may have cost are left out when looking for a violation no fault
+/// explains; the others (a killed worker's, whose holds end with it, a closed connection, a
+/// frozen Redis shorter than a lease, a restart with the data, a RedLock minority) cost no
+/// lease, so a violation near them alone is one they do not explain.
+const COST_LEASES: [&str; 11] = [
+    "stop-holder",
+    "process-stall",
+    "cut-worker",
+    "drop-replies",
+    "restart-empty",
+    "redlock-majority",
+    "clock-server",
+    "failover-kill",
+    "failover-manual",
+    "partition-primary",
+    "reshard",
+];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Mode {
     Exclusive,
@@ -260,9 +280,12 @@ pub fn check(lines: &[Value], lease: u64) -> Value {
             }
             let excusable = |h: u32| {
                 spans.get(&h).is_some_and(|&(w, from, to)| {
-                    faults
-                        .iter()
-                        .any(|f| f.worker.is_none_or(|fw| fw == w) && from <= f.to && f.from <= to)
+                    faults.iter().any(|f| {
+                        COST_LEASES.contains(&f.fault.as_str())
+                            && f.worker.is_none_or(|fw| fw == w)
+                            && from <= f.to
+                            && f.from <= to
+                    })
                 })
             };
             let unexcused: Vec<Op> = without_busy
