@@ -34,6 +34,11 @@
 //!   before the write was sent and after it was accepted).
 //! - `freezes`: every freeze of a worker, `worker from to` (µs); `fault_log`: every fault
 //!   injected, `fault from to` (µs): for the time without a leader after each fault.
+//! - `history`: every operation of every worker, one JSON object each (see `history.rs` and
+//!   the crate's `docs/histories.md`), checked at the end by an independent checker.
+//! - `counter:<name>`, `cwrites` (per name): the lost-update workload's plain register and
+//!   how many holds wrote it; `fcounter:<name>` and `fcounter_writes`: its fenced register and
+//!   the writes it accepted (see [`FENCED_COUNTER_READ`]).
 //! - `counts`: every counter of the run (workers' and the runner's), `errors`: a sample of
 //!   error messages.
 //! - `waiting:<name>`: the fair acquires in progress on `<name>`, field = the handle's holder id
@@ -98,7 +103,7 @@ local function ended(e)
     return redis.call('hget', epoch_key .. ':fault', e + 1) or 'unknown'
 end
 local function excuse(fault, h)
-    if fault == 'restart-empty' or fault == 'redlock-majority' then
+    if fault == 'restart-empty' or fault == 'redlock-majority' or fault == 'clock-server' then
         redis.call('sadd', 'excused:restart', h)
     else
         redis.call('sadd', 'excused:failover', h)
@@ -338,19 +343,25 @@ pub static WAIT_BEGIN_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WA
 pub static WAIT_END_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(WAIT_END));
 pub static LIVE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIVE));
 pub static BEAT_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(BEAT));
+pub static RECORD_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RECORD));
+pub static FENCED_COUNTER_READ_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(FENCED_COUNTER_READ));
+pub static FENCED_COUNTER_WRITE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(FENCED_COUNTER_WRITE));
 
 /// A leader leaves office: its exit (as [`EXIT`]) and its term logged. KEYS: the `occ:` key.
-/// ARGV: the hold, the election's name, why it left.
+/// ARGV: the hold, the election's name, why it left. Reply: the checker's clock (µs, as text),
+/// as [`EXIT`]'s.
 const LEAVE: &str = r#"
 redis.call('hdel', KEYS[1], ARGV[1])
-local term = redis.call('hget', 'leading:' .. ARGV[2], ARGV[1])
-if not term then return 0 end
-redis.call('hdel', 'leading:' .. ARGV[2], ARGV[1])
-local worker, entered = string.match(term, '^(%S+) (%S+)$')
 local t = redis.call('time')
 local left = t[1] .. string.format('%06d', tonumber(t[2]))
+local term = redis.call('hget', 'leading:' .. ARGV[2], ARGV[1])
+if not term then return left end
+redis.call('hdel', 'leading:' .. ARGV[2], ARGV[1])
+local worker, entered = string.match(term, '^(%S+) (%S+)$')
 redis.call('rpush', 'terms:' .. ARGV[2], entered .. ' ' .. left .. ' ' .. worker .. ' ' .. ARGV[3])
-return 1
+return left
 "#;
 
 /// A leader's fenced write the lock server accepted, logged with the sequence's tick now (its
@@ -363,10 +374,51 @@ redis.call('rpush', 'leader_writes:' .. ARGV[1],
 return stop
 "#;
 
-/// Records an exit. KEYS: the `occ:` keys. ARGV: the hold.
+/// Records an exit. KEYS: the `occ:` keys. ARGV: the hold. Reply: the checker's clock (µs, as
+/// text): when the holder left its critical section, the invoke time of its release in the
+/// history (`history.rs`).
 const EXIT: &str = r#"
 for _, occ in ipairs(KEYS) do redis.call('hdel', occ, ARGV[1]) end
-return 0
+local t = redis.call('time')
+return t[1] .. string.format('%06d', tonumber(t[2]))
+"#;
+
+/// Appends one operation to the run's history (`history`, a list of JSON objects, one per
+/// operation, in the order their records reached the checker). ARGV: the object without its
+/// completion time (it ends with `}`), and that time (µs) or `""`: then the checker's clock
+/// now, which is after the operation returned (a later completion only widens its interval,
+/// so it can hide no violation the true one would show). Reply: the completion time.
+const RECORD: &str = r#"
+local complete = ARGV[2]
+if complete == '' then
+    local t = redis.call('time')
+    complete = t[1] .. string.format('%06d', tonumber(t[2]))
+end
+redis.call('rpush', 'history', string.sub(ARGV[1], 1, -2) .. ',"complete":' .. complete .. '}')
+return complete
+"#;
+
+/// The lost-update workload's fenced register (`fcounter:<name>`: `max`, the newest token
+/// seen, and `value`): a read with a token refuses a token older than `max`, and raises `max`
+/// to its own, so that a holder whose lock expired cannot write what it read once a newer
+/// holder has read; a write refuses a token older than `max`. An equal token is the same hold
+/// (tokens are unique per hold). ARGV: name, token, and for a write the value. Reply: the
+/// value read (a read), 1 (a write accepted); -1 refused.
+const FENCED_COUNTER_READ: &str = r#"
+local key = 'fcounter:' .. ARGV[1]
+local max = tonumber(redis.call('hget', key, 'max') or '-1')
+if tonumber(ARGV[2]) < max then return -1 end
+redis.call('hset', key, 'max', ARGV[2])
+return tonumber(redis.call('hget', key, 'value') or '0')
+"#;
+const FENCED_COUNTER_WRITE: &str = r#"
+local key = 'fcounter:' .. ARGV[1]
+local max = tonumber(redis.call('hget', key, 'max') or '-1')
+if tonumber(ARGV[2]) < max then return -1 end
+redis.call('hset', key, 'max', ARGV[2], 'value', ARGV[3])
+redis.call('hincrby', 'counts', 'counter:fenced:written', 1)
+redis.call('hincrby', 'fcounter_writes', ARGV[1], 1)
+return 1
 "#;
 
 /// Forgets every entry of a worker that was killed inside, and ends its terms in office

@@ -6,7 +6,8 @@
 //! served (sampled by `heads.rs`) and locks left behind, and exits non-zero
 //! on anything that must never happen. RELIABILITY.md has its figures.
 //!
-//! Run: `cargo run --release --example chaos -- [options]`
+//! Run: `cargo run --release --example chaos -- [options]`; `chaos check FILE [LEASE_MS]`
+//! checks a history file again (`linear.rs`, docs/histories.md) and prints the verdict.
 //!
 //! `--help` lists the options ([`options::HELP`]): the deployment (one server, a Sentinel group
 //! or a Redis Cluster), replica sync, workers, how long or how many acquisitions and failovers,
@@ -33,9 +34,13 @@ mod checker;
 mod deadlocks;
 mod deployment;
 mod heads;
+mod history;
 mod leaders;
+mod linear;
+mod lost;
 mod options;
 mod progress;
+mod proxy;
 mod report;
 mod run;
 mod worker;
@@ -165,6 +170,9 @@ impl Rng {
 
 fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("check") {
+        std::process::exit(linear::replay(&argv[1..]));
+    }
     if argv.first().map(String::as_str) == Some("worker") {
         match worker::Args::parse(&argv) {
             Some(args) => worker::main(args),

@@ -19,10 +19,14 @@ pub enum Fault {
     FailoverManual,
     PartitionPrimary,
     Reshard,
+    CutWorker,
+    DropReplies,
+    ClockWorker,
+    ClockServer,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 16] = [
         Fault::KillHolder,
         Fault::StopHolder,
         Fault::RestartEmpty,
@@ -35,6 +39,10 @@ impl Fault {
         Fault::FailoverManual,
         Fault::PartitionPrimary,
         Fault::Reshard,
+        Fault::CutWorker,
+        Fault::DropReplies,
+        Fault::ClockWorker,
+        Fault::ClockServer,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +59,10 @@ impl Fault {
             Fault::FailoverManual => "failover-manual",
             Fault::PartitionPrimary => "partition-primary",
             Fault::Reshard => "reshard",
+            Fault::CutWorker => "cut-worker",
+            Fault::DropReplies => "drop-replies",
+            Fault::ClockWorker => "clock-worker",
+            Fault::ClockServer => "clock-server",
         }
     }
 
@@ -66,6 +78,10 @@ impl Fault {
             Fault::FailoverKill | Fault::FailoverManual => shape != Shape::Single,
             Fault::PartitionPrimary => shape == Shape::Sentinel,
             Fault::Reshard => shape == Shape::Cluster,
+            // A worker's proxy stands before one server; Sentinel and the cluster hand out
+            // their servers' own addresses.
+            Fault::CutWorker | Fault::DropReplies | Fault::ClockServer => shape == Shape::Single,
+            Fault::ClockWorker => true,
         }
     }
 
@@ -109,7 +125,14 @@ usage: cargo run --release --example chaos -- [options]
                      (single, sentinel: RedLock's own servers); failover-kill,
                      failover-manual (sentinel, cluster); partition-primary (sentinel:
                      SIGSTOP the primary past the sentinels' down-after time); reshard
-                     (cluster: move a slot holding live locks) (\"none\": no faults)
+                     (cluster: move a slot holding live locks); cut-worker (single: one
+                     worker's connections through its proxy stop both ways for a lease and
+                     a second, then flow again), drop-replies (single: its requests reach
+                     Redis, the replies are dropped, then its connections close);
+                     clock-worker (one worker's wall clock stepped forward, then back, by
+                     a lease and a second, libfaketime); clock-server (single: the lock
+                     server's wall clock stepped forward by a lease and a second, for
+                     good: Redis expires keys by it) (\"none\": no faults)
   --fault-gap MS     pause between two faults (default 1000)
   --each-fault-once SECS
                      when --duration ends before every fault asked for was injected once
@@ -124,6 +147,10 @@ usage: cargo run --release --example chaos -- [options]
                      worker and across workers: each must be found, none missed), ordered:
                      in ascending order (no cycle: any LockError::Deadlock is a false report)
   --progress SECS    a progress line on stderr every SECS seconds (default 5; 0: none)
+  --history FILE     where the run's history goes: every operation of every worker, one JSON
+                     object a line (docs/histories.md), checked at the end by an independent
+                     linearizability checker (default: lockman-chaos-SEED.jsonl in the
+                     temporary folder)
   --json             print the summary as JSON instead of a table
   -h, --help         print this and exit
 ";
@@ -150,6 +177,8 @@ pub struct Options {
     /// How often a progress line goes to stderr; zero: never.
     pub progress: Duration,
     pub json: bool,
+    /// Where the run's history is written (`history.rs`).
+    pub history: std::path::PathBuf,
     /// The deadlock tasks' mode (`deadlocks.rs`); off: none.
     pub deadlocks: deadlocks::Mode,
 }
@@ -175,10 +204,11 @@ impl Options {
                 .unwrap_or(1),
             progress: Duration::from_secs(5),
             json: false,
+            history: std::path::PathBuf::new(),
             deadlocks: deadlocks::Mode::Off,
         };
         let usage = "usage: chaos [--deployment single|sentinel|cluster] [--sync-replicas N] [--workers N] [--duration SECS] [--acquisitions N] [--failovers N] [--faults LIST|none] \
-                     [--fault-gap MS] [--each-fault-once SECS] [--redlock 3|5] [--lease MS] [--seed N] [--deadlocks off|random|ordered] [--progress SECS] [--json] (--help: what they mean)";
+                     [--fault-gap MS] [--each-fault-once SECS] [--redlock 3|5] [--lease MS] [--seed N] [--deadlocks off|random|ordered] [--progress SECS] [--history FILE] [--json] (--help: what they mean)";
         let mut faults = None;
         let mut it = argv.iter();
         while let Some(flag) = it.next() {
@@ -217,6 +247,7 @@ impl Options {
                 "--seed" => o.seed = num(value()?)?,
                 "--progress" => o.progress = Duration::from_secs(num(value()?)?),
                 "--json" => o.json = true,
+                "--history" => o.history = value()?.into(),
                 "--deadlocks" => {
                     let v = value()?;
                     o.deadlocks = deadlocks::Mode::parse(&v).ok_or_else(|| {
@@ -237,6 +268,9 @@ impl Options {
                 "-h" | "--help" => return Ok(None),
                 other => return Err(format!("unknown option {other}\n{usage}")),
             }
+        }
+        if o.history.as_os_str().is_empty() {
+            o.history = std::env::temp_dir().join(format!("lockman-chaos-{}.jsonl", o.seed));
         }
         let shape = o.deployment;
         o.faults = match faults {

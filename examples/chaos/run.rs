@@ -12,10 +12,12 @@ use crate::deployment::{Deployment, Shape};
 use crate::heads::{Heads, Windows};
 use crate::options::{Fault, Options};
 use crate::progress::{Progress, Tally};
+use crate::proxy::Proxy;
 use crate::report::print_table;
 use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
-use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, deadlocks, leaders};
+use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, deadlocks, history, leaders};
+use crate::{linear, lost};
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down: a
 /// patient fair acquire (`2K + 2 s`, 12 s) and the stuck limit past it (10 s), with a margin.
@@ -64,6 +66,21 @@ struct Runner {
     windows: Arc<Windows>,
     window: Option<usize>,
     interrupted: Arc<AtomicBool>,
+    /// Every fault tried (injected or not), as a window of the checker's clock: what each
+    /// violation the independent checker finds follows (`linear.rs`).
+    fault_windows: Vec<linear::FaultWindow>,
+    /// Each worker's proxy to the lock server (`cut-worker`, `drop-replies`).
+    proxies: BTreeMap<u64, Proxy>,
+    /// libfaketime's clock files (`clock-worker`, `clock-server`), and the lock server's
+    /// offset (s).
+    clocks: tempfile::TempDir,
+    server_clock: u64,
+    /// The lock server's binary cannot run under libfaketime (redis-server's bundled jemalloc
+    /// reads the clock while libfaketime starts): `clock-server` does to the keys what the step
+    /// does to them instead (see [`STEP_EXPIRIES`]).
+    clock_server_emulated: bool,
+    /// The worker the fault being injected struck, if it struck one.
+    struck: Option<u64>,
 }
 
 /// A time far ahead on the checker's clock (ms): a frozen worker's mark until it wakes.
@@ -93,7 +110,18 @@ pub fn main(options: Options) -> i32 {
         wait: Duration::from_millis(1500),
         sync_replicas: options.sync_replicas,
     };
+    let clocks = tempfile::tempdir().expect("a temporary folder");
+    // The lock server under libfaketime: started, and restarted, with its clock file.
+    let server_clock = (options.faults.contains(&Fault::ClockServer) && server_takes_faketime())
+        .then(|| {
+            let file = clocks.path().join("server");
+            let _ = std::fs::write(&file, "+0\n");
+            faketime_env(&file)
+        });
+    let clock_server_emulated = server_clock.is_none();
+    set_env(server_clock.as_deref().unwrap_or(&[]), true);
     let deployment = Deployment::start(options.deployment);
+    set_env(server_clock.as_deref().unwrap_or(&[]), false);
     // RedLock's own servers; in a cluster, RedLock's members are names on its shards.
     let redlock = match options.deployment {
         Shape::Cluster => 0,
@@ -101,6 +129,9 @@ pub fn main(options: Options) -> i32 {
     };
     let red = (0..redlock).map(|_| RedisServer::start()).collect();
     let checker = RedisServer::start();
+    // Restarts of the lock server (and of RedLock's) from here on run under the fake clock too;
+    // the checker's, started above, does not.
+    set_env(server_clock.as_deref().unwrap_or(&[]), true);
     eprintln!(
         "chaos: seed {}, {} workers, {:?}, faults {:?}; locks on {} (sync_replicas {}), checker on {}",
         options.seed,
@@ -136,6 +167,12 @@ pub fn main(options: Options) -> i32 {
         windows: Arc::default(),
         window: None,
         interrupted,
+        fault_windows: Vec::new(),
+        proxies: BTreeMap::new(),
+        clocks,
+        server_clock: 0,
+        clock_server_emulated,
+        struck: None,
     };
     let code = runner.run();
     for w in &mut runner.workers {
@@ -214,6 +251,13 @@ impl Runner {
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inject(fault)))
                     .unwrap_or_else(|_| Err("panicked (see above)".into()));
             *self.fault_ms.entry(fault.name()).or_default() += began.elapsed().as_millis() as u64;
+            let to = self.checker_clock_us();
+            self.fault_windows.push(linear::FaultWindow {
+                fault: fault.name().into(),
+                from,
+                to,
+                worker: self.struck.take(),
+            });
             match injected {
                 Ok(()) => {
                     // For the time without a leader after each fault.
@@ -287,6 +331,18 @@ impl Runner {
         if heads_unexplained > 0 {
             summary["ok"] = Value::Bool(false);
         }
+        let (linearizability, linear_ok) = self.check_history();
+        summary["linearizability"] = linearizability;
+        let (lost_updates, lost_ok) = lost::count(&mut self.checker_conn());
+        summary["clock_server"] = match self.clock_server_emulated {
+            true => "emulated: expiries shortened by the step (no libfaketime for this server)",
+            false => "libfaketime",
+        }
+        .into();
+        summary["lost_updates"] = lost_updates;
+        if !linear_ok || !lost_ok {
+            summary["ok"] = Value::Bool(false);
+        }
         let ok = summary["ok"].as_bool().unwrap_or(false);
         if self.options.json {
             println!(
@@ -297,6 +353,75 @@ impl Runner {
             print_table(&summary);
         }
         if ok { 0 } else { 1 }
+    }
+
+    /// The run's history, from the checker to its file (`--history`), checked by the
+    /// independent checker (`linear.rs`) against the faults tried and the process stalls seen.
+    /// Not ok: a history that could not be read or written, or a violation of mutual exclusion
+    /// or of the token order that follows no fault.
+    fn check_history(&mut self) -> (Value, bool) {
+        let mut conn = self.checker_conn();
+        let lines = redis::cmd("LRANGE")
+            .arg("history")
+            .arg(0)
+            .arg(-1)
+            .query(&mut conn);
+        let mut lines: Vec<String> = self.checked("history", lines);
+        let mut faults: Vec<linear::FaultWindow> = self
+            .fault_windows
+            .iter()
+            .map(|f| linear::FaultWindow {
+                fault: f.fault.clone(),
+                from: f.from,
+                to: f.to,
+                worker: f.worker,
+            })
+            .collect();
+        // Process stalls nobody injected (a starved worker on a loaded machine): `stalls:<w>`,
+        // member its start, score its end (ms).
+        for w in 1..self.next_id {
+            let stalls = redis::cmd("ZRANGE")
+                .arg(format!("stalls:{w}"))
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query(&mut conn);
+            let stalls: Vec<(u64, u64)> = self.checked("stalls", stalls);
+            faults.extend(stalls.into_iter().map(|(from, to)| linear::FaultWindow {
+                fault: "process-stall".into(),
+                from: from * 1000,
+                to: to * 1000,
+                worker: Some(w),
+            }));
+        }
+        // The faults go into the file too: it is all a replay needs (`chaos check FILE`).
+        lines.extend(faults.iter().map(history::fault_line));
+        let path = self.options.history.clone();
+        let written = std::fs::write(
+            &path,
+            lines.iter().fold(String::new(), |mut all, l| {
+                all.push_str(l);
+                all.push('\n');
+                all
+            }),
+        );
+        if let Err(e) = &written {
+            eprintln!(
+                "chaos: could not write the history to {}: {e}",
+                path.display()
+            );
+        }
+        let parsed: Vec<Value> = lines
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let lease = self.settings.lease.as_micros() as u64;
+        let mut verdict = linear::check(&parsed, lease);
+        verdict["history_file"] = path.display().to_string().into();
+        let unparsed = lines.len() - parsed.len();
+        verdict["unparsed_lines"] = unparsed.into();
+        let ok = written.is_ok() && unparsed == 0 && linear::ok(&verdict);
+        (verdict, ok)
     }
 
     /// Whether the acquisitions (and failovers) asked for were counted.
@@ -353,9 +478,24 @@ impl Runner {
     fn spawn_worker(&mut self) {
         let id = self.next_id;
         self.next_id += 1;
+        let mut target = self.deployment.target();
+        let proxied = self
+            .options
+            .faults
+            .iter()
+            .any(|f| matches!(f, Fault::CutWorker | Fault::DropReplies));
+        if proxied && let Deployment::Single(server) = &self.deployment {
+            match Proxy::start(([127, 0, 0, 1], server.port()).into()) {
+                Ok(proxy) => {
+                    target = format!("single|{}", proxy.url());
+                    self.proxies.insert(id, proxy);
+                }
+                Err(e) => eprintln!("chaos: no proxy for worker {id}: {e}"),
+            }
+        }
         let args = Args {
             id,
-            target: self.deployment.target(),
+            target,
             redlock_urls: self.red.iter().map(RedisServer::url).collect(),
             checker_url: self.checker.url(),
             until_unix_ms: self.until_unix_ms,
@@ -364,7 +504,17 @@ impl Runner {
             deadlocks: self.options.deadlocks,
         };
         let exe = std::env::current_exe().expect("own executable");
-        let child = Command::new(exe)
+        let mut command = Command::new(exe);
+        // Not the lock server's fake clock; a clock of its own for `clock-worker`.
+        for (k, _) in faketime_env(std::path::Path::new("")) {
+            command.env_remove(k);
+        }
+        if self.options.faults.contains(&Fault::ClockWorker) {
+            let file = self.clock_file(&format!("w{id}"));
+            let _ = std::fs::write(&file, "+0\n");
+            command.envs(faketime_env(&file));
+        }
+        let child = command
             .args(args.to_argv())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -550,6 +700,7 @@ impl Runner {
                     return Ok(());
                 };
                 let mut w = self.workers.remove(i);
+                self.struck = Some(w.id);
                 // Dead before it is killed: its fair acquires in progress are not live heads.
                 self.mark_dead(w.id);
                 if let Some(window) = self.window {
@@ -557,6 +708,12 @@ impl Runner {
                 }
                 let _ = w.child.kill();
                 let _ = w.child.wait();
+                let at = self.checker_clock_us();
+                let logged = redis::cmd("RPUSH")
+                    .arg("history")
+                    .arg(history::kill_line(w.id, at))
+                    .query(&mut self.checker_conn());
+                self.checked::<()>("history", logged);
                 self.killed_inside += u64::from(inside);
                 // Its entries will never be left: forget them, then again in case its last
                 // bytes reached the checker after the first pass.
@@ -569,11 +726,15 @@ impl Runner {
                 }
                 self.spawn_worker();
             }
-            Fault::StopHolder => {
+            Fault::StopHolder | Fault::CutWorker | Fault::DropReplies => {
                 let Some((i, inside)) = self.pick_holder() else {
                     return Ok(());
                 };
                 let (id, pid) = (self.workers[i].id, self.workers[i].child.id());
+                self.struck = Some(id);
+                if fault != Fault::StopHolder && !self.proxies.contains_key(&id) {
+                    return Err(format!("worker {id} has no proxy"));
+                }
                 // A frozen worker's actors serve nobody: its own heads wait. Other workers'
                 // heads do not (a hold of the frozen worker expires without a message, and the
                 // refresh finds the head then).
@@ -590,10 +751,23 @@ impl Runner {
                     .query(&mut self.checker_conn());
                 self.checked::<()>("pause", before);
                 let from = self.checker_clock_us();
-                signal(pid, "STOP");
-                self.frozen_inside += u64::from(inside);
+                // Cut off, its holds expire unrenewed as a frozen worker's do, and it is
+                // marked as one: the runner's own checker excuses its holds as a freeze's
+                // (`linear.rs` excuses nothing).
+                let proxy = self.proxies.get(&id);
+                match (fault, proxy) {
+                    (Fault::CutWorker, Some(p)) => p.cut(),
+                    (Fault::DropReplies, Some(p)) => p.drop_replies(),
+                    _ => {
+                        signal(pid, "STOP");
+                        self.frozen_inside += u64::from(inside);
+                    }
+                }
                 std::thread::sleep(frozen);
-                signal(pid, "CONT");
+                match self.proxies.get(&id) {
+                    Some(p) if fault != Fault::StopHolder => p.heal(),
+                    _ => signal(pid, "CONT"),
+                }
                 // A frozen leader is out of office from here (see `leaders::without_leader`).
                 let to = self.checker_clock_us();
                 let logged = redis::cmd("RPUSH")
@@ -614,6 +788,54 @@ impl Runner {
                             .query(&mut conn)
                     });
                 self.checked::<()>("woke", woke);
+            }
+            Fault::ClockWorker => {
+                // A wall clock stepped forward by more than a lease, then back (an NTP step
+                // each way); its monotonic clock goes on (libfaketime, `FAKETIME_DONT_FAKE_MONOTONIC`).
+                let Some((i, _)) = self.pick_holder() else {
+                    return Ok(());
+                };
+                let id = self.workers[i].id;
+                self.struck = Some(id);
+                // A preload library that is missing is skipped with a warning: the step would
+                // change nothing, silently.
+                if !std::path::Path::new(LIBFAKETIME).exists() {
+                    return Err(format!("{LIBFAKETIME} missing (Debian's libfaketime)"));
+                }
+                let step = lease.as_secs() + 1;
+                let file = self.clock_file(&format!("w{id}"));
+                std::fs::write(&file, format!("+{step}\n")).map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_secs(1));
+                std::fs::write(&file, "+0\n").map_err(|e| e.to_string())?;
+            }
+            Fault::ClockServer => {
+                // Forward by more than a lease, for good: Redis expires every lock key at
+                // once (it expires keys by its wall clock).
+                let step = lease.as_secs() + 1;
+                self.server_clock += step;
+                // To the runner's own checker, a data loss: holds that meet while the step is
+                // under way are explained by it (its window, as a failover's), and so are holds
+                // begun before it that meet later (the epoch moves on once it is done).
+                let window = redis::cmd("SET")
+                    .arg("window:epoch:lock")
+                    .arg(fault.name())
+                    .query(&mut self.checker_conn());
+                self.checked::<()>("window", window);
+                if self.clock_server_emulated {
+                    let mut conn = self.single()?.conn();
+                    redis::Script::new(STEP_EXPIRIES)
+                        .arg(step * 1000)
+                        .invoke::<u64>(&mut conn)
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    let file = self.clock_file("server");
+                    std::fs::write(&file, format!("+{}\n", self.server_clock))
+                        .map_err(|e| e.to_string())?;
+                    // libfaketime reads the file at every call: the server has stepped once it
+                    // answers again.
+                }
+                self.bump_epoch("epoch:lock", fault);
+                std::thread::sleep(Duration::from_secs(1));
             }
             Fault::RestartEmpty | Fault::RestartAof => {
                 self.single()?.stop();
@@ -681,6 +903,11 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// A clock file of libfaketime (`FAKETIME_TIMESTAMP_FILE`): `server`, or `w<id>`.
+    fn clock_file(&self, who: &str) -> std::path::PathBuf {
+        self.clocks.path().join(who)
     }
 
     /// The one server of a single-server deployment.
@@ -988,11 +1215,12 @@ impl Runner {
     /// - holds excused by a process stall (a worker's beat stopped for half a lease or more
     ///   without a freeze): as by a freeze, per stall;
     /// - holds excused by a data loss: at most one per task or candidate of the run, per
-    ///   restart that lost the data (`restart-empty`, `redlock-majority`); holds excused by a
+    ///   restart that lost the data (`restart-empty`, `redlock-majority`) or step of the lock
+    ///   server's clock (`clock-server`: every lease ends at once); holds excused by a
     ///   failover are what
     ///   the failover did, reported, not bounded;
     /// - acquire errors of the kinds on the lock server: at most 3 per task per fault of that
-    ///   server (an attempt fails only when a reply is lost or the server is away; the next one
+    ///   server or of one worker's (frozen, cut off, its clock stepped) (an attempt fails only when a reply is lost or the server is away; the next one
     ///   waits for it);
     /// - RedLock acquire errors: at most 10 per task per RedLock fault (a majority down fails
     ///   every attempt for 2.5 s; a task tries again 50 ms after a failure, and most tasks are
@@ -1027,10 +1255,21 @@ impl Runner {
             self.faults.get(name).copied().unwrap_or(0)
                 + self.faults_failed.get(name).copied().unwrap_or(0)
         };
-        let lock_faults = ["restart-empty", "restart-aof", "client-kill", "stall-redis"]
-            .map(fault)
-            .iter()
-            .sum::<u64>();
+        let lock_faults = [
+            "restart-empty",
+            "restart-aof",
+            "client-kill",
+            "stall-redis",
+            "clock-server",
+            "cut-worker",
+            "drop-replies",
+            // A worker frozen, or its clock stepped, while it waits for a reply.
+            "stop-holder",
+            "clock-worker",
+        ]
+        .map(fault)
+        .iter()
+        .sum::<u64>();
         let moves = Fault::ALL
             .iter()
             .filter(|f| f.is_failover() || **f == Fault::Reshard)
@@ -1045,7 +1284,8 @@ impl Runner {
             row(
                 "holds excused by a freeze".into(),
                 excused["pause"],
-                (TASKS + LEADER_NAMES) * fault("stop-holder"),
+                (TASKS + LEADER_NAMES)
+                    * (fault("stop-holder") + fault("cut-worker") + fault("drop-replies")),
             ),
             row(
                 "holds excused by a process stall (not injected)".into(),
@@ -1055,7 +1295,8 @@ impl Runner {
             row(
                 "holds excused by a data loss".into(),
                 excused["restart"],
-                holders * (fault("restart-empty") + fault("redlock-majority")),
+                holders
+                    * (fault("restart-empty") + fault("redlock-majority") + fault("clock-server")),
             ),
             row(
                 "acquire errors on the lock server".into(),
@@ -1131,6 +1372,86 @@ impl Runner {
         }
         other.sort();
         (locks, other)
+    }
+}
+
+/// What a forward step of the server's wall clock by ARGV[1] ms does to its keys' expiries: a
+/// key with less time to live is gone, the others have that much less. For servers that cannot
+/// run under libfaketime. Reply: the keys it expired.
+const STEP_EXPIRIES: &str = r#"
+local step = tonumber(ARGV[1])
+local n = 0
+for _, k in ipairs(redis.call('keys', '*')) do
+    local ttl = redis.call('pttl', k)
+    if ttl > 0 then
+        if ttl <= step then
+            redis.call('del', k)
+            n = n + 1
+        else
+            redis.call('pexpire', k, ttl - step)
+        end
+    end
+end
+return n
+"#;
+
+/// Whether the lock server's binary (`REDIS_SERVER_BIN`, else `redis-server`) starts under
+/// libfaketime (Valkey's, built with libc's malloc, does; Debian's redis-server, with jemalloc,
+/// hangs).
+fn server_takes_faketime() -> bool {
+    let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into());
+    let dir = std::env::temp_dir().join(format!("lockman-chaos-probe-{}", std::process::id()));
+    let _ = std::fs::write(&dir, "+0\n");
+    let child = Command::new(bin)
+        .arg("--version")
+        .envs(faketime_env(&dir))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else {
+        return false;
+    };
+    let until = Instant::now() + Duration::from_secs(3);
+    let ok = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status.success(),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break false;
+            }
+        }
+    };
+    let _ = std::fs::remove_file(&dir);
+    ok
+}
+
+/// libfaketime's variables for a process whose wall clock follows `file` (an offset such as
+/// `+3`, read at every call), its monotonic clock left alone.
+fn faketime_env(file: &std::path::Path) -> Vec<(&'static str, String)> {
+    vec![
+        ("LD_PRELOAD", LIBFAKETIME.into()),
+        ("FAKETIME_TIMESTAMP_FILE", file.display().to_string()),
+        ("FAKETIME_NO_CACHE", "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+    ]
+}
+
+/// Where Debian's libfaketime (package `libfaketime`) keeps its multi-threaded library.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// Sets (or removes) `vars` in the runner's environment, for the servers it starts.
+fn set_env(vars: &[(&'static str, String)], on: bool) {
+    for (k, v) in vars {
+        // SAFETY: the runner's only other thread so far waits for Ctrl-C and reads no
+        // variable; the progress and sampler threads start later, and read none either.
+        unsafe {
+            match on {
+                true => std::env::set_var(k, v),
+                false => std::env::remove_var(k),
+            }
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use lockman::{
 };
 use redis::aio::MultiplexedConnection;
 
+use crate::history::Record;
 use crate::{Kind, LEADER_NAMES, Rng, SEMAPHORE_PERMITS, Settings, TASKS};
 use crate::{checker, deadlocks, deployment};
 
@@ -186,6 +187,7 @@ async fn run(args: Args) {
         settings,
         deadline,
         shutdown_due: task == 0,
+        op: std::sync::Mutex::new("timed_try"),
     };
     let seed = |task: u64| Rng::new(args.seed ^ ((task + 1) * 0x9e37_79b9));
     let mut tasks: Vec<_> = (0..TASKS)
@@ -277,6 +279,9 @@ struct Ctx {
     deadline: Instant,
     /// The next reentrant-lock attempt is a manager shut down while acquiring.
     shutdown_due: bool,
+    /// How the last attempt called for its lock (`acquire`, `try`, `timed_try`), for the
+    /// history.
+    op: std::sync::Mutex<&'static str>,
 }
 
 enum Held {
@@ -431,6 +436,39 @@ impl Ctx {
                     .await,
             );
         }
+        let invoke_us = began * 1000;
+        let op = *self.op.lock().unwrap_or_else(|p| p.into_inner());
+        let (worker, task) = (self.worker, self.task);
+        // Every name the attempt takes (a MultiLock's two), for the history.
+        let record = |outcome: &'static str, token: Option<u64>, error: Option<String>| {
+            names
+                .iter()
+                .map(|name| Record {
+                    kind: kind.name(),
+                    name,
+                    worker,
+                    task,
+                    hold,
+                    op,
+                    outcome,
+                    invoke_us,
+                    token,
+                    error: error.clone(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let failed = match &held {
+            Err(_) => Some(("stuck", None)),
+            Ok(Err(e)) => Some(("error", Some(e.to_string()))),
+            Ok(Ok(None)) if op == "try" => Some(("busy", None)),
+            Ok(Ok(None)) => Some(("timed_out", None)),
+            Ok(Ok(Some(_))) => None,
+        };
+        if let Some((outcome, error)) = failed {
+            for r in record(outcome, None, error) {
+                r.send(&mut self.checker, None).await;
+            }
+        }
         let held = match held {
             Err(_) => {
                 count!(format!("stuck:{}", kind.name()));
@@ -486,6 +524,11 @@ impl Ctx {
                 .invoke_async(&mut self.checker)
                 .await,
         );
+        let token = (token >= 0).then_some(token as u64);
+        for r in record("granted", token, None) {
+            r.send(&mut self.checker, Some(&entered)).await;
+        }
+        let token = token.map_or(-1, |t| t as i64);
         // The critical section: mostly short, now and then long enough to be frozen inside.
         // A hold whose twin was just released stays inside long enough, now and then, for a
         // background correction of the holder's count (what the removed direct path did) to
@@ -497,6 +540,9 @@ impl Ctx {
             _ => Duration::from_micros(rng.below(1000)),
         };
         tokio::time::sleep(work).await;
+        if kind.mode() == "x" || kind.mode() == "w" {
+            self.lost_update(&names[0], token, rng).await;
+        }
         if token >= 0 {
             let _: i64 = must(
                 "fenced write",
@@ -512,7 +558,7 @@ impl Ctx {
                     .await,
             );
         }
-        let _: i64 = must(
+        let left: String = must(
             "exit",
             checker::EXIT_SCRIPT
                 .key(&occ)
@@ -526,6 +572,28 @@ impl Ctx {
             held.release(),
         )
         .await;
+        let outcome = match (lost_first, &release) {
+            (_, Err(_)) => "stuck",
+            (true, _) | (false, Ok(Err(LockError::NotHeld { .. }))) => "lost",
+            (false, Ok(Ok(()))) => "ok",
+            (false, Ok(Err(_))) => "error",
+        };
+        for name in names {
+            Record {
+                kind: kind.name(),
+                name,
+                worker: self.worker,
+                task: self.task,
+                hold,
+                op: "release",
+                outcome,
+                invoke_us: left.parse().unwrap_or(0),
+                token: None,
+                error: None,
+            }
+            .send(&mut self.checker, None)
+            .await;
+        }
         match (lost_first, release) {
             (_, Err(_)) => count!(format!("stuck_release:{}", kind.name())),
             (true, Ok(Ok(()))) => count!("lost:reported_but_released".into()),
@@ -551,6 +619,7 @@ impl Ctx {
     ) -> Result<Option<Held>, LockError> {
         let name = names[0].as_str();
         let guard = |g: Option<LockGuard>| g.map(Held::Guard);
+        self.set_op("timed_try");
         Ok(match kind {
             Kind::Lock => guard(
                 self.take_lock(self.lock.lock(name), wait, rng, counts)
@@ -588,7 +657,11 @@ impl Ctx {
                 // the wait's end.
                 let multi =
                     MultiLock::new(names.iter().map(|n| self.lock.lock(n.as_str())).collect());
-                let held = match rng.below(3) {
+                let how = rng.below(3);
+                if how > 0 {
+                    self.set_op("acquire");
+                }
+                let held = match how {
                     0 => multi.try_acquire_for(wait).await?,
                     1 => match tokio::time::timeout(wait, multi.acquire()).await {
                         Ok(held) => Some(held?),
@@ -610,7 +683,11 @@ impl Ctx {
                 let sem = self.lock.permit_semaphore(name);
                 sem.try_set_permits(SEMAPHORE_PERMITS).await?;
                 let lease = self.settings.lease;
-                let held = match rng.below(3) {
+                let how = rng.below(3);
+                if how == 2 {
+                    self.set_op("acquire");
+                }
+                let held = match how {
                     0 => sem.try_acquire_for(1, wait).await?,
                     1 => sem.try_acquire_with_lease(1, wait, lease).await?,
                     _ => match tokio::time::timeout(wait, sem.acquire(1)).await {
@@ -668,6 +745,11 @@ impl Ctx {
             other => other,
         };
         let first = Take::pick(rng, lease);
+        self.set_op(match first.how {
+            How::Bounded => "timed_try",
+            How::Once => "try",
+            How::Cancelled => "acquire",
+        });
         let (kept, twin) = match rng.below(10) {
             0..=5 => (first.run(&lock, wait).await?, None),
             6..=7 => {
@@ -775,6 +857,73 @@ impl Ctx {
         counts
     }
 
+    /// How the attempt under way calls for its lock, for the history.
+    fn set_op(&self, op: &'static str) {
+        *self.op.lock().unwrap_or_else(|p| p.into_inner()) = op;
+    }
+
+    /// The lost-update workload, inside a hold of an exclusive kind: read a counter on the
+    /// checker, wait a random moment, write it plus one; plainly, and (a fenced hold) through
+    /// the fenced register with the hold's token (see `checker::FENCED_COUNTER_READ`). The
+    /// runner compares each counter with the writes made: the difference is updates lost, a
+    /// count that trusts no clock and no checker.
+    async fn lost_update(&mut self, name: &str, token: i64, rng: &mut Rng) {
+        let key = format!("counter:{name}");
+        // Mostly a moment, one hold in ten long enough for a fault to land between the read
+        // and the write.
+        let pause = match rng.below(10) {
+            0 => Duration::from_millis(50 + rng.below(450)),
+            _ => Duration::from_micros(rng.below(2000)),
+        };
+        let read: Option<u64> = must(
+            "counter read",
+            redis::cmd("GET")
+                .arg(&key)
+                .query_async(&mut self.checker)
+                .await,
+        );
+        tokio::time::sleep(pause).await;
+        let _: () = must(
+            "counter write",
+            redis::pipe()
+                .set(&key, read.unwrap_or(0) + 1)
+                .ignore()
+                .hincr("cwrites", name, 1)
+                .ignore()
+                .query_async(&mut self.checker)
+                .await,
+        );
+        if token < 0 {
+            return;
+        }
+        let read: i64 = must(
+            "fenced counter read",
+            checker::FENCED_COUNTER_READ_SCRIPT
+                .arg(name)
+                .arg(token)
+                .invoke_async(&mut self.checker)
+                .await,
+        );
+        let written: i64 = match read {
+            -1 => -1,
+            read => {
+                tokio::time::sleep(pause).await;
+                must(
+                    "fenced counter write",
+                    checker::FENCED_COUNTER_WRITE_SCRIPT
+                        .arg(name)
+                        .arg(token)
+                        .arg(read + 1)
+                        .invoke_async(&mut self.checker)
+                        .await,
+                )
+            }
+        };
+        if written < 0 {
+            self.count("counter:fenced:refused").await;
+        }
+    }
+
     async fn note_error(&mut self, kind: Kind, op: &str, e: &LockError) {
         self.note_error_text(&format!("{} {op}", kind.name()), e)
             .await;
@@ -827,7 +976,31 @@ impl Ctx {
             let wait = self.settings.wait;
             let campaign =
                 tokio::time::timeout(wait + STUCK_AFTER, election.try_campaign_for(wait));
-            let lead = match campaign.await {
+            let campaign = campaign.await;
+            let (worker, task) = (self.worker, self.task);
+            let record =
+                |outcome: &'static str, token: Option<u64>, error: Option<String>| Record {
+                    kind: "leader",
+                    name: &name,
+                    worker,
+                    task,
+                    hold: &hold,
+                    op: "timed_try",
+                    outcome,
+                    invoke_us: began * 1000,
+                    token,
+                    error,
+                };
+            let failed = match &campaign {
+                Err(_) => Some(record("stuck", None, None)),
+                Ok(Ok(None)) => Some(record("timed_out", None, None)),
+                Ok(Err(e)) => Some(record("error", None, Some(e.to_string()))),
+                Ok(Ok(Some(_))) => None,
+            };
+            if let Some(r) = failed {
+                r.send(&mut self.checker, None).await;
+            }
+            let lead = match campaign {
                 Err(_) => {
                     self.count("stuck:leader").await;
                     continue;
@@ -862,6 +1035,9 @@ impl Ctx {
                     .invoke_async(&mut self.checker)
                     .await,
             );
+            record("granted", Some(term), None)
+                .send(&mut self.checker, Some(&entered))
+                .await;
             let _: () = must(
                 "term",
                 redis::cmd("HSET")
@@ -903,7 +1079,7 @@ impl Ctx {
                 Err(LockError::HoldExpiring { .. }) => "expiring",
                 Err(_) => "lost",
             };
-            let _: i64 = must(
+            let left: String = must(
                 "leave",
                 checker::LEAVE_SCRIPT
                     .key(&occ)
@@ -917,6 +1093,19 @@ impl Ctx {
                 self.settings.response * 4 + Duration::from_secs(5),
                 lead.resign(),
             )
+            .await;
+            Record {
+                op: "release",
+                outcome: match &resigned {
+                    Err(_) => "stuck",
+                    Ok(Ok(())) => "ok",
+                    Ok(Err(LockError::NotHeld { .. })) => "lost",
+                    Ok(Err(_)) => "error",
+                },
+                invoke_us: left.parse().unwrap_or(0),
+                ..record("", None, None)
+            }
+            .send(&mut self.checker, None)
             .await;
             let mut counts = writes;
             counts.push(format!("leader:{reason}"));
