@@ -34,6 +34,8 @@
 //! - **For axum, tonic and tower users**, a lock or a permit per request: `lockman::tower` (`tower`
 //!   feature).
 //! - **For actix users**, the messages the handles send: [`actix`].
+//! - **For testing your own failure paths**, a throwaway server with faults on demand (a hold
+//!   lost, Redis frozen, this client cut off): `lockman::testing` (`testing` feature).
 //!
 //! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
 //! how many times that holder took it (**reentrant**); the key's PTTL is the **lease**. A lock taken
@@ -227,6 +229,8 @@ mod error;
 mod handles;
 mod metrics;
 mod protocol;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use handles::deadlock;
 #[cfg(feature = "tower")]
