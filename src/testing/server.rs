@@ -231,9 +231,10 @@ pub struct TestServer {
     port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
-    options: Options,
+    /// Boxed, as the link: a server stays small to hold in an enum or a `Vec`.
+    options: Box<Options>,
     /// The link [`TestServer::config`] goes through, made at its first call.
-    link: OnceLock<Link>,
+    link: OnceLock<Box<Link>>,
     /// Bumped by every resume and stop, so that a pause's timer resumes only its own pause.
     pauses: Arc<AtomicU64>,
 }
@@ -268,7 +269,7 @@ impl TestServer {
                 port: free_port()?,
                 dir: tempfile::tempdir()?,
                 child: None,
-                options: options.clone(),
+                options: Box::new(options.clone()),
                 link: OnceLock::new(),
                 pauses: Arc::new(AtomicU64::new(0)),
             };
@@ -363,7 +364,7 @@ impl TestServer {
                 let mut made = Link::open(self.addr(), self.tls_enabled())?;
                 made.config = Some(self.config_with_url(made.url())?);
                 // Another thread may have set it meanwhile: then its link is the one.
-                let _ = self.link.set(made);
+                let _ = self.link.set(Box::new(made));
                 self.link.get().ok_or_else(|| {
                     ServerError::Io(std::io::Error::other("the server's link was not kept"))
                 })?
