@@ -548,7 +548,8 @@ impl TestServer {
     /// (`lockman_fence:…`, never going backwards by design) is the exception.
     pub fn keys_left(&self) -> Result<Vec<String>, ServerError> {
         let mut conn = self.conn()?;
-        let mut keys = redis::Commands::scan::<String>(&mut conn)?.collect::<Result<Vec<_>, _>>()?;
+        let mut keys =
+            redis::Commands::scan::<String>(&mut conn)?.collect::<Result<Vec<_>, _>>()?;
         keys.sort();
         Ok(keys)
     }
