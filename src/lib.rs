@@ -179,6 +179,8 @@
 //! - `connections/`: URLs and TLS, one server, Sentinel's primary or a Cluster, command
 //!   connections (resent requests, replica sync), the pub/sub connection.
 //! - `config/`, `error.rs`: the settings and the one error type.
+//! - `testing/` (`testing` feature, outside the layers: nothing imports it): the kit for
+//!   applications' tests, a throwaway server, links that can be cut, and faults on demand.
 //!
 //! `src/bin/lockman` (`cli` feature) is the `lockman` command, over the public API only.
 //! Nothing under `actors/` knows the handles: a lock actor replies a [`Grant`](actix::Grant),

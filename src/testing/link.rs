@@ -8,8 +8,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::ServerError;
-use crate::Config;
+use super::error::ServerError;
+use crate::config::Config;
 
 /// Where a link's traffic stands. A heal starts a new generation: connections of an older one
 /// are closed, since a fault may have swallowed part of their traffic.
@@ -83,7 +83,7 @@ impl Link {
     /// The link's address as a Redis URL: `redis://127.0.0.1:<port>/0` (with TLS,
     /// `rediss://localhost:<port>/0`: the bytes pass through, the certificate is the server's).
     pub fn url(&self) -> String {
-        super::server::url_to(self.tls, self.addr.port())
+        url_to(self.tls, self.addr.port())
     }
 
     /// A [`Config`] for a lock manager that reaches the server through this link, with the
@@ -217,5 +217,13 @@ async fn pump<R, W>(
                 }
             }
         }
+    }
+}
+
+/// `redis://127.0.0.1:<port>/0`, or `rediss://localhost:<port>/0`.
+pub(super) fn url_to(tls: bool, port: u16) -> String {
+    match tls {
+        true => format!("rediss://localhost:{port}/0"),
+        false => format!("redis://127.0.0.1:{port}/0"),
     }
 }

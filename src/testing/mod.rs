@@ -37,10 +37,12 @@
 //! are blocking (a loopback round trip, bounded by a timeout), so they work from any of them.
 //! Unix only (the server is a child process, paused with `kill -STOP`).
 
+mod error;
 mod link;
 mod server;
 
+pub use error::ServerError;
 pub use link::Link;
 #[cfg(feature = "tls")]
 pub use server::TlsFiles;
-pub use server::{Options, ServerBinary, ServerError, TestServer, free_port};
+pub use server::{Options, ServerBinary, TestServer, free_port};

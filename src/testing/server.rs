@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::link::Link;
-use crate::Config;
+use super::error::ServerError;
+use super::link::{Link, url_to};
+use crate::config::Config;
 use crate::protocol::keys::{fair_queue, unlock_channel};
 
 /// How long a server may take to answer its first PING.
@@ -18,41 +19,6 @@ const STARTUP_LIMIT: Duration = Duration::from_secs(10);
 /// How long the kit's own commands (`lose`, `holder`, …) wait for an answer: a paused server
 /// makes them fail after this instead of hanging.
 const COMMAND_LIMIT: Duration = Duration::from_secs(5);
-
-/// Why a [`TestServer`] could not start, or a command of the kit failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ServerError {
-    /// The server binary could not be run: not installed, not on the `PATH`, or
-    /// `REDIS_SERVER_BIN` names nothing runnable.
-    #[error(
-        "cannot run {bin:?} ({source}): install redis-server or valkey-server (Debian: apt-get \
-         install redis-server; macOS: brew install redis) or set REDIS_SERVER_BIN to its path"
-    )]
-    Missing {
-        /// The binary tried.
-        bin: OsString,
-        /// What running it said.
-        source: std::io::Error,
-    },
-    /// The binary ran but no server answered on its port (it exited, or did not answer PING
-    /// within 10 s): the last lines of its log say why.
-    #[error("{server} did not start on port {port}: {reason}")]
-    NotStarted {
-        /// The binary and its version, as `--version` said (`Redis server v=7.0.15`).
-        server: String,
-        /// The port it was given.
-        port: u16,
-        /// Its exit status or the time-out, and the end of its log.
-        reason: String,
-    },
-    /// The temp folder, a port or the proxy's thread could not be had.
-    #[error("test server: {0}")]
-    Io(#[from] std::io::Error),
-    /// A command the kit sent the server failed (a paused server: a time-out).
-    #[error("test server command: {0}")]
-    Redis(#[from] redis::RedisError),
-}
 
 /// The server binary a [`TestServer`] runs, and what it says it is.
 #[derive(Clone, Debug)]
@@ -670,14 +636,6 @@ impl TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// `redis://127.0.0.1:<port>/0`, or `rediss://localhost:<port>/0`.
-pub(super) fn url_to(tls: bool, port: u16) -> String {
-    match tls {
-        true => format!("rediss://localhost:{port}/0"),
-        false => format!("redis://127.0.0.1:{port}/0"),
     }
 }
 
