@@ -203,7 +203,9 @@ async fn drop_replies_runs_requests_but_answers_nothing() -> Outcome {
 
 #[tokio::test]
 async fn restart_empty_loses_every_hold() -> Outcome {
-    let mut server = TestServer::start()?;
+    // A server that persists every write: a plain restart would bring the hold back.
+    let persisting = Options::default().args(["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut server = TestServer::start_with(persisting)?;
     let manager = LockManager::start(server.config()?).await?;
     let guard = manager.lock("kit:restart").acquire().await?;
     assert!(server.keys_left()?.contains(&"kit:restart".to_owned()));
