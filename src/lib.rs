@@ -284,3 +284,8 @@ pub use protocol::{Check, CheckStatus, Diagnosis, LockKind, SyncKind};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// `docs/testing.md`'s examples compile (with the `testing` feature).
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../docs/testing.md")]
+pub struct TestingDoctests;
