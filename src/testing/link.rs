@@ -111,8 +111,8 @@ impl Link {
 
     /// **Replies lost**: requests still reach the server and run there, but nothing comes back,
     /// as in an asymmetric partition: the client cannot tell whether what it sent ran. It sees
-    /// what [`cut`](Self::cut) shows, except that its acquires and releases did happen in Redis
-    /// (lockman resends them idempotently once the link heals).
+    /// what [`cut`](Self::cut) shows, except that what it sent did run in Redis: a
+    /// `try_acquire` that fails with a time-out may have taken the lock.
     pub fn drop_replies(&self) {
         self.state.send_modify(|s| s.replies_cut = true);
     }
