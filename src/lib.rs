@@ -34,6 +34,8 @@
 //! - **For axum, tonic and tower users**, a lock or a permit per request: `lockman::tower` (`tower`
 //!   feature).
 //! - **For actix users**, the messages the handles send: [`actix`].
+//! - **For testing your own failure paths**, a throwaway server with faults on demand (a hold
+//!   lost, Redis frozen, this client cut off): `lockman::testing` (`testing` feature).
 //!
 //! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
 //! how many times that holder took it (**reentrant**); the key's PTTL is the **lease**. A lock taken
@@ -182,6 +184,8 @@
 //! - `connections/`: URLs and TLS, one server, Sentinel's primary or a Cluster, command
 //!   connections (resent requests, replica sync), the pub/sub connection.
 //! - `config/`, `error.rs`: the settings and the one error type.
+//! - `testing/` (`testing` feature, outside the layers: nothing imports it): the kit for
+//!   applications' tests, a throwaway server, links that can be cut, and faults on demand.
 //!
 //! `src/bin/lockman` (`cli` feature) is the `lockman` command, over the public API only.
 //! Nothing under `actors/` knows the handles: a lock actor replies a [`Grant`](actix::Grant),
@@ -232,6 +236,8 @@ mod error;
 mod handles;
 mod metrics;
 mod protocol;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use handles::deadlock;
 #[cfg(feature = "tower")]
@@ -283,3 +289,8 @@ pub use protocol::{Check, CheckStatus, Diagnosis, LockKind, SyncKind};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// `docs/testing.md`'s examples compile (with the `testing` feature).
+#[cfg(all(doctest, feature = "testing"))]
+#[doc = include_str!("../docs/testing.md")]
+pub struct TestingDoctests;

@@ -70,6 +70,20 @@ impl TestCerts {
         self.dir.path().join(name)
     }
 
+    /// The kit's TLS files for a server with these certificates, whose connections present the
+    /// client certificate (required by the server with `auth_clients`).
+    pub fn tls_files(&self, auth_clients: bool) -> lockman::testing::TlsFiles {
+        let files = lockman::testing::TlsFiles::new(
+            self.file("server.pem"),
+            self.file("server.key"),
+            self.file("ca.pem"),
+        );
+        match auth_clients {
+            true => files.require_client(self.file("client.pem"), self.file("client.key")),
+            false => files.client(self.file("client.pem"), self.file("client.key")),
+        }
+    }
+
     /// The redis-server arguments of a TLS-only server on `port`.
     pub fn server_args(&self, port: u16, auth_clients: bool) -> Vec<String> {
         let path = |name: &str| self.file(name).display().to_string();

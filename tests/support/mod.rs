@@ -23,16 +23,15 @@ pub mod redisson;
 pub mod sentinel;
 pub mod wait;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::ops::{Deref, DerefMut};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a server may take to answer its first PING.
-const STARTUP_LIMIT: Duration = Duration::from_secs(10);
+use lockman::testing::TestServer;
 
-/// What kind of server [`RedisServer::start_with`] starts.
+/// What kind of server [`RedisServer::start_with`] starts (the suite's shape of
+/// `lockman::testing::Options`, with certificates made at test time).
 #[derive(Clone, Default)]
 pub struct Options {
     /// TLS only (`--port 0`, `--tls-port`), with these certificates.
@@ -47,12 +46,38 @@ pub struct Options {
     pub password: Option<String>,
 }
 
-/// One redis-server process on 127.0.0.1.
-pub struct RedisServer {
-    port: u16,
-    dir: tempfile::TempDir,
-    child: Option<Child>,
-    options: Options,
+impl Options {
+    /// The kit's options for the same server.
+    fn kit(&self) -> lockman::testing::Options {
+        let mut kit = lockman::testing::Options::default().args(self.args.iter().cloned());
+        if let Some(pw) = &self.password {
+            kit = kit.password(pw.clone());
+        }
+        if self.unix_socket {
+            kit = kit.unix_socket();
+        }
+        if let Some(certs) = &self.tls {
+            kit = kit.tls(certs.tls_files(self.tls_auth_clients));
+        }
+        kit
+    }
+}
+
+/// One throwaway server: `lockman::testing::TestServer` (its methods, through `Deref`), with
+/// the suite's conveniences that panic (failing the test) instead of returning errors.
+pub struct RedisServer(TestServer);
+
+impl Deref for RedisServer {
+    type Target = TestServer;
+    fn deref(&self) -> &TestServer {
+        &self.0
+    }
+}
+
+impl DerefMut for RedisServer {
+    fn deref_mut(&mut self) -> &mut TestServer {
+        &mut self.0
+    }
 }
 
 impl RedisServer {
@@ -63,76 +88,30 @@ impl RedisServer {
 
     /// Starts a server of the given kind on a free port.
     pub fn start_with(options: Options) -> Self {
-        let mut last_error = String::new();
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().expect("temp dir");
-            let mut server = Self {
-                port: free_port(),
-                dir,
-                child: None,
-                options: options.clone(),
-            };
-            match server.spawn() {
-                Ok(()) => return server,
-                Err(e) => last_error = e,
-            }
-        }
-        panic!("could not start {}: {last_error}", server().version);
-    }
-
-    /// `redis://127.0.0.1:<port>/0`, or for TLS `rediss://localhost:<port>/0` (the name the
-    /// test certificate is for).
-    pub fn url(&self) -> String {
-        match self.options.tls {
-            Some(_) => format!("rediss://localhost:{}/0", self.port),
-            None => format!("redis://127.0.0.1:{}/0", self.port),
+        let binary = server();
+        match TestServer::start_with(options.kit()) {
+            Ok(server) => Self(server),
+            Err(e) => panic!("could not start {}: {e}", binary.version),
         }
     }
 
-    /// `redis+unix:///…/redis.sock?db=0`, with [`Options::unix_socket`].
-    pub fn unix_url(&self) -> String {
-        format!("redis+unix://{}?db=0", self.socket_path().display())
-    }
-
-    fn socket_path(&self) -> PathBuf {
-        self.dir.path().join("redis.sock")
-    }
-
-    /// The process id, for signals (SIGSTOP, SIGCONT).
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`, …) to the server process.
-    pub fn signal(&self, signal: &str) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill")
-                .arg(format!("-{signal}"))
-                .arg(pid.to_string())
-                .status();
-        }
-    }
-
-    /// The port.
+    /// The port (also through `Deref`; here for `.map(RedisServer::port)`).
     pub fn port(&self) -> u16 {
-        self.port
+        self.0.port()
+    }
+
+    /// The URL straight to the server (also through `Deref`; here for `.map(RedisServer::url)`).
+    pub fn url(&self) -> String {
+        self.0.url()
     }
 
     /// A redis-rs client for checking the server's state directly (as the `default` user; for
     /// TLS, trusting the test CA and presenting the client certificate).
     pub fn client(&self) -> redis::Client {
-        let url = match &self.options.password {
-            Some(pw) => self.url().replacen("://", &format!("://:{pw}@"), 1),
-            None => self.url(),
-        };
-        match &self.options.tls {
-            Some(certs) => redis::Client::build_with_tls(url, certs.redis_certificates())
-                .expect("valid tls client"),
-            None => redis::Client::open(url).expect("valid url"),
-        }
+        self.0.client().expect("a client of the test server")
     }
 
-    /// A blocking connection, for raw checks (HGETALL, PTTL, INFO …).
+    /// A blocking connection, for raw checks (HGETALL, PTTL, INFO …), with no read time-out.
     pub fn conn(&self) -> redis::Connection {
         self.client()
             .get_connection()
@@ -147,38 +126,23 @@ impl RedisServer {
             .expect("connect to test redis")
     }
 
-    /// Kills the server (SIGKILL: what a crash looks like) and waits for it to go.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+    /// Sends `signal` (`STOP`, `CONT`, …) to the server process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid.to_string())
+                .status();
         }
     }
 
-    /// Deletes what the server saved in its folder (its append-only files and snapshot), so that
-    /// the next [`restart`](Self::restart) starts empty: a server that lost its disk.
-    pub fn wipe_data(&self) {
-        let _ = std::fs::remove_dir_all(self.dir.path().join("appendonlydir"));
-        let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
-    }
-
-    /// Starts the server again on the same port, with what it persisted: nothing, unless its
-    /// options turned persistence on (`--appendonly yes`).
+    /// Starts the server again on the same port, with what it persisted; panics when it
+    /// cannot.
     pub fn restart(&mut self) {
-        self.stop();
-        let mut last_error = String::new();
-        for _ in 0..20 {
-            match self.spawn() {
-                Ok(()) => return,
-                Err(e) => last_error = e,
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        let port = self.port();
+        if let Err(e) = self.0.restart() {
+            panic!("could not restart {} on {port}: {e}", server().version);
         }
-        panic!(
-            "could not restart {} on {}: {last_error}",
-            server().version,
-            self.port
-        );
     }
 
     /// Stalls the server for `seconds`: it answers no client meanwhile, then runs what queued
@@ -201,86 +165,6 @@ impl RedisServer {
                 .expect("PING after the stall")
         })
     }
-
-    /// Whether the process is running.
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    fn spawn(&mut self) -> Result<(), String> {
-        let bin = &server().bin;
-        let log = self.dir.path().join("redis.log");
-        let listen = match &self.options.tls {
-            Some(certs) => certs.server_args(self.port, self.options.tls_auth_clients),
-            None => vec!["--port".into(), self.port.to_string()],
-        };
-        let socket = match self.options.unix_socket {
-            true => vec![
-                "--unixsocket".into(),
-                self.socket_path().display().to_string(),
-                "--unixsocketperm".into(),
-                "700".into(),
-            ],
-            false => Vec::new(),
-        };
-        let child = Command::new(bin)
-            .args(listen)
-            .args(["--bind", "127.0.0.1"])
-            .args(socket)
-            // Defaults first: a setting in `options.args` comes later and wins (`--appendonly yes`).
-            .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
-            .args(["--enable-debug-command", "local"])
-            // A replica gets its first copy at once, not after the default 5 s wait.
-            .args(["--repl-diskless-sync-delay", "0"])
-            .args(&self.options.args)
-            .args(
-                self.options
-                    .password
-                    .iter()
-                    .flat_map(|pw| ["--requirepass", pw.as_str()]),
-            )
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "cannot run {bin:?} ({e}); install it (Debian: apt-get install redis-server) \
-                     or set REDIS_SERVER_BIN"
-                )
-            })?;
-        self.child = Some(child);
-        let deadline = Instant::now() + STARTUP_LIMIT;
-        while Instant::now() < deadline {
-            let exited = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            if let Some(status) = exited {
-                self.child = None;
-                return Err(format!("exited with {status}: {}", read_log(&log)));
-            }
-            if ping(&self.client(), Duration::from_millis(200)) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.stop();
-        Err(format!(
-            "no PING answer within {STARTUP_LIMIT:?}: {}",
-            read_log(&log)
-        ))
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// The server binary every test server of this process runs, and what it says it is.
@@ -300,20 +184,9 @@ pub fn server() -> &'static ServerBinary {
     static SERVER: std::sync::OnceLock<ServerBinary> = std::sync::OnceLock::new();
     SERVER.get_or_init(|| {
         let bin = std::env::var_os("REDIS_SERVER_BIN").unwrap_or_else(|| "redis-server".into());
-        let version = Command::new(&bin)
-            .arg("--version")
-            .stdin(Stdio::null())
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| {
-                let line = String::from_utf8_lossy(&out.stdout).into_owned();
-                // "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 …": the name and
-                // version; the build details would only make every failure longer.
-                let words: Vec<&str> = line.split_whitespace().take(3).collect();
-                (!words.is_empty()).then(|| words.join(" "))
-            })
-            .unwrap_or_else(|| bin.to_string_lossy().into_owned());
+        let version = lockman::testing::ServerBinary::find()
+            .map(|found| found.version)
+            .unwrap_or_else(|_| bin.to_string_lossy().into_owned());
         let path = bin.to_string_lossy();
         let named = match version == path {
             true => version.clone(),
@@ -341,33 +214,10 @@ fn ping(client: &redis::Client, limit: Duration) -> bool {
         .is_ok_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok())
 }
 
-/// Ports handed out in this process (each server's port and its cluster bus port), never handed
-/// out twice: the OS may offer a port again once the probe below has closed it, and a server
-/// stopped to be restarted on its port, or a port kept closed on purpose, leaves it unbound for a
-/// while. No other server of this process can take such a port.
-static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
 /// A free loopback port below 55536 whose port + 10000 is free too (a cluster node's bus listens
-/// there), and that this process has not handed out before.
+/// there), never handed out before in this process (the kit's ports, `lockman::testing`'s).
 pub fn free_port() -> u16 {
-    for _ in 0..1000 {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-        let port = listener.local_addr().expect("local addr").port();
-        if port >= 55536 {
-            continue;
-        }
-        let mut taken = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-        if taken.contains(&port) || taken.contains(&(port + 10000)) {
-            continue;
-        }
-        if TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
-            taken.insert(port);
-            taken.insert(port + 10000);
-            return port;
-        }
-    }
-    panic!("no free port pair below 55536");
+    lockman::testing::free_port().expect("a free port pair")
 }
 
 /// A loopback port nothing listens on, and that no server of this process will ever take.
@@ -375,7 +225,8 @@ pub fn closed_port() -> u16 {
     free_port()
 }
 
-fn read_log(path: &PathBuf) -> String {
+/// The last lines of a server's log (5, or `LOG_LINES`), newest first.
+fn read_log(path: &std::path::Path) -> String {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()

@@ -1,0 +1,268 @@
+//! `lockman::testing`, used as an application would (no `tests/support`): every fault against a
+//! real server, each test failing if the fault did not happen or the signal it should give did
+//! not come. From `#[tokio::test]` and `#[actix_rt::test]`, in parallel (no fixed port).
+
+use std::error::Error;
+use std::time::{Duration, Instant};
+
+use lockman::testing::{Options, ServerError, TestServer};
+use lockman::{LockError, LockManager};
+
+type Outcome = Result<(), Box<dyn Error>>;
+
+/// How long a signal may take on a loaded machine: far more than it needs (about a second).
+const SIGNAL: Duration = Duration::from_secs(10);
+
+/// Polls `check` every 10 ms until it holds or `SIGNAL` passes.
+async fn eventually(mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + SIGNAL;
+    while !check() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
+#[test]
+fn a_missing_binary_is_an_error_naming_it() {
+    let err = TestServer::start_with(Options::default().bin("/nonexistent/redis-server-x"))
+        .expect_err("no such binary");
+    assert!(matches!(err, ServerError::Missing { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("/nonexistent/redis-server-x"), "{text}");
+    assert!(text.contains("REDIS_SERVER_BIN"), "{text}");
+}
+
+#[test]
+fn a_server_is_its_own_and_gone_when_dropped() -> Outcome {
+    let (a, b) = (TestServer::start()?, TestServer::start()?);
+    assert_ne!(a.port(), b.port());
+    let port = a.port();
+    drop(a);
+    // Nothing answers on its port any more.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+    let mut conn = b.conn()?;
+    let pong: String = redis::cmd("PING").query(&mut conn)?;
+    assert_eq!(pong, "PONG");
+    Ok(())
+}
+
+#[tokio::test]
+async fn lose_tells_the_holder_and_frees_the_name() -> Outcome {
+    let server = TestServer::start()?;
+    let manager = LockManager::start(server.config()?).await?;
+    let guard = manager.lock("kit:lose").acquire().await?;
+    let holder = server.holder("kit:lose")?.expect("held");
+    assert!(
+        holder.starts_with(&manager.client_id().to_string()),
+        "{holder}"
+    );
+    assert!(server.lose("kit:lose")?);
+    assert_eq!(server.holder("kit:lose")?, None);
+    tokio::time::timeout(SIGNAL, guard.lost()).await?;
+    assert!(guard.is_lost());
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[actix_rt::test]
+async fn expire_tells_the_holder_from_an_actix_test() -> Outcome {
+    let server = TestServer::start()?;
+    let manager = LockManager::start(server.config()?).await?;
+    let guard = manager.lock("kit:expire").acquire().await?;
+    assert!(server.expire("kit:expire")?);
+    assert!(
+        eventually(|| server
+            .keys_left()
+            .is_ok_and(|k| !k.contains(&"kit:expire".into())))
+        .await
+    );
+    tokio::time::timeout(SIGNAL, guard.lost()).await?;
+    // A name nobody holds has nothing to expire.
+    assert!(!server.expire("kit:nobody")?);
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn pause_freezes_the_server_and_resume_ends_it() -> Outcome {
+    let server = TestServer::start()?;
+    let manager = LockManager::start(server.config()?).await?;
+    let lock = manager.lock("kit:pause");
+    lock.try_acquire().await?.expect("free").release().await?;
+    server.pause(Duration::from_secs(60))?;
+    let frozen = lock.try_acquire_for(Duration::from_millis(300)).await;
+    assert!(
+        matches!(frozen, Err(LockError::Unavailable { .. })),
+        "{frozen:?}"
+    );
+    let resumed = Instant::now();
+    server.resume()?;
+    let guard = lock
+        .try_acquire_for(SIGNAL)
+        .await?
+        .expect("free once resumed");
+    // Long before the 60 s pause would have ended by itself.
+    assert!(resumed.elapsed() < SIGNAL, "{:?}", resumed.elapsed());
+    guard.release().await?;
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_pause_ends_by_itself() -> Outcome {
+    let server = TestServer::start()?;
+    let mut conn = server.conn()?;
+    server.pause(Duration::from_millis(500))?;
+    let paused = Instant::now();
+    // Answered once the server runs again, not before.
+    let pong: String = redis::cmd("PING").query(&mut conn)?;
+    assert_eq!(pong, "PONG");
+    assert!(
+        paused.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        paused.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn cut_cuts_this_client_alone_until_healed() -> Outcome {
+    let server = TestServer::start()?;
+    let link = server.link()?;
+    let cut_off = LockManager::start(link.config()).await?;
+    let other = LockManager::start(server.config()?).await?;
+    let guard = cut_off.lock("kit:cut").acquire().await?;
+    link.cut();
+    // Its scoped work is stopped before the hold's guarantee ends, and the hold is reported lost.
+    let stopped = tokio::time::timeout(SIGNAL, guard.scope(std::future::pending::<()>())).await?;
+    let told = Instant::now();
+    assert!(
+        matches!(
+            stopped,
+            Err(LockError::HoldExpiring { .. } | LockError::HoldLost { .. })
+        ),
+        "{stopped:?}"
+    );
+    let valid_until = guard.valid_until();
+    assert!(
+        told <= valid_until,
+        "told {:?} after valid_until",
+        told - valid_until
+    );
+    tokio::time::timeout(SIGNAL, guard.lost()).await?;
+    // The other client goes on meanwhile, and gets the name once the lease runs out.
+    let taken = other
+        .lock("kit:cut")
+        .try_acquire_for(SIGNAL)
+        .await?
+        .expect("free once the cut-off hold expired");
+    let unreachable = cut_off
+        .lock("kit:cut:2")
+        .try_acquire_for(Duration::from_millis(300))
+        .await;
+    assert!(
+        matches!(unreachable, Err(LockError::Unavailable { .. })),
+        "{unreachable:?}"
+    );
+    taken.release().await?;
+    link.heal();
+    let back = cut_off
+        .lock("kit:cut:2")
+        .try_acquire_for(SIGNAL)
+        .await?
+        .expect("reachable once healed");
+    back.release().await?;
+    cut_off.shutdown().await;
+    other.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn drop_replies_runs_requests_but_answers_nothing() -> Outcome {
+    let server = TestServer::start()?;
+    let link = server.link()?;
+    let manager = LockManager::start(link.config()).await?;
+    let lock = manager.lock("kit:replies");
+    lock.try_acquire().await?.expect("free").release().await?;
+    link.drop_replies();
+    let unanswered = lock.try_acquire().await;
+    assert!(unanswered.is_err(), "{unanswered:?}");
+    // It ran: the lock is held in Redis, by this client.
+    let holder = server.holder("kit:replies")?.expect("the acquire ran");
+    assert!(
+        holder.starts_with(&manager.client_id().to_string()),
+        "{holder}"
+    );
+    link.heal();
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn restart_empty_loses_every_hold() -> Outcome {
+    // A server that persists every write: a plain restart would bring the hold back.
+    let persisting = Options::default().args(["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut server = TestServer::start_with(persisting)?;
+    let manager = LockManager::start(server.config()?).await?;
+    let guard = manager.lock("kit:restart").acquire().await?;
+    assert!(server.keys_left()?.contains(&"kit:restart".to_owned()));
+    server.restart_empty()?;
+    assert_eq!(server.keys_left()?, Vec::<String>::new());
+    tokio::time::timeout(SIGNAL, guard.lost()).await?;
+    // The manager reconnects to the new, empty server.
+    let again = manager
+        .lock("kit:restart")
+        .try_acquire_for(SIGNAL)
+        .await?
+        .expect("free on the empty server");
+    again.release().await?;
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn waiters_counts_a_waiting_client_on_a_lock_and_a_fair_lock() -> Outcome {
+    let server = TestServer::start()?;
+    let holder = LockManager::start(server.config()?).await?;
+    let waiter = LockManager::start(server.config()?).await?;
+    for (name, fair) in [("kit:waiters", false), ("kit:waiters:fair", true)] {
+        let guard = match fair {
+            true => holder.fair_lock(name).acquire().await?,
+            false => holder.lock(name).acquire().await?,
+        };
+        assert_eq!(server.waiters(name)?, 0);
+        let lock = waiter.clone();
+        let name_owned = name.to_owned();
+        let waiting = tokio::spawn(async move {
+            match fair {
+                true => lock.fair_lock(&name_owned).acquire().await,
+                false => lock.lock(&name_owned).acquire().await,
+            }
+        });
+        assert!(
+            eventually(|| server.waiters(name).is_ok_and(|n| n == 1)).await,
+            "{name}"
+        );
+        guard.release().await?;
+        let got = tokio::time::timeout(SIGNAL, waiting).await???;
+        got.release().await?;
+    }
+    holder.shutdown().await;
+    waiter.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn keys_left_sees_what_lockman_left_and_nothing_after_a_clean_shutdown() -> Outcome {
+    let server = TestServer::start()?;
+    let manager = LockManager::start(server.config()?).await?;
+    let guard = manager.lock("kit:keys").acquire().await?;
+    assert!(server.keys_left()?.contains(&"kit:keys".to_owned()));
+    guard.release().await?;
+    manager.shutdown().await;
+    assert_eq!(server.keys_left()?, Vec::<String>::new());
+    Ok(())
+}
