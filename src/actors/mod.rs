@@ -17,6 +17,7 @@ pub(crate) mod board;
 pub(crate) mod failover;
 pub(crate) mod lock_actor;
 pub(crate) mod lock_state;
+pub(crate) mod lost;
 pub(crate) mod messages;
 pub(crate) mod name;
 pub(crate) mod pubsub;

@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::messages::{Deadlocked, StillWaiting};
 use super::name::WaiterId;
-use super::shell::lost::Claim;
+use super::lost::Claim;
 use crate::config::{Config, Deadlocks};
 use crate::error::{Cycle, Owner, Site, Step};
 

@@ -39,7 +39,7 @@ use super::name::WaiterId;
 use super::name::effect::{Never, ReplyId};
 use super::services::Services;
 use super::shell::crowd::Caller;
-use super::shell::lost::LostSignal;
+use super::lost::LostSignal;
 use super::shell::reply::{Expecting, Taken, take_in};
 use super::shell::{self, PerName, Shell, Whose};
 use super::waits_for::Asks;

@@ -6,7 +6,7 @@
 //! - timers: a waiter's deadline in the actor's [`Crowd`], which also watches its caller; any
 //!   other timer an actix timer of its own;
 //! - the channel subscriptions, through the [`PubSubActor`](crate::actors::pubsub::PubSubActor);
-//! - holds handed to the Watchdog and taken back, their lost signals and validity (`lost`),
+//! - holds handed to the Watchdog and taken back, their lost signals and validity (`actors::lost`),
 //!   and the metric series of waiters, holds and losses;
 //! - who waits on the name, on the manager's [`Board`](crate::actors::board::Board) (client
 //!   records, `lockman top`), for every waiter left waiting; and for locks, who waits for whom,
@@ -18,7 +18,6 @@
 
 pub(crate) mod crowd;
 pub(crate) mod linger;
-pub(crate) mod lost;
 pub(crate) mod reply;
 
 use std::cell::RefCell;
@@ -41,7 +40,7 @@ use crate::error::{LockError, Owner, Site};
 use crate::metrics::{Series, Since};
 use crowd::{Caller, Crowd, Crowded, Sender};
 use linger::{Linger, Lingers};
-use lost::Validity;
+use crate::actors::lost::Validity;
 use reply::{Expecting, Handed};
 
 /// A family's timer, as an actor of type `A` arms it.

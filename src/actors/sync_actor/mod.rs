@@ -28,7 +28,7 @@ use crate::actors::name::WaiterId;
 use crate::actors::name::effect::ReplyId;
 use crate::actors::services::Services;
 use crate::actors::shell::crowd::{Caller, Sender};
-use crate::actors::shell::lost::LostSignal;
+use crate::actors::lost::LostSignal;
 use crate::actors::shell::reply::{Expecting, Taken, take_in};
 use crate::actors::shell::{self, PerName, Shell};
 use crate::actors::sync_state::{

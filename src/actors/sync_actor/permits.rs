@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::actors::shell::lost::LostSignal;
+use crate::actors::lost::LostSignal;
 use actix::Addr;
 
 use std::time::Duration;
