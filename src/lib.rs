@@ -167,9 +167,11 @@
 //!   - `shell/`: what every per-name actor does, once for both families: timers, pub/sub,
 //!     watchdog, lost signals, lingering, the board of waits, reply senders;
 //!   - `lock_actor/`, `sync_actor/`: the adapters: requests in, round trips, answers out;
+//!   - `deadlock/`: the waits-for graph (pure), its detector, each lock actor's seat in it,
+//!     and the probe that follows waits through other processes;
 //!   - the `Registry` (name → actor), the supervised `PubSubActor` (each channel's messages to
-//!     every actor listening on it), `Watchdog` and `FailoverWatch`, the `WaitsFor` graph
-//!     (deadlocks), and `messages.rs`.
+//!     every actor listening on it), `Watchdog` and `FailoverWatch`, `lost.rs` (a grant's lost
+//!     signal), and `messages.rs`.
 //! - `metrics.rs`: what the `metrics` feature reports.
 //! - `protocol/`: one Lua script per operation, their typed calls, lock kinds, key and channel
 //!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe, the

@@ -33,16 +33,17 @@ use actix::WeakRecipient;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 
+use super::deadlock::Asks;
+use super::deadlock::seat::{Seat, Whose};
 use super::lock_state::{Answer, Effect, HoldKey, LockState, Locks, Request, Settings, Timer};
+use super::lost::LostSignal;
 use super::messages::*;
 use super::name::WaiterId;
 use super::name::effect::{Never, ReplyId};
 use super::services::Services;
 use super::shell::crowd::Caller;
-use super::lost::LostSignal;
 use super::shell::reply::{Expecting, Taken, take_in};
-use super::shell::{self, PerName, Shell, Whose};
-use super::waits_for::Asks;
+use super::shell::{self, PerName, Shell};
 use crate::error::{LockError, Owner};
 use crate::metrics::Series;
 use crate::protocol::LockKind;
@@ -78,11 +79,13 @@ impl LockActor {
             hand_off: svc.config.get_sync_replicas().is_none(),
             unavailable_after: svc.config.get_unavailable_after(),
         };
+        let mut shell = Shell::new(id, name.clone(), svc);
+        shell.seat = Seat::new(&shell.svc.deadlocks);
         Self {
             family,
-            state: LockState::new(family, name.clone(), settings, Instant::now()),
+            state: LockState::new(family, name, settings, Instant::now()),
             registry,
-            shell: Shell::new(id, name, svc),
+            shell,
         }
     }
 
@@ -171,14 +174,16 @@ impl PerName for LockActor {
         let reply = match answer {
             Answer::Granted { key, epoch, token } => {
                 let confirmed = self.state.granted_at(&key, epoch);
-                let owner = owner.map(|owner| (owner, key.0.clone()));
-                let signal = self.shell.signal(epoch, key.1.label(), 1.0, owner);
+                let signal = self.shell.signal(epoch, key.1.label(), 1.0);
                 if let Some((sent, ttl)) = confirmed {
                     signal.validity.confirm(sent, ttl);
                 }
                 let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
                 let claim = signal.validity.clone();
                 claim.claim();
+                if let Some(seat) = &mut self.shell.seat {
+                    seat.granted(epoch, owner, (&key.0, key.1), || claim.claims());
+                }
                 Ok(Some(Grant {
                     actor: self.shell.link(ctx),
                     actor_id: self.shell.id,
@@ -259,6 +264,7 @@ impl Handler<Acquire> for LockActor {
             .map(|owner| Whose {
                 owner,
                 holder: msg.holder.clone(),
+                kind,
                 site: msg.site,
             });
         let req = Request {
@@ -271,7 +277,10 @@ impl Handler<Acquire> for LockActor {
             self,
             |act| {
                 let id = act.state.request(req, Instant::now());
-                act.shell.coming(id, kind.label(), whose);
+                act.shell.coming(id, kind.label());
+                if let (Some(seat), Some(whose)) = (&mut act.shell.seat, whose) {
+                    seat.coming(id, whose);
+                }
                 Expecting::Waiter(id)
             },
             ctx,
@@ -359,7 +368,7 @@ impl Handler<HoldsOf> for LockActor {
 
     fn handle(&mut self, msg: HoldsOf, _: &mut Context<Self>) -> Self::Result {
         let name = self.shell.name.clone();
-        let holds = shell::holds_of(self, &msg.owners);
+        let holds = (self.shell.seat.as_ref()).map_or_else(Vec::new, |s| s.holds_of(&msg.owners));
         MessageResult(
             holds
                 .into_iter()

@@ -23,12 +23,12 @@ use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::actors::lost::LostSignal;
 use crate::actors::messages::*;
 use crate::actors::name::WaiterId;
 use crate::actors::name::effect::ReplyId;
 use crate::actors::services::Services;
 use crate::actors::shell::crowd::{Caller, Sender};
-use crate::actors::lost::LostSignal;
 use crate::actors::shell::reply::{Expecting, Taken, take_in};
 use crate::actors::shell::{self, PerName, Shell};
 use crate::actors::sync_state::{
@@ -128,7 +128,7 @@ impl SyncActor {
         } else {
             Arc::from([])
         };
-        self.shell.coming(id, self.kind.label(), None);
+        self.shell.coming(id, self.kind.label());
         let want = Want {
             permits,
             lease,
@@ -222,12 +222,9 @@ impl PerName for SyncActor {
                 waited,
                 grant: Some(grant),
             } => {
-                let signal = self.shell.signal(
-                    grant.epoch,
-                    self.kind.label(),
-                    f64::from(grant.permits),
-                    None,
-                );
+                let signal =
+                    self.shell
+                        .signal(grant.epoch, self.kind.label(), f64::from(grant.permits));
                 // A plain semaphore's permits never expire: their validity stays unconfirmed.
                 if let Some((sent, ttl)) = grant.confirmed {
                     signal.validity.confirm(sent, ttl);
@@ -262,7 +259,7 @@ impl PerName for SyncActor {
 
     /// Not in the waits-for graph: any one release of permits (or a count down) ends a
     /// synchronizer's wait, so no holder alone is what it waits for.
-    fn asks(_: &mut Context<Self>) -> Option<crate::actors::waits_for::Asks> {
+    fn asks(_: &mut Context<Self>) -> Option<crate::actors::deadlock::Asks> {
         None
     }
 
