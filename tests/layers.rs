@@ -1,7 +1,8 @@
 //! The tree is the diagram: the library's modules, read from their `use` and path lines, form
-//! layers that import only from below — handles → actors (and metrics) → protocol →
-//! connections → config and error — and no module imports one that imports it back, directly
-//! or through others. A module's children may use their parent's items (they are one module).
+//! layers that import only from below — handles → actors (and metrics, the diagnosis) →
+//! protocol → connections → config and error — and no module imports one that imports it back,
+//! directly or through others; inside `actors/`, its rooms stand on floors of their own. A
+//! module's children may use their parent's items (they are one module).
 //! The binaries' modules (`src/bin/<name>/`, below their `main.rs`) have no layers, but no
 //! circle either. No Redis here: this reads `src/`.
 
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 fn floor(top: &str) -> Option<u8> {
     Some(match top {
         "handles" => 4,
-        "actors" | "metrics" => 3,
+        "actors" | "metrics" | "diagnose" => 3,
         "protocol" => 2,
         "connections" => 1,
         "config" | "error" => 0,
