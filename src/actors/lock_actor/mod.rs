@@ -172,8 +172,12 @@ impl PerName for LockActor {
         ctx: &mut Context<Self>,
     ) {
         let reply = match answer {
-            Answer::Granted { key, epoch, token } => {
-                let confirmed = self.state.granted_at(&key, epoch);
+            Answer::Granted {
+                key,
+                epoch,
+                token,
+                confirmed,
+            } => {
                 let signal = self.shell.signal(epoch, key.1.label(), 1.0);
                 if let Some((sent, ttl)) = confirmed {
                     signal.validity.confirm(sent, ttl);

@@ -231,7 +231,7 @@ impl PerName for SyncActor {
                 }
                 let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
                 Ok(Some(Permits {
-                    actor: ctx.address(),
+                    actor: self.shell.link(ctx),
                     actor_id: self.shell.id,
                     name: self.shell.name.clone(),
                     kind: self.kind,
@@ -524,6 +524,10 @@ impl Handler<Unlocked> for SyncActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
+        // Unlike the lock actor's, no `shell::gone_first` here: permits granted to a caller
+        // already gone are given back when their grant is dropped undelivered (`Permits`'
+        // `Drop`), and they carry no term or token for it to spend, so serving the gone
+        // callers first costs at most that give-back's round trip.
         self.state.unlocked(msg.count, Instant::now());
         shell::apply(self, ctx);
     }
