@@ -8,16 +8,13 @@
 //! so that a deadline or a departing caller is handled while one is under way; the state lets
 //! only one run at a time), and answering with a [`Grant`].
 //!
-//! It stops itself when it has been idle a while: while it has a hold, a waiter or a round trip
-//! it keeps a strong address to itself. When all are gone it **lingers**
-//! ([`Config::idle_linger`](crate::Config::idle_linger), a place among the manager's
-//! [`max_lingering`](crate::Config::max_lingering)) so that a name used again soon reuses it —
-//! starting an actor costs about a third of an uncontended acquire+release — and then drops the
-//! address; actix stops an actor once no strong address is left, its mailbox is empty and no
-//! timer is armed. Anyone still holding an address (a grant, an actix user) keeps it alive, so no
-//! message is ever sent to a stopped actor by mistake; a sender that loses the race with the stop
-//! gets `MailboxError::Closed` for a message that was never handled, and resolves the name
-//! again.
+//! It stops when it has been idle a while, as every per-name actor does (the shell's, for both
+//! families: `shell::linger`): while it has a hold, a waiter or a round trip it keeps a strong
+//! address to itself; when all are gone it **lingers**, then drops the address, and actix stops
+//! an actor once no strong address is left, its mailbox is empty and no timer is armed. Anyone
+//! still holding an address (a grant, an actix user) keeps it alive, so no message is ever sent
+//! to a stopped actor by mistake; a sender that loses the race with the stop gets
+//! `MailboxError::Closed` for a message that was never handled, and resolves the name again.
 
 mod grant;
 mod requests;

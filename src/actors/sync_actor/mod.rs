@@ -6,8 +6,8 @@
 //! carried out by the per-name shell (`actors::shell`), shared with the lock actor. What is a
 //! synchronizer's own is here: taking its requests in (permits, a latch's opening, give-backs,
 //! adjustments), running its round trips (`round_trips`: each behind its request latch) and
-//! answering with [`Permits`]. It stops itself when it has been idle a while, as a lock actor
-//! does (see its module doc).
+//! answering with [`Permits`]. It stops when it has been idle a while, as every per-name actor
+//! does (`shell::linger`).
 
 mod permits;
 mod round_trips;
