@@ -174,13 +174,16 @@
 //!   - `shell/`: what every per-name actor does, once for both families: timers, pub/sub,
 //!     watchdog, lost signals, lingering, the board of waits, reply senders;
 //!   - `lock_actor/`, `sync_actor/`: the adapters: requests in, round trips, answers out;
+//!   - `deadlock/`: the waits-for graph (pure), its detector, each lock actor's seat in it,
+//!     and the probe that follows waits through other processes;
 //!   - the `Registry` (name → actor), the supervised `PubSubActor` (each channel's messages to
-//!     every actor listening on it), `Watchdog` and `FailoverWatch`, the `WaitsFor` graph
-//!     (deadlocks), and `messages.rs`.
+//!     every actor listening on it), `Watchdog` and `FailoverWatch`, `lost.rs` (a grant's lost
+//!     signal), and `messages.rs`.
 //! - `metrics.rs`: what the `metrics` feature reports.
+//! - `diagnose/`: the diagnosis of a deployment ([`Diagnosis`], `lockman doctor`): the reads,
+//!   the scratch locks, and their judgement (pure).
 //! - `protocol/`: one Lua script per operation, their typed calls, lock kinds, key and channel
-//!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe, the
-//!   diagnosis of a deployment ([`Diagnosis`], `lockman doctor`).
+//!   names (Redisson's layout, `docs/protocol.md`), client records, the permission probe.
 //! - `connections/`: URLs and TLS, one server, Sentinel's primary or a Cluster, command
 //!   connections (resent requests, replica sync), the pub/sub connection.
 //! - `config/`, `error.rs`: the settings and the one error type.
@@ -232,6 +235,7 @@
 mod actors;
 mod config;
 mod connections;
+mod diagnose;
 mod error;
 mod handles;
 mod metrics;
@@ -270,6 +274,7 @@ pub use config::{
     DEFAULT_RESPONSE_TIMEOUT, DEFAULT_UNAVAILABLE_AFTER, DEFAULT_WATCHDOG_TIMEOUT,
     MIN_FAIR_LOCK_PLACE_TIMEOUT, MIN_WATCHDOG_TIMEOUT, ShardedSubscription, redacted_url,
 };
+pub use diagnose::{Check, CheckStatus, Diagnosis};
 pub use error::{LockError, TlsFailure};
 pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};
 pub use handles::lock::{
@@ -281,7 +286,7 @@ pub use handles::sync::{
     CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
 pub use protocol::keys::release_channels;
-pub use protocol::{Check, CheckStatus, Diagnosis, LockKind, SyncKind};
+pub use protocol::{LockKind, SyncKind};
 
 /// The README's rust blocks, compiled by `cargo test --doc` (only then is this item built). The
 /// README shows whole functions and programs, with no rustdoc-hidden `# ` lines, so GitHub and

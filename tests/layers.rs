@@ -1,7 +1,8 @@
 //! The tree is the diagram: the library's modules, read from their `use` and path lines, form
-//! layers that import only from below — handles → actors (and metrics) → protocol →
-//! connections → config and error — and no module imports one that imports it back, directly
-//! or through others. A module's children may use their parent's items (they are one module).
+//! layers that import only from below — handles → actors (and metrics, the diagnosis) →
+//! protocol → connections → config and error — and no module imports one that imports it back,
+//! directly or through others; inside `actors/`, its rooms stand on floors of their own. A
+//! module's children may use their parent's items (they are one module).
 //! The binaries' modules (`src/bin/<name>/`, below their `main.rs`) have no layers, but no
 //! circle either. No Redis here: this reads `src/`.
 
@@ -12,10 +13,31 @@ use std::path::{Path, PathBuf};
 fn floor(top: &str) -> Option<u8> {
     Some(match top {
         "handles" => 4,
-        "actors" | "metrics" => 3,
+        "actors" | "metrics" | "diagnose" => 3,
         "protocol" => 2,
         "connections" => 1,
         "config" | "error" => 0,
+        _ => return None,
+    })
+}
+
+/// Each room's floor inside `actors/`: a room may import only from floors below its own (or
+/// its own room). The ground: what a grant carries (`lost`), the board, and the vocabulary the
+/// states share (`name`); then the pure states; the messages; the deadlock detector and the
+/// pub/sub actor; the Watchdog; the services; the shell; the adapters; the registry; and the
+/// system that starts it all.
+fn actors_floor(room: &str) -> Option<u8> {
+    Some(match room {
+        "name" | "lost" | "board" => 0,
+        "lock_state" | "sync_state" => 1,
+        "messages" => 2,
+        "deadlock" | "pubsub" => 3,
+        "watchdog" => 4,
+        "services" | "failover" => 5,
+        "shell" => 6,
+        "lock_actor" | "sync_actor" => 7,
+        "registry" => 8,
+        "system" => 9,
         _ => return None,
     })
 }
@@ -149,6 +171,47 @@ fn every_import_points_down_the_layers() {
 }
 
 #[test]
+fn every_import_inside_actors_points_down_its_floors() {
+    let room = |m: &Module| (m.len() >= 2 && m[0] == "actors").then(|| m[1].clone());
+    let mut up = Vec::new();
+    let mut unplaced = BTreeSet::new();
+    for (module, targets) in imports(&src()) {
+        let Some(from) = room(&module) else {
+            continue;
+        };
+        let Some(own) = actors_floor(&from) else {
+            unplaced.insert(from);
+            continue;
+        };
+        for target in targets {
+            let Some(to) = room(&target) else {
+                continue;
+            };
+            match actors_floor(&to) {
+                Some(f) if f >= own && to != from => up.push(format!(
+                    "{} imports {}",
+                    module.join("::"),
+                    target.join("::")
+                )),
+                Some(_) => {}
+                None => {
+                    unplaced.insert(to);
+                }
+            }
+        }
+    }
+    assert!(
+        unplaced.is_empty(),
+        "rooms of actors/ with no floor in `actors_floor`: {unplaced:?}"
+    );
+    assert!(
+        up.is_empty(),
+        "arrows back up inside actors/:\n{}",
+        up.join("\n")
+    );
+}
+
+#[test]
 fn no_module_imports_one_that_imports_it_back() {
     // A depth-first search for a back edge.
     fn visit(
@@ -221,13 +284,19 @@ fn nothing_inside_the_crate_imports_through_its_root() {
 }
 
 /// The rules of a per-name state are pure (`actors/lock_state/`, `actors/sync_state/` and the
-/// vocabulary they share, `actors/name/`): no actix, no tokio, no Redis, no actor messages, no
+/// vocabulary they share, `actors/name/`), and so are the waits-for graph's
+/// (`actors/deadlock/graph.rs`): no actix, no tokio, no Redis, no actor messages, no
 /// connection, and not the shell that carries their effects out. So they run, and are tested,
-/// without a runtime or a server; the shell (`actors/shell/`) and the two actors are where IO
-/// lives.
+/// without a runtime or a server; the shell (`actors/shell/`), the two actors and the deadlock
+/// detector are where IO lives.
 #[test]
 fn the_rules_of_a_name_are_pure() {
-    const PURE: [&str; 3] = ["lock_state", "sync_state", "name"];
+    const PURE: [&[&str]; 4] = [
+        &["actors", "lock_state"],
+        &["actors", "sync_state"],
+        &["actors", "name"],
+        &["actors", "deadlock", "graph"],
+    ];
     const FORBIDDEN: [&str; 8] = [
         "actix",
         "tokio",
@@ -240,7 +309,10 @@ fn the_rules_of_a_name_are_pure() {
     ];
     let mut impure = Vec::new();
     for (module, path, _) in modules(&src()) {
-        if module.len() < 2 || module[0] != "actors" || !PURE.contains(&module[1].as_str()) {
+        let under = |pure: &[&str]| {
+            module.len() >= pure.len() && module.iter().zip(pure).all(|(m, p)| m == p)
+        };
+        if !PURE.iter().any(|pure| under(pure)) {
             continue;
         }
         for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {

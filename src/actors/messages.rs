@@ -143,7 +143,7 @@ pub(crate) struct Track {
     /// When Redis last set the hold's PTTL to the full timeout (its grant).
     pub confirmed: std::time::Instant,
     /// Where each renewal is published for the hold's guards (`valid_until`).
-    pub validity: Option<super::shell::lost::Validity>,
+    pub validity: Option<super::lost::Validity>,
     pub actor: WeakRecipient<HoldLost>,
 }
 

@@ -17,6 +17,7 @@ use actix_rt::ArbiterHandle;
 use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
+use super::deadlock::probe::Probe;
 use super::lock_actor::LockActor;
 use super::messages::*;
 use super::services::Services;
@@ -129,7 +130,7 @@ impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
 }
 
 /// A manager with a long wait asks each live lock actor for its waiting owners' holds.
-impl super::watchdog::LockActors for Directory {
+impl super::deadlock::probe::LockActors for Directory {
     fn live(&self) -> Vec<actix::Recipient<super::messages::HoldsOf>> {
         self.locks.all().into_iter().map(Addr::recipient).collect()
     }
@@ -171,6 +172,9 @@ pub(crate) struct Registry {
     homes: Vec<Home>,
     /// The live actors, shared with the handles.
     actors: Directory,
+    /// The cross-process deadlock probe (none with deadlock detection off), halted at
+    /// shutdown.
+    probe: Option<Addr<Probe>>,
     /// Set by `Shutdown`: no new lock actors.
     shut: bool,
     /// Whether the Watchdog was told of the manager's first use (`FirstUse`): once, when the
@@ -179,11 +183,12 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn new(homes: Vec<Home>, actors: Directory) -> Self {
+    pub(crate) fn new(homes: Vec<Home>, actors: Directory, probe: Option<Addr<Probe>>) -> Self {
         Self {
             svc: homes[0].svc.clone(),
             homes,
             actors,
+            probe,
             shut: false,
             used: false,
         }
@@ -329,10 +334,15 @@ impl Handler<Shutdown> for Registry {
         let sync_stops = join_all(syncs.into_iter().map(|a| a.send(StopSync { release })));
         let stops = futures_util::future::join(stops, sync_stops);
         let watchdog = self.svc.watchdog.clone();
+        let probe = self.probe.clone();
         let stops = async move {
             stops.await;
-            // Answered once the client record is deleted (bounded by the response timeout).
+            // Answered once the client record (and the waits hash) is deleted (bounded by the
+            // response timeout).
             let _ = watchdog.send(Halt).await;
+            if let Some(probe) = probe {
+                let _ = probe.send(Halt).await;
+            }
         };
         Box::pin(stops.into_actor(self).map(|_, act, ctx| {
             act.svc.pubsub.do_send(Halt);

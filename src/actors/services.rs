@@ -12,7 +12,8 @@ use crate::config::Config;
 use crate::protocol::Commands;
 
 /// What every per-name actor (lock or synchronizer) needs: the command connection, the
-/// settings, the pub/sub actor, the Watchdog, the client id, the board, the waits-for graph and the lingering count.
+/// settings, the pub/sub actor, the Watchdog, the client id, the board, the deadlock detector and
+/// the lingering count.
 #[derive(Clone)]
 pub(crate) struct Services {
     pub commands: Commands,
@@ -26,7 +27,7 @@ pub(crate) struct Services {
     /// Who waits on which names here, for the client record and the contention series.
     pub board: Arc<super::board::Board>,
     /// Who waits for whom among the manager's lock waits, for deadlock detection.
-    pub waits_for: Arc<super::waits_for::WaitsFor>,
+    pub deadlocks: Arc<super::deadlock::Detector>,
     /// How many of the manager's actors linger idle now ([`Config::max_lingering`] bounds it).
     pub lingering: Arc<std::sync::atomic::AtomicUsize>,
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use actix::{Actor, Addr, Supervisor};
 use actix_rt::ArbiterHandle;
 
+use super::deadlock::Detector;
+use super::deadlock::probe::Probe;
 use super::failover::FailoverWatch;
 use super::pubsub::PubSubActor;
 use super::registry::{Directory, Home, Registry};
@@ -39,17 +41,26 @@ pub(crate) async fn start(
     let pubsub_endpoint = endpoint.clone();
     let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
     let board = Arc::new(super::board::Board::default());
-    let waits_for = Arc::new(super::waits_for::WaitsFor::new(&config, client_id));
+    let deadlocks = Arc::new(Detector::new(&config, client_id));
     let directory = Directory::default();
     let watchdog = Watchdog::new(
         commands.clone(),
         &config,
         client_id,
         board.clone(),
-        waits_for.clone(),
-        Arc::new(directory.clone()),
+        deadlocks.clone(),
     );
     let watchdog = Supervisor::start(move |_| watchdog);
+    // Deadlocks across processes, on a schedule of their own.
+    let probe = deadlocks.is_on().then(|| {
+        let probe = Probe::new(
+            commands.clone(),
+            deadlocks.clone(),
+            Arc::new(directory.clone()),
+            client_id,
+        );
+        Supervisor::start(move |_| probe)
+    });
     if endpoint.follows_failover() {
         let watch = FailoverWatch::new(commands.clone(), pubsub.clone(), watchdog.clone(), &config);
         // Lives as long as the services it moves: it stops when their addresses are gone.
@@ -57,7 +68,7 @@ pub(crate) async fn start(
     }
     let svc = Services {
         commands: commands.clone(),
-        waits_for,
+        deadlocks,
         config,
         pubsub,
         watchdog,
@@ -81,7 +92,7 @@ pub(crate) async fn start(
         });
     }
     Ok(Started {
-        registry: Registry::new(homes, directory.clone()).start(),
+        registry: Registry::new(homes, directory.clone(), probe).start(),
         directory,
         commands,
         client_id,

@@ -495,6 +495,27 @@ pub(crate) enum Link {
     Cluster(ClusterConnection),
 }
 
+impl Link {
+    /// Runs `cmd` on one node: the server, or in a cluster the master of slot 0, so that a
+    /// series of reads (a diagnosis's) is all of one server.
+    pub(crate) async fn query_one_node<T: redis::FromRedisValue>(
+        &mut self,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<T> {
+        match self {
+            Link::Server(conn) => cmd.query_async(conn).await,
+            Link::Cluster(cluster) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let master = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(0, SlotAddr::Master),
+                ));
+                let reply = cluster.route_command(cmd.clone(), master).await?;
+                redis::from_redis_value(reply).map_err(Into::into)
+            }
+        }
+    }
+}
+
 impl redis::aio::ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {

@@ -116,7 +116,7 @@ impl LockManager {
                 return Ok(());
             }
         };
-        let evicts = crate::protocol::evicts_locks(&policy);
+        let evicts = crate::diagnose::evicts_locks(&policy);
         crate::metrics::evicting_server(evicts);
         if !evicts {
             return Ok(());
@@ -129,7 +129,7 @@ impl LockManager {
             %url,
             %policy,
             "the server may evict lock keys: {}; set maxmemory-policy noeviction",
-            crate::protocol::eviction_risk(&policy)
+            crate::diagnose::eviction_risk(&policy)
         );
         Ok(())
     }
@@ -142,7 +142,7 @@ impl LockManager {
     /// As any command: [`LockError::Timeout`], [`LockError::Redis`] (an ACL that refuses `INFO`).
     pub async fn evicting_policy(&self) -> Result<Option<String>, LockError> {
         let policy = self.inner.commands.eviction_policy().await?;
-        Ok(policy.filter(|policy| crate::protocol::evicts_locks(policy)))
+        Ok(policy.filter(|policy| crate::diagnose::evicts_locks(policy)))
     }
 
     /// What this deployment guarantees to locks, read from the server and tried on it now, one
@@ -164,7 +164,7 @@ impl LockManager {
     /// [`LockError::Connect`] or [`LockError::Timeout`] when the server cannot be reached or
     /// stops answering, [`LockError::Redis`] when a connection breaks on the way: no diagnosis
     /// is made of answers that never came.
-    pub async fn diagnose(&self) -> Result<crate::protocol::Diagnosis, LockError> {
+    pub async fn diagnose(&self) -> Result<crate::diagnose::Diagnosis, LockError> {
         let facts = self.inner.commands.facts().await?;
         let id = self.inner.client_id;
         let holders = std::array::from_fn(|_| {
@@ -179,7 +179,7 @@ impl LockManager {
             .commands
             .trial(name.key(), &holders, &lane)
             .await?;
-        Ok(crate::protocol::judge(&facts, &trial, &self.inner.config))
+        Ok(crate::diagnose::judge(&facts, &trial, &self.inner.config))
     }
 
     /// [`start`](Self::start) with the default settings.

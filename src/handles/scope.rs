@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures_util::future::select_all;
 
-use crate::actors::shell::lost::LostSignal;
+use crate::actors::lost::LostSignal;
 use crate::error::LockError;
 
 /// The default margin of `scope`: a tenth of the hold's TTL (3 s of the default 30 s watchdog
@@ -164,7 +164,7 @@ impl Watched<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actors::shell::lost::Validity;
+    use crate::actors::lost::Validity;
 
     fn watched<'a>(hold: &'a LostSignal) -> Watched<'a> {
         Watched {

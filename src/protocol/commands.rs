@@ -71,7 +71,7 @@ impl Commands {
     }
 
     /// The connections, for the synchronizers' calls (`sync.rs`).
-    pub(super) fn conn(&self) -> &Conn {
+    pub(crate) fn conn(&self) -> &Conn {
         &self.conn
     }
 

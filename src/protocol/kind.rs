@@ -98,6 +98,21 @@ impl LockKind {
         }
     }
 
+    /// The kind whose [`label`](Self::label) is `label`.
+    pub(crate) fn from_label(label: &str) -> Option<Self> {
+        [
+            LockKind::Reentrant,
+            LockKind::Fenced,
+            LockKind::Read,
+            LockKind::Write,
+            LockKind::Fair,
+            LockKind::NonReentrant,
+            LockKind::NonReentrantFair,
+        ]
+        .into_iter()
+        .find(|kind| kind.label() == label)
+    }
+
     /// Kinds served by one lock actor: both sides of a read-write lock. (Other kinds share a
     /// channel without sharing an actor: the pub/sub actor routes a channel to each listener.)
     pub(crate) fn family(self) -> LockKind {

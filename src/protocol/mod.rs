@@ -4,7 +4,6 @@
 mod clients;
 mod commands;
 mod deadlocks;
-mod diagnose;
 mod fence;
 pub(crate) mod keys;
 mod kind;
@@ -21,9 +20,8 @@ use crate::error::LockError;
 pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::{Commands, Successor};
 pub(crate) use deadlocks::{Blocked, Published, holder_of};
-pub use diagnose::{Check, CheckStatus, Diagnosis};
-pub(crate) use diagnose::{eviction_risk, evicts_locks, judge};
 pub use kind::LockKind;
+pub(crate) use probe::check_subscribe;
 pub use sync::SyncKind;
 pub(crate) use sync::{NO_LEASE_SCORE, SyncDescribed, SyncLatch, Take, hex};
 

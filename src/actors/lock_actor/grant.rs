@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::actors::shell::lost::{LostSignal, Validity};
+use crate::actors::lost::{LostSignal, Validity};
 use actix::Addr;
 
 use super::LockActor;

@@ -8,16 +8,13 @@
 //! so that a deadline or a departing caller is handled while one is under way; the state lets
 //! only one run at a time), and answering with a [`Grant`].
 //!
-//! It stops itself when it has been idle a while: while it has a hold, a waiter or a round trip
-//! it keeps a strong address to itself. When all are gone it **lingers**
-//! ([`Config::idle_linger`](crate::Config::idle_linger), a place among the manager's
-//! [`max_lingering`](crate::Config::max_lingering)) so that a name used again soon reuses it —
-//! starting an actor costs about a third of an uncontended acquire+release — and then drops the
-//! address; actix stops an actor once no strong address is left, its mailbox is empty and no
-//! timer is armed. Anyone still holding an address (a grant, an actix user) keeps it alive, so no
-//! message is ever sent to a stopped actor by mistake; a sender that loses the race with the stop
-//! gets `MailboxError::Closed` for a message that was never handled, and resolves the name
-//! again.
+//! It stops when it has been idle a while, as every per-name actor does (the shell's, for both
+//! families: `shell::linger`): while it has a hold, a waiter or a round trip it keeps a strong
+//! address to itself; when all are gone it **lingers**, then drops the address, and actix stops
+//! an actor once no strong address is left, its mailbox is empty and no timer is armed. Anyone
+//! still holding an address (a grant, an actix user) keeps it alive, so no message is ever sent
+//! to a stopped actor by mistake; a sender that loses the race with the stop gets
+//! `MailboxError::Closed` for a message that was never handled, and resolves the name again.
 
 mod grant;
 mod requests;
@@ -33,16 +30,17 @@ use actix::WeakRecipient;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 
+use super::deadlock::Asks;
+use super::deadlock::seat::{Seat, Whose};
 use super::lock_state::{Answer, Effect, HoldKey, LockState, Locks, Request, Settings, Timer};
+use super::lost::LostSignal;
 use super::messages::*;
 use super::name::WaiterId;
 use super::name::effect::{Never, ReplyId};
 use super::services::Services;
 use super::shell::crowd::Caller;
-use super::shell::lost::LostSignal;
 use super::shell::reply::{Expecting, Taken, take_in};
-use super::shell::{self, PerName, Shell, Whose};
-use super::waits_for::Asks;
+use super::shell::{self, PerName, Shell};
 use crate::error::{LockError, Owner};
 use crate::metrics::Series;
 use crate::protocol::LockKind;
@@ -78,11 +76,13 @@ impl LockActor {
             hand_off: svc.config.get_sync_replicas().is_none(),
             unavailable_after: svc.config.get_unavailable_after(),
         };
+        let mut shell = Shell::new(id, name.clone(), svc);
+        shell.seat = Seat::new(&shell.svc.deadlocks);
         Self {
             family,
-            state: LockState::new(family, name.clone(), settings, Instant::now()),
+            state: LockState::new(family, name, settings, Instant::now()),
             registry,
-            shell: Shell::new(id, name, svc),
+            shell,
         }
     }
 
@@ -169,16 +169,22 @@ impl PerName for LockActor {
         ctx: &mut Context<Self>,
     ) {
         let reply = match answer {
-            Answer::Granted { key, epoch, token } => {
-                let confirmed = self.state.granted_at(&key, epoch);
-                let owner = owner.map(|owner| (owner, key.0.clone()));
-                let signal = self.shell.signal(epoch, key.1.label(), 1.0, owner);
+            Answer::Granted {
+                key,
+                epoch,
+                token,
+                confirmed,
+            } => {
+                let signal = self.shell.signal(epoch, key.1.label(), 1.0);
                 if let Some((sent, ttl)) = confirmed {
                     signal.validity.confirm(sent, ttl);
                 }
                 let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
                 let claim = signal.validity.clone();
                 claim.claim();
+                if let Some(seat) = &mut self.shell.seat {
+                    seat.granted(epoch, owner, (&key.0, key.1), || claim.claims());
+                }
                 Ok(Some(Grant {
                     actor: self.shell.link(ctx),
                     actor_id: self.shell.id,
@@ -259,6 +265,7 @@ impl Handler<Acquire> for LockActor {
             .map(|owner| Whose {
                 owner,
                 holder: msg.holder.clone(),
+                kind,
                 site: msg.site,
             });
         let req = Request {
@@ -271,7 +278,10 @@ impl Handler<Acquire> for LockActor {
             self,
             |act| {
                 let id = act.state.request(req, Instant::now());
-                act.shell.coming(id, kind.label(), whose);
+                act.shell.coming(id, kind.label());
+                if let (Some(seat), Some(whose)) = (&mut act.shell.seat, whose) {
+                    seat.coming(id, whose);
+                }
                 Expecting::Waiter(id)
             },
             ctx,
@@ -359,7 +369,7 @@ impl Handler<HoldsOf> for LockActor {
 
     fn handle(&mut self, msg: HoldsOf, _: &mut Context<Self>) -> Self::Result {
         let name = self.shell.name.clone();
-        let holds = shell::holds_of(self, &msg.owners);
+        let holds = (self.shell.seat.as_ref()).map_or_else(Vec::new, |s| s.holds_of(&msg.owners));
         MessageResult(
             holds
                 .into_iter()

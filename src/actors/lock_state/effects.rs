@@ -1,7 +1,7 @@
 //! What the state machine asks its shell to do, and what the shell reports back.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{HoldKey, WaiterId};
 pub(crate) use crate::actors::name::Loss;
@@ -40,11 +40,14 @@ pub(crate) type Effect = crate::actors::name::effect::Effect<Locks>;
 /// How a request ended.
 #[derive(Debug)]
 pub(crate) enum Answer {
-    /// Granted: the hold's key, its epoch, and a fenced lock's token.
+    /// Granted: the hold's key, its epoch, a fenced lock's token, and when Redis last granted
+    /// the hold (the grant's call was sent then) with the TTL it set: what its guards'
+    /// validity starts from (as a synchronizer's grant carries it).
     Granted {
         key: HoldKey,
         epoch: u64,
         token: Option<u64>,
+        confirmed: Option<(Instant, Duration)>,
     },
     /// The wait ran out (or a single attempt found the lock busy).
     TimedOut,

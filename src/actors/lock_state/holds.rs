@@ -135,13 +135,6 @@ impl<'a> IntoIterator for &'a Holds {
 }
 
 impl LockState {
-    /// When the hold of `key` was last granted by Redis (the grant's call was sent then) and
-    /// the TTL that grant set: what its guards' validity starts from.
-    pub(crate) fn granted_at(&self, key: &HoldKey, epoch: u64) -> Option<(Instant, Duration)> {
-        let hold = self.holds.of(key, epoch)?;
-        Some((hold.granted, hold.lease))
-    }
-
     /// Records a hold granted by Redis (a new one, or one more of a held one); its epoch.
     pub(super) fn grant(&mut self, key: HoldKey, lease: Option<Duration>, started: Instant) -> u64 {
         let watchdog = lease.is_none();

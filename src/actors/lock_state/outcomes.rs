@@ -239,7 +239,16 @@ impl LockState {
                 .filter(|t| t.id != id && t.holder == key.0 && t.kind == key.1)
                 .map(|t| t.id)
                 .collect();
-            self.answer(id, Answer::Granted { key, epoch, token });
+            let confirmed = self.holds.of(&key, epoch).map(|h| (h.granted, h.lease));
+            self.answer(
+                id,
+                Answer::Granted {
+                    key,
+                    epoch,
+                    token,
+                    confirmed,
+                },
+            );
             for twin in twins {
                 self.attempt(twin);
             }

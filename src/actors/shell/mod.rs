@@ -6,11 +6,12 @@
 //! - timers: a waiter's deadline in the actor's [`Crowd`], which also watches its caller; any
 //!   other timer an actix timer of its own;
 //! - the channel subscriptions, through the [`PubSubActor`](crate::actors::pubsub::PubSubActor);
-//! - holds handed to the Watchdog and taken back, their lost signals and validity (`lost`),
+//! - holds handed to the Watchdog and taken back, their lost signals and validity (`actors::lost`),
 //!   and the metric series of waiters, holds and losses;
 //! - who waits on the name, on the manager's [`Board`](crate::actors::board::Board) (client
-//!   records, `lockman top`), for every waiter left waiting; and for locks, who waits for whom,
-//!   in the manager's [`WaitsFor`](crate::actors::waits_for::WaitsFor) graph (deadlocks);
+//!   records, `lockman top`), for every waiter left waiting; and, through the actor's
+//!   [`Seat`] when it has one (a lock actor's), when a wait begins and ends and a hold ends,
+//!   for the waits-for graph (`deadlock/`);
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
 //! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
@@ -18,7 +19,6 @@
 
 pub(crate) mod crowd;
 pub(crate) mod linger;
-pub(crate) mod lost;
 pub(crate) mod reply;
 
 use std::cell::RefCell;
@@ -30,18 +30,19 @@ use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
+use crate::actors::deadlock::Asks;
+use crate::actors::deadlock::seat::Seat;
+use crate::actors::lost::Validity;
 use crate::actors::messages::{
     HoldLost, Listener, Renewal, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe, Untrack,
 };
 use crate::actors::name::effect::{Effect, Family, ReplyId};
 use crate::actors::name::{Loss, WaiterId};
 use crate::actors::services::Services;
-use crate::actors::waits_for;
-use crate::error::{LockError, Owner, Site};
+use crate::error::{LockError, Owner};
 use crate::metrics::{Series, Since};
 use crowd::{Caller, Crowd, Crowded, Sender};
 use linger::{Linger, Lingers};
-use lost::Validity;
 use reply::{Expecting, Handed};
 
 /// A family's timer, as an actor of type `A` arms it.
@@ -97,7 +98,7 @@ pub(crate) trait PerName:
     );
     /// Where the waits-for graph asks about this actor's waits and breaks one: `None` for a
     /// family whose waits are not in the graph (synchronizers: any one release ends their wait).
-    fn asks(ctx: &mut Context<Self>) -> Option<waits_for::Asks>;
+    fn asks(ctx: &mut Context<Self>) -> Option<Asks>;
     /// Carries out what only its family does.
     fn own(&mut self, own: <Self::Family as Family>::Own, ctx: &mut Context<Self>);
     /// Whose reply `own` is, when it answers a caller.
@@ -108,23 +109,11 @@ pub(crate) trait PerName:
     fn reply(tx: Self::Reply, res: Result<(), LockError>);
 }
 
-/// A waiting request's caller, its kind's label and its arrival (for the metrics), and whose
-/// it is (deadlock detection).
+/// A waiting request's caller, and its kind's label and its arrival (for the metrics).
 pub(crate) struct Waiting<T> {
     pub caller: Caller<T>,
     pub kind: &'static str,
     pub since: Since,
-    pub whose: Option<Whose>,
-}
-
-/// Whose request it is, for the waits-for graph (a lock's; synchronizers' are not in it).
-#[derive(Clone, Debug)]
-pub(crate) struct Whose {
-    pub owner: Owner,
-    /// Its holder field: what it re-enters rather than waits for.
-    pub holder: Arc<str>,
-    /// Where the caller's code asked for it.
-    pub site: Option<Site>,
 }
 
 /// A hold's lost signal, by epoch: its guards hold the receivers.
@@ -134,9 +123,6 @@ pub(crate) struct Signal {
     /// Its kind's label, and how much it counts in the held series (a hold, or its permits).
     kind: &'static str,
     amount: f64,
-    /// Whom the hold belongs to (its first grant's owner) and its holder field, for the
-    /// waits-for graph.
-    owner: Option<(Owner, Arc<str>)>,
 }
 
 /// What the shell keeps of one per-name actor.
@@ -168,16 +154,11 @@ pub(crate) struct Shell<A: PerName> {
     stop_replies: Vec<oneshot::Sender<()>>,
     /// The effects being carried out (a buffer kept between events).
     effects: Vec<EffectOf<A>>,
-    /// When each waiter that actually waits (a watched caller) began waiting: for the board;
-    /// and its owner when the wait is in the waits-for graph. Empty while nobody waits.
-    waits_began: FxHashMap<WaiterId, (Instant, Option<Owner>)>,
-    /// How many of those are in the waits-for graph.
-    in_graph: usize,
-    /// How the waits-for graph asks this actor about its waits (made at its first wait there).
-    asks: Option<Arc<waits_for::Asks>>,
-    /// The owners of this name's holds (with their epochs) as the waits-for graph last learned
-    /// them, sorted: kept there while a wait of this actor is in it.
-    published: Vec<(Owner, u64)>,
+    /// When each waiter that actually waits (a watched caller) began waiting: for the board.
+    /// Empty while nobody waits.
+    waits_began: FxHashMap<WaiterId, Instant>,
+    /// Its place in the waits-for graph: a lock actor's, while deadlocks are looked for.
+    pub seat: Option<Seat>,
     /// Reply senders on their way in, and the effects held back for them (`reply`).
     handed: Rc<RefCell<Vec<Handed<A>>>>,
     expecting: Option<Expecting>,
@@ -201,18 +182,15 @@ impl<A: PerName> Shell<A> {
             stop_replies: Vec::new(),
             effects: Vec::new(),
             waits_began: FxHashMap::default(),
-            in_graph: 0,
-            asks: None,
-            published: Vec::new(),
+            seat: None,
             handed: Rc::default(),
             expecting: None,
             held: Vec::new(),
         }
     }
 
-    /// A new waiter's caller, whose reply sender is on its way (`reply`), and whose request it
-    /// is.
-    pub(crate) fn coming(&mut self, id: WaiterId, kind: &'static str, whose: Option<Whose>) {
+    /// A new waiter's caller, whose reply sender is on its way (`reply`).
+    pub(crate) fn coming(&mut self, id: WaiterId, kind: &'static str) {
         A::SERIES.waiters(kind, 1.0);
         self.waiting.insert(
             id,
@@ -220,7 +198,6 @@ impl<A: PerName> Shell<A> {
                 caller: Caller::Coming,
                 kind,
                 since: Since::now(),
-                whose,
             },
         );
     }
@@ -238,88 +215,43 @@ impl<A: PerName> Shell<A> {
             .clone()
     }
 
-    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held),
-    /// which `owner`'s request took.
-    pub(crate) fn signal(
-        &mut self,
-        epoch: u64,
-        kind: &'static str,
-        amount: f64,
-        owner: Option<(Owner, Arc<str>)>,
-    ) -> &Signal {
-        let entry = self.signals.entry(epoch).and_modify(|s| {
-            if s.owner.as_ref().map(|o| o.0) != owner.as_ref().map(|o| o.0) {
-                s.owner = None;
-            }
-        });
-        entry.or_insert_with(|| {
+    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held).
+    pub(crate) fn signal(&mut self, epoch: u64, kind: &'static str, amount: f64) -> &Signal {
+        self.signals.entry(epoch).or_insert_with(|| {
             A::SERIES.held(kind, amount);
             Signal {
                 lost: watch::channel(false).0,
                 validity: Validity::new(),
                 kind,
                 amount,
-                owner,
             }
         })
     }
 
     /// Waiter `id`'s wait is over (answered, or its caller left): off the board and out of the
-    /// waits-for graph.
-    fn wait_over(&mut self, id: WaiterId) {
-        if self.waits_began.is_empty() {
-            return;
-        }
-        if let Some((began, in_graph)) = self.waits_began.remove(&id) {
+    /// waits-for graph. Returns whose request it was, when the seat knows.
+    fn wait_over(&mut self, id: WaiterId) -> Option<Owner> {
+        if let Some(began) = self.waits_began.remove(&id) {
             self.svc.board.wait_ended(&self.name, began);
-            if let Some(owner) = in_graph {
-                self.in_graph -= 1;
-                self.svc.waits_for.wait_ended(owner, self.id, id);
-            }
         }
+        self.seat.as_mut()?.wait_over(self.id, id)
     }
 
-    /// Tells the waits-for graph who holds this name now, while one of its waits is there
-    /// (and that nobody does, once none is): whoever it waits for. Compares first, so the
-    /// graph's lock is taken only when the owners changed.
-    fn publish_holders(&mut self) {
-        if self.in_graph == 0 && self.published.is_empty() {
-            return;
+    /// The hold of `epoch` ended: its signal's series, and out of the seat.
+    fn ended(&mut self, epoch: u64) -> Option<Signal> {
+        if let Some(seat) = &mut self.seat {
+            seat.hold_ended(epoch);
         }
-        let mut owners: Vec<(Owner, u64)> = if self.in_graph == 0 {
-            Vec::new()
-        } else {
-            self.signals
-                .iter()
-                .filter_map(|(epoch, s)| Some((s.owner.as_ref()?.0, *epoch)))
-                .collect()
-        };
-        owners.sort_unstable();
-        if owners != self.published {
-            let holds = owners
-                .iter()
-                .filter_map(|(_, epoch)| {
-                    let signal = self.signals.get(epoch)?;
-                    let (owner, holder) = signal.owner.clone()?;
-                    Some(waits_for::Hold {
-                        owner,
-                        holder,
-                        kind: signal.kind,
-                        claim: signal.validity.claims(),
-                    })
-                })
-                .collect();
-            self.published = owners;
-            self.svc.waits_for.holders(&self.name, self.id, holds);
-        }
+        let signal = self.signals.remove(&epoch)?;
+        A::SERIES.held(signal.kind, -signal.amount);
+        Some(signal)
     }
 
     /// The hold of `epoch` is gone without its release: its guards learn it.
     fn lose(&mut self, epoch: u64, loss: Loss) {
-        if let Some(signal) = self.signals.remove(&epoch) {
-            // Counted before the guard is told: whoever the guard wakes reads the counters
-            // already moved.
-            A::SERIES.held(signal.kind, -signal.amount);
+        // Counted before the guard is told: whoever the guard wakes reads the counters
+        // already moved.
+        if let Some(signal) = self.ended(epoch) {
             A::SERIES.lost(signal.kind, loss.label());
             signal.lost.send_replace(true);
         }
@@ -349,7 +281,9 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     }
     let shell = act.shell();
     shell.effects = effects;
-    shell.publish_holders();
+    if let Some(seat) = &mut shell.seat {
+        seat.publish(&shell.name, shell.id);
+    }
 }
 
 /// Carries out one effect.
@@ -389,9 +323,7 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
         Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
         Effect::Lost(epoch, loss) => act.shell().lose(epoch, loss),
         Effect::Ended(epoch) => {
-            if let Some(signal) = act.shell().signals.remove(&epoch) {
-                A::SERIES.held(signal.kind, -signal.amount);
-            }
+            act.shell().ended(epoch);
         }
         Effect::Busy => {
             Linger::busy(act);
@@ -407,6 +339,9 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
         }
         Effect::Stopped => {
             let shell = act.shell();
+            if let Some(seat) = &mut shell.seat {
+                seat.holds_ended();
+            }
             for (_, signal) in shell.signals.drain() {
                 A::SERIES.held(signal.kind, -signal.amount);
                 signal.lost.send_replace(true);
@@ -461,16 +396,13 @@ fn answer_waiter<A: PerName>(
 ) {
     let outcome = act.outcome(&answer);
     let shell = act.shell();
-    shell.wait_over(id);
+    let owner = shell.wait_over(id);
     shell.crowd.disarm(id);
-    let (caller, owner) = match shell.waiting.remove(&id) {
-        Some(w) => {
-            A::SERIES.waiters(w.kind, -1.0);
-            A::SERIES.answered(w.kind, outcome, w.since);
-            (Some(w.caller), w.whose.map(|w| w.owner))
-        }
-        None => (None, None),
-    };
+    let caller = shell.waiting.remove(&id).map(|w| {
+        A::SERIES.waiters(w.kind, -1.0);
+        A::SERIES.answered(w.kind, outcome, w.since);
+        w.caller
+    });
     act.answer(id, answer, caller, owner, ctx);
 }
 
@@ -488,41 +420,23 @@ fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
         "watch before the sender came"
     );
     waiting.caller = shell.crowd.watch(id, waiting.caller, ctx);
-    let (kind, whose) = (waiting.kind, waiting.whose.clone());
     shell.waiting.insert(id, waiting);
     let now = Instant::now();
     if shell.waits_began.contains_key(&id) {
         return;
     }
+    shell.waits_began.insert(id, now);
     shell.svc.board.wait_began(&shell.name, now);
-    // Into the waits-for graph, with the name's holders first: the search this wait starts
-    // must see whom it waits for.
-    if whose.is_some() && shell.asks.is_none() && shell.svc.waits_for.is_on() {
-        shell.asks = A::asks(ctx).map(Arc::new);
+    if shell.seat.as_ref().is_some_and(|seat| seat.needs_asks(id))
+        && let Some(asks) = A::asks(ctx)
+        && let Some(seat) = &mut act.shell().seat
+    {
+        seat.asked_by(asks);
     }
-    let graph = whose
-        .filter(|_| shell.svc.waits_for.is_on())
-        .and_then(|whose| Some((whose, shell.asks.clone()?)));
     let shell = act.shell();
-    shell
-        .waits_began
-        .insert(id, (now, graph.as_ref().map(|g| g.0.owner)));
-    let Some((whose, asks)) = graph else {
-        return;
-    };
-    shell.in_graph += 1;
-    shell.publish_holders();
-    shell.svc.waits_for.wait_began(waits_for::Wait {
-        owner: whose.owner,
-        name: shell.name.clone(),
-        kind,
-        holder: whose.holder,
-        site: whose.site,
-        actor: shell.id,
-        waiter: id,
-        since: now,
-        asks,
-    });
+    if let Some(seat) = &mut shell.seat {
+        seat.wait_began(&shell.name, shell.id, id, now);
+    }
 }
 
 /// Whether waiter `id` still waits, with its caller there (asked by the waits-for graph about
@@ -531,17 +445,6 @@ pub(crate) fn still_waiting<A: PerName>(act: &mut A, id: WaiterId) -> bool {
     let shell = act.shell();
     shell.waits_began.contains_key(&id)
         && shell.waiting.get(&id).is_some_and(|w| !w.caller.is_gone())
-}
-
-/// The holds of this actor claimed by one of `owners`: each one's owner and holder field.
-pub(crate) fn holds_of<A: PerName>(act: &mut A, owners: &[Owner]) -> Vec<(Owner, Arc<str>)> {
-    act.shell()
-        .signals
-        .values()
-        .filter(|s| s.validity.is_claimed())
-        .filter_map(|s| s.owner.clone())
-        .filter(|(owner, _)| owners.contains(owner))
-        .collect()
 }
 
 /// Waiter `id`'s caller dropped its request: the waiter leaves.
@@ -641,8 +544,9 @@ pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
         A::reply(tx, Err(LockError::Shutdown));
     }
     // Its holds leave the waits-for graph with it.
-    shell.in_graph = 0;
-    shell.publish_holders();
+    if let Some(seat) = &mut shell.seat {
+        seat.leave(&shell.name, shell.id);
+    }
 }
 
 impl<A: PerName> Crowded for A {

@@ -6,8 +6,8 @@
 //! carried out by the per-name shell (`actors::shell`), shared with the lock actor. What is a
 //! synchronizer's own is here: taking its requests in (permits, a latch's opening, give-backs,
 //! adjustments), running its round trips (`round_trips`: each behind its request latch) and
-//! answering with [`Permits`]. It stops itself when it has been idle a while, as a lock actor
-//! does (see its module doc).
+//! answering with [`Permits`]. It stops when it has been idle a while, as every per-name actor
+//! does (`shell::linger`).
 
 mod permits;
 mod round_trips;
@@ -23,12 +23,12 @@ use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::actors::lost::LostSignal;
 use crate::actors::messages::*;
 use crate::actors::name::WaiterId;
 use crate::actors::name::effect::ReplyId;
 use crate::actors::services::Services;
 use crate::actors::shell::crowd::{Caller, Sender};
-use crate::actors::shell::lost::LostSignal;
 use crate::actors::shell::reply::{Expecting, Taken, take_in};
 use crate::actors::shell::{self, PerName, Shell};
 use crate::actors::sync_state::{
@@ -128,7 +128,7 @@ impl SyncActor {
         } else {
             Arc::from([])
         };
-        self.shell.coming(id, self.kind.label(), None);
+        self.shell.coming(id, self.kind.label());
         let want = Want {
             permits,
             lease,
@@ -222,19 +222,16 @@ impl PerName for SyncActor {
                 waited,
                 grant: Some(grant),
             } => {
-                let signal = self.shell.signal(
-                    grant.epoch,
-                    self.kind.label(),
-                    f64::from(grant.permits),
-                    None,
-                );
+                let signal =
+                    self.shell
+                        .signal(grant.epoch, self.kind.label(), f64::from(grant.permits));
                 // A plain semaphore's permits never expire: their validity stays unconfirmed.
                 if let Some((sent, ttl)) = grant.confirmed {
                     signal.validity.confirm(sent, ttl);
                 }
                 let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
                 Ok(Some(Permits {
-                    actor: ctx.address(),
+                    actor: self.shell.link(ctx),
                     actor_id: self.shell.id,
                     name: self.shell.name.clone(),
                     kind: self.kind,
@@ -262,7 +259,7 @@ impl PerName for SyncActor {
 
     /// Not in the waits-for graph: any one release of permits (or a count down) ends a
     /// synchronizer's wait, so no holder alone is what it waits for.
-    fn asks(_: &mut Context<Self>) -> Option<crate::actors::waits_for::Asks> {
+    fn asks(_: &mut Context<Self>) -> Option<crate::actors::deadlock::Asks> {
         None
     }
 
@@ -527,6 +524,10 @@ impl Handler<Unlocked> for SyncActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
+        // Unlike the lock actor's, no `shell::gone_first` here: permits granted to a caller
+        // already gone are given back when their grant is dropped undelivered (`Permits`'
+        // `Drop`), and they carry no term or token for it to spend, so serving the gone
+        // callers first costs at most that give-back's round trip.
         self.state.unlocked(msg.count, Instant::now());
         shell::apply(self, ctx);
     }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::actors::shell::lost::LostSignal;
+use crate::actors::lost::LostSignal;
 use actix::Addr;
 
 use std::time::Duration;
@@ -23,7 +23,8 @@ use crate::protocol::{SyncKind, hex};
 /// outcome.
 #[must_use = "dropping permits gives them back at once"]
 pub struct Permits {
-    pub(super) actor: Addr<SyncActor>,
+    /// Shared with the actor's own address while it is busy: a grant costs no new address.
+    pub(super) actor: Arc<Addr<SyncActor>>,
     /// The granting actor's id: a `ReleasePermits` is refused by any other actor.
     pub(super) actor_id: u64,
     pub(super) name: Arc<str>,

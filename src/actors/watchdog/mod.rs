@@ -19,29 +19,26 @@
 //! - **the client record** (`record.rs`, docs/protocol.md "Client records"): who the manager is,
 //!   the holds it tracks (holds old enough to be renewed) and the names its callers wait on
 //!   (the [`Board`]), written each tick in the format of `protocol/clients.rs`;
-//! - **contention series** (`contention.rs`): the top K contended names, to the metrics;
-//! - **deadlocks across processes** (`deadlocks.rs`, on a schedule of its own, only while a wait
-//!   has lasted a second): publishes the long waits and follows them through other processes'.
+//! - **contention series** (`contention.rs`): the top K contended names, to the metrics.
+//!
+//! (Deadlocks across processes are the probe's, `deadlock/probe.rs`, an actor of its own.)
 //!
 //! Short holds and uncontended acquires never reach it, so they cost nothing here.
 
 mod contention;
-mod deadlocks;
 mod record;
 mod renewal;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::prelude::*;
 
 use super::board::Board;
+use super::deadlock::Detector;
 use super::messages::*;
 use crate::config::Config;
 use crate::protocol::Commands;
 use contention::Contention;
-pub(crate) use deadlocks::LockActors;
-use deadlocks::Probe;
 pub(crate) use record::FirstUse;
 use record::RecordWriter;
 use renewal::{RenewKey, Renewals, Round, Tracked};
@@ -55,8 +52,8 @@ pub(crate) struct Watchdog {
     record: RecordWriter,
     /// The contention series.
     contention: Contention,
-    /// Deadlocks across processes.
-    probe: Probe,
+    /// The deadlock detector, for the cycles it found lately (the client record says them).
+    detector: Arc<Detector>,
     /// Who waits on which names here.
     board: Arc<Board>,
     /// Set by `Halt`: no more renewals or records.
@@ -69,15 +66,14 @@ impl Watchdog {
         config: &Config,
         client_id: uuid::Uuid,
         board: Arc<Board>,
-        waits_for: Arc<super::waits_for::WaitsFor>,
-        actors: Arc<dyn LockActors>,
+        detector: Arc<Detector>,
     ) -> Self {
         Self {
             commands,
             renewals: Renewals::new(config),
             record: RecordWriter::new(config, client_id),
             contention: Contention::new(config.get_contention_top_k()),
-            probe: Probe::new(waits_for, actors, client_id),
+            detector,
             board,
             halted: false,
         }
@@ -106,7 +102,6 @@ impl Actor for Watchdog {
                 act.publish(ctx);
                 act.tick(ctx, Round::Every)
             });
-            ctx.run_interval(Probe::EVERY, |act, ctx| act.probe(ctx));
         }
     }
 }
@@ -115,7 +110,6 @@ impl Supervised for Watchdog {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.renewals.restarted();
         self.record.restarted();
-        self.probe.restarted();
     }
 }
 
@@ -177,19 +171,11 @@ impl Handler<Halt> for Watchdog {
         self.renewals.tracked.clear();
         let forget = (self.record.written && !self.record.off)
             .then(|| (self.commands.clone(), self.record.id.clone()));
-        // Its waits hash too: the lock actors have stopped, so none is left.
-        let waits = self
-            .probe
-            .published
-            .then(|| (self.commands.clone(), self.record.id.clone()));
         let forget = async move {
             if let Some((commands, id)) = forget
                 && let Err(error) = commands.forget_client_record(&id).await
             {
                 tracing::debug!(%error, "client record not deleted; it expires on its own");
-            }
-            if let Some((commands, id)) = waits {
-                let _ = commands.publish_blocked(&id, Duration::ZERO, &[]).await;
             }
         };
         Box::pin(forget.into_actor(self).map(|(), _, ctx| ctx.stop()))

@@ -148,7 +148,7 @@ impl Watchdog {
             })
             .collect();
         let deadlocks = self
-            .probe
+            .detector
             .recent_cycles(now)
             .into_iter()
             .map(|(ago, cycle)| (millis(ago), cycle))

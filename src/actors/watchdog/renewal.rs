@@ -11,8 +11,8 @@ use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
 use super::Watchdog;
+use crate::actors::lost::Validity;
 use crate::actors::messages::{HoldLost, Renewal};
-use crate::actors::shell::lost::Validity;
 use crate::config::Config;
 use crate::error::LockError;
 use crate::protocol::RENEW_BATCH;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lockman::{ClientInfo, LockManager};
 
-use crate::json::escape;
+use crate::json::{Value, json, ms};
 use crate::text::clean;
 use crate::{Failure, Server};
 
@@ -22,7 +22,7 @@ pub async fn ls(server: &Server, pattern: Option<&str>, json: bool) -> Result<u8
     manager.shutdown().await;
     let clients = clients?;
     if json {
-        println!("{}", clients_json(&clients));
+        println!("{}", crate::json::text(&clients_json(&clients)));
     } else {
         print!("{}", ls_text(&clients));
     }
@@ -49,7 +49,7 @@ pub async fn top(
             let clients = read(&manager, pattern).await?;
             let mut out = std::io::stdout().lock();
             let frame = if json {
-                format!("{}\n", frame_json(&clients))
+                format!("{}\n", crate::json::text(&frame_json(&clients)))
             } else if once {
                 frame_text(&clients)
             } else {
@@ -194,68 +194,58 @@ fn ls_text(clients: &[ClientInfo]) -> String {
 }
 
 /// A client's recent deadlocks as a JSON array.
-pub fn deadlocks_json(c: &ClientInfo) -> String {
-    let all: Vec<String> = c
-        .deadlocks
-        .iter()
-        .map(|d| {
-            format!(
-                "{{\"ago_ms\":{},\"cycle\":\"{}\"}}",
-                d.ago.as_millis(),
-                escape(&d.cycle)
-            )
+pub fn deadlocks_json(c: &ClientInfo) -> Value {
+    let all = c.deadlocks.iter().map(|d| {
+        json!({
+            "ago_ms": ms(d.ago),
+            "cycle": d.cycle,
         })
-        .collect();
-    format!("[{}]", all.join(","))
+    });
+    Value::Array(all.collect())
 }
 
 /// One client as JSON.
-pub fn client_json(c: &ClientInfo) -> String {
-    let s = |v: &str| format!("\"{}\"", escape(v));
-    let holds: Vec<String> = c
+pub fn client_json(c: &ClientInfo) -> Value {
+    let holds: Vec<Value> = c
         .holds
         .iter()
         .map(|h| {
-            format!(
-                "{{\"name\":{},\"kind\":{},\"holder\":{},\"held_ms\":{}}}",
-                s(&h.name),
-                s(&h.kind),
-                s(&h.holder),
-                h.held.as_millis()
-            )
+            json!({
+                "name": h.name,
+                "kind": h.kind,
+                "holder": h.holder,
+                "held_ms": ms(h.held),
+            })
         })
         .collect();
-    let waits: Vec<String> = c
+    let waits: Vec<Value> = c
         .waits
         .iter()
         .map(|w| {
-            format!(
-                "{{\"name\":{},\"waiters\":{},\"waited_ms\":{}}}",
-                s(&w.name),
-                w.waiters,
-                w.waited.as_millis()
-            )
+            json!({
+                "name": w.name,
+                "waiters": w.waiters,
+                "waited_ms": ms(w.waited),
+            })
         })
         .collect();
-    format!(
-        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"version\":{},\"up_ms\":{},\"holds_total\":{},\"waits_total\":{},\"holds\":[{}],\"waits\":[{}],\"deadlocks\":{}}}",
-        s(&c.id),
-        s(&c.service),
-        s(&c.host),
-        c.pid.map_or("null".into(), |p| p.to_string()),
-        s(&c.version),
-        c.up.map_or("null".into(), |u| u.as_millis().to_string()),
-        c.holds_total,
-        c.waits_total,
-        holds.join(","),
-        waits.join(","),
-        deadlocks_json(c)
-    )
+    json!({
+        "id": c.id,
+        "service": c.service,
+        "host": c.host,
+        "pid": c.pid,
+        "version": c.version,
+        "up_ms": c.up.map(ms),
+        "holds_total": c.holds_total,
+        "waits_total": c.waits_total,
+        "holds": holds,
+        "waits": waits,
+        "deadlocks": deadlocks_json(c),
+    })
 }
 
-fn clients_json(clients: &[ClientInfo]) -> String {
-    let all: Vec<String> = clients.iter().map(client_json).collect();
-    format!("[{}]", all.join(","))
+fn clients_json(clients: &[ClientInfo]) -> Value {
+    Value::Array(clients.iter().map(client_json).collect())
 }
 
 /// One name's waiters over every client: how many, the longest wait, who holds it (if known).
@@ -358,40 +348,36 @@ fn frame_text(clients: &[ClientInfo]) -> String {
 }
 
 /// One frame of `top --json`: the held and waited names, and the clients.
-fn frame_json(clients: &[ClientInfo]) -> String {
+fn frame_json(clients: &[ClientInfo]) -> Value {
     let (holds, waits) = view(clients);
-    let s = |v: &str| format!("\"{}\"", escape(v));
-    let held: Vec<String> = holds
+    let held: Vec<Value> = holds
         .iter()
         .map(|(c, h)| {
-            format!(
-                "{{\"name\":{},\"kind\":{},\"held_ms\":{},\"client\":{},\"service\":{}}}",
-                s(&h.name),
-                s(&h.kind),
-                h.held.as_millis(),
-                s(&c.id),
-                s(&c.service)
-            )
+            json!({
+                "name": h.name,
+                "kind": h.kind,
+                "held_ms": ms(h.held),
+                "client": c.id,
+                "service": c.service,
+            })
         })
         .collect();
-    let waited: Vec<String> = waits
+    let waited: Vec<Value> = waits
         .iter()
         .map(|w| {
-            format!(
-                "{{\"name\":{},\"waiters\":{},\"longest_ms\":{},\"held_by\":{}}}",
-                s(w.name),
-                w.waiters,
-                w.longest.as_millis(),
-                w.holder.map_or("null".into(), |c| s(&c.id))
-            )
+            json!({
+                "name": w.name,
+                "waiters": w.waiters,
+                "longest_ms": ms(w.longest),
+                "held_by": w.holder.map(|c| c.id.as_str()),
+            })
         })
         .collect();
-    format!(
-        "{{\"held\":[{}],\"waited\":[{}],\"clients\":{}}}",
-        held.join(","),
-        waited.join(","),
-        clients_json(clients)
-    )
+    json!({
+        "held": held,
+        "waited": waited,
+        "clients": clients_json(clients),
+    })
 }
 
 /// The terminal without line buffering, echo or signal keys while `top` runs; restored when

@@ -2,7 +2,7 @@
 
 use lockman::{Check, CheckStatus, Diagnosis, LockError, LockManager};
 
-use crate::json::escape;
+use crate::json::{self, json};
 use crate::text::clean;
 use crate::{Failure, Server, code};
 
@@ -18,7 +18,7 @@ pub async fn doctor(server: &Server, json: bool) -> Result<u8, Failure> {
         Err(e) => refused(e, &prefix)?,
     };
     if json {
-        println!("{}", to_json(&diagnosis));
+        println!("{}", json::text(&to_json(&diagnosis)));
     } else {
         print!("{}", to_text(&diagnosis));
     }
@@ -114,23 +114,21 @@ fn to_text(diagnosis: &Diagnosis) -> String {
     out
 }
 
-fn to_json(diagnosis: &Diagnosis) -> String {
-    let checks: Vec<String> = diagnosis
+fn to_json(diagnosis: &Diagnosis) -> json::Value {
+    let checks: Vec<json::Value> = diagnosis
         .checks
         .iter()
         .map(|c| {
-            format!(
-                "{{\"name\":\"{}\",\"status\":\"{}\",\"seen\":\"{}\",\"advice\":\"{}\"}}",
-                escape(c.name),
-                c.status.as_str(),
-                escape(&c.seen),
-                escape(&c.advice)
-            )
+            json!({
+                "name": c.name,
+                "status": c.status.as_str(),
+                "seen": c.seen,
+                "advice": c.advice,
+            })
         })
         .collect();
-    format!(
-        "{{\"status\":\"{}\",\"checks\":[{}]}}",
-        diagnosis.worst().as_str(),
-        checks.join(",")
-    )
+    json!({
+        "status": diagnosis.worst().as_str(),
+        "checks": checks,
+    })
 }

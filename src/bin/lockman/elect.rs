@@ -196,20 +196,18 @@ pub async fn leader(
 fn show(name: &str, leader: Option<&Leader>, clients: &[ClientInfo], as_json: bool) -> String {
     let client = leader.and_then(|l| clients.iter().find(|c| c.owns(&l.holder)));
     match (leader, as_json) {
-        (Some(l), true) => format!(
-            "{{\"name\":\"{}\",\"leader\":\"{}\",\"service\":{},\"term\":{}}}",
-            json::escape(name),
-            json::escape(&l.holder),
-            client.map_or("null".into(), |c| format!(
-                "\"{}\"",
-                json::escape(&c.service)
-            )),
-            l.term
-        ),
-        (None, true) => format!(
-            "{{\"name\":\"{}\",\"leader\":null,\"service\":null,\"term\":null}}",
-            json::escape(name)
-        ),
+        (Some(l), true) => json::text(&json::json!({
+            "name": name,
+            "leader": l.holder,
+            "service": client.map(|c| c.service.as_str()),
+            "term": l.term,
+        })),
+        (None, true) => json::text(&json::json!({
+            "name": name,
+            "leader": null,
+            "service": null,
+            "term": null,
+        })),
         (Some(l), false) => format!(
             "{}: led by {}, term {}",
             text::clean(name),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lockman::{ClientInfo, LockError, LockInfo, LockShape};
 
-use crate::json::escape;
+use crate::json::{Value, json, ms};
 use crate::text::clean;
 use crate::{Failure, Server, code};
 
@@ -51,7 +51,7 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
         }
     }
     if json {
-        println!("{}", to_json(&info, &clients));
+        println!("{}", crate::json::text(&to_json(&info, &clients)));
     } else {
         print!("{}", to_text(&info, &clients));
     }
@@ -224,65 +224,58 @@ fn deadlocks_of<'c>(
         .collect()
 }
 
-/// JSON by hand: the output is small and flat, and the binary needs no serializer for it.
-fn to_json(info: &LockInfo, clients: &[ClientInfo]) -> String {
-    let s = |v: &str| format!("\"{}\"", escape(v));
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "null".into());
-    let holders: Vec<String> = info
+/// The lock as JSON.
+fn to_json(info: &LockInfo, clients: &[ClientInfo]) -> Value {
+    let holders: Vec<Value> = info
         .holders
         .iter()
         .map(|h| {
-            let client =
-                holder_of(clients, &info.name, &h.holder).map_or("null".into(), |(c, held)| {
-                    format!(
-                        "{{\"id\":{},\"service\":{},\"host\":{},\"pid\":{},\"held_ms\":{}}}",
-                        s(&c.id),
-                        s(&c.service),
-                        s(&c.host),
-                        c.pid.map_or("null".into(), |p| p.to_string()),
-                        held.map_or("null".into(), |d| d.as_millis().to_string())
-                    )
-                });
-            format!(
-                "{{\"holder\":{},\"count\":{},\"write\":{},\"client\":{client}}}",
-                s(&h.holder),
-                h.count,
-                h.write
-            )
+            let client = holder_of(clients, &info.name, &h.holder).map(|(c, held)| {
+                json!({
+                    "id": c.id,
+                    "service": c.service,
+                    "host": c.host,
+                    "pid": c.pid,
+                    "held_ms": held.map(ms),
+                })
+            });
+            json!({
+                "holder": h.holder,
+                "count": h.count,
+                "write": h.write,
+                "client": client,
+            })
         })
         .collect();
-    let queue: Vec<String> = info
+    let queue: Vec<Value> = info
         .queue
         .iter()
         .map(|w| {
-            format!(
-                "{{\"holder\":{},\"times_out_in_ms\":{}}}",
-                s(&w.holder),
-                w.times_out_in.as_millis()
-            )
+            json!({
+                "holder": w.holder,
+                "times_out_in_ms": ms(w.times_out_in),
+            })
         })
         .collect();
-    let deadlocks: Vec<String> = deadlocks_of(clients, &info.name)
+    let deadlocks: Vec<Value> = deadlocks_of(clients, &info.name)
         .into_iter()
         .map(|(c, d)| {
-            format!(
-                "{{\"ago_ms\":{},\"client\":{},\"cycle\":{}}}",
-                d.ago.as_millis(),
-                s(&c.id),
-                s(&d.cycle)
-            )
+            json!({
+                "ago_ms": ms(d.ago),
+                "client": c.id,
+                "cycle": d.cycle,
+            })
         })
         .collect();
-    format!(
-        "{{\"name\":{},\"kind\":{},\"held\":{},\"ttl_ms\":{},\"mode\":{},\"holders\":[{}],\"queue\":[{}],\"token\":{},\"deadlocks\":[{}]}}",
-        s(&info.name),
-        s(info.shape.as_str()),
-        info.is_held(),
-        opt(info.ttl.map(|t| t.as_millis().to_string())),
-        opt(info.mode.as_deref().map(s)),
-        holders.join(","),
-        queue.join(","),
-        opt(info.token.map(|t| t.to_string())),
-        deadlocks.join(","),
-    )
+    json!({
+        "name": info.name,
+        "kind": info.shape.as_str(),
+        "held": info.is_held(),
+        "ttl_ms": info.ttl.map(ms),
+        "mode": info.mode,
+        "holders": holders,
+        "queue": queue,
+        "token": info.token,
+        "deadlocks": deadlocks,
+    })
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use lockman::{LockError, LockManager, SyncInfo};
 
-use crate::json::escape;
+use crate::json::{Value, json, ms};
 use crate::{Failure, Server, code, duration};
 
 /// What `lockman latch NAME` does (nothing: show its count).
@@ -189,7 +189,7 @@ async fn show(manager: &LockManager, name: &str, json: bool) -> Result<u8, Failu
 /// Prints a synchronizer as text or JSON.
 pub fn print(info: &SyncInfo, json: bool) {
     if json {
-        println!("{}", to_json(info));
+        println!("{}", crate::json::text(&to_json(info)));
     } else {
         print!("{}", to_text(info));
     }
@@ -222,26 +222,23 @@ fn to_text(info: &SyncInfo) -> String {
     out
 }
 
-fn to_json(info: &SyncInfo) -> String {
-    let held: Vec<String> = info
+fn to_json(info: &SyncInfo) -> Value {
+    let held: Vec<Value> = info
         .held
         .iter()
         .map(|p| {
-            format!(
-                "{{\"id\":\"{}\",\"client\":\"{}\",\"expires_in_ms\":{}}}",
-                escape(&p.id),
-                escape(p.client_prefix()),
-                p.expires_in
-                    .map_or("null".into(), |d| d.as_millis().to_string())
-            )
+            json!({
+                "id": p.id,
+                "client": p.client_prefix(),
+                "expires_in_ms": p.expires_in.map(ms),
+            })
         })
         .collect();
-    format!(
-        "{{\"name\":\"{}\",\"kind\":\"synchronizer\",\"count\":{},\"ttl_ms\":{},\"held\":[{}]}}",
-        escape(&info.name),
-        info.count.map_or("null".into(), |n| n.to_string()),
-        info.ttl
-            .map_or("null".into(), |t| t.as_millis().to_string()),
-        held.join(",")
-    )
+    json!({
+        "name": info.name,
+        "kind": "synchronizer",
+        "count": info.count,
+        "ttl_ms": info.ttl.map(ms),
+        "held": held,
+    })
 }

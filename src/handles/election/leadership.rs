@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{Instrument, Span};
 
-use crate::actors::shell::lost::LostSignal;
+use crate::actors::lost::LostSignal;
 use crate::error::LockError;
 use crate::handles::lock::FencedGuard;
 use crate::handles::trace;

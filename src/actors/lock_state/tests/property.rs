@@ -154,7 +154,10 @@ impl Shell {
                         );
                         self.refused += 1;
                     }
-                    if let Answer::Granted { key, epoch, token } = answer {
+                    if let Answer::Granted {
+                        key, epoch, token, ..
+                    } = answer
+                    {
                         if let Some(token) = token {
                             prop_assert!(token > self.token, "token {token} after {}", self.token);
                             self.token = token;

@@ -616,7 +616,10 @@ impl Sim {
                 }
                 if let (true, Answer::Granted { key, epoch, .. }) = (went, &answer) {
                     mgr.state.release(key.clone(), *epoch, None, now);
-                } else if let Answer::Granted { key, epoch, token } = answer {
+                } else if let Answer::Granted {
+                    key, epoch, token, ..
+                } = answer
+                {
                     if let Some(token) = token
                         && !self.tokens.insert(token)
                     {

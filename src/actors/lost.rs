@@ -96,11 +96,6 @@ impl Validity {
         self.0.claims.fetch_sub(1, Ordering::Release);
     }
 
-    /// Whether a grant of the hold still claims it.
-    pub(crate) fn is_claimed(&self) -> bool {
-        self.0.is_claimed()
-    }
-
     /// The hold's claims, for the waits-for graph.
     pub(crate) fn claims(&self) -> Arc<dyn Claim> {
         self.0.clone()

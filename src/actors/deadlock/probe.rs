@@ -1,12 +1,14 @@
-//! The Watchdog's fourth job: deadlocks across processes (docs/protocol.md, "Waits for
-//! deadlock detection"). A cycle inside this manager is found by its waits-for graph the moment
-//! it closes (`waits_for`); one through other processes needs what they say of their waits.
-//! Every [`PROBE_EVERY`], while a wait of this manager has lasted [`LONG_WAIT`]:
+//! [`Probe`]: deadlocks across processes (docs/protocol.md, "Waits for deadlock detection"),
+//! an actor on a schedule of its own (supervised). A cycle inside this manager is found by its
+//! waits-for graph the moment it closes (`graph.rs`); one through other processes needs what
+//! they say of their waits. Every [`PROBE_EVERY`], while a wait of this manager has lasted
+//! [`LONG_WAIT`]:
 //!
 //! 1. **publish**: each such wait's owner, what it waits for and what it holds (asked of every
 //!    live lock actor, `HoldsOf`), in this manager's waits hash (`protocol/deadlocks.rs`);
 //! 2. **follow** each such wait: the lock's holder fields name the holding client; its waits
-//!    hash says which of its owners holds that lock and what that owner waits for; and so on,
+//!    hash says which of its owners holds that lock and what that owner waits for (a hold
+//!    blocks a wait by the graph's one rule, [`blocks`]); and so on,
 //!    up to [`MAX_STEPS`] steps, until a step comes back to the wait followed: a cycle;
 //! 3. a cycle's **youngest wait** (by when it began, on the server's clock) is broken, or
 //!    reported, by the manager whose wait it is, so each cycle is acted on once: when it is
@@ -26,11 +28,11 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::Watchdog;
-use crate::actors::messages::HoldsOf;
-use crate::actors::waits_for::{LongWait, WaitsFor};
+use super::graph::blocks;
+use super::{Detector, Wait};
+use crate::actors::messages::{Halt, HoldsOf};
 use crate::error::{Cycle, LockError, Owner, Step};
-use crate::protocol::{Blocked, Commands, Published, holder_of};
+use crate::protocol::{Blocked, Commands, LockKind, Published, holder_of};
 
 /// How long a wait lasts before this manager publishes it and follows it through other
 /// processes.
@@ -51,20 +53,23 @@ const FIRST_SHUN: Duration = Duration::from_secs(5);
 const MAX_SHUN: Duration = Duration::from_secs(300);
 
 /// The live lock actors of the manager, asked for their waiting owners' holds (the registry's
-/// directory; a trait here, since the registry's actors use the Watchdog).
+/// directory; a trait here, since the registry starts the probe).
 pub(crate) trait LockActors: Send + Sync {
     fn live(&self) -> Vec<Recipient<HoldsOf>>;
 }
 
-/// The job's state.
-pub(super) struct Probe {
-    waits_for: Arc<WaitsFor>,
+/// The actor that publishes and follows this manager's long waits (see the module).
+pub(crate) struct Probe {
+    commands: Commands,
+    detector: Arc<Detector>,
     actors: Arc<dyn LockActors>,
     client: uuid::Uuid,
     /// A probe under way (a slow Redis must not pile them up).
     running: bool,
+    /// Set by `Halt`: no more probes.
+    halted: bool,
     /// Whether this manager's waits hash may hold something (to delete).
-    pub(super) published: bool,
+    published: bool,
     /// The user may not write `lockman_waits:*`: cycles through other processes are not looked
     /// for, after one warning (those inside this manager still are).
     off: bool,
@@ -86,16 +91,19 @@ type Suspects = FxHashMap<Signature, Vec<u64>>;
 type Signature = Vec<(uuid::Uuid, Owner, String)>;
 
 impl Probe {
-    pub(super) fn new(
-        waits_for: Arc<WaitsFor>,
+    pub(crate) fn new(
+        commands: Commands,
+        detector: Arc<Detector>,
         actors: Arc<dyn LockActors>,
         client: uuid::Uuid,
     ) -> Self {
         Self {
-            waits_for,
+            commands,
+            detector,
             actors,
             client,
             running: false,
+            halted: false,
             published: false,
             off: false,
             suspects: Suspects::default(),
@@ -103,52 +111,38 @@ impl Probe {
         }
     }
 
-    pub(super) fn restarted(&mut self) {
-        self.running = false;
-    }
-
-    /// The cycles this manager broke or reported lately, for its client record.
-    pub(super) fn recent_cycles(&self, now: Instant) -> Vec<(Duration, String)> {
-        self.waits_for.recent_cycles(now)
-    }
-
-    pub(super) const EVERY: Duration = PROBE_EVERY;
-}
-
-impl Watchdog {
     /// Publishes and follows this manager's long waits (see the module).
-    pub(super) fn probe(&mut self, ctx: &mut Context<Self>) {
-        let probe = &mut self.probe;
-        if self.halted || probe.running || probe.off || !probe.waits_for.is_on() {
+    fn probe(&mut self, ctx: &mut Context<Self>) {
+        if self.halted || self.running || self.off || !self.detector.is_on() {
             return;
         }
-        let long = probe.waits_for.long_waits(LONG_WAIT, Instant::now());
-        if long.is_empty() && !probe.published {
+        let long = self.detector.long_waits(LONG_WAIT, Instant::now());
+        if long.is_empty() && !self.published {
             return;
         }
-        probe.running = true;
+        self.running = true;
         let run = Run {
             commands: self.commands.clone(),
-            waits_for: probe.waits_for.clone(),
-            actors: probe.actors.clone(),
-            client: probe.client,
+            detector: self.detector.clone(),
+            actors: self.actors.clone(),
+            client: self.client,
         };
-        let was_published = probe.published;
-        let suspects = std::mem::take(&mut probe.suspects);
-        let shunned = std::mem::take(&mut probe.shunned);
+        let was_published = self.published;
+        let suspects = std::mem::take(&mut self.suspects);
+        let shunned = std::mem::take(&mut self.shunned);
         ctx.spawn(
             async move { run.go(long, suspects, shunned, was_published).await }
                 .into_actor(self)
                 .map(move |(shunned, res), act, _| {
-                    act.probe.running = false;
-                    act.probe.shunned = shunned;
+                    act.running = false;
+                    act.shunned = shunned;
                     match res {
                         Ok((suspects, published)) => {
-                            act.probe.published = published;
-                            act.probe.suspects = suspects;
+                            act.published = published;
+                            act.suspects = suspects;
                         }
                         Err(error @ LockError::NoPermission { .. }) => {
-                            act.probe.off = true;
+                            act.off = true;
                             tracing::warn!(%error, "no permission for lockman_waits:* keys: deadlocks through other processes are not looked for (those within this manager still are)");
                         }
                         Err(error) => tracing::debug!(%error, "deadlock probe failed; again soon"),
@@ -158,10 +152,44 @@ impl Watchdog {
     }
 }
 
+impl Actor for Probe {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(PROBE_EVERY, |act, ctx| act.probe(ctx));
+    }
+}
+
+impl Supervised for Probe {
+    fn restarting(&mut self, _: &mut Context<Self>) {
+        self.running = false;
+    }
+}
+
+impl Handler<Halt> for Probe {
+    type Result = ResponseActFuture<Self, ()>;
+
+    /// Stops probing and deletes this manager's waits hash (the lock actors have stopped, so
+    /// none is left; a dead manager's expires on its own), then stops.
+    fn handle(&mut self, _: Halt, _: &mut Context<Self>) -> Self::Result {
+        self.halted = true;
+        let waits = self.published.then(|| {
+            let id = self.client.hyphenated().to_string();
+            (self.commands.clone(), id)
+        });
+        let forget = async move {
+            if let Some((commands, id)) = waits {
+                let _ = commands.publish_blocked(&id, Duration::ZERO, &[]).await;
+            }
+        };
+        Box::pin(forget.into_actor(self).map(|(), _, ctx| ctx.stop()))
+    }
+}
+
 /// One probe: what it needs, off the actor.
 struct Run {
     commands: Commands,
-    waits_for: Arc<WaitsFor>,
+    detector: Arc<Detector>,
     actors: Arc<dyn LockActors>,
     client: uuid::Uuid,
 }
@@ -187,7 +215,7 @@ impl Run {
     /// [`run`](Self::run), giving back the clients not to read (whatever came of it).
     async fn go(
         self,
-        long: Vec<LongWait>,
+        long: Vec<Wait>,
         suspected: Suspects,
         mut shunned: Shunned,
         was_published: bool,
@@ -206,7 +234,7 @@ impl Run {
     /// what other clients wrote).
     async fn run(
         &self,
-        long: Vec<LongWait>,
+        long: Vec<Wait>,
         suspected: Suspects,
         shunned: &mut Shunned,
         was_published: bool,
@@ -235,9 +263,9 @@ impl Run {
             for wait in &long {
                 let blocked = Blocked {
                     owner: wait.owner,
-                    service: self.waits_for.service().to_owned(),
+                    service: self.detector.service().to_owned(),
                     name: wait.name.to_string(),
-                    kind: wait.kind.to_owned(),
+                    kind: wait.kind.label().to_owned(),
                     holder: wait.holder.to_string(),
                     since_ms: 0,
                     holds: holds.get(&wait.owner).cloned().unwrap_or_default(),
@@ -308,13 +336,13 @@ impl Run {
                         owner: s.owner,
                         client: s.client,
                         service: s.service.clone(),
-                        name: self.waits_for.given(&s.name).to_owned(),
+                        name: self.detector.given(&s.name).to_owned(),
                         kind: s.kind.clone(),
                         place: s.place.clone(),
                         label: s.label.clone(),
                     })
                     .collect();
-                self.waits_for.break_found(wait, Cycle { steps }).await;
+                self.detector.break_found(wait, Cycle { steps }).await;
             }
         }
         Ok((suspects, !mine.is_empty()))
@@ -389,9 +417,7 @@ impl Run {
             let Some((client, holder)) = holder_of(field) else {
                 continue;
             };
-            // Its own re-entry is no wait (a read hold under a write wait is, as in the graph).
-            let upgrade = blocked.kind == "write" && !field.ends_with(":write");
-            if holder == blocked.holder && !upgrade {
+            if !blocks_field(&blocked.kind, field, holder == blocked.holder) {
                 continue;
             }
             if !hashes.contains_key(client) {
@@ -442,6 +468,20 @@ impl Run {
     }
 }
 
+/// Whether a hold of the lock, by its hash field `field`, blocks a wait published as of kind
+/// `waiting` (its label): the graph's rule. The field says a read-write lock's write hold
+/// (`<holder>:write`) from its read holds; in any other kind's hash, every field is a hold of
+/// that kind. A label this version does not know (a newer process's) waits as a plain lock.
+fn blocks_field(waiting: &str, field: &str, same_holder: bool) -> bool {
+    let waiting = LockKind::from_label(waiting).unwrap_or(LockKind::Reentrant);
+    let held = match waiting.family() {
+        LockKind::Read if field.ends_with(":write") => LockKind::Write,
+        LockKind::Read => LockKind::Read,
+        other => other,
+    };
+    blocks(waiting, held, same_holder)
+}
+
 /// Whether every step of `cycle` from another client was read from a hash written after the
 /// one the last probe read (`then`, in the cycle's order; [`REWRITTEN_AFTER`] later at least):
 /// each such wait was still there after that probe. A process that cannot write (cut off from
@@ -471,6 +511,21 @@ mod tests {
             since_ms: 0,
             written_ms,
         }
+    }
+
+    #[test]
+    fn a_hash_field_blocks_a_published_wait_by_the_graphs_rule() {
+        let (holder, write) = ("c:1", "c:1:write");
+        // Another holder's hold blocks, whatever the kinds.
+        assert!(blocks_field("lock", holder, false));
+        assert!(blocks_field("read", write, false));
+        // The holder's own: only a read under a write.
+        assert!(blocks_field("write", holder, true));
+        assert!(!blocks_field("write", write, true));
+        assert!(!blocks_field("read", write, true));
+        assert!(!blocks_field("lock", holder, true));
+        assert!(!blocks_field("fair", holder, true));
+        assert!(!blocks_field("from a newer version", holder, true));
     }
 
     #[test]

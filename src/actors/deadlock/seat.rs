@@ -1,0 +1,209 @@
+//! [`Seat`]: what one lock actor keeps of its place in the waits-for graph — whose each request
+//! is, which of its waits are in the graph, whose its holds are, and which of them the graph
+//! last learned. The per-name shell holds one for a lock actor (`None` for a synchronizer, or
+//! with deadlock detection off) and tells it when a wait begins and ends, when a hold ends, and
+//! after each event; the lock actor tells it whose each request and grant is. It is plain data
+//! and methods on its own fields, not generic over the shell's `PerName` (that would close a
+//! circle with `shell/`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustc_hash::FxHashMap;
+
+use super::graph::{self, Hold, Marks, WaitId};
+use super::{Asks, Detector};
+use crate::actors::lost::Claim;
+use crate::actors::name::WaiterId;
+use crate::error::{Owner, Site};
+use crate::protocol::LockKind;
+
+/// Whose request it is: what the graph needs of a waiter.
+#[derive(Clone, Debug)]
+pub(crate) struct Whose {
+    pub owner: Owner,
+    /// Its holder field: what it re-enters rather than waits for.
+    pub holder: Arc<str>,
+    pub kind: LockKind,
+    /// Where the caller's code asked for it.
+    pub site: Option<Site>,
+}
+
+/// One hold of this actor, as the graph is told of it.
+struct Held {
+    /// Whom it belongs to (its first grant's owner; `None` once grants of several owners
+    /// share it) and its holder field.
+    owner: Option<(Owner, Arc<str>)>,
+    kind: LockKind,
+    claim: Arc<dyn Claim>,
+}
+
+/// One lock actor's place in the waits-for graph.
+pub(crate) struct Seat {
+    detector: Arc<Detector>,
+    /// Whose each request not answered yet is (a request with no owner, or a single attempt,
+    /// is none of the graph's business).
+    whose: FxHashMap<WaiterId, Whose>,
+    /// The waits of this actor in the graph, with their owners.
+    in_graph: FxHashMap<WaiterId, Owner>,
+    /// How the graph asks this actor about its waits (made at its first wait there).
+    asks: Option<Arc<Asks>>,
+    /// The holds, by epoch.
+    holds: FxHashMap<u64, Held>,
+    /// The owners of this name's holds (with their epochs) as the graph last learned them,
+    /// sorted: kept there while a wait of this actor is in it.
+    published: Vec<(Owner, u64)>,
+}
+
+impl Seat {
+    /// A seat, when `detector` looks for deadlocks at all.
+    pub(crate) fn new(detector: &Arc<Detector>) -> Option<Self> {
+        detector.is_on().then(|| Self {
+            detector: detector.clone(),
+            whose: FxHashMap::default(),
+            in_graph: FxHashMap::default(),
+            asks: None,
+            holds: FxHashMap::default(),
+            published: Vec::new(),
+        })
+    }
+
+    /// A request came, `whose` it is.
+    pub(crate) fn coming(&mut self, id: WaiterId, whose: Whose) {
+        self.whose.insert(id, whose);
+    }
+
+    /// Whether waiter `id`'s wait goes into the graph and this actor has no `Asks` yet (made
+    /// by its actor, [`asked_by`](Self::asked_by)).
+    pub(crate) fn needs_asks(&self, id: WaiterId) -> bool {
+        self.asks.is_none() && self.whose.contains_key(&id)
+    }
+
+    /// How the graph asks this actor.
+    pub(crate) fn asked_by(&mut self, asks: Asks) {
+        self.asks = Some(Arc::new(asks));
+    }
+
+    /// Waiter `id` of actor `actor` (of lock `name`) began waiting at `now`: into the graph,
+    /// with the name's holders first (the search this wait starts must see whom it waits for).
+    pub(crate) fn wait_began(&mut self, name: &Arc<str>, actor: u64, id: WaiterId, now: Instant) {
+        let (Some(whose), Some(asks)) = (self.whose.get(&id), &self.asks) else {
+            return;
+        };
+        if self.in_graph.insert(id, whose.owner).is_some() {
+            return;
+        }
+        let wait = graph::Wait {
+            owner: whose.owner,
+            id: WaitId { actor, waiter: id },
+            name: name.clone(),
+            kind: whose.kind,
+            holder: whose.holder.clone(),
+            site: whose.site.clone(),
+            since: now,
+            via: asks.clone(),
+            marks: Marks::default(),
+        };
+        self.publish(name, actor);
+        self.detector.wait_began(wait);
+    }
+
+    /// Waiter `id` of actor `actor` is answered, or its caller left: out of the graph. Returns
+    /// whose request it was.
+    pub(crate) fn wait_over(&mut self, actor: u64, id: WaiterId) -> Option<Owner> {
+        let owner = self.whose.remove(&id)?.owner;
+        if self.in_graph.remove(&id).is_some() {
+            self.detector
+                .wait_ended(owner, WaitId { actor, waiter: id });
+        }
+        Some(owner)
+    }
+
+    /// The hold of `epoch` was granted to `owner`'s request (`holder`, `kind`), `claim` its
+    /// grants' claims; a hold shared by the requests of several owners is nobody's in
+    /// particular.
+    pub(crate) fn granted(
+        &mut self,
+        epoch: u64,
+        owner: Option<Owner>,
+        (holder, kind): (&Arc<str>, LockKind),
+        claim: impl FnOnce() -> Arc<dyn Claim>,
+    ) {
+        self.holds
+            .entry(epoch)
+            .and_modify(|held| {
+                if held.owner.as_ref().map(|o| o.0) != owner {
+                    held.owner = None;
+                }
+            })
+            .or_insert_with(|| Held {
+                owner: owner.map(|owner| (owner, holder.clone())),
+                kind,
+                claim: claim(),
+            });
+    }
+
+    /// The hold of `epoch` ended (released, or lost).
+    pub(crate) fn hold_ended(&mut self, epoch: u64) {
+        self.holds.remove(&epoch);
+    }
+
+    /// Every hold ended (the actor stopped).
+    pub(crate) fn holds_ended(&mut self) {
+        self.holds.clear();
+    }
+
+    /// Tells the graph who holds lock `name` of actor `actor` now, while one of its waits is
+    /// there (and that nobody does, once none is): whoever it waits for. Compares first, so
+    /// the graph's lock is taken only when the owners changed.
+    pub(crate) fn publish(&mut self, name: &Arc<str>, actor: u64) {
+        if self.in_graph.is_empty() && self.published.is_empty() {
+            return;
+        }
+        let mut owners: Vec<(Owner, u64)> = if self.in_graph.is_empty() {
+            Vec::new()
+        } else {
+            self.holds
+                .iter()
+                .filter_map(|(epoch, held)| Some((held.owner.as_ref()?.0, *epoch)))
+                .collect()
+        };
+        owners.sort_unstable();
+        if owners == self.published {
+            return;
+        }
+        let holds = owners
+            .iter()
+            .filter_map(|(_, epoch)| {
+                let held = self.holds.get(epoch)?;
+                let (owner, holder) = held.owner.clone()?;
+                Some(Hold {
+                    owner,
+                    holder,
+                    kind: held.kind,
+                    claim: held.claim.clone(),
+                })
+            })
+            .collect();
+        self.published = owners;
+        self.detector.holders(name, actor, holds);
+    }
+
+    /// The actor stopped: its holds leave the graph with it (its waits left as they were
+    /// answered).
+    pub(crate) fn leave(&mut self, name: &Arc<str>, actor: u64) {
+        self.in_graph.clear();
+        self.publish(name, actor);
+    }
+
+    /// The holds of this actor claimed by one of `owners`: each one's owner and holder field
+    /// (for the cross-process probe).
+    pub(crate) fn holds_of(&self, owners: &[Owner]) -> Vec<(Owner, Arc<str>)> {
+        self.holds
+            .values()
+            .filter(|held| held.claim.is_claimed())
+            .filter_map(|held| held.owner.clone())
+            .filter(|(owner, _)| owners.contains(owner))
+            .collect()
+    }
+}
