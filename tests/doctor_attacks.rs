@@ -113,6 +113,37 @@ async fn a_frozen_replica_under_replica_sync_fails_replication() {
     manager.shutdown().await;
 }
 
+/// A writable replica (`replica-read-only no`) takes the scratch locks as a primary does, so
+/// only its role tells: a manager pointed at it locks names its primary's clients never see (two
+/// holders: one there, one on the primary). The diagnosis fails the server check and names the
+/// primary; the same manager on the primary is ✔. Catches a server check that reads only the
+/// mode (`standalone`), as it did: "✔ server Redis 7.0.15 (standalone)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writable_replica_fails_the_server_check() {
+    let (primary, replica) = primary_and_replica();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("replica-read-only")
+        .arg("no")
+        .query(&mut replica.conn())
+        .unwrap();
+    let manager = LockManager::start(Config::new(replica.url())).await.unwrap();
+    let diagnosis = manager.diagnose().await.expect("a diagnosis");
+    let server = check(&diagnosis, "server");
+    assert_eq!(server.status, CheckStatus::Fail, "{server:?}");
+    assert!(
+        server.seen.contains("writable replica")
+            && server.seen.contains(&format!("127.0.0.1:{}", primary.port())),
+        "{}",
+        server.seen
+    );
+    manager.shutdown().await;
+    let manager = LockManager::start(Config::new(primary.url())).await.unwrap();
+    let diagnosis = manager.diagnose().await.expect("a diagnosis");
+    assert_eq!(check(&diagnosis, "server").status, CheckStatus::Ok);
+    manager.shutdown().await;
+}
+
 /// The primary killed (SIGKILL) and, in a second run, frozen (SIGSTOP) while the diagnosis's
 /// scratch lock waits in `WAIT` for a frozen replica: the diagnosis ends in an `Err` (one line),
 /// within the response timeout of the moment, never an `Ok(Diagnosis)` made of the broken

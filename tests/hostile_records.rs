@@ -462,6 +462,54 @@ async fn unlock_force_spares_a_hash_that_is_not_a_lock() {
     mgr.shutdown().await;
 }
 
+/// A lock hash whose field is not UTF-8 (a raw 0x9b byte, with terminal sequences around it)
+/// can still be inspected (not a lock: its field is no holder) and removed with `unlock --force
+/// --any-hash`; before, `describe` refused the reply ("unexpected reply during describe", exit
+/// 69) and the key stayed. A real holder's lock with such a field beside it is shown and
+/// unlocked as any lock.
+/// Catches: a describe that needs UTF-8 (both commands exit 69, the keys stay).
+#[cfg(feature = "cli")]
+#[tokio::test]
+async fn a_field_that_is_not_utf8_can_be_inspected_and_force_unlocked() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let field: &[u8] = b"holder\x1b[2J\x9b31m:1";
+    let _: () = redis::cmd("HSET")
+        .arg("evil")
+        .arg(field)
+        .arg(1)
+        .query(&mut raw)
+        .unwrap();
+    let (code, _, stderr) = cli(&server, &["inspect", "evil"]);
+    assert_eq!(code, Some(69), "{stderr}");
+    assert!(stderr.contains("not a lock"), "{stderr}");
+    let (code, _, stderr) = cli(&server, &["unlock", "--force", "--yes", "evil"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(raw.exists::<_, bool>("evil").unwrap());
+    let (code, _, stderr) = cli(
+        &server,
+        &["unlock", "--force", "--yes", "--any-hash", "evil"],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!raw.exists::<_, bool>("evil").unwrap());
+
+    // A real holder, and a forged field beside it.
+    let _: () = redis::cmd("HSET")
+        .arg("held")
+        .arg(format!("{FORGED}:1"))
+        .arg(1)
+        .arg(field)
+        .arg(1)
+        .query(&mut raw)
+        .unwrap();
+    let (code, stdout, stderr) = cli(&server, &["inspect", "held"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains('\x1b') && !stdout.contains('\u{9b}'), "{stdout:?}");
+    let (code, _, stderr) = cli(&server, &["unlock", "--force", "--yes", "held"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!raw.exists::<_, bool>("held").unwrap());
+}
+
 /// Issue 57 part 4: a `lockman exec` shows in `lockman ls` from its first hold on, not one
 /// renewal interval (10 s with the default watchdog) after its start: the record's first
 /// write is awaited before the first acquire starts, so by the time the lock's key exists the

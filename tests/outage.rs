@@ -905,3 +905,50 @@ async fn lockman_exec_exits_69_naming_the_cause_when_redis_is_away() {
     assert!(!stderr.contains("not acquired within"), "{stderr}");
     holder.shutdown().await;
 }
+
+/// A frozen server, the lock found held first: `lockman exec --wait 2s` says Redis is
+/// unavailable (exit 69, not 75: the holder's word is older than the freeze) and exits soon
+/// after its wait, not after its manager's releases were resent for a third of the watchdog
+/// timeout (it printed its line 15 s after its wait ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockman_exec_on_a_frozen_server_exits_69_soon_after_its_wait() {
+    use std::process::Command;
+    let server = RedisServer::start();
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let held = holder.lock("job").acquire().await.unwrap();
+    let wait = Duration::from_secs(2);
+    let began = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_lockman"))
+        .args(["--url", &server.url(), "--connect-timeout", "1s"])
+        .args(["exec", "--wait", "2s", "job", "--", "true"])
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut raw = server.conn();
+    let listening = |raw: &mut redis::Connection| {
+        let (_, n): (String, u32) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_lock__channel:{job}")
+            .query(raw)
+            .unwrap();
+        n >= 1
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), || listening(&mut raw)).await,
+        "exec waits for the lock"
+    );
+    server.signal("STOP");
+    let out = child.wait_with_output().unwrap();
+    let took = began.elapsed();
+    server.signal("CONT");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("redis is unavailable"), "{stderr}");
+    // Its wait, its last try's 250 ms, and at most the command's 3 s for its shutdown.
+    assert!(took < wait + Duration::from_secs(5), "exited after {took:?}");
+    drop(held);
+    holder.shutdown().await;
+}

@@ -39,6 +39,21 @@ fn started_checks(facts: &Facts, trial: &Trial, config: &Config) -> Vec<Check> {
         ""
     };
     let mut checks = vec![match &facts.info_refused {
+        // A writable replica (`replica-read-only no`) takes the scratch locks, but its locks
+        // exclude nobody: the primary's clients never see them, and the primary's writes
+        // overwrite them.
+        None if info("role") == Some("slave") => Check::new(
+            "server",
+            CheckStatus::Fail,
+            format!(
+                "{server} {version} at {} is a writable replica of {}:{}: locks taken here \
+                 exclude nobody on its primary",
+                facts.label,
+                info("master_host").unwrap_or("?"),
+                info("master_port").unwrap_or("?"),
+            ),
+            "name the primary in the URL (or use Sentinel); keep replica-read-only yes",
+        ),
         None => Check::new(
             "server",
             CheckStatus::Ok,
@@ -741,6 +756,29 @@ mod tests {
             Some("7.0.15")
         );
         assert_eq!(info.len(), 2);
+    }
+
+    /// A writable replica takes the scratch locks like a primary: only its role tells.
+    #[test]
+    fn a_writable_replica_fails_the_server_check() {
+        let config = Config::new("redis://127.0.0.1:6380");
+        let trial = Trial::default();
+        let primary = facts(&[("role", "master")], &[]);
+        assert_eq!(
+            started_checks(&primary, &trial, &config)[0].status,
+            CheckStatus::Ok
+        );
+        let replica = facts(
+            &[
+                ("role", "slave"),
+                ("master_host", "10.0.0.5"),
+                ("master_port", "6379"),
+            ],
+            &[],
+        );
+        let server = &started_checks(&replica, &trial, &config)[0];
+        assert_eq!(server.status, CheckStatus::Fail);
+        assert!(server.seen.contains("10.0.0.5:6379"), "{}", server.seen);
     }
 
     #[test]

@@ -293,8 +293,21 @@ impl Commands {
         let [fields, pttl, queue, deadlines, token, now] = parts.as_slice() else {
             return Err(bad(&reply));
         };
+        // Lossily: a field anyone may have written (bytes that are not UTF-8 as U+FFFD), so
+        // that such a hash can still be shown and force-unlocked.
         let strings = |v: &Value| -> Result<Vec<String>, LockError> {
-            redis::from_redis_value(v.clone()).map_err(|_| bad(v))
+            let Value::Array(items) = v else {
+                return Err(bad(v));
+            };
+            items
+                .iter()
+                .map(|item| match item {
+                    Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+                    Value::SimpleString(s) => Ok(s.clone()),
+                    Value::Int(n) => Ok(n.to_string()),
+                    _ => Err(bad(v)),
+                })
+                .collect()
         };
         let pairs = |list: Vec<String>| -> Vec<(String, String)> {
             list.chunks_exact(2)

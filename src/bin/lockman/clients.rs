@@ -19,7 +19,7 @@ const ROWS: usize = 10;
 pub async fn ls(server: &Server, pattern: Option<&str>, json: bool) -> Result<u8, Failure> {
     let manager = server.connect().await?;
     let clients = read(&manager, pattern).await;
-    manager.shutdown().await;
+    crate::close(&manager).await;
     let clients = clients?;
     if json {
         println!("{}", crate::json::text(&clients_json(&clients)));
@@ -75,7 +75,7 @@ pub async fn top(
         }
     }
     .await;
-    manager.shutdown().await;
+    crate::close(&manager).await;
     result
 }
 

@@ -12,7 +12,7 @@ pub async fn doctor(server: &Server, json: bool) -> Result<u8, Failure> {
     let (diagnosis, unreachable) = match LockManager::start(config).await {
         Ok(manager) => {
             let diagnosis = manager.diagnose().await;
-            manager.shutdown().await;
+            crate::close(&manager).await;
             (diagnosis.map_err(Failure::redis)?, false)
         }
         Err(e) => refused(e, &prefix)?,

@@ -54,7 +54,7 @@ pub async fn elect(server: &Server, args: ElectArgs) -> Result<u8, Failure> {
     let election = manager.election(args.name.as_str());
     let signals = Signals::new()?;
     let outcome = campaigns(&election, &args, grace, signals).await;
-    manager.shutdown().await;
+    crate::close(&manager).await;
     outcome
 }
 
@@ -188,7 +188,7 @@ pub async fn leader(
             Err(e) => Err(Failure::redis(e)),
         }
     };
-    manager.shutdown().await;
+    crate::close(&manager).await;
     outcome
 }
 

@@ -95,7 +95,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
         tokio::select! {
             acquired = acquire => acquired,
             () = crate::interrupted() => {
-                manager.shutdown().await;
+                crate::close(&manager).await;
                 return Ok(code::INTERRUPTED);
             }
         }
@@ -104,7 +104,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
         Ok(Some(held)) => held,
         Ok(None) => {
             let waited = args.wait.unwrap_or_default();
-            manager.shutdown().await;
+            crate::close(&manager).await;
             return Err(Failure::new(
                 code::NOT_ACQUIRED,
                 format!(
@@ -121,7 +121,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
                 kind_words(args.kind)
             };
             let failure = crate::kinds::failure(&manager, &args.name, wanted, e).await;
-            manager.shutdown().await;
+            crate::close(&manager).await;
             return Err(failure);
         }
     };
@@ -131,7 +131,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     {
         eprintln!("lockman: releasing {:?}: {e}", args.name);
     }
-    manager.shutdown().await;
+    crate::close(&manager).await;
     outcome
 }
 

@@ -19,7 +19,7 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
             .describe_synchronizer(name)
             .await
             .map_err(Failure::redis);
-        manager.shutdown().await;
+        crate::close(&manager).await;
         let sync = sync?;
         if let Some(kind) = &sync.other_type {
             return Err(Failure::new(
@@ -35,7 +35,7 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
         Ok(info) if info.is_held() => manager.clients().await.unwrap_or_default(),
         _ => Vec::new(),
     };
-    manager.shutdown().await;
+    crate::close(&manager).await;
     let info = info.map_err(Failure::redis)?;
     if !looks_like_a_lock(&info) {
         return Err(not_a_lock(name, false));
@@ -137,7 +137,7 @@ pub async fn unlock(server: &Server, name: &str, yes: bool, any_hash: bool) -> R
         }
     }
     .await;
-    manager.shutdown().await;
+    crate::close(&manager).await;
     result
 }
 

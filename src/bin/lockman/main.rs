@@ -634,6 +634,18 @@ impl Command {
     }
 }
 
+/// How long a command waits for its manager's shutdown once its answer is ready: with Redis
+/// healthy a shutdown takes milliseconds; with Redis frozen or gone its releases cannot be
+/// confirmed anyway (each hold expires with its TTL), and waiting for their resends (up to a
+/// third of the watchdog timeout) only kept the answer from the user.
+const SHUTDOWN_LIMIT: Duration = Duration::from_secs(3);
+
+/// Shuts `manager` down, waiting at most [`SHUTDOWN_LIMIT`].
+pub async fn close(manager: &LockManager) {
+    // Unconfirmed after the limit: Redis did not answer, and the holds expire with their TTL.
+    let _ = tokio::time::timeout(SHUTDOWN_LIMIT, manager.shutdown()).await;
+}
+
 /// A one-line error and the exit code it means.
 #[derive(Debug)]
 pub struct Failure {

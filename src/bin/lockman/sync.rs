@@ -51,7 +51,7 @@ pub async fn semaphore(
         Ok(if changed { shown } else { code::FREE })
     }
     .await;
-    manager.shutdown().await;
+    crate::close(&manager).await;
     result
 }
 
@@ -151,7 +151,7 @@ pub async fn latch(
         Ok(0)
     }
     .await;
-    manager.shutdown().await;
+    crate::close(&manager).await;
     result
 }
 

@@ -56,7 +56,7 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
             _ = &mut interrupted => break,
         };
         let Some(message) = message else {
-            manager.shutdown().await;
+            crate::close(&manager).await;
             return Err(Failure::new(
                 code::REDIS,
                 "the connection to Redis was lost",
@@ -75,7 +75,7 @@ pub async fn run(server: &Server, name: &str) -> Result<u8, Failure> {
             println!("{at}  {what} (message {payload:?} on {channel})");
         }
     }
-    manager.shutdown().await;
+    crate::close(&manager).await;
     Ok(0)
 }
 
