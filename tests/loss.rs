@@ -318,3 +318,40 @@ async fn renewals_carry_the_lock_delay_and_a_deleted_hold_leaves_it() {
     holder.shutdown().await;
     other.shutdown().await;
 }
+
+/// After a Sentinel failover the watch follows the primary: the holds are checked (and so
+/// tracked) on the new one, and a `DEL` there is known at once. Behind `--ignored`: a failover
+/// takes several seconds (CI's time budget); run with
+/// `cargo test --all-features --test loss -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a Sentinel failover: several seconds"]
+async fn after_a_failover_the_watch_is_on_the_new_primary() {
+    use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
+    let group = SentinelGroup::start();
+    let config = Config::sentinel(MASTER, group.sentinel_urls())
+        .master_auth(None, DATA_PASSWORD)
+        .watchdog_timeout(WATCHDOG)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1));
+    let mgr = LockManager::start(config).await.unwrap();
+    let first = group.primary_port();
+    let guard = mgr.lock("moved").acquire().await.unwrap();
+    let mut on_first = SentinelGroup::data_conn(first).expect("the first primary");
+    until_tracked(&mut on_first, 1).await;
+    let _: () = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER)
+        .query(&mut group.sentinel_conn())
+        .expect("SENTINEL FAILOVER");
+    let second = group.wait_for_new_primary(first, Duration::from_secs(30));
+    group.wait_until_replica(first, Duration::from_secs(30));
+    let mut on_second = SentinelGroup::data_conn(second).expect("the new primary");
+    // lockman follows within its poll (1 s), and checks every hold on the new primary.
+    until_tracked(&mut on_second, 1).await;
+    assert!(!guard.is_lost(), "the key reached the new primary");
+    let deleting = Instant::now();
+    let _: () = on_second.del("moved").unwrap();
+    let took = lost_since(&guard, deleting, AT_ONCE).await;
+    eprintln!("after the failover, DEL on the new primary → lost() in {took:?}");
+    mgr.shutdown().await;
+}

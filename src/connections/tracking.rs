@@ -173,6 +173,18 @@ impl Tracking {
         reply.map_err(|e| LockError::redis(op, "", e))
     }
 
+    /// A PING, bounded by the response timeout: a connection that a NAT or firewall forgot
+    /// stays open and silent, and would drop every invalidation unnoticed.
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        let mut conn = self.conn.clone();
+        let mut ping = Cmd::new();
+        ping.arg("PING");
+        self.bounded("ping", ping.query_async::<Value>(&mut conn))
+            .await?
+            .map(drop)
+            .map_err(|e| LockError::redis("ping", "", e))
+    }
+
     async fn bounded<T>(
         &self,
         op: &'static str,

@@ -112,7 +112,8 @@ impl Actor for Watchdog {
             // none.
             ctx.run_interval(self.renewals.interval, |act, ctx| {
                 act.publish(ctx);
-                act.tick(ctx, Round::Every)
+                act.tick(ctx, Round::Every);
+                act.watch_ping(ctx);
             });
             ctx.run_interval(Probe::EVERY, |act, ctx| act.probe(ctx));
         }

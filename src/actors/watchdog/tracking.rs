@@ -16,8 +16,8 @@
 //! (keys never checked here are not tracked for this connection, so the server sends nothing
 //! for them).
 //!
-//! When the tracking connection closes, or a check call on it fails, invalidations may have been
-//! missed: a new connection is made (with backoff) and every hold is checked on it at once.
+//! When the tracking connection closes, or a check call or the PING sent every renewal interval
+//! fails or times out, invalidations may have been missed: a new connection is made (with backoff) and every hold is checked on it at once.
 //! After a Sentinel failover (`RenewNow`) the connection is made again to the new primary, and
 //! every hold checked there. A cluster is not watched (tracking is per node): its holds are
 //! found lost by renewal.
@@ -59,6 +59,8 @@ pub(super) struct Watch {
     all: bool,
     /// Whether check calls are under way.
     checking: bool,
+    /// Waiting out a backoff after a failure: no connection or check until it ends.
+    resting: bool,
     connect_timeout: Duration,
 }
 
@@ -80,6 +82,7 @@ impl Watch {
             dirty: FxHashSet::default(),
             all: false,
             checking: false,
+            resting: false,
             connect_timeout: config.get_connect_timeout(),
         }
     }
@@ -89,6 +92,7 @@ impl Watch {
         self.link = None;
         self.connecting = false;
         self.checking = false;
+        self.resting = false;
         self.all = true;
     }
 }
@@ -132,7 +136,8 @@ impl Watchdog {
             }
             match res {
                 Ok(Ok((link, heard))) => {
-                    act.watch.failures = 0;
+                    // `failures` is reset by a check that succeeds, not here: a server that
+                    // connects but refuses the checks (an ACL) must not be tried in a loop.
                     act.watch.connection += 1;
                     let connection = act.watch.connection;
                     act.watch.link = Some(link);
@@ -152,10 +157,8 @@ impl Watchdog {
                     act.watch.off = true;
                 }
                 Err(error) => {
-                    let retry_in = backoff(act.watch.failures);
-                    act.watch.failures = act.watch.failures.saturating_add(1);
-                    tracing::debug!(%error, ?retry_in, "tracking connection failed");
-                    ctx.run_later(retry_in, |act, ctx| act.check(ctx));
+                    tracing::debug!(%error, "tracking connection failed");
+                    act.watch_rest(ctx);
                 }
             }
         }));
@@ -164,7 +167,7 @@ impl Watchdog {
     /// Checks the holds of the names invalidated (or every hold), unless a check is under way
     /// (then they wait for the next one).
     pub(super) fn check(&mut self, ctx: &mut Context<Self>) {
-        if self.halted || self.watch.off || self.watch.checking {
+        if self.halted || self.watch.off || self.watch.checking || self.watch.resting {
             return;
         }
         if self.renewals.tracked.is_empty() {
@@ -244,10 +247,54 @@ impl Watchdog {
             tracing::debug!(held, lost, failed, took = ?started.elapsed(), "holds checked");
             crate::metrics::watch_checked(held, lost);
             if failed && act.watch.connection == connection {
-                // Invalidations may be missed meanwhile: a new connection, every hold again.
-                act.watch_again(ctx);
+                // Invalidations may be missed meanwhile: a new connection, every hold again,
+                // after a backoff (a server that refuses the checks must not be asked in a loop).
+                act.watch.link = None;
+                act.watch.connection += 1;
+                act.watch.all = true;
+                act.watch_rest(ctx);
             } else {
+                if !failed {
+                    act.watch.failures = 0;
+                }
                 act.check(ctx);
+            }
+        }));
+    }
+}
+
+impl Watchdog {
+    /// After a failure: nothing is tried for [`backoff`] of the failures in a row, then the
+    /// names waiting are checked (on a new connection when there is none).
+    fn watch_rest(&mut self, ctx: &mut Context<Self>) {
+        let retry_in = backoff(self.watch.failures);
+        self.watch.failures = self.watch.failures.saturating_add(1);
+        self.watch.resting = true;
+        ctx.run_later(retry_in, |act, ctx| {
+            act.watch.resting = false;
+            act.check(ctx);
+        });
+    }
+
+    /// Every renewal interval, while holds are watched: a PING on the tracking connection; no
+    /// answer within the response timeout, and a new connection is made and every hold checked
+    /// (a silent connection would drop every invalidation).
+    pub(super) fn watch_ping(&mut self, ctx: &mut Context<Self>) {
+        let Some(link) = self.watch.link.clone() else {
+            return;
+        };
+        if self.halted || self.renewals.tracked.is_empty() {
+            return;
+        }
+        let connection = self.watch.connection;
+        let work = async move { link.ping().await };
+        ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
+            if let Err(error) = res
+                && act.watch.connection == connection
+                && !act.halted
+            {
+                tracing::info!(%error, "tracking connection silent: every hold is checked again");
+                act.watch_again(ctx);
             }
         }));
     }
