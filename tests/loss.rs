@@ -319,6 +319,59 @@ async fn renewals_carry_the_lock_delay_and_a_deleted_hold_leaves_it() {
     other.shutdown().await;
 }
 
+/// The "done when": with a lock-delay of d, an acquire after a holder's SIGKILL succeeds
+/// no sooner than the hold's expiry plus d. The holder is a `lockman exec` (renewed by its
+/// watchdog, 1 s timeout), killed with SIGKILL: no release runs.
+#[tokio::test]
+async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_the_delay() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
+        .args(["--url", &server.url(), "--watchdog-timeout", "1s"])
+        .args(["--lock-delay", "800ms", "exec", "killed", "--", "sleep", "30"])
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("lockman exec starts");
+    assert!(
+        eventually(Duration::from_secs(10), || raw
+            .exists::<_, bool>("lockman_delay:{killed}")
+            .unwrap_or(false))
+        .await,
+        "the holder took the lock with its delay key"
+    );
+    // Past the first renewal (a third of the timeout): the delay key follows renewals.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    holder.kill().expect("SIGKILL");
+    holder.wait().expect("reaped");
+    let killed = Instant::now();
+    let lock_left = pttl(&mut raw, "killed");
+    let delay_left = pttl(&mut raw, "lockman_delay:{killed}");
+    assert!(lock_left > 0, "the dead holder's hold still runs: {lock_left}");
+    assert!(
+        delay_left - lock_left >= 790,
+        "the delay key outlives the hold by the delay: {delay_left} vs {lock_left}"
+    );
+    let next = LockManager::start(delayed(&server)).await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), next.lock("killed").acquire())
+        .await
+        .expect("acquired within 10 s")
+        .unwrap();
+    let took = killed.elapsed();
+    assert!(
+        took >= Duration::from_millis(delay_left as u64),
+        "taken {took:?} after the kill; the hold had {lock_left} ms left, plus the delay"
+    );
+    assert!(
+        took < Duration::from_millis(delay_left as u64) + Duration::from_secs(2),
+        "taken late: {took:?}"
+    );
+    guard.release().await.unwrap();
+    next.shutdown().await;
+}
+
 /// After a Sentinel failover the watch follows the primary: the holds are checked (and so
 /// tracked) on the new one, and a `DEL` there is known at once. Behind `--ignored`: a failover
 /// takes several seconds (CI's time budget); run with
