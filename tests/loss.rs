@@ -226,6 +226,8 @@ async fn without_the_watch_a_del_waits_for_the_renewal() {
 // once.
 
 const DELAY: Duration = Duration::from_millis(800);
+/// The server's whole milliseconds against this process's clock.
+const CLOCK: Duration = Duration::from_millis(5);
 
 fn delayed(server: &RedisServer) -> Config {
     Config::new(server.url()).lock_delay(DELAY)
@@ -255,8 +257,9 @@ async fn a_lock_delay_keeps_a_name_closed_past_a_dead_holders_expiry() {
         .expect("acquired within 5 s")
         .unwrap();
     let took = granted.elapsed();
+    // (CLOCK: the server's millisecond expiry against this process's clock.)
     assert!(
-        took >= lease + DELAY,
+        took + CLOCK >= lease + DELAY,
         "taken {took:?} after the grant, before its expiry ({lease:?}) plus the delay"
     );
     assert!(
@@ -309,7 +312,7 @@ async fn renewals_carry_the_lock_delay_and_a_deleted_hold_leaves_it() {
         .expect("acquired within 5 s")
         .unwrap();
     assert!(
-        deleted.elapsed() >= DELAY,
+        deleted.elapsed() + CLOCK >= DELAY,
         "taken {:?} after the delete",
         deleted.elapsed()
     );
@@ -328,7 +331,15 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
     let mut raw = server.conn();
     let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
         .args(["--url", &server.url(), "--watchdog-timeout", "1s"])
-        .args(["--lock-delay", "800ms", "exec", "killed", "--", "sleep", "30"])
+        .args([
+            "--lock-delay",
+            "800ms",
+            "exec",
+            "killed",
+            "--",
+            "sleep",
+            "30",
+        ])
         .env_remove("LOCKMAN_URL")
         .env_remove("REDIS_URL")
         .stdout(std::process::Stdio::null())
@@ -349,7 +360,10 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
     let killed = Instant::now();
     let lock_left = pttl(&mut raw, "killed");
     let delay_left = pttl(&mut raw, "lockman_delay:{killed}");
-    assert!(lock_left > 0, "the dead holder's hold still runs: {lock_left}");
+    assert!(
+        lock_left > 0,
+        "the dead holder's hold still runs: {lock_left}"
+    );
     assert!(
         delay_left - lock_left >= 790,
         "the delay key outlives the hold by the delay: {delay_left} vs {lock_left}"
@@ -361,7 +375,7 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
         .unwrap();
     let took = killed.elapsed();
     assert!(
-        took >= Duration::from_millis(delay_left as u64),
+        took + CLOCK >= Duration::from_millis(delay_left as u64),
         "taken {took:?} after the kill; the hold had {lock_left} ms left, plus the delay"
     );
     assert!(
