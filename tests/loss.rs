@@ -386,6 +386,47 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
     next.shutdown().await;
 }
 
+/// The scene: `lockman unlock --force` on a name a `lockman exec` holds stops the
+/// command at once (exit 73, lost), not at the exec's next renewal (4 s apart here).
+#[tokio::test]
+async fn a_force_unlock_stops_an_exec_command_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let lockman = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"));
+        cmd.args(["--url", &server.url(), "--watchdog-timeout", "12s"])
+            .args(args)
+            .env_remove("LOCKMAN_URL")
+            .env_remove("REDIS_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        cmd
+    };
+    let mut holder = lockman(&["exec", "job", "--", "sleep", "30"])
+        .spawn()
+        .expect("lockman exec starts");
+    // Watched once the watchdog has it (2 s after the grant).
+    until_tracked(&mut raw, 1).await;
+    let forced = Instant::now();
+    let unlocked = lockman(&["unlock", "--force", "--yes", "job"])
+        .status()
+        .expect("lockman unlock");
+    assert!(unlocked.success(), "{unlocked:?}");
+    let limit = Duration::from_millis(1500);
+    let status = loop {
+        if let Some(status) = holder.try_wait().expect("try_wait") {
+            break status;
+        }
+        if forced.elapsed() > limit {
+            let _ = holder.kill();
+            panic!("the command still ran {limit:?} after the force unlock");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("force unlock → exec ended in {:?}", forced.elapsed());
+    assert_eq!(status.code(), Some(73), "exit code: lost");
+}
+
 /// After a Sentinel failover the watch follows the primary: the holds are checked (and so
 /// tracked) on the new one, and a `DEL` there is known at once. Behind `--ignored`: a failover
 /// takes several seconds (CI's time budget); run with
