@@ -427,6 +427,54 @@ async fn a_force_unlock_stops_an_exec_command_at_once() {
     assert_eq!(status.code(), Some(73), "exit code: lost");
 }
 
+/// An evicting server (`allkeys-lru`) under memory pressure drops the held key: the holder is
+/// told before the watchdog's first renewal (4 s after the manager's start) could find it.
+#[tokio::test]
+async fn an_evicted_key_is_known_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let started = Instant::now();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("evicted").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    let info: String = redis::cmd("INFO").arg("memory").query(&mut raw).unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("used_memory");
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .arg("maxmemory")
+        .arg(used + 1_000_000)
+        .exec(&mut raw)
+        .unwrap();
+    let filler = "x".repeat(10_000);
+    let mut batch = 0;
+    while !guard.is_lost() {
+        assert!(batch < 100, "10 MB written past maxmemory and the hold is still not lost");
+        let mut pipe = redis::pipe();
+        for i in 0..100 {
+            pipe.cmd("SET")
+                .arg(format!("filler:{batch}:{i}"))
+                .arg(&filler)
+                .ignore();
+        }
+        pipe.query::<()>(&mut raw).unwrap();
+        batch += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let at = started.elapsed();
+    assert!(!raw.exists::<_, bool>("evicted").unwrap(), "lost, and evicted");
+    assert!(
+        at < WATCHDOG / 3,
+        "lost {at:?} after the manager started: the first renewal's time, not the watch's"
+    );
+    mgr.shutdown().await;
+}
+
 /// After a Sentinel failover the watch follows the primary: the holds are checked (and so
 /// tracked) on the new one, and a `DEL` there is known at once. Behind `--ignored`: a failover
 /// takes several seconds (CI's time budget); run with
