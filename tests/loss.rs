@@ -454,7 +454,10 @@ async fn an_evicted_key_is_known_at_once() {
     let filler = "x".repeat(10_000);
     let mut batch = 0;
     while !guard.is_lost() {
-        assert!(batch < 100, "10 MB written past maxmemory and the hold is still not lost");
+        assert!(
+            batch < 100,
+            "10 MB written past maxmemory and the hold is still not lost"
+        );
         let mut pipe = redis::pipe();
         for i in 0..100 {
             pipe.cmd("SET")
@@ -467,7 +470,10 @@ async fn an_evicted_key_is_known_at_once() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let at = started.elapsed();
-    assert!(!raw.exists::<_, bool>("evicted").unwrap(), "lost, and evicted");
+    assert!(
+        !raw.exists::<_, bool>("evicted").unwrap(),
+        "lost, and evicted"
+    );
     assert!(
         at < WATCHDOG / 3,
         "lost {at:?} after the manager started: the first renewal's time, not the watch's"
