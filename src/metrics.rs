@@ -126,6 +126,19 @@ pub(crate) fn renewals(calls: usize, renewed: usize, failed: usize) {
     let _ = (calls, renewed, failed);
 }
 
+/// Holds checked on the tracking connection after their keys were written (or the connection
+/// was made again): found in place, found lost.
+#[inline]
+pub(crate) fn watch_checked(held: usize, lost: usize) {
+    #[cfg(feature = "metrics")]
+    {
+        metrics::counter!("lockman_watch_checks_total", "found" => "held").increment(held as u64);
+        metrics::counter!("lockman_watch_checks_total", "found" => "lost").increment(lost as u64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (held, lost);
+}
+
 /// A connection was opened again after it was lost.
 #[inline]
 pub(crate) fn reconnected(connection: &'static str) {

@@ -23,6 +23,8 @@ impl std::fmt::Debug for Config {
             name_prefix,
             refuse_evicting_server,
             deadlocks,
+            watch_holds,
+            lock_delay,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -61,6 +63,8 @@ impl std::fmt::Debug for Config {
             .field("name_prefix", name_prefix)
             .field("refuse_evicting_server", refuse_evicting_server)
             .field("deadlocks", deadlocks)
+            .field("watch_holds", watch_holds)
+            .field("lock_delay", lock_delay)
             .finish()
     }
 }

@@ -74,6 +74,8 @@ pub struct Config {
     name_prefix: String,
     refuse_evicting_server: bool,
     deadlocks: Deadlocks,
+    watch_holds: bool,
+    lock_delay: Duration,
 }
 
 /// What a manager does when the waits of its callers close a cycle (a deadlock: task A holds
@@ -297,6 +299,8 @@ impl Config {
             max_lingering: DEFAULT_MAX_LINGERING,
             client_name: None,
             contention_top_k: DEFAULT_CONTENTION_TOP_K,
+            watch_holds: true,
+            lock_delay: Duration::ZERO,
             arbiters: None,
             name_prefix: String::new(),
             refuse_evicting_server: false,
@@ -623,6 +627,47 @@ impl Config {
     /// See [`Config::contention_top_k`](Self::contention_top_k()).
     pub fn get_contention_top_k(&self) -> usize {
         self.contention_top_k
+    }
+
+    /// Whether a hold's loss is known at once: every lock hold the watchdog renews is also
+    /// watched through Redis's client-side tracking (a connection of its own, `CLIENT TRACKING
+    /// ON`, RESP3), so a foreign `DEL`, a force unlock, an eviction or an expiry of its key is
+    /// reported through the guard within a round trip or two, not at the next renewal. It costs
+    /// one connection per manager and one read-only script call per hold handed to the watchdog,
+    /// per renewal batch and per invalidation (docs/protocol.md, "Watched holds"). Not in a
+    /// cluster (tracking is per node), nor for permits; a server or ACL user that refuses
+    /// `CLIENT TRACKING` turns it off with a warning.
+    ///
+    /// Default: on.
+    pub fn watch_holds(mut self, on: bool) -> Self {
+        self.watch_holds = on;
+        self
+    }
+
+    /// See [`Config::watch_holds`](Self::watch_holds()).
+    pub fn get_watch_holds(&self) -> bool {
+        self.watch_holds
+    }
+
+    /// A lock-delay, as Chubby and Consul have: when a reentrant lock's hold ends **without a
+    /// release** (its key expired, was deleted or force-unlocked, or evicted), this manager's
+    /// acquires do not take the name until `delay` has passed since the hold's expiry as last
+    /// set (its grant's or last renewal's TTL), so that a stale holder's writes in flight drain
+    /// before the next holder starts. A release ends it at once. lockman's own addition to the
+    /// layout (docs/protocol.md, "Lock-delay"): a delay key beside the lock hash, set at grant
+    /// and renewal, deleted by release; every lockman client on the name should use the same
+    /// delay, and Redisson clients do not see it (they take the name as soon as the hash is
+    /// gone). Reentrant locks ([`LockManager::lock`](crate::LockManager::lock)) only.
+    ///
+    /// Default: none ([`Duration::ZERO`]).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+
+    /// See [`Config::lock_delay`](Self::lock_delay()).
+    pub fn get_lock_delay(&self) -> Duration {
+        self.lock_delay
     }
 
     /// Prefixes every lock and synchronizer name, as Redisson's `PrefixNameMapper` (4.8) does

@@ -484,6 +484,11 @@ impl<'s> ScriptCall<'s> {
     pub(crate) fn cmd(&self) -> &Cmd {
         &self.cmd
     }
+
+    /// The script, to load on a connection that does not know it.
+    pub(crate) fn script(&self) -> &Script {
+        self.script
+    }
 }
 
 /// The command connection: to one server (redis-rs's `ConnectionManager`, which reconnects by

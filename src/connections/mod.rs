@@ -1,11 +1,13 @@
 //! Connections: where Redis is and how lockman talks to it. `url` (URLs and TLS), `failure`
 //! (typed connection failures), `endpoint` (one server or Sentinel's primary), `cluster`
-//! (a Redis Cluster), `command` (the command connections, replica sync) and `subscription`
-//! (the pub/sub connection of either). Nothing here knows the protocol or the actors.
+//! (a Redis Cluster), `command` (the command connections, replica sync), `subscription`
+//! (the pub/sub connection of either) and `tracking` (the connection on which holds are
+//! checked, told at once when their keys are written). Nothing here knows the protocol or the actors.
 
 pub(crate) mod cluster;
 pub(crate) mod command;
 pub(crate) mod endpoint;
 pub(crate) mod failure;
 pub(crate) mod subscription;
+pub(crate) mod tracking;
 pub(crate) mod url;

@@ -171,10 +171,10 @@ pub(crate) fn least_privilege_acl(prefix: &str) -> String {
          ~redisson_lock_timeout:* ~redisson_lock_token:* ~redisson_lock__channel:* \
          ~redisson_rwlock:* ~redisson_sc:* ~redisson_countdownlatch__channel__* \
          ~redisson_unlock_latch:* ~lockman_fence:* ~lockman_client:* ~lockman_waits:* \
-         &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
+         ~lockman_delay:* &redisson_lock__channel:* &redisson_rwlock:* &redisson_sc:* \
          &redisson_countdownlatch__channel__* \
          +evalsha +script|load +wait +publish +subscribe +unsubscribe +ping +hello +auth \
-         +select +client|setname +info +command|info +memory|usage \
+         +select +client|setname +client|tracking +info +command|info +memory|usage \
          +del +exists +get +set +incr +incrby +decr +decrby +type +time +pttl +pexpire \
          +pexpireat +hget +hset +hdel +hexists +hgetall +hincrby +hkeys +hlen \
          +lindex +lpop +lpos +lrange +lrem +rpush +zadd +zcard +zincrby +zrange \

@@ -8,6 +8,7 @@ use super::*;
 use crate::config::Config;
 use crate::connections::command::{Conn, Replicas, ScriptCall, Spawner, Unsynced};
 use crate::connections::endpoint::Endpoint;
+use crate::connections::tracking::Tracking;
 use crate::error::LockError;
 use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
 
@@ -21,6 +22,8 @@ pub(crate) struct Commands {
     /// four response timeouts (the last resend may wait for the round trip under way, then take
     /// its own). Lock requests have no latch: their holder's count tells (`Expect`).
     latch_ttl: u64,
+    /// The lock-delay in ms ([`Config::lock_delay`]), 0 for none.
+    lock_delay: u64,
 }
 
 impl Commands {
@@ -30,9 +33,14 @@ impl Commands {
         let conn = Conn::open(endpoint, config).await?;
         probe::check_access(&conn, &all_scripts()).await?;
         let latch_ttl = config.get_watchdog_timeout() + 4 * config.get_response_timeout();
+        let lock_delay = match config.get_lock_delay() {
+            Duration::ZERO => 0,
+            delay => millis(delay),
+        };
         Ok(Self {
             conn,
             latch_ttl: millis(latch_ttl),
+            lock_delay,
         })
     }
 
@@ -343,6 +351,9 @@ impl Commands {
         timeout: Duration,
     ) -> Result<Vec<bool>, LockError> {
         let read = kind == LockKind::Read;
+        if kind == LockKind::Reentrant && self.lock_delay > 0 {
+            return self.renew_delayed(holds, timeout).await;
+        }
         let (script, per_hold): (&Script, usize) =
             if read { (&RENEW_READ, 2) } else { (&RENEW, 1) };
         let bytes: usize = holds
@@ -370,6 +381,68 @@ impl Commands {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
+        }
+    }
+
+    /// [`renew`](Self::renew) for reentrant holds with a lock-delay (`renew_delay.lua`): each
+    /// hold's delay key is set to outlive it by the delay.
+    async fn renew_delayed(
+        &self,
+        holds: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        let bytes: usize = holds
+            .iter()
+            .map(|(name, holder)| 2 * name.len() + 40 + holder.len())
+            .sum();
+        let mut call = ScriptCall::new(&RENEW_DELAY, 2 * holds.len(), 2 + holds.len(), bytes);
+        for (name, _) in holds {
+            call.key(keys::lock_key(name));
+        }
+        for (name, _) in holds {
+            call.key(keys::delay_key(name));
+        }
+        call.arg(millis(timeout)).arg(self.lock_delay);
+        for (_, holder) in holds {
+            call.arg(*holder);
+        }
+        match self
+            .conn
+            .eval("renew", "", &call, Replicas::Wait)
+            .await?
+            .synced()?
+        {
+            Value::Array(items) if items.len() == holds.len() => {
+                Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
+            }
+            other => Err(unexpected("renew", other)),
+        }
+    }
+
+    /// Whether each of up to [`RENEW_BATCH`] lock holds is still in place (`held.lua`), read on
+    /// the tracking connection, which registers their keys: the server then tells it when one
+    /// of them is written. Changes nothing.
+    pub(crate) async fn held(
+        tracking: &Tracking,
+        kind: LockKind,
+        holds: &[(&str, &str)],
+    ) -> Result<Vec<bool>, LockError> {
+        let bytes: usize = holds
+            .iter()
+            .map(|(name, holder)| name.len() + 24 + holder.len())
+            .sum();
+        let mut call = ScriptCall::new(&HELD, holds.len(), holds.len(), bytes);
+        for (name, _) in holds {
+            call.key(keys::lock_key(name));
+        }
+        for (_, holder) in holds {
+            call.arg(kind.field(holder));
+        }
+        match tracking.eval("held", &call).await? {
+            Value::Array(items) if items.len() == holds.len() => {
+                Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
+            }
+            other => Err(unexpected("held", other)),
         }
     }
 }
@@ -407,7 +480,8 @@ impl HolderCalls<'_> {
             holder,
         } = self;
         let publish = commands.publish();
-        let call = kind.acquire_call(name, holder, lease, fair, expect, publish);
+        let delay = commands.lock_delay;
+        let call = kind.acquire_call(name, holder, lease, fair, expect, publish, delay);
         let key = keys::lock_key(name);
         let reply = commands
             .conn
@@ -435,7 +509,8 @@ impl HolderCalls<'_> {
             name,
             holder,
         } = self;
-        let call = kind.release_call(name, holder, lease, expect, commands.publish());
+        let (publish, delay) = (commands.publish(), commands.lock_delay);
+        let call = kind.release_call(name, holder, lease, expect, publish, delay);
         let key = keys::lock_key(name);
         let reply = commands.conn.eval("release", key, &call, Replicas::Skip);
         match reply.await?.value {
@@ -463,10 +538,13 @@ impl HolderCalls<'_> {
         } = self;
         let key = keys::lock_key(name);
         let room = 3 * name.len() + holder.len() + to.holder.len() + 96;
-        let mut call = ScriptCall::new(&HAND_OFF, 2, 8, room);
-        call.key(key)
-            .key(keys::token_key(name))
-            .arg(UNLOCK_MESSAGE)
+        let delayed = commands.lock_delay > 0 && kind == LockKind::Reentrant;
+        let mut call = ScriptCall::new(&HAND_OFF, 2 + usize::from(delayed), 9, room + 64);
+        call.key(key).key(keys::token_key(name));
+        if delayed {
+            call.key(keys::delay_key(name));
+        }
+        call.arg(UNLOCK_MESSAGE)
             .arg(millis(lease))
             .arg(holder)
             .arg(to.holder)
@@ -474,6 +552,9 @@ impl HolderCalls<'_> {
             .arg(millis(to.lease))
             .arg(if kind == LockKind::Fenced { "1" } else { "0" })
             .arg(expect.to);
+        if delayed {
+            call.arg(commands.lock_delay);
+        }
         let reply = commands.conn.eval("hand off", key, &call, Replicas::Skip);
         match reply.await?.value {
             Value::Nil => Ok(HandedOff::No(Released::NotHeld)),

@@ -93,6 +93,12 @@ pub(crate) fn lock_key(name: &str) -> &str {
     name
 }
 
+/// A reentrant lock's delay key (lockman's own, docs/protocol.md "Lock-delay"): while it lives
+/// and the lock hash does not, lockman's acquires treat the lock as held.
+pub(crate) fn delay_key(name: &str) -> String {
+    prefixed("lockman_delay", name)
+}
+
 /// The channel on which a reentrant lock's final release is published.
 pub(crate) fn unlock_channel(name: &str) -> String {
     prefixed("redisson_lock__channel", name)

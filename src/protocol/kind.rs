@@ -141,7 +141,9 @@ impl LockKind {
 
     /// An acquire attempt of `holder` on the lock `name`, for `lease`: its script with the
     /// keys and arguments of this kind, in one presized command. `expect`: the holder's count
-    /// before it; `publish`: `publish` or `spublish` (a fair prune wakes the next head).
+    /// before it; `publish`: `publish` or `spublish` (a fair prune wakes the next head);
+    /// `delay`: the lock-delay in ms, 0 for none (reentrant locks only).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn acquire_call(
         self,
         name: &str,
@@ -150,11 +152,21 @@ impl LockKind {
         fair: FairArgs,
         expect: Expect,
         publish: &'static str,
+        delay: u64,
     ) -> ScriptCall<'static> {
+        let delayed = delay > 0 && self == LockKind::Reentrant;
         let (key, lease, script) = (keys::lock_key(name), millis(lease), self.acquire_script());
         // Room for the keys and arguments of the longest (fair) attempt.
         let room = 3 * name.len() + holder.len() + 96;
         let mut call = match self {
+            LockKind::Reentrant if delayed => {
+                let mut call = ScriptCall::new(script, 2, 4, room + name.len() + 16);
+                call.key(key)
+                    .key(keys::delay_key(name))
+                    .arg(lease)
+                    .arg(holder);
+                call
+            }
             LockKind::Reentrant | LockKind::NonReentrant => {
                 let mut call = ScriptCall::new(script, 1, 3, room);
                 call.key(key).arg(lease).arg(holder);
@@ -203,12 +215,16 @@ impl LockKind {
             // free lock should the prune drop the one before.
             call.arg(millis(fair.cap)).arg(UNLOCK_MESSAGE).arg(publish);
         }
+        if delayed {
+            call.arg(delay);
+        }
         call
     }
 
     /// A release of one hold of `holder` on the lock `name`, restoring `lease` when holds
     /// remain: its script with the keys and arguments of this kind. `expect`: the holder's
-    /// count before it.
+    /// count before it; `delay`: the lock-delay in ms, 0 for none (reentrant locks only: a
+    /// release deletes the delay key).
     pub(super) fn release_call(
         self,
         name: &str,
@@ -216,10 +232,22 @@ impl LockKind {
         lease: Duration,
         expect: Expect,
         publish: &'static str,
+        delay: u64,
     ) -> ScriptCall<'static> {
         let key = keys::lock_key(name);
         let room = 3 * name.len() + holder.len() + 96;
         let mut call = match self {
+            LockKind::Reentrant if delay > 0 => {
+                let mut call = ScriptCall::new(&RELEASE, 3, 5, room + name.len() + 16);
+                call.key(key)
+                    .key(keys::unlock_channel(name))
+                    .key(keys::delay_key(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
+                    .arg(publish);
+                call
+            }
             LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
                 let mut call = ScriptCall::new(&RELEASE, 2, 5, room);
                 call.key(key)

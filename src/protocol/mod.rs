@@ -39,6 +39,9 @@ static RELEASE: LazyLock<Script> = joined!("release_prologue.lua", "release.lua"
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
+static RENEW_DELAY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("renew_delay.lua")));
+static HELD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("held.lua")));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("inspect.lua")));
 static FENCED_ACQUIRE: LazyLock<Script> = joined!("fence_token.lua", "fenced_acquire.lua");
 static READ_ACQUIRE: LazyLock<Script> = joined!("read_acquire.lua");
@@ -85,6 +88,8 @@ fn all_scripts() -> Vec<&'static Script> {
         &HAND_OFF,
         &FORCE_UNLOCK,
         &RENEW,
+        &HELD,
+        &RENEW_DELAY,
         &INSPECT,
         &FENCED_ACQUIRE,
         &READ_ACQUIRE,

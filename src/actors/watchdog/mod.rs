@@ -16,6 +16,9 @@
 //!
 //! It has three jobs, one file each, on the one schedule:
 //! - **renewal** (`renewal.rs`): the holds, their batched calls and retries, their losses;
+//! - **the watch** (`tracking.rs`): each lock hold it renews is checked on the tracking
+//!   connection, whose server tells it at once when the hold's key is written; a hold found
+//!   gone then is lost at once, not at the next renewal;
 //! - **the client record** (`record.rs`, docs/protocol.md "Client records"): who the manager is,
 //!   the holds it tracks (holds old enough to be renewed) and the names its callers wait on
 //!   (the [`Board`]), written each tick in the format of `protocol/clients.rs`;
@@ -28,6 +31,7 @@
 mod contention;
 mod record;
 mod renewal;
+mod tracking;
 
 use std::sync::Arc;
 
@@ -42,12 +46,15 @@ use contention::Contention;
 pub(crate) use record::FirstUse;
 use record::RecordWriter;
 use renewal::{RenewKey, Renewals, Round, Tracked};
+use tracking::Watch;
 
 /// The actor that owns renewal, the client record and the contention series.
 pub(crate) struct Watchdog {
     commands: Commands,
     /// Renewal: the holds and their schedule.
     renewals: Renewals,
+    /// The watch on the holds' keys: a loss known at once (`tracking.rs`).
+    watch: Watch,
     /// The client record: what it says of this manager, and whether it is still written.
     record: RecordWriter,
     /// The contention series.
@@ -71,6 +78,7 @@ impl Watchdog {
         Self {
             commands,
             renewals: Renewals::new(config),
+            watch: Watch::new(config),
             record: RecordWriter::new(config, client_id),
             contention: Contention::new(config.get_contention_top_k()),
             detector,
@@ -100,7 +108,8 @@ impl Actor for Watchdog {
             // none.
             ctx.run_interval(self.renewals.interval, |act, ctx| {
                 act.publish(ctx);
-                act.tick(ctx, Round::Every)
+                act.tick(ctx, Round::Every);
+                act.watch_ping(ctx);
             });
         }
     }
@@ -109,6 +118,7 @@ impl Actor for Watchdog {
 impl Supervised for Watchdog {
     fn restarting(&mut self, _: &mut Context<Self>) {
         self.renewals.restarted();
+        self.watch.restarted();
         self.record.restarted();
     }
 }
@@ -116,10 +126,11 @@ impl Supervised for Watchdog {
 impl Handler<Track> for Watchdog {
     type Result = ();
 
-    fn handle(&mut self, msg: Track, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Track, ctx: &mut Context<Self>) {
         if self.halted {
             return;
         }
+        let name = msg.name.clone();
         let key = RenewKey {
             name: msg.name,
             holder: msg.holder,
@@ -134,6 +145,7 @@ impl Handler<Track> for Watchdog {
             failing: false,
         };
         self.renewals.tracked.insert(key, tracked);
+        self.watch_new(name, ctx);
     }
 }
 
@@ -158,6 +170,8 @@ impl Handler<RenewNow> for Watchdog {
 
     fn handle(&mut self, _: RenewNow, ctx: &mut Context<Self>) {
         self.tick(ctx, Round::Every);
+        // The tracking connection follows the primary too.
+        self.watch_again(ctx);
     }
 }
 

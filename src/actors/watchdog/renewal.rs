@@ -222,7 +222,7 @@ impl Renewals {
     }
 
     /// The hold `key` of `epoch` is lost: renewal for it stops, and its actor is told.
-    fn lost(&mut self, key: RenewKey, epoch: u64) {
+    pub(super) fn lost(&mut self, key: RenewKey, epoch: u64) {
         if self.tracked.get(&key).is_none_or(|t| t.epoch != epoch) {
             return;
         }

@@ -120,6 +120,10 @@ struct Server {
     /// How long a lock taken without --lease outlives a dead lockman (renewed every third of it).
     #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "30s")]
     watchdog_timeout: Duration,
+    /// After a lock's hold ends without a release (expired, lost, force-unlocked), wait this long
+    /// past its expiry before taking the name (Config::lock_delay; reentrant locks).
+    #[arg(long, global = true, value_name = "DUR", value_parser = duration, default_value = "0s")]
+    lock_delay: Duration,
     /// The service name this lockman gives in its client record (`lockman ls` shows it).
     #[arg(long, global = true, env = "LOCKMAN_CLIENT_NAME", value_name = "NAME")]
     client_name: Option<String>,
@@ -164,6 +168,7 @@ impl std::fmt::Debug for Server {
             .field("cluster", &self.cluster)
             .field("tls_ca", &self.tls_ca)
             .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("lock_delay", &self.lock_delay)
             .field("client_name", &self.client_name)
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.connect_timeout)
@@ -489,6 +494,7 @@ impl Server {
         };
         let mut config = config
             .watchdog_timeout(self.watchdog_timeout)
+            .lock_delay(self.lock_delay)
             .connect_timeout(self.connect_timeout);
         if let Some(password) = self.password()? {
             config = config.password(password);

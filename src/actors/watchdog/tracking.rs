@@ -1,0 +1,329 @@
+//! The Watchdog's watch on its holds: a loss known at once, not at the next renewal.
+//!
+//! Every lock hold the Watchdog renews is also checked on the tracking connection
+//! (`connections/tracking.rs`, `held.lua`), which registers its key there: when anyone writes
+//! that key (a foreign `DEL`, a force unlock, an eviction, an expiry, a `FLUSHALL`), the server
+//! sends an invalidation, and the holds of that name are checked again at once. A hold found
+//! gone or another's is lost through the renewal path's own [`Renewals::lost`]: its actor is
+//! told, its guard's `lost()` resolves. A hold still in place is left as it is (the check has
+//! registered its key again).
+//!
+//! Lockman's own renewals write the keys too, so each renewal is followed by one check call per
+//! batch; a check never writes, so it causes no invalidation of its own.
+//!
+//! Checks are coalesced: names invalidated while a check call is under way wait for it and go
+//! in the next one, so a flood of writes to held keys costs a few calls, not one per write
+//! (keys never checked here are not tracked for this connection, so the server sends nothing
+//! for them).
+//!
+//! When the tracking connection closes, or a check call or the PING sent every renewal interval
+//! fails or times out, invalidations may have been missed: a new connection is made (with backoff) and every hold is checked on it at once.
+//! After a Sentinel failover (`RenewNow`) the connection is made again to the new primary, and
+//! every hold checked there. A cluster is not watched (tracking is per node): its holds are
+//! found lost by renewal.
+//!
+//! Permit grants are not watched (their permits live in a sorted set shared by every holder, so
+//! each acquire or release by anyone would be an invalidation): renewal finds their loss.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use rustc_hash::FxHashSet;
+
+use super::Watchdog;
+use super::renewal::RenewKey;
+use crate::actors::messages::Renewal;
+use crate::actors::name::backoff;
+use crate::config::Config;
+use crate::connections::tracking::{self, Heard, Tracking};
+use crate::protocol::{Commands, RENEW_BATCH};
+
+/// The watch: the tracking connection and the names to check on it.
+pub(super) struct Watch {
+    /// The tracking connection, while one is open.
+    link: Option<Tracking>,
+    /// Counts the connections made: what an old connection says is ignored.
+    connection: u64,
+    /// Whether a connection is being made.
+    connecting: bool,
+    /// Connection attempts failed in a row.
+    failures: u32,
+    /// Tracking is not used (a cluster, or a server or ACL user that refuses it).
+    off: bool,
+    /// Names whose holds are checked at the next call.
+    dirty: FxHashSet<Arc<str>>,
+    /// Every hold is checked at the next call (a new connection, a `FLUSHALL`).
+    all: bool,
+    /// Whether check calls are under way.
+    checking: bool,
+    /// Waiting out a backoff after a failure: no connection or check until it ends.
+    resting: bool,
+    connect_timeout: Duration,
+}
+
+/// What the tracking connection of one connection number heard.
+pub(super) struct FromTracking(u64, Heard);
+
+impl Message for FromTracking {
+    type Result = ();
+}
+
+impl Watch {
+    pub(super) fn new(config: &Config) -> Self {
+        Self {
+            link: None,
+            connection: 0,
+            connecting: false,
+            failures: 0,
+            off: !config.get_watch_holds(),
+            dirty: FxHashSet::default(),
+            all: false,
+            checking: false,
+            resting: false,
+            connect_timeout: config.get_connect_timeout(),
+        }
+    }
+
+    /// A restarted Watchdog's: its calls and stream went with the old context.
+    pub(super) fn restarted(&mut self) {
+        self.link = None;
+        self.connecting = false;
+        self.checking = false;
+        self.resting = false;
+        self.all = true;
+    }
+}
+
+impl Watchdog {
+    /// A hold was handed over: check it (which registers its key), opening the tracking
+    /// connection first if there is none.
+    pub(super) fn watch_new(&mut self, name: Arc<str>, ctx: &mut Context<Self>) {
+        if self.watch.off {
+            return;
+        }
+        self.watch.dirty.insert(name);
+        self.check(ctx);
+    }
+
+    /// The primary moved (or the connection is suspect): a new tracking connection, and every
+    /// hold checked on it.
+    pub(super) fn watch_again(&mut self, ctx: &mut Context<Self>) {
+        if self.watch.off {
+            return;
+        }
+        self.watch.link = None;
+        self.watch.connection += 1;
+        self.watch.all = true;
+        self.check(ctx);
+    }
+
+    /// Opens the tracking connection (unless one is being made), then checks every hold.
+    fn watch_connect(&mut self, ctx: &mut Context<Self>) {
+        if self.halted || self.watch.off || self.watch.connecting {
+            return;
+        }
+        self.watch.connecting = true;
+        let endpoint = self.commands.endpoint().clone();
+        let limit = self.watch.connect_timeout;
+        let work = async move { tracking::open(&endpoint, limit).await };
+        ctx.spawn(work.into_actor(self).map(|res, act, ctx| {
+            act.watch.connecting = false;
+            if act.halted {
+                return;
+            }
+            match res {
+                Ok(Ok((link, heard))) => {
+                    // `failures` is reset by a check that succeeds, not here: a server that
+                    // connects but refuses the checks (an ACL) must not be tried in a loop.
+                    act.watch.connection += 1;
+                    let connection = act.watch.connection;
+                    act.watch.link = Some(link);
+                    act.watch.all = true;
+                    let heard = futures_util::stream::unfold(heard, |mut rx| async move {
+                        rx.recv().await.map(|heard| (heard, rx))
+                    });
+                    ctx.add_message_stream(heard.map(move |heard| FromTracking(connection, heard)));
+                    act.check(ctx);
+                }
+                Ok(Err(tracking::Unsupported(what))) => {
+                    tracing::debug!(what, "holds not watched: their loss is found by renewal");
+                    act.watch.off = true;
+                }
+                Err(error) if !error.is_retryable() => {
+                    tracing::warn!(%error, "holds not watched (CLIENT TRACKING refused): their loss is found by renewal");
+                    act.watch.off = true;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "tracking connection failed");
+                    act.watch_rest(ctx);
+                }
+            }
+        }));
+    }
+
+    /// Checks the holds of the names invalidated (or every hold), unless a check is under way
+    /// (then they wait for the next one).
+    pub(super) fn check(&mut self, ctx: &mut Context<Self>) {
+        if self.halted || self.watch.off || self.watch.checking || self.watch.resting {
+            return;
+        }
+        if self.renewals.tracked.is_empty() {
+            self.watch.dirty.clear();
+            self.watch.all = false;
+            return;
+        }
+        let Some(link) = self.watch.link.clone() else {
+            self.watch_connect(ctx);
+            return;
+        };
+        if !self.watch.all && self.watch.dirty.is_empty() {
+            return;
+        }
+        let all = std::mem::take(&mut self.watch.all);
+        let dirty = std::mem::take(&mut self.watch.dirty);
+        let mut batches: Vec<Vec<(RenewKey, u64)>> = Vec::new();
+        let mut by_kind: Vec<(crate::protocol::LockKind, Vec<(RenewKey, u64)>)> = Vec::new();
+        for (key, t) in &self.renewals.tracked {
+            let Renewal::Lock(kind) = key.what else {
+                continue;
+            };
+            if !all && !dirty.contains(&key.name) {
+                continue;
+            }
+            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, holds)) => holds.push((key.clone(), t.epoch)),
+                None => by_kind.push((kind, vec![(key.clone(), t.epoch)])),
+            }
+        }
+        for (_, holds) in by_kind {
+            batches.extend(holds.chunks(RENEW_BATCH).map(<[_]>::to_vec));
+        }
+        if batches.is_empty() {
+            return;
+        }
+        self.watch.checking = true;
+        let connection = self.watch.connection;
+        let started = Instant::now();
+        let work = join_all(batches.into_iter().map(move |batch| {
+            let link = link.clone();
+            async move {
+                let Renewal::Lock(kind) = batch[0].0.what else {
+                    return (batch, Ok(Vec::new()));
+                };
+                let pairs: Vec<(&str, &str)> = batch
+                    .iter()
+                    .map(|(key, _)| (&*key.name, &*key.holder))
+                    .collect();
+                let res = Commands::held(&link, kind, &pairs).await;
+                (batch, res)
+            }
+        }));
+        ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
+            act.watch.checking = false;
+            let (mut held, mut lost, mut failed) = (0usize, 0usize, false);
+            for (batch, res) in results {
+                match res {
+                    Ok(flags) if flags.len() == batch.len() => {
+                        for ((key, epoch), ok) in batch.into_iter().zip(flags) {
+                            if ok {
+                                held += 1;
+                            } else if act.renewals.tracked.contains_key(&key) {
+                                lost += 1;
+                                tracing::warn!(name = %key.name, "hold lost: its key was written by another client");
+                                act.renewals.lost(key, epoch);
+                            }
+                        }
+                    }
+                    Ok(_) => failed = true,
+                    Err(error) => {
+                        tracing::debug!(%error, "hold check failed");
+                        failed = true;
+                    }
+                }
+            }
+            tracing::debug!(held, lost, failed, took = ?started.elapsed(), "holds checked");
+            crate::metrics::watch_checked(held, lost);
+            if failed && act.watch.connection == connection {
+                // Invalidations may be missed meanwhile: a new connection, every hold again,
+                // after a backoff (a server that refuses the checks must not be asked in a loop).
+                act.watch.link = None;
+                act.watch.connection += 1;
+                act.watch.all = true;
+                act.watch_rest(ctx);
+            } else {
+                if !failed {
+                    act.watch.failures = 0;
+                }
+                act.check(ctx);
+            }
+        }));
+    }
+}
+
+impl Watchdog {
+    /// After a failure: nothing is tried for [`backoff`] of the failures in a row, then the
+    /// names waiting are checked (on a new connection when there is none).
+    fn watch_rest(&mut self, ctx: &mut Context<Self>) {
+        let retry_in = backoff(self.watch.failures);
+        self.watch.failures = self.watch.failures.saturating_add(1);
+        self.watch.resting = true;
+        ctx.run_later(retry_in, |act, ctx| {
+            act.watch.resting = false;
+            act.check(ctx);
+        });
+    }
+
+    /// Every renewal interval, while holds are watched: a PING on the tracking connection; no
+    /// answer within the response timeout, and a new connection is made and every hold checked
+    /// (a silent connection would drop every invalidation).
+    pub(super) fn watch_ping(&mut self, ctx: &mut Context<Self>) {
+        let Some(link) = self.watch.link.clone() else {
+            return;
+        };
+        if self.halted || self.renewals.tracked.is_empty() {
+            return;
+        }
+        let connection = self.watch.connection;
+        let work = async move { link.ping().await };
+        ctx.spawn(work.into_actor(self).map(move |res, act, ctx| {
+            if let Err(error) = res
+                && act.watch.connection == connection
+                && !act.halted
+            {
+                tracing::info!(%error, "tracking connection silent: every hold is checked again");
+                act.watch_again(ctx);
+            }
+        }));
+    }
+}
+
+impl Handler<FromTracking> for Watchdog {
+    type Result = ();
+
+    fn handle(&mut self, FromTracking(connection, heard): FromTracking, ctx: &mut Context<Self>) {
+        if connection != self.watch.connection || self.halted {
+            return;
+        }
+        match heard {
+            Heard::Invalidated(keys) => {
+                for key in keys {
+                    // Lock keys are the names themselves (`keys::lock_key`).
+                    if let Ok(name) = std::str::from_utf8(&key) {
+                        self.watch.dirty.insert(Arc::from(name));
+                    }
+                }
+            }
+            Heard::Flushed => self.watch.all = true,
+            Heard::Closed => {
+                tracing::info!("tracking connection closed: every hold is checked again");
+                self.watch.link = None;
+                self.watch.connection += 1;
+                self.watch.all = true;
+            }
+        }
+        self.check(ctx);
+    }
+}

@@ -1,0 +1,221 @@
+//! The tracking connection: a RESP3 connection of its own to the primary with client-side
+//! tracking on (`CLIENT TRACKING ON`, default mode), on which lockman checks its holds, so that
+//! the server tells it at once (an `invalidate` push) when a key it checked is written by anyone:
+//! a foreign `DEL`, a force unlock, an eviction, an expiry, a `FLUSHALL`.
+//!
+//! Why this shape (measured on Redis 7.0.15 and Valkey 9.1.2, docs/protocol.md "Watched holds"):
+//! - keys read inside `EVALSHA` are tracked for the calling connection, so one read-only script
+//!   call both checks a batch of holds and registers their keys;
+//! - in default mode a key leaves the tracking table at its first invalidation, even when the
+//!   write came from the tracking connection itself with `NOLOOP` (then nothing is sent at
+//!   all): this connection therefore never writes, and every invalidation is followed by a
+//!   check, which registers the key again;
+//! - RESP3 pushes arrive on the connection that tracks; RESP2 would need the invalidations
+//!   redirected to a subscribed connection, which redis-rs's pub/sub connection cannot name
+//!   (no `CLIENT ID` on it), so RESP3 it is: Redis 6+ and every Valkey.
+//!
+//! Not for a cluster (tracking is per node, and a resharding moves keys between nodes): there
+//! [`open`] fails with [`Unsupported`] and holds are found lost by renewal only.
+//! Nothing here knows the protocol or the actors.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, ProtocolVersion, PushKind, Script, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::connections::command::ScriptCall;
+use crate::connections::endpoint::Endpoint;
+use crate::connections::failure::connect_error;
+use crate::error::LockError;
+
+/// What the tracking connection hears.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// These keys were written (or deleted, expired, evicted) since this connection read them.
+    Invalidated(Vec<Vec<u8>>),
+    /// Every key was (a `FLUSHALL` or `FLUSHDB`).
+    Flushed,
+    /// The connection closed: invalidations sent meanwhile are gone.
+    Closed,
+}
+
+/// Why tracking is not used for a deployment.
+#[derive(Debug)]
+pub(crate) struct Unsupported(pub &'static str);
+
+/// The tracking connection: cheap to clone; clones share it.
+#[derive(Clone)]
+pub(crate) struct Tracking {
+    conn: MultiplexedConnection,
+    response_timeout: Duration,
+}
+
+/// Opens the tracking connection to the endpoint's current primary and turns tracking on,
+/// within `limit`; the receiver hears what it is told. `Ok(Err(Unsupported))`: this deployment
+/// is not tracked (a cluster).
+pub(crate) async fn open(
+    endpoint: &Endpoint,
+    limit: Duration,
+) -> Result<Result<(Tracking, UnboundedReceiver<Heard>), Unsupported>, LockError> {
+    if endpoint.cluster().is_some() {
+        return Ok(Err(Unsupported("cluster")));
+    }
+    let client = resp3(&endpoint.client(), endpoint.label())?;
+    let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
+    let (heard_tx, heard) = tokio::sync::mpsc::unbounded_channel();
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(limit))
+        .set_response_timeout(None)
+        .set_push_sender(tx);
+    let made = client.get_multiplexed_async_connection_with_config(&config);
+    let mut conn = match tokio::time::timeout(limit, made).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(source)) => return Err(connect_error(endpoint.label(), source)),
+        Err(_) => {
+            return Err(LockError::Timeout {
+                op: "connect",
+                after: limit,
+            });
+        }
+    };
+    let mut on = Cmd::new();
+    on.arg("CLIENT").arg("TRACKING").arg("ON");
+    let mut name = Cmd::new();
+    name.arg("CLIENT").arg("SETNAME").arg("lockman-tracking");
+    for cmd in [&name, &on] {
+        let reply = tokio::time::timeout(limit, cmd.query_async::<Value>(&mut conn)).await;
+        match reply {
+            Ok(Ok(_)) => {}
+            Ok(Err(source)) => return Err(LockError::redis("tracking", "", source)),
+            Err(_) => {
+                return Err(LockError::Timeout {
+                    op: "tracking",
+                    after: limit,
+                });
+            }
+        }
+    }
+    // Pushes become `Heard` on a task of their own: the receiver ends with the connection.
+    tokio::spawn(async move {
+        while let Some(push) = pushes.recv().await {
+            let Some(heard) = heard_of(push.kind, push.data) else {
+                continue;
+            };
+            let closed = heard == Heard::Closed;
+            if heard_tx.send(heard).is_err() || closed {
+                break;
+            }
+        }
+    });
+    let tracking = Tracking {
+        conn,
+        response_timeout: endpoint.response_timeout(),
+    };
+    Ok(Ok((tracking, heard)))
+}
+
+/// The same server and credentials, speaking RESP3 (pushes).
+fn resp3(client: &Client, label: &str) -> Result<Client, LockError> {
+    let info = client.get_connection_info().clone();
+    let redis = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    Client::open(info.set_redis_settings(redis)).map_err(|source| connect_error(label, source))
+}
+
+/// A push as heard: invalidations and the connection's end; anything else is dropped.
+fn heard_of(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
+    match kind {
+        PushKind::Disconnection => Some(Heard::Closed),
+        PushKind::Invalidate => match data.into_iter().next() {
+            Some(Value::Array(keys)) => Some(Heard::Invalidated(
+                keys.into_iter()
+                    .filter_map(|key| match key {
+                        Value::BulkString(bytes) => Some(bytes),
+                        Value::SimpleString(text) => Some(text.into_bytes()),
+                        _ => None,
+                    })
+                    .collect(),
+            )),
+            // A null key list: every key (FLUSHALL, FLUSHDB).
+            _ => Some(Heard::Flushed),
+        },
+        _ => None,
+    }
+}
+
+impl Tracking {
+    /// Runs one read-only script call on the tracking connection (which registers the keys it
+    /// reads), bounded by the response timeout; a server that does not know the script is given
+    /// it first.
+    pub(crate) async fn eval(
+        &self,
+        op: &'static str,
+        call: &ScriptCall<'_>,
+    ) -> Result<Value, LockError> {
+        let mut conn = self.conn.clone();
+        let reply = self
+            .bounded(op, call.cmd().query_async::<Value>(&mut conn))
+            .await?;
+        let reply = match reply {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let script: &Script = call.script();
+                self.bounded(op, script.load_async(&mut conn))
+                    .await?
+                    .map_err(|e| LockError::redis(op, "", e))?;
+                self.bounded(op, call.cmd().query_async::<Value>(&mut conn))
+                    .await?
+            }
+            reply => reply,
+        };
+        reply.map_err(|e| LockError::redis(op, "", e))
+    }
+
+    /// A PING, bounded by the response timeout: a connection that a NAT or firewall forgot
+    /// stays open and silent, and would drop every invalidation unnoticed.
+    pub(crate) async fn ping(&self) -> Result<(), LockError> {
+        let mut conn = self.conn.clone();
+        let mut ping = Cmd::new();
+        ping.arg("PING");
+        self.bounded("ping", ping.query_async::<Value>(&mut conn))
+            .await?
+            .map(drop)
+            .map_err(|e| LockError::redis("ping", "", e))
+    }
+
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        work: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<redis::RedisResult<T>, LockError> {
+        let limit = self.response_timeout;
+        tokio::time::timeout(limit, work)
+            .await
+            .map_err(|_| LockError::Timeout { op, after: limit })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pushes_heard() {
+        let keys = vec![Value::Array(vec![Value::BulkString(b"a".to_vec())])];
+        assert_eq!(
+            heard_of(PushKind::Invalidate, keys),
+            Some(Heard::Invalidated(vec![b"a".to_vec()]))
+        );
+        assert_eq!(
+            heard_of(PushKind::Invalidate, vec![Value::Nil]),
+            Some(Heard::Flushed)
+        );
+        assert_eq!(
+            heard_of(PushKind::Disconnection, vec![]),
+            Some(Heard::Closed)
+        );
+        assert_eq!(heard_of(PushKind::Message, vec![]), None);
+    }
+}

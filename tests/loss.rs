@@ -1,0 +1,519 @@
+//! A holder told at once (issue 59): a hold whose key another client writes away — a `DEL`, a
+//! Redisson force unlock, the tracking connection killed meanwhile — is reported lost through
+//! its guard within a round trip or two, long before the next renewal would find it; lockman's
+//! own renewals and a flood of other writes are no loss.
+//!
+//! The managers use a watchdog timeout of 12 s: a hold is handed to the watchdog (and watched)
+//! 2 s after its grant, and renewals run every 4 s from the manager's start, so a loss reported
+//! within the bounds below was not found by a renewal.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockman::{Config, LockManager};
+use redis::Commands;
+use support::{RedisServer, command_calls, eventually, reset_stats};
+
+const WATCHDOG: Duration = Duration::from_secs(12);
+/// A renewal would find a loss about 2 s after the hold is watched: a report within this was
+/// the watch's.
+const AT_ONCE: Duration = Duration::from_millis(600);
+
+async fn manager(server: &RedisServer) -> LockManager {
+    let config = Config::new(server.url()).watchdog_timeout(WATCHDOG);
+    LockManager::start(config).await.expect("manager starts")
+}
+
+/// Keys in the server's tracking table (INFO stats `tracking_total_keys`).
+fn tracked_keys(raw: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(raw).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("tracking_total_keys:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the server tracks `n` keys for lockman (the hold was handed to the watchdog and
+/// checked on the tracking connection).
+async fn until_tracked(raw: &mut redis::Connection, n: u64) {
+    assert!(
+        eventually(WATCHDOG / 2, || tracked_keys(raw) >= n).await,
+        "the hold was never watched"
+    );
+}
+
+/// How long `guard.lost()` takes to resolve from `started`, at most `limit` from now.
+async fn lost_since(guard: &lockman::LockGuard, started: Instant, limit: Duration) -> Duration {
+    tokio::time::timeout(limit, guard.lost())
+        .await
+        .unwrap_or_else(|_| panic!("lost() did not resolve within {limit:?}"));
+    started.elapsed()
+}
+
+/// How long `guard.lost()` takes to resolve, at most `limit`.
+async fn lost_within(guard: &lockman::LockGuard, limit: Duration) -> Duration {
+    lost_since(guard, Instant::now(), limit).await
+}
+
+#[tokio::test]
+async fn a_foreign_del_is_known_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("deleted").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    assert!(!guard.is_lost());
+    let deleting = Instant::now();
+    let _: () = raw.del("deleted").unwrap();
+    let took = lost_since(&guard, deleting, AT_ONCE).await;
+    assert!(guard.is_lost());
+    eprintln!("foreign DEL → lost() in {took:?}");
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_redisson_force_unlock_is_known_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("forced").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    // RedissonLock.forceUnlockAsync: DEL, and the unlock message when it deleted something.
+    let forced: i64 = redis::Script::new(
+        "if redis.call('del', KEYS[1]) == 1 then \
+           redis.call('publish', KEYS[2], ARGV[1]); return 1 end; return 0",
+    )
+    .key("forced")
+    .key("redisson_lock__channel:{forced}")
+    .arg(0)
+    .invoke(&mut raw)
+    .unwrap();
+    assert_eq!(forced, 1);
+    lost_within(&guard, AT_ONCE).await;
+    // Another caller may take it at once: the old guard is lost, the new one is not.
+    let next = mgr
+        .lock("forced")
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(!next.is_lost());
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_killed_tracking_connection_has_every_hold_checked_again() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let kept = mgr.lock("kept").acquire().await.unwrap();
+    let gone = mgr.lock("gone").acquire().await.unwrap();
+    until_tracked(&mut raw, 2).await;
+    // The tracking connection is killed, and a key deleted before a new one can read it: the
+    // invalidation is sent to nobody.
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut raw).unwrap();
+    let id = list
+        .lines()
+        .find(|l| l.contains(" name=lockman-tracking "))
+        .and_then(|l| l.strip_prefix("id="))
+        .and_then(|l| l.split(' ').next())
+        .expect("lockman's tracking connection")
+        .to_owned();
+    let (killed, exists): (i64, i64) = redis::pipe()
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&id)
+        .cmd("DEL")
+        .arg("gone")
+        .ignore()
+        .cmd("EXISTS")
+        .arg("gone")
+        .query(&mut raw)
+        .unwrap();
+    assert_eq!((killed, exists), (1, 0));
+    // Only a check of every hold on the new connection can tell, within the bound (the next
+    // renewal is about 2 s away).
+    lost_within(&gone, Duration::from_millis(1500)).await;
+    assert!(!kept.is_lost(), "a hold still in place was reported lost");
+    // The new connection watches the hold that is left.
+    until_tracked(&mut raw, 1).await;
+    let _: () = raw.del("kept").unwrap();
+    lost_within(&kept, AT_ONCE).await;
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_writes_is_no_loss_and_costs_a_few_checks() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("flooded").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    reset_stats(&mut raw);
+    // Writes to keys lockman never read: not tracked for it, the server sends nothing.
+    let mut pipe = redis::pipe();
+    for i in 0..5000 {
+        pipe.cmd("SET").arg(format!("other:{i}")).arg(i).ignore();
+    }
+    pipe.query::<()>(&mut raw).unwrap();
+    // Writes to the held key that leave the hold in place: each is an invalidation.
+    let mut pipe = redis::pipe();
+    for i in 0..2000 {
+        pipe.cmd("HSET").arg("flooded").arg("noise").arg(i).ignore();
+    }
+    pipe.query::<()>(&mut raw).unwrap();
+    // Checked again (and so tracked again) once the flood is over.
+    until_tracked(&mut raw, 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let checks = command_calls(&mut raw, "evalsha");
+    assert!(
+        !guard.is_lost(),
+        "writes that left the hold were taken for a loss"
+    );
+    assert!(
+        (1..=100).contains(&checks),
+        "2000 invalidations cost {checks} script calls"
+    );
+    // Still watched.
+    let _: () = raw.del("flooded").unwrap();
+    lost_within(&guard, AT_ONCE).await;
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn own_renewals_are_no_loss_and_keep_the_watch() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    // Renewals every 200 ms: each writes the key (PEXPIRE), an invalidation for the watch.
+    let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(600));
+    let mgr = LockManager::start(config).await.unwrap();
+    let guard = mgr.lock("renewed").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    reset_stats(&mut raw);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost(), "a renewal was taken for a loss");
+    // Each renewal was followed by a check, which tracked the key again.
+    let calls = command_calls(&mut raw, "evalsha");
+    assert!(calls >= 8, "renewals and their checks: {calls} calls");
+    until_tracked(&mut raw, 1).await;
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_the_watch_a_del_waits_for_the_renewal() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url())
+        .watchdog_timeout(WATCHDOG)
+        .watch_holds(false);
+    let mgr = LockManager::start(config).await.unwrap();
+    let guard = mgr.lock("unwatched").acquire().await.unwrap();
+    tokio::time::sleep(WATCHDOG / 6 + Duration::from_millis(100)).await;
+    assert_eq!(tracked_keys(&mut raw), 0, "tracking is off");
+    let _: () = raw.del("unwatched").unwrap();
+    assert!(
+        tokio::time::timeout(AT_ONCE, guard.lost()).await.is_err(),
+        "without the watch, only a renewal finds the loss"
+    );
+    mgr.shutdown().await;
+}
+
+// Lock-delay (Config::lock_delay): a name whose hold ended without a release stays closed to
+// lockman's acquires until the delay has passed beyond the hold's expiry; a release opens it at
+// once.
+
+const DELAY: Duration = Duration::from_millis(800);
+/// The server's whole milliseconds against this process's clock.
+const CLOCK: Duration = Duration::from_millis(5);
+
+fn delayed(server: &RedisServer) -> Config {
+    Config::new(server.url()).lock_delay(DELAY)
+}
+
+fn pttl(raw: &mut redis::Connection, key: &str) -> i64 {
+    raw.pttl(key).unwrap()
+}
+
+#[tokio::test]
+async fn a_lock_delay_keeps_a_name_closed_past_a_dead_holders_expiry() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let dead = LockManager::start(delayed(&server)).await.unwrap();
+    let next = LockManager::start(delayed(&server)).await.unwrap();
+    let lease = Duration::from_millis(400);
+    let granted = Instant::now();
+    // A holder that never releases: its lease runs out (as a killed process's hold does).
+    let stale = dead.lock("closed").acquire_with_lease(lease).await.unwrap();
+    let delay_ms = pttl(&mut raw, "lockman_delay:{closed}");
+    assert!(
+        delay_ms > lease.as_millis() as i64 && delay_ms <= (lease + DELAY).as_millis() as i64,
+        "the delay key outlives the hold by the delay: PTTL {delay_ms}"
+    );
+    let guard = tokio::time::timeout(Duration::from_secs(5), next.lock("closed").acquire())
+        .await
+        .expect("acquired within 5 s")
+        .unwrap();
+    let took = granted.elapsed();
+    // (CLOCK: the server's millisecond expiry against this process's clock.)
+    assert!(
+        took + CLOCK >= lease + DELAY,
+        "taken {took:?} after the grant, before its expiry ({lease:?}) plus the delay"
+    );
+    assert!(
+        took < lease + DELAY + Duration::from_secs(2),
+        "taken late: {took:?}"
+    );
+    guard.release().await.unwrap();
+    drop(stale);
+    dead.shutdown().await;
+    next.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_release_ends_the_lock_delay_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let first = LockManager::start(delayed(&server)).await.unwrap();
+    let second = LockManager::start(delayed(&server)).await.unwrap();
+    let guard = first.lock("open").acquire().await.unwrap();
+    assert!(pttl(&mut raw, "lockman_delay:{open}") > 0);
+    guard.release().await.unwrap();
+    assert!(!raw.exists::<_, bool>("lockman_delay:{open}").unwrap());
+    let taken = second.lock("open").try_acquire().await.unwrap();
+    assert!(taken.is_some(), "a released name is free at once");
+    first.shutdown().await;
+    second.shutdown().await;
+}
+
+#[tokio::test]
+async fn renewals_carry_the_lock_delay_and_a_deleted_hold_leaves_it() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = || delayed(&server).watchdog_timeout(Duration::from_millis(600));
+    let holder = LockManager::start(config()).await.unwrap();
+    let other = LockManager::start(config()).await.unwrap();
+    let guard = holder.lock("renewed").acquire().await.unwrap();
+    // Past the grant's own expiry plus the delay (1.4 s): only renewals kept the delay key.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(!guard.is_lost());
+    assert!(pttl(&mut raw, "lockman_delay:{renewed}") > 600);
+    // Deleted by someone else: not a release, so the name stays closed.
+    let _: () = raw.del("renewed").unwrap();
+    let deleted = Instant::now();
+    assert!(
+        other.lock("renewed").try_acquire().await.unwrap().is_none(),
+        "taken during the delay"
+    );
+    let taken = tokio::time::timeout(Duration::from_secs(5), other.lock("renewed").acquire())
+        .await
+        .expect("acquired within 5 s")
+        .unwrap();
+    assert!(
+        deleted.elapsed() + CLOCK >= DELAY,
+        "taken {:?} after the delete",
+        deleted.elapsed()
+    );
+    guard.lost().await;
+    taken.release().await.unwrap();
+    holder.shutdown().await;
+    other.shutdown().await;
+}
+
+/// The issue's "done when": with a lock-delay of d, an acquire after a holder's SIGKILL succeeds
+/// no sooner than the hold's expiry plus d. The holder is a `lockman exec` (renewed by its
+/// watchdog, 1 s timeout), killed with SIGKILL: no release runs.
+#[tokio::test]
+async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_the_delay() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mut holder = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"))
+        .args(["--url", &server.url(), "--watchdog-timeout", "1s"])
+        .args([
+            "--lock-delay",
+            "800ms",
+            "exec",
+            "killed",
+            "--",
+            "sleep",
+            "30",
+        ])
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("lockman exec starts");
+    assert!(
+        eventually(Duration::from_secs(10), || raw
+            .exists::<_, bool>("lockman_delay:{killed}")
+            .unwrap_or(false))
+        .await,
+        "the holder took the lock with its delay key"
+    );
+    // Past the first renewal (a third of the timeout): the delay key follows renewals.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    holder.kill().expect("SIGKILL");
+    holder.wait().expect("reaped");
+    let killed = Instant::now();
+    let lock_left = pttl(&mut raw, "killed");
+    let delay_left = pttl(&mut raw, "lockman_delay:{killed}");
+    assert!(
+        lock_left > 0,
+        "the dead holder's hold still runs: {lock_left}"
+    );
+    assert!(
+        delay_left - lock_left >= 790,
+        "the delay key outlives the hold by the delay: {delay_left} vs {lock_left}"
+    );
+    let next = LockManager::start(delayed(&server)).await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), next.lock("killed").acquire())
+        .await
+        .expect("acquired within 10 s")
+        .unwrap();
+    let took = killed.elapsed();
+    assert!(
+        took + CLOCK >= Duration::from_millis(delay_left as u64),
+        "taken {took:?} after the kill; the hold had {lock_left} ms left, plus the delay"
+    );
+    assert!(
+        took < Duration::from_millis(delay_left as u64) + Duration::from_secs(2),
+        "taken late: {took:?}"
+    );
+    guard.release().await.unwrap();
+    next.shutdown().await;
+}
+
+/// The issue's scene: `lockman unlock --force` on a name a `lockman exec` holds stops the
+/// command at once (exit 73, lost), not at the exec's next renewal (4 s apart here).
+#[tokio::test]
+async fn a_force_unlock_stops_an_exec_command_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let lockman = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"));
+        cmd.args(["--url", &server.url(), "--watchdog-timeout", "12s"])
+            .args(args)
+            .env_remove("LOCKMAN_URL")
+            .env_remove("REDIS_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        cmd
+    };
+    let mut holder = lockman(&["exec", "job", "--", "sleep", "30"])
+        .spawn()
+        .expect("lockman exec starts");
+    // Watched once the watchdog has it (2 s after the grant).
+    until_tracked(&mut raw, 1).await;
+    let forced = Instant::now();
+    let unlocked = lockman(&["unlock", "--force", "--yes", "job"])
+        .status()
+        .expect("lockman unlock");
+    assert!(unlocked.success(), "{unlocked:?}");
+    let limit = Duration::from_millis(1500);
+    let status = loop {
+        if let Some(status) = holder.try_wait().expect("try_wait") {
+            break status;
+        }
+        if forced.elapsed() > limit {
+            let _ = holder.kill();
+            panic!("the command still ran {limit:?} after the force unlock");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    eprintln!("force unlock → exec ended in {:?}", forced.elapsed());
+    assert_eq!(status.code(), Some(73), "exit code: lost");
+}
+
+/// An evicting server (`allkeys-lru`) under memory pressure drops the held key: the holder is
+/// told before the watchdog's first renewal (4 s after the manager's start) could find it.
+#[tokio::test]
+async fn an_evicted_key_is_known_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let started = Instant::now();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("evicted").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    let info: String = redis::cmd("INFO").arg("memory").query(&mut raw).unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("used_memory");
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .arg("maxmemory")
+        .arg(used + 1_000_000)
+        .exec(&mut raw)
+        .unwrap();
+    let filler = "x".repeat(10_000);
+    let mut batch = 0;
+    while !guard.is_lost() {
+        assert!(
+            batch < 100,
+            "10 MB written past maxmemory and the hold is still not lost"
+        );
+        let mut pipe = redis::pipe();
+        for i in 0..100 {
+            pipe.cmd("SET")
+                .arg(format!("filler:{batch}:{i}"))
+                .arg(&filler)
+                .ignore();
+        }
+        pipe.query::<()>(&mut raw).unwrap();
+        batch += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let at = started.elapsed();
+    assert!(
+        !raw.exists::<_, bool>("evicted").unwrap(),
+        "lost, and evicted"
+    );
+    assert!(
+        at < WATCHDOG / 3,
+        "lost {at:?} after the manager started: the first renewal's time, not the watch's"
+    );
+    mgr.shutdown().await;
+}
+
+/// After a Sentinel failover the watch follows the primary: the holds are checked (and so
+/// tracked) on the new one, and a `DEL` there is known at once. Behind `--ignored`: a failover
+/// takes several seconds (CI's time budget); run with
+/// `cargo test --all-features --test loss -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a Sentinel failover: several seconds"]
+async fn after_a_failover_the_watch_is_on_the_new_primary() {
+    use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
+    let group = SentinelGroup::start();
+    let config = Config::sentinel(MASTER, group.sentinel_urls())
+        .master_auth(None, DATA_PASSWORD)
+        .watchdog_timeout(WATCHDOG)
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1));
+    let mgr = LockManager::start(config).await.unwrap();
+    let first = group.primary_port();
+    let guard = mgr.lock("moved").acquire().await.unwrap();
+    let mut on_first = SentinelGroup::data_conn(first).expect("the first primary");
+    until_tracked(&mut on_first, 1).await;
+    let _: () = redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER)
+        .query(&mut group.sentinel_conn())
+        .expect("SENTINEL FAILOVER");
+    let second = group.wait_for_new_primary(first, Duration::from_secs(30));
+    group.wait_until_replica(first, Duration::from_secs(30));
+    let mut on_second = SentinelGroup::data_conn(second).expect("the new primary");
+    // lockman follows within its poll (1 s), and checks every hold on the new primary.
+    until_tracked(&mut on_second, 1).await;
+    assert!(!guard.is_lost(), "the key reached the new primary");
+    let deleting = Instant::now();
+    let _: () = on_second.del("moved").unwrap();
+    let took = lost_since(&guard, deleting, AT_ONCE).await;
+    eprintln!("after the failover, DEL on the new primary → lost() in {took:?}");
+    mgr.shutdown().await;
+}
