@@ -127,18 +127,24 @@ async fn a_writable_replica_fails_the_server_check() {
         .arg("no")
         .query(&mut replica.conn())
         .unwrap();
-    let manager = LockManager::start(Config::new(replica.url())).await.unwrap();
+    let manager = LockManager::start(Config::new(replica.url()))
+        .await
+        .unwrap();
     let diagnosis = manager.diagnose().await.expect("a diagnosis");
     let server = check(&diagnosis, "server");
     assert_eq!(server.status, CheckStatus::Fail, "{server:?}");
     assert!(
         server.seen.contains("writable replica")
-            && server.seen.contains(&format!("127.0.0.1:{}", primary.port())),
+            && server
+                .seen
+                .contains(&format!("127.0.0.1:{}", primary.port())),
         "{}",
         server.seen
     );
     manager.shutdown().await;
-    let manager = LockManager::start(Config::new(primary.url())).await.unwrap();
+    let manager = LockManager::start(Config::new(primary.url()))
+        .await
+        .unwrap();
     let diagnosis = manager.diagnose().await.expect("a diagnosis");
     assert_eq!(check(&diagnosis, "server").status, CheckStatus::Ok);
     manager.shutdown().await;

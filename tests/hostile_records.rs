@@ -504,7 +504,10 @@ async fn a_field_that_is_not_utf8_can_be_inspected_and_force_unlocked() {
         .unwrap();
     let (code, stdout, stderr) = cli(&server, &["inspect", "held"]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(!stdout.contains('\x1b') && !stdout.contains('\u{9b}'), "{stdout:?}");
+    assert!(
+        !stdout.contains('\x1b') && !stdout.contains('\u{9b}'),
+        "{stdout:?}"
+    );
     let (code, _, stderr) = cli(&server, &["unlock", "--force", "--yes", "held"]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!raw.exists::<_, bool>("held").unwrap());

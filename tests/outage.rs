@@ -948,7 +948,10 @@ async fn lockman_exec_on_a_frozen_server_exits_69_soon_after_its_wait() {
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("redis is unavailable"), "{stderr}");
     // Its wait, its last try's 250 ms, and at most the command's 3 s for its shutdown.
-    assert!(took < wait + Duration::from_secs(5), "exited after {took:?}");
+    assert!(
+        took < wait + Duration::from_secs(5),
+        "exited after {took:?}"
+    );
     drop(held);
     holder.shutdown().await;
 }
