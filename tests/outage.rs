@@ -76,6 +76,27 @@ fn got<T>(res: Result<Option<T>, LockError>) -> Outcome {
     res.map(|g| g.is_some())
 }
 
+/// Whether a wait listens on the unlock channel of the lock `name` (it found it busy).
+fn listening(raw: &mut redis::Connection, name: &str) -> bool {
+    let (_, n): (String, u32) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("redisson_lock__channel:{{{name}}}"))
+        .query(raw)
+        .unwrap();
+    n >= 1
+}
+
+/// `lockman exec --wait 2s job -- true` on `server`, its environment's URLs left out.
+#[cfg(feature = "cli")]
+fn exec_job(server: &RedisServer) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"));
+    cmd.args(["--url", &server.url(), "--connect-timeout", "1s"])
+        .args(["exec", "--wait", "2s", "job", "--", "true"])
+        .env_remove("LOCKMAN_URL")
+        .env_remove("REDIS_URL");
+    cmd
+}
+
 /// Every way in on names under `tag`, bounded (`WAIT`) and unbounded (`BOUND`).
 fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
     let n = |s: &str| format!("{tag}:{s}");
@@ -444,18 +465,10 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
         // Shorter than `BOUND`: its deadline, not the bound, ends it.
         async move { lock.try_acquire_for(Duration::from_millis(1_500)).await }
     });
-    let listening = |raw: &mut redis::Connection| {
-        let (_, n): (String, u32) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_lock__channel:{held}")
-            .query(raw)
-            .unwrap();
-        n >= 1
-    };
     // Found busy, it listens, and tries once more when the subscription is confirmed (a release
     // may have come between): after that, only a message, the TTL or an outage wakes it.
     assert!(
-        support::eventually(Duration::from_secs(2), || listening(&mut raw)
+        support::eventually(Duration::from_secs(2), || listening(&mut raw, "held")
             && support::command_calls(&mut raw, "evalsha") >= 2)
         .await,
         "the wait found the lock busy, twice"
@@ -553,14 +566,6 @@ async fn at_its_deadline_a_wait_asks_redis_rather_than_trusting_its_last_answer(
         .query(&mut raw)
         .unwrap();
     let m = LockManager::start(config(&server)).await.unwrap();
-    let listening = |raw: &mut redis::Connection| {
-        let (_, n): (String, u32) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_lock__channel:{held}")
-            .query(raw)
-            .unwrap();
-        n >= 1
-    };
     // A holder, answering: contention, as ever.
     assert!(matches!(
         m.lock("held").try_acquire_for(WAIT).await,
@@ -575,7 +580,7 @@ async fn at_its_deadline_a_wait_asks_redis_rather_than_trusting_its_last_answer(
         async move { lock.try_acquire_for(wait).await }
     });
     assert!(
-        support::eventually(Duration::from_secs(2), || listening(&mut raw)).await,
+        support::eventually(Duration::from_secs(2), || listening(&mut raw, "held")).await,
         "the wait found the lock busy and listens"
     );
     server.signal("STOP");
@@ -861,38 +866,21 @@ async fn actix_web_extractors_under(fault: Fault) {
 #[cfg(feature = "cli")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockman_exec_exits_69_naming_the_cause_when_redis_is_away() {
-    use std::process::Command;
     let mut server = RedisServer::start();
     let holder = LockManager::start(config(&server)).await.unwrap();
     let _held = holder.lock("job").acquire().await.unwrap();
-    let exec = |server: &RedisServer| {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lockman"));
-        cmd.args(["--url", &server.url(), "--connect-timeout", "1s"])
-            .args(["exec", "--wait", "2s", "job", "--", "true"])
-            .env_remove("LOCKMAN_URL")
-            .env_remove("REDIS_URL");
-        cmd
-    };
-    let out = exec(&server).output().unwrap();
+    let out = exec_job(&server).output().unwrap();
     assert_eq!(out.status.code(), Some(75), "{out:?}");
 
     // Started while Redis answers (it finds the lock held), then Redis goes away.
-    let child = exec(&server)
+    let child = exec_job(&server)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut raw = server.conn();
-    let listening = |raw: &mut redis::Connection| {
-        let (_, n): (String, u32) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_lock__channel:{job}")
-            .query(raw)
-            .unwrap();
-        n >= 1
-    };
     assert!(
-        support::eventually(Duration::from_secs(5), || listening(&mut raw)).await,
+        support::eventually(Duration::from_secs(5), || listening(&mut raw, "job")).await,
         "exec waits for the lock"
     );
     server.stop();
@@ -910,34 +898,22 @@ async fn lockman_exec_exits_69_naming_the_cause_when_redis_is_away() {
 /// unavailable (exit 69, not 75: the holder's word is older than the freeze) and exits soon
 /// after its wait, not after its manager's releases were resent for a third of the watchdog
 /// timeout (it printed its line 15 s after its wait ended).
+#[cfg(feature = "cli")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lockman_exec_on_a_frozen_server_exits_69_soon_after_its_wait() {
-    use std::process::Command;
     let server = RedisServer::start();
     let holder = LockManager::start(config(&server)).await.unwrap();
     let held = holder.lock("job").acquire().await.unwrap();
     let wait = Duration::from_secs(2);
     let began = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_lockman"))
-        .args(["--url", &server.url(), "--connect-timeout", "1s"])
-        .args(["exec", "--wait", "2s", "job", "--", "true"])
-        .env_remove("LOCKMAN_URL")
-        .env_remove("REDIS_URL")
+    let child = exec_job(&server)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut raw = server.conn();
-    let listening = |raw: &mut redis::Connection| {
-        let (_, n): (String, u32) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("redisson_lock__channel:{job}")
-            .query(raw)
-            .unwrap();
-        n >= 1
-    };
     assert!(
-        support::eventually(Duration::from_secs(5), || listening(&mut raw)).await,
+        support::eventually(Duration::from_secs(5), || listening(&mut raw, "job")).await,
         "exec waits for the lock"
     );
     server.signal("STOP");
