@@ -545,7 +545,15 @@ impl LockError {
         what: impl FnOnce() -> String,
         source: &redis::RedisError,
     ) -> Option<Self> {
-        let refused = source.code() == Some("NOPERM") || source.to_string().contains("NOPERM");
+        // A script's refused command or key comes without the code: Redis 7.0 says "The user
+        // executing the script can't run this command or subcommand" (or "can't access at
+        // least one of the keys"), Valkey "ACL failure in script: User u has no permissions
+        // to run the 'rpush' command".
+        let text = source.to_string();
+        let refused = source.code() == Some("NOPERM")
+            || text.contains("NOPERM")
+            || text.contains("The user executing the script can't")
+            || text.contains("ACL failure in script");
         refused.then(|| Self::NoPermission {
             what: what(),
             detail: source.to_string(),

@@ -363,7 +363,8 @@ fn set_user(server: &RedisServer, rule: &[String]) {
 }
 
 /// A user given every pattern of the least-privilege rule but one: the read-write lock's
-/// `{name}:…` keys, or the semaphore channel declared as a key (`~redisson_sc:*`). Each is ✘
+/// `{name}:…` keys, the semaphore channel declared as a key (`~redisson_sc:*`), or `RPUSH` (a
+/// fair lock's queue, written only when someone waits). Each is ✘
 /// acl naming the kind that failed, exit 78, with the whole rule as advice. Catches a key check
 /// that tries only a plain lock's keys (defect 4: ✔, then every read-write lock `NOPERM`).
 #[test]
@@ -375,6 +376,18 @@ fn a_user_missing_the_rwlock_or_semaphore_patterns_fails_acl() {
             "~redisson_sc:*",
             "semaphore",
             "redisson_sc:{app:lockman-doctor:",
+        ),
+        // Only a fair lock that someone waits for queues (RPUSH): the doctor waits for its
+        // scratch fair lock too (it said ✔, and every contended fair lock then failed).
+        (
+            "+rpush",
+            "fair lock, waited for",
+            // Redis 7.0's words; Valkey's name the command.
+            if support::server().version.starts_with("Valkey") {
+                "'rpush'"
+            } else {
+                "can't run this command"
+            },
         ),
     ] {
         set_user(&server, &acl_rule("lm", "lmpw", "app:", &[without]));
@@ -391,7 +404,7 @@ fn a_user_missing_the_rwlock_or_semaphore_patterns_fails_acl() {
         assert_eq!(acl["status"], "fail", "{without}: {acl}");
         let seen = acl["seen"].as_str().unwrap();
         assert!(
-            seen.contains("NoPerm")
+            (seen.contains("NoPerm") || seen.contains("may not acquire"))
                 && seen.contains(&format!("(the scratch {kind} \"app:lockman-doctor:"))
                 && seen.contains(what),
             "{without}: {seen}"

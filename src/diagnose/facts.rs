@@ -270,6 +270,30 @@ impl Commands {
             if trial.synced.is_none() {
                 trial.synced = Some(unsynced);
             }
+            if kind == LockKind::Fair && unsynced.is_none() {
+                // A second holder waits, and leaves: the queue's writes (its place, its
+                // deadline), which only a contended fair lock runs and a user may lack.
+                trial.step = "fair lock, waited for";
+                let waiter = &holders[0];
+                let queued = FairArgs {
+                    wait: SCRATCH_TTL,
+                    once: false,
+                    cap: SCRATCH_TTL,
+                };
+                let calls = self.holder(kind, name, waiter);
+                match calls.acquire(SCRATCH_TTL, queued, Expect::count(0)).await? {
+                    Attempt::Busy { .. } => {}
+                    other => {
+                        return Err(LockError::UnexpectedReply {
+                            op: "acquire",
+                            detail: format!("a held scratch fair lock was not busy: {other:?}"),
+                        });
+                    }
+                }
+                self.leave_queue(name, waiter, SCRATCH_TTL).await?;
+                trial.done.push("fair lock, waited for (queued and left)");
+                trial.step = label;
+            }
             // Given back even when unsynced: a lock's own grant that too few replicas have is.
             let released = calls.release(SCRATCH_TTL, Expect::count(1)).await?;
             if released != Released::Unlocked {

@@ -276,7 +276,7 @@ fn reached(step: &str, name: &str) -> Vec<String> {
     );
     match step {
         "lock" | "non-reentrant lock" => vec![name.to_owned(), keys::unlock_channel(name)],
-        "fair lock" => vec![
+        "fair lock" | "fair lock, waited for" => vec![
             name.to_owned(),
             keys::fair_queue(name),
             keys::fair_deadlines(name),
