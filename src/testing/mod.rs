@@ -18,6 +18,10 @@
 //!   [`TestServer::restart_empty`]; on a link, [`Link::cut`], [`Link::drop_replies`],
 //!   [`Link::heal`]. Each one's doc says what the application sees.
 //! - Looks: [`TestServer::holder`], [`TestServer::waiters`], [`TestServer::keys_left`].
+//! - [`SentinelGroup::start`]: a primary, a replica and three sentinels;
+//!   [`SentinelGroup::config`] a `Config::sentinel(...)` for them; faults
+//!   [`SentinelGroup::failover`] (a switch-over) and [`SentinelGroup::kill_primary`] (a crash),
+//!   each returning the new primary's port once the sentinels agree on it.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,10 +43,12 @@
 
 mod error;
 mod link;
+mod sentinel;
 mod server;
 
 pub use error::ServerError;
 pub use link::Link;
+pub use sentinel::SentinelGroup;
 #[cfg(feature = "tls")]
 pub use server::TlsFiles;
 pub use server::{Options, ServerBinary, TestServer, free_port};
