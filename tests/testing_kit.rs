@@ -5,7 +5,7 @@
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use lockman::testing::{Options, SentinelGroup, ServerError, TestServer};
+use lockman::testing::{Cluster, Options, SentinelGroup, ServerError, TestServer};
 use lockman::{LockError, LockManager};
 
 type Outcome = Result<(), Box<dyn Error>>;
@@ -357,6 +357,34 @@ async fn failover_switches_the_primary_and_a_manager_follows() -> Outcome {
         "{holder}"
     );
     guard.release().await?;
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cluster_serves_a_lock_from_the_node_of_its_slot() -> Outcome {
+    let cluster = Cluster::start()?;
+    let manager = LockManager::start(cluster.config()).await?;
+    // Two names whose slots are on different nodes: the cluster really is three.
+    let (a, b) = ("kit:a", "kit:b");
+    assert_ne!(cluster.node_for(a)?.port(), cluster.node_for(b)?.port());
+    for name in [a, b] {
+        let guard = manager.lock(name).acquire().await?;
+        let owner = cluster.node_for(name)?;
+        let holder = owner.holder(name)?.ok_or("held on the node of its slot")?;
+        assert!(
+            holder.starts_with(&manager.client_id().to_string()),
+            "{holder}"
+        );
+        for node in cluster.nodes().iter().filter(|n| n.port() != owner.port()) {
+            assert!(
+                !node.keys_left()?.contains(&name.to_owned()),
+                "{name} elsewhere"
+            );
+        }
+        guard.release().await?;
+        assert_eq!(owner.holder(name)?, None);
+    }
     manager.shutdown().await;
     Ok(())
 }

@@ -39,4 +39,7 @@ pub enum ServerError {
     /// in time (the sentinels' logs are in the text), or was asked about a server it lacks.
     #[error("sentinel group: {0}")]
     Sentinel(String),
+    /// A [`Cluster`](super::Cluster) did not come together in time.
+    #[error("cluster: {0}")]
+    Cluster(String),
 }

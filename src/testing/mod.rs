@@ -22,6 +22,8 @@
 //!   [`SentinelGroup::config`] a `Config::sentinel(...)` for them; faults
 //!   [`SentinelGroup::failover`] (a switch-over) and [`SentinelGroup::kill_primary`] (a crash),
 //!   each returning the new primary's port once the sentinels agree on it.
+//! - [`Cluster::start`]: a Redis Cluster of three masters; [`Cluster::config`] a
+//!   `Config::cluster(...)` for it; [`Cluster::node_for`] the node serving a name.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,11 +43,13 @@
 //! are blocking (a loopback round trip, bounded by a timeout), so they work from any of them.
 //! Unix only (the server is a child process, paused with `kill -STOP`).
 
+mod cluster;
 mod error;
 mod link;
 mod sentinel;
 mod server;
 
+pub use cluster::Cluster;
 pub use error::ServerError;
 pub use link::Link;
 pub use sentinel::SentinelGroup;
