@@ -35,7 +35,8 @@
 //!   feature).
 //! - **For actix users**, the messages the handles send: [`actix`].
 //! - **For testing your own failure paths**, a throwaway server with faults on demand (a hold
-//!   lost, Redis frozen, this client cut off): `lockman::testing` (`testing` feature).
+//!   lost, Redis frozen, this client cut off, a Sentinel failover): `lockman::testing`
+//!   (`testing` feature).
 //!
 //! A **lock** is a Redis hash named after the lock. Its **holder** field, `<client id>:<n>`, counts
 //! how many times that holder took it (**reentrant**); the key's PTTL is the **lease**. A lock taken

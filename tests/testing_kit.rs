@@ -5,7 +5,7 @@
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use lockman::testing::{Options, ServerError, TestServer};
+use lockman::testing::{Cluster, Options, SentinelGroup, ServerError, TestServer};
 use lockman::{LockError, LockManager};
 
 type Outcome = Result<(), Box<dyn Error>>;
@@ -264,5 +264,127 @@ async fn keys_left_sees_what_lockman_left_and_nothing_after_a_clean_shutdown() -
     guard.release().await?;
     manager.shutdown().await;
     assert_eq!(server.keys_left()?, Vec::<String>::new());
+    Ok(())
+}
+
+/// Takes `name` as soon as the manager reaches a primary that takes writes: right after a
+/// failover its first tries may fail with a retryable error (the old primary gone or demoted).
+/// One handle for every try: a try that failed may still have taken the name for its handle.
+async fn acquire_soon(
+    manager: &LockManager,
+    name: &str,
+) -> Result<lockman::LockGuard, Box<dyn Error>> {
+    let deadline = Instant::now() + SIGNAL;
+    let mut seen = Vec::new();
+    let lock = manager.lock(name);
+    loop {
+        match lock.try_acquire().await {
+            Ok(Some(guard)) => return Ok(guard),
+            Ok(None) => return Err(format!("{name} is held by someone, after {seen:?}").into()),
+            Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                seen.push(e.to_string());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[tokio::test]
+async fn kill_primary_moves_a_manager_to_the_new_primary() -> Outcome {
+    let mut group = SentinelGroup::start()?;
+    let manager = LockManager::start(group.config()).await?;
+    let first = group.primary_port()?;
+    manager
+        .lock("kit:before")
+        .acquire()
+        .await?
+        .release()
+        .await?;
+
+    let second = group.kill_primary()?;
+    assert_ne!(second, first);
+    // The old primary is gone: nothing answers on its port.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", first)).is_err());
+
+    // A lock taken after the failover is held on the new primary.
+    let guard = acquire_soon(&manager, "kit:after").await?;
+    let new_primary = group
+        .server(second)
+        .ok_or("the new primary is one of the group")?;
+    let holder = new_primary
+        .holder("kit:after")?
+        .ok_or("held on the new primary")?;
+    assert!(
+        holder.starts_with(&manager.client_id().to_string()),
+        "{holder}"
+    );
+    guard.release().await?;
+    assert_eq!(new_primary.holder("kit:after")?, None);
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn failover_switches_the_primary_and_a_manager_follows() -> Outcome {
+    let mut group = SentinelGroup::start()?;
+    let manager = LockManager::start(group.config()).await?;
+    let first = group.primary_port()?;
+
+    let second = group.failover()?;
+    assert_ne!(second, first);
+    assert_eq!(group.primary_port()?, second);
+    // The old primary was demoted: it refuses writes.
+    let old = group
+        .server(first)
+        .ok_or("the old primary is one of the group")?;
+    let refused = redis::cmd("SET")
+        .arg("kit:x")
+        .arg(1)
+        .query::<()>(&mut old.conn()?)
+        .expect_err("a replica refuses writes");
+    assert!(refused.to_string().contains("read only"), "{refused}");
+
+    let guard = acquire_soon(&manager, "kit:after").await?;
+    let new_primary = group
+        .server(second)
+        .ok_or("the new primary is one of the group")?;
+    let holder = new_primary
+        .holder("kit:after")?
+        .ok_or("held on the new primary")?;
+    assert!(
+        holder.starts_with(&manager.client_id().to_string()),
+        "{holder}"
+    );
+    guard.release().await?;
+    manager.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cluster_serves_a_lock_from_the_node_of_its_slot() -> Outcome {
+    let cluster = Cluster::start()?;
+    let manager = LockManager::start(cluster.config()).await?;
+    // Two names whose slots are on different nodes: the cluster really is three.
+    let (a, b) = ("kit:a", "kit:b");
+    assert_ne!(cluster.node_for(a)?.port(), cluster.node_for(b)?.port());
+    for name in [a, b] {
+        let guard = manager.lock(name).acquire().await?;
+        let owner = cluster.node_for(name)?;
+        let holder = owner.holder(name)?.ok_or("held on the node of its slot")?;
+        assert!(
+            holder.starts_with(&manager.client_id().to_string()),
+            "{holder}"
+        );
+        for node in cluster.nodes().iter().filter(|n| n.port() != owner.port()) {
+            assert!(
+                !node.keys_left()?.contains(&name.to_owned()),
+                "{name} elsewhere"
+            );
+        }
+        guard.release().await?;
+        assert_eq!(owner.holder(name)?, None);
+    }
+    manager.shutdown().await;
     Ok(())
 }

@@ -35,4 +35,11 @@ pub enum ServerError {
     /// A command the kit sent the server failed (a paused server: a time-out).
     #[error("test server command: {0}")]
     Redis(#[from] redis::RedisError),
+    /// A [`SentinelGroup`](super::SentinelGroup) did not come together or did not fail over
+    /// in time (the sentinels' logs are in the text), or was asked about a server it lacks.
+    #[error("sentinel group: {0}")]
+    Sentinel(String),
+    /// A [`Cluster`](super::Cluster) did not come together in time.
+    #[error("cluster: {0}")]
+    Cluster(String),
 }

@@ -18,6 +18,12 @@
 //!   [`TestServer::restart_empty`]; on a link, [`Link::cut`], [`Link::drop_replies`],
 //!   [`Link::heal`]. Each one's doc says what the application sees.
 //! - Looks: [`TestServer::holder`], [`TestServer::waiters`], [`TestServer::keys_left`].
+//! - [`SentinelGroup::start`]: a primary, a replica and three sentinels;
+//!   [`SentinelGroup::config`] a `Config::sentinel(...)` for them; faults
+//!   [`SentinelGroup::failover`] (a switch-over) and [`SentinelGroup::kill_primary`] (a crash),
+//!   each returning the new primary's port once the sentinels agree on it.
+//! - [`Cluster::start`]: a Redis Cluster of three masters; [`Cluster::config`] a
+//!   `Config::cluster(...)` for it; [`Cluster::node_for`] the node serving a name.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -37,12 +43,16 @@
 //! are blocking (a loopback round trip, bounded by a timeout), so they work from any of them.
 //! Unix only (the server is a child process, paused with `kill -STOP`).
 
+mod cluster;
 mod error;
 mod link;
+mod sentinel;
 mod server;
 
+pub use cluster::Cluster;
 pub use error::ServerError;
 pub use link::Link;
+pub use sentinel::SentinelGroup;
 #[cfg(feature = "tls")]
 pub use server::TlsFiles;
 pub use server::{Options, ServerBinary, TestServer, free_port};

@@ -660,7 +660,7 @@ fn signal(pid: u32, signal: &str) -> Result<(), ServerError> {
 }
 
 /// Whether a server answers PING within `limit`.
-fn ping(client: &redis::Client, limit: Duration) -> bool {
+pub(super) fn ping(client: &redis::Client, limit: Duration) -> bool {
     client
         .get_connection_with_timeout(limit)
         .is_ok_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok())
@@ -699,7 +699,7 @@ pub fn free_port() -> Result<u16, ServerError> {
 }
 
 /// The last lines of the server's log (5, or `LOG_LINES`), newest first.
-fn read_log(path: &Path) -> String {
+pub(super) fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
