@@ -143,7 +143,7 @@
 //! | `CountDownLatch::wait_for` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline | a latch is only read, and reads are answered: `Ok(false)` while closed | `Ok(false)` while closed |
 //! | `CountDownLatch::wait` | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` | waits (reads are answered) | waits |
 //! | `Election::try_campaign_for` / `campaign` | as a lock's `try_acquire_for` / `acquire` | same | same | `Ok(None)` / waits |
-//! | `MultiLock::try_acquire_for` / `acquire` | `Err(Unavailable)` naming a member whose Redis is away, at the deadline / after `unavailable_after` | same | same | `Ok(None)` / waits |
+//! | `MultiLock::try_acquire_for` / `acquire` | `Err(Unavailable)` naming a member whose Redis is away, after the deadline (docs/outages.md, "Known overruns") / after `unavailable_after` | same | same | `Ok(None)` / waits |
 //! | `RedLock::try_acquire_for` | `Err(QuorumNotReached)` (retryable) when too many members fail for a majority; a majority answering works as usual | same | same | `Ok(None)` |
 //! | tower `LockLayer`, `PermitLayer` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |
 //! | actix-web `RequestGuard`, `RequestPermit` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |
