@@ -113,27 +113,12 @@ impl RedisServer {
 
     /// A blocking connection, for raw checks (HGETALL, PTTL, INFO …), with no read time-out.
     pub fn conn(&self) -> redis::Connection {
-        self.client()
-            .get_connection()
-            .expect("connect to test redis")
+        raw(self)
     }
 
     /// A multiplexed async connection, for raw checks from async tests.
     pub async fn async_conn(&self) -> redis::aio::MultiplexedConnection {
-        self.client()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to test redis")
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`, …) to the server process.
-    pub fn signal(&self, signal: &str) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill")
-                .arg(format!("-{signal}"))
-                .arg(pid.to_string())
-                .status();
-        }
+        async_conn(self).await
     }
 
     /// Starts the server again on the same port, with what it persisted; panics when it
@@ -165,6 +150,52 @@ impl RedisServer {
                 .expect("PING after the stall")
         })
     }
+}
+
+/// How long a test's `pause` lasts at most: the test ends it itself with `resume()`; the limit
+/// only bounds a pause that a failing test left behind.
+pub const FROZEN: Duration = Duration::from_secs(60);
+
+/// A plain server with more arguments (`--maxmemory-policy`, `allkeys-lru`, …).
+pub fn server_with(args: &[&str]) -> RedisServer {
+    RedisServer::start_with(Options {
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        ..Options::default()
+    })
+}
+
+/// A primary and its replica, once the replica is online (the primary counts it connected).
+pub fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let replica = server_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    let mut raw = primary.conn();
+    let linked = eventually_blocking(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut raw)
+            .unwrap_or_default();
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    assert!(linked, "the replica never came online");
+    (primary, replica)
+}
+
+/// A blocking connection to any of the kit's servers (a node of a cluster, a server of a
+/// Sentinel group), for raw checks, with no read time-out; panics when it cannot connect.
+pub fn raw(server: &TestServer) -> redis::Connection {
+    server
+        .client()
+        .and_then(|c| Ok(c.get_connection()?))
+        .expect("connect to a test server")
+}
+
+/// A multiplexed async connection to any of the kit's servers, for raw checks from async tests.
+pub async fn async_conn(server: &TestServer) -> redis::aio::MultiplexedConnection {
+    let client = server.client().expect("a client of the test server");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to a test server")
 }
 
 /// The server binary every test server of this process runs, and what it says it is.
@@ -223,22 +254,6 @@ pub fn free_port() -> u16 {
 /// A loopback port nothing listens on, and that no server of this process will ever take.
 pub fn closed_port() -> u16 {
     free_port()
-}
-
-/// The last lines of a server's log (5, or `LOG_LINES`), newest first.
-fn read_log(path: &std::path::Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .rev()
-        .take(
-            std::env::var("LOG_LINES")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(5),
-        )
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 /// Number of calls of `command` (lowercase, e.g. `evalsha`, `publish`) since the last
