@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lockman::{Config, LockError, LockManager};
 use lockman::testing::Link;
+use lockman::{Config, LockError, LockManager};
 use redis::Commands;
 use support::{RedisServer, eventually};
 
@@ -307,9 +307,7 @@ async fn an_acquire_that_ran_but_whose_reply_was_lost_is_given_back_after_the_ca
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(straight(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     let lock = cut_off.lock("lost-reply");
     support::load_scripts(&lock).await;
 
@@ -424,9 +422,7 @@ async fn a_release_that_ran_but_whose_reply_was_lost_is_not_reported_as_a_lost_h
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(straight(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     let lock = cut_off.lock("lost-release");
     let guard = lock.acquire().await.unwrap();
 
@@ -663,9 +659,7 @@ async fn waiters_parked_through_a_cut_are_served_promptly_once_it_heals() {
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(straight(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
 
     let held = direct.lock("heal:lock").acquire().await.unwrap();
     let sem = direct.permit_semaphore("heal:permits");
@@ -755,9 +749,7 @@ async fn a_client_whose_old_connections_stay_black_holed_recovers_on_new_ones() 
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(straight(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     // Both connections in use: a command round trip, and a waiter's subscription.
     cut_off
         .lock("stale:warm")
@@ -850,9 +842,7 @@ async fn a_silent_pubsub_connection_neither_hangs_bounded_waits_nor_loses_wake_u
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(straight(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     // The pub/sub connection is up and used: one wake-up by message goes through.
     let held = direct.lock("quiet:warm").acquire().await.unwrap();
     let waiter = tokio::spawn({
@@ -985,9 +975,7 @@ async fn a_semaphore_acquire_that_ran_but_whose_reply_was_lost_gives_its_permits
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(straight(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     let sem = cut_off.semaphore("lost-permits");
     assert!(sem.try_set_permits(3).await.unwrap());
 

@@ -143,7 +143,10 @@ async fn a_master_failover_keeps_other_shards_moves_waiters_and_reports_lost_hol
 
     // The replica misses one hold: frozen, its replication link cut by the master, then the
     // hold is taken and the master dies before the replica could connect again.
-    cluster.node(replica).pause(Duration::from_secs(60)).expect("pause the node");
+    cluster
+        .node(replica)
+        .pause(Duration::from_secs(60))
+        .expect("pause the node");
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -246,7 +249,10 @@ async fn sync_replicas_in_a_cluster_waits_for_each_masters_replica_and_undoes_wi
     // still grant.
     let (frozen_name, frozen_master) = names[0].clone();
     let replica = cluster.replica_of(frozen_master);
-    cluster.node(replica).pause(Duration::from_secs(60)).expect("pause the node");
+    cluster
+        .node(replica)
+        .pause(Duration::from_secs(60))
+        .expect("pause the node");
     let started = Instant::now();
     let err = mgr
         .lock(frozen_name.as_str())

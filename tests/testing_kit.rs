@@ -295,7 +295,9 @@ async fn acquire_soon(
 async fn held_on(group: &mut SentinelGroup, port: u16, manager: &LockManager) -> Outcome {
     let guard = acquire_soon(manager, "kit:after").await?;
     let server = group.server(port).ok_or("a server of the group")?;
-    let holder = server.holder("kit:after")?.ok_or("held on the new primary")?;
+    let holder = server
+        .holder("kit:after")?
+        .ok_or("held on the new primary")?;
     assert!(
         holder.starts_with(&manager.client_id().to_string()),
         "{holder}"
@@ -407,7 +409,10 @@ fn hold_delivers_late_what_was_sent_during_it() -> Outcome {
     let mut conn = through(&link)?;
     redis::cmd("PING").query::<String>(&mut conn)?;
     link.hold();
-    let unanswered = redis::cmd("SET").arg("kit:held").arg(1).query::<()>(&mut conn);
+    let unanswered = redis::cmd("SET")
+        .arg("kit:held")
+        .arg(1)
+        .query::<()>(&mut conn);
     assert!(unanswered.is_err(), "{unanswered:?}");
     // Held, not lost: it has not reached Redis yet, and does once released.
     assert_eq!(server.keys_left()?, Vec::<String>::new());
@@ -456,7 +461,9 @@ fn forget_pubsub_silences_the_subscribed_connections_alone() -> Outcome {
     assert_eq!(redis::cmd("PING").query::<String>(&mut commands)?, "PONG");
     // A new subscription is heard.
     let mut again = through(&link)?;
-    redis::cmd("SUBSCRIBE").arg("kit:channel").exec(&mut again)?;
+    redis::cmd("SUBSCRIBE")
+        .arg("kit:channel")
+        .exec(&mut again)?;
     assert_eq!(publish()?, 2);
     let message: Vec<String> = redis::from_redis_value(again.recv_response()?)?;
     assert_eq!(message, ["message", "kit:channel", "hello"]);
@@ -473,7 +480,10 @@ async fn a_cluster_of_one_master_and_its_replica() -> Outcome {
     let manager = LockManager::start(cluster.config()).await?;
     let guard = manager.lock("kit:replicated").acquire().await?;
     // The replica replicates the master: the hold reaches it.
-    let acked: u32 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut master.conn()?)?;
+    let acked: u32 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master.conn()?)?;
     assert_eq!(acked, 1);
     assert!(replica.keys_left()?.contains(&"kit:replicated".to_owned()));
     guard.release().await?;

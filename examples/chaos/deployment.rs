@@ -102,7 +102,9 @@ impl Deployment {
     pub fn primaries(&self) -> Vec<&TestServer> {
         match self {
             Deployment::Single(server) => vec![&**server],
-            Deployment::Sentinel(group) => group.servers().iter().filter(|s| is_master(s)).collect(),
+            Deployment::Sentinel(group) => {
+                group.servers().iter().filter(|s| is_master(s)).collect()
+            }
             Deployment::Cluster(cluster) => {
                 cluster.nodes().iter().filter(|s| is_master(s)).collect()
             }
@@ -266,7 +268,11 @@ fn sentinel_failover(group: &mut SentinelGroup, fault: Fault, old: u16) -> Resul
     }
     let promoted = until("a new primary", || {
         sentinel_primary(group).is_some_and(|p| {
-            p != old && group.servers().iter().any(|s| s.port() == p && is_master(s))
+            p != old
+                && group
+                    .servers()
+                    .iter()
+                    .any(|s| s.port() == p && is_master(s))
         })
     });
     let back = match fault {
@@ -288,7 +294,10 @@ fn cluster_failover(cluster: &mut Cluster, fault: Fault, master: u16) -> Result<
     let promoted_now = |c: &Cluster| is_master(&c.nodes()[r]) && cluster_ok(&c.nodes()[r]);
     let promoted = match fault {
         Fault::FailoverKill => {
-            cluster.node_mut(master).into_iter().for_each(TestServer::stop);
+            cluster
+                .node_mut(master)
+                .into_iter()
+                .for_each(TestServer::stop);
             until("the replica promoted", || promoted_now(cluster))
         }
         Fault::FailoverManual => {
@@ -340,7 +349,11 @@ fn ask<T: redis::FromRedisValue>(server: &TestServer, cmd: &redis::Cmd) -> Optio
         return None;
     }
     let limit = Duration::from_millis(500);
-    let mut conn = server.client().ok()?.get_connection_with_timeout(limit).ok()?;
+    let mut conn = server
+        .client()
+        .ok()?
+        .get_connection_with_timeout(limit)
+        .ok()?;
     conn.set_read_timeout(Some(limit)).ok()?;
     cmd.query(&mut conn).ok()
 }

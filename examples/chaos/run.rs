@@ -12,12 +12,12 @@ use crate::deployment::{Deployment, Shape};
 use crate::heads::{Heads, Windows};
 use crate::options::{Fault, Options};
 use crate::progress::{Progress, Tally};
-use lockman::testing::Link;
 use crate::report::print_table;
 use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
 use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, deadlocks, history, leaders};
 use crate::{linear, lost};
+use lockman::testing::Link;
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down: a
 /// patient fair acquire (`2K + 2 s`, 12 s) and the stuck limit past it (10 s), with a margin.

@@ -91,7 +91,10 @@ impl Cluster {
             // every master's id to every node (a node in handshake has a temporary one).
             cluster.wait_for("every node to know every master", |conn| {
                 let known: String = redis::cmd("CLUSTER").arg("NODES").query(conn)?;
-                Ok(!known.contains("handshake") && ids.iter().all(|id| known.contains(id.as_str())))
+                Ok(
+                    !known.contains("handshake")
+                        && ids.iter().all(|id| known.contains(id.as_str())),
+                )
             })?;
             for (k, replica) in cluster.nodes[masters..].iter().enumerate() {
                 let _: () = redis::cmd("CLUSTER")

@@ -240,7 +240,10 @@ impl Cluster {
                 .query(&mut super::raw(self.node(port)))
                 .expect("SETSLOT NODE");
         }
-        let others = self.nodes().iter().filter(|n| n.port() != to && n.port() != from);
+        let others = self
+            .nodes()
+            .iter()
+            .filter(|n| n.port() != to && n.port() != from);
         for node in others {
             if let Ok(mut conn) = node.conn() {
                 let _ = redis::cmd("CLUSTER")

@@ -1,18 +1,21 @@
-//! Throwaway `redis-server` processes for tests, examples and benches.
+//! What lockman's own suite adds to `lockman::testing`, the kit every server, Sentinel group,
+//! cluster and proxy of the suite comes from.
 //!
-//! Each [`RedisServer`] runs the binary from `REDIS_SERVER_BIN` (default: `redis-server` on the
-//! PATH) on a free loopback port, in a temporary folder of its own with nothing saved to disk,
-//! waits until it answers PING, and is killed when dropped. It can be stopped and restarted on
-//! the same port, to test what happens while Redis is away. Nothing here touches any other server.
+//! [`RedisServer`] is the kit's `TestServer` (through `Deref`) with conveniences that panic
+//! (failing the test) instead of returning errors; [`sentinel`] and [`cluster`] wrap the kit's
+//! `SentinelGroup` and `Cluster` the same way, with what only this suite does to them (a slot
+//! moved by hand, say). [`raw`] and [`async_conn`] connect to any of the kit's servers.
 //!
-//! Every server of a test process (plain, Sentinel, cluster node) runs that one binary; the first
-//! start says on stderr which server and version it is (`Redis server v=7.0.15`, `Valkey server
-//! v=9.1.2`), and from then on every panic in the process ends with that name, so a failing test
-//! says what it ran on (CI runs the suite on Redis and on Valkey).
+//! Every server of a test process (plain, Sentinel, cluster node) runs one binary
+//! (`REDIS_SERVER_BIN`, default `redis-server` on the PATH); the first start says on stderr
+//! which server and version it is (`Redis server v=7.0.15`, `Valkey server v=9.1.2`), and from
+//! then on every panic in the process ends with that name, so a failing test says what it ran on
+//! (CI runs the suite on Redis and on Valkey).
 //!
 //! [`Options`] make other kinds of server: TLS-only with certificates made at test time
-//! ([`certs`]), with a unix socket, with ACL users or any other setting; [`sentinel`] starts a
-//! primary, a replica and three sentinels; [`cluster`] a local Redis Cluster.
+//! ([`certs`]), with a unix socket, with ACL users or any other setting. The rest is the suite's
+//! own: the Java side of the synchronizers ([`redisson`]), recorders, waits for a state
+//! ([`wait`]), child-test spawning.
 #![allow(dead_code)]
 
 pub mod certs;

@@ -49,7 +49,10 @@ impl SentinelGroup {
         let binary = super::server();
         match Kit::start_with(replicas, down_after) {
             Ok(group) => Self(group),
-            Err(e) => panic!("could not start a Sentinel group of {}: {e}", binary.version),
+            Err(e) => panic!(
+                "could not start a Sentinel group of {}: {e}",
+                binary.version
+            ),
         }
     }
 
@@ -100,6 +103,8 @@ impl SentinelGroup {
     /// Waits until the server on `port` says it is a replica (a demoted primary refuses
     /// writes from then on). Panics after the kit's limit (30 s).
     pub fn wait_until_replica(&self, port: u16) {
-        self.0.wait_until_replica(port).expect("the old primary demoted");
+        self.0
+            .wait_until_replica(port)
+            .expect("the old primary demoted");
     }
 }
