@@ -528,7 +528,7 @@ async fn an_evicted_key_is_known_at_once() {
 #[ignore = "a Sentinel failover: several seconds"]
 async fn after_a_failover_the_watch_is_on_the_new_primary() {
     use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
-    let group = SentinelGroup::start();
+    let mut group = SentinelGroup::start();
     let config = Config::sentinel(MASTER, group.sentinel_urls())
         .master_auth(None, DATA_PASSWORD)
         .watchdog_timeout(WATCHDOG)
@@ -539,13 +539,7 @@ async fn after_a_failover_the_watch_is_on_the_new_primary() {
     let guard = mgr.lock("moved").acquire().await.unwrap();
     let mut on_first = SentinelGroup::data_conn(first).expect("the first primary");
     until_tracked(&mut on_first, 1).await;
-    let _: () = redis::cmd("SENTINEL")
-        .arg("FAILOVER")
-        .arg(MASTER)
-        .query(&mut group.sentinel_conn())
-        .expect("SENTINEL FAILOVER");
-    let second = group.wait_for_new_primary(first, Duration::from_secs(30));
-    group.wait_until_replica(first, Duration::from_secs(30));
+    let second = group.failover().expect("a switch-over");
     let mut on_second = SentinelGroup::data_conn(second).expect("the new primary");
     // lockman follows within its poll (1 s), and checks every hold on the new primary.
     until_tracked(&mut on_second, 1).await;
