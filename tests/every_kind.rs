@@ -172,3 +172,54 @@ async fn every_kind_cleans_up_a_cancelled_waiter() {
         assert_eq!(queue, 0, "{kind}: left in the fair queue");
     }
 }
+
+/// A re-entry with a shorter lease never cuts its hold short: the outer guard was promised its
+/// own lease (`valid_until`), and another process must not take the name before it ends.
+/// (The break, found by a docs-only attack: the re-entry set the key's PTTL to its 300 ms, its
+/// release restored 300 ms, and another client took the name while the outer guard's
+/// `valid_until` was seconds ahead.)
+#[tokio::test]
+async fn every_reentrant_kind_keeps_the_longer_lease_of_a_reentry() {
+    let server = RedisServer::start();
+    let mut raw = server.async_conn().await;
+    let mgr = manager(&server).await;
+    let other = manager(&server).await;
+    let (outer_lease, inner_lease) = (Duration::from_secs(3), Duration::from_millis(300));
+    for (kind, lock) in kinds(&mgr, "nested") {
+        if kind.starts_with("non-reentrant") {
+            continue;
+        }
+        let outer = lock.acquire_with_lease(outer_lease).await.unwrap();
+        let promised = outer.valid_until();
+        let inner = lock.acquire_with_lease(inner_lease).await.unwrap();
+        let pttl: i64 = raw.pttl("nested").await.unwrap();
+        assert!(
+            pttl > 2_000,
+            "{kind}: the re-entry cut the PTTL to {pttl} ms"
+        );
+        inner.release().await.unwrap();
+        let pttl: i64 = raw.pttl("nested").await.unwrap();
+        assert!(pttl > 2_000, "{kind}: the release restored {pttl} ms");
+        // Past the inner lease: the name is still the outer guard's, for every process.
+        tokio::time::sleep(inner_lease * 2).await;
+        let taken = kinds(&other, "nested")
+            .into_iter()
+            .find(|(k, _)| *k == kind)
+            .unwrap()
+            .1
+            .try_acquire()
+            .await
+            .unwrap();
+        assert!(taken.is_none(), "{kind}: taken inside the outer lease");
+        assert!(!outer.is_lost(), "{kind}: the outer hold was told lost");
+        assert!(
+            outer.valid_until() >= promised,
+            "{kind}: valid_until moved earlier"
+        );
+        outer.release().await.unwrap();
+        let left: i64 = raw.exists("nested").await.unwrap();
+        assert_eq!(left, 0, "{kind}");
+    }
+    mgr.shutdown().await;
+    other.shutdown().await;
+}

@@ -42,6 +42,20 @@ pub(super) struct Hold {
     pub unreleased: u32,
 }
 
+impl Hold {
+    /// The PTTL a release of one of several grants restores: the watchdog's lease, or what is
+    /// left of a lease hold until its end (which no grant moves earlier: the whole hold lives
+    /// as long as its longest lease). Never zero: a PEXPIRE of 0 would delete the key.
+    pub(super) fn restored(&self, now: Instant) -> Duration {
+        match self.ends {
+            Some(ends) if !self.watchdog => ends
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1)),
+            _ => self.lease,
+        }
+    }
+}
+
 /// The holds, one per holder and kind. Invariant: every hold counts at least one grant, and
 /// its epoch is its own for as long as the process lives.
 #[derive(Debug, Default)]
@@ -143,8 +157,12 @@ impl LockState {
         if watchdog {
             self.watch(&key);
         } else {
-            // The script just set the PTTL to this lease (it started no earlier than `started`).
-            self.expire_at(&key, lease, started + lease);
+            // The script just set the PTTL to this lease (it started no earlier than `started`),
+            // or kept a longer one of the hold's (`attempt_ttl`): a re-entry never moves the
+            // hold's end earlier, or an outer guard's hold would end before its own lease.
+            let ends = self.holds.get(&key).and_then(|h| h.ends);
+            let at = ends.map_or(started + lease, |e| e.max(started + lease));
+            self.expire_at(&key, lease, at);
         }
         self.set_busy();
         epoch

@@ -141,26 +141,21 @@ impl LockState {
     }
 
     /// The TTL an attempt of `key` with `lease` sets.
-    fn attempt_ttl(&mut self, key: &HoldKey, lease: Option<Duration>) -> Duration {
+    fn attempt_ttl(&self, key: &HoldKey, lease: Option<Duration>) -> Duration {
         let ttl_default = self.settings.watchdog_timeout;
-        // A lease re-entry onto a hold the watchdog renews must not shorten the key's PTTL
-        // below the watchdog's schedule: the hold lives as long as the renewed one anyway.
-        let renewed = self.holds.get(key).is_some_and(|h| h.watchdog);
-        let ttl = match lease {
-            Some(lease) if renewed => lease.max(ttl_default),
-            lease => lease.unwrap_or(ttl_default),
-        };
-        // A lease re-entry may shorten the key's PTTL as soon as it is sent, whether or not its
-        // reply comes: the hold counts as ending then at the latest.
-        let shortened = self
-            .holds
-            .get(key)
-            .filter(|h| !h.watchdog && h.ends.is_some_and(|e| self.now + ttl < e))
-            .map(|h| h.lease);
-        if let Some(lease) = shortened {
-            self.expire_at(key, lease, self.now + ttl);
+        let hold = self.holds.get(key);
+        match lease {
+            // A lease re-entry onto a hold the watchdog renews must not shorten the key's PTTL
+            // below the watchdog's schedule: the hold lives as long as the renewed one anyway.
+            Some(lease) if hold.is_some_and(|h| h.watchdog) => lease.max(ttl_default),
+            // Nor a shorter lease re-entry the hold's own end: its outer guard was promised
+            // its lease (`valid_until`), and another process would take the name sooner.
+            Some(lease) => {
+                let ends = hold.and_then(|h| h.ends);
+                ends.map_or(lease, |e| lease.max(e.saturating_duration_since(self.now)))
+            }
+            None => ttl_default,
         }
-        ttl
     }
 
     /// A release, or a hand-off (see `hand_off_to`).
@@ -186,7 +181,7 @@ impl LockState {
             }
             return None;
         }
-        let (count, lease) = (hold.count, hold.lease);
+        let (count, lease) = (hold.count, hold.restored(self.now));
         let to = if count == 1 {
             self.hand_off_to(&key)
         } else {

@@ -45,7 +45,7 @@ impl LockState {
             return None;
         }
         let (target, lease, epoch) = match self.holds.get(&key) {
-            Some(h) => (h.count - h.unreleased, h.lease, Some(h.epoch)),
+            Some(h) => (h.count - h.unreleased, h.restored(self.now), Some(h.epoch)),
             None => (0, self.settings.watchdog_timeout, None),
         };
         let op = Op::Settle {

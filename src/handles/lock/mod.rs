@@ -111,6 +111,11 @@ impl Lock {
     /// Takes the lock for `lease`, waiting as long as it takes. No renewal: the lock expires by
     /// itself after `lease`, and the guard then reports it lost.
     ///
+    /// A re-entry (this holder holds it already) never moves the hold's end earlier: the hold
+    /// lasts until the longest lease of its grants ends (a shorter re-entry and its release
+    /// leave the key's PTTL as it was). A hold re-entered without a lease
+    /// ([`acquire`](Self::acquire)) is renewed by the watchdog until it is released entirely.
+    ///
     /// # Errors
     /// As [`acquire`](Self::acquire), and [`LockError::InvalidArgument`] for a lease under 1 ms.
     ///
