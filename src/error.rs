@@ -480,6 +480,19 @@ impl LockError {
         }
     }
 
+    /// This error, with `waited` as an [`LockError::Unavailable`]'s wait (the caller's, from its
+    /// call); any other error as it is.
+    pub(crate) fn waited_for(self, waited: Duration) -> Self {
+        match self {
+            Self::Unavailable { name, cause, .. } => Self::Unavailable {
+                name,
+                waited,
+                cause,
+            },
+            other => other,
+        }
+    }
+
     /// [`LockError::Unavailable`] for a wait of `name` that lasted `waited`, whose last failure
     /// was `cause`.
     pub(crate) fn unavailable(name: &str, waited: Duration, cause: LockError) -> Self {

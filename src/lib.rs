@@ -135,7 +135,7 @@
 //!
 //! | Way in | Redis stopped or unreachable | Redis frozen (replies never come) | Refusing `NOREPLICAS` (and the other passing refusals) | A real holder |
 //! |---|---|---|---|---|
-//! | `try_acquire_for` of `Lock`, `FairLock`, `ReadLock`, `WriteLock`, `FencedLock`, non-reentrant locks; `try_acquire_with_lease` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline (a fair lock: after its leave of the queue, up to one response timeout later) | `Err(Unavailable)` at the deadline, `cause` Redis's refusal | `Ok(None)` at the deadline |
+//! | `try_acquire_for` of `Lock`, `FairLock`, `ReadLock`, `WriteLock`, `FencedLock`, non-reentrant locks; `try_acquire_with_lease` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline, `cause` Redis's refusal | `Ok(None)` at the deadline |
 //! | `acquire`, `acquire_with_lease` (every lock kind) | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` (from the first unanswered request) | `Err(Unavailable)` after `unavailable_after` | waits |
 //! | `try_acquire` (one attempt, every kind) | Redis's own error (retryable), at once | a retryable time-out after the response timeout | Redis's own error (retryable; `ReplicaSync` with replica sync) | `Ok(None)` |
 //! | `Semaphore`, `PermitSemaphore`: `try_acquire_for`, `try_acquire_with_lease` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline (its last attempt gets 250 ms more) | `Err(Unavailable)` at the deadline | `Ok(None)` at the deadline |
@@ -143,7 +143,7 @@
 //! | `CountDownLatch::wait_for` | `Err(Unavailable)` at the deadline | `Err(Unavailable)` at the deadline | a latch is only read, and reads are answered: `Ok(false)` while closed | `Ok(false)` while closed |
 //! | `CountDownLatch::wait` | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` | waits (reads are answered) | waits |
 //! | `Election::try_campaign_for` / `campaign` | as a lock's `try_acquire_for` / `acquire` | same | same | `Ok(None)` / waits |
-//! | `MultiLock::try_acquire_for` / `acquire` | `Err(Unavailable)` naming a member whose Redis is away, after the deadline (docs/outages.md, "Known overruns") / after `unavailable_after` | same | same | `Ok(None)` / waits |
+//! | `MultiLock::try_acquire_for` / `acquire` | `Err(Unavailable)` naming a member whose Redis is away, at the deadline (a member that has not answered 250 ms after it is away) / after `unavailable_after` | same | same | `Ok(None)` / waits |
 //! | `RedLock::try_acquire_for` | `Err(QuorumNotReached)` (retryable) when too many members fail for a majority; a majority answering works as usual | same | same | `Ok(None)` |
 //! | tower `LockLayer`, `PermitLayer` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |
 //! | actix-web `RequestGuard`, `RequestPermit` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |

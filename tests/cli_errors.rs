@@ -1016,3 +1016,155 @@ fn lead_holder_of(server: &RedisServer, name: &str) -> String {
     assert_eq!(fields.len(), 1, "{fields:?}");
     fields[0].clone()
 }
+
+/// Runs a script on `server` that spins until `SCRIPT KILL` (10 s at most), and returns once
+/// every client hears `BUSY` (the script past `busy-reply-threshold`, 50 ms here).
+fn busy_script(server: &RedisServer) -> std::thread::JoinHandle<()> {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("busy-reply-threshold")
+        .arg(50)
+        .query(&mut server.conn())
+        .unwrap();
+    let mut conn = server.conn();
+    let script = std::thread::spawn(move || {
+        let spin = "local t = redis.call('time')[1] + 0 \
+                    while redis.call('time')[1] + 0 < t + 10 do end return 1";
+        let _: redis::RedisResult<i64> = redis::cmd("EVAL").arg(spin).arg(0).query(&mut conn);
+    });
+    assert!(
+        support::eventually_blocking(Duration::from_secs(5), || {
+            redis::cmd("PING")
+                .query::<String>(&mut server.conn())
+                .is_err()
+        }),
+        "never busy"
+    );
+    script
+}
+
+/// Ends the script of [`busy_script`] (it only reads: `SCRIPT KILL` ends it).
+fn end_script(server: &RedisServer, script: std::thread::JoinHandle<()>) {
+    let _: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("KILL").query(&mut server.conn());
+    script.join().unwrap();
+}
+
+/// A script running past `busy-reply-threshold` when `exec` starts is a state that passes: the
+/// start is retried within `--wait` (as a wait retries `BUSY`), and the command runs once the
+/// script ends; one that outlasts the wait is exit 69, one line naming `BUSY`. Breaks it: the
+/// start's `BUSY` taken as the answer (exit 69 at once, `exec --wait 5s` failed in 0.1 s).
+#[test]
+fn a_busy_script_at_the_start_is_waited_out_within_the_wait() {
+    let server = RedisServer::start();
+    let script = busy_script(&server);
+    let mut child = lockman_at(
+        &server.url(),
+        &["exec", "--wait", "10s", "job", "--", "true"],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "exec ended while the script ran: {:?}",
+        child.wait_with_output()
+    );
+    end_script(&server, script);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // Outlasting the wait: one line, exit 69, soon after the wait.
+    let script = busy_script(&server);
+    let started = Instant::now();
+    let out = run(&server, &["exec", "--wait", "1s", "job", "--", "true"]);
+    let took = started.elapsed();
+    end_script(&server, script);
+    let (code, line) = one_line(&out);
+    assert_eq!(code, 69, "{line}");
+    assert!(
+        line.contains("busy running a script") && line.contains("BUSY"),
+        "{line}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+/// `lockman doctor --json` prints one JSON object however it ends: a server busy with a script
+/// is a failed `server` check (exit 69) naming `BUSY`; a failure before any diagnosis (a URL
+/// that is not Redis's) is `{"status": "error", "error": …}`. Breaks it: the failure written
+/// to stderr only, stdout empty.
+#[test]
+fn doctor_json_prints_an_object_even_when_it_fails() {
+    let server = RedisServer::start();
+    let script = busy_script(&server);
+    let out = run(&server, &["doctor", "--json"]);
+    end_script(&server, script);
+    assert_eq!(out.status.code(), Some(69), "{}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON object on stdout");
+    assert_eq!(report["status"], "fail", "{report}");
+    let check = &report["checks"][0];
+    assert_eq!(check["name"], "server", "{report}");
+    assert!(check["seen"].as_str().unwrap().contains("BUSY"), "{report}");
+
+    let out = run_at("http://127.0.0.1:1/0", &["doctor", "--json"]);
+    assert_ne!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON object on stdout");
+    assert_eq!(report["status"], "error", "{report}");
+    assert!(!report["error"].as_str().unwrap().is_empty(), "{report}");
+    assert_eq!(report["checks"], Value::Array(Vec::new()), "{report}");
+}
+
+/// A server loading its dataset (`DEBUG RELOAD`, slowed by `key-load-delay`) answers `LOADING`:
+/// a subcommand that does not wait says so in one line, exit 69 (not a connect time-out with
+/// network advice), and `exec` retries it within its wait and runs once the data is loaded.
+/// Breaks it: `LOADING` reported as redis-rs's `BusyLoading` error, and taken as the answer
+/// at the start of `exec`.
+#[test]
+fn a_server_loading_its_dataset_is_named_and_waited_out_by_exec() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    for (setting, value) in [
+        ("key-load-delay", "100"),
+        ("loading-process-events-interval-bytes", "1024"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(setting)
+            .arg(value)
+            .query(&mut raw)
+            .unwrap();
+    }
+    // 30,000 keys at 100 µs each: about 3 s of loading.
+    let _: () = redis::cmd("DEBUG")
+        .arg("POPULATE")
+        .arg(30_000)
+        .query(&mut raw)
+        .unwrap();
+    let reload = std::thread::spawn(move || {
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("RELOAD").query(&mut raw);
+    });
+    let loading =
+        |server: &RedisServer| match redis::cmd("PING").query::<String>(&mut server.conn()) {
+            Err(e) => e.code() == Some("LOADING"),
+            Ok(_) => false,
+        };
+    assert!(
+        support::eventually_blocking(Duration::from_secs(5), || loading(&server)),
+        "never loading"
+    );
+    let out = run(&server, &["inspect", "job"]);
+    let (code, line) = one_line(&out);
+    assert!(loading(&server), "the load ended too soon to tell");
+    assert_eq!(code, 69, "{line}");
+    assert!(
+        line.contains("loading its dataset") && line.contains("LOADING"),
+        "{line}"
+    );
+    assert!(!line.contains("network"), "{line}");
+
+    let out = run(&server, &["exec", "--wait", "15s", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    reload.join().unwrap();
+}

@@ -34,8 +34,7 @@ const RESPONSE: Duration = Duration::from_secs(1);
 /// `Config::unavailable_after`.
 const BOUND: Duration = Duration::from_secs(2);
 /// What an answer may come after its bound: a backoff step (at most 2 s between retries is the
-/// state's, but the bound's timer does not wait for one), a fair waiter's leave of the queue
-/// (a response timeout when the server is frozen), scheduling.
+/// state's, but the bound's timer does not wait for one), scheduling.
 const LATE: Duration = Duration::from_millis(1_500);
 
 /// A short watchdog timeout too: requests whose reply never came are sent again for a third
@@ -644,12 +643,11 @@ impl Fault {
         }
     }
 
-    /// How long after the wait an answer may come: a frozen server's first reply is missed
-    /// only after a response timeout (a permit layer's setting of its permits).
+    /// How long after the wait an answer may come: the same for every fault (a permit
+    /// layer's setting of its permits is part of its wait, frozen server or not).
     fn late(self) -> Duration {
         match self {
-            Fault::Frozen => LATE + RESPONSE,
-            Fault::Stopped | Fault::Refusing => LATE,
+            Fault::Frozen | Fault::Stopped | Fault::Refusing => LATE,
         }
     }
 }
@@ -930,4 +928,251 @@ async fn lockman_exec_on_a_frozen_server_exits_69_soon_after_its_wait() {
     );
     drop(held);
     holder.shutdown().await;
+}
+
+/// The bound of a bounded wait on a frozen server: its deadline, its last try (250 ms), and
+/// scheduling on a loaded machine. Far under the response timeout the overruns took.
+const NEAR: Duration = Duration::from_millis(1_000);
+
+/// A response timeout longer than the waits below, as the default (3 s) is longer than an HTTP
+/// layer's wait: an answer held for a reply that never comes shows as an overrun of seconds.
+fn slow_to_give_up(server: &RedisServer) -> Config {
+    config(server)
+        .response_timeout(Duration::from_secs(4))
+        .connect_timeout(Duration::from_secs(4))
+}
+
+/// A fair lock's wait on a frozen server ends near its deadline, and its `waited` is the time
+/// it really waited: its leave of the queue is sent after its answer, and not waited for.
+/// Breaks it: answering a fair waiter after its leave (it came two response timeouts after the
+/// deadline, the attempt's and the leave's, with `waited` the wait's length).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_wait_on_a_frozen_server_ends_near_its_deadline_and_says_what_it_waited() {
+    let server = RedisServer::start();
+    let m = LockManager::start(slow_to_give_up(&server)).await.unwrap();
+    let wait = Duration::from_secs(1);
+
+    // A free name: the first attempt's reply never comes.
+    server.signal("STOP");
+    let began = Instant::now();
+    let res = m.fair_lock("fair:free").try_acquire_for(wait).await;
+    let took = began.elapsed();
+    server.signal("CONT");
+    let Err(LockError::Unavailable { waited, .. }) = res else {
+        panic!("a fair wait on a frozen server: {res:?}");
+    };
+    assert!(
+        took >= wait && took < wait + NEAR,
+        "answered after {took:?}"
+    );
+    assert!(
+        waited <= took && waited + Duration::from_millis(300) >= took,
+        "waited {waited:?}, answered after {took:?}"
+    );
+    m.shutdown().await;
+}
+
+/// A fair waiter that found the lock held, then saw the server freeze, is answered by what
+/// Redis says at its deadline (the last try), as any lock's waiter: `Unavailable` near the
+/// deadline; its leave of the queue goes on in the actor (the queue is empty once the server
+/// runs again). Breaks it: a fair waiter without the last try (it was `Ok(None)`, contention,
+/// a response timeout after the deadline), and a leave not sent after the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_behind_a_holder_is_unavailable_near_its_deadline_when_the_server_freezes() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let m = LockManager::start(slow_to_give_up(&server)).await.unwrap();
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let wait = Duration::from_secs(1);
+    let held = holder.fair_lock("fair:held").acquire().await.unwrap();
+    let lock = m.fair_lock("fair:held");
+    let channel = format!("redisson_lock__channel:{{fair:held}}:{}", lock.holder_id());
+    let began = Instant::now();
+    let waiting = tokio::spawn(async move { lock.try_acquire_for(wait).await });
+    assert!(
+        support::subscribed(&mut raw, &channel, Duration::from_secs(5)).await,
+        "the waiter queued and listens on its own channel"
+    );
+    server.signal("STOP");
+    let res = waiting.await.unwrap();
+    let took = began.elapsed();
+    server.signal("CONT");
+    let Err(LockError::Unavailable { waited, .. }) = res else {
+        panic!("a frozen server after a busy answer: {res:?}");
+    };
+    assert!(took < wait + NEAR, "answered after {took:?}");
+    assert!(waited <= took && waited >= wait, "waited {waited:?}");
+    // The leave went on after the answer: the waiter's place is gone once Redis runs again.
+    assert!(
+        support::eventually(Duration::from_secs(15), || {
+            let queue: Vec<String> = redis::cmd("LRANGE")
+                .arg("redisson_lock_queue:{fair:held}")
+                .arg(0)
+                .arg(-1)
+                .query(&mut raw)
+                .unwrap();
+            queue.is_empty()
+        })
+        .await,
+        "the waiter's place was left"
+    );
+    held.release().await.unwrap();
+    m.shutdown().await;
+    holder.shutdown().await;
+}
+
+/// A MultiLock's bounded wait ends near its deadline, as one lock's does, with the server
+/// frozen: its first round's replies never come. Breaks it: a round whose members' attempts run
+/// to their response timeout (3.0 s for a 2 s wait in the attack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_wait_on_a_frozen_server_ends_near_its_deadline() {
+    let server = RedisServer::start();
+    let m = LockManager::start(slow_to_give_up(&server)).await.unwrap();
+    let wait = Duration::from_secs(1);
+
+    server.signal("STOP");
+    let multi = MultiLock::new(vec![m.lock("multi:a"), m.lock("multi:b")]);
+    let began = Instant::now();
+    let res = multi.try_acquire_for(wait).await;
+    let took = began.elapsed();
+    server.signal("CONT");
+    assert!(
+        matches!(&res, Err(LockError::Unavailable { name, .. }) if name.starts_with("multi:")),
+        "a MultiLock on a frozen server: {:?}",
+        res.map(|g| g.is_some())
+    );
+    assert!(
+        took >= wait && took < wait + NEAR,
+        "answered after {took:?}"
+    );
+    m.shutdown().await;
+}
+
+/// Two MultiLocks share a member that another manager holds; both wait on it, and the server
+/// is stopped, or is stopped before they start. Each bounded wait ends near its deadline, not
+/// after its members' waits one after another. Breaks it: a round of attempts after the
+/// member's wait ended at the deadline (3.3 s for a 2 s wait), members' attempts that run past
+/// the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multilocks_sharing_a_member_end_near_their_deadline_when_the_server_stops() {
+    for stopped_first in [false, true] {
+        let mut server = RedisServer::start();
+        let m = LockManager::start(slow_to_give_up(&server)).await.unwrap();
+        let holder = LockManager::start(config(&server)).await.unwrap();
+        let held = holder.lock("shared").acquire().await.unwrap();
+        if stopped_first {
+            server.stop();
+        }
+        let wait = Duration::from_secs(2);
+        let began = Instant::now();
+        let waits: Vec<_> = ["multi:c", "multi:d"]
+            .into_iter()
+            .map(|other| {
+                let multi = MultiLock::new(vec![m.lock("shared"), m.lock(other)]);
+                tokio::spawn(async move {
+                    let res = multi.try_acquire_for(wait).await.map(|g| g.is_some());
+                    (res, began.elapsed())
+                })
+            })
+            .collect();
+        if !stopped_first {
+            let mut raw = server.conn();
+            assert!(
+                support::eventually(Duration::from_secs(5), || listening(&mut raw, "shared")).await,
+                "the MultiLocks wait on the shared member"
+            );
+            server.stop();
+        }
+        for waiting in waits {
+            let (res, took) = waiting.await.unwrap();
+            assert!(
+                matches!(&res, Err(LockError::Unavailable { .. })),
+                "stopped first {stopped_first}: {res:?}"
+            );
+            assert!(
+                took >= wait && took < wait + NEAR,
+                "stopped first {stopped_first}: answered after {took:?}"
+            );
+        }
+        drop(held);
+        m.shutdown().await;
+        holder.shutdown().await;
+    }
+}
+
+/// An HTTP permit front with a short wait answers a frozen server `503` near its wait: setting
+/// the semaphore's permits is part of the wait, not a response timeout before it. Breaks it:
+/// setting the permits unbounded (3.0 s for a 200 ms wait in the attack).
+#[cfg(feature = "tower")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_layer_answers_a_frozen_server_503_near_its_wait() {
+    use axum::Router;
+    use axum::routing::post;
+    use lockman::tower::PermitLayer;
+
+    let server = RedisServer::start();
+    let m = LockManager::start(slow_to_give_up(&server)).await.unwrap();
+    let wait = Duration::from_millis(200);
+    let app = Router::new()
+        .route("/limited/{name}", post(|| async { "done" }))
+        .route_layer(PermitLayer::segment(m.clone(), 1, 1).wait(wait));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    // A name whose permits were set (the wait alone) and one seen first while frozen.
+    let (got, _, body) = http_post(port, "/limited/set").await;
+    assert_eq!(got, 200, "{body}");
+    server.signal("STOP");
+    for path in ["/limited/set", "/limited/new"] {
+        let started = Instant::now();
+        let (got, head, body) = http_post(port, path).await;
+        let took = started.elapsed();
+        assert_eq!(got, 503, "{path}: {body}");
+        assert!(head.contains("retry-after:"), "{path}: {head}");
+        assert!(took < wait + NEAR, "{path}: answered after {took:?}");
+    }
+    server.signal("CONT");
+    m.shutdown().await;
+}
+
+/// The actix-web `RequestPermit`: the same bound as the tower layer's.
+#[cfg(feature = "actix-web")]
+#[actix_rt::test]
+async fn a_request_permit_answers_a_frozen_server_503_near_its_wait() {
+    use actix_web::{App, HttpResponse, test, web};
+    use lockman::web::{RequestPermit, RequestPermits};
+
+    async fn limited(_permit: RequestPermit) -> HttpResponse {
+        HttpResponse::Ok().finish()
+    }
+
+    let server = RedisServer::start();
+    let m = LockManager::start(slow_to_give_up(&server)).await.unwrap();
+    let wait = Duration::from_millis(200);
+    let app = test::init_service(
+        App::new().service(
+            web::scope("/limited")
+                .app_data(RequestPermits::path(m.clone(), "name", 1).wait(wait))
+                .route("/{name}", web::post().to(limited)),
+        ),
+    )
+    .await;
+    let answer = |path: &'static str| {
+        let req = test::TestRequest::post().uri(path).to_request();
+        test::call_service(&app, req)
+    };
+    assert_eq!(answer("/limited/set").await.status().as_u16(), 200);
+    server.signal("STOP");
+    for path in ["/limited/set", "/limited/new"] {
+        let started = Instant::now();
+        let res = answer(path).await;
+        let took = started.elapsed();
+        assert_eq!(res.status().as_u16(), 503, "{path}");
+        assert!(res.headers().contains_key("retry-after"), "{path}");
+        assert!(took < wait + NEAR, "{path}: answered after {took:?}");
+    }
+    server.signal("CONT");
+    m.shutdown().await;
 }

@@ -19,8 +19,9 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::actors::lock_state::SILENT_AFTER;
 use crate::error::LockError;
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
@@ -200,17 +201,32 @@ impl Admission {
     }
 
     /// Takes a permit of the semaphore `name` (setting its permits first, once), waiting up to
-    /// the configured time.
+    /// the configured time. Setting the permits is part of the wait: both end by the wait plus a
+    /// wait's last try ([`SILENT_AFTER`]), so that a frozen server is `503` near the wait, not a
+    /// response timeout later (a dropped acquire leaves nothing held).
     pub(crate) async fn permit(
         &self,
         name: &str,
         permits: &Permits,
     ) -> Result<PermitGuard, Failure> {
+        let started = Instant::now();
         let sem = self.manager.permit_semaphore(name);
-        let outcome = match permits.ensure_set(&sem).await {
-            Ok(()) => sem.try_acquire_for(1, self.wait).await,
-            Err(e) => Err(e),
+        let admit = async {
+            permits.ensure_set(&sem).await?;
+            let left = self.wait.saturating_sub(started.elapsed());
+            sem.try_acquire_for(1, left).await
         };
+        let until = started + self.wait + SILENT_AFTER;
+        let outcome = tokio::time::timeout_at(until.into(), admit)
+            .await
+            .unwrap_or_else(|_| {
+                let waited = started.elapsed();
+                let cause = LockError::Timeout {
+                    op: "a permit semaphore's answer",
+                    after: waited,
+                };
+                Err(LockError::unavailable(name, waited, cause))
+            });
         if let Ok(None) = outcome {
             // Busy, or the semaphore's key was lost (a restart without its data): set it again
             // at the next request, which is a no-op when it exists.

@@ -41,6 +41,7 @@ use rustc_hash::FxHashSet;
 
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
 use holds::Holds;
+pub(crate) use outage::SILENT_AFTER;
 
 use places::FairPlaces;
 use timers::Timers;
@@ -342,11 +343,7 @@ impl LockState {
             Timer::Leave(holder) => {
                 if let Some(leaving) = self.fair.leaving.get(&holder) {
                     let wait = leaving.wait;
-                    self.trips.todo.push_front(Pending::Leave {
-                        holder,
-                        wait,
-                        then: None,
-                    });
+                    self.trips.todo.push_front(Pending::Leave { holder, wait });
                     self.pump();
                 }
             }

@@ -18,7 +18,7 @@
 //!   nothing is, one last attempt of its own, as a synchronizer's wait makes): a holder
 //!   `TimedOut`, a grant the lock, no answer within [`SILENT_AFTER`] of the request's sending
 //!   `Unavailable`. A bounded wait so ends at most [`SILENT_AFTER`] after its deadline (a fair
-//!   waiter: after its leave of the queue);
+//!   waiter too: its leave of the queue is sent after its answer);
 //! - during an outage, each waiter is answered `Unavailable` once Redis has been away for
 //!   `Settings::unavailable_after` of its wait (counted from the later of its arrival and the
 //!   outage's start), bounded or not: no wait outlasts an outage by more than that.
@@ -139,9 +139,8 @@ impl LockState {
             .heard_at
             .is_some_and(|at| self.now.saturating_duration_since(at) < SILENT_AFTER);
         let under_way = self.trips.under_way.as_ref().map(|f| f.at);
-        // A fair waiter's answer already waits for its leave of the queue, whose outcome tells
-        // an outage: it has no last try.
-        if self.family.is_fair() || (heard_lately && under_way.is_none()) {
+        // A fair waiter too: its leave of the queue is sent after its answer, not waited for.
+        if heard_lately && under_way.is_none() {
             tracing::debug!(lock = %self.name, "waiter left: its wait ran out");
             return self.answer(id, Answer::TimedOut);
         }

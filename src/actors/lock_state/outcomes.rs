@@ -34,11 +34,8 @@ impl LockState {
             (Flight::Settle { key, epoch }, Outcome::Settle(res)) => {
                 self.settle_ran(key, epoch, res)
             }
-            (Flight::Leave { holder, wait, then }, Outcome::LeaveQueue(res)) => {
-                self.left(holder, wait, res);
-                if let Some((id, answer)) = then {
-                    self.out.push(Effect::Answer(id, answer));
-                }
+            (Flight::Leave { holder, wait }, Outcome::LeaveQueue(res)) => {
+                self.left(holder, wait, res)
             }
             (Flight::Refresh, Outcome::FairRefresh(res)) => self.refreshed(res),
             (Flight::Shutdown, Outcome::Shutdown) => {
@@ -142,7 +139,7 @@ impl LockState {
             // the leave): unless another waiter of the holder needs it, it leaves again.
             self.take_place(&key.0, wait);
             if !self.waiters.contains(id) {
-                self.leave_unused(&key.0, None);
+                self.leave_unused(&key.0);
             }
         }
         let Some(w) = self.waiters.get(id) else {

@@ -262,11 +262,7 @@ impl LockState {
             if self.waiters.has_holder(&holder) || self.fair.has(&holder) || pending {
                 continue;
             }
-            self.trips.todo.push_back(Pending::Leave {
-                holder,
-                wait,
-                then: None,
-            });
+            self.trips.todo.push_back(Pending::Leave { holder, wait });
             sent = true;
         }
         if sent {
@@ -275,27 +271,21 @@ impl LockState {
         }
     }
 
-    /// `holder`'s place, when no waiter of it is left here to use it, is left (`then` answered
-    /// once it has been).
-    pub(super) fn leave_unused(&mut self, holder: &Arc<str>, then: Option<(WaiterId, Answer)>) {
+    /// `holder`'s place, when no waiter of it is left here to use it, is left: the round trip
+    /// sent next. Nobody waits for it: a failed or unanswered leave is sent again (`left`).
+    pub(super) fn leave_unused(&mut self, holder: &Arc<str>) {
         let pending = self
             .trips
             .is_queued(|p| matches!(p, Pending::Leave { holder: h, .. } if h == holder));
         let unused = !self.waiters.has_holder(holder) && !pending;
-        match self.fair.places.get(holder) {
-            Some(&wait) if unused => {
-                self.trips.todo.push_front(Pending::Leave {
-                    holder: holder.clone(),
-                    wait,
-                    then,
-                });
-                self.pump();
-            }
-            _ => {
-                if let Some((id, answer)) = then {
-                    self.out.push(Effect::Answer(id, answer));
-                }
-            }
+        if let Some(&wait) = self.fair.places.get(holder)
+            && unused
+        {
+            self.trips.todo.push_front(Pending::Leave {
+                holder: holder.clone(),
+                wait,
+            });
+            self.pump();
         }
     }
 }

@@ -71,13 +71,13 @@ impl LockState {
             Pending::Release { key, epoch, reply } => self.release_op(key, epoch, reply),
             Pending::Settle { key } => self.settle_op(key),
             Pending::Resend(id) => self.resend_op(id),
-            Pending::Leave { holder, wait, then } => {
+            Pending::Leave { holder, wait } => {
                 self.fair.places.remove(&holder);
                 let op = Op::LeaveQueue {
                     holder: holder.clone(),
                     wait,
                 };
-                Some((op, Flight::Leave { holder, wait, then }))
+                Some((op, Flight::Leave { holder, wait }))
             }
             Pending::Refresh => Some((self.refresh_op()?, Flight::Refresh)),
             Pending::Shutdown { release } => Some((self.shutdown_op(release), Flight::Shutdown)),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{Answer, HoldKey, Op, ReplyId, WaiterId};
+use super::{HoldKey, Op, ReplyId, WaiterId};
 use crate::error::LockError;
 
 /// A round trip waiting its turn.
@@ -30,11 +30,10 @@ pub(super) enum Pending {
     },
     /// Send again a request whose reply never came (`unsure`).
     Resend(u64),
-    /// Leave the fair queue, then answer the waiter (if any) that gave up.
+    /// Leave the fair queue.
     Leave {
         holder: Arc<str>,
         wait: Duration,
-        then: Option<(WaiterId, Answer)>,
     },
     /// Refresh the fair-queue places (`Op::FairRefresh`).
     Refresh,
@@ -87,7 +86,6 @@ pub(super) enum Flight {
     Leave {
         holder: Arc<str>,
         wait: Duration,
-        then: Option<(WaiterId, Answer)>,
     },
     Refresh,
     Shutdown,

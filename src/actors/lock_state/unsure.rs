@@ -158,7 +158,7 @@ impl LockState {
         {
             // It may have queued its holder: left unless a waiter of it still needs the place.
             self.take_place(&key.0, *wait);
-            self.leave_unused(&key.0, None);
+            self.leave_unused(&key.0);
         }
         // Waiters of the holder were held back meanwhile.
         self.wake_all();

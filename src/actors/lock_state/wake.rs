@@ -42,8 +42,9 @@ impl LockState {
     /// Removes waiter `id` with its deadline and answers it, then unsubscribes its channel when
     /// no other waiter needs it. The answer goes out before the pub/sub traffic. A fair waiter
     /// that ends without the lock first leaves its holder's place in the Redis queue (unless
-    /// another local waiter of the same holder still needs it), so it delays nobody behind it;
-    /// its caller hears back once the leave has run, with that round trip sent next.
+    /// another local waiter of the same holder still needs it), so it delays nobody behind it:
+    /// that round trip is sent next, and its caller does not wait for it (a frozen server would
+    /// hold the answer a response timeout past the wait; issue 57).
     pub(super) fn answer(&mut self, id: WaiterId, answer: Answer) {
         let Some((w, last_of_holder)) = self.waiters.remove(id) else {
             return;
@@ -61,10 +62,10 @@ impl LockState {
             self.timers.stop(&Timer::Retry, &mut self.out);
             self.timers.stop(&Timer::Unavailable, &mut self.out);
         }
-        if self.family.is_fair() && !matches!(answer, Answer::Granted { .. }) {
-            self.leave_unused(&w.holder, Some((id, answer)));
-        } else {
-            self.out.push(Effect::Answer(id, answer));
+        let leave = self.family.is_fair() && !matches!(answer, Answer::Granted { .. });
+        self.out.push(Effect::Answer(id, answer));
+        if leave {
+            self.leave_unused(&w.holder);
         }
         if unused && !self.subscribed.is_empty() {
             let channel = self.channel_of(&w.holder);

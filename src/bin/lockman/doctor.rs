@@ -7,6 +7,20 @@ use crate::text::clean;
 use crate::{Failure, Server, code};
 
 pub async fn doctor(server: &Server, json: bool) -> Result<u8, Failure> {
+    let result = diagnose(server, json).await;
+    if json && let Err(failure) = &result {
+        // A script reading `--json` gets an object whatever happened (the line on stderr too).
+        let error = json!({
+            "status": "error",
+            "error": failure.one_line(),
+            "checks": [],
+        });
+        println!("{}", json::text(&error));
+    }
+    result
+}
+
+async fn diagnose(server: &Server, json: bool) -> Result<u8, Failure> {
     let config = server.config()?;
     let prefix = config.get_name_prefix().to_owned();
     let (diagnosis, unreachable) = match LockManager::start(config).await {
@@ -41,6 +55,16 @@ fn refused(e: LockError, prefix: &str) -> Result<(Diagnosis, bool), Failure> {
                 CheckStatus::Fail,
                 said,
                 "check the URL, the port, TLS (--tls-ca) and the network",
+            ),
+            true,
+        ),
+        _ if crate::passing_refusal(&e).is_some() => (
+            Check::new(
+                "server",
+                CheckStatus::Fail,
+                said,
+                "wait until the server is ready (a script ended, its dataset loaded) and run \
+                 lockman doctor again",
             ),
             true,
         ),

@@ -59,6 +59,11 @@ impl ExecArgs {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// `--wait`, if given.
+    pub fn wait(&self) -> Option<Duration> {
+        self.wait
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
@@ -67,7 +72,9 @@ enum OnLost {
     Warn,
 }
 
-pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
+pub async fn run(server: &Server, mut args: ExecArgs) -> Result<u8, Failure> {
+    let began = Instant::now();
+    let asked = args.wait;
     // The hold's TTL: the lease, or the watchdog timeout of a renewed hold.
     let grace = stop_grace(
         args.stop_grace,
@@ -80,6 +87,8 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     let manager = server
         .start(server.config()?.deadlocks(Deadlocks::Off))
         .await?;
+    // A start that waited out a passing refusal took that time from the wait.
+    args.wait = asked.map(|w| w.saturating_sub(began.elapsed()));
     let acquired = {
         let acquire = async {
             let acquire = acquire(&manager, &args);
@@ -103,7 +112,7 @@ pub async fn run(server: &Server, args: ExecArgs) -> Result<u8, Failure> {
     let held = match acquired {
         Ok(Some(held)) => held,
         Ok(None) => {
-            let waited = args.wait.unwrap_or_default();
+            let waited = asked.unwrap_or_default();
             crate::close(&manager).await;
             return Err(Failure::new(
                 code::NOT_ACQUIRED,

@@ -145,6 +145,13 @@ struct Server {
     /// about a server that may evict lock keys.
     #[arg(skip)]
     holds: bool,
+    /// Set by `main`: how long the subcommand waits for Redis, if it does (`exec`: its
+    /// `--wait`, `Duration::MAX` without one; `elect`: `Duration::MAX`). A server refusing at
+    /// the start for a state that passes (`BUSY`, `LOADING`, …) is asked again within it,
+    /// capped at `Config::unavailable_after` (the bound on every wait while Redis is away);
+    /// without it, the refusal is the answer.
+    #[arg(skip)]
+    start_wait: Option<Duration>,
 }
 
 /// Never the URL or a password: a `{:?}` of the parsed command line must be safe to print.
@@ -549,9 +556,27 @@ impl Server {
     }
 
     async fn open(&self, config: Config) -> Result<LockManager, Failure> {
-        let e = match LockManager::start(config).await {
-            Ok(manager) => return Ok(manager),
-            Err(e) => e,
+        // A refusal of a state that passes is retried as a wait retries it, with backoff, the
+        // last attempt at the end of the wait (issue 57: a BUSY script at the start failed
+        // `exec --wait 5s` at once).
+        let wait = self
+            .start_wait
+            .map_or(Duration::ZERO, |w| w.min(config.get_unavailable_after()));
+        let began = std::time::Instant::now();
+        let mut pause = START_RETRY_MIN;
+        let e = loop {
+            match LockManager::start(config.clone()).await {
+                Ok(manager) => return Ok(manager),
+                Err(e) if passing_refusal(&e).is_some() => {
+                    let left = wait.saturating_sub(began.elapsed());
+                    if left.is_zero() {
+                        break e;
+                    }
+                    tokio::time::sleep(pause.min(left)).await;
+                    pause = (pause * 2).min(START_RETRY_MAX);
+                }
+                Err(e) => break e,
+            }
         };
         // redis-rs reports every refused AUTH alike; Redis refuses a password for a server
         // that has none too. Asked here, so that the message says which.
@@ -618,7 +643,33 @@ impl Server {
     }
 }
 
+/// The first and the longest pause between the starts of a manager refused for a passing state.
+const START_RETRY_MIN: Duration = Duration::from_millis(50);
+const START_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The code of a refusal for a state of the server that passes by itself (a script running
+/// past `busy-reply-threshold`, a dataset loading, a primary or cluster not ready), the same
+/// list the library's waits retry.
+pub fn passing_refusal(e: &LockError) -> Option<&'static str> {
+    const PASSING: [&str; 5] = ["BUSY", "LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN"];
+    let source = match e {
+        LockError::Redis { source, .. } | LockError::Connect { source, .. } => source,
+        _ => return None,
+    };
+    let code = source.code()?;
+    PASSING.into_iter().find(|c| *c == code)
+}
+
 impl Command {
+    /// How long the subcommand waits for Redis, for those that wait (see `Server::start_wait`).
+    fn start_wait(&self) -> Option<Duration> {
+        match self {
+            Command::Exec(args) => Some(args.wait().unwrap_or(Duration::MAX)),
+            Command::Elect(_) => Some(Duration::MAX),
+            _ => None,
+        }
+    }
+
     /// The name the subcommand works on, for those that take one.
     fn name(&self) -> Option<&str> {
         match self {
@@ -676,7 +727,7 @@ impl Failure {
     }
 
     /// The message on one line: a multi-line error from below joined with "; ".
-    fn one_line(&self) -> String {
+    pub fn one_line(&self) -> String {
         let lines: Vec<&str> = self
             .message
             .lines()
@@ -744,7 +795,18 @@ pub fn said(e: &LockError) -> String {
         other if other.to_string().contains("NOAUTH") => {
             format!("redis wants a password (NOAUTH): {PASSWORD_HINT}")
         }
-        other => other.to_string(),
+        other => match passing_refusal(other) {
+            Some("LOADING") => "redis is loading its dataset into memory (LOADING) and answers \
+                                nothing else until it has: retry shortly"
+                .to_owned(),
+            Some("BUSY") => "redis is busy running a script past busy-reply-threshold (BUSY): \
+                             retry once it ends (SCRIPT KILL ends a script that wrote nothing)"
+                .to_owned(),
+            Some(code) => {
+                format!("redis refused for a state that passes ({code}): retry shortly; {other}")
+            }
+            None => other.to_string(),
+        },
     };
     without_kind_names(&text)
 }
@@ -788,6 +850,7 @@ fn default_disposition(signal: libc::c_int) {
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
     cli.server.holds = cli.command.supervises();
+    cli.server.start_wait = cli.command.start_wait();
     if cli.command.name() == Some("") {
         // Refused before connecting: nothing is sent, no client record written.
         eprintln!("lockman: the name must not be empty");

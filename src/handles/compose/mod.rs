@@ -7,6 +7,11 @@
 //! wait time left, wait on one busy member through that member's own unlock message and TTL —
 //! holding nothing while waiting, so two compositions can never deadlock each other.
 //!
+//! A bounded wait keeps a single lock's last-try rule as a whole, not member by member: every
+//! step (an attempt round, the releases after it, the wait on a member) ends by the deadline
+//! plus [`SILENT_AFTER`], and a member that has not answered by then is Redis away
+//! ([`LockError::Unavailable`], naming it). Members' waits never add up.
+//!
 //! Cancel safety comes from the members: a member whose reply arrives after its attempt was
 //! dropped (per-member timeout, caller gone) is released by its lock actor, and one whose reply
 //! was lost is undone, so a failed composition leaves nothing held anywhere.
@@ -21,6 +26,7 @@ use futures_util::future::{join_all, select_all};
 pub use multi::MultiLock;
 pub use redlock::{DEFAULT_MEMBER_TIMEOUT, RedLock};
 
+use crate::actors::lock_state::SILENT_AFTER;
 use crate::actors::messages::Wait;
 use crate::error::{LockError, Site};
 use tracing::Instrument;
@@ -251,6 +257,12 @@ async fn take(
         Wait::Up(d) => Some(start + d),
         _ => Some(start),
     };
+    // The most a bounded wait's last step may run: a single lock's last try. (A single
+    // attempt, `Wait::No`, fails as its members' own attempts do.)
+    let until = match wait {
+        Wait::Up(_) => deadline.map(|d| d + SILENT_AFTER),
+        _ => None,
+    };
     // Each member held, with the instant its attempt began (when its lease may have started).
     let mut held: Vec<Option<(LockGuard, Instant)>> = (0..n).map(|_| None).collect();
     let (mut failures, mut splits) = (0u32, 0u32);
@@ -266,7 +278,8 @@ async fn take(
         .unwrap_or(crate::config::DEFAULT_UNAVAILABLE_AFTER);
     loop {
         let round = Instant::now();
-        let (busy, failed, last_failure) = attempt_round(plan, lease, &mut held, round).await?;
+        let (busy, failed, last_failure) =
+            attempt_round(plan, lease, &mut held, round, until).await?;
         let acquired = held.iter().flatten().count();
         if acquired >= plan.quorum
             && let Some(guard) = complete(plan, lease, &mut held, round)
@@ -274,7 +287,8 @@ async fn take(
             tracing::debug!(acquired, members = n, took = ?start.elapsed(), "composition acquired");
             return Ok(Some(guard));
         }
-        release_all(&mut held).await;
+        // Released in the background past `until` (a dropped guard is released by its actor).
+        within(until, release_all(&mut held)).await;
 
         let possible = n - failed >= plan.quorum;
         if possible {
@@ -315,9 +329,23 @@ async fn take(
                 } else {
                     splits = 0;
                 }
-                match wait_member(&plan.members[i], site, lease, deadline).await {
+                let member = &plan.members[i];
+                let waited = within(until, wait_member(member, site, lease, deadline)).await;
+                match waited.unwrap_or_else(|| Err(silent(member, start))) {
                     Ok(Some(guard)) => held[i] = Some((guard, Instant::now())),
                     Ok(None) => return Ok(None),
+                    Err(LockError::Unavailable { cause, .. })
+                        if !plan.redlock && deadline.is_some_and(|d| Instant::now() >= d) =>
+                    {
+                        // Its Redis went away while we waited on it, and the wait is over: no
+                        // round after the deadline (its answer would come later still). A
+                        // RedLock's round, bounded by `until`, counts its quorum instead.
+                        return Err(LockError::unavailable(
+                            member.name(),
+                            start.elapsed(),
+                            *cause,
+                        ));
+                    }
                     Err(LockError::Unavailable { waited, .. }) => {
                         // Its Redis went away while we waited on it: counted from then, and
                         // the next round decides.
@@ -337,21 +365,47 @@ async fn take(
     }
 }
 
+/// `fut`, unless `until` comes first (`None`: then).
+async fn within<F: std::future::Future>(until: Option<Instant>, fut: F) -> Option<F::Output> {
+    match until {
+        Some(until) => tokio::time::timeout_at(until.into(), fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+/// The error of a bounded wait whose `member` did not answer by the deadline plus
+/// [`SILENT_AFTER`]: Redis away, not contention.
+fn silent(member: &Lock, start: Instant) -> LockError {
+    let waited = start.elapsed();
+    let cause = LockError::Timeout {
+        op: "a member's answer",
+        after: waited,
+    };
+    LockError::unavailable(member.name(), waited, cause)
+}
+
 /// One attempt at every member not held yet, all at once: those taken go into `held`. Returns
 /// the busy members, how many failed with a retryable error, and the last of those failures
-/// with its member; any other error releases what is held and ends the acquire.
+/// with its member; any other error releases what is held and ends the acquire. A member's
+/// attempt ends by `until` at the latest (a time-out: Redis did not answer).
 async fn attempt_round(
     plan: &Plan<'_>,
     lease: Option<Duration>,
     held: &mut [Option<(LockGuard, Instant)>],
     round: Instant,
+    until: Option<Instant>,
 ) -> Result<(Vec<usize>, usize, Option<(usize, LockError)>), LockError> {
+    let limit = until.map(|u| u.saturating_duration_since(Instant::now()));
+    let limit = match (plan.member_timeout, limit) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let attempts = plan
         .members
         .iter()
         .enumerate()
         .filter(|(i, _)| held[*i].is_none())
-        .map(|(i, m)| async move { (i, try_member(m, lease, plan.member_timeout).await) });
+        .map(|(i, m)| async move { (i, try_member(m, lease, limit).await) });
     let (mut busy, mut failed, mut last) = (Vec::new(), 0, None);
     for (i, result) in join_all(attempts).await {
         match result {

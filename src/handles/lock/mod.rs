@@ -287,11 +287,15 @@ impl Lock {
             site: Some(site.clone()),
         };
         let span = crate::handles::trace::acquire(key, &self.kind, wait);
+        let called = std::time::Instant::now();
         let send = async { self.actor.send(resolve, acquire).await? };
         let (commands, own) = (&self.mgr.commands, &*self.holder);
+        // An outage's `waited` is the caller's, from its call: the actor counts from when the
+        // request reached it (after it started, a manager's first wait writes its record).
         let granted = crate::handles::trace::behind(&span, commands, key, own, send)
             .instrument(span.clone())
-            .await;
+            .await
+            .map_err(|e: LockError| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
         Ok(granted?.map(|g| LockGuard::from(g).keeping(self.mgr.clone())))
     }

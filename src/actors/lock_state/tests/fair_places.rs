@@ -57,6 +57,21 @@ fn a_queued(t0: Instant, wait: Wait) -> (LockState, Redis, WaiterId) {
     (s, redis, id)
 }
 
+/// Waiter `id`'s wait runs out at `now` with nothing heard lately: its last try (one attempt
+/// that never queues) is answered by the model, and the effects after it (the waiter's answer,
+/// then its leave of the queue, when it was its holder's last) are returned.
+fn last_try(s: &mut LockState, redis: &mut Redis, id: WaiterId, now: Instant) -> Vec<Effect> {
+    s.fired(Timer::Deadline(id), now);
+    let op = only_run(&s.drain());
+    assert!(
+        matches!(&op, Op::Acquire { fair, .. } if fair.once),
+        "{op:?}"
+    );
+    let out = redis.run(&op, now);
+    s.ran(out, now);
+    s.drain()
+}
+
 /// Runs the round trips the state asks for, one after the other, until none is asked; returns
 /// every effect on the way.
 fn run_all(s: &mut LockState, redis: &mut Redis, now: Instant) -> Vec<Effect> {
@@ -124,12 +139,15 @@ fn a_single_try_twin_leaves_its_holders_place() {
     let once = s.request(fair_req("a", Wait::No), t0 + Duration::from_millis(900));
     let op = only_run(&s.drain());
     let t1 = t0 + SECOND;
+    // At its deadline, the single try under way (sent 100 ms before) is the waiting one's last
+    // try too: both are answered by it.
     s.fired(Timer::Deadline(waiting), t1);
     let fx = s.drain();
-    assert!(answered(&fx, waiting), "{fx:?}");
+    assert!(!answered(&fx, waiting), "{fx:?}");
     let out = redis.run(&op, t1);
     s.ran(out, t1);
     let fx = run_all(&mut s, &mut redis, t1);
+    assert!(answered(&fx, waiting), "{fx:?}");
     assert!(answered(&fx, once), "{fx:?}");
     assert!(s.waiters.is_empty());
     assert!(
@@ -252,7 +270,12 @@ fn clones_with_different_waits_share_one_place_wait() {
     let y_due = redis.deadline("y").unwrap();
     s.fired(Timer::Deadline(first), t0 + 2 * SECOND);
     s.caller_gone(other, t0 + 2 * SECOND);
+    // The first's last try: the lock is still x's.
+    let op = only_run(&s.drain());
+    let out = redis.run(&op, t0 + 2 * SECOND);
+    s.ran(out, t0 + 2 * SECOND);
     let fx = s.drain();
+    assert!(answered(&fx, first), "{fx:?}");
     let leave = only_run(&fx);
     assert!(
         matches!(&leave, Op::LeaveQueue { wait, .. } if *wait == 5 * SECOND),
@@ -269,12 +292,12 @@ fn a_failed_leave_is_sent_again_until_it_runs() {
     let t0 = Instant::now();
     let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
     let t1 = t0 + SECOND;
-    s.fired(Timer::Deadline(id), t1);
-    let leave = only_run(&s.drain());
+    let fx = last_try(&mut s, &mut redis, id, t1);
+    assert!(answered(&fx, id), "the caller does not wait for its leave");
+    let leave = only_run(&fx);
     assert!(matches!(leave, Op::LeaveQueue { .. }));
     s.ran(Outcome::LeaveQueue(Err(timeout())), t1);
     let fx = s.drain();
-    assert!(answered(&fx, id), "the caller does not wait for the resend");
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::Arm(Timer::Leave(h), _) if &**h == "a")),
@@ -289,8 +312,8 @@ fn a_failed_leave_is_sent_again_until_it_runs() {
     let id = s.request(fair_req("a", Wait::Up(SECOND)), t1 + SECOND);
     run_all(&mut s, &mut redis, t1 + SECOND);
     let t2 = t1 + 2 * SECOND;
-    s.fired(Timer::Deadline(id), t2);
-    only_run(&s.drain());
+    let fx = last_try(&mut s, &mut redis, id, t2);
+    only_run(&fx);
     s.ran(Outcome::LeaveQueue(Err(timeout())), t2);
     s.drain();
     s.request(fair_req("a", Wait::Forever), t2);
@@ -310,8 +333,8 @@ fn a_failed_leave_is_sent_again_until_it_runs() {
 fn a_stop_leaves_the_places_being_left() {
     let t0 = Instant::now();
     let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
-    s.fired(Timer::Deadline(id), t0 + SECOND);
-    only_run(&s.drain());
+    let fx = last_try(&mut s, &mut redis, id, t0 + SECOND);
+    only_run(&fx);
     s.ran(Outcome::LeaveQueue(Err(timeout())), t0 + SECOND);
     s.drain();
     s.stop(false, t0 + SECOND);
@@ -443,10 +466,10 @@ fn a_prune_that_frees_the_head_wakes_the_next_one() {
 #[test]
 fn a_failed_leave_is_sent_again_until_the_place_would_have_expired() {
     let t0 = Instant::now();
-    let (mut s, _redis, id) = a_queued(t0, Wait::Up(SECOND));
+    let (mut s, mut redis, id) = a_queued(t0, Wait::Up(SECOND));
     let t1 = t0 + SECOND;
-    s.fired(Timer::Deadline(id), t1);
-    only_run(&s.drain());
+    let fx = last_try(&mut s, &mut redis, id, t1);
+    only_run(&fx);
     s.ran(Outcome::LeaveQueue(Err(timeout())), t1);
     let leave_armed = |fx: &[Effect]| {
         fx.iter()
