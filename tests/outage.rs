@@ -953,11 +953,11 @@ async fn a_fair_wait_on_a_frozen_server_ends_near_its_deadline_and_says_what_it_
     let wait = Duration::from_secs(1);
 
     // A free name: the first attempt's reply never comes.
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     let began = Instant::now();
     let res = m.fair_lock("fair:free").try_acquire_for(wait).await;
     let took = began.elapsed();
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     let Err(LockError::Unavailable { waited, .. }) = res else {
         panic!("a fair wait on a frozen server: {res:?}");
     };
@@ -993,10 +993,10 @@ async fn a_fair_waiter_behind_a_holder_is_unavailable_near_its_deadline_when_the
         support::subscribed(&mut raw, &channel, Duration::from_secs(5)).await,
         "the waiter queued and listens on its own channel"
     );
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     let res = waiting.await.unwrap();
     let took = began.elapsed();
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     let Err(LockError::Unavailable { waited, .. }) = res else {
         panic!("a frozen server after a busy answer: {res:?}");
     };
@@ -1030,12 +1030,12 @@ async fn a_multilock_wait_on_a_frozen_server_ends_near_its_deadline() {
     let m = LockManager::start(slow_to_give_up(&server)).await.unwrap();
     let wait = Duration::from_secs(1);
 
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     let multi = MultiLock::new(vec![m.lock("multi:a"), m.lock("multi:b")]);
     let began = Instant::now();
     let res = multi.try_acquire_for(wait).await;
     let took = began.elapsed();
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     assert!(
         matches!(&res, Err(LockError::Unavailable { name, .. }) if name.starts_with("multi:")),
         "a MultiLock on a frozen server: {:?}",
@@ -1124,7 +1124,7 @@ async fn a_permit_layer_answers_a_frozen_server_503_near_its_wait() {
     // A name whose permits were set (the wait alone) and one seen first while frozen.
     let (got, _, body) = http_post(port, "/limited/set").await;
     assert_eq!(got, 200, "{body}");
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     for path in ["/limited/set", "/limited/new"] {
         let started = Instant::now();
         let (got, head, body) = http_post(port, path).await;
@@ -1133,7 +1133,7 @@ async fn a_permit_layer_answers_a_frozen_server_503_near_its_wait() {
         assert!(head.contains("retry-after:"), "{path}: {head}");
         assert!(took < wait + NEAR, "{path}: answered after {took:?}");
     }
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     m.shutdown().await;
 }
 
@@ -1164,7 +1164,7 @@ async fn a_request_permit_answers_a_frozen_server_503_near_its_wait() {
         test::call_service(&app, req)
     };
     assert_eq!(answer("/limited/set").await.status().as_u16(), 200);
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     for path in ["/limited/set", "/limited/new"] {
         let started = Instant::now();
         let res = answer(path).await;
@@ -1173,6 +1173,6 @@ async fn a_request_permit_answers_a_frozen_server_503_near_its_wait() {
         assert!(res.headers().contains_key("retry-after"), "{path}");
         assert!(took < wait + NEAR, "{path}: answered after {took:?}");
     }
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     m.shutdown().await;
 }
