@@ -13,6 +13,7 @@ use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, Message, WeakRecipient};
 use std::sync::Arc;
 
+pub(crate) use super::name::Renewal;
 pub use super::name::Wait;
 pub use super::sync_state::Adjustment;
 use crate::error::LockError;
@@ -86,10 +87,11 @@ pub(crate) struct HoldLost {
     pub epoch: u64,
 }
 
-/// Stop the lock actor: fail its waiters with `Shutdown`, release its holds when `release`.
+/// Stop a per-name actor: fail its waiters with `Shutdown`; release its holds (a lock's, or
+/// permits) when `release`.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct StopLock {
+pub(crate) struct Stop {
     pub release: bool,
 }
 
@@ -175,14 +177,6 @@ pub(crate) struct RenewNow;
 #[rtype(result = "()")]
 pub(crate) struct Halt;
 
-/// What the Watchdog renews: a hold of a lock of some kind, or the permits of one grant of a
-/// permit semaphore (the holder is then the permit ids, in hex, joined by commas).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Renewal {
-    Lock(LockKind),
-    Permits,
-}
-
 /// Where the PubSubActor delivers one channel's messages: a lock actor or a synchronizer actor.
 #[derive(Clone)]
 pub(crate) struct Listener {
@@ -231,14 +225,6 @@ pub struct Adjust(pub Adjustment);
 #[rtype(result = "Result<(), LockError>")]
 pub(crate) struct GiveBack {
     pub epoch: u64,
-}
-
-/// Stop the synchronizer actor: fail its waiters with `Shutdown`, give back its permits when
-/// `release`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct StopSync {
-    pub release: bool,
 }
 
 /// Registry: the synchronizer actor `id` has stopped.

@@ -330,8 +330,8 @@ impl Handler<Shutdown> for Registry {
         let live = self.actors.locks.drain();
         let syncs = self.actors.syncs.drain();
         let release = msg.release;
-        let stops = join_all(live.into_iter().map(|a| a.send(StopLock { release })));
-        let sync_stops = join_all(syncs.into_iter().map(|a| a.send(StopSync { release })));
+        let stops = join_all(live.into_iter().map(|a| a.send(Stop { release })));
+        let sync_stops = join_all(syncs.into_iter().map(|a| a.send(Stop { release })));
         let stops = futures_util::future::join(stops, sync_stops);
         let watchdog = self.svc.watchdog.clone();
         let probe = self.probe.clone();

@@ -32,8 +32,8 @@ impl SyncActor {
         );
         let work = async move { perform(&commands, kind, &name, op, latch.as_ref()).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
-            act.state.ran(seq, outcome, Instant::now());
-            if !act.state.is_under_way(seq) {
+            act.shell.state.ran(seq, outcome, Instant::now());
+            if !act.shell.state.is_under_way(seq) {
                 act.latches.remove(&seq);
             }
             shell::apply(act, ctx);

@@ -48,6 +48,7 @@
 //! - the subscription is dropped once no waiter is left;
 //! - a stop fails every waiter and gives back every hold (or drops them).
 
+mod admit;
 mod effects;
 mod held;
 mod outage;
@@ -59,7 +60,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 pub use effects::Adjustment;
-pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, Own, ReplyId, Syncs, Timer, Trip};
+pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, ReplyId, Timer, Trip};
 use held::Held;
 use trips::{Purpose, Under};
 
