@@ -95,11 +95,18 @@ pub(crate) struct Stop {
     pub release: bool,
 }
 
-/// Registry: the lock actor `id` of `name` has stopped.
+/// Which per-name actor: a lock family's (its first kind), or a synchronizer kind's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NameKind {
+    Lock(LockKind),
+    Sync(SyncKind),
+}
+
+/// Registry: the per-name actor `id` of `name` has stopped.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Forget {
-    pub family: LockKind,
+    pub kind: NameKind,
     pub name: Arc<str>,
     pub id: u64,
 }
@@ -220,18 +227,15 @@ pub struct AwaitLatch {
 #[rtype(result = "Result<i64, LockError>")]
 pub struct Adjust(pub Adjustment);
 
+/// Permit semaphore: give back these permits (16-byte ids, concatenated) all at once, or none
+/// when one is not held. Replies how many were given back (0: none).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<i64, LockError>")]
+pub struct ReleaseIds(pub Arc<[u8]>);
+
 /// Permits were dropped: give them back in the background.
 #[derive(Message)]
 #[rtype(result = "Result<(), LockError>")]
 pub(crate) struct GiveBack {
     pub epoch: u64,
-}
-
-/// Registry: the synchronizer actor `id` has stopped.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ForgetSync {
-    pub kind: SyncKind,
-    pub name: Arc<str>,
-    pub id: u64,
 }

@@ -298,19 +298,14 @@ impl Registry {
     }
 }
 
-impl Handler<ForgetSync> for Registry {
-    type Result = ();
-
-    fn handle(&mut self, msg: ForgetSync, _: &mut Context<Self>) {
-        self.actors.syncs.forget(&(msg.kind, msg.name), msg.id);
-    }
-}
-
 impl Handler<Forget> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
-        self.actors.locks.forget(&(msg.family, msg.name), msg.id);
+        match msg.kind {
+            NameKind::Lock(family) => self.actors.locks.forget(&(family, msg.name), msg.id),
+            NameKind::Sync(kind) => self.actors.syncs.forget(&(kind, msg.name), msg.id),
+        }
     }
 }
 

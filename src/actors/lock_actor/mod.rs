@@ -1,20 +1,13 @@
 //! The lock actor: one per lock name in this process, for as long as that name is busy here.
 //!
-//! It is the shell of a [`LockState`], which holds every rule of the name (waiters, holds,
-//! epochs, hand-offs, retries): each message or timer becomes an event for the state, and the
-//! effects that come back are carried out by the per-name shell (`actors::shell`), shared with
-//! the synchronizer actor. What is a lock's own is here: taking [`Acquire`] and [`Release`] in,
+//! Its [`LockState`] holds every rule of the name (waiters, holds, epochs, hand-offs, retries);
+//! the per-name shell (`actors::shell`) owns it, feeds it the events both families share and
+//! carries out its effects, for the synchronizer actor as well. What is a lock's own is here: taking [`Acquire`] and [`Release`] in,
 //! running its round trips (`round_trips`: each a future of its own, spawned on the actor's context,
 //! so that a deadline or a departing caller is handled while one is under way; the state lets
 //! only one run at a time), and answering with a [`Grant`].
 //!
-//! It stops when it has been idle a while, as every per-name actor does (the shell's, for both
-//! families: `shell::linger`): while it has a hold, a waiter or a round trip it keeps a strong
-//! address to itself; when all are gone it **lingers**, then drops the address, and actix stops
-//! an actor once no strong address is left, its mailbox is empty and no timer is armed. Anyone
-//! still holding an address (a grant, an actix user) keeps it alive, so no message is ever sent
-//! to a stopped actor by mistake; a sender that loses the race with the stop gets
-//! `MailboxError::Closed` for a message that was never handled, and resolves the name again.
+//! It stops when it has been idle a while, as every per-name actor does (`shell::linger`).
 
 mod grant;
 mod requests;
@@ -51,14 +44,12 @@ type ReleaseTx = OneshotSender<Result<(), LockError>>;
 /// The actor of one lock name. Reach it through [`LockManager::lock_actor`](crate::LockManager::lock_actor)
 /// and send it [`Acquire`] and [`Release`].
 pub struct LockActor {
-    /// The kinds it serves (the family's first kind: both sides of a read-write lock go to one
-    /// actor).
-    family: LockKind,
-    registry: WeakRecipient<Forget>,
     shell: Shell<Self>,
 }
 
 impl LockActor {
+    /// The actor of lock `name`, serving the kinds of `family` (the family's first kind: both
+    /// sides of a read-write lock go to one actor).
     pub(crate) fn new(
         id: u64,
         family: LockKind,
@@ -66,22 +57,11 @@ impl LockActor {
         svc: Services,
         registry: WeakRecipient<Forget>,
     ) -> Self {
-        let settings = Settings {
-            watchdog_timeout: svc.config.get_watchdog_timeout(),
-            fair_wait_timeout: svc.config.get_fair_lock_wait_timeout(),
-            fair_place_timeout: svc.config.get_fair_lock_place_timeout(),
-            // A hand-off grants without an acquire, so without the acquire's replica sync.
-            hand_off: svc.config.get_sync_replicas().is_none(),
-            unavailable_after: svc.config.get_unavailable_after(),
-        };
+        let settings = Settings::of(&svc.config);
         let state = LockState::new(family, name.clone(), settings, Instant::now());
-        let mut shell = Shell::new(id, name, svc, state);
+        let mut shell = Shell::new((id, NameKind::Lock(family), name), svc, registry, state);
         shell.seat = Seat::new(&shell.svc.deadlocks);
-        Self {
-            family,
-            registry,
-            shell,
-        }
+        Self { shell }
     }
 
     /// Releases the hold of `key` of this `epoch`; `reply` gets the outcome.
@@ -100,21 +80,6 @@ impl PerName for LockActor {
 
     fn shell(&mut self) -> &mut Shell<Self> {
         &mut self.shell
-    }
-
-    fn shell_ref(&self) -> &Shell<Self> {
-        &self.shell
-    }
-
-    fn forget(&self) {
-        if let Some(registry) = self.registry.upgrade() {
-            registry.do_send(Forget {
-                family: self.family,
-                name: self.shell.name.clone(),
-                id: self.shell.id,
-            });
-        }
-        tracing::trace!(lock = %self.shell.name, id = self.shell.id, "lock actor stopped");
     }
 
     fn run(&mut self, op: Op, ctx: &mut Context<Self>) {

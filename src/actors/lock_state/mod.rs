@@ -49,6 +49,7 @@ use waiters::{Waiter, Waiters};
 
 pub(crate) use crate::actors::name::{MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff};
 use crate::actors::name::{Renewal, state::NameState};
+use crate::config::Config;
 use crate::error::LockError;
 use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released, keys};
 
@@ -79,6 +80,20 @@ pub(crate) struct Settings {
     pub hand_off: bool,
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
+}
+
+impl Settings {
+    /// The settings `config` gives.
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            watchdog_timeout: config.get_watchdog_timeout(),
+            fair_wait_timeout: config.get_fair_lock_wait_timeout(),
+            fair_place_timeout: config.get_fair_lock_place_timeout(),
+            // A hand-off grants without an acquire, so without the acquire's replica sync.
+            hand_off: config.get_sync_replicas().is_none(),
+            unavailable_after: config.get_unavailable_after(),
+        }
+    }
 }
 
 /// The longest lease accepted: PEXPIRE must not overflow.

@@ -15,6 +15,7 @@
 //!   records, `lockman top`), for every waiter left waiting; and, through the actor's
 //!   [`Seat`] when it has one (a lock actor's), when a wait begins and ends and a hold ends,
 //!   for the waits-for graph (`deadlock/`);
+//! - what a grant keeps of its hold, alike for both families (`receipt`);
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
 //! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
@@ -30,6 +31,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix::WeakRecipient;
 use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
@@ -38,7 +40,8 @@ use crate::actors::deadlock::Asks;
 use crate::actors::deadlock::seat::Seat;
 use crate::actors::lost::Validity;
 use crate::actors::messages::{
-    HoldLost, Listener, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe, Untrack,
+    Forget, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe,
+    Untrack,
 };
 use crate::actors::name::effect::{Effect, Family, ReplyId};
 use crate::actors::name::state::NameState;
@@ -71,10 +74,7 @@ pub(crate) trait PerName:
     const SERIES: Series;
 
     fn shell(&mut self) -> &mut Shell<Self>;
-    fn shell_ref(&self) -> &Shell<Self>;
 
-    /// Tells the registry this actor stopped.
-    fn forget(&self);
     /// Starts one round trip; its outcome goes back to the state.
     fn run(&mut self, op: <FamilyOf<Self> as Family>::Op, ctx: &mut Context<Self>);
     /// Answers waiter `id`'s caller (`None` when it is gone), whose waits and holds belong to
@@ -117,9 +117,12 @@ pub(crate) struct Shell<A: PerName> {
     /// Tells this actor apart from every other per-name actor of the process (earlier and later
     /// ones of the same name, other managers').
     pub id: u64,
-    /// The name's key in Redis.
+    /// Which actor it is, and the name's key in Redis: what the registry knows it by.
+    kind: NameKind,
     pub name: Arc<str>,
     pub svc: Services,
+    /// Told when the actor stopped.
+    registry: WeakRecipient<Forget>,
     /// The callers of waiting requests, by waiter.
     pub waiting: FxHashMap<WaiterId, Waiting<A::Tx>>,
     /// The watched callers and the waiters' deadlines, served by one future.
@@ -153,12 +156,19 @@ pub(crate) struct Shell<A: PerName> {
 }
 
 impl<A: PerName> Shell<A> {
-    pub(crate) fn new(id: u64, name: Arc<str>, svc: Services, state: A::State) -> Self {
+    pub(crate) fn new(
+        (id, kind, name): (u64, NameKind, Arc<str>),
+        svc: Services,
+        registry: WeakRecipient<Forget>,
+        state: A::State,
+    ) -> Self {
         Self {
             state,
             id,
+            kind,
             name,
             svc,
+            registry,
             waiting: FxHashMap::default(),
             crowd: Crowd::default(),
             replies: FxHashMap::default(),
@@ -600,7 +610,15 @@ pub(crate) use per_name_handlers;
 pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     reply::adopt(act, ctx, false);
     Linger::stopped(act);
-    act.forget();
+    let shell = act.shell();
+    if let Some(registry) = shell.registry.upgrade() {
+        registry.do_send(Forget {
+            kind: shell.kind,
+            name: shell.name.clone(),
+            id: shell.id,
+        });
+    }
+    tracing::trace!(name = %shell.name, id = shell.id, kind = ?shell.kind, "per-name actor stopped");
     act.shell().state.abandon();
     // Effects still held back for a reply sender (none, normally: they are carried out before
     // anything else) come first.
@@ -648,8 +666,8 @@ impl<A: PerName> Lingers for A {
         &mut self.shell().linger
     }
 
-    fn services(&self) -> &Services {
-        &self.shell_ref().svc
+    fn services(&mut self) -> &Services {
+        &self.shell().svc
     }
 
     /// Cancels its last timers (through the state) and drops its own address.

@@ -1,13 +1,11 @@
 //! The synchronizer actor: one per semaphore, permit semaphore or count-down latch name in this
-//! process, for as long as that name is busy here. It is the shell of a [`SyncState`], which
-//! holds every rule of the name (waiters, permits held by epoch, leases, give-backs, hand-offs,
-//! resends, the stop), as a lock actor is of its `LockState`: each message, round trip's
-//! outcome, timer or channel message becomes an event, and the effects that come back are
-//! carried out by the per-name shell (`actors::shell`), shared with the lock actor. What is a
-//! synchronizer's own is here: taking its requests in (permits, a latch's opening, give-backs,
-//! adjustments), running its round trips (`round_trips`: each behind its request latch) and
-//! answering with [`Permits`]. It stops when it has been idle a while, as every per-name actor
-//! does (`shell::linger`).
+//! process, for as long as that name is busy here. Its [`SyncState`] holds every rule of the
+//! name (waiters, permits held by epoch, leases, give-backs, hand-offs, resends, the stop); the
+//! per-name shell (`actors::shell`) owns it, feeds it the events both families share and
+//! carries out its effects. What is a synchronizer's own is here: taking its requests in
+//! (permits, a latch's opening, give-backs, adjustments), running its round trips
+//! (`round_trips`: each behind its request latch) and answering with [`Permits`]. It stops
+//! when it has been idle a while, as every per-name actor does (`shell::linger`).
 
 mod permits;
 mod round_trips;
@@ -16,7 +14,7 @@ pub use permits::{AcquirePermits, Permits, ReleasePermits};
 
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::WeakRecipient;
 use actix::dev::{MessageResponse, OneshotSender};
@@ -73,13 +71,11 @@ pub(crate) enum Replying {
 /// [`ReleasePermits`], [`AwaitLatch`] and [`Adjust`].
 pub struct SyncActor {
     kind: SyncKind,
-    registry: WeakRecipient<ForgetSync>,
     /// The first part of this actor's latch keys: its manager's id and its kind.
     latch_prefix: String,
     /// The request latch of each round trip under way, by number: made at its first run, reused
     /// when it is sent again.
     latches: FxHashMap<u64, SyncLatch>,
-    next_waiter: WaiterId,
     shell: Shell<Self>,
 }
 
@@ -89,34 +85,21 @@ impl SyncActor {
         kind: SyncKind,
         name: Arc<str>,
         svc: Services,
-        registry: WeakRecipient<ForgetSync>,
+        registry: WeakRecipient<Forget>,
     ) -> Self {
-        let settings = Settings {
-            watchdog_timeout: svc.config.get_watchdog_timeout(),
-            // A hand-off grants without a take, so without the take's replica sync.
-            hand_off: svc.config.get_sync_replicas().is_none(),
-            unavailable_after: svc.config.get_unavailable_after(),
-        };
+        let settings = Settings::of(&svc.config);
         let state = SyncState::new(kind, name.clone(), settings, Instant::now());
         Self {
             latch_prefix: format!("{}:{}", svc.client_id.simple(), kind.letter()),
             latches: FxHashMap::default(),
             kind,
-            registry,
-            next_waiter: 0,
-            shell: Shell::new(id, name, svc, state),
+            shell: Shell::new((id, NameKind::Sync(kind), name), svc, registry, state),
         }
     }
 
     /// Takes a waiter's request in: `permits` (none for a latch), for `lease`, waiting `wait`.
-    fn request(
-        &mut self,
-        permits: u32,
-        lease: Option<std::time::Duration>,
-        wait: Wait,
-    ) -> Expecting {
-        self.next_waiter += 1;
-        let id = self.next_waiter;
+    fn request(&mut self, permits: u32, lease: Option<Duration>, wait: Wait) -> Expecting {
+        let id = self.shell.state.next_waiter();
         let ids: Arc<[u8]> = if self.kind == SyncKind::PermitSemaphore {
             (0..permits)
                 .flat_map(|_| self.shell.svc.permit_id())
@@ -145,21 +128,6 @@ impl PerName for SyncActor {
 
     fn shell(&mut self) -> &mut Shell<Self> {
         &mut self.shell
-    }
-
-    fn shell_ref(&self) -> &Shell<Self> {
-        &self.shell
-    }
-
-    fn forget(&self) {
-        if let Some(registry) = self.registry.upgrade() {
-            registry.do_send(ForgetSync {
-                kind: self.kind,
-                name: self.shell.name.clone(),
-                id: self.shell.id,
-            });
-        }
-        tracing::trace!(name = %self.shell.name, id = self.shell.id, "synchronizer actor stopped");
     }
 
     fn run(&mut self, trip: Trip, ctx: &mut Context<Self>) {
@@ -196,12 +164,9 @@ impl PerName for SyncActor {
             Answer::Failed(e) => Err(e),
         };
         match caller.and_then(Caller::take) {
-            Some(SyncTx::Latch(tx)) => {
-                let _ = tx.send(reply.map(|_| opened));
-            }
-            Some(SyncTx::Permits(tx)) => {
-                let _ = tx.send(reply); // a grant nobody receives is dropped: given back
-            }
+            Some(SyncTx::Latch(tx)) => drop(tx.send(reply.map(|_| opened))),
+            // Permits nobody receives are dropped: given back.
+            Some(SyncTx::Permits(tx)) => drop(tx.send(reply)),
             None => {}
         }
     }
@@ -337,12 +302,6 @@ where
         });
     }
 }
-
-/// Permit semaphore: give back these permits (16-byte ids, concatenated) all at once, or none
-/// when one is not held. Replies how many were given back (0: none).
-#[derive(Clone, Debug, Message)]
-#[rtype(result = "Result<i64, LockError>")]
-pub struct ReleaseIds(pub Arc<[u8]>);
 
 impl Handler<Adjust> for SyncActor {
     type Result = SyncDone<i64>;
