@@ -61,6 +61,8 @@ pub(crate) type TimerOf<A> = <FamilyOf<A> as Family>::Timer;
 pub(crate) type EffectOf<A> = Effect<FamilyOf<A>>;
 
 /// A per-name actor: the shell of one per-name state, with what its family does its own way.
+/// The handlers of the messages every per-name actor takes are the shell's
+/// ([`per_name_handlers`]).
 pub(crate) trait PerName:
     Actor<Context = Context<Self>> + Handler<Unlocked> + Handler<Resubscribed> + Handler<HoldLost>
 {
@@ -73,6 +75,7 @@ pub(crate) trait PerName:
     /// The metric series it reports to.
     const SERIES: Series;
 
+    /// Its shell, which owns its state.
     fn shell(&mut self) -> &mut Shell<Self>;
 
     /// Starts one round trip; its outcome goes back to the state.
