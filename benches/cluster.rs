@@ -115,8 +115,8 @@ async fn handoff(a: &Lock, b: &Lock) -> Duration {
     got - released
 }
 
-fn evalsha_calls(node: &RedisServer) -> u64 {
-    support::command_calls(&mut node.conn(), "evalsha")
+fn evalsha_calls(node: &lockman::testing::TestServer) -> u64 {
+    support::command_calls(&mut support::raw(node), "evalsha")
 }
 
 fn main() {
@@ -197,12 +197,12 @@ fn main() {
         }
         // Let every hold reach the watchdog, then count over whole ticks.
         tokio::time::sleep(watchdog).await;
-        for node in &cluster.nodes {
-            support::reset_stats(&mut node.conn());
+        for node in cluster.nodes() {
+            support::reset_stats(&mut support::raw(node));
         }
         let ticks = 6u32;
         tokio::time::sleep(watchdog / 3 * ticks).await;
-        let calls: Vec<u64> = cluster.nodes.iter().map(evalsha_calls).collect();
+        let calls: Vec<u64> = cluster.nodes().iter().map(evalsha_calls).collect();
         assert!(guards.iter().all(|g| !g.is_lost()), "a hold was lost");
         let slots: std::collections::HashSet<u16> = (0..HELD)
             .map(|i| cluster.slot_of(&format!("held:{i}")))

@@ -1,5 +1,5 @@
 //! One client cut off from Redis while the others are not: the client's every connection runs
-//! through a TCP proxy (below) that the test cuts, while a second manager reaches the same
+//! through a TCP proxy (the kit's `Link`) that the test cuts, while a second manager reaches the same
 //! server directly. A cut is a black hole (connections stay open, nothing gets through, new
 //! connections are accepted and hang); a heal closes the old connections, as a partition's
 //! time-outs do. Variants: only the replies lost (requests still run), old flows that stay
@@ -18,231 +18,55 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use lockman::testing::Link;
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
 use support::{RedisServer, eventually};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::watch;
 
 /// A short watchdog, so a hold outlives a cut by a couple of seconds only; scope's margin is a
 /// tenth of it (200 ms).
 const WATCHDOG: Duration = Duration::from_millis(2000);
 
-/// Where the proxy's connections stand: `requests` cut discards what clients send, `replies`
-/// cut what the server sends back; every connection made before the last heal (an older
-/// `generation`) is closed.
-#[derive(Clone, Copy)]
-struct State {
-    requests: bool,
-    replies: bool,
-    generation: u64,
-    /// Connections of a generation below this stay open and black-holed for good (a flow a
-    /// middlebox forgot: see [`Proxy::heal_new_only`]).
-    dead_below: u64,
-    /// Pub/sub connections (those that sent a SUBSCRIBE) numbered below this stay open and
-    /// black-holed for good: see [`Proxy::forget_pubsub_flows`].
-    pubsub_dead_below: u64,
-}
-
-/// Numbers every proxied connection, in the order they were accepted.
-static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
-
-impl State {
-    /// Whether a connection of generation `born` is to be closed now.
-    fn ends(&self, born: u64) -> bool {
-        born >= self.dead_below && self.generation != born
-    }
-
-    /// Whether a connection of generation `born` drops what it reads for good.
-    fn dead(&self, born: u64) -> bool {
-        born < self.dead_below
-    }
-}
-
-/// A TCP proxy in front of one redis-server, on a thread and runtime of its own (so that
-/// nothing the test's runtime does slows it), which the test can cut and heal.
-struct Proxy {
-    port: u16,
-    state: watch::Sender<State>,
-}
+/// The kit's link in front of one redis-server (`lockman::testing::Link`: a TCP proxy on a
+/// thread and runtime of its own, so that nothing the test's runtime does slows it), under the
+/// names this file's tests use.
+struct Proxy(Link);
 
 impl Proxy {
     fn start(upstream: u16) -> Self {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("proxy address").port();
-        let (state, rx) = watch::channel(State {
-            requests: false,
-            replies: false,
-            generation: 0,
-            dead_below: 0,
-            pubsub_dead_below: 0,
-        });
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("proxy runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                loop {
-                    let Ok((inbound, _)) = listener.accept().await else {
-                        continue;
-                    };
-                    tokio::spawn(serve(inbound, upstream, rx.clone()));
-                }
-            });
-        });
-        Self { port, state }
+        Self(Link::start(([127, 0, 0, 1], upstream).into()).expect("the proxy listens"))
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+        self.0.url()
     }
 
     /// Nothing gets through from now on, either way; connections stay open.
     fn cut(&self) {
-        self.state.send_modify(|s| {
-            s.requests = true;
-            s.replies = true;
-        });
+        self.0.cut();
     }
 
-    /// Requests still reach the server and run there, but no reply comes back: an asymmetric
-    /// partition, where the client cannot tell whether what it sent ran.
+    /// Requests still reach the server and run there, but no reply comes back.
     fn cut_replies(&self) {
-        self.state.send_modify(|s| s.replies = true);
+        self.0.drop_replies();
     }
 
-    /// Traffic flows again on new connections; those from before are closed, as a connection
-    /// that timed out in a partition is.
-    /// New connections flow again, but those from before stay open and silently drop
-    /// everything, for good: what a client sees when a NAT, a firewall or a load balancer
-    /// forgot its flows during the partition and drops their packets without a reset (no
-    /// error ever reaches the client's socket; only a new connection gets through).
+    /// New connections flow again; those from before stay open and drop everything for good.
     fn heal_new_only(&self) {
-        self.state.send_modify(|s| {
-            s.requests = false;
-            s.replies = false;
-            s.generation += 1;
-            s.dead_below = s.generation;
-        });
+        self.0.heal_new_only();
     }
 
-    /// Only the pub/sub connections made so far go silent, for good, while every command
-    /// connection keeps working: what a NAT or a firewall does to an idle flow (a subscribed
-    /// connection sends nothing while no message comes) when it forgets it without a reset.
+    /// Only the pub/sub connections made so far go silent, for good.
     fn forget_pubsub_flows(&self) {
-        let next = NEXT_CONNECTION.load(Ordering::SeqCst);
-        self.state.send_modify(|s| s.pubsub_dead_below = next);
+        self.0.forget_pubsub();
     }
 
+    /// Traffic flows again on new connections; those from before are closed.
     fn heal(&self) {
-        self.state.send_modify(|s| {
-            s.requests = false;
-            s.replies = false;
-            s.generation += 1;
-        });
-    }
-}
-
-/// One proxied connection: while cut, an inbound connection is held and its bytes discarded
-/// until a heal closes it; otherwise it is joined to the server until the next heal.
-async fn serve(mut inbound: tokio::net::TcpStream, upstream: u16, mut rx: watch::Receiver<State>) {
-    let born = rx.borrow().generation;
-    let id = NEXT_CONNECTION.fetch_add(1, Ordering::SeqCst);
-    let pubsub = Arc::new(AtomicBool::new(false));
-    if rx.borrow().requests {
-        let mut sink = [0u8; 4096];
-        loop {
-            tokio::select! {
-                r = inbound.read(&mut sink) => if matches!(r, Ok(0) | Err(_)) { return },
-                changed = rx.changed() => {
-                    if changed.is_err() || rx.borrow().ends(born) {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-    let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await else {
-        return;
-    };
-    let (mut in_r, mut in_w) = inbound.into_split();
-    let (mut out_r, mut out_w) = outbound.into_split();
-    let this = Flow {
-        born,
-        id,
-        pubsub: pubsub.clone(),
-    };
-    let up = pump(&mut in_r, &mut out_w, rx.clone(), &this, true, |s| {
-        s.requests
-    });
-    let down = pump(&mut out_r, &mut in_w, rx.clone(), &this, false, |s| {
-        s.replies
-    });
-    tokio::select! {
-        _ = up => {}
-        _ = down => {}
-    }
-}
-
-/// One proxied connection: its generation, its number, whether it is a pub/sub connection.
-struct Flow {
-    born: u64,
-    id: u64,
-    pubsub: Arc<AtomicBool>,
-}
-
-impl Flow {
-    /// Whether it drops everything, for good.
-    fn dead(&self, state: &State) -> bool {
-        state.dead(self.born)
-            || (self.pubsub.load(Ordering::SeqCst) && self.id < state.pubsub_dead_below)
-    }
-}
-
-/// Copies `from` to `to`, dropping what it reads while this direction is `cut`, until either
-/// side closes or a heal ends the connection's generation. The client's side (`requests`)
-/// marks the connection as pub/sub when it sends a SUBSCRIBE.
-async fn pump(
-    from: &mut tokio::net::tcp::OwnedReadHalf,
-    to: &mut tokio::net::tcp::OwnedWriteHalf,
-    mut rx: watch::Receiver<State>,
-    flow: &Flow,
-    requests: bool,
-    cut: fn(&State) -> bool,
-) {
-    let born = flow.born;
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        tokio::select! {
-            r = from.read(&mut buf) => {
-                let n = match r {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                let state = *rx.borrow();
-                if state.ends(born) {
-                    return;
-                }
-                if requests && buf[..n].to_ascii_uppercase().windows(9).any(|w| w == b"SUBSCRIBE") {
-                    flow.pubsub.store(true, Ordering::SeqCst);
-                }
-                if !flow.dead(&state) && !cut(&state) && to.write_all(&buf[..n]).await.is_err() {
-                    return;
-                }
-            }
-            changed = rx.changed() => {
-                if changed.is_err() || rx.borrow().ends(born) {
-                    return;
-                }
-            }
-        }
+        self.0.heal();
     }
 }
 
@@ -463,6 +287,13 @@ fn slow_watchdog(url: String) -> Config {
         .connect_timeout(Duration::from_millis(500))
 }
 
+/// The manager that reaches the server directly, never cut: the 30 s watchdog and the default
+/// response timeout (not the cut-off client's 300 ms, which a loaded machine can exceed on a
+/// single attempt: a `count_down` failed so once).
+fn straight(url: String) -> Config {
+    Config::new(url).watchdog_timeout(Duration::from_secs(30))
+}
+
 /// README, "Cancel safety": "a grant that arrives after the caller left is released"; and
 /// docs/protocol.md, "Sent again". Here the acquire runs in Redis and takes the lock, but its
 /// reply (and every resend's) is lost; the caller's wait runs out and it leaves. Once replies
@@ -476,9 +307,7 @@ async fn an_acquire_that_ran_but_whose_reply_was_lost_is_given_back_after_the_ca
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     let lock = cut_off.lock("lost-reply");
     support::load_scripts(&lock).await;
 
@@ -593,9 +422,7 @@ async fn a_release_that_ran_but_whose_reply_was_lost_is_not_reported_as_a_lost_h
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     let lock = cut_off.lock("lost-release");
     let guard = lock.acquire().await.unwrap();
 
@@ -832,9 +659,7 @@ async fn waiters_parked_through_a_cut_are_served_promptly_once_it_heals() {
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
 
     let held = direct.lock("heal:lock").acquire().await.unwrap();
     let sem = direct.permit_semaphore("heal:permits");
@@ -924,9 +749,7 @@ async fn a_client_whose_old_connections_stay_black_holed_recovers_on_new_ones() 
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     // Both connections in use: a command round trip, and a waiter's subscription.
     cut_off
         .lock("stale:warm")
@@ -1019,9 +842,7 @@ async fn a_silent_pubsub_connection_neither_hangs_bounded_waits_nor_loses_wake_u
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     // The pub/sub connection is up and used: one wake-up by message goes through.
     let held = direct.lock("quiet:warm").acquire().await.unwrap();
     let waiter = tokio::spawn({
@@ -1154,9 +975,7 @@ async fn a_semaphore_acquire_that_ran_but_whose_reply_was_lost_gives_its_permits
     let cut_off = LockManager::start(slow_watchdog(proxy.url()))
         .await
         .unwrap();
-    let direct = LockManager::start(slow_watchdog(server.url()))
-        .await
-        .unwrap();
+    let direct = LockManager::start(straight(server.url())).await.unwrap();
     let sem = cut_off.semaphore("lost-permits");
     assert!(sem.try_set_permits(3).await.unwrap());
 

@@ -37,7 +37,7 @@ fn one_name_per_master(cluster: &Cluster, prefix: &str) -> Vec<(String, u16)> {
 }
 
 async fn node_conn(cluster: &Cluster, port: u16) -> redis::aio::MultiplexedConnection {
-    cluster.node(port).async_conn().await
+    support::async_conn(cluster.node(port)).await
 }
 
 /// On a name of each master: `a` takes it (its hash is on that master), `b` cannot, `b` waits;
@@ -123,7 +123,7 @@ async fn unlock_messages_travel_by_sharded_pubsub_both_ways() {
     let waiter = mgr.lock(name);
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     // The SPUBLISH below counts its receivers: the waiter must be one.
-    wait::shard_subscribers(&mut cluster.node(owner).conn(), &channel, 1).await;
+    wait::shard_subscribers(&mut support::raw(cluster.node(owner)), &channel, 1).await;
     let _: () = raw.del(name).await.unwrap();
     let receivers: i64 = redis::cmd("SPUBLISH")
         .arg(&channel)
@@ -138,7 +138,7 @@ async fn unlock_messages_travel_by_sharded_pubsub_both_ways() {
     let guard = woken(waiting, Duration::from_secs(3)).await;
 
     // A lockman release is heard by a raw SSUBSCRIBE on the shard that owns the channel.
-    let mut listener = listen(cluster.node(owner).conn(), "SSUBSCRIBE", &channel);
+    let mut listener = listen(support::raw(cluster.node(owner)), "SSUBSCRIBE", &channel);
     guard.release().await.unwrap();
     assert_eq!(next_message(&mut listener), ["smessage", &channel, "0"]);
     mgr.shutdown().await;
@@ -151,7 +151,7 @@ async fn classic_mode_publishes_with_publish() {
     let mgr = LockManager::start(config).await.unwrap();
     let name = "classic:wire";
     let channel = format!("redisson_lock__channel:{{{name}}}");
-    let mut listener = listen(cluster.nodes[0].conn(), "SUBSCRIBE", &channel);
+    let mut listener = listen(support::raw(&cluster.nodes()[0]), "SUBSCRIBE", &channel);
     mgr.lock(name)
         .acquire()
         .await
@@ -382,7 +382,7 @@ async fn an_acl_user_reaches_every_node() {
             .collect();
     let cluster = Cluster::start_with(3, 0, &user);
     let urls: Vec<String> = cluster
-        .nodes
+        .nodes()
         .iter()
         .map(|n| format!("redis://app:app-pw@127.0.0.1:{}", n.port()))
         .collect();
@@ -480,8 +480,8 @@ async fn synchronizers_work_on_every_master_by_sharded_pubsub() {
         let waiting = tokio::spawn(async move { sb.acquire(1).await });
         let channel = format!("redisson_sc:{{{name}}}");
         // Woken by the message: it waits on the channel before the release.
-        wait::shard_subscribers(&mut cluster.node(owner).conn(), &channel, 1).await;
-        let mut listener = listen(cluster.node(owner).conn(), "SSUBSCRIBE", &channel);
+        wait::shard_subscribers(&mut support::raw(cluster.node(owner)), &channel, 1).await;
+        let mut listener = listen(support::raw(cluster.node(owner)), "SSUBSCRIBE", &channel);
         let released = Instant::now();
         guard.release().await.unwrap();
         assert_eq!(next_message(&mut listener), ["smessage", &channel, "1"]);

@@ -29,7 +29,7 @@ async fn a_slot_migration_keeps_holds_and_waiters_and_moves_subscriptions() {
     let b = manager(&cluster, watchdog).await;
     let (slot, from) = (cluster.slot_of("mv"), cluster.owner_of("mv"));
     let to = cluster
-        .nodes
+        .nodes()
         .iter()
         .map(|n| n.port())
         .find(|p| *p != from)
@@ -46,7 +46,7 @@ async fn a_slot_migration_keeps_holds_and_waiters_and_moves_subscriptions() {
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     // B waits on the slot's shard channel before the slot moves.
     wait::shard_subscribers(
-        &mut cluster.node(from).conn(),
+        &mut support::raw(cluster.node(from)),
         "redisson_lock__channel:{mv}",
         1,
     )
@@ -79,7 +79,7 @@ async fn a_slot_migration_keeps_holds_and_waiters_and_moves_subscriptions() {
     // Renewals follow the slot: the hold outlives two watchdog timeouts, on the target.
     tokio::time::sleep(watchdog * 2).await;
     assert!(!renewed.is_lost(), "a hold lost by a migration");
-    let mut target = cluster.node(to).async_conn().await;
+    let mut target = support::async_conn(cluster.node(to)).await;
     let ttl: i64 = target.pttl("{mv}:renewed").await.unwrap();
     assert!(ttl > 0, "renewed on the new owner: {ttl}");
     assert!(
@@ -108,7 +108,7 @@ async fn a_slot_migration_keeps_holds_and_waiters_and_moves_subscriptions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_failover_keeps_other_shards_moves_waiters_and_reports_lost_holds() {
     let cluster = Cluster::start(3, 1);
-    let first = cluster.nodes[0].port();
+    let first = cluster.nodes()[0].port();
     // Names on one master that is not the first node (the test asks the first node about
     // the topology), and one name on another master.
     let pick = |avoid: &[u16], prefix: &str| {
@@ -138,12 +138,15 @@ async fn a_master_failover_keeps_other_shards_moves_waiters_and_reports_lost_hol
         .unwrap();
     let waiter = b.lock(waited_name.as_str());
     let waiting = tokio::spawn(async move { waiter.acquire().await });
-    let mut master = cluster.node(doomed_owner).async_conn().await;
+    let mut master = support::async_conn(cluster.node(doomed_owner)).await;
     cluster.wait_replica_synced(doomed_owner, replica, Duration::from_secs(20));
 
     // The replica misses one hold: frozen, its replication link cut by the master, then the
     // hold is taken and the master dies before the replica could connect again.
-    cluster.node(replica).signal("STOP");
+    cluster
+        .node(replica)
+        .pause(Duration::from_secs(60))
+        .expect("pause the node");
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -154,20 +157,15 @@ async fn a_master_failover_keeps_other_shards_moves_waiters_and_reports_lost_hol
     let doomed = a.lock(doomed_name.as_str()).acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut nodes = cluster;
-    nodes
-        .nodes
-        .iter_mut()
-        .find(|n| n.port() == doomed_owner)
-        .unwrap()
-        .stop();
-    nodes.node(replica).signal("CONT");
+    nodes.node_mut(doomed_owner).unwrap().stop();
+    nodes.node(replica).resume().expect("resume the node");
     nodes.wait_until_owner(&kept_name, replica, first, Duration::from_secs(30));
 
     // The hold whose key did not survive is reported; the others are kept.
     tokio::time::timeout(Duration::from_secs(15), doomed.lost())
         .await
         .expect("a hold missing on the promoted replica is reported lost");
-    let mut promoted = nodes.node(replica).async_conn().await;
+    let mut promoted = support::async_conn(nodes.node(replica)).await;
     assert!(!other.is_lost(), "a hold on another shard was lost");
     assert!(!kept.is_lost(), "a hold whose key survived was lost");
     let count: u32 = promoted.hget(&kept_name, kept.holder_id()).await.unwrap();
@@ -175,7 +173,7 @@ async fn a_master_failover_keeps_other_shards_moves_waiters_and_reports_lost_hol
 
     // The waiter subscribed again on the promoted replica: a release there wakes it.
     wait::shard_subscribers(
-        &mut nodes.node(replica).conn(),
+        &mut support::raw(nodes.node(replica)),
         // The name has its own hash tag: the channel keeps it as it is (no braces added).
         &format!("redisson_lock__channel:{waited_name}"),
         1,
@@ -222,7 +220,7 @@ async fn sync_replicas_in_a_cluster_waits_for_each_masters_replica_and_undoes_wi
     for (name, owner) in &names {
         let guard = mgr.lock(name.as_str()).acquire().await.expect("acquired");
         // The replica of the slot's master has it as soon as the acquire returns.
-        let mut replica = cluster.node(cluster.replica_of(*owner)).async_conn().await;
+        let mut replica = support::async_conn(cluster.node(cluster.replica_of(*owner))).await;
         let _: () = redis::cmd("READONLY")
             .query_async(&mut replica)
             .await
@@ -236,9 +234,7 @@ async fn sync_replicas_in_a_cluster_waits_for_each_masters_replica_and_undoes_wi
     tokio::time::sleep(Duration::from_millis(1200)).await;
     for ((name, owner), guard) in names.iter().zip(&guards) {
         assert!(!guard.is_lost(), "{name} lost: a synced renewal failed");
-        let ttl: i64 = cluster
-            .node(*owner)
-            .async_conn()
+        let ttl: i64 = support::async_conn(cluster.node(*owner))
             .await
             .pttl(name)
             .await
@@ -253,16 +249,19 @@ async fn sync_replicas_in_a_cluster_waits_for_each_masters_replica_and_undoes_wi
     // still grant.
     let (frozen_name, frozen_master) = names[0].clone();
     let replica = cluster.replica_of(frozen_master);
-    cluster.node(replica).signal("STOP");
+    cluster
+        .node(replica)
+        .pause(Duration::from_secs(60))
+        .expect("pause the node");
     let started = Instant::now();
     let err = mgr
         .lock(frozen_name.as_str())
         .try_acquire()
         .await
         .expect_err("no replica to acknowledge");
-    cluster.node(replica).signal("CONT");
+    cluster.node(replica).resume().expect("resume the node");
     support::assert_unacknowledged(&err, started);
-    let mut master = cluster.node(frozen_master).async_conn().await;
+    let mut master = support::async_conn(cluster.node(frozen_master)).await;
     let exists: bool = master.exists(&frozen_name).await.unwrap();
     assert!(
         !exists,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockError, LockManager, TlsFailure};
 use redis::AsyncCommands;
 use support::certs::TestCerts;
-use support::{Options, RedisServer, count_rounds};
+use support::{Options, RedisServer, count_rounds, primary_and_replica};
 
 const CONNECT: Duration = Duration::from_secs(2);
 /// How much later than the connect timeout a failed start may end (two connection attempts,
@@ -347,29 +347,6 @@ async fn a_unix_socket_works_like_tcp() {
         .unwrap();
     assert_eq!(count, 1);
     guard.release().await.unwrap();
-}
-
-/// A primary and its replica, once the replica is online.
-fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let replica = RedisServer::start_with(Options {
-        args: vec![
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            primary.port().to_string(),
-        ],
-        ..Options::default()
-    });
-    let mut raw = primary.conn();
-    let linked = support::eventually_blocking(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut raw)
-            .unwrap();
-        info.contains("connected_slaves:1") && info.contains("state=online")
-    });
-    assert!(linked, "the replica never came online");
-    (primary, replica)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ mod support;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use support::{Options, RedisServer};
+use support::{Options, RedisServer, server_with};
 
 const LOCKMAN: &str = env!("CARGO_BIN_EXE_lockman");
 
@@ -23,13 +23,6 @@ fn doctor(url: &str, args: &[&str]) -> Output {
         .env_remove("LOCKMAN_PREFIX")
         .output()
         .expect("run lockman")
-}
-
-fn server_with(args: &[&str]) -> RedisServer {
-    RedisServer::start_with(Options {
-        args: args.iter().map(|a| (*a).to_owned()).collect(),
-        ..Options::default()
-    })
 }
 
 fn stdout(out: &Output) -> String {
@@ -571,9 +564,9 @@ fn a_frozen_replica_under_sync_replicas_exits_78() {
         "the replica never came online"
     );
     let synced = ["--sync-replicas", "1", "--sync-timeout", "300ms", "--json"];
-    replica.signal("STOP");
+    replica.pause(support::FROZEN).expect("pause the server");
     let out = doctor(&primary.url(), &synced);
-    replica.signal("CONT");
+    replica.resume().expect("resume the server");
     assert_eq!(out.status.code(), Some(78), "{out:?}");
     let json = json_of(&out);
     let replication = check_of(&json, "replication");

@@ -9,30 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockman::{CheckStatus, Config, Diagnosis, LockError, LockManager};
-use support::{Options, RedisServer};
-
-/// A primary and its replica, once the replica is online.
-fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let replica = RedisServer::start_with(Options {
-        args: vec![
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            primary.port().to_string(),
-        ],
-        ..Options::default()
-    });
-    let mut raw = primary.conn();
-    let linked = support::eventually_blocking(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut raw)
-            .unwrap();
-        info.contains("connected_slaves:1") && info.contains("state=online")
-    });
-    assert!(linked, "the replica never came online");
-    (primary, replica)
-}
+use support::primary_and_replica;
 
 fn check<'d>(diagnosis: &'d Diagnosis, name: &str) -> &'d lockman::Check {
     diagnosis
@@ -53,9 +30,9 @@ async fn a_frozen_replica_under_replica_sync_fails_replication() {
         .sync_replicas(1, Duration::from_millis(300))
         .response_timeout(Duration::from_secs(2));
     let manager = LockManager::start(config).await.unwrap();
-    replica.signal("STOP");
+    replica.pause(support::FROZEN).expect("pause the server");
     let diagnosis = manager.diagnose().await.expect("a diagnosis");
-    replica.signal("CONT");
+    replica.resume().expect("resume the server");
     let replication = check(&diagnosis, "replication");
     assert_eq!(replication.status, CheckStatus::Fail, "{replication:?}");
     assert!(
@@ -166,7 +143,7 @@ async fn a_primary_killed_or_frozen_mid_diagnosis_is_an_error_in_time() {
             .response_timeout(response)
             .connect_timeout(Duration::from_secs(2));
         let manager = LockManager::start(config).await.unwrap();
-        replica.signal("STOP");
+        replica.pause(support::FROZEN).expect("pause the server");
         let diagnosing = tokio::spawn({
             let manager = manager.clone();
             async move { manager.diagnose().await }
@@ -182,7 +159,7 @@ async fn a_primary_killed_or_frozen_mid_diagnosis_is_an_error_in_time() {
         if kill {
             primary.stop();
         } else {
-            primary.signal("STOP");
+            primary.pause(support::FROZEN).expect("pause the server");
         }
         let outcome = tokio::time::timeout(response + Duration::from_secs(2), diagnosing)
             .await
@@ -213,8 +190,8 @@ async fn a_primary_killed_or_frozen_mid_diagnosis_is_an_error_in_time() {
         let shut = shut.elapsed();
         assert!(shut <= response + Duration::from_millis(500), "{shut:?}");
         if !kill {
-            primary.signal("CONT");
+            primary.resume().expect("resume the server");
         }
-        replica.signal("CONT");
+        replica.resume().expect("resume the server");
     }
 }

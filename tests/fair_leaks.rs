@@ -380,8 +380,7 @@ async fn a_leave_unacknowledged_by_a_replica_is_sent_again_through_a_failover() 
         .await,
         "the leave ran on the primary"
     );
-    group.server(first).stop(); // SIGKILL
-    let second = group.wait_for_new_primary(first, Duration::from_secs(30));
+    let second = group.kill_primary().expect("a failover after the crash"); // SIGKILL
     let mut on_second = SentinelGroup::data_conn(second).expect("the new primary answers");
     let promoted = Instant::now();
     let left = eventually(Duration::from_secs(8), || {

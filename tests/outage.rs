@@ -376,11 +376,11 @@ async fn with_the_server_stopped_every_way_in_is_unavailable_within_its_bound() 
 async fn with_the_server_frozen_every_way_in_is_unavailable_within_its_bound() {
     let server = RedisServer::start();
     let m = LockManager::start(config(&server)).await.unwrap();
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     // The first attempt's reply never comes: it fails after a response timeout, and the bound
     // counts from when it was sent.
     check(every_way_in(&m, "frozen", true), RESPONSE).await;
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     m.shutdown().await;
 }
 
@@ -583,10 +583,10 @@ async fn at_its_deadline_a_wait_asks_redis_rather_than_trusting_its_last_answer(
         support::eventually(Duration::from_secs(2), || listening(&mut raw, "held")).await,
         "the wait found the lock busy and listens"
     );
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     let res = waiting.await.unwrap();
     let took = began.elapsed();
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     assert!(
         matches!(res, Err(LockError::Unavailable { .. })),
         "a frozen server after a busy answer: {res:?}"
@@ -595,11 +595,11 @@ async fn at_its_deadline_a_wait_asks_redis_rather_than_trusting_its_last_answer(
 
     // A short wait on a free name of a frozen server.
     let wait = Duration::from_millis(200);
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     let began = Instant::now();
     let res = m.lock("free").try_acquire_for(wait).await;
     let took = began.elapsed();
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     assert!(
         matches!(res, Err(LockError::Unavailable { .. })),
         "a 200 ms wait on a frozen server: {res:?}"
@@ -625,7 +625,7 @@ impl Fault {
     fn impose(self, server: &mut RedisServer) {
         match self {
             Fault::Stopped => server.stop(),
-            Fault::Frozen => server.signal("STOP"),
+            Fault::Frozen => server.pause(support::FROZEN).expect("pause the server"),
             Fault::Refusing => {
                 let _: () = redis::cmd("CONFIG")
                     .arg("SET")
@@ -640,7 +640,7 @@ impl Fault {
     /// Lets the managers shut down promptly (a frozen server's requests would wait).
     fn lift(self, server: &mut RedisServer) {
         if let Fault::Frozen = self {
-            server.signal("CONT");
+            server.resume().expect("resume the server");
         }
     }
 
@@ -916,10 +916,10 @@ async fn lockman_exec_on_a_frozen_server_exits_69_soon_after_its_wait() {
         support::eventually(Duration::from_secs(5), || listening(&mut raw, "job")).await,
         "exec waits for the lock"
     );
-    server.signal("STOP");
+    server.pause(support::FROZEN).expect("pause the server");
     let out = child.wait_with_output().unwrap();
     let took = began.elapsed();
-    server.signal("CONT");
+    server.resume().expect("resume the server");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("redis is unavailable"), "{stderr}");

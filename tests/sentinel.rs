@@ -15,7 +15,6 @@ use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
 /// Longer than a failover here (down after 1 s, then agreement and promotion), so that a hold
 /// whose key is on the new primary survives the gap in renewals.
 const WATCHDOG: Duration = Duration::from_secs(6);
-const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 
 /// The sentinels' password is in their URLs; the primary's is given apart.
 fn config(group: &SentinelGroup) -> Config {
@@ -93,15 +92,10 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
         .await,
         "the waiter waits on the first primary"
     );
-    let _: () = redis::cmd("SENTINEL")
-        .arg("FAILOVER")
-        .arg(MASTER)
-        .query(&mut group.sentinel_conn())
-        .expect("SENTINEL FAILOVER");
-    let second = group.wait_for_new_primary(first, FAILOVER_LIMIT);
-    // Until the old primary is demoted it still takes writes, which its demotion then loses:
-    // Redis's window, for every client (a hold taken there is reported lost afterwards).
-    group.wait_until_replica(first, FAILOVER_LIMIT);
+    // The kit's switch-over (SENTINEL FAILOVER) returns once the old primary is demoted: until
+    // then it still takes writes, which its demotion then loses (Redis's window, for every
+    // client: a hold taken there is reported lost afterwards).
+    let second = group.failover().expect("a switch-over");
 
     // New acquires succeed, on the new primary, from both managers.
     let fresh_a = acquire_soon(&a, "fresh:a").await;
@@ -159,7 +153,7 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
     assert_eq!(acked, 1, "the replica has every hold so far");
     {
         // The replica forgets `doomed` (as if its write had not been replicated in time).
-        let mut replica = group.server(first).conn();
+        let mut replica = support::raw(group.server(first));
         let _: () = redis::cmd("CONFIG")
             .arg("SET")
             .arg("replica-read-only")
@@ -168,8 +162,8 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
             .unwrap();
         let _: () = redis::cmd("DEL").arg("doomed").query(&mut replica).unwrap();
     }
-    group.server(second).stop();
-    let third = group.wait_for_new_primary(second, FAILOVER_LIMIT);
+    // The kit's crash of the primary (SIGKILL), back once the sentinels promoted the replica.
+    let third = group.kill_primary().expect("a failover after the crash");
     assert_eq!(third, first);
 
     // The lost hold is reported through its guard, the kept one is not.

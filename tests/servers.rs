@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockman::{CheckStatus, Config, Diagnosis, LockError, LockManager};
-use support::{Options, RedisServer};
+use support::{RedisServer, primary_and_replica, server_with};
 
 /// Every check `diagnose` makes on a manager that started, in its order.
 const CHECKS: [&str; 13] = [
@@ -29,13 +29,6 @@ const CHECKS: [&str; 13] = [
     "clock",
     "round_trip",
 ];
-
-fn server_with(args: &[&str]) -> RedisServer {
-    RedisServer::start_with(Options {
-        args: args.iter().map(|a| (*a).to_owned()).collect(),
-        ..Options::default()
-    })
-}
 
 async fn diagnose(config: Config) -> Diagnosis {
     let manager = LockManager::start(config).await.expect("started");
@@ -211,22 +204,6 @@ async fn persistence_none_rdb_and_aof_are_told_apart() {
         ),
         "{round_trip:?}"
     );
-}
-
-/// A primary and its replica, once the replica is online.
-fn primary_and_replica() -> (RedisServer, RedisServer) {
-    let primary = RedisServer::start();
-    let replica = server_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
-    let mut raw = primary.conn();
-    let linked = support::eventually_blocking(Duration::from_secs(10), || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut raw)
-            .unwrap();
-        info.contains("connected_slaves:1") && info.contains("state=online")
-    });
-    assert!(linked, "the replica never came online");
-    (primary, replica)
 }
 
 #[tokio::test]

@@ -290,6 +290,23 @@ async fn acquire_soon(
     }
 }
 
+/// Takes a lock after a failover ([`acquire_soon`]), checks that the server on `port` holds
+/// it for `manager`, releases it and checks that it is free there.
+async fn held_on(group: &mut SentinelGroup, port: u16, manager: &LockManager) -> Outcome {
+    let guard = acquire_soon(manager, "kit:after").await?;
+    let server = group.server(port).ok_or("a server of the group")?;
+    let holder = server
+        .holder("kit:after")?
+        .ok_or("held on the new primary")?;
+    assert!(
+        holder.starts_with(&manager.client_id().to_string()),
+        "{holder}"
+    );
+    guard.release().await?;
+    assert_eq!(server.holder("kit:after")?, None);
+    Ok(())
+}
+
 #[tokio::test]
 async fn kill_primary_moves_a_manager_to_the_new_primary() -> Outcome {
     let mut group = SentinelGroup::start()?;
@@ -308,19 +325,7 @@ async fn kill_primary_moves_a_manager_to_the_new_primary() -> Outcome {
     assert!(std::net::TcpStream::connect(("127.0.0.1", first)).is_err());
 
     // A lock taken after the failover is held on the new primary.
-    let guard = acquire_soon(&manager, "kit:after").await?;
-    let new_primary = group
-        .server(second)
-        .ok_or("the new primary is one of the group")?;
-    let holder = new_primary
-        .holder("kit:after")?
-        .ok_or("held on the new primary")?;
-    assert!(
-        holder.starts_with(&manager.client_id().to_string()),
-        "{holder}"
-    );
-    guard.release().await?;
-    assert_eq!(new_primary.holder("kit:after")?, None);
+    held_on(&mut group, second, &manager).await?;
     manager.shutdown().await;
     Ok(())
 }
@@ -345,18 +350,7 @@ async fn failover_switches_the_primary_and_a_manager_follows() -> Outcome {
         .expect_err("a replica refuses writes");
     assert!(refused.to_string().contains("read only"), "{refused}");
 
-    let guard = acquire_soon(&manager, "kit:after").await?;
-    let new_primary = group
-        .server(second)
-        .ok_or("the new primary is one of the group")?;
-    let holder = new_primary
-        .holder("kit:after")?
-        .ok_or("held on the new primary")?;
-    assert!(
-        holder.starts_with(&manager.client_id().to_string()),
-        "{holder}"
-    );
-    guard.release().await?;
+    held_on(&mut group, second, &manager).await?;
     manager.shutdown().await;
     Ok(())
 }
@@ -385,6 +379,114 @@ async fn a_cluster_serves_a_lock_from_the_node_of_its_slot() -> Outcome {
         guard.release().await?;
         assert_eq!(owner.holder(name)?, None);
     }
+    manager.shutdown().await;
+    Ok(())
+}
+
+/// A blocking connection through `link`, whose reads give up after 300 ms.
+fn through(link: &lockman::testing::Link) -> Result<redis::Connection, Box<dyn Error>> {
+    let conn = redis::Client::open(link.url())?.get_connection()?;
+    conn.set_read_timeout(Some(Duration::from_millis(300)))?;
+    Ok(conn)
+}
+
+/// Polls `check` every 10 ms, blocking, until it holds or `SIGNAL` passes.
+fn eventually_blocking(mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + SIGNAL;
+    while !check() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+#[test]
+fn hold_delivers_late_what_was_sent_during_it() -> Outcome {
+    let server = TestServer::start()?;
+    let link = server.link()?;
+    let mut conn = through(&link)?;
+    redis::cmd("PING").query::<String>(&mut conn)?;
+    link.hold();
+    let unanswered = redis::cmd("SET")
+        .arg("kit:held")
+        .arg(1)
+        .query::<()>(&mut conn);
+    assert!(unanswered.is_err(), "{unanswered:?}");
+    // Held, not lost: it has not reached Redis yet, and does once released.
+    assert_eq!(server.keys_left()?, Vec::<String>::new());
+    link.release();
+    assert!(eventually_blocking(|| server
+        .keys_left()
+        .is_ok_and(|k| k == ["kit:held"])));
+    Ok(())
+}
+
+#[test]
+fn heal_new_only_leaves_the_old_connections_silent() -> Outcome {
+    let server = TestServer::start()?;
+    let link = server.link()?;
+    let mut old = through(&link)?;
+    redis::cmd("PING").query::<String>(&mut old)?;
+    link.cut();
+    link.heal_new_only();
+    // Silent, not closed: the old connection's request times out (a heal would close it).
+    let silent = redis::cmd("PING").query::<String>(&mut old);
+    assert!(silent.as_ref().is_err_and(|e| e.is_timeout()), "{silent:?}");
+    let mut new = through(&link)?;
+    assert_eq!(redis::cmd("PING").query::<String>(&mut new)?, "PONG");
+    Ok(())
+}
+
+#[test]
+fn forget_pubsub_silences_the_subscribed_connections_alone() -> Outcome {
+    let server = TestServer::start()?;
+    let link = server.link()?;
+    let mut sub = through(&link)?;
+    redis::cmd("SUBSCRIBE").arg("kit:channel").exec(&mut sub)?;
+    let mut commands = through(&link)?;
+    redis::cmd("PING").query::<String>(&mut commands)?;
+    link.forget_pubsub();
+    let publish = || -> Result<u32, ServerError> {
+        Ok(redis::cmd("PUBLISH")
+            .arg("kit:channel")
+            .arg("hello")
+            .query(&mut server.conn()?)?)
+    };
+    // Redis still counts the subscriber; nothing reaches it.
+    assert_eq!(publish()?, 1);
+    let heard = sub.recv_response();
+    assert!(heard.as_ref().is_err_and(|e| e.is_timeout()), "{heard:?}");
+    assert_eq!(redis::cmd("PING").query::<String>(&mut commands)?, "PONG");
+    // A new subscription is heard.
+    let mut again = through(&link)?;
+    redis::cmd("SUBSCRIBE")
+        .arg("kit:channel")
+        .exec(&mut again)?;
+    assert_eq!(publish()?, 2);
+    let message: Vec<String> = redis::from_redis_value(again.recv_response()?)?;
+    assert_eq!(message, ["message", "kit:channel", "hello"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cluster_of_one_master_and_its_replica() -> Outcome {
+    let cluster = Cluster::start_with(1, 1, Options::default())?;
+    let [master, replica] = cluster.nodes() else {
+        panic!("two nodes: {cluster:?}");
+    };
+    assert_eq!(cluster.node_for("kit:replicated")?.port(), master.port());
+    let manager = LockManager::start(cluster.config()).await?;
+    let guard = manager.lock("kit:replicated").acquire().await?;
+    // The replica replicates the master: the hold reaches it.
+    let acked: u32 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master.conn()?)?;
+    assert_eq!(acked, 1);
+    assert!(replica.keys_left()?.contains(&"kit:replicated".to_owned()));
+    guard.release().await?;
     manager.shutdown().await;
     Ok(())
 }

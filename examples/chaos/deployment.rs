@@ -8,6 +8,7 @@ use crate::options::Fault;
 use crate::support::cluster::Cluster;
 use crate::support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
 use crate::support::{Options as ServerOptions, RedisServer};
+use lockman::testing::TestServer;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Shape {
@@ -92,17 +93,21 @@ impl Deployment {
                 password: DATA_PASSWORD.into(),
             },
             Deployment::Cluster(cluster) => {
-                Locator::Cluster(cluster.nodes.iter().map(RedisServer::port).collect())
+                Locator::Cluster(cluster.nodes().iter().map(TestServer::port).collect())
             }
         }
     }
 
     /// The servers that take writes now: the server, the primary, the masters.
-    pub fn primaries(&self) -> Vec<&RedisServer> {
+    pub fn primaries(&self) -> Vec<&TestServer> {
         match self {
-            Deployment::Single(server) => vec![server],
-            Deployment::Sentinel(group) => group.servers.iter().filter(|s| is_master(s)).collect(),
-            Deployment::Cluster(cluster) => cluster.nodes.iter().filter(|s| is_master(s)).collect(),
+            Deployment::Single(server) => vec![&**server],
+            Deployment::Sentinel(group) => {
+                group.servers().iter().filter(|s| is_master(s)).collect()
+            }
+            Deployment::Cluster(cluster) => {
+                cluster.nodes().iter().filter(|s| is_master(s)).collect()
+            }
         }
     }
 
@@ -136,24 +141,31 @@ impl Deployment {
     /// (or every slot served), and every other server its replica with the link up. Returns
     /// once it is, or fails after [`LIMIT`].
     pub fn settle(&mut self, red: &mut [RedisServer]) -> Result<(), String> {
-        let wake = |server: &mut RedisServer| {
-            if server.is_running() {
-                server.signal("CONT");
-            } else {
-                server.restart();
+        let wake = |server: &mut TestServer| {
+            let woken = match server.is_running() {
+                true => server.resume(),
+                false => server.restart(),
+            };
+            if let Err(e) = woken {
+                eprintln!("chaos: server {} not woken: {e}", server.port());
             }
         };
-        red.iter_mut().for_each(wake);
+        for server in red.iter_mut() {
+            wake(server);
+        }
         match self {
             Deployment::Single(server) => {
                 wake(server);
                 Ok(())
             }
             Deployment::Sentinel(group) => {
-                group.servers.iter_mut().for_each(wake);
+                let ports: Vec<u16> = group.servers().iter().map(TestServer::port).collect();
+                for port in ports {
+                    wake(group.server(port));
+                }
                 until("the Sentinel group whole again", || {
                     sentinel_primary(group).is_some_and(|p| {
-                        group.servers.iter().all(|s| {
+                        group.servers().iter().all(|s| {
                             if s.port() == p {
                                 is_master(s)
                             } else {
@@ -164,10 +176,13 @@ impl Deployment {
                 })
             }
             Deployment::Cluster(cluster) => {
-                cluster.nodes.iter_mut().for_each(wake);
+                let ports: Vec<u16> = cluster.nodes().iter().map(TestServer::port).collect();
+                for port in ports {
+                    cluster.node_mut(port).into_iter().for_each(wake);
+                }
                 until("the cluster whole again", || {
                     cluster
-                        .nodes
+                        .nodes()
                         .iter()
                         .all(|n| cluster_ok(n) && (is_master(n) || is_replica(n)))
                 })
@@ -184,10 +199,10 @@ impl Deployment {
         let slot = cluster.slot_of(key);
         let from = cluster.owner_of(key);
         let others: Vec<u16> = cluster
-            .nodes
+            .nodes()
             .iter()
             .filter(|n| n.port() != from && is_master(n))
-            .map(RedisServer::port)
+            .map(TestServer::port)
             .collect();
         if others.is_empty() {
             return Err("no other master".into());
@@ -244,33 +259,45 @@ fn sentinel_failover(group: &mut SentinelGroup, fault: Fault, old: u16) -> Resul
         }
         // Frozen past the sentinels' down-after time: they promote a replica, and the old
         // primary, once it runs again, believes for a moment that it still is the primary.
-        Fault::PartitionPrimary => group.server(old).signal("STOP"),
+        // (`LIMIT` at most: the runner resumes it itself, well before.)
+        Fault::PartitionPrimary => group
+            .server(old)
+            .pause(LIMIT)
+            .map_err(|e| format!("pause the primary: {e}"))?,
         other => return Err(format!("{} is not a failover", other.name())),
     }
     let promoted = until("a new primary", || {
         sentinel_primary(group).is_some_and(|p| {
-            p != old && group.servers.iter().any(|s| s.port() == p && is_master(s))
+            p != old
+                && group
+                    .servers()
+                    .iter()
+                    .any(|s| s.port() == p && is_master(s))
         })
     });
-    match fault {
+    let back = match fault {
         Fault::FailoverKill => group.server(old).restart(),
-        Fault::PartitionPrimary => group.server(old).signal("CONT"),
-        _ => {}
-    }
+        Fault::PartitionPrimary => group.server(old).resume(),
+        _ => Ok(()),
+    };
     promoted?;
+    back.map_err(|e| format!("the old primary back: {e}"))?;
     until("the old primary demoted", || is_replica(group.server(old)))
 }
 
 fn cluster_failover(cluster: &mut Cluster, fault: Fault, master: u16) -> Result<(), String> {
     let replica = cluster.replica_of(master);
     let node = |c: &mut Cluster, port: u16| -> usize {
-        c.nodes.iter().position(|n| n.port() == port).unwrap_or(0)
+        c.nodes().iter().position(|n| n.port() == port).unwrap_or(0)
     };
     let (m, r) = (node(cluster, master), node(cluster, replica));
-    let promoted_now = |c: &Cluster| is_master(&c.nodes[r]) && cluster_ok(&c.nodes[r]);
+    let promoted_now = |c: &Cluster| is_master(&c.nodes()[r]) && cluster_ok(&c.nodes()[r]);
     let promoted = match fault {
         Fault::FailoverKill => {
-            cluster.nodes[m].stop();
+            cluster
+                .node_mut(master)
+                .into_iter()
+                .for_each(TestServer::stop);
             until("the replica promoted", || promoted_now(cluster))
         }
         Fault::FailoverManual => {
@@ -281,7 +308,7 @@ fn cluster_failover(cluster: &mut Cluster, fault: Fault, master: u16) -> Result<
             loop {
                 redis::cmd("CLUSTER")
                     .arg("FAILOVER")
-                    .query::<()>(&mut cluster.nodes[r].conn())
+                    .query::<()>(&mut crate::support::raw(&cluster.nodes()[r]))
                     .map_err(|e| format!("CLUSTER FAILOVER: {e}"))?;
                 let left = deadline.saturating_duration_since(Instant::now());
                 if until_within(left.min(MANUAL_FAILOVER_RETRY), || promoted_now(cluster)) {
@@ -296,11 +323,13 @@ fn cluster_failover(cluster: &mut Cluster, fault: Fault, master: u16) -> Result<
     };
     if fault == Fault::FailoverKill {
         // Back with its node file: it rejoins as the replica of the master that replaced it.
-        cluster.nodes[m].restart();
+        if let Some(Err(e)) = cluster.node_mut(master).map(TestServer::restart) {
+            return Err(format!("the old master back: {e}"));
+        }
     }
     promoted?;
     until("the old master demoted", || {
-        is_replica(&cluster.nodes[m]) && cluster.nodes.iter().all(cluster_ok)
+        is_replica(&cluster.nodes()[m]) && cluster.nodes().iter().all(cluster_ok)
     })
 }
 
@@ -315,17 +344,21 @@ fn sentinel_primary(group: &SentinelGroup) -> Option<u16> {
 }
 
 /// `cmd` on `server`, given half a second to connect and to answer; `None` when it does not.
-fn ask<T: redis::FromRedisValue>(server: &RedisServer, cmd: &redis::Cmd) -> Option<T> {
+fn ask<T: redis::FromRedisValue>(server: &TestServer, cmd: &redis::Cmd) -> Option<T> {
     if !server.is_running() {
         return None;
     }
     let limit = Duration::from_millis(500);
-    let mut conn = server.client().get_connection_with_timeout(limit).ok()?;
+    let mut conn = server
+        .client()
+        .ok()?
+        .get_connection_with_timeout(limit)
+        .ok()?;
     conn.set_read_timeout(Some(limit)).ok()?;
     cmd.query(&mut conn).ok()
 }
 
-fn role(server: &RedisServer) -> Option<String> {
+fn role(server: &TestServer) -> Option<String> {
     let role: Vec<redis::Value> = ask(server, &redis::cmd("ROLE"))?;
     match role.first() {
         Some(redis::Value::BulkString(r)) => Some(String::from_utf8_lossy(r).into_owned()),
@@ -333,19 +366,19 @@ fn role(server: &RedisServer) -> Option<String> {
     }
 }
 
-fn is_master(server: &RedisServer) -> bool {
+fn is_master(server: &TestServer) -> bool {
     role(server).as_deref() == Some("master")
 }
 
 /// A replica whose link to its primary is up.
-fn is_replica(server: &RedisServer) -> bool {
+fn is_replica(server: &TestServer) -> bool {
     let mut info = redis::cmd("INFO");
     info.arg("replication");
     role(server).as_deref() == Some("slave")
         && ask::<String>(server, &info).is_some_and(|i| i.contains("master_link_status:up"))
 }
 
-fn cluster_ok(server: &RedisServer) -> bool {
+fn cluster_ok(server: &TestServer) -> bool {
     let mut info = redis::cmd("CLUSTER");
     info.arg("INFO");
     ask::<String>(server, &info).is_some_and(|i| i.contains("cluster_state:ok"))

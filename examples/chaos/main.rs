@@ -40,7 +40,6 @@ mod linear;
 mod lost;
 mod options;
 mod progress;
-mod proxy;
 mod report;
 mod run;
 mod worker;

@@ -12,12 +12,12 @@ use crate::deployment::{Deployment, Shape};
 use crate::heads::{Heads, Windows};
 use crate::options::{Fault, Options};
 use crate::progress::{Progress, Tally};
-use crate::proxy::Proxy;
 use crate::report::print_table;
 use crate::support::RedisServer;
 use crate::worker::{Args, all_names};
 use crate::{Kind, LEADER_NAMES, Rng, Settings, TASKS, checker, deadlocks, history, leaders};
 use crate::{linear, lost};
+use lockman::testing::Link;
 
 /// How long after its deadline a worker may take to finish its last attempt and shut down: a
 /// patient fair acquire (`2K + 2 s`, 12 s) and the stuck limit past it (10 s), with a margin.
@@ -70,7 +70,7 @@ struct Runner {
     /// violation the independent checker finds follows (`linear.rs`).
     fault_windows: Vec<linear::FaultWindow>,
     /// Each worker's proxy to the lock server (`cut-worker`, `drop-replies`).
-    proxies: BTreeMap<u64, Proxy>,
+    proxies: BTreeMap<u64, Link>,
     /// libfaketime's clock files (`clock-worker`, `clock-server`), and the lock server's
     /// offset (s).
     clocks: tempfile::TempDir,
@@ -485,7 +485,7 @@ impl Runner {
             .iter()
             .any(|f| matches!(f, Fault::CutWorker | Fault::DropReplies));
         if proxied && let Deployment::Single(server) = &self.deployment {
-            match Proxy::start(([127, 0, 0, 1], server.port()).into()) {
+            match Link::start(([127, 0, 0, 1], server.port()).into()) {
                 Ok(proxy) => {
                     target = format!("single|{}", proxy.url());
                     self.proxies.insert(id, proxy);
@@ -756,7 +756,9 @@ impl Runner {
                 // (`linear.rs` excuses nothing).
                 let proxy = self.proxies.get(&id);
                 match (fault, proxy) {
-                    (Fault::CutWorker, Some(p)) => p.cut(),
+                    // Held, not dropped: what the worker sent during the cut reaches Redis
+                    // late, after its caller may have given up on it (as TCP retransmits).
+                    (Fault::CutWorker, Some(p)) => p.hold(),
                     (Fault::DropReplies, Some(p)) => p.drop_replies(),
                     _ => {
                         signal(pid, "STOP");
@@ -765,7 +767,10 @@ impl Runner {
                 }
                 std::thread::sleep(frozen);
                 match self.proxies.get(&id) {
-                    Some(p) if fault != Fault::StopHolder => p.heal(),
+                    // What was held back flows on the same connections; after lost replies,
+                    // the connections that lost them are closed (their streams lost bytes).
+                    Some(p) if fault == Fault::CutWorker => p.release(),
+                    Some(p) if fault == Fault::DropReplies => p.heal(),
                     _ => signal(pid, "CONT"),
                 }
                 // A frozen leader is out of office from here (see `leaders::without_leader`).
@@ -847,7 +852,7 @@ impl Runner {
             }
             Fault::ClientKill => {
                 for server in self.deployment.primaries() {
-                    let mut conn = server.conn();
+                    let mut conn = crate::support::raw(server);
                     for kind in ["normal", "pubsub"] {
                         let _: redis::RedisResult<u64> = redis::cmd("CLIENT")
                             .arg("KILL")
@@ -865,9 +870,12 @@ impl Runner {
                 else {
                     return Err("no primary".into());
                 };
-                server.signal("STOP");
-                std::thread::sleep(self.settings.response + Duration::from_millis(300));
-                server.signal("CONT");
+                let stall = self.settings.response + Duration::from_millis(300);
+                server
+                    .pause(stall * 10)
+                    .map_err(|e| format!("stall: {e}"))?;
+                std::thread::sleep(stall);
+                server.resume().map_err(|e| format!("stall: {e}"))?;
             }
             Fault::FailoverKill | Fault::FailoverManual | Fault::PartitionPrimary => {
                 return self.fail_over(fault);
@@ -1338,8 +1346,9 @@ impl Runner {
     fn keys_left(&self) -> (Vec<String>, Vec<String>) {
         let mut locks = Vec::new();
         let mut other = Vec::new();
-        for server in self.deployment.primaries().into_iter().chain(&self.red) {
-            let mut conn = server.conn();
+        let red = self.red.iter().map(|s| &**s);
+        for server in self.deployment.primaries().into_iter().chain(red) {
+            let mut conn = crate::support::raw(server);
             let keys: Vec<String> = redis::cmd("KEYS")
                 .arg("*")
                 .query(&mut conn)

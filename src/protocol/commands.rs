@@ -116,8 +116,10 @@ impl Commands {
     /// Brings `holder`'s count in Redis down to `target` when requests of unknown outcome were
     /// given up (Redis unreachable for too long): reads it, then releases
     /// what is over. Exact because every hold of a holder is its lock actor's, and the actor
-    /// runs nothing else on the name meanwhile; `target` is all that the actor still grants. Replies the count afterwards (0: the field is gone); a release
-    /// that fails stops early, with the count so far.
+    /// runs nothing else on the name meanwhile; `target` is all that the actor still grants.
+    /// Replies the count afterwards (0: the field is gone); a release that fails stops early,
+    /// with the count so far. `lapsed`: the hold's lease ran out (it ended without a release),
+    /// so the releases leave the name's lock-delay key to run out on its own.
     pub(crate) async fn settle_releases(
         &self,
         kind: LockKind,
@@ -125,11 +127,14 @@ impl Commands {
         holder: &str,
         target: u32,
         lease: Duration,
+        lapsed: bool,
     ) -> Result<u32, LockError> {
         let mut in_redis = self.inspect(kind, name, holder).await?.count;
+        let delay = if lapsed { 0 } else { self.lock_delay };
         while in_redis > target {
             let expect = Expect::count(in_redis);
-            match self.holder(kind, name, holder).release(lease, expect).await {
+            let calls = self.holder(kind, name, holder);
+            match calls.release_with_delay(lease, expect, delay).await {
                 Ok(Released::StillHeld) => in_redis -= 1,
                 Ok(Released::Unlocked | Released::NotHeld) => in_redis = 0,
                 Err(_) => break,
@@ -503,13 +508,25 @@ impl HolderCalls<'_> {
         lease: Duration,
         expect: Expect,
     ) -> Result<Released, LockError> {
+        let delay = self.commands.lock_delay;
+        self.release_with_delay(lease, expect, delay).await
+    }
+
+    /// [`release`](Self::release), deleting the name's lock-delay key with the lock only when
+    /// `delay` > 0.
+    async fn release_with_delay(
+        self,
+        lease: Duration,
+        expect: Expect,
+        delay: u64,
+    ) -> Result<Released, LockError> {
         let Self {
             commands,
             kind,
             name,
             holder,
         } = self;
-        let (publish, delay) = (commands.publish(), commands.lock_delay);
+        let publish = commands.publish();
         let call = kind.release_call(name, holder, lease, expect, publish, delay);
         let key = keys::lock_key(name);
         let reply = commands.conn.eval("release", key, &call, Replicas::Skip);

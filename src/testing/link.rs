@@ -3,6 +3,8 @@
 //! whatever the test's own runtime is doing (a test that blocks its runtime blocks no traffic).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -20,8 +22,22 @@ struct State {
     /// What the server sends back is dropped.
     replies_cut: bool,
     generation: u64,
+    /// Nothing is read either way: what was sent waits in the sockets until a release.
+    held: bool,
+    /// Connections of a generation below this stay open and drop everything, for good.
+    dead_below: u64,
+    /// Pub/sub connections numbered below this stay open and drop everything, for good.
+    pubsub_dead_below: u64,
     /// The link was dropped: everything ends.
     closed: bool,
+}
+
+impl State {
+    /// Whether a connection born in generation `born` ends now (one whose flow was forgotten
+    /// stays open, dropping everything).
+    fn ends(&self, born: u64) -> bool {
+        self.closed || (born >= self.dead_below && self.generation != born)
+    }
 }
 
 /// A link between your client and a [`TestServer`](super::TestServer): a TCP proxy the kit
@@ -32,6 +48,8 @@ pub struct Link {
     addr: SocketAddr,
     tls: bool,
     state: watch::Sender<State>,
+    /// The number the next connection accepted gets (from 1), in the order they came.
+    next_connection: Arc<AtomicU64>,
     pub(super) config: Option<Config>,
 }
 
@@ -39,10 +57,11 @@ impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "requests {}, replies {}, generation {}",
+            "requests {}, replies {}, generation {}{}",
             if self.requests_cut { "cut" } else { "pass" },
             if self.replies_cut { "cut" } else { "pass" },
-            self.generation
+            self.generation,
+            if self.held { ", held" } else { "" }
         )
     }
 }
@@ -66,16 +85,19 @@ impl Link {
             .enable_all()
             .build()?;
         let (state, rx) = watch::channel(State::default());
+        let next_connection = Arc::new(AtomicU64::new(1));
+        let numbers = Arc::clone(&next_connection);
         std::thread::Builder::new()
             .name(format!("lockman-test-link-{}", addr.port()))
             .spawn(move || {
-                runtime.block_on(accept(listener, target, rx));
+                runtime.block_on(accept(listener, target, rx, numbers));
                 // Dropping the runtime cancels every connection's task: their sockets close.
             })?;
         Ok(Self {
             addr,
             tls,
             state,
+            next_connection,
             config: None,
         })
     }
@@ -123,8 +145,51 @@ impl Link {
         self.state.send_modify(|s| {
             s.requests_cut = false;
             s.replies_cut = false;
+            s.held = false;
             s.generation += 1;
         });
+    }
+
+    /// **Traffic held back**, nothing lost: from now on nothing passes either way (what is
+    /// sent waits in the sockets), until [`release`](Self::release) lets it all through, late,
+    /// as TCP retransmits after a short partition. The client sees what [`cut`](Self::cut)
+    /// shows while it lasts; then a request it sent meanwhile reaches Redis after it may have
+    /// given up on it (a late acquire that lockman must give back, a late release), and late
+    /// replies arrive on connections it may have stopped waiting on.
+    pub fn hold(&self) {
+        self.state.send_modify(|s| s.held = true);
+    }
+
+    /// Ends a [`hold`](Self::hold): what was held back flows, on the same connections (none is
+    /// closed, unlike [`heal`](Self::heal)).
+    pub fn release(&self) {
+        self.state.send_modify(|s| s.held = false);
+    }
+
+    /// **Old flows forgotten**: traffic passes again on new connections, but every connection
+    /// from before stays open and drops everything, for good, with no reset: what a client sees
+    /// when a NAT, a firewall or a load balancer forgot its flows during a partition. No error
+    /// ever reaches the client on those connections; only its time-outs and new connections
+    /// get it through (a later [`heal`](Self::heal) does not revive them).
+    pub fn heal_new_only(&self) {
+        self.state.send_modify(|s| {
+            s.requests_cut = false;
+            s.replies_cut = false;
+            s.held = false;
+            s.generation += 1;
+            s.dead_below = s.generation;
+        });
+    }
+
+    /// **Pub/sub flows forgotten**: the connections made so far that subscribed (sent a
+    /// `SUBSCRIBE`, `SSUBSCRIBE` or `PSUBSCRIBE`) go silent for good, with no reset, while
+    /// every command connection keeps working: what a NAT or a firewall does to an idle flow (a
+    /// subscribed connection sends nothing while no message comes). The client hears no
+    /// release from then on, until it notices and subscribes on a new connection; waits that
+    /// rely on a message are woken by their own deadlines meanwhile.
+    pub fn forget_pubsub(&self) {
+        let next = self.next_connection.load(Ordering::SeqCst);
+        self.state.send_modify(|s| s.pubsub_dead_below = next);
     }
 }
 
@@ -139,6 +204,7 @@ async fn accept(
     listener: std::net::TcpListener,
     target: SocketAddr,
     mut rx: watch::Receiver<State>,
+    numbers: Arc<AtomicU64>,
 ) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
@@ -147,7 +213,8 @@ async fn accept(
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((inbound, _)) = accepted {
-                    tokio::spawn(serve(inbound, target, rx.clone()));
+                    let id = numbers.fetch_add(1, Ordering::SeqCst);
+                    tokio::spawn(serve(inbound, target, rx.clone(), id));
                 }
             }
             changed = rx.changed() => {
@@ -159,15 +226,29 @@ async fn accept(
     }
 }
 
-/// Whether a connection born in generation `born` ends now.
-fn ends(state: &State, born: u64) -> bool {
-    state.closed || state.generation != born
+/// One proxied connection: its generation, its number, and whether it subscribed.
+struct Flow {
+    born: u64,
+    id: u64,
+    pubsub: AtomicBool,
 }
 
-/// One proxied connection: joined to the server (its bytes dropped in a direction that is cut)
-/// until either side closes or a heal ends its generation.
-async fn serve(inbound: TcpStream, target: SocketAddr, rx: watch::Receiver<State>) {
-    let born = rx.borrow().generation;
+impl Flow {
+    /// Whether it drops everything, for good (its flow was forgotten).
+    fn dead(&self, state: &State) -> bool {
+        self.born < state.dead_below
+            || (self.pubsub.load(Ordering::SeqCst) && self.id < state.pubsub_dead_below)
+    }
+}
+
+/// One proxied connection: joined to the server (its bytes dropped in a direction that is cut,
+/// or left unread while held) until either side closes or a heal ends its generation.
+async fn serve(inbound: TcpStream, target: SocketAddr, rx: watch::Receiver<State>, id: u64) {
+    let flow = Flow {
+        born: rx.borrow().generation,
+        id,
+        pubsub: AtomicBool::new(false),
+    };
     let _ = inbound.set_nodelay(true);
     let Ok(outbound) = TcpStream::connect(target).await else {
         return;
@@ -175,49 +256,66 @@ async fn serve(inbound: TcpStream, target: SocketAddr, rx: watch::Receiver<State
     let _ = outbound.set_nodelay(true);
     let (mut in_r, mut in_w) = inbound.into_split();
     let (mut out_r, mut out_w) = outbound.into_split();
-    let up = pump(&mut in_r, &mut out_w, rx.clone(), born, |s| s.requests_cut);
-    let down = pump(&mut out_r, &mut in_w, rx, born, |s| s.replies_cut);
+    let up = pump(&mut in_r, &mut out_w, rx.clone(), &flow, true);
+    let down = pump(&mut out_r, &mut in_w, rx, &flow, false);
     tokio::select! {
         _ = up => {}
         _ = down => {}
     }
 }
 
-/// Copies `from` to `to`, dropping what it reads while this direction is cut, until either side
-/// closes or the connection's generation ends.
+/// Copies `from` to `to` (the client's requests when `requests`, else the server's replies),
+/// dropping what it reads while this direction is cut or the flow is dead, reading nothing
+/// while the link is held, until either side closes or the connection's generation ends. The
+/// client's side marks the flow as pub/sub when it sends a SUBSCRIBE.
 async fn pump<R, W>(
     from: &mut R,
     to: &mut W,
     mut rx: watch::Receiver<State>,
-    born: u64,
-    cut: fn(&State) -> bool,
+    flow: &Flow,
+    requests: bool,
 ) where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
+        let held = rx.borrow().held;
         tokio::select! {
-            read = from.read(&mut buf) => {
+            read = from.read(&mut buf), if !held => {
                 let n = match read {
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
                 let state = *rx.borrow();
-                if ends(&state, born) {
+                if state.ends(flow.born) {
                     return;
                 }
-                if !cut(&state) && to.write_all(&buf[..n]).await.is_err() {
+                if requests && subscribes(&buf[..n]) {
+                    flow.pubsub.store(true, Ordering::SeqCst);
+                }
+                let cut = match requests {
+                    true => state.requests_cut,
+                    false => state.replies_cut,
+                };
+                if !cut && !flow.dead(&state) && to.write_all(&buf[..n]).await.is_err() {
                     return;
                 }
             }
             changed = rx.changed() => {
-                if changed.is_err() || ends(&rx.borrow(), born) {
+                if changed.is_err() || rx.borrow().ends(flow.born) {
                     return;
                 }
             }
         }
     }
+}
+
+/// Whether a client's bytes hold a (S|P)SUBSCRIBE command.
+fn subscribes(bytes: &[u8]) -> bool {
+    bytes
+        .windows(9)
+        .any(|w| w.eq_ignore_ascii_case(b"SUBSCRIBE"))
 }
 
 /// `redis://127.0.0.1:<port>/0`, or `rediss://localhost:<port>/0`.

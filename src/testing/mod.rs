@@ -16,14 +16,17 @@
 //!   one per client you want to cut alone.
 //! - Faults: [`TestServer::lose`], [`TestServer::expire`], [`TestServer::pause`],
 //!   [`TestServer::restart_empty`]; on a link, [`Link::cut`], [`Link::drop_replies`],
-//!   [`Link::heal`]. Each one's doc says what the application sees.
+//!   [`Link::hold`] (traffic held back, delivered late), [`Link::heal_new_only`] and
+//!   [`Link::forget_pubsub`] (flows a middlebox forgot), ended by [`Link::heal`] or
+//!   [`Link::release`]. Each one's doc says what the application sees.
 //! - Looks: [`TestServer::holder`], [`TestServer::waiters`], [`TestServer::keys_left`].
 //! - [`SentinelGroup::start`]: a primary, a replica and three sentinels;
 //!   [`SentinelGroup::config`] a `Config::sentinel(...)` for them; faults
 //!   [`SentinelGroup::failover`] (a switch-over) and [`SentinelGroup::kill_primary`] (a crash),
 //!   each returning the new primary's port once the sentinels agree on it.
-//! - [`Cluster::start`]: a Redis Cluster of three masters; [`Cluster::config`] a
-//!   `Config::cluster(...)` for it; [`Cluster::node_for`] the node serving a name.
+//! - [`Cluster::start`]: a Redis Cluster of three masters ([`Cluster::start_with`]: masters
+//!   and replicas of your choice); [`Cluster::config`] a `Config::cluster(...)` for it;
+//!   [`Cluster::node_for`] the node serving a name.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

@@ -72,8 +72,8 @@ impl ServerBinary {
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct Options {
-    bin: Option<OsString>,
-    args: Vec<String>,
+    pub(super) bin: Option<OsString>,
+    pub(super) args: Vec<String>,
     password: Option<String>,
     unix_socket: bool,
     #[cfg(feature = "tls")]

@@ -1,18 +1,34 @@
-//! A local Redis Cluster for tests: redis-servers started with `--cluster-enabled yes` on
-//! loopback ports below 55536 (the bus listens on port + 10000), joined by
-//! `redis-cli --cluster create`, ready once every node reports `cluster_state:ok`; every node
-//! is killed when dropped.
+//! The suite's Redis Cluster: `lockman::testing::Cluster` (its methods, through `Deref`), with
+//! what only this suite does to a cluster: moving a slot by hand, finding a master's replica,
+//! waiting until a replica caught up, counting keys on every node. Calls panic (failing the
+//! test) instead of returning errors.
 
-use std::process::{Command, Stdio};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Options, RedisServer};
+use lockman::testing::{Options, TestServer};
 
-const READY_LIMIT: Duration = Duration::from_secs(30);
+use super::certs::TestCerts;
 
-/// The nodes of one cluster.
+/// The nodes of one cluster, killed when dropped.
 pub struct Cluster {
-    pub nodes: Vec<RedisServer>,
+    kit: lockman::testing::Cluster,
+    /// The certificates a TLS cluster's nodes read (again at a restart): kept while it lives.
+    _certs: Option<Arc<TestCerts>>,
+}
+
+impl Deref for Cluster {
+    type Target = lockman::testing::Cluster;
+    fn deref(&self) -> &Self::Target {
+        &self.kit
+    }
+}
+
+impl DerefMut for Cluster {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.kit
+    }
 }
 
 impl Cluster {
@@ -23,7 +39,8 @@ impl Cluster {
 
     /// As [`start`](Self::start), each node with more arguments (ACL users, say).
     pub fn start_with(masters: usize, replicas: usize, args: &[String]) -> Self {
-        Self::start_nodes(masters, replicas, args, None)
+        let options = Options::default().args(args.iter().cloned());
+        Self::start_kit(masters, replicas, options, None)
     }
 
     /// A cluster that speaks only TLS, to clients and on its bus, with certificates of `certs`.
@@ -31,16 +48,17 @@ impl Cluster {
     /// clients that follow the cluster's topology can check the certificates. On the bus a node
     /// is also a TLS client, and Redis always asks for a client certificate there: each presents
     /// the test client certificate.
-    pub fn start_tls(masters: usize, certs: std::sync::Arc<super::certs::TestCerts>) -> Self {
+    pub fn start_tls(masters: usize, certs: Arc<TestCerts>) -> Self {
         let file = |name: &str| certs.file(name).display().to_string();
-        let args = [
-            "--tls-client-cert-file".to_owned(),
-            file("client.pem"),
-            "--tls-client-key-file".to_owned(),
-            file("client.key"),
-        ];
-        let args = args.into_iter().chain(
-            [
+        let options = Options::default()
+            .tls(certs.tls_files(false))
+            .args([
+                "--tls-client-cert-file".to_owned(),
+                file("client.pem"),
+                "--tls-client-key-file".to_owned(),
+                file("client.key"),
+            ])
+            .args([
                 "--tls-cluster",
                 "yes",
                 "--tls-replication",
@@ -49,83 +67,33 @@ impl Cluster {
                 "localhost",
                 "--cluster-preferred-endpoint-type",
                 "hostname",
-            ]
-            .map(String::from),
-        );
-        Self::start_nodes(masters, 0, &args.collect::<Vec<_>>(), Some(certs))
+            ]);
+        Self::start_kit(masters, 0, options, Some(certs))
     }
 
-    fn start_nodes(
+    fn start_kit(
         masters: usize,
         replicas: usize,
-        args: &[String],
-        tls: Option<std::sync::Arc<super::certs::TestCerts>>,
+        options: Options,
+        certs: Option<Arc<TestCerts>>,
     ) -> Self {
-        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
-            .map(|_| {
-                let cluster = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"];
-                RedisServer::start_with(Options {
-                    args: cluster
-                        .iter()
-                        .map(|a| (*a).to_owned())
-                        .chain(args.iter().cloned())
-                        .collect(),
-                    tls: tls.clone(),
-                    ..Options::default()
-                })
-            })
-            .collect();
-        let tls_args: Vec<String> = match &tls {
-            Some(certs) => vec![
-                "--tls".into(),
-                "--cacert".into(),
-                certs.file("ca.pem").display().to_string(),
-            ],
-            None => Vec::new(),
-        };
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let cli = std::env::var_os("REDIS_CLI_BIN").unwrap_or_else(|| "redis-cli".into());
-        let out = Command::new(&cli)
-            .args(&tls_args)
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {cli:?} ({e}): install redis-tools"));
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let cluster = Self { nodes };
-        cluster.wait_until_ok();
-        cluster
-    }
-
-    /// The URL of every node (seeds for a cluster client): `redis://127.0.0.1:<port>`, or
-    /// `rediss://localhost:<port>` for a TLS cluster.
-    pub fn urls(&self) -> Vec<String> {
-        self.nodes
-            .iter()
-            .map(|n| n.url().strip_suffix("/0").unwrap_or_default().to_owned())
-            .collect()
+        let binary = super::server();
+        match lockman::testing::Cluster::start_with(masters, replicas, options) {
+            Ok(kit) => Self { kit, _certs: certs },
+            Err(e) => panic!("could not start a cluster of {}: {e}", binary.version),
+        }
     }
 
     /// The port of the master that serves `key` now (as the first node sees it).
     pub fn owner_of(&self, key: &str) -> u16 {
-        let first = self.nodes[0].port();
+        let first = self.nodes()[0].port();
         self.owner_asking(key, first)
             .expect("every slot has a master")
     }
 
     /// The node listening on `port`.
-    pub fn node(&self, port: u16) -> &RedisServer {
-        self.nodes
+    pub fn node(&self, port: u16) -> &TestServer {
+        self.nodes()
             .iter()
             .find(|n| n.port() == port)
             .expect("a node of this cluster")
@@ -133,11 +101,11 @@ impl Cluster {
 
     /// Keys on every node together (DBSIZE summed over the masters and replicas).
     pub fn total_keys(&self) -> u64 {
-        self.nodes
+        self.nodes()
             .iter()
             .map(|n| {
-                redis::cmd("DBSIZE")
-                    .query::<u64>(&mut n.conn())
+                n.conn()
+                    .and_then(|mut c| Ok(redis::cmd("DBSIZE").query::<u64>(&mut c)?))
                     .unwrap_or(0)
             })
             .sum()
@@ -147,14 +115,9 @@ impl Cluster {
     /// manager writes at its first use of a name, whatever the name's fate.
     pub fn lock_keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self
-            .nodes
+            .nodes()
             .iter()
-            .flat_map(|n| {
-                redis::cmd("KEYS")
-                    .arg("*")
-                    .query::<Vec<String>>(&mut n.conn())
-                    .unwrap_or_default()
-            })
+            .flat_map(|n| n.keys_left().unwrap_or_default())
             .filter(|k| !k.starts_with("lockman_client:{lockman}"))
             .collect();
         keys.sort();
@@ -165,19 +128,19 @@ impl Cluster {
     pub fn node_id(&self, port: u16) -> String {
         redis::cmd("CLUSTER")
             .arg("MYID")
-            .query(&mut self.node(port).conn())
+            .query(&mut super::raw(self.node(port)))
             .expect("CLUSTER MYID")
     }
 
     /// The port of the replica of the master on `port`.
     pub fn replica_of(&self, port: u16) -> u16 {
         let master = self.node_id(port);
-        self.nodes
+        self.nodes()
             .iter()
             .find(|n| {
-                let nodes: String = redis::cmd("CLUSTER")
-                    .arg("NODES")
-                    .query(&mut n.conn())
+                let nodes: String = n
+                    .conn()
+                    .and_then(|mut c| Ok(redis::cmd("CLUSTER").arg("NODES").query(&mut c)?))
                     .unwrap_or_default();
                 nodes.lines().any(|l| {
                     let f: Vec<&str> = l.split(' ').collect();
@@ -187,7 +150,7 @@ impl Cluster {
                         && f[3] == master
                 })
             })
-            .map(RedisServer::port)
+            .map(TestServer::port)
             .expect("a replica of that master")
     }
 
@@ -202,7 +165,7 @@ impl Cluster {
         let info = |port: u16| -> String {
             redis::cmd("INFO")
                 .arg("replication")
-                .query(&mut self.node(port).conn())
+                .query(&mut super::raw(self.node(port)))
                 .unwrap_or_default()
         };
         let target = field(&info(master), "master_repl_offset:").expect("master offset");
@@ -231,21 +194,21 @@ impl Cluster {
             .arg(slot)
             .arg("IMPORTING")
             .arg(&from_id)
-            .query(&mut self.node(to).conn())
+            .query(&mut super::raw(self.node(to)))
             .expect("SETSLOT IMPORTING");
         let _: () = redis::cmd("CLUSTER")
             .arg("SETSLOT")
             .arg(slot)
             .arg("MIGRATING")
             .arg(&to_id)
-            .query(&mut self.node(from).conn())
+            .query(&mut super::raw(self.node(from)))
             .expect("SETSLOT MIGRATING");
     }
 
     /// Moves the slot's remaining keys (MIGRATE) and gives the slot to the target on every
     /// master (SETSLOT NODE).
     pub fn finish_migration(&self, slot: u16, from: u16, to: u16) {
-        let mut source = self.node(from).conn();
+        let mut source = super::raw(self.node(from));
         loop {
             let keys: Vec<String> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
@@ -274,17 +237,22 @@ impl Cluster {
                 .arg(slot)
                 .arg("NODE")
                 .arg(&to_id)
-                .query(&mut self.node(port).conn())
+                .query(&mut super::raw(self.node(port)))
                 .expect("SETSLOT NODE");
         }
-        let others: Vec<u16> = self.nodes.iter().map(RedisServer::port).collect();
-        for port in others.into_iter().filter(|p| *p != to && *p != from) {
-            let _ = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(&to_id)
-                .query::<()>(&mut self.node(port).conn());
+        let others = self
+            .nodes()
+            .iter()
+            .filter(|n| n.port() != to && n.port() != from);
+        for node in others {
+            if let Ok(mut conn) = node.conn() {
+                let _ = redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id)
+                    .query::<()>(&mut conn);
+            }
         }
     }
 
@@ -293,7 +261,7 @@ impl Cluster {
         redis::cmd("CLUSTER")
             .arg("KEYSLOT")
             .arg(key)
-            .query(&mut self.nodes[0].conn())
+            .query(&mut super::raw(&self.nodes()[0]))
             .expect("CLUSTER KEYSLOT")
     }
 
@@ -310,7 +278,7 @@ impl Cluster {
     }
 
     fn owner_asking(&self, key: &str, asked: u16) -> Option<u16> {
-        let mut conn = self.node(asked).conn();
+        let mut conn = self.node(asked).conn().ok()?;
         let slot = self.slot_of(key);
         let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn).ok()?;
         ranges.into_iter().find_map(|range| match range {
@@ -328,26 +296,5 @@ impl Cluster {
             },
             _ => None,
         })
-    }
-
-    fn wait_until_ok(&self) {
-        let deadline = Instant::now() + READY_LIMIT;
-        for node in &self.nodes {
-            let mut conn = node.conn();
-            loop {
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query(&mut conn)
-                    .unwrap_or_default();
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "cluster not ok within {READY_LIMIT:?}: {info}"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
     }
 }

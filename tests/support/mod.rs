@@ -1,18 +1,21 @@
-//! Throwaway `redis-server` processes for tests, examples and benches.
+//! What lockman's own suite adds to `lockman::testing`, the kit every server, Sentinel group,
+//! cluster and proxy of the suite comes from.
 //!
-//! Each [`RedisServer`] runs the binary from `REDIS_SERVER_BIN` (default: `redis-server` on the
-//! PATH) on a free loopback port, in a temporary folder of its own with nothing saved to disk,
-//! waits until it answers PING, and is killed when dropped. It can be stopped and restarted on
-//! the same port, to test what happens while Redis is away. Nothing here touches any other server.
+//! [`RedisServer`] is the kit's `TestServer` (through `Deref`) with conveniences that panic
+//! (failing the test) instead of returning errors; [`sentinel`] and [`cluster`] wrap the kit's
+//! `SentinelGroup` and `Cluster` the same way, with what only this suite does to them (a slot
+//! moved by hand, say). [`raw`] and [`async_conn`] connect to any of the kit's servers.
 //!
-//! Every server of a test process (plain, Sentinel, cluster node) runs that one binary; the first
-//! start says on stderr which server and version it is (`Redis server v=7.0.15`, `Valkey server
-//! v=9.1.2`), and from then on every panic in the process ends with that name, so a failing test
-//! says what it ran on (CI runs the suite on Redis and on Valkey).
+//! Every server of a test process (plain, Sentinel, cluster node) runs one binary
+//! (`REDIS_SERVER_BIN`, default `redis-server` on the PATH); the first start says on stderr
+//! which server and version it is (`Redis server v=7.0.15`, `Valkey server v=9.1.2`), and from
+//! then on every panic in the process ends with that name, so a failing test says what it ran on
+//! (CI runs the suite on Redis and on Valkey).
 //!
 //! [`Options`] make other kinds of server: TLS-only with certificates made at test time
-//! ([`certs`]), with a unix socket, with ACL users or any other setting; [`sentinel`] starts a
-//! primary, a replica and three sentinels; [`cluster`] a local Redis Cluster.
+//! ([`certs`]), with a unix socket, with ACL users or any other setting. The rest is the suite's
+//! own: the Java side of the synchronizers ([`redisson`]), recorders, waits for a state
+//! ([`wait`]), child-test spawning.
 #![allow(dead_code)]
 
 pub mod certs;
@@ -113,27 +116,12 @@ impl RedisServer {
 
     /// A blocking connection, for raw checks (HGETALL, PTTL, INFO …), with no read time-out.
     pub fn conn(&self) -> redis::Connection {
-        self.client()
-            .get_connection()
-            .expect("connect to test redis")
+        raw(self)
     }
 
     /// A multiplexed async connection, for raw checks from async tests.
     pub async fn async_conn(&self) -> redis::aio::MultiplexedConnection {
-        self.client()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to test redis")
-    }
-
-    /// Sends `signal` (`STOP`, `CONT`, …) to the server process.
-    pub fn signal(&self, signal: &str) {
-        if let Some(pid) = self.pid() {
-            let _ = Command::new("kill")
-                .arg(format!("-{signal}"))
-                .arg(pid.to_string())
-                .status();
-        }
+        async_conn(self).await
     }
 
     /// Starts the server again on the same port, with what it persisted; panics when it
@@ -165,6 +153,52 @@ impl RedisServer {
                 .expect("PING after the stall")
         })
     }
+}
+
+/// How long a test's `pause` lasts at most: the test ends it itself with `resume()`; the limit
+/// only bounds a pause that a failing test left behind.
+pub const FROZEN: Duration = Duration::from_secs(60);
+
+/// A plain server with more arguments (`--maxmemory-policy`, `allkeys-lru`, …).
+pub fn server_with(args: &[&str]) -> RedisServer {
+    RedisServer::start_with(Options {
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        ..Options::default()
+    })
+}
+
+/// A primary and its replica, once the replica is online (the primary counts it connected).
+pub fn primary_and_replica() -> (RedisServer, RedisServer) {
+    let primary = RedisServer::start();
+    let replica = server_with(&["--replicaof", "127.0.0.1", &primary.port().to_string()]);
+    let mut raw = primary.conn();
+    let linked = eventually_blocking(Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut raw)
+            .unwrap_or_default();
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    assert!(linked, "the replica never came online");
+    (primary, replica)
+}
+
+/// A blocking connection to any of the kit's servers (a node of a cluster, a server of a
+/// Sentinel group), for raw checks, with no read time-out; panics when it cannot connect.
+pub fn raw(server: &TestServer) -> redis::Connection {
+    server
+        .client()
+        .and_then(|c| Ok(c.get_connection()?))
+        .expect("connect to a test server")
+}
+
+/// A multiplexed async connection to any of the kit's servers, for raw checks from async tests.
+pub async fn async_conn(server: &TestServer) -> redis::aio::MultiplexedConnection {
+    let client = server.client().expect("a client of the test server");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to a test server")
 }
 
 /// The server binary every test server of this process runs, and what it says it is.
@@ -223,22 +257,6 @@ pub fn free_port() -> u16 {
 /// A loopback port nothing listens on, and that no server of this process will ever take.
 pub fn closed_port() -> u16 {
     free_port()
-}
-
-/// The last lines of a server's log (5, or `LOG_LINES`), newest first.
-fn read_log(path: &std::path::Path) -> String {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .rev()
-        .take(
-            std::env::var("LOG_LINES")
-                .ok()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(5),
-        )
-        .collect::<Vec<_>>()
-        .join(" | ")
 }
 
 /// Number of calls of `command` (lowercase, e.g. `evalsha`, `publish`) since the last

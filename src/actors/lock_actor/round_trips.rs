@@ -76,17 +76,22 @@ impl LockActor {
                 holder,
                 target,
                 lease,
+                lapsed,
             } => self.spawn_op(
                 ctx,
                 Box::pin(async move {
-                    let res = cmds.settle_releases(kind, &name, &holder, target, lease);
+                    let res = cmds.settle_releases(kind, &name, &holder, target, lease, lapsed);
                     Outcome::Settle(res.await)
                 }),
             ),
-            Op::Shutdown { leave, release } => self.spawn_op(
+            Op::Shutdown {
+                leave,
+                release,
+                lapsed,
+            } => self.spawn_op(
                 ctx,
                 Box::pin(async move {
-                    shut_down(&cmds, &name, leave, release).await;
+                    shut_down(&cmds, &name, leave, release, lapsed).await;
                     Outcome::Shutdown
                 }),
             ),
@@ -111,6 +116,7 @@ async fn shut_down(
     name: &str,
     leave: Vec<(Arc<str>, Duration)>,
     release: Vec<((Arc<str>, LockKind), Duration)>,
+    lapsed: Vec<(Arc<str>, LockKind)>,
 ) {
     for (holder, wait) in leave {
         if let Err(e) = cmds.leave_queue(name, &holder, wait).await {
@@ -118,7 +124,11 @@ async fn shut_down(
         }
     }
     for ((holder, kind), lease) in release {
-        match cmds.settle_releases(kind, name, &holder, 0, lease).await {
+        let ran_out = lapsed.contains(&(holder.clone(), kind));
+        match cmds
+            .settle_releases(kind, name, &holder, 0, lease, ran_out)
+            .await
+        {
             Ok(0) => {}
             Ok(_) => tracing::warn!(lock = %name, %holder, "release at shutdown failed"),
             Err(e) => {

@@ -130,6 +130,9 @@ pub(crate) enum Op {
         holder: Arc<str>,
         target: u32,
         lease: Duration,
+        /// The hold's lease ran out here ([`Trips::lapsed`](super::trips::Trips::lapsed)): it
+        /// ended without a release, so the releases that settle it leave the name's lock-delay.
+        lapsed: bool,
     },
     /// Keep this actor's fair-queue places alive: each holder with the wait of its place, the
     /// head's base capped at `cap` (`fair_refresh.lua`).
@@ -141,6 +144,8 @@ pub(crate) enum Op {
     Shutdown {
         leave: Vec<(Arc<str>, Duration)>,
         release: Vec<(HoldKey, Duration)>,
+        /// Those of `release` whose lease ran out here: their releases leave the lock-delay.
+        lapsed: Vec<HoldKey>,
     },
 }
 

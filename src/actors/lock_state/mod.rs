@@ -335,6 +335,7 @@ impl LockState {
                 if self.holds.of(&key, epoch).is_some() {
                     self.lose(&key, epoch, Loss::Lease);
                     self.trips.abandoned.insert(key.clone());
+                    self.trips.lapsed.insert(key.clone());
                     self.settle(key);
                     self.pump();
                 }

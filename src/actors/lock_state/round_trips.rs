@@ -268,13 +268,18 @@ impl LockState {
             self.take_place(&holder, wait);
         }
         let leave = self.fail_waiters();
+        let lapsed: Vec<HoldKey> = self.trips.lapsed.iter().cloned().collect();
         let unsettled = self.end_unsettled();
         let release = if release {
             self.release_all(unsettled)
         } else {
             Vec::new()
         };
-        Op::Shutdown { leave, release }
+        Op::Shutdown {
+            leave,
+            release,
+            lapsed,
+        }
     }
 
     /// Stopping: the requests still unresolved, and the holders whose count was still to be

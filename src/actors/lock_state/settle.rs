@@ -53,6 +53,7 @@ impl LockState {
             holder: key.0.clone(),
             target,
             lease,
+            lapsed: self.trips.lapsed.contains(&key),
         };
         Some((op, Flight::Settle { key, epoch }))
     }
@@ -127,6 +128,7 @@ impl LockState {
     /// must be Redis's already.
     pub(super) fn settled_ending(&mut self, key: &HoldKey, end: impl FnOnce(&mut Self)) {
         let settling = self.trips.abandoned.remove(key);
+        self.trips.lapsed.remove(key);
         self.trips.settle_over(key);
         end(self);
         self.timers.stop(&Timer::Settle(key.clone()), &mut self.out);

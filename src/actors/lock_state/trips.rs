@@ -120,6 +120,10 @@ pub(super) struct Trips {
     /// unresolved, a lease ended here a little before Redis's copy): settled by count once none
     /// of their requests is unresolved; they take nothing new until then.
     pub abandoned: FxHashSet<HoldKey>,
+    /// Those of `abandoned` whose lease ran out here: the hold ended without a release, so the
+    /// name's lock-delay ([`Config::lock_delay`](crate::Config::lock_delay)) stays when its
+    /// settling releases Redis's copy (which outlives the lease here by a few milliseconds).
+    pub lapsed: FxHashSet<HoldKey>,
     /// Consecutive failed settlings of a holder's count, for the backoff of the next.
     settle_failures: FxHashMap<HoldKey, u32>,
     /// The last request number given.
@@ -214,6 +218,7 @@ impl Trips {
     /// Stopping: the holders whose count was to be settled, which none is any more.
     pub(super) fn take_abandoned(&mut self) -> FxHashSet<HoldKey> {
         self.settle_failures.clear();
+        self.lapsed.clear();
         std::mem::take(&mut self.abandoned)
     }
 

@@ -385,8 +385,16 @@ fn a_request_unresolved_past_the_watchdog_timeout_is_settled_by_count() {
     let late = t0 + settings().watchdog_timeout;
     s.fired(Timer::Resend(seq), late);
     let fx = s.drain();
+    // A release the user asked for: its settling ends the lock-delay too.
     assert!(
-        matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
+        matches!(
+            runs(&fx)[..],
+            [Op::Settle {
+                target: 0,
+                lapsed: false,
+                ..
+            }]
+        ),
         "{fx:?}"
     );
     s.ran(Outcome::Settle(Ok(0)), late);
@@ -593,8 +601,17 @@ fn a_lease_ended_here_is_settled_before_its_holder_takes_again_and_a_single_try_
     let t1 = t0 + SECOND;
     s.fired(Timer::Expiry(key.clone(), epoch), t1);
     let fx = s.drain();
+    // The hold ended without a release: its settling leaves the lock-delay (the break: a
+    // settle that deleted the delay key opened the name at the lease's end).
     assert!(
-        matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
+        matches!(
+            runs(&fx)[..],
+            [Op::Settle {
+                target: 0,
+                lapsed: true,
+                ..
+            }]
+        ),
         "{fx:?}"
     );
     // It fails: tried again on the one settle timer, after the backoff of one failure.
@@ -620,7 +637,14 @@ fn a_lease_ended_here_is_settled_before_its_holder_takes_again_and_a_single_try_
     s.fired(Timer::Settle(key.clone()), t2);
     let fx = s.drain();
     assert!(
-        matches!(runs(&fx)[..], [Op::Settle { target: 0, .. }]),
+        matches!(
+            runs(&fx)[..],
+            [Op::Settle {
+                target: 0,
+                lapsed: true,
+                ..
+            }]
+        ),
         "{fx:?}"
     );
     s.ran(Outcome::Settle(Ok(0)), t2);

@@ -593,6 +593,7 @@ impl Redis {
                 holder,
                 target,
                 lease,
+                ..
             } => {
                 while self.held(holder, *kind) > *target {
                     let expect = self.held(holder, *kind);
@@ -600,7 +601,7 @@ impl Redis {
                 }
                 Outcome::Settle(Ok(self.held(holder, *kind)))
             }
-            Op::Shutdown { leave, release } => {
+            Op::Shutdown { leave, release, .. } => {
                 for (holder, wait) in leave {
                     self.fair_leave(holder, *wait);
                 }
