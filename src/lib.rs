@@ -171,9 +171,10 @@
 //!   - `lock_state/`, `sync_state/`: the rules of one name, pure (events in, effects out; no
 //!     actix, timers or Redis), with their unit, property and seeded simulation tests;
 //!   - `name/`: what both states speak, pure: [`Wait`](actix::Wait), the backoff, the effects
-//!     both emit;
-//!   - `shell/`: what every per-name actor does, once for both families: timers, pub/sub,
-//!     watchdog, lost signals, lingering, the board of waits, reply senders;
+//!     both emit, and the events both take (`NameState`);
+//!   - `shell/`: what every per-name actor does, once for both families: it owns the state and
+//!     drives it; timers, pub/sub, watchdog, lost signals, a grant's receipt, lingering, the
+//!     board of waits, reply senders;
 //!   - `lock_actor/`, `sync_actor/`: the adapters: requests in, round trips, answers out;
 //!   - `deadlock/`: the waits-for graph (pure), its detector, each lock actor's seat in it,
 //!     and the probe that follows waits through other processes;

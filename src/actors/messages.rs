@@ -13,6 +13,7 @@ use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, Message, WeakRecipient};
 use std::sync::Arc;
 
+pub(crate) use super::name::Renewal;
 pub use super::name::Wait;
 pub use super::sync_state::Adjustment;
 use crate::error::LockError;
@@ -86,18 +87,26 @@ pub(crate) struct HoldLost {
     pub epoch: u64,
 }
 
-/// Stop the lock actor: fail its waiters with `Shutdown`, release its holds when `release`.
+/// Stop a per-name actor: fail its waiters with `Shutdown`; release its holds (a lock's, or
+/// permits) when `release`.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub(crate) struct StopLock {
+pub(crate) struct Stop {
     pub release: bool,
 }
 
-/// Registry: the lock actor `id` of `name` has stopped.
+/// Which per-name actor: a lock family's (its first kind), or a synchronizer kind's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NameKind {
+    Lock(LockKind),
+    Sync(SyncKind),
+}
+
+/// Registry: the per-name actor `id` of `name` has stopped.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub(crate) struct Forget {
-    pub family: LockKind,
+    pub kind: NameKind,
     pub name: Arc<str>,
     pub id: u64,
 }
@@ -175,14 +184,6 @@ pub(crate) struct RenewNow;
 #[rtype(result = "()")]
 pub(crate) struct Halt;
 
-/// What the Watchdog renews: a hold of a lock of some kind, or the permits of one grant of a
-/// permit semaphore (the holder is then the permit ids, in hex, joined by commas).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Renewal {
-    Lock(LockKind),
-    Permits,
-}
-
 /// Where the PubSubActor delivers one channel's messages: a lock actor or a synchronizer actor.
 #[derive(Clone)]
 pub(crate) struct Listener {
@@ -226,26 +227,15 @@ pub struct AwaitLatch {
 #[rtype(result = "Result<i64, LockError>")]
 pub struct Adjust(pub Adjustment);
 
+/// Permit semaphore: give back these permits (16-byte ids, concatenated) all at once, or none
+/// when one is not held. Replies how many were given back (0: none).
+#[derive(Clone, Debug, Message)]
+#[rtype(result = "Result<i64, LockError>")]
+pub struct ReleaseIds(pub Arc<[u8]>);
+
 /// Permits were dropped: give them back in the background.
 #[derive(Message)]
 #[rtype(result = "Result<(), LockError>")]
 pub(crate) struct GiveBack {
     pub epoch: u64,
-}
-
-/// Stop the synchronizer actor: fail its waiters with `Shutdown`, give back its permits when
-/// `release`.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct StopSync {
-    pub release: bool,
-}
-
-/// Registry: the synchronizer actor `id` has stopped.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub(crate) struct ForgetSync {
-    pub kind: SyncKind,
-    pub name: Arc<str>,
-    pub id: u64,
 }

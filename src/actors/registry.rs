@@ -298,19 +298,14 @@ impl Registry {
     }
 }
 
-impl Handler<ForgetSync> for Registry {
-    type Result = ();
-
-    fn handle(&mut self, msg: ForgetSync, _: &mut Context<Self>) {
-        self.actors.syncs.forget(&(msg.kind, msg.name), msg.id);
-    }
-}
-
 impl Handler<Forget> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: Forget, _: &mut Context<Self>) {
-        self.actors.locks.forget(&(msg.family, msg.name), msg.id);
+        match msg.kind {
+            NameKind::Lock(family) => self.actors.locks.forget(&(family, msg.name), msg.id),
+            NameKind::Sync(kind) => self.actors.syncs.forget(&(kind, msg.name), msg.id),
+        }
     }
 }
 
@@ -330,8 +325,8 @@ impl Handler<Shutdown> for Registry {
         let live = self.actors.locks.drain();
         let syncs = self.actors.syncs.drain();
         let release = msg.release;
-        let stops = join_all(live.into_iter().map(|a| a.send(StopLock { release })));
-        let sync_stops = join_all(syncs.into_iter().map(|a| a.send(StopSync { release })));
+        let stops = join_all(live.into_iter().map(|a| a.send(Stop { release })));
+        let sync_stops = join_all(syncs.into_iter().map(|a| a.send(Stop { release })));
         let stops = futures_util::future::join(stops, sync_stops);
         let watchdog = self.svc.watchdog.clone();
         let probe = self.probe.clone();

@@ -1,5 +1,6 @@
 //! `Config`'s `Debug`: every setting, no password.
 
+use super::redact::redacted;
 use super::*;
 
 impl std::fmt::Debug for Config {

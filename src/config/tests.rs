@@ -1,6 +1,7 @@
 //! Config's checks and defaults.
 
 use super::*;
+use crate::error::LockError;
 
 #[test]
 fn defaults_match_redisson() {

@@ -197,25 +197,8 @@ impl Conn {
     /// than [`RENEW_GAP`] ago; a failed attempt leaves them in place, and a later timeout tries
     /// again.
     fn renew(&self, generation: u64) {
-        let home = {
-            let mut lanes = self
-                .inner
-                .lanes
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            let Some(lane) = lanes.get_mut(self.lane) else {
-                return;
-            };
-            let now = Instant::now();
-            let recent = lane
-                .renewed_at
-                .is_some_and(|at| now.saturating_duration_since(at) < RENEW_GAP);
-            if lane.generation != generation || lane.renewing || recent {
-                return;
-            }
-            lane.renewing = true;
-            lane.renewed_at = Some(now);
-            lane.home.clone()
+        let Some(home) = self.claim_renewal(generation) else {
+            return;
         };
         let this = self.clone();
         let work = async move {
@@ -227,25 +210,7 @@ impl Conn {
                 inner.sync.is_some(),
             )
             .await;
-            let retired = {
-                let mut lanes = inner.lanes.write().unwrap_or_else(PoisonError::into_inner);
-                let Some(lane) = lanes.get_mut(this.lane) else {
-                    return;
-                };
-                lane.renewing = false;
-                match made {
-                    Ok(pair) if lane.generation == generation => {
-                        lane.generation += 1;
-                        Some(std::mem::replace(&mut lane.pair, pair))
-                    }
-                    // A failover's switch replaced them meanwhile.
-                    Ok(_) => None,
-                    Err(error) => {
-                        tracing::warn!(%error, lane = this.lane, "replacing timed-out command connections failed");
-                        None
-                    }
-                }
-            };
+            let retired = this.renewed(generation, made);
             let lane = this.lane;
             // Only the retired connections are kept through the grace, not every lane's (`this`):
             // a manager dropped meanwhile still closes its own at once.
@@ -277,6 +242,49 @@ impl Conn {
                     }
                 }
             },
+        }
+    }
+
+    /// Marks this lane's connections of `generation` as being renewed, unless they were
+    /// replaced already, a renewal is under way or began less than [`RENEW_GAP`] ago (`None`).
+    /// Gives where to run the renewal (`Some(None)`: on the current runtime).
+    fn claim_renewal(&self, generation: u64) -> Option<Option<Spawner>> {
+        let mut lanes = self
+            .inner
+            .lanes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let lane = lanes.get_mut(self.lane)?;
+        let now = Instant::now();
+        let recent = lane
+            .renewed_at
+            .is_some_and(|at| now.saturating_duration_since(at) < RENEW_GAP);
+        if lane.generation != generation || lane.renewing || recent {
+            return None;
+        }
+        lane.renewing = true;
+        lane.renewed_at = Some(now);
+        Some(lane.home.clone())
+    }
+
+    /// The renewal of this lane's connections of `generation` ended with `made`: the new ones
+    /// take their place, unless a failover's switch replaced them meanwhile. Gives the retired
+    /// ones.
+    fn renewed(&self, generation: u64, made: Result<Pair, LockError>) -> Option<Pair> {
+        let mut lanes = (self.inner.lanes.write()).unwrap_or_else(PoisonError::into_inner);
+        let lane = lanes.get_mut(self.lane)?;
+        lane.renewing = false;
+        match made {
+            Ok(pair) if lane.generation == generation => {
+                lane.generation += 1;
+                Some(std::mem::replace(&mut lane.pair, pair))
+            }
+            // A failover's switch replaced them meanwhile.
+            Ok(_) => None,
+            Err(error) => {
+                tracing::warn!(%error, lane = self.lane, "replacing timed-out command connections failed");
+                None
+            }
         }
     }
 

@@ -163,6 +163,8 @@ impl Endpoint {
     }
 }
 
+/// The Sentinel client of `settings`: the sentinels' addresses and password (from their URLs),
+/// the primary's name, database, user, password and TLS.
 fn sentinel_client(
     settings: &SentinelSettings,
     config: &Config,
@@ -211,7 +213,30 @@ fn sentinel_client(
         builder = builder.set_client_to_redis_password(password);
     }
     let master_tls = settings.master_tls();
-    if master_tls {
+    builder = master_tls_mode(builder, settings, sentinel_tls)?;
+    #[cfg(feature = "tls")]
+    if let Some(certs) = certificates(config) {
+        if master_tls {
+            builder = builder.set_client_to_redis_certificates(certs.clone());
+        }
+        if sentinel_tls {
+            builder = builder.set_client_to_sentinel_certificates(certs);
+        }
+    }
+    let _ = (config, sentinel_tls);
+    builder
+        .build()
+        .map_err(|e| LockError::invalid("sentinel settings", e.to_string()))
+}
+
+/// The primary's TLS on `builder`: on, checked or `#insecure`, as `settings` say; off, said
+/// once in the log when the sentinels (`sentinel_tls`) are reached over TLS.
+fn master_tls_mode(
+    mut builder: SentinelClientBuilder,
+    settings: &SentinelSettings,
+    sentinel_tls: bool,
+) -> Result<SentinelClientBuilder, LockError> {
+    if settings.master_tls() {
         if !cfg!(feature = "tls") {
             return Err(LockError::invalid(
                 "sentinel master tls",
@@ -233,19 +258,7 @@ fn sentinel_client(
              unencrypted"
         );
     }
-    #[cfg(feature = "tls")]
-    if let Some(certs) = certificates(config) {
-        if master_tls {
-            builder = builder.set_client_to_redis_certificates(certs.clone());
-        }
-        if sentinel_tls {
-            builder = builder.set_client_to_sentinel_certificates(certs);
-        }
-    }
-    let _ = (config, sentinel_tls);
-    builder
-        .build()
-        .map_err(|e| LockError::invalid("sentinel settings", e.to_string()))
+    Ok(builder)
 }
 
 #[cfg(test)]

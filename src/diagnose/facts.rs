@@ -179,6 +179,14 @@ impl Commands {
             let present = |i: usize| !matches!(known.get(i), None | Some(Value::Nil));
             (present(0), present(1))
         });
+        self.timings(&mut target, &mut facts).await?;
+        Ok(facts)
+    }
+
+    /// The round trips of a few PINGs, and the server's clock against ours (by TIME, halfway
+    /// through its round trip).
+    async fn timings(&self, target: &mut Target, facts: &mut Facts) -> Result<(), LockError> {
+        let conn = self.conn();
         let ping = redis::cmd("PING");
         for _ in 0..PINGS {
             let sent = Instant::now();
@@ -201,7 +209,7 @@ impl Commands {
                 .unwrap_or(i64::MAX);
             facts.clock_offset_ms = Some(server_ms - local_ms);
         }
-        Ok(facts)
+        Ok(())
     }
 
     /// Takes and gives back a scratch lock of each kind named `name` (plain, non-reentrant,

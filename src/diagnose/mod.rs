@@ -5,7 +5,7 @@
 //! - `facts.rs`: the reads (`INFO`, `CONFIG GET`, `COMMAND INFO`, `TIME`, `PING`, each on one
 //!   server: in a cluster, the master of slot 0) and the scratch locks and synchronizers of
 //!   `Commands::trial`, taken and given back through the scripts every lock runs;
-//! - `judge.rs`: the judgement of what they showed, pure.
+//! - `judge/`: the judgement of what they showed, pure, by family of checks.
 
 mod facts;
 mod judge;

@@ -1,6 +1,7 @@
 //! The protocol layer: the Lua scripts of `protocol.md`, run by EVALSHA, and their replies decoded
 //! into types. No actix here: actors call these, and so do the handles for read-only queries.
 
+mod adjust;
 mod clients;
 mod commands;
 mod deadlocks;
@@ -17,6 +18,7 @@ use redis::{Script, Value};
 
 use crate::error::LockError;
 
+pub use adjust::Adjustment;
 pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::{Commands, Successor};
 pub(crate) use deadlocks::{Blocked, Published, holder_of};

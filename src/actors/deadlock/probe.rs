@@ -234,50 +234,14 @@ impl Run {
     /// what other clients wrote).
     async fn run(
         &self,
-        long: Vec<Wait>,
+        mut long: Vec<Wait>,
         suspected: Suspects,
         shunned: &mut Shunned,
         was_published: bool,
     ) -> Result<(Suspects, bool), LockError> {
         let mut suspects = Suspects::default();
         let me = self.client.hyphenated().to_string();
-        let mut mine = Vec::with_capacity(long.len());
-        let mut long = long;
-        if !long.is_empty() {
-            let owners: Arc<[Owner]> = long.iter().map(|w| w.owner).collect();
-            let asked = self.actors.live().into_iter().map(|a| {
-                a.send(HoldsOf {
-                    owners: owners.clone(),
-                })
-            });
-            let mut holds: FxHashMap<Owner, Vec<(String, String)>> = FxHashMap::default();
-            for reply in futures_util::future::join_all(asked).await {
-                for (owner, name, holder) in reply.unwrap_or_default() {
-                    holds
-                        .entry(owner)
-                        .or_default()
-                        .push((name.to_string(), holder.to_string()));
-                }
-            }
-            long.retain(|w| holds.get(&w.owner).is_some_and(|h| !h.is_empty()));
-            for wait in &long {
-                let blocked = Blocked {
-                    owner: wait.owner,
-                    service: self.detector.service().to_owned(),
-                    name: wait.name.to_string(),
-                    kind: wait.kind.label().to_owned(),
-                    holder: wait.holder.to_string(),
-                    since_ms: 0,
-                    holds: holds.get(&wait.owner).cloned().unwrap_or_default(),
-                    place: wait.site.as_ref().map(|s| s.place.to_string()),
-                    label: wait
-                        .site
-                        .as_ref()
-                        .and_then(|s| s.label.as_deref().map(str::to_owned)),
-                };
-                mine.push((blocked, wait.since));
-            }
-        }
+        let mine = self.holding(&mut long).await;
         // How long each has waited, as of now: the server stamps it with its own clock on
         // arrival, so waits of different processes compare by one clock, give or take a
         // one-way trip.
@@ -312,40 +276,92 @@ impl Run {
             if cycle.iter().all(|s| s.client == self.client) {
                 continue;
             }
-            let youngest = cycle.iter().enumerate().max_by(|(_, a), (_, b)| {
-                (a.since_ms, a.client, a.owner).cmp(&(b.since_ms, b.client, b.owner))
-            });
-            // The youngest is acted on by its own manager: here only if it is the wait
-            // followed (a cycle through two of this manager's waits is found from either).
-            if youngest.is_some_and(|(i, s)| i == 0 && s.client == self.client) {
-                let signature: Signature = cycle
-                    .iter()
-                    .map(|s| (s.client, s.owner, s.name.clone()))
-                    .collect();
-                let written: Vec<u64> = cycle.iter().map(|s| s.written_ms).collect();
-                let again = suspected
-                    .get(&signature)
-                    .is_some_and(|then| rewritten(&cycle, then, self.client));
-                suspects.insert(signature, written);
-                if !again {
-                    continue;
-                }
-                let steps = cycle
-                    .iter()
-                    .map(|s| Step {
-                        owner: s.owner,
-                        client: s.client,
-                        service: s.service.clone(),
-                        name: self.detector.given(&s.name).to_owned(),
-                        kind: s.kind.clone(),
-                        place: s.place.clone(),
-                        label: s.label.clone(),
-                    })
-                    .collect();
+            if self.confirmed(&cycle, &suspected, &mut suspects) {
+                let steps = cycle.iter().map(|s| self.step(s)).collect();
                 self.detector.break_found(wait, Cycle { steps }).await;
             }
         }
         Ok((suspects, !mine.is_empty()))
+    }
+
+    /// The waits in `long` whose owners hold a lock here (the others are dropped from it), as
+    /// published: each with what its owner holds, and when it began.
+    async fn holding(&self, long: &mut Vec<Wait>) -> Vec<(Blocked, Instant)> {
+        let mut mine = Vec::with_capacity(long.len());
+        if long.is_empty() {
+            return mine;
+        }
+        let owners: Arc<[Owner]> = long.iter().map(|w| w.owner).collect();
+        let asked = self.actors.live().into_iter().map(|a| {
+            a.send(HoldsOf {
+                owners: owners.clone(),
+            })
+        });
+        let mut holds: FxHashMap<Owner, Vec<(String, String)>> = FxHashMap::default();
+        for reply in futures_util::future::join_all(asked).await {
+            for (owner, name, holder) in reply.unwrap_or_default() {
+                holds
+                    .entry(owner)
+                    .or_default()
+                    .push((name.to_string(), holder.to_string()));
+            }
+        }
+        long.retain(|w| holds.get(&w.owner).is_some_and(|h| !h.is_empty()));
+        for wait in long.iter() {
+            let blocked = Blocked {
+                owner: wait.owner,
+                service: self.detector.service().to_owned(),
+                name: wait.name.to_string(),
+                kind: wait.kind.label().to_owned(),
+                holder: wait.holder.to_string(),
+                since_ms: 0,
+                holds: holds.get(&wait.owner).cloned().unwrap_or_default(),
+                place: wait.site.as_ref().map(|s| s.place.to_string()),
+                label: wait
+                    .site
+                    .as_ref()
+                    .and_then(|s| s.label.as_deref().map(str::to_owned)),
+            };
+            mine.push((blocked, wait.since));
+        }
+        mine
+    }
+
+    /// Whether `cycle`, found from a wait of this manager, is this manager's to act on (its
+    /// youngest wait is the one followed: a cycle through two of this manager's waits is found
+    /// from either) and the last probe found it too (`suspected`), each other client's step of
+    /// it read again from a hash rewritten since ([`rewritten`]); it is remembered in
+    /// `suspects` for the next probe either way.
+    fn confirmed(&self, cycle: &[Found], suspected: &Suspects, suspects: &mut Suspects) -> bool {
+        let youngest = cycle.iter().enumerate().max_by(|(_, a), (_, b)| {
+            (a.since_ms, a.client, a.owner).cmp(&(b.since_ms, b.client, b.owner))
+        });
+        if !youngest.is_some_and(|(i, s)| i == 0 && s.client == self.client) {
+            return false;
+        }
+        let signature: Signature = cycle
+            .iter()
+            .map(|s| (s.client, s.owner, s.name.clone()))
+            .collect();
+        let written: Vec<u64> = cycle.iter().map(|s| s.written_ms).collect();
+        let again = suspected
+            .get(&signature)
+            .is_some_and(|then| rewritten(cycle, then, self.client));
+        suspects.insert(signature, written);
+        again
+    }
+
+    /// One step of a cycle found, as its error tells it.
+    fn step(&self, s: &Found) -> Step {
+        Step {
+            owner: s.owner,
+            client: s.client,
+            service: s.service.clone(),
+            name: self.detector.given(&s.name).to_owned(),
+            kind: s.kind.clone(),
+            place: s.place.clone(),
+            label: s.label.clone(),
+        }
     }
 
     /// Follows `start`'s wait through the holders of what it waits for, their clients' waits

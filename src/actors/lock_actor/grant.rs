@@ -4,72 +4,58 @@
 
 use std::sync::Arc;
 
-use crate::actors::lost::{LostSignal, Validity};
 use actix::Addr;
 
 use super::LockActor;
 use crate::actors::lock_state::HoldKey;
+use crate::actors::lost::{LostSignal, Validity};
 use crate::actors::messages::ReleaseHold;
+use crate::actors::shell::receipt::Receipt;
 use crate::protocol::LockKind;
 
 /// One hold of a lock, as granted by its [`LockActor`]. Dropping it releases the hold in the
 /// background; send it back in a [`Release`](crate::actix::Release) to learn the outcome.
 #[must_use = "dropping a grant releases the lock at once"]
 pub struct Grant {
-    /// Shared with the actor's own address while it is busy: a grant costs no new address.
-    pub(super) actor: Arc<Addr<LockActor>>,
-    /// The granting actor's id: a `Release` is refused by any other actor.
-    pub(super) actor_id: u64,
-    pub(super) name: Arc<str>,
+    pub(super) hold: Receipt<LockActor>,
     pub(super) holder: Arc<str>,
     pub(super) kind: LockKind,
-    pub(super) epoch: u64,
     /// A fenced lock's token for this acquisition.
     pub(super) token: Option<u64>,
-    pub(super) lost: LostSignal,
-    /// Whether the request waited for it (its first attempt found the lock taken).
-    pub(super) waited: bool,
-    /// Whether dropping it still has to release its hold.
-    pub(super) armed: bool,
     /// Its claim on the hold, for the waits-for graph: let go with the hold (`disarm`).
     pub(super) claim: Validity,
 }
 
 impl Grant {
-    /// Whether the actor of id `actor_id` granted it.
-    pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
-        self.actor_id == actor_id
-    }
-
     /// The hold's epoch: the same for every grant of one hold (its re-entries), never reused.
     pub(crate) fn epoch(&self) -> u64 {
-        self.epoch
+        self.hold.epoch
     }
 
     /// Takes the hold out of the grant: the caller releases it.
     pub(crate) fn disarm(&mut self) -> (HoldKey, u64) {
-        if self.armed {
+        if self.hold.armed {
             self.claim.let_go();
         }
-        self.armed = false;
-        ((self.holder.clone(), self.kind), self.epoch)
+        self.hold.armed = false;
+        ((self.holder.clone(), self.kind), self.hold.epoch)
     }
 
     /// The lock actor that granted it: send it a [`Release`](crate::actix::Release) of this grant.
     pub fn actor(&self) -> &Addr<LockActor> {
-        &self.actor
+        &self.hold.actor
     }
 
     /// The granting actor's address, shared (for sending this grant back to it).
     pub(crate) fn actor_link(&self) -> Arc<Addr<LockActor>> {
-        self.actor.clone()
+        self.hold.actor.clone()
     }
 
     /// The lock's key: its name with the [name prefix](crate::Config::name_prefix) (the name
     /// of the actor that granted it). A [`LockGuard`](crate::LockGuard)'s `name()` gives the
     /// name as given.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.hold.name
     }
 
     /// The holder that holds it.
@@ -90,12 +76,12 @@ impl Grant {
     /// Whether the request waited for this grant: its first attempt found the lock taken, and
     /// it was granted later (woken by a release's message, a hand-off or the holder's TTL).
     pub fn waited(&self) -> bool {
-        self.waited
+        self.hold.waited
     }
 
     /// Whether the lock is known to be lost (or its actor stopped renewing it).
     pub fn is_lost(&self) -> bool {
-        self.lost.is_lost()
+        self.hold.lost.is_lost()
     }
 
     /// The latest instant (monotonic clock) at which the hold is still guaranteed: when the
@@ -105,27 +91,27 @@ impl Grant {
     pub fn valid_until(&self) -> std::time::Instant {
         // A grant is confirmed before it is made (its actor publishes the grant first); the
         // fallback (now) is never reached, and would only make the hold look expiring.
-        self.lost
+        (self.hold.lost)
             .confirmed()
             .map_or_else(std::time::Instant::now, |c| c.valid_until())
     }
 
     /// The lost signal and validity, for `scope`.
     pub(crate) fn signal(&self) -> &LostSignal {
-        &self.lost
+        &self.hold.lost
     }
 
     /// Resolves once the lock is known to be lost; never, while it is held.
     pub async fn lost(&self) {
-        self.lost.wait().await;
+        self.hold.lost.wait().await;
     }
 }
 
 impl Drop for Grant {
     fn drop(&mut self) {
-        if self.armed {
+        if self.hold.armed {
             let ((holder, kind), epoch) = self.disarm();
-            self.actor.do_send(ReleaseHold {
+            self.hold.actor.do_send(ReleaseHold {
                 holder,
                 kind,
                 epoch,
@@ -137,7 +123,7 @@ impl Drop for Grant {
 impl std::fmt::Debug for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Grant")
-            .field("name", &self.name)
+            .field("name", &self.hold.name)
             .field("holder", &self.holder)
             .field("kind", &self.kind)
             .field("lost", &self.is_lost())

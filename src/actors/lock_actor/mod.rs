@@ -1,20 +1,13 @@
 //! The lock actor: one per lock name in this process, for as long as that name is busy here.
 //!
-//! It is the shell of a [`LockState`], which holds every rule of the name (waiters, holds,
-//! epochs, hand-offs, retries): each message or timer becomes an event for the state, and the
-//! effects that come back are carried out by the per-name shell (`actors::shell`), shared with
-//! the synchronizer actor. What is a lock's own is here: taking [`Acquire`] and [`Release`] in,
+//! Its [`LockState`] holds every rule of the name (waiters, holds, epochs, hand-offs, retries);
+//! the per-name shell (`actors::shell`) owns it, feeds it the events both families share and
+//! carries out its effects, for the synchronizer actor as well. What is a lock's own is here: taking [`Acquire`] and [`Release`] in,
 //! running its round trips (`round_trips`: each a future of its own, spawned on the actor's context,
 //! so that a deadline or a departing caller is handled while one is under way; the state lets
 //! only one run at a time), and answering with a [`Grant`].
 //!
-//! It stops when it has been idle a while, as every per-name actor does (the shell's, for both
-//! families: `shell::linger`): while it has a hold, a waiter or a round trip it keeps a strong
-//! address to itself; when all are gone it **lingers**, then drops the address, and actix stops
-//! an actor once no strong address is left, its mailbox is empty and no timer is armed. Anyone
-//! still holding an address (a grant, an actix user) keeps it alive, so no message is ever sent
-//! to a stopped actor by mistake; a sender that loses the race with the stop gets
-//! `MailboxError::Closed` for a message that was never handled, and resolves the name again.
+//! It stops when it has been idle a while, as every per-name actor does (`shell::linger`).
 
 mod grant;
 mod requests;
@@ -32,14 +25,13 @@ use actix::prelude::*;
 
 use super::deadlock::Asks;
 use super::deadlock::seat::{Seat, Whose};
-use super::lock_state::{Answer, Effect, HoldKey, LockState, Locks, Request, Settings, Timer};
-use super::lost::LostSignal;
+use super::lock_state::{Answer, HoldKey, LockState, Op, Request, Settings};
 use super::messages::*;
 use super::name::WaiterId;
-use super::name::effect::{Never, ReplyId};
+use super::name::effect::ReplyId;
 use super::services::Services;
 use super::shell::crowd::Caller;
-use super::shell::reply::{Expecting, Taken, take_in};
+use super::shell::reply::{Expecting, Taken, hand_or_refuse, take_in};
 use super::shell::{self, PerName, Shell};
 use crate::error::{LockError, Owner};
 use crate::metrics::Series;
@@ -52,15 +44,12 @@ type ReleaseTx = OneshotSender<Result<(), LockError>>;
 /// The actor of one lock name. Reach it through [`LockManager::lock_actor`](crate::LockManager::lock_actor)
 /// and send it [`Acquire`] and [`Release`].
 pub struct LockActor {
-    /// The kinds it serves (the family's first kind: both sides of a read-write lock go to one
-    /// actor).
-    family: LockKind,
-    registry: WeakRecipient<Forget>,
-    state: LockState,
     shell: Shell<Self>,
 }
 
 impl LockActor {
+    /// The actor of lock `name`, serving the kinds of `family` (the family's first kind: both
+    /// sides of a read-write lock go to one actor).
     pub(crate) fn new(
         id: u64,
         family: LockKind,
@@ -68,32 +57,23 @@ impl LockActor {
         svc: Services,
         registry: WeakRecipient<Forget>,
     ) -> Self {
-        let settings = Settings {
-            watchdog_timeout: svc.config.get_watchdog_timeout(),
-            fair_wait_timeout: svc.config.get_fair_lock_wait_timeout(),
-            fair_place_timeout: svc.config.get_fair_lock_place_timeout(),
-            // A hand-off grants without an acquire, so without the acquire's replica sync.
-            hand_off: svc.config.get_sync_replicas().is_none(),
-            unavailable_after: svc.config.get_unavailable_after(),
-        };
-        let mut shell = Shell::new(id, name.clone(), svc);
+        let settings = Settings::of(&svc.config);
+        let state = LockState::new(family, name.clone(), settings, Instant::now());
+        let mut shell = Shell::new((id, NameKind::Lock(family), name), svc, registry, state);
         shell.seat = Seat::new(&shell.svc.deadlocks);
-        Self {
-            family,
-            state: LockState::new(family, name, settings, Instant::now()),
-            registry,
-            shell,
-        }
+        Self { shell }
     }
 
     /// Releases the hold of `key` of this `epoch`; `reply` gets the outcome.
     fn release(&mut self, key: HoldKey, epoch: u64, reply: Option<ReplyId>) {
-        self.state.release(key, epoch, reply, Instant::now());
+        self.shell.state.release(key, epoch, reply, Instant::now());
     }
 }
 
+shell::per_name_handlers!(LockActor);
+
 impl PerName for LockActor {
-    type Family = Locks;
+    type State = LockState;
     type Tx = AcquireTx;
     type Reply = ReleaseTx;
     const SERIES: Series = Series::Locks;
@@ -102,61 +82,8 @@ impl PerName for LockActor {
         &mut self.shell
     }
 
-    fn shell_ref(&self) -> &Shell<Self> {
-        &self.shell
-    }
-
-    fn drain(&mut self, out: &mut Vec<Effect>) {
-        self.state.drain_into(out);
-    }
-
-    fn fired(&mut self, timer: Timer, now: Instant) {
-        self.state.fired(timer, now);
-    }
-
-    fn subscribed(&mut self, channel: &str, ok: bool, now: Instant) {
-        self.state.subscribed(channel, ok, now);
-    }
-
-    fn caller_gone(&mut self, id: WaiterId, now: Instant) -> bool {
-        if !self.state.is_waiting(id) {
-            // Answered soon (a fair waiter leaving the queue): its answer finds nobody.
-            return false;
-        }
-        self.state.caller_gone(id, now);
-        true
-    }
-
-    fn retire(&mut self) {
-        self.state.retire();
-    }
-
-    fn abandon(&mut self) {
-        self.state.abandon();
-    }
-
-    fn forget(&self) {
-        if let Some(registry) = self.registry.upgrade() {
-            registry.do_send(Forget {
-                family: self.family,
-                name: self.shell.name.clone(),
-                id: self.shell.id,
-            });
-        }
-        tracing::trace!(lock = %self.shell.name, id = self.shell.id, "lock actor stopped");
-    }
-
-    fn run(&mut self, op: super::lock_state::Op, ctx: &mut Context<Self>) {
+    fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
         self.run_op(op, ctx);
-    }
-
-    fn outcome(&self, answer: &Answer) -> &'static str {
-        match answer {
-            Answer::Granted { .. } => "acquired",
-            Answer::TimedOut => "timed_out",
-            Answer::Failed(crate::error::LockError::Unavailable { .. }) => "unavailable",
-            Answer::Failed(_) => "failed",
-        }
     }
 
     /// A grant that reaches nobody comes back and its drop releases the hold.
@@ -175,27 +102,19 @@ impl PerName for LockActor {
                 token,
                 confirmed,
             } => {
-                let signal = self.shell.signal(epoch, key.1.label(), 1.0);
-                if let Some((sent, ttl)) = confirmed {
-                    signal.validity.confirm(sent, ttl);
-                }
-                let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
-                let claim = signal.validity.clone();
+                let waited = matches!(caller, Some(Caller::Watched(_)));
+                let counted = (key.1.label(), 1.0);
+                let (hold, claim) = self.shell.receipt(epoch, counted, confirmed, waited, ctx);
                 claim.claim();
                 if let Some(seat) = &mut self.shell.seat {
                     seat.granted(epoch, owner, (&key.0, key.1), || claim.claims());
                 }
+                let (holder, kind) = key;
                 Ok(Some(Grant {
-                    actor: self.shell.link(ctx),
-                    actor_id: self.shell.id,
-                    name: self.shell.name.clone(),
-                    holder: key.0,
-                    kind: key.1,
-                    epoch,
+                    hold,
+                    holder,
+                    kind,
                     token,
-                    lost,
-                    waited: matches!(caller, Some(Caller::Watched(_))),
-                    armed: true,
                     claim,
                 }))
             }
@@ -210,7 +129,7 @@ impl PerName for LockActor {
             // holder among them would find the hold counted with no release of it known (a
             // non-reentrant holder is then refused as holding it already).
             let (key, epoch) = grant.disarm();
-            self.state.release(key, epoch, None, Instant::now());
+            self.release(key, epoch, None);
         }
     }
 
@@ -222,28 +141,8 @@ impl PerName for LockActor {
         })
     }
 
-    fn own(&mut self, never: Never, _: &mut Context<Self>) {
-        match never {}
-    }
-
-    fn own_reply(never: &Never) -> Option<ReplyId> {
-        match *never {}
-    }
-
-    fn renewal(&self, (holder, kind): &HoldKey) -> (Arc<str>, Renewal) {
-        (holder.clone(), Renewal::Lock(*kind))
-    }
-
     fn reply(tx: ReleaseTx, res: Result<(), LockError>) {
         let _ = tx.send(res); // the caller may have gone
-    }
-}
-
-impl Actor for LockActor {
-    type Context = Context<Self>;
-
-    fn stopped(&mut self, ctx: &mut Self::Context) {
-        shell::stopped(self, ctx);
     }
 }
 
@@ -277,7 +176,7 @@ impl Handler<Acquire> for LockActor {
         AcquireReply(take_in(
             self,
             |act| {
-                let id = act.state.request(req, Instant::now());
+                let id = act.shell.state.request(req, Instant::now());
                 act.shell.coming(id, kind.label());
                 if let (Some(seat), Some(whose)) = (&mut act.shell.seat, whose) {
                     seat.coming(id, whose);
@@ -304,7 +203,7 @@ impl Handler<Release> for LockActor {
     fn handle(&mut self, Release(mut grant): Release, ctx: &mut Context<Self>) -> ReleaseReply {
         // A grant sent to another lock's actor is refused; still armed, it releases its hold
         // through its own actor when it is dropped here.
-        if !grant.granted_by(self.shell.id) {
+        if !grant.hold.granted_by(self.shell.id) {
             return ReleaseReply(Err(LockError::invalid(
                 "release",
                 format!(
@@ -330,14 +229,7 @@ impl Handler<Release> for LockActor {
 
 impl MessageResponse<LockActor, Release> for ReleaseReply {
     fn handle(self, ctx: &mut Context<LockActor>, tx: Option<ReleaseTx>) {
-        match self.0 {
-            Ok(taken) => taken.hand_reply(ctx, tx),
-            Err(refused) => {
-                if let Some(tx) = tx {
-                    let _ = tx.send(Err(refused)); // the caller may have gone
-                }
-            }
-        }
+        hand_or_refuse(self.0, tx, |taken, tx| taken.hand_reply(ctx, tx));
     }
 }
 
@@ -348,18 +240,6 @@ impl Handler<ReleaseHold> for LockActor {
     fn handle(&mut self, msg: ReleaseHold, ctx: &mut Context<Self>) {
         shell::gone_first(self, ctx);
         self.release((msg.holder, msg.kind), msg.epoch, None);
-        shell::apply(self, ctx);
-    }
-}
-
-impl Handler<Unlocked> for LockActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Unlocked, ctx: &mut Context<Self>) {
-        // A waiter whose caller left just before must not be woken to take the lock.
-        shell::gone_first(self, ctx);
-        let all = crate::protocol::keys::wakes_all(msg.count);
-        self.state.unlocked(all, &msg.channel, Instant::now());
         shell::apply(self, ctx);
     }
 }
@@ -383,7 +263,7 @@ impl Handler<StillWaiting> for LockActor {
     type Result = bool;
 
     fn handle(&mut self, msg: StillWaiting, _: &mut Context<Self>) -> bool {
-        shell::still_waiting(self, msg.waiter) && self.state.is_waiting(msg.waiter)
+        shell::still_waiting(self, msg.waiter) && self.shell.state.is_waiting(msg.waiter)
     }
 }
 
@@ -393,41 +273,9 @@ impl Handler<Deadlocked> for LockActor {
     /// The waits-for graph chose this waiter to break a cycle of waits.
     fn handle(&mut self, msg: Deadlocked, ctx: &mut Context<Self>) {
         let error = crate::error::LockError::Deadlock { cycle: msg.cycle };
-        self.state.deadlocked(msg.waiter, error, Instant::now());
+        self.shell
+            .state
+            .deadlocked(msg.waiter, error, Instant::now());
         shell::apply(self, ctx);
-    }
-}
-
-impl Handler<Resubscribed> for LockActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Resubscribed, ctx: &mut Context<Self>) {
-        match msg.lost {
-            Some(why) => self
-                .state
-                .connection_lost(crate::error::LockError::pubsub_lost(why), Instant::now()),
-            None => self.state.resubscribed(Instant::now()),
-        }
-        shell::apply(self, ctx);
-    }
-}
-
-impl Handler<HoldLost> for LockActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: HoldLost, ctx: &mut Context<Self>) {
-        if let Renewal::Lock(kind) = msg.kind {
-            self.state
-                .hold_lost(&(msg.holder, kind), msg.epoch, Instant::now());
-            shell::apply(self, ctx);
-        }
-    }
-}
-
-impl Handler<StopLock> for LockActor {
-    type Result = ResponseFuture<()>;
-
-    fn handle(&mut self, msg: StopLock, ctx: &mut Context<Self>) -> Self::Result {
-        shell::stop(self, |act| act.state.stop(msg.release, Instant::now()), ctx)
     }
 }

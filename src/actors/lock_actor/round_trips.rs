@@ -104,7 +104,7 @@ impl LockActor {
         op: impl std::future::Future<Output = Outcome> + 'static,
     ) {
         ctx.spawn(op.into_actor(self).map(|outcome, act, ctx| {
-            act.state.ran(outcome, Instant::now());
+            act.shell.state.ran(outcome, Instant::now());
             shell::apply(act, ctx);
         }));
     }

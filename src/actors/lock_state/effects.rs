@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::{HoldKey, WaiterId};
 pub(crate) use crate::actors::name::Loss;
-use crate::actors::name::effect::{Family, Never};
+use crate::actors::name::effect::Family;
 use crate::error::LockError;
 use crate::protocol::{Attempt, Expect, FairArgs, HandedOff, LockKind, Refreshed};
 
@@ -20,7 +20,8 @@ impl Family for Locks {
     type Answer = Answer;
     type Timer = Timer;
     type Hold = HoldKey;
-    type Own = Never;
+    /// A release answers nothing more than that it went well.
+    type Done = ();
 
     fn deadline(timer: &Timer) -> Option<WaiterId> {
         match timer {

@@ -49,8 +49,10 @@ use trips::{InFlight, Pending, Trips};
 use waiters::{Waiter, Waiters};
 
 pub(crate) use crate::actors::name::{MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff};
+use crate::actors::name::{Renewal, state::NameState};
+use crate::config::Config;
 use crate::error::LockError;
-use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released};
+use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released, keys};
 
 pub(crate) use crate::actors::name::effect::ReplyId;
 /// A hold's identity: its holder and its kind (a read-write holder may hold both sides).
@@ -79,6 +81,20 @@ pub(crate) struct Settings {
     pub hand_off: bool,
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
+}
+
+impl Settings {
+    /// The settings `config` gives.
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            watchdog_timeout: config.get_watchdog_timeout(),
+            fair_wait_timeout: config.get_fair_lock_wait_timeout(),
+            fair_place_timeout: config.get_fair_lock_place_timeout(),
+            // A hand-off grants without an acquire, so without the acquire's replica sync.
+            hand_off: config.get_sync_replicas().is_none(),
+            unavailable_after: config.get_unavailable_after(),
+        }
+    }
 }
 
 /// The longest lease accepted: PEXPIRE must not overflow.
@@ -378,6 +394,75 @@ impl LockState {
                 });
             }
         }
+    }
+}
+
+/// The events the shell drives: most are the state's own methods above; the rest read the
+/// shell's reports in a lock's terms.
+impl NameState for LockState {
+    type Family = Locks;
+
+    fn drain_into(&mut self, out: &mut Vec<Effect>) {
+        LockState::drain_into(self, out);
+    }
+
+    fn fired(&mut self, timer: Timer, now: Instant) {
+        LockState::fired(self, timer, now);
+    }
+
+    fn subscribed(&mut self, channel: &str, ok: bool, now: Instant) {
+        LockState::subscribed(self, channel, ok, now);
+    }
+
+    fn message(&mut self, channel: &str, count: Option<i64>, now: Instant) {
+        self.unlocked(keys::wakes_all(count), channel, now);
+    }
+
+    fn pubsub(&mut self, lost: Option<LockError>, now: Instant) {
+        match lost {
+            Some(why) => self.connection_lost(why, now),
+            None => self.resubscribed(now),
+        }
+    }
+
+    fn renewal_lost(&mut self, holder: Arc<str>, what: Renewal, epoch: u64, now: Instant) {
+        if let Renewal::Lock(kind) = what {
+            self.hold_lost(&(holder, kind), epoch, now);
+        }
+    }
+
+    fn caller_left(&mut self, id: WaiterId, now: Instant) -> bool {
+        if !self.is_waiting(id) {
+            // Answered soon (a fair waiter leaving the queue): its answer finds nobody.
+            return false;
+        }
+        self.caller_gone(id, now);
+        true
+    }
+
+    fn stop(&mut self, release: bool, now: Instant) {
+        LockState::stop(self, release, now);
+    }
+
+    fn retire(&mut self) {
+        LockState::retire(self);
+    }
+
+    fn abandon(&mut self) {
+        LockState::abandon(self);
+    }
+
+    fn outcome(&self, answer: &Answer) -> &'static str {
+        match answer {
+            Answer::Granted { .. } => "acquired",
+            Answer::TimedOut => "timed_out",
+            Answer::Failed(LockError::Unavailable { .. }) => "unavailable",
+            Answer::Failed(_) => "failed",
+        }
+    }
+
+    fn renewal(&self, (holder, kind): &HoldKey) -> (Arc<str>, Renewal) {
+        (holder.clone(), Renewal::Lock(*kind))
     }
 }
 

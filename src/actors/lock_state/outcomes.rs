@@ -344,7 +344,7 @@ impl LockState {
         };
         tracing::debug!(lock = %self.name, holder = %key.0, kind = ?key.1, ok = res.is_ok(), "release");
         if let Some(reply) = reply {
-            self.out.push(Effect::ReleaseDone(reply, res));
+            self.out.push(Effect::Done(reply, res));
         }
     }
 }

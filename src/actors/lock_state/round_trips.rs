@@ -27,8 +27,7 @@ impl LockState {
                     reply: Some(reply), ..
                 } = pending
                 {
-                    self.out
-                        .push(Effect::ReleaseDone(reply, Err(LockError::Shutdown)));
+                    self.out.push(Effect::Done(reply, Err(LockError::Shutdown)));
                 }
             }
             return;
@@ -169,7 +168,7 @@ impl LockState {
         let Some(hold) = self.holds.of_mut(&key, epoch) else {
             if let Some(reply) = reply {
                 self.out
-                    .push(Effect::ReleaseDone(reply, Err(not_held(&name, &key))));
+                    .push(Effect::Done(reply, Err(not_held(&name, &key))));
             }
             return None;
         };
@@ -177,7 +176,7 @@ impl LockState {
             // Earlier releases are unconfirmed: this one joins them, settled in one go.
             hold.unreleased += 1;
             if let Some(reply) = reply {
-                self.out.push(Effect::ReleaseDone(reply, Ok(())));
+                self.out.push(Effect::Done(reply, Ok(())));
             }
             return None;
         }
@@ -288,7 +287,7 @@ impl LockState {
             match pending {
                 Pending::Release {
                     reply: Some(reply), ..
-                } => self.out.push(Effect::ReleaseDone(reply, Ok(()))),
+                } => self.out.push(Effect::Done(reply, Ok(()))),
                 Pending::Settle { key } => unsettled.push(key),
                 _ => {}
             }

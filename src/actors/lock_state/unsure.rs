@@ -78,8 +78,7 @@ impl LockState {
             self.trips.unsure.insert(id, unsure);
         }
         if let Some(reply) = reply {
-            self.out
-                .push(Effect::ReleaseDone(reply, Err(error.clone())));
+            self.out.push(Effect::Done(reply, Err(error.clone())));
         }
         if let Some(waiter) = watch {
             self.watch_caller(waiter);

@@ -1,8 +1,8 @@
 //! [`Effect`]: what a per-name state asks its shell to do, the same for both families. Each
 //! family fills in what is its own through [`Family`]: the round trip it runs, how a waiter is
-//! answered, its timers, what identifies a hold for renewal, and the rare effect only it emits.
-//! The shell (`actors::shell`) carries out every variant but [`Effect::Run`], [`Effect::Answer`]
-//! and [`Effect::Own`] once for both families.
+//! answered, its timers, what identifies a hold for renewal, and what a release (or an
+//! adjustment) answers. The shell (`actors::shell`) carries out every variant but
+//! [`Effect::Run`] and [`Effect::Answer`] once for both families.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -26,8 +26,8 @@ pub(crate) trait Family {
     type Timer: Clone + Debug + Eq + Hash;
     /// What the Watchdog renews a hold by, besides its epoch.
     type Hold: Debug;
-    /// An effect only this family emits.
-    type Own: Debug;
+    /// What a release's (or an adjustment's) caller is told when it went well.
+    type Done: Debug;
 
     /// The waiter whose deadline `timer` is, when it is one: waiters' deadlines are served by one
     /// future per actor (`shell::crowd`), every other timer by a timer of its own.
@@ -51,8 +51,8 @@ pub(crate) enum Effect<F: Family> {
     /// released), so an uncontended request costs no watch. A watched waiter is one that
     /// waits: the shell puts it on the manager's board (client records, `lockman top`).
     Watch(WaiterId),
-    /// Tell the sender of release request `id` how it went.
-    ReleaseDone(ReplyId, Result<(), LockError>),
+    /// Tell the sender of release (or adjustment) request `id` how it went.
+    Done(ReplyId, Result<F::Done, LockError>),
     /// Route this channel here and subscribe it; report with the state's `subscribed`.
     Subscribe(Arc<str>),
     /// No waiter needs this channel any more.
@@ -82,10 +82,4 @@ pub(crate) enum Effect<F: Family> {
     /// A requested stop has done its last round trip: every signal left is lost, and the actor
     /// stops.
     Stopped,
-    /// What only this family does.
-    Own(F::Own),
 }
-
-/// The lock family has no effect of its own.
-#[derive(Debug)]
-pub(crate) enum Never {}

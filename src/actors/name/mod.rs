@@ -1,14 +1,18 @@
 //! The vocabulary of a per-name state, whatever its family (locks in `lock_state/`,
 //! synchronizers in `sync_state/`), pure like them (no actix, tokio or Redis): how long a request
 //! may wait ([`Wait`]), how waiters are numbered, the backoff after errors, why a hold ends
-//! without its release ([`Loss`]), and the effects both states emit (`effect`), which the shell
-//! (`actors::shell`) carries out.
+//! without its release ([`Loss`]), what the Watchdog renews ([`Renewal`]), the effects both
+//! states emit (`effect`), which the shell (`actors::shell`) carries out, and the events both
+//! states take (`state`), through which the shell drives them.
 
 pub(crate) mod effect;
 #[cfg(test)]
 pub(crate) mod seeded;
+pub(crate) mod state;
 
 use std::time::Duration;
+
+use crate::protocol::LockKind;
 
 /// A waiter's number, unique within its actor.
 pub(crate) type WaiterId = u64;
@@ -108,4 +112,12 @@ impl Loss {
             Loss::Reentry => "a re-entry found it gone from Redis",
         }
     }
+}
+
+/// What the Watchdog renews: a hold of a lock of some kind, or the permits of one grant of a
+/// permit semaphore (the holder is then the permit ids, in hex, joined by commas).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Renewal {
+    Lock(LockKind),
+    Permits,
 }

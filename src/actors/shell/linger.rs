@@ -6,6 +6,13 @@
 //! a third of an uncontended acquire+release. One interval timer, armed when the actor falls
 //! idle and cancelled when it leaves or finds the actor busy, is all it costs: nothing per
 //! request.
+//!
+//! While it has a hold, a waiter or a round trip an actor keeps a strong address to itself;
+//! when all are gone it lingers, then drops the address, and actix stops an actor once no
+//! strong address is left, its mailbox is empty and no timer is armed. Anyone still holding an
+//! address (a grant, an actix user) keeps it alive, so no message is ever sent to a stopped
+//! actor by mistake; a sender that loses the race with the stop gets `MailboxError::Closed` for
+//! a message that was never handled, and resolves the name again.
 
 use std::time::Instant;
 
@@ -34,7 +41,7 @@ enum Phase {
 /// An actor that lingers when idle.
 pub(crate) trait Lingers: Actor<Context = Context<Self>> {
     fn linger(&mut self) -> &mut Linger;
-    fn services(&self) -> &Services;
+    fn services(&mut self) -> &Services;
     /// The linger is over (or no place was free): drop what keeps the actor alive (its own
     /// address, its last timers), so that actix stops it once nobody else holds an address.
     fn depart(&mut self, ctx: &mut Context<Self>);

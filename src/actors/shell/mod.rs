@@ -1,4 +1,7 @@
-//! The per-name shell: what every per-name actor does, whatever its family. A lock actor
+//! The per-name shell: what every per-name actor does, whatever its family. It owns the
+//! actor's state and drives it through the events both families take ([`NameState`]): timers,
+//! subscriptions, channel messages, the pub/sub connection's losses, lost holds, callers
+//! leaving, the stop (one set of handlers for both, [`per_name_handlers`]). A lock actor
 //! (`lock_actor/`) and a synchronizer actor (`sync_actor/`) are adapters: they take requests
 //! in, run their family's round trips and build its answers ([`PerName`]); everything else
 //! their state asks for ([`Effect`]) is carried out here, once for both:
@@ -12,6 +15,7 @@
 //!   records, `lockman top`), for every waiter left waiting; and, through the actor's
 //!   [`Seat`] when it has one (a lock actor's), when a wait begins and ends and a hold ends,
 //!   for the waits-for graph (`deadlock/`);
+//! - what a grant keeps of its hold, alike for both families (`receipt`);
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
 //! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
@@ -19,6 +23,7 @@
 
 pub(crate) mod crowd;
 pub(crate) mod linger;
+pub(crate) mod receipt;
 pub(crate) mod reply;
 
 use std::cell::RefCell;
@@ -26,6 +31,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use actix::WeakRecipient;
 use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
@@ -34,9 +40,11 @@ use crate::actors::deadlock::Asks;
 use crate::actors::deadlock::seat::Seat;
 use crate::actors::lost::Validity;
 use crate::actors::messages::{
-    HoldLost, Listener, Renewal, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe, Untrack,
+    Forget, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe,
+    Untrack,
 };
 use crate::actors::name::effect::{Effect, Family, ReplyId};
+use crate::actors::name::state::NameState;
 use crate::actors::name::{Loss, WaiterId};
 use crate::actors::services::Services;
 use crate::error::{LockError, Owner};
@@ -45,17 +53,21 @@ use crowd::{Caller, Crowd, Crowded, Sender};
 use linger::{Linger, Lingers};
 use reply::{Expecting, Handed};
 
+/// The family of an actor of type `A`.
+pub(crate) type FamilyOf<A> = <<A as PerName>::State as NameState>::Family;
 /// A family's timer, as an actor of type `A` arms it.
-pub(crate) type TimerOf<A> = <<A as PerName>::Family as Family>::Timer;
+pub(crate) type TimerOf<A> = <FamilyOf<A> as Family>::Timer;
 /// An effect, as an actor of type `A`'s state emits it.
-pub(crate) type EffectOf<A> = Effect<<A as PerName>::Family>;
+pub(crate) type EffectOf<A> = Effect<FamilyOf<A>>;
 
 /// A per-name actor: the shell of one per-name state, with what its family does its own way.
+/// The handlers of the messages every per-name actor takes are the shell's
+/// ([`per_name_handlers`]).
 pub(crate) trait PerName:
     Actor<Context = Context<Self>> + Handler<Unlocked> + Handler<Resubscribed> + Handler<HoldLost>
 {
-    /// The state's family.
-    type Family: Family;
+    /// Its state, which the shell owns and drives.
+    type State: NameState;
     /// How a waiter's caller is answered.
     type Tx: Sender;
     /// How a release's (or an adjustment's) caller is answered.
@@ -63,35 +75,17 @@ pub(crate) trait PerName:
     /// The metric series it reports to.
     const SERIES: Series;
 
+    /// Its shell, which owns its state.
     fn shell(&mut self) -> &mut Shell<Self>;
-    fn shell_ref(&self) -> &Shell<Self>;
-
-    /// Moves the state's queued effects into `out`, in order.
-    fn drain(&mut self, out: &mut Vec<EffectOf<Self>>);
-    /// Tells the state that `timer` fired.
-    fn fired(&mut self, timer: TimerOf<Self>, now: Instant);
-    /// Tells the state how subscribing `channel` went.
-    fn subscribed(&mut self, channel: &str, ok: bool, now: Instant);
-    /// Tells the state that waiter `id`'s caller left; true when the waiter is gone from the
-    /// state (false: it is answered soon, and its answer finds nobody).
-    fn caller_gone(&mut self, id: WaiterId, now: Instant) -> bool;
-    /// Tells the state it is going (its last timers are cancelled).
-    fn retire(&mut self);
-    /// Tells the state its actor stopped: it answers every waiter and lets go of its holds.
-    fn abandon(&mut self);
-    /// Tells the registry this actor stopped.
-    fn forget(&self);
 
     /// Starts one round trip; its outcome goes back to the state.
-    fn run(&mut self, op: <Self::Family as Family>::Op, ctx: &mut Context<Self>);
-    /// The `outcome` label of an answer, for the metrics.
-    fn outcome(&self, answer: &<Self::Family as Family>::Answer) -> &'static str;
+    fn run(&mut self, op: <FamilyOf<Self> as Family>::Op, ctx: &mut Context<Self>);
     /// Answers waiter `id`'s caller (`None` when it is gone), whose waits and holds belong to
     /// `owner`: the shell has taken the waiter off its books already.
     fn answer(
         &mut self,
         id: WaiterId,
-        answer: <Self::Family as Family>::Answer,
+        answer: <FamilyOf<Self> as Family>::Answer,
         caller: Option<Caller<Self::Tx>>,
         owner: Option<Owner>,
         ctx: &mut Context<Self>,
@@ -99,14 +93,8 @@ pub(crate) trait PerName:
     /// Where the waits-for graph asks about this actor's waits and breaks one: `None` for a
     /// family whose waits are not in the graph (synchronizers: any one release ends their wait).
     fn asks(ctx: &mut Context<Self>) -> Option<Asks>;
-    /// Carries out what only its family does.
-    fn own(&mut self, own: <Self::Family as Family>::Own, ctx: &mut Context<Self>);
-    /// Whose reply `own` is, when it answers a caller.
-    fn own_reply(own: &<Self::Family as Family>::Own) -> Option<ReplyId>;
-    /// What the Watchdog renews `hold` by: its holder field and its renewal kind.
-    fn renewal(&self, hold: &<Self::Family as Family>::Hold) -> (Arc<str>, Renewal);
-    /// Tells a release's caller how it went.
-    fn reply(tx: Self::Reply, res: Result<(), LockError>);
+    /// Tells a release's (or an adjustment's) caller how it went.
+    fn reply(tx: Self::Reply, res: Result<<FamilyOf<Self> as Family>::Done, LockError>);
 }
 
 /// A waiting request's caller, and its kind's label and its arrival (for the metrics).
@@ -127,12 +115,17 @@ pub(crate) struct Signal {
 
 /// What the shell keeps of one per-name actor.
 pub(crate) struct Shell<A: PerName> {
+    /// The name's rules.
+    pub state: A::State,
     /// Tells this actor apart from every other per-name actor of the process (earlier and later
     /// ones of the same name, other managers').
     pub id: u64,
-    /// The name's key in Redis.
+    /// Which actor it is, and the name's key in Redis: what the registry knows it by.
+    kind: NameKind,
     pub name: Arc<str>,
     pub svc: Services,
+    /// Told when the actor stopped.
+    registry: WeakRecipient<Forget>,
     /// The callers of waiting requests, by waiter.
     pub waiting: FxHashMap<WaiterId, Waiting<A::Tx>>,
     /// The watched callers and the waiters' deadlines, served by one future.
@@ -166,11 +159,19 @@ pub(crate) struct Shell<A: PerName> {
 }
 
 impl<A: PerName> Shell<A> {
-    pub(crate) fn new(id: u64, name: Arc<str>, svc: Services) -> Self {
+    pub(crate) fn new(
+        (id, kind, name): (u64, NameKind, Arc<str>),
+        svc: Services,
+        registry: WeakRecipient<Forget>,
+        state: A::State,
+    ) -> Self {
         Self {
+            state,
             id,
+            kind,
             name,
             svc,
+            registry,
             waiting: FxHashMap::default(),
             crowd: Crowd::default(),
             replies: FxHashMap::default(),
@@ -267,7 +268,7 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     // Until none is left: carrying one out may tell the state more (a grant whose caller
     // has gone is released at once).
     loop {
-        act.drain(&mut effects);
+        act.shell().state.drain_into(&mut effects);
         if effects.is_empty() {
             break;
         }
@@ -291,9 +292,8 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
     match effect {
         Effect::Run(op) => act.run(op, ctx),
         Effect::Answer(id, answer) => answer_waiter(act, id, answer, ctx),
-        Effect::Own(own) => act.own(own, ctx),
         Effect::Watch(id) => watch(act, id, ctx),
-        Effect::ReleaseDone(id, res) => {
+        Effect::Done(id, res) => {
             if let Some(tx) = act.shell().replies.remove(&id) {
                 A::reply(tx, res);
             }
@@ -309,7 +309,7 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
         Effect::Arm(timer, after) => arm(act, timer, after, ctx),
         Effect::Cancel(timer) => {
             let shell = act.shell();
-            if let Some(id) = A::Family::deadline(&timer) {
+            if let Some(id) = <FamilyOf<A> as Family>::deadline(&timer) {
                 shell.crowd.disarm(id);
             } else if let Some(handle) = shell.timers.remove(&timer) {
                 ctx.cancel_future(handle);
@@ -359,13 +359,13 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
 /// PTTL), or takes it back (`None`).
 fn track<A: PerName>(
     act: &mut A,
-    hold: &<A::Family as Family>::Hold,
+    hold: &<FamilyOf<A> as Family>::Hold,
     epoch: u64,
     confirmed: Option<Instant>,
     ctx: &mut Context<A>,
 ) {
-    let (holder, kind) = act.renewal(hold);
     let shell = act.shell();
+    let (holder, kind) = shell.state.renewal(hold);
     let name = shell.name.clone();
     let Some(confirmed) = confirmed else {
         shell.svc.watchdog.do_send(Untrack {
@@ -391,11 +391,11 @@ fn track<A: PerName>(
 fn answer_waiter<A: PerName>(
     act: &mut A,
     id: WaiterId,
-    answer: <A::Family as Family>::Answer,
+    answer: <FamilyOf<A> as Family>::Answer,
     ctx: &mut Context<A>,
 ) {
-    let outcome = act.outcome(&answer);
     let shell = act.shell();
+    let outcome = shell.state.outcome(&answer);
     let owner = shell.wait_over(id);
     shell.crowd.disarm(id);
     let caller = shell.waiting.remove(&id).map(|w| {
@@ -449,7 +449,7 @@ pub(crate) fn still_waiting<A: PerName>(act: &mut A, id: WaiterId) -> bool {
 
 /// Waiter `id`'s caller dropped its request: the waiter leaves.
 pub(crate) fn caller_gone<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
-    if act.caller_gone(id, Instant::now()) {
+    if act.shell().state.caller_left(id, Instant::now()) {
         let shell = act.shell();
         shell.wait_over(id);
         shell.crowd.disarm(id);
@@ -479,14 +479,15 @@ fn subscribe<A: PerName>(act: &mut A, channel: Arc<str>, ctx: &mut Context<A>) {
         actor: Listener::of(&ctx.address()),
     });
     ctx.spawn(request.into_actor(act).map(move |res, act, ctx| {
-        act.subscribed(&channel, matches!(res, Ok(Ok(()))), Instant::now());
+        let ok = matches!(res, Ok(Ok(())));
+        act.shell().state.subscribed(&channel, ok, Instant::now());
         apply(act, ctx);
     }));
 }
 
 /// Fires `timer` after `after`, replacing the same timer if armed.
 fn arm<A: PerName>(act: &mut A, timer: TimerOf<A>, after: Duration, ctx: &mut Context<A>) {
-    if let Some(id) = A::Family::deadline(&timer) {
+    if let Some(id) = <FamilyOf<A> as Family>::deadline(&timer) {
         act.shell().crowd.arm(id, after, ctx);
         return;
     }
@@ -495,7 +496,7 @@ fn arm<A: PerName>(act: &mut A, timer: TimerOf<A>, after: Duration, ctx: &mut Co
     let t = timer.clone();
     let handle = ctx.run_later(after, move |act, ctx| {
         act.shell().timers.remove(&t);
-        act.fired(t, Instant::now());
+        act.shell().state.fired(t, Instant::now());
         apply(act, ctx);
     });
     if let Some(old) = act.shell().timers.insert(timer, handle) {
@@ -503,39 +504,135 @@ fn arm<A: PerName>(act: &mut A, timer: TimerOf<A>, after: Duration, ctx: &mut Co
     }
 }
 
-/// Asks the actor to stop: `stop` tells its state; the reply comes once it has stopped.
+/// Asks the actor to stop (releasing its holds when `release`); the reply comes once it has
+/// stopped.
 pub(crate) fn stop<A: PerName>(
     act: &mut A,
-    stop: impl FnOnce(&mut A),
+    release: bool,
     ctx: &mut Context<A>,
 ) -> ResponseFuture<()> {
     let (tx, rx) = oneshot::channel();
-    act.shell().stop_replies.push(tx);
-    stop(act);
+    let shell = act.shell();
+    shell.stop_replies.push(tx);
+    shell.state.stop(release, Instant::now());
     apply(act, ctx);
     Box::pin(async move {
         let _ = rx.await;
     })
 }
 
+/// A message on one of the name's channels: waiters whose callers left go first, since it may
+/// wake one to take what was released (`gone_first`).
+pub(crate) fn unlocked<A: PerName>(act: &mut A, msg: Unlocked, ctx: &mut Context<A>) {
+    gone_first(act, ctx);
+    (act.shell().state).message(&msg.channel, msg.count, Instant::now());
+    apply(act, ctx);
+}
+
+/// The pub/sub connection was lost, or came back.
+pub(crate) fn resubscribed<A: PerName>(act: &mut A, msg: Resubscribed, ctx: &mut Context<A>) {
+    let lost = msg.lost.map(LockError::pubsub_lost);
+    act.shell().state.pubsub(lost, Instant::now());
+    apply(act, ctx);
+}
+
+/// The Watchdog found a hold gone, or could not renew it in time.
+pub(crate) fn hold_lost<A: PerName>(act: &mut A, msg: HoldLost, ctx: &mut Context<A>) {
+    let now = Instant::now();
+    (act.shell().state).renewal_lost(msg.holder, msg.kind, msg.epoch, now);
+    apply(act, ctx);
+}
+
+/// Implements, for a per-name actor type, what every per-name actor does the same way, each
+/// through the shell function of its name: the messages on its channels ([`unlocked`]), the
+/// pub/sub connection's losses ([`resubscribed`]), the Watchdog's lost holds ([`hold_lost`]),
+/// the stop ([`stop`]) and its end ([`stopped`]).
+macro_rules! per_name_handlers {
+    ($actor:ty) => {
+        impl ::actix::Actor for $actor {
+            type Context = ::actix::Context<Self>;
+
+            fn stopped(&mut self, ctx: &mut Self::Context) {
+                $crate::actors::shell::stopped(self, ctx);
+            }
+        }
+
+        impl ::actix::Handler<$crate::actors::messages::Unlocked> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                msg: $crate::actors::messages::Unlocked,
+                ctx: &mut ::actix::Context<Self>,
+            ) {
+                $crate::actors::shell::unlocked(self, msg, ctx);
+            }
+        }
+
+        impl ::actix::Handler<$crate::actors::messages::Resubscribed> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                msg: $crate::actors::messages::Resubscribed,
+                ctx: &mut ::actix::Context<Self>,
+            ) {
+                $crate::actors::shell::resubscribed(self, msg, ctx);
+            }
+        }
+
+        impl ::actix::Handler<$crate::actors::messages::HoldLost> for $actor {
+            type Result = ();
+
+            fn handle(
+                &mut self,
+                msg: $crate::actors::messages::HoldLost,
+                ctx: &mut ::actix::Context<Self>,
+            ) {
+                $crate::actors::shell::hold_lost(self, msg, ctx);
+            }
+        }
+
+        impl ::actix::Handler<$crate::actors::messages::Stop> for $actor {
+            type Result = ::actix::ResponseFuture<()>;
+
+            fn handle(
+                &mut self,
+                msg: $crate::actors::messages::Stop,
+                ctx: &mut ::actix::Context<Self>,
+            ) -> Self::Result {
+                $crate::actors::shell::stop(self, msg.release, ctx)
+            }
+        }
+    };
+}
+pub(crate) use per_name_handlers;
+
 /// The actor stopped (asked to, or it departed): its waiters are answered, its channels and
 /// renewals given up, its callers told.
 pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     reply::adopt(act, ctx, false);
     Linger::stopped(act);
-    act.forget();
-    act.abandon();
+    let shell = act.shell();
+    if let Some(registry) = shell.registry.upgrade() {
+        registry.do_send(Forget {
+            kind: shell.kind,
+            name: shell.name.clone(),
+            id: shell.id,
+        });
+    }
+    tracing::trace!(name = %shell.name, id = shell.id, kind = ?shell.kind, "per-name actor stopped");
+    act.shell().state.abandon();
     // Effects still held back for a reply sender (none, normally: they are carried out before
     // anything else) come first.
     let mut effects = std::mem::take(&mut act.shell().held);
-    act.drain(&mut effects);
+    act.shell().state.drain_into(&mut effects);
     for effect in effects {
         match effect {
             Effect::Answer(id, answer) => answer_waiter(act, id, answer, ctx),
-            Effect::Unsubscribe(_) | Effect::Untrack { .. } | Effect::ReleaseDone(..) => {
+            Effect::Unsubscribe(_) | Effect::Untrack { .. } | Effect::Done(..) => {
                 perform(act, effect, ctx)
             }
-            Effect::Own(own) if A::own_reply(&own).is_some() => act.own(own, ctx),
             _ => {}
         }
     }
@@ -561,7 +658,8 @@ impl<A: PerName> Crowded for A {
     }
 
     fn deadline(&mut self, id: WaiterId, now: Instant, ctx: &mut Context<Self>) {
-        self.fired(<A::Family as Family>::deadline_timer(id), now);
+        let timer = <FamilyOf<A> as Family>::deadline_timer(id);
+        self.shell().state.fired(timer, now);
         apply(self, ctx);
     }
 }
@@ -571,13 +669,13 @@ impl<A: PerName> Lingers for A {
         &mut self.shell().linger
     }
 
-    fn services(&self) -> &Services {
-        &self.shell_ref().svc
+    fn services(&mut self) -> &Services {
+        &self.shell().svc
     }
 
     /// Cancels its last timers (through the state) and drops its own address.
     fn depart(&mut self, ctx: &mut Context<Self>) {
-        self.retire();
+        self.shell().state.retire();
         apply(self, ctx);
         self.shell().keepalive = None;
     }

@@ -9,12 +9,14 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use actix::dev::OneshotSender;
 use actix::prelude::*;
 
 use super::crowd::Caller;
 use super::{EffectOf, PerName, Shell, apply, caller_gone, perform};
 use crate::actors::name::WaiterId;
 use crate::actors::name::effect::{Effect, ReplyId};
+use crate::error::LockError;
 
 /// A request's reply sender on its way to the actor; `None` when it was sent with `do_send`
 /// (nobody to answer).
@@ -66,6 +68,23 @@ impl<A: PerName> Taken<A> {
     }
 }
 
+/// Hands the reply sender of a request taken in to the actor (`hand`), or gives the caller of
+/// a request refused at once (bad input, a stop under way, another actor's grant) its refusal.
+pub(crate) fn hand_or_refuse<A: PerName, T>(
+    taken: Result<Taken<A>, LockError>,
+    tx: Option<OneshotSender<Result<T, LockError>>>,
+    hand: impl FnOnce(Taken<A>, Option<OneshotSender<Result<T, LockError>>>),
+) {
+    match taken {
+        Ok(taken) => hand(taken, tx),
+        Err(refused) => {
+            if let Some(tx) = tx {
+                let _ = tx.send(Err(refused)); // the caller may have gone
+            }
+        }
+    }
+}
+
 /// Takes a request in: `take` tells the state and says whose request it is; the effects for
 /// that caller are held back until its reply sender is here.
 pub(crate) fn take_in<A: PerName>(
@@ -93,8 +112,7 @@ pub(super) fn holds_back<A: PerName>(shell: &Shell<A>, effect: &EffectOf<A>) -> 
     }
     match (shell.expecting, effect) {
         (Some(Expecting::Waiter(id)), Effect::Answer(to, _) | Effect::Watch(to)) => *to == id,
-        (Some(Expecting::Reply(id)), Effect::ReleaseDone(to, _)) => *to == id,
-        (Some(Expecting::Reply(id)), Effect::Own(own)) => A::own_reply(own) == Some(id),
+        (Some(Expecting::Reply(id)), Effect::Done(to, _)) => *to == id,
         _ => false,
     }
 }

@@ -3,18 +3,15 @@
 //! them back and the signal that tells when they are lost. The handles wrap it into a guard;
 //! actix users may keep it as it is.
 
-use std::sync::Arc;
-
-use crate::actors::lost::LostSignal;
-use actix::Addr;
-
 use std::time::Duration;
 
-use actix::Message;
+use actix::{Addr, Message};
 
 use super::SyncActor;
+use crate::actors::lost::LostSignal;
 use crate::actors::messages::GiveBack;
 use crate::actors::name::Wait;
+use crate::actors::shell::receipt::Receipt;
 use crate::error::LockError;
 use crate::protocol::{SyncKind, hex};
 
@@ -23,32 +20,22 @@ use crate::protocol::{SyncKind, hex};
 /// outcome.
 #[must_use = "dropping permits gives them back at once"]
 pub struct Permits {
-    /// Shared with the actor's own address while it is busy: a grant costs no new address.
-    pub(super) actor: Arc<Addr<SyncActor>>,
-    /// The granting actor's id: a `ReleasePermits` is refused by any other actor.
-    pub(super) actor_id: u64,
-    pub(super) name: Arc<str>,
+    pub(super) hold: Receipt<SyncActor>,
     pub(super) kind: SyncKind,
     pub(super) permits: u32,
     /// A permit semaphore's ids, 16 bytes each.
     pub(super) ids: Vec<u8>,
-    pub(super) epoch: u64,
-    pub(super) lost: LostSignal,
-    /// Whether the request waited for them.
-    pub(super) waited: bool,
-    /// Whether dropping them still has to give them back.
-    pub(super) armed: bool,
 }
 
 impl Permits {
     /// The actor that granted them: send it a [`ReleasePermits`](crate::actix::ReleasePermits).
     pub fn actor(&self) -> &Addr<SyncActor> {
-        &self.actor
+        &self.hold.actor
     }
 
     /// The semaphore's key: its name with the [name prefix](crate::Config::name_prefix).
     pub fn name(&self) -> &str {
-        &self.name
+        &self.hold.name
     }
 
     /// Which kind of semaphore.
@@ -71,44 +58,45 @@ impl Permits {
     /// local waiters were ahead), and they came later (a release's message, a hand-off, an
     /// expiry).
     pub fn waited(&self) -> bool {
-        self.waited
+        self.hold.waited
     }
 
     /// Whether the permits are known to be lost: their lease ran out, or renewal found them gone
     /// (another client reclaimed them after they expired), or their actor stopped.
     pub fn is_lost(&self) -> bool {
-        self.lost.is_lost()
+        self.hold.lost.is_lost()
     }
 
     /// The latest instant (monotonic clock) at which the permits are still guaranteed (as
     /// [`Grant::valid_until`](crate::actix::Grant::valid_until)); `None` for a plain semaphore's
     /// permits, which never expire.
     pub fn valid_until(&self) -> Option<std::time::Instant> {
-        self.lost.confirmed().map(|c| c.valid_until())
+        self.hold.lost.confirmed().map(|c| c.valid_until())
     }
 
     /// The lost signal and validity, for `scope`.
     pub(crate) fn signal(&self) -> &LostSignal {
-        &self.lost
+        &self.hold.lost
     }
 
     /// Resolves once the permits are known to be lost; never, while they are held.
     pub async fn lost(&self) {
-        self.lost.wait().await;
+        self.hold.lost.wait().await;
     }
 
     /// Keeps the permits taken: dropping them no longer gives them back (a plain semaphore's
     /// permits are then given back with `release(n)`, by anyone, as in Redisson).
     pub fn forget(mut self) {
-        self.armed = false;
+        self.hold.armed = false;
     }
 }
 
 impl Drop for Permits {
     fn drop(&mut self) {
-        if self.armed {
-            self.armed = false;
-            self.actor.do_send(GiveBack { epoch: self.epoch });
+        if self.hold.armed {
+            self.hold.armed = false;
+            let epoch = self.hold.epoch;
+            self.hold.actor.do_send(GiveBack { epoch });
         }
     }
 }
@@ -116,7 +104,7 @@ impl Drop for Permits {
 impl std::fmt::Debug for Permits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Permits")
-            .field("name", &self.name)
+            .field("name", &self.hold.name)
             .field("kind", &self.kind)
             .field("count", &self.permits)
             .field("lost", &self.is_lost())

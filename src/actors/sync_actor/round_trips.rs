@@ -7,7 +7,7 @@ use actix::prelude::*;
 
 use super::SyncActor;
 use crate::actors::shell;
-use crate::actors::sync_state::{Adjustment, Op, Outcome, Trip};
+use crate::actors::sync_state::{Op, Outcome, Trip};
 use crate::protocol::{Commands, SyncKind, SyncLatch};
 
 impl SyncActor {
@@ -32,8 +32,8 @@ impl SyncActor {
         );
         let work = async move { perform(&commands, kind, &name, op, latch.as_ref()).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, act, ctx| {
-            act.state.ran(seq, outcome, Instant::now());
-            if !act.state.is_under_way(seq) {
+            act.shell.state.ran(seq, outcome, Instant::now());
+            if !act.shell.state.is_under_way(seq) {
                 act.latches.remove(&seq);
             }
             shell::apply(act, ctx);
@@ -72,35 +72,7 @@ async fn perform(
                 .await
         }
         Op::ReleaseIds(ids) => commands.release_all_permits(name, &ids, latch).await,
-        Op::Adjust(adjustment) => match adjustment {
-            Adjustment::SetPermits(n) => commands
-                .permits(kind, name, latch)
-                .set(n, None)
-                .await
-                .map(i64::from),
-            Adjustment::SetPermitsWithTtl(n, ttl) => commands
-                .permits(kind, name, latch)
-                .set(n, Some(ttl))
-                .await
-                .map(i64::from),
-            Adjustment::ReleaseIfExists(n) => commands
-                .release_if_exists(name, n, latch)
-                .await
-                .map(i64::from),
-            Adjustment::AddPermits(d) => commands.add_permits(kind, name, d, latch).await,
-            Adjustment::Drain => commands.drain_permits(name, latch).await,
-            Adjustment::Release(n) => commands.permits(kind, name, latch).give(n, &[]).await,
-            Adjustment::Available => commands
-                .count_permits(kind, name)
-                .await
-                .map(|(free, _)| free),
-            Adjustment::Acquired => commands
-                .count_permits(kind, name)
-                .await
-                .map(|(_, held)| held),
-            Adjustment::SetCount(c) => commands.set_count(name, c, latch).await.map(i64::from),
-            Adjustment::CountDown => commands.count_down(name, latch).await,
-        },
+        Op::Adjust(adjustment) => commands.adjust(kind, name, adjustment, latch).await,
     };
     Outcome::Reply(res)
 }

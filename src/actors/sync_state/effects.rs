@@ -3,10 +3,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::actors::name::WaiterId;
+use super::SyncState;
 use crate::actors::name::effect::Family;
+use crate::actors::name::state::NameState;
+use crate::actors::name::{Renewal, WaiterId};
 use crate::error::LockError;
-use crate::protocol::{SyncKind, Take};
+use crate::protocol::{Adjustment, SyncKind, Take, hex};
 
 pub(crate) use crate::actors::name::effect::ReplyId;
 
@@ -22,7 +24,8 @@ impl Family for Syncs {
     type Timer = Timer;
     /// A grant's permit ids (none for a plain semaphore's).
     type Hold = Arc<[u8]>;
-    type Own = Own;
+    /// An adjustment's number; a give-back's is 0.
+    type Done = i64;
 
     fn deadline(timer: &Timer) -> Option<WaiterId> {
         match timer {
@@ -41,11 +44,69 @@ impl Family for Syncs {
 /// same request latch (made once per number, on its `lane`), so Redis counts it once.
 pub(crate) type Effect = crate::actors::name::effect::Effect<Syncs>;
 
-/// What only synchronizers do.
-#[derive(Debug)]
-pub(crate) enum Own {
-    /// Tell the sender of adjustment `id` what Redis replied.
-    AdjustDone(ReplyId, Result<i64, LockError>),
+/// The events the shell drives: most are the state's own methods; the rest read the shell's
+/// reports in a synchronizer's terms.
+impl NameState for SyncState {
+    type Family = Syncs;
+
+    fn drain_into(&mut self, out: &mut Vec<Effect>) {
+        SyncState::drain_into(self, out);
+    }
+
+    fn fired(&mut self, timer: Timer, now: Instant) {
+        SyncState::fired(self, timer, now);
+    }
+
+    /// A synchronizer has one channel.
+    fn subscribed(&mut self, _: &str, ok: bool, now: Instant) {
+        SyncState::subscribed(self, ok, now);
+    }
+
+    fn message(&mut self, _: &str, count: Option<i64>, now: Instant) {
+        self.unlocked(count, now);
+    }
+
+    fn pubsub(&mut self, lost: Option<LockError>, now: Instant) {
+        match lost {
+            Some(why) => self.connection_lost(why, now),
+            None => self.resubscribed(now),
+        }
+    }
+
+    fn renewal_lost(&mut self, _: Arc<str>, what: Renewal, epoch: u64, now: Instant) {
+        if what == Renewal::Permits {
+            self.hold_lost(epoch, now);
+        }
+    }
+
+    fn caller_left(&mut self, id: WaiterId, now: Instant) -> bool {
+        self.caller_gone(id, now);
+        !self.has(id)
+    }
+
+    fn stop(&mut self, release: bool, now: Instant) {
+        SyncState::stop(self, release, now);
+    }
+
+    fn abandon(&mut self) {
+        SyncState::abandon(self);
+    }
+
+    fn outcome(&self, answer: &Answer) -> &'static str {
+        match (answer, self.kind) {
+            (Answer::Done { .. }, SyncKind::CountDownLatch) => "opened",
+            (Answer::Done { .. }, _) => "acquired",
+            (Answer::TimedOut, _) => "timed_out",
+            (Answer::Failed(LockError::Unavailable { .. }), _) => "unavailable",
+            (Answer::Failed(_), _) => "failed",
+        }
+    }
+
+    /// Permit ids as the Watchdog carries them: hex, one per 16 bytes, joined by commas.
+    fn renewal(&self, ids: &Arc<[u8]>) -> (Arc<str>, Renewal) {
+        let hex_ids = ids.chunks(16).map(hex).collect::<Vec<_>>().join(",");
+        (hex_ids.into(), Renewal::Permits)
+    }
 }
 
 /// One round trip: its number, the request-latch lane it runs on, and what it runs.
@@ -138,73 +199,4 @@ pub(crate) enum Timer {
     Resend(u64),
     /// Redis has been away for `unavailable_after` of a waiter's wait (`outage.rs`).
     Unavailable,
-}
-
-/// What an [`Adjust`](crate::actix::Adjust) does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Adjustment {
-    /// Semaphores: set the permits when the semaphore has none. Replies 1 when set, 0 when it
-    /// had a count already.
-    SetPermits(u32),
-    /// Plain semaphore: set the permits when the semaphore has none, its key expiring after
-    /// the duration (Redisson's `trySetPermits(permits, ttl)`). Replies as `SetPermits`.
-    SetPermitsWithTtl(u32, std::time::Duration),
-    /// Plain semaphore: give back permits only when the semaphore's key exists (Redisson's
-    /// `releaseIfExists`). Replies 1 when given back, 0 when the key is missing.
-    ReleaseIfExists(u32),
-    /// Semaphores: add permits (negative: remove). Replies the new free count.
-    AddPermits(i64),
-    /// Semaphores: take every free permit. Replies how many there were.
-    Drain,
-    /// Plain semaphore: give back permits taken earlier (or add them). Replies the new free
-    /// count.
-    Release(u32),
-    /// Semaphores: the free permits (a permit semaphore reclaims expired permits first).
-    Available,
-    /// Permit semaphore: the permits held, by anyone (after reclaiming expired ones).
-    Acquired,
-    /// Count-down latch: set the count when the latch is open. Replies 1 when set, 0 when a
-    /// count was set already.
-    SetCount(u64),
-    /// Count-down latch: count down once. Replies the count after it (0 or less: open).
-    CountDown,
-}
-
-impl Adjustment {
-    /// Refuses what makes no sense for `kind`, or bad numbers, before anything is sent.
-    pub(crate) fn check(self, kind: SyncKind) -> Result<(), LockError> {
-        let latch = kind == SyncKind::CountDownLatch;
-        let fits = match self {
-            Adjustment::SetCount(_) | Adjustment::CountDown => latch,
-            Adjustment::Release(_)
-            | Adjustment::SetPermitsWithTtl(..)
-            | Adjustment::ReleaseIfExists(_) => kind == SyncKind::Semaphore,
-            Adjustment::Acquired => kind == SyncKind::PermitSemaphore,
-            _ => !latch,
-        };
-        if !fits {
-            return Err(LockError::invalid(
-                "operation",
-                format!("{self:?} does not apply to a {}", kind.label()),
-            ));
-        }
-        match self {
-            Adjustment::SetPermits(0)
-            | Adjustment::Release(0)
-            | Adjustment::ReleaseIfExists(0)
-            | Adjustment::SetPermitsWithTtl(0, _) => {
-                Err(LockError::invalid("permits", "must be at least 1"))
-            }
-            Adjustment::SetPermitsWithTtl(_, ttl) if ttl.is_zero() => {
-                Err(LockError::invalid("ttl", "must not be zero"))
-            }
-            Adjustment::AddPermits(0) => Err(LockError::invalid("permits", "must not be 0")),
-            Adjustment::SetCount(0) => Err(LockError::invalid(
-                "count",
-                "must be at least 1 (a latch with no count is open)",
-            )),
-            _ => Ok(()),
-        }
-    }
 }

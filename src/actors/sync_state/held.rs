@@ -105,8 +105,7 @@ impl SyncState {
     fn give_back_now(&mut self, epoch: u64, reply: Option<ReplyId>) {
         let Some(held) = self.holds.remove(&epoch) else {
             if let Some(reply) = reply {
-                self.effects
-                    .push(Effect::ReleaseDone(reply, Err(self.not_held())));
+                self.effects.push(Effect::Done(reply, Err(self.not_held())));
             }
             return;
         };
@@ -131,7 +130,7 @@ impl SyncState {
                 permits -= handed;
                 if permits == 0 {
                     if let Some(reply) = reply {
-                        self.effects.push(Effect::ReleaseDone(reply, Ok(())));
+                        self.effects.push(Effect::Done(reply, Ok(0)));
                     }
                     return;
                 }
@@ -172,7 +171,7 @@ impl SyncState {
             tracing::debug!(%error, name = %self.name, "give back");
         }
         if let Some(reply) = reply {
-            self.effects.push(Effect::ReleaseDone(reply, res));
+            self.effects.push(Effect::Done(reply, res.map(|()| 0)));
         }
     }
 

@@ -48,6 +48,7 @@
 //! - the subscription is dropped once no waiter is left;
 //! - a stop fails every waiter and gives back every hold (or drops them).
 
+mod admit;
 mod effects;
 mod held;
 mod outage;
@@ -58,14 +59,15 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-pub use effects::Adjustment;
-pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, Own, ReplyId, Syncs, Timer, Trip};
+pub use crate::protocol::Adjustment;
+pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, ReplyId, Timer, Trip};
 use held::Held;
 use trips::{Purpose, Under};
 
 use crate::actors::name::{
     ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
 };
+use crate::config::Config;
 use crate::error::LockError;
 use crate::protocol::{SyncKind, Take};
 
@@ -101,6 +103,18 @@ pub(crate) struct Settings {
     pub hand_off: bool,
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
+}
+
+impl Settings {
+    /// The settings `config` gives.
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            watchdog_timeout: config.get_watchdog_timeout(),
+            // A hand-off grants without a take, so without the take's replica sync.
+            hand_off: config.get_sync_replicas().is_none(),
+            unavailable_after: config.get_unavailable_after(),
+        }
+    }
 }
 
 /// What a waiter wants: permits (none for a latch), a permit semaphore's lease and ids.
@@ -160,6 +174,8 @@ pub(crate) struct SyncState {
     settings: Settings,
     /// In arrival order.
     waiters: Vec<Waiter>,
+    /// The last waiter number given ([`SyncState::next_waiter`]).
+    last_waiter: WaiterId,
     subscription: Subscription,
     /// When the retry timer fires, if armed.
     timer: Option<Instant>,
@@ -197,6 +213,7 @@ impl SyncState {
             name,
             settings,
             waiters: Vec::new(),
+            last_waiter: 0,
             subscription: Subscription::None,
             timer: None,
             holds: FxHashMap::default(),
@@ -231,6 +248,12 @@ impl SyncState {
     /// Whether a stop was asked for: nothing new is served.
     pub(crate) fn is_stopping(&self) -> bool {
         self.phase != Phase::Running
+    }
+
+    /// A number for the next waiter, unique within this state.
+    pub(crate) fn next_waiter(&mut self) -> WaiterId {
+        self.last_waiter += 1;
+        self.last_waiter
     }
 
     /// Whether waiter `id` is still waiting.

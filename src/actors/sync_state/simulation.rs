@@ -720,12 +720,10 @@ impl Sim {
                     }
                 }
             }
-            Effect::ReleaseDone(r, _) | Effect::Own(Own::AdjustDone(r, _))
-                if !mgr.replies.remove(&r) =>
-            {
+            Effect::Done(r, _) if !mgr.replies.remove(&r) => {
                 return Err(format!("m{m}: reply {r} sent twice, or never asked"));
             }
-            Effect::ReleaseDone(..) | Effect::Own(Own::AdjustDone(..)) => {}
+            Effect::Done(..) => {}
             Effect::Subscribe(_) => {
                 if mgr.subscribing || mgr.listening {
                     return Err(format!("m{m}: subscribed twice"));

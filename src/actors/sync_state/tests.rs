@@ -471,7 +471,7 @@ fn a_give_back_hands_permits_to_the_first_parked_waiter_that_fits_and_the_rest_t
     s.ran(seq, Outcome::Reply(Ok(1)), now);
     assert!(matches!(
         effects(&mut s).as_slice(),
-        [Effect::ReleaseDone(7, Ok(()))]
+        [Effect::Done(7, Ok(0))]
     ));
 }
 
@@ -565,7 +565,7 @@ fn permits_with_a_lease_are_lost_when_it_ends_and_their_give_back_says_not_held(
         matches!(
             e.as_slice(),
             [
-                Effect::ReleaseDone(4, Err(LockError::NotHeld { .. })),
+                Effect::Done(4, Err(LockError::NotHeld { .. })),
                 Effect::Idle
             ]
         ),

@@ -110,8 +110,7 @@ impl SyncState {
                         if let (Some(reply), Outcome::Reply(Err(e)) | Outcome::Take(Err(e))) =
                             (reply.take(), &outcome)
                         {
-                            self.effects
-                                .push(Effect::Own(Own::AdjustDone(reply, Err(e.clone()))));
+                            self.effects.push(Effect::Done(reply, Err(e.clone())));
                         }
                         None
                     }
@@ -221,7 +220,7 @@ impl SyncState {
                     Outcome::Reply(res) => res,
                     Outcome::Take(res) => res.map(|_| 0),
                 };
-                self.effects.push(Effect::Own(Own::AdjustDone(reply, res)));
+                self.effects.push(Effect::Done(reply, res));
             }
             (Purpose::Adjust(None), _, _) => self.free_lanes.push(lane),
         }

@@ -4,8 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Handle, PermitGuard};
-use crate::actors::messages::{Adjustment, Wait};
-use crate::actors::sync_actor::ReleaseIds;
+use crate::actors::messages::{Adjustment, ReleaseIds, Wait};
 use crate::error::LockError;
 use crate::handles::name::Name;
 use crate::handles::state::Inner;

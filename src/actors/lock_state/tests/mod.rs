@@ -118,7 +118,7 @@ fn uncontended_acquire_and_release() {
     );
     let fx = s.drain();
     assert!(
-        matches!(fx[..], [Effect::Cancel(_), Effect::Cancel(_), Effect::Ended(e), Effect::ReleaseDone(7, Ok(())), ..] if e == epoch),
+        matches!(fx[..], [Effect::Cancel(_), Effect::Cancel(_), Effect::Ended(e), Effect::Done(7, Ok(())), ..] if e == epoch),
         "{fx:?}"
     );
     assert!(matches!(fx.last(), Some(Effect::Idle)), "{fx:?}");
@@ -178,10 +178,7 @@ fn release_hands_the_lock_to_the_next_local_waiter_in_one_round_trip() {
         fx.iter()
             .any(|e| matches!(e, Effect::Ended(e) if *e == epoch_a))
     );
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::ReleaseDone(1, Ok(()))))
-    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::Done(1, Ok(())))));
     assert!(runs(&fx).is_empty(), "no second acquire: {fx:?}");
 }
 
@@ -347,10 +344,7 @@ fn a_release_whose_reply_never_came_is_resolved_by_sending_it_again() {
     assert_eq!(expect, 2, "two holds before it");
     s.ran(Outcome::Release(Err(timeout())), Instant::now());
     let fx = s.drain();
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::ReleaseDone(1, Err(_))))
-    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::Done(1, Err(_)))));
     // The holder's other release waits behind it: one request of a holder at a time.
     s.release(key.clone(), epoch, Some(2), Instant::now());
     assert!(runs(&s.drain()).is_empty());
@@ -370,10 +364,7 @@ fn a_release_whose_reply_never_came_is_resolved_by_sending_it_again() {
         Instant::now(),
     );
     let fx = s.drain();
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::ReleaseDone(2, Ok(()))))
-    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::Done(2, Ok(())))));
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::Ended(e) if *e == epoch))
@@ -684,10 +675,7 @@ fn a_refused_release_and_its_failed_settling_share_one_settle_timer_and_backoff(
     s.ran(Outcome::Release(Err(refused)), t0);
     let fx = s.drain();
     assert_eq!(settle_armed(&fx, &key), Some(backoff(0)), "{fx:?}");
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::ReleaseDone(1, Err(_))))
-    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::Done(1, Err(_)))));
     s.fired(Timer::Settle(key.clone()), t0 + backoff(0));
     let fx = s.drain();
     assert!(

@@ -637,7 +637,7 @@ impl Sim {
                     });
                 }
             }
-            Effect::ReleaseDone(id, _) => {
+            Effect::Done(id, _) => {
                 if !mgr.releases.remove(&id) {
                     return Err(format!("m{m}: release {id} answered twice or never asked"));
                 }

@@ -1,0 +1,69 @@
+//! [`Receipt`]: what a grant of either family (a lock's `Grant`, a synchronizer's `Permits`)
+//! keeps of the hold it stands for: the actor that granted it, the hold's epoch and its lost
+//! signal. Made by the shell ([`Shell::receipt`]), so that both families grant alike: a grant
+//! shares the actor's own address (no new address per grant), and its lost signal is the
+//! hold's, made at its first grant.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use super::{PerName, Shell};
+use crate::actors::lost::{LostSignal, Validity};
+
+/// One grant's hold, as its guard keeps it.
+pub(crate) struct Receipt<A: Actor> {
+    /// Shared with the actor's own address while it is busy: a grant costs no new address.
+    pub actor: Arc<Addr<A>>,
+    /// The granting actor's id: any other actor refuses its release.
+    pub actor_id: u64,
+    /// The name's key (with the name prefix).
+    pub name: Arc<str>,
+    /// The hold's epoch: the same for every grant of one hold, never reused.
+    pub epoch: u64,
+    pub lost: LostSignal,
+    /// Whether the request waited for it (its first attempt fell short).
+    pub waited: bool,
+    /// Whether dropping it still has to end its hold (release it, or give it back).
+    pub armed: bool,
+}
+
+impl<A: Actor> Receipt<A> {
+    /// Whether the actor of id `actor_id` granted it.
+    pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
+        self.actor_id == actor_id
+    }
+}
+
+impl<A: PerName> Shell<A> {
+    /// The receipt of a grant of the hold of `epoch`, counted held as `amount` of `kind` at its
+    /// first grant, and the hold's validity; `confirmed`: when the request Redis confirmed was
+    /// sent, and the TTL it set (none for a hold that never expires: its validity stays
+    /// unconfirmed).
+    pub(crate) fn receipt(
+        &mut self,
+        epoch: u64,
+        (kind, amount): (&'static str, f64),
+        confirmed: Option<(Instant, Duration)>,
+        waited: bool,
+        ctx: &mut Context<A>,
+    ) -> (Receipt<A>, Validity) {
+        let signal = self.signal(epoch, kind, amount);
+        if let Some((sent, ttl)) = confirmed {
+            signal.validity.confirm(sent, ttl);
+        }
+        let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
+        let validity = signal.validity.clone();
+        let receipt = Receipt {
+            actor: self.link(ctx),
+            actor_id: self.id,
+            name: self.name.clone(),
+            epoch,
+            lost,
+            waited,
+            armed: true,
+        };
+        (receipt, validity)
+    }
+}
