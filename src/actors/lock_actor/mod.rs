@@ -75,6 +75,7 @@ impl LockActor {
             // A hand-off grants without an acquire, so without the acquire's replica sync.
             hand_off: svc.config.get_sync_replicas().is_none(),
             unavailable_after: svc.config.get_unavailable_after(),
+            watch_holds: svc.config.get_watch_holds(),
         };
         let mut shell = Shell::new(id, name.clone(), svc);
         shell.seat = Seat::new(&shell.svc.deadlocks);

@@ -18,8 +18,10 @@ static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The share of the watchdog timeout a watchdog hold lives before the Watchdog renews it. Its
 /// first renewal then comes at most 1/6 + 1/3 = 1/2 of the timeout after the grant, and the next
-/// at 5/6: a renewal can still fail once without losing the lock (the PTTL ends at 6/6).
-const TRACK_AFTER: u32 = 6;
+/// at 5/6: a renewal can still fail once without losing the lock (the PTTL ends at 6/6). With
+/// holds watched (`Settings::watch_holds`) the hold is handed over at its grant, and the
+/// Watchdog waits out the same share before it renews it (`watchdog/renewal.rs`).
+pub(crate) const TRACK_AFTER: u32 = 6;
 
 /// One hold: from the first grant to the final release or the loss.
 #[derive(Debug)]
@@ -28,7 +30,8 @@ pub(super) struct Hold {
     pub epoch: u64,
     /// Renewed by the watchdog (taken without a lease), or expiring by itself.
     pub watchdog: bool,
-    /// Whether the Watchdog renews it yet: a watchdog hold is handed over once it has lived
+    /// Whether the Watchdog has it yet: a watchdog hold is handed over at its grant when holds
+    /// are watched (its loss is then known at once from the start), else once it has lived
     /// [`TRACK_AFTER`] of the timeout, so the many holds that end sooner cost it nothing.
     pub tracked: bool,
     /// When Redis last set its PTTL to the full lease (the latest grant, first or re-entrant).
@@ -150,8 +153,9 @@ impl LockState {
         epoch
     }
 
-    /// Puts a hold under the watchdog (for good: it renews until the hold ends).
-    fn watch(&mut self, key: &HoldKey) {
+    /// Puts a hold under the watchdog (for good: it renews until the hold ends; again after
+    /// a last release that left it in place).
+    pub(super) fn watch(&mut self, key: &HoldKey) {
         let timeout = self.settings.watchdog_timeout;
         let Some(hold) = self.holds.by_key.get_mut(key) else {
             return;
@@ -162,7 +166,16 @@ impl LockState {
         }
         hold.lease = timeout;
         hold.watchdog = true;
-        if !hold.tracked && !self.timers.is_armed(&Timer::Track) {
+        if !hold.tracked && self.settings.watch_holds {
+            // Watched from its grant: the Watchdog checks it on the tracking connection now,
+            // and renews it once it is old enough.
+            hold.tracked = true;
+            self.out.push(Effect::Track {
+                hold: key.clone(),
+                epoch: hold.epoch,
+                confirmed: hold.granted,
+            });
+        } else if !hold.tracked && !self.timers.is_armed(&Timer::Track) {
             self.timers
                 .set(Timer::Track, timeout / TRACK_AFTER, &mut self.out);
         }

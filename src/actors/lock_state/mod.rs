@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashSet;
 
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
+pub(crate) use holds::TRACK_AFTER;
 use holds::Holds;
 
 use places::FairPlaces;
@@ -78,6 +79,10 @@ pub(crate) struct Settings {
     pub hand_off: bool,
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
+    /// Whether the Watchdog watches holds (`Config::watch_holds`): a watchdog hold is then
+    /// handed to it at its grant, so that its loss is known at once from the start (it still
+    /// renews it only once it has lived a sixth of the timeout).
+    pub watch_holds: bool,
 }
 
 /// The longest lease accepted: PEXPIRE must not overflow.
@@ -108,6 +113,9 @@ pub(crate) struct LockState {
     heard_at: Option<Instant>,
     /// Waiters at their last try (`outage::deadline`), until Redis's next answer decides.
     last_tries: Vec<outage::LastTry>,
+    /// Holds the Watchdog found gone while their own release was under way: the release's
+    /// outcome decides (see [`LockState::hold_lost`]).
+    gone_releasing: Vec<(HoldKey, u64)>,
     /// Local hand-offs since the last release that published.
     streak: u32,
     phase: Phase,
@@ -133,6 +141,7 @@ impl LockState {
             outage: None,
             heard_at: None,
             last_tries: Vec::new(),
+            gone_releasing: Vec::new(),
             streak: 0,
             phase: Phase::Running,
             busy: false,
@@ -243,6 +252,7 @@ impl LockState {
             other => other,
         };
         self.apply_outcome(flight, outcome);
+        self.gone_after_release();
         // After the outcome: what its holder's requests held back meanwhile needs its effect.
         if let Some(op) = resolved {
             self.resolved(&op);
@@ -287,11 +297,39 @@ impl LockState {
     }
 
     /// The Watchdog found a hold gone, or could not renew it within the watchdog timeout.
+    ///
+    /// While the hold's last release is under way (or unresolved) the key may be gone by that
+    /// release (a hold watched from its grant is often released before its first check
+    /// returns): no loss then; the release's outcome decides (`NotHeld` is a loss, found by the
+    /// release), and a hold that outlives it is lost after all, since the Watchdog has let it go.
     pub(crate) fn hold_lost(&mut self, key: &HoldKey, epoch: u64, now: Instant) {
         self.now = now;
+        // Only the hold's last release can have taken its key away: with more grants of it
+        // alive here, the key was another's doing.
+        let last = self.holds.of(key, epoch).is_some_and(|h| h.count == 1);
+        if last && self.trips.release_sent(key, epoch) {
+            self.gone_releasing.push((key.clone(), epoch));
+            return;
+        }
         self.lose(key, epoch, Loss::Watchdog);
         // A settle its end queued (its holder's count was being settled) goes now.
         self.pump();
+    }
+
+    /// The holds found gone while their release was under way, once it is not: those still
+    /// here (the release failed, or left other holds of them) are lost.
+    fn gone_after_release(&mut self) {
+        if self.gone_releasing.is_empty() {
+            return;
+        }
+        let gone = std::mem::take(&mut self.gone_releasing);
+        for (key, epoch) in gone {
+            if self.trips.release_sent(&key, epoch) {
+                self.gone_releasing.push((key, epoch));
+            } else {
+                self.lose(&key, epoch, Loss::Watchdog);
+            }
+        }
     }
 
     /// A timer armed earlier fired.
