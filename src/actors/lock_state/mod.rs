@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashSet;
 
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
-pub(crate) use holds::TRACK_AFTER;
 use holds::Holds;
+pub(crate) use holds::TRACK_AFTER;
 
 use places::FairPlaces;
 use timers::Timers;

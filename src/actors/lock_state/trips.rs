@@ -179,9 +179,7 @@ impl Trips {
     /// Whether a release of `key`'s hold of `epoch` is under way or unresolved: Redis may have
     /// run it, so the hold found gone meanwhile may be this release's own doing.
     pub(super) fn release_sent(&self, key: &HoldKey, epoch: u64) -> bool {
-        let this = |flight: &Flight| {
-            matches!(flight, Flight::Release(r) if r.key == *key && r.epoch == epoch)
-        };
+        let this = |flight: &Flight| matches!(flight, Flight::Release(r) if r.key == *key && r.epoch == epoch);
         self.under_way.as_ref().is_some_and(|f| this(&f.flight))
             || self
                 .unsure

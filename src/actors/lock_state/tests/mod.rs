@@ -733,8 +733,7 @@ fn a_watched_hold_is_handed_over_at_its_grant() {
         "{fx:?}"
     );
     assert!(
-        !fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Track, _))),
+        !fx.iter().any(|e| matches!(e, Effect::Arm(Timer::Track, _))),
         "{fx:?}"
     );
     let mut s = state(LockKind::Reentrant);
@@ -774,7 +773,10 @@ fn a_hold_found_gone_during_its_release_ends_by_the_release() {
         "{fx:?}"
     );
     assert!(!fx.iter().any(|e| matches!(e, Effect::Lost(..))), "{fx:?}");
-    assert!(fx.iter().any(|e| matches!(e, Effect::ReleaseDone(1, Ok(())))));
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::ReleaseDone(1, Ok(()))))
+    );
 }
 
 /// ... and when the release does not end the hold (Redis refused it), the hold found gone is
@@ -820,7 +822,10 @@ fn a_last_release_untracks_first_and_a_failed_one_tracks_again() {
         .iter()
         .position(|e| matches!(e, Effect::Untrack { epoch: x, .. } if *x == epoch));
     let run = fx.iter().position(|e| matches!(e, Effect::Run(_)));
-    assert!(matches!((untrack, run), (Some(u), Some(r)) if u < r), "{fx:?}");
+    assert!(
+        matches!((untrack, run), (Some(u), Some(r)) if u < r),
+        "{fx:?}"
+    );
     s.ran(
         Outcome::Release(Err(LockError::NoPermission {
             what: "run EVALSHA".into(),
