@@ -282,6 +282,13 @@ async fn own_renewals_are_no_loss_and_keep_the_watch() {
     reset_stats(&mut raw);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!guard.is_lost(), "a renewal was taken for a loss");
+    // Each renewal reached the guard (a hold handed to the watchdog at its grant, before the
+    // guard's signals were made, was renewed in Redis while `valid_until` stayed at the grant's
+    // timeout: past by now).
+    assert!(
+        guard.valid_until() > Instant::now(),
+        "renewals were not published to the guard"
+    );
     // Each renewal was followed by a check, which tracked the key again.
     let calls = command_calls(&mut raw, "evalsha");
     assert!(calls >= 8, "renewals and their checks: {calls} calls");

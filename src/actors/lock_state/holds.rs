@@ -167,17 +167,29 @@ impl LockState {
         hold.lease = timeout;
         hold.watchdog = true;
         if !hold.tracked && self.settings.watch_holds {
-            // Watched from its grant: the Watchdog checks it on the tracking connection now,
-            // and renews it once it is old enough.
+            // Watched from its grant: the Watchdog checks it on the tracking connection at once,
+            // and renews it once it is old enough. Handed over at the end of the step, after
+            // the grant's answer, which makes the guard's signals the Watchdog publishes to.
             hold.tracked = true;
-            self.out.push(Effect::Track {
-                hold: key.clone(),
-                epoch: hold.epoch,
-                confirmed: hold.granted,
-            });
+            self.track_soon.push((key.clone(), hold.epoch));
         } else if !hold.tracked && !self.timers.is_armed(&Timer::Track) {
             self.timers
                 .set(Timer::Track, timeout / TRACK_AFTER, &mut self.out);
+        }
+    }
+
+    /// Hands the holds put under the watch in this step to the Watchdog, after every other
+    /// effect of the step (a grant's answer first: the Watchdog publishes renewals to the
+    /// signals it makes), unless they ended or were taken back meanwhile.
+    pub(super) fn flush_tracks(&mut self) {
+        for (key, epoch) in std::mem::take(&mut self.track_soon) {
+            if let Some(hold) = self.holds.of(&key, epoch).filter(|h| h.tracked) {
+                self.out.push(Effect::Track {
+                    confirmed: hold.granted,
+                    hold: key,
+                    epoch,
+                });
+            }
         }
     }
 

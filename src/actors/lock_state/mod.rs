@@ -116,6 +116,8 @@ pub(crate) struct LockState {
     /// Holds the Watchdog found gone while their own release was under way: the release's
     /// outcome decides (see [`LockState::hold_lost`]).
     gone_releasing: Vec<(HoldKey, u64)>,
+    /// Holds to hand to the Watchdog at the end of this step (`flush_tracks`).
+    track_soon: Vec<(HoldKey, u64)>,
     /// Local hand-offs since the last release that published.
     streak: u32,
     phase: Phase,
@@ -142,6 +144,7 @@ impl LockState {
             heard_at: None,
             last_tries: Vec::new(),
             gone_releasing: Vec::new(),
+            track_soon: Vec::new(),
             streak: 0,
             phase: Phase::Running,
             busy: false,
@@ -153,6 +156,7 @@ impl LockState {
     /// The effects produced since the last call, in order.
     #[cfg(test)]
     pub(crate) fn drain(&mut self) -> Vec<Effect> {
+        self.flush_tracks();
         self.update_busy();
         std::mem::take(&mut self.out)
     }
@@ -161,6 +165,7 @@ impl LockState {
     /// last of them whether the actor is busy (`Effect::Busy`, `Effect::Idle`) when that
     /// changed.
     pub(crate) fn drain_into(&mut self, into: &mut Vec<Effect>) {
+        self.flush_tracks();
         self.update_busy();
         into.append(&mut self.out);
     }

@@ -727,9 +727,14 @@ fn a_watched_hold_is_handed_over_at_its_grant() {
     s.ran(acquired(), Instant::now());
     let fx = s.drain();
     let (_, epoch) = granted(&fx, id).expect("granted");
+    // After the answer, which makes the guard's signals (the Watchdog publishes each renewal's
+    // `valid_until` to them: a Track before it left the guard without them).
+    let answer = fx.iter().position(|e| matches!(e, Effect::Answer(..)));
+    let track = fx
+        .iter()
+        .position(|e| matches!(e, Effect::Track { epoch: x, .. } if *x == epoch));
     assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Track { epoch: x, .. } if *x == epoch)),
+        matches!((answer, track), (Some(a), Some(t)) if a < t),
         "{fx:?}"
     );
     assert!(
