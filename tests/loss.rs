@@ -72,8 +72,8 @@ async fn a_foreign_del_is_known_at_once() {
     mgr.shutdown().await;
 }
 
-/// A hold is watched from its grant, not from its hand-over to the renewal schedule (a sixth of
-/// the watchdog timeout, 2 s here): a `DEL` of a hold 100 ms old is known within the same bound
+/// A hold is watched 20 ms after its grant, not from its hand-over to the renewal schedule (a
+/// sixth of the watchdog timeout, 2 s here): a `DEL` of a hold 100 ms old is known within the same bound
 /// as an older one's. (The break: young holds were not watched, and the loss waited for the
 /// first renewal, 2 to 6 s later.)
 #[tokio::test]
@@ -83,7 +83,7 @@ async fn a_foreign_del_of_a_young_hold_is_known_at_once() {
     let mgr = manager(&server).await;
     let asked = Instant::now();
     let guard = mgr.lock("young").acquire().await.unwrap();
-    // The grant's check reads the key on the tracking connection: waited for as the server
+    // The first check (20 ms after the grant) reads the key on the tracking connection: waited for as the server
     // tells it, up to a second (the old code tracked nothing before 2 s; the DEL then went
     // unnoticed until the hand-over).
     eventually(Duration::from_secs(1), || tracked_keys(&mut raw) >= 1).await;
@@ -116,9 +116,9 @@ fn commands_run(raw: &mut redis::Connection) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// What watching from the grant costs an uncontended acquire/release pair: the acquire and the
-/// release, and at most one check on the tracking connection (none when the hold ended before
-/// its check went out). Counted by the server, for pairs one after another.
+/// What the watch costs an uncontended acquire/release pair: the acquire and the release, and
+/// no check (a hold that ends within 20 ms never goes to the watch; at most one when a loaded
+/// machine stretches it past that). Counted by the server, for pairs one after another.
 #[tokio::test]
 async fn an_uncontended_pair_costs_at_most_one_check() {
     const PAIRS: u64 = 50;
@@ -282,7 +282,7 @@ async fn own_renewals_are_no_loss_and_keep_the_watch() {
     reset_stats(&mut raw);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!guard.is_lost(), "a renewal was taken for a loss");
-    // Each renewal reached the guard (a hold handed to the watchdog at its grant, before the
+    // Each renewal reached the guard (a hold handed to the watchdog in its grant's step, before the
     // guard's signals were made, was renewed in Redis while `valid_until` stayed at the grant's
     // timeout: past by now).
     assert!(

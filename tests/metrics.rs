@@ -316,8 +316,8 @@ fn short_watched_holds_are_no_loss() {
     alone("short_watched_holds_are_no_loss_alone");
 }
 
-/// Holds watched from their grant and released at once, alone and handed off among waiters:
-/// each grant's check races its hold's release (the key deleted, or handed to another holder),
+/// Holds watched from their grant, released about when they go to the watch (20 ms), alone and
+/// handed off among waiters: each first check races its hold's release (the key deleted, or handed to another holder),
 /// and none of them is a loss. (The break: a check that found the key its own release had
 /// taken away reported the hold lost: `lockman_lost_total{reason=watchdog}` counted it, and
 /// the holder's log warned "lock lost".)
@@ -338,8 +338,12 @@ async fn short_watched_holds_are_no_loss_alone() {
                 format!("shared:{}", t % 4)
             };
             let lock = mgr.lock(name);
-            for _ in 0..40 {
-                lock.acquire().await.unwrap().release().await.unwrap();
+            for i in 0..20u64 {
+                // About the 20 ms after which a hold goes to the watch: its check races the
+                // release.
+                let guard = lock.acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(18 + (i + t) % 5)).await;
+                guard.release().await.unwrap();
             }
         })
     });

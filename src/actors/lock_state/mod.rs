@@ -42,6 +42,8 @@ use rustc_hash::FxHashSet;
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
 use holds::Holds;
 pub(crate) use holds::TRACK_AFTER;
+#[cfg(test)]
+use holds::WATCHED_AFTER;
 
 use places::FairPlaces;
 use timers::Timers;
@@ -80,8 +82,9 @@ pub(crate) struct Settings {
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
     /// Whether the Watchdog watches holds (`Config::watch_holds`): a watchdog hold is then
-    /// handed to it at its grant, so that its loss is known at once from the start (it still
-    /// renews it only once it has lived a sixth of the timeout).
+    /// handed to it [`WATCHED_AFTER`] after its grant, not a sixth of the timeout, so that its
+    /// loss is known at once almost from the start (it still renews it only once it has lived a
+    /// sixth of the timeout).
     pub watch_holds: bool,
 }
 
@@ -116,8 +119,6 @@ pub(crate) struct LockState {
     /// Holds the Watchdog found gone while their own release was under way: the release's
     /// outcome decides (see [`LockState::hold_lost`]).
     gone_releasing: Vec<(HoldKey, u64)>,
-    /// Holds to hand to the Watchdog at the end of this step (`flush_tracks`).
-    track_soon: Vec<(HoldKey, u64)>,
     /// Local hand-offs since the last release that published.
     streak: u32,
     phase: Phase,
@@ -144,7 +145,6 @@ impl LockState {
             heard_at: None,
             last_tries: Vec::new(),
             gone_releasing: Vec::new(),
-            track_soon: Vec::new(),
             streak: 0,
             phase: Phase::Running,
             busy: false,
@@ -156,7 +156,6 @@ impl LockState {
     /// The effects produced since the last call, in order.
     #[cfg(test)]
     pub(crate) fn drain(&mut self) -> Vec<Effect> {
-        self.flush_tracks();
         self.update_busy();
         std::mem::take(&mut self.out)
     }
@@ -165,7 +164,6 @@ impl LockState {
     /// last of them whether the actor is busy (`Effect::Busy`, `Effect::Idle`) when that
     /// changed.
     pub(crate) fn drain_into(&mut self, into: &mut Vec<Effect>) {
-        self.flush_tracks();
         self.update_busy();
         into.append(&mut self.out);
     }
@@ -304,7 +302,7 @@ impl LockState {
     /// The Watchdog found a hold gone, or could not renew it within the watchdog timeout.
     ///
     /// While the hold's last release is under way (or unresolved) the key may be gone by that
-    /// release (a hold watched from its grant is often released before its first check
+    /// release (a hold watched 20 ms after its grant may be released while its first check
     /// returns): no loss then; the release's outcome decides (`NotHeld` is a loss, found by the
     /// release), and a hold that outlives it is lost after all, since the Watchdog has let it go.
     pub(crate) fn hold_lost(&mut self, key: &HoldKey, epoch: u64, now: Instant) {

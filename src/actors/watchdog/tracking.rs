@@ -8,13 +8,14 @@
 //! told, its guard's `lost()` resolves. A hold still in place is left as it is (the check has
 //! registered its key again).
 //!
-//! With the watch on, lock actors hand a hold over at its grant (not once it has lived a sixth
-//! of the timeout, as for renewal alone), and its first check goes out at once: a loss is known
-//! at once from the grant on. A hold released before its check returns is often found gone by
-//! its own release; its actor, which knows the release is under way, lets the release's outcome
-//! decide (`LockState::hold_lost`), so "found gone" here is not yet a loss. Cost: one check
-//! call per hold that lives until its check goes out (coalesced under load), none per renewal
-//! more than before, and none for the holds released before it.
+//! With the watch on, lock actors hand a hold over 20 ms after its grant (`WATCHED_AFTER`; not
+//! once it has lived a sixth of the timeout, as for renewal alone), and its first check goes out
+//! at once: a loss is known within that and a round trip or two from the grant on. A hold
+//! released while its check is under way may be found gone by its own release; its actor,
+//! which knows the release is under way, lets the release's outcome decide
+//! (`LockState::hold_lost`), so "found gone" here is not yet a loss. Cost: one check call per
+//! hold that lives 20 ms (coalesced under load), none per renewal more than before, none for a
+//! shorter hold.
 //!
 //! Lockman's own renewals write the keys too, so each renewal is followed by one check call per
 //! batch; a check never writes, so it causes no invalidation of its own.

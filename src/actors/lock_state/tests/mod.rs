@@ -717,35 +717,45 @@ fn watched(kind: LockKind) -> LockState {
     LockState::new(kind, "name".into(), settings, Instant::now())
 }
 
-/// With holds watched, a watchdog hold goes to the Watchdog at its grant (no hand-over timer);
-/// without, only once it has lived a sixth of the timeout. (The break: a hold watched only from
-/// its hand-over, so a young hold's loss waited for the first renewal.)
-#[test]
-fn a_watched_hold_is_handed_over_at_its_grant() {
-    let mut s = watched(LockKind::Reentrant);
-    let id = s.request(req("a", Wait::Forever), Instant::now());
-    s.ran(acquired(), Instant::now());
+/// A watched hold as the shell sees it: granted, and its hand-over timer fired
+/// [`WATCHED_AFTER`] later (the Watchdog has it); its key and epoch.
+fn watched_hold(s: &mut LockState) -> (HoldKey, u64) {
+    let t0 = Instant::now();
+    let id = s.request(req("a", Wait::Forever), t0);
+    s.ran(acquired(), t0);
     let fx = s.drain();
-    let (_, epoch) = granted(&fx, id).expect("granted");
-    // After the answer, which makes the guard's signals (the Watchdog publishes each renewal's
-    // `valid_until` to them: a Track before it left the guard without them).
-    let answer = fx.iter().position(|e| matches!(e, Effect::Answer(..)));
-    let track = fx
-        .iter()
-        .position(|e| matches!(e, Effect::Track { epoch: x, .. } if *x == epoch));
+    let (key, epoch) = granted(&fx, id).expect("granted");
+    s.fired(Timer::Track, t0 + WATCHED_AFTER);
+    let fx = s.drain();
     assert!(
-        matches!((answer, track), (Some(a), Some(t)) if a < t),
+        fx.iter()
+            .any(|e| matches!(e, Effect::Track { epoch: x, .. } if *x == epoch)),
         "{fx:?}"
     );
-    assert!(
-        !fx.iter().any(|e| matches!(e, Effect::Arm(Timer::Track, _))),
-        "{fx:?}"
-    );
-    let mut s = state(LockKind::Reentrant);
+    (key, epoch)
+}
+
+/// With holds watched, a watchdog hold goes to the Watchdog [`WATCHED_AFTER`] after its grant;
+/// without, only once it has lived a sixth of the timeout. (The break: a hold watched only from
+/// the sixth, so a young hold's loss waited for the take-over, 5 s at the default timeout.)
+#[test]
+fn a_watched_hold_is_handed_over_soon_after_its_grant() {
+    let mut s = watched(LockKind::Reentrant);
     s.request(req("a", Wait::Forever), Instant::now());
     s.ran(acquired(), Instant::now());
     let fx = s.drain();
     assert!(!fx.iter().any(|e| matches!(e, Effect::Track { .. })));
+    assert!(
+        fx.iter()
+            .any(|e| matches!(e, Effect::Arm(Timer::Track, d) if *d == WATCHED_AFTER)),
+        "{fx:?}"
+    );
+    let mut s = watched(LockKind::Reentrant);
+    watched_hold(&mut s);
+    let mut s = state(LockKind::Reentrant);
+    s.request(req("a", Wait::Forever), Instant::now());
+    s.ran(acquired(), Instant::now());
+    let fx = s.drain();
     assert!(
         fx.iter()
             .any(|e| matches!(e, Effect::Arm(Timer::Track, d) if *d == Duration::from_secs(5))),
@@ -759,9 +769,7 @@ fn a_watched_hold_is_handed_over_at_its_grant() {
 #[test]
 fn a_hold_found_gone_during_its_release_ends_by_the_release() {
     let mut s = watched(LockKind::Reentrant);
-    let id = s.request(req("a", Wait::Forever), Instant::now());
-    s.ran(acquired(), Instant::now());
-    let (key, epoch) = granted(&s.drain(), id).expect("granted");
+    let (key, epoch) = watched_hold(&mut s);
     s.release(key.clone(), epoch, Some(1), Instant::now());
     s.drain();
     s.hold_lost(&key, epoch, Instant::now());
@@ -789,9 +797,7 @@ fn a_hold_found_gone_during_its_release_ends_by_the_release() {
 #[test]
 fn a_hold_found_gone_during_a_release_that_failed_is_lost() {
     let mut s = watched(LockKind::Reentrant);
-    let id = s.request(req("a", Wait::Forever), Instant::now());
-    s.ran(acquired(), Instant::now());
-    let (key, epoch) = granted(&s.drain(), id).expect("granted");
+    let (key, epoch) = watched_hold(&mut s);
     s.release(key.clone(), epoch, Some(1), Instant::now());
     s.drain();
     s.hold_lost(&key, epoch, Instant::now());
@@ -818,9 +824,7 @@ fn a_hold_found_gone_during_a_release_that_failed_is_lost() {
 #[test]
 fn a_last_release_untracks_first_and_a_failed_one_tracks_again() {
     let mut s = watched(LockKind::Reentrant);
-    let id = s.request(req("a", Wait::Forever), Instant::now());
-    s.ran(acquired(), Instant::now());
-    let (key, epoch) = granted(&s.drain(), id).expect("granted");
+    let (key, epoch) = watched_hold(&mut s);
     s.release(key.clone(), epoch, Some(1), Instant::now());
     let fx = s.drain();
     let untrack = fx
@@ -838,6 +842,12 @@ fn a_last_release_untracks_first_and_a_failed_one_tracks_again() {
         })),
         Instant::now(),
     );
+    let fx = s.drain();
+    assert!(
+        fx.iter().any(|e| matches!(e, Effect::Arm(Timer::Track, _))),
+        "{fx:?}"
+    );
+    s.fired(Timer::Track, Instant::now() + WATCHED_AFTER);
     let fx = s.drain();
     assert!(
         fx.iter()
