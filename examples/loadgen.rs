@@ -120,6 +120,14 @@ fn main() {
                 args.get(5).map_or(64, |t| t.parse().expect("tasks")),
             );
         }
+        Some("renewals") => {
+            return renewals(
+                &args[1],
+                args[2].parse().expect("locks"),
+                args[3].parse().expect("ticks"),
+                Duration::from_millis(args.get(4).map_or(900, |t| t.parse().expect("timeout"))),
+            );
+        }
         Some("turns") => {
             return turns(
                 Impl::parse(&args[1]),
@@ -488,6 +496,46 @@ fn memory_role(url: &str, names: usize) {
 }
 
 /// 64 tasks on 64 names, `iters` uncontended acquire + release pairs each (for callgrind).
+/// `loadgen renewals URL LOCKS TICKS [TIMEOUT_MS]`: LOCKS locks held without a lease (watchdog
+/// timeout TIMEOUT_MS, 900 by default, so renewed every third of it; under callgrind, which runs
+/// the process tens of times slower, use several seconds; and watched: `Config::watch_holds` is
+/// on by default), kept
+/// for TICKS renewal intervals once every one has been renewed; prints the holds renewed
+/// meanwhile (the server's `PEXPIRE` calls). Under callgrind, the difference between two TICKS
+/// divided by the difference in renewals is the client's instructions per renewal, the watch's
+/// checks that follow each renewal included.
+fn renewals(url: &str, locks: usize, ticks: u32, timeout: Duration) {
+    actix_rt::System::new().block_on(async {
+        let manager = LockManager::start(Config::new(url).watchdog_timeout(timeout))
+            .await
+            .expect("manager");
+        let mut guards = Vec::with_capacity(locks);
+        for i in 0..locks {
+            let lock = manager.lock(format!("renewals:{i}"));
+            guards.push(lock.acquire().await.expect("acquire"));
+        }
+        let mut conn = redis::Client::open(url)
+            .expect("url")
+            .get_connection()
+            .expect("conn");
+        // Every hold old enough to be renewed, and renewed once.
+        tokio::time::sleep(timeout).await;
+        let pexpire = |conn: &mut redis::Connection| {
+            command_stats(conn)
+                .iter()
+                .find(|(c, _)| c == "pexpire")
+                .map_or(0, |(_, n)| *n)
+        };
+        let before = pexpire(&mut conn);
+        tokio::time::sleep(timeout / 3 * ticks).await;
+        let renewed = pexpire(&mut conn) - before;
+        let lost = guards.iter().filter(|g| g.is_lost()).count();
+        println!("renewals {renewed} lost {lost}");
+        drop(guards);
+        manager.shutdown().await;
+    });
+}
+
 fn pairs(imp: Impl, url: &str, iters: u64, request: bool, tasks: usize) {
     actix_rt::System::new().block_on(async {
         let clients = Clients::connect(url).await;

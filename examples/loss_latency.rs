@@ -10,7 +10,9 @@
 //! timed, each after a random pause of up to a renewal interval: each loss waits for a renewal).
 //! Last, the server memory 10,000 watched holds take (`INFO memory`, with the watch less
 //! without). Run: `cargo run --release --example loss_latency --
-//! [HOLDS] [memory]` (default 200; `memory`: only the memory figure).
+//! [HOLDS] [memory|young]` (default 200; `memory`: only the memory figure; `young`: only young
+//! holds, each deleted 100 ms after its grant, long before the watchdog renews it (a sixth of
+//! the timeout, 500 ms), with the watch and without, HOLDS of each).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -148,6 +150,42 @@ async fn memory(holds: usize) {
     );
 }
 
+/// Young holds: each taken, deleted 100 ms after its grant from another connection, and its
+/// `lost()` timed from the `DEL`, one hold at a time.
+async fn young(server: &RedisServer, holds: usize, watch: bool) {
+    let mut raw = server.conn();
+    let config = Config::new(server.url())
+        .watchdog_timeout(WATCHDOG)
+        .watch_holds(watch);
+    let manager = LockManager::start(config).await.expect("manager");
+    let mut times = Vec::with_capacity(holds);
+    for i in 0..holds {
+        let name = format!("young:{}:{i}", u8::from(watch));
+        let asked = Instant::now();
+        let guard = manager
+            .lock(name.as_str())
+            .acquire()
+            .await
+            .expect("acquire");
+        tokio::time::sleep(Duration::from_millis(100).saturating_sub(asked.elapsed())).await;
+        let _: () = raw.del(&name).expect("DEL");
+        let deleted = Instant::now();
+        tokio::time::timeout(WATCHDOG * 2, guard.lost())
+            .await
+            .expect("lost within two watchdog timeouts");
+        times.push(deleted.elapsed());
+    }
+    times.sort();
+    println!(
+        "young holds, watch {:<3} {holds:>4} DELs 100 ms after the grant: DEL → lost() p50 {:>9.3?} p99 {:>9.3?} max {:>9.3?}",
+        if watch { "on" } else { "off" },
+        percentile(&times, 0.5),
+        percentile(&times, 0.99),
+        times[times.len() - 1],
+    );
+    manager.shutdown().await;
+}
+
 #[tokio::main]
 async fn main() {
     let holds: usize = std::env::args()
@@ -156,6 +194,14 @@ async fn main() {
         .unwrap_or(200);
     if std::env::args().nth(2).as_deref() == Some("memory") {
         return memory(10_000).await;
+    }
+    if std::env::args().nth(2).as_deref() == Some("young") {
+        let server = RedisServer::start();
+        for _ in 0..2 {
+            young(&server, holds, false).await;
+            young(&server, holds, true).await;
+        }
+        return;
     }
     let server = RedisServer::start();
     // Before (renewal only) and after (the watch), in one sitting, twice each.

@@ -1176,6 +1176,10 @@ impl Runner {
                 "reported_by_guard": get("lost:reported"),
                 "found_at_release": get("lost:found_at_release"),
                 "reported_but_released": get("lost:reported_but_released"),
+                // Of the losses reported by a lock's or fenced lock's guard, read on Redis
+                // before the release: whether Redis still had the hold (a false loss).
+                "reported_still_held": get("lost:still_held"),
+                "reported_gone_in_redis": get("lost:gone_in_redis"),
             },
             "patterns": {
                 "nested_holds": get("pattern:nested"),

@@ -567,6 +567,26 @@ impl Ctx {
                 .await,
         );
         let lost_first = held.is_lost();
+        if lost_first {
+            // A loss reported while Redis still has the hold is a false one (the watch's or a
+            // renewal's mistake): counted, read before the release touches anything.
+            let guard = match &held {
+                Held::Guard(g) => Some((g.name().to_owned(), g.holder_id().to_owned())),
+                Held::Fenced(g) => Some((g.name().to_owned(), g.holder_id().to_owned())),
+                _ => None,
+            };
+            if let Some((name, holder)) = guard
+                && let Ok(Ok(info)) =
+                    tokio::time::timeout(self.settings.response * 4, self.lock.describe(&name))
+                        .await
+            {
+                if info.holders.iter().any(|h| h.holder == holder) {
+                    count!("lost:still_held".into());
+                } else {
+                    count!("lost:gone_in_redis".into());
+                }
+            }
+        }
         let release = tokio::time::timeout(
             self.settings.response * 4 + Duration::from_secs(5),
             held.release(),

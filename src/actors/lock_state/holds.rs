@@ -18,8 +18,17 @@ static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The share of the watchdog timeout a watchdog hold lives before the Watchdog renews it. Its
 /// first renewal then comes at most 1/6 + 1/3 = 1/2 of the timeout after the grant, and the next
-/// at 5/6: a renewal can still fail once without losing the lock (the PTTL ends at 6/6).
-const TRACK_AFTER: u32 = 6;
+/// at 5/6: a renewal can still fail once without losing the lock (the PTTL ends at 6/6). With
+/// holds watched (`Settings::watch_holds`) the hold is handed over [`WATCHED_AFTER`] after its
+/// grant, and the Watchdog waits out the same share before it renews it (`watchdog/renewal.rs`).
+pub(crate) const TRACK_AFTER: u32 = 6;
+
+/// With holds watched (`Settings::watch_holds`), how long a watchdog hold lives before it is
+/// handed to the Watchdog, which then checks it on the tracking connection at once: a loss is
+/// known within this and a round trip or two from the grant on (before the hand-over, a `DEL`
+/// is found by that first check). Holds that end sooner, most in a busy service, cost the
+/// Watchdog nothing: no message, no check call, no allocation.
+pub(crate) const WATCHED_AFTER: Duration = Duration::from_millis(20);
 
 /// One hold: from the first grant to the final release or the loss.
 #[derive(Debug)]
@@ -28,8 +37,10 @@ pub(super) struct Hold {
     pub epoch: u64,
     /// Renewed by the watchdog (taken without a lease), or expiring by itself.
     pub watchdog: bool,
-    /// Whether the Watchdog renews it yet: a watchdog hold is handed over once it has lived
-    /// [`TRACK_AFTER`] of the timeout, so the many holds that end sooner cost it nothing.
+    /// Whether the Watchdog has it yet: a watchdog hold is handed over once it has lived
+    /// [`WATCHED_AFTER`] when holds are watched (its loss is then known at once almost from the
+    /// start), else [`TRACK_AFTER`] of the timeout, so the many holds that end sooner cost it
+    /// nothing.
     pub tracked: bool,
     /// When Redis last set its PTTL to the full lease (the latest grant, first or re-entrant).
     pub granted: Instant,
@@ -168,8 +179,9 @@ impl LockState {
         epoch
     }
 
-    /// Puts a hold under the watchdog (for good: it renews until the hold ends).
-    fn watch(&mut self, key: &HoldKey) {
+    /// Puts a hold under the watchdog (for good: it renews until the hold ends; again after
+    /// a last release that left it in place).
+    pub(super) fn watch(&mut self, key: &HoldKey) {
         let timeout = self.settings.watchdog_timeout;
         let Some(hold) = self.holds.by_key.get_mut(key) else {
             return;
@@ -181,15 +193,24 @@ impl LockState {
         hold.lease = timeout;
         hold.watchdog = true;
         if !hold.tracked && !self.timers.is_armed(&Timer::Track) {
-            self.timers
-                .set(Timer::Track, timeout / TRACK_AFTER, &mut self.out);
+            let after = self.track_after();
+            self.timers.set(Timer::Track, after, &mut self.out);
+        }
+    }
+
+    /// How long a watchdog hold lives before it goes to the Watchdog.
+    fn track_after(&self) -> Duration {
+        if self.settings.watch_holds {
+            WATCHED_AFTER.min(self.settings.watchdog_timeout / TRACK_AFTER)
+        } else {
+            self.settings.watchdog_timeout / TRACK_AFTER
         }
     }
 
     /// Hands the watchdog holds that have lived long enough to the Watchdog, and schedules the
     /// next hand-over while others are still too young.
     pub(super) fn track_due(&mut self) {
-        let after = self.settings.watchdog_timeout / TRACK_AFTER;
+        let after = self.track_after();
         let mut next: Option<Duration> = None;
         for (key, hold) in self.holds.iter_mut() {
             if !hold.watchdog || hold.tracked {

@@ -41,6 +41,9 @@ use rustc_hash::FxHashSet;
 
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
 use holds::Holds;
+pub(crate) use holds::TRACK_AFTER;
+#[cfg(test)]
+use holds::WATCHED_AFTER;
 pub(crate) use outage::SILENT_AFTER;
 
 use places::FairPlaces;
@@ -81,6 +84,11 @@ pub(crate) struct Settings {
     pub hand_off: bool,
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
+    /// Whether the Watchdog watches holds (`Config::watch_holds`): a watchdog hold is then
+    /// handed to it [`WATCHED_AFTER`] after its grant, not a sixth of the timeout, so that its
+    /// loss is known at once almost from the start (it still renews it only once it has lived a
+    /// sixth of the timeout).
+    pub watch_holds: bool,
 }
 
 impl Settings {
@@ -93,6 +101,7 @@ impl Settings {
             // A hand-off grants without an acquire, so without the acquire's replica sync.
             hand_off: config.get_sync_replicas().is_none(),
             unavailable_after: config.get_unavailable_after(),
+            watch_holds: config.get_watch_holds(),
         }
     }
 }
@@ -125,6 +134,9 @@ pub(crate) struct LockState {
     heard_at: Option<Instant>,
     /// Waiters at their last try (`outage::deadline`), until Redis's next answer decides.
     last_tries: Vec<outage::LastTry>,
+    /// Holds the Watchdog found gone while their own release was under way: the release's
+    /// outcome decides (see [`LockState::hold_lost`]).
+    gone_releasing: Vec<(HoldKey, u64)>,
     /// Local hand-offs since the last release that published.
     streak: u32,
     phase: Phase,
@@ -150,6 +162,7 @@ impl LockState {
             outage: None,
             heard_at: None,
             last_tries: Vec::new(),
+            gone_releasing: Vec::new(),
             streak: 0,
             phase: Phase::Running,
             busy: false,
@@ -260,6 +273,7 @@ impl LockState {
             other => other,
         };
         self.apply_outcome(flight, outcome);
+        self.gone_after_release();
         // After the outcome: what its holder's requests held back meanwhile needs its effect.
         if let Some(op) = resolved {
             self.resolved(&op);
@@ -304,11 +318,39 @@ impl LockState {
     }
 
     /// The Watchdog found a hold gone, or could not renew it within the watchdog timeout.
+    ///
+    /// While the hold's last release is under way (or unresolved) the key may be gone by that
+    /// release (a hold watched 20 ms after its grant may be released while its first check
+    /// returns): no loss then; the release's outcome decides (`NotHeld` is a loss, found by the
+    /// release), and a hold that outlives it is lost after all, since the Watchdog has let it go.
     pub(crate) fn hold_lost(&mut self, key: &HoldKey, epoch: u64, now: Instant) {
         self.now = now;
+        // Only the hold's last release can have taken its key away: with more grants of it
+        // alive here, the key was another's doing.
+        let last = self.holds.of(key, epoch).is_some_and(|h| h.count == 1);
+        if last && self.trips.release_sent(key, epoch) {
+            self.gone_releasing.push((key.clone(), epoch));
+            return;
+        }
         self.lose(key, epoch, Loss::Watchdog);
         // A settle its end queued (its holder's count was being settled) goes now.
         self.pump();
+    }
+
+    /// The holds found gone while their release was under way, once it is not: those still
+    /// here (the release failed, or left other holds of them) are lost.
+    fn gone_after_release(&mut self) {
+        if self.gone_releasing.is_empty() {
+            return;
+        }
+        let gone = std::mem::take(&mut self.gone_releasing);
+        for (key, epoch) in gone {
+            if self.trips.release_sent(&key, epoch) {
+                self.gone_releasing.push((key, epoch));
+            } else {
+                self.lose(&key, epoch, Loss::Watchdog);
+            }
+        }
     }
 
     /// A timer armed earlier fired.

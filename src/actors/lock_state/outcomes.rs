@@ -342,6 +342,15 @@ impl LockState {
                 Err(e)
             }
         };
+        if self.settings.watch_holds
+            && self
+                .holds
+                .of(&key, epoch)
+                .is_some_and(|h| h.watchdog && !h.tracked)
+        {
+            // Its last release let the Watchdog go of it (`release_op`), and it is still here.
+            self.watch(&key);
+        }
         tracing::debug!(lock = %self.name, holder = %key.0, kind = ?key.1, ok = res.is_ok(), "release");
         if let Some(reply) = reply {
             self.out.push(Effect::Done(reply, res));

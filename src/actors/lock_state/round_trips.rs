@@ -181,6 +181,16 @@ impl LockState {
             return None;
         }
         let (count, lease) = (hold.count, hold.restored(self.now));
+        if count == 1 && hold.tracked && self.settings.watch_holds {
+            // The last release takes the key away: the Watchdog lets the hold go first, so the
+            // invalidation this release causes costs no check (its failure tracks it again,
+            // `released`).
+            hold.tracked = false;
+            self.out.push(Effect::Untrack {
+                hold: key.clone(),
+                epoch,
+            });
+        }
         let to = if count == 1 {
             self.hand_off_to(&key)
         } else {

@@ -174,6 +174,17 @@ impl Trips {
     /// runs: each carries the holder's count before it, and only a count Redis confirmed is
     /// exact (a request sent again recognises whether it ran from the count it finds, and that
     /// count is all that tells the two apart).
+    /// Whether a release of `key`'s hold of `epoch` is under way or unresolved: Redis may have
+    /// run it, so the hold found gone meanwhile may be this release's own doing.
+    pub(super) fn release_sent(&self, key: &HoldKey, epoch: u64) -> bool {
+        let this = |flight: &Flight| matches!(flight, Flight::Release(r) if r.key == *key && r.epoch == epoch);
+        self.under_way.as_ref().is_some_and(|f| this(&f.flight))
+            || self
+                .unsure
+                .values()
+                .any(|u| u.flight.as_ref().is_some_and(this))
+    }
+
     pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
         self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
     }

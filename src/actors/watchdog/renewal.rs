@@ -11,6 +11,7 @@ use futures_util::future::join_all;
 use rustc_hash::FxHashMap;
 
 use super::Watchdog;
+use crate::actors::lock_state::TRACK_AFTER;
 use crate::actors::lost::Validity;
 use crate::actors::messages::{HoldLost, Renewal};
 use crate::config::Config;
@@ -121,10 +122,12 @@ impl Renewals {
     /// of its slot.
     fn batches(&self, round: Round, by_slot: bool) -> Vec<Batch> {
         let mut by_kind: HashMap<(Renewal, u16), Batch> = HashMap::new();
+        let young = young_before(Instant::now(), self.timeout);
         let held = self
             .tracked
             .iter()
-            .filter(|(_, t)| round == Round::Every || t.failing);
+            .filter(|(_, t)| round == Round::Every || t.failing)
+            .filter(|(key, t)| !(matches!(key.what, Renewal::Lock(_)) && t.granted > young));
         for (key, t) in held {
             let slot = if by_slot {
                 keys::slot(key.name.as_bytes())
@@ -235,6 +238,14 @@ impl Renewals {
             });
         }
     }
+}
+
+/// Lock holds granted after the instant returned are too young to renew: they came at their
+/// grant to be watched (`tracking.rs`), and are renewed, as before, once they have lived
+/// [`TRACK_AFTER`] of the timeout (the first renewal then comes at most half the timeout after
+/// the grant, the PTTL being the whole timeout), so the many short holds cost no renewal.
+fn young_before(now: Instant, timeout: Duration) -> Instant {
+    now.checked_sub(timeout / TRACK_AFTER).unwrap_or(now)
 }
 
 impl Watchdog {
