@@ -43,6 +43,7 @@ fn a_server_refusing_its_arguments_says_why() {
     // What the server printed on its stdout (before its log was open) is in the error.
     let text = err.to_string();
     assert!(text.contains("bogus-option"), "{text}");
+    println!("{text}");
 }
 
 /// Set in the child process of `a_server_dies_with_its_test_process`.

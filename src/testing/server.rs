@@ -646,7 +646,10 @@ impl TestServer {
 
     /// What the server printed (its stdout and stderr) and the end of its log, as one line.
     fn said(&self, log: &Path) -> String {
-        let printed = read_log(&self.output_path());
+        // In the order printed: a refused argument takes several lines that read top down.
+        let text = std::fs::read_to_string(self.output_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let printed = lines[lines.len().saturating_sub(5)..].join(" | ");
         let logged = read_log(log);
         match (printed.is_empty(), logged.is_empty()) {
             (true, _) => logged,
