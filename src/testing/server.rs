@@ -275,7 +275,8 @@ impl TestServer {
         self.port
     }
 
-    /// The server's folder (its log, `redis.log`; its socket; what it persisted).
+    /// The server's folder (its log, `redis.log`; what it printed, `server.out`; its socket;
+    /// what it persisted).
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
