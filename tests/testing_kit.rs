@@ -36,6 +36,100 @@ fn a_missing_binary_is_an_error_naming_it() {
 }
 
 #[test]
+fn a_server_refusing_its_arguments_says_why() {
+    let err = TestServer::start_with(Options::default().arg("--bogus-option").arg("1"))
+        .expect_err("the server refuses the option");
+    assert!(matches!(err, ServerError::NotStarted { .. }), "{err:?}");
+    // What the server printed on its stdout (before its log was open) is in the error.
+    let text = err.to_string();
+    assert!(text.contains("bogus-option"), "{text}");
+    println!("{text}");
+}
+
+/// Set in the child process of `a_server_dies_with_its_test_process`.
+const CHILD: &str = "LOCKMAN_KIT_CHILD";
+
+#[test]
+#[ignore = "the child half of a_server_dies_with_its_test_process"]
+fn child_holds_a_server_until_killed() -> Outcome {
+    if std::env::var_os(CHILD).is_none() {
+        return Ok(());
+    }
+    // Started from a thread that ends at once: the server must outlive that thread.
+    let server = std::thread::spawn(TestServer::start)
+        .join()
+        .map_err(|_| "the starting thread panicked")??;
+    std::thread::sleep(Duration::from_millis(100));
+    let pong: String = redis::cmd("PING").query(&mut server.conn()?)?;
+    assert_eq!(pong, "PONG");
+    let pid = server.pid().ok_or("not running")?;
+    println!("SERVER {pid} {} {}", server.port(), server.dir().display());
+    std::thread::sleep(Duration::from_secs(120));
+    Ok(())
+}
+
+/// Whether process `pid` is gone (or dead, not yet reaped by its new parent).
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "pid (comm) S …": the state follows the last ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_server_dies_with_its_test_process() -> Outcome {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["--ignored", "--exact", "child_holds_a_server_until_killed"])
+        .args(["--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut line = None;
+    for text in BufReader::new(stdout).lines() {
+        // libtest prints the test's name first, on the same line.
+        if let Some((_, rest)) = text?.split_once("SERVER ") {
+            line = Some(rest.to_owned());
+            break;
+        }
+    }
+    let Some(line) = line else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("the child started no server".into());
+    };
+    let mut words = line.splitn(3, ' ');
+    let pid: u32 = words.next().ok_or("pid")?.parse()?;
+    let port: u16 = words.next().ok_or("port")?.parse()?;
+    let dir = std::path::PathBuf::from(words.next().ok_or("dir")?);
+    assert!(!process_gone(pid) && dir.exists());
+    // SIGKILL: nothing in the child runs, no drop, no unwinding.
+    child.kill()?;
+    child.wait()?;
+    let killed = Instant::now();
+    let deadline = killed + SIGNAL;
+    while !(process_gone(pid) && std::net::TcpStream::connect(("127.0.0.1", port)).is_err()) {
+        assert!(
+            Instant::now() < deadline,
+            "server {pid} outlived its test process"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("server gone {:?} after its test process", killed.elapsed());
+    // The next server of the kit removes the dead process's folder.
+    let _next = TestServer::start()?;
+    assert!(!dir.exists(), "{} left", dir.display());
+    Ok(())
+}
+
+#[test]
 fn a_server_is_its_own_and_gone_when_dropped() -> Outcome {
     let (a, b) = (TestServer::start()?, TestServer::start()?);
     assert_ne!(a.port(), b.port());

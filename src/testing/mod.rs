@@ -9,7 +9,9 @@
 //!
 //! - [`TestServer::start`]: `redis-server` or `valkey-server` (from `REDIS_SERVER_BIN`, else
 //!   `redis-server` on the `PATH`) on a free loopback port, in a temp folder of its own, nothing
-//!   saved to disk, killed when dropped. No binary: [`ServerError::Missing`], naming it.
+//!   saved to disk, killed when dropped (on Linux with `setpriv`, also when the test process
+//!   dies without dropping it: docs/testing.md says what is cleaned up when). No binary:
+//!   [`ServerError::Missing`], naming it.
 //! - [`TestServer::config`]: a [`Config`](crate::Config) that reaches the server through a
 //!   [`Link`], a TCP proxy the kit runs on a thread of its own, so that this client can be cut
 //!   off ([`TestServer::cut`]) while the others go on. [`TestServer::link`] gives more links,
@@ -37,7 +39,7 @@
 //! let manager = LockManager::start(server.config()?).await?;
 //! let guard = manager.lock("orders:42").acquire().await?;
 //! server.lose("orders:42")?;      // as a failover that did not reach the replica
-//! guard.lost().await;             // the watchdog finds the key gone and says so
+//! guard.lost().await;             // the watch (or the next renewal) finds the key gone
 //! # Ok(()) }
 //! ```
 //!
@@ -51,6 +53,7 @@ mod error;
 mod link;
 mod sentinel;
 mod server;
+mod spawner;
 
 pub use cluster::Cluster;
 pub use error::ServerError;

@@ -1,6 +1,6 @@
 //! A Sentinel deployment: a primary, its replicas and three sentinels, and its failovers.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use super::error::ServerError;
@@ -288,7 +288,7 @@ impl Sentinel {
         primary: u16,
         down_after: Duration,
     ) -> Result<Self, ServerError> {
-        let dir = tempfile::tempdir()?;
+        let dir = super::spawner::temp_dir()?;
         let port = free_port()?;
         let conf = dir.path().join("sentinel.conf");
         let master = SentinelGroup::MASTER;
@@ -307,17 +307,17 @@ impl Sentinel {
             pass = SentinelGroup::SENTINEL_PASSWORD,
         );
         std::fs::write(&conf, text)?;
-        let child = Command::new(&binary.bin)
+        let mut command = super::spawner::server_command(binary.bin.as_os_str());
+        command
             .arg(&conf)
             .arg("--sentinel")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|source| ServerError::Missing {
-                bin: binary.bin.clone(),
-                source,
-            })?;
+            .stderr(Stdio::null());
+        let child = super::spawner::spawn(command).map_err(|source| ServerError::Missing {
+            bin: binary.bin.clone(),
+            source,
+        })?;
         let mut sentinel = Self {
             port,
             child: Some(child),

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::error::ServerError;
 use super::link::{Link, url_to};
+use super::spawner;
 use crate::config::Config;
 use crate::protocol::keys::{fair_queue, unlock_channel};
 
@@ -222,7 +223,9 @@ impl TestServer {
     }
 
     /// Starts a server of the given kind on a free loopback port. A port another process took
-    /// between the kit's probe and the server's bind is retried on another, up to five times.
+    /// between the kit's probe and the server's bind is retried on another, up to five times;
+    /// any other failure (an argument the server refuses) is returned at once, with what the
+    /// server printed and logged.
     pub fn start_with(options: Options) -> Result<Self, ServerError> {
         let binary = match &options.bin {
             Some(bin) => ServerBinary::probe(bin.clone())?,
@@ -233,7 +236,7 @@ impl TestServer {
             let mut server = Self {
                 binary: binary.clone(),
                 port: free_port()?,
-                dir: tempfile::tempdir()?,
+                dir: spawner::temp_dir()?,
                 child: None,
                 options: Box::new(options.clone()),
                 link: OnceLock::new(),
@@ -241,7 +244,11 @@ impl TestServer {
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
-                Err(e) => last = Some(e),
+                // Another process bound the port after the probe: try another one.
+                Err(e) if port_taken(&e) => last = Some(e),
+                // Anything else (a bad argument, a binary that is no server) would fail the
+                // same way on every port.
+                Err(e) => return Err(e),
             }
         }
         Err(last.unwrap_or_else(|| ServerError::Io(std::io::Error::other("no attempt made"))))
@@ -268,7 +275,8 @@ impl TestServer {
         self.port
     }
 
-    /// The server's folder (its log, `redis.log`; its socket; what it persisted).
+    /// The server's folder (its log, `redis.log`; what it printed, `server.out`; its socket;
+    /// what it persisted).
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
@@ -321,8 +329,9 @@ impl TestServer {
     /// first call; every config from here shares it, so [`cut`](Self::cut) cuts them all: use
     /// [`link`](Self::link) for a client to cut alone). Settings for quick tests, each one
     /// yours to change with `Config`'s methods: a response and a connect timeout of 500 ms, a
-    /// watchdog timeout of 3 s (renewed each second: a lost hold is seen within about a second),
-    /// Redis called unavailable after 2 s without an answer, and the server's password.
+    /// watchdog timeout of 3 s (renewed each second: a lost hold too young to be watched is seen
+    /// within about a second), Redis called unavailable after 2 s without an answer, and the
+    /// server's password.
     pub fn config(&self) -> Result<Config, ServerError> {
         let link = match self.link.get() {
             Some(link) => link,
@@ -369,12 +378,15 @@ impl TestServer {
     }
 
     /// **A hold lost**: the lock's key deleted, as a failover to a replica the grant had not
-    /// reached, or an operator's `DEL`, would do. The holder's guard is told at the watchdog's
-    /// next renewal (within a third of the watchdog timeout, about 1 s with
-    /// [`config`](Self::config)): `lost()` resolves,
-    /// `is_lost()` is true, a [`scope`](crate::LockGuard::scope) stops its work; and meanwhile
-    /// anyone else may take the lock. Returns whether there was a key. (A lease lock, taken with
-    /// `acquire_with_lease`, is not renewed: nothing tells its holder before the lease ends.)
+    /// reached, or an operator's `DEL`, would do. The holder's guard is told: a watched hold
+    /// (renewed by the watchdog, [`Config::watch_holds`](crate::Config::watch_holds) on, as by
+    /// default; one server or Sentinel) within a round trip or two, milliseconds; a hold younger
+    /// than a sixth of the watchdog timeout (0.5 s with [`config`](Self::config)), which is not
+    /// watched yet, at the watchdog's next renewal (every third of the timeout, 1 s). Then
+    /// `lost()` resolves, `is_lost()` is true, a [`scope`](crate::LockGuard::scope) stops its
+    /// work; and meanwhile anyone else may take the lock. Returns whether there was a key. (A
+    /// lease lock, taken with `acquire_with_lease`, is neither renewed nor watched: nothing tells
+    /// its holder before the lease ends.)
     pub fn lose(&self, name: &str) -> Result<bool, ServerError> {
         let deleted: u64 = redis::cmd("DEL").arg(name).query(&mut self.conn()?)?;
         Ok(deleted > 0)
@@ -435,8 +447,10 @@ impl TestServer {
 
     /// **Redis restarted empty** on the same port: killed (SIGKILL, as a crash), its data
     /// deleted, started again. Every client's connections break and reconnect; every hold is
-    /// gone, so each holder is told at its next renewal, as for [`lose`](Self::lose); waiters
-    /// retry once their pub/sub connection is back. Returns once the server answers PING.
+    /// gone, so each holder is told as for [`lose`](Self::lose) (a watched hold once its
+    /// manager's tracking connection is back and checks it, or at the next renewal, whichever
+    /// comes first); waiters retry once their pub/sub connection is back. Returns once the
+    /// server answers PING.
     pub fn restart_empty(&mut self) -> Result<(), ServerError> {
         self.stop();
         self.wipe_data();
@@ -572,7 +586,10 @@ impl TestServer {
             ],
             false => Vec::new(),
         };
-        let child = Command::new(&self.binary.bin)
+        // What the server prints before its log is open (a refused argument) goes here.
+        let output = std::fs::File::create(self.output_path())?;
+        let mut command = spawner::server_command(&self.binary.bin);
+        command
             .args(listen)
             .args(["--bind", "127.0.0.1"])
             .args(socket)
@@ -593,13 +610,12 @@ impl TestServer {
             .arg("--logfile")
             .arg(&log)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|source| ServerError::Missing {
-                bin: self.binary.bin.clone(),
-                source,
-            })?;
+            .stdout(output.try_clone()?)
+            .stderr(output);
+        let child = spawner::spawn(command).map_err(|source| ServerError::Missing {
+            bin: self.binary.bin.clone(),
+            source,
+        })?;
         self.child = Some(child);
         let client = self.client()?;
         let deadline = Instant::now() + STARTUP_LIMIT;
@@ -610,7 +626,7 @@ impl TestServer {
                 .and_then(|c| c.try_wait().ok().flatten());
             if let Some(status) = exited {
                 self.child = None;
-                return Err(self.not_started(format!("exited with {status}: {}", read_log(&log))));
+                return Err(self.not_started(format!("exited with {status}: {}", self.said(&log))));
             }
             if ping(&client, Duration::from_millis(200)) {
                 return Ok(());
@@ -620,8 +636,27 @@ impl TestServer {
         self.stop();
         Err(self.not_started(format!(
             "no PING answer within {STARTUP_LIMIT:?}: {}",
-            read_log(&log)
+            self.said(&log)
         )))
+    }
+
+    /// Where the server's stdout and stderr go (a file in its folder).
+    fn output_path(&self) -> PathBuf {
+        self.dir.path().join("server.out")
+    }
+
+    /// What the server printed (its stdout and stderr) and the end of its log, as one line.
+    fn said(&self, log: &Path) -> String {
+        // In the order printed: a refused argument takes several lines that read top down.
+        let text = std::fs::read_to_string(self.output_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        let printed = lines[lines.len().saturating_sub(5)..].join(" | ");
+        let logged = read_log(log);
+        match (printed.is_empty(), logged.is_empty()) {
+            (true, _) => logged,
+            (false, true) => printed,
+            (false, false) => format!("{printed} | log: {logged}"),
+        }
     }
 
     fn not_started(&self, reason: String) -> ServerError {
@@ -637,6 +672,12 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Whether a start failed because the port was taken (redis-server and valkey-server log
+/// `bind: Address already in use`), the one failure worth retrying on another port.
+fn port_taken(error: &ServerError) -> bool {
+    matches!(error, ServerError::NotStarted { reason, .. } if reason.contains("in use"))
 }
 
 fn not_running() -> ServerError {
