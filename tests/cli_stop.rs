@@ -27,8 +27,10 @@ const WATCHDOG: &str = "3s";
 
 /// A command that traps SIGTERM and works on, as a job finishing its batch would: it appends
 /// "$TAG work" to "$F" every 100 ms until killed, and "$TAG got TERM" when signalled.
+/// (`wait` on a background sleep: a shell runs a trap only once its foreground command ends,
+/// and `wait` ends at the signal, so the TERM line is written at once, not after a sleep.)
 const STUBBORN: &str = r#"trap 'echo "$TAG got TERM" >> "$F"' TERM
-while :; do echo "$TAG work" >> "$F"; sleep 0.1; done"#;
+while :; do echo "$TAG work" >> "$F"; sleep 0.1 & wait $!; done"#;
 
 fn lockman(url: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new(LOCKMAN);
@@ -224,7 +226,9 @@ fn a_lost_lead_kills_a_stubborn_command_at_once() {
 fn a_lease_running_out_kills_a_stubborn_command_before_the_next_exec_starts() {
     let server = RedisServer::start();
     let (_dir, file) = shared_file();
-    let args = ["exec", "--lease", "2s", "job"];
+    // A grace of its own, not a tenth of the lease: on a loaded machine the shell may not run
+    // its trap within 200 ms of the TERM, and the test is of the order TERM, KILL, next holder.
+    let args = ["exec", "--lease", "2s", "--stop-grace", "1s", "job"];
     let mut a = Running::stubborn(&server.url(), &args, "A", &file);
     assert!(support::eventually_blocking(
         Duration::from_secs(10),

@@ -776,10 +776,7 @@ fn a_hold_found_gone_during_its_release_ends_by_the_release() {
         "{fx:?}"
     );
     assert!(!fx.iter().any(|e| matches!(e, Effect::Lost(..))), "{fx:?}");
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::ReleaseDone(1, Ok(()))))
-    );
+    assert!(fx.iter().any(|e| matches!(e, Effect::Done(1, Ok(())))));
 }
 
 /// ... and when the release does not end the hold (Redis refused it), the hold found gone is
