@@ -277,6 +277,12 @@ fn table() -> Vec<Row> {
             |env| { start(env.config().watchdog_timeout(Duration::MAX)).await }
         ),
         row!(
+            "lock delay of Duration::MAX",
+            Invalid,
+            "no Redis expiry is that long: refused before a grant (it failed each acquire after one)",
+            |env| { start(env.config().lock_delay(Duration::MAX)).await }
+        ),
+        row!(
             "response timeout zero",
             Invalid,
             "every call would time out",

@@ -38,6 +38,9 @@ impl Config {
             ));
         }
         at_most_max_expiry("watchdog timeout", self.watchdog_timeout)?;
+        // Set as a lease plus the delay (both at most MAX_EXPIRY: within what Lua's doubles and
+        // PEXPIRE take); a larger one made every acquire fail in its script, after the grant.
+        at_most_max_expiry("lock delay", self.lock_delay)?;
         for (what, value) in [
             ("connect timeout", self.connect_timeout),
             ("response timeout", self.response_timeout),
