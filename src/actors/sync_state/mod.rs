@@ -29,9 +29,10 @@
 //!   client reclaims it; when that waiter leaves first (answered, its caller gone, or its last
 //!   attempt timed out), the first parked waiter is woken in its place;
 //! - a retryable error while waiting retries after a backoff; any other error, and any outcome
-//!   after the waiter's deadline, answers it; so does a permit semaphore's take whose outcome
-//!   stays unknown, or whose permits refused by replica sync were not given back (its ids may
-//!   be held: a take with them again would take its permits twice). At its deadline a parked waiter tries once more
+//!   after the waiter's deadline, answers it; a permit semaphore's take whose outcome stays
+//!   unknown may hold its ids in Redis (a take with them again would take its permits twice):
+//!   its waiter goes on with new ids; one whose permits refused by replica sync were not given
+//!   back is answered. At its deadline a parked waiter tries once more
 //!   (a latch re-reads its count) and is answered with that outcome;
 //! - a waiter's wait ends at its deadline even when Redis does not answer: one whose attempt's
 //!   reply is missing (being sent again) is answered `TimedOut` then, and one whose attempt is

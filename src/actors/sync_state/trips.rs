@@ -228,7 +228,10 @@ impl SyncState {
 
     /// Waiter `id`'s attempt (a take, or a latch's read) is over with `outcome`.
     fn attempt_ran(&mut self, id: WaiterId, outcome: Outcome) {
-        if outcome.unknown() && self.ids_may_be_held(&outcome) {
+        // Its ids may be held in Redis now, should the take have run: a take with them again
+        // would take its permits twice, so it goes on waiting with new ones (what the lost take
+        // may hold runs out unrenewed: fewer permits for a while, never more).
+        if outcome.unknown() && self.ids_may_be_held(&outcome) && !self.reissue(id) {
             self.last_try(id);
         }
         let tried = match outcome {
@@ -260,6 +263,31 @@ impl SyncState {
         }
         let now = self.now;
         self.tried(id, Tried::Failed(error), now);
+    }
+
+    /// Gives waiter `id` new permit ids, none ever sent by this client: the generation of its
+    /// ids, in the top byte of their counter half (`Services::permit_id` numbers ids below
+    /// 2^56, so that byte is 0 at first), one up. `false` after 255 generations: it is then
+    /// answered with the error instead.
+    fn reissue(&mut self, id: WaiterId) -> bool {
+        let Some(at) = self.position(id) else {
+            return false;
+        };
+        let waiter = &mut self.waiters[at];
+        let mut ids = waiter.ids.to_vec();
+        let fresh = ids
+            .chunks_exact_mut(16)
+            .all(|one| match one[8].checked_add(1) {
+                Some(generation) => {
+                    one[8] = generation;
+                    true
+                }
+                None => false,
+            });
+        if fresh && !ids.is_empty() {
+            waiter.ids = ids.into();
+        }
+        fresh && !waiter.ids.is_empty()
     }
 
     /// Whether a request that ended with `outcome` may leave its ids held in Redis: a permit
