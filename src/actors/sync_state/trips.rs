@@ -294,7 +294,7 @@ impl SyncState {
     /// semaphore's take whose outcome stays unknown may have run, and one whose refused permits
     /// were not given back did. Its waiter cannot try again with them (the script takes free
     /// permits for ids it adds again, so they would be taken twice, the first time for good):
-    /// it is answered with the error.
+    /// it goes on with new ones (`reissue`), or is answered with the error.
     fn ids_may_be_held(&self, outcome: &Outcome) -> bool {
         self.kind == SyncKind::PermitSemaphore
             && matches!(outcome, Outcome::Take(Err(_)) | Outcome::Reply(Err(_)))
