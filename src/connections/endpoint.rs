@@ -223,7 +223,8 @@ fn sentinel_client(
             builder = builder.set_client_to_sentinel_certificates(certs);
         }
     }
-    let _ = (config, sentinel_tls);
+    // (Without `tls`, only the lines above read them.)
+    let _ = (config, sentinel_tls, master_tls);
     builder
         .build()
         .map_err(|e| LockError::invalid("sentinel settings", e.to_string()))
