@@ -271,3 +271,28 @@ async fn a_failed_release_is_not_applied_twice() {
     let exists: bool = redis::Commands::exists(&mut raw, "twice").unwrap();
     assert!(!exists);
 }
+
+/// `shutdown()` right after every connection of the manager was dropped still releases its
+/// holds: the first try fails at once on the dead connection, and is tried again once the
+/// connection is made again. (The break, found by a docs-only attack: the release failed on a
+/// broken pipe, was not tried again, and the lock stayed held for its whole TTL.)
+#[tokio::test]
+async fn a_shutdown_right_after_the_connections_dropped_releases_its_holds() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = config(&server).watchdog_timeout(Duration::from_secs(30));
+    let mgr = LockManager::start(config).await.unwrap();
+    let guard = mgr.lock("kept").acquire().await.unwrap();
+    // Every client but this one (SKIPME yes, the default): the manager's connections.
+    let killed: u64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut raw)
+        .unwrap();
+    assert!(killed >= 1, "the manager's connections were killed");
+    mgr.shutdown().await;
+    let left: bool = redis::Commands::exists(&mut raw, "kept").unwrap();
+    assert!(!left, "the hold was released at shutdown");
+    drop(guard);
+}

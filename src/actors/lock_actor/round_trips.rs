@@ -110,6 +110,12 @@ impl LockActor {
     }
 }
 
+/// Releases at shutdown tried again after a failure that came quickly (a dropped connection).
+const SHUTDOWN_RETRIES: u32 = 3;
+/// A failed try that took this long is not tried again (Redis frozen or away: each try would
+/// wait a response timeout); also four times the first backoff.
+const SHUTDOWN_RETRY_WITHIN: Duration = Duration::from_millis(400);
+
 /// Leaves fair queues, then releases each hold entirely (whatever its count in Redis).
 async fn shut_down(
     cmds: &Commands,
@@ -125,15 +131,32 @@ async fn shut_down(
     }
     for ((holder, kind), lease) in release {
         let ran_out = lapsed.contains(&(holder.clone(), kind));
-        match cmds
-            .settle_releases(kind, name, &holder, 0, lease, ran_out)
-            .await
-        {
-            Ok(0) => {}
-            Ok(_) => tracing::warn!(lock = %name, %holder, "release at shutdown failed"),
-            Err(e) => {
-                tracing::warn!(lock = %name, %holder, error = %e, "release at shutdown failed")
+        // A connection that just dropped fails the first try at once (the connection actor
+        // makes it again meanwhile): tried again after a short backoff, for up to
+        // `SHUTDOWN_RETRIES`; not after a try that took long (a frozen server's response
+        // timeout), so that a shutdown stays as bounded as before.
+        let mut tries = 0;
+        loop {
+            let began = Instant::now();
+            let res = cmds
+                .settle_releases(kind, name, &holder, 0, lease, ran_out)
+                .await;
+            let error = match res {
+                Ok(0) => break,
+                Ok(_) => None,
+                Err(e) => Some(e),
+            };
+            tries += 1;
+            if tries > SHUTDOWN_RETRIES || began.elapsed() >= SHUTDOWN_RETRY_WITHIN {
+                match error {
+                    Some(e) => {
+                        tracing::warn!(lock = %name, %holder, error = %e, "release at shutdown failed")
+                    }
+                    None => tracing::warn!(lock = %name, %holder, "release at shutdown failed"),
+                }
+                break;
             }
+            actix_rt::time::sleep(SHUTDOWN_RETRY_WITHIN / 4 * tries).await;
         }
     }
 }
