@@ -14,17 +14,7 @@ use support::{RedisServer, lock_actors_stop};
 const WATCHDOG: Duration = Duration::from_millis(600);
 
 fn kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
-    vec![
-        ("reentrant", mgr.lock(name)),
-        ("fenced", mgr.fenced_lock(name).into()),
-        ("fair", mgr.fair_lock(name).into()),
-        ("write", mgr.read_write_lock(name).write().into()),
-        ("non-reentrant", mgr.non_reentrant_lock(name)),
-        (
-            "non-reentrant fair",
-            mgr.non_reentrant_fair_lock(name).into(),
-        ),
-    ]
+    support::exclusive_kinds(mgr, name)
 }
 
 async fn manager(server: &RedisServer) -> LockManager {

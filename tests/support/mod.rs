@@ -525,3 +525,23 @@ pub fn assert_unacknowledged(err: &lockman::LockError, started: Instant) {
     let took = started.elapsed();
     assert!(took < Duration::from_secs(2), "{took:?}");
 }
+
+/// Every exclusive lock kind on `name`, labelled: reentrant, fenced, fair, the write side of a
+/// read-write lock, non-reentrant and non-reentrant fair (the suites that run one promise
+/// through each kind).
+pub fn exclusive_kinds(
+    mgr: &lockman::LockManager,
+    name: &str,
+) -> Vec<(&'static str, lockman::Lock)> {
+    vec![
+        ("reentrant", mgr.lock(name)),
+        ("fenced", mgr.fenced_lock(name).into()),
+        ("fair", mgr.fair_lock(name).into()),
+        ("write", mgr.read_write_lock(name).write().into()),
+        ("non-reentrant", mgr.non_reentrant_lock(name)),
+        (
+            "non-reentrant fair",
+            mgr.non_reentrant_fair_lock(name).into(),
+        ),
+    ]
+}
