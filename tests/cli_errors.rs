@@ -112,6 +112,26 @@ fn the_empty_name_is_refused_by_every_subcommand_before_connecting() {
     assert_eq!(keys, 0, "no client record, no key");
 }
 
+/// A lock-delay too long for Redis is bad usage, refused before anything is written (it made
+/// every acquire fail in its script after writing the hold, and `exec` exited 69).
+#[test]
+fn a_lock_delay_too_long_for_redis_is_refused_before_anything_is_written() {
+    let server = RedisServer::start();
+    let args = [
+        "--lock-delay",
+        "100000000000000000s",
+        "exec",
+        "big",
+        "--",
+        "true",
+    ];
+    let (code, line) = one_line(&run(&server, &args));
+    assert_eq!(code, 2, "{line}");
+    assert!(line.contains("lock delay"), "{line}");
+    let keys: u64 = redis::cmd("DBSIZE").query(&mut server.conn()).unwrap();
+    assert_eq!(keys, 0, "nothing written");
+}
+
 /// A TCP port that answers every connection with an HTTP error, as a web server would.
 fn not_redis() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -213,3 +213,26 @@ async fn every_reentrant_kind_keeps_the_longer_lease_of_a_reentry() {
     mgr.shutdown().await;
     other.shutdown().await;
 }
+
+/// A lease hold re-entered without a lease is renewed by the watchdog until it is released
+/// entirely (as `acquire_with_lease`'s doc says): past its own lease it is still held.
+#[tokio::test]
+async fn a_lease_hold_reentered_without_a_lease_is_renewed_until_released() {
+    let server = RedisServer::start();
+    let mut raw = server.async_conn().await;
+    let mgr = manager(&server).await;
+    let lock = mgr.lock("renewed");
+    let lease = Duration::from_millis(400);
+    let outer = lock.acquire_with_lease(lease).await.unwrap();
+    let inner = lock.acquire().await.unwrap();
+    inner.release().await.unwrap();
+    // Past the lease and two watchdog timeouts: only renewals kept it.
+    tokio::time::sleep(lease + WATCHDOG * 2).await;
+    let pttl: i64 = raw.pttl("renewed").await.unwrap();
+    assert!(pttl > 0, "renewed: PTTL {pttl}");
+    assert!(!outer.is_lost());
+    outer.release().await.unwrap();
+    let left: i64 = raw.exists("renewed").await.unwrap();
+    assert_eq!(left, 0);
+    mgr.shutdown().await;
+}
