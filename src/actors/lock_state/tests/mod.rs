@@ -6,6 +6,7 @@ mod fair_places;
 mod model;
 mod outage;
 mod property;
+mod spin;
 mod simulation;
 mod turns;
 
@@ -21,6 +22,7 @@ fn settings() -> Settings {
         hand_off: true,
         unavailable_after: Duration::from_secs(15),
         watch_holds: false,
+        spin_backoff: SpinBackOff::default(),
     }
 }
 
