@@ -41,7 +41,10 @@ struct Ear(std::sync::mpsc::Receiver<Vec<String>>);
 impl Ear {
     fn on(server: &RedisServer, channel: &str) -> Self {
         let mut conn = server.conn();
-        redis::cmd("SUBSCRIBE").arg(channel).exec(&mut conn).unwrap();
+        redis::cmd("SUBSCRIBE")
+            .arg(channel)
+            .exec(&mut conn)
+            .unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             while let Ok(value) = conn.recv_response() {
@@ -135,10 +138,19 @@ async fn the_spin_lock_is_the_lock_hash_and_publishes_nothing() {
     assert!(mgr.spin_lock("s").force_unlock().await.unwrap());
     assert!(!raw.exists::<_, bool>("s").unwrap());
     assert_eq!(ear.heard(), None, "a spin force unlock published");
-    assert!(!mgr.spin_lock("s").force_unlock().await.unwrap(), "nothing left");
+    assert!(
+        !mgr.spin_lock("s").force_unlock().await.unwrap(),
+        "nothing left"
+    );
 
     // The control: the same ear hears the reentrant lock's release on that channel.
-    mgr.lock("s").acquire().await.unwrap().release().await.unwrap();
+    mgr.lock("s")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let heard = ear.heard().expect("the reentrant release's message");
     assert_eq!(heard, ["message", &channel("s"), "0"]);
     mgr.shutdown().await;
@@ -222,10 +234,7 @@ async fn a_constant_back_off_spaces_the_attempts() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let calls = monitor.calls("c", &lock.holder_id());
     // The first attempt and one per 300 ms of the 1 s wait (the default would try ~13 times).
-    assert!(
-        (2..=5).contains(&calls),
-        "{calls} attempts in {waited:?}"
-    );
+    assert!((2..=5).contains(&calls), "{calls} attempts in {waited:?}");
     held.release().await.unwrap();
     let t = Instant::now();
     let g = lock.try_acquire_for(Duration::from_secs(5)).await.unwrap();
@@ -247,7 +256,10 @@ async fn java_holds_and_lockman_spins_until_it_is_free() {
     let mut ear = Ear::on(&server, &channel("j"));
     assert_eq!(java::spin_try_lock(&mut raw, "j", JAVA, 30_000), None);
     assert_eq!(java::spin_try_lock(&mut raw, "j", JAVA, 30_000), None);
-    assert_eq!(hash(&mut raw, "j"), HashMap::from([(JAVA.to_owned(), "2".to_owned())]));
+    assert_eq!(
+        hash(&mut raw, "j"),
+        HashMap::from([(JAVA.to_owned(), "2".to_owned())])
+    );
     assert!(mgr.spin_lock("j").try_acquire().await.unwrap().is_none());
     assert!(mgr.lock("j").try_acquire().await.unwrap().is_none());
     let lock = mgr.spin_lock("j");
@@ -265,7 +277,10 @@ async fn java_holds_and_lockman_spins_until_it_is_free() {
         .unwrap()
         .unwrap();
     assert!(at.duration_since(freed) < Duration::from_secs(8));
-    assert_eq!(hash(&mut raw, "j"), HashMap::from([(g.holder_id().to_string(), "1".to_owned())]));
+    assert_eq!(
+        hash(&mut raw, "j"),
+        HashMap::from([(g.holder_id().to_string(), "1".to_owned())])
+    );
     // Java's unlock of a holder that holds nothing: nil, nothing changes.
     assert_eq!(java::spin_unlock(&mut raw, "j", JAVA, 30_000), None);
     assert!(raw.exists::<_, bool>("j").unwrap());
@@ -299,7 +314,10 @@ async fn lockman_holds_and_java_spins_until_it_is_free() {
     let (attempts, at) = java.join().unwrap();
     assert!(attempts > 2, "{attempts}");
     assert!(at.duration_since(freed) < Duration::from_secs(8));
-    assert_eq!(hash(&mut raw, "l"), HashMap::from([(JAVA.to_owned(), "1".to_owned())]));
+    assert_eq!(
+        hash(&mut raw, "l"),
+        HashMap::from([(JAVA.to_owned(), "1".to_owned())])
+    );
     assert!(lock.try_acquire().await.unwrap().is_none());
     mgr.shutdown().await;
 }
@@ -345,7 +363,10 @@ async fn java_and_lockman_spinners_exclude_each_other() {
             let n: Option<u64> = java_conn.get("x:counter").unwrap();
             std::thread::sleep(Duration::from_millis(2));
             let _: () = java_conn.set("x:counter", n.unwrap_or(0) + 1).unwrap();
-            assert_eq!(java::spin_unlock(&mut java_conn, "x", JAVA, 30_000), Some(1));
+            assert_eq!(
+                java::spin_unlock(&mut java_conn, "x", JAVA, 30_000),
+                Some(1)
+            );
         }
     });
     let mut tasks = Vec::new();
@@ -417,4 +438,45 @@ async fn a_reentrant_waiter_behind_a_spin_holder_is_bounded_by_the_ttl() {
     g.release().await.unwrap();
     spin_side.shutdown().await;
     lock_side.shutdown().await;
+}
+
+/// Deadlock detection: two tasks take the spin locks `a` and `b` in opposite orders. A spin
+/// wait is a wait for the holder as a reentrant lock's is: the cycle is found (no waiter
+/// listens on a channel, the waits are in the graph all the same), one wait fails with
+/// `LockError::Deadlock` naming two spin steps, and the other task gets its second lock once
+/// the failed task drops its first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_orders_on_spin_locks_are_a_deadlock_found() {
+    let server = RedisServer::start();
+    let mgr = manager(&server).await;
+    let both = Arc::new(tokio::sync::Barrier::new(2));
+    let task = |first: &str, second: &str| {
+        let (first, second) = (mgr.spin_lock(first), mgr.spin_lock(second));
+        let both = both.clone();
+        tokio::spawn(async move {
+            let g1 = first.acquire().await.unwrap();
+            both.wait().await;
+            // The second guard (if any) is dropped at once, released in the background.
+            let ok = second.acquire().await.map(drop);
+            drop(g1);
+            ok
+        })
+    };
+    let (one, two) = (task("a", "b"), task("b", "a"));
+    let results = tokio::time::timeout(Duration::from_secs(20), async {
+        (one.await.unwrap(), two.await.unwrap())
+    })
+    .await
+    .expect("the cycle is broken");
+    let (failed, ok): (Vec<_>, Vec<_>) =
+        [results.0, results.1].into_iter().partition(|r| r.is_err());
+    assert_eq!((failed.len(), ok.len()), (1, 1), "{failed:?} {ok:?}");
+    match &failed[0] {
+        Err(lockman::LockError::Deadlock { cycle }) => {
+            let kinds: Vec<&str> = cycle.steps.iter().map(|s| s.kind.as_str()).collect();
+            assert_eq!(kinds, ["spin", "spin"], "{cycle:?}");
+        }
+        other => panic!("not a deadlock: {other:?}"),
+    }
+    mgr.shutdown().await;
 }

@@ -838,7 +838,12 @@ return 0 \
 end";
 
 /// One spin attempt of Java's (`tryAcquire`): `None` when acquired, else the PTTL.
-pub fn spin_try_lock(conn: &mut Connection, name: &str, lock_name: &str, lease_ms: i64) -> Option<i64> {
+pub fn spin_try_lock(
+    conn: &mut Connection,
+    name: &str,
+    lock_name: &str,
+    lease_ms: i64,
+) -> Option<i64> {
     Script::new(SPIN_ACQUIRE)
         .key(name)
         .arg(lease_ms)
@@ -849,8 +854,17 @@ pub fn spin_try_lock(conn: &mut Connection, name: &str, lock_name: &str, lease_m
 
 /// Java's spin unlock with a fresh request id, then the latch's DEL that Redisson sends after
 /// it (`RedissonBaseLock.unlockInnerAsync`).
-pub fn spin_unlock(conn: &mut Connection, name: &str, lock_name: &str, lease_ms: i64) -> Option<i64> {
-    let latch = format!("{}:{}", prefix_name("redisson_unlock_latch", name), uuid::Uuid::new_v4());
+pub fn spin_unlock(
+    conn: &mut Connection,
+    name: &str,
+    lock_name: &str,
+    lease_ms: i64,
+) -> Option<i64> {
+    let latch = format!(
+        "{}:{}",
+        prefix_name("redisson_unlock_latch", name),
+        uuid::Uuid::new_v4()
+    );
     let reply = Script::new(SPIN_UNLOCK)
         .key(name)
         .key(&latch)

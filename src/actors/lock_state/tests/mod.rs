@@ -6,8 +6,8 @@ mod fair_places;
 mod model;
 mod outage;
 mod property;
-mod spin;
 mod simulation;
+mod spin;
 mod turns;
 
 use super::*;

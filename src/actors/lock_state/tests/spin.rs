@@ -96,7 +96,13 @@ fn a_spin_release_tries_the_local_waiter_at_once() {
     s.release(key_a, epoch_a, Some(1), t0);
     let fx = s.drain();
     assert!(
-        matches!(runs(&fx)[..], [Op::Release { kind: LockKind::Spin, .. }]),
+        matches!(
+            runs(&fx)[..],
+            [Op::Release {
+                kind: LockKind::Spin,
+                ..
+            }]
+        ),
         "{fx:?}"
     );
     s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t0);
