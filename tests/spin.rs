@@ -480,3 +480,23 @@ async fn opposite_orders_on_spin_locks_are_a_deadlock_found() {
     }
     mgr.shutdown().await;
 }
+
+/// `scope` on a spin hold: the scoped work is stopped with `HoldLost` once Java's force unlock
+/// (a bare DEL) is noticed, within the watchdog's bound; work that ends first returns its value.
+#[tokio::test]
+async fn scope_stops_the_work_of_a_lost_spin_hold() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let g = mgr.spin_lock("sc").acquire().await.unwrap();
+    assert_eq!(g.scope(async { 7 }).await.unwrap(), 7);
+    let deleted = Instant::now();
+    assert!(java::spin_force_unlock(&mut raw, "sc"));
+    let stopped = g.scope(tokio::time::sleep(Duration::from_secs(60))).await;
+    assert!(
+        matches!(stopped, Err(lockman::LockError::HoldLost { .. })),
+        "{stopped:?}"
+    );
+    assert!(deleted.elapsed() < WATCHDOG * 2 + Duration::from_secs(3));
+    mgr.shutdown().await;
+}
