@@ -118,6 +118,34 @@ fn exec_takes_the_non_reentrant_kinds() {
     }
 }
 
+/// `--kind spin` holds the lock's hash with a count of 1 while the command runs (the spin lock's
+/// keys are the lock's) and releases it after; `inspect` shows such a hold as a plain lock
+/// (nothing in Redis tells the two apart, as in Redisson).
+#[test]
+fn exec_takes_the_spin_lock() {
+    let server = RedisServer::start();
+    let script = "redis-cli -p \"$PORT\" hgetall sp; redis-cli -p \"$PORT\" pubsub channels";
+    let out = lockman(
+        &server,
+        &["exec", "--kind", "spin", "sp", "--", "sh", "-c", script],
+    )
+    .env("PORT", server.port().to_string())
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines.len() >= 2, "{stdout}");
+    assert!(lines[0].contains(':'), "a holder: {stdout}");
+    assert_eq!(lines[1], "1", "{stdout}");
+    assert!(!stdout.contains("{sp}"), "no channel of the name: {stdout}");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("sp")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!exists, "released");
+}
+
 /// `--prefix app1:` maps every name as Redisson's `PrefixNameMapper` does: `exec` holds the hash
 /// `app1:report` (not `report`), and `inspect report` finds it and shows the name unmapped.
 #[tokio::test]

@@ -168,6 +168,17 @@ async fn every_metric_after_a_known_sequence_alone() {
         }
     }
 
+    // The spin lock: its own label.
+    let spin = mgr.spin_lock("sp");
+    let held = spin.acquire().await.unwrap();
+    assert_eq!(value("lockman_holds{kind=spin}"), 1.0);
+    held.release().await.unwrap();
+    assert_eq!(value("lockman_holds{kind=spin}"), 0.0);
+    assert_eq!(
+        value("lockman_acquire_total{kind=spin,outcome=acquired}"),
+        1.0
+    );
+
     // A refusal from Redis is a failure.
     let _: () = raw.set("text", "not a lock").unwrap();
     let err = mgr.lock("text").try_acquire().await.unwrap_err();

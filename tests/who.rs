@@ -225,6 +225,72 @@ fn three_processes_show_in_inspect_ls_and_top() {
     assert!(line.contains("billing@"), "{line}");
 }
 
+/// A spin hold and a spin waiter (`exec --kind spin` in two processes) show in `ls` (the
+/// hold's kind `spin`, the wait on its name) and in `top` (one waiter, held by the holder),
+/// though the waiter subscribes to nothing.
+#[test]
+fn spin_holds_and_waiters_show_in_ls_and_top() {
+    let server = RedisServer::start();
+    let spawn = |service: &str, secs: &str| {
+        Killed(
+            lockman(
+                &server,
+                &[
+                    "--client-name",
+                    service,
+                    "exec",
+                    "--kind",
+                    "spin",
+                    "sp:1",
+                    "--",
+                    "sleep",
+                    secs,
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn lockman exec"),
+        )
+    };
+    let _holder = spawn("spinner", "20");
+    assert!(support::eventually_blocking(
+        Duration::from_secs(10),
+        || { run(&server, &["inspect", "sp:1"]).status.success() }
+    ));
+    let _waiter = spawn("poller", "0");
+    let mut all = Vec::new();
+    let ready = support::eventually_blocking(Duration::from_secs(15), || {
+        all = services(&server);
+        let n = |s: &str, f: &str| {
+            all.iter()
+                .filter(|(x, _)| x == s)
+                .map(|(_, c)| c[f].as_array().map_or(0, Vec::len))
+                .sum::<usize>()
+        };
+        n("spinner", "holds") == 1 && n("poller", "waits") == 1
+    });
+    assert!(ready, "records never showed the hold and the wait: {all:?}");
+    let spinner = client(&all, "spinner");
+    assert_eq!(spinner["holds"][0]["name"], "sp:1");
+    assert_eq!(spinner["holds"][0]["kind"], "spin");
+    let poller = client(&all, "poller");
+    assert_eq!(poller["waits"][0]["name"], "sp:1", "{poller}");
+    let frame = json(&run(&server, &["top", "--once", "--json"]));
+    let waited = frame["waited"].as_array().unwrap();
+    assert_eq!(waited[0]["name"], "sp:1", "{frame}");
+    assert_eq!(waited[0]["waiters"], 1, "{frame}");
+    assert_eq!(waited[0]["held_by"], spinner["id"], "{frame}");
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(
+        channels.iter().all(|c| !c.contains("{sp:1}")),
+        "{channels:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_process_leaves_clients_ls_and_top() {
     let server = RedisServer::start();

@@ -64,13 +64,15 @@ pub enum Kind {
     NonReentrant,
     /// The non-reentrant fair lock: the fair lock's queue, refusing the holder's second hold.
     NonReentrantFair,
+    /// The spin lock: the lock's hash, waiters polling on a back-off, releases publishing nothing.
+    Spin,
 }
 
 /// The permits of each chaos semaphore: never more holders inside at once.
 pub const SEMAPHORE_PERMITS: u32 = 2;
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Lock,
         Kind::Fair,
         Kind::Read,
@@ -82,6 +84,7 @@ impl Kind {
         Kind::Latch,
         Kind::NonReentrant,
         Kind::NonReentrantFair,
+        Kind::Spin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +100,7 @@ impl Kind {
             Kind::Latch => "latch",
             Kind::NonReentrant => "nonreentrant",
             Kind::NonReentrantFair => "nonreentrant_fair",
+            Kind::Spin => "spin",
         }
     }
 

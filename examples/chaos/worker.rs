@@ -653,6 +653,10 @@ impl Ctx {
                 self.take_lock(self.lock.non_reentrant_lock(name), wait, rng, counts)
                     .await?,
             ),
+            Kind::Spin => guard(
+                self.take_lock(self.lock.spin_lock(name), wait, rng, counts)
+                    .await?,
+            ),
             Kind::NonReentrantFair => {
                 let lock =
                     fair.unwrap_or_else(|| (*self.lock.non_reentrant_fair_lock(name)).clone());

@@ -26,6 +26,7 @@ impl std::fmt::Debug for Config {
             deadlocks,
             watch_holds,
             lock_delay,
+            spin_backoff,
         } = self;
         let mut d = f.debug_struct("Config");
         match deployment {
@@ -66,6 +67,7 @@ impl std::fmt::Debug for Config {
             .field("deadlocks", deadlocks)
             .field("watch_holds", watch_holds)
             .field("lock_delay", lock_delay)
+            .field("spin_backoff", spin_backoff)
             .finish()
     }
 }

@@ -5,11 +5,13 @@ use std::time::Duration;
 mod debug;
 mod deployment;
 pub(crate) mod redact;
+mod spin;
 mod validate;
 
 pub use deployment::ShardedSubscription;
 pub(crate) use deployment::{Deployment, SentinelSettings, TlsSettings};
 pub use redact::redacted_url;
+pub use spin::SpinBackOff;
 
 /// Default [`Config::watchdog_timeout`]: Redisson's `lockWatchdogTimeout`.
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -76,6 +78,7 @@ pub struct Config {
     deadlocks: Deadlocks,
     watch_holds: bool,
     lock_delay: Duration,
+    spin_backoff: SpinBackOff,
 }
 
 /// What a manager does when the waits of its callers close a cycle (a deadlock: task A holds
@@ -118,7 +121,23 @@ impl Config {
             name_prefix: String::new(),
             refuse_evicting_server: false,
             deadlocks: Deadlocks::Break,
+            spin_backoff: SpinBackOff::default(),
         }
+    }
+
+    /// How the waiters of every [spin lock](crate::LockManager::spin_lock) of this manager space
+    /// their attempts: [`SpinBackOff::default`] (Redisson's: 1 ms doubling to 128 ms, with a
+    /// jitter) unless set. Redisson gives it per lock (`getSpinLock(name, backOff)`); here it is
+    /// the manager's. A back-off under 1 ms, or a `max` below `initial`, is refused by
+    /// [`LockManager::start`](crate::LockManager::start).
+    pub fn spin_backoff(mut self, backoff: SpinBackOff) -> Self {
+        self.spin_backoff = backoff;
+        self
+    }
+
+    /// See [`Config::spin_backoff`](Self::spin_backoff()).
+    pub fn get_spin_backoff(&self) -> SpinBackOff {
+        self.spin_backoff
     }
 
     /// **Replica sync** (Redisson's `checkLockSyncedSlaves`): after every acquire and every

@@ -68,3 +68,39 @@ fn debug_never_shows_a_password() {
     assert!(!shown.contains("pw1") && !shown.contains("pw2"), "{shown}");
     assert!(shown.contains("sen:***@h:26379"), "{shown}");
 }
+
+/// A spin back-off under 1 ms, a longest sleep below the first, a multiplier of 0 or a sleep
+/// above the longest expiry is refused, naming the setting; Redisson's defaults and a constant
+/// back-off pass.
+#[test]
+fn a_bad_spin_backoff_is_refused() {
+    let ms = Duration::from_millis;
+    let with = |b| Config::new("redis://127.0.0.1/").spin_backoff(b);
+    for b in [
+        SpinBackOff::exponential(Duration::ZERO, ms(128), 2),
+        SpinBackOff::exponential(ms(1), Duration::from_micros(500), 2),
+        SpinBackOff::exponential(ms(10), ms(5), 2),
+        SpinBackOff::exponential(ms(1), ms(128), 0),
+        SpinBackOff::exponential(ms(1), MAX_EXPIRY + ms(1), 2),
+        SpinBackOff::constant(Duration::ZERO),
+        SpinBackOff::constant(MAX_EXPIRY + ms(1)),
+    ] {
+        let err = with(b).validate().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::InvalidArgument {
+                    what: "spin backoff",
+                    ..
+                }
+            ),
+            "{b:?}: {err:?}"
+        );
+    }
+    assert_eq!(
+        Config::new("redis://127.0.0.1/").get_spin_backoff(),
+        SpinBackOff::exponential(ms(1), ms(128), 2)
+    );
+    assert!(with(SpinBackOff::default()).validate().is_ok());
+    assert!(with(SpinBackOff::constant(ms(64))).validate().is_ok());
+}

@@ -22,6 +22,9 @@ impl Config {
                 format!("{:?} is above {MAX_EXPIRY:?}", self.idle_linger),
             ));
         }
+        if let Some(why) = self.spin_backoff.problem() {
+            return Err(LockError::invalid("spin backoff", why));
+        }
         self.validate_tls()?;
         self.validate_sync_replicas()
     }

@@ -232,6 +232,18 @@ impl LockManager {
         FairLock::new(self.lock(name).as_kind(LockKind::NonReentrantFair))
     }
 
+    /// A handle on the **spin lock** `name` (Redisson's `getSpinLock`): the reentrant lock's
+    /// hash and acquire, so it excludes [`lock`](Self::lock) and Java's `RLock` and spin lock on
+    /// the same name, but its waiters listen on no channel: each retries after a sleep of
+    /// [`Config::spin_backoff`](crate::Config::spin_backoff) (by default Redisson's, 1 ms
+    /// doubling to 128 ms), and its release publishes nothing. For a name many processes wait
+    /// on: a release wakes none of them, and no waiter holds a subscription. Reentrant, leases,
+    /// the watchdog, `lost()`, deadlock detection and the local hand-off as [`lock`](Self::lock).
+    /// New holder, as [`lock`](Self::lock).
+    pub fn spin_lock(&self, name: impl Into<String>) -> Lock {
+        self.lock(name).as_kind(LockKind::Spin)
+    }
+
     /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a
     /// token greater than any handed out before for that name, by any client. New holder, as
     /// [`lock`](Self::lock).

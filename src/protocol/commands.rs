@@ -238,7 +238,8 @@ impl Commands {
             | LockKind::Write
             | LockKind::Reentrant
             | LockKind::Fenced
-            | LockKind::NonReentrant => {
+            | LockKind::NonReentrant
+            | LockKind::Spin => {
                 let (message, mode) = match kind {
                     LockKind::Read => (WAKE_ALL_MESSAGE, "read"),
                     LockKind::Write => (WAKE_ALL_MESSAGE, "write"),
@@ -249,7 +250,8 @@ impl Commands {
                     .key(kind.channel(name))
                     .arg(message)
                     .arg(mode)
-                    .arg(self.publish());
+                    // A spin lock's is a bare DEL, as Redisson's: nothing listens.
+                    .arg(if kind.spins() { "" } else { self.publish() });
                 call
             }
         };

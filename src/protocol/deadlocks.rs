@@ -46,7 +46,7 @@ const LABEL_TAG: &str = "@label";
 
 /// The kinds a wait may have, as `publish.lua` writes them: an entry of another kind is no
 /// entry this version reads.
-const KINDS: [super::LockKind; 7] = [
+const KINDS: [super::LockKind; 8] = [
     super::LockKind::Reentrant,
     super::LockKind::Fenced,
     super::LockKind::Read,
@@ -54,6 +54,7 @@ const KINDS: [super::LockKind; 7] = [
     super::LockKind::Fair,
     super::LockKind::NonReentrant,
     super::LockKind::NonReentrantFair,
+    super::LockKind::Spin,
 ];
 
 /// The hash of client `id`'s long waits.

@@ -6,8 +6,8 @@ use redis::Script;
 
 use super::{
     ACQUIRE, Expect, FAIR_ACQUIRE, FAIR_NON_REENTRANT_ACQUIRE, FAIR_RELEASE, FENCED_ACQUIRE,
-    FairArgs, NON_REENTRANT_ACQUIRE, READ_ACQUIRE, READ_RELEASE, RELEASE, WRITE_ACQUIRE,
-    WRITE_RELEASE, millis,
+    FairArgs, NON_REENTRANT_ACQUIRE, READ_ACQUIRE, READ_RELEASE, RELEASE, SPIN_RELEASE,
+    WRITE_ACQUIRE, WRITE_RELEASE, millis,
 };
 use crate::connections::command::ScriptCall;
 use crate::protocol::keys::{self, UNLOCK_MESSAGE, WAKE_ALL_MESSAGE};
@@ -32,6 +32,10 @@ pub enum LockKind {
     /// The non-reentrant fair lock (Redisson 4.4's `RedissonNonReentrantFairLock`): the fair
     /// lock's keys and channels, refusing a second acquire by the holder that holds it.
     NonReentrantFair,
+    /// The spin lock (Redisson's `RedissonSpinLock`, `getSpinLock`): the reentrant lock's hash
+    /// and acquire, but its waiters subscribe to nothing and retry on a back-off
+    /// ([`SpinBackOff`](crate::SpinBackOff)), and its release publishes nothing.
+    Spin,
 }
 
 impl LockKind {
@@ -51,7 +55,8 @@ impl LockKind {
             | LockKind::Fenced
             | LockKind::Fair
             | LockKind::NonReentrant
-            | LockKind::NonReentrantFair => keys::unlock_channel(name),
+            | LockKind::NonReentrantFair
+            | LockKind::Spin => keys::unlock_channel(name),
         }
     }
 
@@ -75,8 +80,14 @@ impl LockKind {
     pub(crate) fn is_exclusive_unfair(self) -> bool {
         matches!(
             self,
-            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant
+            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant | LockKind::Spin
         )
+    }
+
+    /// Whether its waiters retry on a back-off instead of listening on a channel (the spin
+    /// lock): nothing publishes its releases.
+    pub(crate) fn spins(self) -> bool {
+        self == LockKind::Spin
     }
 
     /// Whether a second acquire by the holder that holds it is refused
@@ -95,6 +106,7 @@ impl LockKind {
             LockKind::Fair => "fair",
             LockKind::NonReentrant => "non_reentrant",
             LockKind::NonReentrantFair => "non_reentrant_fair",
+            LockKind::Spin => "spin",
         }
     }
 
@@ -108,6 +120,7 @@ impl LockKind {
             LockKind::Fair,
             LockKind::NonReentrant,
             LockKind::NonReentrantFair,
+            LockKind::Spin,
         ]
         .into_iter()
         .find(|kind| kind.label() == label)
@@ -136,6 +149,8 @@ impl LockKind {
             LockKind::Fair => &FAIR_ACQUIRE,
             LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
             LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
+            // Redisson's spin lock acquires as its reentrant lock does.
+            LockKind::Spin => &ACQUIRE,
         }
     }
 
@@ -167,7 +182,7 @@ impl LockKind {
                     .arg(holder);
                 call
             }
-            LockKind::Reentrant | LockKind::NonReentrant => {
+            LockKind::Reentrant | LockKind::NonReentrant | LockKind::Spin => {
                 let mut call = ScriptCall::new(script, 1, 3, room);
                 call.key(key).arg(lease).arg(holder);
                 call
@@ -252,6 +267,16 @@ impl LockKind {
                 let mut call = ScriptCall::new(&RELEASE, 2, 5, room);
                 call.key(key)
                     .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
+                    .arg(publish);
+                call
+            }
+            LockKind::Spin => {
+                // release_prologue.lua's keys and arguments; nothing is published.
+                let mut call = ScriptCall::new(&SPIN_RELEASE, 1, 5, room);
+                call.key(key)
                     .arg(UNLOCK_MESSAGE)
                     .arg(millis(lease))
                     .arg(holder)

@@ -38,6 +38,7 @@ macro_rules! joined {
 static ACQUIRE: LazyLock<Script> = joined!("acquire.lua");
 // The release and hand-off scripts both begin by releasing one hold.
 static RELEASE: LazyLock<Script> = joined!("release_prologue.lua", "release.lua");
+static SPIN_RELEASE: LazyLock<Script> = joined!("release_prologue.lua", "spin_release.lua");
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("force_unlock.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("renew.lua")));
@@ -87,6 +88,7 @@ fn all_scripts() -> Vec<&'static Script> {
     let mut scripts: Vec<&'static Script> = vec![
         &ACQUIRE,
         &RELEASE,
+        &SPIN_RELEASE,
         &HAND_OFF,
         &FORCE_UNLOCK,
         &RENEW,

@@ -527,7 +527,7 @@ pub fn assert_unacknowledged(err: &lockman::LockError, started: Instant) {
 }
 
 /// Every exclusive lock kind on `name`, labelled: reentrant, fenced, fair, the write side of a
-/// read-write lock, non-reentrant and non-reentrant fair (the suites that run one promise
+/// read-write lock, non-reentrant, non-reentrant fair and spin (the suites that run one promise
 /// through each kind).
 pub fn exclusive_kinds(
     mgr: &lockman::LockManager,
@@ -543,5 +543,6 @@ pub fn exclusive_kinds(
             "non-reentrant fair",
             mgr.non_reentrant_fair_lock(name).into(),
         ),
+        ("spin", mgr.spin_lock(name)),
     ]
 }

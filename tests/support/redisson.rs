@@ -2,7 +2,7 @@
 //! wire semantics (keys, values, messages) that docs/protocol.md states, as an independent
 //! Redisson-compatible client would run them; the read lock's and fair lock's operations
 //! (below) follow Redisson 4.4+'s behaviour step by step. Nothing here is copied from Redisson
-//! and nothing uses lockman's scripts; in particular expiry uses this client's own clock, as
+//! but the spin lock's scripts (at the end, Redisson's own), and nothing uses lockman's scripts; in particular expiry uses this client's own clock, as
 //! Java's does.
 
 use redis::{Connection, Script};
@@ -788,4 +788,115 @@ return 1
     .arg(lock_name)
     .invoke(conn)
     .expect("unlock")
+}
+
+// The spin lock: unlike the rest of this file, these are Redisson's own scripts, as
+// `RedissonSpinLock` (Redisson 4.x, Apache-2.0) sends them, character for character: the spin
+// lock's tests run Java's side as Java runs it.
+
+/// `RedissonSpinLock.tryLockInnerAsync`. KEYS: name; ARGV: lease ms, lockName. nil when
+/// acquired (or re-entered), else the PTTL.
+pub const SPIN_ACQUIRE: &str = "if (redis.call('exists', KEYS[1]) == 0) then \
+redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+redis.call('pexpire', KEYS[1], ARGV[1]); \
+return nil; \
+end; \
+if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
+redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+redis.call('pexpire', KEYS[1], ARGV[1]); \
+return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// `RedissonSpinLock.unlockInnerAsync`. KEYS: name, the unlock latch
+/// (`redisson_unlock_latch:{name}:<requestId>`); ARGV: lease ms, lockName, the latch's timeout
+/// ms. nil when lockName holds nothing; 0 when holds remain; 1 when the hash was deleted.
+/// Publishes nothing.
+pub const SPIN_UNLOCK: &str = "local val = redis.call('get', KEYS[2]); \
+if val ~= false then \
+return tonumber(val);\
+end; \
+if (redis.call('hexists', KEYS[1], ARGV[2]) == 0) then \
+return nil;\
+end; \
+local counter = redis.call('hincrby', KEYS[1], ARGV[2], -1); \
+if (counter > 0) then \
+redis.call('pexpire', KEYS[1], ARGV[1]); \
+redis.call('set', KEYS[2], 0, 'px', ARGV[3]); \
+return 0; \
+else \
+redis.call('del', KEYS[1]); \
+redis.call('set', KEYS[2], 1, 'px', ARGV[3]); \
+return 1; \
+end; ";
+
+/// `RedissonSpinLock.forceUnlockAsync`: a bare DEL. KEYS: name.
+pub const SPIN_FORCE_UNLOCK: &str = "if (redis.call('del', KEYS[1]) == 1) then \
+return 1 \
+else \
+return 0 \
+end";
+
+/// One spin attempt of Java's (`tryAcquire`): `None` when acquired, else the PTTL.
+pub fn spin_try_lock(
+    conn: &mut Connection,
+    name: &str,
+    lock_name: &str,
+    lease_ms: i64,
+) -> Option<i64> {
+    Script::new(SPIN_ACQUIRE)
+        .key(name)
+        .arg(lease_ms)
+        .arg(lock_name)
+        .invoke(conn)
+        .expect("spin tryLock")
+}
+
+/// Java's spin unlock with a fresh request id, then the latch's DEL that Redisson sends after
+/// it (`RedissonBaseLock.unlockInnerAsync`).
+pub fn spin_unlock(
+    conn: &mut Connection,
+    name: &str,
+    lock_name: &str,
+    lease_ms: i64,
+) -> Option<i64> {
+    let latch = format!(
+        "{}:{}",
+        prefix_name("redisson_unlock_latch", name),
+        uuid::Uuid::new_v4()
+    );
+    let reply = Script::new(SPIN_UNLOCK)
+        .key(name)
+        .key(&latch)
+        .arg(lease_ms)
+        .arg(lock_name)
+        .arg(30_000)
+        .invoke(conn)
+        .expect("spin unlock");
+    redis::cmd("DEL").arg(&latch).exec(conn).expect("latch DEL");
+    reply
+}
+
+/// Java's spin force unlock: whether there was a lock.
+pub fn spin_force_unlock(conn: &mut Connection, name: &str) -> bool {
+    Script::new(SPIN_FORCE_UNLOCK)
+        .key(name)
+        .invoke::<i64>(conn)
+        .expect("spin forceUnlock")
+        == 1
+}
+
+/// Java's `RedissonSpinLock.lock()` with the default back-off, as a blocking loop: attempts
+/// until acquired, sleeping Redisson's `ExponentialBackOffPolicy` sleeps between them (1 ms
+/// doubling to 128 ms; the jitter left out, its bounds are the same). Returns the attempts.
+pub fn spin_lock(conn: &mut Connection, name: &str, lock_name: &str, lease_ms: i64) -> u32 {
+    let (mut sleep, mut attempts) = (1u64, 0u32);
+    loop {
+        attempts += 1;
+        if spin_try_lock(conn, name, lock_name, lease_ms).is_none() {
+            return attempts;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(sleep));
+        sleep = (sleep * 2).min(128);
+    }
 }

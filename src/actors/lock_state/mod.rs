@@ -47,13 +47,13 @@ use holds::WATCHED_AFTER;
 pub(crate) use outage::SILENT_AFTER;
 
 use places::FairPlaces;
-use timers::Timers;
+use timers::{SpinSleeps, Timers};
 use trips::{InFlight, Pending, Trips};
 use waiters::{Waiter, Waiters};
 
 pub(crate) use crate::actors::name::{MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff};
 use crate::actors::name::{Renewal, state::NameState};
-use crate::config::Config;
+use crate::config::{Config, SpinBackOff};
 use crate::error::LockError;
 use crate::protocol::{Attempt, FairArgs, HandedOff, LockKind, Refreshed, Released, keys};
 
@@ -89,6 +89,8 @@ pub(crate) struct Settings {
     /// loss is known at once almost from the start (it still renews it only once it has lived a
     /// sixth of the timeout).
     pub watch_holds: bool,
+    /// How a spin lock's waiters space their attempts (`Config::spin_backoff`).
+    pub spin_backoff: SpinBackOff,
 }
 
 impl Settings {
@@ -102,6 +104,7 @@ impl Settings {
             hand_off: config.get_sync_replicas().is_none(),
             unavailable_after: config.get_unavailable_after(),
             watch_holds: config.get_watch_holds(),
+            spin_backoff: config.get_spin_backoff(),
         }
     }
 }
@@ -210,8 +213,16 @@ impl LockState {
         if let Wait::Up(d) = wait {
             self.out.push(Effect::Arm(Timer::Deadline(id), d));
         }
+        // A spin waiter's sleeps between attempts, its jitter seeded by its holder (a client id
+        // each process draws) and its id.
+        let spin = req.kind.spins().then(|| {
+            use std::hash::BuildHasher as _;
+            let seed = rustc_hash::FxBuildHasher.hash_one((&*req.holder, id));
+            SpinSleeps::new(self.settings.spin_backoff, seed)
+        });
         self.waiters.push(Waiter {
             id,
+            spin,
             holder: req.holder,
             kind: req.kind,
             lease: req.lease,

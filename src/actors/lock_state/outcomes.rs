@@ -144,7 +144,12 @@ impl LockState {
         }
         let Some(w) = self.waiters.get(id) else {
             // Its caller left meanwhile. This wake-up was the others' too: they wait for
-            // the next message, or this TTL.
+            // the next message, or this TTL (a spin lock's: the next waiter's sleep).
+            if self.family.spins()
+                && let Some(head) = self.waiters.front().map(|w| w.id)
+            {
+                return self.spin_again(head, ttl);
+            }
             if let (false, Some(ttl)) = (self.waiters.is_empty(), ttl) {
                 self.schedule_retry(ttl);
             }
@@ -153,11 +158,31 @@ impl LockState {
         if !w.may_wait() {
             return self.answer(id, Answer::TimedOut);
         }
+        if w.spin.is_some() {
+            // No channel to listen on: it tries again after its next sleep.
+            self.watch_caller(id);
+            return self.spin_again(id, ttl);
+        }
         self.subscribe(id);
         // No TTL (a key without expiry): only the unlock message can wake us.
         if let Some(ttl) = ttl {
             self.schedule_retry(ttl);
         }
+    }
+
+    /// Spin waiter `id` found the lock held: the next wake-up is after its next sleep (or the
+    /// holder's `ttl`, when shorter), as Redisson's spin waiter sleeps between attempts.
+    fn spin_again(&mut self, id: WaiterId, ttl: Option<Duration>) {
+        let Some(sleep) = self
+            .waiters
+            .get_mut(id)
+            .and_then(|w| w.spin.as_mut())
+            .map(SpinSleeps::next)
+        else {
+            return;
+        };
+        let after = ttl.map_or(sleep, |ttl| sleep.min(ttl.max(Duration::from_millis(1))));
+        self.schedule_retry(after);
     }
 
     /// Waiter `id`'s attempt failed: it tries again after a backoff when it may wait and the
@@ -262,6 +287,16 @@ impl LockState {
         }
     }
 
+    /// A spin lock's release freed it (or found it gone) and published nothing: this process's
+    /// own waiters, which hear no message, are woken here at once (after the hold-back, when
+    /// the release ended a streak of hand-offs: `turns`). Other processes' spin waiters find
+    /// it free at their next attempt.
+    fn spin_freed(&mut self, key: &HoldKey) {
+        if key.1.spins() && !self.waiters.is_empty() {
+            self.wake_one();
+        }
+    }
+
     /// A release of one of `key`'s holds ran and Redis still counts the holder: its lease is
     /// `lease` again from `started`.
     fn still_held(&mut self, key: &HoldKey, epoch: u64, lease: Duration, started: Instant) {
@@ -317,10 +352,12 @@ impl LockState {
                 {
                     self.wake_all();
                 }
+                self.spin_freed(&key);
                 Ok(())
             }
             Ok(HandedOff::No(Released::NotHeld)) => {
                 self.lose(&key, epoch, Loss::Release);
+                self.spin_freed(&key);
                 Err(not_held(&self.name, &key))
             }
             Ok(HandedOff::To { token }) => {

@@ -27,6 +27,14 @@ pub(super) fn hold_back(round_trip: Duration) -> Duration {
     (round_trip * 2).clamp(HOLD_BACK_MIN, HOLD_BACK_MAX)
 }
 
+/// The longest sleep of a spin waiter under `backoff`.
+fn longest_sleep(backoff: crate::config::SpinBackOff) -> Duration {
+    match backoff {
+        crate::config::SpinBackOff::Exponential { max, .. } => max,
+        crate::config::SpinBackOff::Constant { delay } => delay,
+    }
+}
+
 impl LockState {
     /// A release of `key` sent at `started` freed the lock in Redis and published: the streak
     /// of hand-offs starts over. When that release ended a full streak (the hand-off it did not
@@ -37,8 +45,13 @@ impl LockState {
         self.streak = 0;
         if full && key.1.is_exclusive_unfair() {
             let round_trip = self.now.saturating_duration_since(started);
-            self.timers
-                .set(Timer::Turn, hold_back(round_trip), &mut self.out);
+            let mut wait = hold_back(round_trip);
+            if key.1.spins() {
+                // No message wakes another process's spin waiter: it tries after its sleep,
+                // up to the back-off's longest. Its turn lasts that long more.
+                wait += longest_sleep(self.settings.spin_backoff);
+            }
+            self.timers.set(Timer::Turn, wait, &mut self.out);
         }
     }
 

@@ -26,6 +26,8 @@ pub(super) struct Waiter {
     /// Its deadline passed while what Redis says now was not known (`outage::deadline`): it
     /// waits no more, and what Redis answers next decides between a holder and an outage.
     pub last_try: bool,
+    /// A spin waiter's sleeps between its attempts (`timers.rs`); `None` for other kinds.
+    pub spin: Option<super::timers::SpinSleeps>,
 }
 
 impl Waiter {

@@ -133,12 +133,16 @@ impl LockState {
         self.timers.set(Timer::Retry, after, &mut self.out);
     }
 
-    /// Subscribes waiter `id`'s channel (then `subscribed` tries once more).
+    /// Subscribes waiter `id`'s channel (then `subscribed` tries once more); a spin lock's
+    /// waiters listen on none (their retries are timers, `found_busy`).
     pub(super) fn subscribe(&mut self, id: WaiterId) {
         self.watch_caller(id);
         let Some(w) = self.waiters.get(id) else {
             return;
         };
+        if w.kind.spins() {
+            return;
+        }
         let channel = self.channel_of(&w.holder);
         if self.subscribed.insert(channel.clone()) {
             self.out.push(Effect::Subscribe(channel));

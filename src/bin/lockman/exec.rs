@@ -147,7 +147,7 @@ pub async fn run(server: &Server, mut args: ExecArgs) -> Result<u8, Failure> {
 /// The kind `--kind` asks for, in the words of a wrong-kind error.
 fn kind_words(kind: Kind) -> &'static str {
     match kind {
-        Kind::Lock | Kind::NonReentrant => "a lock",
+        Kind::Lock | Kind::NonReentrant | Kind::Spin => "a lock",
         Kind::Fair | Kind::NonReentrantFair => "a fair lock",
         Kind::Read | Kind::Write => "a read-write lock",
         Kind::Fenced => "a fenced lock",
@@ -221,6 +221,7 @@ async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>,
         Kind::Fenced => (*manager.fenced_lock(name)).clone(),
         Kind::NonReentrant => manager.non_reentrant_lock(name),
         Kind::NonReentrantFair => (*manager.non_reentrant_fair_lock(name)).clone(),
+        Kind::Spin => manager.spin_lock(name),
     };
     let held = match (args.wait, args.lease) {
         (None, None) => Some(lock.acquire().await?),

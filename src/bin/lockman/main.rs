@@ -339,6 +339,8 @@ enum Kind {
     NonReentrant,
     /// Redisson 4.4's non-reentrant fair lock (the fair lock's keys).
     NonReentrantFair,
+    /// Redisson's spin lock (the lock's keys; waits by polling, no pub/sub).
+    Spin,
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.

@@ -184,8 +184,9 @@ impl Lock {
 
     /// Deletes the lock whoever holds it and wakes its waiters (a fair lock's: the head of its
     /// queue, on its own channel, after waiters whose deadline passed are dropped, as Redisson's
-    /// does). `Ok(false)` when it was not locked. The holder's guards learn of it at their next
-    /// renewal.
+    /// does; a spin lock's publishes nothing, as Redisson's, and its waiters find it free at
+    /// their next attempt). `Ok(false)` when it was not locked. The holder's guards learn of it
+    /// at their next renewal.
     ///
     /// # Errors
     /// [`LockError::WrongType`] (the key is left alone), Redis errors.

@@ -7,6 +7,7 @@ mod model;
 mod outage;
 mod property;
 mod simulation;
+mod spin;
 mod turns;
 
 use super::*;
@@ -21,6 +22,7 @@ fn settings() -> Settings {
         hand_off: true,
         unavailable_after: Duration::from_secs(15),
         watch_holds: false,
+        spin_backoff: SpinBackOff::default(),
     }
 }
 

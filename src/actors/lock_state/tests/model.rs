@@ -489,7 +489,8 @@ impl Redis {
         self.clear();
         if kind.is_fair() {
             self.wake_head();
-        } else {
+        } else if !kind.spins() {
+            // `spin_release.lua` publishes nothing.
             self.published += 1;
         }
         Released::Unlocked

@@ -352,7 +352,7 @@ proptest! {
 
     #[test]
     fn random_event_sequences_keep_the_invariants(
-        family in 0u8..6,
+        family in 0u8..7,
         steps in proptest::collection::vec(step(), 1..120),
     ) {
         run(family, steps)?;
@@ -360,7 +360,7 @@ proptest! {
 }
 
 /// One case: the lock of `family` (0 reentrant, 1 fenced, 2 read-write, 3 fair, 4 non-reentrant,
-/// 5 non-reentrant fair) driven by `steps`.
+/// 5 non-reentrant fair, 6 spin) driven by `steps`.
 fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
     run_counting(family, steps).map(|_| ())
 }
@@ -374,6 +374,7 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
         LockKind::Fair,
         LockKind::NonReentrant,
         LockKind::NonReentrantFair,
+        LockKind::Spin,
     ][family as usize];
     let mut s = state(family);
     let mut sh = Shell {

@@ -113,11 +113,12 @@ type Failure = String;
 impl Sim {
     fn new(seed: u64, trace: bool) -> Self {
         let mut rng = Rng(seed);
-        let kind = match rng.below(14) {
+        let kind = match rng.below(16) {
             0..=2 => LockKind::Fenced,
             3..=5 => LockKind::Fair,
             6..=7 => LockKind::NonReentrant,
             8..=9 => LockKind::NonReentrantFair,
+            10..=11 => LockKind::Spin,
             _ => LockKind::Reentrant,
         };
         let now = Instant::now();
@@ -413,6 +414,12 @@ impl Sim {
             return self.deliver_fair_message();
         }
         if self.redis.published == 0 {
+            return;
+        }
+        if self.kind.spins() {
+            // Nobody listens: a spin lock's waiters find the lock free by their own attempts
+            // (the model counts the force unlock's and a lost key's as published).
+            self.redis.published = 0;
             return;
         }
         let fate = self.rng.below(10);

@@ -1,0 +1,184 @@
+//! The spin lock's rules: its waiters listen on no channel and retry on their back-off's timer;
+//! its releases wake this process's own waiters, since nothing is published.
+
+use super::*;
+
+fn spin_req(holder: &str, wait: Wait) -> Request {
+    Request {
+        kind: LockKind::Spin,
+        ..req(holder, wait)
+    }
+}
+
+fn no_hand_off() -> LockState {
+    let settings = Settings {
+        hand_off: false,
+        ..settings()
+    };
+    LockState::new(LockKind::Spin, "name".into(), settings, Instant::now())
+}
+
+fn retry_armed(fx: &[Effect]) -> Option<Duration> {
+    fx.iter().rev().find_map(|e| match e {
+        Effect::Arm(Timer::Retry, d) => Some(*d),
+        _ => None,
+    })
+}
+
+fn subscribes(fx: &[Effect]) -> bool {
+    fx.iter().any(|e| matches!(e, Effect::Subscribe(_)))
+}
+
+/// A held spin lock: the waiter subscribes to nothing and tries again after each sleep of
+/// Redisson's default back-off, 1 ms, then 2, then 4 or 5 (jitter), up to 128 ms; every retry
+/// is one attempt.
+#[test]
+fn a_spin_waiter_subscribes_to_nothing_and_retries_on_its_back_off() {
+    let mut s = state(LockKind::Spin);
+    let t0 = Instant::now();
+    let id = s.request(spin_req("a", Wait::Forever), t0);
+    let fx = s.drain();
+    assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]), "{fx:?}");
+    let mut sleeps = Vec::new();
+    for _ in 0..12 {
+        s.ran(busy(), t0);
+        let fx = s.drain();
+        assert!(!subscribes(&fx), "{fx:?}");
+        assert!(fx.iter().any(|e| matches!(e, Effect::Watch(i) if *i == id)) || !sleeps.is_empty());
+        let sleep = retry_armed(&fx).expect("a retry timer");
+        sleeps.push(sleep.as_millis() as u64);
+        s.fired(Timer::Retry, t0);
+        let fx = s.drain();
+        assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]), "{fx:?}");
+    }
+    assert_eq!(&sleeps[..2], &[1, 2], "{sleeps:?}");
+    assert!((4..=5).contains(&sleeps[2]), "{sleeps:?}");
+    assert_eq!(sleeps[11], 128, "{sleeps:?}");
+    assert!(sleeps.windows(2).all(|w| w[0] <= w[1]), "{sleeps:?}");
+    s.ran(acquired(), t0);
+    assert!(granted(&s.drain(), id).is_some());
+}
+
+/// A holder whose lease ends sooner than the next sleep: the retry comes at the lease's end.
+#[test]
+fn a_spin_retry_comes_no_later_than_the_holders_ttl() {
+    let settings = Settings {
+        spin_backoff: SpinBackOff::constant(Duration::from_millis(500)),
+        ..settings()
+    };
+    let mut s = LockState::new(LockKind::Spin, "name".into(), settings, Instant::now());
+    s.request(spin_req("a", Wait::Forever), Instant::now());
+    s.drain();
+    s.ran(busy(), Instant::now());
+    assert_eq!(retry_armed(&s.drain()), Some(Duration::from_millis(500)));
+    s.fired(Timer::Retry, Instant::now());
+    s.drain();
+    let short = Outcome::Acquire(Ok(Attempt::Busy {
+        ttl: Some(Duration::from_millis(20)),
+    }));
+    s.ran(short, Instant::now());
+    assert_eq!(retry_armed(&s.drain()), Some(Duration::from_millis(20)));
+}
+
+/// Without the local hand-off (replica sync on), a release publishes nothing, so nothing would
+/// wake this process's own waiter but its sleep: the release's outcome tries it at once.
+#[test]
+fn a_spin_release_tries_the_local_waiter_at_once() {
+    let mut s = no_hand_off();
+    let t0 = Instant::now();
+    let a = s.request(spin_req("a", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let (key_a, epoch_a) = granted(&s.drain(), a).expect("a granted");
+    let b = s.request(spin_req("b", Wait::Forever), t0);
+    s.ran(busy(), t0);
+    let fx = s.drain();
+    assert!(!subscribes(&fx), "{fx:?}");
+    s.release(key_a, epoch_a, Some(1), t0);
+    let fx = s.drain();
+    assert!(
+        matches!(
+            runs(&fx)[..],
+            [Op::Release {
+                kind: LockKind::Spin,
+                ..
+            }]
+        ),
+        "{fx:?}"
+    );
+    s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t0);
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::Acquire { .. }]),
+        "b tries at once: {fx:?}"
+    );
+    s.ran(acquired(), t0);
+    assert!(granted(&s.drain(), b).is_some());
+}
+
+/// A second holder joins the local queue without a round trip, and a release hands the lock
+/// to it in one script, as the reentrant lock's does: no subscription at any step.
+#[test]
+fn a_spin_lock_hands_off_to_a_local_waiter() {
+    let mut s = state(LockKind::Spin);
+    let t0 = Instant::now();
+    let a = s.request(spin_req("a", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let (key_a, epoch_a) = granted(&s.drain(), a).expect("a granted");
+    let b = s.request(spin_req("b", Wait::Forever), t0);
+    s.ran(busy(), t0);
+    assert!(!subscribes(&s.drain()));
+    let c = s.request(spin_req("c", Wait::Forever), t0);
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty(), "c queues behind b: {fx:?}");
+    assert!(!subscribes(&fx), "{fx:?}");
+    s.release(key_a, epoch_a, None, t0);
+    let fx = s.drain();
+    assert!(
+        matches!(runs(&fx)[..], [Op::HandOff { to, .. }] if &**to == "b"),
+        "{fx:?}"
+    );
+    s.ran(Outcome::Release(Ok(HandedOff::To { token: None })), t0);
+    let fx = s.drain();
+    assert!(granted(&fx, b).is_some(), "{fx:?}");
+    assert!(!subscribes(&fx), "{fx:?}");
+    assert!(s.is_waiting(c));
+}
+
+/// A release that ends a streak of hand-offs holds this process's waiters back for the longest
+/// sleep of the back-off more than a reentrant lock's: another process's spin waiter hears no
+/// message and tries only after its sleep.
+#[test]
+fn a_spin_streak_ends_with_a_hold_back_as_long_as_the_longest_sleep() {
+    let mut s = state(LockKind::Spin);
+    let t0 = Instant::now();
+    let first = s.request(spin_req("h0", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let mut hold = granted(&s.drain(), first).expect("granted");
+    for i in 1..=MAX_HAND_OFF_STREAK + 1 {
+        let next = s.request(spin_req(&format!("h{i}"), Wait::Forever), t0);
+        if !runs(&s.drain()).is_empty() {
+            s.ran(busy(), t0);
+            s.drain();
+        }
+        s.release(hold.0.clone(), hold.1, None, t0);
+        let fx = s.drain();
+        if i <= MAX_HAND_OFF_STREAK {
+            assert!(matches!(runs(&fx)[..], [Op::HandOff { .. }]), "{i}: {fx:?}");
+            s.ran(Outcome::Release(Ok(HandedOff::To { token: None })), t0);
+            hold = granted(&s.drain(), next).expect("handed off");
+        } else {
+            assert!(matches!(runs(&fx)[..], [Op::Release { .. }]), "{i}: {fx:?}");
+        }
+    }
+    s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t0);
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty(), "held back: {fx:?}");
+    let turn = fx.iter().find_map(|e| match e {
+        Effect::Arm(Timer::Turn, d) => Some(*d),
+        _ => None,
+    });
+    let turn = turn.expect("a hold-back");
+    assert!(turn >= Duration::from_millis(128 + 5), "{turn:?}");
+    s.fired(Timer::Turn, t0 + turn);
+    assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+}
