@@ -16,7 +16,7 @@
 //! goes on working.
 //! It runs under a `Supervisor`: if it ever stops it is restarted with its holds and schedule.
 //!
-//! It has three jobs, one file each, on the one schedule:
+//! It has four jobs, one file each, on the one schedule:
 //! - **renewal** (`renewal.rs`): the holds, their batched calls and retries, their losses;
 //! - **the watch** (`tracking.rs`): each lock hold it renews is checked on the tracking
 //!   connection, whose server tells it at once when the hold's key is written; a hold found

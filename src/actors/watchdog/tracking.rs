@@ -1,4 +1,5 @@
-//! The Watchdog's watch on its holds: a loss known at once, not at the next renewal.
+//! The Watchdog's second job, its watch on its holds: a loss known at once, not at the next
+//! renewal.
 //!
 //! Every lock hold the Watchdog has is also checked on the tracking connection
 //! (`connections/tracking.rs`, `held.lua`), which registers its key there: when anyone writes
