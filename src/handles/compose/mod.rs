@@ -242,7 +242,8 @@ impl std::fmt::Display for MemberNames<'_> {
     }
 }
 
-/// [`acquire`], without its span.
+/// [`acquire`], without its span: rounds of attempts on every member, a wait on a busy one
+/// between rounds, until a quorum is held or the wait ends.
 async fn take(
     plan: &Plan<'_>,
     site: &Site,
@@ -251,44 +252,26 @@ async fn take(
 ) -> Result<Option<CompositeGuard>, LockError> {
     plan.validate(lease)?;
     let n = plan.members.len();
-    let start = Instant::now();
-    let deadline = match wait {
-        Wait::Forever => None,
-        Wait::Up(d) => Some(start + d),
-        _ => Some(start),
-    };
-    // The most a bounded wait's last step may run: a single lock's last try. (A single
-    // attempt, `Wait::No`, fails as its members' own attempts do.)
-    let until = match wait {
-        Wait::Up(_) => deadline.map(|d| d + SILENT_AFTER),
-        _ => None,
-    };
+    let bounds = Bounds::of(plan, wait);
     // Each member held, with the instant its attempt began (when its lease may have started).
     let mut held: Vec<Option<(LockGuard, Instant)>> = (0..n).map(|_| None).collect();
     let (mut failures, mut splits) = (0u32, 0u32);
     // Since when too many members have failed for a quorum (their Redis away), with no round
-    // in between where a quorum was possible: an unbounded wait ends once this lasts the
-    // members' `Config::unavailable_after` (the shortest of them), as a lock's does.
+    // in between where a quorum was possible.
     let mut away_since: Option<Instant> = None;
-    let bound = plan
-        .members
-        .iter()
-        .map(Lock::unavailable_after)
-        .min()
-        .unwrap_or(crate::config::DEFAULT_UNAVAILABLE_AFTER);
     loop {
         let round = Instant::now();
         let (busy, failed, last_failure) =
-            attempt_round(plan, lease, &mut held, round, until).await?;
+            attempt_round(plan, lease, &mut held, round, bounds.until).await?;
         let acquired = held.iter().flatten().count();
         if acquired >= plan.quorum
             && let Some(guard) = complete(plan, lease, &mut held, round)
         {
-            tracing::debug!(acquired, members = n, took = ?start.elapsed(), "composition acquired");
+            tracing::debug!(acquired, members = n, took = ?bounds.start.elapsed(), "composition acquired");
             return Ok(Some(guard));
         }
         // Released in the background past `until` (a dropped guard is released by its actor).
-        within(until, release_all(&mut held)).await;
+        within(bounds.until, release_all(&mut held)).await;
 
         let possible = n - failed >= plan.quorum;
         if possible {
@@ -296,24 +279,14 @@ async fn take(
         } else {
             away_since.get_or_insert(round);
         }
-        let ended = deadline.is_some_and(|d| Instant::now() >= d)
-            || away_since.is_some_and(|since| since.elapsed() >= bound);
-        if ended {
-            return match (possible, plan.redlock, last_failure) {
-                (false, true, _) => Err(LockError::QuorumNotReached {
-                    acquired,
-                    failed,
-                    needed: plan.quorum,
-                    members: n,
-                }),
-                // A member's Redis is away: not contention.
-                (false, false, Some((member, cause))) => Err(LockError::unavailable(
-                    plan.members[member].name(),
-                    start.elapsed(),
-                    cause,
-                )),
-                _ => Ok(None),
-            };
+        if bounds.ended(away_since) {
+            return give_up(
+                plan,
+                bounds.start,
+                possible,
+                (acquired, failed),
+                last_failure,
+            );
         }
         match busy.first() {
             Some(&i) if possible => {
@@ -325,43 +298,151 @@ async fn take(
                     // other had, would swap them round after round; a random pause, longer at
                     // each such round in a row, lets one of them take all.
                     splits = splits.saturating_add(1);
-                    tokio::time::sleep(jitter(splits, deadline)).await;
+                    tokio::time::sleep(jitter(splits, bounds.deadline)).await;
                 } else {
                     splits = 0;
                 }
-                let member = &plan.members[i];
-                let waited = within(until, wait_member(member, site, lease, deadline)).await;
-                match waited.unwrap_or_else(|| Err(silent(member, start))) {
-                    Ok(Some(guard)) => held[i] = Some((guard, Instant::now())),
-                    Ok(None) => return Ok(None),
-                    Err(LockError::Unavailable { cause, .. })
-                        if !plan.redlock && deadline.is_some_and(|d| Instant::now() >= d) =>
-                    {
-                        // Its Redis went away while we waited on it, and the wait is over: no
-                        // round after the deadline (its answer would come later still). A
-                        // RedLock's round, bounded by `until`, counts its quorum instead.
-                        return Err(LockError::unavailable(
-                            member.name(),
-                            start.elapsed(),
-                            *cause,
-                        ));
-                    }
-                    Err(LockError::Unavailable { waited, .. }) => {
-                        // Its Redis went away while we waited on it: counted from then, and
-                        // the next round decides.
-                        let since = Instant::now().checked_sub(waited).unwrap_or(start);
+                let waited = wait_busy(plan, site, lease, &bounds, i, &mut held).await;
+                match waited {
+                    Busy::Held | Busy::Next => {}
+                    Busy::Away(since) => {
                         away_since.get_or_insert(since);
                     }
-                    Err(e) if e.is_retryable() => {}
-                    Err(e) => return Err(e),
+                    Busy::End(end) => return end,
                 }
             }
             _ => {
                 // Members fail: nothing will wake us, so back off (never past the deadline).
                 failures = failures.saturating_add(1);
-                tokio::time::sleep(backoff(failures, deadline)).await;
+                tokio::time::sleep(backoff(failures, bounds.deadline)).await;
             }
         }
+    }
+}
+
+/// How long a composition's acquire may go on.
+struct Bounds {
+    start: Instant,
+    /// The wait's end (`None`: no end).
+    deadline: Option<Instant>,
+    /// The most a bounded wait's last step may run: a single lock's last try. (A single
+    /// attempt, `Wait::No`, fails as its members' own attempts do.)
+    until: Option<Instant>,
+    /// An unbounded wait ends once too many members have failed for a quorum this long: the
+    /// members' `Config::unavailable_after` (the shortest of them), as a lock's does.
+    away: Duration,
+}
+
+impl Bounds {
+    fn of(plan: &Plan<'_>, wait: Wait) -> Self {
+        let start = Instant::now();
+        let deadline = match wait {
+            Wait::Forever => None,
+            Wait::Up(d) => Some(start + d),
+            _ => Some(start),
+        };
+        let until = match wait {
+            Wait::Up(_) => deadline.map(|d| d + SILENT_AFTER),
+            _ => None,
+        };
+        let away = plan
+            .members
+            .iter()
+            .map(Lock::unavailable_after)
+            .min()
+            .unwrap_or(crate::config::DEFAULT_UNAVAILABLE_AFTER);
+        Self {
+            start,
+            deadline,
+            until,
+            away,
+        }
+    }
+
+    /// Whether the wait is over: its deadline passed, or the members' Redis has been away
+    /// since `away_since` for the bound.
+    fn ended(&self, away_since: Option<Instant>) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+            || away_since.is_some_and(|since| since.elapsed() >= self.away)
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// A composition's acquire whose wait ended without a quorum: `QuorumNotReached` for a RedLock
+/// that could not reach one, `Unavailable` for a MultiLock whose member's Redis is away (not
+/// contention), else not acquired.
+fn give_up(
+    plan: &Plan<'_>,
+    start: Instant,
+    possible: bool,
+    (acquired, failed): (usize, usize),
+    last_failure: Option<(usize, LockError)>,
+) -> Result<Option<CompositeGuard>, LockError> {
+    match (possible, plan.redlock, last_failure) {
+        (false, true, _) => Err(LockError::QuorumNotReached {
+            acquired,
+            failed,
+            needed: plan.quorum,
+            members: plan.members.len(),
+        }),
+        (false, false, Some((member, cause))) => Err(LockError::unavailable(
+            plan.members[member].name(),
+            start.elapsed(),
+            cause,
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// What a wait on one busy member came to.
+enum Busy {
+    /// The member is held now.
+    Held,
+    /// Nothing held: the next round decides.
+    Next,
+    /// Its Redis went away while we waited on it, since then: the next round decides.
+    Away(Instant),
+    /// The acquire ends with this.
+    End(Result<Option<CompositeGuard>, LockError>),
+}
+
+/// Waits for busy member `i`, holding nothing, through its own unlock message and TTL.
+async fn wait_busy(
+    plan: &Plan<'_>,
+    site: &Site,
+    lease: Option<Duration>,
+    bounds: &Bounds,
+    i: usize,
+    held: &mut [Option<(LockGuard, Instant)>],
+) -> Busy {
+    let member = &plan.members[i];
+    let waited = within(
+        bounds.until,
+        wait_member(member, site, lease, bounds.deadline),
+    )
+    .await;
+    match waited.unwrap_or_else(|| Err(silent(member, bounds.start))) {
+        Ok(Some(guard)) => {
+            held[i] = Some((guard, Instant::now()));
+            Busy::Held
+        }
+        Ok(None) => Busy::End(Ok(None)),
+        Err(LockError::Unavailable { cause, .. }) if !plan.redlock && bounds.past_deadline() => {
+            // Its Redis went away while we waited on it, and the wait is over: no round after
+            // the deadline (its answer would come later still). A RedLock's round, bounded by
+            // `until`, counts its quorum instead.
+            let waited = bounds.start.elapsed();
+            Busy::End(Err(LockError::unavailable(member.name(), waited, *cause)))
+        }
+        Err(LockError::Unavailable { waited, .. }) => {
+            // Counted from when its Redis went away.
+            Busy::Away(Instant::now().checked_sub(waited).unwrap_or(bounds.start))
+        }
+        Err(e) if e.is_retryable() => Busy::Next,
+        Err(e) => Busy::End(Err(e)),
     }
 }
 
