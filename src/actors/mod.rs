@@ -6,8 +6,8 @@
 //! - [`SyncActor`]: one per busy synchronizer name, the same way the shell of its `SyncState`
 //!   (`sync_state`); both families are made of the parts in `name`;
 //! - [`PubSubActor`]: the pub/sub connection, routing each channel's messages (supervised);
-//! - [`Watchdog`]: batched renewal of holds taken without a lease, the client record and the
-//!   contention series (supervised);
+//! - [`Watchdog`]: batched renewal of holds taken without a lease, the watch on them (the
+//!   tracking connection), the client record and the contention series (supervised);
 //! - `deadlock`: the waits-for graph of the manager's lock waits (pure, `deadlock/graph.rs`),
 //!   the detector that carries out its verdicts, each lock actor's seat in it, and the probe
 //!   that follows waits through other processes (supervised);

@@ -1,5 +1,6 @@
 //! [`Services`]: what every lock and synchronizer actor needs — the command connection, the
-//! settings, the pub/sub actor, the watchdog, and the client id.
+//! settings, the pub/sub actor, the Watchdog, the client id, the board, the deadlock detector
+//! and the lingering count — and the permit ids made from the client id.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -51,6 +51,7 @@
 mod cluster;
 mod error;
 mod link;
+mod options;
 mod sentinel;
 mod server;
 mod spawner;
@@ -58,7 +59,8 @@ mod spawner;
 pub use cluster::Cluster;
 pub use error::ServerError;
 pub use link::Link;
-pub use sentinel::SentinelGroup;
 #[cfg(feature = "tls")]
-pub use server::TlsFiles;
-pub use server::{Options, ServerBinary, TestServer, free_port};
+pub use options::TlsFiles;
+pub use options::{Options, ServerBinary};
+pub use sentinel::SentinelGroup;
+pub use server::{TestServer, free_port};

@@ -1,5 +1,6 @@
-//! Permits granted here, by epoch: their grant, their lease's end (a state timer), their loss,
-//! their give-back — straight to a local waiter (a hand-off) or through Redis — and the stop.
+//! Permits granted here, by epoch: the [`Holds`] room (each grant's permits, ids, renewal, lease
+//! and loss), and the rules over it: a grant, its lease's end (a state timer), its loss, its
+//! give-back — straight to a local waiter (a hand-off) or through Redis — and the stop.
 
 use super::*;
 
@@ -16,73 +17,122 @@ pub(super) struct Held {
     pub lost: bool,
 }
 
+/// The permits granted here, by epoch. Invariant: an epoch is given once in this state, in
+/// increasing order, and names its grant until it is given back or dropped.
+#[derive(Debug, Default)]
+pub(super) struct Holds {
+    by_epoch: FxHashMap<u64, Held>,
+    /// The last epoch given.
+    last_epoch: u64,
+}
+
+impl Holds {
+    /// Records a grant: its new epoch.
+    pub(super) fn add(&mut self, held: Held) -> u64 {
+        self.last_epoch += 1;
+        self.by_epoch.insert(self.last_epoch, held);
+        self.last_epoch
+    }
+
+    #[cfg(test)]
+    pub(super) fn get(&self, epoch: u64) -> Option<&Held> {
+        self.by_epoch.get(&epoch)
+    }
+
+    pub(super) fn remove(&mut self, epoch: u64) -> Option<Held> {
+        self.by_epoch.remove(&epoch)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_epoch.is_empty()
+    }
+
+    /// Every epoch held, oldest first.
+    pub(super) fn epochs(&self) -> Vec<u64> {
+        let mut epochs: Vec<u64> = self.by_epoch.keys().copied().collect();
+        epochs.sort_unstable();
+        epochs
+    }
+
+    /// The permits of `epoch` are known gone from Redis: `None` when they are not held here or
+    /// known lost already, else whether their lease's end was armed (it is not any more).
+    pub(super) fn lose(&mut self, epoch: u64) -> Option<bool> {
+        let held = self.by_epoch.get_mut(&epoch)?;
+        if std::mem::replace(&mut held.lost, true) {
+            return None;
+        }
+        Some(std::mem::take(&mut held.expires))
+    }
+
+    /// The Watchdog renews the permits of `epoch` no more.
+    pub(super) fn untrack(&mut self, epoch: u64) {
+        if let Some(held) = self.by_epoch.get_mut(&epoch) {
+            held.tracked = false;
+        }
+    }
+}
+
 impl SyncState {
     /// Answers waiter `at` with its permits (or a latch's opening): a permit semaphore's are
     /// renewed by the Watchdog when taken without a lease, or lost when their lease ends.
     pub(super) fn grant(&mut self, at: usize, waited: bool) {
         let waiter = self.leave(at);
-        let grant = (self.kind != SyncKind::CountDownLatch).then(|| {
-            self.epoch += 1;
-            let epoch = self.epoch;
-            let permit = self.kind == SyncKind::PermitSemaphore;
-            let tracked = permit && waiter.lease.is_none();
-            let expires = permit && waiter.lease.is_some();
-            self.holds.insert(
-                epoch,
-                Held {
-                    permits: waiter.wants,
-                    ids: waiter.ids.clone(),
-                    tracked,
-                    expires,
-                    lost: false,
-                },
-            );
-            // A plain semaphore's permits never expire: nothing to confirm.
-            let confirmed = permit.then(|| {
-                let ttl = waiter.lease.unwrap_or(self.settings.watchdog_timeout);
-                (waiter.sent, ttl)
-            });
-            Granted {
-                epoch,
-                permits: waiter.wants,
-                ids: waiter.ids.clone(),
-                confirmed,
-            }
-        });
-        let epoch = grant.as_ref().map(|g| g.epoch);
-        self.effects
-            .push(Effect::Answer(waiter.id, Answer::Done { waited, grant }));
-        let Some(epoch) = epoch else {
+        if self.kind == SyncKind::CountDownLatch {
+            let answer = Answer::Done {
+                waited,
+                grant: None,
+            };
+            self.effects.push(Effect::Answer(waiter.id, answer));
             return;
+        }
+        let permit = self.kind == SyncKind::PermitSemaphore;
+        let tracked = permit && waiter.lease.is_none();
+        let expires = permit && waiter.lease.is_some();
+        let epoch = self.holds.add(Held {
+            permits: waiter.wants,
+            ids: waiter.ids.clone(),
+            tracked,
+            expires,
+            lost: false,
+        });
+        // A plain semaphore's permits never expire: nothing to confirm.
+        let confirmed = permit.then(|| {
+            let ttl = waiter.lease.unwrap_or(self.settings.watchdog_timeout);
+            (waiter.sent, ttl)
+        });
+        let grant = Granted {
+            epoch,
+            permits: waiter.wants,
+            ids: waiter.ids.clone(),
+            confirmed,
         };
-        if let Some(held) = self.holds.get(&epoch) {
-            if held.tracked {
-                // Redis set their PTTL when the take ran, no earlier than it was first sent.
-                self.effects.push(Effect::Track {
-                    hold: held.ids.clone(),
-                    epoch,
-                    confirmed: waiter.sent,
-                });
-            }
-            if let Some(lease) = waiter.lease.filter(|_| held.expires) {
-                self.effects.push(Effect::Arm(Timer::Expiry(epoch), lease));
-            }
+        let answer = Answer::Done {
+            waited,
+            grant: Some(grant),
+        };
+        self.effects.push(Effect::Answer(waiter.id, answer));
+        if tracked {
+            // Redis set their PTTL when the take ran, no earlier than it was first sent.
+            self.effects.push(Effect::Track {
+                hold: waiter.ids.clone(),
+                epoch,
+                confirmed: waiter.sent,
+            });
+        }
+        if let Some(lease) = waiter.lease.filter(|_| expires) {
+            self.effects.push(Effect::Arm(Timer::Expiry(epoch), lease));
         }
     }
 
     /// The permits of `epoch` are gone from Redis (renewal found them gone, or their lease
     /// ended): their guard learns it; a later give-back of them replies `NotHeld`.
     pub(super) fn lose(&mut self, epoch: u64, why: Loss) {
-        let Some(held) = self.holds.get_mut(&epoch) else {
+        let Some(expired) = self.holds.lose(epoch) else {
             return;
         };
-        if held.lost {
-            return;
-        }
-        held.lost = true;
         tracing::warn!(name = %self.name, kind = self.kind.label(), reason = why.describe(), "permits lost");
         self.effects.push(Effect::Lost(epoch, why));
-        if std::mem::take(&mut held.expires) && why != Loss::Lease {
+        if expired && why != Loss::Lease {
             self.effects.push(Effect::Cancel(Timer::Expiry(epoch)));
         }
     }
@@ -90,9 +140,7 @@ impl SyncState {
     /// The Watchdog found the permits of `epoch` gone, or could not renew them in time.
     pub(crate) fn hold_lost(&mut self, epoch: u64, now: Instant) {
         self.now = now;
-        if let Some(held) = self.holds.get_mut(&epoch) {
-            held.tracked = false;
-        }
+        self.holds.untrack(epoch);
         self.lose(epoch, Loss::Watchdog);
     }
 
@@ -103,7 +151,7 @@ impl SyncState {
     }
 
     fn give_back_now(&mut self, epoch: u64, reply: Option<ReplyId>) {
-        let Some(held) = self.holds.remove(&epoch) else {
+        let Some(held) = self.holds.remove(epoch) else {
             if let Some(reply) = reply {
                 self.effects.push(Effect::Done(reply, Err(self.not_held())));
             }
@@ -191,10 +239,7 @@ impl SyncState {
         {
             return None;
         }
-        let at = self
-            .waiters
-            .iter()
-            .position(|w| !w.trying && !w.last && w.wants <= permits)?;
+        let at = self.waiters.hand_off_to(permits)?;
         let wants = self.waiters[at].wants;
         self.streak += 1;
         tracing::trace!(name = %self.name, permits = wants, "permits handed off");
@@ -212,14 +257,12 @@ impl SyncState {
         self.now = now;
         self.phase = Phase::Stopping;
         self.fail_waiters();
-        let mut epochs: Vec<u64> = self.holds.keys().copied().collect();
-        epochs.sort_unstable();
-        for epoch in epochs {
+        for epoch in self.holds.epochs() {
             if release {
                 self.give_back_now(epoch, None);
             } else {
                 self.lose(epoch, Loss::Shutdown);
-                self.holds.remove(&epoch);
+                self.holds.remove(epoch);
             }
         }
         self.maybe_stopped();

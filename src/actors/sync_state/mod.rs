@@ -1,9 +1,15 @@
 //! `SyncState`: the rules of one synchronizer name in this process (a semaphore, a permit
 //! semaphore or a count-down latch), pure: no actix, no Redis, no clock of its own. Its actor
 //! feeds it events (a waiter arrives, a round trip's outcome, a message on the channel, a
-//! deadline, a timer, permits given back, a stop) and carries out the [`Effect`]s it queues. It
-//! owns the waiters and the subscription (here), the permits held by epoch with their leases,
-//! give-backs and hand-offs (`held`), and the round trips with their resends (`trips`).
+//! deadline, a timer, permits given back, a stop) and carries out the [`Effect`]s it queues.
+//!
+//! The state is made of rooms, as a lock's is, each with its own invariant and the rules that
+//! read only it: the waiters (`waiters.rs`: who queues, who a message or a free count wakes),
+//! the permits held by epoch (`held.rs`: [`Holds`]), the round trips with their lanes
+//! (`trips.rs`: [`Trips`]) and the state's own timers (`timers.rs`: [`Timers`]). The rules that
+//! join them are `impl SyncState` blocks: arrivals, attempts, messages and deadlines (here),
+//! grants, losses, give-backs and hand-offs (`held.rs`), outcomes and resends (`trips.rs`),
+//! Redis away (`outage.rs`), and the requests taken in (`admit.rs`).
 //!
 //! The rules:
 //! - a waiter's attempt (taking permits; reading a latch's count) is tried at once, unless a
@@ -53,7 +59,9 @@ mod admit;
 mod effects;
 mod held;
 mod outage;
+mod timers;
 mod trips;
+mod waiters;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,8 +70,10 @@ use rustc_hash::FxHashMap;
 
 pub use crate::protocol::Adjustment;
 pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, ReplyId, Timer, Trip};
-use held::Held;
-use trips::{Purpose, Under};
+use held::Holds;
+use timers::Timers;
+use trips::{Purpose, Trips};
+use waiters::{Waiter, Waiters};
 
 use crate::actors::name::{
     ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
@@ -135,36 +145,6 @@ enum Subscription {
     Ready,
 }
 
-#[derive(Debug)]
-struct Waiter {
-    id: WaiterId,
-    /// Permits it wants (0 for a latch).
-    wants: u32,
-    /// Its attempt is under way.
-    trying: bool,
-    /// A wake came while it was trying: try again if that attempt falls short.
-    again: bool,
-    /// Its deadline passed (or it never waits): the next outcome answers it.
-    last: bool,
-    /// A single attempt (no wait): a reply found missing answers it with the error.
-    once: bool,
-    /// The timer should make it try.
-    due: bool,
-    /// Retryable failures in a row.
-    failures: u32,
-    /// It was left waiting: queued at arrival, or an attempt fell short.
-    waited: bool,
-    /// Its caller is watched (`Effect::Watch`): it waits, after an attempt fell short or
-    /// failed, or queued at arrival.
-    watched: bool,
-    lease: Option<Duration>,
-    ids: Arc<[u8]>,
-    /// When its latest take was first sent: a grant's TTL runs from no earlier.
-    sent: Instant,
-    /// When it arrived, for the time waited.
-    since: Instant,
-}
-
 /// The rules of one synchronizer name.
 #[derive(Debug)]
 pub(crate) struct SyncState {
@@ -173,32 +153,18 @@ pub(crate) struct SyncState {
     /// The channel its waiters are woken on.
     channel: Arc<str>,
     settings: Settings,
-    /// In arrival order.
-    waiters: Vec<Waiter>,
-    /// The last waiter number given ([`SyncState::next_waiter`]).
-    last_waiter: WaiterId,
+    waiters: Waiters,
     subscription: Subscription,
-    /// When the retry timer fires, if armed.
-    timer: Option<Instant>,
-    /// Permits granted here, by epoch.
-    holds: FxHashMap<u64, Held>,
-    /// The last epoch given.
-    epoch: u64,
-    /// Round trips under way or to be sent again, by number.
-    trips: FxHashMap<u64, Under>,
-    /// The last round trip number given.
-    seq: u64,
-    /// Request-latch lanes free for the next round trip, and the last lane made. One actor of
-    /// a kind and name runs at a time per manager, and it stops only with no round trip under
-    /// way, so its successor reuses the same lanes.
-    free_lanes: Vec<u32>,
-    next_lane: u32,
+    /// Permits granted here.
+    holds: Holds,
+    /// Round trips under way or to be sent again.
+    trips: Trips,
+    /// The retry timer and the outage's bound.
+    timers: Timers,
     /// Hand-offs in a row since the last give-back through Redis.
     streak: u32,
     /// Redis not answering this name (`outage.rs`); `None` once it answers.
     outage: Option<outage::Outage>,
-    /// When [`Timer::Unavailable`] fires, if armed.
-    unavailable_at: Option<Instant>,
     phase: Phase,
     /// Whether it has a waiter, a hold or a round trip (told as `Busy` and `Idle`).
     busy: bool,
@@ -213,19 +179,13 @@ impl SyncState {
             kind,
             name,
             settings,
-            waiters: Vec::new(),
-            last_waiter: 0,
+            waiters: Waiters::default(),
             subscription: Subscription::None,
-            timer: None,
-            holds: FxHashMap::default(),
-            epoch: 0,
-            trips: FxHashMap::default(),
-            seq: 0,
-            free_lanes: Vec::new(),
-            next_lane: 0,
+            holds: Holds::default(),
+            trips: Trips::default(),
+            timers: Timers::default(),
             streak: 0,
             outage: None,
-            unavailable_at: None,
             phase: Phase::Running,
             busy: false,
             now,
@@ -253,8 +213,7 @@ impl SyncState {
 
     /// A number for the next waiter, unique within this state.
     pub(crate) fn next_waiter(&mut self) -> WaiterId {
-        self.last_waiter += 1;
-        self.last_waiter
+        self.waiters.next_id()
     }
 
     /// Whether waiter `id` is still waiting.
@@ -295,10 +254,7 @@ impl SyncState {
         let queue = !once
             && self.kind != SyncKind::CountDownLatch
             && self.subscription != Subscription::None
-            && self
-                .waiters
-                .iter()
-                .any(|w| !w.trying && w.failures == 0 && w.wants <= wants);
+            && self.waiters.parked_wanting_at_most(wants);
         self.waiters.push(Waiter {
             id,
             wants,
@@ -369,7 +325,7 @@ impl SyncState {
             // to the first parked waiter (nothing publishes a lease's end).
             if let Tried::Short { free, retry_in } = tried {
                 if let Some(after) = retry_in
-                    && let Some(next) = self.waiters.iter_mut().find(|w| !w.trying)
+                    && let Some(next) = self.waiters.first_parked()
                 {
                     next.due = true;
                     self.arm(now + after, now);
@@ -440,17 +396,7 @@ impl SyncState {
     /// waiters it woke may be ones that want more while one that fits stays parked; the count
     /// an attempt found is what is free, so it is a budget.
     fn pass_on(&mut self, free: i64) {
-        let mut budget = free;
-        let mut woken = Vec::new();
-        for w in &self.waiters {
-            if budget <= 0 {
-                break;
-            }
-            if !w.trying && i64::from(w.wants) <= budget {
-                budget -= i64::from(w.wants);
-                woken.push(w.id);
-            }
-        }
+        let woken = self.waiters.fitting(free);
         self.attempt_all(woken);
     }
 
@@ -466,9 +412,7 @@ impl SyncState {
         } else {
             // The next attempt that falls short asks again; meanwhile the timer retries.
             self.subscription = Subscription::None;
-            for w in &mut self.waiters {
-                w.due = true;
-            }
+            self.waiters.all_due();
             self.arm(now + ERROR_BACKOFF_MAX, now);
         }
     }
@@ -490,23 +434,7 @@ impl SyncState {
         // free (a permit semaphore publishes a delta, or a count released), so it is no budget
         // to fit wants into. Those whose wants fit into it go first, so a small waiter is not
         // passed over for a large one when the number is the free count.
-        for w in &mut self.waiters {
-            // Its attempt may have run before the release: it tries again if it falls short.
-            if w.trying {
-                w.again = true;
-            }
-        }
-        let mut woken = Vec::new();
-        for fits in [true, false] {
-            for w in &self.waiters {
-                if woken.len() as i64 >= count {
-                    break;
-                }
-                if !w.trying && !woken.contains(&w.id) && (i64::from(w.wants) <= count) == fits {
-                    woken.push(w.id);
-                }
-            }
-        }
+        let woken = self.waiters.woken_by(count);
         self.attempt_all(woken);
     }
 
@@ -530,16 +458,10 @@ impl SyncState {
 
     /// The retry timer fired: the waiters it was armed for try again.
     fn retry(&mut self, now: Instant) {
-        if self.timer.is_some_and(|at| at > now) {
+        if !self.timers.retry_fired(now) {
             return;
         }
-        self.timer = None;
-        let mut woken = Vec::new();
-        for w in &mut self.waiters {
-            if std::mem::take(&mut w.due) && !w.trying {
-                woken.push(w.id);
-            }
-        }
+        let woken = self.waiters.take_due();
         self.attempt_all(woken);
     }
 
@@ -553,7 +475,7 @@ impl SyncState {
             return;
         };
         let (trying, last) = (self.waiters[at].trying, self.waiters[at].last);
-        if trying && (last || self.reply_missing(id)) {
+        if trying && (last || self.trips.reply_missing(id)) {
             self.stop_waiting(id);
             return;
         }
@@ -587,7 +509,7 @@ impl SyncState {
 
     /// Every waiter leaves with `Shutdown`.
     fn fail_waiters(&mut self) {
-        for w in self.waiters.drain(..) {
+        for w in self.waiters.drain() {
             let answer = Answer::Failed(LockError::Shutdown);
             self.effects.push(Effect::Answer(w.id, answer));
         }
@@ -595,7 +517,7 @@ impl SyncState {
     }
 
     fn position(&self, id: WaiterId) -> Option<usize> {
-        self.waiters.iter().position(|w| w.id == id)
+        self.waiters.position(id)
     }
 
     fn answer(&mut self, at: usize, answer: Answer) {
@@ -610,36 +532,18 @@ impl SyncState {
     /// own) would wait for ever. The first parked waiter becomes due in its place; its attempt
     /// then passes on what it finds free.
     fn leave(&mut self, at: usize) -> Waiter {
-        let waiter = self.waiters.remove(at);
-        if waiter.due
-            && self.kind == SyncKind::PermitSemaphore
-            && self.timer.is_some()
-            && !self.waiters.iter().any(|w| w.due)
-            && let Some(next) = self.waiters.iter_mut().find(|w| !w.trying)
-        {
-            next.due = true;
-        }
-        waiter
+        let hand_on_due = self.kind == SyncKind::PermitSemaphore && self.timers.retry_armed();
+        self.waiters.remove(at, hand_on_due)
     }
 
     fn wake_all(&mut self) {
-        let mut woken = Vec::new();
-        for w in &mut self.waiters {
-            if w.trying {
-                w.again = true;
-            } else {
-                woken.push(w.id);
-            }
-        }
+        let woken = self.waiters.wake_all();
         self.attempt_all(woken);
     }
 
+    /// Arms the retry timer for `at`, unless it fires sooner already.
     fn arm(&mut self, at: Instant, now: Instant) {
-        if self.timer.is_none_or(|armed| at < armed) {
-            self.timer = Some(at);
-            self.effects
-                .push(Effect::Arm(Timer::Retry, at.saturating_duration_since(now)));
-        }
+        self.timers.retry_at(at, now, &mut self.effects);
     }
 
     /// Drops the subscription once nobody waits.
@@ -670,12 +574,8 @@ impl SyncState {
             self.effects.push(Effect::Busy);
             return;
         }
-        if self.timer.take().is_some() {
-            self.effects.push(Effect::Cancel(Timer::Retry));
-        }
-        if self.unavailable_at.take().is_some() {
-            self.effects.push(Effect::Cancel(Timer::Unavailable));
-        }
+        self.timers.stop_retry(&mut self.effects);
+        self.timers.stop_unavailable(&mut self.effects);
         if self.phase == Phase::Running {
             self.effects.push(Effect::Idle);
         }

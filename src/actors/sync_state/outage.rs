@@ -41,8 +41,8 @@ impl SyncState {
         match failure {
             Some(cause) => self.away(cause, sent),
             None => {
-                if self.outage.take().is_some() && self.unavailable_at.take().is_some() {
-                    self.effects.push(Effect::Cancel(Timer::Unavailable));
+                if self.outage.take().is_some() {
+                    self.timers.stop_unavailable(&mut self.effects);
                 }
             }
         }
@@ -102,11 +102,8 @@ impl SyncState {
             .iter()
             .map(|w| bound.saturating_sub(now.saturating_duration_since(w.since.max(outage.since))))
             .min();
-        if let Some(after) = first
-            && self.unavailable_at.is_none_or(|at| now + after < at)
-        {
-            self.unavailable_at = Some(now + after);
-            self.effects.push(Effect::Arm(Timer::Unavailable, after));
+        if let Some(after) = first {
+            self.timers.unavailable_in(after, now, &mut self.effects);
         }
     }
 
@@ -114,7 +111,7 @@ impl SyncState {
     /// answered `Unavailable` (one whose attempt is under way too: that attempt's outcome
     /// finds it gone, and what it took is given back); the timer is armed again for the next.
     pub(super) fn unavailable_due(&mut self) {
-        self.unavailable_at = None;
+        self.timers.unavailable_fired();
         let Some(outage) = &self.outage else {
             return;
         };

@@ -628,7 +628,7 @@ impl Sim {
                 let ids = self.managers[m]
                     .state
                     .holds
-                    .get(&epoch)
+                    .get(epoch)
                     .map(|h| h.ids.clone());
                 if let Some(ids) = ids {
                     self.renew_one(m, epoch, &ids, now);

@@ -642,7 +642,7 @@ fn a_lane_is_freed_whatever_the_outcome() {
     };
     s.stop(true, now);
     s.ran(read.seq, Outcome::Take(Ok(Take::Taken)), now);
-    assert_eq!(s.free_lanes, vec![read.lane]);
+    assert_eq!(s.trips.free_lanes(), &[read.lane]);
 }
 
 /// Permits refused by replica sync whose give-back failed are still held in Redis under the

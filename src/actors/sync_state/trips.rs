@@ -6,6 +6,9 @@
 //! and then its caller gets the error. A waiter does not wait for that: past its deadline (or
 //! for a single attempt) it is answered as soon as its attempt's reply is found missing, and
 //! the request goes on being sent without it; a take that ran is then given back, once.
+//!
+//! The [`Trips`] room holds them (by number, with their lanes); the rules over it, what each
+//! outcome does to the waiters and holds, are the `impl SyncState` below.
 
 use std::time::{Duration, Instant};
 
@@ -45,35 +48,127 @@ pub(super) enum Purpose {
     Adjust(Option<ReplyId>),
 }
 
+/// The round trips under way or to be sent again, by number, and the request-latch lanes.
+/// Invariant: each trip holds its lane until it is over, and a lane is free when no trip holds
+/// it. One actor of a kind and name runs at a time per manager, and it stops only with no round
+/// trip under way, so its successor reuses the same lanes.
+#[derive(Debug, Default)]
+pub(super) struct Trips {
+    by_seq: FxHashMap<u64, Under>,
+    /// The last round trip number given.
+    seq: u64,
+    /// Lanes free for the next round trip, and the last lane made.
+    free_lanes: Vec<u32>,
+    next_lane: u32,
+}
+
+impl Trips {
+    /// A free lane: one a finished trip left, else a new one.
+    pub(super) fn lane(&mut self) -> u32 {
+        self.free_lanes.pop().unwrap_or_else(|| {
+            self.next_lane += 1;
+            self.next_lane
+        })
+    }
+
+    /// `lane` is free again (its trip is over).
+    pub(super) fn free(&mut self, lane: u32) {
+        self.free_lanes.push(lane);
+    }
+
+    /// Starts `op` for `purpose` on `lane` (taken already) at `now`: the trip to run.
+    pub(super) fn start(&mut self, lane: u32, op: Op, purpose: Purpose, now: Instant) -> Trip {
+        self.seq += 1;
+        let seq = self.seq;
+        let trip = Trip {
+            seq,
+            lane,
+            op: op.clone(),
+        };
+        let under = Under {
+            lane,
+            op,
+            purpose,
+            started: now,
+            failures: 0,
+        };
+        self.by_seq.insert(seq, under);
+        trip
+    }
+
+    /// Trip `seq` as it was first sent, to send again.
+    pub(super) fn again(&self, seq: u64) -> Option<Trip> {
+        self.by_seq.get(&seq).map(|under| Trip {
+            seq,
+            lane: under.lane,
+            op: under.op.clone(),
+        })
+    }
+
+    pub(super) fn get_mut(&mut self, seq: u64) -> Option<&mut Under> {
+        self.by_seq.get_mut(&seq)
+    }
+
+    /// Trip `seq` is over: what it was (its lane is still taken).
+    pub(super) fn finish(&mut self, seq: u64) -> Option<Under> {
+        self.by_seq.remove(&seq)
+    }
+
+    pub(super) fn contains(&self, seq: u64) -> bool {
+        self.by_seq.contains_key(&seq)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.by_seq.is_empty()
+    }
+
+    /// Whether the reply of waiter `id`'s attempt (or of the give-back of permits its attempt
+    /// took unsynced) is known missing: its request is being sent again.
+    pub(super) fn reply_missing(&self, id: WaiterId) -> bool {
+        self.by_seq.values().any(|u| {
+            u.failures > 0
+                && matches!(u.purpose,
+                    Purpose::Attempt(w) | Purpose::Unsynced { waiter: w, .. } if w == id)
+        })
+    }
+
+    /// The replica-sync error of waiter `id`'s permits, when its attempt took them unsynced
+    /// and they are being given back.
+    pub(super) fn unsynced(&self, id: WaiterId) -> Option<LockError> {
+        self.by_seq.values().find_map(|u| match u.purpose {
+            Purpose::Unsynced {
+                waiter,
+                acked,
+                wanted,
+            } if waiter == id => Some(LockError::ReplicaSync { acked, wanted }),
+            _ => None,
+        })
+    }
+
+    /// The trips, by number.
+    #[cfg(test)]
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&u64, &Under)> {
+        self.by_seq.iter()
+    }
+
+    /// The free lanes, the next one taken last.
+    #[cfg(test)]
+    pub(super) fn free_lanes(&self) -> &[u32] {
+        &self.free_lanes
+    }
+}
+
 impl SyncState {
     /// Starts `op` for `purpose` on a free lane.
     pub(super) fn run(&mut self, op: Op, purpose: Purpose) {
-        let lane = self.free_lanes.pop().unwrap_or_else(|| {
-            self.next_lane += 1;
-            self.next_lane
-        });
+        let lane = self.trips.lane();
         self.run_on(lane, op, purpose);
     }
 
     /// Starts `op` for `purpose` on `lane` (taken already).
     pub(super) fn run_on(&mut self, lane: u32, op: Op, purpose: Purpose) {
-        self.seq += 1;
-        let seq = self.seq;
-        self.effects.push(Effect::Run(Trip {
-            seq,
-            lane,
-            op: op.clone(),
-        }));
-        self.trips.insert(
-            seq,
-            Under {
-                lane,
-                op,
-                purpose,
-                started: self.now,
-                failures: 0,
-            },
-        );
+        let trip = self.trips.start(lane, op, purpose, self.now);
+        self.effects.push(Effect::Run(trip));
     }
 
     /// How long a request is sent again: a third of the watchdog timeout, as a lock's acquire
@@ -86,12 +181,12 @@ impl SyncState {
     pub(crate) fn ran(&mut self, seq: u64, outcome: Outcome, now: Instant) {
         self.now = now;
         let horizon = self.horizon();
-        let Some(sent) = self.trips.get(&seq).map(|u| u.started) else {
+        let Some(sent) = self.trips.get_mut(seq).map(|u| u.started) else {
             return;
         };
         // Sent again, it went unanswered since it was first sent.
         self.heard(&outcome, sent);
-        let Some(under) = self.trips.get_mut(&seq) else {
+        let Some(under) = self.trips.get_mut(seq) else {
             return;
         };
         if outcome.unknown() {
@@ -122,7 +217,7 @@ impl SyncState {
                 return;
             }
         }
-        let Some(under) = self.trips.remove(&seq) else {
+        let Some(under) = self.trips.finish(seq) else {
             return;
         };
         self.finished(under, outcome);
@@ -187,7 +282,7 @@ impl SyncState {
                 self.run_on(lane, op, purpose);
             }
             (Purpose::Attempt(waiter), outcome, _) => {
-                self.free_lanes.push(lane);
+                self.trips.free(lane);
                 self.attempt_ran(waiter, outcome);
             }
             (
@@ -199,7 +294,7 @@ impl SyncState {
                 outcome,
                 _,
             ) => {
-                self.free_lanes.push(lane);
+                self.trips.free(lane);
                 self.unsynced_given_back(waiter, LockError::ReplicaSync { acked, wanted }, outcome);
             }
             (
@@ -211,18 +306,18 @@ impl SyncState {
                 outcome,
                 _,
             ) => {
-                self.free_lanes.push(lane);
+                self.trips.free(lane);
                 self.given_back(reply, (permits, was_lost), outcome);
             }
             (Purpose::Adjust(Some(reply)), outcome, _) => {
-                self.free_lanes.push(lane);
+                self.trips.free(lane);
                 let res = match outcome {
                     Outcome::Reply(res) => res,
                     Outcome::Take(res) => res.map(|_| 0),
                 };
                 self.effects.push(Effect::Done(reply, res));
             }
-            (Purpose::Adjust(None), _, _) => self.free_lanes.push(lane),
+            (Purpose::Adjust(None), _, _) => self.trips.free(lane),
         }
     }
 
@@ -300,16 +395,6 @@ impl SyncState {
             && matches!(outcome, Outcome::Take(Err(_)) | Outcome::Reply(Err(_)))
     }
 
-    /// Whether the reply of waiter `id`'s attempt (or of the give-back of permits its attempt
-    /// took unsynced) is known missing: its request is being sent again.
-    pub(super) fn reply_missing(&self, id: WaiterId) -> bool {
-        self.trips.values().any(|u| {
-            u.failures > 0
-                && matches!(u.purpose,
-                    Purpose::Attempt(w) | Purpose::Unsynced { waiter: w, .. } if w == id)
-        })
-    }
-
     /// Waiter `id` stops waiting for the outcome of its attempt under way: `TimedOut`, or, when
     /// its permits were taken unsynced and are being given back, the replica-sync error they
     /// get anyway. Its round trip goes on without it.
@@ -317,14 +402,7 @@ impl SyncState {
         let Some(at) = self.position(id) else {
             return;
         };
-        let unsynced = self.trips.values().find_map(|u| match u.purpose {
-            Purpose::Unsynced {
-                waiter,
-                acked,
-                wanted,
-            } if waiter == id => Some(LockError::ReplicaSync { acked, wanted }),
-            _ => None,
-        });
+        let unsynced = self.trips.unsynced(id);
         tracing::debug!(name = %self.name, "waiter answered before its attempt's outcome");
         // No outcome within the grace after its deadline: Redis did not answer its last
         // attempt (a healthy one answers in milliseconds).
@@ -348,18 +426,14 @@ impl SyncState {
 
     /// The resend timer of request `seq` fired: it goes again, as it was.
     pub(super) fn resend(&mut self, seq: u64) {
-        if let Some(under) = self.trips.get(&seq) {
-            self.effects.push(Effect::Run(Trip {
-                seq,
-                lane: under.lane,
-                op: under.op.clone(),
-            }));
+        if let Some(trip) = self.trips.again(seq) {
+            self.effects.push(Effect::Run(trip));
         }
     }
 
     /// Whether round trip `seq` is under way or to be sent again (its latch is still needed).
     pub(crate) fn is_under_way(&self, seq: u64) -> bool {
-        self.trips.contains_key(&seq)
+        self.trips.contains(seq)
     }
 
     /// Runs an adjustment (set, add, drain, release without a grant, count down…) for the

@@ -1,4 +1,4 @@
-//! The Watchdog's third job: which names are contended, as per-name metric series.
+//! The Watchdog's fourth job: which names are contended, as per-name metric series.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -3,10 +3,12 @@
 //! it a hold (`Track`) once the hold has lived a sixth of the timeout, so short holds cost
 //! nothing here; with holds watched (`Config::watch_holds`) 20 ms after its grant instead, to
 //! be watched almost from the start, and it renews a lock hold only once the hold has lived
-//! that sixth.
+//! that sixth. A permit semaphore's actor hands it the permits taken without a lease at their
+//! grant, and they are renewed at every tick.
 //!
-//! A hold is lost when a renewal finds its field gone, or when no renewal has succeeded for a
-//! whole watchdog timeout (Redis unreachable): its lock actor is told, and renewal for it stops.
+//! A hold is lost when a renewal finds it gone (a lock's field, a permit's id), or when no
+//! renewal has succeeded for a whole watchdog timeout (Redis unreachable): the actor it came
+//! from, a lock's or a synchronizer's, is told, and renewal for it stops.
 //! A renewal call that failed (an error, or no reply within the response timeout) is retried
 //! soon, not at the next tick: the holds it carried, in one batched call again, after
 //! `FIRST_RETRY`, then twice as long each time up to `MAX_RETRY` (and a quarter of the
@@ -16,7 +18,7 @@
 //! goes on working.
 //! It runs under a `Supervisor`: if it ever stops it is restarted with its holds and schedule.
 //!
-//! It has three jobs, one file each, on the one schedule:
+//! It has four jobs, one file each, on the one schedule:
 //! - **renewal** (`renewal.rs`): the holds, their batched calls and retries, their losses;
 //! - **the watch** (`tracking.rs`): each lock hold it renews is checked on the tracking
 //!   connection, whose server tells it at once when the hold's key is written; a hold found

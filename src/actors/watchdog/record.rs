@@ -1,4 +1,4 @@
-//! The Watchdog's second job: this manager's client record (docs/protocol.md, "Client
+//! The Watchdog's third job: this manager's client record (docs/protocol.md, "Client
 //! records"), written when the manager is first used ([`FirstUse`]) and every renewal interval. Its format is `protocol/clients.rs`'s; what goes
 //! in it is decided here.
 

@@ -1,4 +1,5 @@
-//! The Watchdog's watch on its holds: a loss known at once, not at the next renewal.
+//! The Watchdog's second job, its watch on its holds: a loss known at once, not at the next
+//! renewal.
 //!
 //! Every lock hold the Watchdog has is also checked on the tracking connection
 //! (`connections/tracking.rs`, `held.lua`), which registers its key there: when anyone writes
@@ -48,6 +49,7 @@ use crate::actors::messages::Renewal;
 use crate::actors::name::backoff;
 use crate::config::Config;
 use crate::connections::tracking::{self, Heard, Tracking};
+use crate::error::LockError;
 use crate::protocol::{Commands, RENEW_BATCH};
 
 /// The watch: the tracking connection and the names to check on it.
@@ -191,25 +193,7 @@ impl Watchdog {
         if !self.watch.all && self.watch.dirty.is_empty() {
             return;
         }
-        let all = std::mem::take(&mut self.watch.all);
-        let dirty = std::mem::take(&mut self.watch.dirty);
-        let mut batches: Vec<Vec<(RenewKey, u64)>> = Vec::new();
-        let mut by_kind: Vec<(crate::protocol::LockKind, Vec<(RenewKey, u64)>)> = Vec::new();
-        for (key, t) in &self.renewals.tracked {
-            let Renewal::Lock(kind) = key.what else {
-                continue;
-            };
-            if !all && !dirty.contains(&key.name) {
-                continue;
-            }
-            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
-                Some((_, holds)) => holds.push((key.clone(), t.epoch)),
-                None => by_kind.push((kind, vec![(key.clone(), t.epoch)])),
-            }
-        }
-        for (_, holds) in by_kind {
-            batches.extend(holds.chunks(RENEW_BATCH).map(<[_]>::to_vec));
-        }
+        let batches = self.check_batches();
         if batches.is_empty() {
             return;
         }
@@ -231,47 +215,88 @@ impl Watchdog {
             }
         }));
         ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
-            act.watch.checking = false;
-            let (mut held, mut lost, mut failed) = (0usize, 0usize, false);
-            for (batch, res) in results {
-                match res {
-                    Ok(flags) if flags.len() == batch.len() => {
-                        for ((key, epoch), ok) in batch.into_iter().zip(flags) {
-                            if ok {
-                                held += 1;
-                            } else if act.renewals.tracked.contains_key(&key) {
-                                // Its actor warns if it is a loss (not its own release).
-                                lost += 1;
-                                tracing::debug!(name = %key.name, "hold found gone on the tracking connection");
-                                act.renewals.lost(key, epoch);
-                            }
-                        }
-                    }
-                    Ok(_) => failed = true,
-                    Err(error) => {
-                        tracing::debug!(%error, "hold check failed");
-                        failed = true;
-                    }
-                }
-            }
-            tracing::debug!(held, lost, failed, took = ?started.elapsed(), "holds checked");
-            crate::metrics::watch_checked(held, lost);
-            if failed && act.watch.connection == connection {
-                // Invalidations may be missed meanwhile: a new connection, every hold again,
-                // after a backoff (a server that refuses the checks must not be asked in a loop).
-                act.watch.link = None;
-                act.watch.connection += 1;
-                act.watch.all = true;
-                act.watch_rest(ctx);
-            } else {
-                if !failed {
-                    act.watch.failures = 0;
-                }
-                act.check(ctx);
-            }
+            act.checked(results, connection, started, ctx);
         }));
     }
+
+    /// The lock holds to check now, in batches of one kind each, up to [`RENEW_BATCH`] holds
+    /// a batch: those of the names invalidated, or every one (the flags are then cleared).
+    fn check_batches(&mut self) -> Vec<Batch> {
+        let all = std::mem::take(&mut self.watch.all);
+        let dirty = std::mem::take(&mut self.watch.dirty);
+        let mut by_kind: Vec<(crate::protocol::LockKind, Batch)> = Vec::new();
+        for (key, t) in &self.renewals.tracked {
+            let Renewal::Lock(kind) = key.what else {
+                continue;
+            };
+            if !all && !dirty.contains(&key.name) {
+                continue;
+            }
+            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
+                Some((_, holds)) => holds.push((key.clone(), t.epoch)),
+                None => by_kind.push((kind, vec![(key.clone(), t.epoch)])),
+            }
+        }
+        let mut batches = Vec::new();
+        for (_, holds) in by_kind {
+            batches.extend(holds.chunks(RENEW_BATCH).map(<[_]>::to_vec));
+        }
+        batches
+    }
+
+    /// A check on tracking connection `connection`, begun at `started`, came back: each hold
+    /// found gone is lost; a failed check makes a new connection and checks every hold again,
+    /// after a backoff; else what was invalidated meanwhile is checked next.
+    fn checked(
+        &mut self,
+        results: Vec<(Batch, Result<Vec<bool>, LockError>)>,
+        connection: u64,
+        started: Instant,
+        ctx: &mut Context<Self>,
+    ) {
+        self.watch.checking = false;
+        let (mut held, mut lost, mut failed) = (0usize, 0usize, false);
+        for (batch, res) in results {
+            match res {
+                Ok(flags) if flags.len() == batch.len() => {
+                    for ((key, epoch), ok) in batch.into_iter().zip(flags) {
+                        if ok {
+                            held += 1;
+                        } else if self.renewals.tracked.contains_key(&key) {
+                            // Its actor warns if it is a loss (not its own release).
+                            lost += 1;
+                            tracing::debug!(name = %key.name, "hold found gone on the tracking connection");
+                            self.renewals.lost(key, epoch);
+                        }
+                    }
+                }
+                Ok(_) => failed = true,
+                Err(error) => {
+                    tracing::debug!(%error, "hold check failed");
+                    failed = true;
+                }
+            }
+        }
+        tracing::debug!(held, lost, failed, took = ?started.elapsed(), "holds checked");
+        crate::metrics::watch_checked(held, lost);
+        if failed && self.watch.connection == connection {
+            // Invalidations may be missed meanwhile: a new connection, every hold again,
+            // after a backoff (a server that refuses the checks must not be asked in a loop).
+            self.watch.link = None;
+            self.watch.connection += 1;
+            self.watch.all = true;
+            self.watch_rest(ctx);
+        } else {
+            if !failed {
+                self.watch.failures = 0;
+            }
+            self.check(ctx);
+        }
+    }
 }
+
+/// Holds to check in one call: of one kind, each with its epoch.
+type Batch = Vec<(RenewKey, u64)>;
 
 impl Watchdog {
     /// After a failure: nothing is tried for [`backoff`] of the failures in a row, then the

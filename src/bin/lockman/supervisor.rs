@@ -139,25 +139,22 @@ pub(crate) async fn supervise<H: Hold>(
     command.process_group(0);
     let _terminal = Terminal::hand_over(command);
     let (mut child, pid) = start_child(command, program)?;
-    // The group's id is the child's pid, which stays ours while the child is unreaped (until
-    // `wait` ends the loop below); the kernel does not hand out a pid again while a group has
-    // it as its id, so after the reap it still names our group while any member lives.
-    let send = |sig: i32| {
-        if let Some(pid) = pid {
-            kill(-pid, sig);
-        }
+    let mut stop = Stopper {
+        what,
+        on_end,
+        group: pid,
+        ended: None,
+        known_lost: false,
+        kill_at: None,
+        killed: false,
     };
     let ending = hold.ending(on_end.grace());
     tokio::pin!(ending);
     let lost = hold.lost();
     tokio::pin!(lost);
-    // The hold's end as first seen; whether it is known lost; when SIGKILL is due; sent.
-    let mut ended: Option<Ending> = None;
-    let mut known_lost = false;
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
     let status = loop {
-        let deadline = async {
+        let kill_at = stop.kill_at;
+        let deadline = async move {
             match kill_at {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
@@ -165,60 +162,19 @@ pub(crate) async fn supervise<H: Hold>(
         };
         tokio::select! {
             status = child.wait() => break status,
-            _ = signals.interrupt.recv() => send(libc::SIGINT),
-            _ = signals.terminate.recv() => send(libc::SIGTERM),
-            end = &mut ending, if ended.is_none() => {
-                ended = Some(end);
-                known_lost = end == Ending::Lost;
-                match (end, on_end) {
-                    (Ending::Expiring, OnEnd::Stop { .. }) => {
-                        let until = hold.valid_until();
-                        let left = until.map(|u| u.saturating_duration_since(Instant::now()));
-                        eprintln!(
-                            "lockman: {what} is about to expire unrenewed; stopping the command (SIGTERM, SIGKILL in {})",
-                            left.map_or("never".into(), |l| format!("{:.1}s", l.as_secs_f64()))
-                        );
-                        send(libc::SIGTERM);
-                        kill_at = until;
-                    }
-                    (Ending::Lost, OnEnd::Stop { .. }) => {
-                        eprintln!("lockman: {what} is lost; stopping the command (SIGKILL)");
-                        send(libc::SIGKILL);
-                        killed = true;
-                    }
-                    (Ending::Expiring, OnEnd::Warn { .. }) => {
-                        eprintln!("lockman: {what} is about to expire unrenewed; the command goes on");
-                    }
-                    (Ending::Lost, OnEnd::Warn { .. }) => {
-                        eprintln!("lockman: {what} lost; the command goes on");
-                    }
-                }
-            }
-            () = &mut lost, if ended.is_some() && !known_lost => {
-                known_lost = true;
-                match on_end {
-                    OnEnd::Stop { .. } if !killed => {
-                        eprintln!("lockman: {what} is lost; killing the command (SIGKILL)");
-                        send(libc::SIGKILL);
-                        killed = true;
-                    }
-                    OnEnd::Stop { .. } => {}
-                    OnEnd::Warn { .. } => eprintln!("lockman: {what} lost; the command goes on"),
-                }
-            }
-            () = deadline, if kill_at.is_some() && !killed => {
-                eprintln!("lockman: the command did not stop before {what} could expire; killed it (SIGKILL)");
-                send(libc::SIGKILL);
-                killed = true;
-            }
+            _ = signals.interrupt.recv() => stop.send(libc::SIGINT),
+            _ = signals.terminate.recv() => stop.send(libc::SIGTERM),
+            end = &mut ending, if stop.ended.is_none() => stop.hold_ending(end, hold.valid_until()),
+            () = &mut lost, if stop.ended.is_some() && !stop.known_lost => stop.hold_lost(),
+            () = deadline, if stop.kill_at.is_some() && !stop.killed => stop.kill_due(),
         }
     };
     let status = status.map_err(|e| Failure::new(code::CANNOT_RUN, e.to_string()))?;
-    let stopping = ended.is_some() && matches!(on_end, OnEnd::Stop { .. });
-    if stopping && !killed {
+    let stopping = stop.ended.is_some() && matches!(on_end, OnEnd::Stop { .. });
+    if stopping && !stop.killed {
         // The command exited on SIGTERM; what it started and left behind in its group (a
         // shell's children) must not run on past the hold either.
-        send(libc::SIGKILL);
+        stop.send(libc::SIGKILL);
     }
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code).unwrap_or(1),
@@ -227,8 +183,94 @@ pub(crate) async fn supervise<H: Hold>(
     };
     Ok(Ran {
         code,
-        hold_ended: ended.is_some(),
+        hold_ended: stop.ended.is_some(),
     })
+}
+
+/// What [`supervise`] does when the hold ends under the command: what it has seen of the hold
+/// and what it has sent the command's group.
+struct Stopper<'a> {
+    /// The hold, in messages.
+    what: &'a str,
+    on_end: OnEnd,
+    /// The command's process group: its id is the child's pid, which stays ours while the child
+    /// is unreaped (until `wait` ends the loop); the kernel does not hand out a pid again while
+    /// a group has it as its id, so after the reap it still names our group while any member
+    /// lives.
+    group: Option<i32>,
+    /// The hold's end as first seen.
+    ended: Option<Ending>,
+    /// Whether the hold is known lost.
+    known_lost: bool,
+    /// When SIGKILL is due.
+    kill_at: Option<Instant>,
+    /// Whether SIGKILL was sent.
+    killed: bool,
+}
+
+impl Stopper<'_> {
+    /// Sends `sig` to the command's group.
+    fn send(&self, sig: i32) {
+        if let Some(pid) = self.group {
+            kill(-pid, sig);
+        }
+    }
+
+    /// The hold is about to expire unrenewed (valid until `until`), or is lost: the command is
+    /// stopped (SIGTERM then SIGKILL at `until`; SIGKILL at once when lost), or only warned of.
+    fn hold_ending(&mut self, end: Ending, until: Option<Instant>) {
+        let what = self.what;
+        self.ended = Some(end);
+        self.known_lost = end == Ending::Lost;
+        match (end, self.on_end) {
+            (Ending::Expiring, OnEnd::Stop { .. }) => {
+                let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+                eprintln!(
+                    "lockman: {what} is about to expire unrenewed; stopping the command (SIGTERM, SIGKILL in {})",
+                    left.map_or("never".into(), |l| format!("{:.1}s", l.as_secs_f64()))
+                );
+                self.send(libc::SIGTERM);
+                self.kill_at = until;
+            }
+            (Ending::Lost, OnEnd::Stop { .. }) => {
+                eprintln!("lockman: {what} is lost; stopping the command (SIGKILL)");
+                self.send(libc::SIGKILL);
+                self.killed = true;
+            }
+            (Ending::Expiring, OnEnd::Warn { .. }) => {
+                eprintln!("lockman: {what} is about to expire unrenewed; the command goes on");
+            }
+            (Ending::Lost, OnEnd::Warn { .. }) => {
+                eprintln!("lockman: {what} lost; the command goes on");
+            }
+        }
+    }
+
+    /// The hold, about to expire, is now known lost: the command is killed at once (or only
+    /// warned of).
+    fn hold_lost(&mut self) {
+        let what = self.what;
+        self.known_lost = true;
+        match self.on_end {
+            OnEnd::Stop { .. } if !self.killed => {
+                eprintln!("lockman: {what} is lost; killing the command (SIGKILL)");
+                self.send(libc::SIGKILL);
+                self.killed = true;
+            }
+            OnEnd::Stop { .. } => {}
+            OnEnd::Warn { .. } => eprintln!("lockman: {what} lost; the command goes on"),
+        }
+    }
+
+    /// The hold could expire now and the command has not stopped: SIGKILL.
+    fn kill_due(&mut self) {
+        let what = self.what;
+        eprintln!(
+            "lockman: the command did not stop before {what} could expire; killed it (SIGKILL)"
+        );
+        self.send(libc::SIGKILL);
+        self.killed = true;
+    }
 }
 
 /// The terminal lockman runs in the foreground of, handed over to the command's process group

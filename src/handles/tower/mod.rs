@@ -29,10 +29,11 @@
 //! | lockman failed and may succeed later (Redis away) | `503`, `Retry-After` | `lock service unavailable` |
 //! | lockman failed otherwise | `500` | `lock service unavailable` |
 //!
-//! No body repeats the request's value, and none carries a [`LockError`]'s text (which can name
-//! the Redis host, its user or a key): a `500` or `503` is logged (`tracing`, at `error` or `warn`,
-//! with the lock name and the error), and the response carries its [`Refusal`] in its extensions
-//! for an outer layer that wants the detail (`response.extensions().get::<Refusal>()`).
+//! No body repeats the request's value, and none carries a [`LockError`](crate::LockError)'s text
+//! (which can name the Redis host, its user or a key): a `500` or `503` is logged (`tracing`, at
+//! `error` or `warn`, with the lock name and the error), and the response carries its [`Refusal`]
+//! in its extensions for an outer layer that wants the detail
+//! (`response.extensions().get::<Refusal>()`).
 //!
 //! The refusal is a response, not an error of the service: the layer keeps the inner service's
 //! error type, and axum's `Router::layer` / `route_layer` and tonic's `Server::builder().layer`
@@ -93,6 +94,13 @@
 //! (and under `noeviction` stop every lock). Give it a [`known`](PermitLayer::known) hook that
 //! says which values exist: the others are answered `404` before anything is written.
 
+mod body;
+mod refusal;
+
+pub use body::{Guarded, LockHeld, PermitHeld};
+pub use refusal::Refusal;
+
+use body::Held;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -100,17 +108,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER, X_CONTENT_TYPE_OPTIONS};
+use http::header::HeaderName;
 use http::request::Parts;
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
 
-use crate::error::LockError;
 use crate::handles::admission::{self, Admission, Failure, Permits, Unnamed};
-use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
-use crate::handles::sync::PermitGuard;
 
 /// A closure that names a request's lock from its head.
 type Namer = dyn Fn(&Parts) -> Option<String> + Send + Sync;
@@ -481,282 +484,5 @@ where
                 Err(refusal) => Ok(refusal.response()),
             }
         })
-    }
-}
-
-/// The guard a request holds, kept for its drop: dropping the last of its handles (this one and
-/// the request extension's) releases the lock or the permit.
-#[derive(Debug)]
-enum Held {
-    Lock(Arc<LockGuard>),
-    Permit(Arc<PermitGuard>),
-}
-
-impl Held {
-    /// Hands the inner service a handle on the guard, in the request's extensions.
-    fn lend<B>(&self, req: &mut Request<B>) {
-        let extensions = req.extensions_mut();
-        match self {
-            Self::Lock(guard) => {
-                extensions.insert(LockHeld(guard.clone()));
-            }
-            Self::Permit(guard) => {
-                extensions.insert(PermitHeld(guard.clone()));
-            }
-        }
-    }
-}
-
-/// The lock of this request, in its extensions for the inner service (axum:
-/// `Extension<LockHeld>`): it dereferences to its [`LockGuard`] (name, lost signal, deadline,
-/// [`scope`](LockGuard::scope)). The lock is released once the response's body is sent **and**
-/// every `LockHeld` is dropped: a handler that keeps one (a spawned task) keeps the lock.
-#[derive(Clone, Debug)]
-pub struct LockHeld(Arc<LockGuard>);
-
-impl std::ops::Deref for LockHeld {
-    type Target = LockGuard;
-
-    fn deref(&self) -> &LockGuard {
-        &self.0
-    }
-}
-
-/// The permit of this request, in its extensions for the inner service (axum:
-/// `Extension<PermitHeld>`): it dereferences to its [`PermitGuard`] (lost signal, ids,
-/// deadline). As with [`LockHeld`], the permit is given back once the body is sent and every
-/// `PermitHeld` is dropped.
-#[derive(Clone, Debug)]
-pub struct PermitHeld(Arc<PermitGuard>);
-
-impl std::ops::Deref for PermitHeld {
-    type Target = PermitGuard;
-
-    fn deref(&self) -> &PermitGuard {
-        &self.0
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The body of an [`Admit`] service's response: the inner service's body, with the request's
-    /// lock or permit held until its last frame is read or it is dropped; or the text of a
-    /// refusal.
-    pub struct Guarded<B> {
-        #[pin]
-        inner: Option<B>,
-        refusal: Option<Bytes>,
-        held: Option<Held>,
-    }
-}
-
-impl<B> Guarded<B> {
-    fn holding(body: B, held: Held) -> Self {
-        Self {
-            inner: Some(body),
-            refusal: None,
-            held: Some(held),
-        }
-    }
-
-    fn refusal(text: String) -> Self {
-        Self {
-            inner: None,
-            refusal: Some(Bytes::from(text)),
-            held: None,
-        }
-    }
-
-    /// Whether the request's lock or permit is still held by this body (until its end is read).
-    pub fn holds(&self) -> bool {
-        self.held.is_some()
-    }
-}
-
-impl<B> fmt::Debug for Guarded<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Guarded")
-            .field("refusal", &self.refusal)
-            .field("holds", &self.held.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<B> Body for Guarded<B>
-where
-    B: Body<Data = Bytes>,
-{
-    type Data = Bytes;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let this = self.project();
-        match this.inner.as_pin_mut() {
-            Some(inner) => {
-                let frame = std::task::ready!(inner.poll_frame(cx));
-                if frame.is_none() {
-                    // The whole body is out: the request is done, give its lock back.
-                    *this.held = None;
-                }
-                Poll::Ready(frame)
-            }
-            None => Poll::Ready(this.refusal.take().map(|text| Ok(Frame::data(text)))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.inner {
-            Some(inner) => inner.is_end_stream(),
-            None => self.refusal.is_none(),
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match (&self.inner, &self.refusal) {
-            (Some(inner), _) => inner.size_hint(),
-            (None, Some(text)) => SizeHint::with_exact(text.len() as u64),
-            (None, None) => SizeHint::with_exact(0),
-        }
-    }
-}
-
-/// Why a request did not get its lock or permit. The service answers it itself (a status, a
-/// `Retry-After` for the retryable ones, a fixed text as the body: see the module's docs); the
-/// response carries it in its extensions, for its [`status`](Self::status) and its text (this
-/// error's `Display`, with the name and the [`LockError`], which the body leaves out).
-#[derive(Clone, Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// The request lacks what names its lock: `400`.
-    #[error("the request has no {0} to name its lock")]
-    NoKey(String),
-    /// The request's value cannot name a lock (it holds `{` or `}`, or, without a prefix,
-    /// starts with `redisson_` or `lockman_`): `400`.
-    #[error("lock name {value:?} refused: {reason}")]
-    Refused {
-        /// The value, after the canonical form.
-        value: String,
-        /// Which rule it broke.
-        reason: &'static str,
-    },
-    /// The [`known`](LockLayer::known) hook refused the request's value: `404`.
-    #[error("{value:?} is not a known name")]
-    Unknown {
-        /// The value, after the canonical form.
-        value: String,
-    },
-    /// The lock stayed busy (or no permit was free) for the whole wait: the configured status
-    /// (`409` for a lock, `429` for a permit, by default), with `Retry-After`.
-    #[error("{name:?} is busy; retry later")]
-    Busy {
-        /// The lock or semaphore name.
-        name: String,
-        /// The answer's status.
-        status: StatusCode,
-        /// Its `Retry-After`, in seconds.
-        retry_after: u64,
-    },
-    /// lockman failed: `503` with `Retry-After` when the error is retryable (Redis away), `500`
-    /// otherwise.
-    #[error("lock unavailable: {source}")]
-    Lock {
-        /// What lockman said.
-        source: LockError,
-        /// `Retry-After`, in seconds, for a retryable error.
-        retry_after: u64,
-    },
-}
-
-impl Refusal {
-    /// The status of the answer.
-    pub fn status(&self) -> StatusCode {
-        match self {
-            Self::NoKey(_) | Self::Refused { .. } => StatusCode::BAD_REQUEST,
-            Self::Unknown { .. } => StatusCode::NOT_FOUND,
-            Self::Busy { status, .. } => *status,
-            Self::Lock { source, .. } if source.is_retryable() => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Lock { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// Its `Retry-After`, in seconds, when it has one.
-    pub fn retry_after(&self) -> Option<u64> {
-        match self {
-            Self::Busy { retry_after, .. } => Some(*retry_after),
-            Self::Lock {
-                source,
-                retry_after,
-            } if source.is_retryable() => Some(*retry_after),
-            _ => None,
-        }
-    }
-
-    /// The answer's body: never the request's value, never a [`LockError`]'s text.
-    fn body(&self) -> String {
-        match self {
-            Self::NoKey(_) => self.to_string(),
-            Self::Refused { reason, .. } => admission::refused_text(reason),
-            Self::Unknown { .. } => admission::UNKNOWN.to_owned(),
-            Self::Busy { .. } => admission::BUSY.to_owned(),
-            Self::Lock { .. } => admission::UNAVAILABLE.to_owned(),
-        }
-    }
-
-    fn response<B>(self) -> Response<Guarded<B>> {
-        let mut response = Response::new(Guarded::refusal(self.body()));
-        *response.status_mut() = self.status();
-        let headers = response.headers_mut();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-        if let Some(after) = self.retry_after() {
-            headers.insert(RETRY_AFTER, HeaderValue::from(after));
-        }
-        response.extensions_mut().insert(self);
-        response
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A failure of lockman is never answered as busy: retryable is `503` with `Retry-After`,
-    /// anything else `500`, both with the fixed text, and the error kept in the extensions.
-    #[test]
-    fn a_failure_is_503_when_retryable_else_500_never_busy() {
-        let timeout = LockError::Timeout {
-            op: "acquire",
-            after: Duration::from_secs(1),
-        };
-        let wrong = LockError::WrongType {
-            key: "account:secret-host".into(),
-        };
-        for (source, status, retry_after) in [
-            (timeout, StatusCode::SERVICE_UNAVAILABLE, Some("3")),
-            (wrong, StatusCode::INTERNAL_SERVER_ERROR, None),
-        ] {
-            let refusal = Refusal::Lock {
-                source,
-                retry_after: 3,
-            };
-            let response: Response<Guarded<String>> = refusal.response();
-            assert_eq!(response.status(), status);
-            let header = |name| response.headers().get(name).map(|v| v.to_str().unwrap());
-            assert_eq!(header(RETRY_AFTER), retry_after);
-            assert_eq!(header(X_CONTENT_TYPE_OPTIONS), Some("nosniff"));
-            assert_eq!(
-                response.body().refusal.as_deref(),
-                Some(&b"lock service unavailable"[..])
-            );
-            assert!(matches!(
-                response.extensions().get::<Refusal>(),
-                Some(Refusal::Lock { .. })
-            ));
-        }
     }
 }
