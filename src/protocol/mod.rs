@@ -114,6 +114,7 @@ fn all_scripts() -> Vec<&'static Script> {
     ];
     scripts.extend(sync::sync_scripts());
     scripts.extend(fence::fence_scripts());
+    scripts.extend(clients::record_scripts());
     scripts
 }
 
