@@ -89,6 +89,11 @@ pub(crate) struct Settings {
     /// loss is known at once almost from the start (it still renews it only once it has lived a
     /// sixth of the timeout).
     pub watch_holds: bool,
+    /// How long a round trip may be under way at a waiter's deadline before Redis counts as
+    /// not answering: [`SILENT_AFTER`], plus the replica-sync timeout
+    /// with `Config::sync_replicas` (every attempt then waits for the replicas: a slow
+    /// acknowledgement within that timeout is no outage).
+    pub silent_after: Duration,
 }
 
 impl Settings {
@@ -102,6 +107,10 @@ impl Settings {
             hand_off: config.get_sync_replicas().is_none(),
             unavailable_after: config.get_unavailable_after(),
             watch_holds: config.get_watch_holds(),
+            silent_after: outage::SILENT_AFTER
+                + config
+                    .get_sync_replicas()
+                    .map_or(Duration::ZERO, |(_, t)| t),
         }
     }
 }

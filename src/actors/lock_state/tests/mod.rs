@@ -21,6 +21,7 @@ fn settings() -> Settings {
         hand_off: true,
         unavailable_after: Duration::from_secs(15),
         watch_holds: false,
+        silent_after: crate::actors::lock_state::outage::SILENT_AFTER,
     }
 }
 
