@@ -123,8 +123,10 @@
 //!
 //! At its deadline a lock's wait goes by what Redis says then, not by what it said last (a
 //! server that froze after answering "busy" is not a holder): the request under way, or one last
-//! attempt, decides, and no reply within 250 ms of its sending is `Unavailable`. A bounded wait
-//! so ends at most 250 ms after its deadline.
+//! attempt, decides, and no reply within 250 ms of its sending is `Unavailable` (with
+//! `Config::sync_replicas`, 250 ms plus the sync timeout: every attempt waits for the replicas,
+//! and a slow acknowledgement within that timeout is no outage). A bounded wait so ends at most
+//! that long after its deadline.
 //!
 //! Every wait ends:
 //!

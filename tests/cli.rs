@@ -914,3 +914,165 @@ async fn elect_once_exits_73_when_the_lead_is_lost() {
     assert_eq!(out.status.code(), Some(73));
     assert!(String::from_utf8_lossy(&out.stderr).contains("stopping the command"));
 }
+
+/// A name closed by its lock-delay alone (the hash gone, as after an expiry, an eviction or a
+/// Redisson force unlock; the delay key left, docs/protocol.md "Lock-delay"): `inspect` says
+/// it is closed and for how long (exit 0, `delay_ms`), `exec --lock-delay` timing out behind
+/// it says why (exit 75), and `unlock --force` deletes the delay key (exit 0), after which
+/// `exec` takes the name at once. Breaks it: the command blind to the delay key, as it was
+/// (`inspect` "free" with exit 1, `exec`'s bare "not acquired within", `unlock --force` "not
+/// locked" with exit 1 and the delay key left).
+#[test]
+fn a_name_closed_by_its_lock_delay_is_shown_explained_and_opened() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let delay_key = "lockman_delay:{job}";
+    let _: () = redis::cmd("SET")
+        .arg(delay_key)
+        .arg("3f1c3c1e-8a8e-4d55-9d1e-2f3c7a9b6e10:1")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut raw)
+        .unwrap();
+
+    let out = run(&server, &["inspect", "job"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(code(&out), 0, "not free: {text}");
+    assert!(
+        text.contains("state:   closed by its lock-delay for"),
+        "{text}"
+    );
+    let out = run(&server, &["inspect", "job", "--json"]);
+    assert_eq!(code(&out), 0);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["held"], false, "{json}");
+    let left = json["delay_ms"].as_u64().expect("delay_ms");
+    assert!((40_000..=60_000).contains(&left), "{json}");
+
+    let out = run(
+        &server,
+        &[
+            "--lock-delay",
+            "60s",
+            "exec",
+            "--wait",
+            "300ms",
+            "job",
+            "--",
+            "true",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(code(&out), 75, "{err}");
+    assert!(
+        err.contains("not acquired within") && err.contains("its lock-delay closes it for"),
+        "{err}"
+    );
+    // The wait wrote nothing: no hash, the delay key as it was.
+    assert!(!raw.exists::<_, bool>("job").unwrap());
+    assert!(raw.pttl::<_, i64>(delay_key).unwrap() > 40_000);
+
+    let out = run(&server, &["unlock", "--force", "--yes", "job"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(code(&out), 0, "{text}");
+    assert!(
+        text.contains("opened \"job\": deleted its lock-delay ("),
+        "{text}"
+    );
+    assert!(!raw.exists::<_, bool>(delay_key).unwrap(), "delay key left");
+    assert!(!raw.exists::<_, bool>("job").unwrap());
+    let again = run(&server, &["unlock", "--force", "--yes", "job"]);
+    assert_eq!(code(&again), 1, "nothing left to open");
+    assert_eq!(code(&run(&server, &["inspect", "job"])), 1, "free now");
+
+    // Open: taken at once, and its release leaves neither key.
+    let out = run(
+        &server,
+        &[
+            "--lock-delay",
+            "60s",
+            "exec",
+            "--wait",
+            "2s",
+            "job",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!raw.exists::<_, bool>("job").unwrap());
+    assert!(!raw.exists::<_, bool>(delay_key).unwrap());
+}
+
+/// `unlock --force` on a reentrant lock held with a lock-delay deletes the hash and then the
+/// delay key (the library's `force_unlock`, Redisson's semantics, leaves the delay key), so a
+/// waiter with the same 60 s delay takes the name at once; `inspect` shows the delay beside
+/// the hold. Breaks it: the delay key left by the force unlock (the waiter waits out 60 s past
+/// the hold's expiry, and times out here after 20 s), or woken only once, before the delay key
+/// is gone.
+#[tokio::test]
+async fn unlock_force_opens_a_name_held_with_a_lock_delay() {
+    let server = RedisServer::start();
+    let delayed = || Config::new(server.url()).lock_delay(Duration::from_secs(60));
+    let holder = LockManager::start(delayed()).await.unwrap();
+    let waiter_mgr = LockManager::start(delayed()).await.unwrap();
+    let held = holder.lock("held").acquire().await.unwrap();
+    let mut raw = server.conn();
+    let delay_key = "lockman_delay:{held}";
+    assert!(
+        raw.pttl::<_, i64>(delay_key).unwrap() > 60_000,
+        "lease + delay"
+    );
+
+    let out = run(&server, &["inspect", "held"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(code(&out), 0, "{text}");
+    assert!(
+        text.contains("state:   held, ttl") && text.contains("delay:   "),
+        "{text}"
+    );
+    let out = run(&server, &["inspect", "held", "--json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["held"], true, "{json}");
+    assert!(
+        json["delay_ms"].as_u64().expect("delay_ms") > 60_000,
+        "{json}"
+    );
+
+    let lock = waiter_mgr.lock("held");
+    let waiter_id = lock.holder_id();
+    let waiter = {
+        tokio::spawn(async move {
+            let g = lock.try_acquire_for(Duration::from_secs(20)).await.unwrap();
+            (g, Instant::now())
+        })
+    };
+    support::wait::subscribers(&mut raw, "redisson_lock__channel:{held}", 1).await;
+    let before = Instant::now();
+    let out = run(&server, &["unlock", "--force", "--yes", "held"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(
+        code(&out),
+        0,
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("unlocked \"held\" and deleted its lock-delay ("),
+        "{text}"
+    );
+    let (g, at) = waiter.await.unwrap();
+    let g = g.expect("the waiter took the opened name");
+    assert!(at.duration_since(before) < Duration::from_secs(10));
+    // The new holder's own hash and delay key, nothing of the old one's.
+    let fields: Vec<String> = raw.hkeys("held").unwrap();
+    assert_eq!(fields, vec![waiter_id.clone()]);
+    let delay_holder: String = raw.get(delay_key).unwrap();
+    assert_eq!(delay_holder, waiter_id);
+    g.release().await.unwrap();
+    assert!(!raw.exists::<_, bool>("held").unwrap());
+    assert!(!raw.exists::<_, bool>(delay_key).unwrap());
+    drop(held);
+    holder.shutdown().await;
+    waiter_mgr.shutdown().await;
+}

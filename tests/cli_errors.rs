@@ -1174,6 +1174,16 @@ fn a_server_loading_its_dataset_is_named_and_waited_out_by_exec() {
         support::eventually_blocking(Duration::from_secs(5), || loading(&server)),
         "never loading"
     );
+    // `latch wait` waits it out as `exec` does (it exited 69 at once).
+    let latch = lockman_at(
+        &server.url(),
+        &["latch", "gate", "wait", "--timeout", "15s"],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let out = run(&server, &["inspect", "job"]);
     let (code, line) = one_line(&out);
     assert!(loading(&server), "the load ended too soon to tell");
@@ -1186,5 +1196,51 @@ fn a_server_loading_its_dataset_is_named_and_waited_out_by_exec() {
 
     let out = run(&server, &["exec", "--wait", "15s", "job", "--", "true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = latch.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "latch wait: {}", stderr(&out));
     reload.join().unwrap();
+}
+
+/// `latch wait` (the CLI's other wait) treats a script running past `busy-reply-threshold` at
+/// its start as `exec` does: retried within its wait (`--timeout`, or without one up to
+/// `Config::unavailable_after`), answered once the script ends (a latch never set is open);
+/// one that outlasts `--timeout` is exit 69, one line naming `BUSY`, soon after it. Breaks it:
+/// the start's `BUSY` taken as the answer (exit 69 at once, while the script still ran).
+#[test]
+fn a_busy_script_at_the_start_of_latch_wait_is_waited_out_within_its_wait() {
+    let server = RedisServer::start();
+    for timeout in [None, Some("10s")] {
+        let script = busy_script(&server);
+        let mut args = vec!["latch", "gate", "wait"];
+        args.extend(timeout.iter().flat_map(|t| ["--timeout", *t]));
+        let mut child = lockman_at(&server.url(), &args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1_500));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "latch wait (--timeout {timeout:?}) ended while the script ran: {:?}",
+            child.wait_with_output()
+        );
+        end_script(&server, script);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+
+    // Outlasting the wait: one line, exit 69, soon after the wait.
+    let script = busy_script(&server);
+    let started = Instant::now();
+    let out = run(&server, &["latch", "gate", "wait", "--timeout", "1s"]);
+    let took = started.elapsed();
+    end_script(&server, script);
+    let (code, line) = one_line(&out);
+    assert_eq!(code, 69, "{line}");
+    assert!(
+        line.contains("busy running a script") && line.contains("BUSY"),
+        "{line}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }

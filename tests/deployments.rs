@@ -557,3 +557,40 @@ async fn passwords_never_reach_debug_display_or_logs() {
         assert!(!logged.contains(secret), "{secret} reached the logs");
     }
 }
+
+/// Replica sync with a replica slow to acknowledge (frozen here through the whole wait, so
+/// every attempt's `WAIT` takes the whole sync timeout): a fair waiter queued behind a holder
+/// ends its bounded wait `Ok(None)` at its deadline, as for any holder. Redis answered every
+/// attempt (the lock is held); what took the time was the replicas' acknowledgement, within
+/// the sync timeout the config allows it, which is no outage. Breaks it: the last try judged by
+/// the 250 ms margin alone, while its `WAIT` takes the 800 ms sync timeout (`Unavailable`,
+/// cause a round trip's time-out, seen before the fix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_behind_a_holder_with_a_slow_replica_times_out_as_contention() {
+    let (primary, replica) = primary_and_replica();
+    let holder = LockManager::start(Config::new(primary.url()))
+        .await
+        .unwrap();
+    let held = holder.fair_lock("q").acquire().await.unwrap();
+    let sync = Duration::from_millis(800);
+    let waiter = LockManager::start(Config::new(primary.url()).sync_replicas(1, sync))
+        .await
+        .unwrap();
+    replica.pause(Duration::from_secs(8)).unwrap();
+    let wait = Duration::from_secs(2);
+    let started = Instant::now();
+    let res = waiter.fair_lock("q").try_acquire_for(wait).await;
+    let took = started.elapsed();
+    replica.resume().unwrap();
+    assert!(matches!(res, Ok(None)), "a holder, not an outage: {res:?}");
+    // At the deadline, plus at most the last try's round trip (its WAIT: the sync timeout),
+    // plus the 250 ms margin, plus room for a loaded machine.
+    assert!(took >= wait, "{took:?}");
+    assert!(
+        took < wait + sync + Duration::from_millis(2_250),
+        "{took:?}"
+    );
+    drop(held);
+    let _ = tokio::time::timeout(Duration::from_secs(5), waiter.shutdown()).await;
+    holder.shutdown().await;
+}

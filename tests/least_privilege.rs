@@ -233,3 +233,62 @@ async fn the_documented_acl_runs_every_kind_and_the_doctor_passes() {
         "refused on the way"
     );
 }
+
+/// `LockManager::describe` (`lockman inspect`) reads the lock-delay's delay key in its one
+/// script; a user the rule's `~lockman_delay:*` is taken from (one who uses no lock-delay) is
+/// refused that key (`NOPERM`, checked before the script runs) and asked again without it:
+/// the lock is described, with no delay. The full rule's user sees the delay. Breaks it: the
+/// delay key declared unconditionally (every describe of such a user fails `NoPermission`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_reads_the_delay_key_where_the_user_may_and_goes_without_it_elsewhere() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let full = acl_rule("lm", "lmpw", "app:");
+    let limited: Vec<String> = acl_rule("nodelay", "ndpw", "app:")
+        .into_iter()
+        .filter(|a| a != "~lockman_delay:*")
+        .collect();
+    assert!(full.iter().any(|a| a == "~lockman_delay:*"), "{full:?}");
+    for rule in [&full, &limited] {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(rule)
+            .query(&mut raw)
+            .unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg("lockman_delay:{app:x}")
+        .arg("someone:1")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut raw)
+        .unwrap();
+    let as_user = |user: &str, pw: &str| {
+        Config::new(format!("redis://{user}:{pw}@127.0.0.1:{}/0", server.port()))
+            .name_prefix("app:")
+    };
+    let lm = LockManager::start(as_user("lm", "lmpw")).await.unwrap();
+    let nodelay = LockManager::start(as_user("nodelay", "ndpw"))
+        .await
+        .unwrap();
+    let seen = lm.describe("x").await.unwrap();
+    assert!(!seen.is_held());
+    let left = seen
+        .delay
+        .expect("the delay key, for a user who may read it");
+    assert!(left > Duration::from_secs(40), "{left:?}");
+    let seen = nodelay
+        .describe("x")
+        .await
+        .expect("described without the delay key");
+    assert!(!seen.is_held());
+    assert_eq!(seen.delay, None);
+    // Held: described as such, without the delay key, too.
+    let guard = nodelay.lock("y").acquire().await.unwrap();
+    let seen = nodelay.describe("y").await.unwrap();
+    assert_eq!(seen.holders.len(), 1);
+    assert_eq!(seen.delay, None);
+    guard.release().await.unwrap();
+    lm.shutdown().await;
+    nodelay.shutdown().await;
+}

@@ -212,7 +212,9 @@ impl Registry {
 }
 
 /// The longest the first per-name actor's start waits for the client record's first write (a
-/// frozen Redis must not hold the first acquire up for a whole response timeout).
+/// frozen Redis must not hold the first acquire up for a whole response timeout). A healthy
+/// server answers in one round trip: the record's script is loaded at start with the others
+/// (`protocol::clients::record_scripts`).
 const FIRST_RECORD_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Actor for Registry {

@@ -341,6 +341,24 @@ impl LockManager {
         Ok(crate::handles::lock::LockInfo::new(name.given(), described))
     }
 
+    /// Opens the reentrant lock `name` when its lock-delay closes it (`Config::lock_delay`,
+    /// docs/protocol.md "Lock-delay"): when nobody holds the lock, deletes its delay key and
+    /// wakes its waiters, so that lockman's clients with a lock-delay take it at once rather
+    /// than after the delay. Returns how long the delay had to go; `None` when there was no
+    /// delay key, or when the lock is held (a holder's delay key is left: after a
+    /// [`force_unlock`](crate::Lock::force_unlock), which leaves it, call this to open the name
+    /// fully, as `lockman unlock --force` does). For operators: the delay is there so that a
+    /// stale holder's writes drain first.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for an empty name, Redis errors
+    /// ([`LockError::NoPermission`] without access to `lockman_delay:*` keys).
+    pub async fn clear_lock_delay(&self, name: &str) -> Result<Option<Duration>, LockError> {
+        let name = self.inner.name(name);
+        self.inner.check(&name)?;
+        self.inner.commands.clear_delay(name.key()).await
+    }
+
     /// Every live manager's client record (docs/protocol.md, "Client records"), read in one
     /// round trip on one server (on a cluster, the master of the records' slot), changing
     /// nothing: who each manager is (service, host, pid), the holds it has had long enough to

@@ -22,6 +22,13 @@ static SERVICE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("clients/service.lua")));
 static FORGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("clients/forget.lua")));
 
+/// The scripts of a manager's own record, loaded at start with the others: the first lock's
+/// acquire waits for the record's first write (`FirstUse`), which is then one round trip, not
+/// a NOSCRIPT miss, a load and the call again (three).
+pub(super) fn record_scripts() -> [&'static Script; 2] {
+    [&RECORD, &FORGET]
+}
+
 /// The index of live clients: a sorted set of client ids scored by when their record expires
 /// (epoch ms, the server's clock).
 pub(crate) const CLIENT_INDEX: &str = "lockman_client:{lockman}";

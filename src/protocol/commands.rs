@@ -290,22 +290,63 @@ impl Commands {
         }
     }
 
+    /// Deletes the delay key of the reentrant lock `name` when nobody holds it, and wakes its
+    /// waiters (`clear_delay.lua`): how long the delay had to go, `None` when there was none or
+    /// the lock is held (a holder's delay key is left).
+    pub(crate) async fn clear_delay(&self, name: &str) -> Result<Option<Duration>, LockError> {
+        let key = keys::lock_key(name);
+        let mut call = ScriptCall::new(&CLEAR_DELAY, 3, 2, 3 * name.len() + 64);
+        call.key(key)
+            .key(keys::delay_key(name))
+            .key(keys::unlock_channel(name))
+            .arg(UNLOCK_MESSAGE)
+            .arg(self.publish());
+        let reply = self
+            .conn
+            .eval("clear lock-delay", key, &call, Replicas::Skip);
+        match reply.await?.value {
+            Value::Int(ms) => Ok(u64::try_from(ms).ok().map(Duration::from_millis)),
+            other => Err(unexpected("clear lock-delay", other)),
+        }
+    }
+
     /// Reads every key of the lock `name` (`describe.lua`), changing nothing: the raw material
     /// of a [`LockInfo`](crate::LockInfo).
     pub(crate) async fn describe(&self, name: &str) -> Result<Described, LockError> {
         let key = keys::lock_key(name);
-        let mut call = ScriptCall::new(&DESCRIBE, 4, 0, 4 * name.len() + 96);
-        call.key(key)
-            .key(keys::fair_queue(name))
-            .key(keys::fair_deadlines(name))
-            .key(keys::token_key(name));
-        let reply = self.conn.eval("describe", key, &call, Replicas::Skip);
-        let reply = reply.await?.value;
+        let call = |delay: bool| {
+            let mut call =
+                ScriptCall::new(&DESCRIBE, 4 + usize::from(delay), 0, 5 * name.len() + 112);
+            call.key(key)
+                .key(keys::fair_queue(name))
+                .key(keys::fair_deadlines(name))
+                .key(keys::token_key(name));
+            if delay {
+                call.key(keys::delay_key(name));
+            }
+            call
+        };
+        // The delay key too, in the same round trip; Redis checks a script's keys against the
+        // user's ACL before running it, and a user without `lockman_delay:*` (who uses no
+        // lock-delay, docs/protocol.md "ACL") is asked again without it.
+        let reply = match self
+            .conn
+            .eval("describe", key, &call(true), Replicas::Skip)
+            .await
+        {
+            Err(LockError::NoPermission { .. }) => {
+                self.conn
+                    .eval("describe", key, &call(false), Replicas::Skip)
+                    .await
+            }
+            reply => reply,
+        };
+        let reply = reply?.value;
         let bad = |v: &Value| unexpected("describe", v.clone());
         let Value::Array(parts) = &reply else {
             return Err(bad(&reply));
         };
-        let [fields, pttl, queue, deadlines, token, now] = parts.as_slice() else {
+        let [fields, pttl, queue, deadlines, token, now, delay] = parts.as_slice() else {
             return Err(bad(&reply));
         };
         // Lossily: a field anyone may have written (bytes that are not UTF-8 as U+FFFD), so
@@ -344,6 +385,12 @@ impl Commands {
             now_ms: match now {
                 Value::Int(ms) => u64::try_from(*ms).ok(),
                 _ => None,
+            },
+            // -2: no delay key; -1 (a key without expiry, which lockman never writes) is shown
+            // as none too.
+            delay: match delay {
+                Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+                other => return Err(bad(other)),
             },
         })
     }

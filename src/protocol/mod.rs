@@ -82,6 +82,8 @@ static FAIR_FORCE_UNLOCK: LazyLock<Script> = joined!("fair_prune.lua", "fair_for
 static FAIR_REFRESH: LazyLock<Script> = joined!("fair_prune.lua", "fair_refresh.lua");
 static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fair_leave.lua")));
 static DESCRIBE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("describe.lua")));
+static CLEAR_DELAY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("clear_delay.lua")));
 
 /// Every script lockman runs: loaded at start, so that a missing permission shows then.
 fn all_scripts() -> Vec<&'static Script> {
@@ -109,10 +111,12 @@ fn all_scripts() -> Vec<&'static Script> {
         &FAIR_REFRESH,
         &FAIR_FORCE_UNLOCK,
         &DESCRIBE,
+        &CLEAR_DELAY,
         &probe::ACL_PROBE,
     ];
     scripts.extend(sync::sync_scripts());
     scripts.extend(fence::fence_scripts());
+    scripts.extend(clients::record_scripts());
     scripts
 }
 
@@ -232,6 +236,9 @@ pub(crate) struct Described {
     pub token: Option<u64>,
     /// The server's clock when it was read (epoch ms): what the deadlines are counted from.
     pub now_ms: Option<u64>,
+    /// How long the reentrant lock's delay key lives on (docs/protocol.md "Lock-delay"), when
+    /// there is one (and the user may read it).
+    pub delay: Option<Duration>,
 }
 
 /// A lock's state as seen by one holder.

@@ -91,6 +91,11 @@ pub(crate) struct Settings {
     pub watch_holds: bool,
     /// How a spin lock's waiters space their attempts (`Config::spin_backoff`).
     pub spin_backoff: SpinBackOff,
+    /// How long a round trip may be under way at a waiter's deadline before Redis counts as
+    /// not answering: [`SILENT_AFTER`], plus the replica-sync timeout
+    /// with `Config::sync_replicas` (every attempt then waits for the replicas: a slow
+    /// acknowledgement within that timeout is no outage).
+    pub silent_after: Duration,
 }
 
 impl Settings {
@@ -105,6 +110,10 @@ impl Settings {
             unavailable_after: config.get_unavailable_after(),
             watch_holds: config.get_watch_holds(),
             spin_backoff: config.get_spin_backoff(),
+            silent_after: outage::SILENT_AFTER
+                + config
+                    .get_sync_replicas()
+                    .map_or(Duration::ZERO, |(_, t)| t),
         }
     }
 }

@@ -29,7 +29,8 @@ use super::*;
 
 /// How long a round trip may be under way at a waiter's deadline before Redis counts as not
 /// answering: a healthy server answers in milliseconds, and a wake-up's attempt sent just before
-/// the deadline is not an outage.
+/// the deadline is not an outage. With replica sync, the sync timeout more
+/// (`Settings::silent_after`): each attempt's `WAIT` may take that long on a healthy server.
 pub(crate) const SILENT_AFTER: Duration = Duration::from_millis(250);
 
 /// A waiter at its last try: since when, and when its verdict is due.
@@ -120,7 +121,7 @@ impl LockState {
         }
         let sent = self.trips.under_way.as_ref()?.at;
         let silent = self.now.saturating_duration_since(sent);
-        (silent >= SILENT_AFTER).then_some(LockError::Timeout {
+        (silent >= self.settings.silent_after).then_some(LockError::Timeout {
             op: "a round trip",
             after: silent,
         })
@@ -146,11 +147,11 @@ impl LockState {
         }
         self.waiters.last_try(id);
         let due = match under_way {
-            Some(sent) => sent + SILENT_AFTER,
+            Some(sent) => sent + self.settings.silent_after,
             None => {
                 // Nothing under way and nothing heard lately: one last attempt asks.
                 self.attempt(id);
-                self.now + SILENT_AFTER
+                self.now + self.settings.silent_after
             }
         };
         self.last_tries.push(LastTry {

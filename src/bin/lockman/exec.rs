@@ -113,11 +113,12 @@ pub async fn run(server: &Server, mut args: ExecArgs) -> Result<u8, Failure> {
         Ok(Some(held)) => held,
         Ok(None) => {
             let waited = asked.unwrap_or_default();
+            let why = delayed(&manager, &args).await;
             crate::close(&manager).await;
             return Err(Failure::new(
                 code::NOT_ACQUIRED,
                 format!(
-                    "{} {:?} not acquired within {waited:?}",
+                    "{} {:?} not acquired within {waited:?}{why}",
                     what(&args),
                     args.name
                 ),
@@ -142,6 +143,26 @@ pub async fn run(server: &Server, mut args: ExecArgs) -> Result<u8, Failure> {
     }
     crate::close(&manager).await;
     outcome
+}
+
+/// Why a reentrant lock's wait timed out with nobody holding the lock: its lock-delay (the
+/// delay key outlives the last hold, docs/protocol.md "Lock-delay"), said after the timeout;
+/// empty otherwise (a holder, or the read failed: the timeout is said alone).
+async fn delayed(manager: &LockManager, args: &ExecArgs) -> String {
+    if args.semaphore || args.kind != Kind::Lock {
+        return String::new();
+    }
+    match manager.describe(&args.name).await {
+        Ok(info) if !info.is_held() => info.delay.map_or(String::new(), |left| {
+            format!(
+                ": nobody holds it, but its lock-delay closes it for {:.1}s more (the last \
+                 hold ended or was lost less than --lock-delay ago; `lockman unlock --force` \
+                 opens it)",
+                left.as_secs_f64()
+            )
+        }),
+        _ => String::new(),
+    }
 }
 
 /// The kind `--kind` asks for, in the words of a wrong-kind error.

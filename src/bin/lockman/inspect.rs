@@ -55,7 +55,12 @@ pub async fn inspect(server: &Server, name: &str, json: bool) -> Result<u8, Fail
     } else {
         print!("{}", to_text(&info, &clients));
     }
-    Ok(if info.is_held() { 0 } else { code::FREE })
+    // A name its lock-delay closes is not free to lockman's clients with a lock-delay.
+    Ok(if info.is_held() || info.delay.is_some() {
+        0
+    } else {
+        code::FREE
+    })
 }
 
 /// Whether a hash read as a lock looks like one: free (no hash), or with a `mode` field or a
@@ -93,6 +98,27 @@ pub async fn unlock(server: &Server, name: &str, yes: bool, any_hash: bool) -> R
     let result = async {
         let info = manager.describe(name).await.map_err(Failure::redis)?;
         if !info.is_held() {
+            // Nobody holds it; its lock-delay may still close it to lockman (opened here: an
+            // operator's explicit act).
+            if let Some(left) = info.delay {
+                confirm(yes, || {
+                    format!(
+                        "open {name:?}, closed by its lock-delay for {:.1}s more?",
+                        left.as_secs_f64()
+                    )
+                })?;
+                if let Some(left) = manager
+                    .clear_lock_delay(name)
+                    .await
+                    .map_err(Failure::redis)?
+                {
+                    println!(
+                        "opened {name:?}: deleted its lock-delay ({} left)",
+                        secs(left)
+                    );
+                    return Ok(0);
+                }
+            }
             println!("{name:?} is not locked");
             return Ok(code::FREE);
         }
@@ -109,13 +135,9 @@ pub async fn unlock(server: &Server, name: &str, yes: bool, any_hash: bool) -> R
                     crate::elect::holder_text(&h.holder, client)
                 })
                 .collect();
-            eprint!("force-unlock {name:?}, held by {}? [y/N] ", who.join(", "));
-            let _ = std::io::stderr().flush();
-            let mut answer = String::new();
-            let _ = std::io::stdin().lock().read_line(&mut answer);
-            if !matches!(answer.trim(), "y" | "Y" | "yes") {
-                return Err(Failure::new(code::USAGE, "not confirmed; nothing done"));
-            }
+            confirm(false, || {
+                format!("force-unlock {name:?}, held by {}?", who.join(", "))
+            })?;
         }
         // The handle of the kind the keys show, so that the unlock message goes on the channel
         // its waiters listen to; a read-write lock in the mode it is in.
@@ -128,17 +150,60 @@ pub async fn unlock(server: &Server, name: &str, yes: bool, any_hash: bool) -> R
             _ => manager.lock(name).force_unlock().await,
         }
         .map_err(Failure::redis)?;
-        if unlocked {
-            println!("unlocked {name:?}");
-            Ok(0)
-        } else {
-            println!("{name:?} is not locked");
-            Ok(code::FREE)
+        // A force unlock leaves the delay key (as Redisson's would leave any key of lockman's
+        // own); for the operator, `--force` opens the name fully: the delay key is deleted now
+        // that the hash is gone, and the waiters woken again.
+        let opened = match info.delay {
+            Some(_) => manager
+                .clear_lock_delay(name)
+                .await
+                .map_err(Failure::redis)?,
+            None => None,
+        };
+        match (unlocked, opened) {
+            (true, None) => println!("unlocked {name:?}"),
+            (true, Some(left)) => println!(
+                "unlocked {name:?} and deleted its lock-delay ({} left)",
+                secs(left)
+            ),
+            (false, Some(left)) => {
+                println!(
+                    "opened {name:?}: deleted its lock-delay ({} left)",
+                    secs(left)
+                )
+            }
+            (false, None) => {
+                println!("{name:?} is not locked");
+                return Ok(code::FREE);
+            }
         }
+        Ok(0)
     }
     .await;
     crate::close(&manager).await;
     result
+}
+
+/// Asks on the terminal (unless `yes`, or stdin is none) whether to do what `question` says;
+/// not confirmed is a usage failure, nothing done.
+fn confirm(yes: bool, question: impl FnOnce() -> String) -> Result<(), Failure> {
+    if yes || !std::io::stdin().is_terminal() {
+        return Ok(());
+    }
+    eprint!("{} [y/N] ", question());
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err(Failure::new(code::USAGE, "not confirmed; nothing done"))
+    }
+}
+
+/// A duration as seconds with one decimal: `1.2s`.
+fn secs(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
 }
 
 /// The client whose holder id `holder` is, and how long it has held `name` (when its record
@@ -159,12 +224,24 @@ fn to_text(info: &LockInfo, clients: &[ClientInfo]) -> String {
         clean(&info.name),
         info.shape.as_str()
     );
-    match info.ttl {
-        Some(ttl) if info.is_held() => {
+    match (info.ttl, info.delay) {
+        (Some(ttl), _) if info.is_held() => {
             out += &format!("state:   held, ttl {:.1}s\n", ttl.as_secs_f64())
         }
-        None if info.is_held() => out += "state:   held, no expiry\n",
+        (None, _) if info.is_held() => out += "state:   held, no expiry\n",
+        (_, Some(delay)) => {
+            out += &format!(
+                "state:   closed by its lock-delay for {} (no holder)\n",
+                secs(delay)
+            )
+        }
         _ => out += "state:   free\n",
+    }
+    if let (Some(delay), true) = (info.delay, info.is_held()) {
+        out += &format!(
+            "delay:   {} (the lock-delay outlives the hold)\n",
+            secs(delay)
+        );
     }
     if let Some(mode) = &info.mode {
         out += &format!("mode:    {}\n", clean(mode));
@@ -276,6 +353,7 @@ fn to_json(info: &LockInfo, clients: &[ClientInfo]) -> Value {
         "holders": holders,
         "queue": queue,
         "token": info.token,
+        "delay_ms": info.delay.map(ms),
         "deadlocks": deadlocks,
     })
 }

@@ -111,8 +111,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Show a lock: kind, holders and counts, TTL, mode, fair queue, fencing token. Exit 0 if
-    /// held, 1 if free.
+    /// Show a lock: kind, holders and counts, TTL, mode, fair queue, fencing token, lock-delay.
+    /// Exit 0 if held (or closed by its lock-delay), 1 if free.
     Inspect {
         /// The lock name.
         name: String,
@@ -120,7 +120,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Delete a lock whoever holds it, and wake its waiters (Redisson's forceUnlock).
+    /// Delete a lock whoever holds it, and wake its waiters (Redisson's forceUnlock); a
+    /// reentrant lock's lock-delay key too, so that the name is open at once.
     Unlock {
         /// Required: this takes the lock from whoever holds it.
         #[arg(long, required = true)]
@@ -242,6 +243,10 @@ impl Command {
         match self {
             Command::Exec(args) => Some(args.wait().unwrap_or(Duration::MAX)),
             Command::Elect(_) => Some(Duration::MAX),
+            Command::Latch {
+                op: Some(sync::LatchOp::Wait { timeout }),
+                ..
+            } => Some(timeout.unwrap_or(Duration::MAX)),
             _ => None,
         }
     }

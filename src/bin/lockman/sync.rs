@@ -102,6 +102,9 @@ pub async fn latch(
     op: Option<LatchOp>,
     json: bool,
 ) -> Result<u8, Failure> {
+    let began = std::time::Instant::now();
+    // A server busy with a script or loading is waited out within `wait`'s timeout (the
+    // `Server::start_wait` of `latch wait`), as `exec` waits it out.
     let manager = server.connect().await?;
     let latch = manager.count_down_latch(name);
     let result = async {
@@ -133,8 +136,10 @@ pub async fn latch(
                 () = crate::interrupted() => return Ok(code::INTERRUPTED),
             },
             Some(LatchOp::Wait { timeout: Some(t) }) => {
+                // A start that waited out a passing refusal took that time from the wait.
+                let left = t.saturating_sub(began.elapsed());
                 let opened = tokio::select! {
-                    opened = latch.wait_for(t) => match opened {
+                    opened = latch.wait_for(left) => match opened {
                         Ok(opened) => opened,
                         Err(e) => return Err(wrong(e).await),
                     },

@@ -69,6 +69,11 @@ pub struct LockInfo {
     pub queue: Vec<QueuedWaiter>,
     /// A fenced lock's newest token.
     pub token: Option<u64>,
+    /// How long the reentrant lock's delay key lives on (`Config::lock_delay`,
+    /// docs/protocol.md "Lock-delay"), when there is one: until then lockman's clients with a
+    /// lock-delay do not take the name, even when nobody holds it. `None` also for a user who
+    /// may not read `lockman_delay:*` keys.
+    pub delay: Option<Duration>,
 }
 
 impl LockInfo {
@@ -143,6 +148,7 @@ impl LockInfo {
             mode,
             queue,
             token: d.token,
+            delay: d.delay,
         }
     }
 }

@@ -23,6 +23,7 @@ fn settings() -> Settings {
         unavailable_after: Duration::from_secs(15),
         watch_holds: false,
         spin_backoff: SpinBackOff::default(),
+        silent_after: crate::actors::lock_state::outage::SILENT_AFTER,
     }
 }
 
