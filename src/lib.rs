@@ -146,7 +146,7 @@
 //! | `CountDownLatch::wait` | `Err(Unavailable)` after `unavailable_after` | `Err(Unavailable)` after `unavailable_after` | waits (reads are answered) | waits |
 //! | `Election::try_campaign_for` / `campaign` | as a lock's `try_acquire_for` / `acquire` | same | same | `Ok(None)` / waits |
 //! | `MultiLock::try_acquire_for` / `acquire` | `Err(Unavailable)` naming a member whose Redis is away, at the deadline (a member that has not answered 250 ms after it is away) / after `unavailable_after` | same | same | `Ok(None)` / waits |
-//! | `RedLock::try_acquire_for` | `Err(QuorumNotReached)` (retryable) when too many members fail for a majority; a majority answering works as usual | same | same | `Ok(None)` |
+//! | `RedLock::try_acquire_for` / `acquire` | `Err(QuorumNotReached)` (retryable) when too many members fail for a majority, at the deadline / after `unavailable_after`; a majority answering works as usual | same | same | `Ok(None)` / waits |
 //! | tower `LockLayer`, `PermitLayer` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |
 //! | actix-web `RequestGuard`, `RequestPermit` | `503` with `Retry-After` | `503` with `Retry-After` | `503` with `Retry-After` | `409` / `429` with `Retry-After` |
 //! | `lockman exec` (`elect`, `latch wait`: the same error mapping) | exit 69, one line naming the cause (`redis is unavailable: …`) | exit 69 | exit 69 | exit 75, "not acquired within" |
@@ -155,9 +155,9 @@
 //! `lockman_sync_wait_total`, and the `outcome` field of the `lockman.acquire` and
 //! `lockman.campaign` spans, is `unavailable` for this error, `timed_out` for a holder.
 //!
-//! `tests/outage.rs` shows each row (an unbounded RedLock, `elect` and `latch wait` excepted)
-//! with the server stopped, frozen and refusing `NOREPLICAS` (the HTTP fronts and the CLI with
-//! the server stopped only), on Redis and Valkey, and the `unavailable` metrics label;
+//! `tests/outage.rs` shows each row with the server stopped, frozen and refusing `NOREPLICAS`
+//! (`lockman elect` and `latch wait` with the server stopped only), on Redis and Valkey, and
+//! the `unavailable` metrics label;
 //! docs/outages.md has this table and what the tests cover.
 //!
 //! ## Layout

@@ -108,6 +108,7 @@ fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
             bound,
         })
     };
+    let spin = m.spin_lock(n("spin"));
     let (l, f, rw, fe, nr) = (
         m.lock(n("lock")),
         m.fair_lock(n("fair")),
@@ -182,6 +183,15 @@ fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
         WAIT,
     );
     {
+        let spin = spin.clone();
+        add(
+            "spin",
+            Box::pin(async move { got(spin.try_acquire_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
+    {
         let s = s.clone();
         add(
             "semaphore",
@@ -226,13 +236,29 @@ fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
             WAIT,
         );
     }
-    add(
-        "redlock",
-        Box::pin(async move { got(red.try_acquire_for(WAIT).await) }),
-        Quorum,
-        WAIT,
-    );
+    {
+        let red = red.clone();
+        add(
+            "redlock",
+            Box::pin(async move { got(red.try_acquire_for(WAIT).await) }),
+            Quorum,
+            WAIT,
+        );
+    }
     if unbounded {
+        add(
+            "spin unbounded",
+            Box::pin(async move { spin.acquire().await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
+        // Too many members failed for a quorum for `unavailable_after`: the RedLock's own error.
+        add(
+            "redlock unbounded",
+            Box::pin(async move { red.acquire().await.map(|_| true) }),
+            Quorum,
+            BOUND,
+        );
         add(
             "lock unbounded",
             Box::pin(async move { l.acquire().await.map(|_| true) }),
@@ -929,6 +955,97 @@ async fn lockman_exec_on_a_frozen_server_exits_69_soon_after_its_wait() {
         "exited after {took:?}"
     );
     drop(held);
+    holder.shutdown().await;
+}
+
+/// The other waiting verbs of `lockman` map an outage alike: `elect` (an unbounded wait for the
+/// leadership, ended by `Config::unavailable_after`, 15 s) and `latch wait --timeout` exit 69 in
+/// one line when the server stops during their wait; `exec` exits 69 naming Redis's refusal when
+/// every write is refused (`NOREPLICAS`), never 75.
+#[cfg(feature = "cli")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockman_elect_latch_wait_and_a_refused_exec_exit_69() {
+    let cli = |server: &RedisServer, args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lockman"));
+        cmd.args(["--url", &server.url(), "--connect-timeout", "1s"])
+            .args(args)
+            .env_remove("LOCKMAN_URL")
+            .env_remove("REDIS_URL")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        cmd
+    };
+    let one_line_69 = |out: std::process::Output, cause: &str| {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(69), "{stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{stderr}");
+        assert!(lines[0].contains(cause), "{stderr}");
+        assert!(!stderr.contains("not acquired within"), "{stderr}");
+    };
+
+    // `exec` while every write is refused: Redis's own word, exit 69.
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("min-replicas-to-write")
+        .arg(1)
+        .query(&mut raw)
+        .unwrap();
+    let out = cli(&server, &["exec", "--wait", "1s", "job", "--", "true"])
+        .output()
+        .unwrap();
+    one_line_69(out, "NOREPLICAS");
+    drop(server);
+
+    // `elect` behind a leader, and `latch wait` on a closed latch, then the server stops.
+    let mut server = RedisServer::start();
+    let holder = LockManager::start(config(&server)).await.unwrap();
+    let leader = holder.election("lead").campaign().await.unwrap();
+    assert!(
+        holder
+            .count_down_latch("gate")
+            .try_set_count(1)
+            .await
+            .unwrap()
+    );
+    let elect = cli(&server, &["elect", "lead", "--", "true"])
+        .spawn()
+        .unwrap();
+    let latch = cli(&server, &["latch", "gate", "wait", "--timeout", "60s"])
+        .spawn()
+        .unwrap();
+    let mut raw = server.conn();
+    assert!(
+        support::eventually(Duration::from_secs(20), || listening(&mut raw, "lead")).await,
+        "elect waits for the leadership"
+    );
+    // A latch waiter listens on the latch's channel.
+    assert!(
+        support::eventually(Duration::from_secs(20), || {
+            let (_, n): (String, u32) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("redisson_countdownlatch__channel__{gate}")
+                .query(&mut raw)
+                .unwrap();
+            n >= 1
+        })
+        .await,
+        "latch wait waits for the latch"
+    );
+    let stopped = Instant::now();
+    server.stop();
+    let (elect, latch) = (
+        elect.wait_with_output().unwrap(),
+        latch.wait_with_output().unwrap(),
+    );
+    let took = stopped.elapsed();
+    one_line_69(elect, "redis is unavailable");
+    one_line_69(latch, "redis is unavailable");
+    // `elect`'s 15 s bound (the latch's 60 s timeout is not what ended it), its shutdown.
+    assert!(took < Duration::from_secs(25), "exited after {took:?}");
+    drop(leader);
     holder.shutdown().await;
 }
 
