@@ -283,12 +283,14 @@ pub use handles::lock::{
     FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
     ReadLock, ReadWriteLock, WriteLock,
 };
+pub use handles::lock::GroupLock;
 pub use handles::manager::LockManager;
 pub use handles::sync::{
     CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
 pub use protocol::keys::release_channels;
 pub use protocol::{LockKind, SyncKind};
+pub use protocol::MAX_GROUP_MEMBERS;
 
 /// The README's rust blocks, compiled by `cargo test --doc` (only then is this item built). The
 /// README shows whole functions and programs, with no rustdoc-hidden `# ` lines, so GitHub and

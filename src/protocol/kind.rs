@@ -32,6 +32,10 @@ pub enum LockKind {
     /// The non-reentrant fair lock (Redisson 4.4's `RedissonNonReentrantFairLock`): the fair
     /// lock's keys and channels, refusing a second acquire by the holder that holds it.
     NonReentrantFair,
+    /// The group multi-lock (Redisson's `RedissonFasterMultiLock`, `getMultiLock(group,
+    /// values)`): many members, each a field of the group's hash holding its owner, taken and
+    /// released together in one script ([`LockManager::group_lock`](crate::LockManager::group_lock)).
+    Group,
 }
 
 impl LockKind {
@@ -51,7 +55,8 @@ impl LockKind {
             | LockKind::Fenced
             | LockKind::Fair
             | LockKind::NonReentrant
-            | LockKind::NonReentrantFair => keys::unlock_channel(name),
+            | LockKind::NonReentrantFair
+            | LockKind::Group => keys::unlock_channel(name),
         }
     }
 
@@ -95,6 +100,7 @@ impl LockKind {
             LockKind::Fair => "fair",
             LockKind::NonReentrant => "non_reentrant",
             LockKind::NonReentrantFair => "non_reentrant_fair",
+            LockKind::Group => "group",
         }
     }
 
@@ -108,6 +114,7 @@ impl LockKind {
             LockKind::Fair,
             LockKind::NonReentrant,
             LockKind::NonReentrantFair,
+            LockKind::Group,
         ]
         .into_iter()
         .find(|kind| kind.label() == label)
@@ -136,6 +143,7 @@ impl LockKind {
             LockKind::Fair => &FAIR_ACQUIRE,
             LockKind::NonReentrant => &NON_REENTRANT_ACQUIRE,
             LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
+            LockKind::Group => &super::group::GROUP_ACQUIRE,
         }
     }
 
@@ -192,6 +200,12 @@ impl LockKind {
             LockKind::Write => {
                 let mut call = ScriptCall::new(script, 1, 3, room);
                 call.key(key).arg(lease).arg(keys::write_field(holder));
+                call
+            }
+            // `group_acquire.lua`: the caller appends the members after the expected count.
+            LockKind::Group => {
+                let mut call = ScriptCall::new(script, 1, 3, room);
+                call.key(key).arg(lease).arg(holder);
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
@@ -276,6 +290,17 @@ impl LockKind {
                     .arg(WAKE_ALL_MESSAGE)
                     .arg(millis(lease))
                     .arg(keys::write_field(holder))
+                    .arg(publish);
+                call
+            }
+            // `group_release.lua`: the caller appends the members after the expected count.
+            LockKind::Group => {
+                let mut call = ScriptCall::new(&super::group::GROUP_RELEASE, 2, 5, room);
+                call.key(key)
+                    .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
                     .arg(publish);
                 call
             }

@@ -339,6 +339,8 @@ enum Kind {
     NonReentrant,
     /// Redisson 4.4's non-reentrant fair lock (the fair lock's keys).
     NonReentrantFair,
+    /// Redisson's group multi-lock: NAME is the group's hash, each --member a field of it.
+    Group,
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.
