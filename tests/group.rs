@@ -603,3 +603,36 @@ async fn force_unlock_works_both_ways() {
     g.release().await.unwrap();
     assert!(!mgr.group_lock("f", ["zz"]).unwrap().force_unlock().await.unwrap());
 }
+
+/// A release frees the members one local waiter waits for, but not those of the waiter ahead of
+/// it (one of its members stays taken): the one unlock message wakes both (a group actor wakes
+/// every waiter), and the second takes its members. Woken one at a time, the head would try,
+/// find its member taken and sleep, and the second would sleep until the time its busy reply
+/// gave it (Java's 60 s lease).
+#[tokio::test]
+async fn one_unlock_message_wakes_every_local_waiter_of_the_group() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, WATCHDOG).await;
+    const OTHER: &str = "6f1d2c3b-0a9e-4d8c-b7f6-5e4d3c2b1a09:2";
+    assert_eq!(java::try_lock(&mut raw, "both", JAVA, 60_000, &["a", "b"]), None);
+    assert_eq!(java::try_lock(&mut raw, "both", OTHER, 60_000, &["c"]), None);
+    let (head, next) = (
+        mgr.group_lock("both", ["a", "c"]).unwrap(),
+        mgr.group_lock("both", ["b"]).unwrap(),
+    );
+    let first = tokio::spawn(async move { head.acquire().await.map(|g| g.holder_id().to_owned()) });
+    wait::subscribers(&mut raw, "redisson_lock__channel:{both}", 1).await;
+    wait::quiet(&mut raw).await;
+    let second = tokio::spawn(async move { next.acquire().await.map(|g| g.holder_id().to_owned()) });
+    wait::quiet(&mut raw).await;
+    assert!(!first.is_finished() && !second.is_finished());
+    assert_eq!(java::unlock(&mut raw, "both", JAVA, 30_000, &["a", "b"]), Some(1));
+    tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("the second waiter is woken by the one unlock message")
+        .unwrap()
+        .unwrap();
+    assert!(!first.is_finished(), "c is still Java's");
+    first.abort();
+}
