@@ -64,13 +64,16 @@ pub enum Kind {
     NonReentrant,
     /// The non-reentrant fair lock: the fair lock's queue, refusing the holder's second hold.
     NonReentrantFair,
+    /// The group multi-lock: two of four members of the hash `chaos:group`, in one script; each
+    /// member is checked as a name of its own (`chaos:group:<member>`).
+    Group,
 }
 
 /// The permits of each chaos semaphore: never more holders inside at once.
 pub const SEMAPHORE_PERMITS: u32 = 2;
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Lock,
         Kind::Fair,
         Kind::Read,
@@ -82,6 +85,7 @@ impl Kind {
         Kind::Latch,
         Kind::NonReentrant,
         Kind::NonReentrantFair,
+        Kind::Group,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +101,7 @@ impl Kind {
             Kind::Latch => "latch",
             Kind::NonReentrant => "nonreentrant",
             Kind::NonReentrantFair => "nonreentrant_fair",
+            Kind::Group => "group",
         }
     }
 
