@@ -43,8 +43,20 @@ fn main() {
         let (mut g_calls, mut m_calls) = (0u64, 0u64);
         // One round of each first, unmeasured: scripts loaded, actors started.
         actix.block_on(async {
-            group.acquire().await.expect("group").release().await.expect("release");
-            multi.acquire().await.expect("multi").release().await.expect("release");
+            group
+                .acquire()
+                .await
+                .expect("group")
+                .release()
+                .await
+                .expect("release");
+            multi
+                .acquire()
+                .await
+                .expect("multi")
+                .release()
+                .await
+                .expect("release");
         });
         for _ in 0..ROUNDS {
             let before = support::command_calls(&mut raw, "evalsha");
@@ -66,10 +78,7 @@ fn main() {
             m_calls += support::command_calls(&mut raw, "evalsha") - before;
             m_times.push(took);
         }
-        for (kind, times, calls) in [
-            ("group", g_times, g_calls),
-            ("multilock", m_times, m_calls),
-        ] {
+        for (kind, times, calls) in [("group", g_times, g_calls), ("multilock", m_times, m_calls)] {
             let min = times.iter().min().copied().unwrap_or(Duration::ZERO);
             let median = stats::median(times);
             println!(

@@ -279,18 +279,18 @@ pub use config::{
 pub use diagnose::{Check, CheckStatus, Diagnosis};
 pub use error::{LockError, TlsFailure};
 pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};
+pub use handles::lock::GroupLock;
 pub use handles::lock::{
     FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
     ReadLock, ReadWriteLock, WriteLock,
 };
-pub use handles::lock::GroupLock;
 pub use handles::manager::LockManager;
 pub use handles::sync::{
     CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
+pub use protocol::MAX_GROUP_MEMBERS;
 pub use protocol::keys::release_channels;
 pub use protocol::{LockKind, SyncKind};
-pub use protocol::MAX_GROUP_MEMBERS;
 
 /// The README's rust blocks, compiled by `cargo test --doc` (only then is this item built). The
 /// README shows whole functions and programs, with no rustdoc-hidden `# ` lines, so GitHub and

@@ -161,12 +161,17 @@ fn table() -> Vec<Row> {
             |env| { works_exactly(env, "a\0b\0").await }
         ),
         // A group lock's members (refused when the handle is made: nothing is sent).
-        row!("group lock, no members", Invalid, "nothing to take", |env| {
-            env.manager()
-                .await
-                .group_lock("g", Vec::<String>::new())
-                .map(drop)
-        }),
+        row!(
+            "group lock, no members",
+            Invalid,
+            "nothing to take",
+            |env| {
+                env.manager()
+                    .await
+                    .group_lock("g", Vec::<String>::new())
+                    .map(drop)
+            }
+        ),
         row!(
             "group lock, a member twice",
             Invalid,

@@ -140,7 +140,10 @@ async fn exec_takes_a_group_lock_and_inspect_shows_its_holder() {
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 12, "six fields and their values: {stdout}");
     for m in ["a", "b"] {
-        let at = lines.iter().position(|l| *l == m).expect("the member's field");
+        let at = lines
+            .iter()
+            .position(|l| *l == m)
+            .expect("the member's field");
         let holder = lines[at + 1];
         for suffix in ["expire_time", "lock_count"] {
             let field = format!("{m}:{holder}:{suffix}");
@@ -162,12 +165,17 @@ async fn exec_takes_a_group_lock_and_inspect_shows_its_holder() {
     let out = run(
         &server,
         &[
-            "exec", "--kind", "group", "--member", "a", "--member", "b", "--wait", "300ms",
-            "grp", "--", "true",
+            "exec", "--kind", "group", "--member", "a", "--member", "b", "--wait", "300ms", "grp",
+            "--", "true",
         ],
     );
     assert_eq!(code(&out), 75, "b is taken");
-    let out = run(&server, &["exec", "--kind", "group", "--member", "a", "grp", "--", "true"]);
+    let out = run(
+        &server,
+        &[
+            "exec", "--kind", "group", "--member", "a", "grp", "--", "true",
+        ],
+    );
     assert_eq!(code(&out), 0, "a is free");
     guard.release().await.unwrap();
     let out = run(&server, &["exec", "--member", "a", "grp", "--", "true"]);

@@ -17,7 +17,9 @@ fn kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
     let mut kinds = support::exclusive_kinds(mgr, name);
     // The group multi-lock over one member: its own hash layout, so not in the shared list
     // (shared_name.rs runs kinds against each other on one name).
-    let group = mgr.group_lock(name, ["member"]).expect("one member is valid");
+    let group = mgr
+        .group_lock(name, ["member"])
+        .expect("one member is valid");
     kinds.push(("group", group.into()));
     kinds
 }

@@ -254,7 +254,11 @@ async fn a_group_hold_writes_redissons_fields_and_a_release_removes_them() {
     let group = mgr.group_lock("order:7", ["a", "b"]).unwrap();
     assert_eq!(group.kind(), LockKind::Group);
     let holder = group.holder_id();
-    let mut heard = listen(server.conn(), "SUBSCRIBE", "redisson_lock__channel:{order:7}");
+    let mut heard = listen(
+        server.conn(),
+        "SUBSCRIBE",
+        "redisson_lock__channel:{order:7}",
+    );
 
     let before = now_ms();
     let first = group.acquire().await.unwrap();
@@ -276,7 +280,11 @@ async fn a_group_hold_writes_redissons_fields_and_a_release_removes_them() {
 
     let second = group.acquire().await.unwrap();
     let (rest, _) = split(&hash(&mut raw, "order:7"));
-    assert_eq!(rest, layout(&["a", "b"], &holder, 2), "a re-entry counts on every member");
+    assert_eq!(
+        rest,
+        layout(&["a", "b"], &holder, 2),
+        "a re-entry counts on every member"
+    );
     assert_eq!(group.hold_count().await.unwrap(), 2);
 
     second.release().await.unwrap();
@@ -312,7 +320,11 @@ async fn overlapping_members_exclude_and_disjoint_members_do_not() {
     let held = ab.acquire().await.unwrap();
     let before = hash(&mut raw, "g");
     assert!(bc.try_acquire().await.unwrap().is_none(), "b is taken");
-    assert_eq!(hash(&mut raw, "g"), before, "a refused attempt writes nothing");
+    assert_eq!(
+        hash(&mut raw, "g"),
+        before,
+        "a refused attempt writes nothing"
+    );
     let other = cd.try_acquire().await.unwrap().expect("c and d are free");
     let (rest, _) = split(&hash(&mut raw, "g"));
     let mut want = layout(&["a", "b"], &ab.holder_id(), 1);
@@ -326,7 +338,10 @@ async fn overlapping_members_exclude_and_disjoint_members_do_not() {
             .is_none()
     );
     held.release().await.unwrap();
-    assert!(bc.try_acquire().await.unwrap().is_none(), "c is still taken");
+    assert!(
+        bc.try_acquire().await.unwrap().is_none(),
+        "c is still taken"
+    );
     other.release().await.unwrap();
     let g = bc.try_acquire().await.unwrap().expect("b and c are free");
     g.release().await.unwrap();
@@ -343,7 +358,13 @@ async fn overlapping_groups_exclude_exactly_across_two_managers() {
         manager(&server, WATCHDOG).await,
         manager(&server, WATCHDOG).await,
     ];
-    let sets: [&[&str]; 5] = [&["m0", "m1"], &["m1", "m2"], &["m2", "m3"], &["m3", "m0"], &["m0", "m2"]];
+    let sets: [&[&str]; 5] = [
+        &["m0", "m1"],
+        &["m1", "m2"],
+        &["m2", "m3"],
+        &["m3", "m0"],
+        &["m0", "m2"],
+    ];
     let inside: Arc<Vec<AtomicBool>> = Arc::new((0..4).map(|_| AtomicBool::new(false)).collect());
     let rounds = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -394,7 +415,10 @@ async fn bad_members_are_refused() {
     let invalid = |r: Result<lockman::GroupLock, LockError>| {
         matches!(r, Err(LockError::InvalidArgument { .. }))
     };
-    assert!(invalid(mgr.group_lock("g", Vec::<String>::new())), "no members");
+    assert!(
+        invalid(mgr.group_lock("g", Vec::<String>::new())),
+        "no members"
+    );
     assert!(invalid(mgr.group_lock("g", ["a", "a"])), "a member twice");
     assert!(invalid(mgr.group_lock("g", ["a:b"])), "a member with ':'");
     assert!(invalid(mgr.group_lock("g", [""])), "an empty member");
@@ -537,7 +561,10 @@ async fn a_java_group_lock_and_a_lockman_one_exclude_each_other_both_ways() {
     );
     held.release().await.unwrap();
     assert_eq!(java::try_lock(&mut raw, "j", JAVA, 60_000, &["c"]), None);
-    assert!(bc.try_acquire().await.unwrap().is_none(), "Java holds c now");
+    assert!(
+        bc.try_acquire().await.unwrap().is_none(),
+        "Java holds c now"
+    );
 }
 
 /// Java's re-entry counts twice on each member: a lockman group stays out until Java's second
@@ -558,9 +585,16 @@ async fn java_reentry_holds_a_lockman_group_out_until_the_last_unlock() {
     let mine = mgr.group_lock("r", ["x", "y"]).unwrap();
     assert!(mine.try_acquire().await.unwrap().is_none());
     assert_eq!(java::unlock(&mut raw, "r", JAVA, 30_000, &f), Some(0));
-    assert!(mine.try_acquire().await.unwrap().is_none(), "one Java hold left");
+    assert!(
+        mine.try_acquire().await.unwrap().is_none(),
+        "one Java hold left"
+    );
     assert_eq!(java::unlock(&mut raw, "r", JAVA, 30_000, &f), Some(1));
-    let g = mine.try_acquire().await.unwrap().expect("free after Java's last unlock");
+    let g = mine
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after Java's last unlock");
     let again = mine.acquire().await.unwrap();
     assert_eq!(
         java::unlock(&mut raw, "r", JAVA, 30_000, &["y"]),
@@ -588,7 +622,10 @@ async fn force_unlock_works_both_ways() {
         .expect("lockman's hold is reported lost after Java's force unlock");
     drop(guard);
 
-    assert_eq!(java::try_lock(&mut raw, "f", JAVA, 60_000, &["a", "c"]), None);
+    assert_eq!(
+        java::try_lock(&mut raw, "f", JAVA, 60_000, &["a", "c"]),
+        None
+    );
     assert_eq!(java::try_lock(&mut raw, "f", JAVA, 60_000, &["d"]), None);
     let mut heard = listen(server.conn(), "SUBSCRIBE", "redisson_lock__channel:{f}");
     let ac = mgr.group_lock("f", ["a", "c"]).unwrap();
@@ -601,7 +638,13 @@ async fn force_unlock_works_both_ways() {
     assert_eq!(rest, layout(&["d"], JAVA, 1), "Java's other member stays");
     let g = ac.try_acquire().await.unwrap().expect("a and c are free");
     g.release().await.unwrap();
-    assert!(!mgr.group_lock("f", ["zz"]).unwrap().force_unlock().await.unwrap());
+    assert!(
+        !mgr.group_lock("f", ["zz"])
+            .unwrap()
+            .force_unlock()
+            .await
+            .unwrap()
+    );
 }
 
 /// A release frees the members one local waiter waits for, but not those of the waiter ahead of
@@ -615,8 +658,14 @@ async fn one_unlock_message_wakes_every_local_waiter_of_the_group() {
     let mut raw = server.conn();
     let mgr = manager(&server, WATCHDOG).await;
     const OTHER: &str = "6f1d2c3b-0a9e-4d8c-b7f6-5e4d3c2b1a09:2";
-    assert_eq!(java::try_lock(&mut raw, "both", JAVA, 60_000, &["a", "b"]), None);
-    assert_eq!(java::try_lock(&mut raw, "both", OTHER, 60_000, &["c"]), None);
+    assert_eq!(
+        java::try_lock(&mut raw, "both", JAVA, 60_000, &["a", "b"]),
+        None
+    );
+    assert_eq!(
+        java::try_lock(&mut raw, "both", OTHER, 60_000, &["c"]),
+        None
+    );
     let (head, next) = (
         mgr.group_lock("both", ["a", "c"]).unwrap(),
         mgr.group_lock("both", ["b"]).unwrap(),
@@ -624,10 +673,14 @@ async fn one_unlock_message_wakes_every_local_waiter_of_the_group() {
     let first = tokio::spawn(async move { head.acquire().await.map(|g| g.holder_id().to_owned()) });
     wait::subscribers(&mut raw, "redisson_lock__channel:{both}", 1).await;
     wait::quiet(&mut raw).await;
-    let second = tokio::spawn(async move { next.acquire().await.map(|g| g.holder_id().to_owned()) });
+    let second =
+        tokio::spawn(async move { next.acquire().await.map(|g| g.holder_id().to_owned()) });
     wait::quiet(&mut raw).await;
     assert!(!first.is_finished() && !second.is_finished());
-    assert_eq!(java::unlock(&mut raw, "both", JAVA, 30_000, &["a", "b"]), Some(1));
+    assert_eq!(
+        java::unlock(&mut raw, "both", JAVA, 30_000, &["a", "b"]),
+        Some(1)
+    );
     tokio::time::timeout(Duration::from_secs(10), second)
         .await
         .expect("the second waiter is woken by the one unlock message")

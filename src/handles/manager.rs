@@ -245,7 +245,7 @@ impl LockManager {
         &self,
         group: impl Into<String>,
         members: I,
-    ) -> Result<crate::GroupLock, LockError>
+    ) -> Result<crate::handles::lock::GroupLock, LockError>
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -257,7 +257,9 @@ impl LockManager {
             .commands
             .groups()
             .register(lock.holder_id().into(), members);
-        Ok(crate::GroupLock::new(lock.as_group(registration)))
+        Ok(crate::handles::lock::GroupLock::new(
+            lock.as_group(registration),
+        ))
     }
 
     /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a

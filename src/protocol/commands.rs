@@ -399,7 +399,9 @@ impl Commands {
         for m in members {
             call.arg(m);
         }
-        let reply = self.conn.eval("group force unlock", key, &call, Replicas::Skip);
+        let reply = self
+            .conn
+            .eval("group force unlock", key, &call, Replicas::Skip);
         match reply.await?.value {
             Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
             other => Err(unexpected("group force unlock", other)),
@@ -716,7 +718,12 @@ fn group_call<'s>(
     timeout: Option<Duration>,
 ) -> ScriptCall<'s> {
     let bytes = members.iter().map(|m| m.len()).sum::<usize>();
-    let mut call = ScriptCall::new(script, 1, 2 + members.len(), key.len() + holder.len() + bytes + 32);
+    let mut call = ScriptCall::new(
+        script,
+        1,
+        2 + members.len(),
+        key.len() + holder.len() + bytes + 32,
+    );
     call.key(key);
     if let Some(timeout) = timeout {
         call.arg(millis(timeout));

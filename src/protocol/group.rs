@@ -120,7 +120,10 @@ impl Groups {
     pub(crate) fn register(&self, holder: Arc<str>, members: Arc<[String]>) -> Registration {
         let mut map = self.lock();
         let now = Instant::now();
-        map.retain(|_, e| e.retired.is_none_or(|t| now.duration_since(t) < RETIRED_FOR));
+        map.retain(|_, e| {
+            e.retired
+                .is_none_or(|t| now.duration_since(t) < RETIRED_FOR)
+        });
         let entry = map.entry(holder.clone()).or_insert(Entry {
             members,
             live: 0,
