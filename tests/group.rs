@@ -205,13 +205,22 @@ mod java {
 
     /// `forceUnlockAsync`: how many members had an owner.
     pub fn force_unlock(conn: &mut Connection, group: &str, fields: &[&str]) -> i64 {
+        try_force_unlock(conn, group, fields).expect("java forceUnlock")
+    }
+
+    /// `forceUnlockAsync`, its error kept.
+    pub fn try_force_unlock(
+        conn: &mut Connection,
+        group: &str,
+        fields: &[&str],
+    ) -> redis::RedisResult<i64> {
         let script = Script::new(FORCE_UNLOCK);
         let mut call = script.key(group);
         call.key(channel(group)).arg(0).arg("publish");
         for f in fields {
             call.arg(*f);
         }
-        call.invoke(conn).expect("java forceUnlock")
+        call.invoke(conn)
     }
 }
 
@@ -509,6 +518,8 @@ async fn a_lease_hold_expires_and_another_takes_its_members() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let h = hash(&mut raw, "l");
     assert_eq!(h.get("a"), Some(&second.holder_id()));
+    let stale = format!("a:{}:lock_count", first.holder_id());
+    assert_eq!(h.get(&stale), Some(&"1".to_owned()), "the first's fields stay: {h:?}");
     tokio::time::timeout(Duration::from_secs(5), lease.lost())
         .await
         .expect("the lease hold is reported lost");
@@ -584,7 +595,13 @@ async fn java_reentry_holds_a_lockman_group_out_until_the_last_unlock() {
     );
     let mine = mgr.group_lock("r", ["x", "y"]).unwrap();
     assert!(mine.try_acquire().await.unwrap().is_none());
+    // Redisson's unlock publishes even when it frees nothing (`if(hasDeleted)` tests a number).
+    let mut heard = listen(server.conn(), "SUBSCRIBE", "redisson_lock__channel:{r}");
     assert_eq!(java::unlock(&mut raw, "r", JAVA, 30_000, &f), Some(0));
+    assert_eq!(
+        next_message(&mut heard),
+        ["message", "redisson_lock__channel:{r}", "0"]
+    );
     assert!(
         mine.try_acquire().await.unwrap().is_none(),
         "one Java hold left"
@@ -603,8 +620,18 @@ async fn java_reentry_holds_a_lockman_group_out_until_the_last_unlock() {
     );
     let (rest, _) = split(&hash(&mut raw, "r"));
     assert_eq!(rest, layout(&["x", "y"], &mine.holder_id(), 2));
+    // Redisson's unlock counts down the members before the first it finds not held, then
+    // answers nil: Java's `z` is freed, lockman's `y` untouched.
+    assert_eq!(java::try_lock(&mut raw, "r", JAVA, 60_000, &["z"]), None);
+    assert_eq!(java::unlock(&mut raw, "r", JAVA, 30_000, &["z", "y"]), None);
+    let (rest, _) = split(&hash(&mut raw, "r"));
+    assert_eq!(rest, layout(&["x", "y"], &mine.holder_id(), 2), "z freed");
     again.release().await.unwrap();
     g.release().await.unwrap();
+    // Redisson's force unlock of a member nobody owns is a script error (it joins `false` to a
+    // string); lockman's skips it.
+    assert!(java::try_force_unlock(&mut raw, "r", &["nobody"]).is_err());
+    assert!(!mine.force_unlock().await.unwrap());
 }
 
 /// Java's force unlock of lockman's members: the guard is told lost; lockman's force unlock of
@@ -688,4 +715,66 @@ async fn one_unlock_message_wakes_every_local_waiter_of_the_group() {
         .unwrap();
     assert!(!first.is_finished(), "c is still Java's");
     first.abort();
+}
+
+/// lockman's group scripts sent again (docs/protocol.md, "Sent again"): a request whose reply
+/// never came is sent again with the same expected count, and replies as its first run without
+/// counting twice; a re-entry whose hold is gone replies `{0}` and writes nothing; another
+/// holder is answered the time left. The scripts are run here by hand, as the actor sends them.
+#[test]
+fn a_group_request_sent_again_replies_as_its_first_run_and_counts_once() {
+    use redis::Value;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let acquire = redis::Script::new(include_str!("../src/protocol/group_acquire.lua"));
+    let release = redis::Script::new(include_str!("../src/protocol/group_release.lua"));
+    let take = |raw: &mut redis::Connection, holder: &str, expect: u32| -> Value {
+        acquire
+            .key("s")
+            .arg(30_000)
+            .arg(holder)
+            .arg(expect)
+            .arg("a")
+            .arg("b")
+            .invoke(raw)
+            .unwrap()
+    };
+    let give = |raw: &mut redis::Connection, expect: u32| -> Value {
+        release
+            .key("s")
+            .key("redisson_lock__channel:{s}")
+            .arg(0)
+            .arg(30_000)
+            .arg("c:1")
+            .arg("publish")
+            .arg(expect)
+            .arg("a")
+            .arg("b")
+            .invoke(raw)
+            .unwrap()
+    };
+    let counted = |raw: &mut redis::Connection| split(&hash(raw, "s")).0;
+    let counts = |n: u32| Value::Array(vec![Value::Int(i64::from(n))]);
+
+    assert_eq!(take(&mut raw, "c:1", 0), counts(1));
+    assert_eq!(take(&mut raw, "c:1", 0), counts(1), "sent again");
+    assert_eq!(counted(&mut raw), layout(&["a", "b"], "c:1", 1));
+    assert_eq!(take(&mut raw, "c:1", 1), counts(2), "a re-entry");
+    assert_eq!(take(&mut raw, "c:1", 1), counts(2), "sent again");
+    assert_eq!(counted(&mut raw), layout(&["a", "b"], "c:1", 2));
+    let before = hash(&mut raw, "s");
+    assert_eq!(take(&mut raw, "c:1", 5), counts(0), "a re-entry of a hold it has not");
+    assert!(
+        matches!(take(&mut raw, "d:1", 0), Value::Int(ms) if ms > 29_000 && ms <= 30_000),
+        "another holder is told the time left"
+    );
+    assert_eq!(hash(&mut raw, "s"), before, "neither wrote anything");
+
+    assert_eq!(give(&mut raw, 2), Value::Int(0));
+    assert_eq!(give(&mut raw, 2), Value::Int(0), "sent again");
+    assert_eq!(counted(&mut raw), layout(&["a", "b"], "c:1", 1));
+    assert_eq!(give(&mut raw, 1), Value::Int(1));
+    let exists: bool = raw.exists("s").unwrap();
+    assert!(!exists);
+    assert_eq!(give(&mut raw, 1), Value::Nil, "sent again after the last: not held");
 }
