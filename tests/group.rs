@@ -495,13 +495,16 @@ async fn the_watchdog_renews_a_group_hold_and_a_deleted_one_is_reported_lost() {
     ));
 }
 
-/// A hold with a lease is not renewed: its members expire by their expire_time, and another
-/// holder then takes them (the stale fields of the first stay, as Redisson leaves them).
+/// A hold with a lease is not renewed: its members expire by their expire_time while the key
+/// lives on (another member is held, renewed), and another holder then takes them; the first
+/// holder's stale fields stay, as Redisson leaves them.
 #[tokio::test]
 async fn a_lease_hold_expires_and_another_takes_its_members() {
     let server = RedisServer::start();
     let mut raw = server.conn();
     let mgr = manager(&server, WATCHDOG).await;
+    let keeper = mgr.group_lock("l", ["c"]).unwrap();
+    let kept = keeper.acquire().await.unwrap();
     let first = mgr.group_lock("l", ["a"]).unwrap();
     let second = mgr.group_lock("l", ["a", "b"]).unwrap();
     let lease = first
@@ -519,11 +522,25 @@ async fn a_lease_hold_expires_and_another_takes_its_members() {
     let h = hash(&mut raw, "l");
     assert_eq!(h.get("a"), Some(&second.holder_id()));
     let stale = format!("a:{}:lock_count", first.holder_id());
-    assert_eq!(h.get(&stale), Some(&"1".to_owned()), "the first's fields stay: {h:?}");
+    assert_eq!(
+        h.get(&stale),
+        Some(&"1".to_owned()),
+        "the first's fields stay: {h:?}"
+    );
     tokio::time::timeout(Duration::from_secs(5), lease.lost())
         .await
         .expect("the lease hold is reported lost");
     g.release().await.unwrap();
+    kept.release().await.unwrap();
+    let (rest, _) = split(&hash(&mut raw, "l"));
+    let stale = vec![(
+        format!("a:{}:lock_count", first.holder_id()),
+        "1".to_owned(),
+    )];
+    assert_eq!(
+        rest, stale,
+        "the stale fields are left until the key expires"
+    );
 }
 
 /// A Java group lock (Redisson's script) and a lockman one over overlapping members exclude each
@@ -763,7 +780,11 @@ fn a_group_request_sent_again_replies_as_its_first_run_and_counts_once() {
     assert_eq!(take(&mut raw, "c:1", 1), counts(2), "sent again");
     assert_eq!(counted(&mut raw), layout(&["a", "b"], "c:1", 2));
     let before = hash(&mut raw, "s");
-    assert_eq!(take(&mut raw, "c:1", 5), counts(0), "a re-entry of a hold it has not");
+    assert_eq!(
+        take(&mut raw, "c:1", 5),
+        counts(0),
+        "a re-entry of a hold it has not"
+    );
     assert!(
         matches!(take(&mut raw, "d:1", 0), Value::Int(ms) if ms > 29_000 && ms <= 30_000),
         "another holder is told the time left"
@@ -776,5 +797,9 @@ fn a_group_request_sent_again_replies_as_its_first_run_and_counts_once() {
     assert_eq!(give(&mut raw, 1), Value::Int(1));
     let exists: bool = raw.exists("s").unwrap();
     assert!(!exists);
-    assert_eq!(give(&mut raw, 1), Value::Nil, "sent again after the last: not held");
+    assert_eq!(
+        give(&mut raw, 1),
+        Value::Nil,
+        "sent again after the last: not held"
+    );
 }
