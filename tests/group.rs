@@ -803,3 +803,23 @@ fn a_group_request_sent_again_replies_as_its_first_run_and_counts_once() {
         "sent again after the last: not held"
     );
 }
+
+/// A group hold is watched (`Config::watch_holds`): a member's field deleted under it is known
+/// within a round trip or two, long before the next renewal (a third of the 30 s watchdog
+/// timeout).
+#[tokio::test]
+async fn a_watched_group_hold_is_told_lost_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, Duration::from_secs(30)).await;
+    let group = mgr.group_lock("watched", ["a", "b"]).unwrap();
+    let guard = group.acquire().await.unwrap();
+    // Watched from 20 ms after the grant.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let _: () = raw.hdel("watched", "a").unwrap();
+    tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("told lost before any renewal");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
