@@ -823,3 +823,72 @@ async fn a_watched_group_hold_is_told_lost_at_once() {
         .expect("told lost before any renewal");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// Deadlock detection leaves group locks out: a wait on a group is blocked only by the owners of
+/// the members it shares, which the waits-for graph does not see. Task 1 holds member `a` and
+/// waits for the lock `x`; task 2 holds `x` and waits for member `b`, which task 3 holds. An
+/// edge from task 2's wait to every holder of the group would close task 1 → task 2 → task 1, a
+/// cycle that blocks nothing; none is reported, and all three finish once task 3 lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_wait_is_never_reported_as_a_deadlock_behind_a_member_it_does_not_share() {
+    use tokio::sync::oneshot;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, Duration::from_secs(30)).await;
+    let (t3_held, t3_holds) = oneshot::channel();
+    let (t3_go, t3_let_go) = oneshot::channel::<()>();
+    let b = mgr.group_lock("dg", ["b"]).unwrap();
+    let t3 = tokio::spawn(async move {
+        let g = b.acquire().await?;
+        t3_held.send(()).unwrap();
+        t3_let_go.await.unwrap();
+        g.release().await
+    });
+    t3_holds.await.unwrap();
+    let (t2_held, t2_holds) = oneshot::channel();
+    let (x, b2) = (mgr.lock("dx"), mgr.group_lock("dg", ["b"]).unwrap());
+    let t2 = tokio::spawn(async move {
+        let held = x.acquire().await?;
+        t2_held.send(()).unwrap();
+        let g = b2.acquire().await?;
+        g.release().await?;
+        held.release().await
+    });
+    t2_holds.await.unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{dg}", 1).await;
+    let (t1_held, t1_holds) = oneshot::channel();
+    let (a, x1) = (mgr.group_lock("dg", ["a"]).unwrap(), mgr.lock("dx"));
+    let t1 = tokio::spawn(async move {
+        let held = a.acquire().await?;
+        t1_held.send(()).unwrap();
+        let g = x1.acquire().await?;
+        g.release().await?;
+        held.release().await
+    });
+    t1_holds.await.unwrap();
+    // Task 1 waits for `x` (it subscribed), unless its wait failed at once.
+    let waiting = support::eventually(Duration::from_secs(10), || {
+        t1.is_finished()
+            || redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("redisson_lock__channel:{dx}")
+                .query::<(String, u64)>(&mut raw)
+                .is_ok_and(|(_, n)| n > 0)
+    })
+    .await;
+    assert!(waiting);
+    // A cycle is found within milliseconds of closing (tests/deadlock.rs allows 2 s).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if t1.is_finished() {
+        panic!("task 1's wait ended: {:?}", t1.await.unwrap().err());
+    }
+    assert!(!t2.is_finished(), "task 2's wait ended");
+    t3_go.send(()).unwrap();
+    for t in [t3, t2, t1] {
+        tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("every task finishes")
+            .unwrap()
+            .expect("no deadlock reported");
+    }
+}
