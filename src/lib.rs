@@ -282,6 +282,7 @@ pub use config::{
 pub use diagnose::{Check, CheckStatus, Diagnosis};
 pub use error::{LockError, TlsFailure};
 pub use handles::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership, Observer};
+pub use handles::lock::GroupLock;
 pub use handles::lock::{
     FairLock, FencedGuard, FencedLock, Holding, Lock, LockGuard, LockInfo, LockShape, QueuedWaiter,
     ReadLock, ReadWriteLock, WriteLock,
@@ -290,6 +291,7 @@ pub use handles::manager::LockManager;
 pub use handles::sync::{
     CountDownLatch, HeldPermit, PermitGuard, PermitLease, PermitSemaphore, Semaphore, SyncInfo,
 };
+pub use protocol::MAX_GROUP_MEMBERS;
 pub use protocol::keys::release_channels;
 pub use protocol::{LockKind, SyncKind};
 

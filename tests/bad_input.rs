@@ -160,6 +160,60 @@ fn table() -> Vec<Row> {
             "keys are binary-safe",
             |env| { works_exactly(env, "a\0b\0").await }
         ),
+        // A group lock's members (refused when the handle is made: nothing is sent).
+        row!(
+            "group lock, no members",
+            Invalid,
+            "nothing to take",
+            |env| {
+                env.manager()
+                    .await
+                    .group_lock("g", Vec::<String>::new())
+                    .map(drop)
+            }
+        ),
+        row!(
+            "group lock, a member twice",
+            Invalid,
+            "one field cannot be taken twice in one hold",
+            |env| { env.manager().await.group_lock("g", ["a", "a"]).map(drop) }
+        ),
+        row!(
+            "group lock, a member with ':'",
+            Invalid,
+            "the hash's `<member>:<owner>:expire_time` fields are split on ':'",
+            |env| { env.manager().await.group_lock("g", ["a:b"]).map(drop) }
+        ),
+        row!(
+            "group lock, an empty member",
+            Invalid,
+            "a field needs a name",
+            |env| { env.manager().await.group_lock("g", [""]).map(drop) }
+        ),
+        row!(
+            "group lock, too many members",
+            Invalid,
+            "one script writes three fields per member, blocking the server meanwhile",
+            |env| {
+                let many = (0..=lockman::MAX_GROUP_MEMBERS).map(|i| i.to_string());
+                env.manager().await.group_lock("g", many).map(drop)
+            }
+        ),
+        row!(
+            "group lock, empty name",
+            Invalid,
+            "a lock needs a key",
+            |env| {
+                let mgr = env.manager().await;
+                let lock = mgr.group_lock("", ["a"])?;
+                all_invalid([
+                    lock.acquire().await.map(drop),
+                    lock.try_acquire().await.map(drop),
+                    lock.force_unlock().await.map(drop),
+                    lock.is_locked().await.map(drop),
+                ])
+            }
+        ),
         // Leases and waits.
         row!(
             "zero lease",

@@ -118,6 +118,72 @@ fn exec_takes_the_non_reentrant_kinds() {
     }
 }
 
+/// `--kind group --member a --member b` holds both members of the group hash (three fields each,
+/// Redisson's layout) while the command runs and releases them after; `inspect` shows a group's
+/// holder; a member another holds keeps `exec` out (exit 75); `--member` needs `--kind group`.
+#[tokio::test]
+async fn exec_takes_a_group_lock_and_inspect_shows_its_holder() {
+    let server = RedisServer::start();
+    let script = "redis-cli -p \"$PORT\" hgetall grp";
+    let out = lockman(
+        &server,
+        &[
+            "exec", "--kind", "group", "--member", "a", "--member", "b", "grp", "--", "sh", "-c",
+            script,
+        ],
+    )
+    .env("PORT", server.port().to_string())
+    .output()
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 12, "six fields and their values: {stdout}");
+    for m in ["a", "b"] {
+        let at = lines
+            .iter()
+            .position(|l| *l == m)
+            .expect("the member's field");
+        let holder = lines[at + 1];
+        for suffix in ["expire_time", "lock_count"] {
+            let field = format!("{m}:{holder}:{suffix}");
+            assert!(lines.contains(&field.as_str()), "{field}: {stdout}");
+        }
+    }
+    let exists: bool = server.conn().exists("grp").unwrap();
+    assert!(!exists, "released");
+
+    let mgr = manager(&server).await;
+    let held = mgr.group_lock("grp", ["b", "c"]).unwrap();
+    let guard = held.acquire().await.unwrap();
+    let out = run(&server, &["inspect", "grp", "--json"]);
+    assert_eq!(code(&out), 0);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["kind"], "group");
+    assert_eq!(json["holders"][0]["holder"], held.holder_id().as_str());
+    assert_eq!(json["holders"][0]["count"], 1);
+    let out = run(
+        &server,
+        &[
+            "exec", "--kind", "group", "--member", "a", "--member", "b", "--wait", "300ms", "grp",
+            "--", "true",
+        ],
+    );
+    assert_eq!(code(&out), 75, "b is taken");
+    let out = run(
+        &server,
+        &[
+            "exec", "--kind", "group", "--member", "a", "grp", "--", "true",
+        ],
+    );
+    assert_eq!(code(&out), 0, "a is free");
+    guard.release().await.unwrap();
+    let out = run(&server, &["exec", "--member", "a", "grp", "--", "true"]);
+    assert_ne!(code(&out), 0, "--member without --kind group is refused");
+    let out = run(&server, &["exec", "--kind", "group", "grp", "--", "true"]);
+    assert_ne!(code(&out), 0, "a group with no member is refused");
+}
+
 /// `--kind spin` holds the lock's hash with a count of 1 while the command runs (the spin lock's
 /// keys are the lock's) and releases it after; `inspect` shows such a hold as a plain lock
 /// (nothing in Redis tells the two apart, as in Redisson).

@@ -14,7 +14,14 @@ use support::{RedisServer, lock_actors_stop};
 const WATCHDOG: Duration = Duration::from_millis(600);
 
 fn kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
-    support::exclusive_kinds(mgr, name)
+    let mut kinds = support::exclusive_kinds(mgr, name);
+    // The group multi-lock over one member: its own hash layout, so not in the shared list
+    // (shared_name.rs runs kinds against each other on one name).
+    let group = mgr
+        .group_lock(name, ["member"])
+        .expect("one member is valid");
+    kinds.push(("group", group.into()));
+    kinds
 }
 
 async fn manager(server: &RedisServer) -> LockManager {

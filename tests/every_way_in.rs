@@ -266,6 +266,16 @@ async fn every_way_in_excludes_other_holders_for_every_exclusive_kind() {
         &["ways:m1", "ways:m2"],
     )
     .await;
+    // Group locks over member sets that all share `b`: every holder excludes every other.
+    run(
+        &server,
+        |m, n, h| {
+            let members = if h == 0 { ["a", "b"] } else { ["b", "c"] };
+            (vec![(*m.group_lock(n, members).unwrap()).clone()], false)
+        },
+        &["ways:group"],
+    )
+    .await;
 }
 
 /// Readers and writers of one read-write lock, every way in: readers share it, a writer is alone.

@@ -116,6 +116,11 @@ async fn the_documented_acl_runs_every_kind_and_the_doctor_passes() {
             mgr.fenced_lock("g").into(),
             mgr.fenced_lock("g").into(),
         ),
+        (
+            "group lock",
+            mgr.group_lock("j", ["m", "n"]).unwrap().into(),
+            mgr.group_lock("j", ["n", "o"]).unwrap().into(),
+        ),
     ];
     for (i, (kind, lock, other)) in pairs.into_iter().enumerate() {
         // The first wait lasts past a second: the waiter then publishes its waits-for edge

@@ -231,6 +231,45 @@ fn a_waiters_span_names_the_holder_it_waited_behind() {
     );
 }
 
+/// A group waiter's acquire span names the owner of the member it waited behind (the value of
+/// the member's field), not a field of the group's hash.
+#[test]
+fn a_group_waiters_span_names_the_owner_it_waited_behind() {
+    let (server, closed, _default, rt) = traced();
+    let holder_id = rt.block_on(async {
+        let holder = LockManager::connect(&server.url()).await.unwrap();
+        let waiter = LockManager::connect(&server.url()).await.unwrap();
+        let lock = holder.group_lock("gbehind", ["a", "b"]).unwrap();
+        let held = lock.acquire().await.unwrap();
+        let wait = tokio::spawn({
+            let lock = waiter.group_lock("gbehind", ["b"]).unwrap();
+            async move { lock.try_acquire_for(Duration::from_secs(5)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+        let got = wait
+            .await
+            .unwrap()
+            .unwrap()
+            .expect("granted after the release");
+        got.release().await.unwrap();
+        let id = lock.holder_id();
+        holder.shutdown().await;
+        waiter.shutdown().await;
+        id
+    });
+    let closed = closed.lock().unwrap();
+    let waited = closed
+        .iter()
+        .filter(|(n, f)| {
+            n == "lockman.acquire" && field(f, "name") == "gbehind" && field(f, "waited") == "true"
+        })
+        .map(|(_, f)| f)
+        .next()
+        .expect("the waiter's span");
+    assert_eq!(field(waited, "behind"), holder_id);
+}
+
 /// Elections in spans: a campaign's outcome and the term it won, the term's own span from the
 /// win until it ends (resigned, or lost), and a resign's release inside that term.
 #[test]

@@ -461,7 +461,10 @@ fn ops_of(lines: &[&Value], kills: &HashMap<u64, u64>, lease: u64, end: u64) -> 
             _ => Mode::Exclusive,
         };
         // Which kinds' waits tell that someone was in the way.
-        let says_busy = !matches!(kind, "fair" | "nonreentrant_fair" | "multi" | "redlock");
+        let says_busy = !matches!(
+            kind,
+            "fair" | "nonreentrant_fair" | "multi" | "redlock" | "group"
+        );
         let call = match (op, outcome) {
             ("release", _) => match open.get_mut(&holder) {
                 Some((_, n, _)) => {

@@ -66,13 +66,16 @@ pub enum Kind {
     NonReentrantFair,
     /// The spin lock: the lock's hash, waiters polling on a back-off, releases publishing nothing.
     Spin,
+    /// The group multi-lock: two of four members of the hash `chaos:group`, in one script; each
+    /// member is checked as a name of its own (`chaos:group:<member>`).
+    Group,
 }
 
 /// The permits of each chaos semaphore: never more holders inside at once.
 pub const SEMAPHORE_PERMITS: u32 = 2;
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Lock,
         Kind::Fair,
         Kind::Read,
@@ -85,6 +88,7 @@ impl Kind {
         Kind::NonReentrant,
         Kind::NonReentrantFair,
         Kind::Spin,
+        Kind::Group,
     ];
 
     pub fn name(self) -> &'static str {
@@ -101,6 +105,7 @@ impl Kind {
             Kind::NonReentrant => "nonreentrant",
             Kind::NonReentrantFair => "nonreentrant_fair",
             Kind::Spin => "spin",
+            Kind::Group => "group",
         }
     }
 

@@ -14,6 +14,9 @@ use crate::history::Record;
 use crate::{Kind, LEADER_NAMES, Rng, SEMAPHORE_PERMITS, Settings, TASKS};
 use crate::{checker, deadlocks, deployment};
 
+/// The group multi-lock's hash: its members are `chaos:group:<member>`'s last part.
+const GROUP: &str = "chaos:group";
+
 /// How long past its wait an acquire may take before the worker calls it stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(10);
 /// Names per kind: few, so that they are contended.
@@ -340,6 +343,12 @@ impl Ctx {
                 let a = rng.below(4);
                 let b = (a + 1 + rng.below(3)) % 4;
                 vec![format!("chaos:multi:{a}"), format!("chaos:multi:{b}")]
+            }
+            // Two of four members of the group `chaos:group`, each checked as a name.
+            Kind::Group => {
+                let a = rng.below(4);
+                let b = (a + 1 + rng.below(3)) % 4;
+                vec![format!("chaos:group:{a}"), format!("chaos:group:{b}")]
             }
             _ => vec![format!("chaos:{family}:{}", rng.below(NAMES))],
         }
@@ -668,6 +677,11 @@ impl Ctx {
             }
             Kind::Write => {
                 let lock = (*self.lock.read_write_lock(name).write()).clone();
+                guard(self.take_lock(lock, wait, rng, counts).await?)
+            }
+            Kind::Group => {
+                let members = names.iter().filter_map(|n| n.rsplit(':').next());
+                let lock = (*self.lock.group_lock(GROUP, members)?).clone();
                 guard(self.take_lock(lock, wait, rng, counts).await?)
             }
             Kind::Fenced => self

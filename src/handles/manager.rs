@@ -244,6 +244,36 @@ impl LockManager {
         self.lock(name).as_kind(LockKind::Spin)
     }
 
+    /// A handle on the **group multi-lock** `group` over `members` (Redisson's
+    /// `getMultiLock(group, values)`, `RedissonFasterMultiLock`): each member a field of the
+    /// hash `group`, all taken and released together in one script. New holder, as
+    /// [`lock`](Self::lock); the group's name is checked when the handle is used.
+    ///
+    /// # Errors
+    /// [`LockError::InvalidArgument`] for no members, more than
+    /// [`MAX_GROUP_MEMBERS`](crate::MAX_GROUP_MEMBERS), an empty member, a member containing
+    /// `:` (the hash's field names are split on it), or a member given twice.
+    pub fn group_lock<I, S>(
+        &self,
+        group: impl Into<String>,
+        members: I,
+    ) -> Result<crate::handles::lock::GroupLock, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let members = crate::protocol::check_members(members)?;
+        let lock = self.lock(group);
+        let registration = self
+            .inner
+            .commands
+            .groups()
+            .register(lock.holder_id().into(), members);
+        Ok(crate::handles::lock::GroupLock::new(
+            lock.as_group(registration),
+        ))
+    }
+
     /// A handle on the **fenced lock** `name`: a reentrant lock whose every acquisition carries a
     /// token greater than any handed out before for that name, by any client. New holder, as
     /// [`lock`](Self::lock).

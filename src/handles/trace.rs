@@ -79,10 +79,19 @@ pub(crate) async fn behind<F: Future>(
         let Ok(described) = commands.describe(name).await else {
             return;
         };
+        // A group multi-lock's hash names each member's owner in the member's field.
+        let group = described
+            .fields
+            .iter()
+            .any(|(field, _)| field.ends_with(":expire_time"));
         let holder = described
             .fields
             .iter()
-            .map(|(field, _)| field.strip_suffix(":write").unwrap_or(field))
+            .filter(|(field, _)| !group || !field.contains(':'))
+            .map(|(field, value)| match group {
+                true => value.as_str(),
+                false => field.strip_suffix(":write").unwrap_or(field),
+            })
             .find(|h| *h != own && *h != "mode");
         let Some(holder) = holder else { return };
         span.record("behind", holder);

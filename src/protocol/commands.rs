@@ -24,6 +24,8 @@ pub(crate) struct Commands {
     latch_ttl: u64,
     /// The lock-delay in ms ([`Config::lock_delay`]), 0 for none.
     lock_delay: u64,
+    /// Each group lock holder's members (`group.rs`).
+    groups: Groups,
 }
 
 impl Commands {
@@ -41,6 +43,7 @@ impl Commands {
             conn,
             latch_ttl: millis(latch_ttl),
             lock_delay,
+            groups: Groups::default(),
         })
     }
 
@@ -51,6 +54,11 @@ impl Commands {
             conn: self.conn.add_lane(home).await?,
             ..self.clone()
         })
+    }
+
+    /// Each group lock holder's members.
+    pub(crate) fn groups(&self) -> &Groups {
+        &self.groups
     }
 
     /// Where the primary is.
@@ -223,6 +231,12 @@ impl Commands {
         let key = keys::lock_key(name);
         let room = 4 * name.len() + 96;
         let call = match kind {
+            LockKind::Group => {
+                return Err(LockError::invalid(
+                    "lock kind",
+                    "a group lock is force unlocked by its members: GroupLock::force_unlock",
+                ));
+            }
             LockKind::Fair | LockKind::NonReentrantFair => {
                 let mut call = ScriptCall::new(&FAIR_FORCE_UNLOCK, 4, 3, room);
                 call.key(key)
@@ -270,8 +284,25 @@ impl Commands {
         holder: &str,
     ) -> Result<Inspection, LockError> {
         let key = keys::lock_key(name);
-        let mut call = ScriptCall::new(&INSPECT, 1, 1, name.len() + holder.len() + 32);
-        call.key(key).arg(kind.field(holder));
+        let call = if kind == LockKind::Group {
+            let members = self.groups.members(holder)?;
+            let bytes = members.iter().map(|m| m.len()).sum::<usize>();
+            let mut call = ScriptCall::new(
+                &group::GROUP_INSPECT,
+                1,
+                1 + members.len(),
+                name.len() + holder.len() + bytes + 32,
+            );
+            call.key(key).arg(holder);
+            for m in members.iter() {
+                call.arg(m);
+            }
+            call
+        } else {
+            let mut call = ScriptCall::new(&INSPECT, 1, 1, name.len() + holder.len() + 32);
+            call.key(key).arg(kind.field(holder));
+            call
+        };
         match self
             .conn
             .eval("inspect", key, &call, Replicas::Skip)
@@ -395,6 +426,66 @@ impl Commands {
         })
     }
 
+    /// Force unlocks `members` of the group lock `name`, whoever holds each
+    /// (`group_force_unlock.lua`), and publishes the unlock message: how many had an owner.
+    pub(crate) async fn force_unlock_group(
+        &self,
+        name: &str,
+        members: &[String],
+    ) -> Result<u64, LockError> {
+        let key = keys::lock_key(name);
+        let bytes = members.iter().map(|m| m.len()).sum::<usize>();
+        let mut call = ScriptCall::new(
+            &group::GROUP_FORCE_UNLOCK,
+            2,
+            2 + members.len(),
+            2 * name.len() + bytes + 64,
+        );
+        call.key(key)
+            .key(keys::unlock_channel(name))
+            .arg(UNLOCK_MESSAGE)
+            .arg(self.publish());
+        for m in members {
+            call.arg(m);
+        }
+        let reply = self
+            .conn
+            .eval("group force unlock", key, &call, Replicas::Skip);
+        match reply.await?.value {
+            Value::Int(n) => Ok(u64::try_from(n).unwrap_or(0)),
+            other => Err(unexpected("group force unlock", other)),
+        }
+    }
+
+    /// Renews each group hold of `holds` (`group_renew.lua`, one call per hold: a hold's members
+    /// may be many): `true` for each hold still in place. A holder whose members are no longer
+    /// known counts as not in place.
+    async fn renew_groups(
+        &self,
+        holds: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Vec<bool>, LockError> {
+        let mut renewed = Vec::with_capacity(holds.len());
+        for (name, holder) in holds {
+            let Ok(members) = self.groups.members(holder) else {
+                renewed.push(false);
+                continue;
+            };
+            let key = keys::lock_key(name);
+            let call = group_call(&group::GROUP_RENEW, key, holder, &members, Some(timeout));
+            match self
+                .conn
+                .eval("renew", key, &call, Replicas::Wait)
+                .await?
+                .synced()?
+            {
+                Value::Int(n) => renewed.push(n == 1),
+                other => return Err(unexpected("renew", other)),
+            }
+        }
+        Ok(renewed)
+    }
+
     /// Renews up to [`RENEW_BATCH`] holds of one kind (`renew.lua`; `renew_read.lua` for read
     /// holds, which also renews the holder's own timeout keys, and no other reader's): `true`
     /// for each hold still in place.
@@ -405,6 +496,9 @@ impl Commands {
         timeout: Duration,
     ) -> Result<Vec<bool>, LockError> {
         let read = kind == LockKind::Read;
+        if kind == LockKind::Group {
+            return self.renew_groups(holds, timeout).await;
+        }
         if kind == LockKind::Reentrant && self.lock_delay > 0 {
             return self.renew_delayed(holds, timeout).await;
         }
@@ -477,10 +571,26 @@ impl Commands {
     /// the tracking connection, which registers their keys: the server then tells it when one
     /// of them is written. Changes nothing.
     pub(crate) async fn held(
+        &self,
         tracking: &Tracking,
         kind: LockKind,
         holds: &[(&str, &str)],
     ) -> Result<Vec<bool>, LockError> {
+        if kind == LockKind::Group {
+            let mut held = Vec::with_capacity(holds.len());
+            for (name, holder) in holds {
+                let Ok(members) = self.groups.members(holder) else {
+                    held.push(false);
+                    continue;
+                };
+                let call = group_call(&group::GROUP_HELD, name, holder, &members, None);
+                match tracking.eval("held", &call).await? {
+                    Value::Int(n) => held.push(n == 1),
+                    other => return Err(unexpected("held", other)),
+                }
+            }
+            return Ok(held);
+        }
         let bytes: usize = holds
             .iter()
             .map(|(name, holder)| name.len() + 24 + holder.len())
@@ -535,7 +645,12 @@ impl HolderCalls<'_> {
         } = self;
         let publish = commands.publish();
         let delay = commands.lock_delay;
-        let call = kind.acquire_call(name, holder, lease, fair, expect, publish, delay);
+        let mut call = kind.acquire_call(name, holder, lease, fair, expect, publish, delay);
+        if kind == LockKind::Group {
+            for m in commands.groups.members(holder)?.iter() {
+                call.arg(m);
+            }
+        }
         let key = keys::lock_key(name);
         let reply = commands
             .conn
@@ -576,7 +691,12 @@ impl HolderCalls<'_> {
             holder,
         } = self;
         let publish = commands.publish();
-        let call = kind.release_call(name, holder, lease, expect, publish, delay);
+        let mut call = kind.release_call(name, holder, lease, expect, publish, delay);
+        if kind == LockKind::Group {
+            for m in commands.groups.members(holder)?.iter() {
+                call.arg(m);
+            }
+        }
         let key = keys::lock_key(name);
         let reply = commands.conn.eval("release", key, &call, Replicas::Skip);
         match reply.await?.value {
@@ -635,4 +755,31 @@ impl HolderCalls<'_> {
             other => Err(unexpected("hand off", other)),
         }
     }
+}
+
+/// A one-hold group script call (`group_renew.lua` with the `timeout`, `group_held.lua`
+/// without): the group hash, then the timeout, the holder and the members.
+fn group_call<'s>(
+    script: &'s Script,
+    key: &str,
+    holder: &str,
+    members: &[String],
+    timeout: Option<Duration>,
+) -> ScriptCall<'s> {
+    let bytes = members.iter().map(|m| m.len()).sum::<usize>();
+    let mut call = ScriptCall::new(
+        script,
+        1,
+        2 + members.len(),
+        key.len() + holder.len() + bytes + 32,
+    );
+    call.key(key);
+    if let Some(timeout) = timeout {
+        call.arg(millis(timeout));
+    }
+    call.arg(holder);
+    for m in members {
+        call.arg(m);
+    }
+    call
 }

@@ -36,6 +36,10 @@ pub enum LockKind {
     /// and acquire, but its waiters subscribe to nothing and retry on a back-off
     /// ([`SpinBackOff`](crate::SpinBackOff)), and its release publishes nothing.
     Spin,
+    /// The group multi-lock (Redisson's `RedissonFasterMultiLock`, `getMultiLock(group,
+    /// values)`): many members, each a field of the group's hash holding its owner, taken and
+    /// released together in one script ([`LockManager::group_lock`](crate::LockManager::group_lock)).
+    Group,
 }
 
 impl LockKind {
@@ -57,6 +61,7 @@ impl LockKind {
             | LockKind::NonReentrant
             | LockKind::NonReentrantFair
             | LockKind::Spin => keys::unlock_channel(name),
+            LockKind::Group => keys::unlock_channel(name),
         }
     }
 
@@ -107,6 +112,7 @@ impl LockKind {
             LockKind::NonReentrant => "non_reentrant",
             LockKind::NonReentrantFair => "non_reentrant_fair",
             LockKind::Spin => "spin",
+            LockKind::Group => "group",
         }
     }
 
@@ -121,6 +127,7 @@ impl LockKind {
             LockKind::NonReentrant,
             LockKind::NonReentrantFair,
             LockKind::Spin,
+            LockKind::Group,
         ]
         .into_iter()
         .find(|kind| kind.label() == label)
@@ -151,6 +158,7 @@ impl LockKind {
             LockKind::NonReentrantFair => &FAIR_NON_REENTRANT_ACQUIRE,
             // Redisson's spin lock acquires as its reentrant lock does.
             LockKind::Spin => &ACQUIRE,
+            LockKind::Group => &super::group::GROUP_ACQUIRE,
         }
     }
 
@@ -207,6 +215,12 @@ impl LockKind {
             LockKind::Write => {
                 let mut call = ScriptCall::new(script, 1, 3, room);
                 call.key(key).arg(lease).arg(keys::write_field(holder));
+                call
+            }
+            // `group_acquire.lua`: the caller appends the members after the expected count.
+            LockKind::Group => {
+                let mut call = ScriptCall::new(script, 1, 3, room);
+                call.key(key).arg(lease).arg(holder);
                 call
             }
             LockKind::Fair | LockKind::NonReentrantFair => {
@@ -301,6 +315,17 @@ impl LockKind {
                     .arg(WAKE_ALL_MESSAGE)
                     .arg(millis(lease))
                     .arg(keys::write_field(holder))
+                    .arg(publish);
+                call
+            }
+            // `group_release.lua`: the caller appends the members after the expected count.
+            LockKind::Group => {
+                let mut call = ScriptCall::new(&super::group::GROUP_RELEASE, 2, 5, room);
+                call.key(key)
+                    .key(keys::unlock_channel(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(holder)
                     .arg(publish);
                 call
             }

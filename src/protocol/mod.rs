@@ -6,6 +6,7 @@ mod clients;
 mod commands;
 mod deadlocks;
 mod fence;
+mod group;
 pub(crate) mod keys;
 mod kind;
 mod probe;
@@ -22,6 +23,8 @@ pub use adjust::Adjustment;
 pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::{Commands, Successor};
 pub(crate) use deadlocks::{Blocked, Published, holder_of};
+pub use group::MAX_GROUP_MEMBERS;
+pub(crate) use group::{Groups, Registration, check_members};
 pub use kind::LockKind;
 pub(crate) use probe::check_subscribe;
 pub use sync::SyncKind;
@@ -117,6 +120,7 @@ fn all_scripts() -> Vec<&'static Script> {
     scripts.extend(sync::sync_scripts());
     scripts.extend(fence::fence_scripts());
     scripts.extend(clients::record_scripts());
+    scripts.extend(group::group_scripts());
     scripts
 }
 

@@ -21,7 +21,15 @@ use crate::protocol::LockKind;
 /// under a write wait (a read-write lock's reader cannot upgrade: Redisson lets the writer
 /// read, not the reader write). A request of a holder that holds the lock otherwise re-enters
 /// it, waiting only for a round trip under way.
+///
+/// A group lock's hold or wait is in no edge: a group wait is blocked only by the holders of
+/// the members it shares, which the graph does not know, and an edge to every holder of the
+/// group would make a cycle out of holds that block nothing. Deadlocks through a group lock
+/// are not detected.
 pub(crate) fn blocks(waiting: LockKind, held: LockKind, same_holder: bool) -> bool {
+    if waiting == LockKind::Group || held == LockKind::Group {
+        return false;
+    }
     !same_holder || (waiting == LockKind::Write && held == LockKind::Read)
 }
 
@@ -509,6 +517,9 @@ mod tests {
         assert!(!blocks(Read, Write, true));
         assert!(!blocks(Reentrant, Reentrant, true));
         assert!(!blocks(Fair, Fair, true));
+        // Group locks are in no edge: their members decide, which the graph does not see.
+        assert!(!blocks(Group, Group, false));
+        assert!(!blocks(Reentrant, Group, false));
     }
 
     #[test]

@@ -75,8 +75,13 @@ impl LockState {
         }
     }
 
-    /// A message on `channel`: for a fair lock, the waiter whose turn it is; else one waiter.
+    /// A message on `channel`: for a fair lock, the waiter whose turn it is; for a group lock,
+    /// every waiter (each waits for its own members: the one at the head may still find one of
+    /// its members taken where the next one's are all free); else one waiter.
     pub(super) fn wake_channel(&mut self, channel: &str) {
+        if self.family == LockKind::Group {
+            return self.wake_all();
+        }
         if !self.family.is_fair() {
             return self.wake_one();
         }

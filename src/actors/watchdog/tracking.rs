@@ -50,7 +50,7 @@ use crate::actors::name::backoff;
 use crate::config::Config;
 use crate::connections::tracking::{self, Heard, Tracking};
 use crate::error::LockError;
-use crate::protocol::{Commands, RENEW_BATCH};
+use crate::protocol::RENEW_BATCH;
 
 /// The watch: the tracking connection and the names to check on it.
 pub(super) struct Watch {
@@ -200,8 +200,10 @@ impl Watchdog {
         self.watch.checking = true;
         let connection = self.watch.connection;
         let started = Instant::now();
+        let commands = self.commands.clone();
         let work = join_all(batches.into_iter().map(move |batch| {
             let link = link.clone();
+            let commands = commands.clone();
             async move {
                 let Renewal::Lock(kind) = batch[0].0.what else {
                     return (batch, Ok(Vec::new()));
@@ -210,7 +212,7 @@ impl Watchdog {
                     .iter()
                     .map(|(key, _)| (&*key.name, &*key.holder))
                     .collect();
-                let res = Commands::held(&link, kind, &pairs).await;
+                let res = commands.held(&link, kind, &pairs).await;
                 (batch, res)
             }
         }));

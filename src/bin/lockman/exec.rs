@@ -47,6 +47,10 @@ pub struct ExecArgs {
     /// everything else is passed on).
     #[arg(long)]
     keep_env: bool,
+    /// With --kind group: a member to take (repeat for each; all are taken in one script, or
+    /// none). Redisson writes each value hashed: give the field it writes to share one with Java.
+    #[arg(long = "member", value_name = "MEMBER")]
+    members: Vec<String>,
     /// The lock name.
     name: String,
     /// The command and its arguments (after `--`).
@@ -172,6 +176,7 @@ fn kind_words(kind: Kind) -> &'static str {
         Kind::Fair | Kind::NonReentrantFair => "a fair lock",
         Kind::Read | Kind::Write => "a read-write lock",
         Kind::Fenced => "a fenced lock",
+        Kind::Group => "a group lock",
     }
 }
 
@@ -243,7 +248,14 @@ async fn acquire(manager: &LockManager, args: &ExecArgs) -> Result<Option<Held>,
         Kind::NonReentrant => manager.non_reentrant_lock(name),
         Kind::NonReentrantFair => (*manager.non_reentrant_fair_lock(name)).clone(),
         Kind::Spin => manager.spin_lock(name),
+        Kind::Group => (*manager.group_lock(name, args.members.iter().cloned())?).clone(),
     };
+    if args.kind != Kind::Group && !args.members.is_empty() {
+        return Err(LockError::InvalidArgument {
+            what: "--member",
+            reason: "only with --kind group".to_owned(),
+        });
+    }
     let held = match (args.wait, args.lease) {
         (None, None) => Some(lock.acquire().await?),
         (None, Some(lease)) => Some(lock.acquire_with_lease(lease).await?),

@@ -30,6 +30,7 @@ fn lock_kind(shape: LockShape) -> &'static str {
         LockShape::Fair => "a fair lock",
         LockShape::ReadWrite => "a read-write lock",
         LockShape::Fenced => "a fenced lock",
+        LockShape::Group => "a group lock",
         _ => "a lock",
     }
 }

@@ -215,6 +215,8 @@ enum Kind {
     NonReentrantFair,
     /// Redisson's spin lock (the lock's keys; waits by polling, no pub/sub).
     Spin,
+    /// Redisson's group multi-lock: NAME is the group's hash, each --member a field of it.
+    Group,
 }
 
 /// `500ms`, `10s`, `2m`, `1h`, or a bare number of seconds.

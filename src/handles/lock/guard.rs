@@ -9,6 +9,7 @@ use tracing::Instrument;
 use crate::error::LockError;
 use crate::handles::scope::Watched;
 use crate::handles::state::Inner;
+use crate::protocol::Registration;
 
 /// One hold of a lock. Release it with [`release`](Self::release) to learn the outcome; dropping
 /// it releases in the background. It knows when the lock was lost (expired, deleted, force
@@ -21,6 +22,8 @@ pub struct LockGuard {
     grant: Grant,
     /// Keeps the manager (and its renewals) running while the guard lives.
     manager: Option<Arc<Inner>>,
+    /// Keeps a group lock's members known to its lock actor while the guard lives.
+    group: Option<Arc<Registration>>,
 }
 
 impl From<Grant> for LockGuard {
@@ -28,6 +31,7 @@ impl From<Grant> for LockGuard {
         Self {
             grant,
             manager: None,
+            group: None,
         }
     }
 }
@@ -35,6 +39,11 @@ impl From<Grant> for LockGuard {
 impl LockGuard {
     pub(super) fn keeping(mut self, manager: Arc<Inner>) -> Self {
         self.manager = Some(manager);
+        self
+    }
+
+    pub(super) fn keeping_group(mut self, group: Option<Arc<Registration>>) -> Self {
+        self.group = group;
         self
     }
 
@@ -116,7 +125,11 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn release(self) -> Result<(), LockError> {
-        let Self { grant, manager } = self;
+        let Self {
+            grant,
+            manager,
+            group,
+        } = self;
         let span = crate::handles::trace::release(grant.name(), &grant.kind());
         let actor = grant.actor_link();
         let res = actor
@@ -126,6 +139,7 @@ impl LockGuard {
             .unwrap_or(Err(LockError::Shutdown));
         crate::handles::trace::released(&span, &res);
         drop(manager);
+        drop(group);
         res
     }
 }

@@ -18,16 +18,20 @@ pub enum LockShape {
     ReadWrite,
     /// A fenced lock.
     Fenced,
+    /// A group multi-lock: its holders are the owners of its members, each counted by its
+    /// highest `lock_count` on an unexpired member.
+    Group,
 }
 
 impl LockShape {
-    /// `plain`, `fair`, `read-write` or `fenced`.
+    /// `plain`, `fair`, `read-write`, `fenced` or `group`.
     pub fn as_str(self) -> &'static str {
         match self {
             LockShape::Plain => "plain",
             LockShape::Fair => "fair",
             LockShape::ReadWrite => "read-write",
             LockShape::Fenced => "fenced",
+            LockShape::Group => "group",
         }
     }
 }
@@ -77,12 +81,65 @@ pub struct LockInfo {
 }
 
 impl LockInfo {
+    /// A group multi-lock's hash: each member field names its owner; the owner holds it while
+    /// its `<member>:<owner>:expire_time` is not past (by the server's clock when read).
+    fn group(name: &str, d: Described) -> Self {
+        let fields: std::collections::HashMap<&str, &str> = d
+            .fields
+            .iter()
+            .map(|(f, v)| (f.as_str(), v.as_str()))
+            .collect();
+        let now_ms = d.now_ms.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        });
+        let mut holders: Vec<Holding> = Vec::new();
+        for (member, owner) in &d.fields {
+            if member.contains(':') {
+                continue;
+            }
+            let ends = fields
+                .get(format!("{member}:{owner}:expire_time").as_str())
+                .and_then(|v| v.parse::<u64>().ok());
+            if ends.is_none_or(|ends| ends < now_ms) {
+                continue;
+            }
+            let count = fields
+                .get(format!("{member}:{owner}:lock_count").as_str())
+                .and_then(|v| v.parse::<u32>().ok())
+                .unwrap_or(0);
+            match holders.iter_mut().find(|h| h.holder == *owner) {
+                Some(h) => h.count = h.count.max(count),
+                None => holders.push(Holding {
+                    holder: owner.clone(),
+                    count,
+                    write: false,
+                }),
+            }
+        }
+        Self {
+            name: name.to_owned(),
+            shape: LockShape::Group,
+            ttl: if holders.is_empty() { None } else { d.ttl },
+            holders,
+            mode: None,
+            queue: Vec::new(),
+            token: d.token,
+            // A group lock has no lock-delay (only the reentrant lock does).
+            delay: None,
+        }
+    }
+
     /// Whether anyone holds it.
     pub fn is_held(&self) -> bool {
         !self.holders.is_empty()
     }
 
     pub(crate) fn new(name: &str, d: Described) -> Self {
+        if d.fields.iter().any(|(f, _)| f.ends_with(":expire_time")) {
+            return Self::group(name, d);
+        }
         let mut mode = None;
         let mut holders = Vec::new();
         for (field, value) in d.fields {

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 mod fair;
 mod fenced;
+mod group;
 mod guard;
 mod info;
 mod read_write;
 
 pub use fair::FairLock;
 pub use fenced::{FencedGuard, FencedLock};
+pub use group::GroupLock;
 pub use guard::LockGuard;
 pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
@@ -24,7 +26,7 @@ use crate::error::{LockError, Site};
 use crate::handles::name::Name;
 use crate::handles::reach::Reach;
 use crate::handles::state::Inner;
-use crate::protocol::LockKind;
+use crate::protocol::{LockKind, Registration};
 
 /// A handle on one lock, with one **holder** identity (`<client id>:<n>`, see
 /// [`holder_id`](Self::holder_id)): the reentrant lock from [`LockManager::lock`], and the core
@@ -42,6 +44,8 @@ pub struct Lock {
     kind: LockKind,
     /// The actor this handle last reached, shared by clones.
     actor: Reach<LockActor>,
+    /// A group lock's members, known to its lock actor while this lives (and its guards).
+    group: Option<Arc<Registration>>,
 }
 
 impl Lock {
@@ -52,7 +56,15 @@ impl Lock {
             holder,
             kind,
             actor: Reach::default(),
+            group: None,
         }
+    }
+
+    /// The same holder as a group lock over the members `group` registers.
+    pub(crate) fn as_group(&self, group: Registration) -> Self {
+        let mut lock = self.as_kind(LockKind::Group);
+        lock.group = Some(Arc::new(group));
+        lock
     }
 
     /// The same holder on the same name, as another kind (the sides of a read-write lock).
@@ -192,6 +204,14 @@ impl Lock {
     /// [`LockError::WrongType`] (the key is left alone), Redis errors.
     pub async fn force_unlock(&self) -> Result<bool, LockError> {
         self.mgr.check(&self.name)?;
+        if let Some(group) = &self.group {
+            let removed = self
+                .mgr
+                .commands
+                .force_unlock_group(self.name.key(), group.members())
+                .await?;
+            return Ok(removed > 0);
+        }
         self.mgr
             .commands
             .force_unlock(self.kind, self.name.key())
@@ -298,7 +318,11 @@ impl Lock {
             .await
             .map_err(|e: LockError| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
-        Ok(granted?.map(|g| LockGuard::from(g).keeping(self.mgr.clone())))
+        Ok(granted?.map(|g| {
+            LockGuard::from(g)
+                .keeping(self.mgr.clone())
+                .keeping_group(self.group.clone())
+        }))
     }
 }
 
