@@ -126,6 +126,7 @@ fn main() {
                 args[2].parse().expect("locks"),
                 args[3].parse().expect("ticks"),
                 Duration::from_millis(args.get(4).map_or(900, |t| t.parse().expect("timeout"))),
+                args.get(5).is_none_or(|w| w != "unwatched"),
             );
         }
         Some("turns") => {
@@ -496,19 +497,20 @@ fn memory_role(url: &str, names: usize) {
 }
 
 /// 64 tasks on 64 names, `iters` uncontended acquire + release pairs each (for callgrind).
-/// `loadgen renewals URL LOCKS TICKS [TIMEOUT_MS]`: LOCKS locks held without a lease (watchdog
-/// timeout TIMEOUT_MS, 900 by default, so renewed every third of it; under callgrind, which runs
-/// the process tens of times slower, use several seconds; and watched: `Config::watch_holds` is
-/// on by default), kept
+/// `loadgen renewals URL LOCKS TICKS [TIMEOUT_MS [unwatched]]`: LOCKS locks held without a
+/// lease (watchdog timeout TIMEOUT_MS, 900 by default, so renewed every third of it; under
+/// callgrind, which runs the process tens of times slower, use several seconds; and watched:
+/// `Config::watch_holds` is on by default, off with `unwatched`), kept
 /// for TICKS renewal intervals once every one has been renewed; prints the holds renewed
 /// meanwhile (the server's `PEXPIRE` calls). Under callgrind, the difference between two TICKS
 /// divided by the difference in renewals is the client's instructions per renewal, the watch's
 /// checks that follow each renewal included.
-fn renewals(url: &str, locks: usize, ticks: u32, timeout: Duration) {
+fn renewals(url: &str, locks: usize, ticks: u32, timeout: Duration, watched: bool) {
     actix_rt::System::new().block_on(async {
-        let manager = LockManager::start(Config::new(url).watchdog_timeout(timeout))
-            .await
-            .expect("manager");
+        let config = Config::new(url)
+            .watchdog_timeout(timeout)
+            .watch_holds(watched);
+        let manager = LockManager::start(config).await.expect("manager");
         let mut guards = Vec::with_capacity(locks);
         for i in 0..locks {
             let lock = manager.lock(format!("renewals:{i}"));

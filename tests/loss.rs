@@ -270,6 +270,74 @@ async fn a_flood_of_writes_is_no_loss_and_costs_a_few_checks() {
     mgr.shutdown().await;
 }
 
+/// A server whose tracking table is smaller than the holds it tracks
+/// (`tracking-table-max-keys` 5, 50 holds) evicts keys from it with an invalidation each,
+/// though nobody wrote them; each check registers the keys again, and they are evicted again.
+/// The checks this storm causes are paced (a few a second, not one per round trip), find no
+/// loss, and a real `DEL` during the storm is still known at once. Writes to the held keys'
+/// neighbours (names that share a prefix or a hash tag) are not tracked and change nothing.
+#[tokio::test]
+async fn a_tracking_table_too_small_costs_paced_checks_and_no_false_loss() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let mut guards = Vec::new();
+    for i in 0..50 {
+        guards.push(mgr.lock(format!("churn:{i}")).acquire().await.unwrap());
+    }
+    until_tracked(&mut raw, 50).await;
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("tracking-table-max-keys")
+        .arg(5)
+        .exec(&mut raw)
+        .unwrap();
+    // The storm settles into its pace.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    reset_stats(&mut raw);
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(2) {
+        let mut pipe = redis::pipe();
+        for i in 0..50 {
+            pipe.cmd("SET").arg(format!("churn:{i}:x")).arg(1).ignore();
+            pipe.cmd("SET")
+                .arg(format!("{{churn:{i}}}x"))
+                .arg(1)
+                .ignore();
+        }
+        pipe.query::<()>(&mut raw).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let checks = command_calls(&mut raw, "evalsha");
+    eprintln!("tracking table of 5 keys, 50 holds: {checks} script calls in 2 s");
+    assert!(
+        checks >= 3,
+        "{checks} script calls: the table's evictions did not prompt checks (no storm to pace)"
+    );
+    // Paced: at most one check per 200 ms (and at most one renewal and its check, 4 s apart).
+    assert!(
+        checks <= 30,
+        "{checks} script calls in 2 s: the checks are not paced"
+    );
+    assert!(
+        guards.iter().all(|g| !g.is_lost()),
+        "evictions from the tracking table were taken for a loss"
+    );
+    // Still watched during the storm.
+    let deleting = Instant::now();
+    let _: () = raw.del("churn:7").unwrap();
+    let took = lost_since(&guards[7], deleting, AT_ONCE).await;
+    eprintln!("during the storm, DEL → lost() in {took:?}");
+    assert!(
+        guards
+            .iter()
+            .enumerate()
+            .all(|(i, g)| i == 7 || !g.is_lost()),
+        "a hold still in place was reported lost"
+    );
+    mgr.shutdown().await;
+}
+
 #[tokio::test]
 async fn own_renewals_are_no_loss_and_keep_the_watch() {
     let server = RedisServer::start();
@@ -643,5 +711,150 @@ async fn after_a_failover_the_watch_is_on_the_new_primary() {
     let _: () = on_second.del("moved").unwrap();
     let took = lost_since(&guard, deleting, AT_ONCE).await;
     eprintln!("after the failover, DEL on the new primary → lost() in {took:?}");
+    mgr.shutdown().await;
+}
+
+/// A connection to a Sentinel group's data server on `port`, named `probe`.
+fn probe_conn(port: u16) -> redis::Connection {
+    let mut conn =
+        support::sentinel::SentinelGroup::data_conn(port).expect("the group's data server");
+    redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg("probe")
+        .exec(&mut conn)
+        .expect("CLIENT SETNAME");
+    conn
+}
+
+/// Clients in a `CLIENT LIST` that are neither a sentinel's, a replica's, a primary's (seen
+/// from its replica) nor the test's `probe`, and have sent a command: lockman's. (Connections
+/// that have sent nothing yet, `cmd=NULL`, are left out: about 0.8 s before lockman moves its
+/// connections, two such appear on the new primary and stay silent.)
+fn lockman_clients(list: &str) -> usize {
+    list.lines()
+        .filter(|line| {
+            let field = |key: &str| {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(key))
+                    .unwrap_or("")
+            };
+            let (name, flags) = (field("name="), field("flags="));
+            !name.starts_with("sentinel")
+                && name != "probe"
+                && field("cmd=") != "NULL"
+                && !flags.contains('S')
+                && !flags.contains('M')
+        })
+        .count()
+}
+
+/// A Sentinel failover that lost the key (a switch-over to a replica the hold's key never
+/// reached): the holder is told within 1 s of lockman reaching the new primary (its first
+/// connection there that sent a command, seen in the new primary's `CLIENT LIST`), and within
+/// 5 s of the
+/// promotion (the sentinels name the new primary once the switch-over is through, and lockman
+/// asks them every second). The watchdog timeout is 30 s, so the first renewal comes 10 s after
+/// the manager's start: a loss told within 5 s of the promotion was found by the holds' check
+/// on the move (`RenewNow`), not by a renewal (without it: 3.8 s with a 12 s timeout, so about
+/// 8 s here). Behind `--ignored`, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a Sentinel failover: several seconds"]
+async fn after_a_failover_that_lost_the_key_the_holder_is_told_within_a_second() {
+    use support::sentinel::{DATA_PASSWORD, MASTER, SentinelGroup};
+    let mut group = SentinelGroup::start();
+    let config = Config::sentinel(MASTER, group.sentinel_urls())
+        .master_auth(None, DATA_PASSWORD)
+        .watchdog_timeout(Duration::from_secs(30))
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1));
+    let mgr = LockManager::start(config).await.unwrap();
+    let first = group.primary_port();
+    let replica = group.other(first).port();
+    let guard = mgr.lock("dropped").acquire().await.unwrap();
+    let mut on_first = SentinelGroup::data_conn(first).expect("the first primary");
+    until_tracked(&mut on_first, 1).await;
+    // The key reached the replica; it is taken away there, as if the grant had not.
+    let mut on_replica = probe_conn(replica);
+    assert!(
+        eventually(Duration::from_secs(5), || on_replica
+            .exists::<_, bool>("dropped")
+            .unwrap_or(false))
+        .await,
+        "the key never reached the replica"
+    );
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("replica-read-only")
+        .arg("no")
+        .exec(&mut on_replica)
+        .unwrap();
+    let _: () = on_replica.del("dropped").unwrap();
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut on_replica)
+        .unwrap();
+    assert_eq!(
+        lockman_clients(&clients),
+        0,
+        "lockman reached the replica before the failover: {clients}"
+    );
+    // The switch-over runs on a thread of its own while this task watches the replica: when it
+    // says it is the primary, when lockman's first connection reached it, when the guard was
+    // told (polled every 2 ms).
+    let failing = tokio::task::spawn_blocking(move || {
+        let second = group.failover();
+        (group, second)
+    });
+    let started = Instant::now();
+    let (mut promoted, mut reached, mut lost) = (None, None, None);
+    while lost.is_none() && started.elapsed() < Duration::from_secs(30) {
+        let now = Instant::now();
+        // The promotion kills the replica's normal clients (Sentinel's `CLIENT KILL`): this
+        // connection is made again.
+        let probe = redis::pipe()
+            .cmd("ROLE")
+            .cmd("CLIENT")
+            .arg("LIST")
+            .query::<(Vec<redis::Value>, String)>(&mut on_replica);
+        let Ok((role, clients)) = probe else {
+            on_replica = probe_conn(replica);
+            continue;
+        };
+        if promoted.is_none()
+            && matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+        {
+            promoted = Some(now);
+        }
+        if reached.is_none() && lockman_clients(&clients) > 0 {
+            reached = Some(now);
+        }
+        if guard.is_lost() {
+            lost = Some(now);
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (_group, second) = failing.await.unwrap();
+    assert_eq!(second.expect("a switch-over"), replica);
+    let lost = lost.expect("the holder was never told its key was lost in the failover");
+    let promoted = promoted.expect("the replica was promoted");
+    // Not seen before the loss: lockman reached it and found the loss within one poll.
+    let reached = reached.unwrap_or(lost);
+    eprintln!(
+        "failover that lost the key: lost() {:?} after the promotion, {:?} after lockman's first connection to the new primary (seen by polling every 2 ms)",
+        lost.saturating_duration_since(promoted),
+        lost.saturating_duration_since(reached)
+    );
+    assert!(
+        lost.saturating_duration_since(reached) < Duration::from_secs(1),
+        "told {:?} after lockman reached the new primary",
+        lost.saturating_duration_since(reached)
+    );
+    assert!(
+        lost.saturating_duration_since(promoted) < Duration::from_secs(5),
+        "told {:?} after the promotion",
+        lost.saturating_duration_since(promoted)
+    );
+    let mut on_second = SentinelGroup::data_conn(replica).expect("the new primary");
+    assert!(!on_second.exists::<_, bool>("dropped").unwrap());
     mgr.shutdown().await;
 }

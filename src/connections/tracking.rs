@@ -29,6 +29,9 @@ use crate::connections::endpoint::Endpoint;
 use crate::connections::failure::connect_error;
 use crate::error::LockError;
 
+/// At most this many pushes waiting are joined into one [`Heard`].
+const PUSHES_JOINED: usize = 1024;
+
 /// What the tracking connection hears.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Heard {
@@ -96,15 +99,32 @@ pub(crate) async fn open(
             }
         }
     }
-    // Pushes become `Heard` on a task of their own: the receiver ends with the connection.
+    // Pushes become `Heard` on a task of their own: the receiver ends with the connection. The
+    // server sends one push per key (a renewal of 100 holds: 100 pushes, read together): the
+    // invalidations waiting are joined into one `Heard`, one message to the watch, not one each.
     tokio::spawn(async move {
         while let Some(push) = pushes.recv().await {
-            let Some(heard) = heard_of(push.kind, push.data) else {
-                continue;
-            };
-            let closed = heard == Heard::Closed;
-            if heard_tx.send(heard).is_err() || closed {
-                break;
+            let mut keys = Vec::new();
+            let mut others = Vec::new();
+            let mut next = Some(push);
+            let mut taken = 0;
+            while let Some(push) = next.take() {
+                match heard_of(push.kind, push.data) {
+                    Some(Heard::Invalidated(more)) => keys.extend(more),
+                    Some(other) => others.push(other),
+                    None => {}
+                }
+                taken += 1;
+                if taken < PUSHES_JOINED {
+                    next = pushes.try_recv().ok();
+                }
+            }
+            let keys = (!keys.is_empty()).then_some(Heard::Invalidated(keys));
+            for heard in keys.into_iter().chain(others) {
+                let closed = heard == Heard::Closed;
+                if heard_tx.send(heard).is_err() || closed {
+                    return;
+                }
             }
         }
     });

@@ -26,6 +26,15 @@
 //! (keys never checked here are not tracked for this connection, so the server sends nothing
 //! for them).
 //!
+//! Checks are paced when invalidations keep coming and the checks find every hold in place:
+//! the first [`FREE_CHECKS`] in a row go at once, then each waits for a gap after the previous
+//! one's end, doubling from [`FIRST_GAP`] up to [`MAX_GAP`]; a check that finds a loss, or one
+//! due after [`QUIET`] without checks, goes at once again. A server whose
+//! `tracking-table-max-keys` is below what it tracks evicts the keys each check registers,
+//! with an invalidation each though nobody wrote them: unpaced, that was a check per round trip
+//! for as long as the holds lived. A hold lost during such a storm is known within [`MAX_GAP`]
+//! and a round trip.
+//!
 //! When the tracking connection closes, or a check call or the PING sent every renewal interval
 //! fails or times out, invalidations may have been missed: a new connection is made (with backoff) and every hold is checked on it at once.
 //! After a Sentinel failover (`RenewNow`) the connection is made again to the new primary, and
@@ -52,6 +61,53 @@ use crate::connections::tracking::{self, Heard, Tracking};
 use crate::error::LockError;
 use crate::protocol::RENEW_BATCH;
 
+/// Checks in a row that found no loss and go at once, before pacing starts.
+const FREE_CHECKS: u32 = 4;
+/// The first gap kept after a check, once pacing has started; it doubles at each check after.
+const FIRST_GAP: Duration = Duration::from_millis(10);
+/// The longest gap kept after a check: a loss during a storm of invalidations is known within
+/// it and a round trip.
+const MAX_GAP: Duration = Duration::from_millis(200);
+/// A check due this long after the previous one's end goes at once, and pacing starts over.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// The pace of checks: how long the next one waits (see the module's doc).
+#[derive(Debug, Default)]
+struct Pace {
+    /// Checks in a row that found no loss, each due within [`QUIET`] of the previous one's end.
+    streak: u32,
+    /// When the last check ended.
+    last_end: Option<Instant>,
+}
+
+impl Pace {
+    /// How long a check due at `now` waits.
+    fn delay(&mut self, now: Instant) -> Duration {
+        let Some(end) = self.last_end else {
+            return Duration::ZERO;
+        };
+        if now.saturating_duration_since(end) >= QUIET {
+            self.streak = 0;
+        }
+        if self.streak < FREE_CHECKS {
+            return Duration::ZERO;
+        }
+        let doublings = (self.streak - FREE_CHECKS).min(16);
+        let gap = FIRST_GAP.saturating_mul(1 << doublings).min(MAX_GAP);
+        (end + gap).saturating_duration_since(now)
+    }
+
+    /// A check ended at `now`; `calm`: it found no loss and did not fail.
+    fn ended(&mut self, now: Instant, calm: bool) {
+        self.last_end = Some(now);
+        self.streak = if calm {
+            self.streak.saturating_add(1)
+        } else {
+            0
+        };
+    }
+}
+
 /// The watch: the tracking connection and the names to check on it.
 pub(super) struct Watch {
     /// The tracking connection, while one is open.
@@ -72,6 +128,10 @@ pub(super) struct Watch {
     checking: bool,
     /// Waiting out a backoff after a failure: no connection or check until it ends.
     resting: bool,
+    /// The pace of checks under a storm of invalidations.
+    pace: Pace,
+    /// A paced check is due later (a timer is set).
+    paced: bool,
     connect_timeout: Duration,
 }
 
@@ -94,6 +154,8 @@ impl Watch {
             all: false,
             checking: false,
             resting: false,
+            pace: Pace::default(),
+            paced: false,
             connect_timeout: config.get_connect_timeout(),
         }
     }
@@ -104,6 +166,7 @@ impl Watch {
         self.connecting = false;
         self.checking = false;
         self.resting = false;
+        self.paced = false;
         self.all = true;
     }
 }
@@ -153,6 +216,8 @@ impl Watchdog {
                     let connection = act.watch.connection;
                     act.watch.link = Some(link);
                     act.watch.all = true;
+                    // Invalidations may have been missed: this check goes at once.
+                    act.watch.pace = Pace::default();
                     let heard = futures_util::stream::unfold(heard, |mut rx| async move {
                         rx.recv().await.map(|heard| (heard, rx))
                     });
@@ -178,7 +243,12 @@ impl Watchdog {
     /// Checks the holds of the names invalidated (or every hold), unless a check is under way
     /// (then they wait for the next one).
     pub(super) fn check(&mut self, ctx: &mut Context<Self>) {
-        if self.halted || self.watch.off || self.watch.checking || self.watch.resting {
+        if self.halted
+            || self.watch.off
+            || self.watch.checking
+            || self.watch.resting
+            || self.watch.paced
+        {
             return;
         }
         if self.renewals.tracked.is_empty() {
@@ -191,6 +261,16 @@ impl Watchdog {
             return;
         };
         if !self.watch.all && self.watch.dirty.is_empty() {
+            return;
+        }
+        let wait = self.watch.pace.delay(Instant::now());
+        if !wait.is_zero() {
+            // Names invalidated meanwhile join this check.
+            self.watch.paced = true;
+            ctx.run_later(wait, |act, ctx| {
+                act.watch.paced = false;
+                act.check(ctx);
+            });
             return;
         }
         let batches = self.check_batches();
@@ -280,6 +360,7 @@ impl Watchdog {
             }
         }
         tracing::debug!(held, lost, failed, took = ?started.elapsed(), "holds checked");
+        self.watch.pace.ended(Instant::now(), lost == 0 && !failed);
         crate::metrics::watch_checked(held, lost);
         if failed && self.watch.connection == connection {
             // Invalidations may be missed meanwhile: a new connection, every hold again,
@@ -362,5 +443,51 @@ impl Handler<FromTracking> for Watchdog {
             }
         }
         self.check(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checks that all find the holds, each ending as the next falls due (a storm of
+    /// invalidations): the waits they are given.
+    fn storm(pace: &mut Pace, start: Instant, checks: usize) -> Vec<Duration> {
+        let mut now = start;
+        (0..checks)
+            .map(|_| {
+                let wait = pace.delay(now);
+                now += wait;
+                pace.ended(now, true);
+                wait
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_storm_is_paced_up_to_the_longest_gap() {
+        let mut pace = Pace::default();
+        let waits = storm(&mut pace, Instant::now(), 12);
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [0, 0, 0, 0, 10, 20, 40, 80, 160, 200, 200, 200]);
+    }
+
+    #[test]
+    fn a_loss_or_a_quiet_spell_ends_the_pacing() {
+        let start = Instant::now();
+        let mut pace = Pace::default();
+        storm(&mut pace, start, 10);
+        let end = pace.last_end.expect("checked");
+        assert!(!pace.delay(end).is_zero());
+        // A check that found a loss: the next goes at once.
+        pace.ended(end, false);
+        assert!(pace.delay(end).is_zero());
+        // A storm again, then nothing for QUIET: at once.
+        storm(&mut pace, end, 10);
+        let end = pace.last_end.expect("checked");
+        assert!(!pace.delay(end + MAX_GAP / 2).is_zero());
+        assert!(pace.delay(end + MAX_GAP).is_zero(), "the gap has passed");
+        assert!(pace.delay(end + QUIET).is_zero());
+        assert_eq!(pace.streak, 0, "pacing starts over after a quiet spell");
     }
 }
