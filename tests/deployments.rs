@@ -594,3 +594,37 @@ async fn a_wait_behind_a_holder_with_a_slow_replica_times_out_as_contention() {
     let _ = tokio::time::timeout(Duration::from_secs(5), waiter.shutdown()).await;
     holder.shutdown().await;
 }
+
+/// The same for a semaphore: a waiter with replica sync, all permits taken by another client
+/// and the replica frozen, ends its bounded wait with `Ok(None)` (the permits are taken: that is
+/// contention), not an error. Breaks it: the synchronizer's last attempt given only its 250 ms
+/// grace while its `WAIT` may take the 800 ms sync timeout (a `Timeout` or `Unavailable`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_wait_with_a_slow_replica_times_out_as_contention() {
+    let (primary, replica) = primary_and_replica();
+    let holder = LockManager::start(Config::new(primary.url()))
+        .await
+        .unwrap();
+    let sem = holder.semaphore("s");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let taken = sem.acquire(1).await.unwrap();
+    let sync = Duration::from_millis(800);
+    let waiter = LockManager::start(Config::new(primary.url()).sync_replicas(1, sync))
+        .await
+        .unwrap();
+    replica.pause(Duration::from_secs(8)).unwrap();
+    let wait = Duration::from_secs(2);
+    let started = Instant::now();
+    let res = waiter.semaphore("s").try_acquire_for(1, wait).await;
+    let took = started.elapsed();
+    replica.resume().unwrap();
+    assert!(matches!(res, Ok(None)), "a holder, not an outage: {res:?}");
+    assert!(took >= wait, "{took:?}");
+    assert!(
+        took < wait + sync + Duration::from_millis(2_250),
+        "{took:?}"
+    );
+    drop(taken);
+    let _ = tokio::time::timeout(Duration::from_secs(5), waiter.shutdown()).await;
+    holder.shutdown().await;
+}

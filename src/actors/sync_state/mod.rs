@@ -42,7 +42,8 @@
 //!   (a latch re-reads its count) and is answered with that outcome;
 //! - a waiter's wait ends at its deadline even when Redis does not answer: one whose attempt's
 //!   reply is missing (being sent again) is answered `TimedOut` then, and one whose attempt is
-//!   under way (its last, or one begun before) gets [`LAST_ATTEMPT_GRACE`] more for its outcome,
+//!   under way (its last, or one begun before) gets [`LAST_ATTEMPT_GRACE`] more for its outcome
+//!   (plus the replica-sync timeout with replica sync: each take waits for the replicas),
 //!   then `TimedOut`; a reply found missing after its deadline (or for a single attempt, whose
 //!   caller gets the error, as a lock's does) answers it at once. The request goes on being sent
 //!   again after its waiter left, so what it took, had it run, is given back, once (the same
@@ -114,6 +115,11 @@ pub(crate) struct Settings {
     pub hand_off: bool,
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
+    /// How long after its deadline a waiter waits for its last attempt's outcome:
+    /// [`LAST_ATTEMPT_GRACE`], plus the replica-sync timeout with `Config::sync_replicas` (every
+    /// take then waits for the replicas: a slow acknowledgement within that timeout is no
+    /// outage, as for a lock's last try).
+    pub last_attempt_grace: Duration,
 }
 
 impl Settings {
@@ -124,6 +130,10 @@ impl Settings {
             // A hand-off grants without a take, so without the take's replica sync.
             hand_off: config.get_sync_replicas().is_none(),
             unavailable_after: config.get_unavailable_after(),
+            last_attempt_grace: LAST_ATTEMPT_GRACE
+                + config
+                    .get_sync_replicas()
+                    .map_or(Duration::ZERO, |(_, timeout)| timeout),
         }
     }
 }
@@ -466,7 +476,7 @@ impl SyncState {
     }
 
     /// Waiter `id`'s deadline passed: one more attempt decides, if its outcome comes within
-    /// [`LAST_ATTEMPT_GRACE`]. The timer is armed again for then: firing on a waiter whose
+    /// the last attempt's grace (`Settings::last_attempt_grace`). The timer is armed again for then: firing on a waiter whose
     /// outcome is still to come, it answers `TimedOut`. So does the deadline itself when the
     /// reply of the waiter's attempt is known missing (the request is being sent again): no
     /// outcome is coming soon. The request goes on without it (see [`SyncState::ran`]).
@@ -480,8 +490,10 @@ impl SyncState {
             return;
         }
         self.waiters[at].last = true;
-        self.effects
-            .push(Effect::Arm(Timer::Deadline(id), LAST_ATTEMPT_GRACE));
+        self.effects.push(Effect::Arm(
+            Timer::Deadline(id),
+            self.settings.last_attempt_grace,
+        ));
         if !self.waiters[at].trying {
             self.attempt(id);
         }

@@ -84,7 +84,7 @@ impl SyncState {
             Some(outage) => outage.cause.clone(),
             None => LockError::Timeout {
                 op: "a synchronizer's last attempt",
-                after: LAST_ATTEMPT_GRACE,
+                after: self.settings.last_attempt_grace,
             },
         }
     }

@@ -45,6 +45,7 @@ fn settings() -> Settings {
         watchdog_timeout: TIMEOUT,
         hand_off: true,
         unavailable_after: Duration::from_secs(15),
+        last_attempt_grace: LAST_ATTEMPT_GRACE,
     }
 }
 

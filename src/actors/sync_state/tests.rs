@@ -55,6 +55,7 @@ const SETTINGS: Settings = Settings {
     watchdog_timeout: Duration::from_secs(30),
     hand_off: true,
     unavailable_after: Duration::from_secs(15),
+    last_attempt_grace: LAST_ATTEMPT_GRACE,
 };
 
 fn state(kind: SyncKind) -> SyncState {
