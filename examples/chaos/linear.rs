@@ -19,6 +19,9 @@
 //! it (its key expires by then). Errors and stuck calls are left out (no effect the model can
 //! know).
 //!
+//! A count-down latch has a model of its own ([`LatchSpec`]): its count, which a set, a
+//! count-down and a wait must each find as their replies say (see [`check_latch`]).
+//!
 //! A name's history is cut into windows at quiescent points (no operation in progress, no
 //! hold), where the model's state is known (free), so that each window is small for WGL and a
 //! violation costs only its window. A failing window is shrunk, hold by hold, to a smallest
@@ -642,8 +645,9 @@ enum LatchCall {
     /// `try_set_count(count)`: `Some(true)` set (the latch was open: count 0), `Some(false)`
     /// refused (a count was there); `None` an error: it may have set it or not.
     Set { count: u64, set: Option<bool> },
-    /// `count_down()`: `Some(left)`, the count left it returned (the count before it minus 1,
-    /// so -1 on an open latch, which stays 0); `None` an error: it may have counted down or not.
+    /// `count_down()`: `Some(left)`, the count left it returned (the count before it minus 1;
+    /// 0 on an open latch, which stays 0: `count_down` returns no count below 0); `None` an
+    /// error: it may have counted down or not.
     CountDown { left: Option<i64> },
     /// `wait_for` returned: `true` opened (the count was 0 at some point of the call), `false`
     /// timed out (Redis answered closed: the count was above 0 at some point of the call).
@@ -680,7 +684,7 @@ impl Specification for LatchSpec {
                 .flatten()
                 .collect(),
             LatchCall::CountDown { left: Some(left) } => counts
-                .filter(|c| *c as i64 - 1 == left)
+                .filter(|c| (*c as i64 - 1).max(0) == left)
                 .map(|c| c.saturating_sub(1))
                 .collect(),
             LatchCall::CountDown { left: None } => {
@@ -855,8 +859,8 @@ fn latch_violation(ops: Vec<LatchOp>) -> Option<(&'static str, Vec<LatchOp>)> {
 }
 
 /// `chaos check FILE [LEASE_MS]`: checks a history file written by a run (its faults are in
-/// it) and prints the verdict as JSON. Exit 0: no violation of exclusion or of the token order
-/// that follows no fault; 1: some; 2: the file could not be read.
+/// it) and prints the verdict as JSON. Exit 0: no violation of exclusion, of the token order
+/// or of a latch's model that follows no fault; 1: some; 2: the file could not be read.
 pub fn replay(args: &[String]) -> i32 {
     let Some(path) = args.first() else {
         eprintln!("usage: chaos check FILE [LEASE_MS]");
@@ -945,14 +949,14 @@ mod tests {
         ];
         assert!(latch_verdict(&lines).1);
         // A wait that times out while the count is above 0; a set refused on a set latch; a
-        // count-down of an open latch (-1, no change).
+        // count-down of an open latch (0 left, no change).
         let lines = [
             set(0, 1, "set"),
             set(2, 3, "busy"),
             wait(2, 4, "timed_out"),
             down(5, 6, 1),
             down(7, 8, 0),
-            down(9, 10, -1),
+            down(9, 10, 0),
             wait(11, 12, "opened"),
         ];
         assert!(latch_verdict(&lines).1);
@@ -990,7 +994,7 @@ mod tests {
             set(0, 1, "set"),
             wait(1, 5, "opened"),
             down(2, 3, 0),
-            down(4, 5, -1),
+            down(4, 5, 0),
         ];
         let (latch, ok) = latch_verdict(&lines);
         assert_eq!(latch["violations"], json!({"latch_count": {"none": 1}}));
@@ -1064,7 +1068,7 @@ mod tests {
     /// said to follow the restart; a fault that cannot lose the count explains nothing.
     #[test]
     fn a_violation_follows_only_a_fault_that_loses_the_count() {
-        let round = [set(0, 1, "set"), wait(1, 30, "opened"), down(31, 32, -1)];
+        let round = [set(0, 1, "set"), wait(1, 30, "opened"), down(31, 32, 0)];
         let mut lines = round.to_vec();
         lines.push(fault("restart-empty", 10, 12));
         let (latch, ok) = latch_verdict(&lines);

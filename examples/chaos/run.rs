@@ -357,8 +357,8 @@ impl Runner {
 
     /// The run's history, from the checker to its file (`--history`), checked by the
     /// independent checker (`linear.rs`) against the faults tried and the process stalls seen.
-    /// Not ok: a history that could not be read or written, or a violation of mutual exclusion
-    /// or of the token order that follows no fault.
+    /// Not ok: a history that could not be read or written, or a violation of mutual exclusion,
+    /// of the token order or of a latch's model that follows no fault.
     fn check_history(&mut self) -> (Value, bool) {
         let mut conn = self.checker_conn();
         let lines = redis::cmd("LRANGE")

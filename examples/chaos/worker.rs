@@ -28,6 +28,8 @@ const CHECKER_PATIENCE: Duration = Duration::from_secs(30);
 fn patient_fair_wait() -> Duration {
     crate::run::place_timeout() * 2 + Duration::from_secs(2)
 }
+/// The pause between a latch round's two count-downs (see `latch_round`).
+const LATCH_GAP: Duration = Duration::from_millis(50);
 /// How long an idle worker keeps its managers running for the runner's check.
 const IDLE_PATIENCE: Duration = Duration::from_secs(60);
 /// How many fenced writes a leader makes before it resigns, at most (2 more than a random
@@ -1216,8 +1218,8 @@ impl Ctx {
     /// violation, explained when the epoch moved on (a data loss deleted the count) or a
     /// failover is under way. Each call goes into the history too (`set_count`, `await`,
     /// `count_down`), for the latch's model in `linear.rs`: a call's `invoke` is the checker's
-    /// clock read before it was made (`began_us`, then just after the completion of the record
-    /// before it).
+    /// clock read before it was made (`began_us`; the wait's, just after the set's record
+    /// completed; a count-down's, read just before it).
     async fn latch_round(
         &mut self,
         hold: &str,
@@ -1299,14 +1301,18 @@ impl Ctx {
             })
         };
         tokio::time::sleep(Duration::from_millis(5)).await;
+        let invoke_us = self.checker_now_us().await;
         let first = latch.count_down().await;
-        let last = self
-            .latch_counted(record("count_down", "ok", us(&last), None), &first)
+        self.latch_counted(record("count_down", "ok", invoke_us, None), &first)
             .await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Long enough for the record of a waiter that opened at the first count-down (too
+        // early) to reach the checker before the second begins: the history then shows the
+        // open with the count still 1 (a few ms were not enough on a loaded machine).
+        tokio::time::sleep(LATCH_GAP).await;
         second_sent.store(true, Ordering::SeqCst);
+        let invoke_us = self.checker_now_us().await;
         let second = latch.count_down().await;
-        self.latch_counted(record("count_down", "ok", us(&last), None), &second)
+        self.latch_counted(record("count_down", "ok", invoke_us, None), &second)
             .await;
         let Ok((opened, after_second)) = waiter.await else {
             return outcome("stuck");
@@ -1341,6 +1347,15 @@ impl Ctx {
             counts.push(("release_error:latch".into(), 1));
         }
         counts
+    }
+
+    /// The checker's clock now (µs): a call's `invoke` when it is read just before the call.
+    async fn checker_now_us(&mut self) -> u64 {
+        let (secs, micros): (u64, u64) = must(
+            "time",
+            redis::cmd("TIME").query_async(&mut self.checker).await,
+        );
+        secs * 1_000_000 + micros
     }
 
     /// Records a latch's count-down `r` with its result: the count left it returned (`left`),
