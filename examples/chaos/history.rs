@@ -17,20 +17,22 @@ use crate::worker::must;
 /// One operation of a worker, without its completion time.
 pub struct Record<'a> {
     /// `lock`, `fair`, `read`, `write`, `fenced`, `multi`, `redlock`, `sem`, `nonreentrant`,
-    /// `nonreentrant_fair`, `leader`.
+    /// `nonreentrant_fair`, `leader`, `latch`.
     pub kind: &'a str,
-    /// The lock, semaphore or election (a MultiLock's hold is one record per member name).
+    /// The lock, semaphore, latch or election (a MultiLock's hold is one record per member
+    /// name).
     pub name: &'a str,
     pub worker: u64,
     pub task: u64,
     /// The hold (`worker:task:attempt`): the holder the model knows; its release has the same.
     pub hold: &'a str,
     /// `acquire` (unbounded, cancelled at the wait's end), `try` (one attempt), `timed_try`,
-    /// `release`, `fenced_write`.
+    /// `release`, `fenced_write`; a latch's `set_count`, `count_down`, `await`.
     pub op: &'a str,
     /// `granted`, `busy` (a try refused), `timed_out`, `stuck`, `error` (then `error`);
     /// a release: `ok`, `lost` (the hold was gone), `error`, `stuck`; a fenced write:
-    /// `accepted`, `refused`.
+    /// `accepted`, `refused`; a latch's `set_count`: `set`, `busy` (a count was there), `error`;
+    /// its `count_down`: `ok`, `error`; its `await`: `opened`, `timed_out`, `error`.
     pub outcome: &'a str,
     pub invoke_us: u64,
     /// A fenced lock's token, an election's term, the token of a fenced write.
@@ -66,10 +68,24 @@ impl Record<'_> {
         checker: &mut MultiplexedConnection,
         complete: Option<&str>,
     ) -> String {
+        self.send_with(checker, complete, &[]).await
+    }
+
+    /// As [`send`](Self::send), with fields of the kind's own (a latch's `count`, `left`).
+    pub async fn send_with(
+        &self,
+        checker: &mut MultiplexedConnection,
+        complete: Option<&str>,
+        extra: &[(&str, i64)],
+    ) -> String {
+        let mut object = self.object();
+        for (field, value) in extra {
+            object[*field] = (*value).into();
+        }
         must(
             "history",
             checker::RECORD_SCRIPT
-                .arg(self.object().to_string())
+                .arg(object.to_string())
                 .arg(complete.unwrap_or(""))
                 .invoke_async(checker)
                 .await,

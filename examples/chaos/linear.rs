@@ -19,6 +19,9 @@
 //! it (its key expires by then). Errors and stuck calls are left out (no effect the model can
 //! know).
 //!
+//! A count-down latch has a model of its own ([`LatchSpec`]): its count, which a set, a
+//! count-down and a wait must each find as their replies say (see [`check_latch`]).
+//!
 //! A name's history is cut into windows at quiescent points (no operation in progress, no
 //! hold), where the model's state is known (free), so that each window is small for WGL and a
 //! violation costs only its window. A failing window is shrunk, hold by hold, to a smallest
@@ -190,10 +193,10 @@ pub struct FaultWindow {
     pub worker: Option<u64>,
 }
 
-/// Whether a verdict of [`check`] holds no violation of mutual exclusion or of the token order
-/// that follows no fault, and checked something.
+/// Whether a verdict of [`check`] holds no violation of mutual exclusion, of the token order
+/// or of a latch's model that follows no fault, and checked something.
 pub fn ok(verdict: &Value) -> bool {
-    let unexplained: u64 = ["exclusion", "token_order"]
+    let unexplained: u64 = ["exclusion", "token_order", "latch_count", "latch_wait"]
         .iter()
         .map(|class| verdict["violations"][class]["none"].as_u64().unwrap_or(0))
         .sum();
@@ -236,6 +239,10 @@ pub fn check(lines: &[Value], lease: u64) -> Value {
     let mut out = Tally::default();
     for (name, lines) in &by_name {
         let family = name.split(':').nth(1).unwrap_or(name).to_owned();
+        if lines.iter().all(|l| l["kind"] == "latch") {
+            check_latch(name, lines, faults, lease, &mut out);
+            continue;
+        }
         let ops = ops_of(lines, &kills, lease, end);
         let tally = out.by_family.entry(family.clone()).or_default();
         tally.ops += ops.len() as u64;
@@ -557,19 +564,29 @@ fn windows(mut ops: Vec<Op>) -> Vec<Vec<Op>> {
 
 /// Whether WGL finds a linearization of `ops` in the model.
 fn linearizable(ops: &[Op]) -> bool {
+    wgl::<NameSpec>(ops.iter().map(|o| (o.invoke, o.complete, &o.call)))
+}
+
+/// Whether WGL finds a linearization in the model `S` of the operations (invoke, complete,
+/// call): each its own process, so that only their intervals order them.
+fn wgl<'a, S: Specification>(ops: impl Iterator<Item = (u64, u64, &'a S::Operation)>) -> bool
+where
+    S::Operation: 'a,
+{
+    let ops: Vec<_> = ops.collect();
     if ops.is_empty() {
         return true;
     }
     let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(ops.len() * 2);
-    for (i, o) in ops.iter().enumerate() {
-        events.push((o.invoke, 0, i));
-        events.push((o.complete, 1, i));
+    for (i, (invoke, complete, _)) in ops.iter().enumerate() {
+        events.push((*invoke, 0, i));
+        events.push((*complete, 1, i));
     }
     events.sort_unstable();
     let actions = events
         .into_iter()
         .map(|(_, kind, i)| {
-            let call = ops[i].call.clone();
+            let call = ops[i].2.clone();
             (
                 i,
                 match kind {
@@ -579,7 +596,7 @@ fn linearizable(ops: &[Op]) -> bool {
             )
         })
         .collect();
-    WGLChecker::<NameSpec>::is_linearizable(History::from_actions(actions))
+    WGLChecker::<S>::is_linearizable(History::from_actions(actions))
 }
 
 /// A smallest failing sub-history: whole holds (every operation of one holder) left out while
@@ -612,9 +629,241 @@ fn without_token(op: &Op) -> Op {
     op
 }
 
+/// The faults that can take a latch's count away (the key lost: a restart without the data, a
+/// failover or a resharding that lose writes): a latch violation near none of them follows no
+/// fault (`none`), whatever else was injected around it. A latch's key has no TTL, so a clock
+/// step on the server does not touch it.
+const LOSE_LATCH: [&str; 5] = [
+    "restart-empty",
+    "failover-kill",
+    "failover-manual",
+    "partition-primary",
+    "reshard",
+];
+
+/// A call on a count-down latch, as its user sees it (`CountDownLatch`'s rustdoc and the
+/// crate's docs/protocol.md: the count is the key, missing means 0).
+#[derive(Clone, Debug)]
+enum LatchCall {
+    /// `try_set_count(count)`: `Some(true)` set (the latch was open: count 0), `Some(false)`
+    /// refused (a count was there); `None` an error: it may have set it or not.
+    Set { count: u64, set: Option<bool> },
+    /// `count_down()`: `Some(left)`, the count left it returned (the count before it minus 1;
+    /// 0 on an open latch, which stays 0: `count_down` returns no count below 0); `None` an
+    /// error: it may have counted down or not.
+    CountDown { left: Option<i64> },
+    /// `wait_for` returned: `true` opened (the count was 0 at some point of the call), `false`
+    /// timed out (Redis answered closed: the count was above 0 at some point of the call).
+    Await { opened: bool },
+}
+
+/// The latch's state: every count it may have, sorted (one count, unless a call that failed
+/// may have taken effect or not: then both).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct LatchState(Vec<u64>);
+
+struct LatchSpec;
+
+impl Specification for LatchSpec {
+    type State = LatchState;
+    type Operation = LatchCall;
+
+    fn init() -> LatchState {
+        LatchState(vec![0])
+    }
+
+    fn apply(call: &LatchCall, state: &LatchState) -> (bool, LatchState) {
+        let counts = state.0.iter().copied();
+        let mut next: Vec<u64> = match *call {
+            LatchCall::Set {
+                count,
+                set: Some(true),
+            } => counts.filter(|c| *c == 0).map(|_| count).collect(),
+            LatchCall::Set {
+                set: Some(false), ..
+            } => counts.filter(|c| *c > 0).collect(),
+            LatchCall::Set { count, set: None } => counts
+                .flat_map(|c| [Some(c), (c == 0).then_some(count)])
+                .flatten()
+                .collect(),
+            LatchCall::CountDown { left: Some(left) } => counts
+                .filter(|c| (*c as i64 - 1).max(0) == left)
+                .map(|c| c.saturating_sub(1))
+                .collect(),
+            LatchCall::CountDown { left: None } => {
+                counts.flat_map(|c| [c, c.saturating_sub(1)]).collect()
+            }
+            LatchCall::Await { opened } => counts.filter(|c| (*c == 0) == opened).collect(),
+        };
+        next.sort_unstable();
+        next.dedup();
+        match next.is_empty() {
+            true => (false, state.clone()),
+            false => (true, LatchState(next)),
+        }
+    }
+}
+
+/// One call of a latch's history, for its model.
+#[derive(Clone, Debug)]
+struct LatchOp {
+    call: LatchCall,
+    invoke: u64,
+    complete: u64,
+    /// Its line, for the printed sub-history.
+    text: String,
+}
+
+/// The model's calls of one latch's lines. A call that failed (`error`, `stuck`) may still take
+/// effect after it returned: its interval runs to the latch's last record. A wait that failed
+/// tells nothing and is left out.
+fn latch_ops(lines: &[&Value]) -> Vec<LatchOp> {
+    let end = lines
+        .iter()
+        .filter_map(|l| l["complete"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let mut ops = Vec::new();
+    for line in lines {
+        let (Some(op), Some(outcome), Some(invoke), Some(complete)) = (
+            line["op"].as_str(),
+            line["outcome"].as_str(),
+            line["invoke"].as_u64(),
+            line["complete"].as_u64(),
+        ) else {
+            continue;
+        };
+        let failed = matches!(outcome, "error" | "stuck");
+        let call = match (op, outcome) {
+            ("set_count", _) => {
+                let Some(count) = line["count"].as_u64() else {
+                    continue;
+                };
+                let set = match outcome {
+                    "set" => Some(true),
+                    "busy" => Some(false),
+                    _ => None,
+                };
+                LatchCall::Set { count, set }
+            }
+            ("count_down", "ok") => match line["left"].as_i64() {
+                Some(left) => LatchCall::CountDown { left: Some(left) },
+                None => continue,
+            },
+            ("count_down", _) => LatchCall::CountDown { left: None },
+            ("await", "opened") => LatchCall::Await { opened: true },
+            ("await", "timed_out") => LatchCall::Await { opened: false },
+            _ => continue,
+        };
+        let complete = match failed {
+            true => end,
+            false => complete,
+        };
+        ops.push(LatchOp {
+            call,
+            invoke,
+            complete: complete.max(invoke),
+            text: line.to_string(),
+        });
+    }
+    ops
+}
+
+fn latch_linearizable(ops: &[LatchOp]) -> bool {
+    wgl::<LatchSpec>(ops.iter().map(|o| (o.invoke, o.complete, &o.call)))
+}
+
+/// Checks one latch's history: the runner gives every latch round a latch of its own
+/// (`chaos:latch:<hold>`: a set, a wait, two count-downs), so its history is one window, which
+/// begins quiescent and open (no key). A failing one is classed (`latch_count`: it fails
+/// without its waits, so the counts returned or the set's reply contradict each other;
+/// `latch_wait`: only a wait's outcome does, an open before the count reached 0 or a time-out
+/// while it was 0), shrunk wait by wait (only the waits: leaving out a set or a count-down
+/// would change what the others read), and put beside the faults around it: `none` when no
+/// fault that can lose the count ([`LOSE_LATCH`]) was near it.
+fn check_latch(name: &str, lines: &[&Value], faults: &[FaultWindow], lease: u64, out: &mut Tally) {
+    let ops = latch_ops(lines);
+    out.by_family.entry("latch".into()).or_default().ops += ops.len() as u64;
+    if ops.is_empty() {
+        return;
+    }
+    out.windows += 1;
+    if ops.len() > MOST_OPS {
+        out.unchecked_windows += 1;
+        out.unchecked_ops += ops.len() as u64;
+        return;
+    }
+    out.checked_ops += ops.len() as u64;
+    let Some((class, failing)) = latch_violation(ops) else {
+        return;
+    };
+    let lo = failing.iter().map(|o| o.invoke).min().unwrap_or(0);
+    let hi = failing.iter().map(|o| o.complete).max().unwrap_or(0);
+    let lost = faults.iter().any(|f| {
+        LOSE_LATCH.contains(&f.fault.as_str()) && f.from <= hi && lo <= f.to + lease + 1_000_000
+    });
+    let follows = match lost {
+        true => follows(faults, lo, hi, lease, None),
+        false => "none".to_owned(),
+    };
+    for tally in [
+        &mut out.by_family.entry("latch".into()).or_default().violations,
+        &mut out.violations,
+    ] {
+        *tally
+            .entry(class)
+            .or_default()
+            .entry(follows.clone())
+            .or_default() += 1;
+    }
+    if out.samples.len() < SAMPLES {
+        out.samples.push(json!({
+            "name": name,
+            "class": class,
+            "follows": follows,
+            "ops": failing.iter().map(|o| format!(
+                "+{}..+{} ms {}",
+                (o.invoke - lo) / 1000,
+                (o.complete - lo) / 1000,
+                o.text
+            )).collect::<Vec<_>>(),
+        }));
+    }
+}
+
+/// A latch history's violation: its class and a smallest failing sub-history; `None` when it
+/// is linearizable.
+fn latch_violation(ops: Vec<LatchOp>) -> Option<(&'static str, Vec<LatchOp>)> {
+    if latch_linearizable(&ops) {
+        return None;
+    }
+    let counts: Vec<LatchOp> = ops
+        .iter()
+        .filter(|o| !matches!(o.call, LatchCall::Await { .. }))
+        .cloned()
+        .collect();
+    if !latch_linearizable(&counts) {
+        return Some(("latch_count", counts));
+    }
+    let mut failing = ops;
+    let mut i = 0;
+    while i < failing.len() {
+        if matches!(failing[i].call, LatchCall::Await { .. }) {
+            let mut without = failing.clone();
+            without.remove(i);
+            if !latch_linearizable(&without) {
+                failing = without;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    Some(("latch_wait", failing))
+}
+
 /// `chaos check FILE [LEASE_MS]`: checks a history file written by a run (its faults are in
-/// it) and prints the verdict as JSON. Exit 0: no violation of exclusion or of the token order
-/// that follows no fault; 1: some; 2: the file could not be read.
+/// it) and prints the verdict as JSON. Exit 0: no violation of exclusion, of the token order
+/// or of a latch's model that follows no fault; 1: some; 2: the file could not be read.
 pub fn replay(args: &[String]) -> i32 {
     let Some(path) = args.first() else {
         eprintln!("usage: chaos check FILE [LEASE_MS]");
@@ -638,4 +887,203 @@ pub fn replay(args: &[String]) -> i32 {
         serde_json::to_string_pretty(&verdict).unwrap_or_default()
     );
     if ok(&verdict) { 0 } else { 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A latch record as a worker writes it (times in ms here, µs in the line).
+    fn line(op: &str, outcome: &str, invoke: u64, complete: u64, extra: Value) -> Value {
+        let mut v = json!({
+            "kind": "latch", "name": "chaos:latch:1:0:1", "worker": 1, "task": 0,
+            "hold": "1:0:1", "op": op, "outcome": outcome,
+            "invoke": invoke * 1000, "complete": complete * 1000,
+        });
+        if let (Value::Object(v), Value::Object(extra)) = (&mut v, extra) {
+            v.extend(extra);
+        }
+        v
+    }
+
+    fn set(invoke: u64, complete: u64, outcome: &str) -> Value {
+        line("set_count", outcome, invoke, complete, json!({"count": 2}))
+    }
+
+    fn down(invoke: u64, complete: u64, left: i64) -> Value {
+        line("count_down", "ok", invoke, complete, json!({"left": left}))
+    }
+
+    fn wait(invoke: u64, complete: u64, outcome: &str) -> Value {
+        line("await", outcome, invoke, complete, json!({}))
+    }
+
+    fn fault(name: &str, from: u64, to: u64) -> Value {
+        json!({"kind": "process", "name": "", "worker": 0, "task": 0, "hold": "", "op": "fault",
+            "outcome": name, "invoke": from * 1000, "complete": to * 1000})
+    }
+
+    /// The verdict's latch violations: class → follows → count.
+    fn latch_verdict(lines: &[Value]) -> (Value, bool) {
+        let verdict = check(lines, 2_000_000);
+        (verdict["by_family"]["latch"].clone(), ok(&verdict))
+    }
+
+    #[test]
+    fn a_correct_round_checks() {
+        // The runner's round: set 2, a waiter, two count-downs; the waiter opens after the
+        // second.
+        let lines = [
+            set(0, 1, "set"),
+            wait(1, 9, "opened"),
+            down(2, 3, 1),
+            down(4, 5, 0),
+        ];
+        let (latch, ok) = latch_verdict(&lines);
+        assert_eq!(latch["ops"], 4);
+        assert_eq!(latch["violations"], json!({}), "{latch}");
+        assert!(ok);
+        // A wait that overlaps the second count-down may open at its end.
+        let lines = [
+            set(0, 1, "set"),
+            wait(1, 5, "opened"),
+            down(2, 3, 1),
+            down(4, 6, 0),
+        ];
+        assert!(latch_verdict(&lines).1);
+        // A wait that times out while the count is above 0; a set refused on a set latch; a
+        // count-down of an open latch (0 left, no change).
+        let lines = [
+            set(0, 1, "set"),
+            set(2, 3, "busy"),
+            wait(2, 4, "timed_out"),
+            down(5, 6, 1),
+            down(7, 8, 0),
+            down(9, 10, 0),
+            wait(11, 12, "opened"),
+        ];
+        assert!(latch_verdict(&lines).1);
+    }
+
+    /// The break "an await returns before the count reaches 0": caught as `latch_wait`, and
+    /// shrunk to the calls that show it.
+    #[test]
+    fn an_early_open_is_caught() {
+        let lines = [
+            set(0, 1, "set"),
+            wait(2, 3, "opened"),
+            down(4, 5, 1),
+            down(6, 7, 0),
+        ];
+        let (latch, ok) = latch_verdict(&lines);
+        assert_eq!(latch["violations"], json!({"latch_wait": {"none": 1}}));
+        // Touching the set, the wait may have opened before it: calls that touch are
+        // concurrent, which is why a worker's call begins just after the record before it.
+        let touching = [set(0, 1, "set"), wait(1, 3, "opened"), down(4, 5, 1)];
+        assert!(latch_verdict(&touching).1);
+        assert!(!ok);
+        let verdict = check(&lines, 2_000_000);
+        assert_eq!(
+            verdict["samples"][0]["ops"].as_array().map(Vec::len),
+            Some(4)
+        );
+    }
+
+    /// The break "a count-down decrements twice": the first returns 0 where the model has 1
+    /// left, whether or not anyone waits.
+    #[test]
+    fn a_double_count_down_is_caught() {
+        let lines = [
+            set(0, 1, "set"),
+            wait(1, 5, "opened"),
+            down(2, 3, 0),
+            down(4, 5, 0),
+        ];
+        let (latch, ok) = latch_verdict(&lines);
+        assert_eq!(latch["violations"], json!({"latch_count": {"none": 1}}));
+        assert!(!ok);
+        let lines = [set(0, 1, "set"), down(2, 3, 0)];
+        assert_eq!(
+            latch_verdict(&lines).0["violations"],
+            json!({"latch_count": {"none": 1}})
+        );
+    }
+
+    /// A wait that timed out though the count was 0 all along; a set refused on an open
+    /// latch; a set accepted over a count.
+    #[test]
+    fn other_contradictions_are_caught() {
+        let lines = [
+            set(0, 1, "set"),
+            down(2, 3, 1),
+            down(4, 5, 0),
+            wait(6, 7, "timed_out"),
+        ];
+        assert_eq!(
+            latch_verdict(&lines).0["violations"],
+            json!({"latch_wait": {"none": 1}})
+        );
+        let lines = [set(0, 1, "busy")];
+        assert_eq!(
+            latch_verdict(&lines).0["violations"],
+            json!({"latch_count": {"none": 1}})
+        );
+        let lines = [set(0, 1, "set"), set(2, 3, "set")];
+        assert_eq!(
+            latch_verdict(&lines).0["violations"],
+            json!({"latch_count": {"none": 1}})
+        );
+    }
+
+    /// A count-down that failed may have counted down, then or later: both are kept possible,
+    /// so neither its effect nor its absence is a violation.
+    #[test]
+    fn a_failed_count_down_may_or_may_not_count() {
+        let failed = line("count_down", "error", 2, 3, json!({"error": "x"}));
+        // It counted down (after the other one): the waiter opened.
+        let lines = [
+            set(0, 1, "set"),
+            failed.clone(),
+            down(4, 5, 1),
+            wait(6, 20, "opened"),
+        ];
+        assert!(latch_verdict(&lines).1);
+        // It did not: the waiter timed out.
+        let lines = [
+            set(0, 1, "set"),
+            failed,
+            down(4, 5, 1),
+            wait(6, 20, "timed_out"),
+        ];
+        assert!(latch_verdict(&lines).1);
+        // Without it the second count-down's 1 left would contradict nothing either, but a 0
+        // left after it would: a failed call is not a free pass.
+        let lines = [
+            set(0, 1, "set"),
+            down(2, 3, 1),
+            line("count_down", "error", 4, 5, json!({})),
+            down(6, 7, 1),
+        ];
+        assert!(!latch_verdict(&lines).1);
+    }
+
+    /// A latch that lost its count to a restart without the data opens early: found, and
+    /// said to follow the restart; a fault that cannot lose the count explains nothing.
+    #[test]
+    fn a_violation_follows_only_a_fault_that_loses_the_count() {
+        let round = [set(0, 1, "set"), wait(1, 30, "opened"), down(31, 32, 0)];
+        let mut lines = round.to_vec();
+        lines.push(fault("restart-empty", 10, 12));
+        let (latch, ok) = latch_verdict(&lines);
+        assert_eq!(
+            latch["violations"],
+            json!({"latch_count": {"restart-empty": 1}})
+        );
+        assert!(ok);
+        let mut lines = round.to_vec();
+        lines.push(fault("kill-holder", 10, 12));
+        let (latch, ok) = latch_verdict(&lines);
+        assert_eq!(latch["violations"], json!({"latch_count": {"none": 1}}));
+        assert!(!ok);
+    }
 }

@@ -31,6 +31,8 @@ const CHECKER_PATIENCE: Duration = Duration::from_secs(30);
 fn patient_fair_wait() -> Duration {
     crate::run::place_timeout() * 2 + Duration::from_secs(2)
 }
+/// The pause between a latch round's two count-downs (see `latch_round`).
+const LATCH_GAP: Duration = Duration::from_millis(50);
 /// How long an idle worker keeps its managers running for the runner's check.
 const IDLE_PATIENCE: Duration = Duration::from_secs(60);
 /// How many fenced writes a leader makes before it resigns, at most (2 more than a random
@@ -396,7 +398,10 @@ impl Ctx {
         }
         let wait = self.settings.wait;
         if kind == Kind::Latch {
-            counts.extend(self.latch_round(hold, epoch.unwrap_or(0), epoch_key).await);
+            counts.extend(
+                self.latch_round(hold, epoch.unwrap_or(0), epoch_key, began * 1000)
+                    .await,
+            );
             return counts;
         }
         // Each worker's first reentrant-lock attempt, and one in a hundred after it: a short
@@ -1225,15 +1230,51 @@ impl Ctx {
     /// A count-down latch round on a latch of its own: set 2, a waiting task, two count-downs.
     /// The waiter must open, and not before the second count-down was sent: opening early is a
     /// violation, explained when the epoch moved on (a data loss deleted the count) or a
-    /// failover is under way.
-    async fn latch_round(&mut self, hold: &str, epoch: u64, epoch_key: &str) -> Vec<(String, i64)> {
+    /// failover is under way. Each call goes into the history too (`set_count`, `await`,
+    /// `count_down`), for the latch's model in `linear.rs`: a call's `invoke` is the checker's
+    /// clock read before it was made (`began_us`; the wait's, just after the set's record
+    /// completed; a count-down's, read just before it).
+    async fn latch_round(
+        &mut self,
+        hold: &str,
+        epoch: u64,
+        epoch_key: &str,
+        began_us: u64,
+    ) -> Vec<(String, i64)> {
         use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, Ordering};
         let name = format!("chaos:latch:{hold}");
         let latch = self.lock.count_down_latch(name.as_str());
         let wait = self.settings.wait;
+        let (worker, task) = (self.worker, self.task);
+        let record = |op: &'static str, outcome: &'static str, invoke_us: u64, error| Record {
+            kind: Kind::Latch.name(),
+            name: &name,
+            worker,
+            task,
+            hold,
+            op,
+            outcome,
+            invoke_us,
+            token: None,
+            error,
+        };
+        // The invoke of the call after a record: the record's completion plus 1 µs, so that the
+        // two do not touch (touching intervals count as concurrent) — the call is made after
+        // the record's reply came back, more than a microsecond after the checker read its
+        // clock. 0, the widest interval, if the time were ever unreadable.
+        let us = |t: &str| t.parse::<u64>().map_or(0, |t| t + 1);
         let outcome = |what: &str| vec![(format!("{what}:latch"), 1)];
-        match latch.try_set_count(2).await {
+        let set = latch.try_set_count(2).await;
+        let (what, error) = match &set {
+            Ok(true) => ("set", None),
+            Ok(false) => ("busy", None),
+            Err(e) => ("error", Some(e.to_string())),
+        };
+        let last = record("set_count", what, began_us, error)
+            .send_with(&mut self.checker, None, &[("count", 2)])
+            .await;
+        match set {
             Ok(true) => {}
             Ok(false) => return outcome("acquire_error"),
             Err(LockError::ReplicaSync { .. }) => return outcome("replica_sync"),
@@ -1245,16 +1286,48 @@ impl Ctx {
         let second_sent = Arc::new(AtomicBool::new(false));
         let waiter = {
             let (latch, second_sent) = (latch.clone(), second_sent.clone());
+            let mut checker = self.checker.clone();
+            let (name, hold) = (name.clone(), hold.to_owned());
+            let invoke_us = us(&last);
             tokio::spawn(async move {
                 let opened = latch.wait_for(wait + STUCK_AFTER).await;
-                (opened, second_sent.load(Ordering::SeqCst))
+                let after_second = second_sent.load(Ordering::SeqCst);
+                let (what, error) = match &opened {
+                    Ok(true) => ("opened", None),
+                    Ok(false) => ("timed_out", None),
+                    Err(e) => ("error", Some(e.to_string())),
+                };
+                Record {
+                    kind: Kind::Latch.name(),
+                    name: &name,
+                    worker,
+                    task,
+                    hold: &hold,
+                    op: "await",
+                    outcome: what,
+                    invoke_us,
+                    token: None,
+                    error,
+                }
+                .send(&mut checker, None)
+                .await;
+                (opened, after_second)
             })
         };
         tokio::time::sleep(Duration::from_millis(5)).await;
+        let invoke_us = self.checker_now_us().await;
         let first = latch.count_down().await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        self.latch_counted(record("count_down", "ok", invoke_us, None), &first)
+            .await;
+        // Long enough for the record of a waiter that opened at the first count-down (too
+        // early) to reach the checker before the second begins: the history then shows the
+        // open with the count still 1 (a few ms were not enough on a loaded machine).
+        tokio::time::sleep(LATCH_GAP).await;
         second_sent.store(true, Ordering::SeqCst);
+        let invoke_us = self.checker_now_us().await;
         let second = latch.count_down().await;
+        self.latch_counted(record("count_down", "ok", invoke_us, None), &second)
+            .await;
         let Ok((opened, after_second)) = waiter.await else {
             return outcome("stuck");
         };
@@ -1288,6 +1361,35 @@ impl Ctx {
             counts.push(("release_error:latch".into(), 1));
         }
         counts
+    }
+
+    /// The checker's clock now (µs): a call's `invoke` when it is read just before the call.
+    async fn checker_now_us(&mut self) -> u64 {
+        let (secs, micros): (u64, u64) = must(
+            "time",
+            redis::cmd("TIME").query_async(&mut self.checker).await,
+        );
+        secs * 1_000_000 + micros
+    }
+
+    /// Records a latch's count-down `r` with its result: the count left it returned (`left`),
+    /// or its error. Returns the record's completion time.
+    async fn latch_counted(
+        &mut self,
+        mut r: Record<'_>,
+        result: &Result<i64, LockError>,
+    ) -> String {
+        match result {
+            Ok(left) => {
+                r.send_with(&mut self.checker, None, &[("left", *left)])
+                    .await
+            }
+            Err(e) => {
+                r.outcome = "error";
+                r.error = Some(e.to_string());
+                r.send(&mut self.checker, None).await
+            }
+        }
     }
 }
 

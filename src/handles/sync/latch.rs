@@ -57,8 +57,8 @@ impl CountDownLatch {
         Ok(self.handle.adjust(Adjustment::SetCount(count)).await? == 1)
     }
 
-    /// Counts down once: the count left (0 when this opened the latch; below 0 when it was
-    /// open already, which changes nothing).
+    /// Counts down once: the count left (0 when this opened the latch, and when it was open
+    /// already, which changes nothing).
     ///
     /// # Errors
     /// As [`try_set_count`](Self::try_set_count).
