@@ -22,7 +22,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use actix::WeakRecipient;
+use actix::dev::ToEnvelope;
+use actix::{Actor, Addr, Handler, WeakRecipient};
 
 use super::messages::{Deadlocked, StillWaiting};
 use super::name::WaiterId;
@@ -39,6 +40,20 @@ pub(crate) type Wait = graph::Wait<Arc<Asks>>;
 pub(crate) struct Asks {
     pub still: WeakRecipient<StillWaiting>,
     pub broken: WeakRecipient<Deadlocked>,
+}
+
+impl Asks {
+    /// How the graph asks the actor of address `me` about its waits.
+    pub(crate) fn of<A>(me: Addr<A>) -> Self
+    where
+        A: Actor + Handler<StillWaiting> + Handler<Deadlocked>,
+        A::Context: ToEnvelope<A, StillWaiting> + ToEnvelope<A, Deadlocked>,
+    {
+        Self {
+            still: me.clone().recipient().downgrade(),
+            broken: me.recipient().downgrade(),
+        }
+    }
 }
 
 /// The detector, shared by a manager's lock actors and its probe.

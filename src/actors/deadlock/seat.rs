@@ -1,8 +1,9 @@
 //! [`Seat`]: what one lock actor keeps of its place in the waits-for graph — whose each request
 //! is, which of its waits are in the graph, whose its holds are, and which of them the graph
-//! last learned. The per-name shell holds one for a lock actor (`None` for a synchronizer, or
-//! with deadlock detection off) and tells it when a wait begins and ends, when a hold ends, and
-//! after each event; the lock actor tells it whose each request and grant is. It is plain data
+//! last learned. A lock actor holds one (none with deadlock detection off; a synchronizer has
+//! none) and lends it to the per-name shell (`PerName::seated`), which tells it when a wait
+//! begins and ends, when a hold ends, and after each event; the lock actor tells it whose each
+//! request and grant is. It is plain data
 //! and methods on its own fields, not generic over the shell's `PerName` (that would close a
 //! circle with `shell/`).
 
@@ -14,7 +15,7 @@ use rustc_hash::FxHashMap;
 use super::graph::{self, Hold, Marks, WaitId};
 use super::{Asks, Detector};
 use crate::actors::lost::Claim;
-use crate::actors::name::WaiterId;
+use crate::actors::name::{Wait, WaiterId};
 use crate::error::{Owner, Site};
 use crate::protocol::LockKind;
 
@@ -27,6 +28,28 @@ pub(crate) struct Whose {
     pub kind: LockKind,
     /// Where the caller's code asked for it.
     pub site: Option<Site>,
+}
+
+impl Whose {
+    /// Whose a request is, when it waits at all: a single attempt never waits for a holder
+    /// (queued behind a round trip, it is watched, but it answers `None` rather than wait), so
+    /// it is no wait of the waits-for graph; a request with no owner is none either.
+    pub(crate) fn of(
+        owner: Option<Owner>,
+        wait: Wait,
+        holder: &Arc<str>,
+        kind: LockKind,
+        site: Option<Site>,
+    ) -> Option<Self> {
+        owner
+            .filter(|_| wait.normalized() != Wait::No)
+            .map(|owner| Self {
+                owner,
+                holder: holder.clone(),
+                kind,
+                site,
+            })
+    }
 }
 
 /// One hold of this actor, as the graph is told of it.
@@ -196,14 +219,19 @@ impl Seat {
         self.publish(name, actor);
     }
 
-    /// The holds of this actor claimed by one of `owners`: each one's owner and holder field
-    /// (for the cross-process probe).
-    pub(crate) fn holds_of(&self, owners: &[Owner]) -> Vec<(Owner, Arc<str>)> {
+    /// The holds of this actor (of lock key `name`) claimed by one of `owners`: each one's
+    /// owner, lock key and holder field (for the cross-process probe).
+    pub(crate) fn holds_of(
+        &self,
+        owners: &[Owner],
+        name: &Arc<str>,
+    ) -> Vec<(Owner, Arc<str>, Arc<str>)> {
         self.holds
             .values()
             .filter(|held| held.claim.is_claimed())
             .filter_map(|held| held.owner.clone())
             .filter(|(owner, _)| owners.contains(owner))
+            .map(|(owner, holder)| (owner, name.clone(), holder))
             .collect()
     }
 }

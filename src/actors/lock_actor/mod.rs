@@ -45,6 +45,8 @@ type ReleaseTx = OneshotSender<Result<(), LockError>>;
 /// and send it [`Acquire`] and [`Release`].
 pub struct LockActor {
     shell: Shell<Self>,
+    /// Its place in the waits-for graph, while deadlocks are looked for.
+    seat: Option<Seat>,
 }
 
 impl LockActor {
@@ -59,9 +61,9 @@ impl LockActor {
     ) -> Self {
         let settings = Settings::of(&svc.config);
         let state = LockState::new(family, name.clone(), settings, Instant::now());
-        let mut shell = Shell::new((id, NameKind::Lock(family), name), svc, registry, state);
-        shell.seat = Seat::new(&shell.svc.deadlocks);
-        Self { shell }
+        let seat = Seat::new(&svc.deadlocks);
+        let shell = Shell::new((id, NameKind::Lock(family), name), svc, registry, state);
+        Self { shell, seat }
     }
 
     /// Releases the hold of `key` of this `epoch`; `reply` gets the outcome.
@@ -80,6 +82,10 @@ impl PerName for LockActor {
 
     fn shell(&mut self) -> &mut Shell<Self> {
         &mut self.shell
+    }
+
+    fn seated(&mut self) -> (&mut Shell<Self>, Option<&mut Seat>) {
+        (&mut self.shell, self.seat.as_mut())
     }
 
     fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
@@ -106,7 +112,7 @@ impl PerName for LockActor {
                 let counted = (key.1.label(), 1.0);
                 let (hold, claim) = self.shell.receipt(epoch, counted, confirmed, waited, ctx);
                 claim.claim();
-                if let Some(seat) = &mut self.shell.seat {
+                if let Some(seat) = &mut self.seat {
                     seat.granted(epoch, owner, (&key.0, key.1), || claim.claims());
                 }
                 let (holder, kind) = key;
@@ -134,11 +140,7 @@ impl PerName for LockActor {
     }
 
     fn asks(ctx: &mut Context<Self>) -> Option<Asks> {
-        let me = ctx.address();
-        Some(Asks {
-            still: me.clone().recipient().downgrade(),
-            broken: me.recipient().downgrade(),
-        })
+        Some(Asks::of(ctx.address()))
     }
 
     fn reply(tx: ReleaseTx, res: Result<(), LockError>) {
@@ -156,17 +158,7 @@ impl Handler<Acquire> for LockActor {
 
     fn handle(&mut self, msg: Acquire, ctx: &mut Context<Self>) -> AcquireReply {
         let kind = msg.kind;
-        // A single attempt never waits for a holder (queued behind a round trip, it is watched,
-        // but it answers `None` rather than wait): it is no wait of the waits-for graph.
-        let whose = msg
-            .owner
-            .filter(|_| msg.wait.normalized() != Wait::No)
-            .map(|owner| Whose {
-                owner,
-                holder: msg.holder.clone(),
-                kind,
-                site: msg.site,
-            });
+        let whose = Whose::of(msg.owner, msg.wait, &msg.holder, kind, msg.site);
         let req = Request {
             holder: msg.holder,
             kind,
@@ -178,7 +170,7 @@ impl Handler<Acquire> for LockActor {
             |act| {
                 let id = act.shell.state.request(req, Instant::now());
                 act.shell.coming(id, kind.label());
-                if let (Some(seat), Some(whose)) = (&mut act.shell.seat, whose) {
+                if let (Some(seat), Some(whose)) = (&mut act.seat, whose) {
                     seat.coming(id, whose);
                 }
                 Expecting::Waiter(id)
@@ -203,14 +195,11 @@ impl Handler<Release> for LockActor {
     fn handle(&mut self, Release(mut grant): Release, ctx: &mut Context<Self>) -> ReleaseReply {
         // A grant sent to another lock's actor is refused; still armed, it releases its hold
         // through its own actor when it is dropped here.
-        if !grant.hold.granted_by(self.shell.id) {
-            return ReleaseReply(Err(LockError::invalid(
-                "release",
-                format!(
-                    "the grant of lock {:?} was sent to the actor of another lock",
-                    grant.name()
-                ),
-            )));
+        let why = |name: &str| {
+            format!("the grant of lock {name:?} was sent to the actor of another lock")
+        };
+        if let Err(e) = grant.hold.sent_back_to(self.shell.id, why) {
+            return ReleaseReply(Err(e));
         }
         // A waiter whose caller left just before must not be handed the lock.
         shell::gone_first(self, ctx);
@@ -248,14 +237,11 @@ impl Handler<HoldsOf> for LockActor {
     type Result = MessageResult<HoldsOf>;
 
     fn handle(&mut self, msg: HoldsOf, _: &mut Context<Self>) -> Self::Result {
-        let name = self.shell.name.clone();
-        let holds = (self.shell.seat.as_ref()).map_or_else(Vec::new, |s| s.holds_of(&msg.owners));
-        MessageResult(
-            holds
-                .into_iter()
-                .map(|(o, h)| (o, name.clone(), h))
-                .collect(),
-        )
+        let holds = self
+            .seat
+            .as_ref()
+            .map(|s| s.holds_of(&msg.owners, &self.shell.name));
+        MessageResult(holds.unwrap_or_default())
     }
 }
 
@@ -272,10 +258,7 @@ impl Handler<Deadlocked> for LockActor {
 
     /// The waits-for graph chose this waiter to break a cycle of waits.
     fn handle(&mut self, msg: Deadlocked, ctx: &mut Context<Self>) {
-        let error = crate::error::LockError::Deadlock { cycle: msg.cycle };
-        self.shell
-            .state
-            .deadlocked(msg.waiter, error, Instant::now());
+        (self.shell.state).deadlocked(msg.waiter, msg.cycle, Instant::now());
         shell::apply(self, ctx);
     }
 }

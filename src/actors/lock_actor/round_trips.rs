@@ -1,19 +1,23 @@
 //! A lock's round trips: each [`Op`] a future of its own, spawned on the actor's context, its
 //! [`Outcome`] going back to the state.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
 use super::LockActor;
-use crate::actors::lock_state::{Op, Outcome};
+use crate::actors::lock_state::{Op, Outcome, shutdown_retry};
 use crate::actors::shell;
 use crate::protocol::{Commands, HandedOff, LockKind, Successor};
 
 impl LockActor {
     /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a
-    /// future of its own size (the rare, large ones are not what every acquire pays for).
+    /// future of its own size: a request's (acquire, release, hand-off) here, unboxed; the
+    /// rare, large ones in [`run_upkeep`](Self::run_upkeep), which are not what every acquire
+    /// pays for.
     pub(super) fn run_op(&mut self, op: Op, ctx: &mut Context<Self>) {
         let (cmds, name) = (self.shell.svc.commands.clone(), self.shell.name.clone());
         match op {
@@ -59,62 +63,55 @@ impl LockActor {
                     .hand_off(lease, next, expect);
                 Outcome::Release(res.await)
             }),
-            Op::LeaveQueue { holder, wait } => self.spawn_op(
-                ctx,
-                Box::pin(async move {
-                    Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await)
-                }),
-            ),
-            Op::FairRefresh { places, cap } => self.spawn_op(
-                ctx,
-                Box::pin(async move {
-                    Outcome::FairRefresh(cmds.fair_refresh(&name, &places, cap).await)
-                }),
-            ),
+            upkeep => self.run_upkeep(upkeep, ctx),
+        }
+    }
+
+    /// Starts one of the round trips that keep the name in order rather than serve a request
+    /// (leaving a fair queue, refreshing its places, settling a count, the shutdown): rare and
+    /// large, each boxed.
+    fn run_upkeep(&mut self, op: Op, ctx: &mut Context<Self>) {
+        let (cmds, name) = (self.shell.svc.commands.clone(), self.shell.name.clone());
+        let trip: Pin<Box<dyn Future<Output = Outcome>>> = match op {
+            Op::LeaveQueue { holder, wait } => Box::pin(async move {
+                Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await)
+            }),
+            Op::FairRefresh { places, cap } => Box::pin(async move {
+                Outcome::FairRefresh(cmds.fair_refresh(&name, &places, cap).await)
+            }),
             Op::Settle {
                 kind,
                 holder,
                 target,
                 lease,
                 lapsed,
-            } => self.spawn_op(
-                ctx,
-                Box::pin(async move {
-                    let res = cmds.settle_releases(kind, &name, &holder, target, lease, lapsed);
-                    Outcome::Settle(res.await)
-                }),
-            ),
+            } => Box::pin(async move {
+                let res = cmds.settle_releases(kind, &name, &holder, target, lease, lapsed);
+                Outcome::Settle(res.await)
+            }),
             Op::Shutdown {
                 leave,
                 release,
                 lapsed,
-            } => self.spawn_op(
-                ctx,
-                Box::pin(async move {
-                    shut_down(&cmds, &name, leave, release, lapsed).await;
-                    Outcome::Shutdown
-                }),
-            ),
-        }
+            } => Box::pin(async move {
+                shut_down(&cmds, &name, leave, release, lapsed).await;
+                Outcome::Shutdown
+            }),
+            // Only `run_op` sends round trips here; a request's goes back there all the same.
+            request @ (Op::Acquire { .. } | Op::Release { .. } | Op::HandOff { .. }) => {
+                return self.run_op(request, ctx);
+            }
+        };
+        self.spawn_op(ctx, trip);
     }
 
-    fn spawn_op(
-        &mut self,
-        ctx: &mut Context<Self>,
-        op: impl std::future::Future<Output = Outcome> + 'static,
-    ) {
+    fn spawn_op(&mut self, ctx: &mut Context<Self>, op: impl Future<Output = Outcome> + 'static) {
         ctx.spawn(op.into_actor(self).map(|outcome, act, ctx| {
             act.shell.state.ran(outcome, Instant::now());
             shell::apply(act, ctx);
         }));
     }
 }
-
-/// Releases at shutdown tried again after a failure that came quickly (a dropped connection).
-const SHUTDOWN_RETRIES: u32 = 3;
-/// A failed try that took this long is not tried again (Redis frozen or away: each try would
-/// wait a response timeout); also four times the first backoff.
-const SHUTDOWN_RETRY_WITHIN: Duration = Duration::from_millis(400);
 
 /// Leaves fair queues, then releases each hold entirely (whatever its count in Redis).
 async fn shut_down(
@@ -131,10 +128,8 @@ async fn shut_down(
     }
     for ((holder, kind), lease) in release {
         let ran_out = lapsed.contains(&(holder.clone(), kind));
-        // A connection that just dropped fails the first try at once (the connection actor
-        // makes it again meanwhile): tried again after a short backoff, for up to
-        // `SHUTDOWN_RETRIES`; not after a try that took long (a frozen server's response
-        // timeout), so that a shutdown stays as bounded as before.
+        // A failed try is tried again as `shutdown_retry` says (a dropped connection, not a
+        // frozen server).
         let mut tries = 0;
         loop {
             let began = Instant::now();
@@ -147,7 +142,7 @@ async fn shut_down(
                 Err(e) => Some(e),
             };
             tries += 1;
-            if tries > SHUTDOWN_RETRIES || began.elapsed() >= SHUTDOWN_RETRY_WITHIN {
+            let Some(backoff) = shutdown_retry(tries, began.elapsed()) else {
                 match error {
                     Some(e) => {
                         tracing::warn!(lock = %name, %holder, error = %e, "release at shutdown failed")
@@ -155,8 +150,8 @@ async fn shut_down(
                     None => tracing::warn!(lock = %name, %holder, "release at shutdown failed"),
                 }
                 break;
-            }
-            actix_rt::time::sleep(SHUTDOWN_RETRY_WITHIN / 4 * tries).await;
+            };
+            actix_rt::time::sleep(backoff).await;
         }
     }
 }

@@ -149,6 +149,22 @@ pub(crate) enum Op {
     },
 }
 
+/// Releases at shutdown tried again after a failure that came quickly (a dropped connection).
+const SHUTDOWN_RETRIES: u32 = 3;
+/// A failed try that took this long is not tried again (Redis frozen or away: each try would
+/// wait a response timeout); also four times the first backoff.
+const SHUTDOWN_RETRY_WITHIN: Duration = Duration::from_millis(400);
+
+/// Whether a release of [`Op::Shutdown`] that failed (or left a count) at its `tries`-th try,
+/// which took `took`, is tried again, and after what backoff. A connection that just dropped
+/// fails the first try at once (the connection actor makes it again meanwhile): tried again
+/// after a short backoff, for up to `SHUTDOWN_RETRIES`; not after a try that took long (a
+/// frozen server's response timeout), so that a shutdown stays as bounded as before.
+pub(crate) fn shutdown_retry(tries: u32, took: Duration) -> Option<Duration> {
+    (tries <= SHUTDOWN_RETRIES && took < SHUTDOWN_RETRY_WITHIN)
+        .then(|| SHUTDOWN_RETRY_WITHIN / 4 * tries)
+}
+
 impl Op {
     /// The holds it may change: its holder's, and a hand-off's next holder's.
     pub(crate) fn keys(&self) -> impl Iterator<Item = HoldKey> {

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashSet;
 
-pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer};
+pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer, shutdown_retry};
 use holds::Holds;
 pub(crate) use holds::TRACK_AFTER;
 #[cfg(test)]

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::error::Cycle;
 
 impl LockState {
     /// Whether new waiter `id` waits its turn behind the local waiters ahead of it, without an
@@ -30,12 +31,13 @@ impl LockState {
     }
 
     /// The waits-for graph chose waiter `id` to break a cycle of waits: it fails with
-    /// `error` (a deadlock) and leaves, as a waiter whose wait ran out does.
-    pub(crate) fn deadlocked(&mut self, id: WaiterId, error: LockError, now: Instant) {
+    /// [`LockError::Deadlock`] naming the `cycle` and leaves, as a waiter whose wait ran out
+    /// does.
+    pub(crate) fn deadlocked(&mut self, id: WaiterId, cycle: Cycle, now: Instant) {
         self.now = now;
         if self.waiters.contains(id) {
             tracing::debug!(lock = %self.name, "waiter left: a deadlock");
-            self.answer(id, Answer::Failed(error));
+            self.answer(id, Answer::Failed(LockError::Deadlock { cycle }));
         }
     }
 

@@ -13,8 +13,8 @@
 //!   and the metric series of waiters, holds and losses;
 //! - who waits on the name, on the manager's [`Board`](crate::actors::board::Board) (client
 //!   records, `lockman top`), for every waiter left waiting; and, through the actor's
-//!   [`Seat`] when it has one (a lock actor's), when a wait begins and ends and a hold ends,
-//!   for the waits-for graph (`deadlock/`);
+//!   [`Seat`] when it has one (a lock actor's, [`PerName::seated`]), when a wait begins and
+//!   ends and a hold ends, for the waits-for graph (`deadlock/`);
 //! - what a grant keeps of its hold, alike for both families (`receipt`);
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
@@ -77,6 +77,12 @@ pub(crate) trait PerName:
 
     /// Its shell, which owns its state.
     fn shell(&mut self) -> &mut Shell<Self>;
+    /// Its shell, and its place in the waits-for graph when it has one: the actor keeps its
+    /// seat, the shell tells it when a wait begins and ends and a hold ends. `None` for a
+    /// family whose waits are not in the graph, or with deadlock detection off.
+    fn seated(&mut self) -> (&mut Shell<Self>, Option<&mut Seat>) {
+        (self.shell(), None)
+    }
 
     /// Starts one round trip; its outcome goes back to the state.
     fn run(&mut self, op: <FamilyOf<Self> as Family>::Op, ctx: &mut Context<Self>);
@@ -150,8 +156,6 @@ pub(crate) struct Shell<A: PerName> {
     /// When each waiter that actually waits (a watched caller) began waiting: for the board.
     /// Empty while nobody waits.
     waits_began: FxHashMap<WaiterId, Instant>,
-    /// Its place in the waits-for graph: a lock actor's, while deadlocks are looked for.
-    pub seat: Option<Seat>,
     /// Reply senders on their way in, and the effects held back for them (`reply`).
     handed: Rc<RefCell<Vec<Handed<A>>>>,
     expecting: Option<Expecting>,
@@ -183,7 +187,6 @@ impl<A: PerName> Shell<A> {
             stop_replies: Vec::new(),
             effects: Vec::new(),
             waits_began: FxHashMap::default(),
-            seat: None,
             handed: Rc::default(),
             expecting: None,
             held: Vec::new(),
@@ -228,34 +231,36 @@ impl<A: PerName> Shell<A> {
             }
         })
     }
+}
 
-    /// Waiter `id`'s wait is over (answered, or its caller left): off the board and out of the
-    /// waits-for graph. Returns whose request it was, when the seat knows.
-    fn wait_over(&mut self, id: WaiterId) -> Option<Owner> {
-        if let Some(began) = self.waits_began.remove(&id) {
-            self.svc.board.wait_ended(&self.name, began);
-        }
-        self.seat.as_mut()?.wait_over(self.id, id)
+/// Waiter `id`'s wait is over (answered, or its caller left): off the board and out of the
+/// waits-for graph. Returns whose request it was, when the seat knows.
+fn wait_over<A: PerName>(act: &mut A, id: WaiterId) -> Option<Owner> {
+    let (shell, seat) = act.seated();
+    if let Some(began) = shell.waits_began.remove(&id) {
+        shell.svc.board.wait_ended(&shell.name, began);
     }
+    seat?.wait_over(shell.id, id)
+}
 
-    /// The hold of `epoch` ended: its signal's series, and out of the seat.
-    fn ended(&mut self, epoch: u64) -> Option<Signal> {
-        if let Some(seat) = &mut self.seat {
-            seat.hold_ended(epoch);
-        }
-        let signal = self.signals.remove(&epoch)?;
-        A::SERIES.held(signal.kind, -signal.amount);
-        Some(signal)
+/// The hold of `epoch` ended: its signal's series, and out of the seat.
+fn ended<A: PerName>(act: &mut A, epoch: u64) -> Option<Signal> {
+    let (shell, seat) = act.seated();
+    if let Some(seat) = seat {
+        seat.hold_ended(epoch);
     }
+    let signal = shell.signals.remove(&epoch)?;
+    A::SERIES.held(signal.kind, -signal.amount);
+    Some(signal)
+}
 
-    /// The hold of `epoch` is gone without its release: its guards learn it.
-    fn lose(&mut self, epoch: u64, loss: Loss) {
-        // Counted before the guard is told: whoever the guard wakes reads the counters
-        // already moved.
-        if let Some(signal) = self.ended(epoch) {
-            A::SERIES.lost(signal.kind, loss.label());
-            signal.lost.send_replace(true);
-        }
+/// The hold of `epoch` is gone without its release: its guards learn it.
+fn lose<A: PerName>(act: &mut A, epoch: u64, loss: Loss) {
+    // Counted before the guard is told: whoever the guard wakes reads the counters
+    // already moved.
+    if let Some(signal) = ended(act, epoch) {
+        A::SERIES.lost(signal.kind, loss.label());
+        signal.lost.send_replace(true);
     }
 }
 
@@ -280,9 +285,9 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
             }
         }
     }
-    let shell = act.shell();
+    let (shell, seat) = act.seated();
     shell.effects = effects;
-    if let Some(seat) = &mut shell.seat {
+    if let Some(seat) = seat {
         seat.publish(&shell.name, shell.id);
     }
 }
@@ -321,9 +326,9 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             confirmed,
         } => track(act, &hold, epoch, Some(confirmed), ctx),
         Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
-        Effect::Lost(epoch, loss) => act.shell().lose(epoch, loss),
+        Effect::Lost(epoch, loss) => lose(act, epoch, loss),
         Effect::Ended(epoch) => {
-            act.shell().ended(epoch);
+            ended(act, epoch);
         }
         Effect::Busy => {
             Linger::busy(act);
@@ -338,8 +343,8 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             Linger::idle(act, ctx);
         }
         Effect::Stopped => {
-            let shell = act.shell();
-            if let Some(seat) = &mut shell.seat {
+            let (shell, seat) = act.seated();
+            if let Some(seat) = seat {
                 seat.holds_ended();
             }
             for (_, signal) in shell.signals.drain() {
@@ -394,9 +399,9 @@ fn answer_waiter<A: PerName>(
     answer: <FamilyOf<A> as Family>::Answer,
     ctx: &mut Context<A>,
 ) {
+    let outcome = act.shell().state.outcome(&answer);
+    let owner = wait_over(act, id);
     let shell = act.shell();
-    let outcome = shell.state.outcome(&answer);
-    let owner = shell.wait_over(id);
     shell.crowd.disarm(id);
     let caller = shell.waiting.remove(&id).map(|w| {
         A::SERIES.waiters(w.kind, -1.0);
@@ -427,14 +432,14 @@ fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
     }
     shell.waits_began.insert(id, now);
     shell.svc.board.wait_began(&shell.name, now);
-    if shell.seat.as_ref().is_some_and(|seat| seat.needs_asks(id))
+    if act.seated().1.is_some_and(|seat| seat.needs_asks(id))
         && let Some(asks) = A::asks(ctx)
-        && let Some(seat) = &mut act.shell().seat
+        && let Some(seat) = act.seated().1
     {
         seat.asked_by(asks);
     }
-    let shell = act.shell();
-    if let Some(seat) = &mut shell.seat {
+    let (shell, seat) = act.seated();
+    if let Some(seat) = seat {
         seat.wait_began(&shell.name, shell.id, id, now);
     }
 }
@@ -450,8 +455,8 @@ pub(crate) fn still_waiting<A: PerName>(act: &mut A, id: WaiterId) -> bool {
 /// Waiter `id`'s caller dropped its request: the waiter leaves.
 pub(crate) fn caller_gone<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
     if act.shell().state.caller_left(id, Instant::now()) {
+        wait_over(act, id);
         let shell = act.shell();
-        shell.wait_over(id);
         shell.crowd.disarm(id);
         if let Some(w) = shell.waiting.remove(&id) {
             A::SERIES.waiters(w.kind, -1.0);
@@ -636,12 +641,12 @@ pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
             _ => {}
         }
     }
-    let shell = act.shell();
+    let (shell, seat) = act.seated();
     for (_, tx) in shell.replies.drain() {
         A::reply(tx, Err(LockError::Shutdown));
     }
     // Its holds leave the waits-for graph with it.
-    if let Some(seat) = &mut shell.seat {
+    if let Some(seat) = seat {
         seat.leave(&shell.name, shell.id);
     }
 }

@@ -11,6 +11,7 @@ use actix::prelude::*;
 
 use super::{PerName, Shell};
 use crate::actors::lost::{LostSignal, Validity};
+use crate::error::LockError;
 
 /// One grant's hold, as its guard keeps it.
 pub(crate) struct Receipt<A: Actor> {
@@ -30,9 +31,18 @@ pub(crate) struct Receipt<A: Actor> {
 }
 
 impl<A: Actor> Receipt<A> {
-    /// Whether the actor of id `actor_id` granted it.
-    pub(crate) fn granted_by(&self, actor_id: u64) -> bool {
-        self.actor_id == actor_id
+    /// Refuses it sent back to an actor (of id `actor_id`) other than the one that granted it,
+    /// with the error `why` says from its name. Still armed, it ends its hold through its own
+    /// actor when it is dropped there.
+    pub(crate) fn sent_back_to(
+        &self,
+        actor_id: u64,
+        why: impl FnOnce(&str) -> String,
+    ) -> Result<(), LockError> {
+        if self.actor_id == actor_id {
+            return Ok(());
+        }
+        Err(LockError::invalid("release", why(&self.name)))
     }
 }
 

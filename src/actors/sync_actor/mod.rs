@@ -270,13 +270,11 @@ impl Handler<ReleasePermits> for SyncActor {
 
     fn handle(&mut self, msg: ReleasePermits, ctx: &mut Context<Self>) -> Self::Result {
         let ReleasePermits(mut permits) = msg;
-        if !permits.hold.granted_by(self.shell.id) {
-            // Still armed: dropped here, it gives its permits back through its own actor.
-            let why = format!(
-                "permits of {:?} were sent to another synchronizer's actor",
-                permits.hold.name
-            );
-            return SyncDone(Err(LockError::invalid("release", why)), PhantomData);
+        // Still armed: dropped here, it gives its permits back through its own actor.
+        let why =
+            |name: &str| format!("permits of {name:?} were sent to another synchronizer's actor");
+        if let Err(e) = permits.hold.sent_back_to(self.shell.id, why) {
+            return SyncDone(Err(e), PhantomData);
         }
         permits.hold.armed = false;
         self.give_back(permits.hold.epoch, ctx)

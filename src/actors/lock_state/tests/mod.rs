@@ -845,3 +845,17 @@ fn a_last_release_untracks_first_and_a_failed_one_tracks_again() {
         "{fx:?}"
     );
 }
+
+/// A release at shutdown that failed quickly is tried again after a growing backoff, three
+/// times at most; one that took 400 ms or more (a frozen server's response timeout) is not.
+#[test]
+fn a_release_at_shutdown_is_tried_again_only_after_a_quick_failure() {
+    let quick = Duration::from_millis(5);
+    let ms = Duration::from_millis;
+    assert_eq!(shutdown_retry(1, quick), Some(ms(100)));
+    assert_eq!(shutdown_retry(2, quick), Some(ms(200)));
+    assert_eq!(shutdown_retry(3, quick), Some(ms(300)));
+    assert_eq!(shutdown_retry(4, quick), None);
+    assert_eq!(shutdown_retry(1, ms(399)), Some(ms(100)));
+    assert_eq!(shutdown_retry(1, ms(400)), None);
+}
