@@ -287,7 +287,15 @@ async fn pump<R, W>(
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,
                 };
-                let state = *rx.borrow();
+                let mut state = *rx.borrow_and_update();
+                // Read just as the link was held (the hold came while this read was under
+                // way): the bytes wait with the rest until the release, as if never read.
+                while state.held && !state.ends(flow.born) {
+                    if rx.changed().await.is_err() {
+                        return;
+                    }
+                    state = *rx.borrow_and_update();
+                }
                 if state.ends(flow.born) {
                     return;
                 }
