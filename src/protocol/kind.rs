@@ -277,8 +277,14 @@ impl LockKind {
                     .arg(publish);
                 call
             }
-            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant => {
-                let mut call = ScriptCall::new(&RELEASE, 2, 5, room);
+            // `group_release.lua` takes the reentrant release's keys and arguments; the caller
+            // appends the members after the expected count.
+            LockKind::Reentrant | LockKind::Fenced | LockKind::NonReentrant | LockKind::Group => {
+                let script = match self {
+                    LockKind::Group => &super::group::GROUP_RELEASE,
+                    _ => &RELEASE,
+                };
+                let mut call = ScriptCall::new(script, 2, 5, room);
                 call.key(key)
                     .key(keys::unlock_channel(name))
                     .arg(UNLOCK_MESSAGE)
@@ -315,17 +321,6 @@ impl LockKind {
                     .arg(WAKE_ALL_MESSAGE)
                     .arg(millis(lease))
                     .arg(keys::write_field(holder))
-                    .arg(publish);
-                call
-            }
-            // `group_release.lua`: the caller appends the members after the expected count.
-            LockKind::Group => {
-                let mut call = ScriptCall::new(&super::group::GROUP_RELEASE, 2, 5, room);
-                call.key(key)
-                    .key(keys::unlock_channel(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
                     .arg(publish);
                 call
             }
