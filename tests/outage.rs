@@ -109,6 +109,7 @@ fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
         })
     };
     let spin = m.spin_lock(n("spin"));
+    let group: lockman::Lock = (*m.group_lock(n("group"), ["a", "b"]).unwrap()).clone();
     let (l, f, rw, fe, nr) = (
         m.lock(n("lock")),
         m.fair_lock(n("fair")),
@@ -245,7 +246,22 @@ fn every_way_in(m: &LockManager, tag: &str, unbounded: bool) -> Vec<Case> {
             WAIT,
         );
     }
+    {
+        let group = group.clone();
+        add(
+            "group",
+            Box::pin(async move { got(group.try_acquire_for(WAIT).await) }),
+            Unavailable,
+            WAIT,
+        );
+    }
     if unbounded {
+        add(
+            "group unbounded",
+            Box::pin(async move { group.acquire().await.map(|_| true) }),
+            Unavailable,
+            BOUND,
+        );
         add(
             "spin unbounded",
             Box::pin(async move { spin.acquire().await.map(|_| true) }),
