@@ -507,8 +507,10 @@ fn memory_role(url: &str, names: usize) {
 /// checks that follow each renewal included.
 fn renewals(url: &str, locks: usize, ticks: u32, timeout: Duration, watched: bool) {
     actix_rt::System::new().block_on(async {
+        // Under callgrind the start takes seconds: the default connect timeout is too short.
         let config = Config::new(url)
             .watchdog_timeout(timeout)
+            .connect_timeout(Duration::from_secs(60))
             .watch_holds(watched);
         let manager = LockManager::start(config).await.expect("manager");
         let mut guards = Vec::with_capacity(locks);

@@ -338,15 +338,27 @@ async fn a_tracking_table_too_small_costs_paced_checks_and_no_false_loss() {
     mgr.shutdown().await;
 }
 
+/// Lockman's own renewals of a watched hold run on the tracking connection and read the key
+/// again after writing it: no loss, no invalidation and so no check, and the key still tracked.
+/// Counted by the server: `renew.lua` runs `HEXISTS` and `EXISTS` once per hold, `held.lua`
+/// (the check) `HEXISTS` alone, so each check shows as one `HEXISTS` more than `EXISTS`. (The
+/// breaks: renewals on a command connection, or no `NOLOOP`: a check after each renewal.)
 #[tokio::test]
-async fn own_renewals_are_no_loss_and_keep_the_watch() {
+async fn own_renewals_are_no_loss_cost_no_check_and_keep_the_watch() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    // Renewals every 200 ms: each writes the key (PEXPIRE), an invalidation for the watch.
+    // Renewals every 200 ms.
     let config = Config::new(server.url()).watchdog_timeout(Duration::from_millis(600));
     let mgr = LockManager::start(config).await.unwrap();
     let guard = mgr.lock("renewed").acquire().await.unwrap();
     until_tracked(&mut raw, 1).await;
+    // The first renewal has run (its script is loaded): from here on, renewals only.
+    assert!(
+        eventually(Duration::from_secs(2), || command_calls(&mut raw, "exists")
+            >= 1)
+        .await,
+        "never renewed"
+    );
     reset_stats(&mut raw);
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!guard.is_lost(), "a renewal was taken for a loss");
@@ -357,11 +369,94 @@ async fn own_renewals_are_no_loss_and_keep_the_watch() {
         guard.valid_until() > Instant::now(),
         "renewals were not published to the guard"
     );
-    // Each renewal was followed by a check, which tracked the key again.
-    let calls = command_calls(&mut raw, "evalsha");
-    assert!(calls >= 8, "renewals and their checks: {calls} calls");
-    until_tracked(&mut raw, 1).await;
+    let renewals = command_calls(&mut raw, "exists");
+    let reads = command_calls(&mut raw, "hexists");
+    assert!(renewals >= 4, "renewals every 200 ms: {renewals} in 1.5 s");
+    assert_eq!(
+        reads,
+        renewals,
+        "{renewals} renewals were followed by {} checks",
+        reads.saturating_sub(renewals)
+    );
+    assert_eq!(
+        tracked_keys(&mut raw),
+        1,
+        "the renewed key is still tracked"
+    );
     guard.release().await.unwrap();
+    mgr.shutdown().await;
+}
+
+/// Waits until each guard has heard of a renewal (its `valid_until` moved on), polling every
+/// 2 ms.
+async fn until_renewed(guards: &[&lockman::LockGuard]) {
+    let before: Vec<Instant> = guards.iter().map(|g| g.valid_until()).collect();
+    let limit = Instant::now() + WATCHDOG;
+    while guards
+        .iter()
+        .zip(&before)
+        .any(|(g, b)| g.valid_until() == *b)
+    {
+        assert!(Instant::now() < limit, "the holds were never renewed");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The attack on renewals run on the tracking connection: a foreign `DEL` right after lockman's
+/// own renewal of the key must still be heard. One hold of each renewal script (`renew.lua`,
+/// `renew_read.lua`, `group_renew.lua`), deleted within a few ms of their first renewal; the
+/// next renewal is 4 s away. (The break: a renewal script without its read after the write
+/// leaves the key untracked, and the `DEL` is found only by that next renewal.)
+#[tokio::test]
+async fn a_foreign_del_right_after_a_renewal_is_known_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let plain = mgr.lock("after-renewal").acquire().await.unwrap();
+    let read = mgr
+        .read_write_lock("after-renewal-rw")
+        .read()
+        .acquire()
+        .await
+        .unwrap();
+    let group = mgr
+        .group_lock("after-renewal-group", ["a", "b"])
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    until_tracked(&mut raw, 3).await;
+    until_renewed(&[&plain, &read, &group]).await;
+    let deleting = Instant::now();
+    let _: () = raw
+        .del(&["after-renewal", "after-renewal-rw", "after-renewal-group"])
+        .unwrap();
+    let plain_took = lost_since(&plain, deleting, AT_ONCE).await;
+    let read_took = lost_since(&read, deleting, AT_ONCE).await;
+    let group_took = lost_since(&group, deleting, AT_ONCE).await;
+    eprintln!(
+        "foreign DEL right after a renewal → lost() in {plain_took:?} (lock), \
+         {read_took:?} (read), {group_took:?} (group)"
+    );
+    mgr.shutdown().await;
+}
+
+/// The same with a lock-delay (`renew_delay.lua`, which also writes the delay key).
+#[tokio::test]
+async fn with_a_lock_delay_a_foreign_del_right_after_a_renewal_is_known_at_once() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url())
+        .watchdog_timeout(WATCHDOG)
+        .lock_delay(Duration::from_millis(500));
+    let mgr = LockManager::start(config).await.unwrap();
+    let guard = mgr.lock("after-renewal-delayed").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    until_renewed(&[&guard]).await;
+    let deleting = Instant::now();
+    let _: () = raw.del("after-renewal-delayed").unwrap();
+    let took = lost_since(&guard, deleting, AT_ONCE).await;
+    eprintln!("foreign DEL right after a renewal (lock-delay) → lost() in {took:?}");
     mgr.shutdown().await;
 }
 

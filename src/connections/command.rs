@@ -292,6 +292,12 @@ impl Conn {
         &self.inner.endpoint
     }
 
+    /// Whether replica sync is on ([`Config::sync_replicas`]): synced writes are followed by
+    /// `WAIT`.
+    pub(crate) fn syncs_replicas(&self) -> bool {
+        self.inner.sync.is_some()
+    }
+
     /// This lane's connections, and their generation (for [`renew`](Self::renew)).
     fn pair(&self) -> (Pair, u64) {
         let lanes = self

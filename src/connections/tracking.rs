@@ -1,15 +1,18 @@
 //! The tracking connection: a RESP3 connection of its own to the primary with client-side
-//! tracking on (`CLIENT TRACKING ON`, default mode), on which lockman checks its holds, so that
-//! the server tells it at once (an `invalidate` push) when a key it checked is written by anyone:
-//! a foreign `DEL`, a force unlock, an eviction, an expiry, a `FLUSHALL`.
+//! tracking on (`CLIENT TRACKING ON NOLOOP`, default mode), on which lockman checks and renews
+//! its holds, so that the server tells it at once (an `invalidate` push) when a key it checked
+//! is written by anyone else: a foreign `DEL`, a force unlock, an eviction, an expiry, a
+//! `FLUSHALL`.
 //!
 //! Why this shape (measured on Redis 7.0.15 and Valkey 9.1.2, docs/protocol.md "Watched holds"):
 //! - keys read inside `EVALSHA` are tracked for the calling connection, so one read-only script
 //!   call both checks a batch of holds and registers their keys;
 //! - in default mode a key leaves the tracking table at its first invalidation, even when the
-//!   write came from the tracking connection itself with `NOLOOP` (then nothing is sent at
-//!   all): this connection therefore never writes, and every invalidation is followed by a
-//!   check, which registers the key again;
+//!   write came from the tracking connection itself with `NOLOOP` (then nothing is sent to it):
+//!   so the only writes made here are renewals whose scripts read the key again after writing
+//!   it, which tracks it again with no push and no check; every other write (anyone's, or
+//!   lockman's own on a command connection) is an invalidation, followed by a check, which
+//!   registers the key again;
 //! - RESP3 pushes arrive on the connection that tracks; RESP2 would need the invalidations
 //!   redirected to a subscribed connection, which redis-rs's pub/sub connection cannot name
 //!   (no `CLIENT ID` on it), so RESP3 it is: Redis 6+ and every Valkey.
@@ -83,7 +86,7 @@ pub(crate) async fn open(
         }
     };
     let mut on = Cmd::new();
-    on.arg("CLIENT").arg("TRACKING").arg("ON");
+    on.arg("CLIENT").arg("TRACKING").arg("ON").arg("NOLOOP");
     let mut name = Cmd::new();
     name.arg("CLIENT").arg("SETNAME").arg("lockman-tracking");
     for cmd in [&name, &on] {
@@ -167,9 +170,9 @@ fn heard_of(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
 }
 
 impl Tracking {
-    /// Runs one read-only script call on the tracking connection (which registers the keys it
-    /// reads), bounded by the response timeout; a server that does not know the script is given
-    /// it first.
+    /// Runs one script call on the tracking connection (which registers the keys it reads), bounded
+    /// by the response timeout; a server that does not know the script is given it first. A
+    /// script that writes a key must read it after, or the key is no longer tracked.
     pub(crate) async fn eval(
         &self,
         op: &'static str,

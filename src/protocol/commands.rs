@@ -464,6 +464,7 @@ impl Commands {
         &self,
         holds: &[(&str, &str)],
         timeout: Duration,
+        tracking: Option<&Tracking>,
     ) -> Result<Vec<bool>, LockError> {
         let mut renewed = Vec::with_capacity(holds.len());
         for (name, holder) in holds {
@@ -473,12 +474,7 @@ impl Commands {
             };
             let key = keys::lock_key(name);
             let call = group_call(&group::GROUP_RENEW, key, holder, &members, Some(timeout));
-            match self
-                .conn
-                .eval("renew", key, &call, Replicas::Wait)
-                .await?
-                .synced()?
-            {
+            match self.renewal(key, &call, tracking).await? {
                 Value::Int(n) => renewed.push(n == 1),
                 other => return Err(unexpected("renew", other)),
             }
@@ -488,19 +484,21 @@ impl Commands {
 
     /// Renews up to [`RENEW_BATCH`] holds of one kind (`renew.lua`; `renew_read.lua` for read
     /// holds, which also renews the holder's own timeout keys, and no other reader's): `true`
-    /// for each hold still in place.
+    /// for each hold still in place. With `tracking`, the call runs on the tracking connection
+    /// (see [`renewal`](Self::renewal)).
     pub(crate) async fn renew(
         &self,
         kind: LockKind,
         holds: &[(&str, &str)],
         timeout: Duration,
+        tracking: Option<&Tracking>,
     ) -> Result<Vec<bool>, LockError> {
         let read = kind == LockKind::Read;
         if kind == LockKind::Group {
-            return self.renew_groups(holds, timeout).await;
+            return self.renew_groups(holds, timeout, tracking).await;
         }
         if kind == LockKind::Reentrant && self.lock_delay > 0 {
-            return self.renew_delayed(holds, timeout).await;
+            return self.renew_delayed(holds, timeout, tracking).await;
         }
         let (script, per_hold): (&Script, usize) =
             if read { (&RENEW_READ, 2) } else { (&RENEW, 1) };
@@ -519,12 +517,7 @@ impl Commands {
                 call.arg(keys::tagged(name));
             }
         }
-        match self
-            .conn
-            .eval("renew", "", &call, Replicas::Wait)
-            .await?
-            .synced()?
-        {
+        match self.renewal("", &call, tracking).await? {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
@@ -538,6 +531,7 @@ impl Commands {
         &self,
         holds: &[(&str, &str)],
         timeout: Duration,
+        tracking: Option<&Tracking>,
     ) -> Result<Vec<bool>, LockError> {
         let bytes: usize = holds
             .iter()
@@ -554,16 +548,34 @@ impl Commands {
         for (_, holder) in holds {
             call.arg(*holder);
         }
-        match self
-            .conn
-            .eval("renew", "", &call, Replicas::Wait)
-            .await?
-            .synced()?
-        {
+        match self.renewal("", &call, tracking).await? {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("renew", other)),
+        }
+    }
+
+    /// Runs one renewal call. On the tracking connection when one is given and replica sync is
+    /// off (`WAIT` would block that connection and its checks): every renewal script reads the
+    /// lock key again after writing it, and the tracking connection has `NOLOOP`, so a renewal
+    /// there sends no invalidation to lockman and leaves the key tracked (docs/protocol.md
+    /// "Watched holds"); on a command connection, each renewal of a watched hold would be an
+    /// invalidation, and a check. A renewal writes the same thing however often it is sent, so
+    /// a call whose reply was lost is resolved by sending it again, on any connection.
+    async fn renewal(
+        &self,
+        key: &str,
+        call: &ScriptCall<'_>,
+        tracking: Option<&Tracking>,
+    ) -> Result<Value, LockError> {
+        match tracking {
+            Some(tracking) if !self.conn.syncs_replicas() => tracking.eval("renew", call).await,
+            _ => self
+                .conn
+                .eval("renew", key, call, Replicas::Wait)
+                .await?
+                .synced(),
         }
     }
 

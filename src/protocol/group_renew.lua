@@ -5,6 +5,9 @@
 -- Reply: 1 when every member's field holds the holder (each expire_time raised to now + the
 --        timeout, the key's PTTL raised to the timeout); 0 when one does not (nothing changes:
 --        the hold is lost).
+-- The key is read again after its write: on lockman's tracking connection (NOLOOP) the
+-- write drops the key from the server's tracking table without telling lockman, and that read
+-- tracks it again (protocol.md, "Watched holds").
 local key = KEYS[1]
 local holder = ARGV[2]
 if redis.call('type', key)['ok'] ~= 'hash' then
@@ -29,4 +32,5 @@ local left = redis.call('pttl', key)
 if left >= 0 and left < timeout then
     redis.call('pexpire', key, timeout)
 end
+redis.call('exists', key)
 return 1

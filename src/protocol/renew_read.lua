@@ -8,6 +8,9 @@
 -- client's hold runs out), so the final release can tell that no reader remains. The hash is
 -- only lengthened, never shortened: another reader's longer lease still needs it (Redisson
 -- sets it to the timeout, which could cut it).
+-- Each key renewed is read again after its write: on lockman's tracking connection (NOLOOP) the
+-- write drops the key from the server's tracking table without telling lockman, and that read
+-- tracks it again (protocol.md, "Watched holds").
 local renewed = {}
 for i, key in ipairs(KEYS) do
     local holder, prefix = ARGV[2 * i], ARGV[2 * i + 1]
@@ -21,6 +24,7 @@ for i, key in ipairs(KEYS) do
         end
         if redis.call('pttl', key) < tonumber(ARGV[1]) then
             redis.call('pexpire', key, ARGV[1])
+            redis.call('exists', key)
         end
         renewed[i] = 1
     else

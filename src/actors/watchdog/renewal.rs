@@ -270,18 +270,28 @@ impl Watchdog {
         }
         self.renewals.ticking = true;
         let (commands, timeout) = (self.commands.clone(), self.renewals.timeout);
+        // A regular round of watched lock holds runs on the tracking connection, so that
+        // lockman's own renewals cause no invalidation and no check (`tracking.rs`); a retry
+        // goes on the command connection, whose errors tell a failover.
+        let tracking = match round {
+            Round::Every => self.watch_link(),
+            Round::Failing => None,
+        };
+        let connection = tracking.as_ref().map(|(_, connection)| *connection);
         let calls = batches.len();
         let started = Instant::now();
         let work = join_all(batches.into_iter().map(move |batch| {
             let commands = commands.clone();
+            let tracking = tracking.clone();
             async move {
                 let what = batch[0].0.what;
                 let pairs: Vec<(&str, &str)> = batch
                     .iter()
                     .map(|(key, _)| (&*key.name, &*key.holder))
                     .collect();
+                let link = tracking.as_ref().map(|(link, _)| link);
                 let res = match what {
-                    Renewal::Lock(kind) => commands.renew(kind, &pairs, timeout).await,
+                    Renewal::Lock(kind) => commands.renew(kind, &pairs, timeout, link).await,
                     Renewal::Permits => commands.renew_permits(&pairs, timeout).await,
                 };
                 (batch, res)
@@ -290,8 +300,15 @@ impl Watchdog {
         ctx.spawn(work.into_actor(self).map(move |results, act, ctx| {
             act.renewals.ticking = false;
             let mut count = Counts::default();
+            let mut link_failed = false;
             for (batch, res) in results {
+                link_failed |= res.is_err() && matches!(batch[0].0.what, Renewal::Lock(_));
                 act.renewals.renewed(batch, res, started, &mut count);
+            }
+            if let Some(connection) = connection
+                && link_failed
+            {
+                act.watch_failed(connection, ctx);
             }
             let Counts {
                 renewed,

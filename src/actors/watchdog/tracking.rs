@@ -15,11 +15,18 @@
 //! released while its check is under way may be found gone by its own release; its actor,
 //! which knows the release is under way, lets the release's outcome decide
 //! (`LockState::hold_lost`), so "found gone" here is not yet a loss. Cost: one check call per
-//! hold that lives 20 ms (coalesced under load), none per renewal more than before, none for a
-//! shorter hold.
+//! hold that lives 20 ms (coalesced under load), none per renewal, none for a shorter hold.
 //!
-//! Lockman's own renewals write the keys too, so each renewal is followed by one check call per
-//! batch; a check never writes, so it causes no invalidation of its own.
+//! Lockman's own renewals write the keys too. The regular rounds of renewals of watched lock
+//! holds therefore run on the tracking connection itself (`renewal.rs`, `Commands::renew`):
+//! that connection has `NOLOOP`, so its own writes send it nothing, and each renewal script
+//! reads the key again after writing it, so the key stays tracked. A renewal thus costs no
+//! push and no check; a foreign write right after it is still heard. Retries of failed
+//! renewals, renewals with replica sync (`WAIT` would block the tracking connection), and
+//! renewals while the tracking connection is down go on a command connection: each is then
+//! followed by an invalidation and one check call per batch. A failed renewal on the tracking
+//! connection is handled as a failed check (a new connection, every hold checked). A check
+//! never writes, so it causes no invalidation of its own.
 //!
 //! Checks are coalesced: names invalidated while a check call is under way wait for it and go
 //! in the next one, so a flood of writes to held keys costs a few calls, not one per write
@@ -363,12 +370,7 @@ impl Watchdog {
         self.watch.pace.ended(Instant::now(), lost == 0 && !failed);
         crate::metrics::watch_checked(held, lost);
         if failed && self.watch.connection == connection {
-            // Invalidations may be missed meanwhile: a new connection, every hold again,
-            // after a backoff (a server that refuses the checks must not be asked in a loop).
-            self.watch.link = None;
-            self.watch.connection += 1;
-            self.watch.all = true;
-            self.watch_rest(ctx);
+            self.watch_failed(connection, ctx);
         } else {
             if !failed {
                 self.watch.failures = 0;
@@ -382,6 +384,31 @@ impl Watchdog {
 type Batch = Vec<(RenewKey, u64)>;
 
 impl Watchdog {
+    /// The tracking connection and its number, for a round of renewals, while it is open and
+    /// replica sync is off (renewals with replica sync wait for replicas on a command
+    /// connection).
+    pub(super) fn watch_link(&self) -> Option<(Tracking, u64)> {
+        if self.watch.off || self.watch.resting || self.commands.conn().syncs_replicas() {
+            return None;
+        }
+        let link = self.watch.link.clone()?;
+        Some((link, self.watch.connection))
+    }
+
+    /// A call on tracking connection `connection` failed (or got no reply in time):
+    /// invalidations may be missed meanwhile, so a new connection is made and every hold
+    /// checked on it, after a backoff (a server that refuses the calls must not be asked in a
+    /// loop). Nothing is done when that connection was already replaced.
+    pub(super) fn watch_failed(&mut self, connection: u64, ctx: &mut Context<Self>) {
+        if self.halted || self.watch.off || self.watch.connection != connection {
+            return;
+        }
+        self.watch.link = None;
+        self.watch.connection += 1;
+        self.watch.all = true;
+        self.watch_rest(ctx);
+    }
+
     /// After a failure: nothing is tried for [`backoff`] of the failures in a row, then the
     /// names waiting are checked (on a new connection when there is none).
     fn watch_rest(&mut self, ctx: &mut Context<Self>) {
