@@ -342,7 +342,8 @@ async fn a_tracking_table_too_small_costs_paced_checks_and_no_false_loss() {
 /// again after writing it: no loss, no invalidation and so no check, and the key still tracked.
 /// Counted by the server: `renew.lua` runs `HEXISTS` and `EXISTS` once per hold, `held.lua`
 /// (the check) `HEXISTS` alone, so each check shows as one `HEXISTS` more than `EXISTS`. (The
-/// breaks: renewals on a command connection, or no `NOLOOP`: a check after each renewal.)
+/// breaks: renewals on a command connection, or no `NOLOOP`: a check after each renewal, 7 of
+/// 7 seen.)
 #[tokio::test]
 async fn own_renewals_are_no_loss_cost_no_check_and_keep_the_watch() {
     let server = RedisServer::start();
@@ -372,11 +373,14 @@ async fn own_renewals_are_no_loss_cost_no_check_and_keep_the_watch() {
     let renewals = command_calls(&mut raw, "exists");
     let reads = command_calls(&mut raw, "hexists");
     assert!(renewals >= 4, "renewals every 200 ms: {renewals} in 1.5 s");
-    assert_eq!(
-        reads,
-        renewals,
-        "{renewals} renewals were followed by {} checks",
-        reads.saturating_sub(renewals)
+    let checks = reads.saturating_sub(renewals);
+    eprintln!("{renewals} own renewals, {checks} checks");
+    // One check may come of a failure path, as designed: a renewal that failed on a busy machine
+    // is retried on a command connection (an invalidation, then a check), a PING that timed out
+    // has every hold checked. The breaks cost a check per renewal.
+    assert!(
+        checks <= 1,
+        "{renewals} renewals were followed by {checks} checks"
     );
     assert_eq!(
         tracked_keys(&mut raw),

@@ -175,9 +175,11 @@ impl Handler<RenewNow> for Watchdog {
     type Result = ();
 
     fn handle(&mut self, _: RenewNow, ctx: &mut Context<Self>) {
-        self.tick(ctx, Round::Every);
-        // The tracking connection follows the primary too.
+        // The tracking connection follows the primary too. Dropped first: this round's
+        // renewals must not go on it, to the old primary; they go on the command connections,
+        // already moved, and the new tracking connection takes the next round's.
         self.watch_again(ctx);
+        self.tick(ctx, Round::Every);
     }
 }
 
