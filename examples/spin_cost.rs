@@ -11,6 +11,17 @@
 //!
 //! Run: `cargo run --release --example spin_cost -- [WAITING,...] [ACQUISITIONS] [HOLD_MS]`
 //! (defaults: `1,10,40,100 300 5`).
+//!
+//! `spin_cost procs [WAITING,...] [ACQUISITIONS] [HOLD_MS]`: the same, each client a process of
+//! its own (this example started again as a child, one manager on one arbiter thread and a
+//! current-thread runtime); the children count acquisitions with `INCR` on a key of their own
+//! (not a script: not in the counts), are started and warmed up first, and all begin at one
+//! word from the parent on their standard input.
+//!
+//! `spin_cost latency [ROUNDS] [HOLD_MS]`: hand-off latency with one waiter, plain beside spin:
+//! a holder takes `hot` and holds it HOLD ms (default 50) while another manager's task waits;
+//! the time from the release call to the waiter's grant, over ROUNDS (default 200) rounds,
+//! p50 / p99 / max.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -130,8 +141,201 @@ async fn run(kind: Kind, waiting: usize, acquisitions: u64, hold: Duration) -> R
     }
 }
 
+/// A child of `procs`: one client, `kind` on `url`, until the counter reaches `acquisitions`.
+fn child(args: &[String]) {
+    let (url, kind, acquisitions, hold) = (
+        args[0].clone(),
+        match args[1].as_str() {
+            "plain" => Kind::Plain,
+            "fair" => Kind::Fair,
+            _ => Kind::Spin,
+        },
+        args[2].parse::<i64>().expect("acquisitions"),
+        Duration::from_millis(args[3].parse().expect("hold")),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let manager = LockManager::start(Config::new(url.clone()).arbiters(1))
+            .await
+            .expect("manager");
+        let lock = kind.lock(&manager);
+        lock.acquire()
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+        let client = redis::Client::open(url).expect("url");
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("conn");
+        println!("ready");
+        let mut line = String::new();
+        // The parent's word to begin (blocking: nothing else runs here meanwhile).
+        std::io::stdin().read_line(&mut line).expect("stdin");
+        loop {
+            let guard = lock.acquire().await.expect("acquire");
+            let n: i64 = redis::cmd("INCR")
+                .arg("spin_cost:count")
+                .query_async(&mut conn)
+                .await
+                .expect("INCR");
+            tokio::time::sleep(hold).await;
+            guard.release().await.expect("release");
+            if n >= acquisitions {
+                break;
+            }
+            tokio::time::sleep(hold).await;
+            let done: i64 = redis::cmd("GET")
+                .arg("spin_cost:count")
+                .query_async(&mut conn)
+                .await
+                .unwrap_or(0);
+            if done >= acquisitions {
+                break;
+            }
+        }
+        manager.shutdown().await;
+    });
+}
+
+/// `procs`: W + 1 child processes on a fresh server.
+fn run_procs(kind: Kind, waiting: usize, acquisitions: u64, hold: Duration) -> Run {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let server = support::RedisServer::start();
+    let mut conn = server.conn();
+    let me = std::env::current_exe().expect("exe");
+    let mut children = Vec::new();
+    for _ in 0..=waiting {
+        let mut c = Command::new(&me)
+            .args([
+                "child",
+                &server.url(),
+                kind.label(),
+                &acquisitions.to_string(),
+                &hold.as_millis().to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("child");
+        let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("ready");
+        assert_eq!(line.trim(), "ready", "a child failed to start");
+        children.push(c);
+    }
+    let idle = Duration::from_secs(2);
+    let before = calls(&mut conn, "evalsha");
+    std::thread::sleep(idle);
+    let background = calls(&mut conn, "evalsha") - before;
+    let (evalsha, publish) = (calls(&mut conn, "evalsha"), calls(&mut conn, "publish"));
+    let started = Instant::now();
+    for c in &mut children {
+        let stdin = c.stdin.as_mut().expect("stdin");
+        stdin.write_all(b"go\n").expect("go");
+        stdin.flush().expect("flush");
+    }
+    for mut c in children {
+        assert!(c.wait().expect("wait").success(), "a child failed");
+    }
+    let elapsed = started.elapsed();
+    let made: i64 = redis::cmd("GET")
+        .arg("spin_cost:count")
+        .query(&mut conn)
+        .expect("GET");
+    let made = made as f64;
+    let scripts = (calls(&mut conn, "evalsha") - evalsha) as f64
+        - background as f64 * elapsed.as_secs_f64() / idle.as_secs_f64();
+    let publishes = (calls(&mut conn, "publish") - publish) as f64;
+    Run {
+        scripts: scripts / made,
+        publishes: publishes / made,
+        per_second: made / elapsed.as_secs_f64(),
+        background,
+    }
+}
+
+/// `latency`: release → the waiter's grant, one waiter in another manager.
+async fn latency(kind: Kind, rounds: usize, hold: Duration) -> Vec<Duration> {
+    let server = support::RedisServer::start();
+    let holder = LockManager::start(Config::new(server.url()))
+        .await
+        .expect("manager");
+    let waiter = LockManager::start(Config::new(server.url()))
+        .await
+        .expect("manager");
+    let (a, b) = (kind.lock(&holder), kind.lock(&waiter));
+    for l in [&a, &b] {
+        l.acquire()
+            .await
+            .expect("acquire")
+            .release()
+            .await
+            .expect("release");
+    }
+    let mut took = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let guard = a.acquire().await.expect("acquire");
+        let b = b.clone();
+        let waiting = tokio::spawn(async move {
+            let g = b.acquire().await.expect("acquire");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        });
+        tokio::time::sleep(hold).await;
+        let released = Instant::now();
+        guard.release().await.expect("release");
+        let granted = waiting.await.expect("waiter");
+        took.push(granted.saturating_duration_since(released));
+    }
+    holder.shutdown().await;
+    waiter.shutdown().await;
+    took.sort();
+    took
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("child") {
+        return child(&args[1..]);
+    }
+    if args.first().map(String::as_str) == Some("latency") {
+        let rounds = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(200);
+        let hold = Duration::from_millis(args.get(2).and_then(|a| a.parse().ok()).unwrap_or(50));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        println!(
+            "Hand-off latency, release call to the waiter's grant, one waiter, hold {hold:?}, {rounds} rounds:"
+        );
+        println!("| kind | p50 | p99 | max |");
+        println!("|---|---|---|---|");
+        for kind in [Kind::Plain, Kind::Spin] {
+            let t = rt.block_on(latency(kind, rounds, hold));
+            let at = |q: f64| t[((t.len() as f64 * q) as usize).min(t.len() - 1)];
+            println!(
+                "| {} | {:.2?} | {:.2?} | {:.2?} |",
+                kind.label(),
+                at(0.5),
+                at(0.99),
+                t[t.len() - 1]
+            );
+        }
+        return;
+    }
+    let procs = args.first().map(String::as_str) == Some("procs");
+    if procs {
+        args.remove(0);
+    }
     let waiting: Vec<usize> = args
         .first()
         .map(|a| a.split(',').filter_map(|n| n.parse().ok()).collect())
@@ -143,8 +347,9 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    let each = if procs { "process" } else { "client" };
     println!(
-        "Script calls per acquisition, {acquisitions} acquisitions, hold {hold:?} then as long between holds, one task per client:"
+        "Script calls per acquisition, {acquisitions} acquisitions, one {each} per waiter, hold {hold:?} then as long between holds, one task per client:"
     );
     println!(
         "| waiting clients | kind | EVALSHA per acquisition | PUBLISH per acquisition | acquisitions/s | idle EVALSHA in 2 s (subtracted) |"
@@ -152,7 +357,11 @@ fn main() {
     println!("|---|---|---|---|---|---|");
     for &w in &waiting {
         for kind in [Kind::Plain, Kind::Fair, Kind::Spin] {
-            let r = rt.block_on(run(kind, w, acquisitions, hold));
+            let r = if procs {
+                run_procs(kind, w, acquisitions, hold)
+            } else {
+                rt.block_on(run(kind, w, acquisitions, hold))
+            };
             println!(
                 "| {w} | {} | {:.2} | {:.2} | {:.0} | {} |",
                 kind.label(),

@@ -833,3 +833,207 @@ async fn without_permission_for_waits_hashes_only_cycles_within_a_manager_are_fo
     east.shutdown().await;
     west.shutdown().await;
 }
+
+/// The steps of a cycle: owner, name and kind.
+fn steps(cycle: &lockman::deadlock::Cycle) -> Vec<(Owner, &str, &str)> {
+    cycle
+        .steps
+        .iter()
+        .map(|s| (s.owner, s.name.as_str(), s.kind.as_str()))
+        .collect()
+}
+
+/// A group lock's wait is a wait for each of its members' owners: A holds the group `ga` over
+/// {m1, m2} and waits for `gb` over {n1}; B holds `gb` over {n1, n2} and waits for `ga` over
+/// {m2, m3}, sharing m2 with A's hold. B's wait closes the cycle and fails, naming both group
+/// waits; A goes on. Catches: group holds or waits left out of the graph (no edge: both wait
+/// forever), an edge for a shared member missed by the intersection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_through_two_group_locks_sharing_members_the_younger_wait_fails() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, |c| c).await;
+    let (a_holds, a_wants) = (
+        mgr.group_lock("ga", ["m1", "m2"]).unwrap(),
+        mgr.group_lock("gb", ["n1"]).unwrap(),
+    );
+    let (b_holds, b_wants) = (
+        mgr.group_lock("gb", ["n2", "n1"]).unwrap(),
+        mgr.group_lock("ga", ["m3", "m2"]).unwrap(),
+    );
+    let (a_me, a_go, a) = party(async move { a_holds.acquire().await }, async move {
+        a_wants.acquire().await.map(drop)
+    });
+    let (b_me, b_go, b) = party(async move { b_holds.acquire().await }, async move {
+        b_wants.acquire().await.map(drop)
+    });
+    let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{gb}", 1).await;
+    let closed = Instant::now();
+    b_go.send(()).unwrap();
+    let (b_res, b_done) = tokio::time::timeout(FOUND_WITHIN * 5, b)
+        .await
+        .expect("the cycle is broken")
+        .unwrap();
+    assert!(
+        b_done - closed < FOUND_WITHIN,
+        "found after {:?}",
+        b_done - closed
+    );
+    let cycle = deadlock_of(b_res);
+    assert_eq!(
+        steps(&cycle),
+        vec![(b_me, "ga", "group"), (a_me, "gb", "group")]
+    );
+    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
+        .await
+        .expect("A goes on")
+        .unwrap();
+    a_res.expect("A takes gb");
+    mgr.shutdown().await;
+}
+
+/// A cycle through a group lock and a plain lock: A holds the group `g` over {m1} and waits
+/// for the lock `x`; B holds `x` and waits for `g` over {m1, m9}. Found as a cycle of plain
+/// locks is, the younger wait (B's, for the group) failing. Catches: a group hold in no edge
+/// of a group wait, or a plain wait's edge to a group hold on another key confused with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_through_a_group_lock_and_a_plain_lock_is_found() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, |c| c).await;
+    let (g, x) = (mgr.group_lock("g", ["m1"]).unwrap(), mgr.lock("x"));
+    let (x2, g2) = (mgr.lock("x"), mgr.group_lock("g", ["m1", "m9"]).unwrap());
+    let (a_me, a_go, a) = party(async move { g.acquire().await }, async move {
+        x.acquire().await.map(drop)
+    });
+    let (b_me, b_go, b) = party(async move { x2.acquire().await }, async move {
+        g2.acquire().await.map(drop)
+    });
+    let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{x}", 1).await;
+    let closed = Instant::now();
+    b_go.send(()).unwrap();
+    let (b_res, b_done) = tokio::time::timeout(FOUND_WITHIN * 5, b)
+        .await
+        .expect("the cycle is broken")
+        .unwrap();
+    assert!(
+        b_done - closed < FOUND_WITHIN,
+        "found after {:?}",
+        b_done - closed
+    );
+    let cycle = deadlock_of(b_res);
+    assert_eq!(
+        steps(&cycle),
+        vec![(b_me, "g", "group"), (a_me, "x", "lock")]
+    );
+    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
+        .await
+        .expect("A goes on")
+        .unwrap();
+    a_res.expect("A takes x");
+    mgr.shutdown().await;
+}
+
+/// The same cycle across two processes: east's A holds the group `g` over {m1, m2} and waits
+/// for `x`; west's B holds `x` and waits for `g` over {m2}. West's probe follows B's group
+/// wait through the group hash's member fields to east's A, whose waits hash says it waits for
+/// `x`: the younger wait (B's) fails, after the long-wait threshold. Catches: a group wait not
+/// published or not read (its kind unknown to the reader), its members not carried, the group
+/// hash's fields not read as holders per member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_a_cycle_through_a_group_lock_is_found() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let east = manager(&server, |c| c.client_name("east")).await;
+    let west = manager(&server, |c| c.client_name("west")).await;
+    let (g, x) = (east.group_lock("g", ["m1", "m2"]).unwrap(), east.lock("x"));
+    let (x2, g2) = (west.lock("x"), west.group_lock("g", ["m2"]).unwrap());
+    let (a_me, a_go, a) = party(async move { g.acquire().await }, async move {
+        x.acquire().await.map(drop)
+    });
+    let (b_me, b_go, b) = party(async move { x2.acquire().await }, async move {
+        g2.acquire().await.map(drop)
+    });
+    let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{x}", 1).await;
+    // A margin for the server-clock order of the two waits, as in the test above.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let closed = Instant::now();
+    b_go.send(()).unwrap();
+    let (b_res, b_done) = tokio::time::timeout(FOUND_ACROSS_WITHIN * 3, b)
+        .await
+        .expect("the cycle is broken")
+        .unwrap();
+    let took = b_done - closed;
+    assert!(took < FOUND_ACROSS_WITHIN, "found after {took:?}");
+    assert!(took >= Duration::from_secs(1), "found after {took:?}");
+    let cycle = deadlock_of(b_res);
+    let steps: Vec<(Owner, uuid::Uuid, &str, &str)> = cycle
+        .steps
+        .iter()
+        .map(|s| (s.owner, s.client, s.name.as_str(), s.kind.as_str()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            (b_me, west.client_id(), "g", "group"),
+            (a_me, east.client_id(), "x", "lock"),
+        ]
+    );
+    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
+        .await
+        .expect("A goes on")
+        .unwrap();
+    a_res.expect("A takes x");
+    east.shutdown().await;
+    west.shutdown().await;
+}
+
+/// Across processes, a group wait behind a member it does not share is no cycle: east's A
+/// holds `g` over {m1} and waits for `x`; west's B holds `x` and waits for `g` over {m2},
+/// which west's C holds. Nothing is reported; once C lets go, all finish. Catches: the probe
+/// taking every holder of the group hash for a blocker of B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn across_processes_a_group_wait_behind_an_unshared_member_is_no_cycle() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let east = manager(&server, |c| c.client_name("east")).await;
+    let west = manager(&server, |c| c.client_name("west")).await;
+    let c_guard = west
+        .group_lock("g", ["m2"])
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let (g, x) = (east.group_lock("g", ["m1"]).unwrap(), east.lock("x"));
+    let (x2, g2) = (west.lock("x"), west.group_lock("g", ["m2"]).unwrap());
+    let (_a_me, a_go, a) = party(async move { g.acquire().await }, async move {
+        x.acquire().await.map(drop)
+    });
+    let (_b_me, b_go, b) = party(async move { x2.acquire().await }, async move {
+        g2.acquire().await.map(drop)
+    });
+    let _ = (_a_me.await.unwrap(), _b_me.await.unwrap());
+    b_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{g}", 1).await;
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{x}", 1).await;
+    // Both waits long past the threshold: several probes of each side follow them.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!a.is_finished() && !b.is_finished(), "a wait ended");
+    c_guard.release().await.unwrap();
+    for t in [b, a] {
+        let (res, _) = tokio::time::timeout(Duration::from_secs(10), t)
+            .await
+            .expect("every task finishes")
+            .unwrap();
+        res.expect("no deadlock reported");
+    }
+    east.shutdown().await;
+    west.shutdown().await;
+}

@@ -824,8 +824,7 @@ async fn a_watched_group_hold_is_told_lost_at_once() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
-/// Deadlock detection leaves group locks out: a wait on a group is blocked only by the owners of
-/// the members it shares, which the waits-for graph does not see. Task 1 holds member `a` and
+/// A wait on a group is blocked only by the owners of the members it shares. Task 1 holds member `a` and
 /// waits for the lock `x`; task 2 holds `x` and waits for member `b`, which task 3 holds. An
 /// edge from task 2's wait to every holder of the group would close task 1 → task 2 → task 1, a
 /// cycle that blocks nothing; none is reported, and all three finish once task 3 lets go.

@@ -851,3 +851,145 @@ fn the_waiting_line_fits_an_80_column_terminal() {
     );
     assert!(rows[0].ends_with("waited 3s"), "{seen}");
 }
+
+/// Group and spin locks in the records: `exec --kind group --member a --member b` and a library
+/// group lock over three members show in `ls` (text and JSON) with kind `group`, their member
+/// count and first members; `exec --kind spin` with kind `spin`; `top` shows both kinds; a
+/// group waiter shows as a wait on the group's name. Catches: a group row without its members,
+/// a kind mislabelled (`lock` for a spin hold), a record that a group's members make
+/// unreadable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_and_spin_holds_show_their_kind_and_members() {
+    let server = RedisServer::start();
+    let grouper = Killed(
+        lockman(
+            &server,
+            &[
+                "--client-name",
+                "grouper",
+                "exec",
+                "--kind",
+                "group",
+                "--member",
+                "a",
+                "--member",
+                "b",
+                "grp",
+                "--",
+                "sleep",
+                "20",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn"),
+    );
+    let spinner = Killed(
+        lockman(
+            &server,
+            &[
+                "--client-name",
+                "spinner",
+                "exec",
+                "--kind",
+                "spin",
+                "sp",
+                "--",
+                "sleep",
+                "20",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn"),
+    );
+    let config = Config::new(server.url())
+        .client_name("library")
+        .watchdog_timeout(Duration::from_secs(3));
+    let mgr = LockManager::start(config).await.unwrap();
+    let lib = mgr.group_lock("lib", ["z", "x", "y"]).unwrap();
+    let guard = lib.acquire().await.unwrap();
+    // A group waiter, in a process of its own: b is grouper's.
+    let _waiter = Killed(
+        lockman(
+            &server,
+            &[
+                "--client-name",
+                "waiter",
+                "exec",
+                "--kind",
+                "group",
+                "--member",
+                "b",
+                "grp",
+                "--",
+                "true",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn"),
+    );
+    let mut all = Vec::new();
+    let ready = support::eventually_blocking(Duration::from_secs(20), || {
+        all = services(&server);
+        let n = |s: &str, f: &str| {
+            all.iter()
+                .filter(|(x, _)| x == s)
+                .map(|(_, c)| c[f].as_array().map_or(0, Vec::len))
+                .sum::<usize>()
+        };
+        n("grouper", "holds") == 1
+            && n("spinner", "holds") == 1
+            && n("library", "holds") == 1
+            && n("waiter", "waits") == 1
+    });
+    assert!(ready, "records never showed every hold and wait: {all:?}");
+    let held = &client(&all, "grouper")["holds"][0];
+    assert_eq!(held["name"], "grp");
+    assert_eq!(held["kind"], "group");
+    assert_eq!(held["members_total"], 2);
+    assert_eq!(held["members"], serde_json::json!(["a", "b"]));
+    let held = &client(&all, "library")["holds"][0];
+    assert_eq!(held["kind"], "group");
+    assert_eq!(held["holder"], lib.holder_id().as_str());
+    assert_eq!(held["members_total"], 3);
+    assert_eq!(held["members"], serde_json::json!(["z", "x", "y"]));
+    let held = &client(&all, "spinner")["holds"][0];
+    assert_eq!(
+        (&held["name"], &held["kind"]),
+        (&"sp".into(), &"spin".into())
+    );
+    assert_eq!(
+        held.get("members"),
+        None,
+        "no members for a lock of another kind"
+    );
+    assert_eq!(client(&all, "waiter")["waits"][0]["name"], "grp");
+
+    let text = stdout(&run(&server, &["ls"]));
+    assert!(text.contains("holds  grp  group of 2 (a, b) for"), "{text}");
+    assert!(
+        text.contains("holds  lib  group of 3 (z, x, y) for"),
+        "{text}"
+    );
+    assert!(text.contains("holds  sp  spin for"), "{text}");
+    let frame = json(&run(&server, &["top", "--once", "--json"]));
+    let kinds: Vec<(&str, &str)> = frame["held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["name"].as_str().unwrap(), h["kind"].as_str().unwrap()))
+        .collect();
+    for want in [("grp", "group"), ("lib", "group"), ("sp", "spin")] {
+        assert!(kinds.contains(&want), "{want:?} in {kinds:?}");
+    }
+    let text = stdout(&run(&server, &["top", "--once"]));
+    assert!(text.contains("group") && text.contains("spin"), "{text}");
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
+    drop((grouper, spinner));
+}

@@ -41,7 +41,7 @@ pub(crate) async fn start(
     let pubsub_endpoint = endpoint.clone();
     let pubsub = Supervisor::start(move |_| PubSubActor::new(pubsub_endpoint, connect_timeout));
     let board = Arc::new(super::board::Board::default());
-    let deadlocks = Arc::new(Detector::new(&config, client_id));
+    let deadlocks = Arc::new(Detector::new(&config, client_id, commands.groups().clone()));
     let directory = Directory::default();
     let watchdog = Watchdog::new(
         commands.clone(),

@@ -59,6 +59,10 @@ pub struct HeldName {
     pub holder: String,
     /// How long it has been held, as of the read.
     pub held: Duration,
+    /// A group lock's member count (0 for the other kinds).
+    pub members_total: usize,
+    /// A group lock's first members (at most three, and 96 bytes of names).
+    pub members: Vec<String>,
 }
 
 /// A name a client's callers wait on.
@@ -88,6 +92,8 @@ impl ClientInfo {
                 kind: h.kind,
                 holder: h.holder,
                 held: age(h.held_ms),
+                members_total: h.members_total,
+                members: h.members,
             })
             .collect();
         let mut waits: Vec<WaitedName> = record

@@ -6,9 +6,10 @@
 //! wait of the cycle fails with [`LockError::Deadlock`], naming the [`Cycle`], and leaves its
 //! queue, so the others go on; [`Config::deadlocks`] can choose to only report it.
 //!
-//! Group multi-locks ([`LockManager::group_lock`](crate::LockManager::group_lock)) are left
-//! out: a group wait is blocked by the owners of the members it shares, which the graph does not
-//! see, so their holds and waits are in no edge, and a cycle through one is not found.
+//! A group multi-lock's wait ([`LockManager::group_lock`](crate::LockManager::group_lock))
+//! waits for the owners of the members it shares with other holds of that group, and only
+//! for them: a holder of the group's other members blocks it in no cycle. A group lock and a
+//! lock of another kind on one key are in no edge.
 //!
 //! ```no_run
 //! # async fn demo(manager: lockman::LockManager) -> Result<(), lockman::LockError> {

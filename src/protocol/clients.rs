@@ -75,7 +75,9 @@ pub(crate) struct ClientRecord {
     pub deadlocks: Vec<(u64, String)>,
 }
 
-/// One `hold:<name>` field: `<held ms> <kind> <holder>`.
+/// One `hold:<name>` field: `<held ms> <kind> <holder>`, and for a group lock
+/// ` <members total>:<member>:<member>…` after it (its first members, up to
+/// [`LISTED_MEMBERS`] and [`LISTED_MEMBER_BYTES`]; a member has no `:`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RecordedHold {
     pub name: String,
@@ -85,6 +87,32 @@ pub(crate) struct RecordedHold {
     pub holder: String,
     /// How long it had been held at `seen`.
     pub held_ms: u64,
+    /// A group lock's member count (0 for other kinds) and its first members, as listed.
+    pub members_total: usize,
+    pub members: Vec<String>,
+}
+
+/// The most members of a group hold a record lists, and the most bytes of their names.
+pub(crate) const LISTED_MEMBERS: usize = 3;
+pub(crate) const LISTED_MEMBER_BYTES: usize = 96;
+
+impl RecordedHold {
+    /// The members listed of a group of `members`: the first ones, within the bounds.
+    pub(crate) fn listed(members: &[String]) -> Vec<String> {
+        let mut room = LISTED_MEMBER_BYTES;
+        members
+            .iter()
+            .take(LISTED_MEMBERS)
+            .take_while(|m| match room.checked_sub(m.len()) {
+                Some(left) => {
+                    room = left;
+                    true
+                }
+                None => false,
+            })
+            .cloned()
+            .collect()
+    }
 }
 
 /// One `wait:<name>` field: `<waiters> <waited ms>`.
@@ -125,7 +153,14 @@ impl ClientRecord {
             put("waits", total.to_string());
         }
         for h in &self.holds {
-            let value = format!("{} {} {}", h.held_ms, h.kind, h.holder);
+            let mut value = format!("{} {} {}", h.held_ms, h.kind, h.holder);
+            if h.members_total > 0 {
+                value += &format!(" {}", h.members_total);
+                for m in &h.members {
+                    value.push(':');
+                    value += m;
+                }
+            }
             fields.push((format!("hold:{}", h.name), value));
         }
         for w in &self.waits {
@@ -149,11 +184,26 @@ impl ClientRecord {
                 let (Some(held_ms), Some(kind)) = (held, parts.next()) else {
                     continue;
                 };
+                let mut holder = parts.next().unwrap_or_default();
+                let (mut members_total, mut members) = (0, Vec::new());
+                if kind == "group"
+                    && let Some((h, listed)) = holder.split_once(' ')
+                {
+                    let mut listed = listed.split(':');
+                    members_total = listed.next().and_then(|n| n.parse().ok()).unwrap_or(0);
+                    members = listed
+                        .take(LISTED_MEMBERS)
+                        .map(|m| m.chars().take(LISTED_MEMBER_BYTES).collect())
+                        .collect();
+                    holder = h;
+                }
                 record.holds.push(RecordedHold {
                     name: name.to_owned(),
                     kind: kind.to_owned(),
-                    holder: parts.next().unwrap_or_default().to_owned(),
+                    holder: holder.to_owned(),
                     held_ms,
+                    members_total,
+                    members,
                 });
                 continue;
             }
@@ -371,6 +421,17 @@ mod tests {
                     kind: "fair".into(),
                     holder: "c1:2".into(),
                     held_ms: 9000,
+                    members_total: 0,
+                    members: Vec::new(),
+                },
+                RecordedHold {
+                    // A group's members, spaces kept.
+                    name: "g".into(),
+                    kind: "group".into(),
+                    holder: "c1:3".into(),
+                    held_ms: 800,
+                    members_total: 1000,
+                    members: vec!["m 1".into(), "m2".into(), "m3".into()],
                 },
                 RecordedHold {
                     // A name with spaces and colons, and permit ids as holder.
@@ -378,6 +439,8 @@ mod tests {
                     kind: "permits".into(),
                     holder: "00ff,a1b2".into(),
                     held_ms: 500,
+                    members_total: 0,
+                    members: Vec::new(),
                 },
             ],
             waits_total: Some(1),

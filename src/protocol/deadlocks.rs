@@ -7,7 +7,7 @@
 //!
 //! The hashes share the records' hash tag `{lockman}`: on a cluster they live in one slot.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{Script, Value};
@@ -32,6 +32,10 @@ pub(crate) const MAX_WAITS_BYTES: usize = 1 << 20;
 /// (`holders.lua`): a read-write lock has a field per reader.
 pub(crate) const MAX_HOLDER_FIELDS: usize = 4096;
 pub(crate) const MAX_HOLDER_BYTES: usize = 1 << 20;
+/// The same for a group lock's hash: three fields per member held, so that two holders of a
+/// group of [`MAX_GROUP_MEMBERS`](super::MAX_GROUP_MEMBERS) members are read.
+pub(crate) const MAX_GROUP_HOLDER_FIELDS: usize = 6 * super::MAX_GROUP_MEMBERS + 16;
+pub(crate) const MAX_GROUP_HOLDER_BYTES: usize = 8 << 20;
 /// The longest service name kept from another client's waits hash (longer ones are cut).
 const MAX_SERVICE: usize = 128;
 /// The longest place (`file:line:column`) and scope label written to, and kept from, a waits
@@ -43,10 +47,16 @@ const MAX_LABEL: usize = 128;
 /// takes the pair for a hold, never follows it.
 const PLACE_TAG: &str = "@place";
 const LABEL_TAG: &str = "@label";
+/// The holder part that marks a pair as a group lock wait's member (its first part), as
+/// [`PLACE_TAG`] does a place.
+const MEMBER_TAG: &str = "@member";
+/// The most bytes of member names a group wait's entry carries (members past them are left
+/// out: a cycle through one of those is not found across processes).
+const MAX_MEMBER_BYTES: usize = 64 * 1024;
 
 /// The kinds a wait may have, as `publish.lua` writes them: an entry of another kind is no
 /// entry this version reads.
-const KINDS: [super::LockKind; 8] = [
+const KINDS: [super::LockKind; 9] = [
     super::LockKind::Reentrant,
     super::LockKind::Fenced,
     super::LockKind::Read,
@@ -55,6 +65,7 @@ const KINDS: [super::LockKind; 8] = [
     super::LockKind::NonReentrant,
     super::LockKind::NonReentrantFair,
     super::LockKind::Spin,
+    super::LockKind::Group,
 ];
 
 /// The hash of client `id`'s long waits.
@@ -76,6 +87,9 @@ pub(crate) struct Blocked {
     pub since_ms: u64,
     /// What the owner holds: each hold's lock key and holder field.
     pub holds: Vec<(String, String)>,
+    /// A group lock wait's members, sorted (the fields it waits for): empty for other kinds;
+    /// written up to [`MAX_MEMBER_BYTES`] of names.
+    pub members: Arc<[String]>,
     /// Where its code asked for the wait (`file:line:column`), and its scope's label: for the
     /// messages of other processes. Cut to [`MAX_PLACE`] and [`MAX_LABEL`] bytes.
     pub place: Option<String>,
@@ -94,6 +108,15 @@ impl Blocked {
             netstring(&mut value, holder);
         }
         // After the holds, as pairs an older reader takes for holds it never follows.
+        let mut room = MAX_MEMBER_BYTES;
+        for member in self.members.iter() {
+            room = match room.checked_sub(member.len()) {
+                Some(left) => left,
+                None => break,
+            };
+            netstring(&mut value, member);
+            netstring(&mut value, MEMBER_TAG);
+        }
         for (text, tag, most) in [
             (&self.place, PLACE_TAG, MAX_PLACE),
             (&self.label, LABEL_TAG, MAX_LABEL),
@@ -122,13 +145,17 @@ impl Blocked {
             return None;
         }
         let (mut holds, mut place, mut label) = (Vec::new(), None, None);
+        let mut members = Vec::new();
         for pair in parts[4..].chunks_exact(2) {
             match pair[1].as_str() {
                 PLACE_TAG => place = Some(cut(pair[0].clone(), MAX_PLACE)),
                 LABEL_TAG => label = Some(cut(pair[0].clone(), MAX_LABEL)),
+                MEMBER_TAG => members.push(pair[0].clone()),
                 _ => holds.push((pair[0].clone(), pair[1].clone())),
             }
         }
+        // Sorted here: the graph's rule looks members up by halves, whoever wrote them.
+        members.sort_unstable();
         let mut parts = parts.into_iter();
         let service = cut(parts.next()?, MAX_SERVICE);
         let kind = parts.next()?;
@@ -143,6 +170,7 @@ impl Blocked {
             holder: parts.next()?,
             since_ms: since.parse().ok()?,
             holds,
+            members: members.into(),
             place,
             label,
         })
@@ -204,6 +232,14 @@ pub(crate) fn holder_of(field: &str) -> Option<(&str, &str)> {
     (n.parse::<u64>().is_ok() && uuid::Uuid::parse_str(client).is_ok()).then_some((client, holder))
 }
 
+/// The member, client id and holder of a group hash's field `<member>:<holder>:expire_time`
+/// (one per member a holder holds: members contain no `:`); `None` for any other field.
+pub(crate) fn group_holder_of(field: &str) -> Option<(&str, &str, &str)> {
+    let (member, holder) = field.strip_suffix(":expire_time")?.split_once(':')?;
+    let (client, holder) = holder_of(holder)?;
+    Some((member, client, holder))
+}
+
 impl Commands {
     /// Replaces client `id`'s long waits with `blocked` (each with how long it has waited), to
     /// expire after `ttl`; none deletes them. Returns the server's time (epoch ms). Within the
@@ -261,10 +297,21 @@ impl Commands {
     }
 
     /// The fields of lock `key`'s hash (`holders.lua`): its holder fields, and `mode`; `None`
-    /// for a hash over [`MAX_HOLDER_FIELDS`] or [`MAX_HOLDER_BYTES`], which is not read.
-    pub(crate) async fn lock_fields(&self, key: &str) -> Result<Option<Vec<String>>, LockError> {
+    /// for a hash over [`MAX_HOLDER_FIELDS`] or [`MAX_HOLDER_BYTES`], which is not read. A
+    /// group lock's hash (`group`) has three fields per member held: it is read up to
+    /// [`MAX_GROUP_HOLDER_FIELDS`] and [`MAX_GROUP_HOLDER_BYTES`].
+    pub(crate) async fn lock_fields(
+        &self,
+        key: &str,
+        group: bool,
+    ) -> Result<Option<Vec<String>>, LockError> {
         let mut call = ScriptCall::new(&HOLDERS, 1, 2, key.len() + 16);
-        call.key(key).arg(MAX_HOLDER_FIELDS).arg(MAX_HOLDER_BYTES);
+        let (fields, bytes) = if group {
+            (MAX_GROUP_HOLDER_FIELDS, MAX_GROUP_HOLDER_BYTES)
+        } else {
+            (MAX_HOLDER_FIELDS, MAX_HOLDER_BYTES)
+        };
+        call.key(key).arg(fields).arg(bytes);
         let reply = self
             .conn()
             .eval("read holders", key, &call, Replicas::Skip)
@@ -367,6 +414,7 @@ mod tests {
             holder: "00000000-0000-0000-0000-000000000001:7".into(),
             since_ms: 0,
             holds: vec![("x".into(), "h:1".into()), ("".into(), "h:2".into())],
+            members: Arc::default(),
             place: Some("src/main.rs:12:5".into()),
             label: Some("check\nout".into()),
         };
@@ -418,6 +466,32 @@ mod tests {
         assert!(written.len() < 400, "{}", written.len());
         assert_eq!(holder_of(PLACE_TAG), None);
         assert_eq!(holder_of(LABEL_TAG), None);
+        assert_eq!(holder_of(MEMBER_TAG), None);
+        // A group wait's members: read back sorted, whatever order they were written in; no
+        // more than MAX_MEMBER_BYTES of names written.
+        let group = |members: Vec<String>| Blocked {
+            kind: "group".into(),
+            members: members.into(),
+            ..Blocked::decode("task:1", "1\n1:s,4:lock,1:x,3:h:1,").unwrap()
+        };
+        let (field, value) = group(vec!["m2".into(), "m1".into()]).encode();
+        let read = Blocked::decode(&field, &format!("1\n{value}")).unwrap();
+        assert_eq!(&read.members[..], ["m1", "m2"]);
+        assert!(read.holds.is_empty());
+        let many: Vec<String> = (0..10_000).map(|i| format!("member{i:05}")).collect();
+        let (field, value) = group(many).encode();
+        let read = Blocked::decode(&field, &format!("1\n{value}")).unwrap();
+        assert_eq!(read.members.len(), MAX_MEMBER_BYTES / "member00000".len());
+        // A group hash's fields: each member's holder from its expiry field, nothing else.
+        let holder = "5f0c7a4e-2c1b-4f3e-9d7a-0a1b2c3d4e5f:7";
+        let client = "5f0c7a4e-2c1b-4f3e-9d7a-0a1b2c3d4e5f";
+        assert_eq!(
+            group_holder_of(&format!("m1:{holder}:expire_time")),
+            Some(("m1", client, holder))
+        );
+        assert_eq!(group_holder_of(&format!("m1:{holder}:lock_count")), None);
+        assert_eq!(group_holder_of("m1"), None);
+        assert_eq!(group_holder_of("m1:junk:expire_time"), None);
         for owner in [Owner::Task(1), Owner::Thread(2), Owner::Scope(3)] {
             assert_eq!(parse_owner(&owner_field(owner)), Some(owner));
         }
@@ -434,6 +508,7 @@ mod tests {
             holder: "00000000-0000-0000-0000-000000000001:1".into(),
             since_ms: 0,
             holds: vec![],
+            members: Arc::default(),
             place: None,
             label: None,
         };
@@ -496,6 +571,7 @@ mod tests {
                 holder: "h:1".into(),
                 since_ms: 0,
                 holds: vec![("held".into(), "h:1".into()); holds],
+                members: Arc::default(),
                 place: None,
                 label: None,
             };

@@ -94,6 +94,9 @@ const RETIRED_FOR: Duration = Duration::from_secs(600);
 #[derive(Debug)]
 struct Entry {
     members: Arc<[String]>,
+    /// The members sorted, made at the first ask (deadlock detection's: a group lock that
+    /// never waits never sorts).
+    sorted: Option<Arc<[String]>>,
     /// Live registrations (a handle and its clones and guards share one).
     live: usize,
     /// When the last registration went.
@@ -126,6 +129,7 @@ impl Groups {
         });
         let entry = map.entry(holder.clone()).or_insert(Entry {
             members,
+            sorted: None,
             live: 0,
             retired: None,
         });
@@ -153,6 +157,20 @@ impl Groups {
                     format!("{holder} has no group members: make group locks with LockManager::group_lock"),
                 )
             })
+    }
+}
+
+impl Groups {
+    /// The members registered for `holder`, sorted (`None` when none are).
+    pub(crate) fn sorted_members(&self, holder: &str) -> Option<Arc<[String]>> {
+        let mut map = self.lock();
+        let entry = map.get_mut(holder)?;
+        let sorted = entry.sorted.get_or_insert_with(|| {
+            let mut sorted = entry.members.to_vec();
+            sorted.sort_unstable();
+            sorted.into()
+        });
+        Some(sorted.clone())
     }
 }
 

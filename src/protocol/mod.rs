@@ -22,7 +22,7 @@ use crate::error::LockError;
 pub use adjust::Adjustment;
 pub(crate) use clients::{ClientRecord, MAX_LISTED, RawRecord, RecordedHold, RecordedWait};
 pub(crate) use commands::{Commands, Successor};
-pub(crate) use deadlocks::{Blocked, Published, holder_of};
+pub(crate) use deadlocks::{Blocked, Published, group_holder_of, holder_of};
 pub use group::MAX_GROUP_MEMBERS;
 pub(crate) use group::{Groups, Registration, check_members};
 pub use kind::LockKind;

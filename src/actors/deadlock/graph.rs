@@ -16,21 +16,50 @@ use crate::config::Deadlocks;
 use crate::error::{Owner, Site};
 use crate::protocol::LockKind;
 
+/// A group lock's members, sorted: what its wait waits for and its hold holds, each a field
+/// of the group's hash. Shared: a wait and a hold of one handle have one copy.
+pub(crate) type Members = Arc<[String]>;
+
 /// Whether a hold of kind `held` blocks a wait of kind `waiting` for the same lock:
 /// always when it is another holder's; when it is the waiting holder's own, only a read hold
 /// under a write wait (a read-write lock's reader cannot upgrade: Redisson lets the writer
 /// read, not the reader write). A request of a holder that holds the lock otherwise re-enters
 /// it, waiting only for a round trip under way.
 ///
-/// A group lock's hold or wait is in no edge: a group wait is blocked only by the holders of
-/// the members it shares, which the graph does not know, and an edge to every holder of the
-/// group would make a cycle out of holds that block nothing. Deadlocks through a group lock
-/// are not detected.
-pub(crate) fn blocks(waiting: LockKind, held: LockKind, same_holder: bool) -> bool {
-    if waiting == LockKind::Group || held == LockKind::Group {
-        return false;
+/// A group lock's wait waits for each of its members' owners: a group hold of another holder
+/// blocks it only when they `share` a member (asked only then); the holder's own re-enters.
+/// A group lock and a lock of another kind on one key are in no edge (they are different
+/// data in one hash: neither's script reads the other's fields as holds).
+pub(crate) fn blocks(
+    waiting: LockKind,
+    held: LockKind,
+    same_holder: bool,
+    share: impl FnOnce() -> bool,
+) -> bool {
+    match (waiting == LockKind::Group, held == LockKind::Group) {
+        (true, true) => !same_holder && share(),
+        (false, false) => !same_holder || (waiting == LockKind::Write && held == LockKind::Read),
+        _ => false,
     }
-    !same_holder || (waiting == LockKind::Write && held == LockKind::Read)
+}
+
+/// Whether two sorted member lists share a member: one merge, linear in their lengths (two
+/// groups of 1,000 members compare in 2,000 steps, not a million).
+pub(crate) fn share(a: &[String], b: &[String]) -> bool {
+    let (mut i, mut j) = (0, 0);
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => return true,
+        }
+    }
+    false
+}
+
+/// Whether a group member list (sorted) has `member`.
+pub(crate) fn has_member(members: &[String], member: &str) -> bool {
+    members.binary_search_by(|m| m.as_str().cmp(member)).is_ok()
 }
 
 /// Which wait: waiter `waiter` of the per-name actor `actor`.
@@ -51,6 +80,8 @@ pub(crate) struct Wait<P> {
     pub kind: LockKind,
     /// Its holder field: what it re-enters rather than waits for.
     pub holder: Arc<str>,
+    /// A group lock's members (sorted): the fields it waits for; `None` for other kinds.
+    pub members: Option<Members>,
     /// Where the caller's code asked for it, for the cycle's message.
     pub site: Option<Site>,
     pub since: Instant,
@@ -74,6 +105,8 @@ pub(crate) struct Hold {
     /// Its holder field, `<client id>:<n>`.
     pub holder: Arc<str>,
     pub kind: LockKind,
+    /// A group lock's members (sorted): the fields it holds; `None` for other kinds.
+    pub members: Option<Members>,
     /// Whether a grant of it still claims it.
     pub claim: Arc<dyn Claim>,
 }
@@ -81,7 +114,14 @@ pub(crate) struct Hold {
 impl Hold {
     /// Whether this hold is one that `wait` waits for: claimed, and blocking by [`blocks`].
     fn blocks<P>(&self, wait: &Wait<P>) -> bool {
-        self.claim.is_claimed() && blocks(wait.kind, self.kind, self.holder == wait.holder)
+        self.claim.is_claimed()
+            && blocks(wait.kind, self.kind, self.holder == wait.holder, || match (
+                &wait.members,
+                &self.members,
+            ) {
+                (Some(a), Some(b)) => share(a, b),
+                _ => false,
+            })
     }
 }
 
@@ -427,6 +467,7 @@ mod tests {
             owner: Owner::Task(owner),
             holder: holder.into(),
             kind,
+            members: None,
             claim,
         }
     }
@@ -438,6 +479,7 @@ mod tests {
             name: name.into(),
             kind,
             holder: holder.into(),
+            members: None,
             site: None,
             since: Instant::now(),
             via: (),
@@ -508,18 +550,94 @@ mod tests {
     #[test]
     fn the_one_blocking_rule() {
         use LockKind::*;
+        let never = || -> bool { panic!("members asked of a wait that is no group's") };
         // Another holder's hold blocks, whatever the kinds.
-        assert!(blocks(Reentrant, Reentrant, false));
-        assert!(blocks(Read, Write, false));
+        assert!(blocks(Reentrant, Reentrant, false, never));
+        assert!(blocks(Read, Write, false, never));
         // The holder's own: only a read under a write (no upgrade).
-        assert!(blocks(Write, Read, true));
-        assert!(!blocks(Write, Write, true));
-        assert!(!blocks(Read, Write, true));
-        assert!(!blocks(Reentrant, Reentrant, true));
-        assert!(!blocks(Fair, Fair, true));
-        // Group locks are in no edge: their members decide, which the graph does not see.
-        assert!(!blocks(Group, Group, false));
-        assert!(!blocks(Reentrant, Group, false));
+        assert!(blocks(Write, Read, true, never));
+        assert!(!blocks(Write, Write, true, never));
+        assert!(!blocks(Read, Write, true, never));
+        assert!(!blocks(Reentrant, Reentrant, true, never));
+        assert!(!blocks(Fair, Fair, true, never));
+        // A group hold blocks a group wait of another holder only through a shared member; the
+        // holder's own re-enters; a group and another kind on one key are in no edge.
+        assert!(blocks(Group, Group, false, || true));
+        assert!(!blocks(Group, Group, false, || false));
+        assert!(!blocks(Group, Group, true, || true));
+        assert!(!blocks(Reentrant, Group, false, never));
+        assert!(!blocks(Group, Reentrant, false, never));
+    }
+
+    fn members(names: &[&str]) -> Members {
+        let mut m: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        m.sort();
+        m.into()
+    }
+
+    #[test]
+    fn members_are_shared_by_one_merge() {
+        assert!(share(&members(&["a", "c", "e"]), &members(&["b", "e"])));
+        assert!(!share(
+            &members(&["a", "c", "e"]),
+            &members(&["b", "d", "f"])
+        ));
+        assert!(!share(&members(&[]), &members(&["a"])));
+        assert!(has_member(&members(&["m1", "m2", "m3"]), "m2"));
+        assert!(!has_member(&members(&["m1", "m3"]), "m2"));
+        // 1,000 against 1,000, disjoint but interleaved, and sharing only their last.
+        let evens: Vec<String> = (0..1000).map(|i| format!("{:05}", 2 * i)).collect();
+        let odds: Vec<String> = (0..1000).map(|i| format!("{:05}", 2 * i + 1)).collect();
+        assert!(!share(&evens, &odds));
+        let mut last = odds.clone();
+        last.push("99999".into());
+        let mut evens_last = evens.clone();
+        evens_last.push("99999".into());
+        assert!(share(&evens_last, &last));
+    }
+
+    /// A group lock's wait and hold on group `g`.
+    fn group_wait(owner: u64, of: &[&str], waiter: WaiterId) -> Wait<()> {
+        let mut w = wait(owner, "g", LockKind::Group, &format!("g{owner}"), waiter);
+        w.members = Some(members(of));
+        w
+    }
+
+    fn group_hold(owner: u64, of: &[&str]) -> Hold {
+        let mut h = hold(owner, LockKind::Group, &format!("g{owner}"), claim(true));
+        h.members = Some(members(of));
+        h
+    }
+
+    #[test]
+    fn a_cycle_through_a_group_lock_runs_through_a_shared_member_only() {
+        // Owner 1 holds g{m1, m2} and waits for x; owner 2 holds x and waits for g{m2, m3}:
+        // m2 is shared, a cycle.
+        let mut g: Graph<()> = Graph::new(Deadlocks::Break);
+        g.holders(&"g".into(), 1, vec![group_hold(1, &["m1", "m2"])]);
+        g.holders(
+            &"x".into(),
+            2,
+            vec![hold(2, LockKind::Reentrant, "x2", claim(true))],
+        );
+        assert!(
+            g.wait_began(wait(1, "x", LockKind::Reentrant, "g1", 10))
+                .is_none()
+        );
+        assert!(matches!(
+            g.wait_began(group_wait(2, &["m2", "m3"], 20)),
+            Some(Verdict::Confirm(c)) if c.len() == 2
+        ));
+        // The same, but owner 2 waits for g{m3, m4}: no member shared, no edge, no cycle.
+        let mut g: Graph<()> = Graph::new(Deadlocks::Break);
+        g.holders(&"g".into(), 1, vec![group_hold(1, &["m1", "m2"])]);
+        g.holders(
+            &"x".into(),
+            2,
+            vec![hold(2, LockKind::Reentrant, "x2", claim(true))],
+        );
+        g.wait_began(wait(1, "x", LockKind::Reentrant, "g1", 10));
+        assert!(g.wait_began(group_wait(2, &["m3", "m4"], 20)).is_none());
     }
 
     #[test]

@@ -29,6 +29,7 @@ use super::messages::{Deadlocked, StillWaiting};
 use super::name::WaiterId;
 use crate::config::{Config, Deadlocks};
 use crate::error::{Cycle, Owner, Step};
+use crate::protocol::Groups;
 use graph::{Graph, Hold, Verdict, WaitId};
 
 /// A wait as the detector keeps it: with where its actor is asked about it.
@@ -63,6 +64,8 @@ pub(crate) struct Detector {
     service: String,
     /// The name prefix, taken off the names a cycle shows.
     prefix: String,
+    /// Each group holder's members: what a group lock's wait and hold are in the graph.
+    groups: Groups,
     inner: Mutex<Inner>,
 }
 
@@ -78,18 +81,24 @@ const RECENT: usize = 5;
 const RECENT_FOR: Duration = Duration::from_secs(600);
 
 impl Detector {
-    pub(crate) fn new(config: &Config, client: uuid::Uuid) -> Self {
+    pub(crate) fn new(config: &Config, client: uuid::Uuid, groups: Groups) -> Self {
         let policy = config.get_deadlocks();
         Self {
             policy,
             client,
             service: config.get_client_name(),
             prefix: config.get_name_prefix().to_owned(),
+            groups,
             inner: Mutex::new(Inner {
                 graph: Graph::new(policy),
                 recent: VecDeque::new(),
             }),
         }
+    }
+
+    /// Group holder `holder`'s members, sorted (`None`: not a group holder this manager knows).
+    pub(crate) fn members(&self, holder: &str) -> Option<graph::Members> {
+        self.groups.sorted_members(holder)
     }
 
     /// Whether deadlocks are looked for at all.
@@ -329,6 +338,7 @@ mod tests {
             name: name.into(),
             kind: LockKind::Reentrant,
             holder: format!("h{waiter}").into(),
+            members: None,
             site: None,
             since: Instant::now(),
             via: via.clone(),
@@ -341,6 +351,7 @@ mod tests {
             owner: Owner::Task(owner),
             holder: format!("held by {owner}").into(),
             kind: LockKind::Reentrant,
+            members: None,
             claim: Arc::new(Held),
         }]
     }
@@ -362,7 +373,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_cycle_confirmed_by_its_actors_fails_its_youngest_wait_with_the_cycle() {
         let config = Config::new("redis://127.0.0.1/").name_prefix("app:");
-        let detector = Arc::new(Detector::new(&config, uuid::Uuid::nil()));
+        let detector = Arc::new(Detector::new(&config, uuid::Uuid::nil(), Groups::default()));
         let broken = Arc::default();
         let (_actor, asks) = start(true, &broken);
         detector.holders(&"app:x".into(), 1, hold(1));
@@ -385,7 +396,7 @@ mod tests {
     #[actix_rt::test]
     async fn a_cycle_whose_actor_says_a_wait_is_gone_breaks_nothing() {
         let config = Config::new("redis://127.0.0.1/");
-        let detector = Arc::new(Detector::new(&config, uuid::Uuid::nil()));
+        let detector = Arc::new(Detector::new(&config, uuid::Uuid::nil(), Groups::default()));
         let broken = Arc::default();
         let (_there, asks) = start(true, &broken);
         let (_gone, gone) = start(false, &broken);

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::graph::blocks;
+use super::graph::{blocks, has_member};
 use super::{Detector, Wait};
 use crate::actors::messages::{Halt, HoldsOf};
 use crate::error::{Cycle, LockError, Owner, Step};
-use crate::protocol::{Blocked, Commands, LockKind, Published, holder_of};
+use crate::protocol::{Blocked, Commands, LockKind, Published, group_holder_of, holder_of};
 
 /// How long a wait lasts before this manager publishes it and follows it through other
 /// processes.
@@ -316,6 +316,7 @@ impl Run {
                 holder: wait.holder.to_string(),
                 since_ms: 0,
                 holds: holds.get(&wait.owner).cloned().unwrap_or_default(),
+                members: wait.members.clone().unwrap_or_default(),
                 place: wait.site.as_ref().map(|s| s.place.to_string()),
                 label: wait
                     .site
@@ -424,16 +425,19 @@ impl Run {
         hashes: &mut FxHashMap<String, Published>,
         shunned: &mut Shunned,
     ) -> Result<Vec<(String, Blocked)>, LockError> {
-        let Some(fields) = self.commands.lock_fields(&blocked.name).await? else {
+        let group = blocked.kind == LockKind::Group.label();
+        let Some(fields) = self.commands.lock_fields(&blocked.name, group).await? else {
             tracing::debug!(name = ?blocked.name, "deadlock probe: the lock's hash is over the read bounds; not followed");
             return Ok(Vec::new());
         };
         let mut next = Vec::new();
+        // A group's holder has a field per member: followed once.
+        let mut followed: FxHashSet<&str> = FxHashSet::default();
         for field in &fields {
-            let Some((client, holder)) = holder_of(field) else {
+            let Some((client, holder)) = blocker(blocked, field) else {
                 continue;
             };
-            if !blocks_field(&blocked.kind, field, holder == blocked.holder) {
+            if !followed.insert(holder) {
                 continue;
             }
             if !hashes.contains_key(client) {
@@ -484,6 +488,26 @@ impl Run {
     }
 }
 
+/// The client and holder whose hold, by the lock hash's field `field`, blocks the wait
+/// `blocked`, by the graph's rule: for a group lock's wait, a field
+/// `<member>:<holder>:expire_time` of one of its members (each member's holder, whatever else
+/// that holder holds of the group); for the other kinds, a holder field ([`blocks_field`]).
+fn blocker<'a>(blocked: &Blocked, field: &'a str) -> Option<(&'a str, &'a str)> {
+    if blocked.kind == LockKind::Group.label() {
+        let (member, client, holder) = group_holder_of(field)?;
+        let share = || has_member(&blocked.members, member);
+        return blocks(
+            LockKind::Group,
+            LockKind::Group,
+            holder == blocked.holder,
+            share,
+        )
+        .then_some((client, holder));
+    }
+    let (client, holder) = holder_of(field)?;
+    blocks_field(&blocked.kind, field, holder == blocked.holder).then_some((client, holder))
+}
+
 /// Whether a hold of the lock, by its hash field `field`, blocks a wait published as of kind
 /// `waiting` (its label): the graph's rule. The field says a read-write lock's write hold
 /// (`<holder>:write`) from its read holds; in any other kind's hash, every field is a hold of
@@ -495,7 +519,7 @@ fn blocks_field(waiting: &str, field: &str, same_holder: bool) -> bool {
         LockKind::Read => LockKind::Read,
         other => other,
     };
-    blocks(waiting, held, same_holder)
+    blocks(waiting, held, same_holder, || false)
 }
 
 /// Whether every step of `cycle` from another client was read from a hash written after the
@@ -542,6 +566,45 @@ mod tests {
         assert!(!blocks_field("lock", holder, true));
         assert!(!blocks_field("fair", holder, true));
         assert!(!blocks_field("from a newer version", holder, true));
+    }
+
+    #[test]
+    fn a_group_field_blocks_a_published_group_wait_through_a_shared_member_only() {
+        let (a, b) = (
+            "00000000-0000-0000-0000-00000000000a:1",
+            "00000000-0000-0000-0000-00000000000b:1",
+        );
+        let wait = |holder: &str, members: &[&str]| Blocked {
+            owner: Owner::Task(1),
+            service: String::new(),
+            name: "g".into(),
+            kind: "group".into(),
+            holder: holder.into(),
+            since_ms: 0,
+            holds: Vec::new(),
+            members: members.iter().map(|m| (*m).to_owned()).collect(),
+            place: None,
+            label: None,
+        };
+        let field = |member: &str, holder: &str| format!("{member}:{holder}:expire_time");
+        // b waits for m2, m3; a holds m1 and m2: m2 blocks, m1 does not.
+        let w = wait(b, &["m2", "m3"]);
+        assert_eq!(
+            blocker(&w, &field("m2", a)),
+            Some(("00000000-0000-0000-0000-00000000000a", a))
+        );
+        assert_eq!(blocker(&w, &field("m1", a)), None);
+        // The holder's own member re-enters; the member and count fields name no holder.
+        assert_eq!(blocker(&w, &field("m2", b)), None);
+        assert_eq!(blocker(&w, "m2"), None);
+        assert_eq!(blocker(&w, &format!("m2:{a}:lock_count")), None);
+        // A plain wait on the key reads holder fields, as before.
+        let plain = Blocked {
+            kind: "lock".into(),
+            ..wait(b, &[])
+        };
+        assert_eq!(blocker(&plain, &field("m2", a)), None);
+        assert!(blocker(&plain, a).is_some());
     }
 
     #[test]

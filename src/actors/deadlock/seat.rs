@@ -26,6 +26,8 @@ pub(crate) struct Whose {
     /// Its holder field: what it re-enters rather than waits for.
     pub holder: Arc<str>,
     pub kind: LockKind,
+    /// A group lock's members, sorted (filled in by [`Seat::coming`]).
+    pub members: Option<graph::Members>,
     /// Where the caller's code asked for it.
     pub site: Option<Site>,
 }
@@ -47,6 +49,7 @@ impl Whose {
                 owner,
                 holder: holder.clone(),
                 kind,
+                members: None,
                 site,
             })
     }
@@ -58,6 +61,8 @@ struct Held {
     /// share it) and its holder field.
     owner: Option<(Owner, Arc<str>)>,
     kind: LockKind,
+    /// A group lock's members, sorted.
+    members: Option<graph::Members>,
     claim: Arc<dyn Claim>,
 }
 
@@ -91,8 +96,11 @@ impl Seat {
         })
     }
 
-    /// A request came, `whose` it is.
-    pub(crate) fn coming(&mut self, id: WaiterId, whose: Whose) {
+    /// A request came, `whose` it is (a group lock's with its members).
+    pub(crate) fn coming(&mut self, id: WaiterId, mut whose: Whose) {
+        if whose.kind == LockKind::Group {
+            whose.members = self.detector.members(&whose.holder);
+        }
         self.whose.insert(id, whose);
     }
 
@@ -122,6 +130,7 @@ impl Seat {
             name: name.clone(),
             kind: whose.kind,
             holder: whose.holder.clone(),
+            members: whose.members.clone(),
             site: whose.site.clone(),
             since: now,
             via: asks.clone(),
@@ -152,6 +161,7 @@ impl Seat {
         (holder, kind): (&Arc<str>, LockKind),
         claim: impl FnOnce() -> Arc<dyn Claim>,
     ) {
+        let detector = &self.detector;
         self.holds
             .entry(epoch)
             .and_modify(|held| {
@@ -162,6 +172,9 @@ impl Seat {
             .or_insert_with(|| Held {
                 owner: owner.map(|owner| (owner, holder.clone())),
                 kind,
+                members: (kind == LockKind::Group)
+                    .then(|| detector.members(holder))
+                    .flatten(),
                 claim: claim(),
             });
     }
@@ -204,6 +217,7 @@ impl Seat {
                     owner,
                     holder,
                     kind: held.kind,
+                    members: held.members.clone(),
                     claim: held.claim.clone(),
                 })
             })

@@ -12,7 +12,7 @@ use super::renewal::{RenewKey, Tracked};
 use crate::actors::messages::Renewal;
 use crate::config::Config;
 use crate::error::LockError;
-use crate::protocol::{ClientRecord, MAX_LISTED, RecordedHold, RecordedWait};
+use crate::protocol::{ClientRecord, LockKind, MAX_LISTED, RecordedHold, RecordedWait};
 
 /// The manager is about to hold or wait for the first time (its first per-name actor is
 /// starting): its record is written now rather than one renewal interval after start, so that
@@ -127,15 +127,25 @@ impl Watchdog {
         let holds = holds
             .into_iter()
             .take(MAX_LISTED)
-            .map(|(name, (t, key))| RecordedHold {
-                name: name.to_owned(),
-                kind: match key.what {
-                    Renewal::Lock(kind) => kind.label(),
-                    Renewal::Permits => "permits",
+            .map(|(name, (t, key))| {
+                let members = match key.what {
+                    Renewal::Lock(LockKind::Group) => {
+                        self.commands.groups().members(&key.holder).ok()
+                    }
+                    _ => None,
+                };
+                RecordedHold {
+                    name: name.to_owned(),
+                    kind: match key.what {
+                        Renewal::Lock(kind) => kind.label(),
+                        Renewal::Permits => "permits",
+                    }
+                    .to_owned(),
+                    holder: key.holder.to_string(),
+                    held_ms: millis(now.saturating_duration_since(t.granted)),
+                    members_total: members.as_ref().map_or(0, |m| m.len()),
+                    members: members.map_or_else(Vec::new, |m| RecordedHold::listed(&m)),
                 }
-                .to_owned(),
-                holder: key.holder.to_string(),
-                held_ms: millis(now.saturating_duration_since(t.granted)),
             })
             .collect();
         let (waits, waits_total) = self.board.waiting(MAX_LISTED);

@@ -172,7 +172,7 @@ fn ls_text(clients: &[ClientInfo]) -> String {
             out += &format!(
                 "  holds  {}  {} for {}  as {}\n",
                 clean(&h.name),
-                clean(&h.kind),
+                kind_text(h),
                 short(h.held),
                 clean(&h.holder)
             );
@@ -193,6 +193,24 @@ fn ls_text(clients: &[ClientInfo]) -> String {
     out
 }
 
+/// A hold's kind as `ls` shows it: a group's with its member count and first members,
+/// `group of 1000 (m1, m2, m3, …)`.
+fn kind_text(h: &lockman::HeldName) -> String {
+    if h.members_total == 0 {
+        return clean(&h.kind).into_owned();
+    }
+    let mut listed: Vec<String> = h.members.iter().map(|m| clean(m).into_owned()).collect();
+    if h.members_total > h.members.len() {
+        listed.push("…".into());
+    }
+    format!(
+        "{} of {} ({})",
+        clean(&h.kind),
+        h.members_total,
+        listed.join(", ")
+    )
+}
+
 /// A client's recent deadlocks as a JSON array.
 pub fn deadlocks_json(c: &ClientInfo) -> Value {
     let all = c.deadlocks.iter().map(|d| {
@@ -210,12 +228,17 @@ pub fn client_json(c: &ClientInfo) -> Value {
         .holds
         .iter()
         .map(|h| {
-            json!({
+            let mut hold = json!({
                 "name": h.name,
                 "kind": h.kind,
                 "holder": h.holder,
                 "held_ms": ms(h.held),
-            })
+            });
+            if h.members_total > 0 {
+                hold["members_total"] = json!(h.members_total);
+                hold["members"] = json!(h.members);
+            }
+            hold
         })
         .collect();
     let waits: Vec<Value> = c
