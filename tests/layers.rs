@@ -431,10 +431,14 @@ fn closing(code: &[char], open: usize) -> usize {
     code.len()
 }
 
+/// A library file: its path, its lines outside tests, and its functions `(name, first line,
+/// lines)`.
+type LibraryFile = (PathBuf, usize, Vec<(String, usize, usize)>);
+
 /// The library's source files outside its tests (`#[cfg(test)] mod x;` files, and what is
 /// under them) and its binaries, each with its lines outside `#[cfg(test)] mod x { … }` blocks
 /// and its functions `(name, first line, lines)`.
-fn library_code() -> Vec<(PathBuf, usize, Vec<(String, usize, usize)>)> {
+fn library_code() -> Vec<LibraryFile> {
     let mut files = modules(&src());
     files.push((Vec::new(), src().join("lib.rs"), true));
     let mut tests: Vec<PathBuf> = Vec::new();
