@@ -557,3 +557,23 @@ fn no_function_or_file_outgrows_its_limit() {
         over.join("\n")
     );
 }
+
+/// The per-name shell (`actors/shell/`) knows no family: it imports nothing of the deadlock
+/// detection (`actors/deadlock/`), which is the lock family's; it tells a family's `Witness`.
+#[test]
+fn the_shell_imports_nothing_of_deadlock_detection() {
+    let under = |m: &Module, room: &str| m.len() >= 2 && m[0] == "actors" && m[1] == room;
+    let mut found = Vec::new();
+    for (module, targets) in imports(&src()) {
+        if under(&module, "shell") {
+            for target in targets.iter().filter(|t| under(t, "deadlock")) {
+                found.push(format!(
+                    "{} imports {}",
+                    module.join("::"),
+                    target.join("::")
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
