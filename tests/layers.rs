@@ -337,3 +337,243 @@ fn the_rules_of_a_name_are_pure() {
     }
     assert!(impure.is_empty(), "{}", impure.join("\n"));
 }
+
+/// `code` with its comments, string literals and char literals blanked (its lines kept), so that
+/// the braces counted in it are the code's.
+fn blank(code: &str) -> String {
+    let c: Vec<char> = code.chars().collect();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    // Everything in c[from..to] as blanks, its newlines kept.
+    let blank_run = |out: &mut String, from: usize, to: usize| {
+        out.extend(
+            c[from..to]
+                .iter()
+                .map(|&ch| if ch == '\n' { '\n' } else { ' ' }),
+        );
+    };
+    let at = |i: usize, s: &str| {
+        s.chars()
+            .enumerate()
+            .all(|(k, ch)| c.get(i + k) == Some(&ch))
+    };
+    let word_before = |i: usize| i > 0 && (c[i - 1].is_alphanumeric() || c[i - 1] == '_');
+    while i < c.len() {
+        let end = if at(i, "//") {
+            (i..c.len()).find(|&j| c[j] == '\n').unwrap_or(c.len())
+        } else if at(i, "/*") {
+            let (mut depth, mut j) = (0, i);
+            loop {
+                if j >= c.len() {
+                    break j;
+                } else if at(j, "/*") {
+                    (depth, j) = (depth + 1, j + 2);
+                } else if at(j, "*/") {
+                    (depth, j) = (depth - 1, j + 2);
+                    if depth == 0 {
+                        break j;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+        } else if (at(i, "r\"") || at(i, "r#") || at(i, "br\"") || at(i, "br#")) && !word_before(i)
+        {
+            let start = i + if c[i] == 'b' { 2 } else { 1 };
+            let hashes = (start..c.len()).take_while(|&j| c[j] == '#').count();
+            let close: String = std::iter::once('"')
+                .chain("#".repeat(hashes).chars())
+                .collect();
+            let from = start + hashes + 1;
+            (from..c.len())
+                .find(|&j| at(j, &close))
+                .map_or(c.len(), |j| j + close.len())
+        } else if c[i] == '"' {
+            let mut j = i + 1;
+            while j < c.len() && c[j] != '"' {
+                j += if c[j] == '\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if c[i] == '\'' && c.get(i + 1) == Some(&'\\') {
+            // Past the escaped character, which may be a quote (`'\''`).
+            (i + 3..c.len())
+                .find(|&j| c[j] == '\'')
+                .map_or(c.len(), |j| j + 1)
+        } else if c[i] == '\'' && c.get(i + 2) == Some(&'\'') {
+            i + 3
+        } else {
+            out.push(c[i]);
+            i += 1;
+            continue;
+        };
+        let end = end.min(c.len());
+        blank_run(&mut out, i, end);
+        i = end;
+    }
+    out
+}
+
+/// Where the brace opened at char `open` of `code` closes.
+fn closing(code: &[char], open: usize) -> usize {
+    let mut depth = 0;
+    for (j, ch) in code.iter().enumerate().skip(open) {
+        match ch {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return j;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// A library file: its path, its lines outside tests, and its functions `(name, first line,
+/// lines)`.
+type LibraryFile = (PathBuf, usize, Vec<(String, usize, usize)>);
+
+/// The library's source files outside its tests (`#[cfg(test)] mod x;` files, and what is
+/// under them) and its binaries, each with its lines outside `#[cfg(test)] mod x { … }` blocks
+/// and its functions `(name, first line, lines)`.
+fn library_code() -> Vec<LibraryFile> {
+    let mut files = modules(&src());
+    files.push((Vec::new(), src().join("lib.rs"), true));
+    let mut tests: Vec<PathBuf> = Vec::new();
+    for (module, path, _) in &files {
+        let code = blank(&std::fs::read_to_string(path).unwrap());
+        for (at, _) in code.match_indices("#[cfg(test)]") {
+            let words: Vec<&str> = code[at + 12..].split_whitespace().take(3).collect();
+            let name = match words.as_slice() {
+                ["mod", name, ..] | [_, "mod", name] => name.strip_suffix(';'),
+                _ => None,
+            };
+            if let Some(name) = name {
+                let dir = module.iter().fold(src(), |p, m| p.join(m));
+                tests.push(dir.join(format!("{name}.rs")));
+                tests.push(dir.join(name));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (_, path, _) in files {
+        if path.starts_with(src().join("bin")) || tests.iter().any(|t| path.starts_with(t)) {
+            continue;
+        }
+        let code: Vec<char> = blank(&std::fs::read_to_string(&path).unwrap())
+            .chars()
+            .collect();
+        let line_of = |at: usize| {
+            code[..at.min(code.len())]
+                .iter()
+                .filter(|&&ch| ch == '\n')
+                .count()
+                + 1
+        };
+        let text: String = code.iter().collect();
+        let mut test_spans = Vec::new();
+        for (at, _) in text.match_indices("#[cfg(test)]") {
+            let at = text[..at].chars().count();
+            let rest: String = code[at + 12..].iter().take(200).collect();
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            let is_mod = words.first() == Some(&"mod") || words.get(1) == Some(&"mod");
+            if let Some(open) = (at..code.len()).find(|&j| code[j] == '{' || code[j] == ';')
+                && is_mod
+                && code[open] == '{'
+            {
+                test_spans.push((at, closing(&code, open)));
+            }
+        }
+        let in_tests = |at: usize| test_spans.iter().any(|&(a, b)| a <= at && at <= b);
+        let test_lines: usize = test_spans
+            .iter()
+            .map(|&(a, b)| line_of(b) - line_of(a) + 1)
+            .sum();
+        let lines = text.lines().count() - test_lines;
+        let mut fns = Vec::new();
+        for (at, _) in text.match_indices("fn ") {
+            let at = text[..at].chars().count();
+            let word = at > 0 && (code[at - 1].is_alphanumeric() || code[at - 1] == '_');
+            let name: String = code[at + 3..]
+                .iter()
+                .take_while(|ch| ch.is_alphanumeric() || **ch == '_')
+                .collect();
+            if word || name.is_empty() || in_tests(at) {
+                continue;
+            }
+            let Some(open) = (at..code.len()).find(|&j| code[j] == '{' || code[j] == ';') else {
+                continue;
+            };
+            if code[open] == '{' {
+                fns.push((
+                    name,
+                    line_of(at),
+                    line_of(closing(&code, open)) - line_of(at) + 1,
+                ));
+            }
+        }
+        out.push((path, lines, fns));
+    }
+    out
+}
+
+/// The house's size limits, kept: no library function over 80 lines, no library file over
+/// 700 (tests aside: `#[cfg(test)]` modules and the files under them; the binaries aside), the
+/// lock actor's adapter (`actors/lock_actor/`) within 600 lines and the synchronizer's within
+/// 550. A longer function is split by meaning, a longer file by job.
+#[test]
+fn no_function_or_file_outgrows_its_limit() {
+    let code = library_code();
+    assert!(code.len() > 50, "only {} library files read", code.len());
+    let rel = |p: &Path| p.strip_prefix(src()).unwrap_or(p).display().to_string();
+    let mut over = Vec::new();
+    for (path, lines, fns) in &code {
+        if *lines > 700 {
+            over.push(format!("{}: {lines} lines (at most 700)", rel(path)));
+        }
+        for (name, at, n) in fns.iter().filter(|f| f.2 > 80) {
+            over.push(format!(
+                "{}:{at}: fn {name} is {n} lines (at most 80)",
+                rel(path)
+            ));
+        }
+    }
+    for (room, limit) in [("lock_actor", 600), ("sync_actor", 550)] {
+        let dir = src().join("actors").join(room);
+        let n: usize = code
+            .iter()
+            .filter(|(p, ..)| p.starts_with(&dir))
+            .map(|(_, l, _)| l)
+            .sum();
+        if n > limit {
+            over.push(format!("actors/{room}/: {n} lines (at most {limit})"));
+        }
+    }
+    assert!(
+        over.is_empty(),
+        "over the house's limits:\n{}",
+        over.join("\n")
+    );
+}
+
+/// The per-name shell (`actors/shell/`) knows no family: it imports nothing of the deadlock
+/// detection (`actors/deadlock/`), which is the lock family's; it tells a family's `Witness`.
+#[test]
+fn the_shell_imports_nothing_of_deadlock_detection() {
+    let under = |m: &Module, room: &str| m.len() >= 2 && m[0] == "actors" && m[1] == room;
+    let mut found = Vec::new();
+    for (module, targets) in imports(&src()) {
+        if under(&module, "shell") {
+            for target in targets.iter().filter(|t| under(t, "deadlock")) {
+                found.push(format!(
+                    "{} imports {}",
+                    module.join("::"),
+                    target.join("::")
+                ));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}

@@ -145,3 +145,53 @@ fn the_published_name_is_the_same_everywhere() {
         assert!(!README.contains(stale), "the README still says {stale}");
     }
 }
+
+/// The tests' map (`tests/README.md`) names only tests that exist: each row's tests are
+/// functions of the files its row names, and every test file is on the map.
+#[test]
+fn the_tests_map_names_tests_that_exist() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let map = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    let ticked = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect()
+    };
+    let (mut rows, mut wrong) = (0, Vec::new());
+    for line in map
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("|---"))
+    {
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").collect();
+        let [_, files, tests] = cells.as_slice() else {
+            continue;
+        };
+        if *files == "file" {
+            continue;
+        }
+        rows += 1;
+        let code: Vec<String> = ticked(files)
+            .iter()
+            .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
+            .collect();
+        for test in ticked(tests) {
+            let defined = |c: &String| {
+                c.match_indices(&format!("fn {test}"))
+                    .any(|(at, m)| c[at + m.len()..].starts_with('('))
+            };
+            if !code.iter().any(defined) {
+                wrong.push(format!("{test} is in none of {files}"));
+            }
+        }
+    }
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".rs") && !map.contains(&format!("`{name}`")) {
+            wrong.push(format!("{name} is on no row"));
+        }
+    }
+    assert!(rows > 80, "only {rows} rows read");
+    assert!(wrong.is_empty(), "the tests' map:\n{}", wrong.join("\n"));
+}

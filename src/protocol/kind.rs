@@ -178,10 +178,34 @@ impl LockKind {
         delay: u64,
     ) -> ScriptCall<'static> {
         let delayed = delay > 0 && self == LockKind::Reentrant;
+        let mut call = self.acquire_head(name, holder, lease, fair, delayed);
+        call.arg(expect.count);
+        if self.is_fair() {
+            // fair_acquire.lua, ARGV[6..8]: the place timeout, and what wakes the new head of a
+            // free lock should the prune drop the one before.
+            call.arg(millis(fair.cap)).arg(UNLOCK_MESSAGE).arg(publish);
+        }
+        if delayed {
+            call.arg(delay);
+        }
+        call
+    }
+
+    /// The keys and the leading arguments of an acquire attempt of this kind (up to the
+    /// holder's expected count): what differs from kind to kind. `delayed`: with the reentrant
+    /// lock's delay key.
+    fn acquire_head(
+        self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+        fair: FairArgs,
+        delayed: bool,
+    ) -> ScriptCall<'static> {
         let (key, lease, script) = (keys::lock_key(name), millis(lease), self.acquire_script());
         // Room for the keys and arguments of the longest (fair) attempt.
         let room = 3 * name.len() + holder.len() + 96;
-        let mut call = match self {
+        match self {
             LockKind::Reentrant if delayed => {
                 let mut call = ScriptCall::new(script, 2, 4, room + name.len() + 16);
                 call.key(key)
@@ -237,17 +261,7 @@ impl LockKind {
                     .arg(if fair.once { "1" } else { "0" });
                 call
             }
-        };
-        call.arg(expect.count);
-        if self.is_fair() {
-            // fair_acquire.lua, ARGV[6..8]: the place timeout, and what wakes the new head of a
-            // free lock should the prune drop the one before.
-            call.arg(millis(fair.cap)).arg(UNLOCK_MESSAGE).arg(publish);
         }
-        if delayed {
-            call.arg(delay);
-        }
-        call
     }
 
     /// A release of one hold of `holder` on the lock `name`, restoring `lease` when holds
@@ -263,10 +277,26 @@ impl LockKind {
         publish: &'static str,
         delay: u64,
     ) -> ScriptCall<'static> {
+        let mut call = self.release_head(name, holder, lease, publish, delay > 0);
+        call.arg(expect.count);
+        call
+    }
+
+    /// The keys and the leading arguments of a release of this kind (up to the holder's
+    /// expected count): what differs from kind to kind. `delayed`: a reentrant release deletes
+    /// the delay key too.
+    fn release_head(
+        self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+        publish: &'static str,
+        delayed: bool,
+    ) -> ScriptCall<'static> {
         let key = keys::lock_key(name);
         let room = 3 * name.len() + holder.len() + 96;
-        let mut call = match self {
-            LockKind::Reentrant if delay > 0 => {
+        match self {
+            LockKind::Reentrant if delayed => {
                 let mut call = ScriptCall::new(&RELEASE, 3, 5, room + name.len() + 16);
                 call.key(key)
                     .key(keys::unlock_channel(name))
@@ -303,27 +333,8 @@ impl LockKind {
                     .arg(publish);
                 call
             }
-            LockKind::Read => {
-                let mut call = ScriptCall::new(&READ_RELEASE, 4, 4, room + holder.len());
-                call.key(key)
-                    .key(keys::rwlock_channel(name))
-                    .key(keys::read_timeout_prefix(name, holder))
-                    .key(keys::tagged(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(holder)
-                    .arg(publish);
-                call
-            }
-            LockKind::Write => {
-                let mut call = ScriptCall::new(&WRITE_RELEASE, 2, 5, room);
-                call.key(key)
-                    .key(keys::rwlock_channel(name))
-                    .arg(WAKE_ALL_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(keys::write_field(holder))
-                    .arg(publish);
-                call
-            }
+            // A read-write lock's side releases on the read-write channel.
+            LockKind::Read | LockKind::Write => self.side_release(name, holder, lease, publish),
             LockKind::Fair | LockKind::NonReentrantFair => {
                 let mut call = ScriptCall::new(&FAIR_RELEASE, 4, 5, room);
                 call.key(key)
@@ -336,8 +347,42 @@ impl LockKind {
                     .arg(publish);
                 call
             }
-        };
-        call.arg(expect.count);
-        call
+        }
+    }
+
+    /// A release of a read-write lock's side (`read_release.lua`, `write_release.lua`): what
+    /// [`release_head`](Self::release_head) gives for `Read` and `Write`.
+    fn side_release(
+        self,
+        name: &str,
+        holder: &str,
+        lease: Duration,
+        publish: &'static str,
+    ) -> ScriptCall<'static> {
+        let key = keys::lock_key(name);
+        let room = 3 * name.len() + holder.len() + 96;
+        match self {
+            LockKind::Read => {
+                let mut call = ScriptCall::new(&READ_RELEASE, 4, 4, room + holder.len());
+                call.key(key)
+                    .key(keys::rwlock_channel(name))
+                    .key(keys::read_timeout_prefix(name, holder))
+                    .key(keys::tagged(name))
+                    .arg(UNLOCK_MESSAGE)
+                    .arg(holder)
+                    .arg(publish);
+                call
+            }
+            _ => {
+                let mut call = ScriptCall::new(&WRITE_RELEASE, 2, 5, room);
+                call.key(key)
+                    .key(keys::rwlock_channel(name))
+                    .arg(WAKE_ALL_MESSAGE)
+                    .arg(millis(lease))
+                    .arg(keys::write_field(holder))
+                    .arg(publish);
+                call
+            }
+        }
     }
 }

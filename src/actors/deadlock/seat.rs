@@ -1,20 +1,22 @@
 //! [`Seat`]: what one lock actor keeps of its place in the waits-for graph — whose each request
 //! is, which of its waits are in the graph, whose its holds are, and which of them the graph
 //! last learned. A lock actor holds one (none with deadlock detection off; a synchronizer has
-//! none) and lends it to the per-name shell (`PerName::seated`), which tells it when a wait
-//! begins and ends, when a hold ends, and after each event; the lock actor tells it whose each
-//! request and grant is. It is plain data
-//! and methods on its own fields, not generic over the shell's `PerName` (that would close a
-//! circle with `shell/`).
+//! none) and lends it to the per-name shell as its [`Witness`] (`PerName::parts`), which tells
+//! it when a wait begins and ends, when a hold ends, after each event and at the stop; the lock
+//! actor tells it whose each request and grant is. It is plain data and methods on its own
+//! fields; the shell knows it only as a `Witness` (the shell is above `deadlock/`).
 
 use std::sync::Arc;
 use std::time::Instant;
 
+use actix::{Actor, AsyncContext, Context, Handler};
 use rustc_hash::FxHashMap;
 
 use super::graph::{self, Hold, Marks, WaitId};
 use super::{Asks, Detector};
 use crate::actors::lost::Claim;
+use crate::actors::messages::{Deadlocked, StillWaiting};
+use crate::actors::name::witness::Witness;
 use crate::actors::name::{Wait, WaiterId};
 use crate::error::{Owner, Site};
 use crate::protocol::LockKind;
@@ -247,5 +249,48 @@ impl Seat {
             .filter(|(owner, _)| owners.contains(owner))
             .map(|(owner, holder)| (owner, name.clone(), holder))
             .collect()
+    }
+}
+
+/// A lock actor's witness is its seat: the shell tells it when a wait begins and ends, a hold
+/// ends, after each event and at the stop.
+impl<A> Witness<Context<A>> for Seat
+where
+    A: Actor<Context = Context<A>> + Handler<StillWaiting> + Handler<Deadlocked>,
+{
+    /// Into the graph, with the address the graph asks this actor at, made at its first wait
+    /// there (each actix address made allocates: not for an uncontended acquire).
+    fn wait_began(
+        &mut self,
+        name: &Arc<str>,
+        actor: u64,
+        id: WaiterId,
+        now: Instant,
+        ctx: &mut Context<A>,
+    ) {
+        if self.needs_asks(id) {
+            self.asked_by(Asks::of(ctx.address()));
+        }
+        Seat::wait_began(self, name, actor, id, now);
+    }
+
+    fn wait_over(&mut self, actor: u64, id: WaiterId) -> Option<Owner> {
+        Seat::wait_over(self, actor, id)
+    }
+
+    fn hold_ended(&mut self, epoch: u64) {
+        Seat::hold_ended(self, epoch);
+    }
+
+    fn holds_ended(&mut self) {
+        Seat::holds_ended(self);
+    }
+
+    fn settled(&mut self, name: &Arc<str>, actor: u64) {
+        self.publish(name, actor);
+    }
+
+    fn left(&mut self, name: &Arc<str>, actor: u64) {
+        self.leave(name, actor);
     }
 }

@@ -23,7 +23,6 @@ use actix::WeakRecipient;
 use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 
-use super::deadlock::Asks;
 use super::deadlock::seat::{Seat, Whose};
 use super::lock_state::{Answer, HoldKey, LockState, Op, Request, Settings};
 use super::messages::*;
@@ -78,13 +77,14 @@ impl PerName for LockActor {
     type State = LockState;
     type Tx = AcquireTx;
     type Reply = ReleaseTx;
+    type Witness = Seat;
     const SERIES: Series = Series::Locks;
 
     fn shell(&mut self) -> &mut Shell<Self> {
         &mut self.shell
     }
 
-    fn seated(&mut self) -> (&mut Shell<Self>, Option<&mut Seat>) {
+    fn parts(&mut self) -> (&mut Shell<Self>, Option<&mut Seat>) {
         (&mut self.shell, self.seat.as_mut())
     }
 
@@ -137,10 +137,6 @@ impl PerName for LockActor {
             let (key, epoch) = grant.disarm();
             self.release(key, epoch, None);
         }
-    }
-
-    fn asks(ctx: &mut Context<Self>) -> Option<Asks> {
-        Some(Asks::of(ctx.address()))
     }
 
     fn reply(tx: ReleaseTx, res: Result<(), LockError>) {

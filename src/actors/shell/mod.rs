@@ -12,9 +12,9 @@
 //! - holds handed to the Watchdog and taken back, their lost signals and validity (`actors::lost`),
 //!   and the metric series of waiters, holds and losses;
 //! - who waits on the name, on the manager's [`Board`](crate::actors::board::Board) (client
-//!   records, `lockman top`), for every waiter left waiting; and, through the actor's
-//!   [`Seat`] when it has one (a lock actor's, [`PerName::seated`]), when a wait begins and
-//!   ends and a hold ends, for the waits-for graph (`deadlock/`);
+//!   records, `lockman top`), for every waiter left waiting; and, to the actor's [`Witness`]
+//!   when its family keeps one ([`PerName::parts`]), when a wait begins and ends, a hold ends,
+//!   an event is settled and the actor stops;
 //! - what a grant keeps of its hold, alike for both families (`receipt`);
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
@@ -36,8 +36,6 @@ use actix::prelude::*;
 use rustc_hash::FxHashMap;
 use tokio::sync::{oneshot, watch};
 
-use crate::actors::deadlock::Asks;
-use crate::actors::deadlock::seat::Seat;
 use crate::actors::lost::Validity;
 use crate::actors::messages::{
     Forget, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe,
@@ -45,6 +43,7 @@ use crate::actors::messages::{
 };
 use crate::actors::name::effect::{Effect, Family, ReplyId};
 use crate::actors::name::state::NameState;
+use crate::actors::name::witness::Witness;
 use crate::actors::name::{Loss, WaiterId};
 use crate::actors::services::Services;
 use crate::error::{LockError, Owner};
@@ -72,15 +71,15 @@ pub(crate) trait PerName:
     type Tx: Sender;
     /// How a release's (or an adjustment's) caller is answered.
     type Reply: 'static;
+    /// What its family keeps of its waits and holds beside the shell.
+    type Witness: Witness<Context<Self>>;
     /// The metric series it reports to.
     const SERIES: Series;
 
     /// Its shell, which owns its state.
     fn shell(&mut self) -> &mut Shell<Self>;
-    /// Its shell, and its place in the waits-for graph when it has one: the actor keeps its
-    /// seat, the shell tells it when a wait begins and ends and a hold ends. `None` for a
-    /// family whose waits are not in the graph, or with deadlock detection off.
-    fn seated(&mut self) -> (&mut Shell<Self>, Option<&mut Seat>) {
+    /// Its shell, and its witness when it keeps one (`None` by default).
+    fn parts(&mut self) -> (&mut Shell<Self>, Option<&mut Self::Witness>) {
         (self.shell(), None)
     }
 
@@ -96,9 +95,6 @@ pub(crate) trait PerName:
         owner: Option<Owner>,
         ctx: &mut Context<Self>,
     );
-    /// Where the waits-for graph asks about this actor's waits and breaks one: `None` for a
-    /// family whose waits are not in the graph (synchronizers: any one release ends their wait).
-    fn asks(ctx: &mut Context<Self>) -> Option<Asks>;
     /// Tells a release's (or an adjustment's) caller how it went.
     fn reply(tx: Self::Reply, res: Result<<FamilyOf<Self> as Family>::Done, LockError>);
 }
@@ -233,21 +229,21 @@ impl<A: PerName> Shell<A> {
     }
 }
 
-/// Waiter `id`'s wait is over (answered, or its caller left): off the board and out of the
-/// waits-for graph. Returns whose request it was, when the seat knows.
+/// Waiter `id`'s wait is over (answered, or its caller left): off the board, and the witness
+/// told. Returns whose request it was, when the witness knows.
 fn wait_over<A: PerName>(act: &mut A, id: WaiterId) -> Option<Owner> {
-    let (shell, seat) = act.seated();
+    let (shell, witness) = act.parts();
     if let Some(began) = shell.waits_began.remove(&id) {
         shell.svc.board.wait_ended(&shell.name, began);
     }
-    seat?.wait_over(shell.id, id)
+    witness?.wait_over(shell.id, id)
 }
 
-/// The hold of `epoch` ended: its signal's series, and out of the seat.
+/// The hold of `epoch` ended: its signal's series, and the witness told.
 fn ended<A: PerName>(act: &mut A, epoch: u64) -> Option<Signal> {
-    let (shell, seat) = act.seated();
-    if let Some(seat) = seat {
-        seat.hold_ended(epoch);
+    let (shell, witness) = act.parts();
+    if let Some(witness) = witness {
+        witness.hold_ended(epoch);
     }
     let signal = shell.signals.remove(&epoch)?;
     A::SERIES.held(signal.kind, -signal.amount);
@@ -285,10 +281,10 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
             }
         }
     }
-    let (shell, seat) = act.seated();
+    let (shell, witness) = act.parts();
     shell.effects = effects;
-    if let Some(seat) = seat {
-        seat.publish(&shell.name, shell.id);
+    if let Some(witness) = witness {
+        witness.settled(&shell.name, shell.id);
     }
 }
 
@@ -343,9 +339,9 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             Linger::idle(act, ctx);
         }
         Effect::Stopped => {
-            let (shell, seat) = act.seated();
-            if let Some(seat) = seat {
-                seat.holds_ended();
+            let (shell, witness) = act.parts();
+            if let Some(witness) = witness {
+                witness.holds_ended();
             }
             for (_, signal) in shell.signals.drain() {
                 A::SERIES.held(signal.kind, -signal.amount);
@@ -432,20 +428,14 @@ fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
     }
     shell.waits_began.insert(id, now);
     shell.svc.board.wait_began(&shell.name, now);
-    if act.seated().1.is_some_and(|seat| seat.needs_asks(id))
-        && let Some(asks) = A::asks(ctx)
-        && let Some(seat) = act.seated().1
-    {
-        seat.asked_by(asks);
-    }
-    let (shell, seat) = act.seated();
-    if let Some(seat) = seat {
-        seat.wait_began(&shell.name, shell.id, id, now);
+    let (shell, witness) = act.parts();
+    if let Some(witness) = witness {
+        witness.wait_began(&shell.name, shell.id, id, now, ctx);
     }
 }
 
-/// Whether waiter `id` still waits, with its caller there (asked by the waits-for graph about
-/// a cycle found: a caller that dropped its request may not have been reported yet).
+/// Whether waiter `id` still waits, with its caller there (a caller that dropped its request
+/// may not have been reported yet: asked before a wait is broken).
 pub(crate) fn still_waiting<A: PerName>(act: &mut A, id: WaiterId) -> bool {
     let shell = act.shell();
     shell.waits_began.contains_key(&id)
@@ -641,13 +631,12 @@ pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
             _ => {}
         }
     }
-    let (shell, seat) = act.seated();
+    let (shell, witness) = act.parts();
     for (_, tx) in shell.replies.drain() {
         A::reply(tx, Err(LockError::Shutdown));
     }
-    // Its holds leave the waits-for graph with it.
-    if let Some(seat) = seat {
-        seat.leave(&shell.name, shell.id);
+    if let Some(witness) = witness {
+        witness.left(&shell.name, shell.id);
     }
 }
 

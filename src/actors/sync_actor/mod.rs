@@ -124,6 +124,9 @@ impl PerName for SyncActor {
     type State = SyncState;
     type Tx = SyncTx;
     type Reply = Replying;
+    /// No record: a synchronizer's waits are not in the waits-for graph, since any one release
+    /// of permits (or a count down) ends its wait, so no holder alone is what it waits for.
+    type Witness = ();
     const SERIES: Series = Series::Syncs;
 
     fn shell(&mut self) -> &mut Shell<Self> {
@@ -169,12 +172,6 @@ impl PerName for SyncActor {
             Some(SyncTx::Permits(tx)) => drop(tx.send(reply)),
             None => {}
         }
-    }
-
-    /// Not in the waits-for graph: any one release of permits (or a count down) ends a
-    /// synchronizer's wait, so no holder alone is what it waits for.
-    fn asks(_: &mut Context<Self>) -> Option<crate::actors::deadlock::Asks> {
-        None
     }
 
     fn reply(tx: Replying, res: Result<i64, LockError>) {
