@@ -859,3 +859,49 @@ fn a_release_at_shutdown_is_tried_again_only_after_a_quick_failure() {
     assert_eq!(shutdown_retry(1, ms(399)), Some(ms(100)));
     assert_eq!(shutdown_retry(1, ms(400)), None);
 }
+
+/// The `Lost` effects of `epoch` among `effects`.
+fn losses(effects: &[Effect], epoch: u64) -> Vec<Loss> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Lost(x, loss) if *x == epoch => Some(*loss),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A hold is told lost once, whatever tells it: a watched hold the Watchdog finds gone, and
+/// then again (a second check in flight), yields one `Lost`; a lease hold whose lease ran out
+/// yields one `Lost`, and a Watchdog report of it after that none. (The break: a loss reported
+/// twice, which the shell would carry out twice: the lost-holds metric counted twice.)
+#[test]
+fn a_hold_is_told_lost_once() {
+    let mut s = watched(LockKind::Reentrant);
+    let (key, epoch) = watched_hold(&mut s);
+    s.hold_lost(&key, epoch, Instant::now());
+    let mut fx = s.drain();
+    s.hold_lost(&key, epoch, Instant::now());
+    fx.extend(s.drain());
+    assert_eq!(losses(&fx, epoch), [Loss::Watchdog], "{fx:?}");
+    let untracks = fx
+        .iter()
+        .filter(|e| matches!(e, Effect::Untrack { epoch: x, .. } if *x == epoch))
+        .count();
+    assert_eq!(untracks, 1, "{fx:?}");
+
+    let mut s = state(LockKind::Reentrant);
+    let t0 = Instant::now();
+    let leased = Request {
+        lease: Some(SECOND),
+        ..req("a", Wait::Forever)
+    };
+    let a = s.request(leased, t0);
+    s.ran(acquired(), t0);
+    let (key, epoch) = granted(&s.drain(), a).expect("granted");
+    s.fired(Timer::Expiry(key.clone(), epoch), t0 + SECOND);
+    let mut fx = s.drain();
+    s.hold_lost(&key, epoch, t0 + SECOND);
+    fx.extend(s.drain());
+    assert_eq!(losses(&fx, epoch), [Loss::Lease], "{fx:?}");
+}
