@@ -2,13 +2,15 @@
 //! synchronizers in `sync_state/`), pure like them (no actix, tokio or Redis): how long a request
 //! may wait ([`Wait`]), how waiters are numbered, the backoff after errors, why a hold ends
 //! without its release ([`Loss`]), what the Watchdog renews ([`Renewal`]), the effects both
-//! states emit (`effect`), which the shell (`actors::shell`) carries out, and the events both
-//! states take (`state`), through which the shell drives them.
+//! states emit (`effect`), which the shell (`actors::shell`) carries out, the events both
+//! states take (`state`), through which the shell drives them, and a table of timers as
+//! instants (`timers`), whose next one the shell keeps.
 
 pub(crate) mod effect;
 #[cfg(test)]
 pub(crate) mod seeded;
 pub(crate) mod state;
+pub(crate) mod timers;
 
 use std::time::Duration;
 
