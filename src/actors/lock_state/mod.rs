@@ -13,9 +13,11 @@
 //!   has a local waiter, or its failed leave is being sent again (`places`, `leaving`).
 //!
 //! The state is made of rooms, each with its own invariant: the waiters (`waiters.rs`), the
-//! holds (`holds.rs`), the fair-queue places (`places.rs`), the round trips (`trips.rs`) and the
-//! timers, one table of instants but for the waiters' deadlines (`timers.rs`). The rules that join them are `impl LockState` blocks by
-//! subject: sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
+//! holds (`holds.rs`), the fair-queue places with their leave rules (`places.rs`), the round
+//! trips (`trips.rs`) and the timers, one table of instants for all but the waiters' deadlines
+//! (`timers.rs`; the shell keeps one timer for its next instant and calls
+//! [`LockState::timeout`]). The rules that join them are `impl LockState` blocks by subject:
+//! sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
 //! (`settle.rs`), requests of unknown outcome (`unsure.rs`), waking waiters (`wake.rs`).
 
 mod effects;

@@ -142,7 +142,11 @@ mod tests {
         assert_eq!(t.next(), Some(t0));
         assert_eq!(t.take_due(t0 + 2 * MS, mark), Some("c"));
         assert_eq!(t.take_due(t0 + 2 * MS, mark), Some("b"));
-        assert_eq!(t.take_due(t0 + 2 * MS, mark), None, "d was armed after the mark");
+        assert_eq!(
+            t.take_due(t0 + 2 * MS, mark),
+            None,
+            "d was armed after the mark"
+        );
         assert_eq!(t.take_due(t0 + 2 * MS, t.mark()), Some("d"));
         assert_eq!(t.next(), Some(t0 + 5 * MS));
         assert_eq!(t.take_due(t0 + 4 * MS, t.mark()), None);

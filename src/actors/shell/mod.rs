@@ -504,8 +504,9 @@ fn arm<A: PerName>(act: &mut A, timer: TimerOf<A>, after: Duration, ctx: &mut Co
         act.shell().crowd.arm(id, after, ctx);
         return;
     }
-    // One per actor or per hold, not per waiter: an actix timer of its own, which fires to the
-    // millisecond (a lease's expiry must not come after Redis's).
+    // A synchronizer's (a lock's other timers are in its table, on the alarm): one per actor or
+    // per grant, not per waiter, an actix timer of its own, which fires to the millisecond (a
+    // lease's expiry must not come after Redis's).
     let t = timer.clone();
     let handle = ctx.run_later(after, move |act, ctx| {
         act.shell().timers.remove(&t);
