@@ -5,6 +5,15 @@
 //! for a tight loop, for a name idle between pairs, and through a handle made per pair (a
 //! request handler's patterns).
 //!
+//! The figure is the fewest allocations per pair among [`WINDOWS`] windows of [`PAIRS`] pairs
+//! each: the process also allocates for work that comes with time, not with pairs, and lands in
+//! whichever window it falls in: the pub/sub connection's ping (every 3 s), the Watchdog's tick
+//! and client record, and a hold that lived past the 20 ms after which a watched hold is handed
+//! to the Watchdog (on a loaded machine some do; issue 62 found these, by allocation site, in the
+//! pairs that counted more than the others with a handle per pair). A window free
+//! of them counts the pairs alone, the same on every run; a change that adds an allocation to
+//! every pair still adds it to every window.
+//!
 //! Its own test binary: the counting allocator is the whole process's.
 
 mod support;
@@ -43,7 +52,10 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 const WARM_UP: u64 = 200;
-const PAIRS: u64 = 2_000;
+/// Pairs per window.
+const PAIRS: u64 = 100;
+/// Windows counted; the figure is the smallest.
+const WINDOWS: u64 = 20;
 
 /// The ceiling per uncontended pair, for both patterns. Measured when it was set (debug build):
 /// 27 for both, as many as the raw redis-rs loop makes (before issue 34: 68 in a tight loop,
@@ -53,11 +65,10 @@ const CEILING: f64 = 32.0;
 /// The ceiling per pair through a handle made for the pair: a kept handle's pairs and what
 /// making a handle costs. Measured when it was set (debug build): 32 (27 + 5 for the handle);
 /// 33 before handles stopped keeping an actor cache of their own (issue 44, one cache from a
-/// name to its actor), which this ceiling would have caught. Raised to 33 on 2026-11-29: a
-/// clean-clone CI run measured 38.51 against 38.5 (with metrics' 6), about 20 allocations over
-/// 2,000 pairs, while the same code passed in the run before and locally; what lands in the
-/// window beside the pairs is not yet pinned down.
-const NEW_HANDLE_CEILING: f64 = 33.0;
+/// name to its actor), which this ceiling would have caught. (Raised to 33 once, when a CI run
+/// counted 38.51 against 38.5 over one window of 2,000 pairs: the timed work the windows now
+/// leave out, see the module's docs.)
+const NEW_HANDLE_CEILING: f64 = 32.5;
 
 /// What the `metrics` feature adds to both ceilings: the facade builds each series' label list
 /// per call (no recorder needed), 6 per pair measured when it was set (33 in a tight loop and
@@ -77,11 +88,15 @@ async fn per_pair(mgr: &LockManager, name: &str, yields: u32) -> f64 {
     for _ in 0..WARM_UP {
         pair().await;
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    for _ in 0..PAIRS {
-        pair().await;
+    let mut fewest = u64::MAX;
+    for _ in 0..WINDOWS {
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..PAIRS {
+            pair().await;
+        }
+        fewest = fewest.min(ALLOCATIONS.load(Ordering::Relaxed) - before);
     }
-    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / PAIRS as f64
+    fewest as f64 / PAIRS as f64
 }
 
 /// Allocations per acquire+release of one lock through a handle made for the pair, as a web
@@ -94,11 +109,15 @@ async fn per_pair_new_handle(mgr: &LockManager, name: &str) -> f64 {
     for _ in 0..WARM_UP {
         pair().await;
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
-    for _ in 0..PAIRS {
-        pair().await;
+    let mut fewest = u64::MAX;
+    for _ in 0..WINDOWS {
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..PAIRS {
+            pair().await;
+        }
+        fewest = fewest.min(ALLOCATIONS.load(Ordering::Relaxed) - before);
     }
-    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / PAIRS as f64
+    fewest as f64 / PAIRS as f64
 }
 
 #[test]
@@ -117,7 +136,7 @@ fn an_uncontended_pair_stays_under_its_allocation_ceiling() {
         (tight, idle, fresh)
     });
     println!(
-        "allocations per pair: tight loop {tight:.1}, name idle between pairs {idle:.1}, a handle per pair {fresh:.1}"
+        "allocations per pair: tight loop {tight:.2}, name idle between pairs {idle:.2}, a handle per pair {fresh:.2}"
     );
     assert!(
         tight <= CEILING + METRICS,

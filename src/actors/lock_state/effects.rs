@@ -56,7 +56,8 @@ pub(crate) enum Answer {
     Failed(LockError),
 }
 
-/// Timers the state machine arms.
+/// Timers the state machine arms: a deadline with [`Effect::Arm`](super::Effect), every other in
+/// its table (`timers.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Timer {
     /// Waiter `id`'s wait runs out.

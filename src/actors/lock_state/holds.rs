@@ -187,14 +187,13 @@ impl LockState {
             return;
         };
         if !hold.watchdog {
-            self.out
-                .push(Effect::Cancel(Timer::Expiry(key.clone(), hold.epoch)));
+            self.timers.stop(&Timer::Expiry(key.clone(), hold.epoch));
         }
         hold.lease = timeout;
         hold.watchdog = true;
         if !hold.tracked && !self.timers.is_armed(&Timer::Track) {
             let after = self.track_after();
-            self.timers.set(Timer::Track, after, &mut self.out);
+            self.timers.set(Timer::Track, self.now, after);
         }
     }
 
@@ -229,7 +228,7 @@ impl LockState {
             });
         }
         if let Some(next) = next {
-            self.timers.set(Timer::Track, next, &mut self.out);
+            self.timers.set(Timer::Track, self.now, next);
         }
     }
 
@@ -245,8 +244,8 @@ impl LockState {
         hold.lease = lease;
         hold.ends = Some(at);
         let after = at.saturating_duration_since(now);
-        self.out
-            .push(Effect::Arm(Timer::Expiry(key.clone(), hold.epoch), after));
+        self.timers
+            .set(Timer::Expiry(key.clone(), hold.epoch), now, after);
     }
 
     /// The hold is gone from Redis: tell its guards, stop renewing it.
@@ -270,11 +269,12 @@ impl LockState {
         lost: Option<Loss>,
     ) -> Option<Hold> {
         let hold = self.holds.remove(key, epoch)?;
-        self.out
-            .push(Effect::Cancel(Timer::Expiry(key.clone(), epoch)));
+        // Only a lease hold has its expiry armed (`expire_at`; `watch` stops it).
+        if !hold.watchdog {
+            self.timers.stop(&Timer::Expiry(key.clone(), epoch));
+        }
         // Unconfirmed releases of it, if any, end with it.
-        self.timers
-            .cancel(Timer::Settle(key.clone()), &mut self.out);
+        self.timers.stop(&Timer::Settle(key.clone()));
         if hold.tracked {
             self.out.push(Effect::Untrack {
                 hold: key.clone(),

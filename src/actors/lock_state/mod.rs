@@ -13,9 +13,11 @@
 //!   has a local waiter, or its failed leave is being sent again (`places`, `leaving`).
 //!
 //! The state is made of rooms, each with its own invariant: the waiters (`waiters.rs`), the
-//! holds (`holds.rs`), the fair-queue places (`places.rs`), the round trips (`trips.rs`) and the
-//! timers the state owns (`timers.rs`). The rules that join them are `impl LockState` blocks by
-//! subject: sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
+//! holds (`holds.rs`), the fair-queue places with their leave rules (`places.rs`), the round
+//! trips (`trips.rs`) and the timers, one table of instants for all but the waiters' deadlines
+//! (`timers.rs`; the shell keeps one timer for its next instant and calls
+//! [`LockState::timeout`]). The rules that join them are `impl LockState` blocks by subject:
+//! sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
 //! (`settle.rs`), requests of unknown outcome (`unsure.rs`), waking waiters (`wake.rs`).
 
 mod effects;
@@ -373,10 +375,27 @@ impl LockState {
         }
     }
 
-    /// A timer armed earlier fired.
+    /// When the state's next timer fires (its deadlines aside, which are [`Effect::Arm`]ed):
+    /// the shell keeps one timer for it, and calls [`timeout`](Self::timeout) then.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// The shell's timer fired: every timer of the table due by `now` fires, earliest first.
+    /// Those armed meanwhile wait for the shell's next turn, as they did when each timer was
+    /// one of the shell's own.
+    pub(crate) fn timeout(&mut self, now: Instant) {
+        let mark = self.timers.mark();
+        while let Some(timer) = self.timers.take_due(now, mark) {
+            self.fired(timer, now);
+        }
+    }
+
+    /// `timer` fired (a deadline, through the shell; any other, through
+    /// [`timeout`](Self::timeout)): it is armed no more.
     pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
         self.now = now;
-        self.timers.fired(&timer);
+        self.timers.stop(&timer);
         match timer {
             Timer::Deadline(id) => self.deadline(id),
             Timer::Unavailable => self.unavailable_due(),
@@ -412,15 +431,14 @@ impl LockState {
             Timer::Resend(id) => self.resend(id),
             Timer::Turn => self.turn_over(),
             Timer::Refresh => {
-                if !self.fair.places.is_empty() {
+                if self.fair.has_places() {
                     self.trips.todo.push_back(Pending::Refresh);
                     self.arm_refresh();
                     self.pump();
                 }
             }
             Timer::Leave(holder) => {
-                if let Some(leaving) = self.fair.leaving.get(&holder) {
-                    let wait = leaving.wait;
+                if let Some(wait) = self.fair.leave_wait(&holder) {
                     self.trips.todo.push_front(Pending::Leave { holder, wait });
                     self.pump();
                 }
@@ -470,6 +488,14 @@ impl NameState for LockState {
 
     fn fired(&mut self, timer: Timer, now: Instant) {
         LockState::fired(self, timer, now);
+    }
+
+    fn next_timeout(&self) -> Option<Instant> {
+        LockState::next_timeout(self)
+    }
+
+    fn timeout(&mut self, now: Instant) {
+        LockState::timeout(self, now);
     }
 
     fn subscribed(&mut self, channel: &str, ok: bool, now: Instant) {

@@ -93,7 +93,7 @@ impl LockState {
     fn back(&mut self) {
         self.heard_at = Some(self.now);
         if self.outage.take().is_some() {
-            self.timers.stop(&Timer::Unavailable, &mut self.out);
+            self.timers.stop(&Timer::Unavailable);
         }
     }
 
@@ -167,9 +167,11 @@ impl LockState {
         match self.last_tries.iter().map(|t| t.due).min() {
             Some(due) => {
                 let after = due.saturating_duration_since(self.now);
-                self.timers.set(Timer::Verdict, after, &mut self.out);
+                self.timers.set(Timer::Verdict, self.now, after);
             }
-            None => self.timers.stop(&Timer::Verdict, &mut self.out),
+            None => {
+                self.timers.stop(&Timer::Verdict);
+            }
         }
     }
 
@@ -253,8 +255,10 @@ impl LockState {
             })
             .min();
         match first {
-            Some(after) => self.timers.set(Timer::Unavailable, after, &mut self.out),
-            None => self.timers.stop(&Timer::Unavailable, &mut self.out),
+            Some(after) => self.timers.set(Timer::Unavailable, self.now, after),
+            None => {
+                self.timers.stop(&Timer::Unavailable);
+            }
         }
     }
 

@@ -61,7 +61,7 @@ impl LockState {
         if key.1.is_fair() && matches!(res, Ok(Attempt::Acquired { .. } | Attempt::Unsynced { .. }))
         {
             // The grant took the holder out of the queue.
-            self.fair.granted(&key.0, &mut self.out);
+            self.fair.granted(&key.0, &mut self.timers);
         }
         if res.is_ok() {
             // Redis answered: the backoff of failed attempts starts over.

@@ -20,10 +20,20 @@ const RECENT_LEAVES_MIN: usize = 64;
 /// the head of the queue; see `LockState::left`). A new queued attempt of the holder takes the
 /// place over instead (its come-back keeps the place, with the same wait).
 #[derive(Debug)]
-pub(super) struct Leaving {
-    pub wait: Duration,
-    pub until: Instant,
-    pub failures: u32,
+struct Leaving {
+    wait: Duration,
+    until: Instant,
+    failures: u32,
+}
+
+/// What becomes of a failed leave ([`FairPlaces::leave_failed`]).
+pub(super) enum LeaveAgain {
+    /// A queued attempt of the holder took the place over meanwhile: nothing to leave.
+    TakenOver,
+    /// The place would have expired by now: given up.
+    Expired,
+    /// Sent again after this backoff ([`Timer::Leave`]).
+    After(Duration),
 }
 
 /// The places. Invariant (the module's): when nothing is under way, each place has a local
@@ -42,9 +52,9 @@ pub(super) struct FairPlaces {
     /// behind a dead place ahead, would expire within a refresh period of it, and the clone
     /// would queue again at the tail). A caller's short wait costs nothing there: it leaves when
     /// it gives up, and its leave takes off what its place added.
-    pub places: FxHashMap<Arc<str>, Duration>,
+    places: FxHashMap<Arc<str>, Duration>,
     /// Places whose leave failed or went unanswered, sent again until they would have expired.
-    pub leaving: FxHashMap<Arc<str>, Leaving>,
+    leaving: FxHashMap<Arc<str>, Leaving>,
     /// Leaves that ran, with their wait and when, kept while the place they removed could have
     /// come back and still be alive (a failover to a replica that missed the leave): sent
     /// again, idempotently, when the pub/sub connection comes back (see `resubscribed`).
@@ -68,26 +78,116 @@ impl FairPlaces {
     /// `holder`'s place, as a queued attempt of it is sent: the wait it was made with, or
     /// `wait` for a new one. A place being left is taken over (the come-back rule): its leave
     /// stops, and a leave made before is not sent again over the new place.
-    fn take(&mut self, holder: &Arc<str>, wait: Duration, out: &mut Vec<Effect>) -> Duration {
+    fn take(&mut self, holder: &Arc<str>, wait: Duration, timers: &mut Timers) -> Duration {
         self.recent_leaves.remove(holder);
         if let Some(leaving) = self.leaving.remove(holder) {
-            out.push(Effect::Cancel(Timer::Leave(holder.clone())));
+            timers.stop(&Timer::Leave(holder.clone()));
             self.places.insert(holder.clone(), leaving.wait);
         }
         *self.places.entry(holder.clone()).or_insert(wait)
     }
 
     /// A grant took `holder` out of the queue.
-    pub(super) fn granted(&mut self, holder: &Arc<str>, out: &mut Vec<Effect>) {
+    pub(super) fn granted(&mut self, holder: &Arc<str>, timers: &mut Timers) {
         self.places.remove(holder);
         if self.leaving.remove(holder).is_some() {
-            out.push(Effect::Cancel(Timer::Leave(holder.clone())));
+            timers.stop(&Timer::Leave(holder.clone()));
         }
     }
 
     /// Whether `holder` has a place here, or one being left.
     pub(super) fn has(&self, holder: &str) -> bool {
         self.places.contains_key(holder) || self.leaving.contains_key(holder)
+    }
+
+    /// Whether any place is held here (not being left): the refresh has work.
+    pub(super) fn has_places(&self) -> bool {
+        !self.places.is_empty()
+    }
+
+    /// Whether a failed leave is being sent again: the actor is busy.
+    pub(super) fn is_leaving(&self) -> bool {
+        !self.leaving.is_empty()
+    }
+
+    /// The wait `holder`'s place was made with, if it has one (not being left).
+    pub(super) fn place(&self, holder: &str) -> Option<Duration> {
+        self.places.get(holder).copied()
+    }
+
+    /// The wait of `holder`'s place being left, if its leave is to be sent again.
+    pub(super) fn leave_wait(&self, holder: &str) -> Option<Duration> {
+        self.leaving.get(holder).map(|l| l.wait)
+    }
+
+    /// `holder`'s leave is being sent: its place is no longer refreshed.
+    pub(super) fn leaving_now(&mut self, holder: &str) {
+        self.places.remove(holder);
+    }
+
+    /// Every place with its wait, for the refresh.
+    pub(super) fn refresh_places(&self) -> Vec<(Arc<str>, Duration)> {
+        self.places.iter().map(|(h, w)| (h.clone(), *w)).collect()
+    }
+
+    /// `holder`'s leave (of a place made with `wait`) ran; it found a place (`queued`) or none.
+    /// A leave sent again stops; one that removed a place, or may have (sent again, its first
+    /// run removed it), is remembered for `leave_again` unless the holder queued anew.
+    pub(super) fn left(
+        &mut self,
+        holder: Arc<str>,
+        wait: Duration,
+        queued: bool,
+        (now, horizon): (Instant, Duration),
+        timers: &mut Timers,
+    ) {
+        let resent = self.leaving.remove(&holder).is_some();
+        if resent {
+            timers.stop(&Timer::Leave(holder.clone()));
+        }
+        if (queued || resent) && !self.places.contains_key(&holder) {
+            self.remember_leave(holder, wait, now, horizon);
+        }
+    }
+
+    /// `holder`'s leave (of a place made with `wait`) failed or went unanswered at `now`: it
+    /// is sent again after a backoff until `lifetime` after its first failure, when the place
+    /// would have expired anyway.
+    pub(super) fn leave_failed(
+        &mut self,
+        holder: Arc<str>,
+        wait: Duration,
+        (now, lifetime): (Instant, Duration),
+        timers: &mut Timers,
+    ) -> LeaveAgain {
+        if self.places.contains_key(&holder) {
+            return LeaveAgain::TakenOver;
+        }
+        let leaving = self.leaving.entry(holder.clone()).or_insert(Leaving {
+            wait,
+            until: now + lifetime,
+            failures: 0,
+        });
+        leaving.failures = leaving.failures.saturating_add(1);
+        if now >= leaving.until {
+            self.leaving.remove(&holder);
+            return LeaveAgain::Expired;
+        }
+        let after = backoff(leaving.failures);
+        timers.set(Timer::Leave(holder), now, after);
+        LeaveAgain::After(after)
+    }
+
+    /// How many places are held here, and how many are being left.
+    #[cfg(test)]
+    pub(super) fn counts(&self) -> (usize, usize) {
+        (self.places.len(), self.leaving.len())
+    }
+
+    /// Whether `holder`'s place is being left (its failed leave sent again).
+    #[cfg(test)]
+    pub(super) fn leaves(&self, holder: &str) -> bool {
+        self.leaving.contains_key(holder)
     }
 
     /// A leave that removed `holder`'s place, kept for `leave_again` while the place could
@@ -118,10 +218,10 @@ impl FairPlaces {
     }
 
     /// Every place and every place being left, to leave at a stop, one per holder.
-    pub(super) fn take_all(&mut self, out: &mut Vec<Effect>) -> Vec<(Arc<str>, Duration)> {
+    pub(super) fn take_all(&mut self, timers: &mut Timers) -> Vec<(Arc<str>, Duration)> {
         let mut leave: Vec<(Arc<str>, Duration)> = self.places.drain().collect();
         for (holder, leaving) in self.leaving.drain() {
-            out.push(Effect::Cancel(Timer::Leave(holder.clone())));
+            timers.stop(&Timer::Leave(holder.clone()));
             leave.push((holder, leaving.wait));
         }
         leave
@@ -132,7 +232,7 @@ impl LockState {
     /// `holder`'s place in the fair queue, as a queued attempt of it is sent (see
     /// [`FairPlaces::take`]); the places' refresh runs from now on.
     pub(super) fn take_place(&mut self, holder: &Arc<str>, wait: Duration) -> Duration {
-        let wait = self.fair.take(holder, wait, &mut self.out);
+        let wait = self.fair.take(holder, wait, &mut self.timers);
         if !self.timers.is_armed(&Timer::Refresh) {
             self.arm_refresh();
         }
@@ -152,22 +252,17 @@ impl LockState {
     /// or a shorter fair wait timeout: a place must be refreshed before its wait runs out).
     pub(super) fn arm_refresh(&mut self) {
         let after = self.place_wait() / 3;
-        self.timers.set(Timer::Refresh, after, &mut self.out);
+        self.timers.set(Timer::Refresh, self.now, after);
     }
 
     /// The refresh of the places, when there are any.
     pub(super) fn refresh_op(&self) -> Option<Op> {
         let queued = self.trips.is_queued(|p| matches!(p, Pending::Refresh));
-        if self.fair.places.is_empty() || queued {
+        if !self.fair.has_places() || queued {
             return None;
         }
         Some(Op::FairRefresh {
-            places: self
-                .fair
-                .places
-                .iter()
-                .map(|(h, w)| (h.clone(), *w))
-                .collect(),
+            places: self.fair.refresh_places(),
             cap: self.settings.fair_place_timeout,
         })
     }
@@ -204,26 +299,14 @@ impl LockState {
     pub(super) fn left(&mut self, holder: Arc<str>, wait: Duration, res: Result<bool, LockError>) {
         let error = match res {
             Ok(queued) => {
-                // A leave sent again (its first reply lost) may find the place gone because
-                // its first run removed it: remembered too, so that a failover that brings the
-                // place back sends it again.
-                let resent = self.fair.leaving.remove(&holder).is_some();
-                if resent {
-                    self.out.push(Effect::Cancel(Timer::Leave(holder.clone())));
-                }
-                if (queued || resent) && !self.fair.places.contains_key(&holder) {
-                    let horizon = self.settings.fair_place_timeout;
-                    self.fair.remember_leave(holder, wait, self.now, horizon);
-                }
+                let horizon = self.settings.fair_place_timeout;
+                let now = self.now;
+                self.fair
+                    .left(holder, wait, queued, (now, horizon), &mut self.timers);
                 return;
             }
             Err(error) => error,
         };
-        if self.fair.places.contains_key(&holder) {
-            // A queued attempt of the holder took the place over meanwhile.
-            return;
-        }
-        let now = self.now;
         // How long the place could last: its deadline was last set (by a refresh or a
         // come-back, before this leave was sent) to at most its wait after now + the lock's
         // PTTL capped at the place timeout, when at the head (`fair_refresh.lua`,
@@ -231,20 +314,19 @@ impl LockState {
         // after the one ahead: left here, it costs at most that wait once it is the head, as a
         // place of a killed waiter does.
         let lifetime = wait + self.settings.fair_place_timeout;
-        let leaving = self.fair.leaving.entry(holder.clone()).or_insert(Leaving {
-            wait,
-            until: now + lifetime,
-            failures: 0,
-        });
-        leaving.failures = leaving.failures.saturating_add(1);
-        if now >= leaving.until {
-            tracing::warn!(lock = %self.name, %error, "could not leave the fair queue; the place expires");
-            self.fair.leaving.remove(&holder);
-            return;
+        let now = self.now;
+        match self
+            .fair
+            .leave_failed(holder, wait, (now, lifetime), &mut self.timers)
+        {
+            LeaveAgain::TakenOver => {}
+            LeaveAgain::Expired => {
+                tracing::warn!(lock = %self.name, %error, "could not leave the fair queue; the place expires");
+            }
+            LeaveAgain::After(after) => {
+                tracing::warn!(lock = %self.name, %error, ?after, "could not leave the fair queue; leaving again");
+            }
         }
-        let after = backoff(leaving.failures);
-        tracing::warn!(lock = %self.name, %error, ?after, "could not leave the fair queue; leaving again");
-        self.out.push(Effect::Arm(Timer::Leave(holder), after));
     }
 
     /// The pub/sub connection came back, a sign of a failover, which may have brought back
@@ -278,7 +360,7 @@ impl LockState {
             .trips
             .is_queued(|p| matches!(p, Pending::Leave { holder: h, .. } if h == holder));
         let unused = !self.waiters.has_holder(holder) && !pending;
-        if let Some(&wait) = self.fair.places.get(holder)
+        if let Some(wait) = self.fair.place(holder)
             && unused
         {
             self.trips.todo.push_front(Pending::Leave {

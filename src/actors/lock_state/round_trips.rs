@@ -71,7 +71,7 @@ impl LockState {
             Pending::Settle { key } => self.settle_op(key),
             Pending::Resend(id) => self.resend_op(id),
             Pending::Leave { holder, wait } => {
-                self.fair.places.remove(&holder);
+                self.fair.leaving_now(&holder);
                 let op = Op::LeaveQueue {
                     holder: holder.clone(),
                     wait,
@@ -303,11 +303,11 @@ impl LockState {
             }
         }
         for (id, u) in std::mem::take(&mut self.trips.unsure) {
-            self.out.push(Effect::Cancel(Timer::Resend(id)));
+            self.timers.stop(&Timer::Resend(id));
             unsettled.extend(u.op.keys());
         }
         for key in self.trips.take_abandoned() {
-            self.timers.stop(&Timer::Settle(key.clone()), &mut self.out);
+            self.timers.stop(&Timer::Settle(key.clone()));
             unsettled.push(key);
         }
         for pending in std::mem::take(&mut self.trips.todo) {
@@ -346,7 +346,7 @@ impl LockState {
     /// Fails every waiter with `Shutdown` and drops every subscription. Returns the fair-queue
     /// places to leave, one per holder.
     pub(super) fn fail_waiters(&mut self) -> Vec<(Arc<str>, Duration)> {
-        let leave = self.fair.take_all(&mut self.out);
+        let leave = self.fair.take_all(&mut self.timers);
         for w in self.waiters.drain() {
             if let Wait::Up(_) = w.wait {
                 self.out.push(Effect::Cancel(Timer::Deadline(w.id)));

@@ -10,7 +10,7 @@ use super::*;
 impl LockState {
     /// Settles `key`'s count next (the caller pumps), unless a settling of it is queued already.
     pub(super) fn settle(&mut self, key: HoldKey) {
-        self.timers.stop(&Timer::Settle(key.clone()), &mut self.out);
+        self.timers.stop(&Timer::Settle(key.clone()));
         let queued = self
             .trips
             .is_queued(|p| matches!(p, Pending::Settle { key: k } if *k == key));
@@ -30,7 +30,7 @@ impl LockState {
             return;
         }
         let failures = self.trips.settle_failures(key);
-        self.timers.set(timer, backoff(failures), &mut self.out);
+        self.timers.set(timer, self.now, backoff(failures));
     }
 
     /// Whether `key`'s count may differ from what this actor grants.
@@ -131,7 +131,7 @@ impl LockState {
         self.trips.lapsed.remove(key);
         self.trips.settle_over(key);
         end(self);
-        self.timers.stop(&Timer::Settle(key.clone()), &mut self.out);
+        self.timers.stop(&Timer::Settle(key.clone()));
         if settling {
             self.wake_all();
         }

@@ -51,7 +51,7 @@ impl LockState {
                 // up to the back-off's longest. Its turn lasts that long more.
                 wait += longest_sleep(self.settings.spin_backoff);
             }
-            self.timers.set(Timer::Turn, wait, &mut self.out);
+            self.timers.set(Timer::Turn, self.now, wait);
         }
     }
 

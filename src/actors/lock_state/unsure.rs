@@ -23,7 +23,7 @@ impl LockState {
             return;
         };
         if self.trips.unsure.remove(&seq).is_some() {
-            self.out.push(Effect::Cancel(Timer::Resend(seq)));
+            self.timers.stop(&Timer::Resend(seq));
             for key in op.keys() {
                 self.settle_if_clear(key);
             }
@@ -66,8 +66,8 @@ impl LockState {
             self.trips.unsure.remove(&id);
             self.give_up_on(&op, flight);
         } else {
-            self.out
-                .push(Effect::Arm(Timer::Resend(id), backoff(failures - 1)));
+            self.timers
+                .set(Timer::Resend(id), self.now, backoff(failures - 1));
             let unsure = Unsure {
                 op,
                 flight: Some(flight),

@@ -61,8 +61,8 @@ impl LockState {
             self.out.push(Effect::Cancel(Timer::Deadline(id)));
         }
         if self.waiters.is_empty() {
-            self.timers.stop(&Timer::Retry, &mut self.out);
-            self.timers.stop(&Timer::Unavailable, &mut self.out);
+            self.timers.stop(&Timer::Retry);
+            self.timers.stop(&Timer::Unavailable);
         }
         let leave = self.family.is_fair() && !matches!(answer, Answer::Granted { .. });
         self.out.push(Effect::Answer(id, answer));
@@ -99,7 +99,7 @@ impl LockState {
 
     /// One wake-up (unlock message, TTL run out, reconnection): one attempt for the head waiter.
     pub(super) fn wake_one(&mut self) {
-        self.timers.stop(&Timer::Retry, &mut self.out);
+        self.timers.stop(&Timer::Retry);
         if let Some(id) = self.waiters.front().map(|w| w.id) {
             self.attempt(id);
         }
@@ -108,7 +108,7 @@ impl LockState {
     /// A wake-all message (a write release): every waiter gets one attempt, oldest first, one
     /// round trip at a time.
     pub(super) fn wake_all(&mut self) {
-        self.timers.stop(&Timer::Retry, &mut self.out);
+        self.timers.stop(&Timer::Retry);
         self.waiters.wakes = self.waiters.iter().map(|w| w.id).collect();
         self.next_wake();
     }
@@ -137,7 +137,7 @@ impl LockState {
     }
 
     pub(super) fn schedule_retry(&mut self, after: Duration) {
-        self.timers.set(Timer::Retry, after, &mut self.out);
+        self.timers.set(Timer::Retry, self.now, after);
     }
 
     /// Subscribes waiter `id`'s channel (then `subscribed` tries once more); a spin lock's
@@ -188,7 +188,7 @@ impl LockState {
         !self.holds.is_empty()
             || !self.waiters.is_empty()
             || !self.trips.is_idle()
-            || !self.fair.leaving.is_empty()
+            || self.fair.is_leaving()
     }
 
     /// Tells the actor whether it is busy, once per event, as its effects are taken
@@ -208,8 +208,8 @@ impl LockState {
         // The hand-over tick stays armed: a name used again soon (the actor lingers, see
         // `retire`) then arms no timer per hold; it fires once, finds nothing, and is not
         // armed again.
-        self.timers.stop(&Timer::Retry, &mut self.out);
-        self.timers.stop(&Timer::Refresh, &mut self.out);
+        self.timers.stop(&Timer::Retry);
+        self.timers.stop(&Timer::Refresh);
         for channel in std::mem::take(&mut self.subscribed) {
             self.out.push(Effect::Unsubscribe(channel));
         }
@@ -222,8 +222,8 @@ impl LockState {
     /// keeps the actor alive.
     pub(crate) fn retire(&mut self) {
         if !self.busy {
-            self.timers.stop(&Timer::Track, &mut self.out);
-            self.timers.stop(&Timer::Turn, &mut self.out);
+            self.timers.stop(&Timer::Track);
+            self.timers.stop(&Timer::Turn);
         }
     }
 }

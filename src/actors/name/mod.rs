@@ -3,13 +3,15 @@
 //! may wait ([`Wait`]), how waiters are numbered, the backoff after errors, why a hold ends
 //! without its release ([`Loss`]), what the Watchdog renews ([`Renewal`]), the effects both
 //! states emit (`effect`), which the shell (`actors::shell`) carries out, the events both
-//! states take (`state`), through which the shell drives them, and what a family keeps of its
-//! waits and holds beside the shell (`witness`).
+//! states take (`state`), through which the shell drives them, a table of timers as instants
+//! (`timers`), whose next one the shell keeps, and what a family keeps of its waits and holds
+//! beside the shell (`witness`).
 
 pub(crate) mod effect;
 #[cfg(test)]
 pub(crate) mod seeded;
 pub(crate) mod state;
+pub(crate) mod timers;
 pub(crate) mod witness;
 
 use std::time::Duration;

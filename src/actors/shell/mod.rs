@@ -6,8 +6,9 @@
 //! in, run their family's round trips and build its answers ([`PerName`]); everything else
 //! their state asks for ([`Effect`]) is carried out here, once for both:
 //!
-//! - timers: a waiter's deadline in the actor's [`Crowd`], which also watches its caller; any
-//!   other timer an actix timer of its own;
+//! - timers: a waiter's deadline in the actor's [`Crowd`], which also watches its caller; the
+//!   next timer of the state's table ([`NameState::next_timeout`]) on the actor's one [`Alarm`];
+//!   any other timer (a synchronizer's) an actix timer of its own;
 //! - the channel subscriptions, through the [`PubSubActor`](crate::actors::pubsub::PubSubActor);
 //! - holds handed to the Watchdog and taken back, their lost signals and validity (`actors::lost`),
 //!   and the metric series of waiters, holds and losses;
@@ -21,6 +22,7 @@
 //! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
 //! concrete types, as [`Crowded`] and [`Lingers`] already were.
 
+pub(crate) mod alarm;
 pub(crate) mod crowd;
 pub(crate) mod linger;
 pub(crate) mod receipt;
@@ -48,6 +50,7 @@ use crate::actors::name::{Loss, WaiterId};
 use crate::actors::services::Services;
 use crate::error::{LockError, Owner};
 use crate::metrics::{Series, Since};
+use alarm::{Alarm, Alarmed};
 use crowd::{Caller, Crowd, Crowded, Sender};
 use linger::{Linger, Lingers};
 use reply::{Expecting, Handed};
@@ -135,7 +138,9 @@ pub(crate) struct Shell<A: PerName> {
     /// The senders of releases (and adjustments) under way.
     pub replies: FxHashMap<ReplyId, A::Reply>,
     next_reply: ReplyId,
-    /// Timers other than waiters' deadlines: actix timers.
+    /// The state's timer table's next instant, on one timer.
+    alarm: Alarm,
+    /// Timers armed with `Effect::Arm` other than waiters' deadlines: actix timers.
     timers: FxHashMap<TimerOf<A>, SpawnHandle>,
     /// Each hold's lost signal, by epoch.
     pub signals: FxHashMap<u64, Signal>,
@@ -176,6 +181,7 @@ impl<A: PerName> Shell<A> {
             crowd: Crowd::default(),
             replies: FxHashMap::default(),
             next_reply: 0,
+            alarm: Alarm::default(),
             timers: FxHashMap::default(),
             signals: FxHashMap::default(),
             keepalive: None,
@@ -281,8 +287,10 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
             }
         }
     }
+    act.shell().effects = effects;
+    let next = act.shell().state.next_timeout();
+    Alarm::set(act, next, ctx);
     let (shell, witness) = act.parts();
-    shell.effects = effects;
     if let Some(witness) = witness {
         witness.settled(&shell.name, shell.id);
     }
@@ -486,8 +494,9 @@ fn arm<A: PerName>(act: &mut A, timer: TimerOf<A>, after: Duration, ctx: &mut Co
         act.shell().crowd.arm(id, after, ctx);
         return;
     }
-    // One per actor or per hold, not per waiter: an actix timer of its own, which fires to the
-    // millisecond (a lease's expiry must not come after Redis's).
+    // A synchronizer's (a lock's other timers are in its table, on the alarm): one per actor or
+    // per grant, not per waiter, an actix timer of its own, which fires to the millisecond (a
+    // lease's expiry must not come after Redis's).
     let t = timer.clone();
     let handle = ctx.run_later(after, move |act, ctx| {
         act.shell().timers.remove(&t);
@@ -672,5 +681,21 @@ impl<A: PerName> Lingers for A {
         self.shell().state.retire();
         apply(self, ctx);
         self.shell().keepalive = None;
+        Alarm::end_if_unset(self, ctx);
+    }
+}
+
+impl<A: PerName> Alarmed for A {
+    fn alarm(&mut self) -> &mut Alarm {
+        &mut self.shell().alarm
+    }
+
+    fn rang(&mut self, now: Instant, ctx: &mut Context<Self>) {
+        self.shell().state.timeout(now);
+        apply(self, ctx);
+    }
+
+    fn stays(&mut self) -> bool {
+        self.shell().keepalive.is_some()
     }
 }

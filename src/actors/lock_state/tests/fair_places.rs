@@ -199,15 +199,25 @@ fn drive_until_granted(
         if ran {
             continue;
         }
+        // The waiters' deadlines (armed by effects) and the state's table (its next instant).
         timers.sort_by_key(|(at, _)| *at);
-        match timers.first() {
-            Some((at, _)) if *at <= end => {}
-            _ => return None,
+        let deadline = timers.first().map(|(at, _)| *at);
+        let table = s.next_timeout();
+        let at = match (deadline, table) {
+            (Some(d), Some(t)) => d.min(t),
+            (d, t) => d.or(t)?,
+        };
+        if at > end {
+            return None;
         }
-        let (at, t) = timers.remove(0);
         now = now.max(at);
         redis.tick(now);
-        s.fired(t, now);
+        if table == Some(at) {
+            s.timeout(now);
+        } else {
+            let (_, t) = timers.remove(0);
+            s.fired(t, now);
+        }
     }
 }
 
@@ -298,11 +308,7 @@ fn a_failed_leave_is_sent_again_until_it_runs() {
     assert!(matches!(leave, Op::LeaveQueue { .. }));
     s.ran(Outcome::LeaveQueue(Err(timeout())), t1);
     let fx = s.drain();
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Leave(h), _) if &**h == "a")),
-        "{fx:?}"
-    );
+    assert!(s.timers.is_armed(&Timer::Leave("a".into())), "{fx:?}");
     assert!(!fx.iter().any(|e| matches!(e, Effect::Idle)), "{fx:?}");
     s.fired(Timer::Leave("a".into()), t1 + SECOND);
     let fx = run_all(&mut s, &mut redis, t1 + SECOND);
@@ -316,16 +322,12 @@ fn a_failed_leave_is_sent_again_until_it_runs() {
     only_run(&fx);
     s.ran(Outcome::LeaveQueue(Err(timeout())), t2);
     s.drain();
+    assert!(s.timers.is_armed(&Timer::Leave("a".into())));
     s.request(fair_req("a", Wait::Forever), t2);
     let fx = run_all(&mut s, &mut redis, t2);
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Cancel(Timer::Leave(h)) if &**h == "a")),
-        "{fx:?}"
-    );
+    assert!(!s.timers.is_armed(&Timer::Leave("a".into())), "{fx:?}");
     assert!(redis.queued("a"));
-    assert_eq!(s.fair.leaving.len(), 0);
-    assert_eq!(s.fair.places.len(), 1);
+    assert_eq!(s.fair.counts(), (1, 0), "one place, none being left");
 }
 
 /// A stop leaves the places being left too.
@@ -355,13 +357,9 @@ fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
     let t0 = Instant::now();
     let (mut s, mut redis) = held_by_x(t0);
     let a = s.request(fair_req("a", Wait::Forever), t0);
-    let fx = run_all(&mut s, &mut redis, t0);
+    run_all(&mut s, &mut redis, t0);
     let third = settings().fair_place_timeout / 3;
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Refresh, d) if *d == third)),
-        "{fx:?}"
-    );
+    assert_eq!(s.armed_in(&Timer::Refresh), Some(third));
     let b = s.request(fair_req("b", Wait::Up(SECOND)), t0);
     run_all(&mut s, &mut redis, t0);
     // a's place is lost; x's key goes (no message): b is the head of a free lock.
@@ -371,11 +369,7 @@ fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
     let t1 = t0 + Duration::from_millis(100);
     s.fired(Timer::Refresh, t1);
     let fx = s.drain();
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Refresh, d) if *d == third)),
-        "{fx:?}"
-    );
+    assert_eq!(s.armed_in(&Timer::Refresh), Some(third));
     let op = only_run(&fx);
     let Op::FairRefresh { places, cap } = &op else {
         panic!("{op:?}");
@@ -406,10 +400,8 @@ fn the_refresh_keeps_every_place_and_answers_for_the_head_and_the_gone() {
     run_all(&mut s, &mut redis, t1);
     s.fired(Timer::Refresh, t1 + third);
     let fx = s.drain();
-    assert!(
-        runs(&fx).is_empty() && !fx.iter().any(|e| matches!(e, Effect::Arm(..))),
-        "{fx:?}"
-    );
+    assert!(runs(&fx).is_empty(), "{fx:?}");
+    assert!(!s.timers.is_armed(&Timer::Refresh));
 }
 
 /// A prune that drops the dead head of a free lock wakes the new head when it is another
@@ -471,25 +463,24 @@ fn a_failed_leave_is_sent_again_until_the_place_would_have_expired() {
     let fx = last_try(&mut s, &mut redis, id, t1);
     only_run(&fx);
     s.ran(Outcome::LeaveQueue(Err(timeout())), t1);
-    let leave_armed = |fx: &[Effect]| {
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Leave(h), _) if &**h == "a"))
-    };
-    assert!(leave_armed(&s.drain()));
+    let leave_armed = |s: &LockState| s.timers.is_armed(&Timer::Leave("a".into()));
+    s.drain();
+    assert!(leave_armed(&s));
     // Still within 10 s of the first failure: sent again.
     let t2 = t1 + 9 * SECOND;
     s.fired(Timer::Leave("a".into()), t2);
     only_run(&s.drain());
     s.ran(Outcome::LeaveQueue(Err(timeout())), t2);
-    assert!(leave_armed(&s.drain()));
+    s.drain();
+    assert!(leave_armed(&s));
     // Past it: the place has expired; no more resends, nothing left to leave.
     let t3 = t1 + 10 * SECOND + Duration::from_millis(1);
     s.fired(Timer::Leave("a".into()), t3);
     only_run(&s.drain());
     s.ran(Outcome::LeaveQueue(Err(timeout())), t3);
     let fx = s.drain();
-    assert!(!leave_armed(&fx), "{fx:?}");
-    assert!(s.fair.leaving.is_empty());
+    assert!(!leave_armed(&s), "{fx:?}");
+    assert!(!s.fair.is_leaving());
 }
 
 /// The model's refresh and come-back move every place behind a place that moved on by as much,
@@ -657,12 +648,9 @@ fn a_short_fair_wait_timeout_refreshes_the_places_that_much_sooner() {
     };
     let mut s = LockState::new(LockKind::Fair, "n".into(), short, t0);
     s.request(fair_req("a", Wait::Forever), t0);
-    let fx = run_all(&mut s, &mut redis, t0);
-    assert!(
-        fx.iter().any(|e| matches!(
-            e,
-            Effect::Arm(Timer::Refresh, d) if *d == Duration::from_millis(100)
-        )),
-        "{fx:?}"
+    run_all(&mut s, &mut redis, t0);
+    assert_eq!(
+        s.armed_in(&Timer::Refresh),
+        Some(Duration::from_millis(100))
     );
 }

@@ -84,11 +84,11 @@ fn the_last_word_of_redis_decides() {
     s.fired(Timer::Resend(1), t0 + SECOND);
     let fx = s.drain();
     assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]), "{fx:?}");
+    assert!(s.timers.is_armed(&Timer::Unavailable));
     s.ran(busy(), t0 + SECOND);
     let mut fx = s.drain();
     assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Cancel(Timer::Unavailable))),
+        !s.timers.is_armed(&Timer::Unavailable),
         "an answer ends the outage: {fx:?}"
     );
     // The resolution wakes the waiter again: Redis answers that attempt too.
@@ -137,9 +137,9 @@ fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
     s.fired(Timer::Deadline(id), t0 + SECOND);
     let fx = s.drain();
     assert!(answer_of(&fx, id).is_none(), "{fx:?}");
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Verdict, d) if *d == SILENT_AFTER / 2)),
+    assert_eq!(
+        s.armed_in(&Timer::Verdict),
+        Some(SILENT_AFTER / 2),
         "{fx:?}"
     );
     s.ran(busy(), t0 + SECOND + SILENT_AFTER / 4);
@@ -178,20 +178,16 @@ fn no_wait_outlasts_an_outage_by_more_than_the_bound() {
     s.drain();
     s.ran(refused(), t0);
     let fx = s.drain();
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Unavailable, d) if *d == BOUND)),
-        "{fx:?}"
-    );
+    assert_eq!(s.armed_in(&Timer::Unavailable), Some(BOUND), "{fx:?}");
     let later = s.request(req("b", Wait::Forever), t0 + 10 * SECOND);
     s.drain();
     s.fired(Timer::Unavailable, t0 + BOUND);
     let fx = s.drain();
     assert!(unavailable(answer_of(&fx, first)), "{fx:?}");
     assert!(answer_of(&fx, later).is_none(), "{fx:?}");
-    assert!(
-        fx.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Unavailable, d) if *d == 10 * SECOND)),
+    assert_eq!(
+        s.armed_in(&Timer::Unavailable),
+        Some(10 * SECOND),
         "armed again for the later waiter: {fx:?}"
     );
     s.fired(Timer::Unavailable, t0 + 10 * SECOND + BOUND);

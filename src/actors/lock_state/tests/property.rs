@@ -236,7 +236,7 @@ impl Shell {
         if self.flight.is_none() && s.is_quiet() && !self.stopping {
             for h in &self.redis.queue {
                 prop_assert!(
-                    s.waiters.has_holder(h) || s.fair.leaving.contains_key(h),
+                    s.waiters.has_holder(h) || s.fair.leaves(h),
                     "a place of {h} with no waiter: queue {:?}",
                     self.redis.queue
                 );
@@ -247,7 +247,10 @@ impl Shell {
             let published = self.redis.published > 0 || !self.redis.woken.is_empty();
             let message = published && !self.subscribed.is_empty();
             prop_assert!(
-                self.flight.is_some() || !self.timers.is_empty() || message,
+                self.flight.is_some()
+                    || !self.timers.is_empty()
+                    || s.next_timeout().is_some()
+                    || message,
                 "a free lock, {} waiting, nothing coming",
                 s.waiters.len()
             );
@@ -420,7 +423,13 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
             }
             Step::Finish { fail, ran } => sh.finish(&mut s, fail, ran),
             Step::Fire { which } => {
-                let timers: Vec<_> = sh.timers.values().cloned().collect();
+                // Any timer armed, at any moment: the deadlines the shell was asked to arm, and
+                // the state's table (in an order that does not depend on its hashing).
+                let mut armed = sh.timers.clone();
+                for t in s.timers.iter() {
+                    armed.insert(format!("{t:?}"), t.clone());
+                }
+                let timers: Vec<_> = armed.into_values().collect();
                 if let Some(t) = pick(&timers, which) {
                     sh.timers.remove(&format!("{t:?}"));
                     s.fired(t, Instant::now());

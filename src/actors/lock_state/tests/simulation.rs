@@ -40,6 +40,10 @@ use super::model::Redis;
 use super::{settings, timeout};
 use crate::actors::name::seeded::{Rng, Schedule, must_catch, run_one, run_schedules};
 
+/// The key of a manager's timer table among its timers: the shell's one timer for the table's
+/// next instant (sorts after every `Debug` of a `Timer`).
+const TABLE: &str = "~table";
+
 /// Schedules run by `cargo test` (each with its own seed).
 const SCHEDULES: u64 = 100_000;
 /// Steps per schedule.
@@ -396,8 +400,8 @@ impl Sim {
         self.managers[m].state.ran(outcome, now);
         if let Some(holder) = failed_leave {
             let state = &self.managers[m].state;
-            if !state.fair.leaving.contains_key(&holder)
-                && !state.fair.places.contains_key(&holder)
+            if !state.fair.leaves(&holder)
+                && state.fair.place(&holder).is_none()
                 && self.redis.queued(&holder)
             {
                 // Its resends ended when the place would have expired at the head; behind
@@ -491,9 +495,17 @@ impl Sim {
                 .iter()
                 .enumerate()
                 .flat_map(|(m, mgr)| {
+                    // The deadlines the shell was asked to arm, and the state's table: the
+                    // shell's one timer for its next instant (none once the manager died).
+                    let table = mgr
+                        .state
+                        .next_timeout()
+                        .filter(|_| !mgr.dead)
+                        .map(|at| (at, m, TABLE.to_string()));
                     mgr.timers
                         .iter()
                         .map(move |(k, (at, _))| (*at, m, k.clone()))
+                        .chain(table)
                 })
                 .min();
             let next_renewal = self.next_renewal;
@@ -515,6 +527,15 @@ impl Sim {
                 continue;
             }
             match next_timer {
+                Some((at, m, k)) if at <= until && at <= next_renewal && k == TABLE => {
+                    self.now = self.now.max(at);
+                    self.log(|| format!("m{m} timeout"));
+                    let now = self.now;
+                    self.managers[m].state.timeout(now);
+                    if self.settle_effects().is_err() {
+                        return;
+                    }
+                }
                 Some((at, m, k)) if at <= until && at <= next_renewal => {
                     self.now = self.now.max(at);
                     let Some((_, timer)) = self.managers[m].timers.remove(&k) else {
@@ -806,7 +827,7 @@ impl Sim {
             if mgr.dead || self.orphans.contains(h) {
                 continue;
             }
-            if !mgr.state.waiters.has_holder(h) && !mgr.state.fair.leaving.contains_key(h) {
+            if !mgr.state.waiters.has_holder(h) && !mgr.state.fair.leaves(h) {
                 return Err(format!(
                     "a place of {h} with no waiter: queue {:?}",
                     self.redis.queue

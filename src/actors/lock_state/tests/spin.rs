@@ -18,11 +18,8 @@ fn no_hand_off() -> LockState {
     LockState::new(LockKind::Spin, "name".into(), settings, Instant::now())
 }
 
-fn retry_armed(fx: &[Effect]) -> Option<Duration> {
-    fx.iter().rev().find_map(|e| match e {
-        Effect::Arm(Timer::Retry, d) => Some(*d),
-        _ => None,
-    })
+fn retry_armed(s: &LockState) -> Option<Duration> {
+    s.armed_in(&Timer::Retry)
 }
 
 fn subscribes(fx: &[Effect]) -> bool {
@@ -45,7 +42,7 @@ fn a_spin_waiter_subscribes_to_nothing_and_retries_on_its_back_off() {
         let fx = s.drain();
         assert!(!subscribes(&fx), "{fx:?}");
         assert!(fx.iter().any(|e| matches!(e, Effect::Watch(i) if *i == id)) || !sleeps.is_empty());
-        let sleep = retry_armed(&fx).expect("a retry timer");
+        let sleep = retry_armed(&s).expect("a retry timer");
         sleeps.push(sleep.as_millis() as u64);
         s.fired(Timer::Retry, t0);
         let fx = s.drain();
@@ -70,14 +67,16 @@ fn a_spin_retry_comes_no_later_than_the_holders_ttl() {
     s.request(spin_req("a", Wait::Forever), Instant::now());
     s.drain();
     s.ran(busy(), Instant::now());
-    assert_eq!(retry_armed(&s.drain()), Some(Duration::from_millis(500)));
+    s.drain();
+    assert_eq!(retry_armed(&s), Some(Duration::from_millis(500)));
     s.fired(Timer::Retry, Instant::now());
     s.drain();
     let short = Outcome::Acquire(Ok(Attempt::Busy {
         ttl: Some(Duration::from_millis(20)),
     }));
     s.ran(short, Instant::now());
-    assert_eq!(retry_armed(&s.drain()), Some(Duration::from_millis(20)));
+    s.drain();
+    assert_eq!(retry_armed(&s), Some(Duration::from_millis(20)));
 }
 
 /// Without the local hand-off (replica sync on), a release publishes nothing, so nothing would
@@ -173,11 +172,7 @@ fn a_spin_streak_ends_with_a_hold_back_as_long_as_the_longest_sleep() {
     s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t0);
     let fx = s.drain();
     assert!(runs(&fx).is_empty(), "held back: {fx:?}");
-    let turn = fx.iter().find_map(|e| match e {
-        Effect::Arm(Timer::Turn, d) => Some(*d),
-        _ => None,
-    });
-    let turn = turn.expect("a hold-back");
+    let turn = s.armed_in(&Timer::Turn).expect("a hold-back");
     assert!(turn >= Duration::from_millis(128 + 5), "{turn:?}");
     s.fired(Timer::Turn, t0 + turn);
     assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));

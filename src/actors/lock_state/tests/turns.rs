@@ -47,11 +47,8 @@ fn streak_ending_release(
     s.drain()
 }
 
-fn armed_turn(fx: &[Effect]) -> Option<Duration> {
-    fx.iter().find_map(|e| match e {
-        Effect::Arm(Timer::Turn, d) => Some(*d),
-        _ => None,
-    })
+fn armed_turn(s: &LockState) -> Option<Duration> {
+    s.armed_in(&Timer::Turn)
 }
 
 fn attempt_of(fx: &[Effect]) -> Option<Arc<str>> {
@@ -67,7 +64,7 @@ fn after_a_full_streak_local_waiters_hold_back_then_the_head_tries() {
     let mut s = state(LockKind::Reentrant);
     let (hold, next) = full_streak(&mut s, t);
     let fx = streak_ending_release(&mut s, hold, t, MS);
-    assert_eq!(armed_turn(&fx), Some(HOLD_BACK_MIN), "{fx:?}");
+    assert_eq!(armed_turn(&s), Some(HOLD_BACK_MIN), "{fx:?}");
     assert!(runs(&fx).is_empty(), "{fx:?}");
     // The release's own message comes back: this process's waiter does not try yet.
     s.unlocked(false, CHANNEL, t + 2 * MS);
@@ -113,7 +110,7 @@ fn the_hold_back_is_twice_the_release_s_round_trip_within_bounds() {
     let mut s = state(LockKind::Reentrant);
     let (hold, _) = full_streak(&mut s, t);
     let fx = streak_ending_release(&mut s, hold, t, 20 * MS);
-    assert_eq!(armed_turn(&fx), Some(40 * MS), "{fx:?}");
+    assert_eq!(armed_turn(&s), Some(40 * MS), "{fx:?}");
 }
 
 #[test]
@@ -127,7 +124,7 @@ fn a_release_that_ends_no_streak_holds_nobody_back() {
     assert!(matches!(runs(&s.drain())[..], [Op::Release { .. }]));
     s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t);
     let fx = s.drain();
-    assert_eq!(armed_turn(&fx), None, "{fx:?}");
+    assert_eq!(armed_turn(&s), None, "{fx:?}");
     // The next request tries at once.
     s.request(req("b", Wait::Forever), t);
     assert_eq!(attempt_of(&s.drain()).as_deref(), Some("b"));
@@ -173,14 +170,10 @@ fn an_idle_actor_retires_with_no_hold_back_armed() {
     s.caller_gone(next, t);
     s.drain();
     let fx = streak_ending_release(&mut s, hold, t, MS);
-    assert!(armed_turn(&fx).is_some(), "{fx:?}");
+    assert!(armed_turn(&s).is_some(), "{fx:?}");
     assert!(matches!(fx.last(), Some(Effect::Idle)), "{fx:?}");
     s.retire();
-    let fx = s.drain();
-    assert!(
-        fx.iter().any(|e| matches!(e, Effect::Cancel(Timer::Turn))),
-        "{fx:?}"
-    );
+    assert!(!s.timers.is_armed(&Timer::Turn));
     assert!(s.timers.iter().next().is_none(), "{:?}", s.timers);
 }
 

@@ -1,0 +1,156 @@
+//! [`TimerTable`]: a per-name state's timers as instants, after quinn-proto's `TimerTable`. The
+//! state sets and stops entries; its shell keeps one timer, for [`TimerTable::next`], and when
+//! it fires the state takes every entry due ([`TimerTable::take_due`]) and handles it.
+
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+/// The timers armed, each with the instant it fires at.
+#[derive(Debug)]
+pub(crate) struct TimerTable<T> {
+    /// Each armed timer: when it fires, and the number of its arming (ties fire in the order
+    /// they were armed).
+    armed: FxHashMap<T, (Instant, u64)>,
+    /// The earliest instant in `armed`: kept exact by every change, so that reading it (once
+    /// per event, by the shell) costs nothing.
+    next: Option<Instant>,
+    /// Armings so far.
+    armings: u64,
+}
+
+impl<T> Default for TimerTable<T> {
+    fn default() -> Self {
+        Self {
+            armed: FxHashMap::default(),
+            next: None,
+            armings: 0,
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash> TimerTable<T> {
+    /// Arms `timer` to fire `after` from `now`, replacing its instant if armed; beyond what a
+    /// clock can tell (`Duration::MAX`), it never fires: it is disarmed.
+    pub(crate) fn set(&mut self, timer: T, now: Instant, after: Duration) {
+        match now.checked_add(after) {
+            Some(at) => self.set_at(timer, at),
+            None => {
+                self.stop(&timer);
+            }
+        }
+    }
+
+    /// Arms `timer` to fire at `at`, replacing its instant if armed.
+    fn set_at(&mut self, timer: T, at: Instant) {
+        self.armings += 1;
+        let was = self.armed.insert(timer, (at, self.armings));
+        match was {
+            // The earliest entry moved later: another may be the earliest now.
+            Some((was, _)) if Some(was) == self.next && at > was => self.find_next(),
+            _ => self.next = Some(self.next.map_or(at, |next| next.min(at))),
+        }
+    }
+
+    /// Disarms `timer`; whether it was armed.
+    pub(crate) fn stop(&mut self, timer: &T) -> bool {
+        let Some((at, _)) = self.armed.remove(timer) else {
+            return false;
+        };
+        if Some(at) == self.next {
+            self.find_next();
+        }
+        true
+    }
+
+    pub(crate) fn is_armed(&self, timer: &T) -> bool {
+        self.armed.contains_key(timer)
+    }
+
+    /// When the earliest timer fires, if any is armed.
+    pub(crate) fn next(&self) -> Option<Instant> {
+        self.next
+    }
+
+    /// A mark of the armings so far: [`take_due`](Self::take_due) with it leaves the timers
+    /// armed after it for a later turn, so that handling the due ones ends even when they arm
+    /// timers due at once.
+    pub(crate) fn mark(&self) -> u64 {
+        self.armings
+    }
+
+    /// Disarms and returns the earliest timer due at `now` (first armed first among those
+    /// due at the same instant) that was armed by `mark`.
+    pub(crate) fn take_due(&mut self, now: Instant, mark: u64) -> Option<T> {
+        if self.next.is_none_or(|next| next > now) {
+            return None;
+        }
+        let (timer, _) = self
+            .armed
+            .iter()
+            .filter(|(_, (at, arming))| *at <= now && *arming <= mark)
+            .min_by_key(|(_, due)| **due)?;
+        let timer = timer.clone();
+        self.stop(&timer);
+        Some(timer)
+    }
+
+    /// When `timer` fires, if armed.
+    #[cfg(test)]
+    pub(crate) fn at(&self, timer: &T) -> Option<Instant> {
+        self.armed.get(timer).map(|(at, _)| *at)
+    }
+
+    /// Every timer armed.
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.armed.keys()
+    }
+
+    fn find_next(&mut self) {
+        self.next = self.armed.values().map(|(at, _)| *at).min();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// `next` is the earliest entry through sets, moves and stops; due entries come out
+    /// earliest first, ties in arming order, and none armed after the mark. (The breaks: a
+    /// `next` left at a stopped or moved entry; entries armed during a turn fired in it.)
+    #[test]
+    fn next_follows_the_earliest_and_due_entries_come_in_order() {
+        let t0 = Instant::now();
+        let mut t: TimerTable<&str> = TimerTable::default();
+        assert_eq!(t.next(), None);
+        t.set("b", t0, 2 * MS);
+        t.set("a", t0, MS);
+        t.set("c", t0, 2 * MS);
+        assert_eq!(t.next(), Some(t0 + MS));
+        t.set("a", t0, 5 * MS);
+        assert_eq!(t.next(), Some(t0 + 2 * MS));
+        assert!(t.stop(&"b"));
+        assert!(!t.stop(&"b"));
+        assert_eq!(t.next(), Some(t0 + 2 * MS));
+        t.set("b", t0, 2 * MS);
+        let mark = t.mark();
+        t.set("d", t0, Duration::ZERO);
+        assert_eq!(t.next(), Some(t0));
+        assert_eq!(t.take_due(t0 + 2 * MS, mark), Some("c"));
+        assert_eq!(t.take_due(t0 + 2 * MS, mark), Some("b"));
+        assert_eq!(
+            t.take_due(t0 + 2 * MS, mark),
+            None,
+            "d was armed after the mark"
+        );
+        assert_eq!(t.take_due(t0 + 2 * MS, t.mark()), Some("d"));
+        assert_eq!(t.next(), Some(t0 + 5 * MS));
+        assert_eq!(t.take_due(t0 + 4 * MS, t.mark()), None);
+        assert_eq!(t.take_due(t0 + 5 * MS, t.mark()), Some("a"));
+        assert_eq!(t.next(), None);
+    }
+}
