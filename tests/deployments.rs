@@ -628,3 +628,45 @@ async fn a_semaphore_wait_with_a_slow_replica_times_out_as_contention() {
     let _ = tokio::time::timeout(Duration::from_secs(5), waiter.shutdown()).await;
     holder.shutdown().await;
 }
+
+/// The same for a MultiLock: both members held by another client, each member on a manager of
+/// its own with replica sync (each its own `WAIT` connection: on one manager the members'
+/// `WAIT`s queue behind each other) and the replica frozen; the bounded wait ends `Ok(None)`
+/// (the members are held: contention), not an error. Breaks it: the composition's steps
+/// bounded by its deadline plus the 250 ms margin alone, while a member's last try's `WAIT` may
+/// take the 800 ms sync timeout (`Unavailable`, a member's answer timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multilock_wait_with_a_slow_replica_times_out_as_contention() {
+    let (primary, replica) = primary_and_replica();
+    let holder = LockManager::start(Config::new(primary.url()))
+        .await
+        .unwrap();
+    let held = [
+        holder.lock("m1").acquire().await.unwrap(),
+        holder.lock("m2").acquire().await.unwrap(),
+    ];
+    let sync = Duration::from_millis(800);
+    let mut waiters = Vec::new();
+    for _ in 0..2 {
+        let config = Config::new(primary.url()).sync_replicas(1, sync);
+        waiters.push(LockManager::start(config).await.unwrap());
+    }
+    replica.pause(Duration::from_secs(8)).unwrap();
+    let wait = Duration::from_secs(2);
+    let multi = lockman::MultiLock::new(vec![waiters[0].lock("m1"), waiters[1].lock("m2")]);
+    let started = Instant::now();
+    let res = multi.try_acquire_for(wait).await;
+    let took = started.elapsed();
+    replica.resume().unwrap();
+    assert!(matches!(res, Ok(None)), "a holder, not an outage: {res:?}");
+    assert!(took >= wait, "{took:?}");
+    assert!(
+        took < wait + sync + Duration::from_millis(2_250),
+        "{took:?}"
+    );
+    drop(held);
+    for waiter in waiters {
+        let _ = tokio::time::timeout(Duration::from_secs(5), waiter.shutdown()).await;
+    }
+    holder.shutdown().await;
+}

@@ -305,6 +305,54 @@ async fn a_busy_lock_or_permit_is_answered_with_its_status_and_retry_after_after
     manager.shutdown().await;
 }
 
+/// A busy permit behind a replica slow to acknowledge (frozen through the whole wait, so every
+/// attempt's `WAIT` takes the whole sync timeout): the manager's replica sync allows that time,
+/// so the request is busy (`429`) at the end of its wait, not `503`. Breaks it: the layer's
+/// wait bounded by the wait plus the 250 ms margin alone, while the semaphore's last attempt
+/// may take the 800 ms sync timeout (`503`, cause "a permit semaphore's answer" timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_permit_with_a_slow_replica_is_busy_not_unavailable() {
+    let (primary, replica) = support::primary_and_replica();
+    let sync = Duration::from_millis(800);
+    let manager = LockManager::start(lockman::Config::new(primary.url()).sync_replicas(1, sync))
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(2);
+    let ran = Overlap::default();
+    let handler = {
+        let ran = ran.clone();
+        move || ran.clone().work(Duration::ZERO)
+    };
+    let app = Router::new()
+        .route("/limited/{name}", post(handler))
+        .route_layer(PermitLayer::segment(manager.clone(), 1, 1).wait(wait));
+    let port = serve(app).await;
+    // Another holder, outside the server, has the only permit of `few`.
+    let holder = LockManager::connect(&primary.url()).await.unwrap();
+    let few = holder.permit_semaphore("few");
+    assert!(few.try_set_permits(1).await.unwrap());
+    let permit = few.acquire(1).await.unwrap();
+    replica.pause(Duration::from_secs(8)).unwrap();
+    let started = Instant::now();
+    let answer = http(port, "POST", "/limited/few", &[]).await;
+    let took = started.elapsed();
+    replica.resume().unwrap();
+    assert_eq!(
+        answer.status, 429,
+        "a holder, not an outage: {}",
+        answer.body
+    );
+    assert!(took >= wait, "{took:?}");
+    assert!(
+        took < wait + sync + Duration::from_millis(2_250),
+        "{took:?}"
+    );
+    assert_eq!(ran.done(), 0, "a refused request reached its handler");
+    drop(permit);
+    holder.shutdown().await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), manager.shutdown()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_routers_with_two_managers_share_a_permit_semaphore() {
     let redis = RedisServer::start();

@@ -79,9 +79,9 @@ impl Fault {
             Fault::PartitionPrimary => shape == Shape::Sentinel,
             Fault::Reshard => shape == Shape::Cluster,
             // A worker's proxy stands before one server; Sentinel and the cluster hand out
-            // their servers' own addresses.
-            Fault::CutWorker | Fault::DropReplies | Fault::ClockServer => shape == Shape::Single,
-            Fault::ClockWorker => true,
+            // their servers' own addresses, the same to every worker.
+            Fault::CutWorker | Fault::DropReplies => shape == Shape::Single,
+            Fault::ClockWorker | Fault::ClockServer => true,
         }
     }
 
@@ -130,9 +130,10 @@ usage: cargo run --release --example chaos -- [options]
                      a second, then flow again), drop-replies (single: its requests reach
                      Redis, the replies are dropped, then its connections close);
                      clock-worker (one worker's wall clock stepped forward, then back, by
-                     a lease and a second, libfaketime); clock-server (single: the lock
-                     server's wall clock stepped forward by a lease and a second, for
-                     good: Redis expires keys by it) (\"none\": no faults)
+                     a lease and a second, libfaketime); clock-server (the lock servers'
+                     wall clock stepped forward by a lease and a second, for good: Redis
+                     expires keys by it; on a Sentinel group or a cluster, emulated on
+                     every primary) (\"none\": no faults)
   --fault-gap MS     pause between two faults (default 1000)
   --each-fault-once SECS
                      when --duration ends before every fault asked for was injected once

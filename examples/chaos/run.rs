@@ -112,12 +112,17 @@ pub fn main(options: Options) -> i32 {
     };
     let clocks = tempfile::tempdir().expect("a temporary folder");
     // The lock server under libfaketime: started, and restarted, with its clock file.
-    let server_clock = (options.faults.contains(&Fault::ClockServer) && server_takes_faketime())
-        .then(|| {
-            let file = clocks.path().join("server");
-            let _ = std::fs::write(&file, "+0\n");
-            faketime_env(&file)
-        });
+    // One server only: a Sentinel group's sentinels (and a cluster's nodes, which time each
+    // other out) would share the clock file, and a sentinel whose clock jumps stops acting for
+    // 30 s (its TILT mode); there the step is emulated on every primary.
+    let server_clock = (options.faults.contains(&Fault::ClockServer)
+        && options.deployment == Shape::Single
+        && server_takes_faketime())
+    .then(|| {
+        let file = clocks.path().join("server");
+        let _ = std::fs::write(&file, "+0\n");
+        faketime_env(&file)
+    });
     let clock_server_emulated = server_clock.is_none();
     set_env(server_clock.as_deref().unwrap_or(&[]), true);
     let deployment = Deployment::start(options.deployment);
@@ -827,11 +832,15 @@ impl Runner {
                     .query(&mut self.checker_conn());
                 self.checked::<()>("window", window);
                 if self.clock_server_emulated {
-                    let mut conn = self.single()?.conn();
-                    redis::Script::new(STEP_EXPIRIES)
-                        .arg(step * 1000)
-                        .invoke::<u64>(&mut conn)
-                        .map_err(|e| e.to_string())?;
+                    // Every primary (the replicas follow its deletions and expiries): one
+                    // machine's clock under every server, stepped at once.
+                    for server in self.deployment.primaries() {
+                        let mut conn = crate::support::raw(server);
+                        redis::Script::new(STEP_EXPIRIES)
+                            .arg(step * 1000)
+                            .invoke::<u64>(&mut conn)
+                            .map_err(|e| format!("{}: {e}", server.port()))?;
+                    }
                 } else {
                     let file = self.clock_file("server");
                     std::fs::write(&file, format!("+{}\n", self.server_clock))

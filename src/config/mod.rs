@@ -35,6 +35,11 @@ pub const DEFAULT_CONTENTION_TOP_K: usize = 20;
 /// The longest expiry lockman sets, for a lease or the watchdog timeout: 2^53 ms (about 285
 /// years), the largest whole number Lua's doubles hold exactly.
 pub(crate) const MAX_EXPIRY: Duration = Duration::from_millis(1 << 53);
+/// How long a bounded wait's last try may still be under way past the wait's deadline before
+/// Redis counts as not answering, without replica sync: a healthy server answers in
+/// milliseconds, and a try sent just before the deadline is no outage
+/// ([`Config::last_try_grace`] adds the sync timeout).
+pub(crate) const LAST_TRY_GRACE: Duration = Duration::from_millis(250);
 /// The shortest [`Config::watchdog_timeout`] accepted: renewal runs every third of it.
 pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(30);
 /// The shortest [`Config::fair_lock_place_timeout`] (and [`Config::fair_lock_wait_timeout`])
@@ -455,6 +460,19 @@ impl Config {
     /// See [`Config::sync_replicas`](Self::sync_replicas()): the count and the timeout.
     pub fn get_sync_replicas(&self) -> Option<(u32, Duration)> {
         self.sync_replicas
+    }
+
+    /// How long a bounded wait's last try may take past the wait's deadline before Redis counts
+    /// as not answering: [`LAST_TRY_GRACE`], plus the sync timeout with
+    /// [`Config::sync_replicas`] (every try then waits for the replicas: a slow acknowledgement
+    /// within that timeout is no outage). Every wait bounded past its deadline takes its grace
+    /// from here: a lock's last try, a synchronizer's last attempt, a MultiLock's or RedLock's
+    /// wait, an HTTP layer's permit.
+    pub(crate) fn last_try_grace(&self) -> Duration {
+        LAST_TRY_GRACE
+            + self
+                .sync_replicas
+                .map_or(Duration::ZERO, |(_, timeout)| timeout)
     }
 
     /// See [`Config::refuse_evicting_server`](Self::refuse_evicting_server()).

@@ -21,7 +21,6 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::actors::lock_state::SILENT_AFTER;
 use crate::error::LockError;
 use crate::handles::lock::LockGuard;
 use crate::handles::manager::LockManager;
@@ -202,8 +201,9 @@ impl Admission {
 
     /// Takes a permit of the semaphore `name` (setting its permits first, once), waiting up to
     /// the configured time. Setting the permits is part of the wait: both end by the wait plus a
-    /// wait's last try ([`SILENT_AFTER`]), so that a frozen server is `503` near the wait, not a
-    /// response timeout later (a dropped acquire leaves nothing held).
+    /// wait's last try (`Config::last_try_grace`: 250 ms, plus the sync timeout with replica
+    /// sync), so that a frozen server is `503` near the wait, not a response timeout later (a
+    /// dropped acquire leaves nothing held).
     pub(crate) async fn permit(
         &self,
         name: &str,
@@ -216,7 +216,7 @@ impl Admission {
             let left = self.wait.saturating_sub(started.elapsed());
             sem.try_acquire_for(1, left).await
         };
-        let until = started + self.wait + SILENT_AFTER;
+        let until = started + self.wait + self.manager.last_try_grace();
         let outcome = tokio::time::timeout_at(until.into(), admit)
             .await
             .unwrap_or_else(|_| {

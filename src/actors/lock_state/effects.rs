@@ -79,7 +79,7 @@ pub(crate) enum Timer {
     Leave(Arc<str>),
     /// Redis has been away for `unavailable_after` of a waiter's wait (`outage.rs`).
     Unavailable,
-    /// Redis has said nothing for [`SILENT_AFTER`](super::outage::SILENT_AFTER) to the
+    /// Redis has said nothing for [`LAST_TRY_GRACE`](crate::config::LAST_TRY_GRACE) to the
     /// waiters at their last try (`outage.rs`): they are answered `Unavailable`.
     Verdict,
     /// The hold-back after a streak of local hand-offs ended (see `turns`): the head waiter

@@ -41,12 +41,12 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashSet;
 
+use crate::config::LAST_TRY_GRACE;
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer, shutdown_retry};
 use holds::Holds;
 pub(crate) use holds::TRACK_AFTER;
 #[cfg(test)]
 use holds::WATCHED_AFTER;
-pub(crate) use outage::SILENT_AFTER;
 
 use places::FairPlaces;
 use timers::{SpinSleeps, Timers};
@@ -94,10 +94,9 @@ pub(crate) struct Settings {
     /// How a spin lock's waiters space their attempts (`Config::spin_backoff`).
     pub spin_backoff: SpinBackOff,
     /// How long a round trip may be under way at a waiter's deadline before Redis counts as
-    /// not answering: [`SILENT_AFTER`], plus the replica-sync timeout
-    /// with `Config::sync_replicas` (every attempt then waits for the replicas: a slow
-    /// acknowledgement within that timeout is no outage).
-    pub silent_after: Duration,
+    /// not answering ([`Config::last_try_grace`]: with replica sync every attempt waits for the
+    /// replicas, and a slow acknowledgement within the sync timeout is no outage).
+    pub last_try_grace: Duration,
 }
 
 impl Settings {
@@ -112,10 +111,7 @@ impl Settings {
             unavailable_after: config.get_unavailable_after(),
             watch_holds: config.get_watch_holds(),
             spin_backoff: config.get_spin_backoff(),
-            silent_after: outage::SILENT_AFTER
-                + config
-                    .get_sync_replicas()
-                    .map_or(Duration::ZERO, |(_, t)| t),
+            last_try_grace: config.last_try_grace(),
         }
     }
 }

@@ -12,12 +12,12 @@
 //!   answer ends it again;
 //! - at its deadline a waiter is answered by what Redis says then, not by what it said last
 //!   (a server frozen after a busy answer is not a holder): `Unavailable` during an outage, or
-//!   when a round trip has been under way for [`SILENT_AFTER`]; `TimedOut` when Redis answered
-//!   within the last [`SILENT_AFTER`] and nothing is under way. Otherwise the waiter is at its
+//!   when a round trip has been under way for [`LAST_TRY_GRACE`]; `TimedOut` when Redis answered
+//!   within the last [`LAST_TRY_GRACE`] and nothing is under way. Otherwise the waiter is at its
 //!   **last try**: it waits no more, and the next answer decides (the one under way, or, when
 //!   nothing is, one last attempt of its own, as a synchronizer's wait makes): a holder
-//!   `TimedOut`, a grant the lock, no answer within [`SILENT_AFTER`] of the request's sending
-//!   `Unavailable`. A bounded wait so ends at most [`SILENT_AFTER`] after its deadline (a fair
+//!   `TimedOut`, a grant the lock, no answer within [`LAST_TRY_GRACE`] of the request's sending
+//!   `Unavailable`. A bounded wait so ends at most [`LAST_TRY_GRACE`] after its deadline (a fair
 //!   waiter too: its leave of the queue is sent after its answer);
 //! - during an outage, each waiter is answered `Unavailable` once Redis has been away for
 //!   `Settings::unavailable_after` of its wait (counted from the later of its arrival and the
@@ -26,12 +26,6 @@
 use std::time::{Duration, Instant};
 
 use super::*;
-
-/// How long a round trip may be under way at a waiter's deadline before Redis counts as not
-/// answering: a healthy server answers in milliseconds, and a wake-up's attempt sent just before
-/// the deadline is not an outage. With replica sync, the sync timeout more
-/// (`Settings::silent_after`): each attempt's `WAIT` may take that long on a healthy server.
-pub(crate) const SILENT_AFTER: Duration = Duration::from_millis(250);
 
 /// A waiter at its last try: since when, and when its verdict is due.
 #[derive(Debug)]
@@ -114,14 +108,14 @@ impl LockState {
     }
 
     /// Why a wait ends without an answer from Redis, if it does: the outage's cause, or a round
-    /// trip under way for [`SILENT_AFTER`].
+    /// trip under way for [`LAST_TRY_GRACE`].
     fn away_cause(&self) -> Option<LockError> {
         if let Some(outage) = &self.outage {
             return Some(outage.cause.clone());
         }
         let sent = self.trips.under_way.as_ref()?.at;
         let silent = self.now.saturating_duration_since(sent);
-        (silent >= self.settings.silent_after).then_some(LockError::Timeout {
+        (silent >= self.settings.last_try_grace).then_some(LockError::Timeout {
             op: "a round trip",
             after: silent,
         })
@@ -138,7 +132,7 @@ impl LockState {
         }
         let heard_lately = self
             .heard_at
-            .is_some_and(|at| self.now.saturating_duration_since(at) < SILENT_AFTER);
+            .is_some_and(|at| self.now.saturating_duration_since(at) < LAST_TRY_GRACE);
         let under_way = self.trips.under_way.as_ref().map(|f| f.at);
         // A fair waiter too: its leave of the queue is sent after its answer, not waited for.
         if heard_lately && under_way.is_none() {
@@ -147,11 +141,11 @@ impl LockState {
         }
         self.waiters.last_try(id);
         let due = match under_way {
-            Some(sent) => sent + self.settings.silent_after,
+            Some(sent) => sent + self.settings.last_try_grace,
             None => {
                 // Nothing under way and nothing heard lately: one last attempt asks.
                 self.attempt(id);
-                self.now + self.settings.silent_after
+                self.now + self.settings.last_try_grace
             }
         };
         self.last_tries.push(LastTry {
@@ -214,7 +208,7 @@ impl LockState {
 
     /// [`Timer::Verdict`] fired: the last tries due are answered, `TimedOut` when Redis has
     /// answered since each began (their own attempt aside, it said the lock is not theirs),
-    /// else `Unavailable`: nothing came within [`SILENT_AFTER`].
+    /// else `Unavailable`: nothing came within [`LAST_TRY_GRACE`].
     pub(super) fn verdict_due(&mut self) {
         let now = self.now;
         let (due, later): (Vec<LastTry>, Vec<LastTry>) = std::mem::take(&mut self.last_tries)

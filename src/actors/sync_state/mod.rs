@@ -42,8 +42,8 @@
 //!   (a latch re-reads its count) and is answered with that outcome;
 //! - a waiter's wait ends at its deadline even when Redis does not answer: one whose attempt's
 //!   reply is missing (being sent again) is answered `TimedOut` then, and one whose attempt is
-//!   under way (its last, or one begun before) gets [`LAST_ATTEMPT_GRACE`] more for its outcome
-//!   (plus the replica-sync timeout with replica sync: each take waits for the replicas),
+//!   under way (its last, or one begun before) gets [`Config::last_try_grace`] more for its
+//!   outcome (250 ms, plus the sync timeout with replica sync: each take waits for the replicas),
 //!   then `TimedOut`; a reply found missing after its deadline (or for a single attempt, whose
 //!   caller gets the error, as a lock's does) answers it at once. The request goes on being sent
 //!   again after its waiter left, so what it took, had it run, is given back, once (the same
@@ -80,15 +80,10 @@ use crate::actors::name::{
     ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
 };
 use crate::config::Config;
+#[cfg(test)]
+use crate::config::LAST_TRY_GRACE;
 use crate::error::LockError;
 use crate::protocol::{SyncKind, Take};
-
-/// How long after its deadline a waiter waits for the outcome of an attempt under way (the last
-/// one the deadline starts, or one begun before it) before it is answered `TimedOut`. A healthy
-/// Redis answers within milliseconds; one that does not answer (paused, cut off, a reply lost)
-/// would otherwise hold the waiter for a response timeout, or for as long as its request is sent
-/// again (a third of the watchdog timeout), far past the wait its caller asked for.
-pub(crate) const LAST_ATTEMPT_GRACE: Duration = Duration::from_millis(250);
 
 /// The outcome of one attempt, as the state reads it from its round trip.
 #[derive(Debug)]
@@ -115,11 +110,10 @@ pub(crate) struct Settings {
     pub hand_off: bool,
     /// How long Redis may be away during a wait before the wait fails (`outage.rs`).
     pub unavailable_after: Duration,
-    /// How long after its deadline a waiter waits for its last attempt's outcome:
-    /// [`LAST_ATTEMPT_GRACE`], plus the replica-sync timeout with `Config::sync_replicas` (every
-    /// take then waits for the replicas: a slow acknowledgement within that timeout is no
-    /// outage, as for a lock's last try).
-    pub last_attempt_grace: Duration,
+    /// How long after its deadline a waiter waits for its last attempt's outcome
+    /// ([`Config::last_try_grace`]: with replica sync every take waits for the replicas, as a
+    /// lock's last try does).
+    pub last_try_grace: Duration,
 }
 
 impl Settings {
@@ -130,10 +124,7 @@ impl Settings {
             // A hand-off grants without a take, so without the take's replica sync.
             hand_off: config.get_sync_replicas().is_none(),
             unavailable_after: config.get_unavailable_after(),
-            last_attempt_grace: LAST_ATTEMPT_GRACE
-                + config
-                    .get_sync_replicas()
-                    .map_or(Duration::ZERO, |(_, timeout)| timeout),
+            last_try_grace: config.last_try_grace(),
         }
     }
 }
@@ -476,7 +467,7 @@ impl SyncState {
     }
 
     /// Waiter `id`'s deadline passed: one more attempt decides, if its outcome comes within
-    /// the last attempt's grace (`Settings::last_attempt_grace`). The timer is armed again for then: firing on a waiter whose
+    /// the last attempt's grace (`Settings::last_try_grace`). The timer is armed again for then: firing on a waiter whose
     /// outcome is still to come, it answers `TimedOut`. So does the deadline itself when the
     /// reply of the waiter's attempt is known missing (the request is being sent again): no
     /// outcome is coming soon. The request goes on without it (see [`SyncState::ran`]).
@@ -492,7 +483,7 @@ impl SyncState {
         self.waiters[at].last = true;
         self.effects.push(Effect::Arm(
             Timer::Deadline(id),
-            self.settings.last_attempt_grace,
+            self.settings.last_try_grace,
         ));
         if !self.waiters[at].trying {
             self.attempt(id);

@@ -84,7 +84,7 @@ impl SyncState {
             Some(outage) => outage.cause.clone(),
             None => LockError::Timeout {
                 op: "a synchronizer's last attempt",
-                after: self.settings.last_attempt_grace,
+                after: self.settings.last_try_grace,
             },
         }
     }

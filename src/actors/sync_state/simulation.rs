@@ -45,7 +45,7 @@ fn settings() -> Settings {
         watchdog_timeout: TIMEOUT,
         hand_off: true,
         unavailable_after: Duration::from_secs(15),
-        last_attempt_grace: LAST_ATTEMPT_GRACE,
+        last_try_grace: LAST_TRY_GRACE,
     }
 }
 

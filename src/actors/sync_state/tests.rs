@@ -55,7 +55,7 @@ const SETTINGS: Settings = Settings {
     watchdog_timeout: Duration::from_secs(30),
     hand_off: true,
     unavailable_after: Duration::from_secs(15),
-    last_attempt_grace: LAST_ATTEMPT_GRACE,
+    last_try_grace: LAST_TRY_GRACE,
 };
 
 fn state(kind: SyncKind) -> SyncState {
@@ -1207,7 +1207,7 @@ fn a_reply_found_missing_past_the_deadline_or_for_a_single_attempt_answers_at_on
             s.fired(Timer::Deadline(1), now + d);
             let e = effects(&mut s);
             assert!(
-                matches!(e.as_slice(), [Effect::Arm(Timer::Deadline(1), g)] if *g == LAST_ATTEMPT_GRACE),
+                matches!(e.as_slice(), [Effect::Arm(Timer::Deadline(1), g)] if *g == LAST_TRY_GRACE),
                 "its attempt under way gets a grace for its outcome: {e:?}"
             );
         }
@@ -1240,7 +1240,7 @@ fn a_reply_found_missing_past_the_deadline_or_for_a_single_attempt_answers_at_on
 }
 
 /// An attempt under way at the deadline (Redis slow or paused, no reply yet) gets
-/// `LAST_ATTEMPT_GRACE` for its outcome: an outcome within it answers the waiter (a healthy
+/// `LAST_TRY_GRACE` for its outcome: an outcome within it answers the waiter (a healthy
 /// Redis's last attempt still decides); past it the waiter is answered `Unavailable` (Redis did
 /// not answer its last attempt), and what its attempt finds when it comes back is passed on to
 /// the waiters still parked.
@@ -1259,7 +1259,7 @@ fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_is_told_red
     assert_eq!(tries(&e), vec![1]);
     assert!(
         e.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Deadline(1), g) if *g == LAST_ATTEMPT_GRACE))
+            .any(|e| matches!(e, Effect::Arm(Timer::Deadline(1), g) if *g == LAST_TRY_GRACE))
     );
     report(
         &mut s,
@@ -1275,7 +1275,7 @@ fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_is_told_red
         ),
         "{e:?}"
     );
-    s.fired(Timer::Deadline(1), now + wait + LAST_ATTEMPT_GRACE);
+    s.fired(Timer::Deadline(1), now + wait + LAST_TRY_GRACE);
     assert!(
         !effects(&mut s)
             .iter()
@@ -1295,7 +1295,7 @@ fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_is_told_red
     let first = first_run(effects(&mut s));
     s.fired(Timer::Deadline(1), now + wait);
     effects(&mut s);
-    s.fired(Timer::Deadline(1), now + wait + LAST_ATTEMPT_GRACE);
+    s.fired(Timer::Deadline(1), now + wait + LAST_TRY_GRACE);
     let e = effects(&mut s);
     assert!(
         matches!(

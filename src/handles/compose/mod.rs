@@ -9,7 +9,8 @@
 //!
 //! A bounded wait keeps a single lock's last-try rule as a whole, not member by member: every
 //! step (an attempt round, the releases after it, the wait on a member) ends by the deadline
-//! plus [`SILENT_AFTER`], and a member that has not answered by then is Redis away
+//! plus the members' last-try grace (`Config::last_try_grace`: 250 ms, plus the sync timeout
+//! with replica sync), and a member that has not answered by then is Redis away
 //! ([`LockError::Unavailable`], naming it). Members' waits never add up.
 //!
 //! Cancel safety comes from the members: a member whose reply arrives after its attempt was
@@ -28,8 +29,6 @@ pub use multi::MultiLock;
 pub use redlock::{DEFAULT_MEMBER_TIMEOUT, RedLock};
 use take::{Plan, acquire};
 
-#[cfg(doc)]
-use crate::actors::lock_state::SILENT_AFTER;
 use crate::error::LockError;
 
 #[cfg(doc)]

@@ -1,7 +1,7 @@
 //! The one algorithm both compositions run ([`acquire`], described in the module above):
 //! rounds of concurrent attempts on every member not yet held, a quorum or every member taken
 //! given back, and between rounds a wait on one busy member holding nothing, every step bounded
-//! by the wait's deadline plus [`SILENT_AFTER`].
+//! by the wait's deadline plus the members' last try's grace (`Config::last_try_grace`).
 
 use std::time::{Duration, Instant};
 
@@ -9,8 +9,8 @@ use futures_util::future::join_all;
 use tracing::Instrument;
 
 use super::CompositeGuard;
-use crate::actors::lock_state::SILENT_AFTER;
 use crate::actors::messages::Wait;
+use crate::config::LAST_TRY_GRACE;
 use crate::error::{LockError, Site};
 use crate::handles::lock::{Lock, LockGuard};
 
@@ -193,8 +193,16 @@ impl Bounds {
             Wait::Up(d) => Some(start + d),
             _ => Some(start),
         };
+        // The longest of the members' last tries: with replica sync, a member's may take the
+        // sync timeout more (its `WAIT`), which is no outage.
+        let grace = plan
+            .members
+            .iter()
+            .map(Lock::last_try_grace)
+            .max()
+            .unwrap_or(LAST_TRY_GRACE);
         let until = match wait {
-            Wait::Up(_) => deadline.map(|d| d + SILENT_AFTER),
+            Wait::Up(_) => deadline.map(|d| d + grace),
             _ => None,
         };
         let away = plan
@@ -307,7 +315,7 @@ async fn within<F: std::future::Future>(until: Option<Instant>, fut: F) -> Optio
 }
 
 /// The error of a bounded wait whose `member` did not answer by the deadline plus
-/// [`SILENT_AFTER`]: Redis away, not contention.
+/// the last try's grace: Redis away, not contention.
 fn silent(member: &Lock, start: Instant) -> LockError {
     let waited = start.elapsed();
     let cause = LockError::Timeout {

@@ -261,6 +261,12 @@ impl Lock {
         self.mgr.config.get_unavailable_after()
     }
 
+    /// How long a bounded wait's last try on this lock's manager may take past the deadline
+    /// ([`Config::last_try_grace`](crate::Config::last_try_grace)).
+    pub(crate) fn last_try_grace(&self) -> Duration {
+        self.mgr.config.last_try_grace()
+    }
+
     /// The watchdog timeout of this lock's manager: the lease of a hold taken without one.
     pub(crate) fn watchdog_timeout(&self) -> Duration {
         self.mgr.config.get_watchdog_timeout()

@@ -23,7 +23,7 @@ fn settings() -> Settings {
         unavailable_after: Duration::from_secs(15),
         watch_holds: false,
         spin_backoff: SpinBackOff::default(),
-        silent_after: crate::actors::lock_state::outage::SILENT_AFTER,
+        last_try_grace: crate::config::LAST_TRY_GRACE,
     }
 }
 
@@ -221,7 +221,7 @@ fn a_hand_off_streak_ends_with_a_release_that_publishes() {
 
 #[test]
 fn a_bounded_wait_whose_attempt_is_under_way_at_its_deadline_is_answered_by_it() {
-    use crate::actors::lock_state::outage::SILENT_AFTER;
+    use crate::config::LAST_TRY_GRACE;
     let t0 = Instant::now();
     let mut s = state(LockKind::Reentrant);
     let id = s.request(req("a", Wait::Up(SECOND)), t0);
@@ -231,7 +231,7 @@ fn a_bounded_wait_whose_attempt_is_under_way_at_its_deadline_is_answered_by_it()
     s.fired(Timer::Deadline(id), t0);
     let fx = s.drain();
     assert!(!answered(&fx, id), "{fx:?}");
-    s.ran(acquired(), t0 + SILENT_AFTER / 2);
+    s.ran(acquired(), t0 + LAST_TRY_GRACE / 2);
     let fx = s.drain();
     assert!(
         fx.iter()
@@ -239,14 +239,14 @@ fn a_bounded_wait_whose_attempt_is_under_way_at_its_deadline_is_answered_by_it()
         "{fx:?}"
     );
 
-    // Its reply does not come within `SILENT_AFTER`: Redis is away, and the late grant goes to
+    // Its reply does not come within `LAST_TRY_GRACE`: Redis is away, and the late grant goes to
     // nobody: it is released.
     let mut s = state(LockKind::Reentrant);
     let id = s.request(req("a", Wait::Up(SECOND)), t0);
     s.drain();
     s.fired(Timer::Deadline(id), t0);
     s.drain();
-    s.fired(Timer::Verdict, t0 + SILENT_AFTER);
+    s.fired(Timer::Verdict, t0 + LAST_TRY_GRACE);
     let fx = s.drain();
     assert!(
         fx.iter().any(|e| matches!(e, Effect::Answer(i, Answer::Failed(LockError::Unavailable { .. })) if *i == id)),

@@ -108,12 +108,12 @@ fn the_last_word_of_redis_decides() {
     );
 }
 
-/// A round trip under way past `SILENT_AFTER` at the deadline is Redis not answering; one sent
-/// just before it decides: its answer if it comes within `SILENT_AFTER` of its sending, Redis
+/// A round trip under way past `LAST_TRY_GRACE` at the deadline is Redis not answering; one sent
+/// just before it decides: its answer if it comes within `LAST_TRY_GRACE` of its sending, Redis
 /// away if it does not.
 #[test]
 fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
-    use crate::actors::lock_state::outage::SILENT_AFTER;
+    use crate::config::LAST_TRY_GRACE;
     let t0 = Instant::now();
     let mut s = state(LockKind::Reentrant);
     let id = s.request(req("a", Wait::Up(SECOND)), t0);
@@ -131,7 +131,7 @@ fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
     s.drain();
     s.ran(busy(), t0);
     // The retry at the TTL's end, sent a moment before the deadline.
-    let sent = t0 + SECOND - SILENT_AFTER / 2;
+    let sent = t0 + SECOND - LAST_TRY_GRACE / 2;
     s.fired(Timer::Retry, sent);
     s.drain();
     s.fired(Timer::Deadline(id), t0 + SECOND);
@@ -139,10 +139,10 @@ fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
     assert!(answer_of(&fx, id).is_none(), "{fx:?}");
     assert_eq!(
         s.armed_in(&Timer::Verdict),
-        Some(SILENT_AFTER / 2),
+        Some(LAST_TRY_GRACE / 2),
         "{fx:?}"
     );
-    s.ran(busy(), t0 + SECOND + SILENT_AFTER / 4);
+    s.ran(busy(), t0 + SECOND + LAST_TRY_GRACE / 4);
     let fx = s.drain();
     assert!(
         matches!(answer_of(&fx, id), Some(Answer::TimedOut)),
@@ -158,7 +158,7 @@ fn a_reply_long_in_coming_at_the_deadline_is_redis_away() {
     s.drain();
     s.fired(Timer::Deadline(id), t0 + SECOND);
     s.drain();
-    s.fired(Timer::Verdict, sent + SILENT_AFTER);
+    s.fired(Timer::Verdict, sent + LAST_TRY_GRACE);
     let fx = s.drain();
     assert!(
         matches!(answer_of(&fx, id), Some(Answer::Failed(LockError::Unavailable { cause, .. }))
