@@ -285,7 +285,7 @@ impl LockState {
             Some(loss) => Effect::Lost(epoch, loss),
             None => Effect::Ended(epoch),
         });
-        if self.trips.abandoned.contains(key) {
+        if self.trips.is_abandoned(key) {
             // Its holder's count was to be settled, by settling this hold, which
             // cannot run now: settled as the holder's, to what this actor still grants.
             self.settle(key.clone());

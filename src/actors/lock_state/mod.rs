@@ -266,16 +266,14 @@ impl LockState {
         now: Instant,
     ) {
         self.now = now;
-        self.trips
-            .todo
-            .push_back(Pending::Release { key, epoch, reply });
+        self.trips.queue(Pending::Release { key, epoch, reply });
         self.pump();
     }
 
     /// The round trip under way finished.
     pub(crate) fn ran(&mut self, outcome: Outcome, now: Instant) {
         self.now = now;
-        let Some(InFlight { flight, sent, at }) = self.trips.under_way.take() else {
+        let Some(InFlight { flight, sent, at }) = self.trips.landed() else {
             return;
         };
         self.heard(&outcome, at);
@@ -412,8 +410,7 @@ impl LockState {
                 // before the holder takes it again, so that it is not counted twice.
                 if self.holds.of(&key, epoch).is_some() {
                     self.lose(&key, epoch, Loss::Lease);
-                    self.trips.abandoned.insert(key.clone());
-                    self.trips.lapsed.insert(key.clone());
+                    self.trips.lapse(&key);
                     self.settle(key);
                     self.pump();
                 }
@@ -428,14 +425,14 @@ impl LockState {
             Timer::Turn => self.turn_over(),
             Timer::Refresh => {
                 if self.fair.has_places() {
-                    self.trips.todo.push_back(Pending::Refresh);
+                    self.trips.queue(Pending::Refresh);
                     self.arm_refresh();
                     self.pump();
                 }
             }
             Timer::Leave(holder) => {
                 if let Some(wait) = self.fair.leave_wait(&holder) {
-                    self.trips.todo.push_front(Pending::Leave { holder, wait });
+                    self.trips.queue_first(Pending::Leave { holder, wait });
                     self.pump();
                 }
             }
@@ -453,7 +450,7 @@ impl LockState {
     pub(crate) fn stop(&mut self, release: bool, now: Instant) {
         self.now = now;
         self.phase = Phase::Stopping;
-        self.trips.todo.push_back(Pending::Shutdown { release });
+        self.trips.queue(Pending::Shutdown { release });
         self.pump();
     }
 

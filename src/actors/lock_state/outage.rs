@@ -113,7 +113,7 @@ impl LockState {
         if let Some(outage) = &self.outage {
             return Some(outage.cause.clone());
         }
-        let sent = self.trips.under_way.as_ref()?.at;
+        let sent = self.trips.under_way()?.at;
         let silent = self.now.saturating_duration_since(sent);
         (silent >= self.settings.last_try_grace).then_some(LockError::Timeout {
             op: "a round trip",
@@ -133,7 +133,7 @@ impl LockState {
         let heard_lately = self
             .heard_at
             .is_some_and(|at| self.now.saturating_duration_since(at) < LAST_TRY_GRACE);
-        let under_way = self.trips.under_way.as_ref().map(|f| f.at);
+        let under_way = self.trips.under_way().map(|f| f.at);
         // A fair waiter too: its leave of the queue is sent after its answer, not waited for.
         if heard_lately && under_way.is_none() {
             tracing::debug!(lock = %self.name, "waiter left: its wait ran out");

@@ -89,7 +89,7 @@ impl LockState {
                 // Redis granted it, but too few replicas have it: give it back, as a release
                 // of a hold nobody took.
                 let epoch = self.grant(key.clone(), *lease, *started);
-                self.trips.todo.push_back(Pending::Release {
+                self.trips.queue(Pending::Release {
                     key: key.clone(),
                     epoch,
                     reply: None,
@@ -275,7 +275,7 @@ impl LockState {
                 self.attempt(twin);
             }
         } else {
-            self.trips.todo.push_back(Pending::Release {
+            self.trips.queue(Pending::Release {
                 key,
                 epoch,
                 reply: None,
@@ -314,7 +314,7 @@ impl LockState {
         self.end_hold(key, epoch, None);
         if !self.trips.is_unsure(key) {
             tracing::warn!(lock = %self.name, holder = %key.0, "Redis counts more holds than were granted; settling");
-            self.trips.abandoned.insert(key.clone());
+            self.trips.abandon(key);
             self.settle(key.clone());
         }
     }

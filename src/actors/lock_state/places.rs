@@ -344,7 +344,7 @@ impl LockState {
             if self.waiters.has_holder(&holder) || self.fair.has(&holder) || pending {
                 continue;
             }
-            self.trips.todo.push_back(Pending::Leave { holder, wait });
+            self.trips.queue(Pending::Leave { holder, wait });
             sent = true;
         }
         if sent {
@@ -363,7 +363,7 @@ impl LockState {
         if let Some(wait) = self.fair.place(holder)
             && unused
         {
-            self.trips.todo.push_front(Pending::Leave {
+            self.trips.queue_first(Pending::Leave {
                 holder: holder.clone(),
                 wait,
             });

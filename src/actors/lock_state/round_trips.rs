@@ -22,7 +22,7 @@ impl LockState {
     /// Starts the next round trip, when none is under way.
     pub(super) fn pump(&mut self) {
         if self.phase == Phase::Stopped {
-            for pending in std::mem::take(&mut self.trips.todo) {
+            for pending in self.trips.take_queue() {
                 if let Pending::Release {
                     reply: Some(reply), ..
                 } = pending
@@ -32,21 +32,15 @@ impl LockState {
             }
             return;
         }
-        while self.trips.under_way.is_none() {
-            let Some(next) = self.trips.todo.pop_front() else {
-                return;
-            };
-            if next.key().is_some_and(|key| self.trips.is_unsure(key)) {
-                // Behind its holder's unresolved request (see `unsure`).
-                self.trips.held_back.push(next);
-                continue;
-            }
+        // One at a time; behind its holder's unresolved request a release or settling waits
+        // (see `unsure`).
+        while let Some(next) = self.trips.next_to_send() {
             let Some((op, flight)) = self.op_of(next) else {
                 continue;
             };
             // A request is kept to be sent again as it is, should its reply never come.
             let sent = op.seq().is_some().then(|| op.clone());
-            self.trips.under_way = Some(InFlight {
+            self.trips.sent(InFlight {
                 flight,
                 sent,
                 at: self.now,
@@ -256,24 +250,11 @@ impl LockState {
     fn shutdown_op(&mut self, release: bool) -> Op {
         // An unresolved fair attempt may have queued its holder, whose waiter may have left
         // before: its place is left with the others.
-        let queued: Vec<(Arc<str>, Duration)> = self
-            .trips
-            .unsure
-            .values()
-            .filter_map(|u| match &u.flight {
-                Some(Flight::Attempt {
-                    key,
-                    place: Some(wait),
-                    ..
-                }) => Some((key.0.clone(), *wait)),
-                _ => None,
-            })
-            .collect();
-        for (holder, wait) in queued {
+        for (holder, wait) in self.trips.unsure_places() {
             self.take_place(&holder, wait);
         }
         let leave = self.fail_waiters();
-        let lapsed: Vec<HoldKey> = self.trips.lapsed.iter().cloned().collect();
+        let lapsed: Vec<HoldKey> = self.trips.lapsed().cloned().collect();
         let unsettled = self.end_unsettled();
         let release = if release {
             self.release_all(unsettled)
@@ -292,7 +273,7 @@ impl LockState {
     /// actor grants.
     fn end_unsettled(&mut self) -> Vec<HoldKey> {
         let mut unsettled: Vec<HoldKey> = Vec::new();
-        for pending in std::mem::take(&mut self.trips.held_back) {
+        for pending in self.trips.take_held_back() {
             // Released with everything else (see `release_all`).
             match pending {
                 Pending::Release {
@@ -302,7 +283,7 @@ impl LockState {
                 _ => {}
             }
         }
-        for (id, u) in std::mem::take(&mut self.trips.unsure) {
+        for (id, u) in self.trips.take_unsure() {
             self.timers.stop(&Timer::Resend(id));
             unsettled.extend(u.op.keys());
         }
@@ -310,12 +291,7 @@ impl LockState {
             self.timers.stop(&Timer::Settle(key.clone()));
             unsettled.push(key);
         }
-        for pending in std::mem::take(&mut self.trips.todo) {
-            match pending {
-                Pending::Settle { key } => unsettled.push(key),
-                other => self.trips.todo.push_back(other),
-            }
-        }
+        unsettled.extend(self.trips.take_queued_settles());
         unsettled
     }
 

@@ -11,11 +11,8 @@ impl LockState {
     /// Settles `key`'s count next (the caller pumps), unless a settling of it is queued already.
     pub(super) fn settle(&mut self, key: HoldKey) {
         self.timers.stop(&Timer::Settle(key.clone()));
-        let queued = self
-            .trips
-            .is_queued(|p| matches!(p, Pending::Settle { key: k } if *k == key));
-        if !queued {
-            self.trips.todo.push_back(Pending::Settle { key });
+        if !self.trips.settle_queued(&key) {
+            self.trips.queue(Pending::Settle { key });
         }
     }
 
@@ -23,10 +20,7 @@ impl LockState {
     /// settling of it is queued or armed already.
     pub(super) fn settle_later(&mut self, key: &HoldKey) {
         let timer = Timer::Settle(key.clone());
-        let queued = self
-            .trips
-            .is_queued(|p| matches!(p, Pending::Settle { key: k } if k == key));
-        if queued || self.timers.is_armed(&timer) {
+        if self.trips.settle_queued(key) || self.timers.is_armed(&timer) {
             return;
         }
         let failures = self.trips.settle_failures(key);
@@ -35,7 +29,7 @@ impl LockState {
 
     /// Whether `key`'s count may differ from what this actor grants.
     pub(super) fn settle_due(&self, key: &HoldKey) -> bool {
-        self.trips.abandoned.contains(key) || self.holds.get(key).is_some_and(|h| h.unreleased > 0)
+        self.trips.is_abandoned(key) || self.holds.get(key).is_some_and(|h| h.unreleased > 0)
     }
 
     /// The settling of `key`: down to its hold's count less its unconfirmed releases, or to
@@ -53,7 +47,7 @@ impl LockState {
             holder: key.0.clone(),
             target,
             lease,
-            lapsed: self.trips.lapsed.contains(&key),
+            lapsed: self.trips.is_lapsed(&key),
         };
         Some((op, Flight::Settle { key, epoch }))
     }
@@ -127,9 +121,7 @@ impl LockState {
     /// go on: an attempt started by their wake-up expects the count the state then has, so that
     /// must be Redis's already.
     pub(super) fn settled_ending(&mut self, key: &HoldKey, end: impl FnOnce(&mut Self)) {
-        let settling = self.trips.abandoned.remove(key);
-        self.trips.lapsed.remove(key);
-        self.trips.settle_over(key);
+        let settling = self.trips.settled(key);
         end(self);
         self.timers.stop(&Timer::Settle(key.clone()));
         if settling {

@@ -107,21 +107,21 @@ pub(super) struct InFlight {
 #[derive(Debug, Default)]
 pub(super) struct Trips {
     /// Round trips waiting their turn, in order.
-    pub todo: VecDeque<Pending>,
-    pub under_way: Option<InFlight>,
+    todo: VecDeque<Pending>,
+    under_way: Option<InFlight>,
     /// Requests whose reply never came, by number ([`Op::seq`]), until Redis answers one of
     /// their resends.
-    pub unsure: FxHashMap<u64, Unsure>,
+    unsure: FxHashMap<u64, Unsure>,
     /// Releases and settlings held back behind an unresolved request of their holder.
-    pub held_back: Vec<Pending>,
+    held_back: Vec<Pending>,
     /// Holders whose count in Redis may be above what this actor grants (a request given up
     /// unresolved, a lease ended here a little before Redis's copy): settled by count once none
     /// of their requests is unresolved; they take nothing new until then.
-    pub abandoned: FxHashSet<HoldKey>,
+    abandoned: FxHashSet<HoldKey>,
     /// Those of `abandoned` whose lease ran out here: the hold ended without a release, so the
     /// name's lock-delay ([`Config::lock_delay`](crate::Config::lock_delay)) stays when its
     /// settling releases Redis's copy (which outlives the lease here by a few milliseconds).
-    pub lapsed: FxHashSet<HoldKey>,
+    lapsed: FxHashSet<HoldKey>,
     /// Consecutive failed settlings of a holder's count, for the backoff of the next.
     settle_failures: FxHashMap<HoldKey, u32>,
     /// The last request number given.
@@ -129,6 +129,143 @@ pub(super) struct Trips {
 }
 
 impl Trips {
+    /// Queues `pending` last.
+    pub(super) fn queue(&mut self, pending: Pending) {
+        self.todo.push_back(pending);
+    }
+
+    /// Queues `pending` first: it is sent next.
+    pub(super) fn queue_first(&mut self, pending: Pending) {
+        self.todo.push_front(pending);
+    }
+
+    /// The next round trip to send, when none is under way. A release or settling of a holder
+    /// with an unresolved request is held back behind it (see [`Trips::release_held_back`]).
+    pub(super) fn next_to_send(&mut self) -> Option<Pending> {
+        if self.under_way.is_some() {
+            return None;
+        }
+        while let Some(next) = self.todo.pop_front() {
+            if next.key().is_some_and(|key| self.is_unsure(key)) {
+                self.held_back.push(next);
+                continue;
+            }
+            return Some(next);
+        }
+        None
+    }
+
+    /// `flight` was sent.
+    pub(super) fn sent(&mut self, flight: InFlight) {
+        self.under_way = Some(flight);
+    }
+
+    /// The round trip under way, if one is.
+    pub(super) fn under_way(&self) -> Option<&InFlight> {
+        self.under_way.as_ref()
+    }
+
+    /// The round trip under way finished: what its outcome needs.
+    pub(super) fn landed(&mut self) -> Option<InFlight> {
+        self.under_way.take()
+    }
+
+    /// Empties the queue, returning what it held.
+    pub(super) fn take_queue(&mut self) -> VecDeque<Pending> {
+        std::mem::take(&mut self.todo)
+    }
+
+    /// Stopping: takes the queued settlings out of the queue, returning their holders.
+    pub(super) fn take_queued_settles(&mut self) -> Vec<HoldKey> {
+        let mut keys = Vec::new();
+        self.todo.retain(|p| match p {
+            Pending::Settle { key } => {
+                keys.push(key.clone());
+                false
+            }
+            _ => true,
+        });
+        keys
+    }
+
+    /// Empties what was held back, returning it.
+    pub(super) fn take_held_back(&mut self) -> Vec<Pending> {
+        std::mem::take(&mut self.held_back)
+    }
+
+    /// Request `seq`, if its reply never came and it is not resolved yet.
+    pub(super) fn unsure(&self, seq: u64) -> Option<&Unsure> {
+        self.unsure.get(&seq)
+    }
+
+    /// Request `seq`, to take its flight for a resend.
+    pub(super) fn unsure_mut(&mut self, seq: u64) -> Option<&mut Unsure> {
+        self.unsure.get_mut(&seq)
+    }
+
+    /// The holders an unresolved fair attempt may have queued, with their places' waits.
+    pub(super) fn unsure_places(&self) -> Vec<(Arc<str>, Duration)> {
+        self.unsure
+            .values()
+            .filter_map(|u| match &u.flight {
+                Some(Flight::Attempt {
+                    key,
+                    place: Some(wait),
+                    ..
+                }) => Some((key.0.clone(), *wait)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Records request `seq` as unsure (again).
+    pub(super) fn record_unsure(&mut self, seq: u64, unsure: Unsure) {
+        self.unsure.insert(seq, unsure);
+    }
+
+    /// Request `seq` is resolved or given up: no longer unsure. Returns it, if it was.
+    pub(super) fn end_unsure(&mut self, seq: u64) -> Option<Unsure> {
+        self.unsure.remove(&seq)
+    }
+
+    /// Empties the unsure requests, returning them by number.
+    pub(super) fn take_unsure(&mut self) -> FxHashMap<u64, Unsure> {
+        std::mem::take(&mut self.unsure)
+    }
+
+    /// `key`'s count in Redis may be above what this actor grants: it is to be settled.
+    pub(super) fn abandon(&mut self, key: &HoldKey) {
+        self.abandoned.insert(key.clone());
+    }
+
+    /// `key`'s lease ran out here: its count is to be settled, keeping the lock-delay.
+    pub(super) fn lapse(&mut self, key: &HoldKey) {
+        self.abandoned.insert(key.clone());
+        self.lapsed.insert(key.clone());
+    }
+
+    /// Whether `key`'s count is to be settled.
+    pub(super) fn is_abandoned(&self, key: &HoldKey) -> bool {
+        self.abandoned.contains(key)
+    }
+
+    /// Whether `key`'s lease ran out here (see [`Trips::lapse`]).
+    pub(super) fn is_lapsed(&self, key: &HoldKey) -> bool {
+        self.lapsed.contains(key)
+    }
+
+    /// The holders whose lease ran out here and whose count is still to be settled.
+    pub(super) fn lapsed(&self) -> impl Iterator<Item = &HoldKey> {
+        self.lapsed.iter()
+    }
+
+    /// `key`'s count is what this actor grants again. Returns whether it was to be settled.
+    pub(super) fn settled(&mut self, key: &HoldKey) -> bool {
+        self.lapsed.remove(key);
+        self.settle_over(key);
+        self.abandoned.remove(key)
+    }
+
     /// A new request number.
     pub(super) fn next_seq(&mut self) -> u64 {
         self.seq += 1;
@@ -154,6 +291,11 @@ impl Trips {
         }
     }
 
+    /// Whether a settling of `key`'s count is queued.
+    pub(super) fn settle_queued(&self, key: &HoldKey) -> bool {
+        self.is_queued(|p| matches!(p, Pending::Settle { key: k } if k == key))
+    }
+
     /// Whether waiter `id`'s attempt is queued (not yet under way).
     pub(super) fn attempt_queued(&self, id: WaiterId) -> bool {
         self.is_queued(|p| matches!(p, Pending::Attempt(x) if *x == id))
@@ -170,10 +312,6 @@ impl Trips {
         }
     }
 
-    /// Whether a request of `key` is unresolved. Until none is, no other request of that holder
-    /// runs: each carries the holder's count before it, and only a count Redis confirmed is
-    /// exact (a request sent again recognises whether it ran from the count it finds, and that
-    /// count is all that tells the two apart).
     /// Whether a release of `key`'s hold of `epoch` is under way or unresolved: Redis may have
     /// run it, so the hold found gone meanwhile may be this release's own doing.
     pub(super) fn release_sent(&self, key: &HoldKey, epoch: u64) -> bool {
@@ -185,6 +323,10 @@ impl Trips {
                 .any(|u| u.flight.as_ref().is_some_and(this))
     }
 
+    /// Whether a request of `key` is unresolved. Until none is, no other request of that holder
+    /// runs: each carries the holder's count before it, and only a count Redis confirmed is
+    /// exact (a request sent again recognises whether it ran from the count it finds, and that
+    /// count is all that tells the two apart).
     pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
         self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
     }
@@ -229,6 +371,12 @@ impl Trips {
         self.settle_failures.clear();
         self.lapsed.clear();
         std::mem::take(&mut self.abandoned)
+    }
+
+    /// Nothing queued, under way, unresolved, held back or to be settled.
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.is_idle() && self.held_back.is_empty()
     }
 
     /// Nothing queued, under way, unresolved or to be settled.

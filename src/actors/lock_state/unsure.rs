@@ -22,7 +22,7 @@ impl LockState {
         let Some(seq) = op.seq() else {
             return;
         };
-        if self.trips.unsure.remove(&seq).is_some() {
+        if self.trips.end_unsure(seq).is_some() {
             self.timers.stop(&Timer::Resend(seq));
             for key in op.keys() {
                 self.settle_if_clear(key);
@@ -39,7 +39,7 @@ impl LockState {
             return;
         };
         let now = self.now;
-        let (since, failures) = match self.trips.unsure.get(&id) {
+        let (since, failures) = match self.trips.unsure(id) {
             Some(u) => (u.since, u.failures + 1),
             None => (now, 1),
         };
@@ -63,7 +63,7 @@ impl LockState {
         }
         let attempt = matches!(flight, Flight::Attempt { .. });
         if give_up {
-            self.trips.unsure.remove(&id);
+            self.trips.end_unsure(id);
             self.give_up_on(&op, flight);
         } else {
             self.timers
@@ -75,7 +75,7 @@ impl LockState {
                 failures,
                 error: error.clone(),
             };
-            self.trips.unsure.insert(id, unsure);
+            self.trips.record_unsure(id, unsure);
         }
         if let Some(reply) = reply {
             self.out.push(Effect::Done(reply, Err(error.clone())));
@@ -106,17 +106,17 @@ impl LockState {
 
     /// The resend timer of request `id` fired: it goes first.
     pub(super) fn resend(&mut self, id: u64) {
-        let expired =
-            self.trips.unsure.get(&id).is_some_and(|u| {
-                self.now.saturating_duration_since(u.since) >= self.horizon(&u.op)
-            });
+        let expired = self
+            .trips
+            .unsure(id)
+            .is_some_and(|u| self.now.saturating_duration_since(u.since) >= self.horizon(&u.op));
         if expired {
             // Past its horizon: given up.
             if let Some(Unsure {
                 op,
                 flight: Some(flight),
                 ..
-            }) = self.trips.unsure.remove(&id)
+            }) = self.trips.end_unsure(id)
             {
                 tracing::warn!(lock = %self.name, "a request's reply never came; given up");
                 self.give_up_on(&op, flight);
@@ -124,15 +124,15 @@ impl LockState {
             }
             return;
         }
-        if self.trips.unsure.contains_key(&id) {
-            self.trips.todo.push_front(Pending::Resend(id));
+        if self.trips.unsure(id).is_some() {
+            self.trips.queue_first(Pending::Resend(id));
             self.pump();
         }
     }
 
     /// The request and its flight, to run again.
     pub(super) fn resend_op(&mut self, id: u64) -> Option<(Op, Flight)> {
-        let u = self.trips.unsure.get_mut(&id)?;
+        let u = self.trips.unsure_mut(id)?;
         let flight = u.flight.take()?;
         Some((u.op.clone(), flight))
     }
@@ -146,7 +146,7 @@ impl LockState {
             hold.unreleased += 1;
         }
         for key in op.keys() {
-            self.trips.abandoned.insert(key.clone());
+            self.trips.abandon(&key);
             self.settle_if_clear(key);
         }
         if let Flight::Attempt {
@@ -170,7 +170,7 @@ impl LockState {
             return;
         }
         self.trips.release_held_back(&key);
-        if self.trips.abandoned.contains(&key) {
+        if self.trips.is_abandoned(&key) {
             self.settle(key);
         }
     }

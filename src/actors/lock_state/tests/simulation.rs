@@ -386,8 +386,7 @@ impl Sim {
             && !self.managers[m]
                 .state
                 .trips
-                .abandoned
-                .contains(&(head.clone(), self.kind))
+                .is_abandoned(&(head.clone(), self.kind))
         {
             // The head of a free lock, a live waiter of this manager free to try (no request of
             // its holder unresolved or being settled): its turn is told.
