@@ -137,22 +137,10 @@ impl Deployment {
 
     /// Makes the deployment whole again after a fault the runner could not carry out to its
     /// end (a failover refused, aborted or never finished; a panic half-way): every server of
-    /// it and of RedLock's (`red`) running and not frozen, one primary that the sentinels name
-    /// (or every slot served), and every other server its replica with the link up. Returns
-    /// once it is, or fails after [`LIMIT`].
-    pub fn settle(&mut self, red: &mut [RedisServer]) -> Result<(), String> {
-        let wake = |server: &mut TestServer| {
-            let woken = match server.is_running() {
-                true => server.resume(),
-                false => server.restart(),
-            };
-            if let Err(e) = woken {
-                eprintln!("chaos: server {} not woken: {e}", server.port());
-            }
-        };
-        for server in red.iter_mut() {
-            wake(server);
-        }
+    /// it running and not frozen ([`wake`]), one primary that the sentinels name (or every slot
+    /// served), and every other server its replica with the link up. Returns once it is, or
+    /// fails after [`LIMIT`].
+    pub fn settle(&mut self) -> Result<(), String> {
         match self {
             Deployment::Single(server) => {
                 wake(server);
@@ -402,4 +390,16 @@ fn until_within(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     true
+}
+
+/// Runs `server` again (restarted if stopped, resumed if frozen), after a fault left it down;
+/// a server that cannot be woken is reported on stderr.
+pub fn wake(server: &mut TestServer) {
+    let woken = match server.is_running() {
+        true => server.resume(),
+        false => server.restart(),
+    };
+    if let Err(e) = woken {
+        eprintln!("chaos: server {} not woken: {e}", server.port());
+    }
 }

@@ -79,6 +79,13 @@ struct Runner {
     /// reads the clock while libfaketime starts): `clock-server` does to the keys what the step
     /// does to them instead (see [`STEP_EXPIRIES`]).
     clock_server_emulated: bool,
+    /// libfaketime's variables for the lock server (none when its step is emulated): set only
+    /// while it is (re)started (see [`under_clock`]), so that the step reaches no other server.
+    server_clock_env: Vec<(&'static str, String)>,
+    /// Servers other than the lock server whose clock a `clock-server` step moved (RedLock's,
+    /// measured against the checker's after each step): a fault on them that the checker
+    /// never hears of. Empty unless the runner is wrong.
+    clock_strays: Vec<String>,
     /// The worker the fault being injected struck, if it struck one.
     struck: Option<u64>,
 }
@@ -124,9 +131,8 @@ pub fn main(options: Options) -> i32 {
         faketime_env(&file)
     });
     let clock_server_emulated = server_clock.is_none();
-    set_env(server_clock.as_deref().unwrap_or(&[]), true);
-    let deployment = Deployment::start(options.deployment);
-    set_env(server_clock.as_deref().unwrap_or(&[]), false);
+    let server_clock_env = server_clock.unwrap_or_default();
+    let deployment = under_clock(&server_clock_env, || Deployment::start(options.deployment));
     // RedLock's own servers; in a cluster, RedLock's members are names on its shards.
     let redlock = match options.deployment {
         Shape::Cluster => 0,
@@ -134,9 +140,10 @@ pub fn main(options: Options) -> i32 {
     };
     let red = (0..redlock).map(|_| RedisServer::start()).collect();
     let checker = RedisServer::start();
-    // Restarts of the lock server (and of RedLock's) from here on run under the fake clock too;
-    // the checker's, started above, does not.
-    set_env(server_clock.as_deref().unwrap_or(&[]), true);
+    // RedLock's servers and the checker's, started above and restarted later, keep the machine's
+    // clock: a server that inherited the lock server's fake clock would have its keys expired by
+    // every later `clock-server` step, a fault nobody recorded against it (issue 55's long run:
+    // RedLock holds doubled after `redlock-*` restarts had put its servers under that clock).
     eprintln!(
         "chaos: seed {}, {} workers, {:?}, faults {:?}; locks on {} (sync_replicas {}), checker on {}",
         options.seed,
@@ -177,6 +184,8 @@ pub fn main(options: Options) -> i32 {
         clocks,
         server_clock: 0,
         clock_server_emulated,
+        server_clock_env,
+        clock_strays: Vec::new(),
         struck: None,
     };
     let code = runner.run();
@@ -287,10 +296,9 @@ impl Runner {
                     self.fault_failures.push(format!("{}: {e}", fault.name()));
                     *self.faults_failed.entry(fault.name()).or_default() += 1;
                     self.tally.failed.fetch_add(1, Ordering::Relaxed);
-                    let settled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        self.deployment.settle(&mut self.red)
-                    }))
-                    .unwrap_or_else(|_| Err("panicked (see above)".into()));
+                    let settled =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.settle()))
+                            .unwrap_or_else(|_| Err("panicked (see above)".into()));
                     if let Err(e) = settled {
                         eprintln!("chaos: after {}: {e}", fault.name());
                         self.fault_failures
@@ -345,6 +353,7 @@ impl Runner {
         }
         .into();
         summary["lost_updates"] = lost_updates;
+        summary["clock_server_strays"] = self.clock_strays.clone().into();
         if !linear_ok || !lost_ok {
             summary["ok"] = Value::Bool(false);
         }
@@ -850,6 +859,24 @@ impl Runner {
                 }
                 self.bump_epoch("epoch:lock", fault);
                 std::thread::sleep(Duration::from_secs(1));
+                // The step is the lock server's alone: RedLock's servers keep the machine's
+                // clock, which the checker's shows (a server whose clock went with the step
+                // is more than half a step ahead of it).
+                let checker_ms = self.checker_clock_us() / 1000;
+                for server in &self.red {
+                    let time = redis::cmd("TIME")
+                        .query::<(u64, u64)>(&mut crate::support::raw(server))
+                        .map(checker::clock_ms);
+                    if let Ok(ms) = time
+                        && ms > checker_ms + step * 500
+                    {
+                        self.clock_strays.push(format!(
+                            "{}: {} ms ahead",
+                            server.port(),
+                            ms - checker_ms
+                        ));
+                    }
+                }
             }
             Fault::RestartEmpty | Fault::RestartAof => {
                 self.single()?.stop();
@@ -857,7 +884,9 @@ impl Runner {
                     self.single()?.wipe_data();
                     self.bump_epoch("epoch:lock", fault);
                 }
-                self.single()?.restart();
+                let env = self.server_clock_env.clone();
+                let server = self.single()?;
+                under_clock(&env, || server.restart());
             }
             Fault::ClientKill => {
                 for server in self.deployment.primaries() {
@@ -927,6 +956,17 @@ impl Runner {
         self.clocks.path().join(who)
     }
 
+    /// Makes RedLock's servers and the deployment whole again ([`Deployment::settle`]): only
+    /// the lock server is restarted under its fake clock.
+    fn settle(&mut self) -> Result<(), String> {
+        for server in &mut self.red {
+            crate::deployment::wake(server);
+        }
+        let env = self.server_clock_env.clone();
+        let deployment = &mut self.deployment;
+        under_clock(&env, || deployment.settle())
+    }
+
     /// The one server of a single-server deployment.
     fn single(&mut self) -> Result<&mut RedisServer, String> {
         match &mut self.deployment {
@@ -982,9 +1022,7 @@ impl Runner {
             // promotes a replica after the runner's limit): the window stays open until the
             // deployment is whole again, so what it does is explained as any failover's is.
             // The caller settles again and reports a failure to.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.deployment.settle(&mut self.red)
-            }));
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.settle()));
         }
         self.bump_epoch("epoch:lock", fault);
         done
@@ -1469,10 +1507,21 @@ fn faketime_env(file: &std::path::Path) -> Vec<(&'static str, String)> {
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 /// Sets (or removes) `vars` in the runner's environment, for the servers it starts.
+/// Runs `f` (which starts or restarts the lock server) with libfaketime's `vars` set in the
+/// runner's environment, which the server's process inherits, and removes them after, so that
+/// no other process the runner starts follows the lock server's clock.
+fn under_clock<T>(vars: &[(&'static str, String)], f: impl FnOnce() -> T) -> T {
+    set_env(vars, true);
+    let out = f();
+    set_env(vars, false);
+    out
+}
+
 fn set_env(vars: &[(&'static str, String)], on: bool) {
     for (k, v) in vars {
-        // SAFETY: the runner's only other thread so far waits for Ctrl-C and reads no
-        // variable; the progress and sampler threads start later, and read none either.
+        // SAFETY: the runner's other threads (Ctrl-C, progress, the fair heads' sampler, the
+        // test kit's spawner) read the environment only through std (`Command::spawn`, name
+        // lookups), which holds std's environment lock that `set_var` and `remove_var` take.
         unsafe {
             match on {
                 true => std::env::set_var(k, v),
