@@ -266,6 +266,12 @@ async fn every_way_in_excludes_other_holders_for_every_exclusive_kind() {
         &["ways:m1", "ways:m2"],
     )
     .await;
+    run(
+        &server,
+        |m, n, _| (vec![m.spin_lock(n)], false),
+        &["ways:spin"],
+    )
+    .await;
     // Group locks over member sets that all share `b`: every holder excludes every other.
     run(
         &server,

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -890,4 +890,78 @@ async fn a_group_wait_is_never_reported_as_a_deadlock_behind_a_member_it_does_no
             .unwrap()
             .expect("no deadlock reported");
     }
+}
+
+/// Every key but the managers' client records (lockman's own, unprefixed), split into the
+/// unlock request latches and the rest.
+fn keys(raw: &mut redis::Connection) -> (BTreeSet<String>, BTreeSet<String>) {
+    let keys: BTreeSet<String> = raw.keys("*").unwrap();
+    keys.into_iter()
+        .filter(|k| !k.starts_with("lockman_client:{lockman}"))
+        .partition(|k| k.starts_with("redisson_unlock_latch:"))
+}
+
+/// Under `Config::name_prefix`, a group lock is the prefixed group's hash and no other key;
+/// Redisson's group script on that key is refused the held member; the release publishes on
+/// the prefixed channel and leaves nothing; a lockman waiter behind Java's hold listens on the
+/// prefixed channel and Java's unlock message there wakes it long before Java's lease ends.
+#[tokio::test]
+async fn a_prefixed_group_lock_is_the_prefixed_hash_and_channel() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url())
+        .watchdog_timeout(WATCHDOG)
+        .name_prefix("app1:");
+    let mgr = LockManager::start(config).await.expect("manager starts");
+    let channel = "redisson_lock__channel:{app1:order:7}";
+    let mut heard = listen(server.conn(), "SUBSCRIBE", channel);
+    let group = mgr.group_lock("order:7", ["a", "b"]).unwrap();
+    assert_eq!((group.name(), group.key()), ("order:7", "app1:order:7"));
+
+    let g = group.acquire().await.unwrap();
+    let (_, found) = keys(&mut raw);
+    assert_eq!(found, BTreeSet::from(["app1:order:7".to_owned()]));
+    let (rest, _) = split(&hash(&mut raw, "app1:order:7"));
+    assert_eq!(rest, layout(&["a", "b"], &group.holder_id(), 1));
+    let ttl = java::try_lock(&mut raw, "app1:order:7", JAVA, 60_000, &["b"]);
+    assert!(
+        ttl.is_some_and(|t| t > 0 && t <= WATCHDOG.as_millis() as i64 + 50),
+        "Java is refused b with the time left: {ttl:?}"
+    );
+    g.release().await.unwrap();
+    assert_eq!(next_message(&mut heard), ["message", channel, "0"]);
+    let (latches, left) = keys(&mut raw);
+    assert!(left.is_empty(), "a release leaves nothing: {left:?}");
+    for latch in &latches {
+        assert!(
+            latch.starts_with("redisson_unlock_latch:{app1:order:7}"),
+            "{latch}"
+        );
+    }
+
+    // Java holds b for a minute; lockman's waiter subscribes the prefixed channel (the raw
+    // listener is the other subscriber) and Java's unlock there wakes it.
+    assert_eq!(
+        java::try_lock(&mut raw, "app1:order:7", JAVA, 60_000, &["b"]),
+        None
+    );
+    let waiting = {
+        let group = group.clone();
+        tokio::spawn(async move { group.acquire().await })
+    };
+    wait::subscribers(&mut raw, channel, 2).await;
+    assert_eq!(
+        java::unlock(&mut raw, "app1:order:7", JAVA, 60_000, &["b"]),
+        Some(1)
+    );
+    assert_eq!(next_message(&mut heard), ["message", channel, "0"]);
+    let g = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("woken by Java's unlock message")
+        .unwrap()
+        .unwrap();
+    g.release().await.unwrap();
+    let (_, left) = keys(&mut raw);
+    assert!(left.is_empty(), "{left:?}");
+    mgr.shutdown().await;
 }

@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -498,5 +498,72 @@ async fn scope_stops_the_work_of_a_lost_spin_hold() {
         "{stopped:?}"
     );
     assert!(deleted.elapsed() < WATCHDOG * 2 + Duration::from_secs(3));
+    mgr.shutdown().await;
+}
+
+/// Every key but the managers' client records (lockman's own, unprefixed), split into the
+/// unlock request latches and the rest.
+fn keys(raw: &mut redis::Connection) -> (BTreeSet<String>, BTreeSet<String>) {
+    let keys: BTreeSet<String> = raw.keys("*").unwrap();
+    keys.into_iter()
+        .filter(|k| !k.starts_with("lockman_client:{lockman}"))
+        .partition(|k| k.starts_with("redisson_unlock_latch:"))
+}
+
+/// Under `Config::name_prefix`, a spin lock is the prefixed name's hash and no other key;
+/// Redisson's spin script on that key sees lockman's hold and lockman sees Java's; a release
+/// leaves no key of the name (request latches, if any, carry the prefixed tag) and publishes
+/// nothing on the prefixed channel.
+#[tokio::test]
+async fn a_prefixed_spin_lock_is_the_prefixed_key_and_nothing_else() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url())
+        .watchdog_timeout(WATCHDOG)
+        .name_prefix("app1:");
+    let mgr = LockManager::start(config).await.expect("manager starts");
+    let mut ear = Ear::on(&server, &channel("app1:s"));
+    let lock = mgr.spin_lock("s");
+    assert_eq!((lock.name(), lock.key()), ("s", "app1:s"));
+
+    let g = lock.acquire().await.unwrap();
+    let (_, found) = keys(&mut raw);
+    assert_eq!(found, BTreeSet::from(["app1:s".to_owned()]));
+    assert_eq!(
+        hash(&mut raw, "app1:s"),
+        HashMap::from([(lock.holder_id(), "1".to_owned())])
+    );
+    let pttl = java::spin_try_lock(&mut raw, "app1:s", JAVA, 30_000).expect("Java sees the hold");
+    assert!(pttl > 0 && pttl <= WATCHDOG.as_millis() as i64, "{pttl}");
+    assert!(
+        mgr.spin_lock("app1:s")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "named with its prefix, the same lock"
+    );
+    g.release().await.unwrap();
+    let (latches, left) = keys(&mut raw);
+    assert!(left.is_empty(), "a release leaves nothing: {left:?}");
+    for latch in &latches {
+        assert!(
+            latch.starts_with("redisson_unlock_latch:{app1:s}"),
+            "{latch}"
+        );
+    }
+    assert_eq!(ear.heard(), None, "a prefixed spin release published");
+
+    // Java's hold on the prefixed key keeps lockman out until Java's unlock.
+    assert_eq!(java::spin_try_lock(&mut raw, "app1:s", JAVA, 30_000), None);
+    assert!(lock.try_acquire().await.unwrap().is_none(), "Java holds it");
+    assert_eq!(java::spin_unlock(&mut raw, "app1:s", JAVA, 30_000), Some(1));
+    let g = lock
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free after Java's unlock");
+    g.release().await.unwrap();
+    assert!(keys(&mut raw).1.is_empty());
     mgr.shutdown().await;
 }

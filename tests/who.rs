@@ -877,7 +877,7 @@ async fn group_and_spin_holds_show_their_kind_and_members() {
                 "grp",
                 "--",
                 "sleep",
-                "20",
+                "600",
             ],
         )
         .stdout(Stdio::null())
@@ -897,7 +897,7 @@ async fn group_and_spin_holds_show_their_kind_and_members() {
                 "sp",
                 "--",
                 "sleep",
-                "20",
+                "600",
             ],
         )
         .stdout(Stdio::null())
@@ -911,6 +911,18 @@ async fn group_and_spin_holds_show_their_kind_and_members() {
     let mgr = LockManager::start(config).await.unwrap();
     let lib = mgr.group_lock("lib", ["z", "x", "y"]).unwrap();
     let guard = lib.acquire().await.unwrap();
+    // The waiter starts only once b is grouper's: started together, the waiter could take b
+    // first on a loaded machine, run `true` and leave, and never be seen waiting. The holders'
+    // commands last until they are killed at the end, so no hold ends while the records are read.
+    let mut raw = server.conn();
+    let b_taken = support::eventually(Duration::from_secs(20), || {
+        raw.hget::<_, _, Option<String>>("grp", "b")
+            .ok()
+            .flatten()
+            .is_some()
+    })
+    .await;
+    assert!(b_taken, "grouper never took b");
     // A group waiter, in a process of its own: b is grouper's.
     let _waiter = Killed(
         lockman(
