@@ -225,16 +225,15 @@ fn no_scripting_and_missing_key_patterns_fail_with_78() {
 #[test]
 fn a_client_clock_30s_ahead_is_a_clock_warning() {
     let server = server_with(&["--appendonly", "yes"]);
-    let skewed = Command::new("faketime")
-        .args(["-m", "-f", "+30s", LOCKMAN, "--url"])
+    let skewed = support::fair::skewed(LOCKMAN, "+30s")
+        .arg("--url")
         .arg(server.url())
         .args(["doctor", "--json"])
-        .env("DONT_FAKE_MONOTONIC", "1")
         .env_remove("LOCKMAN_URL")
         .env_remove("REDIS_URL")
         .env_remove("LOCKMAN_PREFIX")
         .output()
-        .expect("the `faketime` command (Debian package `faketime`; .ci/run installs it)");
+        .expect("run lockman under libfaketime");
     let json: Value = serde_json::from_slice(&skewed.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", stdout(&skewed)));
     let clock = json["checks"]

@@ -1,7 +1,7 @@
 //! The fair lock with clients whose clocks are off: lockman's fair scripts read the Redis
 //! server's clock (`TIME`), so a lockman client 15 s slow or fast neither loses its own live
 //! place nor prunes another's. Each skewed client is a child process of this test binary run
-//! under libfaketime (the `faketime` command), its monotonic clock left true.
+//! under libfaketime (preloaded, not the `faketime` wrapper), its monotonic clock left true.
 
 mod support;
 

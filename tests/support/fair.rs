@@ -35,8 +35,30 @@ pub fn server_ms(raw: &mut redis::Connection) -> i64 {
     s * 1000 + us / 1000
 }
 
+/// Debian's libfaketime, multi-threaded (package `libfaketime`, which the `faketime` package
+/// brings; .ci/run installs it).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
+
+/// `program` to run with its wall clock `skew` off (e.g. `-15s`, `+30s`), its monotonic clock
+/// left true: libfaketime preloaded directly. Not the `faketime` wrapper: it makes a named
+/// semaphore per its pid and leaves it behind when killed, so once pids wrap a later wrapper
+/// fails at start ("sem_open: File exists") and the child never runs (seen in CI).
+pub fn skewed(program: impl AsRef<std::ffi::OsStr>, skew: &str) -> Command {
+    assert!(
+        std::path::Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} missing (Debian package `libfaketime`; .ci/run installs `faketime`)"
+    );
+    let mut command = Command::new(program);
+    command
+        .env("LD_PRELOAD", LIBFAKETIME)
+        .env("FAKETIME", skew)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("DONT_FAKE_MONOTONIC", "1");
+    command
+}
+
 /// A child process (this test binary's ignored test) whose wall clock is `skew` off
-/// (libfaketime, the `faketime` command: Debian's package `faketime`), its monotonic clock
+/// (libfaketime, [`skewed`]), its monotonic clock
 /// left true. Its stdout is read line by line on a thread; its stdin takes lines.
 pub struct SkewedChild {
     child: Child,
@@ -48,17 +70,14 @@ impl SkewedChild {
     /// Runs the ignored test `test` under `faketime -f <skew>` (e.g. `-15s`), with `env` set.
     pub fn spawn(test: &str, env: (&str, &str), skew: &str) -> Self {
         let exe = std::env::current_exe().expect("test binary");
-        let mut child = Command::new("faketime")
-            .args(["-m", "-f", skew])
-            .arg(exe)
+        let mut child = skewed(exe, skew)
             .args(["--ignored", "--exact", test, "--nocapture"])
             .env(env.0, env.1)
-            .env("DONT_FAKE_MONOTONIC", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
-            .expect("the `faketime` command (Debian package `faketime`; .ci/run installs it)");
+            .expect("spawn a child test under libfaketime");
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = channel();

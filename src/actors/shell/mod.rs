@@ -272,8 +272,7 @@ fn lose<A: PerName>(act: &mut A, epoch: u64, loss: Loss) {
 pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     reply::adopt(act, ctx, true);
     let mut effects = std::mem::take(&mut act.shell().effects);
-    // Until none is left: carrying one out may tell the state more (a grant whose caller
-    // has gone is released at once).
+    // Until none is left: carrying one out may tell the state more (a gone caller's grant).
     loop {
         act.shell().state.drain_into(&mut effects);
         if effects.is_empty() {
