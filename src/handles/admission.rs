@@ -216,7 +216,7 @@ impl Admission {
             let left = self.wait.saturating_sub(started.elapsed());
             sem.try_acquire_for(1, left).await
         };
-        let until = started + self.wait + self.manager.last_try_grace();
+        let until = started + self.wait + self.manager.inner.config.last_try_grace();
         let outcome = tokio::time::timeout_at(until.into(), admit)
             .await
             .unwrap_or_else(|_| {

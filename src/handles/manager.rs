@@ -38,13 +38,6 @@ pub struct LockManager {
 }
 
 impl LockManager {
-    /// How long a bounded wait's last try on this manager may take past the deadline
-    /// ([`Config::last_try_grace`]). Only the HTTP fronts ask a manager for it.
-    #[cfg(any(feature = "tower", feature = "actix-web"))]
-    pub(crate) fn last_try_grace(&self) -> std::time::Duration {
-        self.inner.config.last_try_grace()
-    }
-
     /// Connects to Redis and starts the actors: on the current actix arbiter if there is one,
     /// otherwise on an actix System of lockman's own, on a background thread.
     ///

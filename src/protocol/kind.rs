@@ -300,12 +300,8 @@ impl LockKind {
                 let mut call = ScriptCall::new(&RELEASE, 3, 5, room + name.len() + 16);
                 call.key(key)
                     .key(keys::unlock_channel(name))
-                    .key(keys::delay_key(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(publish);
-                call
+                    .key(keys::delay_key(name));
+                release_tail(call, lease, holder, publish)
             }
             // `group_release.lua` takes the reentrant release's keys and arguments; the caller
             // appends the members after the expected count.
@@ -315,23 +311,14 @@ impl LockKind {
                     _ => &RELEASE,
                 };
                 let mut call = ScriptCall::new(script, 2, 5, room);
-                call.key(key)
-                    .key(keys::unlock_channel(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(publish);
-                call
+                call.key(key).key(keys::unlock_channel(name));
+                release_tail(call, lease, holder, publish)
             }
             LockKind::Spin => {
                 // release_prologue.lua's keys and arguments; nothing is published.
                 let mut call = ScriptCall::new(&SPIN_RELEASE, 1, 5, room);
-                call.key(key)
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(publish);
-                call
+                call.key(key);
+                release_tail(call, lease, holder, publish)
             }
             // A read-write lock's side releases on the read-write channel.
             LockKind::Read | LockKind::Write => self.side_release(name, holder, lease, publish),
@@ -340,12 +327,8 @@ impl LockKind {
                 call.key(key)
                     .key(keys::fair_queue(name))
                     .key(keys::fair_deadlines(name))
-                    .key(keys::unlock_channel(name))
-                    .arg(UNLOCK_MESSAGE)
-                    .arg(millis(lease))
-                    .arg(holder)
-                    .arg(publish);
-                call
+                    .key(keys::unlock_channel(name));
+                release_tail(call, lease, holder, publish)
             }
         }
     }
@@ -385,4 +368,19 @@ impl LockKind {
             }
         }
     }
+}
+
+/// The arguments every release but a read-write side's ends its head with: the unlock message,
+/// the lease, the holder, and whether to publish (`release_prologue.lua`'s order).
+fn release_tail(
+    mut call: ScriptCall<'static>,
+    lease: Duration,
+    holder: &str,
+    publish: &'static str,
+) -> ScriptCall<'static> {
+    call.arg(UNLOCK_MESSAGE)
+        .arg(millis(lease))
+        .arg(holder)
+        .arg(publish);
+    call
 }
