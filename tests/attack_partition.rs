@@ -543,6 +543,13 @@ async fn a_redlock_holder_cut_off_from_a_majority_stops_before_another_gets_a_ma
             .is_ok(),
         "the cut-off RedLock was not reported lost"
     );
+    // Once the losses are known the validity stays where it ended: it read "now" then, past
+    // the other client's majority.
+    assert!(
+        guard.valid_until() < they_got_in,
+        "once lost, valid_until is {:?} past the other client's majority",
+        guard.valid_until().saturating_duration_since(they_got_in)
+    );
     proxies[0].heal();
     proxies[1].heal();
     let _ = tokio::time::timeout(WATCHDOG * 3, guard.release())

@@ -659,8 +659,16 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
     holder.kill().expect("SIGKILL");
     holder.wait().expect("reaped");
     let killed = Instant::now();
-    let lock_left = pttl(&mut raw, "killed");
-    let delay_left = pttl(&mut raw, "lockman_delay:{killed}");
+    // Both read in one transaction: two round trips apart, a slow machine shortened the
+    // second by its wait between them.
+    let (lock_left, delay_left): (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("PTTL")
+        .arg("killed")
+        .cmd("PTTL")
+        .arg("lockman_delay:{killed}")
+        .query(&mut raw)
+        .unwrap();
     assert!(
         lock_left > 0,
         "the dead holder's hold still runs: {lock_left}"

@@ -19,6 +19,15 @@ async fn manager(server: &RedisServer) -> LockManager {
         .expect("manager starts")
 }
 
+/// A manager without the watch on its holds, for tests that count the scripts a wait costs:
+/// the watch checks each hold that lives 20 ms (`held.lua`, one EVALSHA), and on a slow machine
+/// holds meant to last less live longer. `loss.rs` counts the watch's own calls.
+async fn unwatched(server: &RedisServer) -> LockManager {
+    LockManager::start(Config::new(server.url()).watch_holds(false))
+        .await
+        .expect("manager starts")
+}
+
 #[tokio::test]
 async fn waiter_gets_an_expired_lease_lock_right_after_its_ttl() {
     let server = RedisServer::start();
@@ -110,7 +119,7 @@ async fn one_unlock_message_wakes_one_local_waiter() {
     const WAITERS: usize = 20;
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
+    let (holder_mgr, waiter_mgr) = (unwatched(&server).await, unwatched(&server).await);
     let held = holder_mgr.lock("hot").acquire().await.unwrap();
 
     let acquired = Arc::new(AtomicUsize::new(0));
@@ -168,7 +177,7 @@ async fn one_unlock_message_wakes_one_local_waiter() {
 async fn a_new_request_queues_behind_local_waiters_without_a_round_trip() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let (holder_mgr, waiter_mgr) = (manager(&server).await, manager(&server).await);
+    let (holder_mgr, waiter_mgr) = (unwatched(&server).await, unwatched(&server).await);
     load_scripts(&holder_mgr.lock("warm")).await;
     let held = holder_mgr.lock("q").acquire().await.unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -433,7 +442,7 @@ async fn a_zero_wait_is_one_whole_attempt_even_when_redis_is_slow() {
 async fn the_first_acquire_waits_one_round_trip_for_the_client_record() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mgr = manager(&server).await;
+    let mgr = unwatched(&server).await;
     reset_stats(&mut raw);
     let guard = mgr.lock("first").acquire().await.unwrap();
     let records: Vec<String> = raw.keys("lockman_client:*-*").unwrap();

@@ -97,19 +97,31 @@ impl CompositeGuard {
     /// The latest instant (monotonic clock) at which the composition is still guaranteed:
     /// the instant by which fewer than its quorum of members would still be valid (each
     /// member's [`Grant::valid_until`](crate::actix::Grant::valid_until); for a MultiLock the
-    /// earliest), and no later than [`validity_deadline`](Self::validity_deadline).
+    /// earliest), and no later than [`validity_deadline`](Self::validity_deadline). Once
+    /// fewer than a quorum are held, it stays in the past: the earlier of the members' own last
+    /// validity (as above, lost members included) and the moment it is read.
     pub fn valid_until(&self) -> Instant {
-        let mut each: Vec<Instant> = self
-            .guards
-            .iter()
-            .filter(|g| !g.is_lost())
-            .map(|g| g.valid_until())
-            .collect();
-        each.sort_unstable_by(|a, b| b.cmp(a));
-        let members = each
-            .get(self.quorum.max(1) - 1)
-            .copied()
-            .unwrap_or_else(Instant::now);
+        let quorum = self.quorum.max(1);
+        let nth_latest = |mut each: Vec<Instant>| {
+            each.sort_unstable_by(|a, b| b.cmp(a));
+            each.get(quorum - 1).copied()
+        };
+        let held = nth_latest(
+            self.guards
+                .iter()
+                .filter(|g| !g.is_lost())
+                .map(|g| g.valid_until())
+                .collect(),
+        );
+        // Fewer than a quorum held: the guarantee ended by the time that was known (now at the
+        // latest), and by the members' own last validity where that came first. A member cut
+        // off from its server is lost by its failed renewals after its key expired there, not
+        // before: "now" alone would put the end after another client's majority.
+        let members = held.unwrap_or_else(|| {
+            let now = Instant::now();
+            nth_latest(self.guards.iter().map(|g| g.valid_until()).collect())
+                .map_or(now, |last| last.min(now))
+        });
         self.valid_until.map_or(members, |v| v.min(members))
     }
 
