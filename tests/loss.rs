@@ -345,8 +345,8 @@ async fn a_tracking_table_too_small_costs_paced_checks_and_no_false_loss() {
 /// breaks: renewals on a command connection, or no `NOLOOP`: a check after each renewal, 7 of
 /// 7 seen.) Exact: the one check this test used to allow "once" was its own reading, the two
 /// counts taken by two `INFO` calls, and a renewal (one `EXISTS`, one `HEXISTS`) run between
-/// them read as a check (5 runs of 5 with 250 ms put between the two reads); they now come from one
-/// `INFO`.
+/// them read as a check (5 runs of 5 with 250 ms put between the two reads); they now come
+/// from one `INFO`.
 #[tokio::test]
 async fn own_renewals_are_no_loss_cost_no_check_and_keep_the_watch() {
     let server = RedisServer::start();
