@@ -124,7 +124,7 @@ fn main() {
             return renewals(
                 &args[1],
                 args[2].parse().expect("locks"),
-                args[3].parse().expect("ticks"),
+                args[3].parse().expect("rounds"),
                 Duration::from_millis(args.get(4).map_or(900, |t| t.parse().expect("timeout"))),
                 args.get(5).is_none_or(|w| w != "unwatched"),
             );
@@ -496,16 +496,19 @@ fn memory_role(url: &str, names: usize) {
     });
 }
 
-/// 64 tasks on 64 names, `iters` uncontended acquire + release pairs each (for callgrind).
-/// `loadgen renewals URL LOCKS TICKS [TIMEOUT_MS [unwatched]]`: LOCKS locks held without a
+/// `loadgen renewals URL LOCKS ROUNDS [TIMEOUT_MS [unwatched]]`: LOCKS locks held without a
 /// lease (watchdog timeout TIMEOUT_MS, 900 by default, so renewed every third of it; under
 /// callgrind, which runs the process tens of times slower, use several seconds; and watched:
-/// `Config::watch_holds` is on by default, off with `unwatched`), kept
-/// for TICKS renewal intervals once every one has been renewed; prints the holds renewed
-/// meanwhile (the server's `PEXPIRE` calls). Under callgrind, the difference between two TICKS
-/// divided by the difference in renewals is the client's instructions per renewal, the watch's
-/// checks that follow each renewal included.
-fn renewals(url: &str, locks: usize, ticks: u32, timeout: Duration, watched: bool) {
+/// `Config::watch_holds` is on by default, off with `unwatched`). The measured window is
+/// defined by counts, not by time: it opens halfway between two renewal rounds, once every
+/// hold has been renewed, and closes halfway between two rounds ROUNDS rounds later; the
+/// example prints the holds renewed within it (the server's `PEXPIRE` calls, read outside it)
+/// and `exact` when that is ROUNDS × LOCKS, so that a window that caught a round partly, or
+/// one renewal retried, is seen and not counted. Under callgrind
+/// (`--zero-before='*renewal_window_opens*' --dump-before='*renewal_window_closes*'`) the
+/// first dump holds the client's instructions within the window alone: divided by the holds
+/// renewed, the instructions per renewal, the watch's cost within the window included.
+fn renewals(url: &str, locks: usize, rounds: u32, timeout: Duration, watched: bool) {
     actix_rt::System::new().block_on(async {
         // Under callgrind the start takes seconds: the default connect timeout is too short.
         let config = Config::new(url)
@@ -522,24 +525,62 @@ fn renewals(url: &str, locks: usize, ticks: u32, timeout: Duration, watched: boo
             .expect("url")
             .get_connection()
             .expect("conn");
-        // Every hold old enough to be renewed, and renewed once.
+        // Every hold old enough to be renewed, then halfway to the round after the next.
         tokio::time::sleep(timeout).await;
-        let pexpire = |conn: &mut redis::Connection| {
-            command_stats(conn)
-                .iter()
-                .find(|(c, _)| c == "pexpire")
-                .map_or(0, |(_, n)| *n)
-        };
-        let before = pexpire(&mut conn);
-        tokio::time::sleep(timeout / 3 * ticks).await;
-        let renewed = pexpire(&mut conn) - before;
+        let interval = timeout / 3;
+        let round_began = next_round(&mut conn).await;
+        let opens = round_began + interval + interval / 2;
+        tokio::time::sleep_until(opens.into()).await;
+        let before = pexpire_calls(&mut conn);
+        renewal_window_opens();
+        tokio::time::sleep_until((opens + interval * rounds).into()).await;
+        renewal_window_closes();
+        let renewed = pexpire_calls(&mut conn) - before;
         let lost = guards.iter().filter(|g| g.is_lost()).count();
-        println!("renewals {renewed} lost {lost}");
+        let expected = u64::from(rounds) * locks as u64;
+        let exact = if renewed == expected {
+            "exact"
+        } else {
+            "NOT exact"
+        };
+        println!("renewals {renewed} of {expected} ({exact}) lost {lost}");
         drop(guards);
         manager.shutdown().await;
     });
 }
 
+/// The server's `PEXPIRE` calls so far (one per hold renewed).
+fn pexpire_calls(conn: &mut redis::Connection) -> u64 {
+    command_stats(conn)
+        .iter()
+        .find(|(c, _)| c == "pexpire")
+        .map_or(0, |(_, n)| *n)
+}
+
+/// When the next renewal round began (within the 5 ms of polling), once it has begun.
+async fn next_round(conn: &mut redis::Connection) -> Instant {
+    let before = pexpire_calls(conn);
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if pexpire_calls(conn) != before {
+            return Instant::now();
+        }
+    }
+}
+
+/// Where callgrind zeroes its counts (`--zero-before`): never inlined, so that it is entered.
+#[inline(never)]
+fn renewal_window_opens() {
+    std::hint::black_box(());
+}
+
+/// Where callgrind dumps its counts (`--dump-before`).
+#[inline(never)]
+fn renewal_window_closes() {
+    std::hint::black_box(());
+}
+
+/// 64 tasks on 64 names, `iters` uncontended acquire + release pairs each (for callgrind).
 fn pairs(imp: Impl, url: &str, iters: u64, request: bool, tasks: usize) {
     actix_rt::System::new().block_on(async {
         let clients = Clients::connect(url).await;
