@@ -661,7 +661,10 @@ async fn a_foreign_del_on_any_master_is_known_at_once() {
         for (name, port) in &names {
             let guard = mgr.lock(name).acquire().await.unwrap();
             until_tracked_on(&cluster, *port, 1).await;
-            assert!(!guard.is_lost(), "round {round}: {name} lost before its DEL");
+            assert!(
+                !guard.is_lost(),
+                "round {round}: {name} lost before its DEL"
+            );
             let mut conn = support::raw(cluster.node(*port));
             let deleting = Instant::now();
             let deleted: i64 = redis::cmd("DEL").arg(name).query(&mut conn).unwrap();
@@ -802,10 +805,16 @@ async fn own_renewals_on_a_cluster_are_no_loss_and_cost_no_check() {
         let scripts = support::command_calls(&mut conn, "evalsha");
         let checks = reads.saturating_sub(renewals);
         eprintln!("master {port}: {renewals} renewals, {checks} checks, {scripts} EVALSHA");
-        assert!(renewals >= 4, "renewals every 200 ms: {renewals} in 1.5 s on {port}");
+        assert!(
+            renewals >= 4,
+            "renewals every 200 ms: {renewals} in 1.5 s on {port}"
+        );
         // One check may come of a failure path (a renewal that failed on a busy machine is
         // retried on the cluster connection); the break costs one per renewal.
-        assert!(checks <= 1, "{renewals} renewals, {checks} checks on {port}");
+        assert!(
+            checks <= 1,
+            "{renewals} renewals, {checks} checks on {port}"
+        );
         total = (total.0 + renewals, total.1 + checks, total.2 + scripts);
     }
     eprintln!(
@@ -814,7 +823,10 @@ async fn own_renewals_on_a_cluster_are_no_loss_and_cost_no_check() {
     );
     for guard in &guards {
         assert!(!guard.is_lost(), "a renewal was taken for a loss");
-        assert!(guard.valid_until() > Instant::now(), "renewals not published");
+        assert!(
+            guard.valid_until() > Instant::now(),
+            "renewals not published"
+        );
     }
     mgr.shutdown().await;
 }

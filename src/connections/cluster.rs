@@ -115,9 +115,10 @@ impl ClusterTarget {
         })?;
         // A node that does not know its own address says "" or "?": the seed's host then.
         let host = match (host, seed.addr()) {
-            ("" | "?", ConnectionAddr::Tcp(seed, _) | ConnectionAddr::TcpTls { host: seed, .. }) => {
-                seed.clone()
-            }
+            (
+                "" | "?",
+                ConnectionAddr::Tcp(seed, _) | ConnectionAddr::TcpTls { host: seed, .. },
+            ) => seed.clone(),
             (host, _) => host.to_owned(),
         };
         let addr = match seed.addr() {
@@ -177,7 +178,12 @@ pub(crate) fn slot_ranges(reply: Value) -> Option<SlotRanges> {
         let Value::Array(items) = range else {
             return None;
         };
-        let [Value::Int(first), Value::Int(last), Value::Array(master), ..] = items.as_slice()
+        let [
+            Value::Int(first),
+            Value::Int(last),
+            Value::Array(master),
+            ..,
+        ] = items.as_slice()
         else {
             return None;
         };
@@ -191,7 +197,12 @@ pub(crate) fn slot_ranges(reply: Value) -> Option<SlotRanges> {
             _ => return None,
         };
         let slot = |n: i64| u16::try_from(n).ok().filter(|s| *s < 16384);
-        read.push((slot(*first)?, slot(*last)?, host, u16::try_from(*port).ok()?));
+        read.push((
+            slot(*first)?,
+            slot(*last)?,
+            host,
+            u16::try_from(*port).ok()?,
+        ));
     }
     read.sort_unstable();
     Some(read)

@@ -280,7 +280,10 @@ impl Tracking {
                     .map_err(|e| LockError::redis("ping", "", e))
             }
         });
-        join_all(pings).await.into_iter().collect::<Result<(), _>>()?;
+        join_all(pings)
+            .await
+            .into_iter()
+            .collect::<Result<(), _>>()?;
         let (Some(map), Some(conn)) = (&self.slots, self.nodes.first()) else {
             return Ok(());
         };

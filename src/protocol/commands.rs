@@ -339,7 +339,9 @@ impl Commands {
         tracking: Option<&Tracking>,
     ) -> Result<Value, LockError> {
         match tracking {
-            Some(tracking) if !self.conn.syncs_replicas() => tracking.eval("renew", slot, call).await,
+            Some(tracking) if !self.conn.syncs_replicas() => {
+                tracking.eval("renew", slot, call).await
+            }
             _ => self
                 .conn
                 .eval("renew", key, call, Replicas::Wait)

@@ -238,7 +238,7 @@ impl Watchdog {
                     act.check(ctx);
                 }
                 Err(error) if !error.is_retryable() => {
-                    tracing::warn!(%error, "holds not watched (CLIENT TRACKING refused): their loss is found by renewal");
+                    tracing::warn!(%error, "holds not watched (CLIENT TRACKING, or on a cluster CLUSTER SLOTS, refused): their loss is found by renewal");
                     act.watch.off = true;
                 }
                 Err(error) => {
@@ -431,9 +431,11 @@ impl Watchdog {
         });
     }
 
-    /// Every renewal interval, while holds are watched: a PING on the tracking connection; no
-    /// answer within the response timeout, and a new connection is made and every hold checked
-    /// (a silent connection would drop every invalidation).
+    /// Every renewal interval, while holds are watched: a PING on the tracking connection (on a
+    /// cluster, on each, and the slot map read again); no answer within the response timeout,
+    /// or a slot map that changed, and new connections are made and every hold checked (a
+    /// silent connection would drop every invalidation; a moved slot's keys are tracked by
+    /// nobody on their new master).
     pub(super) fn watch_ping(&mut self, ctx: &mut Context<Self>) {
         let Some(link) = self.watch.link.clone() else {
             return;
@@ -448,7 +450,7 @@ impl Watchdog {
                 && act.watch.connection == connection
                 && !act.halted
             {
-                tracing::info!(%error, "tracking connection silent: every hold is checked again");
+                tracing::info!(%error, "tracking connection silent, or the cluster's slots moved: every hold is checked again");
                 act.watch_again(ctx);
             }
         }));
