@@ -830,3 +830,33 @@ async fn own_renewals_on_a_cluster_are_no_loss_and_cost_no_check() {
     }
     mgr.shutdown().await;
 }
+
+/// On a TLS cluster the tracking connections, made to each master directly (not through the
+/// cluster client), carry the seeds' TLS settings and the config's CA: every master tracks its
+/// hold's key, and a `DEL` there is known at once. (The break: a master's client built without
+/// the CA or as plain TCP: no connection, no hold watched.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_clusters_holds_are_watched_on_every_master() {
+    let certs = std::sync::Arc::new(support::certs::TestCerts::generate());
+    let cluster = Cluster::start_tls(3, certs.clone());
+    let config = Config::cluster(cluster.urls())
+        .tls_ca_pem(certs.ca_pem.clone())
+        .watchdog_timeout(WATCHED);
+    let mgr = LockManager::start(config).await.expect("start over TLS");
+    let names = one_name_per_master(&cluster, "tlswatch");
+    let mut guards = Vec::new();
+    for (name, port) in &names {
+        guards.push(mgr.lock(name).acquire().await.unwrap());
+        until_tracked_on(&cluster, *port, 1).await;
+    }
+    for ((name, port), guard) in names.iter().zip(&guards) {
+        let deleting = Instant::now();
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(name)
+            .query(&mut support::raw(cluster.node(*port)))
+            .unwrap();
+        assert_eq!(deleted, 1);
+        lost_since(guard, deleting).await;
+    }
+    mgr.shutdown().await;
+}
