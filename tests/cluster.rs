@@ -592,3 +592,271 @@ async fn client_records_are_found_on_one_master_with_holds_on_every_master() {
     a.shutdown().await;
     reader.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// A cluster's holds watched (issue 59): one tracking connection per master; a foreign write to a
+// held key on any master is known at once, through a resharding and a killed tracking
+// connection, and lockman's own renewals are no loss. The managers use a watchdog timeout of
+// 30 s (no renewal of a hold younger than 5 s, renewals every 10 s), so a loss reported within
+// the bounds below was the watch's, not a renewal's.
+
+const WATCHED: Duration = Duration::from_secs(30);
+/// A loss known through the watch: generous (a loaded machine), far below a renewal's reach.
+const WATCH_BOUND: Duration = Duration::from_secs(2);
+
+/// Keys the node on `port` tracks for its clients (INFO stats `tracking_total_keys`).
+fn tracked_on(cluster: &Cluster, port: u16) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut support::raw(cluster.node(port)))
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("tracking_total_keys:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until the node on `port` tracks at least `n` keys (a hold there was checked on its
+/// master's tracking connection).
+async fn until_tracked_on(cluster: &Cluster, port: u16, n: u64) {
+    assert!(
+        support::eventually(Duration::from_secs(10), || tracked_on(cluster, port) >= n).await,
+        "no hold watched on {port}"
+    );
+}
+
+/// How long `guard.lost()` takes to resolve from `since`, at most [`WATCH_BOUND`] from now.
+async fn lost_since(guard: &lockman::LockGuard, since: Instant) -> Duration {
+    tokio::time::timeout(WATCH_BOUND, guard.lost())
+        .await
+        .unwrap_or_else(|_| panic!("lost() did not resolve within {WATCH_BOUND:?}"));
+    since.elapsed()
+}
+
+/// The id of lockman's tracking connection on the node on `port`.
+fn tracking_client_id(cluster: &Cluster, port: u16) -> String {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut support::raw(cluster.node(port)))
+        .expect("CLIENT LIST");
+    list.lines()
+        .find(|l| l.contains(" name=lockman-tracking "))
+        .and_then(|l| l.strip_prefix("id="))
+        .and_then(|l| l.split(' ').next())
+        .expect("lockman's tracking connection on that master")
+        .to_owned()
+}
+
+/// A foreign `DEL` of a held key, on each master in turn, is known at once: 10 rounds a
+/// master, each a fresh hold watched, then deleted; the time from the `DEL` to `lost()` is
+/// printed (p50, p99, max). (The break: a cluster not watched, as before: no loss known within
+/// the bound, the hold being too young for a renewal.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_del_on_any_master_is_known_at_once() {
+    let cluster = Cluster::start(3, 0);
+    let mgr = manager(&cluster, WATCHED).await;
+    let names = one_name_per_master(&cluster, "gone");
+    let mut took = Vec::new();
+    for round in 0..10 {
+        for (name, port) in &names {
+            let guard = mgr.lock(name).acquire().await.unwrap();
+            until_tracked_on(&cluster, *port, 1).await;
+            assert!(
+                !guard.is_lost(),
+                "round {round}: {name} lost before its DEL"
+            );
+            let mut conn = support::raw(cluster.node(*port));
+            let deleting = Instant::now();
+            let deleted: i64 = redis::cmd("DEL").arg(name).query(&mut conn).unwrap();
+            assert_eq!(deleted, 1);
+            took.push(lost_since(&guard, deleting).await);
+            drop(guard);
+        }
+    }
+    took.sort();
+    let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "cluster, foreign DEL → lost(), {} rounds: p50 {:?}, p99 {:?}, max {:?}",
+        took.len(),
+        at(0.5),
+        at(0.99),
+        took[took.len() - 1]
+    );
+    mgr.shutdown().await;
+}
+
+/// A held key's slot moved to another master (`MIGRATE`, then `SETSLOT NODE`): the migration's
+/// own `DEL` on the old master is an invalidation whose check is redirected (`ASK`, `MOVED`),
+/// which is no loss; the watch then follows the slot, so that a `DEL` on the new master is
+/// known at once. (The breaks: a redirected check taken for a loss; a slot map never read
+/// again, whose checks keep going to the old master, and the new one never tracks the key.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resharded_hold_is_no_loss_and_still_watched_on_its_new_master() {
+    let cluster = Cluster::start(3, 0);
+    let mgr = manager(&cluster, WATCHED).await;
+    let names = one_name_per_master(&cluster, "moved");
+    let mut guards = Vec::new();
+    for (name, port) in &names {
+        guards.push(mgr.lock(name).acquire().await.unwrap());
+        until_tracked_on(&cluster, *port, 1).await;
+    }
+    let (name, from) = names[0].clone();
+    let to = names[1].1;
+    let slot = cluster.slot_of(&name);
+    cluster.begin_migration(slot, from, to);
+    cluster.finish_migration(slot, from, to);
+    cluster.wait_until_owner(&name, to, to, Duration::from_secs(10));
+    // The new master tracks the moved key once the watch has followed it there (it tracks the
+    // key of its own hold as well).
+    until_tracked_on(&cluster, to, 2).await;
+    for guard in &guards {
+        assert!(!guard.is_lost(), "a resharding was taken for a loss");
+    }
+    let mut conn = support::raw(cluster.node(to));
+    let deleting = Instant::now();
+    let deleted: i64 = redis::cmd("DEL").arg(&name).query(&mut conn).unwrap();
+    assert_eq!(deleted, 1, "the key moved to the new master");
+    let took = lost_since(&guards[0], deleting).await;
+    eprintln!("cluster, DEL after a resharding → lost() in {took:?}");
+    assert!(!guards[1].is_lost() && !guards[2].is_lost());
+    mgr.shutdown().await;
+}
+
+/// One master's tracking connection killed, and a held key there deleted before a new one can
+/// read it (the invalidation is sent to nobody): the holds are read again at once and the
+/// loss found; the holds on the other masters are no loss, and still watched after. (The
+/// break: a closed connection of one master not noticed, or its holds not read again: the
+/// loss waits for a renewal.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_tracking_connection_on_one_master_has_its_holds_read_again() {
+    let cluster = Cluster::start(3, 0);
+    let mgr = manager(&cluster, WATCHED).await;
+    let names = one_name_per_master(&cluster, "cut");
+    let mut guards = Vec::new();
+    for (name, port) in &names {
+        guards.push(mgr.lock(name).acquire().await.unwrap());
+        until_tracked_on(&cluster, *port, 1).await;
+    }
+    let (name, port) = &names[0];
+    let id = tracking_client_id(&cluster, *port);
+    let (killed, exists): (i64, i64) = redis::pipe()
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(&id)
+        .cmd("DEL")
+        .arg(name)
+        .ignore()
+        .cmd("EXISTS")
+        .arg(name)
+        .query(&mut support::raw(cluster.node(*port)))
+        .unwrap();
+    assert_eq!((killed, exists), (1, 0));
+    let took = lost_since(&guards[0], Instant::now()).await;
+    eprintln!("cluster, DEL while a tracking connection was cut → lost() in {took:?}");
+    assert!(!guards[1].is_lost() && !guards[2].is_lost());
+    // The new connections watch the holds left.
+    let (other, other_port) = &names[1];
+    until_tracked_on(&cluster, *other_port, 1).await;
+    let deleting = Instant::now();
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(other)
+        .query(&mut support::raw(cluster.node(*other_port)))
+        .unwrap();
+    assert_eq!(deleted, 1);
+    lost_since(&guards[1], deleting).await;
+    assert!(!guards[2].is_lost());
+    mgr.shutdown().await;
+}
+
+/// Lockman's own renewals on a cluster (every 200 ms, holds on every master) are no loss, and
+/// run on each master's tracking connection: counted by each master, `renew.lua` runs `EXISTS`
+/// once per hold, `held.lua` (a check) `HEXISTS` alone, so the checks are the `HEXISTS` beyond
+/// the `EXISTS`. (The break: renewals on the cluster connection, an invalidation and a check
+/// after each.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_renewals_on_a_cluster_are_no_loss_and_cost_no_check() {
+    let cluster = Cluster::start(3, 0);
+    let mgr = manager(&cluster, Duration::from_millis(600)).await;
+    let names = one_name_per_master(&cluster, "renewed");
+    let mut guards = Vec::new();
+    for (name, port) in &names {
+        guards.push(mgr.lock(name).acquire().await.unwrap());
+        until_tracked_on(&cluster, *port, 1).await;
+    }
+    // The first renewals have run on every master (their scripts are loaded).
+    for (_, port) in &names {
+        let mut conn = support::raw(cluster.node(*port));
+        assert!(
+            support::eventually(Duration::from_secs(3), || support::command_calls(
+                &mut conn, "exists"
+            ) >= 1)
+            .await,
+            "never renewed on {port}"
+        );
+        support::reset_stats(&mut conn);
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut total = (0, 0, 0);
+    for (_, port) in &names {
+        let mut conn = support::raw(cluster.node(*port));
+        let renewals = support::command_calls(&mut conn, "exists");
+        let reads = support::command_calls(&mut conn, "hexists");
+        let scripts = support::command_calls(&mut conn, "evalsha");
+        let checks = reads.saturating_sub(renewals);
+        eprintln!("master {port}: {renewals} renewals, {checks} checks, {scripts} EVALSHA");
+        assert!(
+            renewals >= 4,
+            "renewals every 200 ms: {renewals} in 1.5 s on {port}"
+        );
+        // One check may come of a failure path (a renewal that failed on a busy machine is
+        // retried on the cluster connection); the break costs one per renewal.
+        assert!(
+            checks <= 1,
+            "{renewals} renewals, {checks} checks on {port}"
+        );
+        total = (total.0 + renewals, total.1 + checks, total.2 + scripts);
+    }
+    eprintln!(
+        "cluster, own renewals: {} renewals, {} checks, {} EVALSHA in all",
+        total.0, total.1, total.2
+    );
+    for guard in &guards {
+        assert!(!guard.is_lost(), "a renewal was taken for a loss");
+        assert!(
+            guard.valid_until() > Instant::now(),
+            "renewals not published"
+        );
+    }
+    mgr.shutdown().await;
+}
+
+/// On a TLS cluster the tracking connections, made to each master directly (not through the
+/// cluster client), carry the seeds' TLS settings and the config's CA: every master tracks its
+/// hold's key, and a `DEL` there is known at once. (The break: a master's client built without
+/// the CA or as plain TCP: no connection, no hold watched.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_clusters_holds_are_watched_on_every_master() {
+    let certs = std::sync::Arc::new(support::certs::TestCerts::generate());
+    let cluster = Cluster::start_tls(3, certs.clone());
+    let config = Config::cluster(cluster.urls())
+        .tls_ca_pem(certs.ca_pem.clone())
+        .watchdog_timeout(WATCHED);
+    let mgr = LockManager::start(config).await.expect("start over TLS");
+    let names = one_name_per_master(&cluster, "tlswatch");
+    let mut guards = Vec::new();
+    for (name, port) in &names {
+        guards.push(mgr.lock(name).acquire().await.unwrap());
+        until_tracked_on(&cluster, *port, 1).await;
+    }
+    for ((name, port), guard) in names.iter().zip(&guards) {
+        let deleting = Instant::now();
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(name)
+            .query(&mut support::raw(cluster.node(*port)))
+            .unwrap();
+        assert_eq!(deleted, 1);
+        lost_since(guard, deleting).await;
+    }
+    mgr.shutdown().await;
+}

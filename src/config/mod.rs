@@ -394,9 +394,9 @@ impl Config {
     /// ON`, RESP3), so a foreign `DEL`, a force unlock, an eviction or an expiry of its key is
     /// reported through the guard within a round trip or two, not at the next renewal. It costs
     /// one connection per manager and one read-only script call per hold handed to the watchdog,
-    /// per renewal batch and per invalidation (docs/protocol.md, "Watched holds"). Not in a
-    /// cluster (tracking is per node), nor for permits; a server or ACL user that refuses
-    /// `CLIENT TRACKING` turns it off with a warning.
+    /// per renewal batch and per invalidation (docs/protocol.md, "Watched holds"); on a cluster,
+    /// one connection per master (tracking is per node). Not for permits; a server or ACL user
+    /// that refuses `CLIENT TRACKING` turns it off with a warning.
     ///
     /// Default: on.
     pub fn watch_holds(mut self, on: bool) -> Self {

@@ -1,12 +1,13 @@
 //! Redis Cluster: the seed nodes, how clients for them are built (with the config's TLS, RESP3
-//! and a push sender for pub/sub), and whether unlock messages use sharded pub/sub, decided
-//! once at start as Redisson decides it. No actix here.
+//! and a push sender for pub/sub), whether unlock messages use sharded pub/sub, decided
+//! once at start as Redisson decides it, and which master serves which slots (`CLUSTER SLOTS`,
+//! for the tracking connections, one per master). No actix here.
 
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{ConnectionInfo, PushInfo};
+use redis::{Client, ConnectionAddr, ConnectionInfo, PushInfo, Value};
 
 use crate::config::{Config, ShardedSubscription};
 use crate::connections::failure::connect_error;
@@ -90,6 +91,54 @@ impl ClusterTarget {
         }
     }
 
+    /// Which master serves which slots, as a node of the cluster says now (`CLUSTER SLOTS`,
+    /// asked on a new cluster connection, which finds a node that answers).
+    pub(crate) async fn slot_ranges(&self, label: &str) -> Result<SlotRanges, LockError> {
+        let mut conn = self.connect(None, label).await?;
+        let mut slots = redis::cmd("CLUSTER");
+        slots.arg("SLOTS");
+        let limit = self.response_timeout;
+        match tokio::time::timeout(limit, slots.query_async::<Value>(&mut conn)).await {
+            Ok(Ok(reply)) => slot_ranges(reply).ok_or_else(|| topology_error(label)),
+            Ok(Err(source)) => Err(LockError::redis("cluster slots", "", source)),
+            Err(_) => Err(LockError::Timeout {
+                op: "cluster slots",
+                after: limit,
+            }),
+        }
+    }
+
+    /// A client of one master (named by `CLUSTER SLOTS`), with the seeds' credentials and TLS.
+    pub(crate) fn master_client(&self, host: &str, port: u16) -> Result<Client, LockError> {
+        let seed = self.nodes.first().ok_or_else(|| {
+            LockError::invalid("cluster nodes", "at least one seed node is needed")
+        })?;
+        // A node that does not know its own address says "" or "?": the seed's host then.
+        let host = match (host, seed.addr()) {
+            (
+                "" | "?",
+                ConnectionAddr::Tcp(seed, _) | ConnectionAddr::TcpTls { host: seed, .. },
+            ) => seed.clone(),
+            (host, _) => host.to_owned(),
+        };
+        let addr = match seed.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        let info = seed.clone().set_addr(addr);
+        let bad = |e: redis::RedisError| LockError::invalid("cluster nodes", e.to_string());
+        #[cfg(feature = "tls")]
+        if let (ConnectionAddr::TcpTls { .. }, Some(certs)) = (info.addr(), &self.certificates) {
+            return Client::build_with_tls(info, certs.clone()).map_err(bad);
+        }
+        Client::open(info).map_err(bad)
+    }
+
     fn client(
         &self,
         push: Option<tokio::sync::mpsc::UnboundedSender<PushInfo>>,
@@ -111,5 +160,93 @@ impl ClusterTarget {
         builder
             .build()
             .map_err(|e| LockError::invalid("cluster nodes", e.to_string()))
+    }
+}
+
+/// Slot ranges, each with the address (host, port) of the master serving it: first slot, last
+/// slot, host, port.
+pub(crate) type SlotRanges = Vec<(u16, u16, String, u16)>;
+
+/// A `CLUSTER SLOTS` reply read: each range, its master's address (the first node listed).
+/// `None` for a reply of another shape.
+pub(crate) fn slot_ranges(reply: Value) -> Option<SlotRanges> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    let mut read = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(items) = range else {
+            return None;
+        };
+        let [
+            Value::Int(first),
+            Value::Int(last),
+            Value::Array(master),
+            ..,
+        ] = items.as_slice()
+        else {
+            return None;
+        };
+        let [host, Value::Int(port), ..] = master.as_slice() else {
+            return None;
+        };
+        let host = match host {
+            Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok()?,
+            Value::SimpleString(text) => text.clone(),
+            Value::Nil => String::new(),
+            _ => return None,
+        };
+        let slot = |n: i64| u16::try_from(n).ok().filter(|s| *s < 16384);
+        read.push((
+            slot(*first)?,
+            slot(*last)?,
+            host,
+            u16::try_from(*port).ok()?,
+        ));
+    }
+    read.sort_unstable();
+    Some(read)
+}
+
+/// The cluster's topology could not be read: a connection problem (retried), not a refusal.
+pub(crate) fn topology_error(label: &str) -> LockError {
+    LockError::Connect {
+        url: label.to_owned(),
+        source: redis::RedisError::from(std::io::Error::other(
+            "the cluster's slots could not be read (CLUSTER SLOTS)",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn cluster_slots_read() {
+        let range = |a, b, port| {
+            Value::Array(vec![
+                Value::Int(a),
+                Value::Int(b),
+                Value::Array(vec![bulk("127.0.0.1"), Value::Int(port), bulk("id")]),
+                Value::Array(vec![bulk("127.0.0.1"), Value::Int(port + 1), bulk("r")]),
+            ])
+        };
+        let reply = Value::Array(vec![range(5461, 16383, 7001), range(0, 5460, 7000)]);
+        assert_eq!(
+            slot_ranges(reply),
+            Some(vec![
+                (0, 5460, "127.0.0.1".to_owned(), 7000),
+                (5461, 16383, "127.0.0.1".to_owned(), 7001),
+            ])
+        );
+        let beyond = Value::Array(vec![range(0, 16384, 7000)]);
+        assert_eq!(slot_ranges(beyond), None, "no slot 16384");
+        assert_eq!(slot_ranges(Value::Int(1)), None);
+        assert_eq!(slot_ranges(Value::Array(vec![Value::Int(1)])), None);
     }
 }

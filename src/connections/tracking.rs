@@ -17,16 +17,23 @@
 //!   redirected to a subscribed connection, which redis-rs's pub/sub connection cannot name
 //!   (no `CLIENT ID` on it), so RESP3 it is: Redis 6+ and every Valkey.
 //!
-//! Not for a cluster (tracking is per node, and a resharding moves keys between nodes): there
-//! [`open`] fails with [`Unsupported`] and holds are found lost by renewal only.
+//! On a cluster, one such connection per master, each reached directly (tracking is per node):
+//! a call goes to the master serving its slot, as `CLUSTER SLOTS` said when the connections
+//! were made, and the pushes of every master are heard together. A reply that says the
+//! topology moved (`MOVED`, `ASK`, `CLUSTERDOWN`), a closed connection or a changed slot map
+//! (read again at each [`Tracking::ping`]) is an error here: the watch then makes them all
+//! again, from a slot map read anew, and checks every hold.
 //! Nothing here knows the protocol or the actors.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::{join_all, try_join_all};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, ProtocolVersion, PushKind, Script, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
+use crate::connections::cluster::{SlotRanges, slot_ranges, topology_error};
 use crate::connections::command::ScriptCall;
 use crate::connections::endpoint::Endpoint;
 use crate::connections::failure::connect_error;
@@ -46,30 +53,75 @@ pub(crate) enum Heard {
     Closed,
 }
 
-/// Why tracking is not used for a deployment.
-#[derive(Debug)]
-pub(crate) struct Unsupported(pub &'static str);
-
-/// The tracking connection: cheap to clone; clones share it.
+/// The tracking connections (one, or one per master of a cluster): cheap to clone; clones
+/// share them.
 #[derive(Clone)]
 pub(crate) struct Tracking {
-    conn: MultiplexedConnection,
+    /// One connection per master; a single server's is the only one.
+    nodes: Arc<[MultiplexedConnection]>,
+    /// On a cluster, the slot map the connections were made from, and for each of its ranges
+    /// the index of its master's connection in `nodes`. `None` for one server.
+    slots: Option<Arc<(SlotRanges, Vec<usize>)>>,
     response_timeout: Duration,
+    label: Arc<str>,
 }
 
-/// Opens the tracking connection to the endpoint's current primary and turns tracking on,
-/// within `limit`; the receiver hears what it is told. `Ok(Err(Unsupported))`: this deployment
-/// is not tracked (a cluster).
+/// Opens the tracking connection to the endpoint's current primary (on a cluster, one to each
+/// master) and turns tracking on, within `limit`; the receiver hears what they are told.
 pub(crate) async fn open(
     endpoint: &Endpoint,
     limit: Duration,
-) -> Result<Result<(Tracking, UnboundedReceiver<Heard>), Unsupported>, LockError> {
-    if endpoint.cluster().is_some() {
-        return Ok(Err(Unsupported("cluster")));
-    }
-    let client = resp3(&endpoint.client(), endpoint.label())?;
-    let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
+) -> Result<(Tracking, UnboundedReceiver<Heard>), LockError> {
     let (heard_tx, heard) = tokio::sync::mpsc::unbounded_channel();
+    let label = endpoint.label();
+    let (nodes, slots) = match endpoint.cluster() {
+        None => {
+            let conn = open_node(&endpoint.client(), label, limit, heard_tx).await?;
+            (vec![conn], None)
+        }
+        Some(cluster) => {
+            let ranges = cluster.slot_ranges(label).await?;
+            let mut masters: Vec<(&str, u16)> = Vec::new();
+            let mut index = Vec::with_capacity(ranges.len());
+            for (_, _, host, port) in &ranges {
+                let at = match masters.iter().position(|m| *m == (host.as_str(), *port)) {
+                    Some(at) => at,
+                    None => {
+                        masters.push((host, *port));
+                        masters.len() - 1
+                    }
+                };
+                index.push(at);
+            }
+            let opening = masters.iter().map(|(host, port)| {
+                let heard_tx = heard_tx.clone();
+                async move {
+                    let client = cluster.master_client(host, *port)?;
+                    open_node(&client, label, limit, heard_tx).await
+                }
+            });
+            let nodes = try_join_all(opening).await?;
+            (nodes, Some(Arc::new((ranges, index))))
+        }
+    };
+    let tracking = Tracking {
+        nodes: nodes.into(),
+        slots,
+        response_timeout: endpoint.response_timeout(),
+        label: label.into(),
+    };
+    Ok((tracking, heard))
+}
+
+/// One tracking connection, to the server of `client`, its pushes sent to `heard_tx`.
+async fn open_node(
+    client: &Client,
+    label: &str,
+    limit: Duration,
+    heard_tx: UnboundedSender<Heard>,
+) -> Result<MultiplexedConnection, LockError> {
+    let client = resp3(client, label)?;
+    let (tx, mut pushes) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(limit))
         .set_response_timeout(None)
@@ -77,7 +129,7 @@ pub(crate) async fn open(
     let made = client.get_multiplexed_async_connection_with_config(&config);
     let mut conn = match tokio::time::timeout(limit, made).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(source)) => return Err(connect_error(endpoint.label(), source)),
+        Ok(Err(source)) => return Err(connect_error(label, source)),
         Err(_) => {
             return Err(LockError::Timeout {
                 op: "connect",
@@ -102,7 +154,7 @@ pub(crate) async fn open(
             }
         }
     }
-    // Pushes become `Heard` on a task of their own: the receiver ends with the connection. The
+    // Pushes become `Heard` on a task of their own: it ends with the connection. The
     // server sends one push per key (a renewal of 100 holds: 100 pushes, read together): the
     // invalidations waiting are joined into one `Heard`, one message to the watch, not one each.
     tokio::spawn(async move {
@@ -131,11 +183,7 @@ pub(crate) async fn open(
             }
         }
     });
-    let tracking = Tracking {
-        conn,
-        response_timeout: endpoint.response_timeout(),
-    };
-    Ok(Ok((tracking, heard)))
+    Ok(conn)
 }
 
 /// The same server and credentials, speaking RESP3 (pushes).
@@ -170,15 +218,17 @@ fn heard_of(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
 }
 
 impl Tracking {
-    /// Runs one script call on the tracking connection (which registers the keys it reads), bounded
+    /// Runs one script call on the tracking connection of the master serving `slot` (the slot
+    /// of the call's keys; ignored on one server), which registers the keys it reads, bounded
     /// by the response timeout; a server that does not know the script is given it first. A
     /// script that writes a key must read it after, or the key is no longer tracked.
     pub(crate) async fn eval(
         &self,
         op: &'static str,
+        slot: u16,
         call: &ScriptCall<'_>,
     ) -> Result<Value, LockError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.node(slot)?;
         let reply = self
             .bounded(op, call.cmd().query_async::<Value>(&mut conn))
             .await?;
@@ -196,16 +246,58 @@ impl Tracking {
         reply.map_err(|e| LockError::redis(op, "", e))
     }
 
-    /// A PING, bounded by the response timeout: a connection that a NAT or firewall forgot
-    /// stays open and silent, and would drop every invalidation unnoticed.
+    /// The connection to the master of `slot`, as the slot map said at their opening.
+    fn node(&self, slot: u16) -> Result<MultiplexedConnection, LockError> {
+        let at = match &self.slots {
+            None => Some(0),
+            Some(map) => {
+                let (ranges, index) = &**map;
+                ranges
+                    .iter()
+                    .position(|(first, last, ..)| (*first..=*last).contains(&slot))
+                    .and_then(|range| index.get(range).copied())
+            }
+        };
+        // A slot no master served then: the topology is to be read again.
+        at.and_then(|at| self.nodes.get(at).cloned())
+            .ok_or_else(|| topology_error(&self.label))
+    }
+
+    /// A PING on each connection, bounded by the response timeout: a connection that a NAT or
+    /// firewall forgot stays open and silent, and would drop every invalidation unnoticed. On
+    /// a cluster, the slot map is read again too (on the first master's connection): one that
+    /// differs from the one the connections were made from is an error (a resharding or a
+    /// failover moved slots, maybe without a write to a held key).
     pub(crate) async fn ping(&self) -> Result<(), LockError> {
-        let mut conn = self.conn.clone();
-        let mut ping = Cmd::new();
-        ping.arg("PING");
-        self.bounded("ping", ping.query_async::<Value>(&mut conn))
+        let pings = self.nodes.iter().map(|conn| {
+            let mut conn = conn.clone();
+            async move {
+                let mut ping = Cmd::new();
+                ping.arg("PING");
+                self.bounded("ping", ping.query_async::<Value>(&mut conn))
+                    .await?
+                    .map(drop)
+                    .map_err(|e| LockError::redis("ping", "", e))
+            }
+        });
+        join_all(pings)
+            .await
+            .into_iter()
+            .collect::<Result<(), _>>()?;
+        let (Some(map), Some(conn)) = (&self.slots, self.nodes.first()) else {
+            return Ok(());
+        };
+        let mut conn = conn.clone();
+        let mut slots = Cmd::new();
+        slots.arg("CLUSTER").arg("SLOTS");
+        let reply = self
+            .bounded("cluster slots", slots.query_async::<Value>(&mut conn))
             .await?
-            .map(drop)
-            .map_err(|e| LockError::redis("ping", "", e))
+            .map_err(|e| LockError::redis("cluster slots", "", e))?;
+        match slot_ranges(reply) {
+            Some(now) if now == map.0 => Ok(()),
+            _ => Err(topology_error(&self.label)),
+        }
     }
 
     async fn bounded<T>(

@@ -242,7 +242,7 @@ impl Commands {
             };
             let key = keys::lock_key(name);
             let call = group_call(&group::GROUP_RENEW, key, holder, &members, Some(timeout));
-            match self.renewal(key, &call, tracking).await? {
+            match self.renewal(key, slot_of(key), &call, tracking).await? {
                 Value::Int(n) => renewed.push(n == 1),
                 other => return Err(unexpected("renew", other)),
             }
@@ -285,7 +285,7 @@ impl Commands {
                 call.arg(keys::tagged(name));
             }
         }
-        match self.renewal("", &call, tracking).await? {
+        match self.renewal("", first_slot(holds), &call, tracking).await? {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
@@ -316,7 +316,7 @@ impl Commands {
         for (_, holder) in holds {
             call.arg(*holder);
         }
-        match self.renewal("", &call, tracking).await? {
+        match self.renewal("", first_slot(holds), &call, tracking).await? {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
@@ -334,11 +334,14 @@ impl Commands {
     async fn renewal(
         &self,
         key: &str,
+        slot: u16,
         call: &ScriptCall<'_>,
         tracking: Option<&Tracking>,
     ) -> Result<Value, LockError> {
         match tracking {
-            Some(tracking) if !self.conn.syncs_replicas() => tracking.eval("renew", call).await,
+            Some(tracking) if !self.conn.syncs_replicas() => {
+                tracking.eval("renew", slot, call).await
+            }
             _ => self
                 .conn
                 .eval("renew", key, call, Replicas::Wait)
@@ -364,7 +367,7 @@ impl Commands {
                     continue;
                 };
                 let call = group_call(&group::GROUP_HELD, name, holder, &members, None);
-                match tracking.eval("held", &call).await? {
+                match tracking.eval("held", slot_of(name), &call).await? {
                     Value::Int(n) => held.push(n == 1),
                     other => return Err(unexpected("held", other)),
                 }
@@ -382,13 +385,27 @@ impl Commands {
         for (_, holder) in holds {
             call.arg(kind.field(holder));
         }
-        match tracking.eval("held", &call).await? {
+        match tracking.eval("held", first_slot(holds), &call).await? {
             Value::Array(items) if items.len() == holds.len() => {
                 Ok(items.iter().map(|v| matches!(v, Value::Int(1))).collect())
             }
             other => Err(unexpected("held", other)),
         }
     }
+}
+
+/// The cluster slot of `key`: on a cluster, which master's tracking connection a call on it
+/// goes to.
+fn slot_of(key: &str) -> u16 {
+    keys::slot(key.as_bytes())
+}
+
+/// The slot of a batch's holds (the Watchdog batches them by slot on a cluster): its first
+/// lock key's.
+fn first_slot(holds: &[(&str, &str)]) -> u16 {
+    holds
+        .first()
+        .map_or(0, |(name, _)| slot_of(keys::lock_key(name)))
 }
 
 /// One holder's requests on one lock: what a lock actor asks of Redis for a holder. Each

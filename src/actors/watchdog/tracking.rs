@@ -45,8 +45,14 @@
 //! When the tracking connection closes, or a check call or the PING sent every renewal interval
 //! fails or times out, invalidations may have been missed: a new connection is made (with backoff) and every hold is checked on it at once.
 //! After a Sentinel failover (`RenewNow`) the connection is made again to the new primary, and
-//! every hold checked there. A cluster is not watched (tracking is per node): its holds are
-//! found lost by renewal.
+//! every hold checked there.
+//!
+//! A cluster is watched too (tracking is per node): one tracking connection per master, each
+//! hold's check and watched renewal sent to the master of its slot, in batches of one slot. A
+//! resharding or a failover in the cluster shows as a failed call (`MOVED`, `ASK`: a migrated
+//! key's `DEL` on its old master is an invalidation, whose check is redirected), a closed
+//! connection, or a slot map that no longer matches at the PING: as for any failed call, every
+//! connection is made again, from the slot map read anew, and every hold checked on it.
 //!
 //! Permit grants are not watched (their permits live in a sorted set shared by every holder, so
 //! each acquire or release by anyone would be an invalidation): renewal finds their loss.
@@ -66,7 +72,7 @@ use crate::actors::name::backoff;
 use crate::config::Config;
 use crate::connections::tracking::{self, Heard, Tracking};
 use crate::error::LockError;
-use crate::protocol::RENEW_BATCH;
+use crate::protocol::{RENEW_BATCH, keys};
 
 /// Checks in a row that found no loss and go at once, before pacing starts.
 const FREE_CHECKS: u32 = 4;
@@ -125,7 +131,7 @@ pub(super) struct Watch {
     connecting: bool,
     /// Connection attempts failed in a row.
     failures: u32,
-    /// Tracking is not used (a cluster, or a server or ACL user that refuses it).
+    /// Tracking is not used (turned off, or a server or ACL user that refuses it).
     off: bool,
     /// Names whose holds are checked at the next call.
     dirty: FxHashSet<Arc<str>>,
@@ -216,7 +222,7 @@ impl Watchdog {
                 return;
             }
             match res {
-                Ok(Ok((link, heard))) => {
+                Ok((link, heard)) => {
                     // `failures` is reset by a check that succeeds, not here: a server that
                     // connects but refuses the checks (an ACL) must not be tried in a loop.
                     act.watch.connection += 1;
@@ -231,12 +237,8 @@ impl Watchdog {
                     ctx.add_message_stream(heard.map(move |heard| FromTracking(connection, heard)));
                     act.check(ctx);
                 }
-                Ok(Err(tracking::Unsupported(what))) => {
-                    tracing::debug!(what, "holds not watched: their loss is found by renewal");
-                    act.watch.off = true;
-                }
                 Err(error) if !error.is_retryable() => {
-                    tracing::warn!(%error, "holds not watched (CLIENT TRACKING refused): their loss is found by renewal");
+                    tracing::warn!(%error, "holds not watched (CLIENT TRACKING, or on a cluster CLUSTER SLOTS, refused): their loss is found by renewal");
                     act.watch.off = true;
                 }
                 Err(error) => {
@@ -308,12 +310,15 @@ impl Watchdog {
         }));
     }
 
-    /// The lock holds to check now, in batches of one kind each, up to [`RENEW_BATCH`] holds
-    /// a batch: those of the names invalidated, or every one (the flags are then cleared).
+    /// The lock holds to check now, in batches of one kind each (and on a cluster, of one
+    /// slot each: a script's keys share one, and the call goes to its master), up to
+    /// [`RENEW_BATCH`] holds a batch: those of the names invalidated, or every one (the flags
+    /// are then cleared).
     fn check_batches(&mut self) -> Vec<Batch> {
         let all = std::mem::take(&mut self.watch.all);
         let dirty = std::mem::take(&mut self.watch.dirty);
-        let mut by_kind: Vec<(crate::protocol::LockKind, Batch)> = Vec::new();
+        let by_slot = self.commands.by_slot();
+        let mut by_kind: Vec<((crate::protocol::LockKind, u16), Batch)> = Vec::new();
         for (key, t) in &self.renewals.tracked {
             let Renewal::Lock(kind) = key.what else {
                 continue;
@@ -321,9 +326,14 @@ impl Watchdog {
             if !all && !dirty.contains(&key.name) {
                 continue;
             }
-            match by_kind.iter_mut().find(|(k, _)| *k == kind) {
+            let slot = if by_slot {
+                keys::slot(key.name.as_bytes())
+            } else {
+                0
+            };
+            match by_kind.iter_mut().find(|(k, _)| *k == (kind, slot)) {
                 Some((_, holds)) => holds.push((key.clone(), t.epoch)),
-                None => by_kind.push((kind, vec![(key.clone(), t.epoch)])),
+                None => by_kind.push(((kind, slot), vec![(key.clone(), t.epoch)])),
             }
         }
         let mut batches = Vec::new();
@@ -380,7 +390,7 @@ impl Watchdog {
     }
 }
 
-/// Holds to check in one call: of one kind, each with its epoch.
+/// Holds to check in one call: of one kind (and slot), each with its epoch.
 type Batch = Vec<(RenewKey, u64)>;
 
 impl Watchdog {
@@ -421,9 +431,11 @@ impl Watchdog {
         });
     }
 
-    /// Every renewal interval, while holds are watched: a PING on the tracking connection; no
-    /// answer within the response timeout, and a new connection is made and every hold checked
-    /// (a silent connection would drop every invalidation).
+    /// Every renewal interval, while holds are watched: a PING on the tracking connection (on a
+    /// cluster, on each, and the slot map read again); no answer within the response timeout,
+    /// or a slot map that changed, and new connections are made and every hold checked (a
+    /// silent connection would drop every invalidation; a moved slot's keys are tracked by
+    /// nobody on their new master).
     pub(super) fn watch_ping(&mut self, ctx: &mut Context<Self>) {
         let Some(link) = self.watch.link.clone() else {
             return;
@@ -438,7 +450,7 @@ impl Watchdog {
                 && act.watch.connection == connection
                 && !act.halted
             {
-                tracing::info!(%error, "tracking connection silent: every hold is checked again");
+                tracing::info!(%error, "tracking connection silent, or the cluster's slots moved: every hold is checked again");
                 act.watch_again(ctx);
             }
         }));
