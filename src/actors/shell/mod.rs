@@ -24,6 +24,7 @@
 
 pub(crate) mod alarm;
 pub(crate) mod crowd;
+mod driver;
 pub(crate) mod linger;
 pub(crate) mod receipt;
 pub(crate) mod reply;
