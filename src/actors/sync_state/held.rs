@@ -226,9 +226,9 @@ impl SyncState {
     /// Hands up to `permits` permits of a plain semaphore being given back to the first parked
     /// local waiter they fit, without a round trip: Redis's free count stays as it is, and the
     /// permits change hands here. Returns how many were handed. At most
-    /// [`MAX_HAND_OFF_STREAK`] in a row, so that an ordinary release (and its message) lets
-    /// other processes' waiters in; never with replica sync (a hand-off is a grant without the
-    /// take's replica wait). A permit semaphore's permits carry leases and renewals of their
+    /// [`MAX_HAND_OFF_STREAK`](crate::actors::name::MAX_HAND_OFF_STREAK) in a row, so that an
+    /// ordinary release (and its message) lets other processes' waiters in; never with replica
+    /// sync (a hand-off is a grant without the take's replica wait). A permit semaphore's permits carry leases and renewals of their
     /// own, and are always given back through Redis. A waiter whose attempt is under way may
     /// get its permits by itself, and one at its deadline is answered by its last attempt: not
     /// them.

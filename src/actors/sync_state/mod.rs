@@ -52,7 +52,9 @@
 //!   request latch), and what it found free is passed on to the waiters still parked;
 //! - a reconnected pub/sub connection makes every parked waiter try again;
 //! - permits given back here may go straight to the first parked waiter they fit (a hand-off:
-//!   a plain semaphore's, at most [`MAX_HAND_OFF_STREAK`] in a row, never with replica sync);
+//!   a plain semaphore's, at most
+//!   [`MAX_HAND_OFF_STREAK`](crate::actors::name::MAX_HAND_OFF_STREAK) in a row, never with
+//!   replica sync);
 //! - a permit semaphore's permits taken with a lease are lost when it ends (a state timer);
 //!   those taken without are renewed by the Watchdog until given back;
 //! - the subscription is dropped once no waiter is left;
@@ -78,9 +80,9 @@ use timers::Timers;
 use trips::{Purpose, Trips};
 use waiters::{Waiter, Waiters};
 
-use crate::actors::name::{
-    ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
-};
+#[cfg(test)]
+use crate::actors::name::MAX_HAND_OFF_STREAK;
+use crate::actors::name::{ERROR_BACKOFF_MAX, Loss, Phase, Wait, WaiterId, backoff};
 use crate::config::Config;
 #[cfg(test)]
 use crate::config::LAST_TRY_GRACE;
