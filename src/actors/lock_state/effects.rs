@@ -18,21 +18,9 @@ pub(crate) struct Locks;
 impl Family for Locks {
     type Op = Op;
     type Answer = Answer;
-    type Timer = Timer;
     type Hold = HoldKey;
     /// A release answers nothing more than that it went well.
     type Done = ();
-
-    fn deadline(timer: &Timer) -> Option<WaiterId> {
-        match timer {
-            Timer::Deadline(id) => Some(*id),
-            _ => None,
-        }
-    }
-
-    fn deadline_timer(id: WaiterId) -> Timer {
-        Timer::Deadline(id)
-    }
 }
 
 /// One effect of a lock name, carried out by the shell in the order given.
@@ -56,8 +44,8 @@ pub(crate) enum Answer {
     Failed(LockError),
 }
 
-/// Timers the state machine arms: a deadline with [`Effect::Arm`](super::Effect), every other in
-/// its table (`timers.rs`).
+/// Timers the state machine arms: a waiter's deadline with [`Effect::Arm`](super::Effect),
+/// every other in its table (`timers.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Timer {
     /// Waiter `id`'s wait runs out.

@@ -72,9 +72,34 @@ impl Hold {
 #[derive(Debug, Default)]
 pub(super) struct Holds {
     by_key: FxHashMap<HoldKey, Hold>,
+    /// Holds the Watchdog found gone while their own release was under way: the release's
+    /// outcome decides (see [`LockState::hold_lost`]).
+    gone_releasing: Vec<(HoldKey, u64)>,
 }
 
 impl Holds {
+    /// The Watchdog found the hold of `key` and `epoch` gone while its own release was under
+    /// way: the release's outcome decides ([`gone_released`](Self::gone_released)).
+    pub(super) fn gone_releasing(&mut self, key: HoldKey, epoch: u64) {
+        self.gone_releasing.push((key, epoch));
+    }
+
+    /// The holds found gone while their release was under way whose release is not any more
+    /// (`releasing` says which still are): taken out, to be told lost if still here.
+    pub(super) fn gone_released(
+        &mut self,
+        releasing: impl Fn(&HoldKey, u64) -> bool,
+    ) -> Vec<(HoldKey, u64)> {
+        if self.gone_releasing.is_empty() {
+            return Vec::new();
+        }
+        let (still, released) = std::mem::take(&mut self.gone_releasing)
+            .into_iter()
+            .partition(|(key, epoch)| releasing(key, *epoch));
+        self.gone_releasing = still;
+        released
+    }
+
     pub(super) fn get(&self, key: &HoldKey) -> Option<&Hold> {
         self.by_key.get(key)
     }

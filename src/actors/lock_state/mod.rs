@@ -12,16 +12,20 @@
 //! - fair lock: when nothing is under way, each place of this actor's holders in the Redis queue
 //!   has a local waiter, or its failed leave is being sent again (`places`, `leaving`).
 //!
-//! The state is made of rooms, each with its own invariant: the waiters (`waiters.rs`), the
-//! holds (`holds.rs`), the fair-queue places with their leave rules (`places.rs`), the round
-//! trips (`trips.rs`) and the timers, one table of instants for all but the waiters' deadlines
+//! The state is made of rooms, each with its own invariant: the waiters with the streak of
+//! hand-offs (`waiters.rs`), the holds with those found gone while releasing (`holds.rs`), the
+//! fair-queue places with their leave rules (`places.rs`), the round trips (`trips.rs`), the
+//! link to Redis: what the name heard of it, its last tries, the attempts' failures and the
+//! channels routed here (`link.rs`), and the timers, one table of instants for all but the waiters' deadlines
 //! (`timers.rs`; the shell keeps one timer for its next instant and calls
 //! [`LockState::timeout`]). The rules that join them are `impl LockState` blocks by subject:
 //! sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
-//! (`settle.rs`), requests of unknown outcome (`unsure.rs`), waking waiters (`wake.rs`).
+//! (`settle.rs`), requests of unknown outcome (`unsure.rs`), waking waiters (`wake.rs`), Redis
+//! away (`outage.rs`), turns after a streak of hand-offs (`turns.rs`).
 
 mod effects;
 mod holds;
+mod link;
 mod outage;
 mod outcomes;
 mod places;
@@ -39,14 +43,13 @@ mod wake;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustc_hash::FxHashSet;
-
 use crate::config::LAST_TRY_GRACE;
 pub(crate) use effects::{Answer, Effect, Locks, Loss, Op, Outcome, Timer, shutdown_retry};
 use holds::Holds;
 pub(crate) use holds::TRACK_AFTER;
 #[cfg(test)]
 use holds::WATCHED_AFTER;
+use link::Link;
 
 use places::FairPlaces;
 use timers::{SpinSleeps, Timers};
@@ -133,22 +136,8 @@ pub(crate) struct LockState {
     fair: FairPlaces,
     trips: Trips,
     timers: Timers,
-    /// The channels routed here: while a waiter needs them.
-    subscribed: FxHashSet<Arc<str>>,
-    /// Consecutive retryable errors of attempts, for the backoff; reset by any answer from
-    /// Redis.
-    failures: u32,
-    /// Redis not answering this name (`outage.rs`); `None` once it answers.
-    outage: Option<outage::Outage>,
-    /// When Redis last answered this name (`outage.rs`).
-    heard_at: Option<Instant>,
-    /// Waiters at their last try (`outage::deadline`), until Redis's next answer decides.
-    last_tries: Vec<outage::LastTry>,
-    /// Holds the Watchdog found gone while their own release was under way: the release's
-    /// outcome decides (see [`LockState::hold_lost`]).
-    gone_releasing: Vec<(HoldKey, u64)>,
-    /// Local hand-offs since the last release that published.
-    streak: u32,
+    /// What it heard of Redis, and the channels routed here.
+    link: Link,
     phase: Phase,
     busy: bool,
     now: Instant,
@@ -167,13 +156,7 @@ impl LockState {
             fair: FairPlaces::default(),
             trips: Trips::default(),
             timers: Timers::default(),
-            subscribed: FxHashSet::default(),
-            failures: 0,
-            outage: None,
-            heard_at: None,
-            last_tries: Vec::new(),
-            gone_releasing: Vec::new(),
-            streak: 0,
+            link: Link::default(),
             phase: Phase::Running,
             busy: false,
             now,
@@ -218,7 +201,7 @@ impl LockState {
         }
         let wait = req.wait.normalized();
         if let Wait::Up(d) = wait {
-            self.out.push(Effect::Arm(Timer::Deadline(id), d));
+            self.out.push(Effect::Arm(id, d));
         }
         // A spin waiter's sleeps between attempts, its jitter seeded by its holder (a client id
         // each process draws) and its id.
@@ -239,7 +222,7 @@ impl LockState {
             last_try: false,
         });
         self.set_busy();
-        if self.outage.is_some() && !self.timers.is_armed(&Timer::Unavailable) {
+        if self.link.is_away() && !self.timers.is_armed(&Timer::Unavailable) {
             // Redis is away already: this wait too ends once it has been for the bound.
             self.arm_unavailable();
         }
@@ -328,7 +311,7 @@ impl LockState {
         if !ok {
             tracing::warn!(lock = %self.name, "subscribe failed; waiting on the TTL");
         }
-        if self.subscribed.contains(channel) {
+        if self.link.is_subscribed(channel) {
             self.wake_channel(channel);
         }
     }
@@ -345,7 +328,7 @@ impl LockState {
         // alive here, the key was another's doing.
         let last = self.holds.of(key, epoch).is_some_and(|h| h.count == 1);
         if last && self.trips.release_sent(key, epoch) {
-            self.gone_releasing.push((key.clone(), epoch));
+            self.holds.gone_releasing(key.clone(), epoch);
             return;
         }
         self.lose(key, epoch, Loss::Watchdog);
@@ -356,16 +339,10 @@ impl LockState {
     /// The holds found gone while their release was under way, once it is not: those still
     /// here (the release failed, or left other holds of them) are lost.
     fn gone_after_release(&mut self) {
-        if self.gone_releasing.is_empty() {
-            return;
-        }
-        let gone = std::mem::take(&mut self.gone_releasing);
+        let trips = &self.trips;
+        let gone = (self.holds).gone_released(|key, epoch| trips.release_sent(key, epoch));
         for (key, epoch) in gone {
-            if self.trips.release_sent(&key, epoch) {
-                self.gone_releasing.push((key, epoch));
-            } else {
-                self.lose(&key, epoch, Loss::Watchdog);
-            }
+            self.lose(&key, epoch, Loss::Watchdog);
         }
     }
 
@@ -479,8 +456,8 @@ impl NameState for LockState {
         LockState::drain_into(self, out);
     }
 
-    fn fired(&mut self, timer: Timer, now: Instant) {
-        LockState::fired(self, timer, now);
+    fn deadline(&mut self, id: WaiterId, now: Instant) {
+        self.fired(Timer::Deadline(id), now);
     }
 
     fn next_timeout(&self) -> Option<Instant> {

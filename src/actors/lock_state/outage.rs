@@ -22,25 +22,14 @@
 //! - during an outage, each waiter is answered `Unavailable` once Redis has been away for
 //!   `Settings::unavailable_after` of its wait (counted from the later of its arrival and the
 //!   outage's start), bounded or not: no wait outlasts an outage by more than that.
+//!
+//! What the name has heard of Redis, and its waiters at their last try, are its [`Link`]
+//! (`link.rs`); the rules here join it with the waiters and the round trips.
 
 use std::time::{Duration, Instant};
 
+use super::link::LastTry;
 use super::*;
-
-/// A waiter at its last try: since when, and when its verdict is due.
-#[derive(Debug)]
-pub(super) struct LastTry {
-    id: WaiterId,
-    began: Instant,
-    due: Instant,
-}
-
-/// Redis has not answered this name since `since`; `cause` is the last failure.
-#[derive(Debug)]
-pub(super) struct Outage {
-    pub since: Instant,
-    pub cause: LockError,
-}
 
 impl LockState {
     /// What `outcome`, of a round trip sent at `sent`, says of Redis: it answered, or it did
@@ -74,19 +63,14 @@ impl LockState {
 
     /// Redis did not answer (or refused for a passing state) with `cause`, since `since`.
     pub(super) fn away(&mut self, cause: LockError, since: Instant) {
-        match &mut self.outage {
-            Some(outage) => outage.cause = cause,
-            None => {
-                self.outage = Some(Outage { since, cause });
-                self.arm_unavailable();
-            }
+        if self.link.away(cause, since) {
+            self.arm_unavailable();
         }
     }
 
     /// Redis answered: the outage, if any, is over.
     fn back(&mut self) {
-        self.heard_at = Some(self.now);
-        if self.outage.take().is_some() {
+        if self.link.back(self.now) {
             self.timers.stop(&Timer::Unavailable);
         }
     }
@@ -110,8 +94,8 @@ impl LockState {
     /// Why a wait ends without an answer from Redis, if it does: the outage's cause, or a round
     /// trip under way for [`LAST_TRY_GRACE`].
     fn away_cause(&self) -> Option<LockError> {
-        if let Some(outage) = &self.outage {
-            return Some(outage.cause.clone());
+        if let Some(cause) = self.link.cause() {
+            return Some(cause);
         }
         let sent = self.trips.under_way()?.at;
         let silent = self.now.saturating_duration_since(sent);
@@ -130,9 +114,7 @@ impl LockState {
         if let Some(cause) = self.away_cause() {
             return self.unavailable_now(id, cause);
         }
-        let heard_lately = self
-            .heard_at
-            .is_some_and(|at| self.now.saturating_duration_since(at) < LAST_TRY_GRACE);
+        let heard_lately = self.link.heard_within(LAST_TRY_GRACE, self.now);
         let under_way = self.trips.under_way().map(|f| f.at);
         // A fair waiter too: its leave of the queue is sent after its answer, not waited for.
         if heard_lately && under_way.is_none() {
@@ -148,7 +130,7 @@ impl LockState {
                 self.now + self.settings.last_try_grace
             }
         };
-        self.last_tries.push(LastTry {
+        self.link.last_try(LastTry {
             id,
             began: self.now,
             due,
@@ -158,7 +140,7 @@ impl LockState {
 
     /// Arms [`Timer::Verdict`] for the first last try due.
     fn arm_verdict(&mut self) {
-        match self.last_tries.iter().map(|t| t.due).min() {
+        match self.link.next_verdict() {
             Some(due) => {
                 let after = due.saturating_duration_since(self.now);
                 self.timers.set(Timer::Verdict, self.now, after);
@@ -186,19 +168,16 @@ impl LockState {
     /// pending are answered by it: `Unavailable` during an outage, else `TimedOut` (Redis
     /// answered, and they did not get the lock).
     pub(super) fn decide_last_tries(&mut self) {
-        if self.last_tries.is_empty() {
+        if !self.link.awaits_verdicts() {
             return;
         }
-        let pending = |state: &Self, id: WaiterId| {
-            state.trips.attempting() == Some(id) || state.trips.attempt_queued(id)
-        };
-        let (decided, waiting): (Vec<LastTry>, Vec<LastTry>) = std::mem::take(&mut self.last_tries)
-            .into_iter()
-            .filter(|t| self.waiters.contains(t.id))
-            .partition(|t| !pending(self, t.id));
-        self.last_tries = waiting;
+        let (waiters, trips) = (&self.waiters, &self.trips);
+        let decided = self.link.decide_last_tries(
+            |id| !waiters.contains(id),
+            |id| trips.attempting() != Some(id) && !trips.attempt_queued(id),
+        );
         for t in decided {
-            match self.outage.as_ref().map(|o| o.cause.clone()) {
+            match self.link.cause() {
                 Some(cause) => self.unavailable_now(t.id, cause),
                 None => self.answer(t.id, Answer::TimedOut),
             }
@@ -211,12 +190,8 @@ impl LockState {
     /// else `Unavailable`: nothing came within [`LAST_TRY_GRACE`].
     pub(super) fn verdict_due(&mut self) {
         let now = self.now;
-        let (due, later): (Vec<LastTry>, Vec<LastTry>) = std::mem::take(&mut self.last_tries)
-            .into_iter()
-            .partition(|t| t.due <= now);
-        self.last_tries = later;
-        for t in due {
-            let heard_since = self.heard_at.is_some_and(|at| at >= t.began);
+        for t in self.link.verdicts_due(now) {
+            let heard_since = self.link.heard_since(t.began);
             match self.away_cause() {
                 None if heard_since => self.answer(t.id, Answer::TimedOut),
                 cause => {
@@ -234,19 +209,13 @@ impl LockState {
     /// Arms [`Timer::Unavailable`] for the first waiter whose wait reaches the bound, during an
     /// outage with waiters.
     pub(super) fn arm_unavailable(&mut self) {
-        let Some(outage) = &self.outage else {
+        if !self.link.is_away() {
             return;
-        };
+        }
         let bound = self.settings.unavailable_after;
-        let first = self
-            .waiters
-            .iter()
-            .map(|w| {
-                bound.saturating_sub(
-                    self.now
-                        .saturating_duration_since(w.since.max(outage.since)),
-                )
-            })
+        let first = (self.waiters.iter())
+            .filter_map(|w| self.link.away_for(w.since, self.now))
+            .map(|away| bound.saturating_sub(away))
             .min();
         match first {
             Some(after) => self.timers.set(Timer::Unavailable, self.now, after),
@@ -259,21 +228,14 @@ impl LockState {
     /// [`Timer::Unavailable`] fired: every waiter that has seen Redis away for the bound is
     /// answered `Unavailable`; the timer is armed again for the next.
     pub(super) fn unavailable_due(&mut self) {
-        let Some(outage) = &self.outage else {
+        let Some(cause) = self.link.cause() else {
             return;
         };
         let bound = self.settings.unavailable_after;
-        let due: Vec<(WaiterId, Duration)> = self
-            .waiters
-            .iter()
-            .filter(|w| {
-                self.now
-                    .saturating_duration_since(w.since.max(outage.since))
-                    >= bound
-            })
+        let due: Vec<(WaiterId, Duration)> = (self.waiters.iter())
+            .filter(|w| self.link.away_for(w.since, self.now) >= Some(bound))
             .map(|w| (w.id, self.now.saturating_duration_since(w.since)))
             .collect();
-        let cause = outage.cause.clone();
         for (id, waited) in due {
             tracing::warn!(lock = %self.name, %cause, ?waited, "waiter left: redis away too long");
             let error = LockError::unavailable(&self.name, waited, cause.clone());

@@ -64,8 +64,7 @@ impl LockState {
             self.fair.granted(&key.0, &mut self.timers);
         }
         if res.is_ok() {
-            // Redis answered: the backoff of failed attempts starts over.
-            self.failures = 0;
+            self.link.attempt_answered();
         }
         match res {
             Ok(Attempt::Acquired { token, fresh }) => self.acquired(tried, token, fresh),
@@ -217,8 +216,7 @@ impl LockState {
             return self.pass_wake();
         }
         if e.is_retryable() && w.may_wait() {
-            self.failures = self.failures.saturating_add(1);
-            let backoff = backoff(self.failures);
+            let backoff = backoff(self.link.attempt_failed());
             tracing::warn!(lock = %self.name, error = %e, ?backoff, "acquire failed, waiter retries");
             self.subscribe(id);
             self.schedule_retry(backoff);
@@ -361,7 +359,7 @@ impl LockState {
                 Err(not_held(&self.name, &key))
             }
             Ok(HandedOff::To { token }) => {
-                self.streak += 1;
+                self.waiters.handed_off();
                 self.end_hold(&key, epoch, None);
                 if let Some((id, to_key, to_lease)) = to {
                     self.granted(id, to_key, to_lease, started, token);

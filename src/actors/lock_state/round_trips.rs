@@ -89,9 +89,9 @@ impl LockState {
             // still include a hold that ended here); but with Redis away (the settling cannot
             // run) it fails as the last round trip did: that is no holder.
             if once {
-                let answer = match (blocked, self.outage.as_ref()) {
+                let answer = match (blocked, self.link.cause()) {
                     (Blocked::Unresolved(error), _) => Answer::Failed(error),
-                    (Blocked::Settling, Some(outage)) => Answer::Failed(outage.cause.clone()),
+                    (Blocked::Settling, Some(cause)) => Answer::Failed(cause),
                     (Blocked::Settling, None) => Answer::TimedOut,
                 };
                 self.answer(id, answer);
@@ -230,7 +230,7 @@ impl LockState {
     fn hand_off_to(&mut self, key: &HoldKey) -> Option<(WaiterId, HoldKey, Option<Duration>)> {
         let may = key.1.is_exclusive_unfair()
             && self.settings.hand_off
-            && self.streak < MAX_HAND_OFF_STREAK
+            && self.waiters.may_hand_off()
             && self.phase == Phase::Running;
         if !may {
             return None;
@@ -325,12 +325,12 @@ impl LockState {
         let leave = self.fair.take_all(&mut self.timers);
         for w in self.waiters.drain() {
             if let Wait::Up(_) = w.wait {
-                self.out.push(Effect::Cancel(Timer::Deadline(w.id)));
+                self.out.push(Effect::Cancel(w.id));
             }
             self.out
                 .push(Effect::Answer(w.id, Answer::Failed(LockError::Shutdown)));
         }
-        for channel in std::mem::take(&mut self.subscribed) {
+        for channel in self.link.unsubscribe_all() {
             self.out.push(Effect::Unsubscribe(channel));
         }
         leave

@@ -41,8 +41,7 @@ impl LockState {
     /// do was refused for the streak's sake, or the last local waiter just left), other
     /// processes' waiters get their turn: this actor's hold back (`holds_back`).
     pub(super) fn streak_over(&mut self, key: &HoldKey, started: Instant) {
-        let full = self.streak >= MAX_HAND_OFF_STREAK;
-        self.streak = 0;
+        let full = self.waiters.streak_over();
         if full && key.1.is_exclusive_unfair() {
             let round_trip = self.now.saturating_duration_since(started);
             let mut wait = hold_back(round_trip);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use super::{Wait, WaiterId};
+use super::{MAX_HAND_OFF_STREAK, Wait, WaiterId};
 use crate::protocol::LockKind;
 
 /// One caller waiting for the lock: from its request to a grant, the end of its wait, an error or
@@ -50,6 +50,8 @@ pub(super) struct Waiters {
     pub wakes: VecDeque<WaiterId>,
     /// The last waiter id given.
     last_id: WaiterId,
+    /// Local hand-offs since the last release that published.
+    streak: u32,
 }
 
 #[derive(Debug, Default)]
@@ -59,6 +61,28 @@ struct Count {
 }
 
 impl Waiters {
+    // ----- the streak of hand-offs (`turns.rs`) ---------------------------------------------
+
+    /// A release handed the lock to a local waiter.
+    pub(super) fn handed_off(&mut self) {
+        self.streak += 1;
+    }
+
+    /// Whether a release may hand the lock to a local waiter: fewer than
+    /// [`MAX_HAND_OFF_STREAK`] in a row, so that other processes, woken only by a publish, get
+    /// their chance.
+    pub(super) fn may_hand_off(&self) -> bool {
+        self.streak < MAX_HAND_OFF_STREAK
+    }
+
+    /// A release published: the streak starts over. Whether it was full (the release ended a
+    /// streak of [`MAX_HAND_OFF_STREAK`] hand-offs).
+    pub(super) fn streak_over(&mut self) -> bool {
+        std::mem::take(&mut self.streak) >= MAX_HAND_OFF_STREAK
+    }
+
+    // ----- the queue ------------------------------------------------------------------------
+
     /// A new waiter id, never given before by this queue.
     pub(super) fn next_id(&mut self) -> WaiterId {
         self.last_id += 1;

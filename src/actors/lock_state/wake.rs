@@ -58,7 +58,7 @@ impl LockState {
             self.waiters.is_empty()
         };
         if let Wait::Up(_) = w.wait {
-            self.out.push(Effect::Cancel(Timer::Deadline(id)));
+            self.out.push(Effect::Cancel(id));
         }
         if self.waiters.is_empty() {
             self.timers.stop(&Timer::Retry);
@@ -69,9 +69,9 @@ impl LockState {
         if leave {
             self.leave_unused(&w.holder);
         }
-        if unused && !self.subscribed.is_empty() {
+        if unused && self.link.has_subscriptions() {
             let channel = self.channel_of(&w.holder);
-            if self.subscribed.remove(&channel) {
+            if self.link.unsubscribe(&channel) {
                 self.out.push(Effect::Unsubscribe(channel));
             }
         }
@@ -151,7 +151,7 @@ impl LockState {
             return;
         }
         let channel = self.channel_of(&w.holder);
-        if self.subscribed.insert(channel.clone()) {
+        if self.link.subscribe(channel.clone()) {
             self.out.push(Effect::Subscribe(channel));
         }
     }
@@ -210,7 +210,7 @@ impl LockState {
         // armed again.
         self.timers.stop(&Timer::Retry);
         self.timers.stop(&Timer::Refresh);
-        for channel in std::mem::take(&mut self.subscribed) {
+        for channel in self.link.unsubscribe_all() {
             self.out.push(Effect::Unsubscribe(channel));
         }
         self.busy = false;

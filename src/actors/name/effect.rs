@@ -1,11 +1,10 @@
 //! [`Effect`]: what a per-name state asks its shell to do, the same for both families. Each
 //! family fills in what is its own through [`Family`]: the round trip it runs, how a waiter is
-//! answered, its timers, what identifies a hold for renewal, and what a release (or an
+//! answered, what identifies a hold for renewal, and what a release (or an
 //! adjustment) answers. The shell (`actors::shell`) carries out every variant but
 //! [`Effect::Run`] and [`Effect::Answer`] once for both families.
 
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,18 +21,10 @@ pub(crate) trait Family {
     type Op: Debug;
     /// How a waiter's request ended.
     type Answer: Debug;
-    /// The family's timers (a waiter's deadline among them, see [`Family::deadline`]).
-    type Timer: Clone + Debug + Eq + Hash;
     /// What the Watchdog renews a hold by, besides its epoch.
     type Hold: Debug;
     /// What a release's (or an adjustment's) caller is told when it went well.
     type Done: Debug;
-
-    /// The waiter whose deadline `timer` is, when it is one: waiters' deadlines are served by one
-    /// future per actor (`shell::crowd`), every other timer by a timer of its own.
-    fn deadline(timer: &Self::Timer) -> Option<WaiterId>;
-    /// Waiter `id`'s deadline, as a timer.
-    fn deadline_timer(id: WaiterId) -> Self::Timer;
 }
 
 /// One effect, carried out by the shell in the order given.
@@ -57,11 +48,13 @@ pub(crate) enum Effect<F: Family> {
     Subscribe(Arc<str>),
     /// No waiter needs this channel any more.
     Unsubscribe(Arc<str>),
-    /// Fire `timer` after this long (replacing the same timer if armed); report with the
-    /// state's `fired`.
-    Arm(F::Timer, Duration),
-    /// Disarm `timer` (nothing when it is not armed).
-    Cancel(F::Timer),
+    /// Arm waiter `id`'s deadline to pass after this long (replacing the one armed, if any);
+    /// report with the state's `deadline`. The waiters' deadlines are served with their
+    /// callers' watches by one future per actor (`shell::crowd`); every other timer of a state
+    /// is in its own table, on the shell's one timer for it (`NameState::next_timeout`).
+    Arm(WaiterId, Duration),
+    /// Disarm waiter `id`'s deadline (nothing when it is not armed).
+    Cancel(WaiterId),
     /// Hand this hold to the Watchdog for renewal. `confirmed`: when Redis last set its PTTL.
     Track {
         hold: F::Hold,

@@ -19,16 +19,14 @@ pub(crate) trait NameState {
 
     /// Moves its queued effects into `out`, in order.
     fn drain_into(&mut self, out: &mut Vec<Effect<Self::Family>>);
-    /// A timer armed earlier with [`Effect::Arm`] fired.
-    fn fired(&mut self, timer: <Self::Family as Family>::Timer, now: Instant);
-    /// When the next timer of its table fires, if it keeps one (a lock's does; a synchronizer
-    /// arms each of its timers with [`Effect::Arm`] yet): the shell keeps one timer for it.
-    fn next_timeout(&self) -> Option<Instant> {
-        None
-    }
+    /// Waiter `id`'s deadline, armed with [`Effect::Arm`], passed.
+    fn deadline(&mut self, id: WaiterId, now: Instant);
+    /// When the next timer of its table (every timer but the waiters' deadlines) fires: the
+    /// shell keeps one timer for it.
+    fn next_timeout(&self) -> Option<Instant>;
     /// The shell's timer for [`next_timeout`](Self::next_timeout) fired: every timer of its
     /// table due by `now` fires.
-    fn timeout(&mut self, _now: Instant) {}
+    fn timeout(&mut self, now: Instant);
     /// Subscribing `channel` went well (`ok`) or not.
     fn subscribed(&mut self, channel: &str, ok: bool, now: Instant);
     /// A message came on `channel`: `count`, when it is a decimal number.

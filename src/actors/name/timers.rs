@@ -42,6 +42,18 @@ impl<T: Clone + Eq + Hash> TimerTable<T> {
         }
     }
 
+    /// Arms `timer` to fire `after` from `now`, unless it is armed to fire as soon or sooner
+    /// already (a timer that wakes whoever is due by then serves an earlier need, never a
+    /// later one).
+    pub(crate) fn set_sooner(&mut self, timer: T, now: Instant, after: Duration) {
+        let Some(at) = now.checked_add(after) else {
+            return;
+        };
+        if self.armed.get(&timer).is_none_or(|(armed, _)| at < *armed) {
+            self.set_at(timer, at);
+        }
+    }
+
     /// Arms `timer` to fire at `at`, replacing its instant if armed.
     fn set_at(&mut self, timer: T, at: Instant) {
         self.armings += 1;
@@ -152,5 +164,24 @@ mod tests {
         assert_eq!(t.take_due(t0 + 4 * MS, t.mark()), None);
         assert_eq!(t.take_due(t0 + 5 * MS, t.mark()), Some("a"));
         assert_eq!(t.next(), None);
+    }
+
+    /// `set_sooner` moves a timer only earlier, and arms one not armed. (The break: a retry
+    /// armed for a later waiter's backoff delays the one due sooner.)
+    #[test]
+    fn set_sooner_only_moves_a_timer_earlier() {
+        let t0 = Instant::now();
+        let mut t: TimerTable<&str> = TimerTable::default();
+        t.set_sooner("r", t0, 5 * MS);
+        assert_eq!(t.at(&"r"), Some(t0 + 5 * MS));
+        t.set_sooner("r", t0, 9 * MS);
+        assert_eq!(t.at(&"r"), Some(t0 + 5 * MS));
+        t.set_sooner("r", t0, 5 * MS);
+        assert_eq!(t.at(&"r"), Some(t0 + 5 * MS));
+        t.set_sooner("r", t0, 2 * MS);
+        assert_eq!(t.at(&"r"), Some(t0 + 2 * MS));
+        assert_eq!(t.next(), Some(t0 + 2 * MS));
+        t.set_sooner("r", t0, Duration::MAX);
+        assert_eq!(t.at(&"r"), Some(t0 + 2 * MS), "beyond the clock: unchanged");
     }
 }

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::time::Sleep;
 
+use super::driver::Driver;
+
 /// The longest the alarm sleeps at once (tokio's wheel takes about two years); a later instant
 /// rings early, finds nothing due, and is set again.
 const MAX_SLEEP: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -59,7 +61,7 @@ impl Alarm {
             None => alarm.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
         }
         if alarm.ringer.is_none() {
-            alarm.ringer = Some(ctx.spawn(Ringer));
+            alarm.ringer = Some(ctx.spawn(Driver(ring::<A>)));
         } else if let Some(waker) = alarm.parked.take() {
             waker.wake();
         }
@@ -78,48 +80,41 @@ impl Alarm {
     }
 }
 
-/// Waits for the alarm's instant and rings; waits while nothing is set, and ends then when the
-/// actor does not stay.
-struct Ringer;
-
-impl<A: Alarmed> ActorFuture<A> for Ringer {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut A,
-        ctx: &mut Context<A>,
-        task: &mut std::task::Context<'_>,
-    ) -> Poll<()> {
-        loop {
-            if act.alarm().at.is_none() {
-                if !act.stays() {
-                    let alarm = act.alarm();
-                    alarm.ringer = None;
-                    alarm.parked = None;
-                    return Poll::Ready(());
-                }
+/// The ringer ([`Driver`]): waits for the alarm's instant and rings; waits while nothing is
+/// set, and ends then when the actor does not stay.
+fn ring<A: Alarmed>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    task: &mut std::task::Context<'_>,
+) -> Poll<()> {
+    loop {
+        if act.alarm().at.is_none() {
+            if !act.stays() {
                 let alarm = act.alarm();
-                if !alarm
-                    .parked
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(task.waker()))
-                {
-                    alarm.parked = Some(task.waker().clone());
-                }
-                return Poll::Pending;
+                alarm.ringer = None;
+                alarm.parked = None;
+                return Poll::Ready(());
             }
             let alarm = act.alarm();
-            alarm.parked = None;
-            let Some(sleep) = alarm.sleep.as_mut() else {
-                return Poll::Pending;
-            };
-            if sleep.as_mut().poll(task).is_pending() {
-                return Poll::Pending;
+            if !alarm
+                .parked
+                .as_ref()
+                .is_some_and(|w| w.will_wake(task.waker()))
+            {
+                alarm.parked = Some(task.waker().clone());
             }
-            // Rung: what the state sets next is a new instant, even the same one again.
-            alarm.at = None;
-            act.rang(Instant::now(), ctx);
+            return Poll::Pending;
         }
+        let alarm = act.alarm();
+        alarm.parked = None;
+        let Some(sleep) = alarm.sleep.as_mut() else {
+            return Poll::Pending;
+        };
+        if sleep.as_mut().poll(task).is_pending() {
+            return Poll::Pending;
+        }
+        // Rung: what the state sets next is a new instant, even the same one again.
+        alarm.at = None;
+        act.rang(Instant::now(), ctx);
     }
 }

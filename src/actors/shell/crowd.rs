@@ -19,6 +19,7 @@ use rustc_hash::FxHashMap;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::WaiterId;
+use super::driver::Driver;
 
 /// How a waiter's caller is answered: a reply sender that tells when its caller has gone.
 pub(crate) trait Sender: 'static {
@@ -54,7 +55,7 @@ pub(crate) struct Crowd<R> {
     deadlines: DelayQueue<WaiterId>,
     /// Each armed deadline's entry in `deadlines`, and when it is due.
     due: FxHashMap<WaiterId, (delay_queue::Key, Instant)>,
-    /// Whether the [`Pump`] runs, and its waker (a new watch or deadline wakes it).
+    /// Whether the pump runs, and its waker (a new watch or deadline wakes it).
     pumping: bool,
     waker: Option<Waker>,
 }
@@ -84,7 +85,7 @@ impl<R: Sender> Crowd<R> {
     fn pump<A: Crowded<Reply = R>>(&mut self, ctx: &mut Context<A>) {
         if !self.pumping {
             self.pumping = true;
-            ctx.spawn(Pump);
+            ctx.spawn(Driver(pump::<A>));
         } else if let Some(waker) = &self.waker {
             waker.wake_by_ref();
         }
@@ -264,52 +265,46 @@ impl<R: Sender> Future for WatchCaller<R> {
     }
 }
 
-/// Polls every watch and fires every deadline; ends when none of either is left.
-struct Pump;
-
-impl<A: Crowded> ActorFuture<A> for Pump {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut A,
-        ctx: &mut Context<A>,
-        task: &mut std::task::Context<'_>,
-    ) -> Poll<()> {
-        loop {
-            match act.crowd().watches.poll_next_unpin(task) {
-                Poll::Ready(Some(Some(id))) => {
-                    act.caller_left(id, ctx);
-                    continue;
-                }
-                Poll::Ready(Some(None)) => continue,
-                Poll::Ready(None) | Poll::Pending => {}
-            }
-            let crowd = act.crowd();
-            if !crowd.deadlines.is_empty()
-                && let Poll::Ready(Some(expired)) = crowd.deadlines.poll_expired(task)
-            {
-                let id = expired.into_inner();
-                let now = Instant::now();
-                if let Some((key, due)) = crowd.due.get_mut(&id)
-                    && *due > now
-                {
-                    // Longer than one sleep: sleep on.
-                    *key = crowd.deadlines.insert(id, (*due - now).min(MAX_SLEEP));
-                    continue;
-                }
-                crowd.due.remove(&id);
-                act.deadline(id, now, ctx);
+/// The pump ([`Driver`]): polls every watch and fires every deadline; ends when none of either
+/// is left.
+fn pump<A: Crowded>(
+    act: &mut A,
+    ctx: &mut Context<A>,
+    task: &mut std::task::Context<'_>,
+) -> Poll<()> {
+    loop {
+        match act.crowd().watches.poll_next_unpin(task) {
+            Poll::Ready(Some(Some(id))) => {
+                act.caller_left(id, ctx);
                 continue;
             }
-            if crowd.is_empty() {
-                crowd.pumping = false;
-                crowd.waker = None;
-                return Poll::Ready(());
-            }
-            keep_waker(&mut crowd.waker, task.waker());
-            return Poll::Pending;
+            Poll::Ready(Some(None)) => continue,
+            Poll::Ready(None) | Poll::Pending => {}
         }
+        let crowd = act.crowd();
+        if !crowd.deadlines.is_empty()
+            && let Poll::Ready(Some(expired)) = crowd.deadlines.poll_expired(task)
+        {
+            let id = expired.into_inner();
+            let now = Instant::now();
+            if let Some((key, due)) = crowd.due.get_mut(&id)
+                && *due > now
+            {
+                // Longer than one sleep: sleep on.
+                *key = crowd.deadlines.insert(id, (*due - now).min(MAX_SLEEP));
+                continue;
+            }
+            crowd.due.remove(&id);
+            act.deadline(id, now, ctx);
+            continue;
+        }
+        if crowd.is_empty() {
+            crowd.pumping = false;
+            crowd.waker = None;
+            return Poll::Ready(());
+        }
+        keep_waker(&mut crowd.waker, task.waker());
+        return Poll::Pending;
     }
 }
 

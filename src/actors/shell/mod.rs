@@ -7,8 +7,8 @@
 //! their state asks for ([`Effect`]) is carried out here, once for both:
 //!
 //! - timers: a waiter's deadline in the actor's [`Crowd`], which also watches its caller; the
-//!   next timer of the state's table ([`NameState::next_timeout`]) on the actor's one [`Alarm`];
-//!   any other timer (a synchronizer's) an actix timer of its own;
+//!   next timer of the state's table, which holds every other ([`NameState::next_timeout`]), on
+//!   the actor's one [`Alarm`];
 //! - the channel subscriptions, through the [`PubSubActor`](crate::actors::pubsub::PubSubActor);
 //! - holds handed to the Watchdog and taken back, their lost signals and validity (`actors::lost`),
 //!   and the metric series of waiters, holds and losses;
@@ -24,6 +24,7 @@
 
 pub(crate) mod alarm;
 pub(crate) mod crowd;
+mod driver;
 pub(crate) mod linger;
 pub(crate) mod receipt;
 pub(crate) mod reply;
@@ -31,7 +32,7 @@ pub(crate) mod reply;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::WeakRecipient;
 use actix::prelude::*;
@@ -57,8 +58,6 @@ use reply::{Expecting, Handed};
 
 /// The family of an actor of type `A`.
 pub(crate) type FamilyOf<A> = <<A as PerName>::State as NameState>::Family;
-/// A family's timer, as an actor of type `A` arms it.
-pub(crate) type TimerOf<A> = <FamilyOf<A> as Family>::Timer;
 /// An effect, as an actor of type `A`'s state emits it.
 pub(crate) type EffectOf<A> = Effect<FamilyOf<A>>;
 
@@ -140,8 +139,6 @@ pub(crate) struct Shell<A: PerName> {
     next_reply: ReplyId,
     /// The state's timer table's next instant, on one timer.
     alarm: Alarm,
-    /// Timers armed with `Effect::Arm` other than waiters' deadlines: actix timers.
-    timers: FxHashMap<TimerOf<A>, SpawnHandle>,
     /// Each hold's lost signal, by epoch.
     pub signals: FxHashMap<u64, Signal>,
     /// A strong address to itself while busy or lingering: actix stops an actor once no strong
@@ -182,7 +179,6 @@ impl<A: PerName> Shell<A> {
             replies: FxHashMap::default(),
             next_reply: 0,
             alarm: Alarm::default(),
-            timers: FxHashMap::default(),
             signals: FxHashMap::default(),
             keepalive: None,
             linger: Linger::default(),
@@ -314,15 +310,8 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
                 id: shell.id,
             });
         }
-        Effect::Arm(timer, after) => arm(act, timer, after, ctx),
-        Effect::Cancel(timer) => {
-            let shell = act.shell();
-            if let Some(id) = <FamilyOf<A> as Family>::deadline(&timer) {
-                shell.crowd.disarm(id);
-            } else if let Some(handle) = shell.timers.remove(&timer) {
-                ctx.cancel_future(handle);
-            }
-        }
+        Effect::Arm(id, after) => act.shell().crowd.arm(id, after, ctx),
+        Effect::Cancel(id) => act.shell().crowd.disarm(id),
         Effect::Track {
             hold,
             epoch,
@@ -487,26 +476,6 @@ fn subscribe<A: PerName>(act: &mut A, channel: Arc<str>, ctx: &mut Context<A>) {
     }));
 }
 
-/// Fires `timer` after `after`, replacing the same timer if armed.
-fn arm<A: PerName>(act: &mut A, timer: TimerOf<A>, after: Duration, ctx: &mut Context<A>) {
-    if let Some(id) = <FamilyOf<A> as Family>::deadline(&timer) {
-        act.shell().crowd.arm(id, after, ctx);
-        return;
-    }
-    // A synchronizer's (a lock's other timers are in its table, on the alarm): one per actor or
-    // per grant, not per waiter, an actix timer of its own, which fires to the millisecond (a
-    // lease's expiry must not come after Redis's).
-    let t = timer.clone();
-    let handle = ctx.run_later(after, move |act, ctx| {
-        act.shell().timers.remove(&t);
-        act.shell().state.fired(t, Instant::now());
-        apply(act, ctx);
-    });
-    if let Some(old) = act.shell().timers.insert(timer, handle) {
-        ctx.cancel_future(old);
-    }
-}
-
 /// Asks the actor to stop (releasing its holds when `release`); the reply comes once it has
 /// stopped.
 pub(crate) fn stop<A: PerName>(
@@ -660,8 +629,7 @@ impl<A: PerName> Crowded for A {
     }
 
     fn deadline(&mut self, id: WaiterId, now: Instant, ctx: &mut Context<Self>) {
-        let timer = <FamilyOf<A> as Family>::deadline_timer(id);
-        self.shell().state.fired(timer, now);
+        self.shell().state.deadline(id, now);
         apply(self, ctx);
     }
 }

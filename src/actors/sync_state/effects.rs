@@ -21,22 +21,10 @@ pub(crate) struct Syncs;
 impl Family for Syncs {
     type Op = Trip;
     type Answer = Answer;
-    type Timer = Timer;
     /// A grant's permit ids (none for a plain semaphore's).
     type Hold = Arc<[u8]>;
     /// An adjustment's number; a give-back's is 0.
     type Done = i64;
-
-    fn deadline(timer: &Timer) -> Option<WaiterId> {
-        match timer {
-            Timer::Deadline(id) => Some(*id),
-            _ => None,
-        }
-    }
-
-    fn deadline_timer(id: WaiterId) -> Timer {
-        Timer::Deadline(id)
-    }
 }
 
 /// One effect of a synchronizer name, carried out by the shell in the order given. A trip
@@ -53,8 +41,16 @@ impl NameState for SyncState {
         SyncState::drain_into(self, out);
     }
 
-    fn fired(&mut self, timer: Timer, now: Instant) {
-        SyncState::fired(self, timer, now);
+    fn deadline(&mut self, id: WaiterId, now: Instant) {
+        self.fired(Timer::Deadline(id), now);
+    }
+
+    fn next_timeout(&self) -> Option<Instant> {
+        SyncState::next_timeout(self)
+    }
+
+    fn timeout(&mut self, now: Instant) {
+        SyncState::timeout(self, now);
     }
 
     /// A synchronizer has one channel.
@@ -185,7 +181,8 @@ pub(crate) struct Granted {
     pub confirmed: Option<(Instant, Duration)>,
 }
 
-/// Timers the state arms.
+/// Timers the state arms: a waiter's deadline with [`Effect::Arm`], every other in its table
+/// (`timers.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Timer {
     /// Waiter `id`'s wait runs out: one more attempt decides.

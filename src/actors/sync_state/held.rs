@@ -120,7 +120,7 @@ impl SyncState {
             });
         }
         if let Some(lease) = waiter.lease.filter(|_| expires) {
-            self.effects.push(Effect::Arm(Timer::Expiry(epoch), lease));
+            self.timers.set(Timer::Expiry(epoch), self.now, lease);
         }
     }
 
@@ -133,7 +133,7 @@ impl SyncState {
         tracing::warn!(name = %self.name, kind = self.kind.label(), reason = why.describe(), "permits lost");
         self.effects.push(Effect::Lost(epoch, why));
         if expired && why != Loss::Lease {
-            self.effects.push(Effect::Cancel(Timer::Expiry(epoch)));
+            self.timers.stop(&Timer::Expiry(epoch));
         }
     }
 
@@ -165,7 +165,7 @@ impl SyncState {
             });
         }
         if held.expires {
-            self.effects.push(Effect::Cancel(Timer::Expiry(epoch)));
+            self.timers.stop(&Timer::Expiry(epoch));
         }
         let mut permits = held.permits;
         let handed = if held.lost {
@@ -183,7 +183,7 @@ impl SyncState {
                     return;
                 }
             }
-            None => self.streak = 0,
+            None => self.waiters.streak_over(),
         }
         let op = Op::Give {
             permits,
@@ -226,22 +226,22 @@ impl SyncState {
     /// Hands up to `permits` permits of a plain semaphore being given back to the first parked
     /// local waiter they fit, without a round trip: Redis's free count stays as it is, and the
     /// permits change hands here. Returns how many were handed. At most
-    /// [`MAX_HAND_OFF_STREAK`] in a row, so that an ordinary release (and its message) lets
-    /// other processes' waiters in; never with replica sync (a hand-off is a grant without the
-    /// take's replica wait). A permit semaphore's permits carry leases and renewals of their
+    /// [`MAX_HAND_OFF_STREAK`](crate::actors::name::MAX_HAND_OFF_STREAK) in a row, so that an
+    /// ordinary release (and its message) lets other processes' waiters in; never with replica
+    /// sync (a hand-off is a grant without the take's replica wait). A permit semaphore's permits carry leases and renewals of their
     /// own, and are always given back through Redis. A waiter whose attempt is under way may
     /// get its permits by itself, and one at its deadline is answered by its last attempt: not
     /// them.
     pub(super) fn hand_off(&mut self, permits: u32) -> Option<u32> {
         if self.kind != SyncKind::Semaphore
-            || self.streak >= MAX_HAND_OFF_STREAK
+            || !self.waiters.may_hand_off()
             || !self.settings.hand_off
         {
             return None;
         }
         let at = self.waiters.hand_off_to(permits)?;
         let wants = self.waiters[at].wants;
-        self.streak += 1;
+        self.waiters.handed_off();
         tracing::trace!(name = %self.name, permits = wants, "permits handed off");
         self.grant(at, true);
         self.unsubscribe_if_unused();

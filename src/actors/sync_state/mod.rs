@@ -6,7 +6,9 @@
 //! The state is made of rooms, as a lock's is, each with its own invariant and the rules that
 //! read only it: the waiters (`waiters.rs`: who queues, who a message or a free count wakes),
 //! the permits held by epoch (`held.rs`: [`Holds`]), the round trips with their lanes
-//! (`trips.rs`: [`Trips`]) and the state's own timers (`timers.rs`: [`Timers`]). The rules that
+//! (`trips.rs`: [`Trips`]) and the timers, one table of instants for all but the waiters'
+//! deadlines (`timers.rs`: [`Timers`]; the shell keeps one timer for its next instant and calls
+//! [`SyncState::timeout`]). The rules that
 //! join them are `impl SyncState` blocks: arrivals, attempts, messages and deadlines (here),
 //! grants, losses, give-backs and hand-offs (`held.rs`), outcomes and resends (`trips.rs`),
 //! Redis away (`outage.rs`), and the requests taken in (`admit.rs`).
@@ -31,7 +33,7 @@
 //! - a message that comes while a waiter's attempt is under way makes it try again when that
 //!   attempt falls short (the attempt may have run before the release);
 //! - a permit semaphore's attempt that falls short says when the permit held longest expires:
-//!   the actor's one timer wakes that waiter then, since an expiry publishes nothing until some
+//!   the state's retry timer wakes that waiter then, since an expiry publishes nothing until some
 //!   client reclaims it; when that waiter leaves first (answered, its caller gone, or its last
 //!   attempt timed out), the first parked waiter is woken in its place;
 //! - a retryable error while waiting retries after a backoff; any other error, and any outcome
@@ -50,7 +52,9 @@
 //!   request latch), and what it found free is passed on to the waiters still parked;
 //! - a reconnected pub/sub connection makes every parked waiter try again;
 //! - permits given back here may go straight to the first parked waiter they fit (a hand-off:
-//!   a plain semaphore's, at most [`MAX_HAND_OFF_STREAK`] in a row, never with replica sync);
+//!   a plain semaphore's, at most
+//!   [`MAX_HAND_OFF_STREAK`](crate::actors::name::MAX_HAND_OFF_STREAK) in a row, never with
+//!   replica sync);
 //! - a permit semaphore's permits taken with a lease are lost when it ends (a state timer);
 //!   those taken without are renewed by the Watchdog until given back;
 //! - the subscription is dropped once no waiter is left;
@@ -76,9 +80,9 @@ use timers::Timers;
 use trips::{Purpose, Trips};
 use waiters::{Waiter, Waiters};
 
-use crate::actors::name::{
-    ERROR_BACKOFF_MAX, Loss, MAX_HAND_OFF_STREAK, Phase, Wait, WaiterId, backoff,
-};
+#[cfg(test)]
+use crate::actors::name::MAX_HAND_OFF_STREAK;
+use crate::actors::name::{ERROR_BACKOFF_MAX, Loss, Phase, Wait, WaiterId, backoff};
 use crate::config::Config;
 #[cfg(test)]
 use crate::config::LAST_TRY_GRACE;
@@ -160,10 +164,8 @@ pub(crate) struct SyncState {
     holds: Holds,
     /// Round trips under way or to be sent again.
     trips: Trips,
-    /// The retry timer and the outage's bound.
+    /// Every timer but the waiters' deadlines.
     timers: Timers,
-    /// Hand-offs in a row since the last give-back through Redis.
-    streak: u32,
     /// Redis not answering this name (`outage.rs`); `None` once it answers.
     outage: Option<outage::Outage>,
     phase: Phase,
@@ -185,7 +187,6 @@ impl SyncState {
             holds: Holds::default(),
             trips: Trips::default(),
             timers: Timers::default(),
-            streak: 0,
             outage: None,
             phase: Phase::Running,
             busy: false,
@@ -249,7 +250,7 @@ impl SyncState {
         let wait = wait.normalized();
         let once = wait == Wait::No;
         if let Wait::Up(d) = wait {
-            self.effects.push(Effect::Arm(Timer::Deadline(id), d));
+            self.effects.push(Effect::Arm(id, d));
         }
         let wants = want.permits;
         let queue = !once
@@ -445,12 +446,30 @@ impl SyncState {
         self.wake_all();
     }
 
-    /// A timer armed earlier fired.
+    /// When the state's next timer fires (its deadlines aside, which are [`Effect::Arm`]ed):
+    /// the shell keeps one timer for it, and calls [`timeout`](Self::timeout) then.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// The shell's timer fired: every timer of the table due by `now` fires, earliest first.
+    /// Those armed meanwhile wait for the shell's next turn, as they did when each timer was
+    /// one of the shell's own.
+    pub(crate) fn timeout(&mut self, now: Instant) {
+        let mark = self.timers.mark();
+        while let Some(timer) = self.timers.take_due(now, mark) {
+            self.fired(timer, now);
+        }
+    }
+
+    /// `timer` fired (a deadline, through the shell; any other, through
+    /// [`timeout`](Self::timeout)): it is armed no more.
     pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
         self.now = now;
+        self.timers.stop(&timer);
         match timer {
             Timer::Deadline(id) => self.deadline(id),
-            Timer::Retry => self.retry(now),
+            Timer::Retry => self.retry(),
             Timer::Expiry(epoch) => self.lose(epoch, Loss::Lease),
             Timer::Resend(seq) => self.resend(seq),
             Timer::Unavailable => self.unavailable_due(),
@@ -458,10 +477,7 @@ impl SyncState {
     }
 
     /// The retry timer fired: the waiters it was armed for try again.
-    fn retry(&mut self, now: Instant) {
-        if !self.timers.retry_fired(now) {
-            return;
-        }
+    fn retry(&mut self) {
         let woken = self.waiters.take_due();
         self.attempt_all(woken);
     }
@@ -481,10 +497,7 @@ impl SyncState {
             return;
         }
         self.waiters[at].last = true;
-        self.effects.push(Effect::Arm(
-            Timer::Deadline(id),
-            self.settings.last_try_grace,
-        ));
+        (self.effects).push(Effect::Arm(id, self.settings.last_try_grace));
         if !self.waiters[at].trying {
             self.attempt(id);
         }
@@ -535,7 +548,8 @@ impl SyncState {
     /// own) would wait for ever. The first parked waiter becomes due in its place; its attempt
     /// then passes on what it finds free.
     fn leave(&mut self, at: usize) -> Waiter {
-        let hand_on_due = self.kind == SyncKind::PermitSemaphore && self.timers.retry_armed();
+        let hand_on_due =
+            self.kind == SyncKind::PermitSemaphore && self.timers.is_armed(&Timer::Retry);
         self.waiters.remove(at, hand_on_due)
     }
 
@@ -546,7 +560,8 @@ impl SyncState {
 
     /// Arms the retry timer for `at`, unless it fires sooner already.
     fn arm(&mut self, at: Instant, now: Instant) {
-        self.timers.retry_at(at, now, &mut self.effects);
+        let after = at.saturating_duration_since(now);
+        self.timers.set_sooner(Timer::Retry, now, after);
     }
 
     /// Drops the subscription once nobody waits.
@@ -564,9 +579,10 @@ impl SyncState {
 
     /// Tells the actor when it becomes busy (a waiter, a hold or a round trip) and when it
     /// falls idle, once per event, as its effects are taken (`drain_into`); a stopping actor
-    /// does not linger. An idle actor's retry timer goes: it would wake nobody, and an armed
-    /// timer keeps an actix actor alive (a permit semaphore's is armed for the earliest permit
-    /// to expire, a watchdog timeout away, and held a departed actor that long).
+    /// does not linger. An idle actor's retry timer goes: it would wake nobody, and the shell's
+    /// timer for the table keeps its actor alive while set (a permit semaphore's retry is armed
+    /// for the earliest permit to expire, a watchdog timeout away, and held a departed actor
+    /// that long).
     fn update_busy(&mut self) {
         let busy = self.has_work();
         if busy == self.busy {
@@ -577,8 +593,8 @@ impl SyncState {
             self.effects.push(Effect::Busy);
             return;
         }
-        self.timers.stop_retry(&mut self.effects);
-        self.timers.stop_unavailable(&mut self.effects);
+        self.timers.stop(&Timer::Retry);
+        self.timers.stop(&Timer::Unavailable);
         if self.phase == Phase::Running {
             self.effects.push(Effect::Idle);
         }

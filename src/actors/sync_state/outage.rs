@@ -42,7 +42,7 @@ impl SyncState {
             Some(cause) => self.away(cause, sent),
             None => {
                 if self.outage.take().is_some() {
-                    self.timers.stop_unavailable(&mut self.effects);
+                    self.timers.stop(&Timer::Unavailable);
                 }
             }
         }
@@ -103,7 +103,7 @@ impl SyncState {
             .map(|w| bound.saturating_sub(now.saturating_duration_since(w.since.max(outage.since))))
             .min();
         if let Some(after) = first {
-            self.timers.unavailable_in(after, now, &mut self.effects);
+            self.timers.set_sooner(Timer::Unavailable, now, after);
         }
     }
 
@@ -111,7 +111,6 @@ impl SyncState {
     /// answered `Unavailable` (one whose attempt is under way too: that attempt's outcome
     /// finds it gone, and what it took is given back); the timer is armed again for the next.
     pub(super) fn unavailable_due(&mut self) {
-        self.timers.unavailable_fired();
         let Some(outage) = &self.outage else {
             return;
         };

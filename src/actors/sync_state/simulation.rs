@@ -210,6 +210,8 @@ struct Manager {
     stopped: bool,
     /// Round trips sent and not yet finished.
     trips: Vec<Trip>,
+    /// The waiters' deadlines armed (every other timer is in the state's table, on the shell's
+    /// one timer for its next instant).
     timers: BTreeMap<String, (Instant, Timer)>,
     subscribing: bool,
     listening: bool,
@@ -581,20 +583,28 @@ impl Sim {
     fn advance(&mut self, by: Duration) -> Result<(), Failure> {
         let end = self.now + by;
         loop {
-            let mut next: Option<(Instant, usize, Timer)> = None;
+            // A deadline, or the state's table (`None`): the shell's timer for its next instant.
+            let mut next: Option<(Instant, usize, Option<Timer>)> = None;
             for (m, mgr) in self.managers.iter().enumerate() {
                 if !mgr.alive {
                     continue;
                 }
-                for (at, timer) in mgr.timers.values() {
-                    if next.as_ref().is_none_or(|n| *at < n.0) {
-                        next = Some((*at, m, timer.clone()));
+                let table = mgr.state.next_timeout().map(|at| (at, None));
+                let deadlines = mgr.timers.values().map(|(at, t)| (*at, Some(t)));
+                for (at, timer) in deadlines.chain(table) {
+                    if next.as_ref().is_none_or(|n| at < n.0) {
+                        next = Some((at, m, timer.cloned()));
                     }
                 }
             }
             let renewal = self.next_renewal;
             match next {
-                Some((at, m, timer)) if at <= end && at <= renewal => {
+                Some((at, m, None)) if at <= end && at <= renewal => {
+                    self.now = at;
+                    self.log(|| format!("m{m}: its table's timers fired"));
+                    self.managers[m].state.timeout(at);
+                }
+                Some((at, m, Some(timer))) if at <= end && at <= renewal => {
                     self.now = at;
                     self.managers[m].timers.remove(&format!("{timer:?}"));
                     self.log(|| format!("m{m}: {timer:?} fired"));
@@ -736,12 +746,13 @@ impl Sim {
                 mgr.listening = false;
                 mgr.inbox.clear();
             }
-            Effect::Arm(timer, after) => {
+            Effect::Arm(id, after) => {
+                let timer = Timer::Deadline(id);
                 mgr.timers
                     .insert(format!("{timer:?}"), (now + after, timer));
             }
-            Effect::Cancel(timer) => {
-                mgr.timers.remove(&format!("{timer:?}"));
+            Effect::Cancel(id) => {
+                mgr.timers.remove(&format!("{:?}", Timer::Deadline(id)));
             }
             Effect::Track { epoch, .. } => {
                 mgr.tracked.insert(epoch);
@@ -785,11 +796,13 @@ impl Sim {
                     s.has_work()
                 ));
             }
-            // An idle actor keeps no timer armed: an armed actix timer keeps the actor alive
-            // after it departs (a permit semaphore's retry, armed a watchdog timeout away, held
-            // one 30 s).
-            if !s.busy && !mgr.timers.is_empty() {
-                let armed: Vec<&String> = mgr.timers.keys().collect();
+            // An idle actor keeps no timer armed: the shell's timer for the table keeps the
+            // actor alive after it departs while set (a permit semaphore's retry, armed a
+            // watchdog timeout away, held one 30 s).
+            if !s.busy && (!mgr.timers.is_empty() || s.timers.next().is_some()) {
+                let armed: Vec<String> = (mgr.timers.keys().cloned())
+                    .chain(s.timers.iter().map(|t| format!("{t:?}")))
+                    .collect();
                 return Err(format!("m{m}: idle with timers armed: {armed:?}"));
             }
             let held: i64 = mgr.guards.values().map(|g| i64::from(g.permits)).sum();
@@ -842,11 +855,9 @@ impl Sim {
             // timer of an error's backoff or a failed subscription. A permit semaphore's retry
             // hint (when a held permit expires) is for permits not free yet: it does not count
             // for those free now, which a message should have woken it for.
-            let resend = mgr
-                .timers
-                .values()
-                .any(|(_, t)| matches!(t, Timer::Resend(_)));
-            let retry = mgr.timers.values().any(|(_, t)| matches!(t, Timer::Retry));
+            let table = &mgr.state.timers;
+            let resend = table.iter().any(|t| matches!(t, Timer::Resend(_)));
+            let retry = table.is_armed(&Timer::Retry);
             let coming = !mgr.inbox.is_empty() || mgr.subscribing || resend;
             let stranded = mgr.state.waiters.iter().find(|w| {
                 let backoff =

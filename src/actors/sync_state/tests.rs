@@ -17,20 +17,15 @@ use proptest::prelude::*;
 
 use super::*;
 
-/// The effects queued, but the outage bound's timer ([`Timer::Unavailable`]): the tests of
-/// other rules need not follow it; those of `outage.rs` read it with [`all_effects`].
-fn effects(state: &mut SyncState) -> Vec<Effect> {
-    let mut out = all_effects(state);
-    out.retain(|e| {
-        !matches!(
-            e,
-            Effect::Arm(Timer::Unavailable, _) | Effect::Cancel(Timer::Unavailable)
-        )
-    });
-    out
+impl SyncState {
+    /// How long after the last event `timer` of the table fires, if armed.
+    fn armed_in(&self, timer: &Timer) -> Option<Duration> {
+        (self.timers.at(timer)).map(|at| at.saturating_duration_since(self.now))
+    }
 }
 
-fn all_effects(state: &mut SyncState) -> Vec<Effect> {
+/// The effects queued (the table's timers are read with [`SyncState::armed_in`]).
+fn effects(state: &mut SyncState) -> Vec<Effect> {
     let mut out = Vec::new();
     state.drain_into(&mut out);
     out
@@ -340,11 +335,8 @@ fn a_lease_hint_arms_the_timer_for_that_waiter() {
         now,
     );
     report(&mut s, 2, short(), now);
-    let e = effects(&mut s);
-    assert!(
-        e.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Retry, d) if *d == Duration::from_millis(300)))
-    );
+    effects(&mut s);
+    assert_eq!(s.armed_in(&Timer::Retry), Some(Duration::from_millis(300)));
     s.subscribed(true, now);
     effects(&mut s);
     report(&mut s, 1, short(), now);
@@ -416,7 +408,7 @@ fn retryable_errors_back_off_and_others_answer() {
         now,
     );
     let e = effects(&mut s);
-    assert!(e.iter().any(|e| matches!(e, Effect::Arm(..))));
+    assert!(s.timers.is_armed(&Timer::Retry), "{e:?}");
     assert!(e.iter().any(|e| matches!(
         e,
         Effect::Answer(2, Answer::Failed(LockError::WrongType { .. }))
@@ -493,9 +485,8 @@ fn a_request_whose_reply_never_came_is_sent_again_as_it_was_until_its_horizon() 
         };
         s.ran(first.seq, lost(), now);
         let e = effects(&mut s);
-        assert!(
-            matches!(e.as_slice(), [Effect::Arm(Timer::Resend(seq), d)] if *seq == first.seq && *d == backoff(0))
-        );
+        assert!(e.is_empty(), "{e:?}");
+        assert_eq!(s.armed_in(&Timer::Resend(first.seq)), Some(backoff(0)));
         s.fired(Timer::Resend(first.seq), now + backoff(0));
         let e = effects(&mut s);
         assert!(
@@ -512,10 +503,7 @@ fn a_request_whose_reply_never_came_is_sent_again_as_it_was_until_its_horizon() 
             !e.iter().any(|e| matches!(e, Effect::Answer(..))),
             "{kind:?}: {e:?}"
         );
-        assert!(
-            e.iter().any(|e| matches!(e, Effect::Arm(Timer::Retry, _))),
-            "{kind:?}: {e:?}"
-        );
+        assert!(s.timers.is_armed(&Timer::Retry), "{kind:?}: {e:?}");
         s.fired(Timer::Retry, late + ERROR_BACKOFF_MAX);
         let e = effects(&mut s);
         let [Effect::Run(again)] = e.as_slice() else {
@@ -548,10 +536,7 @@ fn permits_with_a_lease_are_lost_when_it_ends_and_their_give_back_says_not_held(
         ..want(2)
     };
     let (epoch, e) = take(&mut s, 1, leased, now);
-    assert!(
-        e.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Expiry(x), d) if *x == epoch && *d == lease))
-    );
+    assert_eq!(s.armed_in(&Timer::Expiry(epoch)), Some(lease));
     assert!(
         !e.iter().any(|e| matches!(e, Effect::Track { .. })),
         "a lease is not renewed"
@@ -1143,7 +1128,7 @@ fn a_waiter_whose_reply_is_missing_is_answered_at_its_deadline_and_what_it_took_
         s.ran(first.seq, lost(kind), now + Duration::from_millis(300));
         let e = effects(&mut s);
         assert!(
-            matches!(e.as_slice(), [Effect::Arm(Timer::Resend(seq), _)] if *seq == first.seq),
+            e.is_empty() && s.timers.is_armed(&Timer::Resend(first.seq)),
             "{kind:?}: before its deadline the waiter waits for the request sent again: {e:?}"
         );
         s.fired(Timer::Deadline(1), now + wait);
@@ -1207,14 +1192,14 @@ fn a_reply_found_missing_past_the_deadline_or_for_a_single_attempt_answers_at_on
             s.fired(Timer::Deadline(1), now + d);
             let e = effects(&mut s);
             assert!(
-                matches!(e.as_slice(), [Effect::Arm(Timer::Deadline(1), g)] if *g == LAST_TRY_GRACE),
+                matches!(e.as_slice(), [Effect::Arm(1, g)] if *g == LAST_TRY_GRACE),
                 "its attempt under way gets a grace for its outcome: {e:?}"
             );
         }
         s.ran(first.seq, lost(SyncKind::Semaphore), late);
         let e = effects(&mut s);
         let answered = match &e[..] {
-            [Effect::Arm(Timer::Resend(seq), _), Effect::Answer(1, a)] if *seq == first.seq => a,
+            [Effect::Answer(1, a)] if s.timers.is_armed(&Timer::Resend(first.seq)) => a,
             _ => panic!("{answer}: not answered at once: {e:?}"),
         };
         match answer {
@@ -1259,7 +1244,7 @@ fn an_attempt_under_way_at_the_deadline_gets_a_grace_then_the_waiter_is_told_red
     assert_eq!(tries(&e), vec![1]);
     assert!(
         e.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Deadline(1), g) if *g == LAST_TRY_GRACE))
+            .any(|e| matches!(e, Effect::Arm(1, g) if *g == LAST_TRY_GRACE))
     );
     report(
         &mut s,
@@ -1406,12 +1391,8 @@ fn no_synchronizer_wait_outlasts_an_outage_by_more_than_the_bound() {
     s.request(1, want(1), Wait::Forever, now);
     let first = first_run(effects(&mut s));
     s.ran(first.seq, lost(SyncKind::PermitSemaphore), now);
-    let e = all_effects(&mut s);
-    assert!(
-        e.iter()
-            .any(|e| matches!(e, Effect::Arm(Timer::Unavailable, d) if *d == bound)),
-        "{e:?}"
-    );
+    let e = effects(&mut s);
+    assert_eq!(s.armed_in(&Timer::Unavailable), Some(bound), "{e:?}");
     s.fired(Timer::Unavailable, now + bound);
     let e = effects(&mut s);
     assert!(
@@ -1430,23 +1411,19 @@ fn no_synchronizer_wait_outlasts_an_outage_by_more_than_the_bound() {
     s.request(1, want(1), Wait::Forever, now);
     let first = first_run(effects(&mut s));
     s.ran(first.seq, lost(SyncKind::Semaphore), now);
-    all_effects(&mut s);
+    effects(&mut s);
     s.fired(Timer::Resend(first.seq), now + backoff(0));
-    all_effects(&mut s);
+    effects(&mut s);
     let found = Take::Short {
         free: 0,
         retry_in: None,
     };
     s.ran(first.seq, Outcome::Take(Ok(found)), now + backoff(0));
-    let e = all_effects(&mut s);
-    assert!(
-        e.iter()
-            .any(|e| matches!(e, Effect::Cancel(Timer::Unavailable))),
-        "{e:?}"
-    );
+    let e = effects(&mut s);
+    assert!(!s.timers.is_armed(&Timer::Unavailable), "{e:?}");
     s.fired(Timer::Unavailable, now + bound);
     assert!(
-        !all_effects(&mut s)
+        !effects(&mut s)
             .iter()
             .any(|e| matches!(e, Effect::Answer(..))),
         "still waiting"

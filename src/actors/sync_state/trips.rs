@@ -194,7 +194,7 @@ impl SyncState {
             if now.saturating_duration_since(under.started) + after < horizon {
                 tracing::debug!(?outcome, "synchronizer request sent again");
                 under.failures += 1;
-                self.effects.push(Effect::Arm(Timer::Resend(seq), after));
+                self.timers.set(Timer::Resend(seq), now, after);
                 let purpose = match under.purpose {
                     Purpose::Attempt(id) => Some((id, true)),
                     Purpose::Unsynced { waiter, .. } => Some((waiter, false)),

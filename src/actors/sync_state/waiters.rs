@@ -7,7 +7,7 @@ use std::ops::{Index, IndexMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::actors::name::WaiterId;
+use crate::actors::name::{MAX_HAND_OFF_STREAK, WaiterId};
 
 /// One waiter: a request for permits (or a latch's opening) not answered yet.
 #[derive(Debug)]
@@ -47,6 +47,8 @@ pub(super) struct Waiters {
     list: Vec<Waiter>,
     /// The last waiter number given ([`Waiters::next_id`]).
     last_id: WaiterId,
+    /// Hand-offs in a row since the last give-back through Redis.
+    streak: u32,
 }
 
 impl Index<usize> for Waiters {
@@ -64,6 +66,23 @@ impl IndexMut<usize> for Waiters {
 }
 
 impl Waiters {
+    /// Permits given back here went to a local waiter.
+    pub(super) fn handed_off(&mut self) {
+        self.streak += 1;
+    }
+
+    /// Whether given-back permits may go to a local waiter: fewer than
+    /// [`MAX_HAND_OFF_STREAK`] hand-offs in a row, so that an ordinary release (and its
+    /// message) lets other processes' waiters in.
+    pub(super) fn may_hand_off(&self) -> bool {
+        self.streak < MAX_HAND_OFF_STREAK
+    }
+
+    /// Permits were given back through Redis: the streak starts over.
+    pub(super) fn streak_over(&mut self) {
+        self.streak = 0;
+    }
+
     /// A number for the next waiter, unique within this state.
     pub(super) fn next_id(&mut self) -> WaiterId {
         self.last_id += 1;

@@ -174,11 +174,12 @@ fn drive_until_granted(
         for e in &fx {
             match e {
                 Effect::Answer(_, Answer::Granted { .. }) => return Some(now),
-                Effect::Arm(t, after) => {
-                    timers.retain(|(_, x)| x != t);
-                    timers.push((now + *after, t.clone()));
+                Effect::Arm(id, after) => {
+                    let t = Timer::Deadline(*id);
+                    timers.retain(|(_, x)| *x != t);
+                    timers.push((now + *after, t));
                 }
-                Effect::Cancel(t) => timers.retain(|(_, x)| x != t),
+                Effect::Cancel(id) => timers.retain(|(_, x)| *x != Timer::Deadline(*id)),
                 Effect::Run(op) => {
                     let out = redis.run(op, now);
                     s.ran(out, now);
@@ -543,8 +544,8 @@ fn a_clone_keeps_its_place_when_the_first_waiter_of_its_holder_leaves() {
         "a caller's own wait makes no place wait: {op:?}"
     );
     for e in &fx {
-        if let Effect::Arm(t, after) = e {
-            timers.push((t0 + *after, t.clone()));
+        if let Effect::Arm(id, after) = e {
+            timers.push((t0 + *after, Timer::Deadline(*id)));
         }
     }
     let out = redis.run(&op, t0);

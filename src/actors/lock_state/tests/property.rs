@@ -172,11 +172,12 @@ impl Shell {
                     );
                     prop_assert!(self.watched.insert(id), "waiter {id} watched twice");
                 }
-                Effect::Arm(t, _) => {
+                Effect::Arm(id, _) => {
+                    let t = Timer::Deadline(id);
                     self.timers.insert(format!("{t:?}"), t);
                 }
-                Effect::Cancel(t) => {
-                    self.timers.remove(&format!("{t:?}"));
+                Effect::Cancel(id) => {
+                    self.timers.remove(&format!("{:?}", Timer::Deadline(id)));
                 }
                 Effect::Subscribe(c) => {
                     self.subscribed.insert(c.to_string());
@@ -330,7 +331,7 @@ impl LockState {
                 "{key:?}: more unreleased than held"
             );
         }
-        for channel in &self.subscribed {
+        for channel in self.link.subscriptions() {
             let needed = self
                 .waiters
                 .iter()

@@ -678,11 +678,12 @@ impl Sim {
                     return Err(format!("m{m}: unsubscribed {c} twice"));
                 }
             }
-            Effect::Arm(t, after) => {
+            Effect::Arm(id, after) => {
+                let t = Timer::Deadline(id);
                 mgr.timers.insert(format!("{t:?}"), (now + after, t));
             }
-            Effect::Cancel(t) => {
-                mgr.timers.remove(&format!("{t:?}"));
+            Effect::Cancel(id) => {
+                mgr.timers.remove(&format!("{:?}", Timer::Deadline(id)));
             }
             Effect::Track {
                 hold: key, epoch, ..
