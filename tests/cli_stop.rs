@@ -6,8 +6,6 @@
 //! Run with `cargo test --features cli --test cli_stop`.
 #![cfg(all(feature = "cli", target_os = "linux"))]
 
-#[path = "support/proxy.rs"]
-mod proxy;
 mod support;
 
 use std::io::{BufRead, BufReader};
@@ -16,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use proxy::Proxy;
+use support::proxy::Proxy;
 use redis::Commands;
 use support::RedisServer;
 

@@ -4,14 +4,12 @@
 //! Run with `cargo test --features metrics --test contention`.
 #![cfg(feature = "metrics")]
 
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
 
 use std::time::Duration;
 
 use lockman::{Config, LockManager};
-use recorder::recorded;
+use support::recorder::recorded;
 use support::RedisServer;
 
 /// 10,000 names, each waited on once: the per-name contention gauges name at most K of them

@@ -4,10 +4,10 @@
 //! cycle: a workload that takes its names in one order, with guards dropped (released in the
 //! background) and acquires given up mid-wait, sees none.
 
-#[cfg(feature = "metrics")]
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
+
+#[cfg(feature = "metrics")]
+use support::recorder;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

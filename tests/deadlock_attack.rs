@@ -8,8 +8,6 @@
 //! hold granted rather than by a wait beginning, a process cut off from Redis whose last
 //! published wait has ended, and clients whose wall clocks are off.
 
-#[path = "support/proxy.rs"]
-mod proxy;
 mod support;
 
 use std::future::Future;
@@ -17,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use lockman::deadlock::{self, Cycle, Owner};
 use lockman::{Config, LockError, LockManager};
-use proxy::Proxy;
+use support::proxy::Proxy;
 use redis::Commands;
 use support::fair::SkewedChild;
 use support::party::{deadlock_of, party};

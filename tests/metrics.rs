@@ -3,14 +3,12 @@
 //! own. Run with `cargo test --features metrics --test metrics`.
 #![cfg(feature = "metrics")]
 
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
 
 use std::time::Duration;
 
 use lockman::{Config, LockError, LockManager};
-use recorder::recorded;
+use support::recorder::recorded;
 use redis::Commands;
 use support::RedisServer;
 

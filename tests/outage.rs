@@ -15,10 +15,10 @@
 //! Short bounds keep the file quick: a 1 s wait, a 1 s response timeout, a 2 s
 //! `unavailable_after`, and every way in at once.
 
-#[cfg(feature = "metrics")]
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
+
+#[cfg(feature = "metrics")]
+use support::recorder;
 
 use std::future::Future;
 use std::pin::Pin;

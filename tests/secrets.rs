@@ -6,10 +6,10 @@
 //! Run with `cargo test --all-features --test secrets`.
 #![cfg(feature = "cli")]
 
-#[cfg(feature = "metrics")]
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
+
+#[cfg(feature = "metrics")]
+use support::recorder;
 
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex, OnceLock};

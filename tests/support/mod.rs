@@ -22,6 +22,9 @@ pub mod certs;
 pub mod cluster;
 pub mod fair;
 pub mod party;
+pub mod proxy;
+#[cfg(feature = "metrics")]
+pub mod recorder;
 pub mod redisson;
 pub mod sentinel;
 pub mod wait;
@@ -47,6 +50,10 @@ pub struct Options {
     pub args: Vec<String>,
     /// The `default` user's password (`--requirepass`), used by [`RedisServer::client`].
     pub password: Option<String>,
+    /// Environment variables of the server's process alone, at every start and restart (the
+    /// chaos runner's libfaketime clock for the lock server). Set on the runner's own
+    /// environment instead, they would reach every process it starts meanwhile.
+    pub env: Vec<(String, String)>,
 }
 
 impl Options {
@@ -68,7 +75,7 @@ impl Options {
 
 /// One throwaway server: `lockman::testing::TestServer` (its methods, through `Deref`), with
 /// the suite's conveniences that panic (failing the test) instead of returning errors.
-pub struct RedisServer(TestServer);
+pub struct RedisServer(TestServer, Option<tempfile::TempDir>);
 
 impl Deref for RedisServer {
     type Target = TestServer;
@@ -83,6 +90,24 @@ impl DerefMut for RedisServer {
     }
 }
 
+/// A script that runs the suite's server binary with `env` added to its environment (`exec`:
+/// the server keeps the script's pid, which the kit kills and waits for), in a folder that
+/// lives as long as the server. The kit has no environment option: its server is this script.
+/// Written once, before the server's first start; restarts run it as it is.
+#[cfg(unix)]
+fn with_env(env: &[(String, String)]) -> std::io::Result<(tempfile::TempDir, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let vars: Vec<String> = env.iter().map(|(k, v)| quote(&format!("{k}={v}"))).collect();
+    let bin = quote(&server().bin.to_string_lossy());
+    let dir = tempfile::tempdir()?;
+    let script = dir.path().join("server");
+    let text = format!("#!/bin/sh\nexec env {} {bin} \"$@\"\n", vars.join(" "));
+    std::fs::write(&script, text)?;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
+    Ok((dir, script))
+}
+
 impl RedisServer {
     /// Starts a server on a free port; panics (failing the test) when none can be started.
     pub fn start() -> Self {
@@ -92,8 +117,20 @@ impl RedisServer {
     /// Starts a server of the given kind on a free port.
     pub fn start_with(options: Options) -> Self {
         let binary = server();
-        match TestServer::start_with(options.kit()) {
-            Ok(server) => Self(server),
+        let mut kit = options.kit();
+        let mut wrapper = None;
+        if !options.env.is_empty() {
+            #[cfg(unix)]
+            {
+                let (dir, script) = with_env(&options.env).expect("the server's env script");
+                kit = kit.bin(script);
+                wrapper = Some(dir);
+            }
+            #[cfg(not(unix))]
+            panic!("a server with its own environment needs a unix shell");
+        }
+        match TestServer::start_with(kit) {
+            Ok(server) => Self(server, wrapper),
             Err(e) => panic!("could not start {}: {e}", binary.version),
         }
     }
