@@ -90,6 +90,32 @@ fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
     assert_eq!(tokens[1], counter);
 }
 
+/// `exec --semaphore` gives the command the semaphore's name in `LOCKMAN_SEMAPHORE` as well as
+/// `LOCKMAN_LOCK`, and no token, and gives its permit back when it exits.
+#[test]
+fn exec_semaphore_gives_the_command_the_semaphores_name() {
+    let server = RedisServer::start();
+    let script = "echo \"${LOCKMAN_SEMAPHORE:-none} ${LOCKMAN_LOCK:-none} ${LOCKMAN_FENCE:-none}\"";
+    let out = run(
+        &server,
+        &[
+            "exec",
+            "--semaphore",
+            "--permits",
+            "3",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    assert_eq!(code(&out), 0);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "jobs jobs none");
+    let free: String = server.conn().get("jobs").unwrap();
+    assert_eq!(free, "3", "the permit came back");
+}
+
 /// `--kind non-reentrant` and `--kind non-reentrant-fair` hold RLock's / RFairLock's hash with
 /// a count of 1 while the command runs, and release it after.
 #[test]
