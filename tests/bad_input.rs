@@ -809,7 +809,7 @@ fn table() -> Vec<Row> {
                 // The refused grant was dropped with the message: its hold is released the way
                 // of a dropped guard's, through its own actor.
                 assert!(
-                    support::eventually(Duration::from_secs(3), || dbsize(env) == 1).await,
+                    support::wait::eventually(Duration::from_secs(3), || dbsize(env) == 1).await,
                     "a released"
                 );
                 b.release().await?;

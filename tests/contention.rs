@@ -9,8 +9,8 @@ mod support;
 use std::time::Duration;
 
 use lockman::{Config, LockManager};
-use support::recorder::recorded;
 use support::RedisServer;
+use support::recorder::recorded;
 
 /// 10,000 names, each waited on once: the per-name contention gauges name at most K of them
 /// (the names waited on longest in a tick), and the count of contended names is exact.

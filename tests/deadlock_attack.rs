@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use lockman::deadlock::{self, Cycle, Owner};
 use lockman::{Config, LockError, LockManager};
-use support::proxy::Proxy;
 use redis::Commands;
 use support::fair::SkewedChild;
 use support::party::{deadlock_of, party};
+use support::proxy::Proxy;
 use support::{RedisServer, wait};
 use tokio::sync::oneshot;
 
@@ -68,7 +68,7 @@ async fn nothing_left(raw: &mut redis::Connection) {
             .filter(|k| !k.starts_with("lockman_client") && !k.starts_with("redisson_lock_token:"))
             .collect::<Vec<_>>()
     };
-    if !support::eventually(wait::LIMIT, || left(raw).is_empty()).await {
+    if !support::wait::eventually(wait::LIMIT, || left(raw).is_empty()).await {
         panic!("keys left behind: {:?}", left(raw));
     }
 }

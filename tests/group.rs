@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockKind, LockManager};
 use redis::Commands;
-use support::{RedisServer, listen, next_message, wait};
+use support::{RedisServer, commands::listen, commands::next_message, wait};
 
 const WATCHDOG: Duration = Duration::from_millis(900);
 
@@ -866,7 +866,7 @@ async fn a_group_wait_is_never_reported_as_a_deadlock_behind_a_member_it_does_no
     });
     t1_holds.await.unwrap();
     // Task 1 waits for `x` (it subscribed), unless its wait failed at once.
-    let waiting = support::eventually(Duration::from_secs(10), || {
+    let waiting = support::wait::eventually(Duration::from_secs(10), || {
         t1.is_finished()
             || redis::cmd("PUBSUB")
                 .arg("NUMSUB")

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, subscribed};
+use support::{RedisServer, wait::subscribed};
 
 const PREFIX: &str = "app1:";
 
@@ -28,7 +28,7 @@ fn keys(raw: &mut redis::Connection) -> BTreeSet<String> {
 fn channels_until(listener: &mut redis::Connection, last: &str, payload: &str) -> Vec<String> {
     let mut heard = Vec::new();
     for _ in 0..100 {
-        let message = support::next_message(listener);
+        let message = support::commands::next_message(listener);
         let channel = message[2].clone();
         let done = channel == last && message[3] == payload;
         heard.push(channel);
@@ -43,7 +43,7 @@ fn channels_until(listener: &mut redis::Connection, last: &str, payload: &str) -
 async fn every_kind_and_synchronizer_uses_the_mapped_name() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mut all = support::listen(server.conn(), "PSUBSCRIBE", "*");
+    let mut all = support::commands::listen(server.conn(), "PSUBSCRIBE", "*");
     let mgr = LockManager::start(Config::new(server.url()).name_prefix(PREFIX))
         .await
         .unwrap();
