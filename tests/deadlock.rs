@@ -305,7 +305,7 @@ async fn report_only_leaves_both_waits_to_their_timeouts() {
     recorder::recorded();
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mgr = manager(&server, |c| c.deadlocks(Deadlocks::Off)).await;
+    let mgr = manager(&server, |c| c.deadlocks(Deadlocks::Report)).await;
     let (x, y, x2, y2) = (mgr.lock("x"), mgr.lock("y"), mgr.lock("x"), mgr.lock("y"));
     let wait_for = Duration::from_millis(1500);
     let (_a_me, a_go, a) = party(async move { x.acquire().await }, async move {
@@ -697,7 +697,7 @@ async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
     let mut raw = server.conn();
     // A short watchdog timeout: the record is written every third of it.
     let mgr = manager(&server, |c| {
-        c.deadlocks(Deadlocks::Off)
+        c.deadlocks(Deadlocks::Report)
             .watchdog_timeout(Duration::from_millis(900))
     })
     .await;
