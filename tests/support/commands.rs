@@ -2,7 +2,10 @@
 //! commandstats), scripts loaded before counting, and a raw subscriber standing in for another
 //! client.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
+
+use redis::Commands;
 
 /// Number of calls of `command` (lowercase, e.g. `evalsha`, `publish`) since the last
 /// CONFIG RESETSTAT, from INFO commandstats.
@@ -55,4 +58,20 @@ pub fn listen(mut conn: redis::Connection, command: &str, channel: &str) -> redi
 pub fn next_message(conn: &mut redis::Connection) -> Vec<String> {
     let heard = conn.recv_response().expect("a message within 3 s");
     redis::from_redis_value(heard).expect("a pub/sub message")
+}
+
+/// Every key but the managers' client records (lockman's own, unprefixed, written from a
+/// manager's first hold on): what a test's locks left, or wrote.
+pub fn keys_but_records(raw: &mut redis::Connection) -> BTreeSet<String> {
+    let keys: BTreeSet<String> = raw.keys("*").expect("KEYS");
+    keys.into_iter()
+        .filter(|k| !k.starts_with("lockman_client:{lockman}"))
+        .collect()
+}
+
+/// [`keys_but_records`], split into the unlock request latches and the rest.
+pub fn latches_and_rest(raw: &mut redis::Connection) -> (BTreeSet<String>, BTreeSet<String>) {
+    keys_but_records(raw)
+        .into_iter()
+        .partition(|k| k.starts_with("redisson_unlock_latch:"))
 }
