@@ -116,7 +116,7 @@ async fn handoff(a: &Lock, b: &Lock) -> Duration {
 }
 
 fn evalsha_calls(node: &lockman::testing::TestServer) -> u64 {
-    support::command_calls(&mut support::raw(node), "evalsha")
+    support::commands::command_calls(&mut support::raw(node), "evalsha")
 }
 
 fn main() {
@@ -198,7 +198,7 @@ fn main() {
         // Let every hold reach the watchdog, then count over whole ticks.
         tokio::time::sleep(watchdog).await;
         for node in cluster.nodes() {
-            support::reset_stats(&mut support::raw(node));
+            support::commands::reset_stats(&mut support::raw(node));
         }
         let ticks = 6u32;
         tokio::time::sleep(watchdog / 3 * ticks).await;

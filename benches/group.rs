@@ -59,23 +59,23 @@ fn main() {
                 .expect("release");
         });
         for _ in 0..ROUNDS {
-            let before = support::command_calls(&mut raw, "evalsha");
+            let before = support::commands::command_calls(&mut raw, "evalsha");
             let took = actix.block_on(async {
                 let t = Instant::now();
                 let g = group.acquire().await.expect("group");
                 g.release().await.expect("release");
                 t.elapsed()
             });
-            g_calls += support::command_calls(&mut raw, "evalsha") - before;
+            g_calls += support::commands::command_calls(&mut raw, "evalsha") - before;
             g_times.push(took);
-            let before = support::command_calls(&mut raw, "evalsha");
+            let before = support::commands::command_calls(&mut raw, "evalsha");
             let took = actix.block_on(async {
                 let t = Instant::now();
                 let g = multi.acquire().await.expect("multi");
                 g.release().await.expect("release");
                 t.elapsed()
             });
-            m_calls += support::command_calls(&mut raw, "evalsha") - before;
+            m_calls += support::commands::command_calls(&mut raw, "evalsha") - before;
             m_times.push(took);
         }
         for (kind, times, calls) in [("group", g_times, g_calls), ("multilock", m_times, m_calls)] {

@@ -358,7 +358,7 @@ fn commands_per_wakeup(url: &str, server: &support::RedisServer) {
                 })
                 .collect();
             tokio::time::sleep(Duration::from_secs(2)).await;
-            support::reset_stats(&mut raw);
+            support::commands::reset_stats(&mut raw);
             let started = Instant::now();
             let releaser = b.semaphore(name.as_str());
             for _ in 0..waiters / k {
@@ -394,7 +394,7 @@ fn commands_per_wakeup(url: &str, server: &support::RedisServer) {
             })
             .collect();
         tokio::time::sleep(Duration::from_secs(2)).await;
-        support::reset_stats(&mut raw);
+        support::commands::reset_stats(&mut raw);
         let started = Instant::now();
         holder.release().await.unwrap();
         for t in tasks {

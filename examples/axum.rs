@@ -103,7 +103,7 @@ async fn main() -> std::io::Result<()> {
         arg("--port", 8080),
         Duration::from_millis(arg("--wait-ms", 200)),
     );
-    let (url, _server) = support::or_exit(support::redis_for_example());
+    let (url, _server) = support::example::or_exit(support::example::redis_for_example());
     let manager = LockManager::connect(&url)
         .await
         .map_err(std::io::Error::other)?;

@@ -24,7 +24,7 @@ async fn main() {
     let result = match std::env::var("DEADLOCK_EXAMPLE_URL") {
         Ok(url) => west(&url).await,
         Err(_) => {
-            let (url, _server) = support::or_exit(support::redis_for_example());
+            let (url, _server) = support::example::or_exit(support::example::redis_for_example());
             east(&url).await
         }
     };

@@ -44,7 +44,7 @@ async fn write(
 
 #[tokio::main]
 async fn main() {
-    let (url, _server) = support::or_exit(support::redis_for_example());
+    let (url, _server) = support::example::or_exit(support::example::redis_for_example());
     if let Err(e) = run(&url).await {
         eprintln!("fenced example failed: {e}");
         std::process::exit(1);

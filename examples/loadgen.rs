@@ -333,7 +333,7 @@ async fn commands_per_handoff(
         h.acquire().await.release().await;
     }
     let mut conn = server.conn();
-    support::reset_stats(&mut conn);
+    support::commands::reset_stats(&mut conn);
     let start = Instant::now();
     let handoffs = take_turns(&holders, |n| n < handoffs).await;
     let took = start.elapsed();
@@ -407,7 +407,7 @@ async fn watchdog(server: &support::RedisServer, locks: usize) -> WatchdogRun {
     }
     tokio::time::sleep(tick).await;
     let mut conn = server.conn();
-    support::reset_stats(&mut conn);
+    support::commands::reset_stats(&mut conn);
     let (cpu0, t0) = (cpu_time(), Instant::now());
     tokio::time::sleep(tick * 10).await;
     let (cpu, took) = (cpu_time() - cpu0, t0.elapsed());
@@ -478,7 +478,7 @@ fn memory_role(url: &str, names: usize) {
         for i in 0..1000 {
             once(names + i).await.expect("release");
         }
-        support::lock_actors_stop(&manager, Duration::from_secs(10)).await;
+        support::wait::lock_actors_stop(&manager, Duration::from_secs(10)).await;
         let before = rss_kb();
         let start = Instant::now();
         let workers = 32;
@@ -489,7 +489,7 @@ fn memory_role(url: &str, names: usize) {
         }))
         .await;
         let per_name = start.elapsed() / names as u32;
-        support::lock_actors_stop(&manager, Duration::from_secs(10)).await;
+        support::wait::lock_actors_stop(&manager, Duration::from_secs(10)).await;
         let live = manager.live_lock_actors().await;
         let after = rss_kb();
         println!("{before} {after} {live} {}", per_name.as_nanos());

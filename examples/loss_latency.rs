@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, reset_stats};
+use support::{RedisServer, commands::command_calls, commands::reset_stats};
 
 const WATCHDOG: Duration = Duration::from_secs(3);
 

@@ -14,7 +14,7 @@ use lockman::{LockError, LockKind, LockManager};
 
 #[actix_rt::main]
 async fn main() {
-    let (url, _server) = support::or_exit(support::redis_for_example());
+    let (url, _server) = support::example::or_exit(support::example::redis_for_example());
     if let Err(e) = run(&url).await {
         eprintln!("messages example failed: {e}");
         std::process::exit(1);

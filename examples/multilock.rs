@@ -13,7 +13,7 @@ use lockman::{LockError, LockManager, MultiLock};
 
 #[tokio::main]
 async fn main() {
-    let (urls, _servers) = support::or_exit(support::servers_for_example(3));
+    let (urls, _servers) = support::example::or_exit(support::example::servers_for_example(3));
     if let Err(e) = run(&urls).await {
         eprintln!("multilock example failed: {e}");
         std::process::exit(1);

@@ -13,7 +13,7 @@ use lockman::{LockError, LockManager, RedLock};
 
 #[tokio::main]
 async fn main() {
-    let (urls, mut servers) = support::or_exit(support::servers_for_example(5));
+    let (urls, mut servers) = support::example::or_exit(support::example::servers_for_example(5));
     if let Err(e) = run(&urls, &mut servers).await {
         eprintln!("redlock example failed: {e}");
         std::process::exit(1);

@@ -18,7 +18,7 @@ use tracing_subscriber::fmt::format::FmtSpan;
 
 #[tokio::main]
 async fn main() {
-    let (url, _server) = support::or_exit(support::redis_for_example());
+    let (url, _server) = support::example::or_exit(support::example::redis_for_example());
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::new("lockman=debug,lockman::actors=info"))
         .with_span_events(FmtSpan::CLOSE)

@@ -145,7 +145,7 @@ async fn main() -> std::io::Result<()> {
         arg("--port", 8080),
         Duration::from_millis(arg("--wait-ms", 200)),
     );
-    let (url, _server) = support::or_exit(support::redis_for_example());
+    let (url, _server) = support::example::or_exit(support::example::redis_for_example());
     // lockman's histograms as histograms (`_bucket` series, which the Grafana dashboard's
     // quantile panels read), not the summaries the exporter renders by default. The README's
     // Metrics section gives these buckets; tests/dashboard.rs checks they agree.

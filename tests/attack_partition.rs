@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use lockman::testing::Link;
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
-use support::{RedisServer, eventually};
+use support::{RedisServer, wait::eventually};
 
 /// A short watchdog, so a hold outlives a cut by a couple of seconds only; scope's margin is a
 /// tenth of it (200 ms).
@@ -314,7 +314,7 @@ async fn an_acquire_that_ran_but_whose_reply_was_lost_is_given_back_after_the_ca
         .unwrap();
     let direct = LockManager::start(straight(server.url())).await.unwrap();
     let lock = cut_off.lock("lost-reply");
-    support::load_scripts(&lock).await;
+    support::commands::load_scripts(&lock).await;
 
     proxy.cut_replies();
     let gave_up = lock.try_acquire_for(Duration::from_millis(400)).await;
@@ -376,7 +376,7 @@ async fn a_non_reentrant_acquire_whose_reply_was_lost_never_refuses_its_holders_
             cut_off.non_reentrant_fair_lock("nr-lost").into(),
         ),
     ] {
-        support::load_scripts(&lock).await;
+        support::commands::load_scripts(&lock).await;
         proxy.cut_replies();
         let gave_up = lock.try_acquire_for(Duration::from_millis(400)).await;
         let count: Option<String> = raw.hget("nr-lost", lock.holder_id()).unwrap();
@@ -439,7 +439,7 @@ async fn a_release_that_ran_but_whose_reply_was_lost_is_not_reported_as_a_lost_h
     // The waiter is parked on the channel.
     let mut probe = server.conn();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe,
             "redisson_lock__channel:{lost-release}",
             Duration::from_secs(5)
@@ -601,7 +601,7 @@ async fn a_shutdown_while_cut_off_ends_promptly_and_leaves_nothing_renewed() {
     };
     let mut probe = server.conn();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe,
             "redisson_lock__channel:{down:waited}",
             Duration::from_secs(5)
@@ -699,7 +699,7 @@ async fn waiters_parked_through_a_cut_are_served_promptly_once_it_heals() {
         "redisson_countdownlatch__channel__{heal:latch}",
     ] {
         assert!(
-            support::subscribed(&mut probe, channel, Duration::from_secs(5)).await,
+            support::wait::subscribed(&mut probe, channel, Duration::from_secs(5)).await,
             "{channel}: nobody waits"
         );
     }
@@ -778,7 +778,7 @@ async fn a_client_whose_old_connections_stay_black_holed_recovers_on_new_ones() 
     });
     let mut probe = server.conn();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe,
             "redisson_lock__channel:{stale:lock}",
             Duration::from_secs(5)
@@ -863,7 +863,7 @@ async fn a_silent_pubsub_connection_neither_hangs_bounded_waits_nor_loses_wake_u
     });
     let mut probe = server.conn();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe,
             "redisson_lock__channel:{quiet:warm}",
             Duration::from_secs(5)
@@ -888,7 +888,7 @@ async fn a_silent_pubsub_connection_neither_hangs_bounded_waits_nor_loses_wake_u
         async move { lock.try_acquire_for(Duration::from_secs(25)).await }
     });
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe,
             "redisson_lock__channel:{quiet:parked}",
             Duration::from_secs(5)
@@ -1000,7 +1000,7 @@ async fn a_semaphore_acquire_that_ran_but_whose_reply_was_lost_gives_its_permits
     tokio::time::sleep(Duration::from_millis(400)).await;
     let healed = Instant::now();
     proxy.heal();
-    let all_back = support::eventually(Duration::from_secs(5), || {
+    let all_back = support::wait::eventually(Duration::from_secs(5), || {
         raw.get::<_, String>("lost-permits").is_ok_and(|v| v == "3")
     })
     .await;
@@ -1036,7 +1036,7 @@ async fn synchronizer_bounded_waits_end_on_time_when_replies_are_lost() {
         .await
         .unwrap();
     let lock = cut_off.lock("late:lock");
-    support::load_scripts(&lock).await;
+    support::commands::load_scripts(&lock).await;
     let sem = cut_off.semaphore("late:sem");
     assert!(sem.try_set_permits(3).await.unwrap());
     let psem = cut_off.permit_semaphore("late:psem");

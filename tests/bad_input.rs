@@ -809,7 +809,7 @@ fn table() -> Vec<Row> {
                 // The refused grant was dropped with the message: its hold is released the way
                 // of a dropped guard's, through its own actor.
                 assert!(
-                    support::eventually(Duration::from_secs(3), || dbsize(env) == 1).await,
+                    support::wait::eventually(Duration::from_secs(3), || dbsize(env) == 1).await,
                     "a released"
                 );
                 b.release().await?;
@@ -879,7 +879,8 @@ fn table() -> Vec<Row> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bad_input_matrix() {
     let rows = table();
-    assert!(rows.len() >= 25, "{} rows", rows.len());
+    // RELIABILITY.md, "Bad input", counts the rows: 59.
+    assert!(rows.len() >= 59, "{} rows", rows.len());
     let mut failures = Vec::new();
     println!("| input | outcome | why |\n|---|---|---|");
     for row in rows {

@@ -90,6 +90,35 @@ fn exec_gives_the_command_the_lock_name_and_its_fencing_token() {
     assert_eq!(tokens[1], counter);
 }
 
+/// `exec --semaphore` gives the command the semaphore's name in `LOCKMAN_SEMAPHORE` as well as
+/// `LOCKMAN_LOCK`, and no token, and gives its permit back when it exits.
+#[test]
+fn exec_semaphore_gives_the_command_the_semaphores_name() {
+    let server = RedisServer::start();
+    let script = "echo \"${LOCKMAN_SEMAPHORE:-none} ${LOCKMAN_LOCK:-none} ${LOCKMAN_FENCE:-none}\"";
+    let out = run(
+        &server,
+        &[
+            "exec",
+            "--semaphore",
+            "--permits",
+            "3",
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    assert_eq!(code(&out), 0);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "jobs jobs none"
+    );
+    let free: String = server.conn().get("jobs").unwrap();
+    assert_eq!(free, "3", "the permit came back");
+}
+
 /// `--kind non-reentrant` and `--kind non-reentrant-fair` hold RLock's / RFairLock's hash with
 /// a count of 1 while the command runs, and release it after.
 #[test]
@@ -341,7 +370,7 @@ async fn exec_losing(args: &[&str], name: &str) -> (Output, Duration) {
         .unwrap();
     let mut raw = server.conn();
     let held = || raw.exists::<_, bool>(name).unwrap();
-    assert!(support::eventually(Duration::from_secs(5), held).await);
+    assert!(support::wait::eventually(Duration::from_secs(5), held).await);
     let deleted = Instant::now();
     let _: () = server.conn().del(name).unwrap();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output())
@@ -390,7 +419,7 @@ async fn sigterm_is_forwarded_and_the_lock_released_after_the_command_exits() {
         .unwrap();
     let mut raw = server.conn();
     assert!(
-        support::eventually(Duration::from_secs(5), || raw
+        support::wait::eventually(Duration::from_secs(5), || raw
             .exists::<_, bool>("sig")
             .unwrap())
         .await
@@ -457,7 +486,7 @@ fn a_command_dies_with_its_killed_lockman() {
             lockman: lockman(&server, &args).spawn().unwrap(),
             command: None,
         };
-        let started = support::eventually_blocking(Duration::from_secs(10), || {
+        let started = support::wait::eventually_blocking(Duration::from_secs(10), || {
             reap.command = std::fs::read_to_string(&pidfile)
                 .ok()
                 .and_then(|s| s.trim().parse().ok());
@@ -468,7 +497,7 @@ fn a_command_dies_with_its_killed_lockman() {
         assert!(running(pid), "{name}: the command runs");
         reap.lockman.kill().unwrap();
         reap.lockman.wait().unwrap();
-        let gone = support::eventually_blocking(Duration::from_secs(5), || !running(pid));
+        let gone = support::wait::eventually_blocking(Duration::from_secs(5), || !running(pid));
         assert!(
             gone,
             "{name}: the command {pid} outlived its lockman by 5 s"
@@ -499,7 +528,7 @@ async fn inspect_shows_every_kind_in_text_and_json() {
     };
     let mut raw = server.conn();
     assert!(
-        support::eventually(Duration::from_secs(3), || raw
+        support::wait::eventually(Duration::from_secs(3), || raw
             .llen::<_, u64>("redisson_lock_queue:{fair}")
             .unwrap()
             == 1)
@@ -631,7 +660,7 @@ async fn watch_prints_acquire_and_release_until_interrupted() {
         move || printed.lock().unwrap().contains(what)
     };
     assert!(
-        support::subscribed(&mut raw, "__keyspace@0__:seen", Duration::from_secs(10)).await,
+        support::wait::subscribed(&mut raw, "__keyspace@0__:seen", Duration::from_secs(10)).await,
         "watch subscribed"
     );
     let mgr = manager(&server).await;
@@ -801,7 +830,7 @@ async fn exec_semaphore_stops_the_command_when_its_permit_is_lost() {
     .unwrap();
     let mut raw = server.conn();
     let held = || raw.zcard::<_, u32>("{lost}:timeout").unwrap() == 1;
-    assert!(support::eventually(Duration::from_secs(5), held).await);
+    assert!(support::wait::eventually(Duration::from_secs(5), held).await);
     let _: () = server.conn().del("{lost}:timeout").unwrap();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
@@ -924,7 +953,7 @@ async fn elect_restarts_its_command_each_term_and_leader_shows_it() {
             .unwrap(),
         command: None,
     };
-    assert!(support::eventually(Duration::from_secs(10), || starts(&file).len() == 1).await);
+    assert!(support::wait::eventually(Duration::from_secs(10), || starts(&file).len() == 1).await);
     let (term1, pid1) = starts(&file)[0];
     assert_eq!(
         raw.get::<_, u64>("redisson_lock_token:{jobs}").unwrap(),
@@ -937,14 +966,14 @@ async fn elect_restarts_its_command_each_term_and_leader_shows_it() {
 
     // The lead is lost (its key gone): the command is stopped, and restarted in a new term.
     let _: () = raw.del("jobs").unwrap();
-    assert!(support::eventually(Duration::from_secs(10), || starts(&file).len() == 2).await);
+    assert!(support::wait::eventually(Duration::from_secs(10), || starts(&file).len() == 2).await);
     let (term2, pid2) = starts(&file)[1];
     assert!(term2 > term1);
     assert!(!running(pid1), "the first term's command still runs");
     reap.command = Some(pid2);
     reap.lockman.kill().unwrap();
     reap.lockman.wait().unwrap();
-    let gone = support::eventually_blocking(Duration::from_secs(5), || !running(pid2));
+    let gone = support::wait::eventually_blocking(Duration::from_secs(5), || !running(pid2));
     assert!(gone, "the command {pid2} outlived its lockman");
 }
 
@@ -967,7 +996,7 @@ async fn elect_once_exits_73_when_the_lead_is_lost() {
         .unwrap();
     let mut raw = server.conn();
     assert!(
-        support::eventually(Duration::from_secs(5), || raw
+        support::wait::eventually(Duration::from_secs(5), || raw
             .exists::<_, bool>("j1")
             .unwrap())
         .await

@@ -1015,7 +1015,7 @@ async fn the_waiting_line_and_the_unlock_prompt_name_the_holders_service() {
 /// screen.
 fn screen_shows(socket: &str, text: &str) -> String {
     let mut seen = String::new();
-    let shown = support::eventually_blocking(Duration::from_secs(15), || {
+    let shown = support::wait::eventually_blocking(Duration::from_secs(15), || {
         let out = Command::new("tmux")
             .args(["-L", socket, "capture-pane", "-p", "-t", "t"])
             .output()
@@ -1053,7 +1053,7 @@ fn busy_script(server: &RedisServer) -> std::thread::JoinHandle<()> {
         let _: redis::RedisResult<i64> = redis::cmd("EVAL").arg(spin).arg(0).query(&mut conn);
     });
     assert!(
-        support::eventually_blocking(Duration::from_secs(5), || {
+        support::wait::eventually_blocking(Duration::from_secs(5), || {
             redis::cmd("PING")
                 .query::<String>(&mut server.conn())
                 .is_err()
@@ -1171,7 +1171,7 @@ fn a_server_loading_its_dataset_is_named_and_waited_out_by_exec() {
             Ok(_) => false,
         };
     assert!(
-        support::eventually_blocking(Duration::from_secs(5), || loading(&server)),
+        support::wait::eventually_blocking(Duration::from_secs(5), || loading(&server)),
         "never loading"
     );
     // `latch wait` waits it out as `exec` does (it exited 69 at once).

@@ -6,8 +6,6 @@
 //! Run with `cargo test --features cli --test cli_stop`.
 #![cfg(all(feature = "cli", target_os = "linux"))]
 
-#[path = "support/proxy.rs"]
-mod proxy;
 mod support;
 
 use std::io::{BufRead, BufReader};
@@ -16,9 +14,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use proxy::Proxy;
 use redis::Commands;
 use support::RedisServer;
+use support::proxy::Proxy;
 
 const LOCKMAN: &str = env!("CARGO_BIN_EXE_lockman");
 
@@ -85,7 +83,7 @@ impl Running {
     fn exit_within(&mut self, limit: Duration) -> Option<i32> {
         let mut code = None;
         let child = self.child.as_mut()?;
-        support::eventually_blocking(limit, || {
+        support::wait::eventually_blocking(limit, || {
             code = child.try_wait().ok().flatten().and_then(|s| s.code());
             code.is_some()
         });
@@ -150,14 +148,14 @@ fn partitioned_holder_is_killed_before_the_next_starts(args: &[&str], once_code:
     let (_dir, file) = shared_file();
     let mut a = Running::stubborn(&proxy.url(), args, "A", &file);
     assert!(
-        support::eventually_blocking(Duration::from_secs(10), || has_line(&file, "A work")),
+        support::wait::eventually_blocking(Duration::from_secs(10), || has_line(&file, "A work")),
         "A's command never started: {}",
         a.stderr()
     );
     let b = Running::stubborn(&server.url(), args, "B", &file);
     proxy.cut();
     assert!(
-        support::eventually_blocking(Duration::from_secs(20), || has_line(&file, "B work")),
+        support::wait::eventually_blocking(Duration::from_secs(20), || has_line(&file, "B work")),
         "B's command never started: {}",
         b.stderr()
     );
@@ -193,19 +191,21 @@ fn a_lost_lead_kills_a_stubborn_command_at_once() {
     let (_dir, file) = shared_file();
     let args = ["elect", "--once", "job"];
     let mut a = Running::stubborn(&server.url(), &args, "A", &file);
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || has_line(&file, "A work")
     ));
     let _: () = server.conn().del("job").unwrap();
     assert!(
-        support::eventually_blocking(Duration::from_secs(10), || a.stderr().contains("is lost")),
+        support::wait::eventually_blocking(Duration::from_secs(10), || a
+            .stderr()
+            .contains("is lost")),
         "A never saw the loss: {}",
         a.stderr()
     );
     let b = Running::stubborn(&server.url(), &args, "B", &file);
     assert!(
-        support::eventually_blocking(Duration::from_secs(20), || has_line(&file, "B work")),
+        support::wait::eventually_blocking(Duration::from_secs(20), || has_line(&file, "B work")),
         "B's command never started: {}",
         b.stderr()
     );
@@ -230,14 +230,14 @@ fn a_lease_running_out_kills_a_stubborn_command_before_the_next_exec_starts() {
     // its trap within 200 ms of the TERM, and the test is of the order TERM, KILL, next holder.
     let args = ["exec", "--lease", "2s", "--stop-grace", "1s", "job"];
     let mut a = Running::stubborn(&server.url(), &args, "A", &file);
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || has_line(&file, "A work")
     ));
     let b = Running::stubborn(&server.url(), &["exec", "job"], "B", &file);
     let code = a.exit_within(Duration::from_secs(20));
     assert!(
-        support::eventually_blocking(Duration::from_secs(20), || has_line(&file, "B work")),
+        support::wait::eventually_blocking(Duration::from_secs(20), || has_line(&file, "B work")),
         "B's command never started: {}",
         b.stderr()
     );
@@ -271,7 +271,7 @@ fn a_stopped_commands_children_die_with_it() {
         .spawn()
         .unwrap();
     let mut pid = None;
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || {
             pid = std::fs::read_to_string(&file)
@@ -282,7 +282,7 @@ fn a_stopped_commands_children_die_with_it() {
     ));
     let pid = pid.unwrap_or_default();
     let _: () = server.conn().del("kids").unwrap();
-    let gone = support::eventually_blocking(Duration::from_secs(10), || !running(pid));
+    let gone = support::wait::eventually_blocking(Duration::from_secs(10), || !running(pid));
     let _ = a.kill();
     let _ = a.wait();
     if !gone {
@@ -384,7 +384,7 @@ fn ls_top_and_inspect_print_no_control_characters() {
     // written at the first hold, before the hold is listed).
     let mut ls = String::new();
     assert!(
-        support::eventually_blocking(Duration::from_secs(15), || {
+        support::wait::eventually_blocking(Duration::from_secs(15), || {
             ls = String::from_utf8_lossy(&run(&server, &["ls"]).stdout).into_owned();
             ls.contains("name\\x1b[31mRED")
         }),
@@ -474,7 +474,7 @@ fn a_command_in_its_own_group_still_has_the_terminal() {
     // Whether the screen comes to show `what` within 10 s, and the screen last seen.
     let shows = |what: &str| {
         let mut seen = String::new();
-        let shown = support::eventually_blocking(Duration::from_secs(10), || {
+        let shown = support::wait::eventually_blocking(Duration::from_secs(10), || {
             seen = screen();
             seen.contains(what)
         });
@@ -482,7 +482,7 @@ fn a_command_in_its_own_group_still_has_the_terminal() {
     };
     // The first command waits on the terminal; the lock is held meanwhile.
     let mut raw = server.conn();
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || raw.exists::<_, bool>("tty").unwrap()
     ));
@@ -491,7 +491,7 @@ fn a_command_in_its_own_group_still_has_the_terminal() {
     assert!(shown, "the command could not read the terminal: {seen}");
     assert!(seen.contains("got-yes"), "{seen}");
     // The second runs until Ctrl-C, which the terminal sends to its group.
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || raw.exists::<_, bool>("tty").unwrap()
     ));

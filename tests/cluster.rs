@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockError, LockManager, MultiLock, RedLock, ShardedSubscription};
 use redis::AsyncCommands;
 use support::cluster::Cluster;
-use support::{RedisServer, count_rounds, listen, next_message, wait, woken};
+use support::{
+    RedisServer, commands::listen, commands::next_message, locks::count_rounds, wait, wait::woken,
+};
 
 async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     let config = Config::cluster(cluster.urls()).watchdog_timeout(watchdog);

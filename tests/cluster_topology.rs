@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::AsyncCommands;
 use support::cluster::Cluster;
-use support::{wait, woken};
+use support::{wait, wait::woken};
 
 async fn manager(cluster: &Cluster, watchdog: Duration) -> LockManager {
     let config = Config::cluster(cluster.urls())
@@ -260,7 +260,7 @@ async fn sync_replicas_in_a_cluster_waits_for_each_masters_replica_and_undoes_wi
         .await
         .expect_err("no replica to acknowledge");
     cluster.node(replica).resume().expect("resume the node");
-    support::assert_unacknowledged(&err, started);
+    support::locks::assert_unacknowledged(&err, started);
     let mut master = support::async_conn(cluster.node(frozen_master)).await;
     let exists: bool = master.exists(&frozen_name).await.unwrap();
     assert!(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager, MultiLock, RedLock};
 use redis::AsyncCommands;
-use support::{RedisServer, eventually};
+use support::{RedisServer, wait::eventually};
 
 fn servers(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
@@ -309,7 +309,7 @@ async fn a_crashed_holder_releases_every_member_within_the_watchdog_timeout() {
     let nodes = servers(3);
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let urls = urls.join(",");
-    let (mut child, _) = support::spawn_child_test(
+    let (mut child, _) = support::child::spawn_child_test(
         "child_holds_a_redlock_until_killed",
         (CHILD_URLS, &urls),
         "HELD",

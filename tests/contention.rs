@@ -4,15 +4,13 @@
 //! Run with `cargo test --features metrics --test contention`.
 #![cfg(feature = "metrics")]
 
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
 
 use std::time::Duration;
 
 use lockman::{Config, LockError, LockManager};
-use recorder::recorded;
 use support::RedisServer;
+use support::recorder::recorded;
 
 /// 10,000 names, each waited on once: the per-name contention gauges name at most K of them
 /// (the names waited on longest in a tick), and the count of contended names is exact.

@@ -4,10 +4,10 @@
 //! cycle: a workload that takes its names in one order, with guards dropped (released in the
 //! background) and acquires given up mid-wait, sees none.
 
-#[cfg(feature = "metrics")]
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
+
+#[cfg(feature = "metrics")]
+use support::recorder;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -341,6 +341,47 @@ async fn report_only_leaves_both_waits_to_their_timeouts() {
     mgr.shutdown().await;
 }
 
+/// `Deadlocks::Off` keeps no graph: a cycle in the process is neither broken nor reported (both
+/// waits run to their own time-outs), and waits past a second publish nothing to Redis for
+/// other processes to follow (no `lockman_waits:*` key, no client record naming a cycle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn off_keeps_no_graph_breaks_nothing_and_publishes_no_wait() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server, |c| {
+        c.deadlocks(Deadlocks::Off)
+            .watchdog_timeout(Duration::from_millis(900))
+    })
+    .await;
+    let (x, y, x2, y2) = (mgr.lock("x"), mgr.lock("y"), mgr.lock("x"), mgr.lock("y"));
+    // Both waits outlast the second after which a wait is published when detection is on.
+    let wait_for = Duration::from_millis(1800);
+    let (a_me, a_go, a) = party(async move { x.acquire().await }, async move {
+        y.try_acquire_for(wait_for).await.map(|g| g.is_some())
+    });
+    let (b_me, b_go, b) = party(async move { y2.acquire().await }, async move {
+        x2.try_acquire_for(wait_for * 3).await.map(|g| g.is_some())
+    });
+    a_me.await.unwrap();
+    b_me.await.unwrap();
+    let began = Instant::now();
+    a_go.send(()).unwrap();
+    wait::subscribers(&mut raw, "redisson_lock__channel:{y}", 1).await;
+    b_go.send(()).unwrap();
+    let (a_res, a_done) = a.await.unwrap();
+    // A waited its whole time: nobody broke the cycle.
+    assert!(matches!(a_res, Ok(false)), "{a_res:?}");
+    assert!(a_done - began >= wait_for);
+    let waits: Vec<String> = raw.keys("lockman_waits:*").unwrap();
+    assert!(waits.is_empty(), "published waits: {waits:?}");
+    let clients = mgr.clients().await.unwrap();
+    assert!(clients.iter().all(|c| c.deadlocks.is_empty()));
+    // A let x go when its wait ended: B takes it.
+    let (b_res, _) = b.await.unwrap();
+    assert!(matches!(b_res, Ok(true)), "{b_res:?}");
+    mgr.shutdown().await;
+}
+
 /// Many tasks, few names, every kind: each task takes a random set of names in one global
 /// order (a reader or a writer of the read-write one, the fair one, plain ones), holds them a
 /// moment and lets them go, by release or by drop (released in the background), and now and
@@ -649,7 +690,7 @@ async fn no_cycle_no_report_across_processes_with_long_waits() {
 }
 
 /// A cycle left in place (report only) shows in its finder's client record: `clients()`, and
-/// with the `cli` feature `lockman ls` and `lockman inspect` on a name of it.
+/// with the `cli` feature `lockman ls`, `lockman inspect` on a name of it and `lockman top`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
     let server = RedisServer::start();
@@ -718,6 +759,19 @@ async fn a_reported_cycle_shows_in_the_client_record_ls_and_inspect() {
             "{inspect}"
         );
         assert!(!lockman(&["inspect", "z"]).contains("deadlock"));
+        // `top`'s frame has a row per recent cycle: its finder, then the cycle, cut to the
+        // frame's width (its first holder id's start stays in).
+        let top = lockman(&["top", "--once"]);
+        let row = top
+            .split("DEADLOCKS (last 10 min)\n")
+            .nth(1)
+            .and_then(|rows| rows.lines().next())
+            .unwrap_or_default();
+        let start: String = seen.chars().take(8).collect();
+        assert!(
+            row.contains("deadlock-test@") && row.contains(&format!(": {start}")),
+            "{top}"
+        );
     }
     // Both still wait (reported, not broken): end them.
     a.abort();

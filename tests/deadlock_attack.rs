@@ -8,8 +8,6 @@
 //! hold granted rather than by a wait beginning, a process cut off from Redis whose last
 //! published wait has ended, and clients whose wall clocks are off.
 
-#[path = "support/proxy.rs"]
-mod proxy;
 mod support;
 
 use std::future::Future;
@@ -17,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use lockman::deadlock::{self, Cycle, Owner};
 use lockman::{Config, LockError, LockManager};
-use proxy::Proxy;
 use redis::Commands;
 use support::fair::SkewedChild;
 use support::party::{deadlock_of, party};
+use support::proxy::Proxy;
 use support::{RedisServer, wait};
 use tokio::sync::oneshot;
 
@@ -70,7 +68,7 @@ async fn nothing_left(raw: &mut redis::Connection) {
             .filter(|k| !k.starts_with("lockman_client") && !k.starts_with("redisson_lock_token:"))
             .collect::<Vec<_>>()
     };
-    if !support::eventually(wait::LIMIT, || left(raw).is_empty()).await {
+    if !support::wait::eventually(wait::LIMIT, || left(raw).is_empty()).await {
         panic!("keys left behind: {:?}", left(raw));
     }
 }

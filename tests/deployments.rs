@@ -4,13 +4,13 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager, TlsFailure};
 use redis::AsyncCommands;
 use support::certs::TestCerts;
-use support::{Options, RedisServer, count_rounds, primary_and_replica};
+use support::{Options, RedisServer, locks::count_rounds, primary_and_replica};
 
 const CONNECT: Duration = Duration::from_secs(2);
 /// How much later than the connect timeout a failed start may end (two connection attempts,
@@ -20,31 +20,7 @@ const SLACK: Duration = Duration::from_millis(2500);
 /// Every tracing event of this test binary, at every level, in one buffer: what lockman logs
 /// anywhere in these tests must never show a password.
 fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Capture(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    support::logs::global(tracing::Level::TRACE)
 }
 
 /// ACL users: `app` may do everything; each other one lacks one thing lockman needs.
@@ -338,7 +314,7 @@ async fn a_unix_socket_works_like_tcp() {
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     held.release().await.unwrap();
-    let guard = support::woken(waiting, Duration::from_secs(3)).await;
+    let guard = support::wait::woken(waiting, Duration::from_secs(3)).await;
     let count: u32 = server
         .async_conn()
         .await
@@ -392,14 +368,14 @@ async fn sync_replicas_waits_for_the_replica_and_undoes_without_it() {
         .fenced_set("{doc}:body", "v2")
         .await
         .expect_err("no replica to acknowledge the fenced write");
-    support::assert_unacknowledged(&err, started);
+    support::locks::assert_unacknowledged(&err, started);
     drop(fenced);
     let started = Instant::now();
     let err = lock
         .try_acquire()
         .await
         .expect_err("no replica to acknowledge");
-    support::assert_unacknowledged(&err, started);
+    support::locks::assert_unacknowledged(&err, started);
     // The undo is a release queued as the error goes back (src/actors/lock_state/outcomes.rs):
     // it reaches Redis a moment later, later still on a loaded machine. Left held, the key
     // would live its 30 s watchdog lease.
@@ -449,7 +425,7 @@ async fn sync_replicas_beyond_the_replicas_there_are_is_refused_and_undone() {
             started.elapsed()
         );
         // The grant is given back right after the caller is answered.
-        let undone = support::eventually_blocking(Duration::from_secs(2), || {
+        let undone = support::wait::eventually_blocking(Duration::from_secs(2), || {
             !redis::cmd("EXISTS")
                 .arg(name)
                 .query::<bool>(&mut raw)

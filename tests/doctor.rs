@@ -559,7 +559,7 @@ fn a_frozen_replica_under_sync_replicas_exits_78() {
         info.contains("connected_slaves:1") && info.contains("state=online")
     };
     assert!(
-        support::eventually_blocking(std::time::Duration::from_secs(10), || online(&mut raw)),
+        support::wait::eventually_blocking(std::time::Duration::from_secs(10), || online(&mut raw)),
         "the replica never came online"
     );
     let synced = ["--sync-replicas", "1", "--sync-timeout", "300ms", "--json"];
@@ -580,7 +580,7 @@ fn a_frozen_replica_under_sync_replicas_exits_78() {
     assert_eq!(check_of(&json, "scratch_lock")["status"], "fail", "{json}");
 
     // The replica acknowledges again (on its own, every second): the same command passes.
-    let caught_up = support::eventually_blocking(std::time::Duration::from_secs(10), || {
+    let caught_up = support::wait::eventually_blocking(std::time::Duration::from_secs(10), || {
         let info: String = redis::cmd("INFO")
             .arg("replication")
             .query(&mut raw)

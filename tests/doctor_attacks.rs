@@ -60,7 +60,7 @@ async fn a_frozen_replica_under_replica_sync_fails_replication() {
 
     // The control: once the replica has acknowledged everything again (it acknowledges on its
     // own every second), the same checks pass.
-    let caught_up = support::eventually_blocking(Duration::from_secs(10), || {
+    let caught_up = support::wait::eventually_blocking(Duration::from_secs(10), || {
         let info: String = redis::cmd("INFO")
             .arg("replication")
             .query(&mut raw)
@@ -150,7 +150,7 @@ async fn a_primary_killed_or_frozen_mid_diagnosis_is_an_error_in_time() {
         });
         // The scratch lock's WAIT is under way when the primary counts a blocked client.
         let mut raw = primary.conn();
-        let waiting = support::eventually_blocking(Duration::from_secs(10), || {
+        let waiting = support::wait::eventually_blocking(Duration::from_secs(10), || {
             let info: String = redis::cmd("INFO").arg("clients").query(&mut raw).unwrap();
             info.contains("blocked_clients:1")
         });

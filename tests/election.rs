@@ -126,7 +126,7 @@ async fn a_dropped_campaign_never_leads() {
     lead.resign().await.unwrap();
     // Everything the manager had under way for the name is over once its actor stopped.
     assert!(
-        support::lock_actors_stop(&mgr, Duration::from_secs(5)).await,
+        support::wait::lock_actors_stop(&mgr, Duration::from_secs(5)).await,
         "the election's actor stopped"
     );
     assert_eq!(waiting.leader().await.unwrap(), None);
@@ -154,7 +154,7 @@ async fn a_campaign_dropped_just_before_the_resign_never_leads() {
     let term = lead.term();
     lead.resign().await.unwrap();
     assert!(
-        support::lock_actors_stop(&mgr, Duration::from_secs(5)).await,
+        support::wait::lock_actors_stop(&mgr, Duration::from_secs(5)).await,
         "the election's actor stopped"
     );
     assert_eq!(raw.exists::<_, bool>("dropped"), Ok(false));

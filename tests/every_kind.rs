@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use lockman::{Config, Lock, LockError, LockManager};
 use redis::AsyncCommands;
-use support::{RedisServer, lock_actors_stop};
+use support::{RedisServer, wait::lock_actors_stop};
 
 const WATCHDOG: Duration = Duration::from_millis(600);
 
 fn kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
-    let mut kinds = support::exclusive_kinds(mgr, name);
+    let mut kinds = support::locks::exclusive_kinds(mgr, name);
     // The group multi-lock over one member: its own hash layout, so not in the shared list
     // (shared_name.rs runs kinds against each other on one name).
     let group = mgr

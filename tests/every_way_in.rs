@@ -223,7 +223,7 @@ async fn run(server: &RedisServer, handle: Handles, names: &[&str]) {
     assert_eq!(overlaps, None, "two holders were inside at once");
     // Dropped guards release in the background: everything is free soon after.
     for name in names {
-        let free = support::eventually(Duration::from_secs(3), || {
+        let free = support::wait::eventually(Duration::from_secs(3), || {
             let mut c = server.conn();
             !redis::cmd("EXISTS")
                 .arg(*name)

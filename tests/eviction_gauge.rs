@@ -4,12 +4,10 @@
 //! `cargo test --features metrics --test eviction_gauge`.
 #![cfg(feature = "metrics")]
 
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
 
 use lockman::{Config, LockManager};
-use recorder::recorded;
+use support::recorder::recorded;
 use support::{Options, RedisServer};
 
 fn gauge() -> Option<f64> {

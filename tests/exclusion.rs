@@ -9,9 +9,9 @@ use lockman::{Config, LockError, LockManager};
 use redis::AsyncCommands;
 use support::RedisServer;
 
-/// Rounds on the counter `counter`: see `support::count_rounds`.
+/// Rounds on the counter `counter`: see `support::locks::count_rounds`.
 async fn count_rounds(lock: lockman::Lock, redis: redis::aio::MultiplexedConnection, rounds: u32) {
-    support::count_rounds(lock, redis, "counter", rounds).await
+    support::locks::count_rounds(lock, redis, "counter", rounds).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +76,7 @@ async fn child_holds_the_lock_until_killed() {
 async fn holder_crash_frees_the_lock_within_the_watchdog_timeout() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let (mut child, holder) = support::spawn_child_test(
+    let (mut child, holder) = support::child::spawn_child_test(
         "child_holds_the_lock_until_killed",
         (CHILD_URL, &server.url()),
         "HELD ",

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
-use support::{RedisServer, load_scripts, wait};
+use support::{RedisServer, commands::load_scripts, wait};
 
 const RESPONSE: Duration = Duration::from_millis(500);
 const WATCHDOG: Duration = Duration::from_millis(900);
@@ -109,7 +109,7 @@ async fn redis_restart_fails_calls_briefly_then_everything_recovers() {
         .await
         .unwrap();
     let mut raw = server.conn();
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     let second = {
         let lock = other.lock("p");
         tokio::spawn(async move { lock.acquire().await.unwrap() })
@@ -118,8 +118,8 @@ async fn redis_restart_fails_calls_briefly_then_everything_recovers() {
     // a message can wake it now. (Less the client records' writes, one ZADD each, which both
     // managers make every 300 ms.)
     wait::until("the waiter's two attempts", || {
-        support::command_calls(&mut raw, "evalsha")
-            .saturating_sub(support::command_calls(&mut raw, "zadd"))
+        support::commands::command_calls(&mut raw, "evalsha")
+            .saturating_sub(support::commands::command_calls(&mut raw, "zadd"))
             >= 2
     })
     .await;
@@ -210,7 +210,7 @@ async fn an_acquire_whose_reply_timed_out_is_undone() {
     );
     stall.join().unwrap();
     // The acquire ran once the server woke up; lockman released what nobody was told about.
-    let gone = support::eventually(Duration::from_secs(1), || {
+    let gone = support::wait::eventually(Duration::from_secs(1), || {
         redis::Commands::exists::<_, bool>(&mut raw, "unknown") == Ok(false)
     })
     .await;
@@ -240,7 +240,7 @@ async fn a_dropped_guard_whose_release_failed_is_released_later() {
     let held: bool = redis::Commands::exists(&mut raw, "sticky").unwrap();
     assert!(held, "the refused release did not run");
     evalsha(&mut raw, "+evalsha");
-    let gone = support::eventually(Duration::from_secs(5), || {
+    let gone = support::wait::eventually(Duration::from_secs(5), || {
         redis::Commands::exists::<_, bool>(&mut raw, "sticky") == Ok(false)
     })
     .await;

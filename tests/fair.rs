@@ -219,7 +219,7 @@ async fn a_dead_waiter_is_skipped_after_the_wait_timeout() {
     let mut raw = server.conn();
     let mgr = manager(&server).await;
     let held = mgr.fair_lock("dead").acquire().await.unwrap();
-    let (mut child, dead) = support::spawn_child_test(
+    let (mut child, dead) = support::child::spawn_child_test(
         "child_waits_in_the_fair_queue_until_killed",
         (CHILD_URL, &server.url()),
         "WAITING ",
@@ -327,11 +327,11 @@ async fn a_waiter_keeps_its_place_however_long_the_holder_holds() {
         vec![l1.holder_id(), l2.holder_id()]
     );
     held.release().await.unwrap();
-    let g1 = support::woken(w1, Duration::from_secs(2)).await;
+    let g1 = support::wait::woken(w1, Duration::from_secs(2)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!w2.is_finished(), "the second waiter got ahead");
     g1.release().await.unwrap();
-    let g2 = support::woken(w2, Duration::from_secs(2)).await;
+    let g2 = support::wait::woken(w2, Duration::from_secs(2)).await;
     g2.release().await.unwrap();
     assert!(queue(&mut raw, "place").is_empty());
 }
@@ -367,7 +367,7 @@ async fn a_dead_place_walls_a_free_lock_for_about_two_place_timeouts() {
         LockManager::start(config()).await.unwrap(),
     );
     let held = a.fair_lock("wall").acquire().await.unwrap();
-    let (mut child, dead) = support::spawn_child_test(
+    let (mut child, dead) = support::child::spawn_child_test(
         "child_holds_a_short_place_until_killed",
         (CHILD_PLACE_URL, &server.url()),
         "WAITING ",
@@ -399,7 +399,7 @@ async fn a_dead_place_walls_a_free_lock_for_about_two_place_timeouts() {
     child.wait().unwrap();
     let killed = Instant::now();
     held.release().await.unwrap(); // publishes to the dead head
-    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    let g = support::wait::woken(waiter, Duration::from_secs(5)).await;
     let took = killed.elapsed();
     // The dead place was refreshed at most a refresh period before the kill: it expired at
     // most 2K later, and the live waiter's next refresh (every K/3) found the lock free.
@@ -756,7 +756,7 @@ async fn a_lockman_join_behind_a_tail_with_no_deadline_counts_the_pttl_as_rediss
     );
     assert_eq!(queue(&mut raw, NAME), [id.as_str()]);
     assert_eq!(redisson::fair_unlock(&mut raw, NAME, TAIL, LEASE), Some(1));
-    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    let g = support::wait::woken(waiter, Duration::from_secs(5)).await;
     assert_eq!(g.holder_id(), id);
     assert!(queue(&mut raw, NAME).is_empty());
     assert!(deadlines(&mut raw, NAME).is_empty());

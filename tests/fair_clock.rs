@@ -11,7 +11,7 @@ use std::time::Duration;
 use lockman::{Config, LockManager};
 use redis::Commands;
 use support::fair::{SkewedChild, deadlines, epoch_ms, queue, server_ms};
-use support::{RedisServer, eventually, redisson};
+use support::{RedisServer, redisson, wait::eventually};
 
 const CHILD_URL: &str = "LOCKMAN_TEST_FAIR_CLOCK_CHILD_URL";
 const SLOW: &str = "skew-slow";
@@ -110,7 +110,7 @@ async fn a_lockman_client_15_s_slow_keeps_its_head_place_and_is_served() {
     assert!(!waiter.is_finished(), "served before the slow head");
     child.say("release");
     child.expect_line("RELEASED", Duration::from_secs(5));
-    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    let g = support::wait::woken(waiter, Duration::from_secs(5)).await;
     assert_eq!(g.holder_id(), on_time_id);
     assert!(child.wait());
     g.release().await.unwrap();
@@ -186,7 +186,7 @@ async fn a_lockman_client_15_s_fast_prunes_no_live_place() {
     assert!(at(&id) > now, "{d:?}");
     assert_eq!(at(JAVA) - at(&id), JAVA_WAIT, "{d:?}");
     held.release().await.unwrap();
-    let g = support::woken(waiter, Duration::from_secs(5)).await;
+    let g = support::wait::woken(waiter, Duration::from_secs(5)).await;
     assert_eq!(g.holder_id(), id);
     g.release().await.unwrap();
     assert_eq!(queue(&mut raw, FAST), [JAVA.to_owned()]);

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
 use support::fair::{deadlines, epoch_ms, queue};
-use support::{RedisServer, eventually, redisson};
+use support::{RedisServer, redisson, wait::eventually};
 
 async fn manager(config: Config) -> LockManager {
     LockManager::start(config).await.expect("manager starts")
@@ -127,7 +127,7 @@ async fn a_free_lock_goes_to_its_live_head_though_it_is_not_the_oldest_local_wai
     assert_eq!(g.holder_id(), y);
     assert_eq!(queue(&mut raw, NAME), vec![o.clone()]);
     g.release().await.unwrap();
-    let g = support::woken(wait_older, Duration::from_secs(3)).await;
+    let g = support::wait::woken(wait_older, Duration::from_secs(3)).await;
     assert!(queue(&mut raw, NAME).is_empty() && deadlines(&mut raw, NAME).is_empty());
     g.release().await.unwrap();
     assert!(took < Duration::from_secs(4), "{took:?}");
@@ -240,7 +240,7 @@ async fn clones_with_different_waits_leave_those_behind_their_own_wait() {
     // The clone with the long wait comes back to the holder's place: its attempt has run (the
     // only script here meanwhile but a rare renewal of the 30 s holder) before the short wait
     // ends.
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     let long = tokio::spawn({
         let lock = lock.clone();
         async move { lock.acquire().await }
@@ -297,7 +297,7 @@ async fn an_attempt_sent_again_after_its_waiter_left_leaves_again() {
     let held = x.fair_lock(NAME).acquire().await.unwrap(); // 30 s watchdog lease
     let lock = m.fair_lock(NAME);
     let id = lock.holder_id();
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     // Paused 1.6 s: the attempt (0 s) and its resends (at about 0.45 s, 0.95 s, 1.55 s) wait
     // in the server, and so does the leave at the end of the 700 ms wait.
     let stall = server.stall(1.6);
@@ -310,7 +310,7 @@ async fn an_attempt_sent_again_after_its_waiter_left_leaves_again() {
     );
     let gave_up = started.elapsed();
     stall.join().unwrap();
-    let evals = support::command_calls(&mut raw, "evalsha");
+    let evals = support::commands::command_calls(&mut raw, "evalsha");
     assert!(evals >= 3, "the attempt, the leave and a resend: {evals}");
     let left = eventually(Duration::from_secs(3), || {
         queue(&mut raw, NAME).is_empty() && deadlines(&mut raw, NAME).is_empty()
@@ -491,7 +491,7 @@ async fn a_java_waiter_shares_the_queue_through_a_kill_and_a_leave() {
     let config = || Config::new(server.url()).fair_lock_place_timeout(PLACE);
     let (a, b) = (manager(config()).await, manager(config()).await);
     let held = a.fair_lock(SHARED).acquire().await.unwrap(); // 30 s watchdog lease
-    let (mut child, dead) = support::spawn_child_test(
+    let (mut child, dead) = support::child::spawn_child_test(
         "child_waits_in_the_shared_queue_until_killed",
         (CHILD_URL, &server.url()),
         "WAITING ",
@@ -578,7 +578,7 @@ async fn a_java_waiter_shares_the_queue_through_a_kill_and_a_leave() {
     );
     let released = Instant::now();
     held.release().await.unwrap(); // publishes to the dead head
-    let g = support::woken(staying, Duration::from_secs(8)).await;
+    let g = support::wait::woken(staying, Duration::from_secs(8)).await;
     assert!(java.join().unwrap(), "the Java waiter was served");
     let order = order.lock().unwrap().clone();
     let names: Vec<&str> = order.iter().map(|(h, _)| h.as_str()).collect();

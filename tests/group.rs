@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockKind, LockManager};
 use redis::Commands;
-use support::{RedisServer, listen, next_message, wait};
+use support::{
+    RedisServer, commands::latches_and_rest, commands::listen, commands::next_message, wait,
+};
 
 const WATCHDOG: Duration = Duration::from_millis(900);
 
@@ -866,7 +868,7 @@ async fn a_group_wait_is_never_reported_as_a_deadlock_behind_a_member_it_does_no
     });
     t1_holds.await.unwrap();
     // Task 1 waits for `x` (it subscribed), unless its wait failed at once.
-    let waiting = support::eventually(Duration::from_secs(10), || {
+    let waiting = support::wait::eventually(Duration::from_secs(10), || {
         t1.is_finished()
             || redis::cmd("PUBSUB")
                 .arg("NUMSUB")
@@ -892,15 +894,6 @@ async fn a_group_wait_is_never_reported_as_a_deadlock_behind_a_member_it_does_no
     }
 }
 
-/// Every key but the managers' client records (lockman's own, unprefixed), split into the
-/// unlock request latches and the rest.
-fn keys(raw: &mut redis::Connection) -> (BTreeSet<String>, BTreeSet<String>) {
-    let keys: BTreeSet<String> = raw.keys("*").unwrap();
-    keys.into_iter()
-        .filter(|k| !k.starts_with("lockman_client:{lockman}"))
-        .partition(|k| k.starts_with("redisson_unlock_latch:"))
-}
-
 /// Under `Config::name_prefix`, a group lock is the prefixed group's hash and no other key;
 /// Redisson's group script on that key is refused the held member; the release publishes on
 /// the prefixed channel and leaves nothing; a lockman waiter behind Java's hold listens on the
@@ -919,7 +912,7 @@ async fn a_prefixed_group_lock_is_the_prefixed_hash_and_channel() {
     assert_eq!((group.name(), group.key()), ("order:7", "app1:order:7"));
 
     let g = group.acquire().await.unwrap();
-    let (_, found) = keys(&mut raw);
+    let (_, found) = latches_and_rest(&mut raw);
     assert_eq!(found, BTreeSet::from(["app1:order:7".to_owned()]));
     let (rest, _) = split(&hash(&mut raw, "app1:order:7"));
     assert_eq!(rest, layout(&["a", "b"], &group.holder_id(), 1));
@@ -930,7 +923,7 @@ async fn a_prefixed_group_lock_is_the_prefixed_hash_and_channel() {
     );
     g.release().await.unwrap();
     assert_eq!(next_message(&mut heard), ["message", channel, "0"]);
-    let (latches, left) = keys(&mut raw);
+    let (latches, left) = latches_and_rest(&mut raw);
     assert!(left.is_empty(), "a release leaves nothing: {left:?}");
     for latch in &latches {
         assert!(
@@ -961,7 +954,7 @@ async fn a_prefixed_group_lock_is_the_prefixed_hash_and_channel() {
         .unwrap()
         .unwrap();
     g.release().await.unwrap();
-    let (_, left) = keys(&mut raw);
+    let (_, left) = latches_and_rest(&mut raw);
     assert!(left.is_empty(), "{left:?}");
     mgr.shutdown().await;
 }

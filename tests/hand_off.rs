@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, wait, woken};
+use support::{RedisServer, wait, wait::woken};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -43,7 +43,7 @@ async fn a_release_hands_the_lock_to_a_local_waiter_without_a_publish() {
     let mgr = manager(&server).await;
     let (a, b) = (mgr.lock("h"), mgr.lock("h"));
     let held = a.acquire().await.unwrap();
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     let waiting = tokio::spawn({
         let b = b.clone();
         async move { b.acquire().await }
@@ -60,8 +60,8 @@ async fn a_release_hands_the_lock_to_a_local_waiter_without_a_publish() {
     let pttl: i64 = raw.pttl("h").unwrap();
     assert!((29_000..=30_000).contains(&pttl), "{pttl}");
     // One script, no message: the lock was never free.
-    assert_eq!(support::command_calls(&mut raw, "evalsha"), 1);
-    assert_eq!(support::command_calls(&mut raw, "publish"), 0);
+    assert_eq!(support::commands::command_calls(&mut raw, "evalsha"), 1);
+    assert_eq!(support::commands::command_calls(&mut raw, "publish"), 0);
     // The last release, with nobody waiting here, publishes as usual: the first message the
     // subscriber hears.
     got.release().await.unwrap();
@@ -137,7 +137,7 @@ async fn another_process_gets_its_turn(non_reentrant: bool) {
         tasks.push(tokio::spawn(async move {
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                support::count_rounds(lock.clone(), conn.clone(), "t:count", 1).await;
+                support::locks::count_rounds(lock.clone(), conn.clone(), "t:count", 1).await;
                 rounds += 1;
             }
             rounds
@@ -153,7 +153,7 @@ async fn another_process_gets_its_turn(non_reentrant: bool) {
     // streak ends, not only when the 30 s lease would run out.
     let started = Instant::now();
     for _ in 0..3 {
-        support::count_rounds(lock(&other), conn.clone(), "t:count", 1).await;
+        support::locks::count_rounds(lock(&other), conn.clone(), "t:count", 1).await;
     }
     let waited = started.elapsed();
     stop.store(true, Ordering::Relaxed);
@@ -175,7 +175,7 @@ async fn a_holder_re_enters_while_another_waits_and_its_last_release_hands_off()
     let mgr = manager(&server).await;
     let (a, b) = (mgr.lock("r"), mgr.lock("r"));
     let first = a.acquire().await.unwrap();
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     let waiting = tokio::spawn({
         let b = b.clone();
         async move { b.acquire().await }
@@ -244,7 +244,7 @@ async fn a_non_reentrant_release_hands_off_and_the_holders_clone_is_refused_mean
     });
     let mut probe = server.conn();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe,
             "redisson_lock__channel:{n}",
             Duration::from_secs(5)
@@ -267,14 +267,14 @@ async fn a_non_reentrant_release_hands_off_and_the_holders_clone_is_refused_mean
     let fields: Vec<(String, String)> = raw.hgetall("n").unwrap();
     assert_eq!(fields, vec![(a.holder_id(), "1".to_string())]);
     assert!(!waiting.is_finished(), "b still waits");
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     held.release().await.unwrap();
     let got = woken(waiting, Duration::from_secs(1)).await;
     let fields: Vec<(String, String)> = raw.hgetall("n").unwrap();
     assert_eq!(fields, vec![(b.holder_id(), "1".to_string())]);
     // One script, no message: the lock was never free.
-    assert_eq!(support::command_calls(&mut raw, "evalsha"), 1);
-    assert_eq!(support::command_calls(&mut raw, "publish"), 0);
+    assert_eq!(support::commands::command_calls(&mut raw, "evalsha"), 1);
+    assert_eq!(support::commands::command_calls(&mut raw, "publish"), 0);
     got.release().await.unwrap();
     let exists: bool = raw.exists("n").unwrap();
     assert!(!exists);

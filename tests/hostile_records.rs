@@ -99,7 +99,7 @@ async fn a_forged_50_mb_waits_hash_never_blocks_redis() {
     let idle = manager(&server, "holds-nothing").await;
     let holding = manager(&server, "holds-one").await;
     // Scripts loaded before the measure: a first EVALSHA is a NOSCRIPT miss.
-    support::load_scripts(&holding.lock("warm")).await;
+    support::commands::load_scripts(&holding.lock("warm")).await;
     redis::cmd("CONFIG")
         .arg("SET")
         .arg("slowlog-log-slower-than")
@@ -112,7 +112,7 @@ async fn a_forged_50_mb_waits_hash_never_blocks_redis() {
         .arg("RESET")
         .query::<()>(&mut raw)
         .unwrap();
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
 
     let wait = Duration::from_secs(4);
     let nothing = {
@@ -153,8 +153,8 @@ async fn a_forged_50_mb_waits_hash_never_blocks_redis() {
     assert!(slowest < BLOCKED_AT_MOST, "{slow:?}");
     // The probe did reach the forged hashes (HLEN is read.lua's and holders.lua's first
     // bound), and read neither whole.
-    assert!(support::command_calls(&mut raw, "hlen") >= 2);
-    assert_eq!(support::command_calls(&mut raw, "hgetall"), 0);
+    assert!(support::commands::command_calls(&mut raw, "hlen") >= 2);
+    assert_eq!(support::commands::command_calls(&mut raw, "hgetall"), 0);
     idle.shutdown().await;
     holding.shutdown().await;
 }
@@ -220,7 +220,7 @@ async fn forged_client_records_are_read_lossily_or_skipped_never_failing_the_rea
     let reader = manager(&server, "reader").await;
     let id = holder.client_id().to_string();
     assert!(
-        support::eventually(Duration::from_secs(5), || raw
+        support::wait::eventually(Duration::from_secs(5), || raw
             .exists::<_, bool>(record_key(&id))
             .unwrap())
         .await
@@ -356,7 +356,7 @@ async fn ls_top_and_inspect_work_beside_forged_records() {
     let id = holder.client_id().to_string();
     // Listed in the record once renewed (0.5 s old), at the next write (every second).
     assert!(
-        support::eventually(Duration::from_secs(5), || raw
+        support::wait::eventually(Duration::from_secs(5), || raw
             .hexists::<_, _, bool>(record_key(&id), "hold:orders:1")
             .unwrap())
         .await
@@ -427,7 +427,7 @@ async fn unlock_force_spares_a_hash_that_is_not_a_lock() {
     .unwrap();
     let record = record_key(&mgr.client_id().to_string());
     assert!(
-        support::eventually(Duration::from_secs(5), || raw
+        support::wait::eventually(Duration::from_secs(5), || raw
             .exists::<_, bool>(&record)
             .unwrap())
         .await
@@ -545,7 +545,7 @@ async fn an_exec_is_listed_from_its_first_hold_on() {
         .spawn()
         .unwrap();
     assert!(
-        support::eventually(Duration::from_secs(5), || raw
+        support::wait::eventually(Duration::from_secs(5), || raw
             .exists::<_, bool>("job")
             .unwrap())
         .await,

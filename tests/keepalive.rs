@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use lockman::{Config, LockManager};
-use support::{RedisServer, eventually};
+use support::{RedisServer, wait::eventually};
 
 /// The timer of each established IPv4 connection to `port`, from `/proc/net/tcp`: `0` none,
 /// `1` retransmission, `2` keepalive (its `tr` column).
@@ -44,7 +44,7 @@ async fn every_connection_of_a_manager_has_tcp_keepalive() {
     });
     let mut probe = server.conn();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe,
             "redisson_lock__channel:{keepalive}",
             Duration::from_secs(5)

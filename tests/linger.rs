@@ -59,7 +59,7 @@ async fn a_name_idle_between_pairs_keeps_its_actor_then_it_leaves() {
     // it, so the actor stops within two lingers, not when the tick fires.
     let started = Instant::now();
     assert!(
-        support::eventually(Duration::from_secs(10), || first.upgrade().is_none()).await,
+        support::wait::eventually(Duration::from_secs(10), || first.upgrade().is_none()).await,
         "the idle actor left"
     );
     assert!(
@@ -100,7 +100,7 @@ async fn at_most_max_lingering_idle_actors_stay() {
         "many-0 found no free place once idle again, and left"
     );
     assert!(
-        support::lock_actors_stop(&mgr, 2 * linger).await,
+        support::wait::lock_actors_stop(&mgr, 2 * linger).await,
         "all gone once the linger passed"
     );
 }
@@ -161,7 +161,7 @@ async fn a_semaphore_idle_between_uses_keeps_its_actor_then_it_leaves() {
     tokio::time::sleep(linger / 10).await;
     assert!(first.upgrade().is_some(), "the same actor served every use");
     assert!(
-        support::eventually(Duration::from_secs(5), || first.upgrade().is_none()).await,
+        support::wait::eventually(Duration::from_secs(5), || first.upgrade().is_none()).await,
         "the idle actor left"
     );
 }
@@ -195,7 +195,7 @@ async fn a_permit_semaphore_waiter_that_gave_up_leaves_no_actor_behind() {
         held.release().await.unwrap();
         let gave_up = Instant::now();
         assert!(
-            support::eventually(Duration::from_secs(5), || actor.upgrade().is_none()).await,
+            support::wait::eventually(Duration::from_secs(5), || actor.upgrade().is_none()).await,
             "drop {drop_it}: the actor still lives {:?} after its waiter gave up",
             gave_up.elapsed()
         );

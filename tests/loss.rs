@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, eventually, reset_stats};
+use support::{RedisServer, commands::command_calls, commands::reset_stats, wait::eventually};
 
 const WATCHDOG: Duration = Duration::from_secs(12);
 /// A renewal would find a loss about 2 s after the hold is watched: a report within this was

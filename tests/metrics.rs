@@ -3,16 +3,14 @@
 //! own. Run with `cargo test --features metrics --test metrics`.
 #![cfg(feature = "metrics")]
 
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
 
 use std::time::Duration;
 
 use lockman::{Config, LockError, LockManager};
-use recorder::recorded;
 use redis::Commands;
 use support::RedisServer;
+use support::recorder::recorded;
 
 /// Runs this binary's ignored test `body` in a process of its own, and fails when it fails.
 /// The recorder is global to a process, and some asserted series have no label a test could
@@ -109,7 +107,7 @@ async fn every_metric_after_a_known_sequence_alone() {
         tokio::spawn(async move { lock.acquire().await.unwrap().release().await.unwrap() })
     };
     assert!(
-        support::eventually(Duration::from_secs(2), || value(
+        support::wait::eventually(Duration::from_secs(2), || value(
             "lockman_waiters{kind=lock}"
         ) == 1.0)
         .await
@@ -220,7 +218,7 @@ async fn every_metric_after_a_known_sequence_alone() {
         .query(&mut raw)
         .unwrap();
     assert!(
-        support::eventually(Duration::from_secs(5), || value(
+        support::wait::eventually(Duration::from_secs(5), || value(
             "lockman_reconnects_total{connection=pubsub}"
         ) == 1.0)
         .await

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockError, LockKind, LockManager};
 use redis::Commands;
 use support::redisson::{self as java, prefix_name};
-use support::{RedisServer, listen, next_message, subscribed};
+use support::{RedisServer, commands::listen, commands::next_message, wait::subscribed};
 
 const JAVA: &str = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0:7";
 
@@ -362,7 +362,7 @@ async fn a_grant_whose_caller_went_never_refuses_the_next_acquire_of_its_holder(
             ),
         ] {
             let kind = format!("{kind}, prefix {prefix:?}");
-            support::load_scripts(&lock).await;
+            support::commands::load_scripts(&lock).await;
             let stall = server.stall(1.0);
             // Sent at once; it runs when the pause ends, long after its caller went.
             let first = tokio::time::timeout(Duration::from_millis(300), lock.acquire()).await;

@@ -15,10 +15,10 @@
 //! Short bounds keep the file quick: a 1 s wait, a 1 s response timeout, a 2 s
 //! `unavailable_after`, and every way in at once.
 
-#[cfg(feature = "metrics")]
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
+
+#[cfg(feature = "metrics")]
+use support::recorder;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -500,7 +500,7 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
     assert!(matches!(lock.try_acquire_for(WAIT).await, Ok(None)));
 
     // Busy, then the server dies: at the deadline Redis is away.
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     let waiting = tokio::spawn({
         let lock = lock.clone();
         // Shorter than `BOUND`: its deadline, not the bound, ends it.
@@ -509,8 +509,8 @@ async fn the_last_answer_decides_between_a_holder_and_an_outage() {
     // Found busy, it listens, and tries once more when the subscription is confirmed (a release
     // may have come between): after that, only a message, the TTL or an outage wakes it.
     assert!(
-        support::eventually(Duration::from_secs(2), || listening(&mut raw, "held")
-            && support::command_calls(&mut raw, "evalsha") >= 2)
+        support::wait::eventually(Duration::from_secs(2), || listening(&mut raw, "held")
+            && support::commands::command_calls(&mut raw, "evalsha") >= 2)
         .await,
         "the wait found the lock busy, twice"
     );
@@ -621,7 +621,7 @@ async fn at_its_deadline_a_wait_asks_redis_rather_than_trusting_its_last_answer(
         async move { lock.try_acquire_for(wait).await }
     });
     assert!(
-        support::eventually(Duration::from_secs(2), || listening(&mut raw, "held")).await,
+        support::wait::eventually(Duration::from_secs(2), || listening(&mut raw, "held")).await,
         "the wait found the lock busy and listens"
     );
     server.pause(support::FROZEN).expect("pause the server");
@@ -922,7 +922,7 @@ async fn lockman_exec_exits_69_naming_the_cause_when_redis_is_away() {
     // (A process started on a loaded machine may take seconds to get to its wait; it then
     // listens for its 2 s wait, which this sees.)
     assert!(
-        support::eventually(Duration::from_secs(20), || listening(&mut raw, "job")).await,
+        support::wait::eventually(Duration::from_secs(20), || listening(&mut raw, "job")).await,
         "exec waits for the lock"
     );
     server.stop();
@@ -955,7 +955,7 @@ async fn lockman_exec_on_a_frozen_server_exits_69_soon_after_its_wait() {
         .unwrap();
     let mut raw = server.conn();
     assert!(
-        support::eventually(Duration::from_secs(20), || listening(&mut raw, "job")).await,
+        support::wait::eventually(Duration::from_secs(20), || listening(&mut raw, "job")).await,
         "exec waits for the lock"
     );
     server.pause(support::FROZEN).expect("pause the server");
@@ -1034,12 +1034,12 @@ async fn lockman_elect_latch_wait_and_a_refused_exec_exit_69() {
         .unwrap();
     let mut raw = server.conn();
     assert!(
-        support::eventually(Duration::from_secs(20), || listening(&mut raw, "lead")).await,
+        support::wait::eventually(Duration::from_secs(20), || listening(&mut raw, "lead")).await,
         "elect waits for the leadership"
     );
     // A latch waiter listens on the latch's channel.
     assert!(
-        support::eventually(Duration::from_secs(20), || {
+        support::wait::eventually(Duration::from_secs(20), || {
             let (_, n): (String, u32) = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
                 .arg("redisson_countdownlatch__channel__{gate}")
@@ -1125,7 +1125,7 @@ async fn a_fair_waiter_behind_a_holder_is_unavailable_near_its_deadline_when_the
     let began = Instant::now();
     let waiting = tokio::spawn(async move { lock.try_acquire_for(wait).await });
     assert!(
-        support::subscribed(&mut raw, &channel, Duration::from_secs(5)).await,
+        support::wait::subscribed(&mut raw, &channel, Duration::from_secs(5)).await,
         "the waiter queued and listens on its own channel"
     );
     server.pause(support::FROZEN).expect("pause the server");
@@ -1139,7 +1139,7 @@ async fn a_fair_waiter_behind_a_holder_is_unavailable_near_its_deadline_when_the
     assert!(waited <= took && waited >= wait, "waited {waited:?}");
     // The leave went on after the answer: the waiter's place is gone once Redis runs again.
     assert!(
-        support::eventually(Duration::from_secs(15), || {
+        support::wait::eventually(Duration::from_secs(15), || {
             let queue: Vec<String> = redis::cmd("LRANGE")
                 .arg("redisson_lock_queue:{fair:held}")
                 .arg(0)
@@ -1213,7 +1213,8 @@ async fn multilocks_sharing_a_member_end_near_their_deadline_when_the_server_sto
         if !stopped_first {
             let mut raw = server.conn();
             assert!(
-                support::eventually(Duration::from_secs(5), || listening(&mut raw, "shared")).await,
+                support::wait::eventually(Duration::from_secs(5), || listening(&mut raw, "shared"))
+                    .await,
                 "the MultiLocks wait on the shared member"
             );
             server.stop();

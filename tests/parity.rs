@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::Commands;
 use support::redisson::{self as java, prefix_name, read_timeout_key};
-use support::{RedisServer, listen, next_message, subscribed, wait};
+use support::{RedisServer, commands::listen, commands::next_message, wait, wait::subscribed};
 
 /// Java's holder: Redisson's `<client uuid>:<thread id>`.
 const JAVA: &str = "6f1d2c3b-0a9e-4d8c-b7f6-5e4d3c2b1a09:1";

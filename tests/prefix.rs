@@ -11,24 +11,15 @@ use std::time::Duration;
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, subscribed};
+use support::{RedisServer, commands::keys_but_records, wait::subscribed};
 
 const PREFIX: &str = "app1:";
-
-/// Every key but the managers' client records (lockman's own, unprefixed, written from a
-/// manager's first hold on).
-fn keys(raw: &mut redis::Connection) -> BTreeSet<String> {
-    let keys: BTreeSet<String> = raw.keys("*").unwrap();
-    keys.into_iter()
-        .filter(|k| !k.starts_with("lockman_client:{lockman}"))
-        .collect()
-}
 
 /// Every channel a `PSUBSCRIBE *` listener heard, in order, until `payload` arrived on `last`.
 fn channels_until(listener: &mut redis::Connection, last: &str, payload: &str) -> Vec<String> {
     let mut heard = Vec::new();
     for _ in 0..100 {
-        let message = support::next_message(listener);
+        let message = support::commands::next_message(listener);
         let channel = message[2].clone();
         let done = channel == last && message[3] == payload;
         heard.push(channel);
@@ -43,7 +34,7 @@ fn channels_until(listener: &mut redis::Connection, last: &str, payload: &str) -
 async fn every_kind_and_synchronizer_uses_the_mapped_name() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mut all = support::listen(server.conn(), "PSUBSCRIBE", "*");
+    let mut all = support::commands::listen(server.conn(), "PSUBSCRIBE", "*");
     let mgr = LockManager::start(Config::new(server.url()).name_prefix(PREFIX))
         .await
         .unwrap();
@@ -117,7 +108,7 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
     .into_iter()
     .map(str::to_owned)
     .collect();
-    let (latches, found): (BTreeSet<String>, BTreeSet<String>) = keys(&mut raw)
+    let (latches, found): (BTreeSet<String>, BTreeSet<String>) = keys_but_records(&mut raw)
         .into_iter()
         .partition(|k| k.starts_with("redisson_unlock_latch:"));
     assert_eq!(found, expected);
@@ -187,7 +178,7 @@ async fn every_kind_and_synchronizer_uses_the_mapped_name() {
     .map(str::to_owned)
     .collect();
     assert_eq!(heard, expected_channels);
-    let left: BTreeSet<String> = keys(&mut raw)
+    let left: BTreeSet<String> = keys_but_records(&mut raw)
         .into_iter()
         .filter(|k| !k.starts_with("redisson_unlock_latch:"))
         .collect();
@@ -277,7 +268,7 @@ async fn an_election_under_a_prefix_is_the_prefixed_fenced_lock() {
         raw.get("redisson_lock_token:{app2:leader}").unwrap(),
     );
     assert_eq!((term1, term2), (lead.term(), other.term()));
-    let found: BTreeSet<String> = keys(&mut raw);
+    let found: BTreeSet<String> = keys_but_records(&mut raw);
     assert!(
         !found.contains("leader") && !found.contains("redisson_lock_token:{leader}"),
         "nothing under the bare name: {found:?}"
@@ -364,7 +355,11 @@ async fn a_prefix_alone_is_no_name_on_any_way_in() {
             mgr.sync_actor(SyncKind::Semaphore, name).await.map(drop),
         );
     }
-    assert_eq!(keys(&mut raw), BTreeSet::new(), "nothing was written");
+    assert_eq!(
+        keys_but_records(&mut raw),
+        BTreeSet::new(),
+        "nothing was written"
+    );
     mgr.shutdown().await;
 }
 

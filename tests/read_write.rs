@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
 use redis::{AsyncCommands, Commands};
-use support::{RedisServer, command_calls, eventually, reset_stats};
+use support::{RedisServer, commands::command_calls, commands::reset_stats, wait::eventually};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager, MultiLock};
 use redis::Commands;
-use support::{RedisServer, eventually};
+use support::{RedisServer, wait::eventually};
 
 /// Scope's default margin is a tenth of it: 200 ms of slack for a loaded machine.
 const WATCHDOG: Duration = Duration::from_millis(2000);

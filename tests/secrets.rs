@@ -6,13 +6,13 @@
 //! Run with `cargo test --all-features --test secrets`.
 #![cfg(feature = "cli")]
 
-#[cfg(feature = "metrics")]
-#[path = "support/recorder.rs"]
-mod recorder;
 mod support;
 
+#[cfg(feature = "metrics")]
+use support::recorder;
+
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockman::{Config, LockManager};
@@ -25,31 +25,7 @@ const MARKER: &str = "Mk7pQzSecret";
 
 /// Every tracing event of this test binary at TRACE level, in one buffer.
 fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::TRACE)
-            .with_ansi(false)
-            .with_writer(move || Capture(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    support::logs::global(tracing::Level::TRACE)
 }
 
 /// What was seen, and where: each is checked for the marker at the end.
@@ -334,7 +310,7 @@ impl TlsSentinel {
             certs.redis_certificates(),
         )
         .expect("a tls client");
-        let known = support::eventually_blocking(Duration::from_secs(15), || {
+        let known = support::wait::eventually_blocking(Duration::from_secs(15), || {
             let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(300))
             else {
                 return false;

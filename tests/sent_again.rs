@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, reset_stats, wait};
+use support::{RedisServer, commands::command_calls, commands::reset_stats, wait};
 
 const RESPONSE: Duration = Duration::from_millis(500);
 /// Longer than the response time-out, shorter than two.
@@ -67,7 +67,7 @@ async fn a_reentrant_release_sent_again_counts_once() {
     assert!(err.is_retryable(), "{err:?}");
     stall.join().unwrap();
     // The resend is answered once the stall is over.
-    let resent = support::eventually(Duration::from_secs(3), || {
+    let resent = support::wait::eventually(Duration::from_secs(3), || {
         command_calls(&mut raw, "evalsha") >= 2
     })
     .await;

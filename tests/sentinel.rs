@@ -84,7 +84,7 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
         .get_connection()
         .unwrap();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut on_first,
             "redisson_lock__channel:{wake}",
             Duration::from_secs(5)
@@ -113,7 +113,7 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
             .get_connection()
             .unwrap();
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut probe_second,
             "redisson_lock__channel:{wake}",
             support::wait::LIMIT
@@ -127,7 +127,7 @@ async fn a_failover_moves_acquires_waiters_and_renewals_to_the_new_primary() {
     );
     let released = Instant::now();
     held.release().await.expect("release on the new primary");
-    let woken = support::woken(waiting, Duration::from_secs(4)).await;
+    let woken = support::wait::woken(waiting, Duration::from_secs(4)).await;
     assert!(released.elapsed() < Duration::from_secs(4));
     let holder: Vec<String> = on_second.hkeys("wake").await.unwrap();
     assert_eq!(holder, vec![woken.holder_id().to_owned()]);

@@ -7,10 +7,10 @@
 mod support;
 
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockman::{CheckStatus, Config, Diagnosis, LockError, LockManager};
+use support::logs::logged;
 use support::{RedisServer, primary_and_replica, server_with};
 
 /// Every check `diagnose` makes on a manager that started, in its order.
@@ -58,35 +58,6 @@ fn identity(server: &RedisServer) -> String {
     match field("valkey_version") {
         Some(v) => format!("Valkey {v}"),
         None => format!("Redis {}", field("redis_version").unwrap()),
-    }
-}
-
-/// Collects what lockman logs on this thread while `work` runs (a current-thread test runs
-/// `LockManager::start`'s own checks here).
-async fn logged<T>(work: impl std::future::Future<Output = T>) -> (T, String) {
-    let buffer = Arc::new(Mutex::new(Vec::new()));
-    let sink = buffer.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || Capture(sink.clone()))
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
-    let out = work.await;
-    drop(guard);
-    let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
-    (out, text)
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
@@ -399,7 +370,7 @@ impl Valkey {
             .unwrap();
         let url = format!("redis://127.0.0.1:{port}/0");
         let client = redis::Client::open(url).unwrap();
-        let up = support::eventually_blocking(Duration::from_secs(10), || {
+        let up = support::wait::eventually_blocking(Duration::from_secs(10), || {
             client
                 .get_connection()
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))

@@ -216,7 +216,7 @@ const WATCHDOG: Duration = Duration::from_millis(2000);
 /// The exclusive kinds that share one hash layout (the write side of a read-write lock has a
 /// `mode` field the others refuse as another kind: `WRONGTYPE`, tested apart).
 fn exclusive_kinds(mgr: &LockManager, name: &str) -> Vec<(&'static str, Lock)> {
-    support::exclusive_kinds(mgr, name)
+    support::locks::exclusive_kinds(mgr, name)
         .into_iter()
         .filter(|(kind, _)| *kind != "write")
         .collect()

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockKind, LockManager, SpinBackOff};
 use redis::Commands;
 use support::RedisServer;
+use support::commands::latches_and_rest;
 use support::redisson as java;
 
 const JAVA: &str = "0b1c2d3e-4f50-6172-8394-a5b6c7d8e9f0:7";
@@ -501,15 +502,6 @@ async fn scope_stops_the_work_of_a_lost_spin_hold() {
     mgr.shutdown().await;
 }
 
-/// Every key but the managers' client records (lockman's own, unprefixed), split into the
-/// unlock request latches and the rest.
-fn keys(raw: &mut redis::Connection) -> (BTreeSet<String>, BTreeSet<String>) {
-    let keys: BTreeSet<String> = raw.keys("*").unwrap();
-    keys.into_iter()
-        .filter(|k| !k.starts_with("lockman_client:{lockman}"))
-        .partition(|k| k.starts_with("redisson_unlock_latch:"))
-}
-
 /// Under `Config::name_prefix`, a spin lock is the prefixed name's hash and no other key;
 /// Redisson's spin script on that key sees lockman's hold and lockman sees Java's; a release
 /// leaves no key of the name (request latches, if any, carry the prefixed tag) and publishes
@@ -527,7 +519,7 @@ async fn a_prefixed_spin_lock_is_the_prefixed_key_and_nothing_else() {
     assert_eq!((lock.name(), lock.key()), ("s", "app1:s"));
 
     let g = lock.acquire().await.unwrap();
-    let (_, found) = keys(&mut raw);
+    let (_, found) = latches_and_rest(&mut raw);
     assert_eq!(found, BTreeSet::from(["app1:s".to_owned()]));
     assert_eq!(
         hash(&mut raw, "app1:s"),
@@ -544,7 +536,7 @@ async fn a_prefixed_spin_lock_is_the_prefixed_key_and_nothing_else() {
         "named with its prefix, the same lock"
     );
     g.release().await.unwrap();
-    let (latches, left) = keys(&mut raw);
+    let (latches, left) = latches_and_rest(&mut raw);
     assert!(left.is_empty(), "a release leaves nothing: {left:?}");
     for latch in &latches {
         assert!(
@@ -564,6 +556,6 @@ async fn a_prefixed_spin_lock_is_the_prefixed_key_and_nothing_else() {
         .unwrap()
         .expect("free after Java's unlock");
     g.release().await.unwrap();
-    assert!(keys(&mut raw).1.is_empty());
+    assert!(latches_and_rest(&mut raw).1.is_empty());
     mgr.shutdown().await;
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager, PermitLease};
 use redis::Commands;
-use support::{RedisServer, listen, next_message, redisson, subscribed};
+use support::{RedisServer, commands::listen, commands::next_message, redisson, wait::subscribed};
 
 async fn manager(server: &RedisServer) -> LockManager {
     LockManager::start(Config::new(server.url()))
@@ -140,7 +140,7 @@ async fn release_if_exists_leaves_an_expired_semaphore_missing() {
 
     // The key expires with its TTL; a late release must not bring the semaphore back.
     assert!(
-        support::eventually(Duration::from_secs(5), || !raw
+        support::wait::eventually(Duration::from_secs(5), || !raw
             .exists::<_, bool>("expiring")
             .unwrap())
         .await

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
-use support::{RedisServer, eventually};
+use support::{RedisServer, wait::eventually};
 
 const RESPONSE: Duration = Duration::from_millis(1000);
 const STALL: f64 = 5.0;
@@ -73,7 +73,8 @@ async fn bounded_waits_end_on_time_while_redis_is_paused_and_nothing_taken_is_ke
         })
     };
     assert!(
-        support::subscribed(&mut raw, "redisson_sc:{wait:full}", Duration::from_secs(3)).await,
+        support::wait::subscribed(&mut raw, "redisson_sc:{wait:full}", Duration::from_secs(3))
+            .await,
         "the waiter parked"
     );
 

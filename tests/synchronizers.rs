@@ -33,14 +33,14 @@ fn get(raw: &mut redis::Connection, key: &str) -> Option<String> {
 async fn semaphore_layout_and_messages_are_redissons() {
     let server = RedisServer::start();
     let mut raw = server.conn();
-    let mut heard = support::listen(server.conn(), "SUBSCRIBE", "redisson_sc:{sem}");
+    let mut heard = support::commands::listen(server.conn(), "SUBSCRIBE", "redisson_sc:{sem}");
     let mgr = manager(&server).await;
     let sem = mgr.semaphore("sem");
 
     assert_eq!(sem.available().await.unwrap(), 0, "never set: none free");
     assert!(sem.try_set_permits(3).await.unwrap());
     assert_eq!(get(&mut raw, "sem").as_deref(), Some("3"));
-    assert_eq!(support::next_message(&mut heard)[2], "3");
+    assert_eq!(support::commands::next_message(&mut heard)[2], "3");
     assert!(!sem.try_set_permits(5).await.unwrap(), "set only once");
     assert_eq!(get(&mut raw, "sem").as_deref(), Some("3"));
 
@@ -55,13 +55,13 @@ async fn semaphore_layout_and_messages_are_redissons() {
     two.release().await.unwrap();
     assert_eq!(get(&mut raw, "sem").as_deref(), Some("3"));
     assert_eq!(
-        support::next_message(&mut heard)[2],
+        support::commands::next_message(&mut heard)[2],
         "3",
         "the new free count"
     );
 
     assert_eq!(sem.add_permits(2).await.unwrap(), 5);
-    assert_eq!(support::next_message(&mut heard)[2], "5");
+    assert_eq!(support::commands::next_message(&mut heard)[2], "5");
     assert_eq!(sem.add_permits(-1).await.unwrap(), 4);
     assert_eq!(sem.drain().await.unwrap(), 4);
     assert_eq!(get(&mut raw, "sem").as_deref(), Some("0"));
@@ -98,7 +98,9 @@ async fn a_java_release_wakes_a_lockman_waiter_and_the_reverse() {
         let sem = sem.clone();
         async move { sem.acquire(1).await }
     });
-    assert!(support::subscribed(&mut raw, "redisson_sc:{shared}", Duration::from_secs(5)).await);
+    assert!(
+        support::wait::subscribed(&mut raw, "redisson_sc:{shared}", Duration::from_secs(5)).await
+    );
     let started = Instant::now();
     redisson::semaphore_release(&mut raw, "shared", 1);
     let guard = tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -110,10 +112,10 @@ async fn a_java_release_wakes_a_lockman_waiter_and_the_reverse() {
     assert_eq!(get(&mut raw, "shared").as_deref(), Some("0"));
 
     // The reverse: a Java waiter listens on the channel and tries on each message.
-    let mut java = support::listen(server.conn(), "SUBSCRIBE", "redisson_sc:{shared}");
+    let mut java = support::commands::listen(server.conn(), "SUBSCRIBE", "redisson_sc:{shared}");
     assert!(!redisson::semaphore_try_acquire(&mut raw, "shared", 1));
     guard.release().await.unwrap();
-    let message = support::next_message(&mut java);
+    let message = support::commands::next_message(&mut java);
     assert_eq!(
         message[2], "1",
         "lockman publishes the new free count, as Java does"
@@ -263,13 +265,17 @@ async fn a_latch_counts_down_from_both_sides_and_opens_waiters_on_both() {
         latch.wait_for(Duration::from_millis(10)).await.unwrap(),
         "open when never set"
     );
-    let mut java = support::listen(
+    let mut java = support::commands::listen(
         server.conn(),
         "SUBSCRIBE",
         &redisson::latch_channel("ready"),
     );
     assert!(latch.try_set_count(2).await.unwrap());
-    assert_eq!(support::next_message(&mut java)[2], "1", "a new count");
+    assert_eq!(
+        support::commands::next_message(&mut java)[2],
+        "1",
+        "a new count"
+    );
     assert!(!redisson::latch_try_set(&mut raw, "ready", 5), "set once");
     assert_eq!(get(&mut raw, "ready").as_deref(), Some("2"));
 
@@ -286,7 +292,7 @@ async fn a_latch_counts_down_from_both_sides_and_opens_waiters_on_both() {
     assert_eq!(latch.count_down().await.unwrap(), 0);
     assert_eq!(get(&mut raw, "ready"), None, "deleted when open");
     assert_eq!(
-        support::next_message(&mut java)[2],
+        support::commands::next_message(&mut java)[2],
         "0",
         "Java's waiters open"
     );
@@ -309,7 +315,7 @@ async fn a_latch_counts_down_from_both_sides_and_opens_waiters_on_both() {
         async move { latch.wait_for(Duration::from_secs(10)).await }
     });
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut raw,
             &redisson::latch_channel("ready"),
             Duration::from_secs(5)
@@ -413,7 +419,9 @@ async fn a_release_of_k_permits_costs_about_k_attempts_with_many_local_waiters()
             tokio::spawn(async move { sem.acquire(1).await })
         })
         .collect();
-    assert!(support::subscribed(&mut raw, "redisson_sc:{herd}", Duration::from_secs(5)).await);
+    assert!(
+        support::wait::subscribed(&mut raw, "redisson_sc:{herd}", Duration::from_secs(5)).await
+    );
     // Every waiter's first attempt is done: no script runs for 200 ms.
     support::wait::quiet(&mut raw).await;
     holder.release().await.unwrap(); // frees 1: wakes 1
@@ -423,7 +431,7 @@ async fn a_release_of_k_permits_costs_about_k_attempts_with_many_local_waiters()
     .await;
     // A window for any further wake-up to show: there should be none.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let calls = support::command_calls(&mut raw, "evalsha");
+    let calls = support::commands::command_calls(&mut raw, "evalsha");
     // The release, one attempt of the woken waiter; nothing else while that one holds.
     assert!(
         calls <= 3,
@@ -527,12 +535,12 @@ async fn a_dropped_wait_leaks_no_permit_and_idle_actors_stop() {
     }
     holder.release().await.unwrap();
     assert!(
-        support::eventually(Duration::from_secs(3), || get(&mut raw, "drop").as_deref()
+        support::wait::eventually(Duration::from_secs(3), || get(&mut raw, "drop").as_deref()
             == Some("1"))
         .await
     );
     assert!(
-        support::lock_actors_stop(&mgr, Duration::from_secs(3)).await,
+        support::wait::lock_actors_stop(&mgr, Duration::from_secs(3)).await,
         "idle actors stop"
     );
     mgr.shutdown().await;
@@ -566,14 +574,14 @@ async fn permits_pass_between_local_waiters_without_redis_but_other_processes_ge
         rounds.load(Ordering::SeqCst) >= 20
     })
     .await;
-    support::reset_stats(&mut raw);
+    support::commands::reset_stats(&mut raw);
     let before = rounds.load(Ordering::SeqCst);
     support::wait::until("50 more rounds", || {
         rounds.load(Ordering::SeqCst) >= before + 50
     })
     .await;
     let done = rounds.load(Ordering::SeqCst) - before;
-    let calls = support::command_calls(&mut raw, "evalsha");
+    let calls = support::commands::command_calls(&mut raw, "evalsha");
     assert!(done > 20, "{done} rounds");
     assert!(
         (calls as usize) < done,
@@ -614,7 +622,7 @@ async fn a_latch_whose_key_vanished_without_a_message_opens_for_new_waiters_and_
         async move { latch.wait_for(Duration::from_millis(800)).await }
     });
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut raw,
             &redisson::latch_channel("vanish"),
             Duration::from_secs(5)

@@ -767,7 +767,7 @@ async fn request_names_are_checked_before_anything_is_written() {
         left.retain(|k| !before.contains(k));
         left
     };
-    support::eventually(Duration::from_secs(10), || left() == expected).await;
+    support::wait::eventually(Duration::from_secs(10), || left() == expected).await;
     assert_eq!(left(), expected);
 
     // Without `known`, each distinct name leaves its key for good, as the docs say.
@@ -781,33 +781,9 @@ async fn request_names_are_checked_before_anything_is_written() {
     manager.shutdown().await;
 }
 
-/// What the tests' process logs, for the tests that look for a line.
-fn captured_log() -> &'static Arc<std::sync::Mutex<Vec<u8>>> {
-    static LOG: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .with_writer(move || Sink(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).unwrap();
-        log
-    })
-}
-
-struct Sink(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+/// What the tests' process logs at WARN and above, for the tests that look for a line.
+fn captured_log() -> Arc<std::sync::Mutex<Vec<u8>>> {
+    support::logs::global(tracing::Level::WARN)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -178,7 +178,7 @@ fn a_waiters_span_names_the_holder_it_waited_behind() {
         let mut conn = server.conn();
         let key = format!("lockman_client:{{lockman}}:{}", billing.client_id());
         assert!(
-            support::eventually(Duration::from_secs(5), || {
+            support::wait::eventually(Duration::from_secs(5), || {
                 redis::cmd("EXISTS")
                     .arg(&key)
                     .query::<bool>(&mut conn)
@@ -296,7 +296,7 @@ fn a_campaign_and_the_term_it_won_have_spans() {
             .arg("traced-election")
             .query(&mut conn)
             .unwrap();
-        assert!(support::eventually(Duration::from_secs(5), || lead.is_lost()).await);
+        assert!(support::wait::eventually(Duration::from_secs(5), || lead.is_lost()).await);
         drop(lead);
         mgr.shutdown().await;
         (first, second, holder)

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use lockman::{Config, LockManager};
 use redis::Commands;
 use support::{
-    RedisServer, command_calls, eventually, load_scripts, lock_actors_stop, reset_stats, wait,
+    RedisServer, commands::command_calls, commands::load_scripts, commands::reset_stats, wait,
+    wait::eventually, wait::lock_actors_stop,
 };
 
 async fn manager(server: &RedisServer) -> LockManager {
@@ -270,7 +271,7 @@ async fn a_holder_re_enters_at_once_while_others_wait() {
     let waiting = tokio::spawn(async move { other.acquire().await.unwrap().release().await });
     // The other holder waits here (its lock actor subscribed for it).
     assert!(
-        support::subscribed(
+        support::wait::subscribed(
             &mut raw,
             "redisson_lock__channel:{re}",
             Duration::from_secs(5)

@@ -43,7 +43,7 @@ fn held(raw: &mut redis::Connection, name: &str) -> i64 {
 /// the channel, and its attempt after the subscription is done.
 async fn parked(raw: &mut redis::Connection, name: &str, waiter: &Waiter) {
     let channel = format!("redisson_sc:{{{name}}}");
-    assert!(support::subscribed(raw, &channel, Duration::from_secs(5)).await);
+    assert!(support::wait::subscribed(raw, &channel, Duration::from_secs(5)).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished(), "the waiter must wait: too few free");
 }
@@ -342,16 +342,18 @@ async fn a_message_of_1_costs_one_attempt_with_200_waiters_for_2() {
             tokio::spawn(async move { sem.acquire(2).await })
         })
         .collect();
-    assert!(support::subscribed(&mut raw, "redisson_sc:{herd}", Duration::from_secs(5)).await);
+    assert!(
+        support::wait::subscribed(&mut raw, "redisson_sc:{herd}", Duration::from_secs(5)).await
+    );
     support::wait::quiet(&mut raw).await;
 
     assert_eq!(sem.add_permits(1).await.unwrap(), 2);
     assert!(
-        support::eventually(WAIT, || waiters.iter().any(|w| w.is_finished())).await,
+        support::wait::eventually(WAIT, || waiters.iter().any(|w| w.is_finished())).await,
         "add_permits(1) woke nobody"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let calls = support::command_calls(&mut raw, "evalsha");
+    let calls = support::commands::command_calls(&mut raw, "evalsha");
     // The add, and one attempt of the one waiter woken; nothing else while that one holds.
     assert!(
         calls <= 3,

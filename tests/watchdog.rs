@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
-use support::{RedisServer, command_calls, eventually, load_scripts, reset_stats};
+use support::{
+    RedisServer, commands::command_calls, commands::load_scripts, commands::reset_stats,
+    wait::eventually,
+};
 
 const WATCHDOG: Duration = Duration::from_millis(600);
 
@@ -112,9 +115,10 @@ async fn short_holds_cost_the_watchdog_nothing() {
     load_scripts(&lock).await;
     // The client record's first write (after a third of the timeout) loads its script.
     let record = format!("lockman_client:{{lockman}}:{}", mgr.client_id());
-    assert!(support::eventually_blocking(Duration::from_secs(5), || raw
-        .exists(&record)
-        .unwrap()));
+    assert!(support::wait::eventually_blocking(
+        Duration::from_secs(5),
+        || raw.exists(&record).unwrap()
+    ));
     reset_stats(&mut raw);
     let start = Instant::now();
     let mut holds = 0u64;
@@ -354,7 +358,7 @@ async fn a_failed_renewal_is_retried_promptly_within_the_deadline() {
             .is_some_and(|n| n.trim() != "0")
     };
     assert!(
-        support::eventually_blocking(Duration::from_secs(2), || tracked(&mut raw)),
+        support::wait::eventually_blocking(Duration::from_secs(2), || tracked(&mut raw)),
         "the hold was never checked by the watch"
     );
     let acl = |rule: &str, conn: &mut redis::Connection| {

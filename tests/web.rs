@@ -465,7 +465,7 @@ async fn request_names_are_checked_before_anything_is_written() {
         left.retain(|k| !before.contains(k));
         left
     };
-    support::eventually(Duration::from_secs(10), || left() == expected).await;
+    support::wait::eventually(Duration::from_secs(10), || left() == expected).await;
     assert_eq!(left(), expected);
     manager.shutdown().await;
 }

@@ -7,7 +7,7 @@
 mod support;
 
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
@@ -108,7 +108,7 @@ fn three_processes_show_in_inspect_ls_and_top() {
     // audit:1.
     let billing = hold(&server, "billing", "orders:42", "20");
     let started = Instant::now();
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || { run(&server, &["inspect", "orders:42"]).status.success() }
     ));
@@ -116,7 +116,7 @@ fn three_processes_show_in_inspect_ls_and_top() {
     // own, so that the two holds "longest first" compares below are that far apart: more than
     // a record written late on a loaded machine understates an age by (its ages are counted
     // when the write is made, `seen` when it lands).
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(15),
         || {
             services(&server).iter().any(|(s, c)| {
@@ -125,7 +125,7 @@ fn three_processes_show_in_inspect_ls_and_top() {
         }
     ));
     let _shipping_holds = hold(&server, "shipping", "audit:1", "20");
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || { run(&server, &["inspect", "audit:1"]).status.success() }
     ));
@@ -135,7 +135,7 @@ fn three_processes_show_in_inspect_ls_and_top() {
 
     // Records refresh every second; holds are listed once they are renewed (0.5 s old).
     let mut all = Vec::new();
-    let ready = support::eventually_blocking(Duration::from_secs(15), || {
+    let ready = support::wait::eventually_blocking(Duration::from_secs(15), || {
         all = services(&server);
         let n = |s: &str, f: &str| {
             all.iter()
@@ -254,13 +254,13 @@ fn spin_holds_and_waiters_show_in_ls_and_top() {
         )
     };
     let _holder = spawn("spinner", "20");
-    assert!(support::eventually_blocking(
+    assert!(support::wait::eventually_blocking(
         Duration::from_secs(10),
         || { run(&server, &["inspect", "sp:1"]).status.success() }
     ));
     let _waiter = spawn("poller", "0");
     let mut all = Vec::new();
-    let ready = support::eventually_blocking(Duration::from_secs(15), || {
+    let ready = support::wait::eventually_blocking(Duration::from_secs(15), || {
         all = services(&server);
         let n = |s: &str, f: &str| {
             all.iter()
@@ -306,7 +306,7 @@ async fn a_killed_process_leaves_clients_ls_and_top() {
     // Both listed, each with its hold (records refresh every second; holds show once 0.5 s
     // old): in `clients()`, `ls` and `top`.
     let mut all = Vec::new();
-    let listed = support::eventually_blocking(Duration::from_secs(15), || {
+    let listed = support::wait::eventually_blocking(Duration::from_secs(15), || {
         all = services(&server);
         ["doomed", "survivor"].iter().all(|s| {
             all.iter()
@@ -336,7 +336,7 @@ async fn a_killed_process_leaves_clients_ls_and_top() {
     // a record that never expired would stay for good, so 15 s tells them apart at any load.
     doomed.0.kill().unwrap();
     doomed.0.wait().unwrap();
-    let gone = support::eventually_blocking(Duration::from_secs(15), || {
+    let gone = support::wait::eventually_blocking(Duration::from_secs(15), || {
         all = services(&server);
         !all.iter().any(|(s, _)| s == "doomed")
     });
@@ -359,7 +359,7 @@ async fn a_killed_process_leaves_clients_ls_and_top() {
     let record = format!("lockman_client:{{lockman}}:{doomed_id}");
     assert_eq!(raw.exists::<_, bool>(&record), Ok(false));
     let mut index: Vec<String> = Vec::new();
-    let dropped = support::eventually_blocking(Duration::from_secs(15), || {
+    let dropped = support::wait::eventually_blocking(Duration::from_secs(15), || {
         index = raw.zrange("lockman_client:{lockman}", 0, -1).unwrap();
         !index.contains(&doomed_id)
     });
@@ -413,14 +413,14 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
     assert!(out.status.success(), "{out:?}");
     let screen = || stdout(&tmux(&["capture-pane", "-p", "-t", "top"]));
     let mut seen = String::new();
-    let shown = support::eventually_blocking(Duration::from_secs(15), || {
+    let shown = support::wait::eventually_blocking(Duration::from_secs(15), || {
         seen = screen();
         seen.contains("orders:42") && seen.contains("billing@")
     });
     assert!(shown, "top never showed the hold: {seen}");
     assert!(!seen.contains("TOP-EXITED"), "{seen}");
     tmux(&["send-keys", "-t", "top", "q"]);
-    let quit = support::eventually_blocking(Duration::from_secs(5), || {
+    let quit = support::wait::eventually_blocking(Duration::from_secs(5), || {
         seen = screen();
         seen.contains("TOP-EXITED-0")
     });
@@ -429,31 +429,7 @@ fn top_runs_in_a_terminal_and_quits_on_q() {
 
 /// Every tracing event of this test binary, in one buffer.
 fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let sink = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || Capture(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
-        buffer
-    })
-    .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    support::logs::global(tracing::Level::WARN)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,7 +493,7 @@ async fn a_record_has_exact_fields_and_expires_with_the_watchdog() {
     let key = format!("lockman_client:{{lockman}}:{id}");
     let mut conn = server.conn();
     assert!(
-        support::eventually(Duration::from_secs(5), || conn
+        support::wait::eventually(Duration::from_secs(5), || conn
             .exists::<_, bool>(&key)
             .unwrap())
         .await
@@ -579,7 +555,7 @@ async fn synchronizer_waiters_show_in_ls_and_top() {
         "sleep",
     ];
     let _holder = spawn("worker-a", &[&exec[..], &["20"]].concat());
-    let holds_it = support::eventually(Duration::from_secs(10), || {
+    let holds_it = support::wait::eventually(Duration::from_secs(10), || {
         services(&server)
             .iter()
             .any(|(s, c)| s == "worker-a" && c["pid"].is_u64())
@@ -591,7 +567,7 @@ async fn synchronizer_waiters_show_in_ls_and_top() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let taken = support::eventually(Duration::from_secs(10), || {
+    let taken = support::wait::eventually(Duration::from_secs(10), || {
         con.zcard::<_, u64>("{jobs}:timeout").unwrap_or(0) == 1
     })
     .await;
@@ -615,7 +591,7 @@ async fn synchronizer_waiters_show_in_ls_and_top() {
     let second = tokio::spawn(async move { sem2.acquire(1).await });
 
     let mut all = Vec::new();
-    let ready = support::eventually(Duration::from_secs(15), || {
+    let ready = support::wait::eventually(Duration::from_secs(15), || {
         all = services(&server);
         let waits = |service: &str| -> Vec<String> {
             all.iter()
@@ -661,7 +637,7 @@ async fn synchronizer_waiters_show_in_ls_and_top() {
     // The wait ends: off the board at the next refresh.
     drop(first);
     let granted = second.await.unwrap().unwrap();
-    let gone = support::eventually(Duration::from_secs(10), || {
+    let gone = support::wait::eventually(Duration::from_secs(10), || {
         services(&server)
             .iter()
             .filter(|(s, _)| s == "tester")
@@ -711,7 +687,7 @@ impl Drop for Tmux {
 fn top_into_a_pipe_prints_one_frame_without_escapes_and_ends() {
     let server = RedisServer::start();
     let _holder = hold(&server, "billing", "orders:42", "20");
-    let shown = support::eventually_blocking(Duration::from_secs(10), || {
+    let shown = support::wait::eventually_blocking(Duration::from_secs(10), || {
         stdout(&run(&server, &["top", "--once"])).contains("billing@")
     });
     assert!(shown, "the holder's record never showed");
@@ -722,7 +698,7 @@ fn top_into_a_pipe_prints_one_frame_without_escapes_and_ends() {
             .spawn()
             .expect("spawn lockman top"),
     );
-    let ended = support::eventually_blocking(Duration::from_secs(10), || {
+    let ended = support::wait::eventually_blocking(Duration::from_secs(10), || {
         top.0.try_wait().expect("try_wait").is_some()
     });
     assert!(ended, "lockman top with stdout a pipe did not end");
@@ -766,7 +742,7 @@ async fn a_waiting_exec_without_a_terminal_sends_redis_nothing() {
             .spawn()
             .expect("spawn lockman exec"),
     );
-    let waiting = support::subscribed(
+    let waiting = support::wait::subscribed(
         &mut conn,
         "redisson_lock__channel:{quiet:x}",
         Duration::from_secs(10),
@@ -775,7 +751,7 @@ async fn a_waiting_exec_without_a_terminal_sends_redis_nothing() {
     assert!(waiting, "the exec never waited");
     // Past the second after which a wait is published and probed for deadlocks.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    support::reset_stats(&mut conn);
+    support::commands::reset_stats(&mut conn);
     tokio::time::sleep(Duration::from_secs(3)).await;
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -808,7 +784,7 @@ fn the_waiting_line_fits_an_80_column_terminal() {
     let server = RedisServer::start();
     let service = "billing-service-with-a-rather-long-name-for-a-service";
     let _holder = hold(&server, service, "orders:tty", "60");
-    let known = support::eventually_blocking(Duration::from_secs(10), || {
+    let known = support::wait::eventually_blocking(Duration::from_secs(10), || {
         stdout(&run(&server, &["ls"])).contains(service)
     });
     assert!(known, "the holder's record never showed");
@@ -834,7 +810,7 @@ fn the_waiting_line_fits_an_80_column_terminal() {
     let screen = || stdout(&tmux.run(&["capture-pane", "-p", "-J", "-t", "w"]));
     let mut seen = String::new();
     // A few redraws after the holder is named: a line too long would add a row at each.
-    let shown = support::eventually_blocking(Duration::from_secs(15), || {
+    let shown = support::wait::eventually_blocking(Duration::from_secs(15), || {
         seen = screen();
         seen.contains("waited 3s")
     });
@@ -915,7 +891,7 @@ async fn group_and_spin_holds_show_their_kind_and_members() {
     // first on a loaded machine, run `true` and leave, and never be seen waiting. The holders'
     // commands last until they are killed at the end, so no hold ends while the records are read.
     let mut raw = server.conn();
-    let b_taken = support::eventually(Duration::from_secs(20), || {
+    let b_taken = support::wait::eventually(Duration::from_secs(20), || {
         raw.hget::<_, _, Option<String>>("grp", "b")
             .ok()
             .flatten()
@@ -946,7 +922,7 @@ async fn group_and_spin_holds_show_their_kind_and_members() {
         .expect("spawn"),
     );
     let mut all = Vec::new();
-    let ready = support::eventually_blocking(Duration::from_secs(20), || {
+    let ready = support::wait::eventually_blocking(Duration::from_secs(20), || {
         all = services(&server);
         let n = |s: &str, f: &str| {
             all.iter()

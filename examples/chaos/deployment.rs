@@ -51,12 +51,16 @@ pub enum Deployment {
 }
 
 impl Deployment {
-    pub fn start(shape: Shape) -> Self {
+    /// Starts the deployment; a single server's process (and each of its restarts) has `env`
+    /// added to its environment (libfaketime's clock for `clock-server`; the other shapes
+    /// emulate that step and take none).
+    pub fn start(shape: Shape, env: Vec<(String, String)>) -> Self {
         match shape {
             Shape::Single => Deployment::Single(RedisServer::start_with(ServerOptions {
                 args: ["--appendonly", "yes", "--appendfsync", "always"]
                     .map(String::from)
                     .to_vec(),
+                env,
                 ..ServerOptions::default()
             })),
             Shape::Sentinel => Deployment::Sentinel(SentinelGroup::start_with(2, DOWN_AFTER)),

@@ -79,9 +79,6 @@ struct Runner {
     /// reads the clock while libfaketime starts): `clock-server` does to the keys what the step
     /// does to them instead (see [`STEP_EXPIRIES`]).
     clock_server_emulated: bool,
-    /// libfaketime's variables for the lock server (none when its step is emulated): set only
-    /// while it is (re)started (see [`under_clock`]), so that the step reaches no other server.
-    server_clock_env: Vec<(&'static str, String)>,
     /// Servers other than the lock server whose clock a `clock-server` step moved (RedLock's,
     /// measured against the checker's after each step): a fault on them that the checker
     /// never hears of. Empty unless the runner is wrong.
@@ -131,8 +128,9 @@ pub fn main(options: Options) -> i32 {
         faketime_env(&file)
     });
     let clock_server_emulated = server_clock.is_none();
-    let server_clock_env = server_clock.unwrap_or_default();
-    let deployment = under_clock(&server_clock_env, || Deployment::start(options.deployment));
+    // The clock goes to the lock server's own process (and its restarts) alone: set on the
+    // runner's environment, it would reach every worker or server started meanwhile.
+    let deployment = Deployment::start(options.deployment, server_clock.unwrap_or_default());
     // RedLock's own servers; in a cluster, RedLock's members are names on its shards.
     let redlock = match options.deployment {
         Shape::Cluster => 0,
@@ -184,7 +182,6 @@ pub fn main(options: Options) -> i32 {
         clocks,
         server_clock: 0,
         clock_server_emulated,
-        server_clock_env,
         clock_strays: Vec::new(),
         struck: None,
     };
@@ -519,10 +516,7 @@ impl Runner {
         };
         let exe = std::env::current_exe().expect("own executable");
         let mut command = Command::new(exe);
-        // Not the lock server's fake clock; a clock of its own for `clock-worker`.
-        for (k, _) in faketime_env(std::path::Path::new("")) {
-            command.env_remove(k);
-        }
+        // A clock of its own for `clock-worker`.
         if self.options.faults.contains(&Fault::ClockWorker) {
             let file = self.clock_file(&format!("w{id}"));
             let _ = std::fs::write(&file, "+0\n");
@@ -884,9 +878,7 @@ impl Runner {
                     self.single()?.wipe_data();
                     self.bump_epoch("epoch:lock", fault);
                 }
-                let env = self.server_clock_env.clone();
-                let server = self.single()?;
-                under_clock(&env, || server.restart());
+                self.single()?.restart();
             }
             Fault::ClientKill => {
                 for server in self.deployment.primaries() {
@@ -956,15 +948,13 @@ impl Runner {
         self.clocks.path().join(who)
     }
 
-    /// Makes RedLock's servers and the deployment whole again ([`Deployment::settle`]): only
-    /// the lock server is restarted under its fake clock.
+    /// Makes RedLock's servers and the deployment whole again ([`Deployment::settle`]): the
+    /// lock server restarts under its fake clock, which its own start set.
     fn settle(&mut self) -> Result<(), String> {
         for server in &mut self.red {
             crate::deployment::wake(server);
         }
-        let env = self.server_clock_env.clone();
-        let deployment = &mut self.deployment;
-        under_clock(&env, || deployment.settle())
+        self.deployment.settle()
     }
 
     /// The one server of a single-server deployment.
@@ -1494,42 +1484,19 @@ fn server_takes_faketime() -> bool {
 
 /// libfaketime's variables for a process whose wall clock follows `file` (an offset such as
 /// `+3`, read at every call), its monotonic clock left alone.
-fn faketime_env(file: &std::path::Path) -> Vec<(&'static str, String)> {
-    vec![
-        ("LD_PRELOAD", LIBFAKETIME.into()),
+fn faketime_env(file: &std::path::Path) -> Vec<(String, String)> {
+    [
+        ("LD_PRELOAD", LIBFAKETIME.to_owned()),
         ("FAKETIME_TIMESTAMP_FILE", file.display().to_string()),
         ("FAKETIME_NO_CACHE", "1".into()),
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
     ]
+    .map(|(k, v)| (k.to_owned(), v))
+    .to_vec()
 }
 
 /// Where Debian's libfaketime (package `libfaketime`) keeps its multi-threaded library.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
-
-/// Sets (or removes) `vars` in the runner's environment, for the servers it starts.
-/// Runs `f` (which starts or restarts the lock server) with libfaketime's `vars` set in the
-/// runner's environment, which the server's process inherits, and removes them after, so that
-/// no other process the runner starts follows the lock server's clock.
-fn under_clock<T>(vars: &[(&'static str, String)], f: impl FnOnce() -> T) -> T {
-    set_env(vars, true);
-    let out = f();
-    set_env(vars, false);
-    out
-}
-
-fn set_env(vars: &[(&'static str, String)], on: bool) {
-    for (k, v) in vars {
-        // SAFETY: the runner's other threads (Ctrl-C, progress, the fair heads' sampler, the
-        // test kit's spawner) read the environment only through std (`Command::spawn`, name
-        // lookups), which holds std's environment lock that `set_var` and `remove_var` take.
-        unsafe {
-            match on {
-                true => std::env::set_var(k, v),
-                false => std::env::remove_var(k),
-            }
-        }
-    }
-}
 
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill")

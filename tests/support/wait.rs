@@ -2,11 +2,11 @@
 //! sleep and then asserts exact counts or an exact order fails on a loaded machine, where the
 //! sleep can end before the event it waits for. Each helper here polls what Redis (or lockman)
 //! shows until the state the next step needs is there, with a limit far above any normal wait
-//! that only a broken feature reaches. (`eventually`, the general poll, is in `support`.)
+//! that only a broken feature reaches; [`eventually`] is the general poll.
 
 use std::time::{Duration, Instant};
 
-use super::{command_calls, eventually, reset_stats};
+use super::commands::{command_calls, reset_stats};
 
 /// How long the helpers wait before they fail the test: far above what a state takes to come
 /// about on a loaded machine, so that only a missing feature reaches it.
@@ -89,4 +89,72 @@ pub async fn shard_subscribers(raw: &mut redis::Connection, channel: &str, n: u6
         "{channel} has {} shard subscribers, not {n}",
         count(raw)
     );
+}
+
+/// Polls `check` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// [`eventually`] for code that is not async: polls `check` every 20 ms up to `limit`.
+pub fn eventually_blocking(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits up to `limit` until `channel` has a subscriber (`PUBSUB NUMSUB`): a waiter that
+/// subscribed is waiting. Returns whether it had one.
+pub async fn subscribed(conn: &mut redis::Connection, channel: &str, limit: Duration) -> bool {
+    eventually(limit, || {
+        redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query::<(String, u64)>(conn)
+            .is_ok_and(|(_, n)| n > 0)
+    })
+    .await
+}
+
+/// The guard a spawned `acquire` got, waiting for it at most `limit`: panics (failing the test)
+/// when the waiter was not woken in time or failed.
+pub async fn woken(
+    waiting: tokio::task::JoinHandle<Result<lockman::LockGuard, lockman::LockError>>,
+    limit: Duration,
+) -> lockman::LockGuard {
+    tokio::time::timeout(limit, waiting)
+        .await
+        .expect("the waiter was woken in time")
+        .expect("the waiter did not panic")
+        .expect("the waiter acquired")
+}
+
+/// Whether every lock actor of `manager` stops within `limit` (checked every 10 ms).
+pub async fn lock_actors_stop(manager: &lockman::LockManager, limit: Duration) -> bool {
+    // An idle lock actor lingers between one and two `idle_linger`s before it stops; the
+    // managers of these tests keep the default.
+    let deadline = Instant::now() + limit + 2 * lockman::DEFAULT_IDLE_LINGER;
+    while manager.live_lock_actors().await > 0 {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
 }
