@@ -9,6 +9,8 @@
 mod common {
     #[path = "../common/compare.rs"]
     pub mod compare;
+    #[path = "../common/floor.rs"]
+    pub mod floor;
     #[path = "../common/raw.rs"]
     pub mod raw;
     #[path = "../common/stats.rs"]

@@ -1,11 +1,12 @@
-//! Uncontended acquire + release, one task, one name: lockman beside the floor, a raw redis-rs
-//! loop running the same two scripts by EVALSHA on the same kind of connection
-//! (`ConnectionManager`), against the same throwaway redis-server, in the same run.
+//! Uncontended acquire + release, one task, one name: lockman beside a raw redis-rs loop running
+//! the same two scripts by EVALSHA on the same kind of connection (`ConnectionManager`), and
+//! beside the design's floor (a trivial actor per name running those scripts,
+//! `benches/common/floor.rs`), against the same throwaway redis-server, in the same run.
 //!
-//! lockman is measured twice: called from plain tokio (its actors then run on a System of its
-//! own, on another thread), and from inside an actix System (actors on the caller's thread).
-//! Each is compared with the raw loop on the same kind of runtime (a tokio current-thread
-//! runtime, the actix System's): the two runtimes differ by several percent on their own.
+//! lockman is measured three ways: called from plain tokio, current-thread and multi-thread
+//! (its actors then run on a System of its own, on another thread), and from inside an actix
+//! System (actors on the caller's thread). Each is compared with the raw loop and the floor on
+//! the same kind of runtime: the runtimes differ by several percent on their own.
 //! Criterion reports each; the closing table gives medians of interleaved batches and ratios
 //! (`benches/common/compare.rs`).
 //!
@@ -14,6 +15,8 @@
 mod common {
     #[path = "../common/compare.rs"]
     pub mod compare;
+    #[path = "../common/floor.rs"]
+    pub mod floor;
     #[path = "../common/raw.rs"]
     pub mod raw;
     #[path = "../common/stats.rs"]

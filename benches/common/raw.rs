@@ -84,6 +84,13 @@ pub fn channel(name: &str) -> String {
 /// The cheapest floor: each EVALSHA one presized command (the scripts loaded once first, as
 /// `load` does). An uncontended acquire + release, checked.
 pub async fn pair_cmd(conn: &ConnectionManager, name: &str, channel: &str, holder: &str) {
+    assert!(acquire_cmd(conn, name, holder).await, "raw lock taken");
+    assert_eq!(release_cmd(conn, name, channel, holder).await, Some(1));
+}
+
+/// One acquire attempt as one presized EVALSHA command: whether `holder` took `name` (the script
+/// replies the holder's count as a table when it did, the PTTL as an integer when taken).
+pub async fn acquire_cmd(conn: &ConnectionManager, name: &str, holder: &str) -> bool {
     let mut conn = conn.clone();
     let mut acquire = redis::Cmd::with_capacity(7, 128);
     acquire
@@ -95,7 +102,18 @@ pub async fn pair_cmd(conn: &ConnectionManager, name: &str, channel: &str, holde
         .arg(holder)
         .arg(0);
     let reply: redis::Value = acquire.query_async(&mut conn).await.expect("acquire");
-    assert!(!matches!(reply, redis::Value::Int(_)), "raw lock taken");
+    !matches!(reply, redis::Value::Int(_))
+}
+
+/// One release of `holder`'s single hold on `name` as one presized EVALSHA command; `Some(1)`
+/// when it unlocked (and published `0` on `channel`).
+pub async fn release_cmd(
+    conn: &ConnectionManager,
+    name: &str,
+    channel: &str,
+    holder: &str,
+) -> Option<i64> {
+    let mut conn = conn.clone();
     let mut release = redis::Cmd::with_capacity(11, 192);
     release
         .arg("EVALSHA")
@@ -108,8 +126,7 @@ pub async fn pair_cmd(conn: &ConnectionManager, name: &str, channel: &str, holde
         .arg(holder)
         .arg("publish")
         .arg(1);
-    let released: Option<i64> = release.query_async(&mut conn).await.expect("release");
-    assert_eq!(released, Some(1));
+    release.query_async(&mut conn).await.expect("release")
 }
 
 /// Loads both scripts, for `pair_cmd` (which sends EVALSHA only).

@@ -10,6 +10,15 @@ pub fn tokio_runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// The runtime `#[tokio::main]` makes: multi-thread, one worker per core. The caller runs in
+/// `block_on` on its own thread; what it spawns (a redis connection's task) runs on a worker.
+pub fn tokio_multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// The median of batch results (durations or rates).
 pub fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));

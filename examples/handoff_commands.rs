@@ -1,0 +1,277 @@
+//! Commands per hand-off by the number of waiters (issue 60, item 5), counted from the server's
+//! `INFO commandstats` deltas: for each kind (reentrant, fair, read-write's write side, spin,
+//! semaphore of one permit), N waiting processes on one name, each taking it TAKES times and
+//! holding it HOLD ms, and N waiters (tasks) in one process doing the same through one manager.
+//! The figures are per acquisition: scripts Redis ran (EVALSHA/EVAL), everything the clients
+//! sent (scripts, subscriptions, pings), and every command Redis executed (those inside the
+//! scripts included).
+//!
+//! Run: `cargo run --release --example handoff_commands -- [N…]` (N defaults to 1 10 100; it
+//! starts its own redis-server). Internal role, started by the run itself:
+//! `handoff_commands child KIND URL NAME TAKES HOLD_MS` (prints `ready`, waits for a line on
+//! stdin, takes its turns, exits).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use lockman::{Lock, LockManager, Semaphore};
+
+/// Turns each waiter takes.
+const TAKES: u32 = 20;
+/// How long each turn holds the name (ms).
+const HOLD_MS: u64 = 2;
+const KINDS: [&str; 5] = ["reentrant", "fair", "write", "spin", "semaphore"];
+/// Commands the clients send themselves; the rest in `INFO commandstats` ran inside scripts.
+const SENT: &[&str] = &[
+    "evalsha",
+    "eval",
+    "script|load",
+    "subscribe",
+    "unsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+    "ping",
+    "client|setinfo",
+    "client|setname",
+    "hello",
+    "select",
+];
+
+/// One waiter's handle on the name.
+enum Handle {
+    Lock(Lock),
+    Semaphore(Semaphore),
+}
+
+impl Handle {
+    fn new(manager: &LockManager, kind: &str, name: &str) -> Self {
+        match kind {
+            "reentrant" => Handle::Lock(manager.lock(name)),
+            "fair" => Handle::Lock((*manager.fair_lock(name)).clone()),
+            "write" => Handle::Lock((*manager.read_write_lock(name).write()).clone()),
+            "spin" => Handle::Lock(manager.spin_lock(name)),
+            "semaphore" => Handle::Semaphore(manager.semaphore(name)),
+            other => panic!("unknown kind {other:?}"),
+        }
+    }
+
+    /// Takes the name once, holds it `hold`, releases it.
+    async fn turn(&self, hold: Duration) {
+        match self {
+            Handle::Lock(lock) => {
+                let guard = lock.acquire().await.expect("acquire");
+                tokio::time::sleep(hold).await;
+                guard.release().await.expect("release");
+            }
+            Handle::Semaphore(sem) => {
+                let guard = sem.acquire(1).await.expect("acquire");
+                tokio::time::sleep(hold).await;
+                guard.release().await.expect("release");
+            }
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("child") {
+        return child(&args[1..]);
+    }
+    let ns: Vec<usize> = if args.is_empty() {
+        vec![1, 10, 100]
+    } else {
+        args.iter()
+            .map(|a| a.parse().expect("N: a number"))
+            .collect()
+    };
+    let server = support::RedisServer::start();
+    let url = server.url();
+    println!(
+        "Per acquisition, N waiters on one name, each taking it {TAKES} times and holding it \
+         {HOLD_MS} ms; scripts / sent / executed (redis {}):\n",
+        version(&server)
+    );
+    println!(
+        "| kind | N | processes: scripts | sent | executed | acquisitions/s | one process: scripts | sent | executed | acquisitions/s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for kind in KINDS {
+        for &n in &ns {
+            let procs = in_processes(&server, &url, kind, n);
+            let tasks = in_one_process(&server, &url, kind, n);
+            println!("| {kind} | {n} | {procs} | {tasks} |");
+        }
+    }
+}
+
+/// One row's half: counts per acquisition and the rate.
+struct Counted {
+    acquisitions: u64,
+    stats: Vec<(String, u64)>,
+    took: Duration,
+}
+
+impl std::fmt::Display for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per = |n: u64| n as f64 / self.acquisitions as f64;
+        let sum = |keep: &dyn Fn(&str) -> bool| -> u64 {
+            self.stats
+                .iter()
+                .filter(|(c, _)| keep(c))
+                .map(|(_, n)| n)
+                .sum()
+        };
+        let scripts = sum(&|c| c == "evalsha" || c == "eval");
+        let sent = sum(&|c| SENT.contains(&c));
+        let executed = sum(&|c| !c.starts_with("config") && c != "info");
+        write!(
+            f,
+            "{:.1} | {:.1} | {:.1} | {:.0}",
+            per(scripts),
+            per(sent),
+            per(executed),
+            self.acquisitions as f64 / self.took.as_secs_f64()
+        )
+    }
+}
+
+/// Makes the kind's keys ready and its scripts loaded (a fresh server answers each script's
+/// first EVALSHA with NOSCRIPT), then resets the counts.
+fn prepare(server: &support::RedisServer, url: &str, kind: &str, name: &str) {
+    let rt = actix_rt::System::new();
+    rt.block_on(async {
+        let manager = LockManager::connect(url).await.expect("manager");
+        let handle = Handle::new(&manager, kind, name);
+        if let Handle::Semaphore(sem) = &handle {
+            sem.try_set_permits(1).await.expect("permits");
+        }
+        handle.turn(Duration::ZERO).await;
+        manager.shutdown().await;
+    });
+    support::reset_stats(&mut server.conn());
+}
+
+/// N child processes on one name.
+fn in_processes(server: &support::RedisServer, url: &str, kind: &str, n: usize) -> Counted {
+    let name = format!("hc:{kind}:p{n}");
+    let exe = std::env::current_exe().expect("this example");
+    let mut children: Vec<_> = (0..n)
+        .map(|_| {
+            Command::new(&exe)
+                .args(["child", kind, url, &name])
+                .args([TAKES.to_string(), HOLD_MS.to_string()])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    for child in &mut children {
+        let mut line = String::new();
+        let stdout = child.stdout.as_mut().expect("piped stdout");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("child output");
+        assert_eq!(line.trim(), "ready", "child said {line:?}");
+    }
+    prepare(server, url, kind, &name);
+    let start = Instant::now();
+    for child in &mut children {
+        let stdin = child.stdin.as_mut().expect("piped stdin");
+        writeln!(stdin, "go").expect("child stdin");
+    }
+    for mut child in children {
+        assert!(child.wait().expect("child").success(), "a child failed");
+    }
+    let took = start.elapsed();
+    Counted {
+        acquisitions: n as u64 * u64::from(TAKES),
+        stats: command_stats(&mut server.conn()),
+        took,
+    }
+}
+
+/// N tasks in one process, one manager, on one name.
+fn in_one_process(server: &support::RedisServer, url: &str, kind: &str, n: usize) -> Counted {
+    let name = format!("hc:{kind}:t{n}");
+    actix_rt::System::new().block_on(async {
+        let manager = LockManager::connect(url).await.expect("manager");
+        let handles: Vec<Handle> = (0..n).map(|_| Handle::new(&manager, kind, &name)).collect();
+        prepare_here(server, &handles[0]).await;
+        let start = Instant::now();
+        join_all(handles.iter().map(|h| async move {
+            for _ in 0..TAKES {
+                h.turn(Duration::from_millis(HOLD_MS)).await;
+            }
+        }))
+        .await;
+        let took = start.elapsed();
+        let counted = Counted {
+            acquisitions: n as u64 * u64::from(TAKES),
+            stats: command_stats(&mut server.conn()),
+            took,
+        };
+        manager.shutdown().await;
+        counted
+    })
+}
+
+/// `prepare`, through this process's manager.
+async fn prepare_here(server: &support::RedisServer, handle: &Handle) {
+    if let Handle::Semaphore(sem) = handle {
+        sem.try_set_permits(1).await.expect("permits");
+    }
+    handle.turn(Duration::ZERO).await;
+    support::reset_stats(&mut server.conn());
+}
+
+/// A waiter process: connects, says `ready`, waits for a line, takes its turns.
+fn child(args: &[String]) {
+    let [kind, url, name, takes, hold] = args else {
+        panic!("child KIND URL NAME TAKES HOLD_MS");
+    };
+    let takes: u32 = takes.parse().expect("TAKES");
+    let hold = Duration::from_millis(hold.parse().expect("HOLD_MS"));
+    actix_rt::System::new().block_on(async {
+        let manager = LockManager::connect(url).await.expect("manager");
+        let handle = Handle::new(&manager, kind, name);
+        println!("ready");
+        std::io::stdout().flush().expect("stdout");
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).expect("stdin");
+        for _ in 0..takes {
+            handle.turn(hold).await;
+        }
+        manager.shutdown().await;
+    });
+}
+
+/// `INFO commandstats` as (command, calls).
+fn command_stats(conn: &mut redis::Connection) -> Vec<(String, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| {
+            let (cmd, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((cmd.to_owned(), rest.split(',').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn version(server: &support::RedisServer) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut server.conn())
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .to_owned()
+}
