@@ -153,7 +153,7 @@ fn prepare(server: &support::RedisServer, url: &str, kind: &str, name: &str) {
         handle.turn(Duration::ZERO).await;
         manager.shutdown().await;
     });
-    support::reset_stats(&mut server.conn());
+    support::commands::reset_stats(&mut server.conn());
 }
 
 /// N child processes on one name.
@@ -227,7 +227,7 @@ async fn prepare_here(server: &support::RedisServer, handle: &Handle) {
         sem.try_set_permits(1).await.expect("permits");
     }
     handle.turn(Duration::ZERO).await;
-    support::reset_stats(&mut server.conn());
+    support::commands::reset_stats(&mut server.conn());
 }
 
 /// A waiter process: connects, says `ready`, waits for a line, takes its turns.

@@ -622,7 +622,7 @@ fn tracked_on(cluster: &Cluster, port: u16) -> u64 {
 /// master's tracking connection).
 async fn until_tracked_on(cluster: &Cluster, port: u16, n: u64) {
     assert!(
-        support::eventually(Duration::from_secs(10), || tracked_on(cluster, port) >= n).await,
+        support::wait::eventually(Duration::from_secs(10), || tracked_on(cluster, port) >= n).await,
         "no hold watched on {port}"
     );
 }
@@ -790,21 +790,21 @@ async fn own_renewals_on_a_cluster_are_no_loss_and_cost_no_check() {
     for (_, port) in &names {
         let mut conn = support::raw(cluster.node(*port));
         assert!(
-            support::eventually(Duration::from_secs(3), || support::command_calls(
+            support::wait::eventually(Duration::from_secs(3), || support::commands::command_calls(
                 &mut conn, "exists"
             ) >= 1)
             .await,
             "never renewed on {port}"
         );
-        support::reset_stats(&mut conn);
+        support::commands::reset_stats(&mut conn);
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let mut total = (0, 0, 0);
     for (_, port) in &names {
         let mut conn = support::raw(cluster.node(*port));
-        let renewals = support::command_calls(&mut conn, "exists");
-        let reads = support::command_calls(&mut conn, "hexists");
-        let scripts = support::command_calls(&mut conn, "evalsha");
+        let renewals = support::commands::command_calls(&mut conn, "exists");
+        let reads = support::commands::command_calls(&mut conn, "hexists");
+        let scripts = support::commands::command_calls(&mut conn, "evalsha");
         let checks = reads.saturating_sub(renewals);
         eprintln!("master {port}: {renewals} renewals, {checks} checks, {scripts} EVALSHA");
         assert!(
