@@ -19,39 +19,12 @@
 //! values of PAIRS, differenced and divided by the difference, is the cost of one pair: set-up,
 //! connection and exit cancel out.
 
+#[path = "../benches/common/counting.rs"]
+mod counting;
 #[path = "../benches/common/floor.rs"]
 mod floor;
 #[path = "../benches/common/raw.rs"]
 mod raw;
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; it only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 /// Pairs run before the counted ones in every run (connections warm, scripts loaded, actors
 /// started): the same in both runs of a difference, so they cancel with the rest of the set-up.
@@ -83,7 +56,7 @@ fn main() {
     });
     println!(
         "mode {mode} pairs {pairs} allocations {}",
-        ALLOCATIONS.load(Ordering::Relaxed)
+        counting::allocations()
     );
 }
 

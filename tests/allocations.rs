@@ -16,40 +16,14 @@
 //!
 //! Its own test binary: the counting allocator is the whole process's.
 
+#[path = "../benches/common/counting.rs"]
+mod counting;
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockman::{Config, LockManager};
 use support::RedisServer;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; it only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 const WARM_UP: u64 = 200;
 /// Pairs per window.
@@ -90,11 +64,11 @@ async fn per_pair(mgr: &LockManager, name: &str, yields: u32) -> f64 {
     }
     let mut fewest = u64::MAX;
     for _ in 0..WINDOWS {
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = counting::allocations();
         for _ in 0..PAIRS {
             pair().await;
         }
-        fewest = fewest.min(ALLOCATIONS.load(Ordering::Relaxed) - before);
+        fewest = fewest.min(counting::allocations() - before);
     }
     fewest as f64 / PAIRS as f64
 }
@@ -111,11 +85,11 @@ async fn per_pair_new_handle(mgr: &LockManager, name: &str) -> f64 {
     }
     let mut fewest = u64::MAX;
     for _ in 0..WINDOWS {
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = counting::allocations();
         for _ in 0..PAIRS {
             pair().await;
         }
-        fewest = fewest.min(ALLOCATIONS.load(Ordering::Relaxed) - before);
+        fewest = fewest.min(counting::allocations() - before);
     }
     fewest as f64 / PAIRS as f64
 }
