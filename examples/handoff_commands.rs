@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use lockman::{Lock, LockManager, Semaphore};
+use support::commands::{command_stats, server_version};
 
 /// Turns each waiter takes.
 const TAKES: u32 = 20;
@@ -94,7 +95,7 @@ fn main() {
     println!(
         "Per acquisition, N waiters on one name, each taking it {TAKES} times and holding it \
          {HOLD_MS} ms; scripts / sent / executed (redis {}):\n",
-        version(&server)
+        server_version(&mut server.conn())
     );
     println!(
         "| kind | N | processes: scripts | sent | executed | acquisitions/s | one process: scripts | sent | executed | acquisitions/s |"
@@ -249,29 +250,4 @@ fn child(args: &[String]) {
         }
         manager.shutdown().await;
     });
-}
-
-/// `INFO commandstats` as (command, calls).
-fn command_stats(conn: &mut redis::Connection) -> Vec<(String, u64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .expect("INFO");
-    info.lines()
-        .filter_map(|l| {
-            let (cmd, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-            Some((cmd.to_owned(), rest.split(',').next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-fn version(server: &support::RedisServer) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query(&mut server.conn())
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .to_owned()
 }

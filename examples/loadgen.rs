@@ -43,6 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures_util::future::join_all;
 use lockman::{Config, LockManager};
 use redis::aio::ConnectionManager;
+use support::commands::{command_stats, server_version};
 
 /// How long a holder keeps the lock after its peer began waiting: the waiter's first attempt
 /// has failed and it is waiting (lockman: subscribed; rslock: in its retry sleep).
@@ -156,7 +157,10 @@ fn main() {
 
     let server = support::RedisServer::start();
     let url = server.url();
-    eprintln!("redis-server {} on {url}", redis_version(&server));
+    eprintln!(
+        "redis-server {} on {url}",
+        server_version(&mut server.conn())
+    );
     let system = actix_rt::System::new();
     let mut report = Report::default();
 
@@ -891,32 +895,6 @@ fn rss_kb() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .expect("VmRSS")
-}
-
-/// `INFO commandstats` as (command, calls).
-fn command_stats(conn: &mut redis::Connection) -> Vec<(String, u64)> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .expect("INFO");
-    info.lines()
-        .filter_map(|l| {
-            let (cmd, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-            Some((cmd.to_owned(), rest.split(',').next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-fn redis_version(server: &support::RedisServer) -> String {
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query(&mut server.conn())
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .trim()
-        .to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------

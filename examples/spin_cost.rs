@@ -31,20 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
-
-fn calls(conn: &mut redis::Connection, command: &str) -> u64 {
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .expect("INFO");
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
+use support::commands::command_calls;
 
 #[derive(Clone, Copy)]
 enum Kind {
@@ -100,11 +87,14 @@ async fn run(kind: Kind, waiting: usize, acquisitions: u64, hold: Duration) -> R
             .expect("release");
     }
     let idle = Duration::from_secs(2);
-    let before = calls(&mut conn, "evalsha");
+    let before = command_calls(&mut conn, "evalsha");
     tokio::time::sleep(idle).await;
-    let background = calls(&mut conn, "evalsha") - before;
+    let background = command_calls(&mut conn, "evalsha") - before;
 
-    let (evalsha, publish) = (calls(&mut conn, "evalsha"), calls(&mut conn, "publish"));
+    let (evalsha, publish) = (
+        command_calls(&mut conn, "evalsha"),
+        command_calls(&mut conn, "publish"),
+    );
     let count = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -127,9 +117,9 @@ async fn run(kind: Kind, waiting: usize, acquisitions: u64, hold: Duration) -> R
     }
     let elapsed = started.elapsed();
     let made = count.load(Ordering::SeqCst) as f64;
-    let scripts = (calls(&mut conn, "evalsha") - evalsha) as f64
+    let scripts = (command_calls(&mut conn, "evalsha") - evalsha) as f64
         - background as f64 * elapsed.as_secs_f64() / idle.as_secs_f64();
-    let publishes = (calls(&mut conn, "publish") - publish) as f64;
+    let publishes = (command_calls(&mut conn, "publish") - publish) as f64;
     for m in managers {
         m.shutdown().await;
     }
@@ -231,10 +221,13 @@ fn run_procs(kind: Kind, waiting: usize, acquisitions: u64, hold: Duration) -> R
         children.push(c);
     }
     let idle = Duration::from_secs(2);
-    let before = calls(&mut conn, "evalsha");
+    let before = command_calls(&mut conn, "evalsha");
     std::thread::sleep(idle);
-    let background = calls(&mut conn, "evalsha") - before;
-    let (evalsha, publish) = (calls(&mut conn, "evalsha"), calls(&mut conn, "publish"));
+    let background = command_calls(&mut conn, "evalsha") - before;
+    let (evalsha, publish) = (
+        command_calls(&mut conn, "evalsha"),
+        command_calls(&mut conn, "publish"),
+    );
     let started = Instant::now();
     for c in &mut children {
         let stdin = c.stdin.as_mut().expect("stdin");
@@ -250,9 +243,9 @@ fn run_procs(kind: Kind, waiting: usize, acquisitions: u64, hold: Duration) -> R
         .query(&mut conn)
         .expect("GET");
     let made = made as f64;
-    let scripts = (calls(&mut conn, "evalsha") - evalsha) as f64
+    let scripts = (command_calls(&mut conn, "evalsha") - evalsha) as f64
         - background as f64 * elapsed.as_secs_f64() / idle.as_secs_f64();
-    let publishes = (calls(&mut conn, "publish") - publish) as f64;
+    let publishes = (command_calls(&mut conn, "publish") - publish) as f64;
     Run {
         scripts: scripts / made,
         publishes: publishes / made,

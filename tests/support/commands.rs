@@ -10,16 +10,36 @@ use redis::Commands;
 /// Number of calls of `command` (lowercase, e.g. `evalsha`, `publish`) since the last
 /// CONFIG RESETSTAT, from INFO commandstats.
 pub fn command_calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    command_stats(conn)
+        .into_iter()
+        .find_map(|(name, calls)| (name == command).then_some(calls))
+        .unwrap_or(0)
+}
+
+/// `INFO commandstats` as (command, calls): every command the server counted since the last
+/// CONFIG RESETSTAT.
+pub fn command_stats(conn: &mut redis::Connection) -> Vec<(String, u64)> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(conn)
         .expect("INFO");
-    let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+        .filter_map(|l| {
+            let (cmd, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((cmd.to_owned(), rest.split(',').next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The server's `redis_version` (INFO server; Valkey reports the Redis version it matches
+/// there too), or `?`.
+pub fn server_version(conn: &mut redis::Connection) -> String {
+    let info: String = redis::cmd("INFO").arg("server").query(conn).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("?")
+        .trim()
+        .to_owned()
 }
 
 /// CONFIG RESETSTAT: command counts start again from zero.
