@@ -54,6 +54,12 @@ fn exec_passes_on_the_exit_code_and_a_signal_the_shell_way() {
     assert_eq!(code(&out), 128 + 9);
     let out = run(&server, &["exec", "job", "--", "/nonexistent/command"]);
     assert_eq!(code(&out), 127);
+    // A file that is there but may not be run: 126, as a shell says it.
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\nexit 0\n").unwrap();
+    let out = run(&server, &["exec", "job", "--", plain.to_str().unwrap()]);
+    assert_eq!(code(&out), 126);
     assert_eq!(
         redis::cmd("DBSIZE")
             .query::<u64>(&mut server.conn())
@@ -625,6 +631,38 @@ fn an_unreachable_server_is_one_line_and_its_own_code() {
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
 }
 
+/// `watch` on a server without keyspace notifications (the default) says so on stderr, and
+/// what it shows instead (releases only).
+#[test]
+fn watch_says_so_when_keyspace_notifications_are_off() {
+    let server = RedisServer::start();
+    let mut child = lockman(&server, &["watch", "quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let said = rx.recv_timeout(Duration::from_secs(10));
+    // How `watch` ends on SIGINT is `cli_errors.rs`'s; here it has said what it had to.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let said = said.expect("a line on stderr");
+    assert!(said.contains("keyspace notifications are off"), "{said}");
+    assert!(said.contains("showing releases only"), "{said}");
+}
+
 #[tokio::test]
 async fn watch_prints_acquire_and_release_until_interrupted() {
     let server = RedisServer::start();
@@ -975,6 +1013,24 @@ async fn elect_restarts_its_command_each_term_and_leader_shows_it() {
     reap.lockman.wait().unwrap();
     let gone = support::wait::eventually_blocking(Duration::from_secs(5), || !running(pid2));
     assert!(gone, "the command {pid2} outlived its lockman");
+}
+
+/// `elect` gives its command the election's name (`LOCKMAN_ELECTION`) and the term
+/// (`LOCKMAN_TERM`, the fenced lock's token); a command that exits by itself makes lockman
+/// resign (the lock is gone at once, not at its expiry) and exit with the command's code.
+#[test]
+fn elect_gives_the_command_its_election_and_term_and_exits_with_its_code_resigned() {
+    let server = RedisServer::start();
+    let script = "echo \"$LOCKMAN_ELECTION $LOCKMAN_TERM\"; exit 5";
+    let out = run(&server, &["elect", "jobs", "--", "sh", "-c", script]);
+    assert_eq!(code(&out), 5, "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (name, term) = stdout.trim().split_once(' ').expect("name and term");
+    assert_eq!(name, "jobs");
+    let mut raw = server.conn();
+    let counter: u64 = raw.get("redisson_lock_token:{jobs}").unwrap();
+    assert_eq!(term.parse::<u64>().expect("a term"), counter);
+    assert!(!raw.exists::<_, bool>("jobs").unwrap(), "not resigned");
 }
 
 #[tokio::test]

@@ -353,7 +353,8 @@ fn a_stop_grace_not_shorter_than_the_ttl_is_refused() {
 }
 
 /// A lock name and a client record with an OSC title sequence, a bell, a clear-screen and a
-/// colour code: `ls`, `top --once` and `inspect` print them escaped, no ESC or BEL byte.
+/// colour code: `ls`, `top --once`, `inspect` and `leader` print them escaped, no ESC or BEL
+/// byte.
 #[test]
 fn ls_top_and_inspect_print_no_control_characters() {
     let server = RedisServer::start();
@@ -419,6 +420,43 @@ fn ls_top_and_inspect_print_no_control_characters() {
         .and_then(|all| all.iter().find(|c| c["service"] == evil_service))
         .unwrap_or_else(|| panic!("{json}"));
     assert_eq!(client["holds"][0]["name"], evil_name, "{json}");
+    // `leader` prints the election's name and the leader's service escaped too.
+    let evil_election = "lead\x1b[31mER\u{9b}1m";
+    let _leader = Running {
+        child: Some(
+            lockman(
+                &server.url(),
+                &[
+                    "--client-name",
+                    evil_service,
+                    "elect",
+                    evil_election,
+                    "--",
+                    "sleep",
+                    "30",
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        ),
+        stderr: Arc::default(),
+    };
+    let mut leader = String::new();
+    assert!(
+        support::wait::eventually_blocking(Duration::from_secs(15), || {
+            let out = run(&server, &["leader", evil_election]);
+            leader = String::from_utf8_lossy(&out.stdout).into_owned();
+            out.status.code() == Some(0) && leader.contains("evil\\x1b]0;pwned")
+        }),
+        "the leader never showed with its service: {leader:?}"
+    );
+    assert!(
+        !leader.chars().any(|c| c.is_control() && c != '\n'),
+        "leader printed a control character: {leader:?}"
+    );
+    assert!(leader.contains("lead\\x1b[31mER\\u{9b}1m"), "{leader}");
 }
 
 /// The command's process group of its own gets the terminal while it runs: a command that

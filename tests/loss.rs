@@ -72,6 +72,26 @@ async fn a_foreign_del_is_known_at_once() {
     mgr.shutdown().await;
 }
 
+/// A `FLUSHALL` is an invalidation that names no key (docs/protocol.md, "Watched holds"):
+/// every watched hold is checked at once, and each one gone is told lost within the same bound
+/// as a `DEL` of its key, not at the next renewal (10 s away here).
+#[tokio::test]
+async fn a_flushall_is_known_at_once_for_every_hold() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let first = mgr.lock("flushed:1").acquire().await.unwrap();
+    let second = mgr.lock("flushed:2").acquire().await.unwrap();
+    until_tracked(&mut raw, 2).await;
+    assert!(!first.is_lost() && !second.is_lost());
+    let flushing = Instant::now();
+    let _: () = redis::cmd("FLUSHALL").query(&mut raw).unwrap();
+    let took = lost_since(&first, flushing, AT_ONCE).await;
+    lost_since(&second, flushing, AT_ONCE).await;
+    eprintln!("FLUSHALL → lost() in {took:?}");
+    mgr.shutdown().await;
+}
+
 /// A hold is watched 20 ms after its grant, not from its hand-over to the renewal schedule (a
 /// sixth of the watchdog timeout, 2 s here): a `DEL` of a hold 100 ms old is known within the same bound
 /// as an older one's. (The break: young holds were not watched, and the loss waited for the
