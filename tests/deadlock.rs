@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use lockman::deadlock::{self, Deadlocks, Owner};
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
-use support::party::{deadlock_of, party};
+use support::party::{close_cycle, deadlock_of, goes_on, party};
 use support::{RedisServer, wait};
 use tokio::sync::oneshot;
 
@@ -186,14 +186,7 @@ async fn a_cycle_of_three_through_a_fair_lock_and_a_reader_behind_a_writer() {
     t2_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_rwlock:{c}", 1).await;
     wait::quiet(&mut raw).await;
-    let closed = Instant::now();
-    t3_go.send(()).unwrap();
-    let (t3_res, t3_done) = tokio::time::timeout(FOUND_WITHIN * 5, t3)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(t3_done - closed < FOUND_WITHIN);
-    let cycle = deadlock_of(t3_res);
+    let (cycle, _) = close_cycle(t3_go, t3, FOUND_WITHIN, FOUND_WITHIN * 5).await;
     let steps: Vec<(Owner, &str, &str)> = cycle
         .steps
         .iter()
@@ -588,14 +581,7 @@ async fn three_processes_a_cycle_of_three_through_fair_and_read_write_locks() {
     t2_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_rwlock:{c}", 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let closed = Instant::now();
-    t3_go.send(()).unwrap();
-    let (t3_res, t3_done) = tokio::time::timeout(FOUND_ACROSS_WITHIN * 3, t3)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(t3_done - closed < FOUND_ACROSS_WITHIN);
-    let cycle = deadlock_of(t3_res);
+    let (cycle, _) = close_cycle(t3_go, t3, FOUND_ACROSS_WITHIN, FOUND_ACROSS_WITHIN * 3).await;
     let steps: Vec<(Owner, &str, &str, &str)> = cycle
         .steps
         .iter()
@@ -924,26 +910,12 @@ async fn two_tasks_through_two_group_locks_sharing_members_the_younger_wait_fail
     let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
     a_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_lock__channel:{gb}", 1).await;
-    let closed = Instant::now();
-    b_go.send(()).unwrap();
-    let (b_res, b_done) = tokio::time::timeout(FOUND_WITHIN * 5, b)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(
-        b_done - closed < FOUND_WITHIN,
-        "found after {:?}",
-        b_done - closed
-    );
-    let cycle = deadlock_of(b_res);
+    let (cycle, _) = close_cycle(b_go, b, FOUND_WITHIN, FOUND_WITHIN * 5).await;
     assert_eq!(
         steps(&cycle),
         vec![(b_me, "ga", "group"), (a_me, "gb", "group")]
     );
-    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
-        .await
-        .expect("A goes on")
-        .unwrap();
+    let a_res = goes_on("A", a, Duration::from_secs(10)).await;
     a_res.expect("A takes gb");
     mgr.shutdown().await;
 }
@@ -968,26 +940,12 @@ async fn a_cycle_through_a_group_lock_and_a_plain_lock_is_found() {
     let (a_me, b_me) = (a_me.await.unwrap(), b_me.await.unwrap());
     a_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_lock__channel:{x}", 1).await;
-    let closed = Instant::now();
-    b_go.send(()).unwrap();
-    let (b_res, b_done) = tokio::time::timeout(FOUND_WITHIN * 5, b)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(
-        b_done - closed < FOUND_WITHIN,
-        "found after {:?}",
-        b_done - closed
-    );
-    let cycle = deadlock_of(b_res);
+    let (cycle, _) = close_cycle(b_go, b, FOUND_WITHIN, FOUND_WITHIN * 5).await;
     assert_eq!(
         steps(&cycle),
         vec![(b_me, "g", "group"), (a_me, "x", "lock")]
     );
-    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
-        .await
-        .expect("A goes on")
-        .unwrap();
+    let a_res = goes_on("A", a, Duration::from_secs(10)).await;
     a_res.expect("A takes x");
     mgr.shutdown().await;
 }
@@ -1017,16 +975,8 @@ async fn two_processes_a_cycle_through_a_group_lock_is_found() {
     wait::subscribers(&mut raw, "redisson_lock__channel:{x}", 1).await;
     // A margin for the server-clock order of the two waits, as in the test above.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let closed = Instant::now();
-    b_go.send(()).unwrap();
-    let (b_res, b_done) = tokio::time::timeout(FOUND_ACROSS_WITHIN * 3, b)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    let took = b_done - closed;
-    assert!(took < FOUND_ACROSS_WITHIN, "found after {took:?}");
+    let (cycle, took) = close_cycle(b_go, b, FOUND_ACROSS_WITHIN, FOUND_ACROSS_WITHIN * 3).await;
     assert!(took >= Duration::from_secs(1), "found after {took:?}");
-    let cycle = deadlock_of(b_res);
     let steps: Vec<(Owner, uuid::Uuid, &str, &str)> = cycle
         .steps
         .iter()
@@ -1039,10 +989,7 @@ async fn two_processes_a_cycle_through_a_group_lock_is_found() {
             (a_me, east.client_id(), "x", "lock"),
         ]
     );
-    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
-        .await
-        .expect("A goes on")
-        .unwrap();
+    let a_res = goes_on("A", a, Duration::from_secs(10)).await;
     a_res.expect("A takes x");
     east.shutdown().await;
     west.shutdown().await;

@@ -17,7 +17,7 @@ use lockman::deadlock::{self, Cycle, Owner};
 use lockman::{Config, LockError, LockManager};
 use redis::Commands;
 use support::fair::SkewedChild;
-use support::party::{deadlock_of, party};
+use support::party::{close_cycle, deadlock_of, goes_on, party};
 use support::proxy::Proxy;
 use support::{RedisServer, wait};
 use tokio::sync::oneshot;
@@ -108,10 +108,7 @@ async fn a_wait_given_up_is_no_edge() {
         tokio::time::sleep(PATIENCE).await;
         assert!(!b.is_finished(), "B's wait ended while A held x");
         held_x.release().await.unwrap();
-        let (b_res, _) = tokio::time::timeout(Duration::from_secs(10), b)
-            .await
-            .expect("B goes on")
-            .unwrap();
+        let b_res = goes_on("B", b, Duration::from_secs(10)).await;
         b_res.expect("B takes x: no deadlock");
     }
     nothing_left(&mut raw).await;
@@ -175,10 +172,7 @@ async fn a_guard_dropped_then_an_immediate_wait_is_no_cycle() {
         assert!(!r1.is_finished(), "round {round}: R1's wait ended: {r1:?}");
         r2_go.send(()).unwrap();
         r2.await.unwrap();
-        let (w_res, _) = tokio::time::timeout(Duration::from_secs(10), w)
-            .await
-            .expect("W goes on")
-            .unwrap();
+        let w_res = goes_on("W", w, Duration::from_secs(10)).await;
         w_res.unwrap_or_else(|e| panic!("round {round}: W's wait: {e}"));
         tokio::time::timeout(Duration::from_secs(10), r1)
             .await
@@ -224,10 +218,7 @@ async fn a_guard_dropped_then_an_immediate_wait_is_no_cycle() {
         t2.await
             .unwrap()
             .unwrap_or_else(|e| panic!("round {round}: T2: {e}"));
-        let (t3_res, _) = tokio::time::timeout(Duration::from_secs(10), t3)
-            .await
-            .expect("T3 goes on")
-            .unwrap();
+        let t3_res = goes_on("T3", t3, Duration::from_secs(10)).await;
         t3_res.unwrap_or_else(|e| panic!("round {round}: T3: {e}"));
         tokio::time::timeout(Duration::from_secs(10), t1)
             .await
@@ -274,10 +265,7 @@ async fn a_hold_whose_lease_ran_out_is_no_hold() {
     assert!(!b.is_finished(), "B's wait for x ended");
     c_go.send(()).unwrap();
     c.await.unwrap();
-    let (b_res, _) = tokio::time::timeout(Duration::from_secs(10), b)
-        .await
-        .expect("B goes on")
-        .unwrap();
+    let b_res = goes_on("B", b, Duration::from_secs(10)).await;
     b_res.expect("B takes x");
     tokio::time::timeout(Duration::from_secs(10), a)
         .await
@@ -342,10 +330,7 @@ async fn a_lost_hold_retaken_through_a_clone_is_not_the_old_owner_s() {
         );
         c_go.send(()).unwrap();
         c.await.unwrap();
-        let (b_res, _) = tokio::time::timeout(Duration::from_secs(10), b)
-            .await
-            .expect("B goes on")
-            .unwrap();
+        let b_res = goes_on("B", b, Duration::from_secs(10)).await;
         b_res.unwrap_or_else(|e| panic!("round {round}: B: {e}"));
         tokio::time::timeout(Duration::from_secs(10), a)
             .await
@@ -394,10 +379,7 @@ async fn a_hold_re_entered_through_a_clone_belongs_to_who_still_holds_it() {
     assert!(!t3.is_finished(), "T3's wait for x ended");
     t2_go.send(()).unwrap();
     t2.await.unwrap();
-    let (t3_res, _) = tokio::time::timeout(Duration::from_secs(10), t3)
-        .await
-        .expect("T3 goes on")
-        .unwrap();
+    let t3_res = goes_on("T3", t3, Duration::from_secs(10)).await;
     t3_res.expect("T3 takes x");
     tokio::time::timeout(Duration::from_secs(10), t1)
         .await
@@ -528,18 +510,7 @@ async fn a_cycle_of_four_through_fenced_non_reentrant_write_and_fair() {
     wait::queued(&mut raw, "d", 1).await;
     wait::quiet(&mut raw).await;
     assert!(!t1.is_finished() && !t2.is_finished() && !t3.is_finished());
-    let closed = Instant::now();
-    t4_go.send(()).unwrap();
-    let (t4_res, t4_done) = tokio::time::timeout(FOUND_WITHIN * 5, t4)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(
-        t4_done - closed < FOUND_WITHIN,
-        "found after {:?}",
-        t4_done - closed
-    );
-    let cycle = deadlock_of(t4_res);
+    let (cycle, _) = close_cycle(t4_go, t4, FOUND_WITHIN, FOUND_WITHIN * 5).await;
     let s = |o, n: &str, k: &str| (o, n.to_owned(), k.to_owned());
     assert_eq!(
         steps(&cycle),
@@ -612,10 +583,7 @@ async fn a_broken_fair_wait_leaves_its_queue_at_once() {
     .await;
     assert!(!b.is_finished(), "B still waits for x");
     held_x.release().await.unwrap();
-    let (b_res, _) = tokio::time::timeout(Duration::from_secs(10), b)
-        .await
-        .expect("B goes on")
-        .unwrap();
+    let b_res = goes_on("B", b, Duration::from_secs(10)).await;
     b_res.expect("B takes x");
     nothing_left(&mut raw).await;
     mgr.shutdown().await;
@@ -679,10 +647,7 @@ async fn a_cycle_closed_by_a_reader_joining_is_found() {
         vec![s(o, "x", "lock"), s(w_me, "r", "write")]
     );
     drop(o_read);
-    let (w_res, _) = tokio::time::timeout(Duration::from_secs(10), w)
-        .await
-        .expect("W goes on")
-        .unwrap();
+    let w_res = goes_on("W", w, Duration::from_secs(10)).await;
     w_res.expect("W writes r");
     nothing_left(&mut raw).await;
     mgr.shutdown().await;
@@ -751,10 +716,7 @@ async fn a_cycle_closed_by_a_fair_hand_off_is_found() {
     assert_eq!(steps(&cycle), vec![s(o, "x", "lock"), s(w_me, "f", "fair")]);
     o_f_tx.send(()).unwrap();
     o_fair.await.unwrap().expect("O held f");
-    let (w_res, _) = tokio::time::timeout(Duration::from_secs(10), w)
-        .await
-        .expect("W goes on")
-        .unwrap();
+    let w_res = goes_on("W", w, Duration::from_secs(10)).await;
     w_res.expect("W takes f");
     nothing_left(&mut raw).await;
     mgr.shutdown().await;
@@ -850,18 +812,7 @@ async fn across_processes_the_younger_wait_in_the_first_process_is_broken() {
     b_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_lock__channel:{x}", 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let closed = Instant::now();
-    a_go.send(()).unwrap();
-    let (a_res, a_done) = tokio::time::timeout(Duration::from_secs(24), a)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(
-        a_done - closed < Duration::from_secs(8),
-        "found after {:?}",
-        a_done - closed
-    );
-    let cycle = deadlock_of(a_res);
+    let (cycle, _) = close_cycle(a_go, a, Duration::from_secs(8), Duration::from_secs(24)).await;
     let got: Vec<(Owner, uuid::Uuid, String)> = cycle
         .steps
         .iter()
@@ -874,10 +825,7 @@ async fn across_processes_the_younger_wait_in_the_first_process_is_broken() {
             (b_me, west.client_id(), "x".to_owned())
         ]
     );
-    let (b_res, _) = tokio::time::timeout(Duration::from_secs(10), b)
-        .await
-        .expect("B goes on")
-        .unwrap();
+    let b_res = goes_on("B", b, Duration::from_secs(10)).await;
     b_res.expect("B takes x: only the younger wait is broken");
     nothing_left(&mut raw).await;
     east.shutdown().await;
@@ -960,10 +908,7 @@ async fn a_multilock_member_closing_a_cycle_is_told_and_lets_its_members_go() {
     wait::until("b let go", || !raw.exists::<_, bool>("b").unwrap()).await;
     assert!(!t1.is_finished(), "T1 still waits for c");
     held_c.release().await.unwrap();
-    let (t1_res, _) = tokio::time::timeout(Duration::from_secs(10), t1)
-        .await
-        .expect("T1 goes on")
-        .unwrap();
+    let t1_res = goes_on("T1", t1, Duration::from_secs(10)).await;
     t1_res.expect("T1 takes c");
     nothing_left(&mut raw).await;
     mgr.shutdown().await;
@@ -1068,18 +1013,7 @@ async fn two_managers_in_one_process_a_cycle_through_both_is_found() {
     t1_go.send(()).unwrap();
     wait::subscribers(&mut raw, "redisson_lock__channel:{y}", 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let closed = Instant::now();
-    t2_go.send(()).unwrap();
-    let (t2_res, t2_done) = tokio::time::timeout(Duration::from_secs(24), t2)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(
-        t2_done - closed < Duration::from_secs(8),
-        "found after {:?}",
-        t2_done - closed
-    );
-    let cycle = deadlock_of(t2_res);
+    let (cycle, _) = close_cycle(t2_go, t2, Duration::from_secs(8), Duration::from_secs(24)).await;
     let got: Vec<(Owner, uuid::Uuid, String)> = cycle
         .steps
         .iter()
@@ -1092,10 +1026,7 @@ async fn two_managers_in_one_process_a_cycle_through_both_is_found() {
             (t1_me, two.client_id(), "y".to_owned())
         ]
     );
-    let (t1_res, _) = tokio::time::timeout(Duration::from_secs(10), t1)
-        .await
-        .expect("T1 goes on")
-        .unwrap();
+    let t1_res = goes_on("T1", t1, Duration::from_secs(10)).await;
     t1_res.expect("T1 takes y");
     nothing_left(&mut raw).await;
     one.shutdown().await;
@@ -1380,10 +1311,7 @@ async fn across_processes_a_writer_waits_for_every_reader() {
         );
         r1_go.send(()).unwrap();
         r1.await.unwrap().0.unwrap();
-        let (w_res, _) = tokio::time::timeout(Duration::from_secs(10), w)
-            .await
-            .expect("W goes on")
-            .unwrap();
+        let w_res = goes_on("W", w, Duration::from_secs(10)).await;
         w_res.unwrap_or_else(|e| panic!("round {round}: W: {e}"));
     }
     nothing_left(&mut raw).await;
@@ -1412,27 +1340,13 @@ async fn across_processes_under_a_name_prefix() {
     a_go.send(()).unwrap();
     wait::queued(&mut raw, "app:y", 1).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let closed = Instant::now();
-    b_go.send(()).unwrap();
-    let (b_res, b_done) = tokio::time::timeout(Duration::from_secs(24), b)
-        .await
-        .expect("the cycle is broken")
-        .unwrap();
-    assert!(
-        b_done - closed < Duration::from_secs(8),
-        "found after {:?}",
-        b_done - closed
-    );
-    let cycle = deadlock_of(b_res);
+    let (cycle, _) = close_cycle(b_go, b, Duration::from_secs(8), Duration::from_secs(24)).await;
     let s = |o, n: &str, k: &str| (o, n.to_owned(), k.to_owned());
     assert_eq!(
         steps(&cycle),
         vec![s(b_me, "x", "lock"), s(a_me, "y", "fair")]
     );
-    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
-        .await
-        .expect("A goes on")
-        .unwrap();
+    let a_res = goes_on("A", a, Duration::from_secs(10)).await;
     a_res.expect("A takes y");
     nothing_left(&mut raw).await;
     east.shutdown().await;
@@ -1483,10 +1397,7 @@ async fn a_broken_wait_leaves_no_subscription() {
     assert_eq!(numsub(&mut raw, "redisson_lock__channel:{y}"), 1);
     assert!(!a.is_finished(), "A still waits for y");
     held_y.release().await.unwrap();
-    let (a_res, _) = tokio::time::timeout(Duration::from_secs(10), a)
-        .await
-        .expect("A goes on")
-        .unwrap();
+    let a_res = goes_on("A", a, Duration::from_secs(10)).await;
     a_res.expect("A takes y");
     nothing_left(&mut raw).await;
     mgr.shutdown().await;
