@@ -1,13 +1,15 @@
 //! Commands per hand-off by the number of waiters (issue 60, item 5), counted from the server's
 //! `INFO commandstats` deltas: for each kind (reentrant, fair, read-write's write side, spin,
-//! semaphore of one permit), N waiting processes on one name, each taking it TAKES times and
-//! holding it HOLD ms, and N waiters (tasks) in one process doing the same through one manager.
-//! The figures are per acquisition: scripts Redis ran (EVALSHA/EVAL), everything the clients
+//! semaphore of one permit, permit semaphore of one permit), N waiting processes on one name,
+//! each taking it TAKES times and holding it HOLD ms, and N waiters (tasks) in one process doing
+//! the same through one manager. The figures are per acquisition: scripts Redis ran
+//! (EVALSHA/EVAL), messages published (PUBLISH/SPUBLISH, inside scripts), everything the clients
 //! sent (scripts, subscriptions, pings), and every command Redis executed (those inside the
 //! scripts included).
 //!
-//! Run: `cargo run --release --example handoff_commands -- [N…]` (N defaults to 1 10 100; it
-//! starts its own redis-server). Internal role, started by the run itself:
+//! Run: `cargo run --release --example handoff_commands -- [--kinds K,K…] [--only
+//! processes|tasks] [N…]` (N defaults to 1 10 100; it starts its own redis-server; the waiter
+//! processes run under `nice -n 10`). Internal role, started by the run itself:
 //! `handoff_commands child KIND URL NAME TAKES HOLD_MS` (prints `ready`, waits for a line on
 //! stdin, takes its turns, exits).
 
@@ -19,14 +21,15 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use lockman::{Lock, LockManager, Semaphore};
+
+use lockman::{Lock, LockManager, PermitSemaphore, Semaphore};
 use support::commands::{command_stats, server_version};
 
 /// Turns each waiter takes.
 const TAKES: u32 = 20;
 /// How long each turn holds the name (ms).
 const HOLD_MS: u64 = 2;
-const KINDS: [&str; 5] = ["reentrant", "fair", "write", "spin", "semaphore"];
+const KINDS: [&str; 6] = ["reentrant", "fair", "write", "spin", "semaphore", "permit"];
 /// Commands the clients send themselves; the rest in `INFO commandstats` ran inside scripts.
 const SENT: &[&str] = &[
     "evalsha",
@@ -47,6 +50,7 @@ const SENT: &[&str] = &[
 enum Handle {
     Lock(Lock),
     Semaphore(Semaphore),
+    Permit(PermitSemaphore),
 }
 
 impl Handle {
@@ -57,6 +61,7 @@ impl Handle {
             "write" => Handle::Lock((*manager.read_write_lock(name).write()).clone()),
             "spin" => Handle::Lock(manager.spin_lock(name)),
             "semaphore" => Handle::Semaphore(manager.semaphore(name)),
+            "permit" => Handle::Permit(manager.permit_semaphore(name)),
             other => panic!("unknown kind {other:?}"),
         }
     }
@@ -74,6 +79,24 @@ impl Handle {
                 tokio::time::sleep(hold).await;
                 guard.release().await.expect("release");
             }
+            Handle::Permit(sem) => {
+                let guard = sem.acquire(1).await.expect("acquire");
+                tokio::time::sleep(hold).await;
+                guard.release().await.expect("release");
+            }
+        }
+    }
+
+    /// One permit in all, for the semaphores; nothing for the locks.
+    async fn set_up(&self) {
+        match self {
+            Handle::Lock(_) => {}
+            Handle::Semaphore(sem) => {
+                sem.try_set_permits(1).await.expect("permits");
+            }
+            Handle::Permit(sem) => {
+                sem.try_set_permits(1).await.expect("permits");
+            }
         }
     }
 }
@@ -83,13 +106,27 @@ fn main() {
     if args.first().map(String::as_str) == Some("child") {
         return child(&args[1..]);
     }
-    let ns: Vec<usize> = if args.is_empty() {
-        vec![1, 10, 100]
-    } else {
-        args.iter()
-            .map(|a| a.parse().expect("N: a number"))
-            .collect()
-    };
+    let mut kinds: Vec<String> = KINDS.iter().map(|k| (*k).to_owned()).collect();
+    let (mut processes, mut tasks) = (true, true);
+    let mut ns: Vec<usize> = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--kinds" => {
+                let list = args.next().expect("--kinds K,K…");
+                kinds = list.split(',').map(str::to_owned).collect();
+            }
+            "--only" => match args.next().as_deref() {
+                Some("processes") => tasks = false,
+                Some("tasks") => processes = false,
+                other => panic!("--only processes|tasks, not {other:?}"),
+            },
+            n => ns.push(n.parse().expect("N: a number")),
+        }
+    }
+    if ns.is_empty() {
+        ns = vec![1, 10, 100];
+    }
     let server = support::RedisServer::start();
     let url = server.url();
     println!(
@@ -98,16 +135,33 @@ fn main() {
         server_version(&mut server.conn())
     );
     println!(
-        "| kind | N | processes: scripts | sent | executed | acquisitions/s | one process: scripts | sent | executed | acquisitions/s |"
+        "| kind | N | where | scripts | published | sent | executed | acquisitions/s | load average (1 min) before, after |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
-    for kind in KINDS {
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for kind in &kinds {
         for &n in &ns {
-            let procs = in_processes(&server, &url, kind, n);
-            let tasks = in_one_process(&server, &url, kind, n);
-            println!("| {kind} | {n} | {procs} | {tasks} |");
+            if processes {
+                let before = load_average();
+                let counted = in_processes(&server, &url, kind, n);
+                let after = load_average();
+                println!("| {kind} | {n} | processes | {counted} | {before}, {after} |");
+            }
+            if tasks {
+                let before = load_average();
+                let counted = in_one_process(&server, &url, kind, n);
+                let after = load_average();
+                println!("| {kind} | {n} | one process | {counted} | {before}, {after} |");
+            }
         }
     }
+}
+
+/// The 1-minute load average (`/proc/loadavg`), or `?`.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 /// One row's half: counts per acquisition and the rate.
@@ -128,12 +182,14 @@ impl std::fmt::Display for Counted {
                 .sum()
         };
         let scripts = sum(&|c| c == "evalsha" || c == "eval");
+        let published = sum(&|c| c == "publish" || c == "spublish");
         let sent = sum(&|c| SENT.contains(&c));
         let executed = sum(&|c| !c.starts_with("config") && c != "info");
         write!(
             f,
-            "{:.1} | {:.1} | {:.1} | {:.0}",
+            "{:.2} | {:.2} | {:.2} | {:.2} | {:.0}",
             per(scripts),
+            per(published),
             per(sent),
             per(executed),
             self.acquisitions as f64 / self.took.as_secs_f64()
@@ -148,9 +204,7 @@ fn prepare(server: &support::RedisServer, url: &str, kind: &str, name: &str) {
     rt.block_on(async {
         let manager = LockManager::connect(url).await.expect("manager");
         let handle = Handle::new(&manager, kind, name);
-        if let Handle::Semaphore(sem) = &handle {
-            sem.try_set_permits(1).await.expect("permits");
-        }
+        handle.set_up().await;
         handle.turn(Duration::ZERO).await;
         manager.shutdown().await;
     });
@@ -163,7 +217,11 @@ fn in_processes(server: &support::RedisServer, url: &str, kind: &str, n: usize) 
     let exe = std::env::current_exe().expect("this example");
     let mut children: Vec<_> = (0..n)
         .map(|_| {
-            Command::new(&exe)
+            // Niced, so that 100 waiter processes leave the server and the other work its share
+            // of the machine.
+            Command::new("nice")
+                .args(["-n", "10"])
+                .arg(&exe)
                 .args(["child", kind, url, &name])
                 .args([TAKES.to_string(), HOLD_MS.to_string()])
                 .stdin(Stdio::piped())
@@ -224,9 +282,7 @@ fn in_one_process(server: &support::RedisServer, url: &str, kind: &str, n: usize
 
 /// `prepare`, through this process's manager.
 async fn prepare_here(server: &support::RedisServer, handle: &Handle) {
-    if let Handle::Semaphore(sem) = handle {
-        sem.try_set_permits(1).await.expect("permits");
-    }
+    handle.set_up().await;
     handle.turn(Duration::ZERO).await;
     support::commands::reset_stats(&mut server.conn());
 }

@@ -125,6 +125,8 @@ impl LockState {
                 .filter(|id| !self.waiters.wakes.contains(id))
                 .collect();
             self.waiters.wakes.extend(new);
+        } else if key.1 == LockKind::Write {
+            self.writer_in(&key.0);
         }
         self.granted(id, key, lease, started, token);
     }

@@ -1,5 +1,6 @@
 //! The local waiters' side of the rules: who waits its turn, who is woken, how a waiter ends.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,6 +112,24 @@ impl LockState {
         self.timers.stop(&Timer::Retry);
         self.waiters.wakes = self.waiters.iter().map(|w| w.id).collect();
         self.next_wake();
+    }
+
+    /// A writer of `holder` got in: the wake-ups still pending from the same message for
+    /// waiters of other holders are dropped. None of them can get in beside a writer (a read or
+    /// a write of another holder is refused while it holds), so each would be one attempt that
+    /// fails: N round trips per hand-off for N local waiters, since a write release wakes every
+    /// waiter. They wait for this hold's release, whose message wakes them all, or for its lease
+    /// to run out (the retry `granted` arms), as their failed attempts would have had them do.
+    /// The same holder's waiters keep theirs (a re-entry, or a read beside its own write).
+    pub(super) fn writer_in(&mut self, holder: &str) {
+        let waiters = &self.waiters;
+        let keep: VecDeque<WaiterId> = waiters
+            .wakes
+            .iter()
+            .copied()
+            .filter(|id| waiters.get(*id).is_some_and(|w| &*w.holder == holder))
+            .collect();
+        self.waiters.wakes = keep;
     }
 
     /// The next pending wake-up, skipping waiters that have left meanwhile. Whether there was

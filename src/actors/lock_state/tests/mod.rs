@@ -185,6 +185,54 @@ fn release_hands_the_lock_to_the_next_local_waiter_in_one_round_trip() {
     assert!(runs(&fx).is_empty(), "no second acquire: {fx:?}");
 }
 
+/// A write release wakes every local waiter (Redisson's wake-all message). Once one of them
+/// gets in as a writer, the others' attempts could only fail: they are dropped, and the others
+/// wait for that writer's release (or its lease). Before, every waiter tried after each write
+/// release: N round trips per hand-off for N waiters in one process.
+#[test]
+fn once_a_woken_writer_gets_in_the_other_holders_woken_with_it_do_not_try() {
+    let t0 = Instant::now();
+    let mut s = state(LockKind::Read);
+    let write = |holder: &str| Request {
+        kind: LockKind::Write,
+        ..req(holder, Wait::Forever)
+    };
+    let ids: Vec<WaiterId> = ["a", "b", "c", "d"]
+        .into_iter()
+        .map(|h| {
+            let id = s.request(write(h), t0);
+            assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+            s.ran(busy(), t0);
+            s.drain();
+            id
+        })
+        .collect();
+    let channel = s.channel.clone();
+    s.unlocked(true, &channel, t0);
+    assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+    s.ran(acquired(), t0);
+    let fx = s.drain();
+    let (key, epoch) = granted(&fx, ids[0]).expect("the oldest writer granted");
+    assert!(runs(&fx).is_empty(), "no attempt beside the writer: {fx:?}");
+    assert_eq!(
+        s.armed_in(&Timer::Retry),
+        Some(Duration::from_secs(30)),
+        "the others still retry when the writer's lease would run out"
+    );
+    // Its release publishes; the message wakes the others, and the next one gets in.
+    s.release(key, epoch, None, t0);
+    assert!(matches!(runs(&s.drain())[..], [Op::Release { .. }]));
+    s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t0);
+    s.drain();
+    s.unlocked(true, &channel, t0);
+    assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+    s.ran(acquired(), t0);
+    let fx = s.drain();
+    assert!(granted(&fx, ids[1]).is_some(), "{fx:?}");
+    assert!(runs(&fx).is_empty(), "{fx:?}");
+    assert!(s.is_waiting(ids[2]) && s.is_waiting(ids[3]));
+}
+
 #[test]
 fn a_hand_off_streak_ends_with_a_release_that_publishes() {
     let mut s = state(LockKind::Reentrant);
