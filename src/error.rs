@@ -85,7 +85,9 @@ pub enum LockError {
     },
     /// The server the URL names is a read-only replica: locks need its primary (name the
     /// primary, or use [`Config::sentinel`](crate::Config::sentinel)). Found when the manager
-    /// starts; a primary that becomes a replica later is a failover, retried while waiting.
+    /// starts; a primary that becomes a replica later is a failover, retried while waiting. A
+    /// Cluster's master answering as a replica at start is a failover under way, not this: a
+    /// [`LockError::Redis`] with code `READONLY`, retryable ([`LockError::is_retryable`]).
     #[error("{url} is a read-only replica; lockman needs the primary")]
     ReadOnly {
         /// The URL (without its password, if any).

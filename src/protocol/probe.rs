@@ -75,6 +75,18 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
     }
     let missing = denied("run EVALSHA", reply)?;
     if missing.first().map(String::as_str) == Some("READONLY") {
+        // A cluster's client routes to the masters of its slot map, which a URL cannot name:
+        // one of them answering as a replica is a failover under way (the map not yet
+        // refreshed), an outage to retry, not a wrong URL.
+        if matches!(link, Link::Cluster(_)) {
+            return Err(LockError::Redis {
+                op: "check permissions",
+                source: redis::RedisError::from((
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                    "a master of the cluster's slot map answered as a replica (a failover under way)",
+                )),
+            });
+        }
         return Err(LockError::ReadOnly {
             url: conn.endpoint().label().to_owned(),
         });
