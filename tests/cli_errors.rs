@@ -1156,10 +1156,11 @@ fn a_server_loading_its_dataset_is_named_and_waited_out_by_exec() {
             .query(&mut raw)
             .unwrap();
     }
-    // 30,000 keys at 100 µs each: about 3 s of loading.
+    // 100,000 keys at 100 µs each: 10 s of loading or more (each delay overshoots on a loaded
+    // machine), cut short below once `exec` is waiting.
     let _: () = redis::cmd("DEBUG")
         .arg("POPULATE")
-        .arg(30_000)
+        .arg(100_000)
         .query(&mut raw)
         .unwrap();
     let reload = std::thread::spawn(move || {
@@ -1194,7 +1195,30 @@ fn a_server_loading_its_dataset_is_named_and_waited_out_by_exec() {
     );
     assert!(!line.contains("network"), "{line}");
 
-    let out = run(&server, &["exec", "--wait", "15s", "job", "--", "true"]);
+    let exec = lockman_at(
+        &server.url(),
+        &["exec", "--wait", "15s", "job", "--", "true"],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        loading(&server),
+        "the load ended before `exec` waited on it"
+    );
+    // The rest of the load without its delay (CONFIG is served while loading; the delay is read
+    // per key), so that the waits' 15 s bound the wait, not how slow this machine makes 100,000
+    // short sleeps.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("key-load-delay")
+        .arg(0)
+        .query(&mut server.conn())
+        .unwrap();
+    let out = exec.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let out = latch.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "latch wait: {}", stderr(&out));
