@@ -222,7 +222,7 @@ impl LockState {
             last_try: false,
         });
         self.set_busy();
-        if self.link.is_away() && !self.timers.is_armed(&Timer::Unavailable) {
+        if self.link.outage().is_away() && !self.timers.is_armed(&Timer::Unavailable) {
             // Redis is away already: this wait too ends once it has been for the bound.
             self.arm_unavailable();
         }
