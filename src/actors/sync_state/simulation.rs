@@ -860,8 +860,7 @@ impl Sim {
             let retry = table.is_armed(&Timer::Retry);
             let coming = !mgr.inbox.is_empty() || mgr.subscribing || resend;
             let stranded = mgr.state.waiters.iter().find(|w| {
-                let backoff =
-                    retry && (w.failures > 0 || mgr.state.subscription == Subscription::None);
+                let backoff = retry && (w.failures > 0 || !mgr.state.link.has_subscription());
                 i64::from(w.wants) <= self.redis.free && !coming && !backoff
             });
             if let Some(w) = stranded {
