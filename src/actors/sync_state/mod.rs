@@ -437,24 +437,8 @@ impl SyncState {
         self.wake_all();
     }
 
-    /// When the state's next timer fires (its deadlines aside, which are [`Effect::Arm`]ed):
-    /// the shell keeps one timer for it, and calls [`timeout`](Self::timeout) then.
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        self.timers.next()
-    }
-
-    /// The shell's timer fired: every timer of the table due by `now` fires, earliest first.
-    /// Those armed meanwhile wait for the shell's next turn, as they did when each timer was
-    /// one of the shell's own.
-    pub(crate) fn timeout(&mut self, now: Instant) {
-        let mark = self.timers.mark();
-        while let Some(timer) = self.timers.take_due(now, mark) {
-            self.fired(timer, now);
-        }
-    }
-
     /// `timer` fired (a deadline, through the shell; any other, through
-    /// [`timeout`](Self::timeout)): it is armed no more.
+    /// [`NameState::timeout`]): it is armed no more.
     pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
         self.now = now;
         self.timers.stop(&timer);

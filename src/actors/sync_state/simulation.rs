@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 
 use super::*;
 use crate::actors::name::seeded::{Rng, Schedule, must_catch, run_one, run_schedules};
+use crate::actors::name::state::NameState;
 
 /// Schedules run by `cargo test` (each with its own seed).
 const SCHEDULES: u64 = 20_000;
