@@ -1,9 +1,12 @@
 //! The rules of one lock name, as a state machine with no actix, no timers and no Redis: events
 //! go in (a request, a script's reply, an unlock message, a timer, a caller gone), and the
-//! [`Effect`]s to carry out come out, in order. The [`LockActor`](super::LockActor) is its shell.
+//! [`Effect`]s to carry out come out, in order. The per-name shell (`actors::shell`) drives it
+//! and carries its effects out; the [`LockActor`](super::LockActor) runs its round trips.
 //!
-//! What it guarantees (and `tests/` checks: unit tests in `mod.rs`, random event sequences in
-//! `property.rs`, the seeded simulation of several managers in `simulation.rs`):
+//! What it guarantees (and `tests/` checks: unit tests in `tests/mod.rs` and beside them by
+//! subject, random event sequences in `property.rs`, a model of Redis's side in `model.rs`, the
+//! fair queue's places in `fair_places.rs`, the seeded simulation of several managers in
+//! `simulation.rs`):
 //! - one round trip at a time: attempts and releases of one name never interleave;
 //! - every waiter is answered exactly once, and never while it still counts as waiting;
 //! - a subscribed channel always has a waiter that needs it;
