@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashSet;
 
 use super::WaiterId;
+use crate::actors::name::outage::Outage;
 use crate::error::LockError;
 
 /// A waiter at its last try: since when, and when its verdict is due.
@@ -17,13 +18,6 @@ pub(super) struct LastTry {
     pub id: WaiterId,
     pub began: Instant,
     pub due: Instant,
-}
-
-/// Redis has not answered this name since `since`; `cause` is the last failure.
-#[derive(Debug)]
-struct Outage {
-    since: Instant,
-    cause: LockError,
 }
 
 /// What the name knows of its link to Redis. Its invariant: an outage is known only until the
@@ -35,8 +29,8 @@ pub(super) struct Link {
     /// Consecutive retryable errors of attempts, for the backoff; reset by any answer from
     /// Redis to an attempt.
     failures: u32,
-    /// Redis not answering this name; `None` once it answers.
-    outage: Option<Outage>,
+    /// Redis not answering this name, until it answers.
+    outage: Outage,
     /// When Redis last answered this name.
     heard_at: Option<Instant>,
     /// Waiters at their last try (`outage::deadline`), until Redis's next answer decides.
@@ -95,39 +89,18 @@ impl Link {
     /// Redis did not answer (or refused for a passing state) with `cause`, since `since`:
     /// whether an outage began with it (one under way takes the newer cause).
     pub(super) fn away(&mut self, cause: LockError, since: Instant) -> bool {
-        match &mut self.outage {
-            Some(outage) => {
-                outage.cause = cause;
-                false
-            }
-            None => {
-                self.outage = Some(Outage { since, cause });
-                true
-            }
-        }
+        self.outage.away(cause, since)
     }
 
     /// Redis answered at `now`: whether an outage ended with it.
     pub(super) fn back(&mut self, now: Instant) -> bool {
         self.heard_at = Some(now);
-        self.outage.take().is_some()
+        self.outage.back()
     }
 
-    /// Whether Redis is away.
-    pub(super) fn is_away(&self) -> bool {
-        self.outage.is_some()
-    }
-
-    /// The outage's cause, while Redis is away.
-    pub(super) fn cause(&self) -> Option<LockError> {
-        self.outage.as_ref().map(|o| o.cause.clone())
-    }
-
-    /// How long a waiter that arrived at `since` has seen Redis away by `now` (counted from the
-    /// later of its arrival and the outage's start), while Redis is away.
-    pub(super) fn away_for(&self, since: Instant, now: Instant) -> Option<Duration> {
-        let outage = self.outage.as_ref()?;
-        Some(now.saturating_duration_since(since.max(outage.since)))
+    /// Whether Redis is away, since when and why.
+    pub(super) fn outage(&self) -> &Outage {
+        &self.outage
     }
 
     /// Whether Redis answered within `grace` before `now`.

@@ -1,9 +1,12 @@
 //! The rules of one lock name, as a state machine with no actix, no timers and no Redis: events
 //! go in (a request, a script's reply, an unlock message, a timer, a caller gone), and the
-//! [`Effect`]s to carry out come out, in order. The [`LockActor`](super::LockActor) is its shell.
+//! [`Effect`]s to carry out come out, in order. The per-name shell (`actors::shell`) drives it
+//! and carries its effects out; the [`LockActor`](super::LockActor) runs its round trips.
 //!
-//! What it guarantees (and `tests/` checks: unit tests in `mod.rs`, random event sequences in
-//! `property.rs`, the seeded simulation of several managers in `simulation.rs`):
+//! What it guarantees (and `tests/` checks: unit tests in `tests/mod.rs` and beside them by
+//! subject, random event sequences in `property.rs`, a model of Redis's side in `model.rs`, the
+//! fair queue's places in `fair_places.rs`, the seeded simulation of several managers in
+//! `simulation.rs`):
 //! - one round trip at a time: attempts and releases of one name never interleave;
 //! - every waiter is answered exactly once, and never while it still counts as waiting;
 //! - a subscribed channel always has a waiter that needs it;
@@ -18,7 +21,7 @@
 //! link to Redis: what the name heard of it, its last tries, the attempts' failures and the
 //! channels routed here (`link.rs`), and the timers, one table of instants for all but the waiters' deadlines
 //! (`timers.rs`; the shell keeps one timer for its next instant and calls
-//! [`LockState::timeout`]). The rules that join them are `impl LockState` blocks by subject:
+//! [`NameState::timeout`]). The rules that join them are `impl LockState` blocks by subject:
 //! sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
 //! (`settle.rs`), requests of unknown outcome (`unsure.rs`), waking waiters (`wake.rs`), Redis
 //! away (`outage.rs`), turns after a streak of hand-offs (`turns.rs`).
@@ -222,7 +225,7 @@ impl LockState {
             last_try: false,
         });
         self.set_busy();
-        if self.link.is_away() && !self.timers.is_armed(&Timer::Unavailable) {
+        if self.link.outage().is_away() && !self.timers.is_armed(&Timer::Unavailable) {
             // Redis is away already: this wait too ends once it has been for the bound.
             self.arm_unavailable();
         }
@@ -346,24 +349,8 @@ impl LockState {
         }
     }
 
-    /// When the state's next timer fires (its deadlines aside, which are [`Effect::Arm`]ed):
-    /// the shell keeps one timer for it, and calls [`timeout`](Self::timeout) then.
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        self.timers.next()
-    }
-
-    /// The shell's timer fired: every timer of the table due by `now` fires, earliest first.
-    /// Those armed meanwhile wait for the shell's next turn, as they did when each timer was
-    /// one of the shell's own.
-    pub(crate) fn timeout(&mut self, now: Instant) {
-        let mark = self.timers.mark();
-        while let Some(timer) = self.timers.take_due(now, mark) {
-            self.fired(timer, now);
-        }
-    }
-
     /// `timer` fired (a deadline, through the shell; any other, through
-    /// [`timeout`](Self::timeout)): it is armed no more.
+    /// [`NameState::timeout`]): it is armed no more.
     pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
         self.now = now;
         self.timers.stop(&timer);
@@ -451,6 +438,7 @@ impl LockState {
 /// shell's reports in a lock's terms.
 impl NameState for LockState {
     type Family = Locks;
+    type Timer = Timer;
 
     fn drain_into(&mut self, out: &mut Vec<Effect>) {
         LockState::drain_into(self, out);
@@ -460,12 +448,16 @@ impl NameState for LockState {
         self.fired(Timer::Deadline(id), now);
     }
 
-    fn next_timeout(&self) -> Option<Instant> {
-        LockState::next_timeout(self)
+    fn timers(&self) -> &Timers {
+        &self.timers
     }
 
-    fn timeout(&mut self, now: Instant) {
-        LockState::timeout(self, now);
+    fn timers_mut(&mut self) -> &mut Timers {
+        &mut self.timers
+    }
+
+    fn fired(&mut self, timer: Timer, now: Instant) {
+        LockState::fired(self, timer, now);
     }
 
     fn subscribed(&mut self, channel: &str, ok: bool, now: Instant) {

@@ -94,7 +94,7 @@ impl LockState {
     /// Why a wait ends without an answer from Redis, if it does: the outage's cause, or a round
     /// trip under way for [`LAST_TRY_GRACE`].
     fn away_cause(&self) -> Option<LockError> {
-        if let Some(cause) = self.link.cause() {
+        if let Some(cause) = self.link.outage().cause() {
             return Some(cause);
         }
         let sent = self.trips.under_way()?.at;
@@ -177,7 +177,7 @@ impl LockState {
             |id| trips.attempting() != Some(id) && !trips.attempt_queued(id),
         );
         for t in decided {
-            match self.link.cause() {
+            match self.link.outage().cause() {
                 Some(cause) => self.unavailable_now(t.id, cause),
                 None => self.answer(t.id, Answer::TimedOut),
             }
@@ -209,12 +209,12 @@ impl LockState {
     /// Arms [`Timer::Unavailable`] for the first waiter whose wait reaches the bound, during an
     /// outage with waiters.
     pub(super) fn arm_unavailable(&mut self) {
-        if !self.link.is_away() {
+        if !self.link.outage().is_away() {
             return;
         }
         let bound = self.settings.unavailable_after;
         let first = (self.waiters.iter())
-            .filter_map(|w| self.link.away_for(w.since, self.now))
+            .filter_map(|w| self.link.outage().away_for(w.since, self.now))
             .map(|away| bound.saturating_sub(away))
             .min();
         match first {
@@ -228,12 +228,12 @@ impl LockState {
     /// [`Timer::Unavailable`] fired: every waiter that has seen Redis away for the bound is
     /// answered `Unavailable`; the timer is armed again for the next.
     pub(super) fn unavailable_due(&mut self) {
-        let Some(cause) = self.link.cause() else {
+        let Some(cause) = self.link.outage().cause() else {
             return;
         };
         let bound = self.settings.unavailable_after;
         let due: Vec<(WaiterId, Duration)> = (self.waiters.iter())
-            .filter(|w| self.link.away_for(w.since, self.now) >= Some(bound))
+            .filter(|w| self.link.outage().away_for(w.since, self.now) >= Some(bound))
             .map(|w| (w.id, self.now.saturating_duration_since(w.since)))
             .collect();
         for (id, waited) in due {

@@ -89,7 +89,7 @@ impl LockState {
             // still include a hold that ended here); but with Redis away (the settling cannot
             // run) it fails as the last round trip did: that is no holder.
             if once {
-                let answer = match (blocked, self.link.cause()) {
+                let answer = match (blocked, self.link.outage().cause()) {
                     (Blocked::Unresolved(error), _) => Answer::Failed(error),
                     (Blocked::Settling, Some(cause)) => Answer::Failed(cause),
                     (Blocked::Settling, None) => Answer::TimedOut,

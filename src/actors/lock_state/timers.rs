@@ -1,7 +1,7 @@
 //! The state's timers: every one but a waiter's deadline (which the shell's crowd serves with
 //! its caller's watch), in one table of instants ([`TimerTable`]). The state sets and stops
 //! entries; the shell keeps one timer for the table's next instant, and when it fires the state
-//! handles every entry due ([`LockState::timeout`](super::LockState::timeout)). Also a spin
+//! handles every entry due ([`NameState::timeout`](crate::actors::name::state::NameState::timeout)). Also a spin
 //! waiter's sleeps between attempts ([`SpinSleeps`]).
 
 use std::time::Duration;

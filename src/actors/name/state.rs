@@ -4,10 +4,12 @@
 //! Watchdog's lost holds, callers leaving, the stop. What a family takes besides (its requests,
 //! its round trips' outcomes) its adapter tells its state directly.
 
+use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::effect::{Effect, Family};
+use super::timers::TimerTable;
 use super::{Renewal, WaiterId};
 use crate::error::LockError;
 
@@ -16,17 +18,33 @@ use crate::error::LockError;
 pub(crate) trait NameState {
     /// Its family.
     type Family: Family;
+    /// Its timers (a waiter's deadline among them, which its table does not keep).
+    type Timer: Clone + Eq + Hash;
 
     /// Moves its queued effects into `out`, in order.
     fn drain_into(&mut self, out: &mut Vec<Effect<Self::Family>>);
     /// Waiter `id`'s deadline, armed with [`Effect::Arm`], passed.
     fn deadline(&mut self, id: WaiterId, now: Instant);
-    /// When the next timer of its table (every timer but the waiters' deadlines) fires: the
-    /// shell keeps one timer for it.
-    fn next_timeout(&self) -> Option<Instant>;
+    /// Its table of timers: every one but the waiters' deadlines.
+    fn timers(&self) -> &TimerTable<Self::Timer>;
+    /// Its table of timers, to take the due ones out.
+    fn timers_mut(&mut self) -> &mut TimerTable<Self::Timer>;
+    /// `timer` fired (a deadline, through [`deadline`](Self::deadline); any other, through
+    /// [`timeout`](Self::timeout)): it is armed no more.
+    fn fired(&mut self, timer: Self::Timer, now: Instant);
+    /// When the next timer of its table fires: the shell keeps one timer for it.
+    fn next_timeout(&self) -> Option<Instant> {
+        self.timers().next()
+    }
     /// The shell's timer for [`next_timeout`](Self::next_timeout) fired: every timer of its
-    /// table due by `now` fires.
-    fn timeout(&mut self, now: Instant);
+    /// table due by `now` fires, earliest first. Those armed meanwhile wait for the shell's
+    /// next turn, as they did when each timer was one of the shell's own.
+    fn timeout(&mut self, now: Instant) {
+        let mark = self.timers().mark();
+        while let Some(timer) = self.timers_mut().take_due(now, mark) {
+            self.fired(timer, now);
+        }
+    }
     /// Subscribing `channel` went well (`ok`) or not.
     fn subscribed(&mut self, channel: &str, ok: bool, now: Instant);
     /// A message came on `channel`: `count`, when it is a decimal number.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::SyncState;
+use super::timers::Timers;
 use crate::actors::name::effect::Family;
 use crate::actors::name::state::NameState;
 use crate::actors::name::{Renewal, WaiterId};
@@ -36,6 +37,7 @@ pub(crate) type Effect = crate::actors::name::effect::Effect<Syncs>;
 /// reports in a synchronizer's terms.
 impl NameState for SyncState {
     type Family = Syncs;
+    type Timer = Timer;
 
     fn drain_into(&mut self, out: &mut Vec<Effect>) {
         SyncState::drain_into(self, out);
@@ -45,12 +47,16 @@ impl NameState for SyncState {
         self.fired(Timer::Deadline(id), now);
     }
 
-    fn next_timeout(&self) -> Option<Instant> {
-        SyncState::next_timeout(self)
+    fn timers(&self) -> &Timers {
+        &self.timers
     }
 
-    fn timeout(&mut self, now: Instant) {
-        SyncState::timeout(self, now);
+    fn timers_mut(&mut self) -> &mut Timers {
+        &mut self.timers
+    }
+
+    fn fired(&mut self, timer: Timer, now: Instant) {
+        SyncState::fired(self, timer, now);
     }
 
     /// A synchronizer has one channel.

@@ -1,15 +1,17 @@
 //! `SyncState`: the rules of one synchronizer name in this process (a semaphore, a permit
-//! semaphore or a count-down latch), pure: no actix, no Redis, no clock of its own. Its actor
-//! feeds it events (a waiter arrives, a round trip's outcome, a message on the channel, a
+//! semaphore or a count-down latch), pure: no actix, no Redis, no clock of its own. Its actor and
+//! the per-name shell (`actors::shell`) feed it events (a waiter arrives, a round trip's outcome, a message on the channel, a
 //! deadline, a timer, permits given back, a stop) and carries out the [`Effect`]s it queues.
 //!
 //! The state is made of rooms, as a lock's is, each with its own invariant and the rules that
 //! read only it: the waiters (`waiters.rs`: who queues, who a message or a free count wakes),
 //! the permits held by epoch (`held.rs`: [`Holds`]), the round trips with their lanes
-//! (`trips.rs`: [`Trips`]) and the timers, one table of instants for all but the waiters'
-//! deadlines (`timers.rs`: [`Timers`]; the shell keeps one timer for its next instant and calls
-//! [`SyncState::timeout`]). The rules that
-//! join them are `impl SyncState` blocks: arrivals, attempts, messages and deadlines (here),
+//! (`trips.rs`: [`Trips`]), the link to Redis: its channel's subscription and Redis away, the
+//! outage shared with a lock's (`link.rs`: [`Link`]), and the timers, one table of instants for
+//! all but the waiters' deadlines (`timers.rs`: [`Timers`]; the shell keeps one timer for its
+//! next instant and calls
+//! [`NameState::timeout`](crate::actors::name::state::NameState::timeout)). The rules that join
+//! them are `impl SyncState` blocks: arrivals, attempts, messages and deadlines (here),
 //! grants, losses, give-backs and hand-offs (`held.rs`), outcomes and resends (`trips.rs`),
 //! Redis away (`outage.rs`), and the requests taken in (`admit.rs`).
 //!
@@ -63,6 +65,7 @@
 mod admit;
 mod effects;
 mod held;
+mod link;
 mod outage;
 mod timers;
 mod trips;
@@ -76,6 +79,7 @@ use rustc_hash::FxHashMap;
 pub use crate::protocol::Adjustment;
 pub(crate) use effects::{Answer, Effect, Granted, Op, Outcome, ReplyId, Timer, Trip};
 use held::Holds;
+use link::Link;
 use timers::Timers;
 use trips::{Purpose, Trips};
 use waiters::{Waiter, Waiters};
@@ -143,13 +147,6 @@ pub(crate) struct Want {
     pub ids: Arc<[u8]>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Subscription {
-    None,
-    Asked,
-    Ready,
-}
-
 /// The rules of one synchronizer name.
 #[derive(Debug)]
 pub(crate) struct SyncState {
@@ -159,15 +156,14 @@ pub(crate) struct SyncState {
     channel: Arc<str>,
     settings: Settings,
     waiters: Waiters,
-    subscription: Subscription,
+    /// Its channel's subscription, and Redis away (`outage.rs`).
+    link: Link,
     /// Permits granted here.
     holds: Holds,
     /// Round trips under way or to be sent again.
     trips: Trips,
     /// Every timer but the waiters' deadlines.
     timers: Timers,
-    /// Redis not answering this name (`outage.rs`); `None` once it answers.
-    outage: Option<outage::Outage>,
     phase: Phase,
     /// Whether it has a waiter, a hold or a round trip (told as `Busy` and `Idle`).
     busy: bool,
@@ -183,11 +179,10 @@ impl SyncState {
             name,
             settings,
             waiters: Waiters::default(),
-            subscription: Subscription::None,
+            link: Link::default(),
             holds: Holds::default(),
             trips: Trips::default(),
             timers: Timers::default(),
-            outage: None,
             phase: Phase::Running,
             busy: false,
             now,
@@ -255,7 +250,7 @@ impl SyncState {
         let wants = want.permits;
         let queue = !once
             && self.kind != SyncKind::CountDownLatch
-            && self.subscription != Subscription::None
+            && self.link.has_subscription()
             && self.waiters.parked_wanting_at_most(wants);
         self.waiters.push(Waiter {
             id,
@@ -382,8 +377,7 @@ impl SyncState {
                         waiter.due = true;
                         self.arm(now + after, now);
                     }
-                    if self.subscription == Subscription::None {
-                        self.subscription = Subscription::Asked;
+                    if self.link.subscribe() {
                         self.effects.push(Effect::Subscribe(self.channel.clone()));
                     }
                 }
@@ -405,17 +399,14 @@ impl SyncState {
     /// The subscription asked for is in place (`ok`) or failed.
     pub(crate) fn subscribed(&mut self, ok: bool, now: Instant) {
         self.now = now;
-        if self.subscription != Subscription::Asked {
-            return;
-        }
-        if ok {
-            self.subscription = Subscription::Ready;
-            self.wake_all();
-        } else {
-            // The next attempt that falls short asks again; meanwhile the timer retries.
-            self.subscription = Subscription::None;
-            self.waiters.all_due();
-            self.arm(now + ERROR_BACKOFF_MAX, now);
+        match self.link.subscribed(ok) {
+            None => {}
+            Some(true) => self.wake_all(),
+            Some(false) => {
+                // The next attempt that falls short asks again; meanwhile the timer retries.
+                self.waiters.all_due();
+                self.arm(now + ERROR_BACKOFF_MAX, now);
+            }
         }
     }
 
@@ -446,24 +437,8 @@ impl SyncState {
         self.wake_all();
     }
 
-    /// When the state's next timer fires (its deadlines aside, which are [`Effect::Arm`]ed):
-    /// the shell keeps one timer for it, and calls [`timeout`](Self::timeout) then.
-    pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        self.timers.next()
-    }
-
-    /// The shell's timer fired: every timer of the table due by `now` fires, earliest first.
-    /// Those armed meanwhile wait for the shell's next turn, as they did when each timer was
-    /// one of the shell's own.
-    pub(crate) fn timeout(&mut self, now: Instant) {
-        let mark = self.timers.mark();
-        while let Some(timer) = self.timers.take_due(now, mark) {
-            self.fired(timer, now);
-        }
-    }
-
     /// `timer` fired (a deadline, through the shell; any other, through
-    /// [`timeout`](Self::timeout)): it is armed no more.
+    /// [`NameState::timeout`]): it is armed no more.
     pub(crate) fn fired(&mut self, timer: Timer, now: Instant) {
         self.now = now;
         self.timers.stop(&timer);
@@ -566,8 +541,7 @@ impl SyncState {
 
     /// Drops the subscription once nobody waits.
     fn unsubscribe_if_unused(&mut self) {
-        if self.waiters.is_empty() && self.subscription != Subscription::None {
-            self.subscription = Subscription::None;
+        if self.waiters.is_empty() && self.link.unsubscribe() {
             self.effects.push(Effect::Unsubscribe(self.channel.clone()));
         }
     }

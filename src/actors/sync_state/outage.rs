@@ -19,13 +19,6 @@ use std::time::Instant;
 use super::*;
 use crate::protocol::Take;
 
-/// Redis has not answered this name since `since`; `cause` is the last failure.
-#[derive(Debug)]
-pub(super) struct Outage {
-    pub since: Instant,
-    pub cause: LockError,
-}
-
 impl SyncState {
     /// What `outcome` says of Redis: it answered, or it did not (or refused for a passing
     /// state).
@@ -41,7 +34,7 @@ impl SyncState {
         match failure {
             Some(cause) => self.away(cause, sent),
             None => {
-                if self.outage.take().is_some() {
+                if self.link.back() {
                     self.timers.stop(&Timer::Unavailable);
                 }
             }
@@ -50,12 +43,8 @@ impl SyncState {
 
     /// Redis did not answer (or refused for a passing state) with `cause`, since `since`.
     fn away(&mut self, cause: LockError, since: Instant) {
-        match &mut self.outage {
-            Some(outage) => outage.cause = cause,
-            None => {
-                self.outage = Some(Outage { since, cause });
-                self.arm_unavailable();
-            }
+        if self.link.away(cause, since) {
+            self.arm_unavailable();
         }
     }
 
@@ -80,27 +69,25 @@ impl SyncState {
     /// Why a wait ending now without its last attempt's outcome ends: the outage's cause, or
     /// no reply within the grace.
     pub(super) fn silence(&self) -> LockError {
-        match &self.outage {
-            Some(outage) => outage.cause.clone(),
-            None => LockError::Timeout {
-                op: "a synchronizer's last attempt",
-                after: self.settings.last_try_grace,
-            },
-        }
+        (self.link.outage().cause()).unwrap_or(LockError::Timeout {
+            op: "a synchronizer's last attempt",
+            after: self.settings.last_try_grace,
+        })
     }
 
     /// Arms [`Timer::Unavailable`] for the first waiter whose wait reaches the bound, during an
     /// outage with waiters (unless armed already, for as soon or sooner).
     pub(super) fn arm_unavailable(&mut self) {
-        let Some(outage) = &self.outage else {
-            return;
-        };
+        let (outage, now) = (self.link.outage(), self.now);
         let bound = self.settings.unavailable_after;
-        let now = self.now;
+        if !outage.is_away() {
+            return;
+        }
         let first = self
             .waiters
             .iter()
-            .map(|w| bound.saturating_sub(now.saturating_duration_since(w.since.max(outage.since))))
+            .filter_map(|w| outage.away_for(w.since, now))
+            .map(|away| bound.saturating_sub(away))
             .min();
         if let Some(after) = first {
             self.timers.set_sooner(Timer::Unavailable, now, after);
@@ -111,16 +98,15 @@ impl SyncState {
     /// answered `Unavailable` (one whose attempt is under way too: that attempt's outcome
     /// finds it gone, and what it took is given back); the timer is armed again for the next.
     pub(super) fn unavailable_due(&mut self) {
-        let Some(outage) = &self.outage else {
+        let (outage, now) = (self.link.outage(), self.now);
+        let bound = self.settings.unavailable_after;
+        let Some(cause) = outage.cause() else {
             return;
         };
-        let bound = self.settings.unavailable_after;
-        let now = self.now;
-        let cause = outage.cause.clone();
         let due: Vec<WaiterId> = self
             .waiters
             .iter()
-            .filter(|w| now.saturating_duration_since(w.since.max(outage.since)) >= bound)
+            .filter(|w| outage.away_for(w.since, now) >= Some(bound))
             .map(|w| w.id)
             .collect();
         for id in due {

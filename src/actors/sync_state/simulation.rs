@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 
 use super::*;
 use crate::actors::name::seeded::{Rng, Schedule, must_catch, run_one, run_schedules};
+use crate::actors::name::state::NameState;
 
 /// Schedules run by `cargo test` (each with its own seed).
 const SCHEDULES: u64 = 20_000;
@@ -860,8 +861,7 @@ impl Sim {
             let retry = table.is_armed(&Timer::Retry);
             let coming = !mgr.inbox.is_empty() || mgr.subscribing || resend;
             let stranded = mgr.state.waiters.iter().find(|w| {
-                let backoff =
-                    retry && (w.failures > 0 || mgr.state.subscription == Subscription::None);
+                let backoff = retry && (w.failures > 0 || !mgr.state.link.has_subscription());
                 i64::from(w.wants) <= self.redis.free && !coming && !backoff
             });
             if let Some(w) = stranded {

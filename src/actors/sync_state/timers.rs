@@ -3,7 +3,7 @@
 //! retry timer (one for every parked waiter due a retry), a lease's end, a request's resend and
 //! the outage's bound. The state sets and stops entries; the shell keeps one timer for the
 //! table's next instant, and when it fires the state handles every entry due
-//! ([`SyncState::timeout`](super::SyncState::timeout)). The retry timer and the outage's bound
+//! ([`NameState::timeout`](crate::actors::name::state::NameState::timeout)). The retry timer and the outage's bound
 //! wake whoever is due by then, so arming either for later than it fires already changes
 //! nothing ([`TimerTable::set_sooner`]).
 
