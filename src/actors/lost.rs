@@ -78,10 +78,18 @@ impl Claim for Shared {
 }
 
 impl Validity {
-    /// A hold not confirmed yet (or one that never expires: a plain semaphore's permits).
-    pub(crate) fn new() -> Self {
+    /// A hold at its first grant: confirmed by a call sent at `sent` that set its TTL to `ttl`,
+    /// or not confirmed yet (`None`; or never, for a hold that never expires: a plain
+    /// semaphore's permits). Made confirmed rather than confirmed after: a watch's send wakes
+    /// all its lists of waiters, though a new hold's cannot have any (callgrind).
+    pub(crate) fn first(confirmed: Option<(Instant, Duration)>) -> Self {
+        let confirmed = confirmed.map(|(sent, ttl)| Confirmed {
+            sent,
+            wall: wall_of(sent),
+            ttl,
+        });
         Self(Arc::new(Shared {
-            confirmed: watch::channel(None).0,
+            confirmed: watch::channel(confirmed).0,
             claims: AtomicU32::new(0),
         }))
     }
@@ -104,11 +112,7 @@ impl Validity {
     /// Redis confirmed the hold by a call sent at `sent` that set its TTL to `ttl`; ignored
     /// when it guarantees less than what was already confirmed (a late reply of an older call).
     pub(crate) fn confirm(&self, sent: Instant, ttl: Duration) {
-        // The system clock's reading of `sent`: now, less the round trip since.
-        let wall = SystemTime::now()
-            .checked_sub(sent.elapsed())
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        self.confirm_at(sent, wall, ttl);
+        self.confirm_at(sent, wall_of(sent), ttl);
     }
 
     /// As [`confirm`](Self::confirm), with the system clock's reading of `sent` given (tests
@@ -127,6 +131,13 @@ impl Validity {
     fn subscribe(&self) -> watch::Receiver<Option<Confirmed>> {
         self.0.confirmed.subscribe()
     }
+}
+
+/// The system clock's reading of `sent`: now, less the time since.
+fn wall_of(sent: Instant) -> SystemTime {
+    SystemTime::now()
+        .checked_sub(sent.elapsed())
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 /// The receiving side of a hold's lost signal and validity. Its actor sets it lost when the

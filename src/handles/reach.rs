@@ -1,9 +1,10 @@
-//! How a handle reaches the actor of its name: each request resolves it through the manager
-//! (its `Directory` of live actors, the one cache from a name to its actor, else the Registry,
-//! which starts one), and is sent again when the actor it reached stopped at that very moment
+//! How a handle reaches the actor of its name: through the actor its last grant came from while
+//! that actor keeps its own address (busy, or lingering idle), else through the manager (its
+//! `Directory` of live actors, the one cache from a name to its actor, else the Registry, which
+//! starts one). A request is sent again when the actor it reached stopped at that very moment
 //! (it comes back `Closed`, unhandled).
 
-use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, Weak};
 
 use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, MailboxError, Message};
@@ -13,25 +14,51 @@ use crate::error::LockError;
 /// How often a request is sent again when the actor it resolved stopped at that very moment.
 const RESOLVE_ATTEMPTS: usize = 8;
 
-/// How a handle's requests reach the actor of its name. Holds nothing: handles of a name share
-/// their manager's directory, so a handle made per request finds a live actor as a kept one does.
-pub(crate) struct Reach<A: Actor>(PhantomData<fn() -> A>);
+/// How a handle's requests reach the actor of its name. It keeps only a weak reference to the
+/// address its last grant shared (the actor's own, kept while it is busy or lingers): no
+/// allocation per handle, and an idle actor still stops; a handle made per request finds a live
+/// actor through its manager's directory, as a kept one does the first time.
+pub(crate) struct Reach<A: Actor> {
+    /// The address the last grant through this handle shared, weak. Upgrading it costs no
+    /// allocation, where the directory's weak actix address allocates twice per upgrade.
+    last: Mutex<Weak<Addr<A>>>,
+}
 
 impl<A: Actor> Clone for Reach<A> {
     fn clone(&self) -> Self {
-        Self(PhantomData)
+        let last = self.last.lock().map(|w| w.clone()).unwrap_or_default();
+        Self {
+            last: Mutex::new(last),
+        }
     }
 }
 
 impl<A: Actor> Default for Reach<A> {
     fn default() -> Self {
-        Self(PhantomData)
+        Self {
+            last: Mutex::new(Weak::new()),
+        }
     }
 }
 
 impl<A: Actor> Reach<A> {
-    /// Sends the message `make` builds to the actor `resolve` finds, resolving it again when it
-    /// stopped before handling it (nothing happened then).
+    /// Remembers the actor a grant came from, for this handle's next requests.
+    pub(crate) fn remember(&self, actor: &Arc<Addr<A>>) {
+        if let Ok(mut last) = self.last.lock()
+            && !std::ptr::eq(last.as_ptr(), Arc::as_ptr(actor))
+        {
+            *last = Arc::downgrade(actor);
+        }
+    }
+
+    /// The remembered actor, while it keeps its address and runs.
+    fn known(&self) -> Option<Arc<Addr<A>>> {
+        let actor = self.last.lock().ok()?.upgrade()?;
+        actor.connected().then_some(actor)
+    }
+
+    /// Sends the message `make` builds to the remembered actor, or to the actor `resolve` finds,
+    /// resolving it again when it stopped before handling it (nothing happened then).
     pub(crate) async fn send<M, F>(
         &self,
         resolve: impl Fn() -> F,
@@ -44,6 +71,15 @@ impl<A: Actor> Reach<A> {
         A::Context: ToEnvelope<A, M>,
         F: Future<Output = Result<Addr<A>, LockError>>,
     {
+        if let Some(actor) = self.known() {
+            match actor.send(make()).await {
+                Ok(reply) => return Ok(reply),
+                // It stopped meanwhile: the directory knows its successor, or the registry
+                // starts one.
+                Err(MailboxError::Closed) => {}
+                Err(MailboxError::Timeout) => return Err(LockError::Shutdown),
+            }
+        }
         for _ in 0..RESOLVE_ATTEMPTS {
             match resolve().await?.send(make()).await {
                 Ok(reply) => return Ok(reply),

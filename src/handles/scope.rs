@@ -181,7 +181,7 @@ mod tests {
     #[test]
     fn a_suspend_that_the_monotonic_clock_missed_stops_the_scope() {
         let (_lost_tx, lost_rx) = tokio::sync::watch::channel(false);
-        let validity = Validity::new();
+        let validity = Validity::first(None);
         let hold = LostSignal::new(lost_rx, &validity);
         let (sent, ttl) = (Instant::now(), Duration::from_secs(30));
         // Confirmed just now by the monotonic clock, but 40 s ago by the system clock: the

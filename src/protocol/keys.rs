@@ -20,6 +20,37 @@ pub(crate) fn prefixed(prefix: &str, name: &str) -> String {
     key
 }
 
+/// [`prefixed`] as a command argument, written straight into the command: no `String` per
+/// call (a release's unlock channel, on every release).
+#[derive(Clone, Copy)]
+pub(crate) struct Prefixed<'a> {
+    pub prefix: &'static str,
+    pub name: &'a str,
+}
+
+impl redis::ToRedisArgs for Prefixed<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write;
+        let tagged = !self.name.contains('{');
+        let mut arg = out.writer_for_next_arg();
+        // Writing into a command's buffer cannot fail.
+        let _ = arg.write_all(self.prefix.as_bytes());
+        let _ = arg.write_all(if tagged { b":{" } else { b":" });
+        let _ = arg.write_all(self.name.as_bytes());
+        if tagged {
+            let _ = arg.write_all(b"}");
+        }
+    }
+}
+
+/// [`unlock_channel`] as a command argument, with no `String` made.
+pub(crate) fn unlock_channel_arg(name: &str) -> Prefixed<'_> {
+    Prefixed {
+        prefix: "redisson_lock__channel",
+        name,
+    }
+}
+
 /// Checks a lock name: any bytes Redis accepts, but not the empty string.
 pub(crate) fn validate_name(name: &str) -> Result<(), crate::error::LockError> {
     if name.is_empty() {
@@ -224,6 +255,10 @@ mod tests {
             "redisson_lock__channel:{user}:1"
         );
         assert_eq!(unlock_channel("x{"), "redisson_lock__channel:x{");
+        for name in ["orders", "a b:c", "{user}:1", "x{"] {
+            let arg = redis::ToRedisArgs::to_redis_args(&unlock_channel_arg(name));
+            assert_eq!(arg, vec![unlock_channel(name).into_bytes()], "{name}");
+        }
     }
 
     #[test]

@@ -299,7 +299,7 @@ impl LockKind {
             LockKind::Reentrant if delayed => {
                 let mut call = ScriptCall::new(&RELEASE, 3, 5, room + name.len() + 16);
                 call.key(key)
-                    .key(keys::unlock_channel(name))
+                    .key(keys::unlock_channel_arg(name))
                     .key(keys::delay_key(name));
                 release_tail(call, lease, holder, publish)
             }
@@ -311,7 +311,7 @@ impl LockKind {
                     _ => &RELEASE,
                 };
                 let mut call = ScriptCall::new(script, 2, 5, room);
-                call.key(key).key(keys::unlock_channel(name));
+                call.key(key).key(keys::unlock_channel_arg(name));
                 release_tail(call, lease, holder, publish)
             }
             LockKind::Spin => {

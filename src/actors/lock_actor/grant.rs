@@ -51,6 +51,11 @@ impl Grant {
         self.hold.actor.clone()
     }
 
+    /// The granting actor's shared address, borrowed (a handle remembers it weakly).
+    pub(crate) fn actor_shared(&self) -> &Arc<Addr<LockActor>> {
+        &self.hold.actor
+    }
+
     /// The lock's key: its name with the [name prefix](crate::Config::name_prefix) (the name
     /// of the actor that granted it). A [`LockGuard`](crate::LockGuard)'s `name()` gives the
     /// name as given.

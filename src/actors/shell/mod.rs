@@ -217,17 +217,32 @@ impl<A: PerName> Shell<A> {
             .clone()
     }
 
-    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held).
-    pub(crate) fn signal(&mut self, epoch: u64, kind: &'static str, amount: f64) -> &Signal {
-        self.signals.entry(epoch).or_insert_with(|| {
-            A::SERIES.held(kind, amount);
-            Signal {
-                lost: watch::channel(false).0,
-                validity: Validity::new(),
-                kind,
-                amount,
+    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held),
+    /// with what Redis `confirmed` of this grant (when its call was sent, and the TTL it set).
+    pub(crate) fn signal(
+        &mut self,
+        epoch: u64,
+        (kind, amount): (&'static str, f64),
+        confirmed: Option<(Instant, std::time::Duration)>,
+    ) -> &Signal {
+        match self.signals.entry(epoch) {
+            std::collections::hash_map::Entry::Occupied(held) => {
+                let signal = held.into_mut();
+                if let Some((sent, ttl)) = confirmed {
+                    signal.validity.confirm(sent, ttl);
+                }
+                signal
             }
-        })
+            std::collections::hash_map::Entry::Vacant(first) => {
+                A::SERIES.held(kind, amount);
+                first.insert(Signal {
+                    lost: watch::channel(false).0,
+                    validity: Validity::first(confirmed),
+                    kind,
+                    amount,
+                })
+            }
+        }
     }
 }
 

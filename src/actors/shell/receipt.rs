@@ -47,22 +47,19 @@ impl<A: Actor> Receipt<A> {
 }
 
 impl<A: PerName> Shell<A> {
-    /// The receipt of a grant of the hold of `epoch`, counted held as `amount` of `kind` at its
-    /// first grant, and the hold's validity; `confirmed`: when the request Redis confirmed was
+    /// The receipt of a grant of the hold of `epoch`, counted held as `counted` (its kind's
+    /// label, and how much) at its first grant, and the hold's validity; `confirmed`: when the request Redis confirmed was
     /// sent, and the TTL it set (none for a hold that never expires: its validity stays
     /// unconfirmed).
     pub(crate) fn receipt(
         &mut self,
         epoch: u64,
-        (kind, amount): (&'static str, f64),
+        counted: (&'static str, f64),
         confirmed: Option<(Instant, Duration)>,
         waited: bool,
         ctx: &mut Context<A>,
     ) -> (Receipt<A>, Validity) {
-        let signal = self.signal(epoch, kind, amount);
-        if let Some((sent, ttl)) = confirmed {
-            signal.validity.confirm(sent, ttl);
-        }
+        let signal = self.signal(epoch, counted, confirmed);
         let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
         let validity = signal.validity.clone();
         let receipt = Receipt {

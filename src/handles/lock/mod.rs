@@ -42,7 +42,7 @@ pub struct Lock {
     name: Name,
     holder: Arc<str>,
     kind: LockKind,
-    /// The actor this handle last reached, shared by clones.
+    /// How it reaches the name's actor: the one its last grant came from, while it lives.
     actor: Reach<LockActor>,
     /// A group lock's members, known to its lock actor while this lives (and its guards).
     group: Option<Arc<Registration>>,
@@ -324,7 +324,11 @@ impl Lock {
             .await
             .map_err(|e: LockError| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
-        Ok(granted?.map(|g| {
+        let granted = granted?;
+        if let Some(grant) = &granted {
+            self.actor.remember(grant.actor_shared());
+        }
+        Ok(granted.map(|g| {
             LockGuard::from(g)
                 .keeping(self.mgr.clone())
                 .keeping_group(self.group.clone())
