@@ -352,6 +352,23 @@ fn a_stop_grace_not_shorter_than_the_ttl_is_refused() {
     }
 }
 
+/// `lockman --client-name SERVICE VERB NAME -- sleep 30`, running until dropped.
+fn evil_child(server: &RedisServer, service: &str, verb: &str, name: &str) -> Running {
+    Running {
+        child: Some(
+            lockman(
+                &server.url(),
+                &["--client-name", service, verb, name, "--", "sleep", "30"],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        ),
+        stderr: Arc::default(),
+    }
+}
+
 /// A lock name and a client record with an OSC title sequence, a bell, a clear-screen and a
 /// colour code: `ls`, `top --once`, `inspect` and `leader` print them escaped, no ESC or BEL
 /// byte.
@@ -360,27 +377,7 @@ fn ls_top_and_inspect_print_no_control_characters() {
     let server = RedisServer::start();
     let evil_service = "evil\x1b]0;pwned\x07\x1b[2J";
     let evil_name = "name\x1b[31mRED\u{9b}1m";
-    let _holder = Running {
-        child: Some(
-            lockman(
-                &server.url(),
-                &[
-                    "--client-name",
-                    evil_service,
-                    "exec",
-                    evil_name,
-                    "--",
-                    "sleep",
-                    "30",
-                ],
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        ),
-        stderr: Arc::default(),
-    };
+    let _holder = evil_child(&server, evil_service, "exec", evil_name);
     // Holds are listed once renewed (0.5 s old); records refresh every second (the first is
     // written at the first hold, before the hold is listed).
     let mut ls = String::new();
@@ -422,27 +419,7 @@ fn ls_top_and_inspect_print_no_control_characters() {
     assert_eq!(client["holds"][0]["name"], evil_name, "{json}");
     // `leader` prints the election's name and the leader's service escaped too.
     let evil_election = "lead\x1b[31mER\u{9b}1m";
-    let _leader = Running {
-        child: Some(
-            lockman(
-                &server.url(),
-                &[
-                    "--client-name",
-                    evil_service,
-                    "elect",
-                    evil_election,
-                    "--",
-                    "sleep",
-                    "30",
-                ],
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-        ),
-        stderr: Arc::default(),
-    };
+    let _leader = evil_child(&server, evil_service, "elect", evil_election);
     let mut leader = String::new();
     assert!(
         support::wait::eventually_blocking(Duration::from_secs(15), || {
