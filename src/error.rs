@@ -88,6 +88,7 @@ pub enum LockError {
     /// starts; a primary that becomes a replica later is a failover, retried while waiting. A
     /// Cluster's master answering as a replica at start is a failover under way, not this: a
     /// [`LockError::Redis`] with code `READONLY`, retryable ([`LockError::is_retryable`]).
+    /// (What the code does; no test yet makes a client start on a stale slot map.)
     #[error("{url} is a read-only replica; lockman needs the primary")]
     ReadOnly {
         /// The URL (without its password, if any).
