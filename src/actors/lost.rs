@@ -2,11 +2,11 @@
 //! and until when it is guaranteed ([`Validity`]) — the one thing the handles share with the
 //! actors besides messages.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 /// The share of a TTL allowed for clock drift between this process and Redis, as RedLock's
 /// validity rule states it: 1 % of the TTL, plus [`DRIFT_FLOOR`].
@@ -55,6 +55,10 @@ impl Confirmed {
 /// every grant is let go is being released and will be without its owner doing anything more, so
 /// the waits-for graph no longer counts it as the owner's ([`Claim`]). A grant lets go in its
 /// owner's task, before that task can wait for anything else: the graph never sees a stale claim.
+///
+/// A hold's validity, claims and lost flag are one allocation ([`Shared`]), made at its first
+/// grant: two watch channels and a shared count cost three, and a watch's every send and drop
+/// walk its lists of waiters (callgrind: about 3 k instructions per uncontended pair).
 #[derive(Clone, Debug)]
 pub(crate) struct Validity(Arc<Shared>);
 
@@ -65,10 +69,21 @@ pub(crate) trait Claim: Send + Sync + std::fmt::Debug {
     fn is_claimed(&self) -> bool;
 }
 
+/// What a hold's actor, the Watchdog and the hold's guards share.
 #[derive(Debug)]
 struct Shared {
-    confirmed: watch::Sender<Option<Confirmed>>,
+    /// Set once, never cleared: the hold is known lost (or ended).
+    lost: AtomicBool,
     claims: AtomicU32,
+    /// What Redis last confirmed (`None`: not confirmed yet, or never expires).
+    confirmed: Mutex<Option<Confirmed>>,
+    /// Bumped by every confirmation that moved `confirmed`: what [`LostSignal::changed`] waits
+    /// for besides the loss.
+    confirmations: AtomicU64,
+    /// Wakes those waiting for the loss or a confirmation. It allocates nothing until a waiter
+    /// registers; a `Notified` made before the flag is read sees every later notification, so
+    /// a loss raised between the read and the wait is not missed.
+    notify: Notify,
 }
 
 impl Claim for Shared {
@@ -77,11 +92,19 @@ impl Claim for Shared {
     }
 }
 
+impl Shared {
+    fn confirmed(&self) -> Option<Confirmed> {
+        *self
+            .confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl Validity {
     /// A hold at its first grant: confirmed by a call sent at `sent` that set its TTL to `ttl`,
     /// or not confirmed yet (`None`; or never, for a hold that never expires: a plain
-    /// semaphore's permits). Made confirmed rather than confirmed after: a watch's send wakes
-    /// all its lists of waiters, though a new hold's cannot have any (callgrind).
+    /// semaphore's permits).
     pub(crate) fn first(confirmed: Option<(Instant, Duration)>) -> Self {
         let confirmed = confirmed.map(|(sent, ttl)| Confirmed {
             sent,
@@ -89,8 +112,11 @@ impl Validity {
             ttl,
         });
         Self(Arc::new(Shared {
-            confirmed: watch::channel(confirmed).0,
+            lost: AtomicBool::new(false),
             claims: AtomicU32::new(0),
+            confirmed: Mutex::new(confirmed),
+            confirmations: AtomicU64::new(0),
+            notify: Notify::new(),
         }))
     }
 
@@ -119,17 +145,29 @@ impl Validity {
     /// stand a suspended host's clocks up with it).
     pub(crate) fn confirm_at(&self, sent: Instant, wall: SystemTime, ttl: Duration) {
         let new = Confirmed { sent, wall, ttl };
-        self.0.confirmed.send_if_modified(|c| {
+        {
+            let mut c = self
+                .0
+                .confirmed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             if c.is_some_and(|c| c.valid_until() >= new.valid_until()) {
-                return false;
+                return;
             }
             *c = Some(new);
-            true
-        });
+        }
+        self.0.confirmations.fetch_add(1, Ordering::AcqRel);
+        self.0.notify.notify_waiters();
     }
 
-    fn subscribe(&self) -> watch::Receiver<Option<Confirmed>> {
-        self.0.confirmed.subscribe()
+    /// The receiving side, for a grant of the hold.
+    pub(crate) fn signal(&self) -> LostSignal {
+        LostSignal(self.0.clone())
+    }
+
+    /// The side that raises the loss, for the hold's actor: raised when it is dropped too.
+    pub(crate) fn raiser(&self) -> Raiser {
+        Raiser(self.0.clone())
     }
 }
 
@@ -140,55 +178,185 @@ fn wall_of(sent: Instant) -> SystemTime {
         .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
+/// What raises a hold's loss: kept by the hold's actor while the hold lasts. Dropped, it raises
+/// the loss too: a hold whose actor let go of it (released, or the actor gone) reads as lost, as
+/// a watch whose sender is gone did.
+#[derive(Debug)]
+pub(crate) struct Raiser(Arc<Shared>);
+
+impl Raiser {
+    /// The hold is known lost: its guards learn it at once (`is_lost` reads the flag; every
+    /// `lost()` and `changed()` waiting is woken).
+    pub(crate) fn raise(&self) {
+        if !self.0.lost.swap(true, Ordering::AcqRel) {
+            self.0.notify.notify_waiters();
+        }
+    }
+}
+
+impl Drop for Raiser {
+    fn drop(&mut self) {
+        self.raise();
+    }
+}
+
 /// The receiving side of a hold's lost signal and validity. Its actor sets it lost when the
 /// hold is found gone (renewal, a lease's end, a release); an actor that stopped counts as a
 /// loss too.
 #[derive(Clone, Debug)]
-pub(crate) struct LostSignal {
-    lost: watch::Receiver<bool>,
-    valid: watch::Receiver<Option<Confirmed>>,
-}
+pub(crate) struct LostSignal(Arc<Shared>);
 
 impl LostSignal {
-    pub(crate) fn new(rx: watch::Receiver<bool>, validity: &Validity) -> Self {
-        Self {
-            lost: rx,
-            valid: validity.subscribe(),
-        }
-    }
-
     /// Whether the hold is known to be lost (or its actor stopped).
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.lost.has_changed().is_err()
+        self.0.lost.load(Ordering::Acquire)
     }
 
     /// Resolves once the hold is known to be lost; never, while it is held.
     pub(crate) async fn wait(&self) {
-        let mut lost = self.lost.clone();
-        let _ = lost.wait_for(|lost| *lost).await;
+        self.until(|| false).await;
+    }
+
+    /// Resolves once the hold is lost or `done` says so, read after every wake-up.
+    async fn until(&self, done: impl Fn() -> bool) {
+        loop {
+            // Made before the flags are read: a notification between the read and the await
+            // still wakes it.
+            let notified = self.0.notify.notified();
+            if self.is_lost() || done() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// What Redis last confirmed; `None` for a hold that never expires.
     pub(crate) fn confirmed(&self) -> Option<Confirmed> {
-        *self.valid.borrow()
+        self.0.confirmed()
     }
 
-    /// Resolves once the hold is lost or confirmed again.
+    /// Resolves once the hold is lost or confirmed again (after this is first polled).
     pub(crate) async fn changed(&self) {
-        let mut valid = self.valid.clone();
-        valid.mark_unchanged();
-        let confirmed = async move {
-            if valid.changed().await.is_err() {
-                // Every sender gone (the hold ended): nothing will confirm it again. Waiting
-                // here, inside the branch, keeps the loss branch alive: a hold's end drops the
-                // senders as it raises the loss, and a select that picked this branch first
-                // would otherwise never see the loss.
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            () = self.wait() => {}
-            () = confirmed => {}
+        let seen = self.0.confirmations.load(Ordering::Acquire);
+        self.until(|| self.0.confirmations.load(Ordering::Acquire) != seen)
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A generous bound for what must happen at once: only a hang reaches it.
+    const HANG: Duration = Duration::from_secs(10);
+
+    fn hold() -> (Validity, Raiser, LostSignal) {
+        let validity = Validity::first(Some((Instant::now(), Duration::from_secs(30))));
+        let raiser = validity.raiser();
+        let signal = validity.signal();
+        (validity, raiser, signal)
+    }
+
+    /// A loss is read at once by `is_lost`, and wakes every `lost()` and `changed()` already
+    /// waiting, whatever task they wait in.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_loss_is_known_at_once_by_every_waiter() {
+        let (_validity, raiser, signal) = hold();
+        let mut waiting = Vec::new();
+        for i in 0..8 {
+            let signal = signal.clone();
+            waiting.push(tokio::spawn(async move {
+                if i % 2 == 0 {
+                    signal.wait().await;
+                } else {
+                    signal.changed().await;
+                }
+            }));
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!signal.is_lost());
+        assert!(
+            waiting.iter().all(|w| !w.is_finished()),
+            "none resolves while held"
+        );
+        raiser.raise();
+        assert!(signal.is_lost(), "read at once, before anything is awaited");
+        for w in waiting {
+            tokio::time::timeout(HANG, w)
+                .await
+                .expect("woken")
+                .expect("ran");
+        }
+        // A wait begun after the loss resolves at once.
+        tokio::time::timeout(HANG, signal.wait())
+            .await
+            .expect("at once");
+    }
+
+    /// A loss raised on another thread while a waiter reads the flag and goes to wait is
+    /// never missed (the waiter registers before it reads).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_loss_raised_while_a_waiter_goes_to_wait_is_not_missed() {
+        for _ in 0..3000 {
+            let (_validity, raiser, signal) = hold();
+            let waiter = tokio::spawn(async move { signal.wait().await });
+            std::thread::spawn(move || raiser.raise());
+            tokio::time::timeout(HANG, waiter)
+                .await
+                .expect("a loss raised during the wait's set-up was missed")
+                .expect("ran");
+        }
+    }
+
+    /// The actor's end of the signal dropped (the hold ended, or its actor is gone) reads as
+    /// lost, as a watch whose sender was dropped did.
+    #[tokio::test]
+    async fn a_dropped_raiser_reads_as_lost() {
+        let (validity, raiser, signal) = hold();
+        let waiter = tokio::spawn({
+            let signal = signal.clone();
+            async move { signal.wait().await }
+        });
+        tokio::task::yield_now().await;
+        drop(raiser);
+        assert!(signal.is_lost());
+        tokio::time::timeout(HANG, waiter)
+            .await
+            .expect("woken")
+            .expect("ran");
+        // The Watchdog's copy of the validity does not keep it held.
+        drop(validity);
+        assert!(signal.is_lost());
+    }
+
+    /// `changed()` resolves at a confirmation that moves the validity later, not at one that
+    /// does not (a late reply of an older call), nor before.
+    #[tokio::test]
+    async fn changed_resolves_at_a_later_confirmation_only() {
+        let sent = Instant::now();
+        let validity = Validity::first(Some((sent, Duration::from_secs(30))));
+        let _raiser = validity.raiser();
+        let signal = validity.signal();
+        let waiter = tokio::spawn({
+            let signal = signal.clone();
+            async move { signal.changed().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        validity.confirm(sent, Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            !waiter.is_finished(),
+            "an older confirmation changes nothing"
+        );
+        assert_eq!(
+            signal.confirmed().map(|c| c.ttl),
+            Some(Duration::from_secs(30))
+        );
+        validity.confirm(Instant::now(), Duration::from_secs(30));
+        tokio::time::timeout(HANG, waiter)
+            .await
+            .expect("woken")
+            .expect("ran");
+        assert!(!signal.is_lost());
     }
 }

@@ -180,9 +180,8 @@ mod tests {
     /// Redis's TTL) ran on: the hold is taken as expiring by the system clock alone.
     #[test]
     fn a_suspend_that_the_monotonic_clock_missed_stops_the_scope() {
-        let (_lost_tx, lost_rx) = tokio::sync::watch::channel(false);
         let validity = Validity::first(None);
-        let hold = LostSignal::new(lost_rx, &validity);
+        let hold = validity.signal();
         let (sent, ttl) = (Instant::now(), Duration::from_secs(30));
         // Confirmed just now by the monotonic clock, but 40 s ago by the system clock: the
         // host slept 40 s between the two readings.

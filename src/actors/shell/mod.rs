@@ -37,9 +37,9 @@ use std::time::Instant;
 use actix::WeakRecipient;
 use actix::prelude::*;
 use rustc_hash::FxHashMap;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
-use crate::actors::lost::Validity;
+use crate::actors::lost::{Raiser, Validity};
 use crate::actors::messages::{
     Forget, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe,
     Untrack,
@@ -108,9 +108,10 @@ pub(crate) struct Waiting<T> {
     pub since: Since,
 }
 
-/// A hold's lost signal, by epoch: its guards hold the receivers.
+/// A hold's lost signal, by epoch: its guards hold the receivers. Dropped (the hold ended), it
+/// raises the loss: a released hold reads as lost.
 pub(crate) struct Signal {
-    pub lost: watch::Sender<bool>,
+    pub lost: Raiser,
     pub validity: Validity,
     /// Its kind's label, and how much it counts in the held series (a hold, or its permits).
     kind: &'static str,
@@ -235,9 +236,10 @@ impl<A: PerName> Shell<A> {
             }
             std::collections::hash_map::Entry::Vacant(first) => {
                 A::SERIES.held(kind, amount);
+                let validity = Validity::first(confirmed);
                 first.insert(Signal {
-                    lost: watch::channel(false).0,
-                    validity: Validity::first(confirmed),
+                    lost: validity.raiser(),
+                    validity,
                     kind,
                     amount,
                 })
@@ -273,7 +275,7 @@ fn lose<A: PerName>(act: &mut A, epoch: u64, loss: Loss) {
     // already moved.
     if let Some(signal) = ended(act, epoch) {
         A::SERIES.lost(signal.kind, loss.label());
-        signal.lost.send_replace(true);
+        signal.lost.raise();
     }
 }
 
@@ -356,7 +358,7 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             }
             for (_, signal) in shell.signals.drain() {
                 A::SERIES.held(signal.kind, -signal.amount);
-                signal.lost.send_replace(true);
+                signal.lost.raise();
             }
             for tx in shell.stop_replies.drain(..) {
                 let _ = tx.send(());

@@ -60,7 +60,7 @@ impl<A: PerName> Shell<A> {
         ctx: &mut Context<A>,
     ) -> (Receipt<A>, Validity) {
         let signal = self.signal(epoch, counted, confirmed);
-        let lost = LostSignal::new(signal.lost.subscribe(), &signal.validity);
+        let lost = signal.validity.signal();
         let validity = signal.validity.clone();
         let receipt = Receipt {
             actor: self.link(ctx),
