@@ -26,6 +26,10 @@ pub(crate) struct Alarm {
     at: Option<Instant>,
     /// Made at the first arming, reset after.
     sleep: Option<Pin<Box<Sleep>>>,
+    /// Whether the ringer's task is registered with `sleep` (polled since it last fired):
+    /// until the sleep fires, the ringer need not poll it again. Actix polls every spawned
+    /// future of an actor whenever the actor wakes, about six times per uncontended pair.
+    registered: bool,
     /// The future waiting on `sleep`, while spawned.
     ringer: Option<SpawnHandle>,
     /// The ringer's waker, while it waits with nothing set (it does not poll `sleep` then).
@@ -56,13 +60,24 @@ impl Alarm {
         };
         let deadline = tokio::time::Instant::from_std(at.min(Instant::now() + MAX_SLEEP));
         match &mut alarm.sleep {
-            // Its task stays registered: a ringer waiting on it wakes at the new instant.
-            Some(sleep) => sleep.as_mut().reset(deadline),
-            None => alarm.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            Some(sleep) => {
+                // A sleep that has not fired keeps its task registered through a reset (tokio
+                // moves a later deadline without touching its wheel): the ringer wakes at the
+                // new instant, and need not be woken now, even parked. One that fired has
+                // woken its task already, and is polled again then.
+                alarm.registered = alarm.registered && !sleep.is_elapsed();
+                sleep.as_mut().reset(deadline);
+            }
+            None => {
+                alarm.sleep = Some(Box::pin(tokio::time::sleep_until(deadline)));
+                alarm.registered = false;
+            }
         }
         if alarm.ringer.is_none() {
             alarm.ringer = Some(ctx.spawn(Driver(ring::<A>)));
-        } else if let Some(waker) = alarm.parked.take() {
+        } else if !alarm.registered
+            && let Some(waker) = alarm.parked.take()
+        {
             waker.wake();
         }
     }
@@ -110,10 +125,22 @@ fn ring<A: Alarmed>(
         let Some(sleep) = alarm.sleep.as_mut() else {
             return Poll::Pending;
         };
-        if sleep.as_mut().poll(task).is_pending() {
+        // Registered and not fired: the sleep wakes this task when it fires (the actor's
+        // task: its waker does not change), so polling it again would only say `Pending`.
+        if alarm.registered && !sleep.is_elapsed() {
+            return Poll::Pending;
+        }
+        // Polled outside tokio's task budget: a `Pending` from a spent budget would leave the
+        // sleep unregistered while taken as registered.
+        if Pin::new(&mut tokio::task::unconstrained(sleep.as_mut()))
+            .poll(task)
+            .is_pending()
+        {
+            alarm.registered = true;
             return Poll::Pending;
         }
         // Rung: what the state sets next is a new instant, even the same one again.
+        alarm.registered = false;
         alarm.at = None;
         act.rang(Instant::now(), ctx);
     }
