@@ -478,6 +478,7 @@ async fn mixed_local_waiters_all_get_in_after_a_foreign_write_release() {
     // both the oldest and the newest waiter.
     let order = "WRWRWRRRRW";
     assert_eq!(order.matches('W').count(), WRITERS);
+    assert_eq!(order.matches('R').count(), READERS);
     for arrival in order.chars() {
         let rw = b.read_write_lock("mix");
         let (inside, writes, mut conn) = (inside.clone(), writes.clone(), conn.clone());

@@ -388,7 +388,10 @@ async fn kept_handles_of_several_kinds_on_one_name_reach_their_own_actors() {
             }
             let guard = lock.acquire().await.unwrap();
             if let Some(token) = guard.token() {
-                assert!(token > last_token, "{kind}: token {token} after {last_token}");
+                assert!(
+                    token > last_token,
+                    "{kind}: token {token} after {last_token}"
+                );
                 last_token = token;
             }
             fenced |= *kind == "fenced";

@@ -66,7 +66,9 @@ impl LockState {
         if res.is_ok() {
             self.link.attempt_answered();
         }
-        if key.1.spins() && let Ok(a) = &res {
+        if key.1.spins()
+            && let Ok(a) = &res
+        {
             self.spin_tried(matches!(a, Attempt::Busy { .. }));
         }
         match res {

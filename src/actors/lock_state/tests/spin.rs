@@ -230,13 +230,21 @@ fn an_unused_spin_hold_back_is_followed_by_short_ones_for_a_while() {
     let hold = granted(&s.drain(), head).expect("the head got in");
     let t1 = t0 + long;
     let head = streak(&mut s, hold, t1, "b");
-    assert_eq!(turn(&mut s, t1, acquired()), HOLD_BACK_MIN, "short after an unused one");
+    assert_eq!(
+        turn(&mut s, t1, acquired()),
+        HOLD_BACK_MIN,
+        "short after an unused one"
+    );
     let hold = granted(&s.drain(), head).expect("the head got in");
     // 7 long ones after the unused one's end, the next streak's hold-back is long again; this
     // time another process takes it.
     let t2 = t1 + long * UNUSED_TURN_SPACING;
     let head = streak(&mut s, hold, t2, "c");
-    assert_eq!(turn(&mut s, t2, busy()), long, "long once the spacing passed");
+    assert_eq!(
+        turn(&mut s, t2, busy()),
+        long,
+        "long once the spacing passed"
+    );
     assert!(s.is_waiting(head));
     // The other process's hold ends; the head spins and gets in, and its next streak's
     // hold-back is long again: the last one was used.
