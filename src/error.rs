@@ -85,10 +85,13 @@ pub enum LockError {
     },
     /// The server the URL names is a read-only replica: locks need its primary (name the
     /// primary, or use [`Config::sentinel`](crate::Config::sentinel)). Found when the manager
-    /// starts; a primary that becomes a replica later is a failover, retried while waiting. A
-    /// Cluster's master answering as a replica at start is a failover under way, not this: a
-    /// [`LockError::Redis`] with code `READONLY`, retryable ([`LockError::is_retryable`]).
-    /// (What the code does; no test yet makes a client start on a stale slot map.)
+    /// starts; a primary that becomes a replica later is a failover, retried while waiting.
+    /// Never with Sentinel: a primary Sentinel named that answers as a replica at start was
+    /// demoted since (a failover under way), so the start asks Sentinel again until the
+    /// connect timeout (`tests/sentinel.rs`), then fails with a [`LockError::Redis`] with code
+    /// `READONLY`, retryable ([`LockError::is_retryable`]). A Cluster's master answering as a
+    /// replica at start fails with that retryable error at once (what the code does; no test
+    /// yet makes a client start on a stale slot map).
     #[error("{url} is a read-only replica; lockman needs the primary")]
     ReadOnly {
         /// The URL (without its password, if any).

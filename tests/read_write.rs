@@ -450,3 +450,97 @@ async fn a_readers_last_release_ends_its_hold_while_others_still_read() {
     held_b.release().await.unwrap();
     assert!(!raw.exists::<_, bool>("share").unwrap());
 }
+
+/// Readers and writers of one manager wait on one name while another manager holds its write
+/// side; after that release, a writer of theirs that gets in drops the others' pending wake-ups
+/// (`writer_in`): they must still all get in, at the writers' later releases, with exclusion
+/// counted exactly (a writer alone inside; a counter a reader reads twice unchanged, written
+/// once per write hold), and no reader waits behind more write holds than there are writers
+/// queued with it (each writer's next round queues behind every waiting reader). All within
+/// 20 s: a wake-up lost for good would leave a waiter to the 30 s lease retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_local_waiters_all_get_in_after_a_foreign_write_release() {
+    const WRITERS: usize = 4;
+    const ROUNDS: usize = 5;
+    const READERS: usize = 6;
+    let server = RedisServer::start();
+    let (a, b) = (manager(&server).await, manager(&server).await);
+    let mut raw = server.conn();
+    let held = a.read_write_lock("mix").write().acquire().await.unwrap();
+    // (readers inside, writers inside), checked at every entry.
+    let inside = Arc::new(std::sync::Mutex::new((0usize, 0usize)));
+    let writes = Arc::new(AtomicUsize::new(0));
+    let conn = server.async_conn().await;
+    let mut writers = Vec::new();
+    let mut readers = Vec::new();
+    // Arrivals (each one's attempt done before the next is spawned): writer, reader, writer,
+    // reader, writer, then the rest of the readers and the last writer, so that a writer is
+    // both the oldest and the newest waiter.
+    let order = "WRWRWRRRRW";
+    assert_eq!(order.matches('W').count(), WRITERS);
+    assert_eq!(order.matches('R').count(), READERS);
+    for arrival in order.chars() {
+        let rw = b.read_write_lock("mix");
+        let (inside, writes, mut conn) = (inside.clone(), writes.clone(), conn.clone());
+        if arrival == 'W' {
+            writers.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let g = rw.write().acquire().await.unwrap();
+                    {
+                        let mut now = inside.lock().unwrap();
+                        assert_eq!(*now, (0, 0), "a writer got in beside others");
+                        now.1 = 1;
+                    }
+                    let n: u64 = conn.get::<_, Option<u64>>("n").await.unwrap().unwrap_or(0);
+                    tokio::task::yield_now().await;
+                    let _: () = conn.set("n", n + 1).await.unwrap();
+                    writes.fetch_add(1, Ordering::SeqCst);
+                    inside.lock().unwrap().1 = 0;
+                    g.release().await.unwrap();
+                }
+            }));
+        } else {
+            readers.push(tokio::spawn(async move {
+                let g = rw.read().acquire().await.unwrap();
+                {
+                    let mut now = inside.lock().unwrap();
+                    assert_eq!(now.1, 0, "a reader got in beside a writer");
+                    now.0 += 1;
+                }
+                let ahead = writes.load(Ordering::SeqCst);
+                let before: Option<u64> = conn.get("n").await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let after: Option<u64> = conn.get("n").await.unwrap();
+                assert_eq!(before, after, "written while a reader held the lock");
+                inside.lock().unwrap().0 -= 1;
+                g.release().await.unwrap();
+                ahead
+            }));
+        }
+        // Every waiter so far has tried and is parked behind the foreign writer.
+        support::wait::quiet(&mut raw).await;
+    }
+    assert_eq!(writes.load(Ordering::SeqCst), 0);
+    held.release().await.unwrap();
+    let all = async {
+        let mut ahead = Vec::new();
+        for r in readers {
+            ahead.push(r.await.unwrap());
+        }
+        for w in writers {
+            w.await.unwrap();
+        }
+        ahead
+    };
+    let ahead = tokio::time::timeout(Duration::from_secs(20), all)
+        .await
+        .expect("every waiter got in within 20 s");
+    assert!(
+        ahead.iter().all(|&n| n <= WRITERS),
+        "write holds before each reader: {ahead:?}"
+    );
+    let total: u64 = raw.get("n").unwrap();
+    assert_eq!(total, (WRITERS * ROUNDS) as u64);
+    assert_eq!(writes.load(Ordering::SeqCst), WRITERS * ROUNDS);
+    assert!(!raw.exists::<_, bool>("mix").unwrap(), "nothing left held");
+}

@@ -247,3 +247,85 @@ async fn a_group_without_quorum_fails_clearly_and_nobody_hangs() {
     );
     mgr.shutdown().await;
 }
+
+/// Whether a client of `conn`'s server is held by `CLIENT PAUSE` on an `EVALSHA` (the start's
+/// permission probe, the only script a starting manager runs): postponed, flag `b`.
+fn probe_paused(conn: &mut redis::Connection) -> bool {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(conn).unwrap();
+    list.lines().any(|client| {
+        let field = |name: &str| {
+            client
+                .split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap_or("")
+                .to_owned()
+        };
+        field("cmd=") == "evalsha" && field("flags=").contains('b')
+    })
+}
+
+/// How many commands `conn`'s server refused with `READONLY` (`INFO errorstats`).
+fn readonly_errors(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("errorstats").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_READONLY:count="))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// A manager starting while its primary is demoted: Sentinel named the server and redis-rs saw
+/// it answer `ROLE` as the master, then (the start's writes held by `CLIENT PAUSE WRITE`, so the
+/// order is certain) it became a replica before the start's permission probe ran. The probe is
+/// refused (`READONLY`); the start asks Sentinel again, and once the server is the primary again
+/// (Sentinel names it, `ROLE` says master) it probes it and starts. Before, it failed with
+/// `LockError::ReadOnly`, which says the URL names a replica: with Sentinel no URL does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_whose_primary_is_demoted_before_its_probe_asks_sentinel_again() {
+    let group = SentinelGroup::start();
+    let primary = group.primary_port();
+    let mut raw = SentinelGroup::data_conn(primary).expect("the primary");
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(60_000)
+        .arg("WRITE")
+        .exec(&mut raw)
+        .unwrap();
+    // The probe is held until the unpause below: no response timeout may end it first.
+    let config = config(&group)
+        .connect_timeout(Duration::from_secs(20))
+        .response_timeout(Duration::from_secs(30));
+    let start = tokio::spawn(LockManager::start(config));
+    support::wait::until("the start's probe is paused", || probe_paused(&mut raw)).await;
+    // Demoted (a replica of a port nobody listens on: no sync, nothing flushed), then the
+    // probe runs.
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(nobody)
+        .exec(&mut raw)
+        .unwrap();
+    redis::cmd("CLIENT").arg("UNPAUSE").exec(&mut raw).unwrap();
+    support::wait::until("the probe was refused as a replica's", || {
+        readonly_errors(&mut raw) >= 1
+    })
+    .await;
+    assert!(!start.is_finished(), "the start ended at a READONLY probe");
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .exec(&mut raw)
+        .unwrap();
+    let mgr = tokio::time::timeout(Duration::from_secs(30), start)
+        .await
+        .expect("the start ends")
+        .unwrap()
+        .expect("the manager starts on the primary Sentinel names again");
+    let guard = mgr.lock("after").acquire().await.unwrap();
+    let mut conn = conn_to(primary).await;
+    assert!(conn.exists::<_, bool>("after").await.unwrap());
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
+}

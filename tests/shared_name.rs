@@ -325,3 +325,113 @@ async fn holds_of_every_kind_on_one_name_never_overlap() {
     assert_eq!(queue, 0, "fair places left behind");
     mgr.shutdown().await;
 }
+
+/// What Redis holds (client records aside) while `lock` of `kind` is held once by its holder
+/// `h` on the name `k`: the name's hash (its fields as the kind writes them), a read hold's
+/// timeout key, and the fenced lock's token counter once a fenced hold was taken.
+fn held_state(
+    kind: &str,
+    h: &str,
+    fenced_before: bool,
+) -> (
+    std::collections::HashMap<String, String>,
+    std::collections::BTreeSet<String>,
+) {
+    use std::collections::{BTreeSet, HashMap};
+    let mut keys = BTreeSet::from(["k".to_owned()]);
+    if fenced_before || kind == "fenced" {
+        keys.insert("redisson_lock_token:{k}".to_owned());
+    }
+    let fields = match kind {
+        "read" => {
+            keys.insert(format!("{{k}}:{h}:rwlock_timeout:1"));
+            HashMap::from([("mode".into(), "read".into()), (h.to_owned(), "1".into())])
+        }
+        "write" => HashMap::from([
+            ("mode".into(), "write".into()),
+            (format!("{h}:write"), "1".into()),
+        ]),
+        _ => HashMap::from([(h.to_owned(), "1".into())]),
+    };
+    (fields, keys)
+}
+
+/// Kept handles of seven kinds on one name, used in turn, with the name's actors (one per kind)
+/// lingering 100 ms when idle: some acquires reach the actor a handle's last grant came from,
+/// some find it stopped (every actor waited out), some come while other kinds' actors linger.
+/// Each acquire must reach its own kind's actor: Redis holds exactly that kind's fields and
+/// keys, every other kind is shut out (the exclusive kinds find it taken, the read-write sides
+/// and the others refuse each other's hash with `WrongType`), and the release leaves nothing
+/// but the fenced counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_handles_of_several_kinds_on_one_name_reach_their_own_actors() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let config = Config::new(server.url()).idle_linger(Duration::from_millis(100));
+    let mgr = LockManager::start(config).await.unwrap();
+    // The two sides of two read-write holders: one holder's would share (a downgrade).
+    let mut handles = exclusive_kinds(&mgr, "k");
+    handles.push(("read", mgr.read_write_lock("k").read().into()));
+    handles.push(("write", mgr.read_write_lock("k").write().into()));
+    let mut fenced = false;
+    let mut last_token = 0;
+    for round in 0..4usize {
+        for step in 0..handles.len() {
+            // Each round in another order (a stride coprime with 8 kinds).
+            let (kind, lock) = &handles[(step * (2 * round + 1) + round) % handles.len()];
+            match round {
+                // Every actor stopped: the kept address is dead.
+                1 => assert!(support::wait::lock_actors_stop(&mgr, Duration::from_secs(5)).await),
+                // Some stopped, some lingering.
+                3 if step % 2 == 0 => tokio::time::sleep(Duration::from_millis(150)).await,
+                _ => {}
+            }
+            let guard = lock.acquire().await.unwrap();
+            if let Some(token) = guard.token() {
+                assert!(
+                    token > last_token,
+                    "{kind}: token {token} after {last_token}"
+                );
+                last_token = token;
+            }
+            fenced |= *kind == "fenced";
+            let (fields, keys) = held_state(kind, &lock.holder_id(), fenced);
+            let actual: std::collections::HashMap<String, String> = raw.hgetall("k").unwrap();
+            assert_eq!(actual, fields, "round {round}: {kind} held");
+            assert_eq!(
+                support::commands::keys_but_records(&mut raw),
+                keys,
+                "round {round}: {kind} held"
+            );
+            for (other, candidate) in &handles {
+                let got = candidate.try_acquire().await;
+                let rw_pair = ["read", "write"];
+                let one_rw = rw_pair.contains(kind) != rw_pair.contains(other);
+                if other == kind {
+                    continue;
+                } else if one_rw {
+                    assert!(
+                        matches!(got, Err(LockError::WrongType { .. })),
+                        "round {round}: {other} while {kind} held: {got:?}"
+                    );
+                } else {
+                    assert!(
+                        matches!(got, Ok(None)),
+                        "round {round}: {other} while {kind} held: {got:?}"
+                    );
+                }
+            }
+            guard.release().await.unwrap();
+            let mut left = std::collections::BTreeSet::new();
+            if fenced {
+                left.insert("redisson_lock_token:{k}".to_owned());
+            }
+            assert_eq!(
+                support::commands::keys_but_records(&mut raw),
+                left,
+                "round {round}: after {kind}"
+            );
+        }
+    }
+    mgr.shutdown().await;
+}

@@ -35,7 +35,8 @@ impl Commands {
     /// the config's connect timeout when Redis is unreachable.
     pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
         let conn = Conn::open(endpoint, config).await?;
-        probe::check_access(&conn, &all_scripts()).await?;
+        let limit = config.get_connect_timeout();
+        probe::check_access_following(&conn, &all_scripts(), limit).await?;
         let latch_ttl = config.get_watchdog_timeout() + 4 * config.get_response_timeout();
         let lock_delay = match config.get_lock_delay() {
             Duration::ZERO => 0,

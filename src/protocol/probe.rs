@@ -3,6 +3,7 @@
 //! URL) fails the start, naming what is missing, instead of the first lock.
 
 use std::sync::LazyLock;
+use std::time::{Duration, Instant};
 
 use redis::Script;
 
@@ -79,13 +80,9 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
         // one of them answering as a replica is a failover under way (the map not yet
         // refreshed), an outage to retry, not a wrong URL.
         if matches!(link, Link::Cluster(_)) {
-            return Err(LockError::Redis {
-                op: "check permissions",
-                source: redis::RedisError::from((
-                    redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
-                    "a master of the cluster's slot map answered as a replica (a failover under way)",
-                )),
-            });
+            return Err(failover_under_way(
+                "a master of the cluster's slot map answered as a replica (a failover under way)",
+            ));
         }
         return Err(LockError::ReadOnly {
             url: conn.endpoint().label().to_owned(),
@@ -98,6 +95,55 @@ pub(crate) async fn check_access(conn: &Conn, scripts: &[&Script]) -> Result<(),
         });
     }
     check_subscribe(conn, &probe_channels()).await
+}
+
+/// A primary answered as a replica at start: a failover under way, an outage to retry
+/// ([`LockError::is_retryable`]), not a URL that names a replica.
+fn failover_under_way(detail: &'static str) -> LockError {
+    LockError::Redis {
+        op: "check permissions",
+        source: redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            detail,
+        )),
+    }
+}
+
+/// [`check_access`], but with Sentinel a primary that answers as a replica is not the user's
+/// mistake (no URL names it): Sentinel named it, and redis-rs saw it answer `ROLE` as the master
+/// just before, so it was demoted since, a failover under way. Sentinel is asked again (after a
+/// pause, up to `limit` in all; while it still names the demoted server redis-rs finds no valid
+/// master) and the primary it names then is probed; at `limit`, the failover's retryable
+/// `READONLY` ([`failover_under_way`]).
+pub(crate) async fn check_access_following(
+    conn: &Conn,
+    scripts: &[&Script],
+    limit: Duration,
+) -> Result<(), LockError> {
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match check_access(conn, scripts).await {
+            Err(LockError::ReadOnly { .. }) if conn.endpoint().follows_failover() => {}
+            done => return done,
+        }
+        tracing::warn!(deployment = %conn.endpoint().label(), "Sentinel's primary answered as a replica at start; asking Sentinel again");
+        loop {
+            let now = Instant::now();
+            if now + pause >= deadline {
+                return Err(failover_under_way(
+                    "the primary Sentinel named answered as a replica (a failover under way)",
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            let left = deadline.saturating_duration_since(Instant::now());
+            if conn.endpoint().locate(left).await.is_ok() {
+                break;
+            }
+        }
+        conn.switch().await?;
+    }
 }
 
 /// Whether `SCRIPT LOAD`'s (or `EVALSHA`'s) error says the server runs no scripts at all: a Valkey without

@@ -139,6 +139,8 @@ pub(crate) struct LockState {
     fair: FairPlaces,
     trips: Trips,
     timers: Timers,
+    /// Whether a spin lock's long hold-backs find takers (`turns`).
+    spin_turns: turns::SpinTurns,
     /// What it heard of Redis, and the channels routed here.
     link: Link,
     phase: Phase,
@@ -159,6 +161,7 @@ impl LockState {
             fair: FairPlaces::default(),
             trips: Trips::default(),
             timers: Timers::default(),
+            spin_turns: turns::SpinTurns::default(),
             link: Link::default(),
             phase: Phase::Running,
             busy: false,

@@ -66,6 +66,11 @@ impl LockState {
         if res.is_ok() {
             self.link.attempt_answered();
         }
+        if key.1.spins()
+            && let Ok(a) = &res
+        {
+            self.spin_tried(matches!(a, Attempt::Busy { .. }));
+        }
         match res {
             Ok(Attempt::Acquired { token, fresh }) => self.acquired(tried, token, fresh),
             Ok(Attempt::Busy { ttl }) => self.found_busy(tried, ttl),

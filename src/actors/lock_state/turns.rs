@@ -8,6 +8,13 @@
 //! could wait for good. So after such a release this actor's waiters hold back a moment (no
 //! attempt; the hold-back timer's end gives the head waiter its attempt), long enough for a
 //! waiter woken by the message elsewhere to take the lock. Nothing changes on the wire.
+//!
+//! A spin lock's hold-back is longer by the back-off's longest sleep (another process's spinner
+//! hears nothing and tries only after its sleep), which in one busy process cost a third of its
+//! acquisitions when no other process waited at all. So a long hold-back that went unused (this
+//! actor's head found the lock still free at its end) is followed by short ones (the reentrant
+//! lock's) until [`UNUSED_TURN_SPACING`] of its lengths have passed ([`SpinTurns`]); a long one
+//! that another process took keeps them long.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +32,24 @@ pub(super) const HOLD_BACK_MAX: Duration = Duration::from_millis(100);
 /// its own processing; twice that, within [`HOLD_BACK_MIN`]..=[`HOLD_BACK_MAX`].
 pub(super) fn hold_back(round_trip: Duration) -> Duration {
     (round_trip * 2).clamp(HOLD_BACK_MIN, HOLD_BACK_MAX)
+}
+
+/// After a spin hold-back that nobody took, the next long one is at least this many of its
+/// lengths later: the lock lies free for nobody at most an eighth of a busy process's time, and a
+/// spinner of another process that starts waiting meanwhile waits about that much longer (8 ×
+/// 133 ms with the default back-off) unless one of its attempts finds a short hold-back.
+pub(super) const UNUSED_TURN_SPACING: u32 = 7;
+
+/// Whether a spin lock's long hold-backs find takers (module doc).
+#[derive(Debug, Default)]
+pub(super) struct SpinTurns {
+    /// A long hold-back ended: the next spin attempt's answer tells whether another process
+    /// took the lock meanwhile.
+    checking: bool,
+    /// The last long hold-back, while it is under way or being checked.
+    length: Duration,
+    /// A long hold-back went unused: until this instant streaks end with short ones.
+    short_until: Option<Instant>,
 }
 
 /// The longest sleep of a spin waiter under `backoff`.
@@ -45,10 +70,12 @@ impl LockState {
         if full && key.1.is_exclusive_unfair() {
             let round_trip = self.now.saturating_duration_since(started);
             let mut wait = hold_back(round_trip);
-            if key.1.spins() {
+            let short = self.spin_turns.short_until.is_some_and(|t| self.now < t);
+            if key.1.spins() && !short {
                 // No message wakes another process's spin waiter: it tries after its sleep,
                 // up to the back-off's longest. Its turn lasts that long more.
                 wait += longest_sleep(self.settings.spin_backoff);
+                self.spin_turns.length = wait;
             }
             self.timers.set(Timer::Turn, self.now, wait);
         }
@@ -72,6 +99,23 @@ impl LockState {
     /// The hold-back ended: the head waiter tries (any wake-up held back meanwhile was for
     /// it), and finds the lock taken when another process's waiter took its turn.
     pub(super) fn turn_over(&mut self) {
+        let turns = &mut self.spin_turns;
+        turns.checking = !turns.length.is_zero() && !self.waiters.is_empty();
+        if !turns.checking {
+            turns.length = Duration::ZERO;
+        }
         self.wake_one();
+    }
+
+    /// A spin attempt was answered: the first after a long hold-back tells whether another
+    /// process took it (`busy`), so that the next ones stay long, or nobody did, so that short
+    /// ones follow for [`UNUSED_TURN_SPACING`] of its lengths.
+    pub(super) fn spin_tried(&mut self, busy: bool) {
+        let turns = &mut self.spin_turns;
+        if !std::mem::take(&mut turns.checking) {
+            return;
+        }
+        let length = std::mem::take(&mut turns.length);
+        turns.short_until = (!busy).then(|| self.now + length * UNUSED_TURN_SPACING);
     }
 }

@@ -11,16 +11,21 @@ impl LockState {
     /// Whether new waiter `id` waits its turn behind the local waiters ahead of it, without an
     /// attempt of its own. Their attempts found the lock taken and the next wake-up goes to the
     /// oldest, so an attempt now could only fail (one wasted round trip per hand-off) or barge
-    /// ahead of them. Only for the exclusive, unfair kinds (a fair lock queues in Redis; readers
-    /// share), for a request that may wait, and never for a holder that holds the lock here
-    /// already (re-entering must not wait for itself).
+    /// ahead of them. Only for the exclusive, unfair kinds and a read-write lock's writer (a
+    /// fair lock queues in Redis; readers share): a writer that asks again right after its own
+    /// release would otherwise get in before that release's message wakes the older waiters,
+    /// round after round (`tests/read_write.rs`). For a request that may wait, and never for a
+    /// holder that holds the lock here already (re-entering, or a reader's refused upgrade,
+    /// must not wait for itself).
     pub(super) fn joins_queue(&self, id: WaiterId) -> bool {
         let Some(new) = self.waiters.get(id) else {
             return false;
         };
-        new.kind.is_exclusive_unfair()
+        let write = new.kind == LockKind::Write;
+        (new.kind.is_exclusive_unfair() || write)
             && new.may_wait()
             && !self.holds.contains(&(new.holder.clone(), new.kind))
+            && !(write && self.holds.contains(&(new.holder.clone(), LockKind::Read)))
             && self.waiters.others_waiting(&new.holder) > 0
     }
 

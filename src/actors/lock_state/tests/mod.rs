@@ -197,13 +197,19 @@ fn once_a_woken_writer_gets_in_the_other_holders_woken_with_it_do_not_try() {
         kind: LockKind::Write,
         ..req(holder, Wait::Forever)
     };
+    // The first tries and finds it taken; the later writers wait their turn behind it.
     let ids: Vec<WaiterId> = ["a", "b", "c", "d"]
         .into_iter()
         .map(|h| {
             let id = s.request(write(h), t0);
-            assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
-            s.ran(busy(), t0);
-            s.drain();
+            let fx = s.drain();
+            if h == "a" {
+                assert!(matches!(runs(&fx)[..], [Op::Acquire { .. }]));
+                s.ran(busy(), t0);
+                s.drain();
+            } else {
+                assert!(runs(&fx).is_empty(), "{h} queues: {fx:?}");
+            }
             id
         })
         .collect();
@@ -938,4 +944,53 @@ fn a_hold_is_told_lost_once() {
     s.hold_lost(&key, epoch, t0 + SECOND);
     fx.extend(s.drain());
     assert_eq!(losses(&fx, epoch), [Loss::Lease], "{fx:?}");
+}
+
+/// A writer that asks again right after its release, while older local waiters of other
+/// holders wait for that release's message, waits its turn behind them: no attempt of its own
+/// (it would get in first, round after round). The message wakes the oldest first.
+#[test]
+fn a_writer_asking_again_waits_behind_older_local_waiters() {
+    let t0 = Instant::now();
+    let mut s = state(LockKind::Read);
+    let with = |holder: &str, kind| Request {
+        kind,
+        ..req(holder, Wait::Forever)
+    };
+    let w = s.request(with("w", LockKind::Write), t0);
+    s.ran(acquired(), t0);
+    let (key, epoch) = granted(&s.drain(), w).expect("the writer holds");
+    let r = s.request(with("r", LockKind::Read), t0);
+    assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+    s.ran(busy(), t0);
+    s.drain();
+    s.release(key, epoch, None, t0);
+    s.drain();
+    s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t0);
+    s.drain();
+    let again = s.request(with("w", LockKind::Write), t0);
+    let fx = s.drain();
+    assert!(runs(&fx).is_empty(), "the writer barged: {fx:?}");
+    let channel = s.channel.clone();
+    s.unlocked(true, &channel, t0);
+    s.ran(acquired(), t0);
+    let fx = s.drain();
+    assert!(granted(&fx, r).is_some(), "the older reader first: {fx:?}");
+    assert!(
+        matches!(
+            runs(&fx)[..],
+            [
+                Op::Acquire {
+                    kind: LockKind::Read,
+                    ..
+                },
+                Op::Acquire {
+                    kind: LockKind::Write,
+                    ..
+                }
+            ]
+        ),
+        "the reader's attempt, then the writer's: {fx:?}"
+    );
+    assert!(s.is_waiting(again));
 }

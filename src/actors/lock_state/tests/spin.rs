@@ -2,6 +2,7 @@
 //! its releases wake this process's own waiters, since nothing is published.
 
 use super::*;
+use crate::actors::lock_state::turns::{HOLD_BACK_MIN, UNUSED_TURN_SPACING};
 
 fn spin_req(holder: &str, wait: Wait) -> Request {
     Request {
@@ -176,4 +177,83 @@ fn a_spin_streak_ends_with_a_hold_back_as_long_as_the_longest_sleep() {
     assert!(turn >= Duration::from_millis(128 + 5), "{turn:?}");
     s.fired(Timer::Turn, t0 + turn);
     assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+}
+
+/// Runs one streak from `hold` at `t`: [`MAX_HAND_OFF_STREAK`] hand-offs to new waiters, then
+/// the release that ends it (freed in Redis), a new waiter still queued. Returns that waiter.
+fn streak(s: &mut LockState, mut hold: (HoldKey, u64), t: Instant, tag: &str) -> WaiterId {
+    let mut next = None;
+    for i in 1..=MAX_HAND_OFF_STREAK + 1 {
+        let id = s.request(spin_req(&format!("{tag}{i}"), Wait::Forever), t);
+        if !runs(&s.drain()).is_empty() {
+            s.ran(busy(), t);
+            s.drain();
+        }
+        s.release(hold.0.clone(), hold.1, None, t);
+        s.drain();
+        if i <= MAX_HAND_OFF_STREAK {
+            s.ran(Outcome::Release(Ok(HandedOff::To { token: None })), t);
+            hold = granted(&s.drain(), id).expect("handed off");
+        }
+        next = Some(id);
+    }
+    s.ran(Outcome::Release(Ok(HandedOff::No(Released::Unlocked))), t);
+    assert!(runs(&s.drain()).is_empty(), "held back");
+    next.expect("a waiter")
+}
+
+/// The hold-back armed at `t`, fired: the head's attempt is answered `outcome`. Returns the
+/// hold-back's length.
+fn turn(s: &mut LockState, t: Instant, outcome: Outcome) -> Duration {
+    let turn = s.armed_in(&Timer::Turn).expect("a hold-back");
+    s.fired(Timer::Turn, t + turn);
+    assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+    s.ran(outcome, t + turn);
+    turn
+}
+
+/// A long hold-back that nobody took (the head found the lock still free at its end) is
+/// followed by short ones, the reentrant lock's, for 7 of its lengths; then a long one again,
+/// and one that another process took (the head found it busy) keeps the next one long: one
+/// process alone pays the back-off's longest sleep once per 8 of its lengths, not after every
+/// streak.
+#[test]
+fn an_unused_spin_hold_back_is_followed_by_short_ones_for_a_while() {
+    let long = Duration::from_millis(128 + 5);
+    let mut s = state(LockKind::Spin);
+    let t0 = Instant::now();
+    let first = s.request(spin_req("h", Wait::Forever), t0);
+    s.ran(acquired(), t0);
+    let hold = granted(&s.drain(), first).expect("granted");
+    let head = streak(&mut s, hold, t0, "a");
+    assert_eq!(turn(&mut s, t0, acquired()), long, "the first is long");
+    let hold = granted(&s.drain(), head).expect("the head got in");
+    let t1 = t0 + long;
+    let head = streak(&mut s, hold, t1, "b");
+    assert_eq!(
+        turn(&mut s, t1, acquired()),
+        HOLD_BACK_MIN,
+        "short after an unused one"
+    );
+    let hold = granted(&s.drain(), head).expect("the head got in");
+    // 7 long ones after the unused one's end, the next streak's hold-back is long again; this
+    // time another process takes it.
+    let t2 = t1 + long * UNUSED_TURN_SPACING;
+    let head = streak(&mut s, hold, t2, "c");
+    assert_eq!(
+        turn(&mut s, t2, busy()),
+        long,
+        "long once the spacing passed"
+    );
+    assert!(s.is_waiting(head));
+    // The other process's hold ends; the head spins and gets in, and its next streak's
+    // hold-back is long again: the last one was used.
+    let retry = t2 + long + s.armed_in(&Timer::Retry).expect("it spins");
+    s.fired(Timer::Retry, retry);
+    assert!(matches!(runs(&s.drain())[..], [Op::Acquire { .. }]));
+    s.ran(acquired(), retry);
+    let hold = granted(&s.drain(), head).expect("the head got in");
+    let t3 = t2 + long * 2;
+    streak(&mut s, hold, t3, "d");
+    assert_eq!(turn(&mut s, t3, acquired()), long, "long after a used one");
 }
