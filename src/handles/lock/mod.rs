@@ -17,8 +17,6 @@ pub use guard::LockGuard;
 pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
-use tracing::Instrument;
-
 use crate::actors::lock_actor::Acquire;
 use crate::actors::lock_actor::{Grant, LockActor};
 use crate::actors::name::Wait;
@@ -319,8 +317,7 @@ impl Lock {
         let (commands, own) = (&self.mgr.commands, &*self.holder);
         // An outage's `waited` is the caller's, from its call: the actor counts from when the
         // request reached it (after it started, a manager's first wait writes its record).
-        let granted = crate::handles::trace::behind(&span, commands, key, own, send)
-            .instrument(span.clone())
+        let granted = crate::handles::trace::acquiring(&span, commands, key, own, send)
             .await
             .map_err(|e: LockError| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
