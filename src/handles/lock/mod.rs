@@ -313,7 +313,10 @@ impl Lock {
         };
         let span = crate::handles::trace::acquire(key, &self.kind, wait);
         let called = std::time::Instant::now();
-        let send = async { self.actor.send(resolve, acquire).await? };
+        // A new handle of a name whose actor lives: the address its grants carry, from the
+        // directory (no allocation, where `resolve`'s actix address allocates twice).
+        let shared = || self.mgr.directory.shared(self.kind, key);
+        let send = async { self.actor.send(shared, resolve, acquire).await? };
         let (commands, own) = (&self.mgr.commands, &*self.holder);
         // An outage's `waited` is the caller's, from its call: the actor counts from when the
         // request reached it (after it started, a manager's first wait writes its record).
@@ -322,8 +325,13 @@ impl Lock {
             .map_err(|e: LockError| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
         let granted = granted?;
-        if let Some(grant) = &granted {
-            self.actor.remember(grant.actor_shared());
+        if let Some(grant) = &granted
+            && self.actor.remember(grant.actor_shared())
+        {
+            // Its first grant through this handle, not from the directory's address: the next
+            // handles of the name find it there.
+            let directory = &self.mgr.directory;
+            directory.share(self.kind, key, grant.actor_shared());
         }
         Ok(granted.map(|g| {
             LockGuard::from(g)
