@@ -360,6 +360,9 @@ mod tests {
     #[test]
     fn holder_is_lowercase_hyphenated_uuid_and_number() {
         let id = uuid::Uuid::parse_str("9F1C0D2E-5B7A-4C1E-8D3F-2A6B1C9E0F11").unwrap();
-        assert_eq!(holder::<String>(&id, 7), "9f1c0d2e-5b7a-4c1e-8d3f-2a6b1c9e0f11:7");
+        assert_eq!(
+            holder::<String>(&id, 7),
+            "9f1c0d2e-5b7a-4c1e-8d3f-2a6b1c9e0f11:7"
+        );
     }
 }
