@@ -106,6 +106,51 @@ async fn at_most_max_lingering_idle_actors_stay() {
 }
 
 #[tokio::test]
+async fn handles_made_per_request_reach_the_lingering_actor_and_keep_none_alive() {
+    let server = RedisServer::start();
+    let linger = Duration::from_secs(1);
+    let mgr = manager(&server, linger, 100).await;
+    mgr.lock("per-request")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let first = mgr.lock_actor("per-request").await.unwrap().downgrade();
+    for _ in 0..10 {
+        // A handle per request, as a web handler makes one, the name idle in between: each
+        // reaches the actor through the manager's directory (the shared address its grants
+        // carry, noted there by the first).
+        tokio::time::sleep(linger / 10).await;
+        let guard = mgr.lock("per-request").acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    assert!(
+        first.upgrade().is_some(),
+        "every handle reached the actor that served the first"
+    );
+    // What the directory keeps of it is weak: the idle actor still leaves after its linger.
+    assert_eq!(
+        live_becomes(&mgr, 0).await,
+        0,
+        "gone once the linger passed"
+    );
+    mgr.lock("per-request")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(
+        mgr.live_lock_actors().await,
+        1,
+        "a new actor for the next request"
+    );
+}
+
+#[tokio::test]
 async fn without_a_linger_an_idle_actor_stops_at_once() {
     let server = RedisServer::start();
     let mgr = manager(&server, Duration::ZERO, 100).await;

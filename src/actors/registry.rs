@@ -9,7 +9,7 @@
 //! strong (the actor cannot stop while it is held), and a message that reaches an actor already
 //! stopping comes back `Closed`, unhandled, for the sender to resolve again.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use actix::WeakAddr;
 use actix::prelude::*;
@@ -63,6 +63,11 @@ type Entries<K, A> = FxHashMap<K, Entry<A>>;
 struct Entry<A: Actor> {
     id: u64,
     actor: WeakAddr<A>,
+    /// The actor's own shared address, as its grants carry it, once a handle was granted by it:
+    /// weak too (it lives while the actor is busy or lingers). Upgrading it allocates nothing,
+    /// where upgrading `actor` makes a new actix address (two allocations): a handle made per
+    /// request reaches a live actor through it.
+    shared: Weak<Addr<A>>,
 }
 
 impl<K, A: Actor> Clone for Table<K, A> {
@@ -86,7 +91,24 @@ impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
 
     fn insert(&self, key: K, id: u64, actor: &Addr<A>) {
         let actor = actor.downgrade();
-        self.map().insert(key, Entry { id, actor });
+        let shared = Weak::new();
+        self.map().insert(key, Entry { id, actor, shared });
+    }
+
+    /// The live actor of `key` by its shared address, if a handle was granted by it and it
+    /// keeps it (busy, or lingering idle).
+    fn shared(&self, key: &K) -> Option<Arc<Addr<A>>> {
+        let map = self.map();
+        let shared = map.get(key)?.shared.upgrade()?;
+        shared.connected().then_some(shared)
+    }
+
+    /// Notes the shared address a handle was granted through, for the next handles of `key`.
+    /// An actor that stopped meanwhile leaves a dead or disconnected one: `shared` skips it.
+    fn share(&self, key: &K, actor: &Arc<Addr<A>>) {
+        if let Some(entry) = self.map().get_mut(key) {
+            entry.shared = Arc::downgrade(actor);
+        }
     }
 
     /// Forgets actor `id` of `key` (stopped); a newer actor of the key stays.
@@ -149,6 +171,18 @@ impl Directory {
     /// The live actor of the lock of `kind` named `name`, if there is one.
     pub(crate) fn find(&self, kind: LockKind, name: &Arc<str>) -> Option<Addr<LockActor>> {
         self.locks.find(&(kind.family(), name.clone()))
+    }
+
+    /// The live actor of the lock of `kind` named `name` by the shared address its grants
+    /// carry, if a handle was granted by it and it still keeps it: no allocation.
+    pub(crate) fn shared(&self, kind: LockKind, name: &Arc<str>) -> Option<Arc<Addr<LockActor>>> {
+        self.locks.shared(&(kind.family(), name.clone()))
+    }
+
+    /// Notes the shared address of the actor that granted a handle of the lock of `kind` named
+    /// `name`, for the next handles of the name (a handle made per request).
+    pub(crate) fn share(&self, kind: LockKind, name: &Arc<str>, actor: &Arc<Addr<LockActor>>) {
+        self.locks.share(&(kind.family(), name.clone()), actor);
     }
 
     /// The live actor of the synchronizer of `kind` named `name`, if there is one.

@@ -204,7 +204,7 @@ impl LockManager {
         Lock::new(
             self.inner.clone(),
             self.inner.name(name),
-            holder.into(),
+            holder,
             LockKind::Reentrant,
         )
     }

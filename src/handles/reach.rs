@@ -42,13 +42,16 @@ impl<A: Actor> Default for Reach<A> {
 }
 
 impl<A: Actor> Reach<A> {
-    /// Remembers the actor a grant came from, for this handle's next requests.
-    pub(crate) fn remember(&self, actor: &Arc<Addr<A>>) {
+    /// Remembers the actor a grant came from, for this handle's next requests; `true` when
+    /// it is not the one this handle reached before (its first grant, or a new actor).
+    pub(crate) fn remember(&self, actor: &Arc<Addr<A>>) -> bool {
         if let Ok(mut last) = self.last.lock()
             && !std::ptr::eq(last.as_ptr(), Arc::as_ptr(actor))
         {
             *last = Arc::downgrade(actor);
+            return true;
         }
+        false
     }
 
     /// The remembered actor, while it keeps its address and runs.
@@ -57,10 +60,12 @@ impl<A: Actor> Reach<A> {
         actor.connected().then_some(actor)
     }
 
-    /// Sends the message `make` builds to the remembered actor, or to the actor `resolve` finds,
-    /// resolving it again when it stopped before handling it (nothing happened then).
+    /// Sends the message `make` builds to the remembered actor, else to the one `shared` knows
+    /// (remembered then: a new handle of a live actor's name), else to the actor `resolve`
+    /// finds, resolving it again when it stopped before handling it (nothing happened then).
     pub(crate) async fn send<M, F>(
         &self,
+        shared: impl FnOnce() -> Option<Arc<Addr<A>>>,
         resolve: impl Fn() -> F,
         mut make: impl FnMut() -> M,
     ) -> Result<M::Result, LockError>
@@ -71,7 +76,12 @@ impl<A: Actor> Reach<A> {
         A::Context: ToEnvelope<A, M>,
         F: Future<Output = Result<Addr<A>, LockError>>,
     {
-        if let Some(actor) = self.known() {
+        let reached = self.known().or_else(|| {
+            let actor = shared()?;
+            self.remember(&actor);
+            Some(actor)
+        });
+        if let Some(actor) = reached {
             match actor.send(make()).await {
                 Ok(reply) => return Ok(reply),
                 // It stopped meanwhile: the directory knows its successor, or the registry

@@ -95,7 +95,7 @@ impl Election {
         let lock = Lock::new(
             self.manager.clone(),
             self.name.clone(),
-            holder.into(),
+            holder,
             LockKind::Fenced,
         );
         FencedLock::new(lock)

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use crate::actors::lock_actor::Grant;
 use crate::actors::lock_actor::Release;
-use tracing::Instrument;
 
 use crate::error::LockError;
 use crate::handles::scope::Watched;
@@ -132,9 +131,7 @@ impl LockGuard {
         } = self;
         let span = crate::handles::trace::release(grant.name(), &grant.kind());
         let actor = grant.actor_link();
-        let res = actor
-            .send(Release(grant))
-            .instrument(span.clone())
+        let res = crate::handles::trace::within(&span, actor.send(Release(grant)))
             .await
             .unwrap_or(Err(LockError::Shutdown));
         crate::handles::trace::released(&span, &res);

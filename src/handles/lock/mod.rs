@@ -17,8 +17,6 @@ pub use guard::LockGuard;
 pub use info::{Holding, LockInfo, LockShape, QueuedWaiter};
 pub use read_write::{ReadLock, ReadWriteLock, WriteLock};
 
-use tracing::Instrument;
-
 use crate::actors::lock_actor::Acquire;
 use crate::actors::lock_actor::{Grant, LockActor};
 use crate::actors::name::Wait;
@@ -315,18 +313,25 @@ impl Lock {
         };
         let span = crate::handles::trace::acquire(key, &self.kind, wait);
         let called = std::time::Instant::now();
-        let send = async { self.actor.send(resolve, acquire).await? };
+        // A new handle of a name whose actor lives: the address its grants carry, from the
+        // directory (no allocation, where `resolve`'s actix address allocates twice).
+        let shared = || self.mgr.directory.shared(self.kind, key);
+        let send = async { self.actor.send(shared, resolve, acquire).await? };
         let (commands, own) = (&self.mgr.commands, &*self.holder);
         // An outage's `waited` is the caller's, from its call: the actor counts from when the
         // request reached it (after it started, a manager's first wait writes its record).
-        let granted = crate::handles::trace::behind(&span, commands, key, own, send)
-            .instrument(span.clone())
+        let granted = crate::handles::trace::acquiring(&span, commands, key, own, send)
             .await
             .map_err(|e: LockError| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
         let granted = granted?;
-        if let Some(grant) = &granted {
-            self.actor.remember(grant.actor_shared());
+        if let Some(grant) = &granted
+            && self.actor.remember(grant.actor_shared())
+        {
+            // Its first grant through this handle, not from the directory's address: the next
+            // handles of the name find it there.
+            let directory = &self.mgr.directory;
+            directory.share(self.kind, key, grant.actor_shared());
         }
         Ok(granted.map(|g| {
             LockGuard::from(g)
