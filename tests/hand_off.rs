@@ -338,7 +338,7 @@ async fn a_hot_names_next_wait_subscribes_nothing_and_the_channel_leaves_with_th
     let waiter = LockManager::start(config).await.unwrap();
     let id = waiter.client_id().to_string();
     // Round 0 subscribes (its attempt, the SUBSCRIBE, the attempt after it); round 1 finds the
-    // channel kept (its attempt only).
+    // channel kept (its attempt, no SUBSCRIBE).
     for (round, (subscribes, attempts)) in [(1, 2), (0, 1)].into_iter().enumerate() {
         let held = other.lock("hot").acquire().await.unwrap();
         // The waiter's attempts: its holder is its manager's client id, a colon, its task.
@@ -351,7 +351,13 @@ async fn a_hot_names_next_wait_subscribes_nothing_and_the_channel_leaves_with_th
         // Parked: nothing more comes before the release.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!task.is_finished(), "round {round}: the waiter must wait");
-        assert_eq!(attempted(), e0 + attempts, "round {round}");
+        // Round 1's may be two: the kept channel also carries round 0's own release message,
+        // which wakes the waiter once more if it comes after its attempt (the thread late).
+        let made = attempted() - e0;
+        assert!(
+            made == attempts || (round == 1 && made == 2),
+            "round {round}: {made}"
+        );
         assert_eq!(subscribed(), s0 + subscribes, "round {round}");
         let freed = Instant::now();
         held.release().await.unwrap();
