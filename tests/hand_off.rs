@@ -309,6 +309,15 @@ impl Scripts {
         Self(lines)
     }
 
+    /// Returns once every command the server ran before now is in the lines: MONITOR shows
+    /// them in the order they ran, and its thread may lag behind.
+    async fn caught_up(&self, raw: &mut redis::Connection) {
+        let marker = format!("caught-up-{}", uuid::Uuid::new_v4());
+        redis::cmd("ECHO").arg(&marker).exec(raw).unwrap();
+        let seen = || self.0.lock().unwrap().iter().any(|l| l.contains(&marker));
+        wait::until("MONITOR caught up", seen).await;
+    }
+
     /// How many lines so far ran `command` (`"evalsha"`, `"subscribe"`) naming `arg` and
     /// containing `also` (a holder's client id, say).
     fn count(&self, command: &str, arg: &str, also: &str) -> usize {
@@ -344,6 +353,7 @@ async fn a_hot_names_next_wait_subscribes_nothing_and_the_channel_leaves_with_th
         // The waiter's attempts: its holder is its manager's client id, a colon, its task.
         let attempted = || scripts.count("evalsha", "hot", &id);
         let subscribed = || scripts.count("subscribe", channel, "");
+        scripts.caught_up(&mut raw).await;
         let (s0, e0) = (subscribed(), attempted());
         let lock = waiter.lock("hot");
         let task = tokio::spawn(async move { lock.acquire().await });
@@ -351,6 +361,7 @@ async fn a_hot_names_next_wait_subscribes_nothing_and_the_channel_leaves_with_th
         // Parked: nothing more comes before the release.
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!task.is_finished(), "round {round}: the waiter must wait");
+        scripts.caught_up(&mut raw).await;
         // Round 1's may be two: the kept channel also carries round 0's own release message,
         // which wakes the waiter once more if it comes after its attempt (the thread late).
         let made = attempted() - e0;
