@@ -279,3 +279,114 @@ async fn a_non_reentrant_release_hands_off_and_the_holders_clone_is_refused_mean
     let exists: bool = raw.exists("n").unwrap();
     assert!(!exists);
 }
+
+fn numsub(raw: &mut redis::Connection, channel: &str) -> u64 {
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(raw)
+        .unwrap();
+    n
+}
+
+/// Script calls on key `key` the server has run so far, as `MONITOR` shows them (gathered by a
+/// thread).
+struct Scripts(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Scripts {
+    fn watch(server: &RedisServer) -> Self {
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut conn = server.conn();
+        redis::cmd("MONITOR").exec(&mut conn).expect("MONITOR");
+        let seen = lines.clone();
+        std::thread::spawn(move || {
+            while let Ok(value) = conn.recv_response() {
+                if let Ok(line) = redis::from_redis_value::<String>(value) {
+                    seen.lock().unwrap().push(line);
+                }
+            }
+        });
+        Self(lines)
+    }
+
+    /// Returns once every command the server ran before now is in the lines: MONITOR shows
+    /// them in the order they ran, and its thread may lag behind.
+    async fn caught_up(&self, raw: &mut redis::Connection) {
+        let marker = format!("caught-up-{}", uuid::Uuid::new_v4());
+        redis::cmd("ECHO").arg(&marker).exec(raw).unwrap();
+        let seen = || self.0.lock().unwrap().iter().any(|l| l.contains(&marker));
+        wait::until("MONITOR caught up", seen).await;
+    }
+
+    /// How many lines so far ran `command` (`"evalsha"`, `"subscribe"`) naming `arg` and
+    /// containing `also` (a holder's client id, say).
+    fn count(&self, command: &str, arg: &str, also: &str) -> usize {
+        let (command, arg) = (format!("\"{command}\""), format!("\"{arg}\""));
+        let lines = self.0.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| l.to_ascii_lowercase().contains(&command) && l.contains(&arg))
+            .filter(|l| l.contains(also))
+            .count()
+    }
+}
+
+/// A manager whose waiter got the lock keeps the lock's channel subscribed while its actor
+/// lingers: the name's next wait sends no SUBSCRIBE and no attempt after one, and is still woken
+/// by the release's message (not by the 30 s lease); once the actor has lingered and departed,
+/// the channel is unsubscribed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_names_next_wait_subscribes_nothing_and_the_channel_leaves_with_the_actor() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let scripts = Scripts::watch(&server);
+    let channel = "redisson_lock__channel:{hot}";
+    let other = manager(&server).await;
+    let linger = Duration::from_millis(500);
+    let config = Config::new(server.url()).idle_linger(linger);
+    let waiter = LockManager::start(config).await.unwrap();
+    let id = waiter.client_id().to_string();
+    // Round 0 subscribes (its attempt, the SUBSCRIBE, the attempt after it); round 1 finds the
+    // channel kept (its attempt, no SUBSCRIBE).
+    for (round, (subscribes, attempts)) in [(1, 2), (0, 1)].into_iter().enumerate() {
+        let held = other.lock("hot").acquire().await.unwrap();
+        // The waiter's attempts: its holder is its manager's client id, a colon, its task.
+        let attempted = || scripts.count("evalsha", "hot", &id);
+        let subscribed = || scripts.count("subscribe", channel, "");
+        scripts.caught_up(&mut raw).await;
+        let (s0, e0) = (subscribed(), attempted());
+        let lock = waiter.lock("hot");
+        let task = tokio::spawn(async move { lock.acquire().await });
+        wait::until("the waiter's attempts", || attempted() >= e0 + attempts).await;
+        // Parked: nothing more comes before the release.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!task.is_finished(), "round {round}: the waiter must wait");
+        scripts.caught_up(&mut raw).await;
+        // Round 1's may be two: the kept channel also carries round 0's own release message,
+        // which wakes the waiter once more if it comes after its attempt (the thread late).
+        let made = attempted() - e0;
+        assert!(
+            made == attempts || (round == 1 && made == 2),
+            "round {round}: {made}"
+        );
+        assert_eq!(subscribed(), s0 + subscribes, "round {round}");
+        let freed = Instant::now();
+        held.release().await.unwrap();
+        let guard = woken(task, Duration::from_secs(10)).await;
+        assert!(
+            freed.elapsed() < Duration::from_secs(5),
+            "round {round}: woken by the message, not the lease: {:?}",
+            freed.elapsed()
+        );
+        guard.release().await.unwrap();
+        // Kept while the actor lingers (its linger, 500 ms, begins at this release).
+        assert_eq!(numsub(&mut raw, channel), 1, "round {round}: kept");
+    }
+    // The actor departs after its linger: the channel goes with it.
+    wait::until("the kept channel unsubscribed", || {
+        numsub(&mut raw, channel) == 0
+    })
+    .await;
+    other.shutdown().await;
+    waiter.shutdown().await;
+}

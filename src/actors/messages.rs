@@ -36,8 +36,8 @@ pub(crate) struct Unlocked {
     /// The message as a decimal number, when it is one: a lock's `0` (one waiter may go) or a
     /// write release's `1` (every waiter may), a semaphore's permits, a latch's `0` or `1`.
     pub count: Option<i64>,
-    /// The channel it came on (a fair lock has one per waiter).
-    pub channel: String,
+    /// The channel it came on (a fair lock has one per waiter), shared with the routes.
+    pub channel: Arc<str>,
 }
 
 /// The waits-for graph found a cycle of waits through waiter `waiter` of this actor: is it

@@ -16,6 +16,7 @@
 //! UNSUBSCRIBE is not confirmed within it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -44,7 +45,7 @@ pub(crate) struct PubSubActor {
     /// Channel → the actors (lock or synchronizer) listening on it, each from its `Subscribe`
     /// to its `Unsubscribe` (or its death); never an empty list. Kept across restarts: it is
     /// what gets resubscribed.
-    routes: HashMap<String, Vec<Route>>,
+    routes: HashMap<Arc<str>, Vec<Route>>,
     /// The subscribing half of the connection: `Some` while connected.
     sink: Option<Sink>,
     /// Connection attempts failed in a row: the next waits [`backoff`] of it, the curve the
@@ -90,7 +91,7 @@ impl PubSubActor {
         }
         let (endpoint, limit, answer) =
             (self.endpoint.clone(), self.connect_timeout, self.answer());
-        let channels: Vec<String> = self.routes.keys().cloned().collect();
+        let channels: Vec<String> = self.routes.keys().map(|c| c.to_string()).collect();
         // Under `ctx.wait`: no Subscribe is handled while connecting, so `channels` is complete.
         // Every step is bounded: a connection accepted but silent must not hold the actor.
         let work = async move {
@@ -216,7 +217,7 @@ impl PubSubActor {
     /// its waiters retry, since a message may have been lost meanwhile. A channel no longer
     /// routed was our own unsubscribe.
     fn subscribe_again(&mut self, channel: String, ctx: &mut Context<Self>) {
-        let (Some(routes), Some(mut sink)) = (self.routes.get(&channel), self.sink.clone()) else {
+        let (Some(routes), Some(mut sink)) = (self.routes.get(&*channel), self.sink.clone()) else {
             return;
         };
         tracing::info!(%channel, "sharded subscription ended by the server; subscribing again");
@@ -267,8 +268,8 @@ impl Supervised for PubSubActor {
 
 impl StreamHandler<Heard> for PubSubActor {
     fn handle(&mut self, heard: Heard, ctx: &mut Context<Self>) {
-        let (channel, payload) = match heard {
-            Heard::Message { channel, payload } => (channel, payload),
+        let (channel, count) = match heard {
+            Heard::Message { channel, count } => (channel, count),
             Heard::Gap => {
                 // redis-rs would subscribe again on the same node, but its slots may have
                 // failed over to a replica: connect anew, subscribing each channel where its
@@ -281,25 +282,30 @@ impl StreamHandler<Heard> for PubSubActor {
                 return;
             }
         };
-        let Some(routes) = self.routes.get_mut(&channel) else {
+        let Some(key) = self
+            .routes
+            .get_key_value(channel.as_str())
+            .map(|(k, _)| k.clone())
+        else {
             return;
         };
-        let count = std::str::from_utf8(&payload)
-            .ok()
-            .and_then(|p| p.parse().ok());
-        // Every listener hears it; one whose actor is gone is forgotten.
+        let Some(routes) = self.routes.get_mut(&key) else {
+            return;
+        };
+        // Every listener hears it (the channel's name shared with the routes, not copied per
+        // listener); one whose actor is gone is forgotten.
         routes.retain(|r| match r.actor.unlocked.upgrade() {
             Some(actor) => {
                 actor.do_send(Unlocked {
                     count,
-                    channel: channel.clone(),
+                    channel: key.clone(),
                 });
                 true
             }
             None => false,
         });
         if routes.is_empty() {
-            self.routes.remove(&channel);
+            self.routes.remove(channel.as_str());
         }
     }
 
@@ -318,7 +324,12 @@ impl Handler<Subscribe> for PubSubActor {
         if self.halted {
             return AtomicResponse::new(Box::pin(actix::fut::ready(Err(LockError::Shutdown))));
         }
-        let routes = self.routes.entry(msg.channel.clone()).or_default();
+        let routes = match self.routes.get_mut(msg.channel.as_str()) {
+            Some(routes) => routes,
+            None => (self.routes)
+                .entry(Arc::from(msg.channel.as_str()))
+                .or_default(),
+        };
         routes.retain(|r| r.id != msg.id);
         routes.push(Route {
             id: msg.id,
@@ -349,7 +360,7 @@ impl Handler<Unsubscribe> for PubSubActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unsubscribe, ctx: &mut Context<Self>) {
-        let Some(routes) = self.routes.get_mut(&msg.channel) else {
+        let Some(routes) = self.routes.get_mut(msg.channel.as_str()) else {
             return;
         };
         routes.retain(|r| r.id != msg.id);
@@ -357,7 +368,7 @@ impl Handler<Unsubscribe> for PubSubActor {
             // Others still listen: the channel stays subscribed.
             return;
         }
-        self.routes.remove(&msg.channel);
+        self.routes.remove(msg.channel.as_str());
         if let Some(mut sink) = self.sink.clone() {
             let answer = self.answer();
             let work = async move { sink.unsubscribe_within(&msg.channel, answer).await };

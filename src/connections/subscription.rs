@@ -15,8 +15,10 @@ use crate::connections::endpoint::Endpoint;
 
 /// What the connection hears.
 pub(crate) enum Heard {
-    /// A message on a channel.
-    Message { channel: String, payload: Vec<u8> },
+    /// A message on a channel, with its payload read as a decimal number when it is one (a
+    /// lock's `0` or `1`, a semaphore's permits): what the listeners are told, read once here
+    /// rather than copied.
+    Message { channel: String, count: Option<i64> },
     /// A cluster node's connection dropped: messages sent meanwhile are gone, and the node's
     /// slots may be moving to a replica.
     Gap,
@@ -137,7 +139,7 @@ pub(crate) async fn open(
             let (sink, stream) = pubsub.split();
             let stream = stream.map(|msg| Heard::Message {
                 channel: msg.get_channel_name().to_owned(),
-                payload: msg.get_payload_bytes().to_vec(),
+                count: count(msg.get_payload_bytes()),
             });
             (Sink::Server(sink), stream.boxed())
         }
@@ -167,7 +169,7 @@ fn heard(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
         PushKind::Message | PushKind::SMessage => match data.as_slice() {
             [Value::BulkString(channel), Value::BulkString(payload)] => Some(Heard::Message {
                 channel: String::from_utf8_lossy(channel).into_owned(),
-                payload: payload.clone(),
+                count: count(payload),
             }),
             _ => None,
         },
@@ -180,6 +182,11 @@ fn heard(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
         },
         _ => None,
     }
+}
+
+/// A message's payload as a decimal number, when it is one.
+fn count(payload: &[u8]) -> Option<i64> {
+    std::str::from_utf8(payload).ok()?.parse().ok()
 }
 
 /// `work`, or a timeout error (as redis-rs reports its own: `is_timeout()`) after `limit`.

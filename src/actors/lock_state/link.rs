@@ -24,8 +24,11 @@ pub(super) struct LastTry {
 /// next answer ([`back`](Self::back)), and a last try only until its verdict is taken out.
 #[derive(Debug, Default)]
 pub(super) struct Link {
-    /// The channels routed here: while a waiter needs them.
+    /// The channels routed here: while a waiter needs them, and the one [`kept`](Self::keep).
     subscribed: FxHashSet<Arc<str>>,
+    /// A channel kept routed here with no waiter needing it (`keep`), until a waiter leaves
+    /// without the lock or the actor departs.
+    kept: Option<Arc<str>>,
     /// Consecutive retryable errors of attempts, for the backoff; reset by any answer from
     /// Redis to an attempt.
     failures: u32,
@@ -62,12 +65,43 @@ impl Link {
 
     /// Stops routing `channel` here; whether it was (it is then to be unsubscribed).
     pub(super) fn unsubscribe(&mut self, channel: &str) -> bool {
+        if self.kept.as_deref() == Some(channel) {
+            self.kept = None;
+        }
         self.subscribed.remove(channel)
     }
 
     /// Stops routing every channel here: the channels to unsubscribe.
     pub(super) fn unsubscribe_all(&mut self) -> impl Iterator<Item = Arc<str>> + use<> {
+        self.kept = None;
         std::mem::take(&mut self.subscribed).into_iter()
+    }
+
+    /// Keeps `channel` routed here (when it is) though no waiter needs it now: the next wait
+    /// then needs no subscription of its own.
+    pub(super) fn keep(&mut self, channel: Arc<str>) {
+        if self.subscribed.contains(&channel) {
+            self.kept = Some(channel);
+        }
+    }
+
+    /// The channel kept routed here with no waiter, if any.
+    #[cfg(test)]
+    pub(super) fn kept(&self) -> Option<&Arc<str>> {
+        self.kept.as_ref()
+    }
+
+    /// Stops routing every channel but the kept one: the channels to unsubscribe.
+    pub(super) fn unsubscribe_unkept(&mut self) -> Vec<Arc<str>> {
+        let kept = self.kept.clone();
+        let gone: Vec<Arc<str>> = (self.subscribed.iter())
+            .filter(|c| Some(*c) != kept.as_ref())
+            .cloned()
+            .collect();
+        for channel in &gone {
+            self.subscribed.remove(channel);
+        }
+        gone
     }
 
     // ----- attempts' failures -------------------------------------------------------------

@@ -48,7 +48,10 @@ impl LockState {
     }
 
     /// Removes waiter `id` with its deadline and answers it, then unsubscribes its channel when
-    /// no other waiter needs it. The answer goes out before the pub/sub traffic. A fair waiter
+    /// no other waiter needs it, unless it is granted the lock of an unfair kind: the lock's
+    /// channel is then kept (until the actor departs, or a waiter leaves without the lock), so
+    /// that no UNSUBSCRIBE runs between the grant and its caller, and the name's next wait (a
+    /// hot name's) needs no SUBSCRIBE and no attempt after it. A fair waiter
     /// that ends without the lock first leaves its holder's place in the Redis queue (unless
     /// another local waiter of the same holder still needs it), so it delays nobody behind it:
     /// that round trip is sent next, and its caller does not wait for it (a frozen server would
@@ -70,14 +73,17 @@ impl LockState {
             self.timers.stop(&Timer::Retry);
             self.timers.stop(&Timer::Unavailable);
         }
-        let leave = self.family.is_fair() && !matches!(answer, Answer::Granted { .. });
+        let granted = matches!(answer, Answer::Granted { .. });
+        let leave = self.family.is_fair() && !granted;
         self.out.push(Effect::Answer(id, answer));
         if leave {
             self.leave_unused(&w.holder);
         }
         if unused && self.link.has_subscriptions() {
             let channel = self.channel_of(&w.holder);
-            if self.link.unsubscribe(&channel) {
+            if granted && !self.family.is_fair() {
+                self.link.keep(channel);
+            } else if self.link.unsubscribe(&channel) {
                 self.out.push(Effect::Unsubscribe(channel));
             }
         }
@@ -234,7 +240,8 @@ impl LockState {
         // armed again.
         self.timers.stop(&Timer::Retry);
         self.timers.stop(&Timer::Refresh);
-        for channel in self.link.unsubscribe_all() {
+        // The kept channel stays while the actor lingers (`retire` drops it).
+        for channel in self.link.unsubscribe_unkept() {
             self.out.push(Effect::Unsubscribe(channel));
         }
         self.busy = false;
@@ -243,11 +250,14 @@ impl LockState {
 
     /// The actor is about to leave after lingering idle: cancels the hand-over tick and a
     /// hold-back (`turns`), the timers an idle state may still have armed, so that nothing
-    /// keeps the actor alive.
+    /// keeps the actor alive, and unsubscribes the channel it kept.
     pub(crate) fn retire(&mut self) {
         if !self.busy {
             self.timers.stop(&Timer::Track);
             self.timers.stop(&Timer::Turn);
+            for channel in self.link.unsubscribe_all() {
+                self.out.push(Effect::Unsubscribe(channel));
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 //! the module doc after every step.
 
 mod fair_places;
+mod kept;
 mod model;
 mod outage;
 mod property;
