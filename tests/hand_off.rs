@@ -238,6 +238,7 @@ async fn a_non_reentrant_release_hands_off_and_the_holders_clone_is_refused_mean
     let mgr = manager(&server).await;
     let (a, b) = (mgr.non_reentrant_lock("n"), mgr.non_reentrant_lock("n"));
     let held = a.acquire().await.unwrap();
+    support::commands::reset_stats(&mut raw);
     let waiting = tokio::spawn({
         let b = b.clone();
         async move { b.acquire().await }
@@ -251,6 +252,11 @@ async fn a_non_reentrant_release_hands_off_and_the_holders_clone_is_refused_mean
         )
         .await
     );
+    // b has tried twice (its first attempt, and the one once its subscription took effect,
+    // which can come well after the subscription shows in Redis) and is parked: the release's
+    // counts below are the release's alone.
+    wait::calls_reach(&mut raw, "evalsha", 2).await;
+    wait::quiet(&mut raw).await;
     let started = Instant::now();
     let again = tokio::time::timeout(Duration::from_secs(5), a.clone().acquire())
         .await
