@@ -1,0 +1,135 @@
+//! [`Trips`]: a per-name actor's request round trips in flight, each in a slot the actor keeps
+//! between requests. Actix boxes every future spawned on an actor (an allocation and its free
+//! per round trip, two per uncontended pair); a slot is allocated once and reused, and the one
+//! future spawned to poll the slots ([`TripDriver`]) is of size zero, which boxing does not
+//! allocate. Kept slots hold no request: a finished round trip's future is dropped at once.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::Poll;
+
+use actix::prelude::*;
+
+/// The round trips in flight, of requests `Q` with outcomes `O`.
+pub(crate) struct Trips<Q, O> {
+    slots: Box<dyn InFlight<Q, O>>,
+    /// Whether a [`TripDriver`] is spawned (it ends once no trip is in flight).
+    driven: bool,
+}
+
+/// An actor whose request round trips run in [`Trips`].
+pub(crate) trait Travels: Actor<Context = Context<Self>> {
+    type Request;
+    type Outcome;
+
+    fn trips(&mut self) -> &mut Trips<Self::Request, Self::Outcome>;
+
+    /// A round trip's outcome, back in the actor.
+    fn arrived(&mut self, outcome: Self::Outcome, ctx: &mut Context<Self>);
+}
+
+impl<Q: 'static, O: 'static> Trips<Q, O> {
+    /// No trip in flight; `trip` makes each request's future.
+    pub(crate) fn new<F, Fut>(trip: F) -> Self
+    where
+        F: Fn(Q) -> Fut + 'static,
+        Fut: Future<Output = O> + 'static,
+    {
+        let slots = Slots {
+            trip,
+            slots: Vec::new(),
+            busy: 0,
+        };
+        Self {
+            slots: Box::new(slots),
+            driven: false,
+        }
+    }
+
+    /// Starts `request`'s round trip: its outcome comes to [`Travels::arrived`].
+    pub(crate) fn start<A: Travels<Request = Q, Outcome = O>>(
+        act: &mut A,
+        request: Q,
+        ctx: &mut Context<A>,
+    ) {
+        let trips = act.trips();
+        trips.slots.start(request);
+        if !trips.driven {
+            trips.driven = true;
+            ctx.spawn(TripDriver::<A>(PhantomData));
+        }
+    }
+}
+
+/// The slots behind [`Trips`], their future's type erased.
+trait InFlight<Q, O> {
+    fn start(&mut self, request: Q);
+
+    /// Polls every trip in flight until one is done: its outcome, or `None` when none is in
+    /// flight. `Pending` only once every trip in flight was polled.
+    fn poll_next(&mut self, task: &mut std::task::Context<'_>) -> Poll<Option<O>>;
+}
+
+struct Slots<F, Fut> {
+    trip: F,
+    /// Each slot pinned in its own box, so that the list can grow while trips are in flight.
+    slots: Vec<Pin<Box<Option<Fut>>>>,
+    busy: usize,
+}
+
+impl<Q, O, F: Fn(Q) -> Fut, Fut: Future<Output = O>> InFlight<Q, O> for Slots<F, Fut> {
+    fn start(&mut self, request: Q) {
+        let fut = (self.trip)(request);
+        self.busy += 1;
+        match self.slots.iter_mut().find(|slot| slot.is_none()) {
+            Some(slot) => slot.set(Some(fut)),
+            None => self.slots.push(Box::pin(Some(fut))),
+        }
+    }
+
+    fn poll_next(&mut self, task: &mut std::task::Context<'_>) -> Poll<Option<O>> {
+        if self.busy == 0 {
+            return Poll::Ready(None);
+        }
+        for slot in &mut self.slots {
+            let Some(fut) = slot.as_mut().as_pin_mut() else {
+                continue;
+            };
+            if let Poll::Ready(outcome) = fut.poll(task) {
+                slot.set(None);
+                self.busy -= 1;
+                return Poll::Ready(Some(outcome));
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// Polls an actor's [`Trips`] and hands each outcome to the actor; ends once none is in
+/// flight (a spawned future keeps its actor alive). Of size zero: spawning it allocates
+/// nothing.
+struct TripDriver<A>(PhantomData<fn() -> A>);
+
+impl<A: Travels> ActorFuture<A> for TripDriver<A> {
+    type Output = ();
+
+    fn poll(
+        self: Pin<&mut Self>,
+        act: &mut A,
+        ctx: &mut Context<A>,
+        task: &mut std::task::Context<'_>,
+    ) -> Poll<()> {
+        // A trip started while an outcome is handled is polled by the next pass.
+        loop {
+            match act.trips().slots.poll_next(task) {
+                Poll::Ready(Some(outcome)) => act.arrived(outcome, ctx),
+                Poll::Ready(None) => {
+                    act.trips().driven = false;
+                    return Poll::Ready(());
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
