@@ -1,20 +1,21 @@
 //! [`Trips`]: a per-name actor's request round trips in flight, each in a slot the actor keeps
 //! between requests. Actix boxes every future spawned on an actor (an allocation and its free
 //! per round trip, two per uncontended pair); a slot is allocated once and reused, and the one
-//! future spawned to poll the slots ([`TripDriver`]) is of size zero, which boxing does not
+//! future spawned to poll the slots is a [`Driver`], of size zero, which boxing does not
 //! allocate. Kept slots hold no request: a finished round trip's future is dropped at once.
 
 use std::future::Future;
-use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::Poll;
 
 use actix::prelude::*;
 
+use super::driver::{Driver, Work};
+
 /// The round trips in flight, of requests `Q` with outcomes `O`.
 pub(crate) struct Trips<Q, O> {
     slots: Box<dyn InFlight<Q, O>>,
-    /// Whether a [`TripDriver`] is spawned (it ends once no trip is in flight).
+    /// Whether their [`Driver`] is spawned (it ends once no trip is in flight).
     driven: bool,
 }
 
@@ -57,7 +58,7 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         trips.slots.start(request);
         if !trips.driven {
             trips.driven = true;
-            ctx.spawn(TripDriver::<A>(PhantomData));
+            Driver::<A, Drive>::spawn(ctx);
         }
     }
 }
@@ -106,20 +107,12 @@ impl<Q, O, F: Fn(Q) -> Fut, Fut: Future<Output = O>> InFlight<Q, O> for Slots<F,
     }
 }
 
-/// Polls an actor's [`Trips`] and hands each outcome to the actor; ends once none is in
-/// flight (a spawned future keeps its actor alive). Of size zero: spawning it allocates
-/// nothing.
-struct TripDriver<A>(PhantomData<fn() -> A>);
+/// Polls an actor's [`Trips`] (a [`Driver`]'s work) and hands each outcome to the actor; ends
+/// once none is in flight.
+struct Drive;
 
-impl<A: Travels> ActorFuture<A> for TripDriver<A> {
-    type Output = ();
-
-    fn poll(
-        self: Pin<&mut Self>,
-        act: &mut A,
-        ctx: &mut Context<A>,
-        task: &mut std::task::Context<'_>,
-    ) -> Poll<()> {
+impl<A: Travels> Work<A> for Drive {
+    fn poll(act: &mut A, ctx: &mut Context<A>, task: &mut std::task::Context<'_>) -> Poll<()> {
         // A trip started while an outcome is handled is polled by the next pass.
         loop {
             match act.trips().slots.poll_next(task) {
