@@ -6,7 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Poll, Waker};
 
 use actix::prelude::*;
 
@@ -17,6 +17,10 @@ pub(crate) struct Trips<Q, O> {
     slots: Box<dyn InFlight<Q, O>>,
     /// Whether their [`Driver`] is spawned (it ends once no trip is in flight).
     driven: bool,
+    /// The task that polls the driver, as of its last poll: a trip started while the driver
+    /// waits (from another of the actor's futures, polled after it) wakes it, or the new
+    /// trip would not be polled (nor wake anyone) until something else wakes the actor.
+    waker: Option<Waker>,
 }
 
 /// An actor whose request round trips run in [`Trips`].
@@ -45,6 +49,7 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         Self {
             slots: Box::new(slots),
             driven: false,
+            waker: None,
         }
     }
 
@@ -59,6 +64,8 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         if !trips.driven {
             trips.driven = true;
             Driver::<A, Drive>::spawn(ctx);
+        } else if let Some(waker) = &trips.waker {
+            waker.wake_by_ref();
         }
     }
 }
@@ -118,10 +125,21 @@ impl<A: Travels> Work<A> for Drive {
             match act.trips().slots.poll_next(task) {
                 Poll::Ready(Some(outcome)) => act.arrived(outcome, ctx),
                 Poll::Ready(None) => {
-                    act.trips().driven = false;
+                    let trips = act.trips();
+                    (trips.driven, trips.waker) = (false, None);
                     return Poll::Ready(());
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    let trips = act.trips();
+                    if !trips
+                        .waker
+                        .as_ref()
+                        .is_some_and(|w| w.will_wake(task.waker()))
+                    {
+                        trips.waker = Some(task.waker().clone());
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -178,6 +196,22 @@ mod tests {
     #[rtype(result = "()")]
     struct Start(Trip);
 
+    /// Starts its trip from a future spawned after the driver (as the alarm's ringer does).
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct StartLater(Trip);
+
+    impl Handler<StartLater> for Traveller {
+        type Result = ();
+
+        fn handle(&mut self, msg: StartLater, ctx: &mut Context<Self>) {
+            let later = actix::fut::ready(()).map(move |(), act: &mut Self, ctx| {
+                Trips::start(act, msg.0, ctx);
+            });
+            ctx.spawn(later);
+        }
+    }
+
     impl Handler<Start> for Traveller {
         type Result = ();
 
@@ -207,9 +241,10 @@ mod tests {
 
     /// Trips in flight together end in whatever order their outcomes come; one started while
     /// an outcome is handled runs (it is polled, so it can wake its actor); once none is in
-    /// flight the driver ends, and a later trip spawns it again. (The breaks: a driver that
-    /// handles one outcome per wake leaves trip 3 never polled; one whose end is not noted
-    /// leaves trip 4 unpolled.)
+    /// flight the driver ends, and a later trip spawns it again; one started by another of the
+    /// actor's futures while the driver waits runs too. (The breaks: a driver that handles one
+    /// outcome per wake leaves trip 3 never polled; a trip started while the driver waits that
+    /// does not wake it leaves trip 5 unpolled; a driver whose end is not noted is seen driven.)
     #[actix_rt::test]
     async fn trips_end_in_any_order_and_one_started_meanwhile_runs() {
         let (tx, mut out) = mpsc::unbounded_channel();
@@ -226,6 +261,8 @@ mod tests {
         tx2.send(2).unwrap();
         assert_eq!((next(&mut out).await, next(&mut out).await), (2, 3));
         assert!(addr.send(Driven).await.unwrap(), "trip 1 is in flight");
+        addr.send(StartLater(Trip::Now(5))).await.unwrap();
+        assert_eq!(next(&mut out).await, 5);
         tx1.send(1).unwrap();
         assert_eq!(next(&mut out).await, 1);
         assert!(!addr.send(Driven).await.unwrap(), "none in flight");
