@@ -1,17 +1,15 @@
 //! A lock's round trips: each [`Op`] a future run in one of the actor's [`Trips`] slots, its
 //! [`Outcome`] going back to the state.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use futures_util::future::LocalBoxFuture;
 
 use super::LockActor;
 use crate::actors::lock_state::{Op, Outcome, shutdown_retry};
-use crate::actors::shell;
-use crate::actors::shell::trips::{Travels, Trips};
+use crate::actors::shell::{self, trips::Travels, trips::Trips};
 use crate::protocol::{Commands, HandedOff, LockKind, Successor};
 
 impl Travels for LockActor {
@@ -28,10 +26,7 @@ impl Travels for LockActor {
     }
 }
 
-/// Each round trip's future, run in its [`Trips`] slot (`cmds`, `name`: the actor's). A
-/// request's (acquire, release, hand-off) unboxed; the rare, large ones boxed (leaving a fair
-/// queue, refreshing its places, settling a count, the shutdown), so that the slot every
-/// acquire uses is no larger than a request needs.
+/// A round trip's future, in a [`Trips`] slot: a request's unboxed, the rare ones boxed.
 pub(super) async fn trip(cmds: Commands, name: Arc<str>, op: Op) -> Outcome {
     match op {
         Op::Acquire {
@@ -78,7 +73,7 @@ pub(super) async fn trip(cmds: Commands, name: Arc<str>, op: Op) -> Outcome {
 }
 
 /// One of the round trips that keep the name in order rather than serve a request: boxed.
-fn run_upkeep(cmds: Commands, name: Arc<str>, op: Op) -> Pin<Box<dyn Future<Output = Outcome>>> {
+fn run_upkeep(cmds: Commands, name: Arc<str>, op: Op) -> LocalBoxFuture<'static, Outcome> {
     match op {
         Op::LeaveQueue { holder, wait } => {
             Box::pin(
@@ -108,10 +103,8 @@ fn run_upkeep(cmds: Commands, name: Arc<str>, op: Op) -> Pin<Box<dyn Future<Outp
             shut_down(&cmds, &name, leave, release, lapsed).await;
             Outcome::Shutdown
         }),
-        // `trip` runs requests itself; one sent here is run all the same.
-        request @ (Op::Acquire { .. } | Op::Release { .. } | Op::HandOff { .. }) => {
-            Box::pin(trip(cmds, name, request))
-        }
+        // A request (`trip` runs them itself) is run all the same.
+        request => Box::pin(trip(cmds, name, request)),
     }
 }
 
