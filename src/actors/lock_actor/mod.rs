@@ -24,13 +24,14 @@ use actix::dev::{MessageResponse, OneshotSender};
 use actix::prelude::*;
 
 use super::deadlock::seat::{Seat, Whose};
-use super::lock_state::{Answer, HoldKey, LockState, Op, Request, Settings};
+use super::lock_state::{Answer, HoldKey, LockState, Op, Outcome, Request, Settings};
 use super::messages::*;
 use super::name::WaiterId;
 use super::name::effect::ReplyId;
 use super::services::Services;
 use super::shell::crowd::Caller;
 use super::shell::reply::{Expecting, Taken, hand_or_refuse, take_in};
+use super::shell::trips::Trips;
 use super::shell::{self, PerName, Shell};
 use crate::error::{LockError, Owner};
 use crate::metrics::Series;
@@ -44,6 +45,8 @@ type ReleaseTx = OneshotSender<Result<(), LockError>>;
 /// and send it [`Acquire`] and [`Release`].
 pub struct LockActor {
     shell: Shell<Self>,
+    /// Its round trips in flight.
+    trips: Trips<Op, Outcome>,
     /// Its place in the waits-for graph, while deadlocks are looked for.
     seat: Option<Seat>,
 }
@@ -61,8 +64,10 @@ impl LockActor {
         let settings = Settings::of(&svc.config);
         let state = LockState::new(family, name.clone(), settings, Instant::now());
         let seat = Seat::new(&svc.deadlocks);
+        let (cmds, key) = (svc.commands.clone(), name.clone());
+        let trips = Trips::new(move |op| round_trips::trip(cmds.clone(), key.clone(), op));
         let shell = Shell::new((id, NameKind::Lock(family), name), svc, registry, state);
-        Self { shell, seat }
+        Self { shell, trips, seat }
     }
 
     /// Releases the hold of `key` of this `epoch`; `reply` gets the outcome.
@@ -89,7 +94,7 @@ impl PerName for LockActor {
     }
 
     fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
-        self.run_op(op, ctx);
+        Trips::start(self, op, ctx);
     }
 
     /// A grant that reaches nobody comes back and its drop releases the hold.

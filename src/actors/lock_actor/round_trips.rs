@@ -1,115 +1,110 @@
-//! A lock's round trips: each [`Op`] a future of its own, spawned on the actor's context, its
+//! A lock's round trips: each [`Op`] a future run in one of the actor's [`Trips`] slots, its
 //! [`Outcome`] going back to the state.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use futures_util::future::LocalBoxFuture;
 
 use super::LockActor;
 use crate::actors::lock_state::{Op, Outcome, shutdown_retry};
-use crate::actors::shell;
+use crate::actors::shell::{self, trips::Travels, trips::Trips};
 use crate::protocol::{Commands, HandedOff, LockKind, Successor};
 
-impl LockActor {
-    /// Starts one round trip; its outcome goes back to the state. Each kind of round trip is a
-    /// future of its own size: a request's (acquire, release, hand-off) here, unboxed; the
-    /// rare, large ones in [`run_upkeep`](Self::run_upkeep), which are not what every acquire
-    /// pays for.
-    pub(super) fn run_op(&mut self, op: Op, ctx: &mut Context<Self>) {
-        let (cmds, name) = (self.shell.svc.commands.clone(), self.shell.name.clone());
-        match op {
-            Op::Acquire {
-                kind,
-                holder,
-                ttl,
-                fair,
-                expect,
-                ..
-            } => self.spawn_op(ctx, async move {
-                let res = cmds.holder(kind, &name, &holder).acquire(ttl, fair, expect);
-                Outcome::Acquire(res.await)
-            }),
-            Op::Release {
-                kind,
-                holder,
-                lease,
-                expect,
-                ..
-            } => self.spawn_op(ctx, async move {
-                let res = cmds
-                    .holder(kind, &name, &holder)
-                    .release(lease, expect)
-                    .await;
-                Outcome::Release(res.map(HandedOff::No))
-            }),
-            Op::HandOff {
-                kind,
-                from,
-                lease,
-                to,
-                to_lease,
-                expect,
-                ..
-            } => self.spawn_op(ctx, async move {
-                let next = Successor {
-                    holder: &to,
-                    lease: to_lease,
-                };
-                let res = cmds
-                    .holder(kind, &name, &from)
-                    .hand_off(lease, next, expect);
-                Outcome::Release(res.await)
-            }),
-            upkeep => self.run_upkeep(upkeep, ctx),
+impl Travels for LockActor {
+    type Request = Op;
+    type Outcome = Outcome;
+
+    fn trips(&mut self) -> &mut Trips<Op, Outcome> {
+        &mut self.trips
+    }
+
+    fn arrived(&mut self, outcome: Outcome, ctx: &mut Context<Self>) {
+        self.shell.state.ran(outcome, Instant::now());
+        shell::apply(self, ctx);
+    }
+}
+
+/// A round trip's future, in a [`Trips`] slot: a request's unboxed, the rare ones boxed.
+pub(super) async fn trip(cmds: Commands, name: Arc<str>, op: Op) -> Outcome {
+    match op {
+        Op::Acquire {
+            kind,
+            holder,
+            ttl,
+            fair,
+            expect,
+            ..
+        } => {
+            let res = cmds.holder(kind, &name, &holder).acquire(ttl, fair, expect);
+            Outcome::Acquire(res.await)
         }
+        Op::Release {
+            kind,
+            holder,
+            lease,
+            expect,
+            ..
+        } => {
+            let res = cmds.holder(kind, &name, &holder).release(lease, expect);
+            Outcome::Release(res.await.map(HandedOff::No))
+        }
+        Op::HandOff {
+            kind,
+            from,
+            lease,
+            to,
+            to_lease,
+            expect,
+            ..
+        } => {
+            let next = Successor {
+                holder: &to,
+                lease: to_lease,
+            };
+            let res = cmds
+                .holder(kind, &name, &from)
+                .hand_off(lease, next, expect);
+            Outcome::Release(res.await)
+        }
+        upkeep => run_upkeep(cmds, name, upkeep).await,
     }
+}
 
-    /// Starts one of the round trips that keep the name in order rather than serve a request
-    /// (leaving a fair queue, refreshing its places, settling a count, the shutdown): rare and
-    /// large, each boxed.
-    fn run_upkeep(&mut self, op: Op, ctx: &mut Context<Self>) {
-        let (cmds, name) = (self.shell.svc.commands.clone(), self.shell.name.clone());
-        let trip: Pin<Box<dyn Future<Output = Outcome>>> = match op {
-            Op::LeaveQueue { holder, wait } => Box::pin(async move {
-                Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await)
-            }),
-            Op::FairRefresh { places, cap } => Box::pin(async move {
-                Outcome::FairRefresh(cmds.fair_refresh(&name, &places, cap).await)
-            }),
-            Op::Settle {
-                kind,
-                holder,
-                target,
-                lease,
-                lapsed,
-            } => Box::pin(async move {
-                let res = cmds.settle_releases(kind, &name, &holder, target, lease, lapsed);
-                Outcome::Settle(res.await)
-            }),
-            Op::Shutdown {
-                leave,
-                release,
-                lapsed,
-            } => Box::pin(async move {
-                shut_down(&cmds, &name, leave, release, lapsed).await;
-                Outcome::Shutdown
-            }),
-            // Only `run_op` sends round trips here; a request's goes back there all the same.
-            request @ (Op::Acquire { .. } | Op::Release { .. } | Op::HandOff { .. }) => {
-                return self.run_op(request, ctx);
-            }
-        };
-        self.spawn_op(ctx, trip);
-    }
-
-    fn spawn_op(&mut self, ctx: &mut Context<Self>, op: impl Future<Output = Outcome> + 'static) {
-        ctx.spawn(op.into_actor(self).map(|outcome, act, ctx| {
-            act.shell.state.ran(outcome, Instant::now());
-            shell::apply(act, ctx);
-        }));
+/// One of the round trips that keep the name in order rather than serve a request: boxed.
+fn run_upkeep(cmds: Commands, name: Arc<str>, op: Op) -> LocalBoxFuture<'static, Outcome> {
+    match op {
+        Op::LeaveQueue { holder, wait } => {
+            Box::pin(
+                async move { Outcome::LeaveQueue(cmds.leave_queue(&name, &holder, wait).await) },
+            )
+        }
+        Op::FairRefresh { places, cap } => {
+            Box::pin(
+                async move { Outcome::FairRefresh(cmds.fair_refresh(&name, &places, cap).await) },
+            )
+        }
+        Op::Settle {
+            kind,
+            holder,
+            target,
+            lease,
+            lapsed,
+        } => Box::pin(async move {
+            let res = cmds.settle_releases(kind, &name, &holder, target, lease, lapsed);
+            Outcome::Settle(res.await)
+        }),
+        Op::Shutdown {
+            leave,
+            release,
+            lapsed,
+        } => Box::pin(async move {
+            shut_down(&cmds, &name, leave, release, lapsed).await;
+            Outcome::Shutdown
+        }),
+        // A request (`trip` runs them itself) is run all the same.
+        request => Box::pin(trip(cmds, name, request)),
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use tokio::time::Sleep;
 
-use super::driver::Driver;
+use super::driver::{Driver, Work};
 
 /// The longest the alarm sleeps at once (tokio's wheel takes about two years); a later instant
 /// rings early, finds nothing due, and is set again.
@@ -74,7 +74,7 @@ impl Alarm {
             }
         }
         if alarm.ringer.is_none() {
-            alarm.ringer = Some(ctx.spawn(Driver(ring::<A>)));
+            alarm.ringer = Some(Driver::<A, Ring>::spawn(ctx));
         } else if !alarm.registered
             && let Some(waker) = alarm.parked.take()
         {
@@ -97,6 +97,14 @@ impl Alarm {
 
 /// The ringer ([`Driver`]): waits for the alarm's instant and rings; waits while nothing is
 /// set, and ends then when the actor does not stay.
+struct Ring;
+
+impl<A: Alarmed> Work<A> for Ring {
+    fn poll(act: &mut A, ctx: &mut Context<A>, task: &mut std::task::Context<'_>) -> Poll<()> {
+        ring(act, ctx, task)
+    }
+}
+
 fn ring<A: Alarmed>(
     act: &mut A,
     ctx: &mut Context<A>,

@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::WaiterId;
-use super::driver::Driver;
+use super::driver::{Driver, Work};
 
 /// How a waiter's caller is answered: a reply sender that tells when its caller has gone.
 pub(crate) trait Sender: 'static {
@@ -85,7 +85,7 @@ impl<R: Sender> Crowd<R> {
     fn pump<A: Crowded<Reply = R>>(&mut self, ctx: &mut Context<A>) {
         if !self.pumping {
             self.pumping = true;
-            ctx.spawn(Driver(pump::<A>));
+            Driver::<A, Pump>::spawn(ctx);
         } else if let Some(waker) = &self.waker {
             waker.wake_by_ref();
         }
@@ -267,6 +267,14 @@ impl<R: Sender> Future for WatchCaller<R> {
 
 /// The pump ([`Driver`]): polls every watch and fires every deadline; ends when none of either
 /// is left.
+struct Pump;
+
+impl<A: Crowded> Work<A> for Pump {
+    fn poll(act: &mut A, ctx: &mut Context<A>, task: &mut std::task::Context<'_>) -> Poll<()> {
+        pump(act, ctx, task)
+    }
+}
+
 fn pump<A: Crowded>(
     act: &mut A,
     ctx: &mut Context<A>,

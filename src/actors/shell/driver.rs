@@ -1,21 +1,37 @@
 //! [`Driver`]: the one kind of future a per-name actor spawns on itself for what wakes it
-//! besides its messages: its [`Alarm`](super::alarm::Alarm) and its
-//! [`Crowd`](super::crowd::Crowd) of waiters. Each is a function of the actor, polled with the
-//! actor's context until it says it is done; a spawned future keeps its actor alive, so each
-//! ends as soon as it has nothing to wait for.
+//! besides its messages: its [`Alarm`](super::alarm::Alarm), its
+//! [`Crowd`](super::crowd::Crowd) of waiters and its round [`Trips`](super::trips::Trips). Each
+//! is a [`Work`] of the actor, polled with the actor's context until it says it is done; a
+//! spawned future keeps its actor alive, so each ends as soon as it has nothing to wait for. A
+//! driver is of size zero (its work is its type): actix boxes every spawned future, and boxing
+//! a zero-size one allocates nothing.
 
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::Poll;
 
 use actix::prelude::*;
 
-/// How a driver's work is polled: with the actor, its context, and the task to wake.
-type Work<A> = fn(&mut A, &mut Context<A>, &mut std::task::Context<'_>) -> Poll<()>;
+/// What a driver polls: with the actor, its context, and the task to wake.
+pub(crate) trait Work<A: Actor<Context = Context<A>>> {
+    fn poll(act: &mut A, ctx: &mut Context<A>, task: &mut std::task::Context<'_>) -> Poll<()>;
+}
 
-/// A future spawned on an actor that polls `poll` until it is ready.
-pub(crate) struct Driver<A: Actor<Context = Context<A>>>(pub(crate) Work<A>);
+/// A future spawned on an actor that polls `W` until it is ready.
+pub(crate) struct Driver<A, W>(PhantomData<fn() -> (A, W)>);
 
-impl<A: Actor<Context = Context<A>>> ActorFuture<A> for Driver<A> {
+impl<A: Actor<Context = Context<A>>, W: Work<A>> Driver<A, W> {
+    /// Spawns `W`'s driver on `ctx`.
+    pub(crate) fn spawn(ctx: &mut Context<A>) -> SpawnHandle
+    where
+        A: 'static,
+        W: 'static,
+    {
+        ctx.spawn(Self(PhantomData))
+    }
+}
+
+impl<A: Actor<Context = Context<A>>, W: Work<A>> ActorFuture<A> for Driver<A, W> {
     type Output = ();
 
     fn poll(
@@ -24,6 +40,6 @@ impl<A: Actor<Context = Context<A>>> ActorFuture<A> for Driver<A> {
         ctx: &mut Context<A>,
         task: &mut std::task::Context<'_>,
     ) -> Poll<()> {
-        (self.0)(act, ctx, task)
+        W::poll(act, ctx, task)
     }
 }

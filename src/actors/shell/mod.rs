@@ -28,6 +28,7 @@ mod driver;
 pub(crate) mod linger;
 pub(crate) mod receipt;
 pub(crate) mod reply;
+pub(crate) mod trips;
 
 use std::cell::RefCell;
 use std::rc::Rc;
