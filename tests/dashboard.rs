@@ -303,16 +303,7 @@ async fn a_scraped_exporter_serves_every_series_every_panel_queries_with_data() 
     // Every connection killed, of both types: the pub/sub one may still be subscribed to a
     // channel a waiter's grant kept (until the name's actor departs), and is then of type
     // pubsub, not normal. The pub/sub connection is opened again, and counted.
-    for kind in ["normal", "pubsub"] {
-        let _: u64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg(kind)
-            .arg("SKIPME")
-            .arg("yes")
-            .query(&mut raw)
-            .unwrap();
-    }
+    support::commands::kill_clients(&mut raw, &["normal", "pubsub"]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut text = String::new();
     while Instant::now() < deadline {

@@ -301,18 +301,7 @@ struct Scripts(Arc<std::sync::Mutex<Vec<String>>>);
 
 impl Scripts {
     fn watch(server: &RedisServer) -> Self {
-        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let mut conn = server.conn();
-        redis::cmd("MONITOR").exec(&mut conn).expect("MONITOR");
-        let seen = lines.clone();
-        std::thread::spawn(move || {
-            while let Ok(value) = conn.recv_response() {
-                if let Ok(line) = redis::from_redis_value::<String>(value) {
-                    seen.lock().unwrap().push(line);
-                }
-            }
-        });
-        Self(lines)
+        Self(support::commands::monitor(server))
     }
 
     /// Returns once every command the server ran before now is in the lines: MONITOR shows

@@ -210,16 +210,7 @@ async fn every_metric_after_a_known_sequence_alone() {
     // channel a waiter's grant kept (until the name's actor departs), and is then of type
     // pubsub, not normal. The pub/sub connection is opened again once.
     assert_eq!(value("lockman_reconnects_total{connection=pubsub}"), 0.0);
-    for kind in ["normal", "pubsub"] {
-        let _: u64 = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg(kind)
-            .arg("SKIPME")
-            .arg("yes")
-            .query(&mut raw)
-            .unwrap();
-    }
+    support::commands::kill_clients(&mut raw, &["normal", "pubsub"]);
     assert!(
         support::wait::eventually(Duration::from_secs(5), || value(
             "lockman_reconnects_total{connection=pubsub}"

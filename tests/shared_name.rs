@@ -43,18 +43,7 @@ struct Monitor(Arc<Mutex<Vec<String>>>);
 
 impl Monitor {
     fn start(server: &RedisServer) -> Self {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let mut conn = server.conn();
-        redis::cmd("MONITOR").exec(&mut conn).expect("MONITOR");
-        let seen = lines.clone();
-        std::thread::spawn(move || {
-            while let Ok(value) = conn.recv_response() {
-                if let Ok(line) = redis::from_redis_value::<String>(value) {
-                    seen.lock().unwrap().push(line);
-                }
-            }
-        });
-        Self(lines)
+        Self(support::commands::monitor(server))
     }
 
     /// How many `SUBSCRIBE channel` the server has run.

@@ -84,20 +84,17 @@ pub(crate) async fn acquiring<F: Future>(
     Box::pin(traced).await
 }
 
-/// Runs `acquire`; when `span` is wanted and the acquire is not answered within
-/// [`LOOKUP_AFTER`], also reads who holds `name` (another holder than `own`) and that holder's
+/// Runs `acquire` inside a wanted `span` ([`acquiring`] decides); when the acquire is not
+/// answered within [`LOOKUP_AFTER`], also reads who holds `name` (another holder than `own`) and that holder's
 /// service, and records them. The lookup never delays the answer: whatever it has not found
 /// when the acquire is answered is not recorded.
-pub(crate) async fn behind<F: Future>(
+async fn behind<F: Future>(
     span: &Span,
     commands: &Commands,
     name: &str,
     own: &str,
     acquire: F,
 ) -> F::Output {
-    if span.is_disabled() {
-        return acquire.await;
-    }
     let mut acquire = std::pin::pin!(acquire);
     tokio::select! {
         biased;

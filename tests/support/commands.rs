@@ -95,3 +95,34 @@ pub fn latches_and_rest(raw: &mut redis::Connection) -> (BTreeSet<String>, BTree
         .into_iter()
         .partition(|k| k.starts_with("redisson_unlock_latch:"))
 }
+
+/// Every command the server runs from now on, as `MONITOR` prints it, gathered by a thread
+/// (which may lag behind the server: read after the commands wanted have been seen).
+pub fn monitor(server: &super::RedisServer) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut conn = server.conn();
+    redis::cmd("MONITOR").exec(&mut conn).expect("MONITOR");
+    let seen = lines.clone();
+    std::thread::spawn(move || {
+        while let Ok(value) = conn.recv_response() {
+            if let Ok(line) = redis::from_redis_value::<String>(value) {
+                seen.lock().unwrap().push(line);
+            }
+        }
+    });
+    lines
+}
+
+/// Kills every client of `types` (`normal`, `pubsub`, ...) but `raw` itself.
+pub fn kill_clients(raw: &mut redis::Connection, types: &[&str]) {
+    for kind in types {
+        let _: u64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(*kind)
+            .arg("SKIPME")
+            .arg("yes")
+            .query(raw)
+            .unwrap();
+    }
+}
