@@ -352,3 +352,107 @@ fn a_campaign_and_the_term_it_won_have_spans() {
         "{closed:?}"
     );
 }
+
+/// The environment variable that makes [`child_subscriber_set_mid_run`] run (as a child
+/// process of [`a_subscriber_set_mid_run_sees_the_spans_from_then_on`]).
+const MID_RUN: &str = "LOCKMAN_TEST_TRACING_MID_RUN";
+
+/// A subscriber set after lockman's spans were first created with none: `tracing` caches each
+/// callsite's interest when the callsite is first hit, as "never" while no subscriber exists,
+/// and must rebuild it when one is set (a thread's default, then the global one). The cache is
+/// the process's, and the other tests of this binary hold subscribers while they run, so the
+/// first hits with none happen in a child process of its own.
+#[test]
+fn a_subscriber_set_mid_run_sees_the_spans_from_then_on() {
+    let out = support::child::run_child_test("child_subscriber_set_mid_run", (MID_RUN, "1"));
+    assert!(
+        out.status.success(),
+        "the child failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("mid-run: checked"),
+        "the child ran no check:\n{said}"
+    );
+}
+
+/// One uncontended acquire and release of `name`, and one acquire that waits behind another
+/// handle's hold (its span looks the holder up after 10 ms).
+async fn rounds(mgr: &LockManager, name: &str) {
+    let held = mgr.lock(name).acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let lock = mgr.lock(name);
+        async move { lock.acquire().await.unwrap().release().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    waiter.await.unwrap().unwrap();
+}
+
+/// The acquire spans of `name` among `closed`, as (outcome, waited, behind).
+fn acquires_of(closed: &Closed, name: &str) -> Vec<(String, String, String)> {
+    let closed = closed.lock().unwrap();
+    closed
+        .iter()
+        .filter(|(n, f)| n == "lockman.acquire" && field(f, "name") == name)
+        .map(|(_, f)| {
+            let get = |k| field(f, k).to_owned();
+            (get("outcome"), get("waited"), get("behind"))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "a child process of a_subscriber_set_mid_run_sees_the_spans_from_then_on"]
+fn child_subscriber_set_mid_run() {
+    if std::env::var_os(MID_RUN).is_none() {
+        return;
+    }
+    let server = RedisServer::start();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mgr = rt.block_on(async { LockManager::connect(&server.url()).await.unwrap() });
+    // No subscriber anywhere: every callsite is first hit here.
+    assert!(!tracing::dispatcher::has_been_set());
+    rt.block_on(rounds(&mgr, "before"));
+
+    let scoped: Closed = Arc::default();
+    let default = tracing::subscriber::set_default(
+        tracing_subscriber::registry().with(Capture(scoped.clone())),
+    );
+    rt.block_on(rounds(&mgr, "scoped"));
+    drop(default);
+    rt.block_on(rounds(&mgr, "after"));
+    let seen = acquires_of(&scoped, "scoped");
+    assert_eq!(seen.len(), 2, "a thread's default set mid-run: {seen:?}");
+    let waited = seen
+        .iter()
+        .find(|s| s.1 == "true")
+        .expect("the waiter's span");
+    assert_eq!(waited.0, "acquired");
+    assert!(
+        waited.2.starts_with(&mgr.client_id().to_string()),
+        "{waited:?}"
+    );
+    assert!(acquires_of(&scoped, "before").is_empty());
+    assert!(acquires_of(&scoped, "after").is_empty(), "removed");
+
+    let global: Closed = Arc::default();
+    tracing::subscriber::set_global_default(
+        tracing_subscriber::registry().with(Capture(global.clone())),
+    )
+    .unwrap();
+    rt.block_on(rounds(&mgr, "global"));
+    let seen = acquires_of(&global, "global");
+    assert_eq!(seen.len(), 2, "the global default set mid-run: {seen:?}");
+    assert!(
+        seen.iter().any(|s| s.1 == "true" && !s.2.is_empty()),
+        "{seen:?}"
+    );
+    rt.block_on(mgr.shutdown());
+    println!("mid-run: checked");
+}

@@ -31,3 +31,14 @@ pub fn spawn_child_test(
     let _ = child.wait();
     panic!("child test {test} ended without printing {prefix:?}");
 }
+
+/// Runs this test binary's ignored test `test` as a child process, with `env` set, to its end:
+/// its output (its exit status says whether it passed).
+pub fn run_child_test(test: &str, env: (&str, &str)) -> std::process::Output {
+    let exe = std::env::current_exe().expect("test binary");
+    Command::new(exe)
+        .args(["--ignored", "--exact", test, "--nocapture"])
+        .env(env.0, env.1)
+        .output()
+        .expect("run child test")
+}
