@@ -548,3 +548,77 @@ async fn a_prefixed_spin_lock_is_the_prefixed_key_and_nothing_else() {
     assert!(latches_and_rest(&mut raw).1.is_empty());
     mgr.shutdown().await;
 }
+
+/// How long a spinner of another manager waits for its first turn while one manager's tasks
+/// hand the spin lock among themselves (docs/protocol.md, "Spin lock": after a long hold-back
+/// nobody took, streaks end with short ones for 7 of its lengths, about 0.9 s with the default
+/// back-off, and such a spinner may wait that much longer). Ten tasks of manager `busy` take
+/// the lock in turn, each holding it 2 ms, for the whole test; after 1.5 s (the short phases
+/// under way), the other manager's spinner asks 12 times, a pseudo-random 0–400 ms apart (so
+/// its arrivals fall in short and long phases alike). Each first turn must come within 5 s, far
+/// above the ~1.1 s the rules allow (a short phase, then a long hold-back); the samples are
+/// printed (`--nocapture`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_managers_spinner_gets_a_turn_while_one_managers_tasks_hand_off() {
+    let server = RedisServer::start();
+    let config = || Config::new(server.url()).watchdog_timeout(Duration::from_secs(30));
+    let busy = LockManager::start(config()).await.unwrap();
+    let other = LockManager::start(config()).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let (lock, stop, inside) = (busy.spin_lock("turns"), stop.clone(), inside.clone());
+            tokio::spawn(async move {
+                let mut taken = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let g = lock.acquire().await.unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    g.release().await.unwrap();
+                    taken += 1;
+                }
+                taken
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let lock = other.spin_lock("turns");
+    let mut waits = Vec::new();
+    let mut seed = 0x2545_f491_u32;
+    for _ in 0..12 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        tokio::time::sleep(Duration::from_millis(u64::from(seed % 400))).await;
+        let asked = Instant::now();
+        let g = lock
+            .try_acquire_for(Duration::from_secs(20))
+            .await
+            .unwrap()
+            .expect("a turn within 20 s");
+        waits.push(asked.elapsed());
+        assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+        inside.store(false, Ordering::SeqCst);
+        g.release().await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut taken = 0;
+    for t in tasks {
+        taken += t.await.unwrap();
+    }
+    let mut sorted = waits.clone();
+    sorted.sort();
+    println!(
+        "another manager's first turn: {:?} (sorted, ms); median {} ms, max {} ms; the busy manager took {taken}",
+        sorted.iter().map(Duration::as_millis).collect::<Vec<_>>(),
+        sorted[sorted.len() / 2].as_millis(),
+        sorted[sorted.len() - 1].as_millis()
+    );
+    for (i, w) in waits.iter().enumerate() {
+        assert!(*w < Duration::from_secs(5), "ask {i}: {w:?} ({waits:?})");
+    }
+    busy.shutdown().await;
+    other.shutdown().await;
+}
