@@ -3,7 +3,7 @@
 //! actor per name running the same scripts, `benches/common/floor.rs`) and raw redis-rs
 //! (`benches/common/raw.rs`), counted so that the machine's load does not move them.
 //!
-//! `pair_cost <lockman|floor|raw|rawcmd> URL PAIRS [tight|request] [unwatched]` runs one task inside an
+//! `pair_cost <lockman|floor|raw|rawcmd> URL PAIRS [tight|request|many] [unwatched]` runs one task inside an
 //! actix System: PAIRS acquire + release pairs on one name, after a fixed set-up. `tight` reuses
 //! one handle (lockman's `Lock`, the floor actor's address); `request` is a web handler's
 //! pattern: a handle made per pair (`manager.lock(name)`, the floor's directory lookup) and the
@@ -13,6 +13,13 @@
 //! grant is handed to the Watchdog, which under callgrind's slowdown some pairs reach and some
 //! do not (a count that moves with load); unwatched, a hold is handed over only after a sixth of
 //! the watchdog timeout (5 s), which no pair reaches.
+//!
+//! `many` (issue 60's 64 tasks on 64 names, `benches/throughput.rs`'s load): [`TASKS`] tasks
+//! inside the one actix System, each looping acquire + release on a name of its own (a kept
+//! handle each: lockman's `Lock`, the floor actor's address, raw's name), all at once on one
+//! manager, one directory, one connection. PAIRS is then the total over the tasks (a multiple
+//! of [`TASKS`]), so the difference over two runs divided by the difference of PAIRS is again
+//! the cost of one pair, read beside the single task's: what 64 names live at once add.
 //!
 //! `pair_cost <wait-lockman|wait-raw> URL ACQUISITIONS` counts a **contended** acquisition
 //! instead (issue 60 item 3): every acquisition has to wait, woken by the unlock message of a
@@ -43,6 +50,9 @@ mod raw;
 /// started): the same in both runs of a difference, so they cancel with the rest of the set-up.
 const WARM_UP: u64 = 50;
 
+/// Tasks, each on a name of its own, in the `many` pattern: the throughput bench's 64.
+const TASKS: u64 = 64;
+
 /// How long the holder child waits after the waiter's last attempt before it releases: the
 /// waiter is then at rest in its wait (its attempts, and a lockman waiter's subscription, done),
 /// even under callgrind's slowdown on a loaded machine.
@@ -52,7 +62,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [mode, url, pairs, rest @ ..] = args.as_slice() else {
         eprintln!(
-            "usage: pair_cost <lockman|floor|raw|rawcmd> URL PAIRS [tight|request] [unwatched]\n       \
+            "usage: pair_cost <lockman|floor|raw|rawcmd> URL PAIRS [tight|request|many] [unwatched]\n       \
              pair_cost <wait-lockman|wait-raw> URL ACQUISITIONS"
         );
         std::process::exit(2);
@@ -62,15 +72,22 @@ fn main() {
         return actix_rt::System::new().block_on(holder(url, pairs));
     }
     let pairs: u64 = pairs.parse().expect("PAIRS: a number");
-    let request = match rest.first().map(String::as_str) {
-        None | Some("tight") => false,
-        Some("request") => true,
+    let pattern = match rest.first().map(String::as_str) {
+        None | Some("tight") => Pattern::Tight,
+        Some("request") => Pattern::Request,
+        Some("many") => Pattern::Many,
         Some(other) => panic!("unknown pattern {other:?}"),
     };
+    let request = pattern == Pattern::Request;
     let watched = rest.get(1).map(String::as_str) != Some("unwatched");
     let client = redis::Client::open(url.as_str()).expect("valid url");
     actix_rt::System::new().block_on(async move {
         match mode.as_str() {
+            "lockman" if pattern == Pattern::Many => lockman_many(url, pairs, watched).await,
+            "floor" if pattern == Pattern::Many => floor_many(client, pairs).await,
+            "raw" | "rawcmd" if pattern == Pattern::Many => {
+                raw_many(client, pairs, mode == "rawcmd").await
+            }
             "lockman" => lockman(url, pairs, request, watched).await,
             "floor" => floor(client, pairs, request).await,
             "raw" | "rawcmd" => raw(client, pairs, request, mode == "rawcmd").await,
@@ -83,6 +100,72 @@ fn main() {
         "mode {mode} pairs {pairs} allocations {}",
         counting::allocations()
     );
+}
+
+/// How the pairs are run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pattern {
+    /// One task, one kept handle.
+    Tight,
+    /// One task, a handle per pair, the name idle between pairs.
+    Request,
+    /// [`TASKS`] tasks at once, each a kept handle on a name of its own.
+    Many,
+}
+
+/// Pairs each of the [`TASKS`] tasks runs, warm-up included, for `pairs` counted in all.
+fn per_task(pairs: u64) -> u64 {
+    assert_eq!(pairs % TASKS, 0, "PAIRS: a multiple of {TASKS} with `many`");
+    WARM_UP + pairs / TASKS
+}
+
+async fn lockman_many(url: &str, pairs: u64, watched: bool) {
+    let config = lockman::Config::new(url).watch_holds(watched);
+    let manager = lockman::LockManager::start(config).await.expect("manager");
+    let locks: Vec<_> = (0..TASKS)
+        .map(|t| manager.lock(format!("many:{t}")))
+        .collect();
+    futures_util::future::join_all(locks.iter().map(|lock| async move {
+        for _ in 0..per_task(pairs) {
+            lockman_pair(lock).await;
+        }
+    }))
+    .await;
+    manager.shutdown().await;
+}
+
+async fn floor_many(client: redis::Client, pairs: u64) {
+    let floors = floor::Floors::here(client).await;
+    let actors: Vec<_> = (0..TASKS)
+        .map(|t| floors.actor(&format!("many-f:{t}")))
+        .collect();
+    futures_util::future::join_all(actors.iter().map(|actor| async move {
+        for _ in 0..per_task(pairs) {
+            floor::pair(actor).await;
+        }
+    }))
+    .await;
+}
+
+async fn raw_many(client: redis::Client, pairs: u64, cmd: bool) {
+    let conn = raw::connect_client(client).await;
+    raw::load(&conn).await;
+    let conn = &conn;
+    futures_util::future::join_all((0..TASKS).map(|t| async move {
+        let (name, holder) = (
+            format!("many-r:{t}"),
+            format!("00000000-0000-4000-8000-00000000c057:{t}"),
+        );
+        let channel = raw::channel(&name);
+        for _ in 0..per_task(pairs) {
+            if cmd {
+                raw::pair_cmd(conn, &name, &channel, &holder).await;
+            } else {
+                raw::pair(conn, &name, &holder).await;
+            }
+        }
+    }))
+    .await;
 }
 
 async fn lockman(url: &str, pairs: u64, request: bool, watched: bool) {

@@ -14,6 +14,10 @@
 //! of them counts the pairs alone, the same on every run; a change that adds an allocation to
 //! every pair still adds it to every window.
 //!
+//! And with [`TASKS`] tasks at once, each on a name of its own (issue 60's throughput load,
+//! `benches/throughput.rs`): what a pair costs while that many name actors live, share one
+//! connection and take turns on one thread, which a single task's pairs do not show.
+//!
 //! Its own test binary: the counting allocator is the whole process's.
 
 #[path = "../benches/common/counting.rs"]
@@ -81,6 +85,43 @@ async fn per_pair(mgr: &LockManager, name: &str, yields: u32) -> f64 {
     fewest as f64 / PAIRS as f64
 }
 
+/// Tasks at once in the many-names pattern, each on a name of its own.
+const TASKS: usize = 64;
+
+/// The ceiling per pair with [`TASKS`] tasks at once, each a kept handle on a name of its own.
+/// Measured when it was set: 18.05 in a release build (`examples/pair_cost.rs`, `many`, default
+/// features) and 24.45 in the suite's all-features debug build (`metrics` included; its windows
+/// also count the harness's own `join_all` of 64 futures), so 18.45 without `metrics`; plus a
+/// margin of 2. Fewer than a single task's pairs: the tasks share the connection's writes and
+/// reads.
+const MANY_CEILING: f64 = 20.5;
+
+/// Allocations per acquire+release with [`TASKS`] tasks at once, each looping on a lock of its
+/// own (named `prefix:<task>`): the fewest over [`WINDOWS`] windows in which every task runs
+/// [`PAIRS`] `/ 10` pairs.
+async fn per_pair_many(mgr: &LockManager, prefix: &str) -> f64 {
+    let locks: Vec<_> = (0..TASKS)
+        .map(|t| mgr.lock(format!("{prefix}:{t}")))
+        .collect();
+    let run = |pairs: u64| {
+        futures_util::future::join_all(locks.iter().map(move |lock| async move {
+            for _ in 0..pairs {
+                let guard = lock.acquire().await.expect("acquire");
+                guard.release().await.expect("release");
+            }
+        }))
+    };
+    run(WARM_UP / 10).await;
+    let per_task = PAIRS / 10;
+    let mut fewest = u64::MAX;
+    for _ in 0..WINDOWS {
+        let before = counting::allocations();
+        run(per_task).await;
+        fewest = fewest.min(counting::allocations() - before);
+    }
+    fewest as f64 / (per_task * TASKS as u64) as f64
+}
+
 /// Allocations per acquire+release of one lock through a handle made for the pair, as a web
 /// handler does (`manager.lock(name)` per request).
 async fn per_pair_new_handle(mgr: &LockManager, name: &str) -> f64 {
@@ -106,7 +147,7 @@ async fn per_pair_new_handle(mgr: &LockManager, name: &str) -> f64 {
 fn an_uncontended_pair_stays_under_its_allocation_ceiling() {
     let server = RedisServer::start();
     let system = actix_rt::System::new();
-    let (tight, idle, fresh) = system.block_on(async {
+    let (tight, idle, fresh, many) = system.block_on(async {
         // A linger far above any pause of a loaded machine: the idle pattern must measure the
         // name's actor being reused, not a machine too slow to reuse it.
         let config = Config::new(server.url()).idle_linger(Duration::from_secs(30));
@@ -114,11 +155,12 @@ fn an_uncontended_pair_stays_under_its_allocation_ceiling() {
         let tight = per_pair(&mgr, "alloc-tight", 0).await;
         let idle = per_pair(&mgr, "alloc-idle", 1).await;
         let fresh = per_pair_new_handle(&mgr, "alloc-fresh").await;
+        let many = per_pair_many(&mgr, "alloc-many").await;
         mgr.shutdown().await;
-        (tight, idle, fresh)
+        (tight, idle, fresh, many)
     });
     println!(
-        "allocations per pair: tight loop {tight:.2}, name idle between pairs {idle:.2}, a handle per pair {fresh:.2}"
+        "allocations per pair: tight loop {tight:.2}, name idle between pairs {idle:.2}, a handle per pair {fresh:.2}, {TASKS} tasks on {TASKS} names {many:.2}"
     );
     assert!(
         tight <= CEILING + METRICS,
@@ -134,5 +176,10 @@ fn an_uncontended_pair_stays_under_its_allocation_ceiling() {
         fresh <= NEW_HANDLE_CEILING + METRICS,
         "a handle per pair: {fresh:.2} allocations per pair, ceiling {}",
         NEW_HANDLE_CEILING + METRICS
+    );
+    assert!(
+        many <= MANY_CEILING + METRICS,
+        "{TASKS} tasks on {TASKS} names: {many:.2} allocations per pair, ceiling {}",
+        MANY_CEILING + METRICS
     );
 }
