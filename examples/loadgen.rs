@@ -4,6 +4,8 @@
 //!
 //! 1. Hand-off latency: a holder in this process releases, a waiter in a second process (another
 //!    client id) gets the lock; p50/p90/p99 beside the raw EVALSHA round trip and rslock's.
+//!    With `--swap`, also the roles mixed (a raw holder and a lockman waiter, a lockman holder
+//!    and a raw waiter): what lockman adds on the releasing side and on the waiting side.
 //! 2. Redis commands per hand-off: 100 tasks on one name in one process, at least 1,000
 //!    hand-offs, counted from `INFO commandstats` deltas.
 //! 3. Watchdog at scale: 10,000 locks held without lease; renewal round trips per tick, Redis
@@ -14,7 +16,7 @@
 //!
 //! It prints a Markdown table and writes an SVG chart of the hand-off latency distributions.
 //!
-//! Run: `cargo run --release --example loadgen -- [--quick] [--svg PATH]`
+//! Run: `cargo run --release --example loadgen -- [--quick] [--swap] [--svg PATH]`
 //! (`--quick` shrinks every count, for a smoke run; the chart defaults to
 //! `target/handoff-latency.svg`). Internal roles, started by the run itself:
 //! `loadgen peer <lockman|rslock|raw> URL NAME` and `loadgen memory URL COUNT`.
@@ -50,6 +52,18 @@ use support::commands::{command_stats, server_version};
 const SETTLE: Duration = Duration::from_millis(5);
 /// The lease rslock's locks are taken with (it has no watchdog); long enough never to expire.
 const RSLOCK_TTL: Duration = Duration::from_secs(30);
+
+/// A hand-off's holder (this process) and waiter (the peer process).
+type Pair = (Impl, Impl);
+
+/// How a pair is named in the report: the kind, or `holder → waiter` when they differ.
+fn pair_name((held_by, waited_by): Pair) -> String {
+    if held_by == waited_by {
+        held_by.name().to_owned()
+    } else {
+        format!("{} holder → {} waiter", held_by.name(), waited_by.name())
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Impl {
@@ -154,6 +168,16 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|l| l.split(',').map(str::to_owned).collect());
     let runs = |m: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == m));
+    // Holder → waiter pairs of the hand-off: each kind with itself, and with `--swap` the
+    // roles mixed (the same scripts and channel on the wire, so either side can be raw).
+    let mut pairs = vec![
+        (Impl::Raw, Impl::Raw),
+        (Impl::Lockman, Impl::Lockman),
+        (Impl::Rslock, Impl::Rslock),
+    ];
+    if args.iter().any(|a| a == "--swap") {
+        pairs.extend([(Impl::Raw, Impl::Lockman), (Impl::Lockman, Impl::Raw)]);
+    }
 
     let server = support::RedisServer::start();
     let url = server.url();
@@ -171,8 +195,12 @@ fn main() {
             "hand-off latency: {} rounds of raw and lockman, rslock every {}th…",
             sizes.handoff_rounds, sizes.rslock_every
         );
-        (report.handoffs, report.rtt) =
-            system.block_on(handoffs(&clients, sizes.handoff_rounds, sizes.rslock_every));
+        (report.handoffs, report.rtt) = system.block_on(handoffs(
+            &clients,
+            &pairs,
+            sizes.handoff_rounds,
+            sizes.rslock_every,
+        ));
     }
     if runs("commands") {
         for imp in [Impl::Lockman, Impl::Rslock] {
@@ -246,20 +274,21 @@ async fn handoff_once(holder: &Holder, peer: &mut Peer) -> Duration {
     Duration::from_nanos(acquired_at.saturating_sub(released_at) as u64)
 }
 
-/// Hand-off latencies of raw, lockman and rslock (every `rslock_every`-th round: each of its
-/// hand-offs sits out a retry sleep), and raw round trips, interleaved round by round so that
-/// the machine's drift hits them alike. Each list sorted.
+/// Hand-off latencies of each holder → waiter pair (rslock's every `rslock_every`-th round:
+/// each of its hand-offs sits out a retry sleep), and raw round trips, interleaved round by
+/// round so that the machine's drift hits them alike. Each list sorted.
 async fn handoffs(
     clients: &Clients,
+    pairs: &[Pair],
     rounds: usize,
     rslock_every: usize,
-) -> (Vec<(Impl, Vec<Duration>)>, Vec<Duration>) {
+) -> (Vec<(Pair, Vec<Duration>)>, Vec<Duration>) {
     let mut sides = Vec::new();
-    for imp in [Impl::Raw, Impl::Lockman, Impl::Rslock] {
-        let name = format!("handoff:{}", imp.name());
-        let peer = Peer::start(imp, &clients.url, &name);
-        let holder = Holder::new(imp, clients, &name).await;
-        sides.push((imp, holder, peer, Vec::new()));
+    for &(held_by, waited_by) in pairs {
+        let name = format!("handoff:{}:{}", held_by.name(), waited_by.name());
+        let peer = Peer::start(waited_by, &clients.url, &name);
+        let holder = Holder::new(held_by, clients, &name).await;
+        sides.push(((held_by, waited_by), holder, peer, Vec::new()));
     }
     let mut rtt = Vec::new();
     for _ in 0..20 {
@@ -268,7 +297,7 @@ async fn handoffs(
     for round in 0..rounds {
         rtt.extend(round_trips(&clients.raw).await);
         for (imp, holder, peer, times) in &mut sides {
-            if *imp != Impl::Rslock || round % rslock_every == 0 {
+            if imp.0 != Impl::Rslock || round % rslock_every == 0 {
                 times.push(handoff_once(holder, peer).await);
             }
         }
@@ -903,7 +932,7 @@ fn rss_kb() -> u64 {
 #[derive(Default)]
 struct Report {
     rtt: Vec<Duration>,
-    handoffs: Vec<(Impl, Vec<Duration>)>,
+    handoffs: Vec<(Pair, Vec<Duration>)>,
     commands: Vec<(Impl, Counted)>,
     watchdog: Option<WatchdogRun>,
     memory: Option<MemoryRun>,
@@ -942,13 +971,13 @@ impl Report {
             let floor = self
                 .handoffs
                 .iter()
-                .find(|(i, _)| *i == Impl::Raw)
+                .find(|(p, _)| *p == (Impl::Raw, Impl::Raw))
                 .map_or(Duration::ZERO, |(_, h)| pct(h, 0.5));
-            for (imp, h) in &self.handoffs {
+            for (pair, h) in &self.handoffs {
                 let _ = writeln!(
                     s,
                     "| {} | {} | {:.0} µs | {:.0} µs | {:.0} µs | {:.0} µs | {:.2} | {:.2} |",
-                    imp.name(),
+                    pair_name(*pair),
                     h.len(),
                     us(pct(h, 0.5)),
                     us(pct(h, 0.9)),
@@ -1063,11 +1092,13 @@ fn chart(path: &str, report: &Report) -> Result<(), Box<dyn std::error::Error>> 
         .y_desc("share of hand-offs at most this long")
         .y_label_formatter(&|y| format!("{:.0}%", y * 100.0))
         .draw()?;
-    for (imp, h) in &report.handoffs {
-        let (color, what) = match imp {
-            Impl::Raw => (RGBColor(136, 34, 85), "raw redis-rs, the floor"),
-            Impl::Lockman => (RGBColor(0, 114, 178), "lockman"),
-            Impl::Rslock => (RGBColor(213, 94, 0), "rslock, its defaults"),
+    for (pair, h) in &report.handoffs {
+        let (color, what) = match pair {
+            (Impl::Raw, Impl::Raw) => (RGBColor(136, 34, 85), "raw redis-rs, the floor".into()),
+            (Impl::Lockman, Impl::Lockman) => (RGBColor(0, 114, 178), "lockman".into()),
+            (Impl::Rslock, Impl::Rslock) => (RGBColor(213, 94, 0), "rslock, its defaults".into()),
+            (Impl::Raw, _) => (RGBColor(86, 180, 233), pair_name(*pair)),
+            _ => (RGBColor(230, 159, 0), pair_name(*pair)),
         };
         let n = h.len() as f64;
         let label = format!("{what} (p50 {:.2} ms)", ms(&pct(h, 0.5)));

@@ -212,6 +212,18 @@ impl PubSubActor {
         }
     }
 
+    /// Forgets the listeners of `channel` whose actor is gone, and the channel's routes when
+    /// none is left.
+    fn forget_gone(&mut self, channel: &str) {
+        let Some(routes) = self.routes.get_mut(channel) else {
+            return;
+        };
+        routes.retain(|r| r.actor.alive());
+        if routes.is_empty() {
+            self.routes.remove(channel);
+        }
+    }
+
     /// The server ended the sharded subscription of `channel` (its slot moved, as in Redisson's
     /// handling of SUNSUBSCRIBE): subscribe again, which reaches the slot's new owner, and let
     /// its waiters retry, since a message may have been lost meanwhile. A channel no longer
@@ -282,30 +294,24 @@ impl StreamHandler<Heard> for PubSubActor {
                 return;
             }
         };
-        let Some(key) = self
-            .routes
-            .get_key_value(channel.as_str())
-            .map(|(k, _)| k.clone())
-        else {
+        // One lookup of the channel per message: every listener hears it (the channel's name
+        // shared with the routes, not copied per listener); the list is looked up again, to
+        // forget a listener whose actor is gone, only when there is one.
+        let Some((key, routes)) = self.routes.get_key_value(channel.as_str()) else {
             return;
         };
-        let Some(routes) = self.routes.get_mut(&key) else {
-            return;
-        };
-        // Every listener hears it (the channel's name shared with the routes, not copied per
-        // listener); one whose actor is gone is forgotten.
-        routes.retain(|r| match r.actor.unlocked.upgrade() {
-            Some(actor) => {
-                actor.do_send(Unlocked {
+        let mut gone = false;
+        for route in routes {
+            match route.actor.unlocked.upgrade() {
+                Some(actor) => actor.do_send(Unlocked {
                     count,
                     channel: key.clone(),
-                });
-                true
+                }),
+                None => gone = true,
             }
-            None => false,
-        });
-        if routes.is_empty() {
-            self.routes.remove(channel.as_str());
+        }
+        if gone {
+            self.forget_gone(channel.as_str());
         }
     }
 

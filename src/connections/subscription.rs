@@ -18,13 +18,35 @@ pub(crate) enum Heard {
     /// A message on a channel, with its payload read as a decimal number when it is one (a
     /// lock's `0` or `1`, a semaphore's permits): what the listeners are told, read once here
     /// rather than copied.
-    Message { channel: String, count: Option<i64> },
+    Message {
+        channel: Channel,
+        count: Option<i64>,
+    },
     /// A cluster node's connection dropped: messages sent meanwhile are gone, and the node's
     /// slots may be moving to a replica.
     Gap,
     /// The server ended a sharded subscription: its slot moved to another shard (or it is the
     /// confirmation of our own SUNSUBSCRIBE: the PubSubActor tells them apart by its routes).
     Ended { channel: String },
+}
+
+/// The channel a message came on, read where it arrived rather than copied out of it (one
+/// allocation and copy per message saved).
+pub(crate) enum Channel {
+    /// A single server's message, as redis-rs parsed it.
+    Msg(redis::Msg),
+    /// A cluster push's channel, moved out of it.
+    Owned(String),
+}
+
+impl Channel {
+    /// The channel's name (`?` when it is not UTF-8, as redis-rs reads it: no route has it).
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Channel::Msg(msg) => msg.get_channel_name(),
+            Channel::Owned(name) => name,
+        }
+    }
 }
 
 /// The subscribing half.
@@ -138,8 +160,8 @@ pub(crate) async fn open(
                 .map_err(|e| e.to_string())?;
             let (sink, stream) = pubsub.split();
             let stream = stream.map(|msg| Heard::Message {
-                channel: msg.get_channel_name().to_owned(),
                 count: count(msg.get_payload_bytes()),
+                channel: Channel::Msg(msg),
             });
             (Sink::Server(sink), stream.boxed())
         }
@@ -166,10 +188,13 @@ pub(crate) async fn open(
 /// A cluster push, as heard: messages and disconnections; confirmations are dropped.
 fn heard(kind: PushKind, data: Vec<Value>) -> Option<Heard> {
     match kind {
-        PushKind::Message | PushKind::SMessage => match data.as_slice() {
-            [Value::BulkString(channel), Value::BulkString(payload)] => Some(Heard::Message {
-                channel: String::from_utf8_lossy(channel).into_owned(),
-                count: count(payload),
+        PushKind::Message | PushKind::SMessage => match <[Value; 2]>::try_from(data) {
+            Ok([Value::BulkString(channel), Value::BulkString(payload)]) => Some(Heard::Message {
+                channel: Channel::Owned(
+                    String::from_utf8(channel)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+                ),
+                count: count(&payload),
             }),
             _ => None,
         },
