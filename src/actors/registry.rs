@@ -244,7 +244,8 @@ impl Directory {
     /// Notes the shared address of the actor that granted a handle of the lock of `kind` named
     /// `name`, for the next handles of the name (a handle made per request).
     pub(crate) fn share(&self, kind: LockKind, name: &str, actor: &Arc<Addr<LockActor>>) {
-        self.locks.share(&(kind.family(), name) as &dyn LockKey, actor);
+        self.locks
+            .share(&(kind.family(), name) as &dyn LockKey, actor);
     }
 
     /// While the lock of `kind` named `name` has an actor: its name as the directory keeps it

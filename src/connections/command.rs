@@ -338,7 +338,9 @@ impl Conn {
         // into `bounded` and its `Timeout` is a copy of all of it.
         let mut reply = self.bounded(op, pin!(request.send(&mut conn))).await;
         if no_script(&reply) {
-            let loaded = self.bounded(op, pin!(call.script.load_async(&mut conn))).await;
+            let loaded = self
+                .bounded(op, pin!(call.script.load_async(&mut conn)))
+                .await;
             self.classify(op, key, loaded, generation)?;
             reply = self.bounded(op, pin!(request.send(&mut conn))).await;
         }

@@ -1,8 +1,8 @@
 //! The manager state every handle shares: the client id, the registry of actors, the command
 //! connections and the settings. Handles keep it alive; dropping the last one stops the actors.
 
-use std::sync::{Arc, Weak};
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Weak};
 
 use actix::Addr;
 use uuid::Uuid;
