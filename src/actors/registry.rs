@@ -9,6 +9,8 @@
 //! strong (the actor cannot stop while it is held), and a message that reaches an actor already
 //! stopping comes back `Closed`, unhandled, for the sender to resolve again.
 
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
 use actix::WeakAddr;
@@ -82,11 +84,25 @@ impl<K, A: Actor> Default for Table<K, A> {
     }
 }
 
-impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
+impl<K: Hash + Eq, A: Actor> Table<K, A> {
     /// The live actor of `key`, if there is one.
-    fn find(&self, key: &K) -> Option<Addr<A>> {
+    fn find<Q: ?Sized + Hash + Eq>(&self, key: &Q) -> Option<Addr<A>>
+    where
+        K: Borrow<Q>,
+    {
         let map = self.map();
         map.get(key)?.actor.upgrade().filter(Addr::connected)
+    }
+
+    /// The key of `key`'s live entry as the table keeps it, and the actor's shared address
+    /// (weak, as kept: dead when no handle was granted by it yet or it let it go).
+    fn entry<Q: ?Sized + Hash + Eq>(&self, key: &Q) -> Option<(K, Weak<Addr<A>>)>
+    where
+        K: Borrow<Q> + Clone,
+    {
+        let map = self.map();
+        let (kept, entry) = map.get_key_value(key)?;
+        Some((kept.clone(), entry.shared.clone()))
     }
 
     fn insert(&self, key: K, id: u64, actor: &Addr<A>) {
@@ -97,7 +113,10 @@ impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
 
     /// The live actor of `key` by its shared address, if a handle was granted by it and it
     /// keeps it (busy, or lingering idle).
-    fn shared(&self, key: &K) -> Option<Arc<Addr<A>>> {
+    fn shared<Q: ?Sized + Hash + Eq>(&self, key: &Q) -> Option<Arc<Addr<A>>>
+    where
+        K: Borrow<Q>,
+    {
         let map = self.map();
         let shared = map.get(key)?.shared.upgrade()?;
         shared.connected().then_some(shared)
@@ -105,7 +124,10 @@ impl<K: std::hash::Hash + Eq, A: Actor> Table<K, A> {
 
     /// Notes the shared address a handle was granted through, for the next handles of `key`.
     /// An actor that stopped meanwhile leaves a dead or disconnected one: `shared` skips it.
-    fn share(&self, key: &K, actor: &Arc<Addr<A>>) {
+    fn share<Q: ?Sized + Hash + Eq>(&self, key: &Q, actor: &Arc<Addr<A>>)
+    where
+        K: Borrow<Q>,
+    {
         if let Some(entry) = self.map().get_mut(key) {
             entry.shared = Arc::downgrade(actor);
         }
@@ -158,6 +180,46 @@ impl super::deadlock::probe::LockActors for Directory {
     }
 }
 
+/// A lock actor's key as its table sees it, (kind family, name): so that the table is searched
+/// by a borrowed name, without a key made (or an `Arc` cloned) for the search.
+pub(crate) trait LockKey {
+    /// The family and the name.
+    fn parts(&self) -> (LockKind, &str);
+}
+
+impl LockKey for (LockKind, Arc<str>) {
+    fn parts(&self) -> (LockKind, &str) {
+        (self.0, &self.1)
+    }
+}
+
+impl LockKey for (LockKind, &str) {
+    fn parts(&self) -> (LockKind, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> Borrow<dyn LockKey + 'a> for (LockKind, Arc<str>) {
+    fn borrow(&self) -> &(dyn LockKey + 'a) {
+        self
+    }
+}
+
+/// As the owned key hashes: a tuple hashes its fields in order, and an `Arc<str>` as its `str`.
+impl Hash for dyn LockKey + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.parts().hash(state);
+    }
+}
+
+impl PartialEq for dyn LockKey + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn LockKey + '_ {}
+
 /// Every live per-name actor of a manager, by name: lock actors by (kind family, name),
 /// synchronizer actors by (kind, name). Shared by the Registry, which writes it, and the
 /// handles, which find live actors in it.
@@ -169,20 +231,34 @@ pub(crate) struct Directory {
 
 impl Directory {
     /// The live actor of the lock of `kind` named `name`, if there is one.
-    pub(crate) fn find(&self, kind: LockKind, name: &Arc<str>) -> Option<Addr<LockActor>> {
-        self.locks.find(&(kind.family(), name.clone()))
+    pub(crate) fn find(&self, kind: LockKind, name: &str) -> Option<Addr<LockActor>> {
+        self.locks.find(&(kind.family(), name) as &dyn LockKey)
     }
 
     /// The live actor of the lock of `kind` named `name` by the shared address its grants
     /// carry, if a handle was granted by it and it still keeps it: no allocation.
-    pub(crate) fn shared(&self, kind: LockKind, name: &Arc<str>) -> Option<Arc<Addr<LockActor>>> {
-        self.locks.shared(&(kind.family(), name.clone()))
+    pub(crate) fn shared(&self, kind: LockKind, name: &str) -> Option<Arc<Addr<LockActor>>> {
+        self.locks.shared(&(kind.family(), name) as &dyn LockKey)
     }
 
     /// Notes the shared address of the actor that granted a handle of the lock of `kind` named
     /// `name`, for the next handles of the name (a handle made per request).
-    pub(crate) fn share(&self, kind: LockKind, name: &Arc<str>, actor: &Arc<Addr<LockActor>>) {
-        self.locks.share(&(kind.family(), name.clone()), actor);
+    pub(crate) fn share(&self, kind: LockKind, name: &str, actor: &Arc<Addr<LockActor>>) {
+        self.locks
+            .share(&(kind.family(), name) as &dyn LockKey, actor);
+    }
+
+    /// While the lock of `kind` named `name` has an actor: its name as the directory keeps it
+    /// (the key a new handle shares instead of making its own) and the actor's shared address,
+    /// weak (dead when no handle was granted by it yet). One look-up for a handle made per
+    /// request.
+    pub(crate) fn lock_entry(
+        &self,
+        kind: LockKind,
+        name: &str,
+    ) -> Option<(Arc<str>, Weak<Addr<LockActor>>)> {
+        let ((_, kept), shared) = self.locks.entry(&(kind.family(), name) as &dyn LockKey)?;
+        Some((kept, shared))
     }
 
     /// The live actor of the synchronizer of `kind` named `name`, if there is one.
@@ -380,5 +456,31 @@ impl Handler<Shutdown> for Registry {
             tracing::info!("lock manager shut down");
             ctx.stop();
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table keyed by (family, `Arc<str>`) is searched by a borrowed name: the view hashes
+    /// and compares as the owned key, so a handle made per request finds the key its name's
+    /// actor was started under (and shares it instead of making its own).
+    #[test]
+    fn a_lock_key_is_found_by_a_borrowed_name() {
+        let mut map: FxHashMap<(LockKind, Arc<str>), u32> = FxHashMap::default();
+        map.insert((LockKind::Reentrant, "orders:1".into()), 1);
+        map.insert((LockKind::Fair, "orders:1".into()), 2);
+        map.insert((LockKind::Reentrant, "orders:2".into()), 3);
+        let find = |kind, name: &str| map.get(&(kind, name) as &dyn LockKey).copied();
+        assert_eq!(find(LockKind::Reentrant, "orders:1"), Some(1));
+        assert_eq!(find(LockKind::Fair, "orders:1"), Some(2));
+        assert_eq!(find(LockKind::Reentrant, "orders:2"), Some(3));
+        assert_eq!(find(LockKind::Fair, "orders:2"), None);
+        assert_eq!(find(LockKind::Reentrant, "orders:3"), None);
+        let (kept, _) = map
+            .get_key_value(&(LockKind::Reentrant, "orders:2") as &dyn LockKey)
+            .expect("found");
+        assert_eq!(&*kept.1, "orders:2");
     }
 }

@@ -10,7 +10,7 @@
 //! (`RetryMethod::RetryImmediately`), so without this the same dead connection is reused for
 //! every later call, for good. The cluster connection does the same with its node connections.
 
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -333,11 +333,16 @@ impl Conn {
             }
             _ => (pair.main, Request::One(&call.cmd)),
         };
-        let mut reply = self.bounded(op, request.send(&mut conn)).await;
+        // Each call's future is made where it is polled (`pin!`) and the timeout gets a pointer
+        // to it: the connection manager's future is several kilobytes, and every move of it
+        // into `bounded` and its `Timeout` is a copy of all of it.
+        let mut reply = self.bounded(op, pin!(request.send(&mut conn))).await;
         if no_script(&reply) {
-            let loaded = self.bounded(op, call.script.load_async(&mut conn)).await;
+            let loaded = self
+                .bounded(op, pin!(call.script.load_async(&mut conn)))
+                .await;
             self.classify(op, key, loaded, generation)?;
-            reply = self.bounded(op, request.send(&mut conn)).await;
+            reply = self.bounded(op, pin!(request.send(&mut conn))).await;
         }
         let (value, acked) = self.classify(op, key, reply, generation)?;
         let unsynced = match (acked, self.inner.sync) {
@@ -447,7 +452,15 @@ impl Request<'_> {
     /// The script's reply and, after a `WAIT`, how many replicas acknowledged it.
     async fn send(&self, conn: &mut Link) -> redis::RedisResult<(Value, Option<i64>)> {
         match self {
-            Request::One(cmd) => cmd.query_async(conn).await.map(|value| (value, None)),
+            // Straight to the connection manager: through redis-rs's `ConnectionLike`, which
+            // `query_async` takes, its future is boxed (an allocation per command, two per pair).
+            // The reply is read as `query_async` reads it: a server error in it is the error.
+            Request::One(cmd) => match conn {
+                Link::Server(server) => server.send_packed_command(cmd).await,
+                Link::Cluster(_) => redis::aio::ConnectionLike::req_packed_command(conn, cmd).await,
+            }
+            .and_then(Value::extract_error)
+            .map(|value| (value, None)),
             Request::Waited(pipe) => pipe
                 .query_async::<(Value, i64)>(conn)
                 .await

@@ -201,12 +201,10 @@ impl LockManager {
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
         let holder = keys::holder(&self.inner.client_id, n);
-        Lock::new(
-            self.inner.clone(),
-            self.inner.name(name),
-            holder,
-            LockKind::Reentrant,
-        )
+        // A handle made per request of a live name shares its key and reaches its actor from
+        // the directory: one look-up, no key made.
+        let (name, actor) = self.inner.lock_name(LockKind::Reentrant, name);
+        Lock::new(self.inner.clone(), name, holder, LockKind::Reentrant).reaching(actor)
     }
 
     /// A handle on the **fair lock** `name`: waiters, in every process, acquire in the order they

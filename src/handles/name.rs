@@ -23,9 +23,13 @@ impl Name {
     /// `given` under `prefix`. A name that starts with the prefix already is used as it is
     /// (Redisson's mapper does the same), and given back without it.
     pub(super) fn new(prefix: &str, given: String) -> Self {
-        let key = crate::config::map_name(prefix, given);
+        Self::keyed(crate::config::map_name(prefix, given).into(), prefix)
+    }
+
+    /// The name whose key, under `prefix`, is `key` (a key made already: the directory's).
+    pub(super) fn keyed(key: Arc<str>, prefix: &str) -> Self {
         Self {
-            key: key.into(),
+            key,
             given_from: prefix.len(),
         }
     }

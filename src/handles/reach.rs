@@ -42,6 +42,13 @@ impl<A: Actor> Default for Reach<A> {
 }
 
 impl<A: Actor> Reach<A> {
+    /// Reaching `actor` (a shared address, weak) while it lives.
+    pub(crate) fn at(actor: Weak<Addr<A>>) -> Self {
+        Self {
+            last: Mutex::new(actor),
+        }
+    }
+
     /// Remembers the actor a grant came from, for this handle's next requests; `true` when
     /// it is not the one this handle reached before (its first grant, or a new actor).
     pub(crate) fn remember(&self, actor: &Arc<Addr<A>>) -> bool {

@@ -1,8 +1,8 @@
 //! The manager state every handle shares: the client id, the registry of actors, the command
 //! connections and the settings. Handles keep it alive; dropping the last one stops the actors.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Weak};
 
 use actix::Addr;
 use uuid::Uuid;
@@ -35,6 +35,22 @@ impl Inner {
     /// the one place a name becomes a key.
     pub(crate) fn name(&self, given: impl Into<String>) -> Name {
         Name::new(self.config.get_name_prefix(), given.into())
+    }
+
+    /// As [`name`](Self::name), for a lock handle of `kind`: while the name's actor of that
+    /// kind lives, the key is the directory's (no allocation for it) and the actor's shared
+    /// address comes with it (weak; dead when none), one look-up for a handle made per request.
+    pub(crate) fn lock_name(
+        &self,
+        kind: LockKind,
+        given: impl Into<String>,
+    ) -> (Name, Weak<Addr<LockActor>>) {
+        let prefix = self.config.get_name_prefix();
+        let key = crate::config::map_name(prefix, given.into());
+        match self.directory.lock_entry(kind, &key) {
+            Some((kept, actor)) => (Name::keyed(kept, prefix), actor),
+            None => (Name::keyed(key.into(), prefix), Weak::new()),
+        }
     }
 
     /// A key as the user named it: without the configured prefix (a grant's name is its key).

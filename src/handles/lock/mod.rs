@@ -58,6 +58,13 @@ impl Lock {
         }
     }
 
+    /// This handle, reaching the name's actor through `actor` (the directory's shared address)
+    /// while it lives.
+    pub(crate) fn reaching(mut self, actor: std::sync::Weak<actix::Addr<LockActor>>) -> Self {
+        self.actor = Reach::at(actor);
+        self
+    }
+
     /// The same holder as a group lock over the members `group` registers.
     pub(crate) fn as_group(&self, group: Registration) -> Self {
         let mut lock = self.as_kind(LockKind::Group);
