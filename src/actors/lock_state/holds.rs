@@ -140,32 +140,43 @@ impl Holds {
         self.by_key.values()
     }
 
-    /// One more grant of `key`'s hold, or a new hold with a new epoch: its epoch.
+    /// One more grant of `key`'s hold, or a new hold with a new epoch: its epoch. One lookup
+    /// of the key (its holder's id hashed once), whether the hold is new or not.
     pub(super) fn add(&mut self, key: &HoldKey, lease: Duration, started: Instant) -> u64 {
-        if let Some(hold) = self.by_key.get_mut(key) {
-            hold.count += 1;
-            hold.granted = hold.granted.max(started);
-            return hold.epoch;
+        use std::collections::hash_map::Entry;
+        match self.by_key.entry(key.clone()) {
+            Entry::Occupied(held) => {
+                let hold = held.into_mut();
+                hold.count += 1;
+                hold.granted = hold.granted.max(started);
+                hold.epoch
+            }
+            Entry::Vacant(new) => {
+                let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
+                new.insert(Hold {
+                    count: 1,
+                    epoch,
+                    watchdog: false,
+                    tracked: false,
+                    granted: started,
+                    lease,
+                    ends: None,
+                    unreleased: 0,
+                });
+                epoch
+            }
         }
-        let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
-        let hold = Hold {
-            count: 1,
-            epoch,
-            watchdog: false,
-            tracked: false,
-            granted: started,
-            lease,
-            ends: None,
-            unreleased: 0,
-        };
-        self.by_key.insert(key.clone(), hold);
-        epoch
     }
 
-    /// Removes the hold of `key`, if it is the one of `epoch`.
+    /// Removes the hold of `key`, if it is the one of `epoch`: one lookup when it is (the
+    /// release of a hold, every pair); a stale epoch's hold is put back as it was.
     pub(super) fn remove(&mut self, key: &HoldKey, epoch: u64) -> Option<Hold> {
-        self.of(key, epoch)?;
-        self.by_key.remove(key)
+        let (key, hold) = self.by_key.remove_entry(key)?;
+        if hold.epoch == epoch {
+            return Some(hold);
+        }
+        self.by_key.insert(key, hold);
+        None
     }
 
     /// Removes every hold.
