@@ -65,6 +65,13 @@ struct Route {
     actor: Listener,
 }
 
+/// The listener's actor, while it runs. An actor that stopped is gone even while an address of
+/// it is still held (a handle's, or one an actix user got from the manager): a weak recipient
+/// upgrades then, but its mailbox is closed.
+fn listening(listener: &Listener) -> Option<Recipient<Unlocked>> {
+    listener.unlocked.upgrade().filter(Recipient::connected)
+}
+
 impl PubSubActor {
     pub(crate) fn new(endpoint: Endpoint, connect_timeout: Duration) -> Self {
         Self {
@@ -212,15 +219,32 @@ impl PubSubActor {
         }
     }
 
-    /// Forgets the listeners of `channel` whose actor is gone, and the channel's routes when
-    /// none is left.
-    fn forget_gone(&mut self, channel: &str) {
+    /// Forgets the listeners of `channel` whose actor is gone, and the channel when none is
+    /// left: unsubscribed, as the last `Unsubscribe` would have (else the server would go on
+    /// sending its messages to nobody until the next reconnection).
+    fn forget_gone(&mut self, channel: &str, ctx: &mut Context<Self>) {
         let Some(routes) = self.routes.get_mut(channel) else {
             return;
         };
-        routes.retain(|r| r.actor.alive());
+        routes.retain(|r| listening(&r.actor).is_some());
         if routes.is_empty() {
             self.routes.remove(channel);
+            self.unsubscribe(channel.to_owned(), ctx);
+        }
+    }
+
+    /// Unsubscribes `channel`, no longer routed (a no-op while disconnected: the next
+    /// connection subscribes only the routed channels).
+    fn unsubscribe(&mut self, channel: String, ctx: &mut Context<Self>) {
+        if let Some(mut sink) = self.sink.clone() {
+            let answer = self.answer();
+            let work = async move { sink.unsubscribe_within(&channel, answer).await };
+            ctx.wait(work.into_actor(self).map(|res, act, ctx| {
+                if let Err(error) = res {
+                    tracing::debug!(%error, "unsubscribe failed");
+                    act.failed(&error, ctx);
+                }
+            }));
         }
     }
 
@@ -302,7 +326,7 @@ impl StreamHandler<Heard> for PubSubActor {
         };
         let mut gone = false;
         for route in routes {
-            match route.actor.unlocked.upgrade() {
+            match listening(&route.actor) {
                 Some(actor) => actor.do_send(Unlocked {
                     count,
                     channel: key.clone(),
@@ -311,7 +335,7 @@ impl StreamHandler<Heard> for PubSubActor {
             }
         }
         if gone {
-            self.forget_gone(channel.as_str());
+            self.forget_gone(channel.as_str(), ctx);
         }
     }
 
@@ -375,16 +399,7 @@ impl Handler<Unsubscribe> for PubSubActor {
             return;
         }
         self.routes.remove(msg.channel.as_str());
-        if let Some(mut sink) = self.sink.clone() {
-            let answer = self.answer();
-            let work = async move { sink.unsubscribe_within(&msg.channel, answer).await };
-            ctx.wait(work.into_actor(self).map(|res, act, ctx| {
-                if let Err(error) = res {
-                    tracing::debug!(%error, "unsubscribe failed");
-                    act.failed(&error, ctx);
-                }
-            }));
-        }
+        self.unsubscribe(msg.channel, ctx);
     }
 }
 
@@ -405,5 +420,193 @@ impl Handler<Halt> for PubSubActor {
         self.sink = None;
         // Drops the stream (and so the connection); the supervisor restarts an inert actor.
         ctx.stop();
+    }
+}
+
+/// `forget_gone` against a real server: no lock actor dies without its `Unsubscribe`, so these
+/// listeners stand for one that did (a bug, a panic), with and without an address of it left.
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    use super::*;
+    use crate::Config;
+    use crate::testing::TestServer;
+
+    /// Stands for a lock actor: counts the messages routed to it; `Die` stops it without an
+    /// `Unsubscribe`.
+    struct Ear {
+        heard: Arc<AtomicUsize>,
+        stopped: Arc<AtomicUsize>,
+    }
+
+    impl Actor for Ear {
+        type Context = Context<Self>;
+
+        fn stopped(&mut self, _: &mut Context<Self>) {
+            self.stopped.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Handler<Unlocked> for Ear {
+        type Result = ();
+
+        fn handle(&mut self, _: Unlocked, _: &mut Context<Self>) {
+            self.heard.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Handler<Resubscribed> for Ear {
+        type Result = ();
+
+        fn handle(&mut self, _: Resubscribed, _: &mut Context<Self>) {}
+    }
+
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Die;
+
+    impl Handler<Die> for Ear {
+        type Result = ();
+
+        fn handle(&mut self, _: Die, ctx: &mut Context<Self>) {
+            ctx.stop();
+        }
+    }
+
+    /// The routes: each channel with its number of listeners, sorted.
+    #[derive(Message)]
+    #[rtype(result = "Vec<(String, usize)>")]
+    struct Routes;
+
+    impl Handler<Routes> for PubSubActor {
+        type Result = MessageResult<Routes>;
+
+        fn handle(&mut self, _: Routes, _: &mut Context<Self>) -> Self::Result {
+            let mut routes: Vec<_> = (self.routes.iter())
+                .map(|(channel, routes)| (channel.to_string(), routes.len()))
+                .collect();
+            routes.sort();
+            MessageResult(routes)
+        }
+    }
+
+    fn numsub(raw: &mut redis::Connection, channel: &str) -> u64 {
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(raw)
+            .expect("PUBSUB NUMSUB");
+        n
+    }
+
+    fn publish(raw: &mut redis::Connection, channel: &str) {
+        let _: u64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(0)
+            .query(raw)
+            .expect("PUBLISH");
+    }
+
+    /// Polls `done` every 10 ms, failing with `what` after 10 s.
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_listener_dead_without_unsubscribing_is_forgotten_and_its_lone_channel_unsubscribed()
+    {
+        let server = TestServer::start().expect("server");
+        let mut raw = server.conn().expect("connection");
+        let endpoint = Endpoint::open(&Config::new(server.url()))
+            .await
+            .expect("endpoint");
+        let pubsub = Supervisor::start(move |_| PubSubActor::new(endpoint, Duration::from_secs(5)));
+        let stopped = Arc::new(AtomicUsize::new(0));
+        let ear = || {
+            let heard = Arc::new(AtomicUsize::new(0));
+            let stopped = stopped.clone();
+            let addr = Ear {
+                heard: heard.clone(),
+                stopped,
+            }
+            .start();
+            (addr, heard)
+        };
+        // "shared": one listener dies with no address left, one with an address still held,
+        // one lives. "alone" and "held": one listener each, dying without and with an address.
+        let (dead, dead_heard) = ear();
+        let (held, held_heard) = ear();
+        let (live, live_heard) = ear();
+        let (alone, _) = ear();
+        let (held_alone, _) = ear();
+        let plan = [
+            ("shared", &dead),
+            ("shared", &held),
+            ("shared", &live),
+            ("alone", &alone),
+            ("held", &held_alone),
+        ];
+        for (id, (channel, addr)) in (1u64..).zip(plan) {
+            (pubsub.send(Subscribe {
+                channel: channel.to_owned(),
+                id,
+                actor: Listener::of(addr),
+            }))
+            .await
+            .expect("delivered")
+            .expect("subscribed");
+        }
+        for channel in ["shared", "alone", "held"] {
+            assert_eq!(numsub(&mut raw, channel), 1, "{channel} subscribed");
+        }
+
+        for addr in [&dead, &held, &alone, &held_alone] {
+            addr.do_send(Die);
+        }
+        drop((dead, alone));
+        until("four listeners stopped", || stopped.load(Ordering::SeqCst) == 4).await;
+
+        for channel in ["shared", "alone", "held"] {
+            publish(&mut raw, channel);
+        }
+        until("the live listener hears its channel", || {
+            live_heard.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        until("both lone channels unsubscribed", || {
+            numsub(&mut raw, "alone") == 0 && numsub(&mut raw, "held") == 0
+        })
+        .await;
+        assert_eq!(numsub(&mut raw, "shared"), 1, "the live listener's stays");
+        let routes = pubsub.send(Routes).await.expect("routes");
+        assert_eq!(routes, [("shared".to_owned(), 1)], "only the live route left");
+        assert_eq!(dead_heard.load(Ordering::SeqCst), 0);
+        assert_eq!(held_heard.load(Ordering::SeqCst), 0);
+        assert!(!held.connected(), "stopped, its address still held");
+
+        // Forgotten, not deafened: the live listener hears the next message too, exactly once.
+        publish(&mut raw, "shared");
+        until("the live listener hears it again", || {
+            live_heard.load(Ordering::SeqCst) == 2
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(live_heard.load(Ordering::SeqCst), 2, "once per message");
+        pubsub.do_send(Unsubscribe {
+            channel: "shared".to_owned(),
+            id: 3,
+        });
+        until("the last listener's unsubscribe is sent", || {
+            numsub(&mut raw, "shared") == 0
+        })
+        .await;
+        drop((held, held_alone, live));
+        pubsub.do_send(Halt);
     }
 }
