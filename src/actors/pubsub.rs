@@ -431,7 +431,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::Config;
+    use crate::config::Config;
     use crate::testing::TestServer;
 
     /// Stands for a lock actor: counts the messages routed to it; `Die` stops it without an
@@ -518,50 +518,53 @@ mod tests {
         }
     }
 
+    /// A PubSubActor connected to `server`.
+    async fn pubsub_of(server: &TestServer) -> Addr<PubSubActor> {
+        let endpoint = Endpoint::open(&Config::new(server.url()))
+            .await
+            .expect("endpoint");
+        Supervisor::start(move |_| PubSubActor::new(endpoint, Duration::from_secs(5)))
+    }
+
+    /// Starts an [`Ear`] (its stop counted in `stopped`) and subscribes it to `channel` as
+    /// listener `id`: its address and its count of messages heard.
+    async fn listening_ear(
+        pubsub: &Addr<PubSubActor>,
+        channel: &str,
+        id: u64,
+        stopped: &Arc<AtomicUsize>,
+    ) -> (Addr<Ear>, Arc<AtomicUsize>) {
+        let heard = Arc::new(AtomicUsize::new(0));
+        let ear = Ear {
+            heard: heard.clone(),
+            stopped: stopped.clone(),
+        }
+        .start();
+        (pubsub.send(Subscribe {
+            channel: channel.to_owned(),
+            id,
+            actor: Listener::of(&ear),
+        }))
+        .await
+        .expect("delivered")
+        .expect("subscribed");
+        (ear, heard)
+    }
+
     #[actix_rt::test]
     async fn a_listener_dead_without_unsubscribing_is_forgotten_and_its_lone_channel_unsubscribed()
     {
         let server = TestServer::start().expect("server");
         let mut raw = server.conn().expect("connection");
-        let endpoint = Endpoint::open(&Config::new(server.url()))
-            .await
-            .expect("endpoint");
-        let pubsub = Supervisor::start(move |_| PubSubActor::new(endpoint, Duration::from_secs(5)));
+        let pubsub = pubsub_of(&server).await;
         let stopped = Arc::new(AtomicUsize::new(0));
-        let ear = || {
-            let heard = Arc::new(AtomicUsize::new(0));
-            let stopped = stopped.clone();
-            let addr = Ear {
-                heard: heard.clone(),
-                stopped,
-            }
-            .start();
-            (addr, heard)
-        };
         // "shared": one listener dies with no address left, one with an address still held,
         // one lives. "alone" and "held": one listener each, dying without and with an address.
-        let (dead, dead_heard) = ear();
-        let (held, held_heard) = ear();
-        let (live, live_heard) = ear();
-        let (alone, _) = ear();
-        let (held_alone, _) = ear();
-        let plan = [
-            ("shared", &dead),
-            ("shared", &held),
-            ("shared", &live),
-            ("alone", &alone),
-            ("held", &held_alone),
-        ];
-        for (id, (channel, addr)) in (1u64..).zip(plan) {
-            (pubsub.send(Subscribe {
-                channel: channel.to_owned(),
-                id,
-                actor: Listener::of(addr),
-            }))
-            .await
-            .expect("delivered")
-            .expect("subscribed");
-        }
+        let (dead, dead_heard) = listening_ear(&pubsub, "shared", 1, &stopped).await;
+        let (held, held_heard) = listening_ear(&pubsub, "shared", 2, &stopped).await;
+        let (live, live_heard) = listening_ear(&pubsub, "shared", 3, &stopped).await;
+        let (alone, _) = listening_ear(&pubsub, "alone", 4, &stopped).await;
+        let (held_alone, _) = listening_ear(&pubsub, "held", 5, &stopped).await;
         for channel in ["shared", "alone", "held"] {
             assert_eq!(numsub(&mut raw, channel), 1, "{channel} subscribed");
         }
@@ -570,7 +573,10 @@ mod tests {
             addr.do_send(Die);
         }
         drop((dead, alone));
-        until("four listeners stopped", || stopped.load(Ordering::SeqCst) == 4).await;
+        until("four listeners stopped", || {
+            stopped.load(Ordering::SeqCst) == 4
+        })
+        .await;
 
         for channel in ["shared", "alone", "held"] {
             publish(&mut raw, channel);
@@ -585,7 +591,11 @@ mod tests {
         .await;
         assert_eq!(numsub(&mut raw, "shared"), 1, "the live listener's stays");
         let routes = pubsub.send(Routes).await.expect("routes");
-        assert_eq!(routes, [("shared".to_owned(), 1)], "only the live route left");
+        assert_eq!(
+            routes,
+            [("shared".to_owned(), 1)],
+            "only the live route left"
+        );
         assert_eq!(dead_heard.load(Ordering::SeqCst), 0);
         assert_eq!(held_heard.load(Ordering::SeqCst), 0);
         assert!(!held.connected(), "stopped, its address still held");
