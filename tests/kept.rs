@@ -230,3 +230,76 @@ async fn other_kinds_of_a_name_wait_on_its_kept_channel_and_outlive_the_keeper()
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// `PUBSUB SHARDNUMSUB` of `channel` on the node `raw` is connected to.
+fn shard_numsub(raw: &mut redis::Connection, channel: &str) -> u64 {
+    let (_, n): (String, u64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(raw)
+        .expect("PUBSUB SHARDNUMSUB");
+    n
+}
+
+/// The kept channel on a Cluster, by sharded pub/sub: `a` keeps the name's channel subscribed on
+/// the shard that owns it; its pub/sub connection to that shard is killed before the next wait,
+/// then during one. Each time it is subscribed there again, and the wait is woken by `b`'s
+/// release within [`WOKEN_WITHIN`] (the hold's PTTL is 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_kept_shard_channel_survives_its_connection_killed_and_wakes() {
+    let cluster = support::cluster::Cluster::start(3, 0);
+    let name = "kept-sharded";
+    let ch = channel(name);
+    let owner = cluster.owner_of(name);
+    let mut raw = support::raw(cluster.node(owner));
+    let config = || Config::cluster(cluster.urls());
+    let a = manager(config().idle_linger(LONG_LINGER)).await;
+    let b = manager(config()).await;
+
+    // Kept: `a` waited, was granted and released; the shard still has its subscription.
+    let held = b.lock(name).acquire().await.unwrap();
+    let lock = a.lock(name);
+    let task = tokio::spawn(async move { lock.acquire().await });
+    wait::shard_subscribers(&mut raw, &ch, 1).await;
+    let guard = released_and_woken(held, task, "cluster, first wait").await;
+    guard.release().await.unwrap();
+    assert_eq!(shard_numsub(&mut raw, &ch), 1, "kept after the grant");
+
+    for during in [false, true] {
+        let what = if during {
+            "during the wait"
+        } else {
+            "before the wait"
+        };
+        if !during {
+            kill_clients(&mut raw, &["pubsub"]);
+            assert_eq!(
+                shard_numsub(&mut raw, &ch),
+                0,
+                "{what}: the subscriber is gone"
+            );
+            wait::shard_subscribers(&mut raw, &ch, 1).await;
+        }
+        let held = b.lock(name).acquire().await.unwrap();
+        let lock = a.lock(name);
+        let task = tokio::spawn(async move { lock.acquire().await });
+        parked(&mut raw, &task).await;
+        if during {
+            kill_clients(&mut raw, &["pubsub"]);
+            assert_eq!(
+                shard_numsub(&mut raw, &ch),
+                0,
+                "{what}: the subscriber is gone"
+            );
+            wait::shard_subscribers(&mut raw, &ch, 1).await;
+            // Back, the waiter tries once (messages of the gap are lost) and finds it held.
+            parked(&mut raw, &task).await;
+        }
+        let guard = released_and_woken(held, task, &format!("cluster, killed {what}")).await;
+        guard.release().await.unwrap();
+        assert_eq!(shard_numsub(&mut raw, &ch), 1, "{what}: kept again");
+    }
+    assert!(cluster.lock_keys().is_empty(), "{:?}", cluster.lock_keys());
+    a.shutdown().await;
+    b.shutdown().await;
+}
