@@ -6,12 +6,14 @@
 mod support;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lockman::{Config, LockManager};
 use redis::Commands;
+use support::commands::reset_stats;
 use support::fair::{SkewedChild, deadlines, epoch_ms, queue, server_ms};
-use support::{RedisServer, redisson, wait::eventually};
+use support::locks::count_rounds;
+use support::{RedisServer, redisson, wait, wait::eventually};
 
 const CHILD_URL: &str = "LOCKMAN_TEST_FAIR_CLOCK_CHILD_URL";
 const SLOW: &str = "skew-slow";
@@ -190,4 +192,144 @@ async fn a_lockman_client_15_s_fast_prunes_no_live_place() {
     assert_eq!(g.holder_id(), id);
     g.release().await.unwrap();
     assert_eq!(queue(&mut raw, FAST), [JAVA.to_owned()]);
+}
+
+/// The kept channel's lock and the counter of the skewed clients of
+/// `lockman_clients_an_hour_off_exclude_and_wake_on_the_kept_channel`.
+const KEPT: &str = "skew-kept";
+const COUNTED: &str = "skew-counted";
+const COUNTER: &str = "skew-counted:n";
+/// The counted rounds of each client.
+const COUNT_ROUNDS: u32 = 20;
+
+/// The body of the skewed children of
+/// `lockman_clients_an_hour_off_exclude_and_wake_on_the_kept_channel`: told `wait` on stdin, it
+/// says `TRYING`, acquires the (unfair) lock `KEPT` and releases it; told `count`, it runs its
+/// counted rounds on `COUNTED`; told `end`, it shuts down. Its manager lingers: the channel it
+/// waited on is kept between waits.
+#[tokio::test]
+#[ignore = "child process of lockman_clients_an_hour_off_exclude_and_wake_on_the_kept_channel"]
+async fn child_waits_on_the_kept_channel_and_counts_when_told() {
+    let url = std::env::var(CHILD_URL).expect("run by the parent test");
+    let config = Config::new(url.clone()).idle_linger(Duration::from_secs(120));
+    let mgr = LockManager::start(config).await.expect("manager starts");
+    let conn = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    println!("CLOCK {}", epoch_ms());
+    loop {
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).map(|_| line)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        match line.trim() {
+            "wait" => {
+                println!("TRYING");
+                let guard = mgr.lock(KEPT).acquire().await.unwrap();
+                guard.release().await.unwrap();
+                println!("RELEASED");
+            }
+            "count" => {
+                count_rounds(mgr.lock(COUNTED), conn.clone(), COUNTER, COUNT_ROUNDS).await;
+                println!("COUNTED");
+            }
+            _ => break,
+        }
+    }
+    mgr.shutdown().await;
+    println!("DONE");
+}
+
+/// Two lockman clients whose wall clocks are an hour slow and an hour fast wait on an unfair
+/// lock held by a client with a true clock, three times: each time both have tried and are
+/// parked (no script runs), and the holder's release wakes one, whose release wakes the other,
+/// both within [`WOKEN_WITHIN`] (the hold's lease is 60 s: a deaf waiter retries only then).
+/// Each keeps the channel between its waits (`PUBSUB NUMSUB` 2 after each round: the kept
+/// channel, so the later waits send no SUBSCRIBE). Then the three count rounds on one lock:
+/// the counter is exactly their sum. Nothing is left but the counter (and client records).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lockman_clients_an_hour_off_exclude_and_wake_on_the_kept_channel() {
+    const WOKEN_WITHIN: Duration = Duration::from_secs(5);
+    const HOUR_MS: i64 = 3_600_000;
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let holder = manager(server.url()).await;
+    let mut children = [("-1h", -HOUR_MS), ("+1h", HOUR_MS)].map(|(skew, ms)| {
+        let mut child = SkewedChild::spawn(
+            "child_waits_on_the_kept_channel_and_counts_when_told",
+            (CHILD_URL, &server.url()),
+            skew,
+        );
+        assert_skew(&mut child, ms);
+        child
+    });
+    let ch = format!("redisson_lock__channel:{{{KEPT}}}");
+    for round in 0..3 {
+        let held = holder
+            .lock(KEPT)
+            .acquire_with_lease(Duration::from_secs(60))
+            .await
+            .unwrap();
+        reset_stats(&mut raw);
+        for child in &mut children {
+            child.say("wait");
+        }
+        for child in &mut children {
+            child.expect_line("TRYING", CHILD_LIMIT);
+        }
+        // Both tried (found it held) and are parked, subscribed.
+        wait::calls_reach(&mut raw, "evalsha", 2).await;
+        wait::subscribers(&mut raw, &ch, 2).await;
+        wait::quiet(&mut raw).await;
+        let freed = Instant::now();
+        held.release().await.unwrap();
+        for child in &mut children {
+            child.expect_line("RELEASED", WOKEN_WITHIN + Duration::from_secs(1));
+        }
+        let took = freed.elapsed();
+        assert!(
+            took < WOKEN_WITHIN,
+            "round {round}: both had it {took:?} after"
+        );
+        let (_, kept): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&ch)
+            .query(&mut raw)
+            .unwrap();
+        assert_eq!(
+            kept, 2,
+            "round {round}: each skewed client keeps the channel"
+        );
+        assert!(!raw.exists::<_, bool>(KEPT).unwrap(), "round {round}: free");
+    }
+
+    for child in &mut children {
+        child.say("count");
+    }
+    let conn = server.async_conn().await;
+    count_rounds(holder.lock(COUNTED), conn, COUNTER, COUNT_ROUNDS).await;
+    for child in &mut children {
+        child.expect_line("COUNTED", Duration::from_secs(60));
+    }
+    let total: u32 = raw.get(COUNTER).unwrap();
+    assert_eq!(total, 3 * COUNT_ROUNDS, "exclusion, counted");
+    for child in &mut children {
+        child.say("end");
+        child.expect_line("DONE", CHILD_LIMIT);
+    }
+    for child in children {
+        assert!(child.wait());
+    }
+    // And the client records (`lockman_client:{lockman}…`) of the managers still running.
+    let keys: Vec<String> = raw.keys("*").unwrap();
+    let left: Vec<_> = (keys.iter())
+        .filter(|k| !k.starts_with("lockman_client:{lockman}"))
+        .collect();
+    assert_eq!(left, [COUNTER]);
+    holder.shutdown().await;
 }
