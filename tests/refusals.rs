@@ -11,7 +11,9 @@
 //!   before the hold's 30 s PTTL;
 //! - an unbounded `acquire()` of a free name (for the refusals that need a person, not a
 //!   passing state): its typed error, promptly, never a hang; and a bounded wait: its typed
-//!   error, never `Ok(None)` (nobody holds the name) — nothing written either way.
+//!   error, never `Ok(None)` (nobody holds the name) — nothing written either way;
+//! - (for the refusals that need a person) an unbounded `acquire()` parked behind another
+//!   manager's hold and woken by its release: its attempt refused, the typed error at once.
 
 mod support;
 
@@ -88,6 +90,9 @@ impl Refusal {
     }
 }
 
+/// The name a parked waiter of the refused manager waits on, held by the other manager.
+const WAITED: &str = "refused-waited";
+
 fn channel(name: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}")
 }
@@ -124,6 +129,17 @@ async fn refused_under(refusal: Refusal) {
     let waiter = other.lock(name);
     let waiting = tokio::spawn(async move { waiter.acquire().await });
     wait::subscribers(&mut raw, &channel(name), 1).await;
+    // For a refusal that needs a person: a waiter of the refused manager, parked behind
+    // another's hold, whose wake-up meets the refusal.
+    let parked = if refusal.needs_a_person() {
+        let theirs = other.lock(WAITED).acquire().await.expect("acquire");
+        let lock = mgr.lock(WAITED);
+        let task = tokio::spawn(async move { lock.acquire().await });
+        wait::subscribers(&mut raw, &channel(WAITED), 1).await;
+        Some((theirs, task))
+    } else {
+        None
+    };
     wait::quiet(&mut raw).await;
 
     refusal.set(&mut raw, true);
@@ -169,6 +185,19 @@ async fn refused_under(refusal: Refusal) {
             .unwrap_or_else(|_| panic!("{refusal:?}: an unbounded acquire hangs"));
         let err = res.map(drop).expect_err("refused");
         assert!(refusal.typed(&err), "{refusal:?}: unbounded: {err:?}");
+    }
+    if let Some((theirs, task)) = parked {
+        // The other manager's release (a DEL, which `maxmemory` lets through) wakes it; its
+        // attempt is refused: that is its answer, at once, not a wait for good.
+        theirs.release().await.expect("release");
+        let res = tokio::time::timeout(PROMPT, task)
+            .await
+            .unwrap_or_else(|_| panic!("{refusal:?}: the woken waiter hangs"))
+            .expect("no panic");
+        let err = res.map(drop).expect_err("refused");
+        assert!(refusal.typed(&err), "{refusal:?}: woken waiter: {err:?}");
+        let exists: bool = raw.exists(WAITED).expect("EXISTS");
+        assert!(!exists, "{refusal:?}: nothing written for the waited name");
     }
     let exists: bool = raw.exists(free).expect("EXISTS");
     assert!(!exists, "{refusal:?}: nothing written for the free name");
