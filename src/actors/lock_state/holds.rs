@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
+use super::timers::Timers;
 use super::{Effect, HoldKey, LockState, Loss, Timer};
 
 /// Every hold gets a number no other hold in this process had, so a stale guard can never
@@ -140,32 +141,34 @@ impl Holds {
         self.by_key.values()
     }
 
-    /// One more grant of `key`'s hold, or a new hold with a new epoch: its epoch. One lookup
-    /// of the key (its holder's id hashed once), whether the hold is new or not.
-    pub(super) fn add(&mut self, key: &HoldKey, lease: Duration, started: Instant) -> u64 {
+    /// One more grant of `key`'s hold, or a new hold with a new epoch: the hold. One lookup
+    /// of the key (its holder's id hashed once), whether the hold is new or not; the caller
+    /// goes on with the hold it returns, with no lookup of its own.
+    pub(super) fn add(&mut self, key: &HoldKey, lease: Duration, started: Instant) -> &mut Hold {
         use std::collections::hash_map::Entry;
         match self.by_key.entry(key.clone()) {
             Entry::Occupied(held) => {
                 let hold = held.into_mut();
                 hold.count += 1;
                 hold.granted = hold.granted.max(started);
-                hold.epoch
+                hold
             }
-            Entry::Vacant(new) => {
-                let epoch = NEXT_EPOCH.fetch_add(1, Ordering::Relaxed);
-                new.insert(Hold {
-                    count: 1,
-                    epoch,
-                    watchdog: false,
-                    tracked: false,
-                    granted: started,
-                    lease,
-                    ends: None,
-                    unreleased: 0,
-                });
-                epoch
-            }
+            Entry::Vacant(new) => new.insert(Hold {
+                count: 1,
+                epoch: NEXT_EPOCH.fetch_add(1, Ordering::Relaxed),
+                watchdog: false,
+                tracked: false,
+                granted: started,
+                lease,
+                ends: None,
+                unreleased: 0,
+            }),
         }
+    }
+
+    /// Whether no hold found gone during its release waits for that release's outcome.
+    pub(super) fn none_gone_releasing(&self) -> bool {
+        self.gone_releasing.is_empty()
     }
 
     /// Removes the hold of `key`, if it is the one of `epoch`: one lookup when it is (the
@@ -196,40 +199,42 @@ impl<'a> IntoIterator for &'a Holds {
 }
 
 impl LockState {
-    /// Records a hold granted by Redis (a new one, or one more of a held one); its epoch.
-    pub(super) fn grant(&mut self, key: HoldKey, lease: Option<Duration>, started: Instant) -> u64 {
+    /// Records a hold granted by Redis (a new one, or one more of a held one): its epoch, and
+    /// what its guards' validity starts from (when Redis last set its PTTL, and the lease).
+    pub(super) fn grant(
+        &mut self,
+        key: HoldKey,
+        lease: Option<Duration>,
+        started: Instant,
+    ) -> (u64, (Instant, Duration)) {
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(self.settings.watchdog_timeout);
-        let epoch = self.holds.add(&key, lease, started);
+        let (timeout, after, now) = (self.settings.watchdog_timeout, self.track_after(), self.now);
+        // One lookup of the key for the whole grant: the hold `add` returns is the one watched
+        // or given its end.
+        let hold = self.holds.add(&key, lease, started);
         if watchdog {
-            self.watch(&key);
+            watch_hold(hold, &mut self.timers, &key, (timeout, after, now));
         } else {
             // The script just set the PTTL to this lease (it started no earlier than `started`),
             // or kept a longer one of the hold's (`attempt_ttl`): a re-entry never moves the
             // hold's end earlier, or an outer guard's hold would end before its own lease.
-            let ends = self.holds.get(&key).and_then(|h| h.ends);
-            let at = ends.map_or(started + lease, |e| e.max(started + lease));
-            self.expire_at(&key, lease, at);
+            let at = hold
+                .ends
+                .map_or(started + lease, |e| e.max(started + lease));
+            expire_hold(hold, &mut self.timers, &key, (lease, at, now));
         }
+        let granted = (hold.epoch, (hold.granted, hold.lease));
         self.set_busy();
-        epoch
+        granted
     }
 
     /// Puts a hold under the watchdog (for good: it renews until the hold ends; again after
     /// a last release that left it in place).
     pub(super) fn watch(&mut self, key: &HoldKey) {
-        let timeout = self.settings.watchdog_timeout;
-        let Some(hold) = self.holds.by_key.get_mut(key) else {
-            return;
-        };
-        if !hold.watchdog {
-            self.timers.stop(&Timer::Expiry(key.clone(), hold.epoch));
-        }
-        hold.lease = timeout;
-        hold.watchdog = true;
-        if !hold.tracked && !self.timers.is_armed(&Timer::Track) {
-            let after = self.track_after();
-            self.timers.set(Timer::Track, self.now, after);
+        let (timeout, after, now) = (self.settings.watchdog_timeout, self.track_after(), self.now);
+        if let Some(hold) = self.holds.by_key.get_mut(key) {
+            watch_hold(hold, &mut self.timers, key, (timeout, after, now));
         }
     }
 
@@ -271,29 +276,26 @@ impl LockState {
     /// A lease hold is lost when its lease runs out, since nobody renews it.
     pub(super) fn expire_at(&mut self, key: &HoldKey, lease: Duration, at: Instant) {
         let now = self.now;
-        let Some(hold) = self.holds.by_key.get_mut(key) else {
-            return;
-        };
-        if hold.watchdog {
-            return;
+        if let Some(hold) = self.holds.by_key.get_mut(key) {
+            expire_hold(hold, &mut self.timers, key, (lease, at, now));
         }
-        hold.lease = lease;
-        hold.ends = Some(at);
-        let after = at.saturating_duration_since(now);
-        self.timers
-            .set(Timer::Expiry(key.clone(), hold.epoch), now, after);
     }
 
     /// The hold is gone from Redis: tell its guards, stop renewing it.
     pub(super) fn lose(&mut self, key: &HoldKey, epoch: u64, loss: Loss) {
-        let why = loss.describe();
         if let Some(hold) = self.end_hold(key, epoch, Some(loss)) {
-            let (holder, kind) = (&key.0, key.1);
-            if hold.watchdog {
-                tracing::warn!(lock = %self.name, %holder, ?kind, why, "lock lost");
-            } else {
-                tracing::debug!(lock = %self.name, %holder, ?kind, why, "lease hold ended");
-            }
+            self.told_lost(key, &hold, loss);
+        }
+    }
+
+    /// Logs the loss of `key`'s `hold`, which ended.
+    pub(super) fn told_lost(&self, key: &HoldKey, hold: &Hold, loss: Loss) {
+        let why = loss.describe();
+        let (holder, kind) = (&key.0, key.1);
+        if hold.watchdog {
+            tracing::warn!(lock = %self.name, %holder, ?kind, why, "lock lost");
+        } else {
+            tracing::debug!(lock = %self.name, %holder, ?kind, why, "lease hold ended");
         }
     }
 
@@ -304,7 +306,19 @@ impl LockState {
         epoch: u64,
         lost: Option<Loss>,
     ) -> Option<Hold> {
+        self.end_hold_by(key, epoch, |_| lost)
+    }
+
+    /// [`end_hold`](Self::end_hold), whether it is lost decided from the hold itself, taken out
+    /// by the same lookup.
+    pub(super) fn end_hold_by(
+        &mut self,
+        key: &HoldKey,
+        epoch: u64,
+        lost: impl FnOnce(&Hold) -> Option<Loss>,
+    ) -> Option<Hold> {
         let hold = self.holds.remove(key, epoch)?;
+        let lost = lost(&hold);
         // Only a lease hold has its expiry armed (`expire_at`; `watch` stops it).
         if !hold.watchdog {
             self.timers.stop(&Timer::Expiry(key.clone(), epoch));
@@ -330,4 +344,38 @@ impl LockState {
         }
         Some(hold)
     }
+}
+
+/// [`LockState::watch`] of `hold` (`key`'s), with the watchdog `timeout`, the age `after` which
+/// it goes to the Watchdog, and `now`.
+fn watch_hold(
+    hold: &mut Hold,
+    timers: &mut Timers,
+    key: &HoldKey,
+    (timeout, after, now): (Duration, Duration, Instant),
+) {
+    if !hold.watchdog {
+        timers.stop(&Timer::Expiry(key.clone(), hold.epoch));
+    }
+    hold.lease = timeout;
+    hold.watchdog = true;
+    if !hold.tracked && !timers.is_armed(&Timer::Track) {
+        timers.set(Timer::Track, now, after);
+    }
+}
+
+/// [`LockState::expire_at`] of `hold` (`key`'s): its `lease` ends `at`, and it is `now`.
+fn expire_hold(
+    hold: &mut Hold,
+    timers: &mut Timers,
+    key: &HoldKey,
+    (lease, at, now): (Duration, Instant, Instant),
+) {
+    if hold.watchdog {
+        return;
+    }
+    hold.lease = lease;
+    hold.ends = Some(at);
+    let after = at.saturating_duration_since(now);
+    timers.set(Timer::Expiry(key.clone(), hold.epoch), now, after);
 }

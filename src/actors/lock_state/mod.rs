@@ -24,7 +24,8 @@
 //! [`NameState::timeout`]). The rules that join them are `impl LockState` blocks by subject:
 //! sending (`round_trips.rs`), outcomes (`outcomes.rs`), settling a holder's count
 //! (`settle.rs`), requests of unknown outcome (`unsure.rs`), waking waiters (`wake.rs`), Redis
-//! away (`outage.rs`), turns after a streak of hand-offs (`turns.rs`).
+//! away (`outage.rs`), turns after a streak of hand-offs (`turns.rs`), and the uncontended
+//! pair's short path through them (`short.rs`).
 
 mod effects;
 mod holds;
@@ -34,6 +35,7 @@ mod outcomes;
 mod places;
 mod round_trips;
 mod settle;
+mod short;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -147,6 +149,13 @@ pub(crate) struct LockState {
     busy: bool,
     now: Instant,
     out: Vec<Effect>,
+    /// Tests only: the short path (`short.rs`) is never taken, so that the general rules can
+    /// be compared with it.
+    #[cfg(test)]
+    general_only: bool,
+    /// Tests only: the steps that took the short path.
+    #[cfg(test)]
+    shorts: u32,
 }
 
 impl LockState {
@@ -167,6 +176,10 @@ impl LockState {
             busy: false,
             now,
             out: Vec::new(),
+            #[cfg(test)]
+            general_only: false,
+            #[cfg(test)]
+            shorts: 0,
         }
     }
 
@@ -206,6 +219,10 @@ impl LockState {
             return id;
         }
         let wait = req.wait.normalized();
+        if self.idle_for(req.kind) {
+            self.request_short(id, req, wait, now);
+            return id;
+        }
         if let Wait::Up(d) = wait {
             self.out.push(Effect::Arm(id, d));
         }
@@ -255,8 +272,10 @@ impl LockState {
         now: Instant,
     ) {
         self.now = now;
-        self.trips.queue(Pending::Release { key, epoch, reply });
-        self.pump();
+        if let Err((key, reply)) = self.release_short(key, epoch, reply) {
+            self.trips.queue(Pending::Release { key, epoch, reply });
+            self.pump();
+        }
     }
 
     /// The round trip under way finished.
@@ -265,6 +284,9 @@ impl LockState {
         let Some(InFlight { flight, sent, at }) = self.trips.landed() else {
             return;
         };
+        if self.lands_short(&flight, &outcome) {
+            return self.land_short(flight, outcome);
+        }
         self.heard(&outcome, at);
         let resolved = match sent {
             Some(op) if outcome.unknown().is_some() => {

@@ -69,7 +69,7 @@ impl LockState {
     }
 
     /// Redis answered: the outage, if any, is over.
-    fn back(&mut self) {
+    pub(super) fn back(&mut self) {
         if self.link.back(self.now) {
             self.timers.stop(&Timer::Unavailable);
         }

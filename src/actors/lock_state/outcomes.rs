@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::holds::Hold;
 use super::trips::{Flight, Pending, ReleaseFlight};
 use super::*;
 
@@ -92,7 +93,7 @@ impl LockState {
             Ok(Attempt::Unsynced { acked, wanted }) => {
                 // Redis granted it, but too few replicas have it: give it back, as a release
                 // of a hold nobody took.
-                let epoch = self.grant(key.clone(), *lease, *started);
+                let (epoch, _) = self.grant(key.clone(), *lease, *started);
                 self.trips.queue(Pending::Release {
                     key: key.clone(),
                     epoch,
@@ -253,7 +254,7 @@ impl LockState {
         started: Instant,
         token: Option<u64>,
     ) {
-        let epoch = self.grant(key.clone(), lease, started);
+        let (epoch, confirmed) = self.grant(key.clone(), lease, started);
         if let Some(w) = self.waiters.get(id) {
             let waited = started.saturating_duration_since(w.since);
             tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
@@ -266,7 +267,7 @@ impl LockState {
                 .filter(|t| t.id != id && t.holder == key.0 && t.kind == key.1)
                 .map(|t| t.id)
                 .collect();
-            let confirmed = self.holds.of(&key, epoch).map(|h| (h.granted, h.lease));
+            let confirmed = Some(confirmed);
             self.answer(
                 id,
                 Answer::Granted {
@@ -335,6 +336,8 @@ impl LockState {
             started,
             to,
         } = release;
+        // Only these leave the hold in place (the others end it).
+        let kept = matches!(res, Ok(HandedOff::No(Released::StillHeld)) | Err(_));
         let res = match res {
             Ok(HandedOff::No(Released::StillHeld)) => {
                 self.still_held(&key, epoch, lease, started);
@@ -342,14 +345,16 @@ impl LockState {
             }
             Ok(HandedOff::No(Released::Unlocked)) => {
                 self.streak_over(&key, started);
-                if self.holds.of_mut(&key, epoch).is_some_and(|h| h.count > 1)
-                    && !self.trips.is_unsure(&key)
+                // Redis counted fewer holds than were granted (and no unresolved release of
+                // them explains it): the others are gone. Decided from the hold the end takes
+                // out (one lookup).
+                let unsure = self.trips.is_unsure(&key);
+                let lost = |h: &Hold| (h.count > 1 && !unsure).then_some(Loss::Release);
+                if let Some(hold) = self.end_hold_by(&key, epoch, lost)
+                    && hold.count > 1
+                    && !unsure
                 {
-                    // Redis counted fewer holds than were granted (and no unresolved release
-                    // of them explains it): the others are gone.
-                    self.lose(&key, epoch, Loss::Release);
-                } else {
-                    self.end_hold(&key, epoch, None);
+                    self.told_lost(&key, &hold, Loss::Release);
                 }
                 // A write release that leaves its holder reading publishes nothing
                 // (protocol.md): wake this process's waiters here.
@@ -384,7 +389,8 @@ impl LockState {
                 Err(e)
             }
         };
-        if self.settings.watch_holds
+        if kept
+            && self.settings.watch_holds
             && self
                 .holds
                 .of(&key, epoch)

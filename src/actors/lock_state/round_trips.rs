@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::holds::Hold;
 use super::trips::{Blocked, Flight, InFlight, Pending, ReleaseFlight};
 use super::*;
 use crate::protocol::Expect;
@@ -35,18 +36,22 @@ impl LockState {
         // One at a time; behind its holder's unresolved request a release or settling waits
         // (see `unsure`).
         while let Some(next) = self.trips.next_to_send() {
-            let Some((op, flight)) = self.op_of(next) else {
-                continue;
-            };
-            // A request is kept to be sent again as it is, should its reply never come.
-            let sent = op.seq().is_some().then(|| op.clone());
-            self.trips.sent(InFlight {
-                flight,
-                sent,
-                at: self.now,
-            });
-            self.out.push(Effect::Run(op));
+            if let Some((op, flight)) = self.op_of(next) {
+                self.send(op, flight);
+            }
         }
+    }
+
+    /// Sends `op`, whose reply will be for `flight`.
+    pub(super) fn send(&mut self, op: Op, flight: Flight) {
+        // A request is kept to be sent again as it is, should its reply never come.
+        let sent = op.seq().is_some().then(|| op.clone());
+        self.trips.sent(InFlight {
+            flight,
+            sent,
+            at: self.now,
+        });
+        self.out.push(Effect::Run(op));
     }
 
     /// The round trip that carries out `next`, and what its reply will be for; `None` when
@@ -98,10 +103,23 @@ impl LockState {
             }
             return None;
         }
-        let ttl = self.attempt_ttl(&key, lease);
+        Some(self.acquire_op(id, key, lease, once))
+    }
+
+    /// Waiter `id`'s attempt for `key` with `lease` (`once`: a single attempt), its holder
+    /// free to take (nothing of it unresolved or being settled).
+    pub(super) fn acquire_op(
+        &mut self,
+        id: WaiterId,
+        key: HoldKey,
+        lease: Option<Duration>,
+        once: bool,
+    ) -> (Op, Flight) {
+        let hold = self.holds.get(&key);
+        let ttl = self.attempt_ttl(hold, lease);
         // Exact: every hold of this holder is this actor's, none of its requests is unresolved
-        // (above), and a release that failed with an answer from Redis did not run.
-        let expect = Expect::count(self.holds.count(&key));
+        // (see `attempt_op`), and a release that failed with an answer from Redis did not run.
+        let expect = Expect::count(hold.map_or(0, |h| h.count));
         let seq = self.trips.next_seq();
         // A fair attempt that may wait can queue its holder, even one whose reply is lost: from
         // now on its holder has a place, left when its last waiter ends without the lock
@@ -130,13 +148,12 @@ impl LockState {
             started: self.now,
             place: queues.then_some(place_wait),
         };
-        Some((op, flight))
+        (op, flight)
     }
 
-    /// The TTL an attempt of `key` with `lease` sets.
-    fn attempt_ttl(&self, key: &HoldKey, lease: Option<Duration>) -> Duration {
+    /// The TTL an attempt with `lease` sets, onto its holder's `hold` here, if any.
+    fn attempt_ttl(&self, hold: Option<&Hold>, lease: Option<Duration>) -> Duration {
         let ttl_default = self.settings.watchdog_timeout;
-        let hold = self.holds.get(key);
         match lease {
             // A lease re-entry onto a hold the watchdog renews must not shorten the key's PTTL
             // below the watchdog's schedule: the hold lives as long as the renewed one anyway.
@@ -152,17 +169,16 @@ impl LockState {
     }
 
     /// A release, or a hand-off (see `hand_off_to`).
-    fn release_op(
+    pub(super) fn release_op(
         &mut self,
         key: HoldKey,
         epoch: u64,
         reply: Option<ReplyId>,
     ) -> Option<(Op, Flight)> {
-        let name = self.name.clone();
         let Some(hold) = self.holds.of_mut(&key, epoch) else {
             if let Some(reply) = reply {
-                self.out
-                    .push(Effect::Done(reply, Err(not_held(&name, &key))));
+                let e = not_held(&self.name, &key);
+                self.out.push(Effect::Done(reply, Err(e)));
             }
             return None;
         };

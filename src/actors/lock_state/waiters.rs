@@ -119,6 +119,14 @@ impl Waiters {
     /// Removes waiter `id`; the flag says whether it was its holder's last.
     pub(super) fn remove(&mut self, id: WaiterId) -> Option<(Waiter, bool)> {
         let w = self.live.remove(&id)?;
+        if self.live.is_empty() {
+            // The last waiter: every count goes to none without a lookup of its holder (the
+            // uncontended request's case).
+            self.by_holder.clear();
+            self.may_wait = 0;
+            self.order.clear();
+            return Some((w, true));
+        }
         let mut last = true;
         if let Some(count) = self.by_holder.get_mut(&w.holder) {
             count.all -= 1;
@@ -169,6 +177,11 @@ impl Waiters {
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.live.len()
+    }
+
+    /// Whether waiter `id` is the only one.
+    pub(super) fn only(&self, id: WaiterId) -> bool {
+        self.live.len() == 1 && self.live.contains_key(&id)
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -287,17 +287,19 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     reply::adopt(act, ctx, true);
     let mut effects = std::mem::take(&mut act.shell().effects);
     // Until none is left: carrying one out may tell the state more (a gone caller's grant).
+    // Drained again only then: no empty drain after every event.
     loop {
         act.shell().state.drain_into(&mut effects);
-        if effects.is_empty() {
-            break;
-        }
+        let mut told = false;
         for effect in effects.drain(..) {
             if reply::holds_back(act.shell(), &effect) {
                 act.shell().held.push(effect);
             } else {
-                perform(act, effect, ctx);
+                told |= perform(act, effect, ctx);
             }
+        }
+        if !told {
+            break;
         }
     }
     act.shell().effects = effects;
@@ -309,11 +311,17 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     }
 }
 
-/// Carries out one effect.
-pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Context<A>) {
+/// Carries out one effect. Returns whether that may have told the state more without
+/// carrying out what it said ([`apply`] then drains it again): only an answer may (a grant
+/// whose caller is gone is released at once, `PerName::answer`); whatever else reaches the
+/// state (a caller found gone, a departure) applies its own effects.
+pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Context<A>) -> bool {
     match effect {
         Effect::Run(op) => act.run(op, ctx),
-        Effect::Answer(id, answer) => answer_waiter(act, id, answer, ctx),
+        Effect::Answer(id, answer) => {
+            answer_waiter(act, id, answer, ctx);
+            return true;
+        }
         Effect::Watch(id) => watch(act, id, ctx),
         Effect::Done(id, res) => {
             if let Some(tx) = act.shell().replies.remove(&id) {
@@ -368,6 +376,7 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             ctx.stop();
         }
     }
+    false
 }
 
 /// Hands the hold of `epoch` to the Watchdog for renewal (`confirmed`: when Redis last set its
@@ -621,7 +630,7 @@ pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
         match effect {
             Effect::Answer(id, answer) => answer_waiter(act, id, answer, ctx),
             Effect::Unsubscribe(_) | Effect::Untrack { .. } | Effect::Done(..) => {
-                perform(act, effect, ctx)
+                perform(act, effect, ctx);
             }
             _ => {}
         }

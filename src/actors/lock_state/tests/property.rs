@@ -30,7 +30,7 @@ use super::model::Redis;
 use super::{SECOND, req, state, timeout};
 
 #[derive(Clone, Debug)]
-enum Step {
+pub(super) enum Step {
     Request {
         holder: u8,
         wait: u8,
@@ -67,7 +67,7 @@ enum Step {
     },
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(super) fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => (0u8..3, 0u8..3, any::<bool>(), proptest::bool::weighted(0.3))
             .prop_map(|(holder, wait, write, lease)| Step::Request { holder, wait, write, lease }),
@@ -106,6 +106,13 @@ struct Shell {
     family: LockKind,
     /// Requests answered `AlreadyHeld`.
     refused: u32,
+    /// The differential test's recording (`short.rs`): every effect, in order, its hold
+    /// epochs numbered as first seen (epochs are process-wide, so two runs differ in them).
+    log: Option<Vec<String>>,
+    epochs: Vec<u64>,
+    /// A virtual clock for recorded runs: its start, and the reads so far (a millisecond each),
+    /// so that two runs see the same instants.
+    clock: Option<(Instant, u32)>,
 }
 
 impl Default for Shell {
@@ -126,16 +133,87 @@ impl Default for Shell {
             shutdown_failed: false,
             family: LockKind::Reentrant,
             refused: 0,
+            log: None,
+            epochs: Vec::new(),
+            clock: None,
         }
     }
 }
 
 impl Shell {
+    /// The time now: the virtual clock's, when the run is recorded.
+    fn now(&mut self) -> Instant {
+        match &mut self.clock {
+            Some((start, reads)) => {
+                *reads += 1;
+                *start + Duration::from_millis(u64::from(*reads))
+            }
+            None => Instant::now(),
+        }
+    }
+
+    /// Hold `epoch`'s number in the recording: in the order epochs were first seen.
+    fn epoch_no(&mut self, epoch: u64) -> usize {
+        match self.epochs.iter().position(|e| *e == epoch) {
+            Some(n) => n,
+            None => {
+                self.epochs.push(epoch);
+                self.epochs.len() - 1
+            }
+        }
+    }
+
+    /// `e` as recorded: its epoch (if any) by number.
+    fn recorded(&mut self, e: &Effect) -> String {
+        match e {
+            Effect::Answer(
+                id,
+                Answer::Granted {
+                    key,
+                    epoch,
+                    token,
+                    confirmed,
+                },
+            ) => format!(
+                "Answer({id}, Granted {{ {key:?}, #{}, {token:?}, {confirmed:?} }})",
+                self.epoch_no(*epoch)
+            ),
+            Effect::Track {
+                hold,
+                epoch,
+                confirmed,
+            } => format!("Track({hold:?}, #{}, {confirmed:?})", self.epoch_no(*epoch)),
+            Effect::Untrack { hold, epoch } => {
+                format!("Untrack({hold:?}, #{})", self.epoch_no(*epoch))
+            }
+            Effect::Lost(epoch, loss) => format!("Lost(#{}, {loss:?})", self.epoch_no(*epoch)),
+            Effect::Ended(epoch) => format!("Ended(#{})", self.epoch_no(*epoch)),
+            other => format!("{other:?}"),
+        }
+    }
+
+    /// How the Fire step orders `t` among the timers armed: by its debug form, its epoch by
+    /// number in a recorded run (so that two recorded runs fire the same timers).
+    fn timer_key(&mut self, t: &Timer) -> String {
+        match t {
+            Timer::Expiry(key, epoch) if self.log.is_some() => {
+                format!("Expiry({key:?}, #{})", self.epoch_no(*epoch))
+            }
+            other => format!("{other:?}"),
+        }
+    }
+
     fn apply(&mut self, s: &mut LockState) -> Result<(), TestCaseError> {
         let trace = std::env::var_os("LOCKMAN_TRACE").is_some();
         for e in s.drain() {
             if trace {
                 eprintln!("  {e:?}");
+            }
+            if self.log.is_some() {
+                let line = self.recorded(&e);
+                if let Some(log) = &mut self.log {
+                    log.push(line);
+                }
             }
             match e {
                 Effect::Run(op) => {
@@ -307,9 +385,10 @@ impl Shell {
         };
         // A reply lost on the way back (`ran`) or a request lost on the way there.
         if !fail || ran {
-            let outcome = self.redis.run(&op, Instant::now());
+            let now = self.now();
+            let outcome = self.redis.run(&op, now);
             if !fail {
-                s.ran(outcome, Instant::now());
+                s.ran(outcome, self.now());
                 return;
             }
         }
@@ -325,7 +404,7 @@ impl Shell {
                 Outcome::Shutdown
             }
         };
-        s.ran(outcome, Instant::now());
+        s.ran(outcome, self.now());
     }
 }
 
@@ -383,6 +462,27 @@ fn run(family: u8, steps: Vec<Step>) -> Result<(), TestCaseError> {
 
 /// [`run`], returning how many requests were refused `AlreadyHeld`.
 fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
+    drive(family, steps, None).map(|(refused, _)| refused)
+}
+
+/// [`run`], recording every effect (see `Shell::recorded`) with the short path on or off
+/// (`short`), on a virtual clock from `start`: the differential test's run.
+pub(super) fn recorded(
+    family: u8,
+    steps: Vec<Step>,
+    short: bool,
+    start: Instant,
+) -> Result<Vec<String>, TestCaseError> {
+    drive(family, steps, Some((short, start))).map(|(_, log)| log)
+}
+
+/// One case (see [`run`]); `record`: whether the short path is on, and the virtual clock's
+/// start, for a recorded run. Returns the requests refused `AlreadyHeld`, and the recording.
+fn drive(
+    family: u8,
+    steps: Vec<Step>,
+    record: Option<(bool, Instant)>,
+) -> Result<(u32, Vec<String>), TestCaseError> {
     let family = [
         LockKind::Reentrant,
         LockKind::Fenced,
@@ -398,6 +498,11 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
         family,
         ..Shell::default()
     };
+    if let Some((short, start)) = record {
+        s.general_only = !short;
+        sh.log = Some(Vec::new());
+        sh.clock = Some((start, 0));
+    }
     let holders = ["a", "b", "c"];
     for step in steps {
         if std::env::var_os("LOCKMAN_TRACE").is_some() {
@@ -420,7 +525,7 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
                     lease: lease.then_some(10 * SECOND),
                     ..req(holders[holder as usize], wait)
                 };
-                let id = s.request(request, Instant::now());
+                let id = s.request(request, sh.now());
                 sh.waiting.insert(id);
             }
             Step::Release { which } | Step::Drop { which } => {
@@ -431,27 +536,28 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
                     }
                     sh.next_reply += 1;
                     let reply = matches!(step, Step::Release { .. }).then_some(sh.next_reply);
-                    s.release(key, epoch, reply, Instant::now());
+                    s.release(key, epoch, reply, sh.now());
                 }
             }
             Step::Finish { fail, ran } => sh.finish(&mut s, fail, ran),
             Step::Fire { which } => {
                 // Any timer armed, at any moment: the deadlines the shell was asked to arm, and
                 // the state's table (in an order that does not depend on its hashing).
-                let mut armed = sh.timers.clone();
-                for t in s.timers.iter() {
-                    armed.insert(format!("{t:?}"), t.clone());
+                let mut armed = BTreeMap::new();
+                let deadlines: Vec<Timer> = sh.timers.values().cloned().collect();
+                for t in deadlines.iter().chain(s.timers.iter()) {
+                    armed.insert(sh.timer_key(t), t.clone());
                 }
                 let timers: Vec<_> = armed.into_values().collect();
                 if let Some(t) = pick(&timers, which) {
                     sh.timers.remove(&format!("{t:?}"));
-                    s.fired(t, Instant::now());
+                    s.fired(t, sh.now());
                 }
             }
             Step::CallerGone { which } => {
                 let waiting: Vec<_> = sh.waiting.iter().copied().collect();
                 if let Some(id) = pick(&waiting, which) {
-                    s.caller_gone(id, Instant::now());
+                    s.caller_gone(id, sh.now());
                 }
             }
             Step::Message { twice } => {
@@ -466,15 +572,15 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
                 };
                 if let Some(channel) = channel {
                     for _ in 0..1 + usize::from(twice) {
-                        s.unlocked(false, &channel, Instant::now());
+                        s.unlocked(false, &channel, sh.now());
                     }
                 }
             }
             Step::Spurious => {
                 let channel = s.channel_of(holders[0]);
-                s.unlocked(false, &channel, Instant::now());
+                s.unlocked(false, &channel, sh.now());
             }
-            Step::Resubscribed => s.resubscribed(Instant::now()),
+            Step::Resubscribed => s.resubscribed(sh.now()),
             Step::LoseHold { which } => {
                 if pick(&sh.guards, which).is_some() {
                     // The key is gone from Redis (expired, deleted): every hold in it is
@@ -483,7 +589,7 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
                     let mut held = sh.guards.clone();
                     held.dedup();
                     for (key, epoch) in held {
-                        s.hold_lost(&key, epoch, Instant::now());
+                        s.hold_lost(&key, epoch, sh.now());
                     }
                 }
             }
@@ -492,7 +598,7 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
     }
     // The end: stop, and let every round trip finish. Every waiter has its answer.
     // As a manager's shutdown stops its lock actors: every hold released.
-    s.stop(true, Instant::now());
+    s.stop(true, sh.now());
     sh.stopping = true;
     sh.apply(&mut s)?;
     for _ in 0..1000 {
@@ -518,7 +624,7 @@ fn run_counting(family: u8, steps: Vec<Step>) -> Result<u32, TestCaseError> {
             sh.redis.queue
         );
     }
-    Ok(sh.refused)
+    Ok((sh.refused, sh.log.unwrap_or_default()))
 }
 
 // Cases the property test found, kept as they were shrunk (each failed before its fix).
