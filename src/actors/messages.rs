@@ -1,8 +1,9 @@
 //! The messages the actors say to each other, in one place, naming no actor type: where a
-//! message carries a return address it is a `WeakRecipient`. The requests a caller sends and the
-//! grants they answer with live beside the actor that answers them ([`Acquire`] and [`Release`]
-//! in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in `sync_actor`), and the
-//! registry's `Resolve` and `ResolveSync` in `registry`.
+//! message carries a return address it is a `WeakRecipient`, but for the route a `Subscribe`
+//! hands the PubSubActor ([`Listener`]), held until the matching `Unsubscribe`. The requests a
+//! caller sends and the grants they answer with live beside the actor that answers them
+//! ([`Acquire`] and [`Release`] in `lock_actor`, [`AcquirePermits`] and [`ReleasePermits`] in
+//! `sync_actor`), and the registry's `Resolve` and `ResolveSync` in `registry`.
 //!
 //! [`Acquire`]: super::lock_actor::Acquire
 //! [`Release`]: super::lock_actor::Release
@@ -10,7 +11,7 @@
 //! [`ReleasePermits`]: super::sync_actor::ReleasePermits
 
 use actix::dev::ToEnvelope;
-use actix::{Actor, Addr, Handler, Message, WeakRecipient};
+use actix::{Actor, Addr, Handler, Message, Recipient, WeakRecipient};
 use std::sync::Arc;
 
 pub(crate) use super::name::Renewal;
@@ -185,9 +186,16 @@ pub(crate) struct RenewNow;
 pub(crate) struct Halt;
 
 /// Where the PubSubActor delivers one channel's messages: a lock actor or a synchronizer actor.
+///
+/// The route to its `Unlocked` handler is a strong recipient, held from the `Subscribe` to the
+/// `Unsubscribe`: every message heard goes straight into the actor's mailbox, on the wake's
+/// path, where upgrading a weak one made and dropped a sender per message (three allocations
+/// and their frees). It does not outlive the actor's wish to stop: an actor unsubscribes every
+/// channel before it departs idle (the lock's kept channel at `retire`, a synchronizer's once
+/// nobody waits), and an actor stopped outright closes its mailbox, which `alive` reads.
 #[derive(Clone)]
 pub(crate) struct Listener {
-    pub unlocked: WeakRecipient<Unlocked>,
+    pub unlocked: Recipient<Unlocked>,
     pub resubscribed: WeakRecipient<Resubscribed>,
 }
 
@@ -199,14 +207,14 @@ impl Listener {
         A::Context: ToEnvelope<A, Unlocked> + ToEnvelope<A, Resubscribed>,
     {
         Self {
-            unlocked: addr.clone().recipient::<Unlocked>().downgrade(),
+            unlocked: addr.clone().recipient::<Unlocked>(),
             resubscribed: addr.clone().recipient::<Resubscribed>().downgrade(),
         }
     }
 
-    /// Whether the actor still runs.
+    /// Whether the actor still runs (its mailbox is open).
     pub(crate) fn alive(&self) -> bool {
-        self.unlocked.upgrade().is_some()
+        self.unlocked.connected()
     }
 }
 
