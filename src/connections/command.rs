@@ -314,6 +314,12 @@ impl Conn {
     /// server that does not know the script (restarted, or SCRIPT FLUSH) is given it first.
     /// With [`Replicas::Wait`] and replica sync on, the call is followed by `WAIT` on a
     /// connection of its own (`WAIT` blocks it), and the reply says how many acknowledged.
+    ///
+    /// Every lock request runs through here: its future holds only the common case, the
+    /// script call alone. The `WAIT` pipeline and the script's reload are boxed futures of
+    /// their own (an allocation only when they run): inline, their code and state were a
+    /// third of this future's and of its poll's code, fetched at every call (I-cache misses
+    /// with 64 names busy at once, BENCHMARKS.md).
     pub(crate) async fn eval(
         &self,
         op: &'static str,
@@ -322,37 +328,71 @@ impl Conn {
         replicas: Replicas,
     ) -> Result<Reply, LockError> {
         let (pair, generation) = self.pair();
-        let (mut conn, request) = match (replicas, self.inner.sync, pair.synced) {
-            (Replicas::Wait, Some((count, wait_ms)), Some(synced)) => {
-                let mut pipe = redis::pipe();
-                pipe.add_command(call.cmd.clone())
-                    .cmd("WAIT")
-                    .arg(count)
-                    .arg(wait_ms);
-                (synced, Request::Waited(pipe))
-            }
-            _ => (pair.main, Request::One(&call.cmd)),
-        };
+        if let (Replicas::Wait, Some(sync), Some(synced)) = (replicas, self.inner.sync, pair.synced)
+        {
+            return Box::pin(self.eval_waited(op, key, call, synced, sync, generation)).await;
+        }
+        let mut conn = pair.main;
         // Each call's future is made where it is polled (`pin!`) and the timeout gets a pointer
         // to it: the connection manager's future is several kilobytes, and every move of it
         // into `bounded` and its `Timeout` is a copy of all of it.
+        let mut reply = self.bounded(op, pin!(send_one(&mut conn, &call.cmd))).await;
+        if no_script(&reply) {
+            let request = Request::One(&call.cmd);
+            reply = Box::pin(self.reload(op, key, call, &mut conn, &request, generation)).await;
+        }
+        let (value, _) = self.classify(op, key, reply, generation)?;
+        Ok(Reply {
+            value,
+            unsynced: None,
+        })
+    }
+
+    /// [`eval`](Self::eval) with replica sync: the call and `WAIT` for `count` replicas (up to
+    /// `wait_ms`) on the `synced` connection.
+    async fn eval_waited(
+        &self,
+        op: &'static str,
+        key: &str,
+        call: &ScriptCall<'_>,
+        mut conn: Link,
+        (count, wait_ms): (u32, u64),
+        generation: u64,
+    ) -> Result<Reply, LockError> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.cmd.clone())
+            .cmd("WAIT")
+            .arg(count)
+            .arg(wait_ms);
+        let request = Request::Waited(pipe);
         let mut reply = self.bounded(op, pin!(request.send(&mut conn))).await;
         if no_script(&reply) {
-            let loaded = self
-                .bounded(op, pin!(call.script.load_async(&mut conn)))
-                .await;
-            self.classify(op, key, loaded, generation)?;
-            reply = self.bounded(op, pin!(request.send(&mut conn))).await;
+            reply = Box::pin(self.reload(op, key, call, &mut conn, &request, generation)).await;
         }
         let (value, acked) = self.classify(op, key, reply, generation)?;
-        let unsynced = match (acked, self.inner.sync) {
-            (Some(acked), Some((wanted, _))) => {
-                let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
-                (acked < wanted).then_some(Unsynced { acked, wanted })
-            }
-            _ => None,
-        };
+        let unsynced = acked.and_then(|acked| {
+            let acked = u32::try_from(acked.max(0)).unwrap_or(u32::MAX);
+            (acked < count).then_some(Unsynced {
+                acked,
+                wanted: count,
+            })
+        });
         Ok(Reply { value, unsynced })
+    }
+
+    /// The server did not know the script: loads it on `conn` and sends `request` again.
+    async fn reload(
+        &self,
+        op: &'static str,
+        key: &str,
+        call: &ScriptCall<'_>,
+        conn: &mut Link,
+        request: &Request<'_>,
+        generation: u64,
+    ) -> Result<redis::RedisResult<(Value, Option<i64>)>, LockError> {
+        let loaded = self.bounded(op, pin!(call.script.load_async(conn))).await;
+        self.classify(op, key, loaded, generation)?;
+        self.bounded(op, pin!(request.send(conn))).await
     }
 
     pub(crate) async fn bounded<T>(
@@ -375,25 +415,42 @@ impl Conn {
         reply: Result<redis::RedisResult<T>, LockError>,
         generation: u64,
     ) -> Result<T, LockError> {
-        let result = match reply {
-            Ok(reply) => reply.map_err(|e| {
+        match reply {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.failure(op, key, Ok(e), generation)),
+            Err(timeout) => Err(self.failure(op, key, Err(timeout), generation)),
+        }
+    }
+
+    /// A call that failed (`Ok`: Redis's error; `Err`: our response timeout), as
+    /// [`classify`](Self::classify) reports it. Out of line and cold: one copy, not one per
+    /// reply type, and none of it in the calls' code.
+    #[cold]
+    #[inline(never)]
+    fn failure(
+        &self,
+        op: &'static str,
+        key: &str,
+        error: Result<redis::RedisError, LockError>,
+        generation: u64,
+    ) -> LockError {
+        let error = match error {
+            Ok(e) => {
                 // redis-rs's own timeout (the cluster connection has one): the same silence.
                 if e.is_timeout() {
                     self.renew(generation);
                 }
                 LockError::redis(op, key, e)
-            }),
+            }
             Err(timeout) => {
                 self.renew(generation);
-                Err(timeout)
+                timeout
             }
         };
-        if let Err(e) = &result
-            && e.hints_failover()
-        {
+        if error.hints_failover() {
             self.inner.endpoint.suspect_failover();
         }
-        result
+        error
     }
 
     /// The main connection, for one-off commands (the start-time probe).
@@ -452,21 +509,26 @@ impl Request<'_> {
     /// The script's reply and, after a `WAIT`, how many replicas acknowledged it.
     async fn send(&self, conn: &mut Link) -> redis::RedisResult<(Value, Option<i64>)> {
         match self {
-            // Straight to the connection manager: through redis-rs's `ConnectionLike`, which
-            // `query_async` takes, its future is boxed (an allocation per command, two per pair).
-            // The reply is read as `query_async` reads it: a server error in it is the error.
-            Request::One(cmd) => match conn {
-                Link::Server(server) => server.send_packed_command(cmd).await,
-                Link::Cluster(_) => redis::aio::ConnectionLike::req_packed_command(conn, cmd).await,
-            }
-            .and_then(Value::extract_error)
-            .map(|value| (value, None)),
+            Request::One(cmd) => send_one(conn, cmd).await,
             Request::Waited(pipe) => pipe
                 .query_async::<(Value, i64)>(conn)
                 .await
                 .map(|(value, acked)| (value, Some(acked))),
         }
     }
+}
+
+/// The script call alone: its reply.
+async fn send_one(conn: &mut Link, cmd: &Cmd) -> redis::RedisResult<(Value, Option<i64>)> {
+    // Straight to the connection manager: through redis-rs's `ConnectionLike`, which
+    // `query_async` takes, its future is boxed (an allocation per command, two per pair).
+    // The reply is read as `query_async` reads it: a server error in it is the error.
+    match conn {
+        Link::Server(server) => server.send_packed_command(cmd).await,
+        Link::Cluster(_) => redis::aio::ConnectionLike::req_packed_command(conn, cmd).await,
+    }
+    .and_then(Value::extract_error)
+    .map(|value| (value, None))
 }
 
 /// One EVALSHA of a script, built in place as a single presized command: redis-rs's

@@ -97,13 +97,31 @@ impl<A: Actor> Reach<A> {
                 Err(MailboxError::Timeout) => return Err(LockError::Shutdown),
             }
         }
-        for _ in 0..RESOLVE_ATTEMPTS {
-            match resolve().await?.send(make()).await {
-                Ok(reply) => return Ok(reply),
-                Err(MailboxError::Closed) => {}
-                Err(MailboxError::Timeout) => break,
-            }
-        }
-        Err(LockError::Shutdown)
+        // Boxed: the registry's resolution (its future, and a second send's) is not every
+        // request's, and inline it made each request's future and its poll's code larger.
+        Box::pin(resolving(resolve, make)).await
     }
+}
+
+/// Sends the message `make` builds to the actor `resolve` finds, resolving it again when it
+/// stopped before handling it (nothing happened then).
+async fn resolving<A, M, F>(
+    resolve: impl Fn() -> F,
+    mut make: impl FnMut() -> M,
+) -> Result<M::Result, LockError>
+where
+    A: Actor + Handler<M>,
+    M: Message + Send + 'static,
+    M::Result: Send,
+    A::Context: ToEnvelope<A, M>,
+    F: Future<Output = Result<Addr<A>, LockError>>,
+{
+    for _ in 0..RESOLVE_ATTEMPTS {
+        match resolve().await?.send(make()).await {
+            Ok(reply) => return Ok(reply),
+            Err(MailboxError::Closed) => {}
+            Err(MailboxError::Timeout) => break,
+        }
+    }
+    Err(LockError::Shutdown)
 }

@@ -35,7 +35,9 @@ use crate::protocol::Commands;
 pub(crate) const LOOKUP_AFTER: Duration = Duration::from_millis(10);
 
 /// The span of one acquire of `kind` on `name`. Neither is formatted unless a subscriber wants
-/// the span.
+/// the span. Out of line: the span's making, wanted or not, is one copy, not inlined into
+/// every acquire's future.
+#[inline(never)]
 pub(crate) fn acquire(
     name: &dyn std::fmt::Display,
     kind: &dyn std::fmt::Debug,
@@ -150,6 +152,9 @@ pub(crate) fn acquired<G>(
     res: &Result<Option<G>, LockError>,
     waited: impl Fn(&G) -> bool,
 ) {
+    if span.is_disabled() {
+        return;
+    }
     ended(span, res, ("acquire", "acquired"), |granted| {
         // A time-out waited.
         span.record("waited", granted.is_none_or(&waited));
@@ -158,6 +163,9 @@ pub(crate) fn acquired<G>(
 
 /// Records the `outcome` of an acquire or a campaign: `got` when it got what it asked for,
 /// `timed_out`, or `failed` (with an event saying why); then what `record` records of it.
+/// Cold: only a span a subscriber wants gets here.
+#[cold]
+#[inline(never)]
 fn ended<G>(
     span: &Span,
     res: &Result<Option<G>, LockError>,
@@ -243,16 +251,23 @@ pub(crate) fn term(name: &str, term: u64, holder: &str, campaign: &Span) -> Span
     span
 }
 
-/// The span of one release of `kind` on `name`.
+/// The span of one release of `kind` on `name` (out of line, as [`acquire`]'s).
+#[inline(never)]
 pub(crate) fn release(name: &str, kind: &dyn std::fmt::Debug) -> Span {
     tracing::debug_span!(target: "lockman", "lockman.release", name, kind = ?kind, outcome = Empty)
 }
 
 /// Records how a release ended.
 pub(crate) fn released(span: &Span, res: &Result<(), LockError>) {
-    if span.is_disabled() {
-        return;
+    if !span.is_disabled() {
+        record_release(span, res);
     }
+}
+
+/// [`released`], for a span a subscriber wants.
+#[cold]
+#[inline(never)]
+fn record_release(span: &Span, res: &Result<(), LockError>) {
     span.record(
         "outcome",
         match res {

@@ -62,6 +62,7 @@ impl LockState {
     }
 
     /// Redis did not answer (or refused for a passing state) with `cause`, since `since`.
+    #[cold]
     pub(super) fn away(&mut self, cause: LockError, since: Instant) {
         if self.link.away(cause, since) {
             self.arm_unavailable();
@@ -78,6 +79,7 @@ impl LockState {
     /// The pub/sub connection was lost (`why`): no unlock message can come until it is back.
     /// With waiters, Redis counts as away, and they try at once: an answer ends the outage, a
     /// failure goes on with it.
+    #[cold]
     pub(crate) fn connection_lost(&mut self, why: LockError, now: Instant) {
         self.now = now;
         if self.waiters.is_empty() {
@@ -152,6 +154,7 @@ impl LockState {
     }
 
     /// Waiter `id` is answered `Unavailable` now, with `cause`.
+    #[cold]
     fn unavailable_now(&mut self, id: WaiterId, cause: LockError) {
         let Some(w) = self.waiters.get(id) else {
             return;
@@ -188,6 +191,7 @@ impl LockState {
     /// [`Timer::Verdict`] fired: the last tries due are answered, `TimedOut` when Redis has
     /// answered since each began (their own attempt aside, it said the lock is not theirs),
     /// else `Unavailable`: nothing came within [`LAST_TRY_GRACE`].
+    #[cold]
     pub(super) fn verdict_due(&mut self) {
         let now = self.now;
         for t in self.link.verdicts_due(now) {
@@ -208,6 +212,7 @@ impl LockState {
 
     /// Arms [`Timer::Unavailable`] for the first waiter whose wait reaches the bound, during an
     /// outage with waiters.
+    #[cold]
     pub(super) fn arm_unavailable(&mut self) {
         if !self.link.outage().is_away() {
             return;
@@ -227,6 +232,7 @@ impl LockState {
 
     /// [`Timer::Unavailable`] fired: every waiter that has seen Redis away for the bound is
     /// answered `Unavailable`; the timer is armed again for the next.
+    #[cold]
     pub(super) fn unavailable_due(&mut self) {
         let Some(cause) = self.link.outage().cause() else {
             return;

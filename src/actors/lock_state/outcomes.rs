@@ -138,6 +138,7 @@ impl LockState {
     }
 
     /// An attempt found the lock taken, for `ttl` more (none: a key without expiry).
+    #[inline(never)]
     fn found_busy(&mut self, tried: Tried, ttl: Option<Duration>) {
         let Tried { id, key, place, .. } = tried;
         if let Some(wait) = place {
@@ -179,6 +180,7 @@ impl LockState {
 
     /// Spin waiter `id` found the lock held: the next wake-up is after its next sleep (or the
     /// holder's `ttl`, when shorter), as Redisson's spin waiter sleeps between attempts.
+    #[inline(never)]
     fn spin_again(&mut self, id: WaiterId, ttl: Option<Duration>) {
         let Some(sleep) = self
             .waiters
@@ -194,6 +196,7 @@ impl LockState {
 
     /// Waiter `id`'s attempt failed: it tries again after a backoff when it may wait and the
     /// error may pass, else it fails with it.
+    #[cold]
     fn attempt_failed(&mut self, id: WaiterId, e: LockError) {
         let Some(w) = self.waiters.get(id) else {
             return;
@@ -297,6 +300,7 @@ impl LockState {
     /// own waiters, which hear no message, are woken here at once (after the hold-back, when
     /// the release ended a streak of hand-offs: `turns`). Other processes' spin waiters find
     /// it free at their next attempt.
+    #[inline(never)]
     fn spin_freed(&mut self, key: &HoldKey) {
         if key.1.spins() && !self.waiters.is_empty() {
             self.wake_one();
@@ -305,6 +309,7 @@ impl LockState {
 
     /// A release of one of `key`'s holds ran and Redis still counts the holder: its lease is
     /// `lease` again from `started`.
+    #[inline(never)]
     fn still_held(&mut self, key: &HoldKey, epoch: u64, lease: Duration, started: Instant) {
         let last = self.holds.of_mut(key, epoch).is_some_and(|hold| {
             hold.count -= 1;

@@ -256,6 +256,7 @@ impl LockState {
     }
 
     /// The refresh of the places, when there are any.
+    #[inline(never)]
     pub(super) fn refresh_op(&self) -> Option<Op> {
         let queued = self.trips.is_queued(|p| matches!(p, Pending::Refresh));
         if !self.fair.has_places() || queued {
@@ -270,6 +271,7 @@ impl LockState {
     /// A refresh's reply: the head of a free lock, if it is a holder here, takes its turn, and
     /// the waiters whose place is gone (pruned while they could not come back, or lost in a
     /// failover) queue again. An error changes nothing: the next refresh comes.
+    #[inline(never)]
     pub(super) fn refreshed(&mut self, res: Result<Refreshed, LockError>) {
         let refreshed = match res {
             Ok(refreshed) => refreshed,
@@ -296,6 +298,7 @@ impl LockState {
 
     /// A fair-queue leave's outcome: done, or sent again after a backoff until the place would
     /// have expired.
+    #[inline(never)]
     pub(super) fn left(&mut self, holder: Arc<str>, wait: Duration, res: Result<bool, LockError>) {
         let error = match res {
             Ok(queued) => {

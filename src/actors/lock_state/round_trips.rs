@@ -243,6 +243,7 @@ impl LockState {
     /// the kind is exclusive and unfair and the oldest local waiter may wait for it, one script
     /// releases and grants it to that waiter. The streak is bounded so that other processes,
     /// woken only by a publish, get their chance.
+    #[inline(never)]
     fn hand_off_to(&mut self, key: &HoldKey) -> Option<(WaiterId, HoldKey, Option<Duration>)> {
         let may = key.1.is_exclusive_unfair()
             && self.settings.hand_off
@@ -263,6 +264,7 @@ impl LockState {
             .filter(|(_, to, _)| self.trips.blocked(to).is_none() && !self.holds.contains(to))
     }
 
+    #[cold]
     fn shutdown_op(&mut self, release: bool) -> Op {
         // An unresolved fair attempt may have queued its holder, whose waiter may have left
         // before: its place is left with the others.
@@ -287,6 +289,7 @@ impl LockState {
     /// Stopping: the requests still unresolved, and the holders whose count was still to be
     /// settled, end here. Returns the holders whose count Redis may hold beyond what this
     /// actor grants.
+    #[cold]
     fn end_unsettled(&mut self) -> Vec<HoldKey> {
         let mut unsettled: Vec<HoldKey> = Vec::new();
         for pending in self.trips.take_held_back() {
@@ -315,6 +318,7 @@ impl LockState {
     /// returns what to release: every hold as often as it was taken, and the counts of the
     /// `unsettled` holders (every count of a holder is this actor's, so releasing it all is
     /// exact).
+    #[cold]
     fn release_all(&mut self, unsettled: Vec<HoldKey>) -> Vec<(HoldKey, Duration)> {
         let mut all: Vec<(HoldKey, Duration)> = self
             .holds
@@ -337,6 +341,7 @@ impl LockState {
 
     /// Fails every waiter with `Shutdown` and drops every subscription. Returns the fair-queue
     /// places to leave, one per holder.
+    #[cold]
     pub(super) fn fail_waiters(&mut self) -> Vec<(Arc<str>, Duration)> {
         let leave = self.fair.take_all(&mut self.timers);
         for w in self.waiters.drain() {

@@ -34,6 +34,7 @@ impl LockState {
 
     /// The settling of `key`: down to its hold's count less its unconfirmed releases, or to
     /// none without a hold. `None` when nothing is to be settled any more.
+    #[cold]
     pub(super) fn settle_op(&mut self, key: HoldKey) -> Option<(Op, Flight)> {
         if !self.settle_due(&key) {
             return None;
@@ -53,6 +54,7 @@ impl LockState {
     }
 
     /// A settling's outcome: Redis's count for the holder afterwards.
+    #[cold]
     pub(super) fn settle_ran(
         &mut self,
         key: HoldKey,

@@ -34,6 +34,7 @@ impl LockState {
 
     /// The reply of `op` never came. Answers now what cannot wait for the resolution (a single
     /// attempt, a release's caller), then sends it again after a backoff, or gives it up.
+    #[cold]
     pub(super) fn unresolved(&mut self, op: Op, mut flight: Flight, error: LockError) {
         let Some(id) = op.seq() else {
             return;
@@ -105,6 +106,7 @@ impl LockState {
     }
 
     /// The resend timer of request `id` fired: it goes first.
+    #[cold]
     pub(super) fn resend(&mut self, id: u64) {
         let expired = self
             .trips
@@ -131,6 +133,7 @@ impl LockState {
     }
 
     /// The request and its flight, to run again.
+    #[cold]
     pub(super) fn resend_op(&mut self, id: u64) -> Option<(Op, Flight)> {
         let u = self.trips.unsure_mut(id)?;
         let flight = u.flight.take()?;
@@ -139,6 +142,7 @@ impl LockState {
 
     /// Redis stayed out of reach: what the request may have done to its holder's count is
     /// settled by count, once nothing else of that holder is unresolved.
+    #[cold]
     fn give_up_on(&mut self, op: &Op, flight: Flight) {
         if let Flight::Release(release) = &flight
             && let Some(hold) = self.holds.of_mut(&release.key, release.epoch)

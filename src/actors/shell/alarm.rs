@@ -68,10 +68,7 @@ impl Alarm {
                 alarm.registered = alarm.registered && !sleep.is_elapsed();
                 sleep.as_mut().reset(deadline);
             }
-            None => {
-                alarm.sleep = Some(Box::pin(tokio::time::sleep_until(deadline)));
-                alarm.registered = false;
-            }
+            None => alarm.first(deadline),
         }
         if alarm.ringer.is_none() {
             alarm.ringer = Some(Driver::<A, Ring>::spawn(ctx));
@@ -92,6 +89,16 @@ impl Alarm {
             alarm.parked = None;
             ctx.cancel_future(ringer);
         }
+    }
+}
+
+impl Alarm {
+    /// Its first arming: the sleep made (once per actor, out of every later arming's code).
+    #[cold]
+    #[inline(never)]
+    fn first(&mut self, deadline: tokio::time::Instant) {
+        self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline)));
+        self.registered = false;
     }
 }
 

@@ -93,6 +93,7 @@ impl<R: Sender> Crowd<R> {
 
     /// Watches waiter `id`'s caller from now on: a caller that drops its request is reported
     /// with [`Crowded::caller_left`].
+    #[inline(never)]
     pub(crate) fn watch<A: Crowded<Reply = R>>(
         &mut self,
         id: WaiterId,
@@ -117,6 +118,7 @@ impl<R: Sender> Crowd<R> {
     }
 
     /// Arms waiter `id`'s deadline `after` from now, replacing one armed before.
+    #[inline(never)]
     pub(crate) fn arm<A: Crowded<Reply = R>>(
         &mut self,
         id: WaiterId,
@@ -148,12 +150,19 @@ impl<R: Sender> Crowd<R> {
     /// waiting. Only the watches woken since are polled (`FuturesUnordered`), with the pump's own
     /// waker, so that later wake-ups still reach the pump.
     pub(crate) fn gone_now(&mut self) -> Vec<WaiterId> {
-        let mut gone = Vec::new();
         // No waker: the pump has not run yet, so nothing it watches has been polled, and no
-        // caller can have been seen gone.
-        let Some(waker) = self.waker.clone() else {
-            return gone;
-        };
+        // caller can have been seen gone (every uncontended release: no allocation, no call).
+        match self.waker.clone() {
+            None => Vec::new(),
+            Some(waker) => self.poll_gone(waker),
+        }
+    }
+
+    /// [`gone_now`](Self::gone_now) once the pump runs: out of line, as only a name with
+    /// waiters gets here.
+    #[inline(never)]
+    fn poll_gone(&mut self, waker: Waker) -> Vec<WaiterId> {
+        let mut gone = Vec::new();
         let mut task = std::task::Context::from_waker(&waker);
         loop {
             match self.watches.poll_next_unpin(&mut task) {

@@ -271,6 +271,7 @@ fn ended<A: PerName>(act: &mut A, epoch: u64) -> Option<Signal> {
 }
 
 /// The hold of `epoch` is gone without its release: its guards learn it.
+#[cold]
 fn lose<A: PerName>(act: &mut A, epoch: u64, loss: Loss) {
     // Counted before the guard is told: whoever the guard wakes reads the counters
     // already moved.
@@ -381,6 +382,7 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
 
 /// Hands the hold of `epoch` to the Watchdog for renewal (`confirmed`: when Redis last set its
 /// PTTL), or takes it back (`None`).
+#[inline(never)]
 fn track<A: PerName>(
     act: &mut A,
     hold: &<FamilyOf<A> as Family>::Hold,
@@ -432,6 +434,7 @@ fn answer_waiter<A: PerName>(
 
 /// Watches waiter `id`'s caller from now on (`Effect::Watch`): a watched caller is one that
 /// waits, so it goes on the board.
+#[inline(never)]
 fn watch<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
     let shell = act.shell();
     let Some(mut waiting) = shell.waiting.remove(&id) else {
@@ -466,6 +469,7 @@ pub(crate) fn still_waiting<A: PerName>(act: &mut A, id: WaiterId) -> bool {
 }
 
 /// Waiter `id`'s caller dropped its request: the waiter leaves.
+#[cold]
 pub(crate) fn caller_gone<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Context<A>) {
     if act.shell().state.caller_left(id, Instant::now()) {
         wait_over(act, id);
@@ -489,6 +493,7 @@ pub(crate) fn gone_first<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
 }
 
 /// Routes `channel` here and subscribes it; the state learns how it went.
+#[inline(never)]
 fn subscribe<A: PerName>(act: &mut A, channel: Arc<str>, ctx: &mut Context<A>) {
     let shell = act.shell();
     let request = shell.svc.pubsub.send(Subscribe {
@@ -505,6 +510,7 @@ fn subscribe<A: PerName>(act: &mut A, channel: Arc<str>, ctx: &mut Context<A>) {
 
 /// Asks the actor to stop (releasing its holds when `release`); the reply comes once it has
 /// stopped.
+#[cold]
 pub(crate) fn stop<A: PerName>(
     act: &mut A,
     release: bool,
@@ -529,6 +535,7 @@ pub(crate) fn unlocked<A: PerName>(act: &mut A, msg: Unlocked, ctx: &mut Context
 }
 
 /// The pub/sub connection was lost, or came back.
+#[cold]
 pub(crate) fn resubscribed<A: PerName>(act: &mut A, msg: Resubscribed, ctx: &mut Context<A>) {
     let lost = msg.lost.map(LockError::pubsub_lost);
     act.shell().state.pubsub(lost, Instant::now());
@@ -536,6 +543,7 @@ pub(crate) fn resubscribed<A: PerName>(act: &mut A, msg: Resubscribed, ctx: &mut
 }
 
 /// The Watchdog found a hold gone, or could not renew it in time.
+#[cold]
 pub(crate) fn hold_lost<A: PerName>(act: &mut A, msg: HoldLost, ctx: &mut Context<A>) {
     let now = Instant::now();
     (act.shell().state).renewal_lost(msg.holder, msg.kind, msg.epoch, now);
@@ -609,6 +617,7 @@ pub(crate) use per_name_handlers;
 
 /// The actor stopped (asked to, or it departed): its waiters are answered, its channels and
 /// renewals given up, its callers told.
+#[cold]
 pub(crate) fn stopped<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     reply::adopt(act, ctx, false);
     Linger::stopped(act);
