@@ -246,3 +246,40 @@ async fn a_permit_semaphore_waiter_that_gave_up_leaves_no_actor_behind() {
         );
     }
 }
+
+/// A synchronizer's actor that waited (its channel subscribed, its route held by the pub/sub
+/// actor from `Subscribe` to `Unsubscribe`) still leaves once idle: nobody waits any more, so it
+/// unsubscribes, and the route it gave the pub/sub actor no longer keeps it alive.
+#[tokio::test]
+async fn a_semaphore_actor_that_waited_leaves_once_idle() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let linger = Duration::from_secs(1);
+    let mgr = manager(&server, linger, 100).await;
+    let sem = mgr.semaphore("waited-sem");
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let first = sem.acquire(1).await.unwrap();
+    let waiting = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire(1).await })
+    };
+    support::wait::subscribers(&mut raw, "redisson_sc:{waited-sem}", 1).await;
+    first.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    second.release().await.unwrap();
+    support::wait::until("the semaphore's channel unsubscribed", || {
+        let (_, n): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redisson_sc:{waited-sem}")
+            .query(&mut raw)
+            .unwrap();
+        n == 0
+    })
+    .await;
+    // Two lingers and slack: it left on its own, not kept by the pub/sub actor's route.
+    assert_eq!(live_becomes(&mgr, 0).await, 0, "the semaphore's actor left");
+}
