@@ -287,8 +287,7 @@ fn lose<A: PerName>(act: &mut A, epoch: u64, loss: Loss) {
 pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     reply::adopt(act, ctx, true);
     let mut effects = std::mem::take(&mut act.shell().effects);
-    // Until none is left: carrying one out may tell the state more (a gone caller's grant).
-    // Drained again only then: no empty drain after every event.
+    // Drained again only when an answer may have told the state more (a gone caller's grant).
     loop {
         act.shell().state.drain_into(&mut effects);
         let mut told = false;
@@ -312,10 +311,8 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     }
 }
 
-/// Carries out one effect. Returns whether that may have told the state more without
-/// carrying out what it said ([`apply`] then drains it again): only an answer may (a grant
-/// whose caller is gone is released at once, `PerName::answer`); whatever else reaches the
-/// state (a caller found gone, a departure) applies its own effects.
+/// Carries out one effect; true when it may have told the state more, unapplied (only an answer:
+/// a grant whose caller is gone is released at once), so that [`apply`] drains it again.
 pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Context<A>) -> bool {
     match effect {
         Effect::Run(op) => act.run(op, ctx),
@@ -346,9 +343,8 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
         } => track(act, &hold, epoch, Some(confirmed), ctx),
         Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
         Effect::Lost(epoch, loss) => lose(act, epoch, loss),
-        Effect::Ended(epoch) => {
-            ended(act, epoch);
-        }
+        // Its signal dropped: a released hold reads as lost.
+        Effect::Ended(epoch) => drop(ended(act, epoch)),
         Effect::Busy => {
             Linger::busy(act);
             act.shell().link(ctx);
