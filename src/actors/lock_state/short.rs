@@ -9,7 +9,7 @@
 //! requests and the last tries. The effects are the same, in the same order: the differential
 //! test (`tests/short.rs`) runs random event sequences with the short path on and off.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::trips::Flight;
 use super::*;
@@ -142,8 +142,9 @@ impl LockState {
             ) => {
                 self.link.attempt_answered();
                 // No hold of its holder here (nothing to find gone), no other waiter (no reader
-                // to let in, no twin, no wake-up to drop for a writer, no retry to arm).
-                self.granted_alone(id, key, lease, started, token);
+                // to let in, no wake-up to drop for a writer): the general grant finds no twin
+                // and arms no retry.
+                self.granted(id, key, lease, started, token);
             }
             (Flight::Release(release), Outcome::Release(Ok(res))) => {
                 self.released(release, Ok(res))
@@ -152,28 +153,5 @@ impl LockState {
                 tracing::error!(lock = %self.name, ?flight, ?outcome, "a short round trip's outcome does not match it");
             }
         }
-    }
-
-    /// [`granted`](Self::granted) for the only waiter, `id`.
-    fn granted_alone(
-        &mut self,
-        id: WaiterId,
-        key: HoldKey,
-        lease: Option<Duration>,
-        started: Instant,
-        token: Option<u64>,
-    ) {
-        let (epoch, confirmed) = self.grant(key.clone(), lease, started);
-        if let Some(w) = self.waiters.get(id) {
-            let waited = started.saturating_duration_since(w.since);
-            tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
-        }
-        let granted = Answer::Granted {
-            key,
-            epoch,
-            token,
-            confirmed: Some(confirmed),
-        };
-        self.answer(id, granted);
     }
 }
