@@ -329,3 +329,98 @@ async fn a_start_whose_primary_is_demoted_before_its_probe_asks_sentinel_again()
     guard.release().await.unwrap();
     mgr.shutdown().await;
 }
+
+/// Idle names taken and released in a loop while the primary switches over, then while it dies:
+/// the pair's short path (an idle name's request straight to its attempt, its release past the
+/// queue) meets each failover mid-flight. Every call ends within the response and connect
+/// timeouts with a guard or a retryable error, never `Ok(None)` (nobody else holds these
+/// names: an outage is not contention); pairs succeed again on the new primary; and no name is
+/// left held there once the loops end (a release whose reply never came is sent again until
+/// Redis answers; a release the failover lost ends within the watchdog timeout, nobody
+/// renewing its hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_names_taken_in_a_loop_through_a_switch_over_and_a_crash() {
+    let mut group = SentinelGroup::start();
+    let mgr = LockManager::start(config(&group))
+        .await
+        .expect("start via sentinel");
+    let second = pairs_through(&mgr, "switch", || group.failover().expect("a switch-over")).await;
+    no_pair_held(second, "switch").await;
+    let third = pairs_through(&mgr, "crash", || {
+        group.kill_primary().expect("a failover after the crash")
+    })
+    .await;
+    no_pair_held(third, "crash").await;
+    mgr.shutdown().await;
+}
+
+/// Loops of pairs on idle names `{phase}:0..4` from before `fault` until 20 pairs each after
+/// it returned (the new primary's port); see the test above for what each call must give.
+async fn pairs_through(mgr: &LockManager, phase: &str, fault: impl FnOnce() -> u16) -> u16 {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Far above one call's bounds (1 s connect, 1 s response, one resend).
+    const CALL: Duration = Duration::from_secs(10);
+    let faulted = std::sync::Arc::new(AtomicBool::new(false));
+    let mut loops = Vec::new();
+    for task in 0..4 {
+        let name = format!("{phase}:{task}");
+        let lock = mgr.lock(&name);
+        let faulted = faulted.clone();
+        loops.push(tokio::spawn(async move {
+            let (mut before, mut after, mut errors) = (0u32, 0u32, 0u32);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while after < 20 {
+                assert!(Instant::now() < deadline, "{name}: no 20 pairs after");
+                let once = faulted.load(Ordering::SeqCst);
+                let taken = tokio::time::timeout(CALL, lock.try_acquire())
+                    .await
+                    .unwrap_or_else(|_| panic!("{name}: try_acquire hung"));
+                let guard = match taken {
+                    Ok(Some(guard)) => guard,
+                    Ok(None) => panic!("{name}: an idle name answered as taken"),
+                    Err(e) => {
+                        assert!(e.is_retryable(), "{name}: {e:?}");
+                        errors += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let released = tokio::time::timeout(CALL, guard.release())
+                    .await
+                    .unwrap_or_else(|_| panic!("{name}: release hung"));
+                match released {
+                    Ok(()) if once => after += 1,
+                    Ok(()) => before += 1,
+                    Err(e) => {
+                        assert!(e.is_retryable(), "{name}: release: {e:?}");
+                        errors += 1;
+                    }
+                }
+            }
+            eprintln!("{name}: {before} pairs before, {errors} retryable errors");
+            assert!(before > 0, "{name}: no pair before the fault");
+        }));
+    }
+    // Pairs run on the old primary before the fault.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let primary = fault();
+    faulted.store(true, Ordering::SeqCst);
+    for running in loops {
+        running.await.expect("a pair loop");
+    }
+    primary
+}
+
+/// No `{phase}:*` key on the primary on `port` within the watchdog timeout and a margin.
+async fn no_pair_held(port: u16, phase: &str) {
+    let mut conn = conn_to(port).await;
+    let deadline = Instant::now() + WATCHDOG + Duration::from_secs(5);
+    loop {
+        let held: Vec<String> = conn.keys(format!("{phase}:*")).await.unwrap();
+        if held.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still held: {held:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
