@@ -16,6 +16,7 @@ use super::graph::{self, Hold, Marks, WaitId};
 use super::{Asks, Detector};
 use crate::actors::lost::Claim;
 use crate::actors::messages::{Deadlocked, StillWaiting};
+use crate::actors::name::few::Few;
 use crate::actors::name::witness::Witness;
 use crate::actors::name::{Wait, WaiterId};
 use crate::error::{Owner, Site};
@@ -73,13 +74,13 @@ pub(crate) struct Seat {
     detector: Arc<Detector>,
     /// Whose each request not answered yet is (a request with no owner, or a single attempt,
     /// is none of the graph's business).
-    whose: FxHashMap<WaiterId, Whose>,
+    whose: Few<WaiterId, Whose>,
     /// The waits of this actor in the graph, with their owners.
     in_graph: FxHashMap<WaiterId, Owner>,
     /// How the graph asks this actor about its waits (made at its first wait there).
     asks: Option<Arc<Asks>>,
     /// The holds, by epoch.
-    holds: FxHashMap<u64, Held>,
+    holds: Few<u64, Held>,
     /// The owners of this name's holds (with their epochs) as the graph last learned them,
     /// sorted: kept there while a wait of this actor is in it.
     published: Vec<(Owner, u64)>,
@@ -90,10 +91,10 @@ impl Seat {
     pub(crate) fn new(detector: &Arc<Detector>) -> Option<Self> {
         detector.is_on().then(|| Self {
             detector: detector.clone(),
-            whose: FxHashMap::default(),
+            whose: Few::default(),
             in_graph: FxHashMap::default(),
             asks: None,
-            holds: FxHashMap::default(),
+            holds: Few::default(),
             published: Vec::new(),
         })
     }
@@ -146,7 +147,7 @@ impl Seat {
     /// whose request it was.
     pub(crate) fn wait_over(&mut self, actor: u64, id: WaiterId) -> Option<Owner> {
         let owner = self.whose.remove(&id)?.owner;
-        if self.in_graph.remove(&id).is_some() {
+        if !self.in_graph.is_empty() && self.in_graph.remove(&id).is_some() {
             self.detector
                 .wait_ended(owner, WaitId { actor, waiter: id });
         }
@@ -163,22 +164,21 @@ impl Seat {
         (holder, kind): (&Arc<str>, LockKind),
         claim: impl FnOnce() -> Arc<dyn Claim>,
     ) {
-        let detector = &self.detector;
-        self.holds
-            .entry(epoch)
-            .and_modify(|held| {
-                if held.owner.as_ref().map(|o| o.0) != owner {
-                    held.owner = None;
-                }
-            })
-            .or_insert_with(|| Held {
-                owner: owner.map(|owner| (owner, holder.clone())),
-                kind,
-                members: (kind == LockKind::Group)
-                    .then(|| detector.members(holder))
-                    .flatten(),
-                claim: claim(),
-            });
+        if let Some(held) = self.holds.get_mut(&epoch) {
+            if held.owner.as_ref().map(|o| o.0) != owner {
+                held.owner = None;
+            }
+            return;
+        }
+        let held = Held {
+            owner: owner.map(|owner| (owner, holder.clone())),
+            kind,
+            members: (kind == LockKind::Group)
+                .then(|| self.detector.members(holder))
+                .flatten(),
+            claim: claim(),
+        };
+        self.holds.insert(epoch, held);
     }
 
     /// The hold of `epoch` ended (released, or lost).
@@ -194,10 +194,16 @@ impl Seat {
     /// Tells the graph who holds lock `name` of actor `actor` now, while one of its waits is
     /// there (and that nobody does, once none is): whoever it waits for. Compares first, so
     /// the graph's lock is taken only when the owners changed.
+    #[inline]
     pub(crate) fn publish(&mut self, name: &Arc<str>, actor: u64) {
+        // After every event of the actor: nothing to compare while no wait is in the graph.
         if self.in_graph.is_empty() && self.published.is_empty() {
             return;
         }
+        self.publish_now(name, actor);
+    }
+
+    fn publish_now(&mut self, name: &Arc<str>, actor: u64) {
         let mut owners: Vec<(Owner, u64)> = if self.in_graph.is_empty() {
             Vec::new()
         } else {

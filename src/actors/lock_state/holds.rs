@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rustc_hash::FxHashMap;
+use crate::actors::name::few::Few;
 
 use super::timers::Timers;
 use super::{Effect, HoldKey, LockState, Loss, Timer};
@@ -72,7 +72,7 @@ impl Hold {
 /// its epoch is its own for as long as the process lives.
 #[derive(Debug, Default)]
 pub(super) struct Holds {
-    by_key: FxHashMap<HoldKey, Hold>,
+    by_key: Few<HoldKey, Hold>,
     /// Holds the Watchdog found gone while their own release was under way: the release's
     /// outcome decides (see [`LockState::hold_lost`]).
     gone_releasing: Vec<(HoldKey, u64)>,
@@ -145,25 +145,21 @@ impl Holds {
     /// of the key (its holder's id hashed once), whether the hold is new or not; the caller
     /// goes on with the hold it returns, with no lookup of its own.
     pub(super) fn add(&mut self, key: &HoldKey, lease: Duration, started: Instant) -> &mut Hold {
-        use std::collections::hash_map::Entry;
-        match self.by_key.entry(key.clone()) {
-            Entry::Occupied(held) => {
-                let hold = held.into_mut();
-                hold.count += 1;
-                hold.granted = hold.granted.max(started);
-                hold
-            }
-            Entry::Vacant(new) => new.insert(Hold {
-                count: 1,
-                epoch: NEXT_EPOCH.fetch_add(1, Ordering::Relaxed),
-                watchdog: false,
-                tracked: false,
-                granted: started,
-                lease,
-                ends: None,
-                unreleased: 0,
-            }),
+        let (hold, new) = self.by_key.get_or_insert_with(key.clone(), || Hold {
+            count: 1,
+            epoch: NEXT_EPOCH.fetch_add(1, Ordering::Relaxed),
+            watchdog: false,
+            tracked: false,
+            granted: started,
+            lease,
+            ends: None,
+            unreleased: 0,
+        });
+        if !new {
+            hold.count += 1;
+            hold.granted = hold.granted.max(started);
         }
+        hold
     }
 
     /// Whether no hold found gone during its release waits for that release's outcome.
@@ -183,18 +179,18 @@ impl Holds {
     }
 
     /// Removes every hold.
-    pub(super) fn take_all(&mut self) -> FxHashMap<HoldKey, Hold> {
-        std::mem::take(&mut self.by_key)
+    pub(super) fn take_all(&mut self) -> impl Iterator<Item = (HoldKey, Hold)> + use<> {
+        self.by_key.drain()
     }
 }
 
 #[cfg(test)]
 impl<'a> IntoIterator for &'a Holds {
     type Item = (&'a HoldKey, &'a Hold);
-    type IntoIter = std::collections::hash_map::Iter<'a, HoldKey, Hold>;
+    type IntoIter = Box<dyn Iterator<Item = (&'a HoldKey, &'a Hold)> + 'a>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.by_key.iter()
+        Box::new(self.by_key.iter())
     }
 }
 
@@ -359,7 +355,8 @@ fn watch_hold(
     }
     hold.lease = timeout;
     hold.watchdog = true;
-    if !hold.tracked && !timers.is_armed(&Timer::Track) {
+    // `Track` carries no data: its variant armed is it armed (no hash of it, every grant).
+    if !hold.tracked && !timers.is_armed_kind(&Timer::Track) {
         timers.set(Timer::Track, now, after);
     }
 }

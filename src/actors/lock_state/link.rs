@@ -93,6 +93,10 @@ impl Link {
 
     /// Stops routing every channel but the kept one: the channels to unsubscribe.
     pub(super) fn unsubscribe_unkept(&mut self) -> Vec<Arc<str>> {
+        if self.subscribed.is_empty() {
+            // An uncontended name's every fall idle: nothing to compare, nothing to allocate.
+            return Vec::new();
+        }
         let kept = self.kept.clone();
         let gone: Vec<Arc<str>> = (self.subscribed.iter())
             .filter(|c| Some(*c) != kept.as_ref())

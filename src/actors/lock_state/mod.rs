@@ -195,7 +195,13 @@ impl LockState {
     /// changed.
     pub(crate) fn drain_into(&mut self, into: &mut Vec<Effect>) {
         self.update_busy();
-        into.append(&mut self.out);
+        if into.is_empty() {
+            // The shell's buffer is empty at each event: the two swap, with no copy of the
+            // effects (both keep their capacity, so neither allocates again).
+            std::mem::swap(into, &mut self.out);
+        } else {
+            into.append(&mut self.out);
+        }
     }
 
     /// Whether waiter `id` is still waiting.

@@ -46,7 +46,7 @@ impl LockState {
             && self.waiters.is_empty()
             && self.trips.is_empty()
             && !self.link.outage().is_away()
-            && !self.timers.is_armed(&Timer::Turn)
+            && !self.timers.is_armed_kind(&Timer::Turn)
     }
 
     /// A request to an idle name ([`idle_for`](Self::idle_for)): its waiter goes straight to

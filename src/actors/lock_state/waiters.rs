@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rustc_hash::FxHashMap;
 
 use super::{MAX_HAND_OFF_STREAK, Wait, WaiterId};
+use crate::actors::name::few::Few;
 use crate::protocol::LockKind;
 
 /// One caller waiting for the lock: from its request to a grant, the end of its wait, an error or
@@ -41,10 +42,13 @@ impl Waiter {
 #[derive(Debug, Default)]
 pub(super) struct Waiters {
     order: VecDeque<WaiterId>,
-    live: FxHashMap<WaiterId, Waiter>,
+    live: Few<WaiterId, Waiter>,
     /// How many live waiters may wait.
     may_wait: usize,
-    /// Per holder: how many live waiters, and how many of them may wait.
+    /// Per holder: how many live waiters, and how many of them may wait. Kept from the second
+    /// waiter on: while at most one lives and none was ever beside it since the queue was last
+    /// empty, it is empty and the counts are read off that waiter (an uncontended request then
+    /// costs no hash of its holder's id and no entry).
     by_holder: FxHashMap<Arc<str>, Count>,
     /// Waiters still to try after a wake-all message, oldest first (one attempt at a time).
     pub wakes: VecDeque<WaiterId>,
@@ -90,14 +94,52 @@ impl Waiters {
     }
 
     pub(super) fn push(&mut self, w: Waiter) {
-        let count = self.by_holder.entry(w.holder.clone()).or_default();
-        count.all += 1;
         if w.may_wait() {
-            count.may_wait += 1;
             self.may_wait += 1;
+        }
+        if !self.live.is_empty() {
+            if self.by_holder.is_empty() {
+                // The second waiter: the first one's counts go in now.
+                let first = self
+                    .live
+                    .values()
+                    .next()
+                    .map(|f| (f.holder.clone(), f.may_wait()));
+                if let Some((holder, may_wait)) = first {
+                    self.count(holder, may_wait);
+                }
+            }
+            self.count(w.holder.clone(), w.may_wait());
         }
         self.order.push_back(w.id);
         self.live.insert(w.id, w);
+    }
+
+    /// One more waiter of `holder` in the counts per holder.
+    fn count(&mut self, holder: Arc<str>, may_wait: bool) {
+        let count = self.by_holder.entry(holder).or_default();
+        count.all += 1;
+        if may_wait {
+            count.may_wait += 1;
+        }
+    }
+
+    /// `holder`'s count: from the counts per holder, or from the only waiter while they are
+    /// not kept.
+    fn count_of(&self, holder: &str) -> Count {
+        if self.by_holder.is_empty() {
+            let mut only = self.live.values().filter(|w| &*w.holder == holder);
+            return only.next().map_or(Count::default(), |w| Count {
+                all: 1,
+                may_wait: usize::from(w.may_wait()),
+            });
+        }
+        self.by_holder
+            .get(holder)
+            .map_or(Count::default(), |c| Count {
+                all: c.all,
+                may_wait: c.may_wait,
+            })
     }
 
     /// Waiter `id` waits no more (its deadline passed): from now on it is answered as a single
@@ -190,12 +232,12 @@ impl Waiters {
 
     /// Whether a waiter of `holder` is here.
     pub(super) fn has_holder(&self, holder: &str) -> bool {
-        self.by_holder.contains_key(holder)
+        self.count_of(holder).all > 0
     }
 
     /// How many waiters that may wait belong to holders other than `holder`.
     pub(super) fn others_waiting(&self, holder: &str) -> usize {
-        self.may_wait - self.by_holder.get(holder).map_or(0, |c| c.may_wait)
+        self.may_wait - self.count_of(holder).may_wait
     }
 
     /// Empties the queue (and its wake-ups), oldest first.
@@ -210,5 +252,62 @@ impl Waiters {
         *self = Self::default();
         self.last_id = last_id;
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(id: WaiterId, holder: &str, wait: Wait) -> Waiter {
+        Waiter {
+            id,
+            holder: holder.into(),
+            kind: LockKind::Reentrant,
+            lease: None,
+            wait,
+            since: Instant::now(),
+            watched: false,
+            last_try: false,
+            spin: None,
+        }
+    }
+
+    /// The counts per holder read the same whether they are kept (two waiters or more) or read
+    /// off the only waiter: through a first waiter alone, a second beside it, a last try, and
+    /// removals back to one and to none. (The breaks: the first waiter's counts not taken in
+    /// when the second comes, so that its holder reads as gone once the second leaves; the
+    /// only waiter's single attempt counted as waiting.)
+    #[test]
+    fn counts_per_holder_with_one_waiter_and_more() {
+        let mut q = Waiters::default();
+        let forever = Wait::Forever;
+        q.push(waiter(1, "a", forever));
+        assert!(q.has_holder("a") && !q.has_holder("b"));
+        assert_eq!((q.others_waiting("a"), q.others_waiting("b")), (0, 1));
+        q.push(waiter(2, "b", forever));
+        assert_eq!((q.others_waiting("a"), q.others_waiting("b")), (1, 1));
+        q.push(waiter(5, "b", forever));
+        assert!(q.remove(5).is_some_and(|(_, last)| !last));
+        assert!(q.has_holder("a") && q.has_holder("b"));
+        assert_eq!((q.others_waiting("a"), q.others_waiting("b")), (1, 1));
+        assert!(q.remove(2).is_some_and(|(_, last)| last));
+        assert!(q.has_holder("a") && !q.has_holder("b"));
+        assert_eq!(q.others_waiting("b"), 1);
+        q.last_try(1);
+        assert_eq!(q.others_waiting("b"), 0, "a last try waits no more");
+        q.push(waiter(3, "a", Wait::No));
+        assert!(q.has_holder("a"));
+        assert_eq!(q.others_waiting("b"), 0);
+        assert!(
+            q.remove(1).is_some_and(|(_, last)| !last),
+            "a's single attempt is left"
+        );
+        assert!(q.has_holder("a"));
+        assert!(q.remove(3).is_some_and(|(_, last)| last));
+        assert!(!q.has_holder("a") && q.is_empty());
+        q.push(waiter(4, "c", Wait::No));
+        assert!(q.has_holder("c"));
+        assert_eq!(q.others_waiting("a"), 0, "a single attempt does not wait");
     }
 }

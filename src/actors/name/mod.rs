@@ -4,10 +4,12 @@
 //! without its release ([`Loss`]), what the Watchdog renews ([`Renewal`]), the effects both
 //! states emit (`effect`), which the shell (`actors::shell`) carries out, the events both
 //! states take (`state`), through which the shell drives them, a table of timers as instants
-//! (`timers`), whose next one the shell keeps, Redis away for a name (`outage`), and what a family
-//! keeps of its waits and holds beside the shell (`witness`).
+//! (`timers`), whose next one the shell keeps, Redis away for a name (`outage`), what a family
+//! keeps of its waits and holds beside the shell (`witness`), and a map for the few entries an
+//! actor mostly keeps (`few`).
 
 pub(crate) mod effect;
+pub(crate) mod few;
 pub(crate) mod outage;
 #[cfg(test)]
 pub(crate) mod seeded;

@@ -180,6 +180,11 @@ impl<R: Sender> Crowd<R> {
 
     /// Disarms waiter `id`'s deadline (nothing when none is armed).
     pub(crate) fn disarm(&mut self, id: WaiterId) {
+        // Most answers find no deadline armed at all (a request with no wait, or a grant at
+        // its first attempt): no hash of the id then.
+        if self.due.is_empty() {
+            return;
+        }
         if let Some((key, _)) = self.due.remove(&id) {
             self.deadlines.remove(&key);
             if self.is_empty()

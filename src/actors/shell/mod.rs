@@ -37,7 +37,6 @@ use std::time::Instant;
 
 use actix::WeakRecipient;
 use actix::prelude::*;
-use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use crate::actors::lost::{Raiser, Validity};
@@ -46,6 +45,7 @@ use crate::actors::messages::{
     Untrack,
 };
 use crate::actors::name::effect::{Effect, Family, ReplyId};
+use crate::actors::name::few::Few;
 use crate::actors::name::state::NameState;
 use crate::actors::name::witness::Witness;
 use crate::actors::name::{Loss, WaiterId};
@@ -133,16 +133,16 @@ pub(crate) struct Shell<A: PerName> {
     /// Told when the actor stopped.
     registry: WeakRecipient<Forget>,
     /// The callers of waiting requests, by waiter.
-    pub waiting: FxHashMap<WaiterId, Waiting<A::Tx>>,
+    pub waiting: Few<WaiterId, Waiting<A::Tx>>,
     /// The watched callers and the waiters' deadlines, served by one future.
     crowd: Crowd<A::Tx>,
     /// The senders of releases (and adjustments) under way.
-    pub replies: FxHashMap<ReplyId, A::Reply>,
+    pub replies: Few<ReplyId, A::Reply>,
     next_reply: ReplyId,
     /// The state's timer table's next instant, on one timer.
     alarm: Alarm,
     /// Each hold's lost signal, by epoch.
-    pub signals: FxHashMap<u64, Signal>,
+    pub signals: Few<u64, Signal>,
     /// A strong address to itself while busy or lingering: actix stops an actor once no strong
     /// address is left, its mailbox is empty and no timer is armed. Shared with its grants
     /// (each actix address made or cloned allocates).
@@ -155,7 +155,7 @@ pub(crate) struct Shell<A: PerName> {
     effects: Vec<EffectOf<A>>,
     /// When each waiter that actually waits (a watched caller) began waiting: for the board.
     /// Empty while nobody waits.
-    waits_began: FxHashMap<WaiterId, Instant>,
+    waits_began: Few<WaiterId, Instant>,
     /// Reply senders on their way in, and the effects held back for them (`reply`).
     handed: Rc<RefCell<Vec<Handed<A>>>>,
     expecting: Option<Expecting>,
@@ -176,17 +176,17 @@ impl<A: PerName> Shell<A> {
             name,
             svc,
             registry,
-            waiting: FxHashMap::default(),
+            waiting: Few::default(),
             crowd: Crowd::default(),
-            replies: FxHashMap::default(),
+            replies: Few::default(),
             next_reply: 0,
             alarm: Alarm::default(),
-            signals: FxHashMap::default(),
+            signals: Few::default(),
             keepalive: None,
             linger: Linger::default(),
             stop_replies: Vec::new(),
             effects: Vec::new(),
-            waits_began: FxHashMap::default(),
+            waits_began: Few::default(),
             handed: Rc::default(),
             expecting: None,
             held: Vec::new(),
@@ -214,38 +214,13 @@ impl<A: PerName> Shell<A> {
 
     /// Its own strong address, shared: made once per stay, kept while busy or lingering.
     pub(crate) fn link(&mut self, ctx: &mut Context<A>) -> Arc<Addr<A>> {
-        self.keepalive
-            .get_or_insert_with(|| Arc::new(ctx.address()))
-            .clone()
+        self.keep(ctx).clone()
     }
 
-    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held),
-    /// with what Redis `confirmed` of this grant (when its call was sent, and the TTL it set).
-    pub(crate) fn signal(
-        &mut self,
-        epoch: u64,
-        (kind, amount): (&'static str, f64),
-        confirmed: Option<(Instant, std::time::Duration)>,
-    ) -> &Signal {
-        match self.signals.entry(epoch) {
-            std::collections::hash_map::Entry::Occupied(held) => {
-                let signal = held.into_mut();
-                if let Some((sent, ttl)) = confirmed {
-                    signal.validity.confirm(sent, ttl);
-                }
-                signal
-            }
-            std::collections::hash_map::Entry::Vacant(first) => {
-                A::SERIES.held(kind, amount);
-                let validity = Validity::first(confirmed);
-                first.insert(Signal {
-                    lost: validity.raiser(),
-                    validity,
-                    kind,
-                    amount,
-                })
-            }
-        }
+    /// Keeps its own strong address (made once per stay), with no share of it taken.
+    fn keep(&mut self, ctx: &mut Context<A>) -> &Arc<Addr<A>> {
+        self.keepalive
+            .get_or_insert_with(|| Arc::new(ctx.address()))
     }
 }
 
@@ -347,13 +322,13 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
         Effect::Ended(epoch) => drop(ended(act, epoch)),
         Effect::Busy => {
             Linger::busy(act);
-            act.shell().link(ctx);
+            act.shell().keep(ctx);
         }
         Effect::Idle => {
             // Kept alive by its own address while it lingers (round trips may have kept it so
             // far, with no hold or waiter that took the address).
             if act.shell().linger.is_busy() {
-                act.shell().link(ctx);
+                act.shell().keep(ctx);
             }
             Linger::idle(act, ctx);
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use super::{PerName, Shell};
+use super::{PerName, Shell, Signal};
 use crate::actors::lost::{LostSignal, Validity};
 use crate::error::LockError;
 
@@ -59,9 +59,8 @@ impl<A: PerName> Shell<A> {
         waited: bool,
         ctx: &mut Context<A>,
     ) -> (Receipt<A>, Validity) {
-        let signal = self.signal(epoch, counted, confirmed);
-        let lost = signal.validity.signal();
-        let validity = signal.validity.clone();
+        let validity = self.signal(epoch, counted, confirmed);
+        let lost = validity.signal();
         let receipt = Receipt {
             actor: self.link(ctx),
             actor_id: self.id,
@@ -72,5 +71,32 @@ impl<A: PerName> Shell<A> {
             armed: true,
         };
         (receipt, validity)
+    }
+
+    /// The lost signal of the hold of `epoch`, made at its first grant (and counted held),
+    /// with what Redis `confirmed` of this grant (when its call was sent, and the TTL it set):
+    /// its validity, shared.
+    fn signal(
+        &mut self,
+        epoch: u64,
+        (kind, amount): (&'static str, f64),
+        confirmed: Option<(Instant, Duration)>,
+    ) -> Validity {
+        if let Some(signal) = self.signals.get_mut(&epoch) {
+            if let Some((sent, ttl)) = confirmed {
+                signal.validity.confirm(sent, ttl);
+            }
+            return signal.validity.clone();
+        }
+        A::SERIES.held(kind, amount);
+        let validity = Validity::first(confirmed);
+        let signal = Signal {
+            lost: validity.raiser(),
+            validity: validity.clone(),
+            kind,
+            amount,
+        };
+        self.signals.insert(epoch, signal);
+        validity
     }
 }
