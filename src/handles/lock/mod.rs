@@ -323,12 +323,20 @@ impl Lock {
         // A new handle of a name whose actor lives: the address its grants carry, from the
         // directory (no allocation, where `resolve`'s actix address allocates twice).
         let shared = || self.mgr.directory.shared(self.kind, key);
-        let send = async { self.actor.send(shared, resolve, acquire).await? };
-        let (commands, own) = (&self.mgr.commands, &*self.holder);
+        // Untraced, the request's future is awaited where it is made: handed to a wrapper, it
+        // was copied into the wrapper's future and again into its await (a memcpy of some
+        // hundred bytes each, per acquire). Traced, it is boxed (`trace::acquiring`).
+        let granted = if span.is_disabled() {
+            self.actor.send(shared, resolve, acquire).await
+        } else {
+            let (commands, own) = (&self.mgr.commands, &*self.holder);
+            let send = self.actor.send(shared, resolve, acquire);
+            crate::handles::trace::acquiring(&span, commands, key, own, send).await
+        };
         // An outage's `waited` is the caller's, from its call: the actor counts from when the
         // request reached it (after it started, a manager's first wait writes its record).
-        let granted = crate::handles::trace::acquiring(&span, commands, key, own, send)
-            .await
+        let granted = granted
+            .and_then(|reply| reply)
             .map_err(|e: LockError| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
         let granted = granted?;
@@ -340,11 +348,8 @@ impl Lock {
             let directory = &self.mgr.directory;
             directory.share(self.kind, key, grant.actor_shared());
         }
-        Ok(granted.map(|g| {
-            LockGuard::from(g)
-                .keeping(self.mgr.clone())
-                .keeping_group(self.group.clone())
-        }))
+        let (mgr, group) = (&self.mgr, &self.group);
+        Ok(granted.map(|grant| LockGuard::new(grant, mgr.clone(), group.clone())))
     }
 }
 
