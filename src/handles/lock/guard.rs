@@ -137,7 +137,12 @@ impl LockGuard {
         } else {
             crate::handles::trace::within(&span, actor.send(Release(grant))).await
         };
-        let res = res.unwrap_or(Err(LockError::Shutdown));
+        // The error made only when it is the answer (`unwrap_or`'s, made eagerly, was dropped
+        // on every release).
+        let res = match res {
+            Ok(res) => res,
+            Err(_) => Err(LockError::Shutdown),
+        };
         crate::handles::trace::released(&span, &res);
         drop(manager);
         drop(group);

@@ -119,9 +119,12 @@ impl Lock {
     pub fn acquire(&self) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
         let site = crate::handles::deadlock::site();
         async move {
-            self.request(site, None, Wait::Forever)
-                .await?
-                .ok_or(LockError::Shutdown)
+            // The error made only when it is the answer (`ok_or`'s, made eagerly, was dropped
+            // on every grant).
+            match self.request(site, None, Wait::Forever).await? {
+                Some(guard) => Ok(guard),
+                None => Err(LockError::Shutdown),
+            }
         }
     }
 
@@ -145,9 +148,12 @@ impl Lock {
     ) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
         let site = crate::handles::deadlock::site();
         async move {
-            self.request(site, Some(lease), Wait::Forever)
-                .await?
-                .ok_or(LockError::Shutdown)
+            // The error made only when it is the answer (`ok_or`'s, made eagerly, was dropped
+            // on every grant).
+            match self.request(site, Some(lease), Wait::Forever).await? {
+                Some(guard) => Ok(guard),
+                None => Err(LockError::Shutdown),
+            }
         }
     }
 
