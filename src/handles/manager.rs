@@ -1,7 +1,7 @@
 //! The public façade: [`LockManager`] connects and hands out [`Lock`] handles.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use actix::Addr;
@@ -88,6 +88,7 @@ impl LockManager {
         let manager = Self {
             inner: Arc::new(Inner {
                 client_id,
+                holder_prefix: keys::HolderPrefix::of(&client_id),
                 registry,
                 directory,
                 commands,
@@ -167,10 +168,7 @@ impl LockManager {
     pub async fn diagnose(&self) -> Result<crate::diagnose::Diagnosis, LockError> {
         let facts = self.inner.commands.facts().await?;
         let id = self.inner.client_id;
-        let holders = std::array::from_fn(|_| {
-            let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
-            keys::holder(&id, n)
-        });
+        let holders = std::array::from_fn(|_| self.inner.new_holder());
         let name = self.inner.name(format!("{DOCTOR_NAME}:{}", Uuid::new_v4()));
         self.inner.check(&name)?;
         let lane = format!("{id}:d");
@@ -199,8 +197,7 @@ impl LockManager {
     /// holders that exclude each other; clones of one handle share its holder and re-enter.
     /// The name is checked when the handle is used (an empty one is refused).
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        let n = self.inner.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
-        let holder = keys::holder(&self.inner.client_id, n);
+        let holder = self.inner.new_holder();
         // A handle made per request of a live name shares its key and reaches its actor from
         // the directory: one look-up, no key made.
         let (name, actor) = self.inner.lock_name(LockKind::Reentrant, name);

@@ -51,7 +51,7 @@ impl<A: Actor> Reach<A> {
 
     /// Remembers the actor a grant came from, for this handle's next requests; `true` when
     /// it is not the one this handle reached before (its first grant, or a new actor).
-    pub(crate) fn remember(&self, actor: &Arc<Addr<A>>) -> bool {
+    fn remember(&self, actor: &Arc<Addr<A>>) -> bool {
         if let Ok(mut last) = self.last.lock()
             && !std::ptr::eq(last.as_ptr(), Arc::as_ptr(actor))
         {
@@ -70,12 +70,16 @@ impl<A: Actor> Reach<A> {
     /// Sends the message `make` builds to the remembered actor, else to the one `shared` knows
     /// (remembered then: a new handle of a live actor's name), else to the actor `resolve`
     /// finds, resolving it again when it stopped before handling it (nothing happened then).
+    /// Then remembers the actor `granted_by` names in the reply, if any; the flag says it was
+    /// not the one remembered before (its first grant through this handle, or a new actor).
+    /// A reply from the actor the message reached, the usual one, takes no lock.
     pub(crate) async fn send<M, F>(
         &self,
         shared: impl FnOnce() -> Option<Arc<Addr<A>>>,
         resolve: impl Fn() -> F,
         mut make: impl FnMut() -> M,
-    ) -> Result<M::Result, LockError>
+        granted_by: impl FnOnce(&M::Result) -> Option<&Arc<Addr<A>>>,
+    ) -> Result<(M::Result, bool), LockError>
     where
         M: Message + Send + 'static,
         M::Result: Send,
@@ -90,7 +94,13 @@ impl<A: Actor> Reach<A> {
         });
         if let Some(actor) = reached {
             match actor.send(make()).await {
-                Ok(reply) => return Ok(reply),
+                Ok(reply) => {
+                    let fresh = match granted_by(&reply) {
+                        Some(by) if !Arc::ptr_eq(by, &actor) => self.remember(by),
+                        _ => false,
+                    };
+                    return Ok((reply, fresh));
+                }
                 // It stopped meanwhile: the directory knows its successor, or the registry
                 // starts one.
                 Err(MailboxError::Closed) => {}
@@ -99,7 +109,9 @@ impl<A: Actor> Reach<A> {
         }
         // Boxed: the registry's resolution (its future, and a second send's) is not every
         // request's, and inline it made each request's future and its poll's code larger.
-        Box::pin(resolving(resolve, make)).await
+        let reply = Box::pin(resolving(resolve, make)).await?;
+        let fresh = granted_by(&reply).is_some_and(|by| self.remember(by));
+        Ok((reply, fresh))
     }
 }
 

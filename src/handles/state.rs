@@ -1,7 +1,7 @@
 //! The manager state every handle shares: the client id, the registry of actors, the command
 //! connections and the settings. Handles keep it alive; dropping the last one stops the actors.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use actix::Addr;
@@ -15,11 +15,14 @@ use crate::actors::registry::{Directory, Registry};
 use crate::actors::registry::{Resolve, ResolveSync};
 use crate::config::Config;
 use crate::error::LockError;
+use crate::protocol::keys::HolderPrefix;
 use crate::protocol::{Commands, LockKind};
 
 /// What a [`LockManager`](super::manager::LockManager) and its handles share.
 pub(crate) struct Inner {
     pub client_id: Uuid,
+    /// `<client id>:`, written once: every holder of this manager starts with it.
+    pub holder_prefix: HolderPrefix,
     pub registry: Addr<Registry>,
     /// The live lock actors: found here, a handle needs no round trip to the registry.
     pub directory: Directory,
@@ -30,6 +33,12 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// A new holder of this manager: `<client id>:<n>`, `n` never given before.
+    pub(crate) fn new_holder<T: for<'a> From<&'a str>>(&self) -> T {
+        let n = self.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::protocol::keys::holder(&self.holder_prefix, n)
+    }
+
     /// A user's name and the key every key and channel of it is built from, with the
     /// configured prefix ([`Config::name_prefix`]) as Redisson's `PrefixNameMapper` maps it:
     /// the one place a name becomes a key.

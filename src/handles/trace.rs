@@ -57,36 +57,35 @@ pub(crate) fn acquire(
     )
 }
 
-/// Runs `work` inside `span` when a subscriber wants the span, else bare: a disabled span's
-/// `Instrument` wrapper still enters and exits it at every poll and on drop, for nothing
-/// (about 1 k instructions per acquire and release, BENCHMARKS.md).
-pub(crate) async fn within<F: Future>(span: &Span, work: F) -> F::Output {
-    if span.is_disabled() {
-        work.await
-    } else {
-        work.instrument(span.clone()).await
-    }
-}
-
-/// Runs `acquire` as the acquire `span` tells of: bare when no subscriber wants the span, else
-/// inside it and [`behind`] it. The traced path is boxed: its look-up (two commands' futures)
-/// would otherwise sit inline in every acquire's future, copied each time the future moves,
-/// traced or not.
-pub(crate) async fn acquiring<F: Future>(
+/// `work` inside a `span` a subscriber wants, boxed: the caller awaits its work bare when the
+/// span is disabled (a disabled span's `Instrument` wrapper still enters and exits it at every
+/// poll and on drop, for nothing: about 1 k instructions per acquire and release,
+/// BENCHMARKS.md), and the traced path's future is then a pointer in the caller's.
+#[cold]
+pub(crate) fn within<'a, F: Future + 'a>(
     span: &Span,
-    commands: &Commands,
-    name: &str,
-    own: &str,
-    acquire: F,
-) -> F::Output {
-    if span.is_disabled() {
-        return acquire.await;
-    }
-    let traced = behind(span, commands, name, own, acquire).instrument(span.clone());
-    Box::pin(traced).await
+    work: F,
+) -> std::pin::Pin<Box<impl Future<Output = F::Output> + 'a>> {
+    Box::pin(work.instrument(span.clone()))
 }
 
-/// Runs `acquire` inside a wanted `span` ([`acquiring`] decides); when the acquire is not
+/// `acquire` as the wanted acquire `span` tells of: inside it and [`behind`] it, boxed (its
+/// look-up, two commands' futures, would otherwise sit in every acquire's future, copied each
+/// time the future moves, traced or not). The caller awaits its acquire bare when the span is
+/// disabled.
+#[cold]
+pub(crate) fn acquiring<'a, F: Future + 'a>(
+    span: &'a Span,
+    commands: &'a Commands,
+    name: &'a str,
+    own: &'a str,
+    acquire: F,
+) -> std::pin::Pin<Box<impl Future<Output = F::Output> + 'a>> {
+    let traced = behind(span, commands, name, own, acquire).instrument(span.clone());
+    Box::pin(traced)
+}
+
+/// Runs `acquire` inside a wanted `span` ([`acquiring`]); when the acquire is not
 /// answered within [`LOOKUP_AFTER`], also reads who holds `name` (another holder than `own`) and that holder's
 /// service, and records them. The lookup never delays the answer: whatever it has not found
 /// when the acquire is answered is not recorded.

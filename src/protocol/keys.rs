@@ -233,15 +233,32 @@ pub(crate) fn read_timeout_prefix(name: &str, holder: &str) -> String {
     suffixed(name, &format!("{holder}:rwlock_timeout"))
 }
 
-/// The holder field of a lock handle: `<client id>:<n>`, as what it is kept in (`String`,
-/// `Arc<str>`). Written on the stack without a formatter and copied into it once: a handle
-/// made per request makes one (the formatter and the copy from a `String` cost about 1.5 k
-/// instructions and an allocation, BENCHMARKS.md).
-pub(crate) fn holder<T: for<'a> From<&'a str>>(client_id: &uuid::Uuid, n: u64) -> T {
-    const ID: usize = uuid::fmt::Hyphenated::LENGTH;
-    let mut buf = [0u8; ID + 1 + 20];
-    client_id.hyphenated().encode_lower(&mut buf[..ID]);
-    buf[ID] = b':';
+/// `<client id>:`, the start of every holder field of one client: written once per manager,
+/// so that a handle made per request only writes its number (the id's hex digits cost a few
+/// hundred instructions more per handle, callgrind).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HolderPrefix([u8; HOLDER_ID + 1]);
+
+/// The length of a client id in a holder field (hyphenated).
+const HOLDER_ID: usize = uuid::fmt::Hyphenated::LENGTH;
+
+impl HolderPrefix {
+    /// The prefix of `client_id`'s holders.
+    pub(crate) fn of(client_id: &uuid::Uuid) -> Self {
+        let mut buf = [0u8; HOLDER_ID + 1];
+        client_id.hyphenated().encode_lower(&mut buf[..HOLDER_ID]);
+        buf[HOLDER_ID] = b':';
+        Self(buf)
+    }
+}
+
+/// The holder field of a lock handle: `<client id>:<n>` (`prefix` is the client id's), as what
+/// it is kept in (`String`, `Arc<str>`). Written on the stack without a formatter and copied
+/// into it once: a handle made per request makes one (the formatter and the copy from a
+/// `String` cost about 1.5 k instructions and an allocation, BENCHMARKS.md).
+pub(crate) fn holder<T: for<'a> From<&'a str>>(prefix: &HolderPrefix, n: u64) -> T {
+    let mut buf = [0u8; HOLDER_ID + 1 + 20];
+    buf[..=HOLDER_ID].copy_from_slice(&prefix.0);
     let mut digits = [0u8; 20];
     let (mut left, mut rest) = (digits.len(), n);
     loop {
@@ -252,12 +269,12 @@ pub(crate) fn holder<T: for<'a> From<&'a str>>(client_id: &uuid::Uuid, n: u64) -
             break;
         }
     }
-    let len = ID + 1 + digits.len() - left;
-    buf[ID + 1..len].copy_from_slice(&digits[left..]);
+    let len = HOLDER_ID + 1 + digits.len() - left;
+    buf[HOLDER_ID + 1..len].copy_from_slice(&digits[left..]);
     match std::str::from_utf8(&buf[..len]) {
         Ok(holder) => T::from(holder),
         // Never: hex digits, hyphens, a colon and decimal digits.
-        Err(_) => T::from(format!("{}:{n}", client_id.hyphenated()).as_str()),
+        Err(_) => T::from(format!("{}{n}", String::from_utf8_lossy(&prefix.0)).as_str()),
     }
 }
 
@@ -269,9 +286,10 @@ mod tests {
     fn a_holder_is_the_client_id_a_colon_and_the_number() {
         let id = uuid::Uuid::new_v4();
         for n in [0, 1, 9, 10, 12_345, u64::MAX] {
-            let holder: String = holder(&id, n);
+            let prefix = HolderPrefix::of(&id);
+            let holder: String = holder(&prefix, n);
             assert_eq!(holder, format!("{}:{n}", id.hyphenated()));
-            let shared: std::sync::Arc<str> = super::holder(&id, n);
+            let shared: std::sync::Arc<str> = super::holder(&prefix, n);
             assert_eq!(&*shared, holder);
         }
     }
@@ -361,7 +379,7 @@ mod tests {
     fn holder_is_lowercase_hyphenated_uuid_and_number() {
         let id = uuid::Uuid::parse_str("9F1C0D2E-5B7A-4C1E-8D3F-2A6B1C9E0F11").unwrap();
         assert_eq!(
-            holder::<String>(&id, 7),
+            holder::<String>(&HolderPrefix::of(&id), 7),
             "9f1c0d2e-5b7a-4c1e-8d3f-2a6b1c9e0f11:7"
         );
     }

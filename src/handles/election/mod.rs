@@ -5,7 +5,6 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -20,7 +19,7 @@ use crate::handles::lock::{FencedGuard, FencedLock, Lock, LockInfo};
 use crate::handles::name::Name;
 use crate::handles::state::Inner;
 use crate::handles::trace;
-use crate::protocol::{LockKind, keys};
+use crate::protocol::LockKind;
 
 /// How often an [`Observer`] reads the leader by default.
 pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(500);
@@ -90,8 +89,7 @@ impl Election {
     /// A new candidate: a fenced lock handle with a holder of its own, so two campaigns (even
     /// of clones of one election) never re-enter each other's lead.
     fn candidate(&self) -> FencedLock {
-        let n = self.manager.next_holder.fetch_add(1, Ordering::Relaxed) + 1;
-        let holder = keys::holder(&self.manager.client_id, n);
+        let holder = self.manager.new_holder();
         let lock = Lock::new(
             self.manager.clone(),
             self.name.clone(),

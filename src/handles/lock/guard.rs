@@ -36,14 +36,13 @@ impl From<Grant> for LockGuard {
 }
 
 impl LockGuard {
-    pub(super) fn keeping(mut self, manager: Arc<Inner>) -> Self {
-        self.manager = Some(manager);
-        self
-    }
-
-    pub(super) fn keeping_group(mut self, group: Option<Arc<Registration>>) -> Self {
-        self.group = group;
-        self
+    /// The guard of `grant`, keeping its `manager` and its lock's `group` (a group lock's).
+    pub(super) fn new(grant: Grant, manager: Arc<Inner>, group: Option<Arc<Registration>>) -> Self {
+        Self {
+            grant,
+            manager: Some(manager),
+            group,
+        }
     }
 
     /// The manager that granted it (none for a guard made from a bare [`Grant`]).
@@ -131,9 +130,19 @@ impl LockGuard {
         } = self;
         let span = crate::handles::trace::release(grant.name(), &grant.kind());
         let actor = grant.actor_link();
-        let res = crate::handles::trace::within(&span, actor.send(Release(grant)))
-            .await
-            .unwrap_or(Err(LockError::Shutdown));
+        // Untraced, the request is awaited where it is made (no copy of it into a wrapper's
+        // future); traced, it is boxed (`trace::within`).
+        let res = if span.is_disabled() {
+            actor.send(Release(grant)).await
+        } else {
+            crate::handles::trace::within(&span, actor.send(Release(grant))).await
+        };
+        // The error made only when it is the answer (`unwrap_or`'s, made eagerly, was dropped
+        // on every release).
+        let res = match res {
+            Ok(res) => res,
+            Err(_) => Err(LockError::Shutdown),
+        };
         crate::handles::trace::released(&span, &res);
         drop(manager);
         drop(group);

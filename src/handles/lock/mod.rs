@@ -119,9 +119,12 @@ impl Lock {
     pub fn acquire(&self) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
         let site = crate::handles::deadlock::site();
         async move {
-            self.request(site, None, Wait::Forever)
-                .await?
-                .ok_or(LockError::Shutdown)
+            // The error made only when it is the answer (`ok_or`'s, made eagerly, was dropped
+            // on every grant).
+            match self.request(site, None, Wait::Forever).await? {
+                Some(guard) => Ok(guard),
+                None => Err(LockError::Shutdown),
+            }
         }
     }
 
@@ -145,9 +148,12 @@ impl Lock {
     ) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
         let site = crate::handles::deadlock::site();
         async move {
-            self.request(site, Some(lease), Wait::Forever)
-                .await?
-                .ok_or(LockError::Shutdown)
+            // The error made only when it is the answer (`ok_or`'s, made eagerly, was dropped
+            // on every grant).
+            match self.request(site, Some(lease), Wait::Forever).await? {
+                Some(guard) => Ok(guard),
+                None => Err(LockError::Shutdown),
+            }
         }
     }
 
@@ -285,8 +291,9 @@ impl Lock {
             .await
     }
 
-    /// Sends an [`Acquire`] to the name's lock actor and wraps its grant; `site` is where the
-    /// caller's code asked (the public verbs are `#[track_caller]`: a deadlock's message names it).
+    /// Sends an [`Acquire`] to the name's lock actor (resolving it again if it stopped
+    /// meanwhile) and wraps its grant; `site` is where the caller's code asked (the public verbs
+    /// are `#[track_caller]`: a deadlock's message names it).
     pub(crate) async fn request(
         &self,
         site: Site,
@@ -296,16 +303,6 @@ impl Lock {
         // The cheap check on every call; the registry checks the whole name (its slots, in a
         // cluster) when it starts the name's actor.
         self.name.validate()?;
-        self.via_actor(site, lease, wait).await
-    }
-
-    /// Sends an [`Acquire`] to the name's lock actor, resolving it again if it stopped meanwhile.
-    async fn via_actor(
-        &self,
-        site: Site,
-        lease: Option<Duration>,
-        wait: Wait,
-    ) -> Result<Option<LockGuard>, LockError> {
         let key = self.name.key();
         let resolve = || self.mgr.lock_actor(self.kind, key.clone());
         // The caller's task (or scope): `deadlock` says why.
@@ -323,28 +320,41 @@ impl Lock {
         // A new handle of a name whose actor lives: the address its grants carry, from the
         // directory (no allocation, where `resolve`'s actix address allocates twice).
         let shared = || self.mgr.directory.shared(self.kind, key);
-        let send = async { self.actor.send(shared, resolve, acquire).await? };
-        let (commands, own) = (&self.mgr.commands, &*self.holder);
+        // Untraced, the request's future is awaited where it is made: handed to a wrapper, it
+        // was copied into the wrapper's future and again into its await (a memcpy of some
+        // hundred bytes each, per acquire). Traced, it is boxed (`trace::acquiring`).
+        let sent = if span.is_disabled() {
+            self.actor.send(shared, resolve, acquire, granted_by).await
+        } else {
+            let (commands, own) = (&self.mgr.commands, &*self.holder);
+            let send = self.actor.send(shared, resolve, acquire, granted_by);
+            crate::handles::trace::acquiring(&span, commands, key, own, send).await
+        };
+        let (granted, fresh) = match sent {
+            Ok((reply, fresh)) => (reply, fresh),
+            Err(e) => (Err(e), false),
+        };
         // An outage's `waited` is the caller's, from its call: the actor counts from when the
         // request reached it (after it started, a manager's first wait writes its record).
-        let granted = crate::handles::trace::acquiring(&span, commands, key, own, send)
-            .await
-            .map_err(|e: LockError| e.waited_for(called.elapsed()));
+        let granted = granted.map_err(|e| e.waited_for(called.elapsed()));
         crate::handles::trace::acquired(&span, &granted, Grant::waited);
         let granted = granted?;
-        if let Some(grant) = &granted
-            && self.actor.remember(grant.actor_shared())
-        {
+        if let (Some(grant), true) = (&granted, fresh) {
             // Its first grant through this handle, not from the directory's address: the next
             // handles of the name find it there.
             let directory = &self.mgr.directory;
             directory.share(self.kind, key, grant.actor_shared());
         }
-        Ok(granted.map(|g| {
-            LockGuard::from(g)
-                .keeping(self.mgr.clone())
-                .keeping_group(self.group.clone())
-        }))
+        let (mgr, group) = (&self.mgr, &self.group);
+        Ok(granted.map(|grant| LockGuard::new(grant, mgr.clone(), group.clone())))
+    }
+}
+
+/// The actor that granted the hold an acquire's `reply` carries, if it carries one.
+fn granted_by(reply: &Result<Option<Grant>, LockError>) -> Option<&Arc<actix::Addr<LockActor>>> {
+    match reply {
+        Ok(Some(grant)) => Some(grant.actor_shared()),
+        _ => None,
     }
 }
 

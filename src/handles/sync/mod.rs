@@ -63,7 +63,10 @@ impl Handle {
     {
         self.name.validate()?;
         let resolve = || self.mgr.sync_actor(self.kind, self.name.key().clone());
-        self.actor.send(|| None, resolve, || msg.clone()).await?
+        self.actor
+            .send(|| None, resolve, || msg.clone(), |_| None)
+            .await?
+            .0
     }
 
     async fn adjust(&self, op: Adjustment) -> Result<i64, LockError> {
