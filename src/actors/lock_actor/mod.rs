@@ -3,7 +3,7 @@
 //! Its [`LockState`] holds every rule of the name (waiters, holds, epochs, hand-offs, retries);
 //! the per-name shell (`actors::shell`) owns it, feeds it the events both families share and
 //! carries out its effects, for the synchronizer actor as well. What is a lock's own is here: taking [`Acquire`] and [`Release`] in,
-//! running its round trips (`round_trips`: each a future of its own, spawned on the actor's context,
+//! running its round trips (`round_trips`: each a future of its own, polled by the actor's ringer,
 //! so that a deadline or a departing caller is handled while one is under way; the state lets
 //! only one run at a time), and answering with a [`Grant`].
 //!
@@ -95,6 +95,10 @@ impl PerName for LockActor {
 
     fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
         Trips::start(self, op, ctx);
+    }
+
+    fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool {
+        Trips::drive(self, ctx, task)
     }
 
     /// A grant that reaches nobody comes back and its drop releases the hold.
