@@ -21,9 +21,6 @@ use actix::prelude::*;
 use tokio::time::Sleep;
 
 use super::driver::{Driver, Work};
-use super::linger::Linger;
-use super::{PerName, apply};
-use crate::actors::name::state::NameState;
 
 /// The longest a timer sleeps at once (tokio's wheel takes about two years); a later instant
 /// rings early, finds nothing due, and is set again.
@@ -59,29 +56,6 @@ pub(crate) trait Alarmed: Actor<Context = Context<Self>> {
     fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool;
     /// The linger's timer fired.
     fn lingered(&mut self, ctx: &mut Context<Self>);
-}
-
-impl<A: PerName> Alarmed for A {
-    fn alarm(&mut self) -> &mut Alarm {
-        &mut self.shell().alarm
-    }
-
-    fn rang(&mut self, now: Instant, ctx: &mut Context<Self>) {
-        self.shell().state.timeout(now);
-        apply(self, ctx);
-    }
-
-    fn stays(&mut self) -> bool {
-        self.shell().keepalive.is_some()
-    }
-
-    fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool {
-        PerName::travel(self, ctx, task)
-    }
-
-    fn lingered(&mut self, ctx: &mut Context<Self>) {
-        Linger::tick(self, ctx);
-    }
 }
 
 /// One tokio `Sleep`, polled only when it may have fired.
@@ -164,7 +138,7 @@ impl Alarm {
         }
     }
 
-    /// Sets the linger's timer to fire by `at` ([`Linger`] finds out then whether it is due).
+    /// Sets the linger's timer to fire by `at` (the linger finds out then whether it is due).
     pub(crate) fn linger_by<A: Alarmed>(act: &mut A, at: Instant, ctx: &mut Context<A>) {
         let poll = act.alarm().linger.by(at);
         Self::wind(act, poll, ctx);

@@ -127,3 +127,28 @@ impl<A: PerName> Lingers for A {
         Alarm::end_if_unset(self);
     }
 }
+
+/// A per-name actor's alarm, here beside the linger it ticks (the alarm does not import the
+/// linger: tests/layers.rs forbids import circles).
+impl<A: PerName> Alarmed for A {
+    fn alarm(&mut self) -> &mut Alarm {
+        &mut self.shell().alarm
+    }
+
+    fn rang(&mut self, now: Instant, ctx: &mut Context<Self>) {
+        self.shell().state.timeout(now);
+        apply(self, ctx);
+    }
+
+    fn stays(&mut self) -> bool {
+        self.shell().keepalive.is_some()
+    }
+
+    fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool {
+        PerName::travel(self, ctx, task)
+    }
+
+    fn lingered(&mut self, ctx: &mut Context<Self>) {
+        Linger::tick(self, ctx);
+    }
+}
