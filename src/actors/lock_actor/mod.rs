@@ -2,12 +2,10 @@
 //!
 //! Its [`LockState`] holds every rule of the name (waiters, holds, epochs, hand-offs, retries);
 //! the per-name shell (`actors::shell`) owns it, feeds it the events both families share and
-//! carries out its effects, for the synchronizer actor as well. What is a lock's own is here: taking [`Acquire`] and [`Release`] in,
-//! running its round trips (`round_trips`: each a future of its own, spawned on the actor's context,
-//! so that a deadline or a departing caller is handled while one is under way; the state lets
-//! only one run at a time), and answering with a [`Grant`].
-//!
-//! It stops when it has been idle a while, as every per-name actor does (`shell::linger`).
+//! carries out its effects, for the synchronizer actor as well. What is a lock's own is here:
+//! taking [`Acquire`] and [`Release`] in, running its round trips (`round_trips`: futures its
+//! ringer polls, so that a deadline or a departing caller is handled meanwhile; the state lets
+//! one run at a time), answering with a [`Grant`]. It stops when idle a while (`shell::linger`).
 
 mod grant;
 mod requests;
@@ -31,8 +29,7 @@ use super::name::effect::ReplyId;
 use super::services::Services;
 use super::shell::crowd::Caller;
 use super::shell::reply::{Expecting, Taken, hand_or_refuse, take_in};
-use super::shell::trips::Trips;
-use super::shell::{self, PerName, Shell};
+use super::shell::{self, PerName, Shell, trips::Trips};
 use crate::error::{LockError, Owner};
 use crate::metrics::Series;
 use crate::protocol::LockKind;
@@ -95,6 +92,10 @@ impl PerName for LockActor {
 
     fn run(&mut self, op: Op, ctx: &mut Context<Self>) {
         Trips::start(self, op, ctx);
+    }
+
+    fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool {
+        Trips::drive(self, ctx, task)
     }
 
     /// A grant that reaches nobody comes back and its drop releases the hold.

@@ -1,5 +1,4 @@
-//! A lock's round trips: each [`Op`] a future run in one of the actor's [`Trips`] slots, its
-//! [`Outcome`] going back to the state.
+//! A lock's round trips: each [`Op`] a future in a [`Trips`] slot, its [`Outcome`] to the state.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,10 +1,17 @@
-//! The one timer a per-name actor keeps for its state's timer table
-//! (`actors::name::timers`): set to the table's next instant after every event, it rings the
-//! state then ([`NameState::timeout`](crate::actors::name::state::NameState::timeout)), which
-//! handles every timer due. One tokio `Sleep`, made at the first arming and reset to each new
-//! instant after, and one future spawned to wait on it: arming, moving and disarming allocate
-//! nothing, so what an actor allocates does not depend on how often its timers fire (a watched
-//! hold's hand-over tick fires every 20 ms of a busy name's life).
+//! The one future a per-name actor keeps spawned while it stays, its ringer: it drives the
+//! actor's round trips ([`Alarmed::travel`]), the one timer of its state's timer table
+//! (`actors::name::timers`) and its linger's timer. Actix polls every future spawned on an
+//! actor at every wake of the actor, and each spawn costs a second pass through its context:
+//! one future, spawned once per stay, polls all three, and a timer's `Sleep` is polled only
+//! when it may have fired (its own wake, or not registered yet).
+//!
+//! The state's timer is set to the table's next instant after every event; it rings the state
+//! then ([`NameState::timeout`](crate::actors::name::state::NameState::timeout)), which handles
+//! every timer due. A timer is set lazily: one set for an earlier instant than asked stays (it
+//! fires early, finds nothing due and is set to the instant asked then), so that a timer armed
+//! and stopped per request (a hold's hand-over to the Watchdog) touches tokio's wheel about
+//! once per its own duration, not per request. Each `Sleep` is made at its first use and reset
+//! after: what an actor allocates does not depend on how often its timers fire.
 
 use std::pin::Pin;
 use std::task::{Poll, Waker};
@@ -15,95 +22,173 @@ use tokio::time::Sleep;
 
 use super::driver::{Driver, Work};
 
-/// The longest the alarm sleeps at once (tokio's wheel takes about two years); a later instant
+/// The longest a timer sleeps at once (tokio's wheel takes about two years); a later instant
 /// rings early, finds nothing due, and is set again.
 const MAX_SLEEP: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// An actor's alarm: when it rings next, and what waits for it.
+/// An actor's alarm: its timers, and the ringer that drives them and its round trips.
 #[derive(Default)]
 pub(crate) struct Alarm {
     /// The state's next timer, as last set; `None`: nothing armed.
     at: Option<Instant>,
-    /// Made at the first arming, reset after.
-    sleep: Option<Pin<Box<Sleep>>>,
-    /// Whether the ringer's task is registered with `sleep` (polled since it last fired):
-    /// until the sleep fires, the ringer need not poll it again. Actix polls every spawned
-    /// future of an actor whenever the actor wakes, about six times per uncontended pair.
-    registered: bool,
-    /// The future waiting on `sleep`, while spawned.
+    /// Set by `at` (or earlier).
+    state: Timer,
+    /// The linger's timer (`linger`).
+    linger: Timer,
+    /// The ringer, while spawned.
     ringer: Option<SpawnHandle>,
-    /// The ringer's waker, while it waits with nothing set (it does not poll `sleep` then).
-    parked: Option<Waker>,
+    /// Its task, as of its last poll: woken when something for it starts where it may have
+    /// been polled already in the actor's current pass.
+    waker: Option<Waker>,
 }
 
 /// An actor with an [`Alarm`].
 pub(crate) trait Alarmed: Actor<Context = Context<Self>> {
     fn alarm(&mut self) -> &mut Alarm;
-    /// The alarm rang at `now`: the state's timers due fire, and the alarm is set again.
+    /// The state's timer rang at `now`: its timers due fire, and the alarm is set again.
     fn rang(&mut self, now: Instant, ctx: &mut Context<Self>);
-    /// Whether the actor stays while nothing is set (busy or lingering: it is kept alive
-    /// anyway), so that the ringer waits rather than ends and is not spawned again per arming.
+    /// Whether the actor stays while nothing is under way or set (busy or lingering: it is
+    /// kept alive anyway), so that the ringer waits rather than ends and is not spawned again
+    /// per request.
     fn stays(&mut self) -> bool;
+    /// Polls its round trips in flight and takes in their outcomes: whether any is still in
+    /// flight.
+    fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool;
+    /// The linger's timer fired.
+    fn lingered(&mut self, ctx: &mut Context<Self>);
 }
 
-impl Alarm {
-    /// Sets the alarm for `at`, or off with `None`.
-    pub(crate) fn set<A: Alarmed>(act: &mut A, at: Option<Instant>, ctx: &mut Context<A>) {
-        let alarm = act.alarm();
-        if alarm.at == at {
-            return;
+/// One tokio `Sleep`, polled only when it may have fired.
+#[derive(Default)]
+struct Timer {
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// The instant it is set for, until it is seen fired.
+    armed: Option<Instant>,
+    /// Whether the actor's task is registered with `sleep` (polled since it was set): until it
+    /// fires, it need not be polled again. The actor's task is the same whichever of its
+    /// futures polled it.
+    registered: bool,
+}
+
+impl Timer {
+    /// Makes it fire by `at`: one set for an earlier instant stays. Whether it must be polled
+    /// (to register the actor's task).
+    fn by(&mut self, at: Instant) -> bool {
+        if self.armed.is_some_and(|armed| armed <= at) {
+            return !self.registered;
         }
-        alarm.at = at;
-        let Some(at) = at else {
-            // A sleep set before may still wake the ringer: it finds nothing and waits.
-            return;
-        };
+        self.armed = Some(at);
         let deadline = tokio::time::Instant::from_std(at.min(Instant::now() + MAX_SLEEP));
-        match &mut alarm.sleep {
+        match &mut self.sleep {
             Some(sleep) => {
-                // A sleep that has not fired keeps its task registered through a reset (tokio
-                // moves a later deadline without touching its wheel): the ringer wakes at the
-                // new instant, and need not be woken now, even parked. One that fired has
-                // woken its task already, and is polled again then.
-                alarm.registered = alarm.registered && !sleep.is_elapsed();
+                // A sleep that has not fired keeps its task registered through a reset: it
+                // wakes it at the new instant. One that fired has woken its task already.
+                self.registered = self.registered && !sleep.is_elapsed();
                 sleep.as_mut().reset(deadline);
             }
-            None => alarm.first(deadline),
+            None => self.first(deadline),
         }
-        if alarm.ringer.is_none() {
-            alarm.ringer = Some(Driver::<A, Ring>::spawn(ctx));
-        } else if !alarm.registered
-            && let Some(waker) = alarm.parked.take()
-        {
-            waker.wake();
-        }
+        !self.registered
     }
 
-    /// Turns the alarm off and ends its ringer when nothing is set: a spawned future keeps an
-    /// actor alive, and one that departs must stop once nobody holds its address.
-    pub(crate) fn end_if_unset<A: Alarmed>(act: &mut A, ctx: &mut Context<A>) {
-        let alarm = act.alarm();
-        if alarm.at.is_none()
-            && let Some(ringer) = alarm.ringer.take()
-        {
-            alarm.parked = None;
-            ctx.cancel_future(ringer);
-        }
-    }
-}
-
-impl Alarm {
-    /// Its first arming: the sleep made (once per actor, out of every later arming's code).
+    /// Its first setting: the sleep made (once per actor, out of every later setting's code).
     #[cold]
     #[inline(never)]
     fn first(&mut self, deadline: tokio::time::Instant) {
         self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline)));
         self.registered = false;
     }
+
+    /// Whether it fired (and is unset now); polled only when it may have.
+    fn fired(&mut self, task: &mut std::task::Context<'_>) -> bool {
+        let (Some(_), Some(sleep)) = (self.armed, self.sleep.as_mut()) else {
+            return false;
+        };
+        // Registered and not fired: the sleep wakes the actor when it fires.
+        if self.registered && !sleep.is_elapsed() {
+            return false;
+        }
+        // Polled outside tokio's task budget: a `Pending` from a spent budget would leave the
+        // sleep unregistered while taken as registered.
+        if Pin::new(&mut tokio::task::unconstrained(sleep.as_mut()))
+            .poll(task)
+            .is_pending()
+        {
+            self.registered = true;
+            return false;
+        }
+        self.registered = false;
+        self.armed = None;
+        true
+    }
 }
 
-/// The ringer ([`Driver`]): waits for the alarm's instant and rings; waits while nothing is
-/// set, and ends then when the actor does not stay.
+impl Alarm {
+    /// Sets the state's timer for `at`, or off with `None`.
+    pub(crate) fn set<A: Alarmed>(act: &mut A, at: Option<Instant>, ctx: &mut Context<A>) {
+        let alarm = act.alarm();
+        if alarm.at == at {
+            return;
+        }
+        alarm.at = at;
+        // Off: a timer set before fires, finds nothing due and stays unset.
+        if let Some(at) = at {
+            let poll = alarm.state.by(at);
+            Self::wind(act, poll, ctx);
+        }
+    }
+
+    /// Sets the linger's timer to fire by `at` (the linger finds out then whether it is due).
+    pub(crate) fn linger_by<A: Alarmed>(act: &mut A, at: Instant, ctx: &mut Context<A>) {
+        let poll = act.alarm().linger.by(at);
+        Self::wind(act, poll, ctx);
+    }
+
+    /// A round trip started: the ringer polls it.
+    pub(crate) fn travel<A: Alarmed>(act: &mut A, ctx: &mut Context<A>) {
+        Self::wind(act, true, ctx);
+    }
+
+    /// Makes sure the ringer runs and, when `poll`, polls its work soon. Started from a message
+    /// (the actor's futures are polled after its mailbox) or from the ringer itself (it goes
+    /// on), it is polled in the actor's current pass; from another of the actor's futures it
+    /// may have been polled already, and is woken.
+    fn wind<A: Alarmed>(act: &mut A, poll: bool, ctx: &mut Context<A>) {
+        let alarm = act.alarm();
+        let Some(ringer) = alarm.ringer else {
+            alarm.ringer = Some(Driver::<A, Ring>::spawn(ctx));
+            return;
+        };
+        let polling = ctx.handle();
+        if poll
+            && polling != ringer
+            && polling != SpawnHandle::default()
+            && let Some(waker) = &alarm.waker
+        {
+            waker.wake_by_ref();
+        }
+    }
+
+    /// Whether the ringer is spawned.
+    #[cfg(test)]
+    pub(crate) fn ringing(&self) -> bool {
+        self.ringer.is_some()
+    }
+
+    /// The actor departs: the ringer ends once nothing is under way (a spawned future keeps an
+    /// actor alive, and one that departs must stop once nobody holds its address).
+    pub(crate) fn end_if_unset<A: Alarmed>(act: &mut A) {
+        let alarm = act.alarm();
+        if alarm.ringer.is_some()
+            && let Some(waker) = alarm.waker.take()
+        {
+            waker.wake();
+        }
+    }
+}
+
+/// The ringer ([`Driver`]): drives the round trips, rings the state's timers and the linger's
+/// when due; ends once nothing is under way or set and the actor does not stay.
 struct Ring;
 
 impl<A: Alarmed> Work<A> for Ring {
@@ -118,45 +203,139 @@ fn ring<A: Alarmed>(
     task: &mut std::task::Context<'_>,
 ) -> Poll<()> {
     loop {
-        if act.alarm().at.is_none() {
-            if !act.stays() {
-                let alarm = act.alarm();
-                alarm.ringer = None;
-                alarm.parked = None;
-                return Poll::Ready(());
+        // What the state does with an outcome may start more: polled in this loop too.
+        let travelling = act.travel(ctx, task);
+        let alarm = act.alarm();
+        if alarm.state.fired(task) {
+            let now = Instant::now();
+            match alarm.at {
+                // Rung: what the state sets next is a new instant, even the same one again.
+                Some(at) if at <= now => {
+                    alarm.at = None;
+                    act.rang(now, ctx);
+                }
+                // Set early (or rung a little early): set again for the instant asked.
+                Some(at) => drop(alarm.state.by(at)),
+                None => {}
             }
+            continue;
+        }
+        if alarm.linger.fired(task) {
+            act.lingered(ctx);
+            continue;
+        }
+        if !travelling && alarm.at.is_none() && !act.stays() {
             let alarm = act.alarm();
-            if !alarm
-                .parked
-                .as_ref()
-                .is_some_and(|w| w.will_wake(task.waker()))
-            {
-                alarm.parked = Some(task.waker().clone());
-            }
-            return Poll::Pending;
+            (alarm.ringer, alarm.waker) = (None, None);
+            return Poll::Ready(());
         }
         let alarm = act.alarm();
-        alarm.parked = None;
-        let Some(sleep) = alarm.sleep.as_mut() else {
-            return Poll::Pending;
-        };
-        // Registered and not fired: the sleep wakes this task when it fires (the actor's
-        // task: its waker does not change), so polling it again would only say `Pending`.
-        if alarm.registered && !sleep.is_elapsed() {
-            return Poll::Pending;
-        }
-        // Polled outside tokio's task budget: a `Pending` from a spent budget would leave the
-        // sleep unregistered while taken as registered.
-        if Pin::new(&mut tokio::task::unconstrained(sleep.as_mut()))
-            .poll(task)
-            .is_pending()
+        if !alarm
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(task.waker()))
         {
-            alarm.registered = true;
-            return Poll::Pending;
+            alarm.waker = Some(task.waker().clone());
         }
-        // Rung: what the state sets next is a new instant, even the same one again.
-        alarm.registered = false;
-        alarm.at = None;
-        act.rang(Instant::now(), ctx);
+        return Poll::Pending;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use tokio::sync::mpsc;
+
+    use super::*;
+
+    /// Tells when its state's timer rang; it stays (a busy actor's ringer waits).
+    struct Clock {
+        alarm: Alarm,
+        rung: mpsc::UnboundedSender<Instant>,
+    }
+
+    impl Actor for Clock {
+        type Context = Context<Self>;
+    }
+
+    impl Alarmed for Clock {
+        fn alarm(&mut self) -> &mut Alarm {
+            &mut self.alarm
+        }
+
+        fn rang(&mut self, now: Instant, _: &mut Context<Self>) {
+            let _ = self.rung.send(now);
+        }
+
+        fn stays(&mut self) -> bool {
+            true
+        }
+
+        fn travel(&mut self, _: &mut Context<Self>, _: &mut std::task::Context<'_>) -> bool {
+            false
+        }
+
+        fn lingered(&mut self, _: &mut Context<Self>) {}
+    }
+
+    /// Sets the state's timer, each instant in turn.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Set(Vec<Option<Instant>>);
+
+    impl Handler<Set> for Clock {
+        type Result = ();
+
+        fn handle(&mut self, msg: Set, ctx: &mut Context<Self>) {
+            for at in msg.0 {
+                Alarm::set(self, at, ctx);
+            }
+        }
+    }
+
+    /// The next ring, if one comes within `within`.
+    async fn ring(
+        rung: &mut mpsc::UnboundedReceiver<Instant>,
+        within: Duration,
+    ) -> Option<Instant> {
+        actix_rt::time::timeout(within, rung.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// A timer set lazily rings when asked, neither at the earlier instant its sleep was left
+    /// set for nor never; one moved earlier rings at the earlier instant. (The breaks: ringing
+    /// whenever the sleep fires rings at 60 ms; a sleep that fired early and is not set again
+    /// never rings; a sleep not moved earlier rings at 3 s, not within 1 s.)
+    #[actix_rt::test]
+    async fn a_lazy_timer_rings_when_asked() {
+        let (tx, mut rung) = mpsc::unbounded_channel();
+        let clock = Clock {
+            alarm: Alarm::default(),
+            rung: tx,
+        }
+        .start();
+        let t0 = Instant::now();
+        let (early, asked) = (
+            t0 + Duration::from_millis(60),
+            t0 + Duration::from_millis(250),
+        );
+        clock
+            .send(Set(vec![Some(early), None, Some(asked)]))
+            .await
+            .unwrap();
+        let at = ring(&mut rung, Duration::from_secs(5)).await;
+        let at = at.expect("the timer never rang");
+        assert!(at >= asked, "rang {:?} early", asked - at);
+        assert_eq!(ring(&mut rung, Duration::from_millis(100)).await, None);
+
+        let t1 = Instant::now();
+        let (late, soon) = (t1 + Duration::from_secs(3), t1 + Duration::from_millis(80));
+        clock.send(Set(vec![Some(late), Some(soon)])).await.unwrap();
+        let at = ring(&mut rung, Duration::from_secs(1)).await;
+        let at = at.expect("the timer moved earlier did not ring within 1 s");
+        assert!(at >= soon);
     }
 }

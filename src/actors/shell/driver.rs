@@ -1,10 +1,11 @@
 //! [`Driver`]: the one kind of future a per-name actor spawns on itself for what wakes it
-//! besides its messages: its [`Alarm`](super::alarm::Alarm), its
-//! [`Crowd`](super::crowd::Crowd) of waiters and its round [`Trips`](super::trips::Trips). Each
-//! is a [`Work`] of the actor, polled with the actor's context until it says it is done; a
-//! spawned future keeps its actor alive, so each ends as soon as it has nothing to wait for. A
-//! driver is of size zero (its work is its type): actix boxes every spawned future, and boxing
-//! a zero-size one allocates nothing.
+//! besides its messages: its [`Alarm`](super::alarm::Alarm)'s ringer (which also drives its
+//! round [`Trips`](super::trips::Trips) and its linger's timer) and its
+//! [`Crowd`](super::crowd::Crowd) of waiters. Each is a [`Work`] of the actor, polled with the
+//! actor's context until it says it is done; a spawned future keeps its actor alive, so each
+//! ends once it has nothing to wait for (the ringer waits while the actor stays: spawning costs
+//! the actor's context a second pass). A driver is of size zero (its work is its type): actix
+//! boxes every spawned future, and boxing a zero-size one allocates nothing.
 
 use std::marker::PhantomData;
 use std::pin::Pin;

@@ -3,9 +3,10 @@
 //! ([`Config::idle_linger`](crate::Config::idle_linger)), holding one of the manager's
 //! [`max_lingering`](crate::Config::max_lingering) places, so that a name used again soon (a
 //! request handler's lock) reuses it instead of starting a new actor — starting one costs about
-//! a third of an uncontended acquire+release. One interval timer, armed when the actor falls
-//! idle and cancelled when it leaves or finds the actor busy, is all it costs: nothing per
-//! request.
+//! a third of an uncontended acquire+release. One timer on the actor's alarm, set to fire by a
+//! linger's end when the actor falls idle, is all it costs: one set earlier stays (it finds the
+//! actor busy, or idle since later and is set again then), so that a name used again and again
+//! touches no timer per request.
 //!
 //! While it has a hold, a waiter or a round trip an actor keeps a strong address to itself;
 //! when all are gone it lingers, then drops the address, and actix stops an actor once no
@@ -18,13 +19,15 @@ use std::time::Instant;
 
 use actix::prelude::*;
 
+use super::alarm::{Alarm, Alarmed};
+use super::{PerName, apply};
+use crate::actors::name::state::NameState;
 use crate::actors::services::Services;
 
-/// An actor's lingering: where it is in its stay, and its tick.
+/// An actor's lingering: where it is in its stay (its timer is on the actor's [`Alarm`]).
 #[derive(Default)]
 pub(crate) struct Linger {
     phase: Phase,
-    tick: Option<SpawnHandle>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -54,7 +57,7 @@ impl Linger {
     }
 
     /// The actor fell idle: linger, or depart at once when no place is free.
-    pub(crate) fn idle<A: Lingers>(act: &mut A, ctx: &mut Context<A>) {
+    pub(crate) fn idle<A: Lingers + Alarmed>(act: &mut A, ctx: &mut Context<A>) {
         if !matches!(act.linger().phase, Phase::Busy) {
             return;
         }
@@ -63,14 +66,15 @@ impl Linger {
             return;
         }
         let every = act.services().config.get_idle_linger();
-        let linger = act.linger();
-        linger.phase = Phase::Idle(Instant::now());
-        if linger.tick.is_none() {
-            linger.tick = Some(ctx.run_interval(every, Self::tick::<A>));
+        let now = Instant::now();
+        act.linger().phase = Phase::Idle(now);
+        if let Some(end) = now.checked_add(every) {
+            Alarm::linger_by(act, end, ctx);
         }
     }
 
-    /// Something arrived: it stays, and gives its place back while busy.
+    /// Something arrived: it stays, and gives its place back while busy (its timer finds it
+    /// busy and is left unset).
     pub(crate) fn busy<A: Lingers>(act: &mut A) {
         Self::give_back(act);
         act.linger().phase = Phase::Busy;
@@ -81,16 +85,13 @@ impl Linger {
         Self::give_back(act);
     }
 
-    fn tick<A: Lingers>(act: &mut A, ctx: &mut Context<A>) {
+    /// Its timer fired: it leaves when idle a whole linger, or waits for the rest of it.
+    pub(crate) fn tick<A: Lingers + Alarmed>(act: &mut A, ctx: &mut Context<A>) {
         let linger = act.services().config.get_idle_linger();
-        match act.linger().phase {
-            Phase::Idle(since) if since.elapsed() >= linger => Self::leave(act, ctx),
-            Phase::Idle(_) => {}
-            // Busy again: no tick while busy; the next idle arms it again.
-            Phase::Busy | Phase::Gone => {
-                if let Some(tick) = act.linger().tick.take() {
-                    ctx.cancel_future(tick);
-                }
+        if let Phase::Idle(since) = act.linger().phase {
+            match since.checked_add(linger) {
+                Some(end) if end > Instant::now() => Alarm::linger_by(act, end, ctx),
+                _ => Self::leave(act, ctx),
             }
         }
     }
@@ -98,9 +99,6 @@ impl Linger {
     fn leave<A: Lingers>(act: &mut A, ctx: &mut Context<A>) {
         Self::give_back(act);
         act.linger().phase = Phase::Gone;
-        if let Some(tick) = act.linger().tick.take() {
-            ctx.cancel_future(tick);
-        }
         act.depart(ctx);
     }
 
@@ -109,5 +107,48 @@ impl Linger {
             act.linger().phase = Phase::Gone;
             act.services().stop_lingering();
         }
+    }
+}
+
+impl<A: PerName> Lingers for A {
+    fn linger(&mut self) -> &mut Linger {
+        &mut self.shell().linger
+    }
+
+    fn services(&mut self) -> &Services {
+        &self.shell().svc
+    }
+
+    /// Cancels its last timers (through the state) and drops its own address.
+    fn depart(&mut self, ctx: &mut Context<Self>) {
+        self.shell().state.retire();
+        apply(self, ctx);
+        self.shell().keepalive = None;
+        Alarm::end_if_unset(self);
+    }
+}
+
+/// A per-name actor's alarm, here beside the linger it ticks (the alarm does not import the
+/// linger: tests/layers.rs forbids import circles).
+impl<A: PerName> Alarmed for A {
+    fn alarm(&mut self) -> &mut Alarm {
+        &mut self.shell().alarm
+    }
+
+    fn rang(&mut self, now: Instant, ctx: &mut Context<Self>) {
+        self.shell().state.timeout(now);
+        apply(self, ctx);
+    }
+
+    fn stays(&mut self) -> bool {
+        self.shell().keepalive.is_some()
+    }
+
+    fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool {
+        PerName::travel(self, ctx, task)
+    }
+
+    fn lingered(&mut self, ctx: &mut Context<Self>) {
+        Linger::tick(self, ctx);
     }
 }

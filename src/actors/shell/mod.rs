@@ -20,7 +20,7 @@
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
 //! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
-//! concrete types, as [`Crowded`] and [`Lingers`] already were.
+//! concrete types, as [`Crowded`] and [`Lingers`](linger::Lingers) already were.
 
 pub(crate) mod alarm;
 pub(crate) mod crowd;
@@ -52,9 +52,9 @@ use crate::actors::name::{Loss, WaiterId};
 use crate::actors::services::Services;
 use crate::error::{LockError, Owner};
 use crate::metrics::{Series, Since};
-use alarm::{Alarm, Alarmed};
+use alarm::Alarm;
 use crowd::{Caller, Crowd, Crowded, Sender};
-use linger::{Linger, Lingers};
+use linger::Linger;
 use reply::{Expecting, Handed};
 
 /// The family of an actor of type `A`.
@@ -88,6 +88,11 @@ pub(crate) trait PerName:
 
     /// Starts one round trip; its outcome goes back to the state.
     fn run(&mut self, op: <FamilyOf<Self> as Family>::Op, ctx: &mut Context<Self>);
+    /// Polls its round trips in flight when the actor's ringer runs them (`trips`), and takes
+    /// in their outcomes: whether any is still in flight.
+    fn travel(&mut self, _: &mut Context<Self>, _: &mut std::task::Context<'_>) -> bool {
+        false
+    }
     /// Answers waiter `id`'s caller (`None` when it is gone), whose waits and holds belong to
     /// `owner`: the shell has taken the waiter off its books already.
     fn answer(
@@ -638,38 +643,5 @@ impl<A: PerName> Crowded for A {
     fn deadline(&mut self, id: WaiterId, now: Instant, ctx: &mut Context<Self>) {
         self.shell().state.deadline(id, now);
         apply(self, ctx);
-    }
-}
-
-impl<A: PerName> Lingers for A {
-    fn linger(&mut self) -> &mut Linger {
-        &mut self.shell().linger
-    }
-
-    fn services(&mut self) -> &Services {
-        &self.shell().svc
-    }
-
-    /// Cancels its last timers (through the state) and drops its own address.
-    fn depart(&mut self, ctx: &mut Context<Self>) {
-        self.shell().state.retire();
-        apply(self, ctx);
-        self.shell().keepalive = None;
-        Alarm::end_if_unset(self, ctx);
-    }
-}
-
-impl<A: PerName> Alarmed for A {
-    fn alarm(&mut self) -> &mut Alarm {
-        &mut self.shell().alarm
-    }
-
-    fn rang(&mut self, now: Instant, ctx: &mut Context<Self>) {
-        self.shell().state.timeout(now);
-        apply(self, ctx);
-    }
-
-    fn stays(&mut self) -> bool {
-        self.shell().keepalive.is_some()
     }
 }

@@ -1,30 +1,25 @@
 //! [`Trips`]: a per-name actor's request round trips in flight, each in a slot the actor keeps
 //! between requests. Actix boxes every future spawned on an actor (an allocation and its free
-//! per round trip, two per uncontended pair); a slot is allocated once and reused, and the one
-//! future spawned to poll the slots is a [`Driver`], of size zero, which boxing does not
-//! allocate. Kept slots hold no request: a finished round trip's future is dropped at once.
+//! per round trip, two per uncontended pair) and gives each spawn a second pass through the
+//! actor's context; a slot is allocated once and reused, and the slots are polled by the
+//! actor's ringer (`alarm`), spawned once per stay. Kept slots hold no request: a finished
+//! round trip's future is dropped at once.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Poll, Waker};
+use std::task::Poll;
 
 use actix::prelude::*;
 
-use super::driver::{Driver, Work};
+use super::alarm::{Alarm, Alarmed};
 
 /// The round trips in flight, of requests `Q` with outcomes `O`.
 pub(crate) struct Trips<Q, O> {
     slots: Box<dyn InFlight<Q, O>>,
-    /// Whether their [`Driver`] is spawned (it ends once no trip is in flight).
-    driven: bool,
-    /// The task that polls the driver, as of its last poll: a trip started while the driver
-    /// waits (from another of the actor's futures, polled after it) wakes it, or the new
-    /// trip would not be polled (nor wake anyone) until something else wakes the actor.
-    waker: Option<Waker>,
 }
 
 /// An actor whose request round trips run in [`Trips`].
-pub(crate) trait Travels: Actor<Context = Context<Self>> {
+pub(crate) trait Travels: Alarmed {
     type Request;
     type Outcome;
 
@@ -48,8 +43,6 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         };
         Self {
             slots: Box::new(slots),
-            driven: false,
-            waker: None,
         }
     }
 
@@ -59,13 +52,23 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         request: Q,
         ctx: &mut Context<A>,
     ) {
-        let trips = act.trips();
-        trips.slots.start(request);
-        if !trips.driven {
-            trips.driven = true;
-            Driver::<A, Drive>::spawn(ctx);
-        } else if let Some(waker) = &trips.waker {
-            waker.wake_by_ref();
+        act.trips().slots.start(request);
+        Alarm::travel(act, ctx);
+    }
+
+    /// Polls the trips in flight and hands each outcome to the actor (a trip started meanwhile
+    /// is polled too): whether any is still in flight. The ringer's work ([`Alarmed::travel`]).
+    pub(crate) fn drive<A: Travels<Request = Q, Outcome = O>>(
+        act: &mut A,
+        ctx: &mut Context<A>,
+        task: &mut std::task::Context<'_>,
+    ) -> bool {
+        loop {
+            match act.trips().slots.poll_next(task) {
+                Poll::Ready(Some(outcome)) => act.arrived(outcome, ctx),
+                Poll::Ready(None) => return false,
+                Poll::Pending => return true,
+            }
         }
     }
 }
@@ -114,37 +117,6 @@ impl<Q, O, F: Fn(Q) -> Fut, Fut: Future<Output = O>> InFlight<Q, O> for Slots<F,
     }
 }
 
-/// Polls an actor's [`Trips`] (a [`Driver`]'s work) and hands each outcome to the actor; ends
-/// once none is in flight.
-struct Drive;
-
-impl<A: Travels> Work<A> for Drive {
-    fn poll(act: &mut A, ctx: &mut Context<A>, task: &mut std::task::Context<'_>) -> Poll<()> {
-        // A trip started while an outcome is handled is polled by the next pass.
-        loop {
-            match act.trips().slots.poll_next(task) {
-                Poll::Ready(Some(outcome)) => act.arrived(outcome, ctx),
-                Poll::Ready(None) => {
-                    let trips = act.trips();
-                    (trips.driven, trips.waker) = (false, None);
-                    return Poll::Ready(());
-                }
-                Poll::Pending => {
-                    let trips = act.trips();
-                    if !trips
-                        .waker
-                        .as_ref()
-                        .is_some_and(|w| w.will_wake(task.waker()))
-                    {
-                        trips.waker = Some(task.waker().clone());
-                    }
-                    return Poll::Pending;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -152,6 +124,7 @@ mod tests {
     use tokio::sync::{mpsc, oneshot};
 
     use super::*;
+    use crate::actors::shell::alarm::Alarm;
 
     /// A trip: one that waits for its outcome, or one done at once.
     enum Trip {
@@ -169,11 +142,31 @@ mod tests {
     /// Tells each outcome; outcome 2 starts trip 3 while it is handled.
     struct Traveller {
         trips: Trips<Trip, u32>,
+        alarm: Alarm,
         out: mpsc::UnboundedSender<u32>,
     }
 
     impl Actor for Traveller {
         type Context = Context<Self>;
+    }
+
+    /// No timer of its own; it does not stay, so its ringer ends once no trip is in flight.
+    impl Alarmed for Traveller {
+        fn alarm(&mut self) -> &mut Alarm {
+            &mut self.alarm
+        }
+
+        fn rang(&mut self, _: std::time::Instant, _: &mut Context<Self>) {}
+
+        fn stays(&mut self) -> bool {
+            false
+        }
+
+        fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool {
+            Trips::drive(self, ctx, task)
+        }
+
+        fn lingered(&mut self, _: &mut Context<Self>) {}
     }
 
     impl Travels for Traveller {
@@ -196,7 +189,7 @@ mod tests {
     #[rtype(result = "()")]
     struct Start(Trip);
 
-    /// Starts its trip from a future spawned after the driver (as the alarm's ringer does).
+    /// Starts its trip from a future spawned after the ringer (as a crowd's deadline does).
     #[derive(Message)]
     #[rtype(result = "()")]
     struct StartLater(Trip);
@@ -220,7 +213,7 @@ mod tests {
         }
     }
 
-    /// Whether a driver is spawned.
+    /// Whether the ringer is spawned.
     #[derive(Message)]
     #[rtype(result = "bool")]
     struct Driven;
@@ -229,7 +222,7 @@ mod tests {
         type Result = bool;
 
         fn handle(&mut self, _: Driven, _: &mut Context<Self>) -> bool {
-            self.trips.driven
+            self.alarm.ringing()
         }
     }
 
@@ -241,15 +234,17 @@ mod tests {
 
     /// Trips in flight together end in whatever order their outcomes come; one started while
     /// an outcome is handled runs (it is polled, so it can wake its actor); once none is in
-    /// flight the driver ends, and a later trip spawns it again; one started by another of the
-    /// actor's futures while the driver waits runs too. (The breaks: a driver that handles one
-    /// outcome per wake leaves trip 3 never polled; a trip started while the driver waits that
-    /// does not wake it leaves trip 5 unpolled; a driver whose end is not noted is seen driven.)
+    /// flight the ringer of an actor that does not stay ends, and a later trip spawns it again;
+    /// one started by another of the actor's futures, polled after the ringer, runs too. (The
+    /// breaks: a ringer that handles one outcome per wake leaves trip 3 never polled; a trip
+    /// started after the ringer's poll that does not wake it leaves trip 5 unpolled; a ringer
+    /// whose end is not noted is seen spawned.)
     #[actix_rt::test]
     async fn trips_end_in_any_order_and_one_started_meanwhile_runs() {
         let (tx, mut out) = mpsc::unbounded_channel();
         let addr = Traveller {
             trips: Trips::new(go),
+            alarm: Alarm::default(),
             out: tx,
         }
         .start();
