@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::actors::name::few::Few;
 
 use super::timers::Timers;
-use super::{Effect, HoldKey, LockState, Loss, Timer};
+use super::{Effect, HoldKey, LockState, Loss, Settings, Timer};
 
 /// Every hold gets a number no other hold in this process had, so a stale guard can never
 /// release a later hold of the same holder. Process-wide, not per state: a name's actor that
@@ -205,12 +205,12 @@ impl LockState {
     ) -> (u64, (Instant, Duration)) {
         let watchdog = lease.is_none();
         let lease = lease.unwrap_or(self.settings.watchdog_timeout);
-        let (timeout, after, now) = (self.settings.watchdog_timeout, self.track_after(), self.now);
+        let now = self.now;
         // One lookup of the key for the whole grant: the hold `add` returns is the one watched
         // or given its end.
         let hold = self.holds.add(&key, lease, started);
         if watchdog {
-            watch_hold(hold, &mut self.timers, &key, (timeout, after, now));
+            watch_hold(hold, &mut self.timers, &key, &self.settings, now);
         } else {
             // The script just set the PTTL to this lease (it started no earlier than `started`),
             // or kept a longer one of the hold's (`attempt_ttl`): a re-entry never moves the
@@ -228,25 +228,15 @@ impl LockState {
     /// Puts a hold under the watchdog (for good: it renews until the hold ends; again after
     /// a last release that left it in place).
     pub(super) fn watch(&mut self, key: &HoldKey) {
-        let (timeout, after, now) = (self.settings.watchdog_timeout, self.track_after(), self.now);
         if let Some(hold) = self.holds.by_key.get_mut(key) {
-            watch_hold(hold, &mut self.timers, key, (timeout, after, now));
-        }
-    }
-
-    /// How long a watchdog hold lives before it goes to the Watchdog.
-    fn track_after(&self) -> Duration {
-        if self.settings.watch_holds {
-            WATCHED_AFTER.min(self.settings.watchdog_timeout / TRACK_AFTER)
-        } else {
-            self.settings.watchdog_timeout / TRACK_AFTER
+            watch_hold(hold, &mut self.timers, key, &self.settings, self.now);
         }
     }
 
     /// Hands the watchdog holds that have lived long enough to the Watchdog, and schedules the
     /// next hand-over while others are still too young.
     pub(super) fn track_due(&mut self) {
-        let after = self.track_after();
+        let after = track_after(&self.settings);
         let mut next: Option<Duration> = None;
         for (key, hold) in self.holds.iter_mut() {
             if !hold.watchdog || hold.tracked {
@@ -342,22 +332,34 @@ impl LockState {
     }
 }
 
-/// [`LockState::watch`] of `hold` (`key`'s), with the watchdog `timeout`, the age `after` which
-/// it goes to the Watchdog, and `now`.
+/// How long a watchdog hold lives, under `settings`, before it goes to the Watchdog.
+fn track_after(settings: &Settings) -> Duration {
+    if settings.watch_holds {
+        WATCHED_AFTER.min(settings.watchdog_timeout / TRACK_AFTER)
+    } else {
+        settings.watchdog_timeout / TRACK_AFTER
+    }
+}
+
+/// [`LockState::watch`] of `hold` (`key`'s), under `settings`, at `now`.
 fn watch_hold(
     hold: &mut Hold,
     timers: &mut Timers,
     key: &HoldKey,
-    (timeout, after, now): (Duration, Duration, Instant),
+    settings: &Settings,
+    now: Instant,
 ) {
-    if !hold.watchdog {
+    // Only a hold given an end has its expiry armed (`expire_hold`): a new hold's grant (every
+    // pair's) has no timer to stop, and makes no `Timer` of its key.
+    if !hold.watchdog && hold.ends.is_some() {
         timers.stop(&Timer::Expiry(key.clone(), hold.epoch));
     }
-    hold.lease = timeout;
+    hold.lease = settings.watchdog_timeout;
     hold.watchdog = true;
-    // `Track` carries no data: its variant armed is it armed (no hash of it, every grant).
+    // `Track` carries no data: its variant armed is it armed (no hash of it, every grant); the
+    // hand-over's age is worked out only when it is armed.
     if !hold.tracked && !timers.is_armed_kind(&Timer::Track) {
-        timers.set(Timer::Track, now, after);
+        timers.set(Timer::Track, now, track_after(settings));
     }
 }
 

@@ -294,16 +294,21 @@ impl LockState {
             return self.land_short(flight, outcome);
         }
         self.heard(&outcome, at);
+        // The request as sent, made again only when its reply never came, or when it resolves
+        // an unsure request (a resend's reply).
         let resolved = match sent {
-            Some(op) if outcome.unknown().is_some() => {
+            Some(sent) if outcome.unknown().is_some() => {
                 let (Outcome::Acquire(Err(e)) | Outcome::Release(Err(e))) = outcome else {
                     return;
                 };
-                self.unresolved(op, flight, e);
+                if let Some(op) = sent.op(&flight) {
+                    self.unresolved(op, flight, e);
+                }
                 self.pump();
                 return;
             }
-            other => other,
+            Some(sent) if self.trips.unsure(sent.seq()).is_some() => sent.op(&flight),
+            _ => None,
         };
         self.apply_outcome(flight, outcome);
         self.gone_after_release();

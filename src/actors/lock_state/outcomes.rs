@@ -182,11 +182,12 @@ impl LockState {
     /// holder's `ttl`, when shorter), as Redisson's spin waiter sleeps between attempts.
     #[inline(never)]
     fn spin_again(&mut self, id: WaiterId, ttl: Option<Duration>) {
+        let backoff = self.settings.spin_backoff;
         let Some(sleep) = self
             .waiters
             .get_mut(id)
             .and_then(|w| w.spin.as_mut())
-            .map(SpinSleeps::next)
+            .map(|s| s.next(backoff))
         else {
             return;
         };
@@ -259,8 +260,8 @@ impl LockState {
     ) {
         let (epoch, confirmed) = self.grant(key.clone(), lease, started);
         if let Some(w) = self.waiters.get(id) {
-            let waited = started.saturating_duration_since(w.since);
-            tracing::debug!(lock = %self.name, holder = %w.holder, ?waited, "acquired");
+            // The time waited is worked out only when the event is logged.
+            tracing::debug!(lock = %self.name, holder = %w.holder, waited = ?started.saturating_duration_since(w.since), "acquired");
             // The holder's other local waiters (clones of its handle) re-enter now rather than
             // at some later wake-up: for a fair lock none would come, since the holder's turn
             // in the Redis queue went with this grant.

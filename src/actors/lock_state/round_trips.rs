@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::holds::Hold;
-use super::trips::{Blocked, Flight, InFlight, Pending, ReleaseFlight};
+use super::trips::{Blocked, Flight, InFlight, Pending, ReleaseFlight, Sent};
 use super::*;
 use crate::protocol::Expect;
 
@@ -44,8 +44,9 @@ impl LockState {
 
     /// Sends `op`, whose reply will be for `flight`.
     pub(super) fn send(&mut self, op: Op, flight: Flight) {
-        // A request is kept to be sent again as it is, should its reply never come.
-        let sent = op.seq().is_some().then(|| op.clone());
+        // A request is kept to be sent again as it is, should its reply never come: what it
+        // carries beyond its flight (`Sent::op` makes it again).
+        let sent = Sent::of(&op);
         self.trips.sent(InFlight {
             flight,
             sent,
@@ -201,7 +202,8 @@ impl LockState {
                 epoch,
             });
         }
-        let to = if count == 1 {
+        // With nobody waiting here (an uncontended pair) there is nobody to hand it to.
+        let to = if count == 1 && !self.waiters.is_empty() {
             self.hand_off_to(&key)
         } else {
             None

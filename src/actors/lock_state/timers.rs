@@ -16,10 +16,11 @@ pub(super) type Timers = TimerTable<Timer>;
 /// A spin waiter's sleeps between attempts (Redisson's `LockOptions.BackOffPolicy`, one per
 /// wait as Redisson makes one per `lock()` call): the [`Timer::Retry`] a spin waiter's failed
 /// attempt arms is [`next`](Self::next) long. Pure: its jitter comes from a generator seeded
-/// by the caller, so that tests see the same sleeps every run.
+/// by the caller, so that tests see the same sleeps every run. The policy is the name's
+/// (`Settings::spin_backoff`), given to each step rather than kept here: every waiter carries
+/// its sleeps, and a smaller waiter is moved in and out of the queue for less.
 #[derive(Debug, Clone)]
 pub(super) struct SpinSleeps {
-    backoff: SpinBackOff,
     /// The next sleep, in ms (Redisson's `nextSleep`).
     next_ms: u64,
     /// Failed attempts so far (Redisson's `fails`): the jitter added to the n-th is below n ms.
@@ -36,7 +37,6 @@ impl SpinSleeps {
             SpinBackOff::Constant { delay } => delay,
         };
         Self {
-            backoff,
             next_ms: ms(first),
             fails: 0,
             // splitmix64's finalizer, so that close seeds give unrelated sequences; never 0.
@@ -44,13 +44,14 @@ impl SpinSleeps {
         }
     }
 
-    /// How long to sleep after this failed attempt, advancing the sequence as Redisson's
-    /// `ExponentialBackOffPolicy.getNextSleepPeriod` does: `result = next; next = next *
-    /// multiplier + random[0, ++fails); next = min(max, next)`, and `max` for good once reached.
-    pub(super) fn next(&mut self) -> Duration {
+    /// How long to sleep after this failed attempt under `backoff` (the one the sleeps were made
+    /// with), advancing the sequence as Redisson's `ExponentialBackOffPolicy.getNextSleepPeriod`
+    /// does: `result = next; next = next * multiplier + random[0, ++fails); next = min(max,
+    /// next)`, and `max` for good once reached.
+    pub(super) fn next(&mut self, backoff: SpinBackOff) -> Duration {
         let SpinBackOff::Exponential {
             max, multiplier, ..
-        } = self.backoff
+        } = backoff
         else {
             return Duration::from_millis(self.next_ms);
         };
@@ -95,7 +96,7 @@ mod spin_tests {
 
     fn sleeps(backoff: SpinBackOff, seed: u64, n: usize) -> Vec<u64> {
         let mut s = SpinSleeps::new(backoff, seed);
-        (0..n).map(|_| s.next().as_millis() as u64).collect()
+        (0..n).map(|_| s.next(backoff).as_millis() as u64).collect()
     }
 
     /// Redisson's default: 1, then each sleep twice the last plus a jitter below the number of

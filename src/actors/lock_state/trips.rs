@@ -11,6 +11,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{HoldKey, Op, ReplyId, WaiterId};
 use crate::error::LockError;
+use crate::protocol::{Expect, FairArgs};
 
 /// A round trip waiting its turn.
 #[derive(Debug)]
@@ -92,13 +93,130 @@ pub(super) enum Flight {
 }
 
 /// The round trip under way: what its outcome needs, and for a request (an acquire, release or
-/// hand-off, see [`Op::seq`]) the request as sent, to send again should its reply never come.
+/// hand-off, see [`Op::seq`]) what its [`Op`] carries beyond its flight, to send it again as it
+/// was should its reply never come.
 #[derive(Debug)]
 pub(super) struct InFlight {
     pub flight: Flight,
-    pub sent: Option<Op>,
+    pub sent: Option<Sent>,
     /// When it was sent (a reply long in coming is Redis away: `outage.rs`).
     pub at: Instant,
+}
+
+/// What a request's [`Op`] carries beyond its [`Flight`]: kept while it is under way instead of a
+/// copy of the request (its holders' ids counted again, every round trip), which
+/// [`op`](Self::op) makes again from the flight in the rare case that its reply never came or
+/// resolves an earlier request.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Sent {
+    Acquire {
+        ttl: Duration,
+        fair: FairArgs,
+        expect: Expect,
+        seq: u64,
+    },
+    Release {
+        expect: Expect,
+        seq: u64,
+    },
+    HandOff {
+        to_lease: Duration,
+        expect: Expect,
+        seq: u64,
+    },
+}
+
+impl Sent {
+    /// What `op` carries beyond its flight, when it is a request.
+    pub(super) fn of(op: &Op) -> Option<Self> {
+        match *op {
+            Op::Acquire {
+                ttl,
+                fair,
+                expect,
+                seq,
+                ..
+            } => Some(Sent::Acquire {
+                ttl,
+                fair,
+                expect,
+                seq,
+            }),
+            Op::Release { expect, seq, .. } => Some(Sent::Release { expect, seq }),
+            Op::HandOff {
+                to_lease,
+                expect,
+                seq,
+                ..
+            } => Some(Sent::HandOff {
+                to_lease,
+                expect,
+                seq,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The request's number ([`Op::seq`]).
+    pub(super) fn seq(&self) -> u64 {
+        match *self {
+            Sent::Acquire { seq, .. } | Sent::Release { seq, .. } | Sent::HandOff { seq, .. } => {
+                seq
+            }
+        }
+    }
+
+    /// The request as it was sent for `flight` (the flight it was sent with: an attempt's for
+    /// an acquire, a release's for a release or a hand-off).
+    pub(super) fn op(self, flight: &Flight) -> Option<Op> {
+        match (self, flight) {
+            (
+                Sent::Acquire {
+                    ttl,
+                    fair,
+                    expect,
+                    seq,
+                },
+                Flight::Attempt { key, .. },
+            ) => Some(Op::Acquire {
+                kind: key.1,
+                holder: key.0.clone(),
+                ttl,
+                fair,
+                expect,
+                seq,
+            }),
+            (Sent::Release { expect, seq }, Flight::Release(r)) => Some(Op::Release {
+                kind: r.key.1,
+                holder: r.key.0.clone(),
+                lease: r.lease,
+                expect,
+                seq,
+            }),
+            (
+                Sent::HandOff {
+                    to_lease,
+                    expect,
+                    seq,
+                },
+                Flight::Release(ReleaseFlight {
+                    key,
+                    lease,
+                    to: Some((_, to, _)),
+                    ..
+                }),
+            ) => Some(Op::HandOff {
+                kind: key.1,
+                from: key.0.clone(),
+                lease: *lease,
+                to: to.0.clone(),
+                to_lease,
+                expect,
+                seq,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// The round trips of the name. Invariant: one under way at most; no release or settling of a
@@ -328,7 +446,8 @@ impl Trips {
     /// exact (a request sent again recognises whether it ran from the count it finds, and that
     /// count is all that tells the two apart).
     pub(super) fn is_unsure(&self, key: &HoldKey) -> bool {
-        self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
+        // Mostly empty: no walk of the table then (every release asks).
+        !self.unsure.is_empty() && self.unsure.values().any(|u| u.op.keys().any(|k| k == *key))
     }
 
     /// Why `key`'s holder can take nothing new now, if it cannot.
