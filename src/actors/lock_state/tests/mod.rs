@@ -7,6 +7,7 @@ mod kept;
 mod model;
 mod outage;
 mod property;
+mod resend;
 mod short;
 mod simulation;
 mod spin;
