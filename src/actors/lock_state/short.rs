@@ -129,7 +129,8 @@ impl LockState {
         self.took_short();
         // Redis answered.
         self.back();
-        match (flight, outcome) {
+        // The outcome is read in place, not moved with the flight into one pair.
+        match (flight, &outcome) {
             (
                 Flight::Attempt {
                     id,
@@ -138,7 +139,7 @@ impl LockState {
                     started,
                     ..
                 },
-                Outcome::Acquire(Ok(Attempt::Acquired { token, .. })),
+                &Outcome::Acquire(Ok(Attempt::Acquired { token, .. })),
             ) => {
                 self.link.attempt_answered();
                 // No hold of its holder here (nothing to find gone), no other waiter (no reader
@@ -146,7 +147,7 @@ impl LockState {
                 // and arms no retry.
                 self.granted(id, key, lease, started, token);
             }
-            (Flight::Release(release), Outcome::Release(Ok(res))) => {
+            (Flight::Release(release), &Outcome::Release(Ok(res))) => {
                 self.released(release, Ok(res))
             }
             (flight, outcome) => {

@@ -240,9 +240,12 @@ impl LockState {
         // armed again.
         self.timers.stop(&Timer::Retry);
         self.timers.stop(&Timer::Refresh);
-        // The kept channel stays while the actor lingers (`retire` drops it).
-        for channel in self.link.unsubscribe_unkept() {
-            self.out.push(Effect::Unsubscribe(channel));
+        // The kept channel stays while the actor lingers (`retire` drops it). An uncontended
+        // name subscribed to nothing: no call, no list of channels, at its every fall idle.
+        if self.link.has_subscriptions() {
+            for channel in self.link.unsubscribe_unkept() {
+                self.out.push(Effect::Unsubscribe(channel));
+            }
         }
         self.busy = false;
         self.out.push(Effect::Idle);
