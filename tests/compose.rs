@@ -131,7 +131,10 @@ async fn a_stalled_server_costs_at_most_the_member_timeout() {
         .release()
         .await
         .unwrap();
-    let stall = nodes[0].stall(1.0);
+    // Frozen until the RedLock has its answer, resumed by the test: its member's request waits
+    // there whenever it is sent. (A 1 s stall begun before it: a loaded machine could send it
+    // after the stall, and all three members were taken.)
+    nodes[0].pause(support::FROZEN).expect("pause the server");
     let started = Instant::now();
     let guard = red
         .try_acquire()
@@ -143,7 +146,7 @@ async fn a_stalled_server_costs_at_most_the_member_timeout() {
     assert!(took <= Duration::from_millis(700), "stalled {took:?}");
     assert_eq!(guard.members_held(), 2);
     guard.release().await.unwrap();
-    stall.join().unwrap();
+    nodes[0].resume().expect("resume the server");
     // The stalled server ran the late acquire when it woke: lockman released it.
     let gone = eventually(Duration::from_secs(2), || !exists(&nodes[0], "red:stall")).await;
     assert!(gone, "the late grant on the stalled server was left held");

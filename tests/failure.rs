@@ -199,7 +199,10 @@ async fn an_acquire_whose_reply_timed_out_is_undone() {
     let mgr = LockManager::start(config).await.unwrap();
     let lock = mgr.lock("unknown");
     load_scripts(&lock).await;
-    let stall = server.stall(0.9);
+    // Frozen until the caller has its answer, resumed by the test: the request waits for the
+    // server whenever it is sent. (A 0.9 s stall begun before it: a loaded machine sent it late
+    // enough for its reply to come within the response timeout, and no error came.)
+    server.pause(support::FROZEN).expect("pause the server");
     let started = Instant::now();
     let err = lock.try_acquire().await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
@@ -208,7 +211,7 @@ async fn an_acquire_whose_reply_timed_out_is_undone() {
         "{:?}",
         started.elapsed()
     );
-    stall.join().unwrap();
+    server.resume().expect("resume the server");
     // The acquire ran once the server woke up; lockman released what nobody was told about.
     let gone = support::wait::eventually(Duration::from_secs(1), || {
         redis::Commands::exists::<_, bool>(&mut raw, "unknown") == Ok(false)
@@ -259,13 +262,28 @@ async fn a_failed_release_is_not_applied_twice() {
     let lock = mgr.lock("twice");
     let g1 = lock.acquire().await.unwrap();
     let g2 = lock.acquire().await.unwrap();
-    let stall = server.stall(0.9);
+    // Frozen until the release has its answer (as above: a stall begun before the request let a
+    // loaded machine send it after the stall, answered in time).
+    server.pause(support::FROZEN).expect("pause the server");
     let err = g1.release().await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
-    stall.join().unwrap();
+    server.resume().expect("resume the server");
+    // The late release runs once the server runs again: waited for, not a fixed sleep that a
+    // loaded machine's server may not have been scheduled within.
+    let count = |raw: &mut redis::Connection| -> Option<String> {
+        redis::Commands::hget(raw, "twice", lock.holder_id()).unwrap()
+    };
+    wait::until("the late release ran", || {
+        count(&mut raw).as_deref() != Some("2")
+    })
+    .await;
+    // A resend is given time to run too: applied twice, the count would be gone.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let count: Option<String> = redis::Commands::hget(&mut raw, "twice", lock.holder_id()).unwrap();
-    assert_eq!(count.as_deref(), Some("1"), "exactly one release applied");
+    assert_eq!(
+        count(&mut raw).as_deref(),
+        Some("1"),
+        "exactly one release applied"
+    );
     assert!(!g2.is_lost());
     g2.release().await.unwrap();
     let exists: bool = redis::Commands::exists(&mut raw, "twice").unwrap();

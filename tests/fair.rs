@@ -316,7 +316,12 @@ async fn a_waiter_keeps_its_place_however_long_the_holder_holds() {
         let l1 = l1.clone();
         async move { l1.acquire().await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The second asks only once the first is queued (a 100 ms sleep here let a loaded machine
+    // queue the second first, and the order asserted below was the other one).
+    wait::until("the first waiter queued", || {
+        queue(&mut raw, "place") == vec![l1.holder_id()]
+    })
+    .await;
     let w2 = tokio::spawn({
         let l2 = l2.clone();
         async move { l2.acquire().await }

@@ -663,9 +663,21 @@ async fn renewals_carry_the_lock_delay_and_a_deleted_hold_leaves_it() {
     tokio::time::sleep(Duration::from_millis(1800)).await;
     assert!(!guard.is_lost());
     assert!(pttl(&mut raw, "lockman_delay:{renewed}") > 600);
-    // Deleted by someone else: not a release, so the name stays closed.
-    let _: () = raw.del("renewed").unwrap();
+    // Deleted by someone else: not a release, so the name stays closed until the delay key,
+    // read in the delete's own transaction, runs out. The clock is read first: read after the
+    // delete, a loaded machine's stall between the two (or a renewal run late, leaving the key
+    // less than the delay) failed a fixed bound with nothing wrong.
     let deleted = Instant::now();
+    let (delay_left,): (i64,) = redis::pipe()
+        .atomic()
+        .cmd("PTTL")
+        .arg("lockman_delay:{renewed}")
+        .cmd("DEL")
+        .arg("renewed")
+        .ignore()
+        .query(&mut raw)
+        .unwrap();
+    assert!(delay_left > 0, "the delay key ran out first: {delay_left}");
     assert!(
         other.lock("renewed").try_acquire().await.unwrap().is_none(),
         "taken during the delay"
@@ -675,8 +687,8 @@ async fn renewals_carry_the_lock_delay_and_a_deleted_hold_leaves_it() {
         .expect("acquired within 5 s")
         .unwrap();
     assert!(
-        deleted.elapsed() + CLOCK >= DELAY,
-        "taken {:?} after the delete",
+        deleted.elapsed() + CLOCK >= Duration::from_millis(delay_left as u64),
+        "taken {:?} after the delete, the delay key had {delay_left} ms left",
         deleted.elapsed()
     );
     guard.lost().await;
@@ -718,8 +730,9 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
     );
     // Past the first renewal (a third of the timeout): the delay key follows renewals.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    holder.kill().expect("SIGKILL");
-    holder.wait().expect("reaped");
+    // The clock first, then both keys' time left, then the kill: the name opens no sooner than
+    // the delay key's time left after the clock. (Read after the kill, a loaded machine's stall
+    // between the two let the hold's 1 s run out before it was read.)
     let killed = Instant::now();
     // Both read in one transaction: two round trips apart, a slow machine shortened the
     // second by its wait between them.
@@ -731,9 +744,11 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
         .arg("lockman_delay:{killed}")
         .query(&mut raw)
         .unwrap();
+    holder.kill().expect("SIGKILL");
+    holder.wait().expect("reaped");
     assert!(
         lock_left > 0,
-        "the dead holder's hold still runs: {lock_left}"
+        "the holder's hold still runs before the kill: {lock_left}"
     );
     assert!(
         delay_left - lock_left >= 790,
@@ -747,7 +762,7 @@ async fn after_a_holders_sigkill_the_name_opens_no_sooner_than_its_expiry_plus_t
     let took = killed.elapsed();
     assert!(
         took + CLOCK >= Duration::from_millis(delay_left as u64),
-        "taken {took:?} after the kill; the hold had {lock_left} ms left, plus the delay"
+        "taken {took:?} after the read before the kill; the hold had {lock_left} ms left, plus the delay"
     );
     assert!(
         took < Duration::from_millis(delay_left as u64) + Duration::from_secs(2),

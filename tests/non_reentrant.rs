@@ -363,15 +363,25 @@ async fn a_grant_whose_caller_went_never_refuses_the_next_acquire_of_its_holder(
         ] {
             let kind = format!("{kind}, prefix {prefix:?}");
             support::commands::load_scripts(&lock).await;
-            let stall = server.stall(1.0);
-            // Sent at once; it runs when the pause ends, long after its caller went.
+            // Frozen until the caller has gone, resumed by the test: the request runs only then,
+            // after its caller went. (A 1 s stall begun before it: a loaded machine could send it
+            // after the stall, and it was answered.)
+            server.pause(support::FROZEN).expect("pause the server");
             let first = tokio::time::timeout(Duration::from_millis(300), lock.acquire()).await;
             assert!(
                 first.is_err(),
                 "{kind}: answered through the pause: {first:?}"
             );
-            let second = lock.try_acquire_for(Duration::from_secs(10)).await;
-            stall.join().unwrap();
+            // The second request goes out while the first's grant still waits in Redis, the
+            // case this test is about. (On a loaded machine it may go out only after the resume:
+            // the test then passes without that case, but never fails for the load.)
+            let second = tokio::spawn({
+                let lock = lock.clone();
+                async move { lock.try_acquire_for(Duration::from_secs(10)).await }
+            });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            server.resume().expect("resume the server");
+            let second = second.await.unwrap();
             let guard = second
                 .unwrap_or_else(|e| panic!("{kind}: {e:?}"))
                 .unwrap_or_else(|| panic!("{kind}: free once the grant nobody took is released"));

@@ -326,11 +326,13 @@ async fn a_grant_that_arrives_after_the_caller_left_is_released() {
     let lock = mgr.lock("orphan");
     load_scripts(&lock).await;
     reset_stats(&mut raw);
-    // Stall the server so that the acquire is in flight when its caller gives up.
-    let stall = server.stall(0.4);
+    // Freeze the server so that the acquire is in flight when its caller gives up; resumed only
+    // once it has. (A 0.4 s stall begun before the request: a loaded machine sent it late enough
+    // for the grant to come back within the caller's 100 ms.)
+    server.pause(support::FROZEN).expect("pause the server");
     let gave_up = tokio::time::timeout(Duration::from_millis(100), lock.try_acquire()).await;
-    assert!(gave_up.is_err(), "the caller left while Redis was stalled");
-    stall.join().unwrap();
+    assert!(gave_up.is_err(), "the caller left while Redis was frozen");
+    server.resume().expect("resume the server");
     assert!(
         eventually(Duration::from_secs(2), || raw.exists::<_, bool>("orphan")
             == Ok(false))
