@@ -158,16 +158,23 @@ mod tests {
     async fn a_deadlock_is_retried() -> Outcome {
         let server = TestServer::start()?;
         let manager = LockManager::start(server.config()?).await?;
-        let (m1, m2) = (manager.clone(), manager.clone());
-        let there = tokio::spawn(async move { transfer(&m1, "c", "d").await });
-        let back = tokio::spawn(async move { transfer(&m2, "d", "c").await });
-        let (there, back) = (there.await??, back.await??);
-        // One of them was told of the deadlock and tried again.
-        assert!(
-            there + back >= 3,
-            "no deadlock happened: {there} + {back} attempts"
-        );
-        Ok(())
+        // The two meet in a deadlock only when both took their first lock before either asks for
+        // its second (200 ms apart at most): a machine that stalls one of them longer runs both
+        // one after the other, so the pair is run again until they met.
+        let mut runs = Vec::new();
+        for _ in 0..5 {
+            let (m1, m2) = (manager.clone(), manager.clone());
+            let there = tokio::spawn(async move { transfer(&m1, "c", "d").await });
+            let back = tokio::spawn(async move { transfer(&m2, "d", "c").await });
+            // Either ending in an error (`Deadlock` given up on) fails the test here.
+            let (there, back) = (there.await??, back.await??);
+            // One of them was told of the deadlock and tried again.
+            if there + back >= 3 {
+                return Ok(());
+            }
+            runs.push((there, back));
+        }
+        panic!("no deadlock happened in five runs: attempts {runs:?}");
     }
 
     /// Breaks if the service turned the layer's refusal into a 200, or held its lock some other
