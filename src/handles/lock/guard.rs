@@ -122,31 +122,36 @@ impl LockGuard {
     /// guard.release().await?; // error[E0382]: use of moved value: `guard`
     /// # Ok(()) }
     /// ```
-    pub async fn release(self) -> Result<(), LockError> {
+    pub fn release(self) -> impl Future<Output = Result<(), LockError>> {
+        // Taken apart before the future is made (nothing is sent before its first poll): an
+        // `async fn` kept the whole guard beside the parts taken out of it, for the whole
+        // release.
         let Self {
             grant,
             manager,
             group,
         } = self;
-        let span = crate::handles::trace::release(grant.name(), &grant.kind());
-        let actor = grant.actor_link();
-        // Untraced, the request is awaited where it is made (no copy of it into a wrapper's
-        // future); traced, it is boxed (`trace::within`).
-        let res = if span.is_disabled() {
-            actor.send(Release(grant)).await
-        } else {
-            crate::handles::trace::within(&span, actor.send(Release(grant))).await
-        };
-        // The error made only when it is the answer (`unwrap_or`'s, made eagerly, was dropped
-        // on every release).
-        let res = match res {
-            Ok(res) => res,
-            Err(_) => Err(LockError::Shutdown),
-        };
-        crate::handles::trace::released(&span, &res);
-        drop(manager);
-        drop(group);
-        res
+        async move {
+            let span = crate::handles::trace::release(grant.name(), &grant.kind());
+            let actor = grant.actor_link();
+            // Untraced, the request is awaited where it is made (no copy of it into a wrapper's
+            // future); traced, it is boxed (`trace::within`).
+            let res = if span.is_disabled() {
+                actor.send(Release(grant)).await
+            } else {
+                crate::handles::trace::within(&span, actor.send(Release(grant))).await
+            };
+            // The error made only when it is the answer (`unwrap_or`'s, made eagerly, was dropped
+            // on every release).
+            let res = match res {
+                Ok(res) => res,
+                Err(_) => Err(LockError::Shutdown),
+            };
+            crate::handles::trace::released(&span, &res);
+            drop(manager);
+            drop(group);
+            res
+        }
     }
 }
 
