@@ -175,3 +175,21 @@ impl std::fmt::Debug for LockGuard {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `release` returns `impl Future` since it takes the guard apart first: its future must
+    /// stay `Send` and `'static`, as the `async fn`'s was (callers spawn it). Checked when the
+    /// test compiles: a future that is not breaks the build.
+    #[test]
+    fn the_release_future_is_send_and_static() {
+        fn send_static<F: Future + Send + 'static>(_: &F) {}
+        fn check(guard: LockGuard) {
+            let release = guard.release();
+            send_static(&release);
+        }
+        let _ = check;
+    }
+}
