@@ -73,13 +73,14 @@ impl<A: Actor> Reach<A> {
     /// Then remembers the actor `granted_by` names in the reply, if any; the flag says it was
     /// not the one remembered before (its first grant through this handle, or a new actor).
     /// A reply from the actor the message reached, the usual one, takes no lock.
-    pub(crate) async fn send<M, F>(
+    #[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice: see below
+    pub(crate) fn send<M, F>(
         &self,
         shared: impl FnOnce() -> Option<Arc<Addr<A>>>,
         resolve: impl Fn() -> F,
         mut make: impl FnMut() -> M,
         granted_by: impl FnOnce(&M::Result) -> Option<&Arc<Addr<A>>>,
-    ) -> Result<(M::Result, bool), LockError>
+    ) -> impl Future<Output = Result<(M::Result, bool), LockError>>
     where
         M: Message + Send + 'static,
         M::Result: Send,
@@ -87,31 +88,35 @@ impl<A: Actor> Reach<A> {
         A::Context: ToEnvelope<A, M>,
         F: Future<Output = Result<Addr<A>, LockError>>,
     {
-        let reached = self.known().or_else(|| {
-            let actor = shared()?;
-            self.remember(&actor);
-            Some(actor)
-        });
-        if let Some(actor) = reached {
-            match actor.send(make()).await {
-                Ok(reply) => {
-                    let fresh = match granted_by(&reply) {
-                        Some(by) if !Arc::ptr_eq(by, &actor) => self.remember(by),
-                        _ => false,
-                    };
-                    return Ok((reply, fresh));
+        // An `async` block, not an `async fn`: the function's future kept its arguments (the
+        // closures) twice, as given and moved into its body.
+        async move {
+            let reached = self.known().or_else(|| {
+                let actor = shared()?;
+                self.remember(&actor);
+                Some(actor)
+            });
+            if let Some(actor) = reached {
+                match actor.send(make()).await {
+                    Ok(reply) => {
+                        let fresh = match granted_by(&reply) {
+                            Some(by) if !Arc::ptr_eq(by, &actor) => self.remember(by),
+                            _ => false,
+                        };
+                        return Ok((reply, fresh));
+                    }
+                    // It stopped meanwhile: the directory knows its successor, or the registry
+                    // starts one.
+                    Err(MailboxError::Closed) => {}
+                    Err(MailboxError::Timeout) => return Err(LockError::Shutdown),
                 }
-                // It stopped meanwhile: the directory knows its successor, or the registry
-                // starts one.
-                Err(MailboxError::Closed) => {}
-                Err(MailboxError::Timeout) => return Err(LockError::Shutdown),
             }
+            // Boxed: the registry's resolution (its future, and a second send's) is not every
+            // request's, and inline it made each request's future and its poll's code larger.
+            let reply = Box::pin(resolving(resolve, make)).await?;
+            let fresh = granted_by(&reply).is_some_and(|by| self.remember(by));
+            Ok((reply, fresh))
         }
-        // Boxed: the registry's resolution (its future, and a second send's) is not every
-        // request's, and inline it made each request's future and its poll's code larger.
-        let reply = Box::pin(resolving(resolve, make)).await?;
-        let fresh = granted_by(&reply).is_some_and(|by| self.remember(by));
-        Ok((reply, fresh))
     }
 }
 

@@ -122,31 +122,36 @@ impl LockGuard {
     /// guard.release().await?; // error[E0382]: use of moved value: `guard`
     /// # Ok(()) }
     /// ```
-    pub async fn release(self) -> Result<(), LockError> {
+    pub fn release(self) -> impl Future<Output = Result<(), LockError>> {
+        // Taken apart before the future is made (nothing is sent before its first poll): an
+        // `async fn` kept the whole guard beside the parts taken out of it, for the whole
+        // release.
         let Self {
             grant,
             manager,
             group,
         } = self;
-        let span = crate::handles::trace::release(grant.name(), &grant.kind());
-        let actor = grant.actor_link();
-        // Untraced, the request is awaited where it is made (no copy of it into a wrapper's
-        // future); traced, it is boxed (`trace::within`).
-        let res = if span.is_disabled() {
-            actor.send(Release(grant)).await
-        } else {
-            crate::handles::trace::within(&span, actor.send(Release(grant))).await
-        };
-        // The error made only when it is the answer (`unwrap_or`'s, made eagerly, was dropped
-        // on every release).
-        let res = match res {
-            Ok(res) => res,
-            Err(_) => Err(LockError::Shutdown),
-        };
-        crate::handles::trace::released(&span, &res);
-        drop(manager);
-        drop(group);
-        res
+        async move {
+            let span = crate::handles::trace::release(grant.name(), &grant.kind());
+            let actor = grant.actor_link();
+            // Untraced, the request is awaited where it is made (no copy of it into a wrapper's
+            // future); traced, it is boxed (`trace::within`).
+            let res = if span.is_disabled() {
+                actor.send(Release(grant)).await
+            } else {
+                crate::handles::trace::within(&span, actor.send(Release(grant))).await
+            };
+            // The error made only when it is the answer (`unwrap_or`'s, made eagerly, was dropped
+            // on every release).
+            let res = match res {
+                Ok(res) => res,
+                Err(_) => Err(LockError::Shutdown),
+            };
+            crate::handles::trace::released(&span, &res);
+            drop(manager);
+            drop(group);
+            res
+        }
     }
 }
 
@@ -168,5 +173,23 @@ impl std::fmt::Debug for LockGuard {
             .field("kind", &self.kind())
             .field("lost", &self.is_lost())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `release` returns `impl Future` since it takes the guard apart first: its future must
+    /// stay `Send` and `'static`, as the `async fn`'s was (callers spawn it). Checked when the
+    /// test compiles: a future that is not breaks the build.
+    #[test]
+    fn the_release_future_is_send_and_static() {
+        fn send_static<F: Future + Send + 'static>(_: &F) {}
+        fn check(guard: LockGuard) {
+            let release = guard.release();
+            send_static(&release);
+        }
+        let _ = check;
     }
 }

@@ -118,14 +118,7 @@ impl Lock {
     #[track_caller]
     pub fn acquire(&self) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
         let site = crate::handles::deadlock::site();
-        async move {
-            // The error made only when it is the answer (`ok_or`'s, made eagerly, was dropped
-            // on every grant).
-            match self.request(site, None, Wait::Forever).await? {
-                Some(guard) => Ok(guard),
-                None => Err(LockError::Shutdown),
-            }
-        }
+        self.request_as(site, None, Wait::Forever, granted)
     }
 
     /// Takes the lock for `lease`, waiting as long as it takes. No renewal: the lock expires by
@@ -147,14 +140,7 @@ impl Lock {
         lease: Duration,
     ) -> impl Future<Output = Result<LockGuard, LockError>> + '_ {
         let site = crate::handles::deadlock::site();
-        async move {
-            // The error made only when it is the answer (`ok_or`'s, made eagerly, was dropped
-            // on every grant).
-            match self.request(site, Some(lease), Wait::Forever).await? {
-                Some(guard) => Ok(guard),
-                None => Err(LockError::Shutdown),
-            }
-        }
+        self.request_as(site, Some(lease), Wait::Forever, granted)
     }
 
     /// One attempt: the guard, or `None` when someone else holds the lock.
@@ -294,59 +280,87 @@ impl Lock {
     /// Sends an [`Acquire`] to the name's lock actor (resolving it again if it stopped
     /// meanwhile) and wraps its grant; `site` is where the caller's code asked (the public verbs
     /// are `#[track_caller]`: a deadlock's message names it).
-    pub(crate) async fn request(
+    pub(crate) fn request(
         &self,
         site: Site,
         lease: Option<Duration>,
         wait: Wait,
-    ) -> Result<Option<LockGuard>, LockError> {
-        // The cheap check on every call; the registry checks the whole name (its slots, in a
-        // cluster) when it starts the name's actor.
-        self.name.validate()?;
-        let key = self.name.key();
-        let resolve = || self.mgr.lock_actor(self.kind, key.clone());
-        // The caller's task (or scope): `deadlock` says why.
-        let owner = Some(crate::handles::deadlock::current());
-        let acquire = || Acquire {
-            holder: self.holder.clone(),
-            lease,
-            wait,
-            kind: self.kind,
-            owner,
-            site: Some(site.clone()),
-        };
-        let span = crate::handles::trace::acquire(key, &self.kind, wait);
-        let called = std::time::Instant::now();
-        // A new handle of a name whose actor lives: the address its grants carry, from the
-        // directory (no allocation, where `resolve`'s actix address allocates twice).
-        let shared = || self.mgr.directory.shared(self.kind, key);
-        // Untraced, the request's future is awaited where it is made: handed to a wrapper, it
-        // was copied into the wrapper's future and again into its await (a memcpy of some
-        // hundred bytes each, per acquire). Traced, it is boxed (`trace::acquiring`).
-        let sent = if span.is_disabled() {
-            self.actor.send(shared, resolve, acquire, granted_by).await
-        } else {
-            let (commands, own) = (&self.mgr.commands, &*self.holder);
-            let send = self.actor.send(shared, resolve, acquire, granted_by);
-            crate::handles::trace::acquiring(&span, commands, key, own, send).await
-        };
-        let (granted, fresh) = match sent {
-            Ok((reply, fresh)) => (reply, fresh),
-            Err(e) => (Err(e), false),
-        };
-        // An outage's `waited` is the caller's, from its call: the actor counts from when the
-        // request reached it (after it started, a manager's first wait writes its record).
-        let granted = granted.map_err(|e| e.waited_for(called.elapsed()));
-        crate::handles::trace::acquired(&span, &granted, Grant::waited);
-        let granted = granted?;
-        if let (Some(grant), true) = (&granted, fresh) {
-            // Its first grant through this handle, not from the directory's address: the next
-            // handles of the name find it there.
-            let directory = &self.mgr.directory;
-            directory.share(self.kind, key, grant.actor_shared());
+    ) -> impl Future<Output = Result<Option<LockGuard>, LockError>> + '_ {
+        self.request_as(site, lease, wait, Ok)
+    }
+
+    /// [`request`](Self::request), its guard (or none) handed to `answer`, in the request's
+    /// own future: an unbounded wait's answer wrapped in a second `async` block kept a second
+    /// state machine around it, a copy of `site`, and moved the reply through both. An `async`
+    /// block rather than an `async fn`: the function's future kept its arguments twice (as
+    /// given, and moved into its body), 64 bytes copied with it.
+    #[allow(clippy::manual_async_fn)] // an `async fn` keeps its arguments twice: see above
+    fn request_as<T>(
+        &self,
+        site: Site,
+        lease: Option<Duration>,
+        wait: Wait,
+        answer: impl FnOnce(Option<LockGuard>) -> Result<T, LockError>,
+    ) -> impl Future<Output = Result<T, LockError>> {
+        async move {
+            // The cheap check on every call; the registry checks the whole name (its slots, in a
+            // cluster) when it starts the name's actor.
+            self.name.validate()?;
+            let key = self.name.key();
+            let resolve = || self.mgr.lock_actor(self.kind, key.clone());
+            // The caller's task (or scope): `deadlock` says why.
+            let owner = Some(crate::handles::deadlock::current());
+            let acquire = || Acquire {
+                holder: self.holder.clone(),
+                lease,
+                wait,
+                kind: self.kind,
+                owner,
+                site: Some(site.clone()),
+            };
+            let span = crate::handles::trace::acquire(key, &self.kind, wait);
+            let called = std::time::Instant::now();
+            // A new handle of a name whose actor lives: the address its grants carry, from the
+            // directory (no allocation, where `resolve`'s actix address allocates twice).
+            let shared = || self.mgr.directory.shared(self.kind, key);
+            // Untraced, the request's future is awaited where it is made: handed to a wrapper, it
+            // was copied into the wrapper's future and again into its await (a memcpy of some
+            // hundred bytes each, per acquire). Traced, it is boxed (`trace::acquiring`).
+            let sent = if span.is_disabled() {
+                self.actor.send(shared, resolve, acquire, granted_by).await
+            } else {
+                let (commands, own) = (&self.mgr.commands, &*self.holder);
+                let send = self.actor.send(shared, resolve, acquire, granted_by);
+                crate::handles::trace::acquiring(&span, commands, key, own, send).await
+            };
+            let (granted, fresh) = match sent {
+                Ok((reply, fresh)) => (reply, fresh),
+                Err(e) => (Err(e), false),
+            };
+            // An outage's `waited` is the caller's, from its call: the actor counts from when the
+            // request reached it (after it started, a manager's first wait writes its record).
+            let granted = granted.map_err(|e| e.waited_for(called.elapsed()));
+            crate::handles::trace::acquired(&span, &granted, Grant::waited);
+            let granted = granted?;
+            if let (Some(grant), true) = (&granted, fresh) {
+                // Its first grant through this handle, not from the directory's address: the next
+                // handles of the name find it there.
+                let directory = &self.mgr.directory;
+                directory.share(self.kind, key, grant.actor_shared());
+            }
+            let (mgr, group) = (&self.mgr, &self.group);
+            answer(granted.map(|grant| LockGuard::new(grant, mgr.clone(), group.clone())))
         }
-        let (mgr, group) = (&self.mgr, &self.group);
-        Ok(granted.map(|grant| LockGuard::new(grant, mgr.clone(), group.clone())))
+    }
+}
+
+/// An unbounded wait's answer: its guard, or [`LockError::Shutdown`] when it ended without one
+/// (the error made only when it is the answer: `ok_or`'s, made eagerly, was dropped on every
+/// grant).
+fn granted(guard: Option<LockGuard>) -> Result<LockGuard, LockError> {
+    match guard {
+        Some(guard) => Ok(guard),
+        None => Err(LockError::Shutdown),
     }
 }
 
