@@ -12,8 +12,8 @@ use redis::{Cmd, RedisWrite, Script};
 ///
 /// Its command's two buffers are taken from this thread's spares and given back when the call
 /// is dropped (cleared): a lock request's call is made and dropped on its actor's thread, so an
-/// uncontended pair allocates and frees no command buffer (four allocations per pair fewer,
-/// BENCHMARKS.md). Only small commands are kept ([`SPARE_BYTES`], [`SPARE_ARGS`]), at most
+/// uncontended pair allocates and frees no `Cmd` buffer (four allocations per pair fewer,
+/// BENCHMARKS.md; the packed bytes redis-rs makes from the command at each send are its own). Only small commands are kept ([`SPARE_BYTES`], [`SPARE_ARGS`]), at most
 /// [`SPARES`] per thread: a renewal batch's command is freed as before.
 pub(crate) struct ScriptCall<'s> {
     script: &'s Script,
@@ -26,8 +26,9 @@ pub(crate) struct ScriptCall<'s> {
 }
 
 /// The most commands a thread keeps to spare: as many as 64 names busy at once on one thread
-/// have under way (the throughput bench's load; 16 left three of the four allocations there),
-/// at most 64 KiB of buffers per thread; beyond that, commands are allocated and freed as before.
+/// have under way (the throughput bench's load; 16 left three of the four allocations there):
+/// about 64 KiB of buffers per thread at most, while callers count their bytes in the room they
+/// ask for. Beyond that, commands are allocated and freed as before.
 const SPARES: usize = 64;
 
 /// The most bytes (with `EVALSHA`, the hash and the key count) a command kept to spare may have
