@@ -16,12 +16,14 @@ use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, Script, Value};
+use redis::{Client, Cmd, Value};
 
 use crate::config::Config;
 use crate::connections::endpoint::Endpoint;
 use crate::connections::failure::{connect_error, diagnose_tls_timeout};
 use crate::error::LockError;
+
+pub(crate) use crate::connections::script_call::ScriptCall;
 
 /// The connections, and how long a command may take. Cheap to clone; clones share them, and
 /// use the same **lane**: a set of connections whose I/O runs on one thread (lane 0 on the
@@ -336,9 +338,11 @@ impl Conn {
         // Each call's future is made where it is polled (`pin!`) and the timeout gets a pointer
         // to it: the connection manager's future is several kilobytes, and every move of it
         // into `bounded` and its `Timeout` is a copy of all of it.
-        let mut reply = self.bounded(op, pin!(send_one(&mut conn, &call.cmd))).await;
+        let mut reply = self
+            .bounded(op, pin!(send_one(&mut conn, call.cmd())))
+            .await;
         if no_script(&reply) {
-            let request = Request::One(&call.cmd);
+            let request = Request::One(call.cmd());
             reply = Box::pin(self.reload(op, key, call, &mut conn, &request, generation)).await;
         }
         let (value, _) = self.classify(op, key, reply, generation)?;
@@ -360,7 +364,7 @@ impl Conn {
         generation: u64,
     ) -> Result<Reply, LockError> {
         let mut pipe = redis::pipe();
-        pipe.add_command(call.cmd.clone())
+        pipe.add_command(call.cmd().clone())
             .cmd("WAIT")
             .arg(count)
             .arg(wait_ms);
@@ -390,7 +394,7 @@ impl Conn {
         request: &Request<'_>,
         generation: u64,
     ) -> Result<redis::RedisResult<(Value, Option<i64>)>, LockError> {
-        let loaded = self.bounded(op, pin!(call.script.load_async(conn))).await;
+        let loaded = self.bounded(op, pin!(call.script().load_async(conn))).await;
         self.classify(op, key, loaded, generation)?;
         self.bounded(op, pin!(request.send(conn))).await
     }
@@ -529,55 +533,6 @@ async fn send_one(conn: &mut Link, cmd: &Cmd) -> redis::RedisResult<(Value, Opti
     }
     .and_then(Value::extract_error)
     .map(|value| (value, None))
-}
-
-/// One EVALSHA of a script, built in place as a single presized command: redis-rs's
-/// `ScriptInvocation` keeps each key and argument in a buffer of its own and copies them all
-/// into a new command at every send (about 25 allocations per acquire+release, BENCHMARKS.md).
-/// The keys come first, as many as announced; then the arguments.
-pub(crate) struct ScriptCall<'s> {
-    script: &'s Script,
-    cmd: Cmd,
-    keys_left: usize,
-}
-
-impl<'s> ScriptCall<'s> {
-    /// A call of `script` with `keys` keys; `args` arguments and `bytes` bytes of keys and
-    /// arguments in all are what to make room for (more still fit).
-    pub(crate) fn new(script: &'s Script, keys: usize, args: usize, bytes: usize) -> Self {
-        let mut cmd = Cmd::with_capacity(3 + keys + args, 7 + 40 + 4 + bytes);
-        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-        Self {
-            script,
-            cmd,
-            keys_left: keys,
-        }
-    }
-
-    /// The next key (`KEYS[i]`).
-    pub(crate) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
-        debug_assert!(self.keys_left > 0, "more keys than announced");
-        self.keys_left = self.keys_left.saturating_sub(1);
-        self.cmd.arg(key);
-        self
-    }
-
-    /// The next argument (`ARGV[i]`), after every key.
-    pub(crate) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
-        debug_assert_eq!(self.keys_left, 0, "an argument before the last key");
-        self.cmd.arg(arg);
-        self
-    }
-
-    /// The EVALSHA command, for a caller that routes it itself (the start-time probe).
-    pub(crate) fn cmd(&self) -> &Cmd {
-        &self.cmd
-    }
-
-    /// The script, to load on a connection that does not know it.
-    pub(crate) fn script(&self) -> &Script {
-        self.script
-    }
 }
 
 /// The command connection: to one server (redis-rs's `ConnectionManager`, which reconnects by

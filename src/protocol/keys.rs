@@ -30,18 +30,34 @@ pub(crate) struct Prefixed<'a> {
 
 impl redis::ToRedisArgs for Prefixed<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        use std::io::Write;
         let tagged = !self.name.contains('{');
+        let (open, close): (&[u8], &[u8]) = if tagged { (b":{", b"}") } else { (b":", b"") };
+        let parts = [self.prefix.as_bytes(), open, self.name.as_bytes(), close];
+        let len: usize = parts.iter().map(|part| part.len()).sum();
+        // Put together on the stack and written as one argument when short (a release's unlock
+        // channel, on every release): four writes into the command's buffer each check its room
+        // and copy on their own (about 150 instructions more per release, callgrind).
+        let mut buf = [0u8; PREFIXED_ON_STACK];
+        if let Some(room) = buf.get_mut(..len) {
+            let mut at = 0;
+            for part in parts {
+                room[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            out.write_arg(room);
+            return;
+        }
+        use std::io::Write;
         let mut arg = out.writer_for_next_arg();
-        // Writing into a command's buffer cannot fail.
-        let _ = arg.write_all(self.prefix.as_bytes());
-        let _ = arg.write_all(if tagged { b":{" } else { b":" });
-        let _ = arg.write_all(self.name.as_bytes());
-        if tagged {
-            let _ = arg.write_all(b"}");
+        for part in parts {
+            // Writing into a command's buffer cannot fail.
+            let _ = arg.write_all(part);
         }
     }
 }
+
+/// The longest [`Prefixed`] argument put together on the stack.
+const PREFIXED_ON_STACK: usize = 128;
 
 /// [`unlock_channel`] as a command argument, with no `String` made.
 pub(crate) fn unlock_channel_arg(name: &str) -> Prefixed<'_> {
@@ -307,7 +323,10 @@ mod tests {
             "redisson_lock__channel:{user}:1"
         );
         assert_eq!(unlock_channel("x{"), "redisson_lock__channel:x{");
-        for name in ["orders", "a b:c", "{user}:1", "x{"] {
+        // Short names are put together on the stack, long ones written part by part.
+        let long = "n".repeat(PREFIXED_ON_STACK);
+        let long_tagged = format!("{{t}}{long}");
+        for name in ["orders", "a b:c", "{user}:1", "x{", "", &long, &long_tagged] {
             let arg = redis::ToRedisArgs::to_redis_args(&unlock_channel_arg(name));
             assert_eq!(arg, vec![unlock_channel(name).into_bytes()], "{name}");
         }
