@@ -106,7 +106,7 @@ impl PerName for LockActor {
         caller: Option<Caller<AcquireTx>>,
         owner: Option<Owner>,
         ctx: &mut Context<Self>,
-    ) {
+    ) -> bool {
         let reply = match answer {
             Answer::Granted {
                 key,
@@ -142,7 +142,9 @@ impl PerName for LockActor {
             // non-reentrant holder is then refused as holding it already).
             let (key, epoch) = grant.disarm();
             self.release(key, epoch, None);
+            return true;
         }
+        false
     }
 
     fn reply(tx: ReleaseTx, res: Result<(), LockError>) {

@@ -24,8 +24,19 @@ impl<K, V> Default for Few<K, V> {
 }
 
 impl<K: Eq + Hash, V> Few<K, V> {
-    /// Inserts `v` at `k`; the value it replaces, if any.
+    /// Inserts `v` at `k`; the value it replaces, if any. Into an empty map (an uncontended
+    /// pair's every insert) inlined where it is called; the rest is not.
+    #[inline]
     pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
+        if self.one.is_none() && self.rest.is_empty() {
+            self.one = Some((k, v));
+            return None;
+        }
+        self.insert_more(k, v)
+    }
+
+    #[inline(never)]
+    fn insert_more(&mut self, k: K, v: V) -> Option<V> {
         if let Some((one, was)) = &mut self.one
             && *one == k
         {

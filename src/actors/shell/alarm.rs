@@ -56,6 +56,11 @@ pub(crate) trait Alarmed: Actor<Context = Context<Self>> {
     fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool;
     /// The linger's timer fired.
     fn lingered(&mut self, ctx: &mut Context<Self>);
+    /// Whether its linger's timer matters now (the actor lingers): only then is it looked at.
+    /// One that fires meanwhile is seen when it is set again ([`Alarm::linger_by`]).
+    fn lingers(&mut self) -> bool {
+        true
+    }
 }
 
 /// One tokio `Sleep`, polled only when it may have fired.
@@ -75,7 +80,9 @@ impl Timer {
     /// (to register the actor's task).
     fn by(&mut self, at: Instant) -> bool {
         if self.armed.is_some_and(|armed| armed <= at) {
-            return !self.registered;
+            // Registered, it wakes the actor when it fires; one that fired while nobody looked
+            // (the linger's, while the actor is busy) is polled now.
+            return !self.registered || self.sleep.as_ref().is_some_and(|s| s.is_elapsed());
         }
         self.armed = Some(at);
         let deadline = tokio::time::Instant::from_std(at.min(Instant::now() + MAX_SLEEP));
@@ -159,9 +166,11 @@ impl Alarm {
             alarm.ringer = Some(Driver::<A, Ring>::spawn(ctx));
             return;
         };
+        if !poll {
+            return;
+        }
         let polling = ctx.handle();
-        if poll
-            && polling != ringer
+        if polling != ringer
             && polling != SpawnHandle::default()
             && let Some(waker) = &alarm.waker
         {
@@ -220,11 +229,11 @@ fn ring<A: Alarmed>(
             }
             continue;
         }
-        if alarm.linger.fired(task) {
+        if act.lingers() && act.alarm().linger.fired(task) {
             act.lingered(ctx);
             continue;
         }
-        if !travelling && alarm.at.is_none() && !act.stays() {
+        if !travelling && act.alarm().at.is_none() && !act.stays() {
             let alarm = act.alarm();
             (alarm.ringer, alarm.waker) = (None, None);
             return Poll::Ready(());
