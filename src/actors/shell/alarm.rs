@@ -258,10 +258,12 @@ mod tests {
 
     use super::*;
 
-    /// Tells when its state's timer rang; it stays (a busy actor's ringer waits).
+    /// Tells when its state's timer or its linger's rang; it stays (a busy actor's ringer
+    /// waits). Its linger's timer is looked at only while `lingering`.
     struct Clock {
         alarm: Alarm,
         rung: mpsc::UnboundedSender<Instant>,
+        lingering: bool,
     }
 
     impl Actor for Clock {
@@ -285,7 +287,13 @@ mod tests {
             false
         }
 
-        fn lingered(&mut self, _: &mut Context<Self>) {}
+        fn lingered(&mut self, _: &mut Context<Self>) {
+            let _ = self.rung.send(Instant::now());
+        }
+
+        fn lingers(&mut self) -> bool {
+            self.lingering
+        }
     }
 
     /// Sets the state's timer, each instant in turn.
@@ -324,6 +332,7 @@ mod tests {
         let clock = Clock {
             alarm: Alarm::default(),
             rung: tx,
+            lingering: true,
         }
         .start();
         let t0 = Instant::now();
@@ -346,5 +355,67 @@ mod tests {
         let at = ring(&mut rung, Duration::from_secs(1)).await;
         let at = at.expect("the timer moved earlier did not ring within 1 s");
         assert!(at >= soon);
+    }
+
+    /// Lingers or not (`lingering`), and sets the linger's timer to fire by `by`.
+    type Linger = (bool, Option<Instant>);
+
+    /// Takes its `Linger`s from a stream spawned after the ringer, as a crowd's wake-ups are: in
+    /// the pass that takes one, the ringer was polled already.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Listen(mpsc::UnboundedReceiver<Linger>);
+
+    impl Handler<Listen> for Clock {
+        type Result = ();
+
+        fn handle(&mut self, Listen(rx): Listen, ctx: &mut Context<Self>) {
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|linger| (linger, rx))
+            });
+            ctx.add_stream(stream);
+        }
+    }
+
+    impl StreamHandler<Linger> for Clock {
+        fn handle(&mut self, (lingering, by): Linger, ctx: &mut Context<Self>) {
+            self.lingering = lingering;
+            if let Some(at) = by {
+                Alarm::linger_by(self, at, ctx);
+            }
+        }
+    }
+
+    /// A linger's timer that fires while the actor is busy (not looked at, its wake spent) is
+    /// seen once it is set again for a later instant, from another of the actor's futures: the
+    /// actor does not linger forever. (The break: a timer set earlier and registered, taken as
+    /// still pending when set again, is not polled, and nothing wakes the actor any more.)
+    #[actix_rt::test]
+    async fn a_linger_timer_fired_while_busy_rings_once_set_again() {
+        let (tx, mut rung) = mpsc::unbounded_channel();
+        let clock = Clock {
+            alarm: Alarm::default(),
+            rung: tx,
+            lingering: true,
+        }
+        .start();
+        // The ringer first (the state's timer, far off), then the stream.
+        let far = Instant::now() + Duration::from_secs(3600);
+        clock.send(Set(vec![Some(far)])).await.unwrap();
+        let (lingers, rx) = mpsc::unbounded_channel();
+        clock.send(Listen(rx)).await.unwrap();
+        // Lingering: the ringer polls the sleep, which registers the actor's task.
+        let first = Instant::now() + Duration::from_millis(100);
+        lingers.send((true, Some(first))).unwrap();
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+        // Busy before it fires: its firing wakes the actor, which does not look at it.
+        lingers.send((false, None)).unwrap();
+        actix_rt::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(ring(&mut rung, Duration::ZERO).await, None);
+        // Lingering again, set for a later instant than the one it fired at.
+        let later = Instant::now() + Duration::from_millis(50);
+        lingers.send((true, Some(later))).unwrap();
+        let at = ring(&mut rung, Duration::from_secs(2)).await;
+        assert!(at.is_some(), "the linger's timer never rang");
     }
 }
