@@ -259,11 +259,12 @@ mod tests {
     use super::*;
 
     /// Tells when its state's timer or its linger's rang; it stays (a busy actor's ringer
-    /// waits). Its linger's timer is looked at only while `lingering`.
+    /// waits). Its linger's timer is looked at always (`looks: None`), or only as many more
+    /// times as `looks` says, each time the ringer asks told on its channel (looked or not).
     struct Clock {
         alarm: Alarm,
         rung: mpsc::UnboundedSender<Instant>,
-        lingering: bool,
+        looks: Option<(u32, mpsc::UnboundedSender<bool>)>,
     }
 
     impl Actor for Clock {
@@ -292,7 +293,13 @@ mod tests {
         }
 
         fn lingers(&mut self) -> bool {
-            self.lingering
+            let Some((left, told)) = &mut self.looks else {
+                return true;
+            };
+            let looks = *left > 0;
+            *left = left.saturating_sub(1);
+            let _ = told.send(looks);
+            looks
         }
     }
 
@@ -332,7 +339,7 @@ mod tests {
         let clock = Clock {
             alarm: Alarm::default(),
             rung: tx,
-            lingering: true,
+            looks: None,
         }
         .start();
         let t0 = Instant::now();
@@ -357,8 +364,8 @@ mod tests {
         assert!(at >= soon);
     }
 
-    /// Lingers or not (`lingering`), and sets the linger's timer to fire by `by`.
-    type Linger = (bool, Option<Instant>);
+    /// How many more times its linger's timer is looked at, and when it fires by.
+    type Linger = (u32, Option<Instant>);
 
     /// Takes its `Linger`s from a stream spawned after the ringer, as a crowd's wake-ups are: in
     /// the pass that takes one, the ringer was polled already.
@@ -378,8 +385,10 @@ mod tests {
     }
 
     impl StreamHandler<Linger> for Clock {
-        fn handle(&mut self, (lingering, by): Linger, ctx: &mut Context<Self>) {
-            self.lingering = lingering;
+        fn handle(&mut self, (looks, by): Linger, ctx: &mut Context<Self>) {
+            if let Some((left, _)) = &mut self.looks {
+                *left = looks;
+            }
             if let Some(at) = by {
                 Alarm::linger_by(self, at, ctx);
             }
@@ -388,15 +397,19 @@ mod tests {
 
     /// A linger's timer that fires while the actor is busy (not looked at, its wake spent) is
     /// seen once it is set again for a later instant, from another of the actor's futures: the
-    /// actor does not linger forever. (The break: a timer set earlier and registered, taken as
-    /// still pending when set again, is not polled, and nothing wakes the actor any more.)
+    /// actor does not linger forever. The set-up is read from what the ringer did, not timed:
+    /// one look registers the timer, the next wake is its firing, not looked at (a timer that
+    /// fired before its one look rang then, and the set-up is made again with a longer delay).
+    /// (The break: a timer set earlier and registered, taken as still pending when set again,
+    /// is not polled, and nothing wakes the actor any more.)
     #[actix_rt::test]
     async fn a_linger_timer_fired_while_busy_rings_once_set_again() {
         let (tx, mut rung) = mpsc::unbounded_channel();
+        let (looked, mut looks) = mpsc::unbounded_channel();
         let clock = Clock {
             alarm: Alarm::default(),
             rung: tx,
-            lingering: true,
+            looks: Some((0, looked)),
         }
         .start();
         // The ringer first (the state's timer, far off), then the stream.
@@ -404,18 +417,22 @@ mod tests {
         clock.send(Set(vec![Some(far)])).await.unwrap();
         let (lingers, rx) = mpsc::unbounded_channel();
         clock.send(Listen(rx)).await.unwrap();
-        // Lingering: the ringer polls the sleep, which registers the actor's task.
-        let first = Instant::now() + Duration::from_millis(100);
-        lingers.send((true, Some(first))).unwrap();
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-        // Busy before it fires: its firing wakes the actor, which does not look at it.
-        lingers.send((false, None)).unwrap();
-        actix_rt::time::sleep(Duration::from_millis(300)).await;
-        assert_eq!(ring(&mut rung, Duration::ZERO).await, None);
+        let mut delay = Duration::from_millis(50);
+        loop {
+            lingers.send((1, Some(Instant::now() + delay))).unwrap();
+            // Its one look (earlier asks, before the stream's item, were not looks) ...
+            while !looks.recv().await.unwrap() {}
+            // ... then the next wake: the timer fired, not looked at, or it rang at the look.
+            assert!(!looks.recv().await.unwrap());
+            if ring(&mut rung, Duration::ZERO).await.is_none() {
+                break;
+            }
+            delay *= 2;
+        }
         // Lingering again, set for a later instant than the one it fired at.
         let later = Instant::now() + Duration::from_millis(50);
-        lingers.send((true, Some(later))).unwrap();
-        let at = ring(&mut rung, Duration::from_secs(2)).await;
+        lingers.send((u32::MAX, Some(later))).unwrap();
+        let at = ring(&mut rung, Duration::from_secs(10)).await;
         assert!(at.is_some(), "the linger's timer never rang");
     }
 }
