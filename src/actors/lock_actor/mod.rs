@@ -106,7 +106,7 @@ impl PerName for LockActor {
         caller: Option<Caller<AcquireTx>>,
         owner: Option<Owner>,
         ctx: &mut Context<Self>,
-    ) {
+    ) -> bool {
         let reply = match answer {
             Answer::Granted {
                 key,
@@ -133,16 +133,16 @@ impl PerName for LockActor {
             Answer::TimedOut => Ok(None),
             Answer::Failed(e) => Err(e),
         };
-        if let Some(caller) = caller
-            && let Err(Ok(Some(mut grant))) = caller.deliver(reply)
-        {
-            // The caller went as its grant came. Released now: dropped, the grant would send
-            // its release behind the messages already queued, and an attempt of the same
-            // holder among them would find the hold counted with no release of it known (a
-            // non-reentrant holder is then refused as holding it already).
-            let (key, epoch) = grant.disarm();
-            self.release(key, epoch, None);
-        }
+        let Some(Err(Ok(Some(mut grant)))) = caller.map(|caller| caller.deliver(reply)) else {
+            return false;
+        };
+        // The caller went as its grant came. Released now: dropped, the grant would send its
+        // release behind the messages already queued, and an attempt of the same holder among
+        // them would find the hold counted with no release of it known (a non-reentrant holder
+        // is then refused as holding it already).
+        let (key, epoch) = grant.disarm();
+        self.release(key, epoch, None);
+        true
     }
 
     fn reply(tx: ReleaseTx, res: Result<(), LockError>) {

@@ -24,8 +24,19 @@ impl<K, V> Default for Few<K, V> {
 }
 
 impl<K: Eq + Hash, V> Few<K, V> {
-    /// Inserts `v` at `k`; the value it replaces, if any.
+    /// Inserts `v` at `k`; the value it replaces, if any. Into an empty map (an uncontended
+    /// pair's every insert) inlined where it is called; the rest is not.
+    #[inline]
     pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
+        if self.one.is_none() && self.rest.is_empty() {
+            self.one = Some((k, v));
+            return None;
+        }
+        self.insert_more(k, v)
+    }
+
+    #[inline(never)]
+    fn insert_more(&mut self, k: K, v: V) -> Option<V> {
         if let Some((one, was)) = &mut self.one
             && *one == k
         {
@@ -38,8 +49,19 @@ impl<K: Eq + Hash, V> Few<K, V> {
         self.rest.insert(k, v)
     }
 
-    /// The value at `k`, made by `new` when there is none; whether it was made.
+    /// The value at `k`, made by `new` when there is none; whether it was made. Into an empty
+    /// map inlined, as [`insert`](Self::insert).
+    #[inline]
     pub(crate) fn get_or_insert_with(&mut self, k: K, new: impl FnOnce() -> V) -> (&mut V, bool) {
+        if self.one.is_none() && self.rest.is_empty() {
+            let (_, v) = self.one.insert((k, new()));
+            return (v, true);
+        }
+        self.get_or_insert_more(k, new)
+    }
+
+    #[inline(never)]
+    fn get_or_insert_more(&mut self, k: K, new: impl FnOnce() -> V) -> (&mut V, bool) {
         let aside = matches!(&self.one, Some((one, _)) if *one == k);
         if !aside && (self.one.is_some() || (!self.rest.is_empty() && self.rest.contains_key(&k))) {
             return match self.rest.entry(k) {

@@ -56,6 +56,11 @@ pub(crate) trait Alarmed: Actor<Context = Context<Self>> {
     fn travel(&mut self, ctx: &mut Context<Self>, task: &mut std::task::Context<'_>) -> bool;
     /// The linger's timer fired.
     fn lingered(&mut self, ctx: &mut Context<Self>);
+    /// Whether its linger's timer matters now (the actor lingers): only then is it looked at.
+    /// One that fires meanwhile is seen when it is set again ([`Alarm::linger_by`]).
+    fn lingers(&mut self) -> bool {
+        true
+    }
 }
 
 /// One tokio `Sleep`, polled only when it may have fired.
@@ -75,7 +80,9 @@ impl Timer {
     /// (to register the actor's task).
     fn by(&mut self, at: Instant) -> bool {
         if self.armed.is_some_and(|armed| armed <= at) {
-            return !self.registered;
+            // Registered, it wakes the actor when it fires; one that fired while nobody looked
+            // (the linger's, while the actor is busy) is polled now.
+            return !self.registered || self.sleep.as_ref().is_some_and(|s| s.is_elapsed());
         }
         self.armed = Some(at);
         let deadline = tokio::time::Instant::from_std(at.min(Instant::now() + MAX_SLEEP));
@@ -159,9 +166,11 @@ impl Alarm {
             alarm.ringer = Some(Driver::<A, Ring>::spawn(ctx));
             return;
         };
+        if !poll {
+            return;
+        }
         let polling = ctx.handle();
-        if poll
-            && polling != ringer
+        if polling != ringer
             && polling != SpawnHandle::default()
             && let Some(waker) = &alarm.waker
         {
@@ -220,11 +229,11 @@ fn ring<A: Alarmed>(
             }
             continue;
         }
-        if alarm.linger.fired(task) {
+        if act.lingers() && act.alarm().linger.fired(task) {
             act.lingered(ctx);
             continue;
         }
-        if !travelling && alarm.at.is_none() && !act.stays() {
+        if !travelling && act.alarm().at.is_none() && !act.stays() {
             let alarm = act.alarm();
             (alarm.ringer, alarm.waker) = (None, None);
             return Poll::Ready(());
@@ -249,10 +258,13 @@ mod tests {
 
     use super::*;
 
-    /// Tells when its state's timer rang; it stays (a busy actor's ringer waits).
+    /// Tells when its state's timer or its linger's rang; it stays (a busy actor's ringer
+    /// waits). Its linger's timer is looked at always (`looks: None`), or only as many more
+    /// times as `looks` says, each time the ringer asks told on its channel (looked or not).
     struct Clock {
         alarm: Alarm,
         rung: mpsc::UnboundedSender<Instant>,
+        looks: Option<(u32, mpsc::UnboundedSender<bool>)>,
     }
 
     impl Actor for Clock {
@@ -276,7 +288,19 @@ mod tests {
             false
         }
 
-        fn lingered(&mut self, _: &mut Context<Self>) {}
+        fn lingered(&mut self, _: &mut Context<Self>) {
+            let _ = self.rung.send(Instant::now());
+        }
+
+        fn lingers(&mut self) -> bool {
+            let Some((left, told)) = &mut self.looks else {
+                return true;
+            };
+            let looks = *left > 0;
+            *left = left.saturating_sub(1);
+            let _ = told.send(looks);
+            looks
+        }
     }
 
     /// Sets the state's timer, each instant in turn.
@@ -315,6 +339,7 @@ mod tests {
         let clock = Clock {
             alarm: Alarm::default(),
             rung: tx,
+            looks: None,
         }
         .start();
         let t0 = Instant::now();
@@ -337,5 +362,77 @@ mod tests {
         let at = ring(&mut rung, Duration::from_secs(1)).await;
         let at = at.expect("the timer moved earlier did not ring within 1 s");
         assert!(at >= soon);
+    }
+
+    /// How many more times its linger's timer is looked at, and when it fires by.
+    type Linger = (u32, Option<Instant>);
+
+    /// Takes its `Linger`s from a stream spawned after the ringer, as a crowd's wake-ups are: in
+    /// the pass that takes one, the ringer was polled already.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Listen(mpsc::UnboundedReceiver<Linger>);
+
+    impl Handler<Listen> for Clock {
+        type Result = ();
+
+        fn handle(&mut self, Listen(rx): Listen, ctx: &mut Context<Self>) {
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv().await.map(|linger| (linger, rx))
+            });
+            ctx.add_stream(stream);
+        }
+    }
+
+    impl StreamHandler<Linger> for Clock {
+        fn handle(&mut self, (looks, by): Linger, ctx: &mut Context<Self>) {
+            if let Some((left, _)) = &mut self.looks {
+                *left = looks;
+            }
+            if let Some(at) = by {
+                Alarm::linger_by(self, at, ctx);
+            }
+        }
+    }
+
+    /// A linger's timer that fires while the actor is busy (not looked at, its wake spent) is
+    /// seen once it is set again for a later instant, from another of the actor's futures: the
+    /// actor does not linger forever. The set-up is read from what the ringer did, not timed:
+    /// one look registers the timer, the next wake is its firing, not looked at (a timer that
+    /// fired before its one look rang then, and the set-up is made again with a longer delay).
+    /// (The break: a timer set earlier and registered, taken as still pending when set again,
+    /// is not polled, and nothing wakes the actor any more.)
+    #[actix_rt::test]
+    async fn a_linger_timer_fired_while_busy_rings_once_set_again() {
+        let (tx, mut rung) = mpsc::unbounded_channel();
+        let (looked, mut looks) = mpsc::unbounded_channel();
+        let clock = Clock {
+            alarm: Alarm::default(),
+            rung: tx,
+            looks: Some((0, looked)),
+        }
+        .start();
+        // The ringer first (the state's timer, far off), then the stream.
+        let far = Instant::now() + Duration::from_secs(3600);
+        clock.send(Set(vec![Some(far)])).await.unwrap();
+        let (lingers, rx) = mpsc::unbounded_channel();
+        clock.send(Listen(rx)).await.unwrap();
+        let mut delay = Duration::from_millis(50);
+        loop {
+            lingers.send((1, Some(Instant::now() + delay))).unwrap();
+            // Its one look (earlier asks, before the stream's item, were not looks) ...
+            while !looks.recv().await.unwrap() {}
+            // ... then the next wake: the timer fired, not looked at, or it rang at the look.
+            assert!(!looks.recv().await.unwrap());
+            if ring(&mut rung, Duration::ZERO).await.is_none() {
+                break;
+            }
+            delay *= 2;
+        }
+        // Lingering again, set for a later instant than the one it fired at.
+        let later = Instant::now() + Duration::from_millis(50);
+        lingers.send((u32::MAX, Some(later))).unwrap();
+        let at = ring(&mut rung, Duration::from_secs(10)).await;
+        assert!(at.is_some(), "the linger's timer never rang");
     }
 }

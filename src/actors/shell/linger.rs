@@ -56,6 +56,11 @@ impl Linger {
         matches!(self.phase, Phase::Busy)
     }
 
+    /// Whether it lingers: idle, holding a place.
+    fn is_idle(&self) -> bool {
+        matches!(self.phase, Phase::Idle(_))
+    }
+
     /// The actor fell idle: linger, or depart at once when no place is free.
     pub(crate) fn idle<A: Lingers + Alarmed>(act: &mut A, ctx: &mut Context<A>) {
         if !matches!(act.linger().phase, Phase::Busy) {
@@ -150,5 +155,11 @@ impl<A: PerName> Alarmed for A {
 
     fn lingered(&mut self, ctx: &mut Context<Self>) {
         Linger::tick(self, ctx);
+    }
+
+    /// Its linger's timer acts only while it is idle ([`Linger::tick`]): while busy (the most
+    /// of a used name's life) the ringer does not look at it.
+    fn lingers(&mut self) -> bool {
+        self.shell().linger.is_idle()
     }
 }

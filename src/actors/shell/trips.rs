@@ -16,6 +16,8 @@ use super::alarm::{Alarm, Alarmed};
 /// The round trips in flight, of requests `Q` with outcomes `O`.
 pub(crate) struct Trips<Q, O> {
     slots: Box<dyn InFlight<Q, O>>,
+    /// How many are in flight: none, and the slots are not polled (no call through `slots`).
+    busy: usize,
 }
 
 /// An actor whose request round trips run in [`Trips`].
@@ -39,10 +41,10 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         let slots = Slots {
             trip,
             slots: Vec::new(),
-            busy: 0,
         };
         Self {
             slots: Box::new(slots),
+            busy: 0,
         }
     }
 
@@ -52,7 +54,9 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         request: Q,
         ctx: &mut Context<A>,
     ) {
-        act.trips().slots.start(request);
+        let trips = act.trips();
+        trips.slots.start(request);
+        trips.busy += 1;
         Alarm::travel(act, ctx);
     }
 
@@ -63,13 +67,15 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
         ctx: &mut Context<A>,
         task: &mut std::task::Context<'_>,
     ) -> bool {
-        loop {
-            match act.trips().slots.poll_next(task) {
-                Poll::Ready(Some(outcome)) => act.arrived(outcome, ctx),
-                Poll::Ready(None) => return false,
-                Poll::Pending => return true,
-            }
+        while act.trips().busy > 0 {
+            let trips = act.trips();
+            let Poll::Ready(outcome) = trips.slots.poll_next(task) else {
+                return true;
+            };
+            trips.busy -= 1;
+            act.arrived(outcome, ctx);
         }
+        false
     }
 }
 
@@ -77,40 +83,34 @@ impl<Q: 'static, O: 'static> Trips<Q, O> {
 trait InFlight<Q, O> {
     fn start(&mut self, request: Q);
 
-    /// Polls every trip in flight until one is done: its outcome, or `None` when none is in
-    /// flight. `Pending` only once every trip in flight was polled.
-    fn poll_next(&mut self, task: &mut std::task::Context<'_>) -> Poll<Option<O>>;
+    /// Polls every trip in flight (one at least) until one is done: its outcome. `Pending`
+    /// only once every trip in flight was polled.
+    fn poll_next(&mut self, task: &mut std::task::Context<'_>) -> Poll<O>;
 }
 
 struct Slots<F, Fut> {
     trip: F,
     /// Each slot pinned in its own box, so that the list can grow while trips are in flight.
     slots: Vec<Pin<Box<Option<Fut>>>>,
-    busy: usize,
 }
 
 impl<Q, O, F: Fn(Q) -> Fut, Fut: Future<Output = O>> InFlight<Q, O> for Slots<F, Fut> {
     fn start(&mut self, request: Q) {
         let fut = (self.trip)(request);
-        self.busy += 1;
         match self.slots.iter_mut().find(|slot| slot.is_none()) {
             Some(slot) => slot.set(Some(fut)),
             None => self.slots.push(Box::pin(Some(fut))),
         }
     }
 
-    fn poll_next(&mut self, task: &mut std::task::Context<'_>) -> Poll<Option<O>> {
-        if self.busy == 0 {
-            return Poll::Ready(None);
-        }
+    fn poll_next(&mut self, task: &mut std::task::Context<'_>) -> Poll<O> {
         for slot in &mut self.slots {
             let Some(fut) = slot.as_mut().as_pin_mut() else {
                 continue;
             };
             if let Poll::Ready(outcome) = fut.poll(task) {
                 slot.set(None);
-                self.busy -= 1;
-                return Poll::Ready(Some(outcome));
+                return Poll::Ready(outcome);
             }
         }
         Poll::Pending

@@ -146,7 +146,7 @@ impl PerName for SyncActor {
         caller: Option<Caller<SyncTx>>,
         _: Option<Owner>,
         ctx: &mut Context<Self>,
-    ) {
+    ) -> bool {
         let opened = matches!(answer, Answer::Done { .. });
         let reply = match answer {
             Answer::Done {
@@ -172,6 +172,9 @@ impl PerName for SyncActor {
             Some(SyncTx::Permits(tx)) => drop(tx.send(reply)),
             None => {}
         }
+        // Permits or a latch nobody took tell the state nothing here (dropped permits are
+        // given back by a message).
+        false
     }
 
     fn reply(tx: Replying, res: Result<i64, LockError>) {
