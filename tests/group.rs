@@ -498,8 +498,11 @@ async fn the_watchdog_renews_a_group_hold_and_a_deleted_one_is_reported_lost() {
 }
 
 /// A hold with a lease is not renewed: its members expire by their expire_time while the key
-/// lives on (another member is held, renewed), and another holder then takes them; the first
-/// holder's stale fields stay, as Redisson leaves them.
+/// lives on (another member is held, renewed), and another holder then takes them; an expired
+/// holder's stale fields stay, as Redisson leaves them. The stale fields looked at are a Java
+/// holder's: a lockman lease hold's own may be gone, and rightly (lockman counts a lease from its
+/// request and, when it ends, settles the holder's count with a release that finds the hold
+/// still live in Redis when the script ran late, as on a loaded machine: seen in CI).
 #[tokio::test]
 async fn a_lease_hold_expires_and_another_takes_its_members() {
     let server = RedisServer::start();
@@ -508,40 +511,46 @@ async fn a_lease_hold_expires_and_another_takes_its_members() {
     let keeper = mgr.group_lock("l", ["c"]).unwrap();
     let kept = keeper.acquire().await.unwrap();
     let first = mgr.group_lock("l", ["a"]).unwrap();
-    let second = mgr.group_lock("l", ["a", "b"]).unwrap();
+    let second = mgr.group_lock("l", ["a", "b", "d"]).unwrap();
     let lease = first
         .acquire_with_lease(Duration::from_millis(400))
         .await
         .unwrap();
+    // Java holds `d` with a lease of its own, by Redisson's script and clock.
+    assert_eq!(java::try_lock(&mut raw, "l", JAVA, 400, &["d"]), None);
     assert!(second.try_acquire().await.unwrap().is_none());
     let started = Instant::now();
     let g = second
         .try_acquire_for(Duration::from_secs(10))
         .await
         .unwrap()
-        .expect("taken after the lease");
+        .expect("taken after the leases");
     assert!(started.elapsed() < Duration::from_secs(5));
     let h = hash(&mut raw, "l");
     assert_eq!(h.get("a"), Some(&second.holder_id()));
-    let stale = format!("a:{}:lock_count", first.holder_id());
+    assert_eq!(h.get("d"), Some(&second.holder_id()));
+    let java_stale = (format!("d:{JAVA}:lock_count"), "1".to_owned());
     assert_eq!(
-        h.get(&stale),
-        Some(&"1".to_owned()),
-        "the first's fields stay: {h:?}"
+        h.get(&java_stale.0),
+        Some(&java_stale.1),
+        "Java's fields stay: {h:?}"
     );
     tokio::time::timeout(Duration::from_secs(5), lease.lost())
         .await
         .expect("the lease hold is reported lost");
     g.release().await.unwrap();
     kept.release().await.unwrap();
+    // Left: Java's stale count, and the first's if its hold had expired in Redis before lockman
+    // settled it.
     let (rest, _) = split(&hash(&mut raw, "l"));
-    let stale = vec![(
+    let first_stale = (
         format!("a:{}:lock_count", first.holder_id()),
         "1".to_owned(),
-    )];
-    assert_eq!(
-        rest, stale,
-        "the stale fields are left until the key expires"
+    );
+    assert!(rest.contains(&java_stale), "{rest:?}");
+    assert!(
+        rest.iter().all(|f| *f == java_stale || *f == first_stale),
+        "the stale fields are left until the key expires, nothing else: {rest:?}"
     );
 }
 
