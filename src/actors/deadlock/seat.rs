@@ -2,14 +2,9 @@
 //! is, which of its waits are in the graph, whose its holds are, and which of them the graph
 //! last learned. A lock actor holds one (none with deadlock detection off; a synchronizer has
 //! none) and lends it to the per-name shell as its [`Witness`] (`PerName::parts`), which tells
-//! it when a wait begins and ends, when a hold ends and at the stop; the lock
+//! it when a wait begins and ends, when a hold ends, after each event and at the stop; the lock
 //! actor tells it whose each request and grant is. It is plain data and methods on its own
 //! fields; the shell knows it only as a `Witness` (the shell is above `deadlock/`).
-//!
-//! The graph learns this actor's holds only while one of its waits is there, and then at the
-//! moment they change (a grant, a hold's end, a wait's beginning or end): a seat with no wait
-//! in the graph costs an uncontended acquire and release no more than its own records, nothing
-//! after each event.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -77,9 +72,6 @@ struct Held {
 /// One lock actor's place in the waits-for graph.
 pub(crate) struct Seat {
     detector: Arc<Detector>,
-    /// Its actor's lock key and id, as the graph names them.
-    name: Arc<str>,
-    actor: u64,
     /// Whose each request not answered yet is (a request with no owner, or a single attempt,
     /// is none of the graph's business).
     whose: Few<WaiterId, Whose>,
@@ -96,12 +88,9 @@ pub(crate) struct Seat {
 
 impl Seat {
     /// A seat, when `detector` looks for deadlocks at all.
-    /// `name` and `actor` are its actor's lock key and id.
-    pub(crate) fn new(detector: &Arc<Detector>, name: &Arc<str>, actor: u64) -> Option<Self> {
+    pub(crate) fn new(detector: &Arc<Detector>) -> Option<Self> {
         detector.is_on().then(|| Self {
             detector: detector.clone(),
-            name: name.clone(),
-            actor,
             whose: Few::default(),
             in_graph: FxHashMap::default(),
             asks: None,
@@ -129,9 +118,9 @@ impl Seat {
         self.asks = Some(Arc::new(asks));
     }
 
-    /// Waiter `id` began waiting at `now`: into the graph, with the name's holders first (the
-    /// search this wait starts must see whom it waits for).
-    pub(crate) fn wait_began(&mut self, id: WaiterId, now: Instant) {
+    /// Waiter `id` of actor `actor` (of lock `name`) began waiting at `now`: into the graph,
+    /// with the name's holders first (the search this wait starts must see whom it waits for).
+    pub(crate) fn wait_began(&mut self, name: &Arc<str>, actor: u64, id: WaiterId, now: Instant) {
         let (Some(whose), Some(asks)) = (self.whose.get(&id), &self.asks) else {
             return;
         };
@@ -140,11 +129,8 @@ impl Seat {
         }
         let wait = graph::Wait {
             owner: whose.owner,
-            id: WaitId {
-                actor: self.actor,
-                waiter: id,
-            },
-            name: self.name.clone(),
+            id: WaitId { actor, waiter: id },
+            name: name.clone(),
             kind: whose.kind,
             holder: whose.holder.clone(),
             members: whose.members.clone(),
@@ -153,19 +139,17 @@ impl Seat {
             via: asks.clone(),
             marks: Marks::default(),
         };
-        self.publish();
+        self.publish(name, actor);
         self.detector.wait_began(wait);
     }
 
-    /// Waiter `id` is answered, or its caller left: out of the graph (and, with its actor's
-    /// last wait there, this actor's holds too). Returns whose request it was.
-    pub(crate) fn wait_over(&mut self, id: WaiterId) -> Option<Owner> {
+    /// Waiter `id` of actor `actor` is answered, or its caller left: out of the graph. Returns
+    /// whose request it was.
+    pub(crate) fn wait_over(&mut self, actor: u64, id: WaiterId) -> Option<Owner> {
         let owner = self.whose.remove(&id)?.owner;
         if !self.in_graph.is_empty() && self.in_graph.remove(&id).is_some() {
-            let actor = self.actor;
             self.detector
                 .wait_ended(owner, WaitId { actor, waiter: id });
-            self.publish();
         }
         Some(owner)
     }
@@ -183,7 +167,6 @@ impl Seat {
         if let Some(held) = self.holds.get_mut(&epoch) {
             if held.owner.as_ref().map(|o| o.0) != owner {
                 held.owner = None;
-                self.publish();
             }
             return;
         }
@@ -196,36 +179,31 @@ impl Seat {
             claim: claim(),
         };
         self.holds.insert(epoch, held);
-        self.publish();
     }
 
     /// The hold of `epoch` ended (released, or lost).
     pub(crate) fn hold_ended(&mut self, epoch: u64) {
         self.holds.remove(&epoch);
-        self.publish();
     }
 
     /// Every hold ended (the actor stopped).
     pub(crate) fn holds_ended(&mut self) {
         self.holds.clear();
-        self.publish();
     }
 
-    /// Tells the graph who holds this actor's lock now, while one of its waits is there (and
-    /// that nobody does, once none is): whoever it waits for. Called as the holds or the waits
-    /// in the graph change. Compares first, so the graph's lock is taken only when the owners
-    /// changed.
+    /// Tells the graph who holds lock `name` of actor `actor` now, while one of its waits is
+    /// there (and that nobody does, once none is): whoever it waits for. Compares first, so
+    /// the graph's lock is taken only when the owners changed.
     #[inline]
-    fn publish(&mut self) {
-        // Nothing to compare while no wait is in the graph (an uncontended acquire's case).
+    pub(crate) fn publish(&mut self, name: &Arc<str>, actor: u64) {
+        // After every event of the actor: nothing to compare while no wait is in the graph.
         if self.in_graph.is_empty() && self.published.is_empty() {
             return;
         }
-        self.publish_now();
+        self.publish_now(name, actor);
     }
 
-    #[inline(never)]
-    fn publish_now(&mut self) {
+    fn publish_now(&mut self, name: &Arc<str>, actor: u64) {
         let mut owners: Vec<(Owner, u64)> = if self.in_graph.is_empty() {
             Vec::new()
         } else {
@@ -253,14 +231,14 @@ impl Seat {
             })
             .collect();
         self.published = owners;
-        self.detector.holders(&self.name, self.actor, holds);
+        self.detector.holders(name, actor, holds);
     }
 
     /// The actor stopped: its holds leave the graph with it (its waits left as they were
     /// answered).
-    pub(crate) fn leave(&mut self) {
+    pub(crate) fn leave(&mut self, name: &Arc<str>, actor: u64) {
         self.in_graph.clear();
-        self.publish();
+        self.publish(name, actor);
     }
 
     /// The holds of this actor (of lock key `name`) claimed by one of `owners`: each one's
@@ -281,7 +259,7 @@ impl Seat {
 }
 
 /// A lock actor's witness is its seat: the shell tells it when a wait begins and ends, a hold
-/// ends, and at the stop (the seat knows its actor's name and id already).
+/// ends, after each event and at the stop.
 impl<A> Witness<Context<A>> for Seat
 where
     A: Actor<Context = Context<A>> + Handler<StillWaiting> + Handler<Deadlocked>,
@@ -290,8 +268,8 @@ where
     /// there (each actix address made allocates: not for an uncontended acquire).
     fn wait_began(
         &mut self,
-        _: &Arc<str>,
-        _: u64,
+        name: &Arc<str>,
+        actor: u64,
         id: WaiterId,
         now: Instant,
         ctx: &mut Context<A>,
@@ -299,11 +277,11 @@ where
         if self.needs_asks(id) {
             self.asked_by(Asks::of(ctx.address()));
         }
-        Seat::wait_began(self, id, now);
+        Seat::wait_began(self, name, actor, id, now);
     }
 
-    fn wait_over(&mut self, _: u64, id: WaiterId) -> Option<Owner> {
-        Seat::wait_over(self, id)
+    fn wait_over(&mut self, actor: u64, id: WaiterId) -> Option<Owner> {
+        Seat::wait_over(self, actor, id)
     }
 
     fn hold_ended(&mut self, epoch: u64) {
@@ -314,7 +292,11 @@ where
         Seat::holds_ended(self);
     }
 
-    fn left(&mut self, _: &Arc<str>, _: u64) {
-        self.leave();
+    fn settled(&mut self, name: &Arc<str>, actor: u64) {
+        self.publish(name, actor);
+    }
+
+    fn left(&mut self, name: &Arc<str>, actor: u64) {
+        self.leave(name, actor);
     }
 }

@@ -60,7 +60,7 @@ impl LockActor {
     ) -> Self {
         let settings = Settings::of(&svc.config);
         let state = LockState::new(family, name.clone(), settings, Instant::now());
-        let seat = Seat::new(&svc.deadlocks, &name, id);
+        let seat = Seat::new(&svc.deadlocks);
         let (cmds, key) = (svc.commands.clone(), name.clone());
         let trips = Trips::new(move |op| round_trips::trip(cmds.clone(), key.clone(), op));
         let shell = Shell::new((id, NameKind::Lock(family), name), svc, registry, state);

@@ -9,7 +9,8 @@ use std::time::Instant;
 use super::WaiterId;
 use crate::error::Owner;
 
-/// Told by the per-name shell when a wait begins and ends, when a hold ends and at the stop, for actor `actor` of name `name`. Every method does nothing unless a family
+/// Told by the per-name shell when a wait begins and ends, when a hold ends, after each event
+/// and at the stop, for actor `actor` of name `name`. Every method does nothing unless a family
 /// says otherwise.
 pub(crate) trait Witness<C> {
     /// Waiter `id` began waiting at `now` (its caller is watched from now on).
@@ -34,6 +35,9 @@ pub(crate) trait Witness<C> {
 
     /// Every hold ended: the actor stops.
     fn holds_ended(&mut self) {}
+
+    /// The effects of one event are all carried out.
+    fn settled(&mut self, _name: &Arc<str>, _actor: u64) {}
 
     /// The actor stopped (its waits were over as they were answered).
     fn left(&mut self, _name: &Arc<str>, _actor: u64) {}

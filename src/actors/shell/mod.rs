@@ -14,8 +14,8 @@
 //!   and the metric series of waiters, holds and losses;
 //! - who waits on the name, on the manager's [`Board`](crate::actors::board::Board) (client
 //!   records, `lockman top`), for every waiter left waiting; and, to the actor's [`Witness`]
-//!   when its family keeps one ([`PerName::parts`]), when a wait begins and ends, a hold ends and
-//!   the actor stops;
+//!   when its family keeps one ([`PerName::parts`]), when a wait begins and ends, a hold ends,
+//!   an event is settled and the actor stops;
 //! - what a grant keeps of its hold, alike for both families (`receipt`);
 //! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
 //!
@@ -287,6 +287,10 @@ pub(crate) fn apply<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
     act.shell().effects = effects;
     let next = act.shell().state.next_timeout();
     Alarm::set(act, next, ctx);
+    let (shell, witness) = act.parts();
+    if let Some(witness) = witness {
+        witness.settled(&shell.name, shell.id);
+    }
 }
 
 /// Carries out one effect; true when it told the state more, unapplied (only an answer: a grant
