@@ -39,7 +39,7 @@ use actix::WeakRecipient;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::actors::lost::{Raiser, Validity};
+use crate::actors::lost::Raiser;
 use crate::actors::messages::{
     Forget, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe,
     Untrack,
@@ -119,8 +119,8 @@ pub(crate) struct Waiting<T> {
 /// A hold's lost signal, by epoch: its guards hold the receivers. Dropped (the hold ended), it
 /// raises the loss: a released hold reads as lost.
 pub(crate) struct Signal {
+    /// Also the hold's validity, made from it when the Watchdog needs it.
     pub lost: Raiser,
-    pub validity: Validity,
     /// Its kind's label, and how much it counts in the held series (a hold, or its permits).
     kind: &'static str,
     amount: f64,
@@ -386,7 +386,7 @@ fn track<A: PerName>(
         kind,
         epoch,
         confirmed,
-        validity: shell.signals.get(&epoch).map(|s| s.validity.clone()),
+        validity: shell.signals.get(&epoch).map(|s| s.lost.validity()),
         actor: ctx.address().recipient::<HoldLost>().downgrade(),
     });
 }
