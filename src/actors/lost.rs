@@ -101,20 +101,20 @@ impl Claim for Shared {
 
 impl Shared {
     /// A hold's cells at its first grant (see [`Validity::first`]).
-    fn first(confirmed: Option<(Instant, Duration)>) -> Arc<Self> {
+    fn first(confirmed: Option<(Instant, Duration)>) -> Self {
         let confirmed = confirmed.map(|(sent, ttl)| Confirmed {
             sent,
             wall: wall_of(sent),
             ttl,
         });
-        Arc::new(Self {
+        Self {
             lost: AtomicBool::new(false),
             claims: AtomicU32::new(0),
             confirmed: Mutex::new(confirmed),
             confirmations: AtomicU64::new(0),
             asked: AtomicBool::new(false),
             notify: Notify::new(),
-        })
+        }
     }
 
     /// Wakes every waiter, if anyone has ever waited (`asked`). Called after the loss or
@@ -139,7 +139,7 @@ impl Validity {
     /// semaphore's permits). (The actors make a hold's cells from its raiser: [`Raiser::first`].)
     #[cfg(test)]
     pub(crate) fn first(confirmed: Option<(Instant, Duration)>) -> Self {
-        Self(Shared::first(confirmed))
+        Self(Arc::new(Shared::first(confirmed)))
     }
 
     /// Redis confirmed the hold by a call sent at `sent` that set its TTL to `ttl`; ignored
@@ -190,6 +190,11 @@ fn wall_of(sent: Instant) -> SystemTime {
         .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
+/// A hold's cells that nobody holds any more, kept by its actor for its next hold (see
+/// [`Raiser::end`]); reused only while nobody else holds them ([`Arc::get_mut`]).
+#[derive(Debug, Default)]
+pub(crate) struct Spare(Option<Arc<Shared>>);
+
 /// What raises a hold's loss: kept by the hold's actor while the hold lasts. Dropped, it raises
 /// the loss too: a hold whose actor let go of it (released, or the actor gone) reads as lost, as
 /// a watch whose sender is gone did.
@@ -200,9 +205,26 @@ fn wall_of(sent: Instant) -> SystemTime {
 pub(crate) struct Raiser(Arc<Shared>);
 
 impl Raiser {
-    /// A hold's raiser at its first grant: see [`Validity::first`].
-    pub(crate) fn first(confirmed: Option<(Instant, Duration)>) -> Self {
-        Self(Shared::first(confirmed))
+    /// A hold's raiser at its first grant: see [`Validity::first`]. Its cells are the
+    /// `spare` ones of an earlier hold when there are (one allocation less per hold).
+    pub(crate) fn first(confirmed: Option<(Instant, Duration)>, spare: &mut Spare) -> Self {
+        let fresh = Shared::first(confirmed);
+        if let Some(mut cells) = spare.0.take()
+            && let Some(unshared) = Arc::get_mut(&mut cells)
+        {
+            *unshared = fresh;
+            return Self(cells);
+        }
+        Self(Arc::new(fresh))
+    }
+
+    /// The hold ended (released): its loss raised as a drop raises it, and its cells kept in
+    /// `spare` for the next hold when nobody else holds them any more (no guard, signal,
+    /// claim or Watchdog's validity of it is left: none can read them again).
+    pub(crate) fn end(self, spare: &mut Spare) {
+        if Arc::strong_count(&self.0) == 1 && Arc::weak_count(&self.0) == 0 {
+            spare.0 = Some(self.0.clone());
+        }
     }
 
     /// The validity of the hold it raises the loss of (confirmed by each grant, and by the
@@ -415,5 +437,66 @@ mod tests {
             .expect("woken")
             .expect("ran");
         assert!(!signal.is_lost());
+    }
+
+    /// A loss raised before anyone ever waited (no wake-up taken then) is still read by
+    /// `is_lost`, and every wait begun after it resolves at its first poll. (The break: a
+    /// wait that relied on a wake-up the unasked loss skipped would hang here.)
+    #[tokio::test]
+    async fn a_loss_before_anyone_waited_is_known_when_asked() {
+        let (_validity, raiser, signal) = hold();
+        raiser.raise();
+        assert!(signal.is_lost());
+        assert!(
+            tokio::time::timeout(Duration::ZERO, signal.wait())
+                .await
+                .is_ok(),
+            "lost() after an unasked loss resolves at its first poll"
+        );
+        assert!(
+            tokio::time::timeout(Duration::ZERO, signal.changed())
+                .await
+                .is_ok()
+        );
+    }
+
+    /// A released hold's cells are reused for the next hold only when nobody holds them any
+    /// more: a guard (or a leadership's copy of its signal) still kept reads the old hold as
+    /// lost, whatever the next hold does. (The break: cells reused while a guard still holds
+    /// them show that guard the next hold, not lost.)
+    #[test]
+    fn a_released_holds_cells_are_reused_only_when_unshared() {
+        let ttl = Duration::from_secs(30);
+        let mut spare = Spare::default();
+        let first = Raiser::first(Some((Instant::now(), ttl)), &mut spare);
+        let kept = first.signal();
+        first.end(&mut spare);
+        assert!(spare.0.is_none(), "cells a guard still holds are not kept");
+        assert!(kept.is_lost());
+        let second = Raiser::first(Some((Instant::now(), ttl)), &mut spare);
+        assert!(!Arc::ptr_eq(&kept.0, &second.0));
+        assert!(
+            kept.is_lost(),
+            "the next hold does not touch the old guard's"
+        );
+
+        let let_go = second.signal();
+        let_go.claim();
+        let_go.let_go();
+        drop(let_go);
+        let cells = Arc::as_ptr(&second.0);
+        second.end(&mut spare);
+        let sent = Instant::now();
+        let third = Raiser::first(Some((sent, Duration::from_secs(5))), &mut spare);
+        assert_eq!(Arc::as_ptr(&third.0), cells, "unshared cells are reused");
+        let signal = third.signal();
+        assert!(!signal.is_lost(), "reused cells start held");
+        assert!(!signal.0.is_claimed());
+        assert_eq!(
+            signal.confirmed().map(|c| (c.sent, c.ttl)),
+            Some((sent, Duration::from_secs(5)))
+        );
+        assert_eq!(signal.0.confirmations.load(Ordering::SeqCst), 0);
+        assert!(!signal.0.asked.load(Ordering::SeqCst));
     }
 }

@@ -87,7 +87,7 @@ impl<A: PerName> Shell<A> {
             return signal.lost.signal();
         }
         A::SERIES.held(kind, amount);
-        let lost = Raiser::first(confirmed);
+        let lost = Raiser::first(confirmed, &mut self.spare);
         let signal = lost.signal();
         self.signals.insert(epoch, Signal { lost, kind, amount });
         signal
