@@ -117,6 +117,24 @@ impl Shared {
         }
     }
 
+    /// Unshared cells of an ended hold made those of a new one, as [`first`](Self::first)
+    /// makes them, field by field (not rebuilt and moved in). Its `notify` has no waiter:
+    /// nobody else holds it.
+    fn reset(&mut self, confirmed: Option<(Instant, Duration)>) {
+        *self.lost.get_mut() = false;
+        *self.claims.get_mut() = 0;
+        *self
+            .confirmed
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = confirmed.map(|(sent, ttl)| Confirmed {
+            sent,
+            wall: wall_of(sent),
+            ttl,
+        });
+        *self.confirmations.get_mut() = 0;
+        *self.asked.get_mut() = false;
+    }
+
     /// Wakes every waiter, if anyone has ever waited (`asked`). Called after the loss or
     /// confirmation it tells of is stored.
     fn wake(&self) {
@@ -208,14 +226,13 @@ impl Raiser {
     /// A hold's raiser at its first grant: see [`Validity::first`]. Its cells are the
     /// `spare` ones of an earlier hold when there are (one allocation less per hold).
     pub(crate) fn first(confirmed: Option<(Instant, Duration)>, spare: &mut Spare) -> Self {
-        let fresh = Shared::first(confirmed);
         if let Some(mut cells) = spare.0.take()
             && let Some(unshared) = Arc::get_mut(&mut cells)
         {
-            *unshared = fresh;
+            unshared.reset(confirmed);
             return Self(cells);
         }
-        Self(Arc::new(fresh))
+        Self(Arc::new(Shared::first(confirmed)))
     }
 
     /// The hold ended (released): its loss raised as a drop raises it, and its cells kept in
