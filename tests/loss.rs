@@ -101,6 +101,39 @@ async fn a_foreign_del_is_known_at_once() {
     mgr.shutdown().await;
 }
 
+/// A loss found before the guard ever asked (no `lost()`, no `scope` yet: its signal wakes
+/// nobody then) is still known when it asks: `is_lost()` reads it, `lost()` resolves and
+/// `scope` stops at their first poll. (The break: a signal that only a wake-up at the loss
+/// could tell would leave `lost()` and `scope` waiting forever here.)
+#[tokio::test]
+async fn a_loss_found_before_the_guard_asked_is_known_when_it_asks() {
+    let server = RedisServer::start();
+    let mut raw = server.conn();
+    let mgr = manager(&server).await;
+    let guard = mgr.lock("unasked").acquire().await.unwrap();
+    until_tracked(&mut raw, 1).await;
+    let _: () = raw.del("unasked").unwrap();
+    assert!(
+        eventually(WATCHDOG / 2, || guard.is_lost()).await,
+        "the loss was never found"
+    );
+    assert!(
+        tokio::time::timeout(Duration::ZERO, guard.lost())
+            .await
+            .is_ok(),
+        "lost() asked after the loss resolves at its first poll"
+    );
+    let scoped = tokio::time::timeout(Duration::ZERO, guard.scope(std::future::pending::<()>()))
+        .await
+        .expect("scope asked after the loss stops at its first poll");
+    assert!(
+        matches!(scoped, Err(lockman::LockError::HoldLost { .. })),
+        "{scoped:?}"
+    );
+    drop(guard);
+    mgr.shutdown().await;
+}
+
 /// A `FLUSHALL` is an invalidation that names no key (docs/protocol.md, "Watched holds"):
 /// every watched hold is checked at once, and each one gone is told lost within the same bound
 /// as a `DEL` of its key, not at the next renewal (10 s away here).

@@ -80,6 +80,13 @@ struct Shared {
     /// Bumped by every confirmation that moved `confirmed`: what [`LostSignal::changed`] waits
     /// for besides the loss.
     confirmations: AtomicU64,
+    /// Set once, never cleared, by the first wait for the loss or a confirmation (`lost()`,
+    /// `scope`, a leadership's watch): until then nobody can be waiting, and a loss or a
+    /// confirmation wakes nobody (a wake-up takes the waiters' lock, about 160 instructions at
+    /// every hold's end). Waiters set it before they make their `Notified`; it is read after
+    /// the loss or confirmation is stored (all `SeqCst`): either the wake-up finds it set, or
+    /// the waiter reads the loss (or confirmation) already stored.
+    asked: AtomicBool,
     /// Wakes those waiting for the loss or a confirmation. It allocates nothing until a waiter
     /// registers; a `Notified` made before the flag is read sees every later notification, so
     /// a loss raised between the read and the wait is not missed.
@@ -93,6 +100,49 @@ impl Claim for Shared {
 }
 
 impl Shared {
+    /// A hold's cells at its first grant (see [`Validity::first`]).
+    fn first(confirmed: Option<(Instant, Duration)>) -> Self {
+        let confirmed = confirmed.map(|(sent, ttl)| Confirmed {
+            sent,
+            wall: wall_of(sent),
+            ttl,
+        });
+        Self {
+            lost: AtomicBool::new(false),
+            claims: AtomicU32::new(0),
+            confirmed: Mutex::new(confirmed),
+            confirmations: AtomicU64::new(0),
+            asked: AtomicBool::new(false),
+            notify: Notify::new(),
+        }
+    }
+
+    /// Unshared cells of an ended hold made those of a new one, as [`first`](Self::first)
+    /// makes them, field by field (not rebuilt and moved in). Its `notify` has no waiter:
+    /// nobody else holds it.
+    fn reset(&mut self, confirmed: Option<(Instant, Duration)>) {
+        *self.lost.get_mut() = false;
+        *self.claims.get_mut() = 0;
+        *self
+            .confirmed
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner) = confirmed.map(|(sent, ttl)| Confirmed {
+            sent,
+            wall: wall_of(sent),
+            ttl,
+        });
+        *self.confirmations.get_mut() = 0;
+        *self.asked.get_mut() = false;
+    }
+
+    /// Wakes every waiter, if anyone has ever waited (`asked`). Called after the loss or
+    /// confirmation it tells of is stored.
+    fn wake(&self) {
+        if self.asked.load(Ordering::SeqCst) {
+            self.notify.notify_waiters();
+        }
+    }
+
     fn confirmed(&self) -> Option<Confirmed> {
         *self
             .confirmed
@@ -104,35 +154,10 @@ impl Shared {
 impl Validity {
     /// A hold at its first grant: confirmed by a call sent at `sent` that set its TTL to `ttl`,
     /// or not confirmed yet (`None`; or never, for a hold that never expires: a plain
-    /// semaphore's permits).
+    /// semaphore's permits). (The actors make a hold's cells from its raiser: [`Raiser::first`].)
+    #[cfg(test)]
     pub(crate) fn first(confirmed: Option<(Instant, Duration)>) -> Self {
-        let confirmed = confirmed.map(|(sent, ttl)| Confirmed {
-            sent,
-            wall: wall_of(sent),
-            ttl,
-        });
-        Self(Arc::new(Shared {
-            lost: AtomicBool::new(false),
-            claims: AtomicU32::new(0),
-            confirmed: Mutex::new(confirmed),
-            confirmations: AtomicU64::new(0),
-            notify: Notify::new(),
-        }))
-    }
-
-    /// A grant of the hold was made: one claim more, until [`let_go`](Self::let_go).
-    pub(crate) fn claim(&self) {
-        self.0.claims.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A grant of the hold was released or dropped.
-    pub(crate) fn let_go(&self) {
-        self.0.claims.fetch_sub(1, Ordering::Release);
-    }
-
-    /// The hold's claims, for the waits-for graph.
-    pub(crate) fn claims(&self) -> Arc<dyn Claim> {
-        self.0.clone()
+        Self(Arc::new(Shared::first(confirmed)))
     }
 
     /// Redis confirmed the hold by a call sent at `sent` that set its TTL to `ttl`; ignored
@@ -144,10 +169,13 @@ impl Validity {
     /// As [`confirm`](Self::confirm), with the system clock's reading of `sent` given (tests
     /// stand a suspended host's clocks up with it).
     pub(crate) fn confirm_at(&self, sent: Instant, wall: SystemTime, ttl: Duration) {
+        Self::confirm_in(&self.0, sent, wall, ttl);
+    }
+
+    fn confirm_in(shared: &Shared, sent: Instant, wall: SystemTime, ttl: Duration) {
         let new = Confirmed { sent, wall, ttl };
         {
-            let mut c = self
-                .0
+            let mut c = shared
                 .confirmed
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
@@ -156,16 +184,18 @@ impl Validity {
             }
             *c = Some(new);
         }
-        self.0.confirmations.fetch_add(1, Ordering::AcqRel);
-        self.0.notify.notify_waiters();
+        shared.confirmations.fetch_add(1, Ordering::SeqCst);
+        shared.wake();
     }
 
     /// The receiving side, for a grant of the hold.
+    #[cfg(test)]
     pub(crate) fn signal(&self) -> LostSignal {
         LostSignal(self.0.clone())
     }
 
     /// The side that raises the loss, for the hold's actor: raised when it is dropped too.
+    #[cfg(test)]
     pub(crate) fn raiser(&self) -> Raiser {
         Raiser(self.0.clone())
     }
@@ -178,18 +208,63 @@ fn wall_of(sent: Instant) -> SystemTime {
         .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
+/// A hold's cells that nobody holds any more, kept by its actor for its next hold (see
+/// [`Raiser::end`]); reused only while nobody else holds them ([`Arc::get_mut`]).
+#[derive(Debug, Default)]
+pub(crate) struct Spare(Option<Arc<Shared>>);
+
 /// What raises a hold's loss: kept by the hold's actor while the hold lasts. Dropped, it raises
 /// the loss too: a hold whose actor let go of it (released, or the actor gone) reads as lost, as
 /// a watch whose sender is gone did.
+///
+/// It is the actor's one handle on the hold's shared cells: the validity it confirms and hands
+/// to the Watchdog, and the signals of the hold's grants, are made from it when needed.
 #[derive(Debug)]
 pub(crate) struct Raiser(Arc<Shared>);
 
 impl Raiser {
+    /// A hold's raiser at its first grant: see [`Validity::first`]. Its cells are the
+    /// `spare` ones of an earlier hold when there are (one allocation less per hold).
+    pub(crate) fn first(confirmed: Option<(Instant, Duration)>, spare: &mut Spare) -> Self {
+        if let Some(mut cells) = spare.0.take()
+            && let Some(unshared) = Arc::get_mut(&mut cells)
+        {
+            unshared.reset(confirmed);
+            return Self(cells);
+        }
+        Self(Arc::new(Shared::first(confirmed)))
+    }
+
+    /// The hold ended (released): its loss raised as a drop raises it, and its cells kept in
+    /// `spare` for the next hold when nobody else holds them any more (no guard, signal,
+    /// claim or Watchdog's validity of it is left: none can read them again).
+    pub(crate) fn end(self, spare: &mut Spare) {
+        if Arc::strong_count(&self.0) == 1 && Arc::weak_count(&self.0) == 0 {
+            spare.0 = Some(self.0.clone());
+        }
+    }
+
+    /// The validity of the hold it raises the loss of (confirmed by each grant, and by the
+    /// Watchdog's renewals).
+    pub(crate) fn validity(&self) -> Validity {
+        Validity(self.0.clone())
+    }
+
+    /// The receiving side, for a grant of the hold.
+    pub(crate) fn signal(&self) -> LostSignal {
+        LostSignal(self.0.clone())
+    }
+
+    /// As [`Validity::confirm`], without a handle of the validity made for it.
+    pub(crate) fn confirm(&self, sent: Instant, ttl: Duration) {
+        Validity::confirm_in(&self.0, sent, wall_of(sent), ttl);
+    }
+
     /// The hold is known lost: its guards learn it at once (`is_lost` reads the flag; every
     /// `lost()` and `changed()` waiting is woken).
     pub(crate) fn raise(&self) {
-        if !self.0.lost.swap(true, Ordering::AcqRel) {
-            self.0.notify.notify_waiters();
+        if !self.0.lost.swap(true, Ordering::SeqCst) {
+            self.0.wake();
         }
     }
 }
@@ -207,9 +282,25 @@ impl Drop for Raiser {
 pub(crate) struct LostSignal(Arc<Shared>);
 
 impl LostSignal {
+    /// A grant of the hold was made: one claim more, until [`let_go`](Self::let_go). A grant's
+    /// signal is its claim too: one handle of the hold's cells per grant.
+    pub(crate) fn claim(&self) {
+        self.0.claims.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A grant of the hold was released or dropped.
+    pub(crate) fn let_go(&self) {
+        self.0.claims.fetch_sub(1, Ordering::Release);
+    }
+
+    /// The hold's claims, for the waits-for graph.
+    pub(crate) fn claims(&self) -> Arc<dyn Claim> {
+        self.0.clone()
+    }
+
     /// Whether the hold is known to be lost (or its actor stopped).
     pub(crate) fn is_lost(&self) -> bool {
-        self.0.lost.load(Ordering::Acquire)
+        self.0.lost.load(Ordering::SeqCst)
     }
 
     /// Resolves once the hold is known to be lost; never, while it is held.
@@ -219,6 +310,11 @@ impl LostSignal {
 
     /// Resolves once the hold is lost or `done` says so, read after every wake-up.
     async fn until(&self, done: impl Fn() -> bool) {
+        // Before the first `Notified` is made: from now on every loss and confirmation wakes.
+        // Read with `Acquire`: found set, the setter's store happens before this wait's reads.
+        if !self.0.asked.load(Ordering::Acquire) {
+            self.0.asked.store(true, Ordering::SeqCst);
+        }
         loop {
             // Made before the flags are read: a notification between the read and the await
             // still wakes it.
@@ -237,8 +333,8 @@ impl LostSignal {
 
     /// Resolves once the hold is lost or confirmed again (after this is first polled).
     pub(crate) async fn changed(&self) {
-        let seen = self.0.confirmations.load(Ordering::Acquire);
-        self.until(|| self.0.confirmations.load(Ordering::Acquire) != seen)
+        let seen = self.0.confirmations.load(Ordering::SeqCst);
+        self.until(|| self.0.confirmations.load(Ordering::SeqCst) != seen)
             .await;
     }
 }
@@ -358,5 +454,66 @@ mod tests {
             .expect("woken")
             .expect("ran");
         assert!(!signal.is_lost());
+    }
+
+    /// A loss raised before anyone ever waited (no wake-up taken then) is still read by
+    /// `is_lost`, and every wait begun after it resolves at its first poll. (The break: a
+    /// wait that relied on a wake-up the unasked loss skipped would hang here.)
+    #[tokio::test]
+    async fn a_loss_before_anyone_waited_is_known_when_asked() {
+        let (_validity, raiser, signal) = hold();
+        raiser.raise();
+        assert!(signal.is_lost());
+        assert!(
+            tokio::time::timeout(Duration::ZERO, signal.wait())
+                .await
+                .is_ok(),
+            "lost() after an unasked loss resolves at its first poll"
+        );
+        assert!(
+            tokio::time::timeout(Duration::ZERO, signal.changed())
+                .await
+                .is_ok()
+        );
+    }
+
+    /// A released hold's cells are reused for the next hold only when nobody holds them any
+    /// more: a guard (or a leadership's copy of its signal) still kept reads the old hold as
+    /// lost, whatever the next hold does. (The break: cells reused while a guard still holds
+    /// them show that guard the next hold, not lost.)
+    #[test]
+    fn a_released_holds_cells_are_reused_only_when_unshared() {
+        let ttl = Duration::from_secs(30);
+        let mut spare = Spare::default();
+        let first = Raiser::first(Some((Instant::now(), ttl)), &mut spare);
+        let kept = first.signal();
+        first.end(&mut spare);
+        assert!(spare.0.is_none(), "cells a guard still holds are not kept");
+        assert!(kept.is_lost());
+        let second = Raiser::first(Some((Instant::now(), ttl)), &mut spare);
+        assert!(!Arc::ptr_eq(&kept.0, &second.0));
+        assert!(
+            kept.is_lost(),
+            "the next hold does not touch the old guard's"
+        );
+
+        let let_go = second.signal();
+        let_go.claim();
+        let_go.let_go();
+        drop(let_go);
+        let cells = Arc::as_ptr(&second.0);
+        second.end(&mut spare);
+        let sent = Instant::now();
+        let third = Raiser::first(Some((sent, Duration::from_secs(5))), &mut spare);
+        assert_eq!(Arc::as_ptr(&third.0), cells, "unshared cells are reused");
+        let signal = third.signal();
+        assert!(!signal.is_lost(), "reused cells start held");
+        assert!(!signal.0.is_claimed());
+        assert_eq!(
+            signal.confirmed().map(|c| (c.sent, c.ttl)),
+            Some((sent, Duration::from_secs(5)))
+        );
+        assert_eq!(signal.0.confirmations.load(Ordering::SeqCst), 0);
+        assert!(!signal.0.asked.load(Ordering::SeqCst));
     }
 }

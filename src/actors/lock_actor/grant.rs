@@ -8,7 +8,7 @@ use actix::Addr;
 
 use super::LockActor;
 use crate::actors::lock_state::HoldKey;
-use crate::actors::lost::{LostSignal, Validity};
+use crate::actors::lost::LostSignal;
 use crate::actors::messages::ReleaseHold;
 use crate::actors::shell::receipt::Receipt;
 use crate::protocol::LockKind;
@@ -22,8 +22,6 @@ pub struct Grant {
     pub(super) kind: LockKind,
     /// A fenced lock's token for this acquisition.
     pub(super) token: Option<u64>,
-    /// Its claim on the hold, for the waits-for graph: let go with the hold (`disarm`).
-    pub(super) claim: Validity,
 }
 
 impl Grant {
@@ -34,8 +32,10 @@ impl Grant {
 
     /// Takes the hold out of the grant: the caller releases it.
     pub(crate) fn disarm(&mut self) -> (HoldKey, u64) {
+        // Its claim on the hold, for the waits-for graph, is its lost signal's: let go with
+        // the hold.
         if self.hold.armed {
-            self.claim.let_go();
+            self.hold.lost.let_go();
         }
         self.hold.armed = false;
         ((self.holder.clone(), self.kind), self.hold.epoch)

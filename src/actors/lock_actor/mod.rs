@@ -116,10 +116,10 @@ impl PerName for LockActor {
             } => {
                 let waited = matches!(caller, Some(Caller::Watched(_)));
                 let counted = (key.1.label(), 1.0);
-                let (hold, claim) = self.shell.receipt(epoch, counted, confirmed, waited, ctx);
-                claim.claim();
+                let hold = self.shell.receipt(epoch, counted, confirmed, waited, ctx);
+                hold.lost.claim();
                 if let Some(seat) = &mut self.seat {
-                    seat.granted(epoch, owner, (&key.0, key.1), || claim.claims());
+                    seat.granted(epoch, owner, (&key.0, key.1), || hold.lost.claims());
                 }
                 let (holder, kind) = key;
                 Ok(Some(Grant {
@@ -127,7 +127,6 @@ impl PerName for LockActor {
                     holder,
                     kind,
                     token,
-                    claim,
                 }))
             }
             Answer::TimedOut => Ok(None),

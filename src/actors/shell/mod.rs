@@ -39,7 +39,7 @@ use actix::WeakRecipient;
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use crate::actors::lost::{Raiser, Validity};
+use crate::actors::lost::{Raiser, Spare};
 use crate::actors::messages::{
     Forget, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe,
     Untrack,
@@ -119,8 +119,8 @@ pub(crate) struct Waiting<T> {
 /// A hold's lost signal, by epoch: its guards hold the receivers. Dropped (the hold ended), it
 /// raises the loss: a released hold reads as lost.
 pub(crate) struct Signal {
+    /// Also the hold's validity, made from it when the Watchdog needs it.
     pub lost: Raiser,
-    pub validity: Validity,
     /// Its kind's label, and how much it counts in the held series (a hold, or its permits).
     kind: &'static str,
     amount: f64,
@@ -150,6 +150,8 @@ pub(crate) struct Shell<A: PerName> {
     alarm: Alarm,
     /// Each hold's lost signal, by epoch.
     pub signals: Few<u64, Signal>,
+    /// The cells of the last hold released that nobody held any more, for the next hold.
+    pub spare: Spare,
     /// A strong address to itself while busy or lingering: actix stops an actor once no strong
     /// address is left, its mailbox is empty and no timer is armed. Shared with its grants
     /// (each actix address made or cloned allocates).
@@ -189,6 +191,7 @@ impl<A: PerName> Shell<A> {
             next_reply: 0,
             alarm: Alarm::default(),
             signals: Few::default(),
+            spare: Spare::default(),
             keepalive: None,
             linger: Linger::default(),
             stop_replies: Vec::new(),
@@ -325,8 +328,13 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
         } => track(act, &hold, epoch, Some(confirmed), ctx),
         Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
         Effect::Lost(epoch, loss) => lose(act, epoch, loss),
-        // Its signal dropped: a released hold reads as lost.
-        Effect::Ended(epoch) => drop(ended(act, epoch)),
+        // Its signal ended: a released hold reads as lost (its cells kept for the next hold
+        // when nobody else holds them).
+        Effect::Ended(epoch) => {
+            if let Some(signal) = ended(act, epoch) {
+                signal.lost.end(&mut act.shell().spare);
+            }
+        }
         Effect::Busy => {
             Linger::busy(act);
             act.shell().keep(ctx);
@@ -386,7 +394,7 @@ fn track<A: PerName>(
         kind,
         epoch,
         confirmed,
-        validity: shell.signals.get(&epoch).map(|s| s.validity.clone()),
+        validity: shell.signals.get(&epoch).map(|s| s.lost.validity()),
         actor: ctx.address().recipient::<HoldLost>().downgrade(),
     });
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use super::{PerName, Shell, Signal};
-use crate::actors::lost::{LostSignal, Validity};
+use crate::actors::lost::{LostSignal, Raiser};
 use crate::error::LockError;
 
 /// One grant's hold, as its guard keeps it.
@@ -48,9 +48,9 @@ impl<A: Actor> Receipt<A> {
 
 impl<A: PerName> Shell<A> {
     /// The receipt of a grant of the hold of `epoch`, counted held as `counted` (its kind's
-    /// label, and how much) at its first grant, and the hold's validity; `confirmed`: when the request Redis confirmed was
-    /// sent, and the TTL it set (none for a hold that never expires: its validity stays
-    /// unconfirmed).
+    /// label, and how much) at its first grant; `confirmed`: when the request Redis confirmed
+    /// was sent, and the TTL it set (none for a hold that never expires: its validity stays
+    /// unconfirmed). Its lost signal is the hold's validity too, and a lock grant's claim.
     pub(crate) fn receipt(
         &mut self,
         epoch: u64,
@@ -58,10 +58,9 @@ impl<A: PerName> Shell<A> {
         confirmed: Option<(Instant, Duration)>,
         waited: bool,
         ctx: &mut Context<A>,
-    ) -> (Receipt<A>, Validity) {
-        let validity = self.signal(epoch, counted, confirmed);
-        let lost = validity.signal();
-        let receipt = Receipt {
+    ) -> Receipt<A> {
+        let lost = self.signal(epoch, counted, confirmed);
+        Receipt {
             actor: self.link(ctx),
             actor_id: self.id,
             name: self.name.clone(),
@@ -69,34 +68,28 @@ impl<A: PerName> Shell<A> {
             lost,
             waited,
             armed: true,
-        };
-        (receipt, validity)
+        }
     }
 
     /// The lost signal of the hold of `epoch`, made at its first grant (and counted held),
-    /// with what Redis `confirmed` of this grant (when its call was sent, and the TTL it set):
-    /// its validity, shared.
+    /// with what Redis `confirmed` of this grant (when its call was sent, and the TTL it set).
+    /// The actor keeps one handle of the hold's cells (its raiser), the grant another.
     fn signal(
         &mut self,
         epoch: u64,
         (kind, amount): (&'static str, f64),
         confirmed: Option<(Instant, Duration)>,
-    ) -> Validity {
+    ) -> LostSignal {
         if let Some(signal) = self.signals.get_mut(&epoch) {
             if let Some((sent, ttl)) = confirmed {
-                signal.validity.confirm(sent, ttl);
+                signal.lost.confirm(sent, ttl);
             }
-            return signal.validity.clone();
+            return signal.lost.signal();
         }
         A::SERIES.held(kind, amount);
-        let validity = Validity::first(confirmed);
-        let signal = Signal {
-            lost: validity.raiser(),
-            validity: validity.clone(),
-            kind,
-            amount,
-        };
-        self.signals.insert(epoch, signal);
-        validity
+        let lost = Raiser::first(confirmed, &mut self.spare);
+        let signal = lost.signal();
+        self.signals.insert(epoch, Signal { lost, kind, amount });
+        signal
     }
 }

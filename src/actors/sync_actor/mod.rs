@@ -154,8 +154,7 @@ impl PerName for SyncActor {
                 grant: Some(grant),
             } => {
                 let counted = (self.kind.label(), f64::from(grant.permits));
-                let (hold, _) =
-                    (self.shell).receipt(grant.epoch, counted, grant.confirmed, waited, ctx);
+                let hold = (self.shell).receipt(grant.epoch, counted, grant.confirmed, waited, ctx);
                 Ok(Some(Permits {
                     hold,
                     kind: self.kind,
