@@ -287,6 +287,25 @@ async fn drop_replies_runs_requests_but_answers_nothing() -> Outcome {
     link.drop_replies();
     let unanswered = lock.try_acquire().await;
     assert!(unanswered.is_err(), "{unanswered:?}");
+    // Not contention: an error that says Redis did not answer (docs/testing.md: a fault between
+    // the key's write and its reply fails the acquire itself): a single try's time-out, and a
+    // wait's `Unavailable` (caused by that time-out), while the key was written both times.
+    assert!(
+        matches!(unanswered, Err(LockError::Timeout { .. })),
+        "{unanswered:?}"
+    );
+    let waited = manager.lock("kit:replies:wait").acquire().await;
+    assert!(
+        matches!(
+            &waited,
+            Err(LockError::Unavailable { cause, .. }) if matches!(**cause, LockError::Timeout { .. })
+        ),
+        "{waited:?}"
+    );
+    assert!(
+        server.holder("kit:replies:wait")?.is_some(),
+        "the wait's acquire ran"
+    );
     // It ran: the lock is held in Redis, by this client.
     let holder = server.holder("kit:replies")?.expect("the acquire ran");
     assert!(
