@@ -1,7 +1,9 @@
-//! The fair lock with clients whose clocks are off: lockman's fair scripts read the Redis
-//! server's clock (`TIME`), so a lockman client 15 s slow or fast neither loses its own live
-//! place nor prunes another's. Each skewed client is a child process of this test binary run
-//! under libfaketime (preloaded, not the `faketime` wrapper), its monotonic clock left true.
+//! Clients whose clocks are off. The fair lock: lockman's fair scripts read the Redis server's
+//! clock (`TIME`), so a lockman client 15 s slow or fast neither loses its own live place nor
+//! prunes another's. `scope`: a system clock that runs ahead of the monotonic one (what a host
+//! suspend looks like to the process) stops the work by the system clock. Each skewed client is
+//! a child process of this test binary run under libfaketime (preloaded, not the `faketime`
+//! wrapper), its monotonic clock left true.
 
 mod support;
 
@@ -332,4 +334,88 @@ async fn lockman_clients_an_hour_off_exclude_and_wake_on_the_kept_channel() {
         .collect();
     assert_eq!(left, [COUNTER]);
     holder.shutdown().await;
+}
+
+/// The lock of `a_wall_clock_running_ahead_stops_a_scope_the_monotonic_clock_would_not`.
+const SCOPED: &str = "skew-scoped";
+/// Its lease: by the monotonic clock the scope stops 10 % (its margin) and the drift allowance
+/// before its end, about 53 s after the grant.
+const SCOPED_LEASE: Duration = Duration::from_secs(60);
+
+/// Runs work of 50 ms steps under `guard`'s scope until the scope stops it, or for `work` at
+/// most; says how it ended and after how long (monotonic).
+async fn scoped_steps(guard: &lockman::LockGuard, work: Duration) -> (String, Duration) {
+    let began = Instant::now();
+    let steps = async {
+        while began.elapsed() < work {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let ended = match guard.scope(steps).await {
+        Ok(()) => "done".to_owned(),
+        Err(lockman::LockError::HoldExpiring { .. }) => "expiring".to_owned(),
+        Err(e) => format!("error {e}"),
+    };
+    (ended, began.elapsed())
+}
+
+/// The body of the fast child of
+/// `a_wall_clock_running_ahead_stops_a_scope_the_monotonic_clock_would_not`: takes the lock with
+/// a 60 s lease and runs 40 s of work under its scope.
+#[tokio::test]
+#[ignore = "child process of a_wall_clock_running_ahead_stops_a_scope_the_monotonic_clock_would_not"]
+async fn child_scopes_work_under_a_fast_wall_clock() {
+    let url = std::env::var(CHILD_URL).expect("run by the parent test");
+    let mgr = manager(url).await;
+    let guard = mgr
+        .lock(SCOPED)
+        .acquire_with_lease(SCOPED_LEASE)
+        .await
+        .unwrap();
+    let (ended, took) = scoped_steps(&guard, Duration::from_secs(40)).await;
+    println!("SCOPE {ended} {}", took.as_millis());
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
+}
+
+/// A host suspend stops the monotonic clock while the system clock and Redis's TTL run on; seen
+/// from the process, the system clock ran ahead. A child whose system clock runs 20 times
+/// faster than its monotonic clock takes a lock with a 60 s lease and scopes 40 s of work: the
+/// scope stops it, `HoldExpiring`, once the system clock says the hold's guarantee is near its
+/// end (about 2.7 s), long before the monotonic clock would (about 53 s) and before the work
+/// ends. The system-clock instant the scope stops at comes from the grant: its lock actor reads
+/// the system clock as it grants, less the time since the call was sent; without it (or with
+/// it made wrong) the work runs its 40 s. With a true clock, a scope of the same lease runs 3 s of the same
+/// work to its end (the stop is the clock's, not the lease's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_clock_running_ahead_stops_a_scope_the_monotonic_clock_would_not() {
+    let server = RedisServer::start();
+    let mut child = SkewedChild::spawn(
+        "child_scopes_work_under_a_fast_wall_clock",
+        (CHILD_URL, &server.url()),
+        "+0 x20",
+    );
+    let line = child.expect_line("SCOPE ", Duration::from_secs(60));
+    let (ended, ms) = line.split_once(' ').expect("SCOPE <how> <ms>");
+    let ms: u64 = ms.parse().unwrap();
+    assert_eq!(ended, "expiring", "the fast wall clock's scope: {line}");
+    assert!(
+        ms < 35_000,
+        "stopped by the system clock, not at the work's end nor the monotonic stop: {ms} ms"
+    );
+    assert!(child.wait());
+
+    let mgr = manager(server.url()).await;
+    let guard = mgr
+        .lock(SCOPED)
+        .acquire_with_lease(SCOPED_LEASE)
+        .await
+        .unwrap();
+    let (ended, _) = scoped_steps(&guard, Duration::from_secs(3)).await;
+    assert_eq!(
+        ended, "done",
+        "a true clock's scope runs its work to the end"
+    );
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
 }
