@@ -6,7 +6,8 @@
 //! (BENCHMARKS.md). A per-name actor's calls share one instead: armed for the earliest
 //! deadline of its calls under way, and moved only when it fired or an earlier deadline comes,
 //! so that back-to-back calls, each done long before its deadline, touch the wheel about once
-//! per response timeout rather than twice per call.
+//! per response timeout rather than twice per call. A timer left set after the last call fires
+//! once all the same: one wake of the task, with nothing to do.
 //!
 //! The one rule of its use: every future bounded by it is polled by one task, and all of them
 //! at each wake of that task (a per-name actor's round trips, `Trips`). Tokio's timer wakes the
