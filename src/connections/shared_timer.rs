@@ -21,6 +21,9 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
+/// What a deadline past what an instant holds is taken as.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
+
 /// One lazily armed timer for the calls of one task (see the module's doc).
 #[derive(Default)]
 pub(crate) struct SharedTimer {
@@ -47,7 +50,10 @@ impl SharedTimer {
         work: Pin<&mut impl Future<Output = T>>,
         limit: Duration,
     ) -> Result<T, ()> {
-        let deadline = Instant::now() + limit;
+        let now = Instant::now();
+        // A limit past what an instant holds (`Config::response_timeout` is not capped): about
+        // 30 years, as `tokio::time::timeout` takes it.
+        let deadline = (now.checked_add(limit)).unwrap_or_else(|| now + FAR_FUTURE);
         let mut work = work;
         let mut first = true;
         std::future::poll_fn(move |cx| {
@@ -180,10 +186,16 @@ mod tests {
     }
 
     /// A call that ends first is its reply, and the timer stays set for a later call without
-    /// firing for it.
+    /// firing for it; a limit past what an instant holds is no limit (the break: an instant's
+    /// overflow panics).
     #[tokio::test]
     async fn a_reply_before_the_deadline_is_the_outcome() {
         let timer = SharedTimer::default();
+        let unbounded = std::pin::pin!(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            6
+        });
+        assert_eq!(timer.bound(unbounded, Duration::MAX).await, Ok(6));
         let quick = std::pin::pin!(async { 7 });
         assert_eq!(timer.bound(quick, Duration::from_secs(5)).await, Ok(7));
         let slow = std::pin::pin!(async {
