@@ -88,7 +88,7 @@ impl Conn {
     pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
         // No response timeout of redis-rs's own: every command is bounded here (`bounded`, or a
         // lock actor's `SharedTimer`), also while the connection manager reconnects, and a
-        // second timer per command would only cost (a timer per call is about 1,200
+        // second timer per command would only cost (a timer per call is about 1,000
         // instructions, callgrind: `shared_timer`).
         let settings = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.get_connect_timeout()))

@@ -1,6 +1,6 @@
 //! [`SharedTimer`]: the response timeout of the calls one task polls, kept by one timer armed
 //! lazily, instead of a timer of each call's own (`tokio::time::timeout`). A call's own timer
-//! enters tokio's timer wheel at its first poll and leaves it when the call ends: about 1,200
+//! enters tokio's timer wheel at its first poll and leaves it when the call ends: about 1,000
 //! instructions and some 40 lines of code per call, a twelfth of an uncontended pair's
 //! instructions and most of its instruction-cache misses with many names busy at once
 //! (BENCHMARKS.md). A per-name actor's calls share one instead: armed for the earliest
