@@ -24,6 +24,7 @@ use crate::connections::failure::{connect_error, diagnose_tls_timeout};
 use crate::error::LockError;
 
 pub(crate) use crate::connections::script_call::ScriptCall;
+use crate::connections::shared_timer::SharedTimer;
 
 /// The connections, and how long a command may take. Cheap to clone; clones share them, and
 /// use the same **lane**: a set of connections whose I/O runs on one thread (lane 0 on the
@@ -32,6 +33,9 @@ pub(crate) use crate::connections::script_call::ScriptCall;
 pub(crate) struct Conn {
     inner: Arc<Inner>,
     lane: usize,
+    /// `Some`: the response timeouts of [`eval`](Self::eval)'s calls are kept by this one
+    /// timer ([`for_one_task`](Self::for_one_task)); `None`: each call has a timer of its own.
+    timer: Option<Arc<SharedTimer>>,
 }
 
 /// The least time between two renewals of a lane's connections: a server that is only slow (a
@@ -82,9 +86,10 @@ struct Pair {
 impl Conn {
     /// Connects to the endpoint's primary, failing within the connect timeout.
     pub(crate) async fn open(endpoint: Endpoint, config: &Config) -> Result<Self, LockError> {
-        // No response timeout of redis-rs's own: every command is bounded here (`bounded`), also
-        // while the connection manager reconnects, and a second timer per command would only
-        // cost (about 600 instructions each, callgrind).
+        // No response timeout of redis-rs's own: every command is bounded here (`bounded`, or a
+        // lock actor's `SharedTimer`), also while the connection manager reconnects, and a
+        // second timer per command would only cost (a timer per call is about 1,000
+        // instructions, callgrind: `shared_timer`).
         let settings = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.get_connect_timeout()))
             .set_response_timeout(None)
@@ -124,6 +129,7 @@ impl Conn {
         Ok(Self {
             inner: Arc::new(inner),
             lane: 0,
+            timer: None,
         })
     }
 
@@ -146,7 +152,18 @@ impl Conn {
         Ok(Self {
             inner: self.inner.clone(),
             lane: lanes.len() - 1,
+            timer: None,
         })
+    }
+
+    /// The same connections, the response timeouts of whose [`eval`](Self::eval) calls are
+    /// kept by one timer they share ([`SharedTimer`]): for the calls of one task that polls
+    /// them all at each wake, a per-name actor's round trips.
+    pub(crate) fn for_one_task(&self) -> Self {
+        Self {
+            timer: Some(Arc::default()),
+            ..self.clone()
+        }
     }
 
     /// Connections to the endpoint's current primary, made on `home`'s thread when given.
@@ -317,6 +334,10 @@ impl Conn {
     /// With [`Replicas::Wait`] and replica sync on, the call is followed by `WAIT` on a
     /// connection of its own (`WAIT` blocks it), and the reply says how many acknowledged.
     ///
+    /// The script call alone is bounded by a timer of its own, or by the one its clone of
+    /// [`for_one_task`](Self::for_one_task) shares among its calls (the replica-synced call and
+    /// the reload keep a timer each: they are rare).
+    ///
     /// Every lock request runs through here: its future holds only the common case, the
     /// script call alone. The `WAIT` pipeline and the script's reload are boxed futures of
     /// their own (an allocation only when they run): inline, their code and state were a
@@ -338,9 +359,17 @@ impl Conn {
         // Each call's future is made where it is polled (`pin!`) and the timeout gets a pointer
         // to it: the connection manager's future is several kilobytes, and every move of it
         // into `bounded` and its `Timeout` is a copy of all of it.
-        let mut reply = self
-            .bounded(op, pin!(send_one(&mut conn, call.cmd())))
-            .await;
+        let mut reply = {
+            let work = pin!(send_one(&mut conn, call.cmd()));
+            match &self.timer {
+                Some(timer) => {
+                    let limit = self.inner.response_timeout;
+                    let reply = timer.bound(work, limit).await;
+                    reply.map_err(|()| LockError::Timeout { op, after: limit })
+                }
+                None => self.bounded(op, work).await,
+            }
+        };
         if no_script(&reply) {
             let request = Request::One(call.cmd());
             reply = Box::pin(self.reload(op, key, call, &mut conn, &request, generation)).await;

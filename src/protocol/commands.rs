@@ -59,6 +59,16 @@ impl Commands {
         })
     }
 
+    /// The same commands, for the calls of one task that polls them all at each wake (a
+    /// lock actor's round trips): their response timeouts are kept by one timer they share
+    /// ([`Conn::for_one_task`]), not a timer per call.
+    pub(crate) fn for_one_task(&self) -> Self {
+        Self {
+            conn: self.conn.for_one_task(),
+            ..self.clone()
+        }
+    }
+
     /// Each group lock holder's members.
     pub(crate) fn groups(&self) -> &Groups {
         &self.groups

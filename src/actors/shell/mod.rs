@@ -305,29 +305,11 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
     match effect {
         Effect::Run(op) => act.run(op, ctx),
         Effect::Answer(id, answer) => return answer_waiter(act, id, answer, ctx),
-        Effect::Watch(id) => watch(act, id, ctx),
         Effect::Done(id, res) => {
             if let Some(tx) = act.shell().replies.remove(&id) {
                 A::reply(tx, res);
             }
         }
-        Effect::Subscribe(channel) => subscribe(act, channel, ctx),
-        Effect::Unsubscribe(channel) => {
-            let shell = act.shell();
-            shell.svc.pubsub.do_send(Unsubscribe {
-                channel: channel.to_string(),
-                id: shell.id,
-            });
-        }
-        Effect::Arm(id, after) => act.shell().crowd.arm(id, after, ctx),
-        Effect::Cancel(id) => act.shell().crowd.disarm(id),
-        Effect::Track {
-            hold,
-            epoch,
-            confirmed,
-        } => track(act, &hold, epoch, Some(confirmed), ctx),
-        Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
-        Effect::Lost(epoch, loss) => lose(act, epoch, loss),
         // Its signal ended: a released hold reads as lost (its cells kept for the next hold
         // when nobody else holds them).
         Effect::Ended(epoch) => {
@@ -347,6 +329,38 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             }
             Linger::idle(act, ctx);
         }
+        // Every watched hold's (the default): out of line already.
+        Effect::Track {
+            hold,
+            epoch,
+            confirmed,
+        } => track(act, &hold, epoch, Some(confirmed), ctx),
+        Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
+        rare => perform_rare(act, rare, ctx),
+    }
+    false
+}
+
+/// The effects an uncontended request never sees (a wait, a subscription, renewal, a loss, the
+/// stop): out of line and cold, so that [`perform`]'s code where it is inlined is only what
+/// every request runs (a pair's code is fetched anew at each request with many names busy at
+/// once: instruction-cache misses, BENCHMARKS.md).
+#[cold]
+#[inline(never)]
+fn perform_rare<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Context<A>) {
+    match effect {
+        Effect::Watch(id) => watch(act, id, ctx),
+        Effect::Subscribe(channel) => subscribe(act, channel, ctx),
+        Effect::Unsubscribe(channel) => {
+            let shell = act.shell();
+            shell.svc.pubsub.do_send(Unsubscribe {
+                channel: channel.to_string(),
+                id: shell.id,
+            });
+        }
+        Effect::Arm(id, after) => act.shell().crowd.arm(id, after, ctx),
+        Effect::Cancel(id) => act.shell().crowd.disarm(id),
+        Effect::Lost(epoch, loss) => lose(act, epoch, loss),
         Effect::Stopped => {
             let (shell, witness) = act.parts();
             if let Some(witness) = witness {
@@ -362,8 +376,16 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             shell.keepalive = None;
             ctx.stop();
         }
+        // [`perform`]'s own.
+        Effect::Run(_)
+        | Effect::Answer(..)
+        | Effect::Done(..)
+        | Effect::Ended(_)
+        | Effect::Busy
+        | Effect::Idle
+        | Effect::Track { .. }
+        | Effect::Untrack { .. } => {}
     }
-    false
 }
 
 /// Hands the hold of `epoch` to the Watchdog for renewal (`confirmed`: when Redis last set its
