@@ -13,6 +13,7 @@
 use actix::dev::ToEnvelope;
 use actix::{Actor, Addr, Handler, Message, Recipient, WeakRecipient};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub(crate) use super::name::Renewal;
 pub use super::name::Wait;
@@ -193,15 +194,22 @@ pub(crate) struct Halt;
 /// and their frees). It does not outlive the actor's wish to stop: an actor unsubscribes every
 /// channel before it departs idle (the lock's kept channel at `retire`, a synchronizer's once
 /// nobody waits), and an actor stopped outright closes its mailbox, which `alive` reads.
+///
+/// An actor may also say whether it has anyone a message could wake ([`Hearing`]): while it has
+/// not, its messages are not sent to it at all (a lock's actor that keeps its channel with no
+/// waiter hears every release of the name, its own among them).
 #[derive(Clone)]
 pub(crate) struct Listener {
     pub unlocked: Recipient<Unlocked>,
     pub resubscribed: WeakRecipient<Resubscribed>,
+    /// `None`: every message is delivered.
+    pub hearing: Option<Hearing>,
 }
 
 impl Listener {
-    /// The listener that is actor `addr`.
-    pub(crate) fn of<A>(addr: &Addr<A>) -> Self
+    /// The listener that is actor `addr`, hearing what `hearing` lets through (`None`: every
+    /// message).
+    pub(crate) fn of<A>(addr: &Addr<A>, hearing: Option<Hearing>) -> Self
     where
         A: Actor + Handler<Unlocked> + Handler<Resubscribed>,
         A::Context: ToEnvelope<A, Unlocked> + ToEnvelope<A, Resubscribed>,
@@ -209,12 +217,44 @@ impl Listener {
         Self {
             unlocked: addr.clone().recipient::<Unlocked>(),
             resubscribed: addr.clone().recipient::<Resubscribed>().downgrade(),
+            hearing,
         }
     }
 
     /// Whether the actor still runs (its mailbox is open).
     pub(crate) fn alive(&self) -> bool {
         self.unlocked.connected()
+    }
+
+    /// Whether a message is to be delivered now: the actor has someone it could wake.
+    pub(crate) fn hears(&self) -> bool {
+        self.hearing.as_ref().is_none_or(Hearing::on)
+    }
+}
+
+/// Whether a per-name actor has anyone an unlock message could wake: set by the actor, read by
+/// the PubSubActor for each message on its channels, which is dropped while it is off.
+///
+/// Dropping one loses nothing. The actor turns it on as a waiter arrives, before that waiter's
+/// first attempt is sent; so a message read while it is off was published before any attempt
+/// of a waiter there now ran in Redis, and that attempt finds what the message would have
+/// told. Sequentially consistent: the two actors may run on two threads, and what orders the
+/// actor's store before the PubSubActor's load is the attempt's way through Redis between them.
+#[derive(Clone, Default)]
+pub(crate) struct Hearing(Arc<AtomicBool>);
+
+impl Hearing {
+    /// Whether messages are delivered.
+    pub(crate) fn on(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Delivers messages from now on (`true`), or drops them (`false`).
+    pub(crate) fn set(&self, on: bool) {
+        // Stored only on a change: no write for each request of a name that keeps waiters.
+        if self.on() != on {
+            self.0.store(on, Ordering::SeqCst);
+        }
     }
 }
 

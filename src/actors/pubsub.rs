@@ -312,21 +312,21 @@ impl StreamHandler<Heard> for PubSubActor {
                 return;
             }
         };
-        // One lookup of the channel per message: every listener hears it (the channel's name
-        // shared with the routes, not copied per listener); the list is looked up again, to
-        // forget a listener whose actor is gone, only when there is one.
+        // One lookup of the channel per message: every listener with someone to wake hears
+        // it (the channel's name shared with the routes, not copied per listener); the list is
+        // looked up again, to forget a listener whose actor is gone, only when there is one.
         let Some((key, routes)) = self.routes.get_key_value(channel.as_str()) else {
             return;
         };
         let mut gone = false;
         for route in routes {
-            if route.actor.alive() {
+            if !route.actor.alive() {
+                gone = true;
+            } else if route.actor.hears() {
                 route.actor.unlocked.do_send(Unlocked {
                     count,
                     channel: key.clone(),
                 });
-            } else {
-                gone = true;
             }
         }
         if gone {
@@ -522,11 +522,11 @@ mod tests {
     }
 
     /// Starts an [`Ear`] (its stop counted in `stopped`) and subscribes it to `channel` as
-    /// listener `id`: its address and its count of messages heard.
+    /// listener `id`, hearing what `hearing` lets through: its address and its count of
+    /// messages heard.
     async fn listening_ear(
         pubsub: &Addr<PubSubActor>,
-        channel: &str,
-        id: u64,
+        (channel, id, hearing): (&str, u64, Option<&Hearing>),
         stopped: &Arc<AtomicUsize>,
     ) -> (Addr<Ear>, Arc<AtomicUsize>) {
         let heard = Arc::new(AtomicUsize::new(0));
@@ -538,7 +538,7 @@ mod tests {
         (pubsub.send(Subscribe {
             channel: channel.to_owned(),
             id,
-            actor: Listener::of(&ear),
+            actor: Listener::of(&ear, hearing.cloned()),
         }))
         .await
         .expect("delivered")
@@ -555,11 +555,11 @@ mod tests {
         let stopped = Arc::new(AtomicUsize::new(0));
         // "shared": one listener dies with no address left, one with an address still held,
         // one lives. "alone" and "held": one listener each, dying without and with an address.
-        let (dead, dead_heard) = listening_ear(&pubsub, "shared", 1, &stopped).await;
-        let (held, held_heard) = listening_ear(&pubsub, "shared", 2, &stopped).await;
-        let (live, live_heard) = listening_ear(&pubsub, "shared", 3, &stopped).await;
-        let (alone, _) = listening_ear(&pubsub, "alone", 4, &stopped).await;
-        let (held_alone, _) = listening_ear(&pubsub, "held", 5, &stopped).await;
+        let (dead, dead_heard) = listening_ear(&pubsub, ("shared", 1, None), &stopped).await;
+        let (held, held_heard) = listening_ear(&pubsub, ("shared", 2, None), &stopped).await;
+        let (live, live_heard) = listening_ear(&pubsub, ("shared", 3, None), &stopped).await;
+        let (alone, _) = listening_ear(&pubsub, ("alone", 4, None), &stopped).await;
+        let (held_alone, _) = listening_ear(&pubsub, ("held", 5, None), &stopped).await;
         for channel in ["shared", "alone", "held"] {
             assert_eq!(numsub(&mut raw, channel), 1, "{channel} subscribed");
         }
@@ -612,6 +612,48 @@ mod tests {
         })
         .await;
         drop((held, held_alone, live));
+        pubsub.do_send(Halt);
+    }
+
+    /// A listener whose hearing is off gets no message of its channel, while another listener
+    /// of the same channel gets each; turned on, it gets the next one. (The break: messages
+    /// delivered whatever the hearing says, which this sees as the deaf listener's count.)
+    #[actix_rt::test]
+    async fn a_listener_that_hears_nothing_gets_no_message_until_it_does() {
+        let server = TestServer::start().expect("server");
+        let mut raw = server.conn().expect("connection");
+        let pubsub = pubsub_of(&server).await;
+        let stopped = Arc::new(AtomicUsize::new(0));
+        let hearing = Hearing::default();
+        let (deaf, deaf_heard) =
+            listening_ear(&pubsub, ("both", 1, Some(&hearing)), &stopped).await;
+        let (ear, heard) = listening_ear(&pubsub, ("both", 2, None), &stopped).await;
+        for _ in 0..3 {
+            publish(&mut raw, "both");
+        }
+        until("the other listener hears all three", || {
+            heard.load(Ordering::SeqCst) == 3
+        })
+        .await;
+        // The PubSubActor routes in order: the deaf listener's copies, had they been sent,
+        // were sent before the third reached the other one; its mailbox is empty once it
+        // answers this.
+        deaf.send(Die).await.expect("delivered");
+        assert_eq!(
+            deaf_heard.load(Ordering::SeqCst),
+            0,
+            "off: nothing delivered"
+        );
+
+        let (late, late_heard) =
+            listening_ear(&pubsub, ("late", 3, Some(&hearing)), &stopped).await;
+        hearing.set(true);
+        publish(&mut raw, "late");
+        until("turned on, the listener hears the next message", || {
+            late_heard.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        drop((deaf, ear, late));
         pubsub.do_send(Halt);
     }
 }

@@ -82,6 +82,7 @@ impl PerName for LockActor {
     type Reply = ReleaseTx;
     type Witness = Seat;
     const SERIES: Series = Series::Locks;
+    const HEARS_WAITERS_ONLY: bool = true;
 
     fn shell(&mut self) -> &mut Shell<Self> {
         &mut self.shell

@@ -41,8 +41,8 @@ use tokio::sync::oneshot;
 
 use crate::actors::lost::{Raiser, Spare};
 use crate::actors::messages::{
-    Forget, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked, Unsubscribe,
-    Untrack,
+    Forget, Hearing, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked,
+    Unsubscribe, Untrack,
 };
 use crate::actors::name::effect::{Effect, Family, ReplyId};
 use crate::actors::name::few::Few;
@@ -78,6 +78,9 @@ pub(crate) trait PerName:
     type Witness: Witness<Context<Self>>;
     /// The metric series it reports to.
     const SERIES: Series;
+    /// Whether its channels' messages reach it only while a caller waits ([`Shell::hearing`]):
+    /// a lock's (nothing but a waiter acts on one); a synchronizer hears each.
+    const HEARS_WAITERS_ONLY: bool = false;
 
     /// Its shell, which owns its state.
     fn shell(&mut self) -> &mut Shell<Self>;
@@ -141,6 +144,12 @@ pub(crate) struct Shell<A: PerName> {
     registry: WeakRecipient<Forget>,
     /// The callers of waiting requests, by waiter.
     pub waiting: Few<WaiterId, Waiting<A::Tx>>,
+    /// On while `waiting` has a caller: when the family hears its channels only then
+    /// ([`PerName::HEARS_WAITERS_ONLY`]), the PubSubActor drops their messages while it is off.
+    /// A lock's actor that keeps its channel with nobody waiting would hear every release of
+    /// the name, its own among them; and one taken in after a new request (the message of the
+    /// caller's own last release, read late) would wake its waiter to a second attempt.
+    hearing: Hearing,
     /// The watched callers and the waiters' deadlines, served by one future.
     crowd: Crowd<A::Tx>,
     /// The senders of releases (and adjustments) under way.
@@ -186,6 +195,7 @@ impl<A: PerName> Shell<A> {
             svc,
             registry,
             waiting: Few::default(),
+            hearing: Hearing::default(),
             crowd: Crowd::default(),
             replies: Few::default(),
             next_reply: 0,
@@ -206,6 +216,8 @@ impl<A: PerName> Shell<A> {
     /// A new waiter's caller, whose reply sender is on its way (`reply`).
     pub(crate) fn coming(&mut self, id: WaiterId, kind: &'static str) {
         A::SERIES.waiters(kind, 1.0);
+        // On before its first attempt is sent (the actor's ringer sends it after the handler).
+        self.hearing.set(true);
         self.waiting.insert(
             id,
             Waiting {
@@ -214,6 +226,13 @@ impl<A: PerName> Shell<A> {
                 since: Since::now(),
             },
         );
+    }
+
+    /// A waiter left: hearing goes off once no caller waits.
+    fn heard_out(&mut self) {
+        if self.waiting.is_empty() {
+            self.hearing.set(false);
+        }
     }
 
     /// A number for a release's (or an adjustment's) reply.
@@ -438,6 +457,7 @@ fn answer_waiter<A: PerName>(
         A::SERIES.answered(w.kind, outcome, w.since);
         w.caller
     });
+    shell.heard_out();
     act.answer(id, answer, caller, owner, ctx)
 }
 
@@ -488,6 +508,7 @@ pub(crate) fn caller_gone<A: PerName>(act: &mut A, id: WaiterId, ctx: &mut Conte
             A::SERIES.waiters(w.kind, -1.0);
             A::SERIES.answered(w.kind, "abandoned", w.since);
         }
+        shell.heard_out();
     }
     apply(act, ctx);
 }
@@ -505,10 +526,12 @@ pub(crate) fn gone_first<A: PerName>(act: &mut A, ctx: &mut Context<A>) {
 #[inline(never)]
 fn subscribe<A: PerName>(act: &mut A, channel: Arc<str>, ctx: &mut Context<A>) {
     let shell = act.shell();
+    let hearing = A::HEARS_WAITERS_ONLY.then(|| shell.hearing.clone());
+    let actor = Listener::of(&ctx.address(), hearing);
     let request = shell.svc.pubsub.send(Subscribe {
         channel: channel.to_string(),
         id: shell.id,
-        actor: Listener::of(&ctx.address()),
+        actor,
     });
     ctx.spawn(request.into_actor(act).map(move |res, act, ctx| {
         let ok = matches!(res, Ok(Ok(())));
