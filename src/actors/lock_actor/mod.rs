@@ -61,8 +61,7 @@ impl LockActor {
         let settings = Settings::of(&svc.config);
         let state = LockState::new(family, name.clone(), settings, Instant::now());
         let seat = Seat::new(&svc.deadlocks);
-        // Its round trips are all polled by its task (`Trips`): one response timer for them.
-        let (cmds, key) = (svc.commands.for_one_task(), name.clone());
+        let (cmds, key) = (svc.commands.for_one_task(), name.clone()); // `Trips` polls them all
         let trips = Trips::new(move |op| round_trips::trip(cmds.clone(), key.clone(), op));
         let shell = Shell::new((id, NameKind::Lock(family), name), svc, registry, state);
         Self { shell, trips, seat }

@@ -17,7 +17,8 @@
 //!   when its family keeps one ([`PerName::parts`]), when a wait begins and ends, a hold ends,
 //!   an event is settled and the actor stops;
 //! - what a grant keeps of its hold, alike for both families (`receipt`);
-//! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop.
+//! - the reply senders of requests (`reply`), lingering while idle (`linger`) and the stop;
+//!   the effects an uncontended request never sees are carried out of line (`rare`).
 //!
 //! It is code generic over [`PerName`], not a generic actor: `LockActor` and `SyncActor` stay
 //! concrete types, as [`Crowded`] and [`Lingers`](linger::Lingers) already were.
@@ -26,6 +27,7 @@ pub(crate) mod alarm;
 pub(crate) mod crowd;
 mod driver;
 pub(crate) mod linger;
+mod rare;
 pub(crate) mod receipt;
 pub(crate) mod reply;
 pub(crate) mod trips;
@@ -42,7 +44,7 @@ use tokio::sync::oneshot;
 use crate::actors::lost::{Raiser, Spare};
 use crate::actors::messages::{
     Forget, Hearing, HoldLost, Listener, NameKind, Resubscribed, Subscribe, Track, Unlocked,
-    Unsubscribe, Untrack,
+    Untrack,
 };
 use crate::actors::name::effect::{Effect, Family, ReplyId};
 use crate::actors::name::few::Few;
@@ -355,56 +357,9 @@ pub(crate) fn perform<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Co
             confirmed,
         } => track(act, &hold, epoch, Some(confirmed), ctx),
         Effect::Untrack { hold, epoch } => track(act, &hold, epoch, None, ctx),
-        rare => perform_rare(act, rare, ctx),
+        rare => rare::perform_rare(act, rare, ctx),
     }
     false
-}
-
-/// The effects an uncontended request never sees (a wait, a subscription, renewal, a loss, the
-/// stop): out of line and cold, so that [`perform`]'s code where it is inlined is only what
-/// every request runs (a pair's code is fetched anew at each request with many names busy at
-/// once: instruction-cache misses, BENCHMARKS.md).
-#[cold]
-#[inline(never)]
-fn perform_rare<A: PerName>(act: &mut A, effect: EffectOf<A>, ctx: &mut Context<A>) {
-    match effect {
-        Effect::Watch(id) => watch(act, id, ctx),
-        Effect::Subscribe(channel) => subscribe(act, channel, ctx),
-        Effect::Unsubscribe(channel) => {
-            let shell = act.shell();
-            shell.svc.pubsub.do_send(Unsubscribe {
-                channel: channel.to_string(),
-                id: shell.id,
-            });
-        }
-        Effect::Arm(id, after) => act.shell().crowd.arm(id, after, ctx),
-        Effect::Cancel(id) => act.shell().crowd.disarm(id),
-        Effect::Lost(epoch, loss) => lose(act, epoch, loss),
-        Effect::Stopped => {
-            let (shell, witness) = act.parts();
-            if let Some(witness) = witness {
-                witness.holds_ended();
-            }
-            for (_, signal) in shell.signals.drain() {
-                A::SERIES.held(signal.kind, -signal.amount);
-                signal.lost.raise();
-            }
-            for tx in shell.stop_replies.drain(..) {
-                let _ = tx.send(());
-            }
-            shell.keepalive = None;
-            ctx.stop();
-        }
-        // [`perform`]'s own.
-        Effect::Run(_)
-        | Effect::Answer(..)
-        | Effect::Done(..)
-        | Effect::Ended(_)
-        | Effect::Busy
-        | Effect::Idle
-        | Effect::Track { .. }
-        | Effect::Untrack { .. } => {}
-    }
 }
 
 /// Hands the hold of `epoch` to the Watchdog for renewal (`confirmed`: when Redis last set its
