@@ -37,7 +37,7 @@ impl Commands {
         let conn = Conn::open(endpoint, config).await?;
         let limit = config.get_connect_timeout();
         probe::check_access_following(&conn, &all_scripts(), limit).await?;
-        let latch_ttl = config.get_watchdog_timeout() + 4 * config.get_response_timeout();
+        let latch_ttl = latch_ttl(config);
         let lock_delay = match config.get_lock_delay() {
             Duration::ZERO => 0,
             delay => millis(delay),
@@ -590,4 +590,30 @@ fn group_call<'s>(
         call.arg(m);
     }
     call
+}
+
+/// How long a synchronizer request's latch lives: the watchdog timeout and four response
+/// timeouts. Saturating: a response timeout as long as `Duration::MAX` (no bound at all) is a
+/// setting, not an overflow.
+fn latch_ttl(config: &Config) -> Duration {
+    (config.get_response_timeout().saturating_mul(4)).saturating_add(config.get_watchdog_timeout())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The break: `watchdog + 4 * response_timeout` panicked on the manager's thread for a
+    /// response timeout past a quarter of `Duration::MAX`, and the manager never started.
+    #[test]
+    fn a_latch_ttl_of_an_unbounded_response_timeout_saturates() {
+        let config = Config::new("redis://127.0.0.1:6379").response_timeout(Duration::MAX);
+        assert_eq!(latch_ttl(&config), Duration::MAX);
+        assert_eq!(millis(latch_ttl(&config)), u64::MAX);
+        let config = Config::new("redis://127.0.0.1:6379");
+        assert_eq!(
+            latch_ttl(&config),
+            config.get_watchdog_timeout() + 4 * config.get_response_timeout()
+        );
+    }
 }
