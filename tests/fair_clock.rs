@@ -359,6 +359,21 @@ async fn scoped_steps(guard: &lockman::LockGuard, work: Duration) -> (String, Du
     (ended, began.elapsed())
 }
 
+/// Takes the lock of [`SCOPED`] with its lease on a manager of its own at `url`, runs `work` of
+/// steps under the guard's scope ([`scoped_steps`]), releases it: how the scope ended and when.
+async fn scoped_hold(url: String, work: Duration) -> (String, Duration) {
+    let mgr = manager(url).await;
+    let guard = mgr
+        .lock(SCOPED)
+        .acquire_with_lease(SCOPED_LEASE)
+        .await
+        .unwrap();
+    let outcome = scoped_steps(&guard, work).await;
+    guard.release().await.unwrap();
+    mgr.shutdown().await;
+    outcome
+}
+
 /// The body of the fast child of
 /// `a_wall_clock_running_ahead_stops_a_scope_the_monotonic_clock_would_not`: takes the lock with
 /// a 60 s lease and runs 40 s of work under its scope.
@@ -366,16 +381,8 @@ async fn scoped_steps(guard: &lockman::LockGuard, work: Duration) -> (String, Du
 #[ignore = "child process of a_wall_clock_running_ahead_stops_a_scope_the_monotonic_clock_would_not"]
 async fn child_scopes_work_under_a_fast_wall_clock() {
     let url = std::env::var(CHILD_URL).expect("run by the parent test");
-    let mgr = manager(url).await;
-    let guard = mgr
-        .lock(SCOPED)
-        .acquire_with_lease(SCOPED_LEASE)
-        .await
-        .unwrap();
-    let (ended, took) = scoped_steps(&guard, Duration::from_secs(40)).await;
+    let (ended, took) = scoped_hold(url, Duration::from_secs(40)).await;
     println!("SCOPE {ended} {}", took.as_millis());
-    guard.release().await.unwrap();
-    mgr.shutdown().await;
 }
 
 /// A host suspend stops the monotonic clock while the system clock and Redis's TTL run on; seen
@@ -405,17 +412,9 @@ async fn a_wall_clock_running_ahead_stops_a_scope_the_monotonic_clock_would_not(
     );
     assert!(child.wait());
 
-    let mgr = manager(server.url()).await;
-    let guard = mgr
-        .lock(SCOPED)
-        .acquire_with_lease(SCOPED_LEASE)
-        .await
-        .unwrap();
-    let (ended, _) = scoped_steps(&guard, Duration::from_secs(3)).await;
+    let (ended, _) = scoped_hold(server.url(), Duration::from_secs(3)).await;
     assert_eq!(
         ended, "done",
         "a true clock's scope runs its work to the end"
     );
-    guard.release().await.unwrap();
-    mgr.shutdown().await;
 }
